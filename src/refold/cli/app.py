@@ -1,0 +1,104 @@
+"""Shared CLI plumbing: the lazy command group, the per-invocation context, and rendering.
+
+Commands live in their own modules and are imported only when used (``LazyGroup``), so
+``refold --help`` stays fast and a missing optional extra affects only its own command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import click
+
+from refold.cli.settings import Settings, load_settings
+from refold.store import Store, open_store
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are ``"module:attribute"`` strings, imported on use."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(self.lazy))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            module_name, attr = self.lazy[cmd_name].split(":")
+            command = getattr(importlib.import_module(module_name), attr)
+            if not isinstance(command, click.Command):
+                raise TypeError(f"{self.lazy[cmd_name]} is not a click command")
+            return command
+        return super().get_command(ctx, cmd_name)
+
+
+@dataclass
+class AppContext:
+    """What every command gets through ``click.pass_obj``: settings and a lazily opened store."""
+
+    flags: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def settings(self) -> Settings:
+        return load_settings(self.flags)
+
+    @cached_property
+    def store(self) -> Store:
+        settings = self.settings
+        if "://" not in settings.db_url:
+            settings.home.mkdir(parents=True, exist_ok=True)
+        return open_store(settings.db_url)
+
+    def close(self) -> None:
+        if "store" in self.__dict__:
+            self.store.close()
+
+
+pass_app = click.make_pass_decorator(AppContext)
+
+
+def _default(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
+
+
+def to_json(value: Any) -> str:
+    """JSON for ``--json`` output: dataclasses become objects, non-ASCII kept readable."""
+    return json.dumps(value, default=_default, ensure_ascii=False, indent=2)
+
+
+def emit(value: Any, as_json: bool, render: Callable[[Any], None]) -> None:
+    """Print ``value`` as JSON when ``as_json``, else hand it to ``render`` (a rich table etc)."""
+    if as_json:
+        click.echo(to_json(value))
+    else:
+        render(value)
+
+
+def console() -> Any:
+    """A rich Console on stdout (imported lazily: rich is only needed for human output)."""
+    from rich.console import Console
+
+    return Console(soft_wrap=False, highlight=False)
+
+
+def err_console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def stdin_is_tty() -> bool:
+    return sys.stdin.isatty()

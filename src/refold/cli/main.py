@@ -1,0 +1,83 @@
+"""The ``refold`` command: global options, the command table, and the one place errors render.
+
+Every user-facing failure becomes one line on stderr: exit 2 for usage and bad input, 1 for
+everything else. A traceback means a bug in refold; ``REFOLD_DEBUG=1`` shows it for bug reports.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import click
+
+from refold import __version__
+from refold.cli.app import AppContext, LazyGroup
+from refold.errors import RefoldError
+
+COMMANDS = {
+    "demo": "refold.cli.demo:demo_cmd",
+    "import": "refold.cli.ledger:import_cmd",
+    "sessions": "refold.cli.sessions:sessions_group",
+    "search": "refold.cli.ledger:search_cmd",
+    "doctor": "refold.cli.doctor:doctor_cmd",
+    "compact": "refold.cli.compact:compact_cmd",
+    "context": "refold.cli.compact:context_cmd",
+    "memory": "refold.cli.memory:memory_group",
+    "serve": "refold.cli.serve:serve_cmd",
+    "chat": "refold.cli.chat:chat_cmd",
+    "mcp": "refold.cli.mcp:mcp_cmd",
+    "migrate": "refold.cli.migrate:migrate_cmd",
+}
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--home", type=click.Path(file_okay=False), envvar=None,
+              help="Data directory (default: $REFOLD_HOME or the per-user data dir).")
+@click.option("--db", help="Database: a SQLite path, sqlite:///path or postgresql://… "
+                           "(default: $REFOLD_DB or <home>/refold.db).")
+@click.option("-v", "--verbose", count=True, help="Log more (-vv for debug).")
+@click.version_option(__version__, prog_name="refold")
+@click.pass_context
+def cli(ctx: click.Context, home: str | None, db: str | None, verbose: int) -> None:
+    """refold — context and memory for LLM agents.
+
+    Keeps an agent's context window fit (compaction), its memory across sessions
+    (MEMORY.md / USER.md) and every message searchable (SQLite or PostgreSQL).
+    """
+    if verbose:
+        logging.basicConfig(level=logging.DEBUG if verbose > 1 else logging.INFO,
+                            format="%(levelname)s %(name)s: %(message)s")
+    app = AppContext(flags={"home": home, "db": db})
+    ctx.obj = app
+    ctx.call_on_close(app.close)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI and render errors in exactly one place."""
+    try:
+        cli.main(args=argv, prog_name="refold", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+    except RefoldError as exc:
+        if os.environ.get("REFOLD_DEBUG"):
+            raise
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""The canonical message form: OpenAI chat-completions wire JSON, as plain dicts.
+
+A message is a ``dict`` shaped like ``ChatMessage``. refold never wraps messages in classes on
+the hot path: compaction, storage and the proxy all pass the same plain dicts, so any caller's
+list works as is. Keys starting with ``_`` are in-process metadata and never go on the wire.
+
+Invariant kept here: ``message_identity`` is a pure function of the message's wire content and
+the identity of the message before it, so the same history always hashes to the same chain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal, NotRequired, TypedDict
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+ROLES: frozenset[str] = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+class FunctionCall(TypedDict):
+    name: str
+    arguments: str
+
+
+class ToolCall(TypedDict):
+    id: str
+    type: Literal["function"]
+    function: FunctionCall
+
+
+class ChatMessage(TypedDict, total=False):
+    role: Role
+    content: str | list[dict[str, Any]] | None
+    name: str
+    tool_calls: list[ToolCall]
+    tool_call_id: str
+    reasoning_content: str
+    reasoning: NotRequired[str]
+
+
+Message = dict[str, Any]
+"""What every refold function takes: a ``ChatMessage``-shaped dict."""
+
+# The wire keys that define a message's identity (in-process "_" keys are excluded).
+_IDENTITY_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id")
+
+
+def wire_form(message: Message) -> Message:
+    """Return the message without in-process metadata keys (those starting with ``_``)."""
+    return {k: v for k, v in message.items() if not k.startswith("_")}
+
+
+def content_text(message: Message) -> str:
+    """The message's text: string content, or the text parts of a parts list joined by newlines."""
+    content = message.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    texts: list[str] = []
+    for part in content:
+        if isinstance(part, dict):
+            if part.get("type") in ("text", "input_text", "output_text"):
+                texts.append(str(part.get("text", "")))
+            elif "text" in part and isinstance(part["text"], str):
+                texts.append(part["text"])
+    return "\n".join(texts)
+
+
+def searchable_text(message: Message) -> str:
+    """Text worth indexing: content plus tool-call names and arguments."""
+    parts = [content_text(message)]
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        parts.append(f"{fn.get('name', '')} {fn.get('arguments', '')}")
+    return "\n".join(p for p in parts if p)
+
+
+def canonical_json(value: Any) -> str:
+    """Stable JSON: sorted keys, no spaces, non-ASCII kept (used for hashing and storage)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def message_identity(message: Message, previous_identity: str | None) -> str:
+    """Content hash of ``message`` chained to the identity of the message before it."""
+    core = {k: message[k] for k in _IDENTITY_KEYS if k in message and message[k] is not None}
+    payload = (previous_identity or "") + "\n" + canonical_json(core)
+    return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def chain_identities(messages: list[Message], previous_identity: str | None = None) -> list[str]:
+    """Identities of a whole list, chained from ``previous_identity``."""
+    out: list[str] = []
+    prev = previous_identity
+    for message in messages:
+        prev = message_identity(message, prev)
+        out.append(prev)
+    return out
+
+
+def tool_call_ids(message: Message) -> list[str]:
+    """The ids of an assistant message's tool calls, in order."""
+    return [c.get("id", "") for c in message.get("tool_calls") or []]

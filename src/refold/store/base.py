@@ -1,0 +1,233 @@
+"""The ``Store`` Protocol and the records it returns: the contract every backend keeps.
+
+The ledger is append-only. Compaction adds a checkpoint and never rewrites or deletes a message;
+rewind flips ``active`` off (recorded, reversible); only an explicit user action (``delete_session``,
+``prune_sessions``) removes rows.
+
+Invariants every backend keeps (the conformance suite in tests/store checks each one):
+- ``seq`` is strictly increasing per session, with no gaps among rows a single call appends.
+- ``sync_messages(full_history)`` appends only the suffix that is not already stored, even when
+  several processes send the same history at once: no duplicate rows, ever.
+- ``projection`` returns the latest checkpoint and the active messages from its ``tail_start_seq``
+  on; its cost does not grow with the number of archived rows before it.
+- Search never raises on user input; rewound (inactive) rows are excluded unless asked for;
+  archived rows (before a checkpoint) stay searchable; a 1–2 character CJK query finds every
+  message that contains it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from refold.messages.model import Message
+
+LinkKind = Literal["compaction", "branch", "fork"]
+SortOrder = Literal["relevance", "recency"]
+
+
+@dataclass(frozen=True)
+class Session:
+    id: str
+    title: str | None
+    parent_session_id: str | None
+    link_kind: str | None  # "compaction" | "branch" | "fork" | None
+    source: str | None
+    model: str | None
+    owner: str  # namespace for isolation (an API key's tenant); "" is the local user
+    started_at: float
+    ended_at: float | None
+    end_reason: str | None
+    message_count: int  # active + inactive rows stored for this session
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cost_usd: float = 0.0
+    fork_seq: int | None = None  # for branch/fork: the parent's seq the copy stops at
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    session_id: str
+    seq: int
+    message: Message  # wire form, as appended
+    identity: str
+    token_count: int | None
+    created_at: float
+    active: bool
+
+    @property
+    def role(self) -> str:
+        return str(self.message.get("role", ""))
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    appended: list[StoredMessage]
+    skipped: int  # messages recognized as already stored
+    rewound: int = 0  # rows deactivated because the sent history diverged from the stored one
+
+
+@dataclass(frozen=True)
+class CheckpointDraft:
+    """What compaction hands the store; the store assigns id and created_at."""
+
+    summary: str
+    first_seq: int  # first seq the summary replaces
+    last_seq: int  # last seq the summary replaces
+    tail_start_seq: int  # first seq kept verbatim after the summary
+    anchors: list[str] = field(default_factory=list)
+    tokens_before: int = 0
+    tokens_after: int = 0
+    summarizer: str = "builtin"
+    status: str = "ok"  # "ok" | "fallback"
+    summary_role: str = "user"
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Checkpoint(CheckpointDraft):
+    id: int = 0
+    session_id: str = ""
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Projection:
+    """The model view: ``checkpoint`` (summary) if any, then ``messages`` (active, from tail)."""
+
+    session_id: str
+    checkpoint: Checkpoint | None
+    messages: list[StoredMessage]
+
+
+@dataclass(frozen=True)
+class RewindRecord:
+    id: int
+    session_id: str
+    from_seq: int
+    count: int
+    created_at: float
+    undone: bool
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    session_id: str
+    kind: str
+    payload: dict[str, Any]
+    created_at: float
+
+
+@dataclass(frozen=True)
+class SearchQuery:
+    text: str
+    session_id: str | None = None
+    role: str | None = None
+    source: str | None = None
+    owner: str | None = None  # None: every owner (local CLI); a value: only that namespace
+    since: float | None = None
+    until: float | None = None
+    include_inactive: bool = False
+    exclude_session_id: str | None = None  # e.g. the current session in session_search
+    sort: SortOrder = "relevance"
+    limit: int = 20
+    window: int = 1  # surrounding messages on each side of a hit
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    session_id: str
+    session_title: str | None
+    seq: int
+    role: str
+    snippet: str  # matched text with the match in [brackets]
+    content: str
+    created_at: float
+    score: float
+    window: list[StoredMessage] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    text: str
+    created_at: float
+    updated_at: float
+
+
+@runtime_checkable
+class Store(Protocol):
+    """A ledger backend. SQLite (embedded default) and PostgreSQL implement it."""
+
+    url: str
+
+    # -- sessions -------------------------------------------------------------------------
+    def create_session(self, *, title: str | None = None, source: str | None = None,
+                       model: str | None = None, parent_session_id: str | None = None,
+                       link_kind: str | None = None, owner: str = "",
+                       session_id: str | None = None) -> Session: ...
+    def get_session(self, session_id: str) -> Session: ...
+    def resolve_session(self, ref: str, *, owner: str | None = None) -> Session: ...
+    def list_sessions(self, *, limit: int = 50, owner: str | None = None,
+                      source: str | None = None) -> list[Session]: ...
+    def rename_session(self, session_id: str, title: str) -> Session: ...
+    def delete_session(self, session_id: str) -> int: ...
+    def end_session(self, session_id: str, reason: str) -> None: ...
+    def add_usage(self, session_id: str, *, input_tokens: int = 0, output_tokens: int = 0,
+                  cache_read_tokens: int = 0, cost_usd: float = 0.0,
+                  model: str | None = None) -> None: ...
+
+    # -- messages (the ledger) ------------------------------------------------------------
+    def append_messages(self, session_id: str, messages: Sequence[Message], *,
+                        token_counts: Sequence[int | None] | None = None) -> AppendResult: ...
+    def sync_messages(self, session_id: str, history: Sequence[Message], *,
+                      token_counts: Sequence[int | None] | None = None) -> AppendResult: ...
+    def get_messages(self, session_id: str, *, include_inactive: bool = False,
+                     start_seq: int | None = None, end_seq: int | None = None,
+                     limit: int | None = None) -> list[StoredMessage]: ...
+    def iter_messages(self, session_id: str, *,
+                      include_inactive: bool = False) -> Iterator[StoredMessage]: ...
+    def last_message(self, session_id: str) -> StoredMessage | None: ...
+    def messages_around(self, session_id: str, seq: int, *, before: int = 2, after: int = 2,
+                        include_inactive: bool = False) -> list[StoredMessage]: ...
+    def set_token_counts(self, session_id: str, counts: dict[int, int]) -> None: ...
+
+    # -- rewind, fork, lineage -------------------------------------------------------------
+    def rewind(self, session_id: str, from_seq: int) -> RewindRecord: ...
+    def undo_rewind(self, rewind_id: int) -> RewindRecord: ...
+    def fork_session(self, session_id: str, at_seq: int | None = None, *,
+                     kind: str = "fork", title: str | None = None) -> Session: ...
+    def ancestors(self, session_id: str) -> list[Session]: ...
+    def children(self, session_id: str) -> list[Session]: ...
+    def resolve_resume(self, session_id: str) -> Session: ...
+    def next_lineage_title(self, title: str) -> str: ...
+
+    # -- checkpoints and the model view -----------------------------------------------------
+    def add_checkpoint(self, session_id: str, draft: CheckpointDraft) -> Checkpoint: ...
+    def latest_checkpoint(self, session_id: str) -> Checkpoint | None: ...
+    def list_checkpoints(self, session_id: str) -> list[Checkpoint]: ...
+    def projection(self, session_id: str) -> Projection: ...
+
+    # -- events (task state: goal, plan, todo) ----------------------------------------------
+    def append_event(self, session_id: str, kind: str, payload: dict[str, Any]) -> Event: ...
+    def list_events(self, session_id: str, kind: str | None = None) -> list[Event]: ...
+
+    # -- search ----------------------------------------------------------------------------
+    def search(self, query: SearchQuery) -> list[SearchHit]: ...
+
+    # -- leases (one compactor per session window, across processes and hosts) ------------
+    def acquire_lease(self, name: str, holder: str, ttl_seconds: float) -> bool: ...
+    def release_lease(self, name: str, holder: str) -> None: ...
+
+    # -- DB-backed memory (layer 2 on several hosts) ----------------------------------------
+    def memory_load(self, profile: str, target: str) -> tuple[list[MemoryRow], int]: ...
+    def memory_save(self, profile: str, target: str, rows: Sequence[MemoryRow],
+                    expected_version: int) -> int: ...
+
+    # -- maintenance -----------------------------------------------------------------------
+    def prune_sessions(self, older_than_days: float) -> int: ...
+    def integrity_check(self) -> list[str]: ...
+    def info(self) -> dict[str, Any]: ...
+    def close(self) -> None: ...

@@ -1,0 +1,76 @@
+"""Shared fixtures: real stores (SQLite in a temp dir, PostgreSQL in a fresh schema).
+
+PostgreSQL tests run against ``REFOLD_TEST_POSTGRES_URL`` (default
+``postgresql://127.0.0.1:5432/test``). Where no server answers they skip with the reason, except
+when ``REFOLD_REQUIRE_POSTGRES=1`` (CI sets it): then they fail, so CI never skips them silently.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from refold.store import Store
+
+POSTGRES_URL = os.environ.get("REFOLD_TEST_POSTGRES_URL", "postgresql://127.0.0.1:5432/test")
+REQUIRE_POSTGRES = os.environ.get("REFOLD_REQUIRE_POSTGRES") == "1"
+
+
+def postgres_unavailable_reason() -> str | None:
+    """None when PostgreSQL is reachable, else why not."""
+    try:
+        import psycopg
+    except ImportError:
+        return "psycopg is not installed (pip install 'refold[postgres]')"
+    try:
+        with psycopg.connect(POSTGRES_URL, connect_timeout=3):
+            return None
+    except Exception as exc:  # any connection failure means: no server here
+        return f"no PostgreSQL at {POSTGRES_URL}: {exc.__class__.__name__}"
+
+
+_PG_REASON: str | None | bool = False  # False: not probed yet
+
+
+def require_postgres() -> None:
+    global _PG_REASON
+    if _PG_REASON is False:
+        _PG_REASON = postgres_unavailable_reason()
+    if _PG_REASON:
+        if REQUIRE_POSTGRES:
+            pytest.fail(f"REFOLD_REQUIRE_POSTGRES=1 but {_PG_REASON}")
+        pytest.skip(str(_PG_REASON))
+
+
+def make_postgres_store() -> Store:
+    from refold.store.postgres import PostgresStore
+
+    return PostgresStore(POSTGRES_URL, schema=f"t_{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[Store]:
+    from refold.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(str(tmp_path / "refold.db"))
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def postgres_store() -> Iterator[Store]:
+    require_postgres()
+    store = make_postgres_store()
+    yield store
+    store.drop_schema()  # type: ignore[attr-defined]
+    store.close()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest) -> Store:
+    """Every conformance test runs once per backend."""
+    return request.getfixturevalue(f"{request.param}_store")
