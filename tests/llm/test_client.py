@@ -76,23 +76,23 @@ def test_failures_are_classified(server: RunningLLM, reply: ScriptedReply, kind:
 
 
 def test_overflow_from_server_is_context_overflow_error() -> None:
-    with serve(max_context_tokens=5) as s, HttpChatClient(s.base_url) as client:
-        with pytest.raises(ContextOverflowError) as info:
-            client.complete([{"role": "user", "content": "x" * 400}], model="m")
+    with serve(max_context_tokens=5) as s, HttpChatClient(s.base_url) as client, \
+            pytest.raises(ContextOverflowError) as info:
+        client.complete([{"role": "user", "content": "x" * 400}], model="m")
     assert info.value.kind == "overflow" and info.value.status == 400
 
 
 def test_timeout_is_classified() -> None:
-    with serve([ScriptedReply(delay=1.0)]) as s, HttpChatClient(s.base_url) as client:
-        with pytest.raises(UpstreamError) as info:
-            client.complete(MSGS, model="m", timeout=0.2)
+    with serve([ScriptedReply(delay=1.0)]) as s, HttpChatClient(s.base_url) as client, \
+            pytest.raises(UpstreamError) as info:
+        client.complete(MSGS, model="m", timeout=0.2)
     assert info.value.kind == "timeout"
 
 
 def test_connection_refused_is_network() -> None:
-    with HttpChatClient(f"http://127.0.0.1:{_free_port()}/v1") as client:
-        with pytest.raises(UpstreamError) as info:
-            client.complete(MSGS, model="m")
+    with HttpChatClient(f"http://127.0.0.1:{_free_port()}/v1") as client, \
+            pytest.raises(UpstreamError) as info:
+        client.complete(MSGS, model="m")
     assert info.value.kind == "network"
 
 
