@@ -1,0 +1,292 @@
+"""``SessionRuntime``: one session's turn loop — prepare what to send, record what came back.
+
+Per turn the caller does ``prepare`` (library: new messages; proxy: ``prepare_history`` with the
+whole re-sent history), calls its model, then ``record`` the reply. In between refold keeps:
+
+- the ledger: every message stored once (``append_messages`` / ``sync_messages``); nothing is
+  ever rewritten — compaction appends a checkpoint and the projection serves the compacted view;
+- the system prompt: the caller's system prompt + the memory snapshot block rendered once when
+  the session was opened, byte-identical all session (provider prompt caches stay warm);
+- the budget: preflight compaction when the estimate crosses the trigger (never on a rough
+  estimate while a real reading is pending), post-response compaction on the provider's real
+  usage, compact-and-retry on context overflow (``handle_error``);
+- background pre-compaction: from a pre-threshold on, the next checkpoint is computed on a worker
+  thread so the crossing turn only swaps it in.
+
+A ``SessionRuntime`` serializes its own turns with a lock; it is safe to share between threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from refold.errors import InvalidInput, UpstreamError
+from refold.messages.model import Message, content_text, wire_form
+from refold.runtime.precompact import Plan, Precompactor
+from refold.runtime.prepared import Prepared
+from refold.store.base import Projection, Store
+
+if TYPE_CHECKING:
+    from refold.runtime.context import ContextOps
+    from refold.runtime.engine import Engine
+
+log = logging.getLogger(__name__)
+
+MAX_OVERFLOW_ATTEMPTS = 4
+
+
+def split_system(history: Sequence[Message]) -> tuple[str | None, list[Message]]:
+    """The client's leading system/developer message text and the conversation after it."""
+    system_parts: list[str] = []
+    index = 0
+    while index < len(history) and history[index].get("role") in ("system", "developer"):
+        system_parts.append(content_text(history[index]))
+        index += 1
+    system = "\n\n".join(p for p in system_parts if p) if system_parts else None
+    return system, [dict(m) for m in history[index:]]
+
+
+class SessionRuntime:
+    """The per-session engine. Create through ``Engine.open_session``."""
+
+    def __init__(self, engine: Engine, session_id: str, *, snapshot: str) -> None:
+        self._engine = engine
+        self.session_id = session_id
+        self._snapshot = snapshot  # frozen for the life of this runtime
+        self._system_prompt: str | None = None
+        self._tools: list[dict[str, Any]] | None = None
+        self._lock = threading.RLock()
+        self._precompactor = Precompactor(engine.executor)
+        self._last_sent_tokens: int | None = None  # estimate of the last prepared request
+        self._reading_pending = False  # a request went out and its usage has not come back
+        self._last_prepared: Prepared | None = None
+        self.user_turns = 0
+        self.tool_iterations = 0
+
+    # -- properties ------------------------------------------------------------------------
+    @property
+    def store(self) -> Store:
+        return self._engine.store
+
+    @property
+    def ops(self) -> ContextOps:
+        return self._engine.ops
+
+    @property
+    def memory_snapshot(self) -> str:
+        """The frozen memory block injected into the system prompt (empty if no memory)."""
+        return self._snapshot
+
+    @property
+    def precompactor(self) -> Precompactor:
+        return self._precompactor
+
+    def system_text(self, caller_prompt: str | None = None) -> str | None:
+        """The system prompt sent: the caller's prompt, then the frozen memory snapshot."""
+        prompt = caller_prompt if caller_prompt is not None else self._system_prompt
+        parts = [p for p in (prompt, self._snapshot) if p]
+        return "\n\n".join(parts) if parts else None
+
+    # -- the turn ----------------------------------------------------------------------------
+    def prepare(self, new_messages: list[Message], *, system_prompt: str | None = None,
+                tools: list[dict[str, Any]] | None = None) -> Prepared:
+        """Store ``new_messages`` and return the messages to send (compacting first if needed)."""
+        if not isinstance(new_messages, list):
+            raise InvalidInput("new_messages must be a list of chat messages")
+        with self._lock:
+            if system_prompt is not None:
+                self._system_prompt = system_prompt
+            if tools is not None:
+                self._tools = tools
+            clean = [wire_form(m) for m in new_messages]
+            if clean:
+                self.ops.validate(clean)
+                counts = self.ops.message_counts(clean)
+                self.store.append_messages(self.session_id, clean, token_counts=counts)
+                self._count_turns(clean)
+            return self._prepare_locked()
+
+    def prepare_history(self, history: list[Message], *,
+                        tools: list[dict[str, Any]] | None = None) -> Prepared:
+        """Proxy mode: sync the client's whole history (no duplicates), return what to send."""
+        if not isinstance(history, list):
+            raise InvalidInput("history must be a list of chat messages")
+        with self._lock:
+            system, conversation = split_system([wire_form(m) for m in history])
+            self._note_system_prompt(system)
+            self._system_prompt = system
+            if tools is not None:
+                self._tools = tools
+            if conversation:
+                self.ops.validate(conversation)
+                counts = self.ops.message_counts(conversation)
+                result = self.store.sync_messages(self.session_id, conversation,
+                                                  token_counts=counts)
+                self._count_turns([s.message for s in result.appended])
+                if result.rewound:
+                    self._precompactor.discard()
+            return self._prepare_locked()
+
+    def record(self, response: Message, *, usage: dict[str, Any] | None = None,
+               model: str | None = None) -> None:
+        """Store the assistant reply, account usage, apply the post-response policy."""
+        if not isinstance(response, dict):
+            raise InvalidInput("response must be an assistant message (a dict)")
+        message = wire_form(response)
+        message.setdefault("role", "assistant")
+        with self._lock:
+            counts = self.ops.message_counts([message])
+            self.store.append_messages(self.session_id, [message], token_counts=counts)
+            usage = usage or {}
+            prompt_tokens = _int(usage.get("prompt_tokens"))
+            completion = _int(usage.get("completion_tokens"))
+            cached = _int((usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+                          if isinstance(usage.get("prompt_tokens_details"), dict) else 0)
+            if prompt_tokens or completion:
+                self.store.add_usage(self.session_id, input_tokens=prompt_tokens,
+                                     output_tokens=completion, cache_read_tokens=cached,
+                                     model=model)
+            self._reading_pending = False
+            if prompt_tokens and self._last_prepared is not None:
+                self.ops.observe(self._last_prepared.messages, self._tools, prompt_tokens)
+            if message.get("tool_calls"):
+                self.tool_iterations += 1
+            real = prompt_tokens + completion if prompt_tokens else None
+            self._post_response(real)
+        self._engine.after_turn(self)
+
+    def handle_error(self, error: UpstreamError, attempt: int) -> bool:
+        """True when the context was compacted further so a retry can succeed."""
+        with self._lock:
+            self._reading_pending = False
+            if error.kind != "overflow" or attempt >= MAX_OVERFLOW_ATTEMPTS:
+                return False
+            target = self.ops.overflow_target(attempt)
+            projection = self.store.projection(self.session_id)
+            before = self._measure(projection)
+            report = self._compact_now(projection, target_tokens=target, force=True)
+            if report is None:
+                return False
+            after = self._measure(self.store.projection(self.session_id))
+            return after < before
+
+    def compact(self, *, force: bool = True) -> Any:
+        """Compact now (``/compact``); returns the report, or None when nothing was done."""
+        with self._lock:
+            self._precompactor.discard()
+            return self._compact_now(self.store.projection(self.session_id),
+                                     target_tokens=None, force=force)
+
+    # -- inspection --------------------------------------------------------------------------
+    def context_breakdown(self) -> dict[str, Any]:
+        """Tokens by part (system, memory, summary, tail by role, tool outputs, tool schemas)."""
+        with self._lock:
+            projection = self.store.projection(self.session_id)
+            parts = self.ops.breakdown(projection, system_prompt=self._system_prompt,
+                                       snapshot=self._snapshot, tools=self._tools)
+            parts["session_id"] = self.session_id
+            return parts
+
+    # -- internals -----------------------------------------------------------------------------
+    def _count_turns(self, messages: Sequence[Message]) -> None:
+        for message in messages:
+            if message.get("role") == "user":
+                self.user_turns += 1
+
+    def _note_system_prompt(self, system: str | None) -> None:
+        """Keep the client's system prompt in the ledger as an event when it changes."""
+        if system is None or system == self._system_prompt:
+            return
+        events = self.store.list_events(self.session_id, "system_prompt")
+        if events and events[-1].payload.get("text") == system:
+            return
+        self.store.append_event(self.session_id, "system_prompt", {"text": system})
+
+    def _build(self, projection: Projection) -> list[Message]:
+        return self.ops.build(projection, self.system_text())
+
+    def _measure(self, projection: Projection) -> int:
+        return self.ops.count(self._build(projection), self._tools)
+
+    def _prepare_locked(self) -> Prepared:
+        warnings: list[str] = []
+        projection = self.store.projection(self.session_id)
+        messages = self._build(projection)
+        tokens = self.ops.count(messages, self._tools)
+        report = None
+        if self.ops.should_compact(tokens, real=False, pending=self._reading_pending):
+            report = self._swap_or_compact(projection)
+            if report is not None:
+                projection = self.store.projection(self.session_id)
+                messages = self._build(projection)
+                tokens = self.ops.count(messages, self._tools)
+        warnings.extend(self.ops.take_warnings())
+        if tokens > self.ops.context_length:
+            warnings.append(f"context is {tokens} tokens, over the {self.ops.context_length} "
+                            "token window; the provider may reject it")
+        self._maybe_precompact(projection, tokens)
+        self._last_sent_tokens = tokens
+        self._reading_pending = True
+        prepared = Prepared(messages=messages, tokens=tokens, threshold=self.ops.threshold,
+                            context_length=self.ops.context_length, compaction=report,
+                            warnings=warnings)
+        self._last_prepared = prepared
+        return prepared
+
+    def _post_response(self, real_tokens: int | None) -> None:
+        if real_tokens is None:
+            return
+        if self.ops.should_compact(real_tokens, real=True, pending=False):
+            self._swap_or_compact(self.store.projection(self.session_id))
+        elif real_tokens >= self.ops.pre_threshold:
+            self._maybe_precompact(self.store.projection(self.session_id), real_tokens)
+
+    def _swap_or_compact(self, projection: Projection) -> Any:
+        """Use the background plan if it is ready and still valid, else compact now."""
+        plan = self._precompactor.take(wait=True) if self._precompactor.busy else None
+        if plan is not None:
+            report = self._commit(plan)
+            if report is not None:
+                self._precompactor.used += 1
+                after = self._measure(self.store.projection(self.session_id))
+                if not self.ops.should_compact(after, real=False, pending=False):
+                    return report
+                projection = self.store.projection(self.session_id)
+            else:
+                self._precompactor.discarded += 1
+        return self._compact_now(projection, target_tokens=None, force=False)
+
+    def _commit(self, plan: Plan) -> Any:
+        report = self.ops.commit(self.store, self.session_id, plan, holder=self._engine.holder,
+                                 validate=True)
+        if report is None:
+            log.info("session %s: background plan outdated, discarded", self.session_id)
+        return report
+
+    def _compact_now(self, projection: Projection, *, target_tokens: int | None,
+                     force: bool) -> Any:
+        plan = self.ops.plan(projection, self.system_text(), self._tools,
+                             target_tokens=target_tokens, force=force)
+        if plan is None:
+            return None
+        return self.ops.commit(self.store, self.session_id, plan, holder=self._engine.holder)
+
+    def _maybe_precompact(self, projection: Projection, tokens: int) -> None:
+        if not self._engine.background_precompact or self._precompactor.busy:
+            return
+        if tokens < self.ops.pre_threshold or not self.ops.auto_allowed():
+            return
+        system = self.system_text()
+        tools = self._tools
+
+        def plan_fn(snapshot: Projection) -> Plan | None:
+            return self.ops.plan(snapshot, system, tools, target_tokens=None, force=False)
+
+        self._precompactor.start(projection, plan_fn)
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, int | float) and value > 0 else 0
