@@ -1,0 +1,398 @@
+"""The message ledger on PostgreSQL: append, sync, read, rewind, fork, checkpoints, events.
+
+Invariants:
+- Writers to one session are serialized by a row lock on the session (``FOR NO KEY UPDATE``,
+  transaction-scoped, so it survives connection pooling and dies with a crashed client); seq is
+  assigned under it, strictly increasing with no gaps within one call.
+- ``sync_messages`` compares the history's identity chain with the stored active chain under
+  that lock, so any number of processes sending the same history append its new suffix once. The
+  unique partial index on (session_id, identity) WHERE active backs this up at the database.
+- Message bodies are stored as lossless JSON text (see ``codec``); only the derived
+  ``search_text`` is cleaned.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from refold.errors import Conflict, InvalidInput, MessageValidationError, NotFound
+from refold.messages.model import Message, chain_identities, searchable_text, wire_form
+from refold.store.base import (
+    AppendResult,
+    Checkpoint,
+    CheckpointDraft,
+    Event,
+    Projection,
+    RewindRecord,
+    Session,
+    StoredMessage,
+)
+from refold.store.postgres.codec import clean_text, encode_json
+from refold.store.postgres.core import (
+    CHECKPOINT_COLS,
+    MESSAGE_COLS,
+    SESSION_COLS,
+    Cursor,
+    PgCore,
+    checkpoint_from_row,
+    event_from_row,
+    message_from_row,
+    session_from_row,
+)
+from refold.store.titles import like_escape, sanitize_title, split_lineage_title
+from refold.store.titles import next_lineage_title as next_title_from
+
+REWIND_COLS = "id, session_id, from_seq, count, created_at, undone"
+_ITER_BATCH = 500
+
+
+def _check_messages(messages: Sequence[Message],
+                    token_counts: Sequence[int | None] | None) -> list[Message]:
+    out: list[Message] = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise MessageValidationError(f"expected an object, got {type(message).__name__}",
+                                         index=index)
+        if not isinstance(message.get("role"), str) or not message["role"]:
+            raise MessageValidationError("missing role", index=index, field="role")
+        out.append(wire_form(message))
+    if token_counts is not None and len(token_counts) != len(out):
+        raise InvalidInput(f"{len(token_counts)} token counts for {len(out)} messages")
+    return out
+
+
+def _rewind_from_row(row: tuple[Any, ...]) -> RewindRecord:
+    return RewindRecord(id=row[0], session_id=row[1], from_seq=row[2], count=row[3],
+                        created_at=row[4], undone=row[5])
+
+
+class LedgerMixin(PgCore):
+    # -- writing ----------------------------------------------------------------------------
+    def _insert(self, cur: Cursor, session_id: str, messages: list[Message],
+                identities: list[str], counts: Sequence[int | None] | None,
+                first_seq: int, created_at: float) -> list[StoredMessage]:
+        rows = []
+        for i, message in enumerate(messages):
+            count = counts[i] if counts is not None else None
+            rows.append((session_id, first_seq + i, str(message["role"]), encode_json(message),
+                         identities[i], count, created_at,
+                         clean_text(searchable_text(message))))
+        cur.executemany("""INSERT INTO messages (session_id, seq, role, body, identity,
+                                token_count, created_at, search_text)
+                           VALUES (%s, %s, %s, %s, %s, %s, %s, %s)""", rows)
+        cur.execute("UPDATE sessions SET message_count = message_count + %s WHERE id = %s",
+                    (len(rows), session_id))
+        return [StoredMessage(session_id, first_seq + i, m, identities[i],
+                              counts[i] if counts is not None else None, created_at, True)
+                for i, m in enumerate(messages)]
+
+    def _tip(self, cur: Cursor, session_id: str) -> tuple[int, str | None]:
+        """(highest seq stored, identity of the last active row)."""
+        cur.execute("SELECT coalesce(max(seq), 0) FROM messages WHERE session_id = %s",
+                    (session_id,))
+        row = cur.fetchone()
+        top = int(row[0]) if row else 0
+        cur.execute("""SELECT identity FROM messages WHERE session_id = %s AND active
+                       ORDER BY seq DESC LIMIT 1""", (session_id,))
+        last = cur.fetchone()
+        return top, (last[0] if last else None)
+
+    def append_messages(self, session_id: str, messages: Sequence[Message], *,
+                        token_counts: Sequence[int | None] | None = None) -> AppendResult:
+        clean = _check_messages(messages, token_counts)
+        with self._tx("append messages") as cur:
+            self._require_session(cur, session_id, lock=True)
+            if not clean:
+                return AppendResult(appended=[], skipped=0)
+            top, last_identity = self._tip(cur, session_id)
+            identities = chain_identities(clean, last_identity)
+            stored = self._insert(cur, session_id, clean, identities, token_counts, top + 1,
+                                  time.time())
+        return AppendResult(appended=stored, skipped=0)
+
+    def sync_messages(self, session_id: str, history: Sequence[Message], *,
+                      token_counts: Sequence[int | None] | None = None) -> AppendResult:
+        clean = _check_messages(history, token_counts)
+        identities = chain_identities(clean)
+        with self._tx("sync messages") as cur:
+            self._require_session(cur, session_id, lock=True)
+            if not clean:
+                return AppendResult(appended=[], skipped=0)
+            matched, rewound = self._match_prefix(cur, session_id, identities)
+            top, _ = self._tip(cur, session_id)
+            new = clean[matched:]
+            counts = token_counts[matched:] if token_counts is not None else None
+            stored = self._insert(cur, session_id, new, identities[matched:], counts, top + 1,
+                                  time.time()) if new else []
+        return AppendResult(appended=stored, skipped=matched, rewound=rewound)
+
+    def _match_prefix(self, cur: Cursor, session_id: str,
+                      identities: list[str]) -> tuple[int, int]:
+        """How many leading history messages are stored; rewinds stored rows past a divergence.
+
+        Returns (matched count, rows deactivated). Identities are chained, so the stored active
+        row with the latest history identity fixes the whole common prefix.
+        """
+        cur.execute("""SELECT seq, identity FROM messages
+                       WHERE session_id = %s AND active AND identity = ANY(%s)
+                       ORDER BY seq DESC LIMIT 1""", (session_id, identities))
+        row = cur.fetchone()
+        matched = identities.index(row[1]) + 1 if row else 0
+        if matched == len(identities):
+            return matched, 0  # the history is stored already (maybe followed by more rows)
+        after_seq = row[0] if row else 0
+        cur.execute("SELECT count(*) FROM messages WHERE session_id = %s AND active AND seq > %s",
+                    (session_id, after_seq))
+        diverged = cur.fetchone()
+        if not diverged or diverged[0] == 0:
+            return matched, 0
+        record = self._deactivate(cur, session_id, after_seq + 1)
+        return matched, record.count
+
+    def _deactivate(self, cur: Cursor, session_id: str, from_seq: int) -> RewindRecord:
+        cur.execute(f"""INSERT INTO rewinds (session_id, from_seq, count, created_at)
+                        VALUES (%s, %s, 0, %s) RETURNING {REWIND_COLS}""",
+                    (session_id, from_seq, time.time()))
+        row = cur.fetchone()
+        assert row is not None
+        cur.execute("""UPDATE messages SET active = false, rewind_id = %s
+                       WHERE session_id = %s AND active AND seq >= %s""",
+                    (row[0], session_id, from_seq))
+        count = cur.rowcount
+        cur.execute(f"UPDATE rewinds SET count = %s WHERE id = %s RETURNING {REWIND_COLS}",
+                    (count, row[0]))
+        updated = cur.fetchone()
+        assert updated is not None
+        return _rewind_from_row(updated)
+
+    def set_token_counts(self, session_id: str, counts: dict[int, int]) -> None:
+        if not counts:
+            return
+        with self._tx("set token counts") as cur:
+            self._require_session(cur, session_id)
+            cur.executemany("UPDATE messages SET token_count = %s WHERE session_id = %s "
+                            "AND seq = %s", [(c, session_id, s) for s, c in counts.items()])
+
+    # -- reading ----------------------------------------------------------------------------
+    def get_messages(self, session_id: str, *, include_inactive: bool = False,
+                     start_seq: int | None = None, end_seq: int | None = None,
+                     limit: int | None = None) -> list[StoredMessage]:
+        where, args = self._range(session_id, include_inactive, start_seq, end_seq)
+        limit_sql = " LIMIT %s" if limit is not None else ""
+        if limit is not None:
+            args.append(max(0, limit))
+        with self._tx("read messages") as cur:
+            self._require_session(cur, session_id)
+            cur.execute(f"SELECT {MESSAGE_COLS} FROM messages WHERE {where} "
+                        f"ORDER BY seq{limit_sql}", args)
+            return [message_from_row(r) for r in cur.fetchall()]
+
+    @staticmethod
+    def _range(session_id: str, include_inactive: bool, start_seq: int | None,
+               end_seq: int | None) -> tuple[str, list[Any]]:
+        where: list[str] = ["session_id = %s"]
+        args: list[Any] = [session_id]
+        if not include_inactive:
+            where.append("active")
+        if start_seq is not None:
+            where.append("seq >= %s")
+            args.append(start_seq)
+        if end_seq is not None:
+            where.append("seq <= %s")
+            args.append(end_seq)
+        return " AND ".join(where), args
+
+    def iter_messages(self, session_id: str, *,
+                      include_inactive: bool = False) -> Iterator[StoredMessage]:
+        """Stream in seq order, one short transaction per batch (no connection held between)."""
+        after = 0
+        while True:
+            batch = self.get_messages(session_id, include_inactive=include_inactive,
+                                      start_seq=after + 1, limit=_ITER_BATCH)
+            yield from batch
+            if len(batch) < _ITER_BATCH:
+                return
+            after = batch[-1].seq
+
+    def last_message(self, session_id: str) -> StoredMessage | None:
+        with self._tx("read last message") as cur:
+            self._require_session(cur, session_id)
+            cur.execute(f"""SELECT {MESSAGE_COLS} FROM messages WHERE session_id = %s AND active
+                            ORDER BY seq DESC LIMIT 1""", (session_id,))
+            row = cur.fetchone()
+        return message_from_row(row) if row else None
+
+    def messages_around(self, session_id: str, seq: int, *, before: int = 2, after: int = 2,
+                        include_inactive: bool = False) -> list[StoredMessage]:
+        active = "" if include_inactive else " AND active"
+        with self._tx("read messages around") as cur:
+            self._require_session(cur, session_id)
+            cur.execute(f"""(SELECT {MESSAGE_COLS} FROM messages
+                             WHERE session_id = %s AND seq < %s{active}
+                             ORDER BY seq DESC LIMIT %s)
+                            UNION ALL
+                            (SELECT {MESSAGE_COLS} FROM messages
+                             WHERE session_id = %s AND seq >= %s{active}
+                             ORDER BY seq LIMIT %s)""",
+                        (session_id, seq, max(0, before), session_id, seq, max(0, after) + 1))
+            rows = sorted(cur.fetchall(), key=lambda r: r[1])
+        return [message_from_row(r) for r in rows]
+
+    # -- rewind and fork --------------------------------------------------------------------
+    def rewind(self, session_id: str, from_seq: int) -> RewindRecord:
+        with self._tx("rewind") as cur:
+            self._require_session(cur, session_id, lock=True)
+            cur.execute("SELECT role, active FROM messages WHERE session_id = %s AND seq = %s",
+                        (session_id, from_seq))
+            row = cur.fetchone()
+            if row is None or not row[1]:
+                raise NotFound(f"session {session_id} has no active message at seq {from_seq}")
+            return self._deactivate(cur, session_id, from_seq)
+
+    def undo_rewind(self, rewind_id: int) -> RewindRecord:
+        with self._tx("undo rewind") as cur:
+            cur.execute(f"SELECT {REWIND_COLS} FROM rewinds WHERE id = %s", (rewind_id,))
+            row = cur.fetchone()
+            if row is None:
+                raise NotFound(f"no rewind {rewind_id}")
+            record = _rewind_from_row(row)
+            if record.undone:
+                return record
+            self._require_session(cur, record.session_id, lock=True)
+            cur.execute("SELECT count(*) FROM messages WHERE session_id = %s AND active "
+                        "AND seq >= %s", (record.session_id, record.from_seq))
+            moved = cur.fetchone()
+            if moved and moved[0]:
+                raise Conflict(f"session {record.session_id} has new messages since rewind "
+                               f"{rewind_id}", hint="fork the session at that point instead")
+            cur.execute("UPDATE messages SET active = true, rewind_id = NULL "
+                        "WHERE rewind_id = %s", (rewind_id,))
+            cur.execute(f"UPDATE rewinds SET undone = true WHERE id = %s RETURNING {REWIND_COLS}",
+                        (rewind_id,))
+            done = cur.fetchone()
+        assert done is not None
+        return _rewind_from_row(done)
+
+    def fork_session(self, session_id: str, at_seq: int | None = None, *,
+                     kind: str = "fork", title: str | None = None) -> Session:
+        """A new child session holding the active messages up to and including ``at_seq``."""
+        if kind not in ("fork", "branch", "compaction"):
+            raise InvalidInput(f"unknown fork kind {kind!r}", hint="use fork or branch")
+        from refold.store.postgres.sessions import new_session_id
+
+        with self._tx("fork session") as cur:
+            parent = self._load_session(cur, session_id)
+            stop = self._fork_stop(cur, session_id, at_seq)
+            new_title = self._fork_title(cur, parent, title)
+            new_id = new_session_id()
+            cur.execute(f"""INSERT INTO sessions (id, title, parent_session_id, link_kind, source,
+                                model, owner, started_at, fork_seq, message_count)
+                            SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, count(*)
+                            FROM messages WHERE session_id = %s AND active AND seq <= %s
+                            RETURNING {SESSION_COLS}""",
+                        (new_id, new_title, session_id, kind, parent.source, parent.model,
+                         parent.owner, time.time(), stop, session_id, stop))
+            row = cur.fetchone()
+            cur.execute("""INSERT INTO messages (session_id, seq, role, body, identity,
+                                token_count, created_at, search_text)
+                           SELECT %s, row_number() OVER (ORDER BY seq), role, body, identity,
+                                token_count, created_at, search_text
+                           FROM messages WHERE session_id = %s AND active AND seq <= %s""",
+                        (new_id, session_id, stop))
+        assert row is not None
+        return session_from_row(row)
+
+    def _fork_stop(self, cur: Cursor, session_id: str, at_seq: int | None) -> int:
+        if at_seq is None:
+            cur.execute("SELECT coalesce(max(seq), 0) FROM messages WHERE session_id = %s "
+                        "AND active", (session_id,))
+            row = cur.fetchone()
+            return int(row[0]) if row else 0
+        cur.execute("SELECT 1 FROM messages WHERE session_id = %s AND seq = %s AND active",
+                    (session_id, at_seq))
+        if cur.fetchone() is None:
+            raise NotFound(f"session {session_id} has no active message at seq {at_seq}")
+        return at_seq
+
+    def _fork_title(self, cur: Cursor, parent: Session, title: str | None) -> str | None:
+        wanted = sanitize_title(title) if title is not None else parent.title
+        if wanted is None:
+            return None
+        base, _ = split_lineage_title(wanted)
+        cur.execute("SELECT title FROM sessions WHERE title = %s OR title LIKE %s ESCAPE '\\'",
+                    (base, like_escape(base + " #") + "%"))
+        taken = [r[0] for r in cur.fetchall()]
+        return wanted if wanted not in taken else next_title_from(wanted, taken)
+
+    # -- checkpoints and the model view -----------------------------------------------------
+    def add_checkpoint(self, session_id: str, draft: CheckpointDraft) -> Checkpoint:
+        if not (draft.first_seq <= draft.last_seq < draft.tail_start_seq):
+            raise InvalidInput(f"checkpoint range {draft.first_seq}..{draft.last_seq} with tail "
+                               f"at {draft.tail_start_seq} is not ordered")
+        with self._tx("add checkpoint") as cur:
+            self._require_session(cur, session_id, lock=True)
+            cur.execute(f"""INSERT INTO checkpoints (session_id, summary_json, first_seq,
+                                last_seq, tail_start_seq, anchors_json, tokens_before,
+                                tokens_after, summarizer, status, summary_role, details_json,
+                                created_at)
+                            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                            RETURNING {CHECKPOINT_COLS}""",
+                        (session_id, encode_json(draft.summary), draft.first_seq, draft.last_seq,
+                         draft.tail_start_seq, encode_json(list(draft.anchors)),
+                         draft.tokens_before, draft.tokens_after, draft.summarizer, draft.status,
+                         draft.summary_role, encode_json(dict(draft.details)), time.time()))
+            row = cur.fetchone()
+        assert row is not None
+        return checkpoint_from_row(row)
+
+    def latest_checkpoint(self, session_id: str) -> Checkpoint | None:
+        with self._tx("read checkpoint") as cur:
+            self._require_session(cur, session_id)
+            return self._latest_checkpoint(cur, session_id)
+
+    def _latest_checkpoint(self, cur: Cursor, session_id: str) -> Checkpoint | None:
+        cur.execute(f"""SELECT {CHECKPOINT_COLS} FROM checkpoints WHERE session_id = %s
+                        ORDER BY id DESC LIMIT 1""", (session_id,))
+        row = cur.fetchone()
+        return checkpoint_from_row(row) if row else None
+
+    def list_checkpoints(self, session_id: str) -> list[Checkpoint]:
+        with self._tx("list checkpoints") as cur:
+            self._require_session(cur, session_id)
+            cur.execute(f"SELECT {CHECKPOINT_COLS} FROM checkpoints WHERE session_id = %s "
+                        "ORDER BY id", (session_id,))
+            return [checkpoint_from_row(r) for r in cur.fetchall()]
+
+    def projection(self, session_id: str) -> Projection:
+        """Latest checkpoint + active rows from its tail: index range scans only."""
+        with self._tx("read projection") as cur:
+            self._require_session(cur, session_id)
+            checkpoint = self._latest_checkpoint(cur, session_id)
+            start = checkpoint.tail_start_seq if checkpoint else 1
+            cur.execute(f"""SELECT {MESSAGE_COLS} FROM messages
+                            WHERE session_id = %s AND seq >= %s AND active ORDER BY seq""",
+                        (session_id, start))
+            messages = [message_from_row(r) for r in cur.fetchall()]
+        return Projection(session_id=session_id, checkpoint=checkpoint, messages=messages)
+
+    # -- events -----------------------------------------------------------------------------
+    def append_event(self, session_id: str, kind: str, payload: dict[str, Any]) -> Event:
+        with self._tx("append event") as cur:
+            self._require_session(cur, session_id)
+            cur.execute("""INSERT INTO events (session_id, kind, payload_json, created_at)
+                           VALUES (%s, %s, %s, %s)
+                           RETURNING id, session_id, kind, payload_json, created_at""",
+                        (session_id, kind, encode_json(payload), time.time()))
+            row = cur.fetchone()
+        assert row is not None
+        return event_from_row(row)
+
+    def list_events(self, session_id: str, kind: str | None = None) -> list[Event]:
+        with self._tx("list events") as cur:
+            self._require_session(cur, session_id)
+            cur.execute("""SELECT id, session_id, kind, payload_json, created_at FROM events
+                           WHERE session_id = %s AND (%s::text IS NULL OR kind = %s)
+                           ORDER BY id""", (session_id, kind, kind))
+            return [event_from_row(r) for r in cur.fetchall()]

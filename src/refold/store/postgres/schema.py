@@ -1,0 +1,203 @@
+"""Ordered schema migrations for the PostgreSQL store, safe when several processes open at once.
+
+Invariants:
+- Migrations are applied in version order, each in ONE transaction together with its row in
+  ``schema_migrations``: a crash leaves the schema at a whole version, never between two.
+- Opening is serialized per schema by a session-level advisory lock, so N processes starting at
+  once run each migration exactly once; the others wait, then see it applied.
+- ``pg_trgm`` is created once per database (its own advisory lock plus "already exists" handled),
+  in ``public`` unless it already lives elsewhere; the store's search_path then includes that
+  schema, so dropping a test schema never drops the extension other schemas use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from refold.errors import MigrationError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "ledger", (
+        """CREATE TABLE sessions (
+            id text PRIMARY KEY,
+            title text,
+            parent_session_id text REFERENCES sessions(id) ON DELETE SET NULL,
+            link_kind text,
+            source text,
+            model text,
+            owner text NOT NULL DEFAULT '',
+            started_at double precision NOT NULL,
+            ended_at double precision,
+            end_reason text,
+            message_count integer NOT NULL DEFAULT 0,
+            input_tokens bigint NOT NULL DEFAULT 0,
+            output_tokens bigint NOT NULL DEFAULT 0,
+            cache_read_tokens bigint NOT NULL DEFAULT 0,
+            cost_usd double precision NOT NULL DEFAULT 0,
+            fork_seq integer
+        )""",
+        "CREATE UNIQUE INDEX sessions_title ON sessions (title) WHERE title IS NOT NULL",
+        "CREATE INDEX sessions_parent ON sessions (parent_session_id)",
+        "CREATE INDEX sessions_started ON sessions (started_at DESC)",
+        "CREATE INDEX sessions_id_pattern ON sessions (id text_pattern_ops)",
+        """CREATE TABLE messages (
+            id bigserial PRIMARY KEY,
+            session_id text NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            seq integer NOT NULL,
+            role text NOT NULL,
+            body text NOT NULL,
+            identity text NOT NULL,
+            token_count integer,
+            created_at double precision NOT NULL,
+            active boolean NOT NULL DEFAULT true,
+            rewind_id bigint,
+            search_text text NOT NULL,
+            -- Punctuation becomes space (as in SQLite's unicode61), so dotted.names and
+            -- hyphen-ated words index as separate words; very long texts index their start.
+            tsv tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig,
+                regexp_replace(left(search_text, 200000), '[^[:alnum:][:space:]]+', ' ', 'g')))
+                STORED
+        )""",
+        "CREATE UNIQUE INDEX messages_seq ON messages (session_id, seq)",
+        "CREATE UNIQUE INDEX messages_identity ON messages (session_id, identity) WHERE active",
+        "CREATE INDEX messages_created ON messages (created_at)",
+        "CREATE INDEX messages_tsv ON messages USING gin (tsv)",
+        "CREATE INDEX messages_trgm ON messages USING gin (search_text gin_trgm_ops)",
+        """CREATE TABLE checkpoints (
+            id bigserial PRIMARY KEY,
+            session_id text NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            summary_json text NOT NULL,
+            first_seq integer NOT NULL,
+            last_seq integer NOT NULL,
+            tail_start_seq integer NOT NULL,
+            anchors_json text NOT NULL DEFAULT '[]',
+            tokens_before integer NOT NULL DEFAULT 0,
+            tokens_after integer NOT NULL DEFAULT 0,
+            summarizer text NOT NULL,
+            status text NOT NULL,
+            summary_role text NOT NULL,
+            details_json text NOT NULL DEFAULT '{}',
+            created_at double precision NOT NULL
+        )""",
+        "CREATE INDEX checkpoints_session ON checkpoints (session_id, id)",
+        """CREATE TABLE rewinds (
+            id bigserial PRIMARY KEY,
+            session_id text NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            from_seq integer NOT NULL,
+            count integer NOT NULL,
+            created_at double precision NOT NULL,
+            undone boolean NOT NULL DEFAULT false
+        )""",
+        "CREATE INDEX rewinds_session ON rewinds (session_id)",
+        """CREATE TABLE events (
+            id bigserial PRIMARY KEY,
+            session_id text NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            kind text NOT NULL,
+            payload_json text NOT NULL,
+            created_at double precision NOT NULL
+        )""",
+        "CREATE INDEX events_session ON events (session_id, kind, id)",
+        """CREATE TABLE leases (
+            name text PRIMARY KEY,
+            holder text NOT NULL,
+            expires_at timestamptz NOT NULL
+        )""",
+        """CREATE TABLE memory_docs (
+            profile text NOT NULL,
+            target text NOT NULL,
+            version integer NOT NULL,
+            rows_json text NOT NULL,
+            updated_at double precision NOT NULL,
+            PRIMARY KEY (profile, target)
+        )""",
+    )),
+)
+
+LATEST_VERSION = MIGRATIONS[-1].version
+
+
+def _lock_key(conn: psycopg.Connection[Any], name: str) -> int:
+    row = conn.execute("SELECT hashtext(%s)", (name,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def ensure_trigram_extension(conn: psycopg.Connection[Any]) -> str:
+    """Create ``pg_trgm`` if missing (once per database) and return the schema it lives in."""
+    key = _lock_key(conn, "refold:extension:pg_trgm")
+    conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+    try:
+        row = conn.execute("SELECT extnamespace::regnamespace::text FROM pg_extension "
+                           "WHERE extname = 'pg_trgm'").fetchone()
+        if row is None:
+            # Another database user may create it between our check and CREATE.
+            with contextlib.suppress(psycopg.errors.UniqueViolation,
+                                     psycopg.errors.DuplicateObject):
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public")
+            row = conn.execute("SELECT extnamespace::regnamespace::text FROM pg_extension "
+                               "WHERE extname = 'pg_trgm'").fetchone()
+        if row is None:
+            raise MigrationError("the pg_trgm extension is not available",
+                                 hint="install postgresql-contrib or ask an admin to "
+                                      "CREATE EXTENSION pg_trgm")
+        return str(row[0]).strip('"')
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+def migrate(conn: psycopg.Connection[Any], schema: str, search_path: list[str]) -> list[int]:
+    """Bring ``schema`` to ``LATEST_VERSION``; return the versions applied by this call."""
+    key = _lock_key(conn, f"refold:migrate:{schema}")
+    conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+    try:
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+        path = sql.SQL(", ").join(sql.Identifier(s) for s in search_path)
+        conn.execute(sql.SQL("SET search_path TO {}").format(path))
+        conn.execute("""CREATE TABLE IF NOT EXISTS schema_migrations (
+                            version integer PRIMARY KEY,
+                            name text NOT NULL,
+                            applied_at double precision NOT NULL)""")
+        row = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+        current = int(row[0]) if row else 0
+        if current > LATEST_VERSION:
+            raise MigrationError(
+                f"schema {schema!r} is at version {current}, newer than this refold "
+                f"({LATEST_VERSION})", hint="upgrade refold")
+        applied: list[int] = []
+        for migration in MIGRATIONS:
+            if migration.version > current:
+                _apply(conn, migration)
+                applied.append(migration.version)
+        return applied
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+def _apply(conn: psycopg.Connection[Any], migration: Migration) -> None:
+    log.info("applying migration %d (%s)", migration.version, migration.name)
+    try:
+        with conn.transaction():
+            for statement in migration.statements:
+                conn.execute(statement.encode())  # trusted constant SQL
+            conn.execute("INSERT INTO schema_migrations (version, name, applied_at) "
+                         "VALUES (%s, %s, %s)", (migration.version, migration.name, time.time()))
+    except psycopg.Error as exc:
+        raise MigrationError(f"migration {migration.version} ({migration.name}) failed: "
+                             f"{str(exc).strip().splitlines()[0]}") from exc

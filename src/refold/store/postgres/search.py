@@ -1,0 +1,174 @@
+"""Search on PostgreSQL: tsvector for Latin text, pg_trgm for CJK, a bounded scan for 1–2 chars.
+
+The query is sanitized by ``refold.search.query.parse_query`` (shared with SQLite); this module
+only turns its plan into SQL, always with bound parameters, so no user input is ever SQL or
+tsquery syntax:
+
+- ``fts``: a tsquery built from the sanitized words (each word a quoted lexeme; phrases with
+  ``<->``; ``word*`` as ``:*``), matched against the generated ``tsv`` column (GIN index),
+  ranked by ``ts_rank_cd``. A query of stop words only has no lexemes and falls back to the
+  substring path, so "the" still finds what it should.
+- ``trigram``: ``ILIKE '%needle%'`` on ``search_text``, which the ``gin_trgm_ops`` index answers
+  for needles of 3+ characters; shorter needles and exclusions are checked on those rows.
+- ``scan``: needles all shorter than 3 characters (or OR-groups with CJK): the same ILIKE
+  conditions over id ranges, newest first, stopping at the limit or ``SCAN_ROW_CAP`` rows, so
+  every message containing a 1–2 character CJK query is found within the cap.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from refold.errors import InvalidInput
+from refold.messages.model import content_text
+from refold.search.query import ParsedQuery, Term, make_snippet, parse_query
+from refold.store.base import SearchHit, SearchQuery
+from refold.store.postgres.codec import decode_json
+from refold.store.postgres.core import MESSAGE_COLS, Cursor, PgCore, message_from_row
+from refold.store.titles import like_escape
+
+SCAN_CHUNK = 50_000  # ids per scan step
+SCAN_ROW_CAP = 5_000_000  # ids a scan visits at most
+SCAN_TIME_CAP = 5.0  # seconds a scan runs at most
+MAX_LIMIT = 1000
+
+_HIT_COLS = "m.id, m.session_id, m.seq, m.role, m.body, m.search_text, m.created_at, s.title"
+
+
+def _lexeme(word: str, prefix: bool) -> str:
+    # Words are letters and digits only (parse_query guarantees it), so quoting is trivial.
+    return f"'{word}'" + (":*" if prefix else "")
+
+
+def _term_tsquery(term: Term) -> str:
+    last = len(term.words) - 1
+    body = " <-> ".join(_lexeme(w, term.prefix and i == last) for i, w in enumerate(term.words))
+    body = f"({body})" if len(term.words) > 1 else body
+    return f"!{body}" if term.negated else body
+
+
+def tsquery_text(parsed: ParsedQuery) -> str:
+    """The query as ``to_tsquery`` input: OR of AND-groups of (maybe phrase) lexemes."""
+    groups = [" & ".join(_term_tsquery(t) for t in group) for group in parsed.groups]
+    return " | ".join(f"({g})" for g in groups)
+
+
+def _substring_condition(parsed: ParsedQuery) -> tuple[str, list[Any]]:
+    ors, args = [], []
+    for must, must_not in parsed.substring_groups():
+        parts = []
+        for needle in must:
+            parts.append("m.search_text ILIKE %s")
+            args.append("%" + like_escape(needle) + "%")
+        for needle in must_not:
+            parts.append("m.search_text NOT ILIKE %s")
+            args.append("%" + like_escape(needle) + "%")
+        ors.append("(" + " AND ".join(parts) + ")")
+    return "(" + " OR ".join(ors) + ")", args
+
+
+def _filters(query: SearchQuery) -> tuple[list[str], list[Any]]:
+    where: list[str] = []
+    args: list[Any] = []
+    for column, value in (("m.session_id", query.session_id), ("m.role", query.role),
+                          ("s.source", query.source), ("s.owner", query.owner)):
+        if value is not None:
+            where.append(f"{column} = %s")
+            args.append(value)
+    if query.since is not None:
+        where.append("m.created_at >= %s")
+        args.append(query.since)
+    if query.until is not None:
+        where.append("m.created_at <= %s")
+        args.append(query.until)
+    if not query.include_inactive:
+        where.append("m.active")
+    if query.exclude_session_id is not None:
+        where.append("m.session_id <> %s")
+        args.append(query.exclude_session_id)
+    return where, args
+
+
+class SearchMixin(PgCore):
+    def search(self, query: SearchQuery) -> list[SearchHit]:
+        parsed = parse_query(query.text)
+        if query.limit <= 0 or query.window < 0:
+            raise InvalidInput("search limit must be positive and window not negative")
+        if parsed.is_empty:
+            return []
+        limit = min(query.limit, MAX_LIMIT)
+        with self._tx("search") as cur:
+            rows = self._search_rows(cur, parsed, query, limit)
+            return [self._hit(cur, row, parsed, query) for row in rows]
+
+    def _search_rows(self, cur: Cursor, parsed: ParsedQuery, query: SearchQuery,
+                     limit: int) -> list[tuple[Any, ...]]:
+        where, args = _filters(query)
+        if parsed.mode == "fts":
+            text = tsquery_text(parsed)
+            cur.execute("SELECT numnode(to_tsquery('english', %s))", (text,))
+            row = cur.fetchone()
+            if row and row[0] > 0:
+                return self._fts_rows(cur, text, where, args, query, limit)
+        condition, cargs = _substring_condition(parsed)
+        where, args = [condition, *where], [*cargs, *args]
+        if parsed.mode == "trigram":
+            order = "m.created_at DESC, m.id DESC"
+            cur.execute(f"""SELECT {_HIT_COLS}, 0.0 FROM messages m
+                            JOIN sessions s ON s.id = m.session_id
+                            WHERE {' AND '.join(where)} ORDER BY {order} LIMIT %s""",
+                        (*args, limit))
+            return cur.fetchall()
+        return self._scan_rows(cur, where, args, limit)
+
+    def _fts_rows(self, cur: Cursor, text: str, where: list[str], args: list[Any],
+                  query: SearchQuery, limit: int) -> list[tuple[Any, ...]]:
+        order = ("m.created_at DESC, m.id DESC" if query.sort == "recency"
+                 else "score DESC, m.id DESC")
+        clause = " AND ".join(["m.tsv @@ q", *where])
+        cur.execute(f"""SELECT {_HIT_COLS}, ts_rank_cd(m.tsv, q) AS score
+                        FROM to_tsquery('english', %s) q, messages m
+                        JOIN sessions s ON s.id = m.session_id
+                        WHERE {clause} ORDER BY {order} LIMIT %s""", (text, *args, limit))
+        return cur.fetchall()
+
+    def _scan_rows(self, cur: Cursor, where: list[str], args: list[Any],
+                   limit: int) -> list[tuple[Any, ...]]:
+        """Newest first over id ranges, so a rare 1–2 character needle stays bounded."""
+        cur.execute("SELECT coalesce(max(id), 0) FROM messages")
+        row = cur.fetchone()
+        high = int(row[0]) if row else 0
+        found: list[tuple[Any, ...]] = []
+        visited, started = 0, time.monotonic()
+        while high > 0 and len(found) < limit:
+            low = max(0, high - SCAN_CHUNK)
+            cur.execute(f"""SELECT {_HIT_COLS}, 0.0 FROM messages m
+                            JOIN sessions s ON s.id = m.session_id
+                            WHERE m.id > %s AND m.id <= %s AND {' AND '.join(where)}
+                            ORDER BY m.id DESC LIMIT %s""",
+                        (low, high, *args, limit - len(found)))
+            found.extend(cur.fetchall())
+            visited += high - low
+            high = low
+            if visited >= SCAN_ROW_CAP or time.monotonic() - started > SCAN_TIME_CAP:
+                break
+        found.sort(key=lambda r: (r[6], r[0]), reverse=True)
+        return found
+
+    def _hit(self, cur: Cursor, row: tuple[Any, ...], parsed: ParsedQuery,
+             query: SearchQuery) -> SearchHit:
+        _, session_id, seq, role, body, search_text, created_at, title, score = row
+        text = content_text(decode_json(body)) or search_text
+        window = []
+        if query.window > 0:
+            active = "" if query.include_inactive else " AND active"
+            cur.execute(f"""SELECT {MESSAGE_COLS} FROM messages
+                            WHERE session_id = %s AND seq BETWEEN %s AND %s{active}
+                            ORDER BY seq""",
+                        (session_id, seq - query.window, seq + query.window))
+            window = [message_from_row(r) for r in cur.fetchall()]
+        return SearchHit(session_id=session_id, session_title=title, seq=seq, role=role,
+                         snippet=make_snippet(search_text, parsed.highlight_needles()),
+                         content=text, created_at=created_at, score=float(score),
+                         window=window)
