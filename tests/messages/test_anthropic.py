@@ -1,0 +1,158 @@
+"""Anthropic Messages conversion: shapes, grouping, alternation and round trips."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from refold.errors import MessageValidationError
+from refold.messages import from_anthropic, repair, to_anthropic
+
+
+def call(cid: str, args: dict[str, Any] | str) -> dict[str, Any]:
+    arguments = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+    return {"id": cid, "type": "function", "function": {"name": "grep", "arguments": arguments}}
+
+
+TRANSCRIPT: list[dict[str, Any]] = [
+    {"role": "system", "content": "You are a coding agent."},
+    {"role": "user", "content": [
+        {"type": "text", "text": "修复这个错误"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+        {"type": "image_url", "image_url": {"url": "https://example.test/shot.png"}},
+    ]},
+    {"role": "assistant", "content": "Searching.", "reasoning_content": "look for the error",
+     "tool_calls": [call("t1", {"pattern": "KeyError"}), call("t2", '{"pattern": "trunc')]},
+    {"role": "tool", "tool_call_id": "t1", "content": "app.py:12: KeyError"},
+    {"role": "tool", "tool_call_id": "t2", "content": "no match"},
+    {"role": "user", "content": "also check tests"},
+    {"role": "assistant", "content": None, "tool_calls": [call("t3", {})]},
+    {"role": "tool", "tool_call_id": "t3", "content": ""},
+    {"role": "assistant", "content": "Fixed: 已修复。"},
+]
+
+
+def test_shape_of_converted_request() -> None:
+    out = to_anthropic(TRANSCRIPT)
+    assert out["system"] == "You are a coding agent."
+    turns = out["messages"]
+    assert [t["role"] for t in turns] == ["user", "assistant", "user", "assistant", "user",
+                                          "assistant"]
+    assert turns[0]["content"][1] == {"type": "image", "source": {
+        "type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    assert turns[0]["content"][2]["source"] == {"type": "url",
+                                                "url": "https://example.test/shot.png"}
+    assert [b["type"] for b in turns[1]["content"]] == ["thinking", "text", "tool_use",
+                                                        "tool_use"]
+    assert turns[1]["content"][2]["input"] == {"pattern": "KeyError"}
+    assert turns[1]["content"][3]["input"] == {"_raw_arguments": '{"pattern": "trunc'}
+    # both results and the following user text share one user turn, results first
+    assert [b["type"] for b in turns[2]["content"]] == ["tool_result", "tool_result", "text"]
+    assert turns[2]["content"][0] == {"type": "tool_result", "tool_use_id": "t1",
+                                      "content": "app.py:12: KeyError"}
+    assert turns[5] == {"role": "assistant", "content": "Fixed: 已修复。"}
+
+
+def test_round_trip_of_repaired_transcript() -> None:
+    out = to_anthropic(TRANSCRIPT)
+    assert from_anthropic(out["messages"], system=out.get("system")) == TRANSCRIPT
+
+
+def test_conversion_repairs_and_alternates() -> None:
+    messages = [{"role": "developer", "content": "d"}, {"role": "user", "content": "a"},
+                {"role": "user", "content": "b"},
+                {"role": "assistant", "content": None, "tool_calls": [call("x", {})]},
+                {"role": "system", "content": "late"}, {"role": "assistant", "content": "ok"}]
+    out = to_anthropic(messages)
+    assert out["system"] == "d\n\nlate"
+    roles = [t["role"] for t in out["messages"]]
+    assert roles == ["user", "assistant", "user", "assistant"]
+    assert out["messages"][0]["content"] == [{"type": "text", "text": "a"},
+                                             {"type": "text", "text": "b"}]
+    assert out["messages"][2]["content"][0]["content"] == "[no result recorded]"
+
+
+def test_signed_thinking_is_kept_verbatim_and_unsigned_can_be_dropped() -> None:
+    blocks = [{"type": "thinking", "thinking": "plan", "signature": "sig=="},
+              {"type": "redacted_thinking", "data": "opaque"}]
+    anthropic = [{"role": "user", "content": "q"},
+                 {"role": "assistant", "content": [*blocks, {"type": "text", "text": "a"}]}]
+    messages = from_anthropic(anthropic)
+    assert messages[1]["reasoning_content"] == "plan"
+    assert messages[1]["thinking_blocks"] == blocks
+    assert to_anthropic(messages)["messages"] == anthropic
+    unsigned = [{"role": "user", "content": "q"},
+                {"role": "assistant", "content": "a", "reasoning": "hmm"}]
+    assert to_anthropic(unsigned)["messages"][1]["content"][0] == {"type": "thinking",
+                                                                   "thinking": "hmm"}
+    dropped = to_anthropic(unsigned, drop_unsigned_thinking=True)
+    assert dropped["messages"][1] == {"role": "assistant", "content": "a"}
+
+
+def test_documents_and_unsupported_parts() -> None:
+    pdf = {"type": "file", "file": {"file_data": "data:application/pdf;base64,JVBER",
+                                    "filename": "spec.pdf"}}
+    out = to_anthropic([{"role": "user", "content": [pdf]}])
+    block = out["messages"][0]["content"][0]
+    assert block == {"type": "document", "title": "spec.pdf", "source": {
+        "type": "base64", "media_type": "application/pdf", "data": "JVBER"}}
+    assert from_anthropic(out["messages"]) == [{"role": "user", "content": [pdf]}]
+    audio = {"type": "input_audio", "input_audio": {"data": "x", "format": "wav"}}
+    with pytest.raises(MessageValidationError, match=r"message 1.*'input_audio'"):
+        to_anthropic([{"role": "user", "content": "a"}, {"role": "user", "content": [audio]}])
+
+
+def test_from_anthropic_tool_result_variants_and_errors() -> None:
+    anthropic = [{"role": "user", "content": "q"},
+                 {"role": "assistant", "content": [
+                     {"type": "tool_use", "id": "u1", "name": "shot", "input": {"n": 1}}]},
+                 {"role": "user", "content": [
+                     {"type": "tool_result", "tool_use_id": "u1", "is_error": True,
+                      "content": [{"type": "text", "text": "boom"},
+                                  {"type": "image", "source": {"type": "url", "url": "u"}}]},
+                     {"type": "text", "text": "next"}]}]
+    out = from_anthropic(anthropic, system=[{"type": "text", "text": "S"}])
+    assert out[0] == {"role": "system", "content": "S"}
+    assert out[3] == {"role": "tool", "tool_call_id": "u1", "content": "boom\n[image]"}
+    assert out[4] == {"role": "user", "content": "next"}
+    with pytest.raises(MessageValidationError, match="message 0, field 'role'"):
+        from_anthropic([{"role": "system", "content": "x"}])
+    with pytest.raises(MessageValidationError, match=r"message 0.*'server_tool_use'"):
+        from_anthropic([{"role": "user", "content": [{"type": "server_tool_use"}]}])
+
+
+TEXT = st.text(alphabet=st.sampled_from("ab 你好\n😀"), min_size=1, max_size=8)
+ARGS = st.dictionaries(st.sampled_from(["p", "q", "路径"]), st.integers() | TEXT, max_size=2)
+
+
+@st.composite
+def transcripts(draw: st.DrawFn) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    if draw(st.booleans()):
+        messages.append({"role": "system", "content": draw(TEXT)})
+    n = 0
+    for _ in range(draw(st.integers(0, 4))):
+        messages.append({"role": "user", "content": draw(TEXT)})
+        for _ in range(draw(st.integers(0, 2))):
+            ids = [f"c{n + k}" for k in range(draw(st.integers(1, 2)))]
+            n += len(ids)
+            messages.append({"role": "assistant", "content": draw(st.none() | TEXT),
+                             "tool_calls": [call(i, draw(ARGS)) for i in ids]})
+            messages += [{"role": "tool", "tool_call_id": i, "content": draw(TEXT)} for i in ids]
+        messages.append({"role": "assistant", "content": draw(TEXT)})
+    return messages
+
+
+@settings(max_examples=150, deadline=None)
+@given(transcripts())
+def test_round_trip_property(messages: list[dict[str, Any]]) -> None:
+    assert not repair(messages).changed
+    out = to_anthropic(messages)
+    sides = [t["role"] for t in out["messages"]]
+    assert all(a != b for a, b in itertools.pairwise(sides))
+    assert from_anthropic(out["messages"], system=out.get("system")) == messages

@@ -1,0 +1,88 @@
+"""Loading transcripts: JSON list, {"messages": [...]}, JSONL; errors name the line or index."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from refold.errors import InvalidInput, MessageValidationError
+from refold.messages import load_messages, load_messages_file
+
+MESSAGES = [{"role": "system", "content": "sys"}, {"role": "user", "content": "你好"},
+            {"role": "assistant", "content": "hi"}]
+
+
+@pytest.mark.parametrize("text", [
+    json.dumps(MESSAGES),
+    json.dumps(MESSAGES, indent=2, ensure_ascii=False),
+    json.dumps({"model": "m", "messages": MESSAGES}, indent=2),
+    "\n".join(json.dumps(m, ensure_ascii=False) for m in MESSAGES) + "\n",
+    "\ufeff" + "\n\n".join(json.dumps(m) for m in MESSAGES),
+])
+def test_formats_load_the_same_messages(text: str, tmp_path: Path) -> None:
+    assert load_messages(text) == MESSAGES
+    assert load_messages(text.encode("utf-8")) == MESSAGES
+    path = tmp_path / "t.jsonl"
+    path.write_text(text, encoding="utf-8")
+    assert load_messages_file(path) == MESSAGES
+
+
+def test_single_message_object() -> None:
+    assert load_messages('{"role": "user", "content": "x"}') == [{"role": "user", "content": "x"}]
+
+
+def test_jsonl_malformed_line_is_named(tmp_path: Path) -> None:
+    lines = [json.dumps(m) for m in MESSAGES] + ['{"role": "user", "content": "cut']
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(InvalidInput, match=r"bad.jsonl line 5: not valid JSON"):
+        load_messages_file(path)
+    with pytest.raises(InvalidInput, match=r"x line 4: not valid JSON"):
+        load_messages("\n".join(lines), source_name="x")
+
+
+def test_jsonl_invalid_message_names_line_and_field() -> None:
+    text = "\n".join([json.dumps(MESSAGES[0]), json.dumps({"role": "tool", "content": "r"})])
+    with pytest.raises(MessageValidationError) as info:
+        load_messages(text, source_name="s.jsonl")
+    assert str(info.value).startswith("s.jsonl line 2: field 'tool_call_id'")
+    assert info.value.field == "tool_call_id"
+    assert info.value.details["line"] == 2
+
+
+def test_json_invalid_message_names_index() -> None:
+    text = json.dumps([*MESSAGES, {"role": "user"}])
+    with pytest.raises(MessageValidationError) as info:
+        load_messages(text, source_name="a.json")
+    assert str(info.value).startswith("a.json: message 3, field 'content'")
+    assert info.value.index == 3
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("", "no messages"),
+    ("   \n", "no messages"),
+    ("[1, 2", "not valid JSON at line 1"),
+    ('{"messages": {"role": "user"}}', "'messages' must be a list"),
+    ('"hello"', "expected a list of messages"),
+    ("[3]", "message 0"),
+])
+def test_bad_documents(text: str, words: str) -> None:
+    with pytest.raises(InvalidInput, match=words):
+        load_messages(text)
+
+
+def test_missing_file_and_directory(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput, match="no such file"):
+        load_messages_file(tmp_path / "nope.jsonl")
+    with pytest.raises(InvalidInput, match="is a directory"):
+        load_messages_file(tmp_path)
+
+
+def test_invalid_utf8_is_replaced(tmp_path: Path) -> None:
+    raw = b'{"role": "user", "content": "caf\xe9"}\n'
+    assert load_messages(raw) == [{"role": "user", "content": "caf\ufffd"}]
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(raw * 2)
+    assert load_messages_file(path)[1]["content"] == "caf\ufffd"
