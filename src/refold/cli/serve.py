@@ -1,0 +1,100 @@
+"""``refold serve``: run the OpenAI-compatible proxy (``refold.server``) under uvicorn.
+
+The listening socket is bound here, before uvicorn starts, so a taken port is one clear error
+line instead of a log dump. SIGINT/SIGTERM shut down gracefully: uvicorn stops accepting, lets
+in-flight turns finish (their replies are recorded), then the app closes engines and the store.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+
+import click
+
+from refold.cli.app import AppContext, pass_app
+from refold.cli.settings import Settings
+from refold.errors import InvalidInput
+
+GRACEFUL_SECONDS = 30
+
+
+def _client_keys(env_names: tuple[str, ...]) -> list[str]:
+    keys: list[str] = []
+    for name in env_names:
+        value = os.environ.get(name, "").strip()
+        if not value:
+            raise InvalidInput(f"--api-key-env {name}: the variable is not set or empty")
+        keys.extend(k.strip() for k in value.split(",") if k.strip())
+    return keys
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening socket on (host, port), or InvalidInput saying why not."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise InvalidInput(f"port {port} on {host} is already in use",
+                               hint="stop the other server or pick another --port") from exc
+        raise InvalidInput(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _banner(settings: Settings, sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    auth = f"{len(settings.api_keys)} client key(s)" if settings.api_keys else "no client keys"
+    return (f"refold serve: http://{host}:{port}/v1 -> {settings.upstream} "
+            f"(model {settings.model}, {auth}, db {settings.db_url})")
+
+
+@click.command("serve")
+@click.option("--upstream", help="OpenAI-compatible base URL to forward to, e.g. "
+                                 "http://127.0.0.1:8000/v1 (or $REFOLD_UPSTREAM).")
+@click.option("--host", help="Address to listen on (default 127.0.0.1).")
+@click.option("--port", type=int, help="Port to listen on (default 8765; 0 picks a free one).")
+@click.option("--model", help="Model used when a request names none, and for token counting.")
+@click.option("--context-length", type=int, help="The model's context window in tokens.")
+@click.option("--api-key-env", "api_key_envs", multiple=True, metavar="VAR",
+              help="Accept the client key(s) in env variable VAR (repeatable; comma-separated "
+                   "keys allowed). $REFOLD_API_KEYS works too. No keys: no auth.")
+@click.option("--upstream-api-key-env", metavar="VAR",
+              help="Read the upstream's API key from env variable VAR "
+                   "(default $REFOLD_UPSTREAM_API_KEY).")
+@click.option("--max-body-bytes", type=int, help="Largest accepted request body.")
+@click.option("--log-level", default="warning", show_default=True,
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@pass_app
+def serve_cmd(app: AppContext, upstream: str | None, host: str | None, port: int | None,
+              model: str | None, context_length: int | None, api_key_envs: tuple[str, ...],
+              upstream_api_key_env: str | None, max_body_bytes: int | None,
+              log_level: str) -> None:
+    """Serve /v1/chat/completions in front of an upstream, with sessions, compaction and memory."""
+    import uvicorn
+
+    from refold.server import create_app
+
+    app.flags.update(upstream=upstream, host=host, port=port, model=model,
+                     context_length=context_length, max_body_bytes=max_body_bytes)
+    settings = app.settings
+    if not settings.upstream:
+        raise InvalidInput("no upstream to forward to",
+                           hint="pass --upstream URL or set REFOLD_UPSTREAM")
+    extra_keys = _client_keys(api_key_envs)
+    updates: dict[str, object] = {"api_keys": [*settings.api_keys, *extra_keys]}
+    if upstream_api_key_env:
+        updates["upstream_api_key"] = os.environ.get(upstream_api_key_env) or None
+    settings = settings.model_copy(update=updates)
+    sock = bind_socket(settings.host, settings.port)
+    asgi = create_app(settings)
+    click.echo(_banner(settings, sock), err=True)
+    config = uvicorn.Config(asgi, log_level=log_level, access_log=False, lifespan="on",
+                            timeout_graceful_shutdown=GRACEFUL_SECONDS)
+    uvicorn.Server(config).run(sockets=[sock])

@@ -1,0 +1,254 @@
+"""The ASGI app: routes, authentication, body limits, and the one place errors become responses.
+
+``create_app(settings, store=..., upstream_transport=...)`` returns a Starlette app serving
+
+    POST /v1/chat/completions        the proxied turn (JSON or SSE), see ``completions``
+    GET  /v1/models                  the upstream's model list (the configured model if it has none)
+    GET  /v1/refold/sessions         the caller's sessions          (?limit=)
+    GET  /v1/refold/sessions/{ref}   one session with its messages  (?limit=&inactive=1)
+    GET  /v1/refold/search?q=        full-text search of the caller's sessions (?limit=)
+    GET  /v1/refold/memory           the caller's memory entries
+
+Every error, whatever its source, leaves as ``{"error": {"message", "type", "code"}}``.
+Shutdown drains: the lifespan waits for turns in flight (their records) before closing the
+engines (which join their background work) and the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+import httpx
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from refold.cli.settings import Settings
+from refold.errors import InvalidInput, RefoldError, UpstreamError
+from refold.server import reads
+from refold.server.auth import AuthError, KeyRing, Tenant
+from refold.server.completions import Drain, Proxy, chat_completions, parse_json
+from refold.server.sessions import DEFAULT_CAPACITY, EngineFactory, EngineLike, SessionPool
+from refold.server.upstream import Upstream
+from refold.server.wire import error_body, status_for
+from refold.store import Store, open_store
+
+log = logging.getLogger(__name__)
+
+DRAIN_SECONDS = 30.0
+Handler = Callable[[Request, Tenant], Awaitable[Response]]
+
+
+class BodyTooLarge(Exception):
+    def __init__(self, size: int | None, limit: int) -> None:
+        super().__init__(f"request body is larger than {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+def tenant_memory_dir(settings: Settings, owner: str) -> Path:
+    """Where a tenant's MEMORY.md / USER.md live: the local dir, or one per client key."""
+    if not owner:
+        return settings.memories_dir
+    return settings.home / "tenants" / owner / "memories"
+
+
+def default_engine_factory(settings: Settings, store: Store) -> EngineFactory:
+    from refold.runtime.engine import Engine
+
+    chat_client = None
+    if settings.summarizer == "llm":
+        from refold.llm import HttpChatClient
+
+        url = settings.summarizer_url or settings.upstream
+        if not url:
+            raise InvalidInput("the llm summarizer needs summarizer_url or upstream")
+        chat_client = HttpChatClient(url, settings.summarizer_api_key or settings.upstream_api_key)
+
+    def make(owner: str) -> EngineLike:
+        return Engine(store, model=settings.model,
+                      context_length=settings.context_length, owner=owner,
+                      memory_dir=tenant_memory_dir(settings, owner), chat_client=chat_client)
+
+    return make
+
+
+def _error(err: RefoldError) -> JSONResponse:
+    status, body = status_for(err)
+    return JSONResponse(body, status_code=status)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(int(declared), limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(None, limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class ProxyApp:
+    """The state behind the routes; ``build()`` returns the Starlette app."""
+
+    def __init__(self, settings: Settings, *, store: Store | None,
+                 upstream_transport: httpx.AsyncBaseTransport | None,
+                 engine_factory: EngineFactory | None, capacity: int) -> None:
+        if not settings.upstream:
+            raise InvalidInput("no upstream configured",
+                               hint="pass --upstream URL or set REFOLD_UPSTREAM")
+        self.settings = settings
+        self.keys = KeyRing(settings.api_keys)
+        self._own_store = store is None
+        self.store: Store | None = store
+        self._engine_factory = engine_factory
+        self.upstream = Upstream(settings.upstream, settings.upstream_api_key,
+                                 transport=upstream_transport)
+        self.capacity = capacity
+        self.proxy: Proxy | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        if self.store is None:
+            self.store = await anyio.to_thread.run_sync(self._open_store)
+        factory = self._engine_factory or default_engine_factory(self.settings, self.store)
+        pool = SessionPool(factory, capacity=self.capacity)
+        self.proxy = Proxy(pool=pool, upstream=self.upstream, default_model=self.settings.model,
+                           drain=Drain())
+        try:
+            yield
+        finally:
+            await self.shutdown()
+
+    def _open_store(self) -> Store:
+        if "://" not in self.settings.db_url:
+            self.settings.home.mkdir(parents=True, exist_ok=True)
+        return open_store(self.settings.db_url)
+
+    async def shutdown(self) -> None:
+        proxy = self.proxy
+        if proxy is not None:
+            if not await proxy.drain.wait(DRAIN_SECONDS):
+                log.error("%d turn(s) still in flight at shutdown", proxy.drain.active)
+            await anyio.to_thread.run_sync(proxy.pool.close)
+        await self.upstream.aclose()
+        if self._own_store and self.store is not None:
+            await anyio.to_thread.run_sync(self.store.close)
+
+    # -- routing -------------------------------------------------------------------------------
+    def endpoint(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        async def run(request: Request) -> Response:
+            try:
+                tenant = self.keys.authenticate(request.headers)
+                return await handler(request, tenant)
+            except AuthError as exc:
+                return JSONResponse(error_body(str(exc), "invalid_request_error",
+                                               "invalid_api_key"), status_code=401)
+            except BodyTooLarge as exc:
+                return JSONResponse(error_body(
+                    f"{exc}; raise max_body_bytes (REFOLD_MAX_BODY_BYTES) to allow it",
+                    "invalid_request_error", "request_too_large"), status_code=413)
+            except UpstreamError as exc:
+                log.warning("upstream failure: %s", exc)
+                return _error(exc)
+            except RefoldError as exc:
+                return _error(exc)
+
+        return run
+
+    def _proxy(self) -> Proxy:
+        if self.proxy is None:
+            raise RefoldError("the server is not started (lifespan did not run)")
+        return self.proxy
+
+    async def completions(self, request: Request, tenant: Tenant) -> Response:
+        raw = await read_body(request, self.settings.max_body_bytes)
+        return await chat_completions(self._proxy(), tenant, request.headers, parse_json(raw))
+
+    async def models(self, request: Request, tenant: Tenant) -> Response:
+        try:
+            data = await self.upstream.models(tenant.bearer)
+        except UpstreamError as exc:
+            if exc.kind not in ("bad_request", "bad_response"):
+                raise
+            data = {"object": "list", "data": []}  # an upstream without /models
+        raw = data.get("data")
+        listed: list[Any] = raw if isinstance(raw, list) else []
+        if not any(isinstance(m, dict) and m.get("id") == self.settings.model for m in listed):
+            listed = [*listed, {"id": self.settings.model, "object": "model", "created": 0,
+                                "owned_by": "refold"}]
+        return JSONResponse(dict(data, object="list", data=listed))
+
+    async def sessions(self, request: Request, tenant: Tenant) -> Response:
+        limit = reads.parse_limit(request.query_params.get("limit"), 50)
+        return JSONResponse(await reads.list_sessions(self._store(), tenant.owner, limit))
+
+    async def session(self, request: Request, tenant: Tenant) -> Response:
+        params = request.query_params
+        limit = reads.parse_limit(params.get("limit"), 0) if params.get("limit") else None
+        inactive = params.get("inactive", "") in ("1", "true", "yes")
+        return JSONResponse(await reads.get_session(
+            self._store(), tenant.owner, request.path_params["ref"], limit, inactive))
+
+    async def search(self, request: Request, tenant: Tenant) -> Response:
+        limit = reads.parse_limit(request.query_params.get("limit"), 20)
+        text = request.query_params.get("q", "")
+        return JSONResponse(await reads.search(self._store(), tenant.owner, text, limit))
+
+    async def memory(self, request: Request, tenant: Tenant) -> Response:
+        return JSONResponse(await reads.memory(self._proxy().pool, tenant.owner))
+
+    def _store(self) -> Store:
+        if self.store is None:
+            raise RefoldError("the server is not started (lifespan did not run)")
+        return self.store
+
+    def build(self) -> Starlette:
+        routes = [
+            Route("/v1/chat/completions", self.endpoint(self.completions), methods=["POST"]),
+            Route("/v1/models", self.endpoint(self.models), methods=["GET"]),
+            Route("/v1/refold/sessions", self.endpoint(self.sessions), methods=["GET"]),
+            Route("/v1/refold/sessions/{ref:path}", self.endpoint(self.session),
+                  methods=["GET"]),
+            Route("/v1/refold/search", self.endpoint(self.search), methods=["GET"]),
+            Route("/v1/refold/memory", self.endpoint(self.memory), methods=["GET"]),
+        ]
+        handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _crash}
+        return Starlette(routes=routes, lifespan=self.lifespan, exception_handlers=handlers)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 500)
+    kind = {404: "not_found_error", 405: "invalid_request_error"}.get(status, "server_error")
+    message = f"{request.method} {request.url.path}: {getattr(exc, 'detail', '') or status}"
+    return JSONResponse(error_body(message, kind, str(status)), status_code=status)
+
+
+async def _crash(request: Request, exc: Exception) -> Response:
+    log.exception("unexpected error serving %s %s", request.method, request.url.path)
+    return JSONResponse(error_body(f"internal error in refold: {type(exc).__name__}",
+                                   "server_error", "internal_error"), status_code=500)
+
+
+def create_app(settings: Settings, *, store: Store | None = None,
+               upstream_transport: httpx.AsyncBaseTransport | None = None,
+               engine_factory: EngineFactory | None = None,
+               capacity: int = DEFAULT_CAPACITY) -> Starlette:
+    """The proxy app for ``settings`` (``upstream`` required). ``store`` is borrowed if given."""
+    app = ProxyApp(settings, store=store, upstream_transport=upstream_transport,
+                   engine_factory=engine_factory, capacity=capacity)
+    starlette = app.build()
+    starlette.state.proxy_app = app
+    return starlette

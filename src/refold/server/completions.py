@@ -1,0 +1,278 @@
+"""``POST /v1/chat/completions``: one proxied turn, JSON or streamed.
+
+The turn, for one session (its lock held from first to last step):
+
+1. the client's whole history goes to ``runtime.prepare_history`` — stored once (re-sent history
+   is recognized), compacted if needed, the memory snapshot folded into the system prompt;
+2. ``Prepared.messages`` go upstream (the client's other request fields pass through untouched);
+   a context overflow triggers ``runtime.handle_error`` and a retry on the smaller context,
+   at most ``max_attempts`` times;
+3. the reply is recorded — for a stream, assembled from its deltas as they pass through.
+
+When is a message *acknowledged*? The request's messages once the response status line is sent
+(they were stored in step 1); the assistant reply once the client received the final
+``data: [DONE]`` (streams) or the JSON body — the proxy records the reply *before* sending that
+last piece. A stream cut short (client gone, upstream failed, proxy killed) records nothing
+partial: the client never got a complete reply, so it will not be in the history it re-sends.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import httpx
+from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
+
+from refold.errors import InvalidInput, UpstreamError
+from refold.llm import classify_transport_error
+from refold.llm.failures import bad_response
+from refold.messages.model import Message, wire_form
+from refold.server.auth import Tenant
+from refold.server.sessions import SESSION_HEADER, SessionPool, derived_ref
+from refold.server.sse import DONE, EventSplitter, StreamAssembler, parse_chunk
+from refold.server.upstream import Upstream
+from refold.server.wire import sse_error, upstream_status
+
+log = logging.getLogger(__name__)
+
+DONE_EVENT = b"data: [DONE]\n\n"
+
+
+class Drain:
+    """Counts turns in flight so shutdown can wait for their records before closing engines."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+
+    def enter(self) -> None:
+        self.active += 1
+        if self.active == 1:
+            self._idle = anyio.Event()
+
+    def leave(self) -> None:
+        self.active -= 1
+        if self.active == 0:
+            self._idle.set()
+
+    async def wait(self, timeout: float) -> bool:
+        with anyio.move_on_after(timeout):
+            await self._idle.wait()
+            return True
+        return False
+
+
+@dataclass
+class Proxy:
+    pool: SessionPool
+    upstream: Upstream
+    default_model: str
+    drain: Drain
+    max_attempts: int = 3
+
+
+def check_body(body: Any) -> list[Message]:
+    """The request's messages, or InvalidInput saying what is wrong."""
+    if not isinstance(body, dict):
+        raise InvalidInput("the request body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidInput("'messages' must be a non-empty list of chat messages")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise InvalidInput(f"messages[{index}] must be an object with a 'role'")
+    return messages
+
+
+async def chat_completions(proxy: Proxy, tenant: Tenant, headers: Mapping[str, str],
+                           body: dict[str, Any]) -> Response:
+    """Serve one turn; errors leave as RefoldError for the app's one error renderer."""
+    history = check_body(body)
+    ref = headers.get(SESSION_HEADER) or derived_ref(tenant.owner, history)
+    lock = proxy.pool.lock(tenant.owner, ref)
+    await lock.acquire()
+    proxy.drain.enter()
+    handed_off = False
+    try:
+        rt = await proxy.pool.runtime(tenant.owner, ref)
+        turn = _Turn(proxy, tenant, rt, body, history)
+        if body.get("stream"):
+            upstream = await turn.open_stream()
+            handed_off = True  # the stream releases the lock and the drain when it ends
+            return ProxyStream(turn, upstream, lambda: _release(proxy, lock))
+        return await turn.complete()
+    finally:
+        if not handed_off:
+            _release(proxy, lock)
+
+
+def _release(proxy: Proxy, lock: anyio.Lock | Any) -> None:
+    lock.release()
+    proxy.drain.leave()
+
+
+class _Turn:
+    """One request's state across attempts: the runtime, the body, what went upstream."""
+
+    def __init__(self, proxy: Proxy, tenant: Tenant, rt: Any, body: dict[str, Any],
+                 history: list[Message]) -> None:
+        self.proxy = proxy
+        self.tenant = tenant
+        self.rt = rt
+        self.body = body
+        self.history = history
+        self.inject_usage = False
+
+    @property
+    def session_id(self) -> str:
+        return str(self.rt.session_id)
+
+    async def _upstream_body(self) -> dict[str, Any]:
+        prepared = await anyio.to_thread.run_sync(
+            lambda: self.rt.prepare_history(self.history, tools=self.body.get("tools")))
+        out = dict(self.body, messages=[wire_form(m) for m in prepared.messages])
+        out.setdefault("model", self.proxy.default_model)
+        if out.get("stream"):
+            options = dict(out.get("stream_options") or {})
+            # usage is needed for the record; ask for it, and hide it if the client did not
+            self.inject_usage = not options.get("include_usage")
+            options["include_usage"] = True
+            out["stream_options"] = options
+        return out
+
+    async def _retry(self, err: UpstreamError, attempt: int) -> bool:
+        if attempt + 1 >= self.proxy.max_attempts:
+            return False
+        return bool(await anyio.to_thread.run_sync(self.rt.handle_error, err, attempt))
+
+    async def complete(self) -> Response:
+        for attempt in range(self.proxy.max_attempts):
+            body = await self._upstream_body()
+            try:
+                data = await self.proxy.upstream.complete(body, self.tenant.bearer)
+                break
+            except UpstreamError as err:
+                if not await self._retry(err, attempt):
+                    raise
+        message, usage = _reply_of(data)
+        await anyio.to_thread.run_sync(
+            lambda: self.rt.record(message, usage=usage, model=data.get("model")))
+        return JSONResponse(data, headers={"X-Refold-Session": self.session_id})
+
+    async def open_stream(self) -> httpx.Response:
+        for attempt in range(self.proxy.max_attempts):
+            body = await self._upstream_body()
+            try:
+                return await self.proxy.upstream.open_stream(body, self.tenant.bearer)
+            except UpstreamError as err:
+                if not await self._retry(err, attempt):
+                    raise
+        raise AssertionError("unreachable: the last attempt raises")
+
+    async def record(self, assembler: StreamAssembler) -> None:
+        message = assembler.message()
+        await anyio.to_thread.run_sync(
+            lambda: self.rt.record(message, usage=assembler.usage, model=assembler.model))
+
+
+def _reply_of(data: dict[str, Any]) -> tuple[Message, dict[str, Any] | None]:
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise bad_response("no choices")
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        raise bad_response("choice has no message")
+    clean = {k: v for k, v in message.items() if v is not None or k == "content"}
+    clean.setdefault("role", "assistant")
+    usage = data.get("usage")
+    return clean, usage if isinstance(usage, dict) else None
+
+
+class ProxyStream(Response):
+    """Forwards an upstream SSE stream event by event and records the reply before [DONE]."""
+
+    def __init__(self, turn: _Turn, upstream: httpx.Response, release: Any) -> None:
+        # no super().__init__: it would declare a Content-Length for an empty body
+        self.status_code = 200
+        self.background = None
+        self.raw_headers = [(b"content-type", b"text/event-stream; charset=utf-8"),
+                            (b"cache-control", b"no-cache"),
+                            (b"x-refold-session", turn.session_id.encode())]
+        self.turn = turn
+        self.upstream = upstream
+        self.release = release
+        self.disconnected = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": self.status_code,
+                        "headers": self.raw_headers})
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._watch, receive, group.cancel_scope)
+                await self._pump(send)
+                group.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.upstream.aclose()
+            self.release()
+
+    async def _watch(self, receive: Receive, scope: anyio.CancelScope) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                self.disconnected = True
+                scope.cancel()  # stop reading upstream; nothing partial is recorded
+                return
+
+    async def _pump(self, send: Send) -> None:
+        splitter = EventSplitter()
+        assembler = StreamAssembler()
+        try:
+            async for data in self.upstream.aiter_bytes():
+                out = self._forwardable(splitter, assembler, data)
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+        except httpx.HTTPError as exc:
+            await self._fail(send, classify_transport_error(exc, self.turn.proxy.upstream.base_url))
+            return
+        if not assembler.complete:
+            await self._fail(send, bad_response("the stream ended before a finish_reason"))
+            return
+        with anyio.CancelScope(shield=True):  # a record that started always finishes
+            await self.turn.record(assembler)
+        await send({"type": "http.response.body", "body": DONE_EVENT, "more_body": False})
+
+    def _forwardable(self, splitter: EventSplitter, assembler: StreamAssembler,
+                     data: bytes) -> bytes:
+        out: list[bytes] = []
+        for event in splitter.feed(data):
+            if event.data == DONE:
+                continue  # held back: [DONE] goes out after the record
+            chunk = parse_chunk(event.data) if event.data is not None else None
+            if chunk is not None:
+                assembler.add(chunk)
+                if self.turn.inject_usage and chunk.get("choices") == [] and "usage" in chunk:
+                    continue  # the client did not ask for the usage chunk
+            out.append(event.raw)
+        return b"".join(out)
+
+    async def _fail(self, send: Send, err: UpstreamError) -> None:
+        log.warning("stream for session %s failed: %s", self.turn.session_id, err)
+        status, body = upstream_status(err)
+        await send({"type": "http.response.body", "body": sse_error(status, body),
+                    "more_body": False})
+
+
+def parse_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise InvalidInput(f"the request body is not valid JSON: {exc}") from exc

@@ -1,0 +1,148 @@
+"""Which session a request belongs to, and the bounded cache of live session runtimes.
+
+A request names its session with ``X-Refold-Session`` (an id, id prefix or title; a name that
+does not exist yet creates a session with that title). Without the header the session is derived
+from the conversation itself: ``conv-`` + a hash of the tenant, the first system message and the
+first user message, so a client that re-sends its whole history every call lands in the same
+session each time (and after a restart). Two unrelated conversations that open with the very same
+system and user message share a derived session; such clients should send the header.
+
+Invariants:
+- one engine per tenant (owner namespace + its own memory directory); a runtime is only ever
+  reached through its tenant's engine, so one key never opens another key's session;
+- runtimes live in an LRU of bounded size keyed by (tenant, reference); requests for the same
+  key are serialized by an ``asyncio.Lock`` held from prepare to record, so a client that sends
+  its next turn the moment a stream ends never races the previous turn's record;
+- every call that may block (store, runtime) runs in a worker thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import anyio.to_thread
+
+from refold.errors import AmbiguousReference, NotFound
+from refold.messages.model import Message, canonical_json
+
+log = logging.getLogger(__name__)
+
+SESSION_HEADER = "x-refold-session"
+DEFAULT_CAPACITY = 256
+
+
+class RuntimeLike(Protocol):
+    session_id: str
+
+    def prepare_history(self, history: Sequence[Message], *, tools: Any = None) -> Any: ...
+    def record(self, message: Message, *, usage: Any = None, model: str | None = None) -> Any: ...
+    def handle_error(self, error: Exception, attempt: int) -> bool: ...
+
+
+class EngineLike(Protocol):
+    def open_session(self, ref: str | None, *, new: bool = False, title: str | None = None,
+                     source: str | None = None) -> Any: ...
+    def close(self) -> None: ...
+
+
+EngineFactory = Callable[[str], EngineLike]
+
+
+def derived_ref(owner: str, history: Sequence[Message]) -> str:
+    """The session name a conversation without a header maps to (stable across restarts)."""
+    system = next((m.get("content") for m in history
+                   if m.get("role") in ("system", "developer")), None)
+    first_user = next((m.get("content") for m in history if m.get("role") == "user"), None)
+    digest = hashlib.sha256(canonical_json([owner, system, first_user]).encode()).hexdigest()
+    return "conv-" + digest[:16]
+
+
+class SessionPool:
+    """Engines per tenant, runtimes per (tenant, session reference), and their locks."""
+
+    def __init__(self, engine_factory: EngineFactory, capacity: int = DEFAULT_CAPACITY) -> None:
+        self._engine_factory = engine_factory
+        self._engines: dict[str, EngineLike] = {}
+        self._engine_lock = asyncio.Lock()
+        self._runtimes: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self._locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = \
+            weakref.WeakValueDictionary()
+        self.capacity = capacity
+
+    def lock(self, owner: str, ref: str) -> asyncio.Lock:
+        """The lock serializing turns of one session (kept alive while anyone holds it)."""
+        key = (owner, ref)
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[key] = lock
+        return lock
+
+    async def engine(self, owner: str) -> EngineLike:
+        engine = self._engines.get(owner)
+        if engine is None:
+            async with self._engine_lock:
+                engine = self._engines.get(owner)
+                if engine is None:
+                    engine = await anyio.to_thread.run_sync(self._engine_factory, owner)
+                    self._engines[owner] = engine
+        return engine
+
+    async def runtime(self, owner: str, ref: str) -> Any:
+        """The runtime for (owner, ref): cached, or resumed / created in a worker thread.
+
+        Call with ``lock(owner, ref)`` held, so two first requests do not both create it.
+        """
+        key = (owner, ref)
+        rt = self._runtimes.get(key)
+        if rt is not None:
+            self._runtimes.move_to_end(key)
+            return rt
+        engine = await self.engine(owner)
+        rt = await anyio.to_thread.run_sync(_open_or_create, engine, ref)
+        self._runtimes[key] = rt
+        await self._evict()
+        return rt
+
+    async def _evict(self) -> None:
+        while len(self._runtimes) > self.capacity:
+            key, rt = self._runtimes.popitem(last=False)
+            lock = self._locks.get(key)
+            if lock is not None and lock.locked():
+                continue  # in use: the holder keeps it alive; it is simply not cached any more
+            close = getattr(rt, "close", None)
+            if callable(close):
+                await anyio.to_thread.run_sync(close)
+
+    def cached(self) -> int:
+        return len(self._runtimes)
+
+    def forget(self, owner: str, ref: str) -> None:
+        self._runtimes.pop((owner, ref), None)
+
+    def close(self) -> None:
+        """Close every runtime and engine (blocking: call after the last request finished)."""
+        for rt in self._runtimes.values():
+            close = getattr(rt, "close", None)
+            if callable(close):
+                close()
+        self._runtimes.clear()
+        for engine in self._engines.values():
+            engine.close()
+        self._engines.clear()
+
+
+def _open_or_create(engine: EngineLike, ref: str) -> Any:
+    try:
+        return engine.open_session(ref, source="serve")
+    except AmbiguousReference:
+        raise  # several sessions match: creating another would hide them
+    except NotFound:
+        log.info("creating session %s", ref)
+        return engine.open_session(None, new=True, title=ref, source="serve")

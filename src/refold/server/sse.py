@@ -1,0 +1,136 @@
+"""Server-sent events from an upstream: split into events, and fold deltas into one message.
+
+The proxy forwards a stream event by event as it arrives (never the whole response at once) and,
+on the side, folds each ``chat.completion.chunk`` into the assistant message it spells out —
+content, reasoning and ``tool_calls`` deltas merged by index — so the reply can be recorded when
+the stream ends. Splitting tolerates CRLF and events cut anywhere across network reads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from refold.messages.model import Message
+
+DONE = "[DONE]"
+
+
+@dataclass(frozen=True)
+class Event:
+    raw: bytes  # the event's bytes, normalized to LF and ending with a blank line
+    data: str | None  # the joined ``data:`` payload, if any
+
+
+class EventSplitter:
+    """Feed raw bytes, get complete events back; a partial event waits for the next feed."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, chunk: bytes) -> Iterator[Event]:
+        self._buffer += chunk
+        if b"\r" in self._buffer:
+            # a CR at the very end may be the first half of a CRLF: keep it for the next feed
+            tail = b"\r" if self._buffer.endswith(b"\r") else b""
+            body = self._buffer[:-1] if tail else self._buffer
+            self._buffer = body.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + tail
+        while True:
+            end = self._buffer.find(b"\n\n")
+            if end < 0:
+                return
+            raw, self._buffer = self._buffer[:end + 2], self._buffer[end + 2:]
+            yield Event(raw=raw, data=_data_of(raw))
+
+    def rest(self) -> bytes:
+        """Bytes of an unfinished event left when the stream ended."""
+        return self._buffer
+
+
+def _data_of(raw: bytes) -> str | None:
+    lines = [line[5:].removeprefix(b" ") for line in raw.split(b"\n") if line.startswith(b"data:")]
+    if not lines:
+        return None
+    return b"\n".join(lines).decode("utf-8", "replace")
+
+
+@dataclass
+class _CallParts:
+    id: str = ""
+    type: str = "function"
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass
+class StreamAssembler:
+    """Folds ``chat.completion.chunk`` objects (choice 0) into one assistant message."""
+
+    content: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    calls: dict[int, _CallParts] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    model: str | None = None
+    chunks: int = 0
+
+    def add(self, chunk: dict[str, Any]) -> None:
+        self.chunks += 1
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        if isinstance(chunk.get("model"), str):
+            self.model = chunk["model"]
+        for choice in chunk.get("choices") or []:
+            if isinstance(choice, dict) and choice.get("index", 0) == 0:
+                self._add_choice(choice)
+
+    def _add_choice(self, choice: dict[str, Any]) -> None:
+        if choice.get("finish_reason"):
+            self.finish_reason = str(choice["finish_reason"])
+        delta = choice.get("delta") or {}
+        if isinstance(delta.get("content"), str):
+            self.content.append(delta["content"])
+        for key in ("reasoning_content", "reasoning"):
+            if isinstance(delta.get(key), str):
+                self.reasoning.append(delta[key])
+        for position, call in enumerate(delta.get("tool_calls") or []):
+            self._add_call(call, position)
+
+    def _add_call(self, call: dict[str, Any], position: int) -> None:
+        index = call.get("index", position)
+        parts = self.calls.setdefault(int(index), _CallParts())
+        if call.get("id"):
+            parts.id = str(call["id"])
+        if call.get("type"):
+            parts.type = str(call["type"])
+        function = call.get("function") or {}
+        parts.name += str(function.get("name") or "")
+        parts.arguments += str(function.get("arguments") or "")
+
+    @property
+    def complete(self) -> bool:
+        """True once the upstream said why it stopped (a finish_reason arrived)."""
+        return self.finish_reason is not None
+
+    def message(self) -> Message:
+        """The assistant message the stream spelled out so far."""
+        text = "".join(self.content)
+        message: Message = {"role": "assistant", "content": text or None}
+        if self.calls:
+            message["tool_calls"] = [
+                {"id": p.id, "type": p.type, "function": {"name": p.name, "arguments": p.arguments}}
+                for _, p in sorted(self.calls.items())]
+        if self.reasoning:
+            message["reasoning_content"] = "".join(self.reasoning)
+        return message
+
+
+def parse_chunk(data: str) -> dict[str, Any] | None:
+    """A chunk object from an event's data, or None for anything that is not one."""
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

@@ -1,0 +1,98 @@
+"""OpenAI-shaped error bodies and the one mapping from refold errors to HTTP statuses.
+
+Every error the proxy returns, whatever raised it, has the body an OpenAI SDK understands::
+
+    {"error": {"message": "...", "type": "...", "code": "..."}}
+
+Upstream failures keep the classification ``refold.llm`` gave them (``UpstreamError.kind``) and
+map to a status that tells the *client* what to do: a bad request or an overflow that compaction
+could not fix is the client's (400), a rate limit or quota is 429, and anything that is the
+proxy's or the upstream's fault (credentials refold holds, network, 5xx, garbage) is a 502/504 —
+never a 401, which a client would read as "your key is wrong".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, TypedDict
+
+from refold.errors import (
+    Conflict,
+    ContextOverflowError,
+    InvalidInput,
+    NotFound,
+    RefoldError,
+    StorageError,
+    UpstreamError,
+)
+
+log = logging.getLogger(__name__)
+
+
+class ErrorDetail(TypedDict):
+    message: str
+    type: str
+    code: str | None
+
+
+class ErrorBody(TypedDict):
+    error: ErrorDetail
+
+
+# kind -> (status, OpenAI error type)
+_UPSTREAM_STATUS: dict[str, tuple[int, str]] = {
+    "overflow": (400, "invalid_request_error"),
+    "bad_request": (400, "invalid_request_error"),
+    "rate_limit": (429, "rate_limit_error"),
+    "quota": (429, "insufficient_quota"),
+    "auth": (502, "upstream_error"),
+    "timeout": (504, "upstream_error"),
+    "network": (502, "upstream_error"),
+    "server": (502, "upstream_error"),
+    "bad_response": (502, "upstream_error"),
+}
+
+
+def error_body(message: str, type_: str, code: str | None = None) -> ErrorBody:
+    return {"error": {"message": message, "type": type_, "code": code}}
+
+
+def error_bytes(message: str, type_: str, code: str | None = None) -> bytes:
+    return json.dumps(error_body(message, type_, code), ensure_ascii=False).encode()
+
+
+def upstream_status(err: UpstreamError) -> tuple[int, ErrorBody]:
+    """Status and body for an upstream failure the proxy could not recover from."""
+    status, type_ = _UPSTREAM_STATUS.get(err.kind, (502, "upstream_error"))
+    if isinstance(err, ContextOverflowError):
+        code = "context_length_exceeded"
+    else:
+        code = f"upstream_{err.kind}"
+    message = str(err)
+    if err.kind == "auth":
+        message = f"{err.message} (the upstream rejected refold's credentials: check " \
+                  "REFOLD_UPSTREAM_API_KEY on the proxy)"
+    return status, error_body(message, type_, code)
+
+
+def status_for(err: RefoldError) -> tuple[int, ErrorBody]:
+    """The HTTP status and OpenAI-shaped body for any ``RefoldError``."""
+    if isinstance(err, UpstreamError):
+        return upstream_status(err)
+    if isinstance(err, InvalidInput):
+        return 400, error_body(str(err), "invalid_request_error", "invalid_input")
+    if isinstance(err, NotFound):
+        return 404, error_body(str(err), "not_found_error", "not_found")
+    if isinstance(err, Conflict):
+        return 409, error_body(str(err), "conflict_error", "conflict")
+    if isinstance(err, StorageError):
+        log.error("storage failure: %s", err)
+        return 500, error_body(f"refold storage failed: {err}", "server_error", "storage_error")
+    return 500, error_body(str(err), "server_error", type(err).__name__.lower())
+
+
+def sse_error(status: int, body: ErrorBody) -> bytes:
+    """An error delivered inside an already-started SSE stream (the status line is gone)."""
+    payload: dict[str, Any] = {"error": dict(body["error"], status=status)}
+    return b"data: " + json.dumps(payload, ensure_ascii=False).encode() + b"\n\n"

@@ -1,0 +1,31 @@
+"""Client keys: who is let in and which tenant (owner namespace) each key maps to."""
+
+from __future__ import annotations
+
+import pytest
+
+from refold.server.auth import AuthError, KeyRing, owner_for_key
+
+
+def test_open_mode_is_the_local_owner_and_keeps_the_bearer() -> None:
+    ring = KeyRing([])
+    assert ring.open
+    tenant = ring.authenticate({"authorization": "Bearer sk-client"})
+    assert tenant.owner == "" and tenant.bearer == "sk-client"
+    assert ring.authenticate({}).bearer is None
+
+
+def test_each_key_is_its_own_tenant_and_never_appears_in_it() -> None:
+    ring = KeyRing(["alpha-key", "beta-key"])
+    a = ring.authenticate({"authorization": "Bearer alpha-key"})
+    b = ring.authenticate({"authorization": "bearer  beta-key "})
+    assert a.owner != b.owner
+    assert a.owner == owner_for_key("alpha-key")
+    assert "alpha" not in a.owner and a.owner.startswith("key-")
+
+
+@pytest.mark.parametrize("header", ["", "Bearer", "Bearer wrong", "Basic alpha-key", "alpha-key"])
+def test_missing_or_wrong_keys_are_refused(header: str) -> None:
+    ring = KeyRing(["alpha-key"])
+    with pytest.raises(AuthError):
+        ring.authenticate({"authorization": header} if header else {})
