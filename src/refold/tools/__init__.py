@@ -1,0 +1,43 @@
+"""Tools for agents: ``session_search``, ``memory`` and ``todo`` as OpenAI function schemas.
+
+    registry = agent_tools(store, session_id=rt.session_id, memory=engine.memory)
+    prepared = rt.prepare(msgs, tools=registry.schemas())
+    for call in reply["tool_calls"]: tool_msg = registry.dispatch(call)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from refold.store.base import Store
+from refold.tools.memory import memory_tool
+from refold.tools.registry import Tool, ToolRegistry, ToolResult, to_json
+from refold.tools.session_search import SessionSearch, session_search_tool
+from refold.tools.todo import apply_todos, load_todos, render_todos, todo_tool
+
+
+def agent_tools(store: Store, *, session_id: str, owner: str | None = "",
+                memory: Any | None = None) -> ToolRegistry:
+    """The standard registry for one session: session_search, todo, and memory when given."""
+    registry = ToolRegistry([session_search_tool(store, current_session_id=session_id,
+                                                 owner=owner),
+                             todo_tool(store, session_id)])
+    if memory is not None:
+        registry.register(memory_tool(memory))
+    return registry
+
+
+__all__ = [
+    "SessionSearch",
+    "Tool",
+    "ToolRegistry",
+    "ToolResult",
+    "agent_tools",
+    "apply_todos",
+    "load_todos",
+    "memory_tool",
+    "render_todos",
+    "session_search_tool",
+    "to_json",
+    "todo_tool",
+]

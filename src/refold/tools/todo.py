@@ -1,0 +1,134 @@
+"""The ``todo`` tool: the agent's task list, kept as ledger events and rebuilt on resume.
+
+Every change appends one ``todo`` event holding the whole list after the change, so the state is
+the payload of the latest event — along the session's lineage, so a compaction child or a branch
+starts from its parent's list. Nothing is kept in process memory that the ledger does not have.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from refold.errors import InvalidInput
+from refold.store.base import Store
+from refold.tools.registry import Tool, to_json
+
+EVENT_KIND = "todo"
+STATUSES = ("pending", "in_progress", "completed", "cancelled")
+MAX_ITEMS = 50
+MAX_CONTENT = 500
+
+DESCRIPTION = (
+    "Manage your task list for this session. Call with no arguments to read it. Pass `todos` "
+    "to write: with merge=false (default) the list is replaced; with merge=true items are "
+    "updated by id and new ids appended. Keep exactly one item in_progress while working. "
+    "The list survives context compaction and session resume.")
+
+PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "todos": {
+            "type": "array",
+            "description": "Task items to write.",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "description": "Stable item id, e.g. '1'."},
+                    "content": {"type": "string", "description": "What to do."},
+                    "status": {"type": "string", "enum": list(STATUSES)},
+                },
+                "required": ["id"],
+            },
+        },
+        "merge": {"type": "boolean", "description": "Update by id instead of replacing."},
+    },
+    "additionalProperties": False,
+}
+
+
+def load_todos(store: Store, session_id: str) -> list[dict[str, str]]:
+    """The current list: the latest ``todo`` event of the session, else of its ancestors."""
+    lineage = [session_id] + [s.id for s in store.ancestors(session_id) if s.id != session_id]
+    for sid in lineage:
+        events = store.list_events(sid, EVENT_KIND)
+        if events:
+            todos = events[-1].payload.get("todos")
+            return [dict(item) for item in todos] if isinstance(todos, list) else []
+    return []
+
+
+def _clean_item(raw: Any, index: int) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        raise InvalidInput(f"todos[{index}] must be an object with id, content, status")
+    item_id = str(raw.get("id") or "").strip()
+    if not item_id:
+        raise InvalidInput(f"todos[{index}] needs a non-empty 'id'")
+    item: dict[str, str] = {"id": item_id[:40]}
+    if "content" in raw:
+        item["content"] = str(raw["content"]).strip()[:MAX_CONTENT]
+    if "status" in raw:
+        status = str(raw["status"])
+        if status not in STATUSES:
+            raise InvalidInput(f"todos[{index}].status must be one of {', '.join(STATUSES)}")
+        item["status"] = status
+    return item
+
+
+def apply_todos(current: list[dict[str, str]], raw_items: Any,
+                merge: bool) -> list[dict[str, str]]:
+    """The list after writing ``raw_items`` onto ``current`` (pure)."""
+    if not isinstance(raw_items, list):
+        raise InvalidInput("'todos' must be a list of {id, content, status} objects")
+    items = [_clean_item(raw, i) for i, raw in enumerate(raw_items)]
+    if not merge:
+        result = []
+        for item in items:
+            if not item.get("content"):
+                raise InvalidInput(f"todo {item['id']!r} needs 'content' when replacing the list")
+            result.append({"id": item["id"], "content": item["content"],
+                           "status": item.get("status", "pending")})
+    else:
+        result = [dict(item) for item in current]
+        index = {item["id"]: item for item in result}
+        for item in items:
+            if item["id"] in index:
+                index[item["id"]].update(item)
+            elif item.get("content"):
+                new = {"id": item["id"], "content": item["content"],
+                       "status": item.get("status", "pending")}
+                result.append(new)
+                index[new["id"]] = new
+            else:
+                raise InvalidInput(f"no todo with id {item['id']!r}; give 'content' to add it")
+    if len(result) > MAX_ITEMS:
+        raise InvalidInput(f"at most {MAX_ITEMS} todo items; finish or drop some first")
+    return result
+
+
+def _summary(todos: list[dict[str, str]]) -> dict[str, Any]:
+    counts = {s: sum(1 for t in todos if t.get("status") == s) for s in STATUSES}
+    return {"todos": todos, "summary": counts}
+
+
+def todo_tool(store: Store, session_id: str) -> Tool:
+    """The ``todo`` tool bound to one session."""
+
+    def handler(args: dict[str, Any]) -> str:
+        current = load_todos(store, session_id)
+        if args.get("todos") is None:
+            return to_json(_summary(current))
+        merge = bool(args.get("merge", False))
+        updated = apply_todos(current, args["todos"], merge)
+        if updated != current:
+            store.append_event(session_id, EVENT_KIND, {"todos": updated})
+        return to_json(_summary(updated))
+
+    return Tool("todo", DESCRIPTION, PARAMETERS, handler)
+
+
+def render_todos(todos: list[dict[str, str]]) -> str:
+    """A short text block of the open items (for re-injection after compaction)."""
+    marks = {"pending": "[ ]", "in_progress": "[>]", "completed": "[x]", "cancelled": "[-]"}
+    lines = [f"{marks.get(t.get('status', ''), '[ ]')} {t['id']}. {t.get('content', '')}"
+             for t in todos]
+    return "\n".join(lines)
