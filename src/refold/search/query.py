@@ -1,0 +1,275 @@
+"""The search-query sanitizer: any user text becomes a safe, backend-neutral query plan.
+
+Pure and backend-agnostic; SQLite (FTS5) and PostgreSQL both build their SQL from the
+``ParsedQuery`` this returns. Invariants:
+
+- ``parse_query`` never raises on any string except one with nothing in it (empty or blank),
+  which is a ``SearchQueryError``. Punctuation-only input (``***``, ``{}``) parses to a query
+  with no terms (``is_empty``), which a backend answers with no hits.
+- Terms keep only word characters (letters, digits, CJK); everything else separates words.
+  A chunk such as ``dotted.names`` or ``hyphen-ated`` stays one term whose words must appear
+  as a phrase; ``"quoted text"`` is a phrase; an unterminated quote is ignored.
+- ``AND`` / ``OR`` / ``NOT`` (upper case, as in FTS5) are operators only where they make sense:
+  a dangling, leading or doubled operator is dropped (``hello AND`` = ``hello``,
+  ``a AND OR b`` = ``a OR b``). ``word*`` keeps prefix matching.
+- ``mode`` says which index can answer: ``"fts"`` (word index: no CJK in the query),
+  ``"trigram"`` (CJK present, single group, at least one needle of 3+ characters to match on)
+  or ``"scan"`` (CJK needles all shorter than 3 characters, or OR-groups: an exact substring
+  scan of the content, newest first, under a cap).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from refold.errors import SearchQueryError
+
+QueryMode = Literal["fts", "trigram", "scan"]
+
+MAX_QUERY_CHARS = 1000
+MAX_TERMS = 32
+TRIGRAM_MIN_CHARS = 3
+
+_CJK_RANGES = (
+    (0x1100, 0x11FF),    # Hangul Jamo
+    (0x2E80, 0x2FDF),    # CJK radicals, Kangxi radicals
+    (0x3040, 0x30FF),    # Hiragana, Katakana
+    (0x3100, 0x312F),    # Bopomofo
+    (0x3130, 0x318F),    # Hangul compatibility Jamo
+    (0x31F0, 0x31FF),    # Katakana phonetic extensions
+    (0x3400, 0x4DBF),    # CJK extension A
+    (0x4E00, 0x9FFF),    # CJK unified ideographs
+    (0xA960, 0xA97F),    # Hangul Jamo extended A
+    (0xAC00, 0xD7AF),    # Hangul syllables
+    (0xF900, 0xFAFF),    # CJK compatibility ideographs
+    (0xFF66, 0xFF9D),    # half-width Katakana
+    (0x20000, 0x3134F),  # CJK extensions B–G
+)
+_WORD = re.compile(r"[^\W_]+")
+_OPERATORS = frozenset({"AND", "OR", "NOT"})
+
+
+def is_cjk_char(char: str) -> bool:
+    """True for Han, Kana, Hangul and Bopomofo characters (scripts written without spaces)."""
+    code = ord(char)
+    return any(lo <= code <= hi for lo, hi in _CJK_RANGES)
+
+
+def has_cjk(text: str) -> bool:
+    """True when ``text`` contains at least one CJK character."""
+    return any(is_cjk_char(c) for c in text)
+
+
+@dataclass(frozen=True)
+class Term:
+    """One search term: its words (a phrase when several), prefix and negation flags."""
+
+    words: tuple[str, ...]
+    prefix: bool = False
+    negated: bool = False
+    quoted: bool = False
+
+    @property
+    def cjk(self) -> bool:
+        return any(has_cjk(w) for w in self.words)
+
+    def needles(self) -> list[str]:
+        """Substrings that must all occur for this term (exact-substring backends)."""
+        if self.quoted:
+            return [" ".join(self.words)]
+        return list(self.words)
+
+    def fts5(self) -> str:
+        """The term as an FTS5 string: quoted (so no input is ever FTS5 syntax), maybe prefix."""
+        return '"' + " ".join(self.words) + '"' + ("*" if self.prefix else "")
+
+
+@dataclass(frozen=True)
+class ParsedQuery:
+    """OR of AND-groups of terms; each group has at least one positive (non-negated) term."""
+
+    raw: str
+    groups: tuple[tuple[Term, ...], ...]
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.groups
+
+    @property
+    def terms(self) -> list[Term]:
+        return [t for g in self.groups for t in g]
+
+    @property
+    def has_cjk(self) -> bool:
+        return any(t.cjk for t in self.terms)
+
+    @property
+    def mode(self) -> QueryMode:
+        if not self.has_cjk:
+            return "fts"
+        return "trigram" if self.trigram_plan() is not None else "scan"
+
+    def highlight_needles(self) -> list[str]:
+        """Positive needles, longest first (for building snippets)."""
+        found = {n for t in self.terms if not t.negated for n in t.needles()}
+        return sorted(found, key=lambda n: (-len(n), n))
+
+    def fts5_expression(self) -> str:
+        """An FTS5 MATCH expression for a word index (porter/unicode61 or similar)."""
+        rendered = []
+        for group in self.groups:
+            positive = " AND ".join(t.fts5() for t in group if not t.negated)
+            negative = "".join(f" NOT {t.fts5()}" for t in group if t.negated)
+            rendered.append(f"(({positive}){negative})" if negative else f"({positive})")
+        return " OR ".join(rendered)
+
+    def substring_groups(self) -> list[tuple[list[str], list[str]]]:
+        """Per OR-group: (needles that must occur, needles that must not), case-insensitive."""
+        out = []
+        for group in self.groups:
+            must = [n for t in group if not t.negated for n in t.needles()]
+            must_not = [" ".join(t.words) for t in group if t.negated]
+            out.append((must, must_not))
+        return out
+
+    def trigram_plan(self) -> TrigramPlan | None:
+        """How a trigram index answers this query, or None when it cannot (use a scan)."""
+        if len(self.groups) != 1:
+            return None
+        must, must_not = self.substring_groups()[0]
+        long_needles = [n for n in must if len(n) >= TRIGRAM_MIN_CHARS]
+        if not long_needles:
+            return None
+        short = [n for n in must if len(n) < TRIGRAM_MIN_CHARS]
+        match = " AND ".join('"' + n + '"' for n in long_needles)
+        return TrigramPlan(match=match, also_contains=short, excludes=must_not)
+
+
+@dataclass(frozen=True)
+class TrigramPlan:
+    """A trigram MATCH on the long needles, then substring checks for the rest."""
+
+    match: str
+    also_contains: list[str]
+    excludes: list[str]
+
+
+def _tokens(text: str) -> list[Term | str]:
+    """Split raw text into terms and operator strings; quotes make phrases."""
+    out: list[Term | str] = []
+    pos = 0
+    while pos < len(text):
+        char = text[pos]
+        if char.isspace():
+            pos += 1
+            continue
+        if char == '"':
+            end = text.find('"', pos + 1)
+            if end == -1:  # unterminated: the quote is just noise
+                pos += 1
+                continue
+            words = tuple(_WORD.findall(text[pos + 1:end]))
+            if words:
+                prefix = text[end + 1:end + 2] == "*"
+                out.append(Term(words, prefix=prefix, quoted=True))
+            pos = end + 1
+            continue
+        end = pos
+        while end < len(text) and not text[end].isspace() and text[end] != '"':
+            end += 1
+        out.append(_chunk_token(text[pos:end]))
+        pos = end
+    return [t for t in out if t != ""]
+
+
+def _chunk_token(chunk: str) -> Term | str:
+    if chunk in _OPERATORS:
+        return chunk
+    words = tuple(_WORD.findall(chunk))
+    if not words:
+        return ""
+    prefix = bool(re.search(r"[^\W_]\*+[^\w]*$", chunk))
+    return Term(words, prefix=prefix)
+
+
+def _group(tokens: list[Term | str]) -> tuple[tuple[Term, ...], ...]:
+    groups: list[list[Term]] = [[]]
+    negate_next = False
+    for token in tokens:
+        has_positive = any(not t.negated for t in groups[-1])
+        if token == "OR":
+            if has_positive:
+                groups.append([])
+            negate_next = False
+        elif token == "NOT":
+            negate_next = has_positive
+        elif isinstance(token, Term):
+            if negate_next:
+                token = Term(token.words, token.prefix, True, token.quoted)
+            groups[-1].append(token)
+            negate_next = False
+    return tuple(tuple(g) for g in groups if any(not t.negated for t in g))
+
+
+def parse_query(text: str) -> ParsedQuery:
+    """Sanitize ``text`` into a ``ParsedQuery``; only an empty query raises (SearchQueryError)."""
+    if not isinstance(text, str):
+        raise SearchQueryError(f"a search query must be text, not {type(text).__name__}")
+    if not text.strip():
+        raise SearchQueryError("the search query is empty", hint="give at least one word")
+    # Lone surrogates (from undecodable input) cannot reach a database driver.
+    clean = text[:MAX_QUERY_CHARS].encode("utf-8", "replace").decode("utf-8")
+    tokens = _tokens(clean)
+    kept: list[Term | str] = []
+    count = 0
+    for token in tokens:
+        if isinstance(token, Term):
+            count += 1
+            if count > MAX_TERMS:
+                break
+        kept.append(token)
+    return ParsedQuery(raw=text, groups=_group(kept))
+
+
+def make_snippet(text: str, needles: list[str], *, width: int = 120) -> str:
+    """A ~``width``-character excerpt around the first match, matches wrapped in ``[...]``.
+
+    Matching is case-insensitive; without any match the start of the text is returned.
+    """
+    lowered = text.lower()
+    if len(lowered) != len(text):  # a few characters change length when lowered
+        lowered = text
+    spans = _match_spans(lowered, [n.lower() for n in needles if n])
+    if not spans:
+        return _clip(text, 0, width)
+    first = spans[0][0]
+    start = max(0, first - width // 3)
+    end = min(len(text), start + width)
+    pieces: list[str] = ["…" if start > 0 else ""]
+    cursor = start
+    for lo, hi in spans:
+        if lo < cursor or hi > end:
+            continue
+        pieces.append(text[cursor:lo] + "[" + text[lo:hi] + "]")
+        cursor = hi
+    pieces.append(text[cursor:end] + ("…" if end < len(text) else ""))
+    return "".join(pieces).replace("\n", " ")
+
+
+def _match_spans(lowered: str, needles: list[str]) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    for needle in sorted(set(needles), key=len, reverse=True):
+        start = lowered.find(needle)
+        while start != -1:
+            end = start + len(needle)
+            if not any(lo < end and start < hi for lo, hi in spans):
+                spans.append((start, end))
+            start = lowered.find(needle, end)
+    return sorted(spans)
+
+
+def _clip(text: str, start: int, width: int) -> str:
+    excerpt = text[start:start + width]
+    return excerpt.replace("\n", " ") + ("…" if len(text) > start + width else "")

@@ -1,0 +1,283 @@
+"""The message ledger on SQLite: append, sync a full history, read, rewind, fork.
+
+Invariants:
+- ``seq`` comes from ``sessions.last_seq`` inside the IMMEDIATE write transaction: strictly
+  increasing per session, never reused (not even after a rewind), no gaps within one call.
+- Each row's ``identity`` chains from the previous *active* row (``message_identity``), so the
+  active rows always form one hash chain; a UNIQUE partial index on (session_id, identity)
+  WHERE active backs the no-duplicates rule even if the logic above it were wrong.
+- ``sync_messages(history)``: the longest common prefix of ``history`` and the stored active chain
+  is skipped; if the history diverges from the stored chain at position k (a different message
+  there), the stored active rows from k on are rewound (recorded, reversible) and the rest of the
+  history appended. A history that is a strict prefix of the stored chain changes nothing (an
+  out-of-order or trimmed resend must not rewind newer turns).
+- ``rewind`` starts at an active user message; ``undo_rewind`` restores exactly the rows that
+  rewind deactivated, and only while the active chain still ends where it ended then (nothing
+  appended or rewound since): otherwise it raises Conflict.
+- Nothing here deletes a row.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+
+from refold.errors import Conflict, InvalidInput, MessageValidationError, NotFound
+from refold.messages.model import Message, chain_identities, message_identity
+from refold.store.base import AppendResult, RewindRecord, Session, StoredMessage
+from refold.store.sqlite.rows import MESSAGE_COLUMNS, message_columns, to_message, to_rewind
+from refold.store.sqlite.sessions import SessionOps
+from refold.store.titles import sanitize_title
+
+_PAGE = 500
+
+
+def _check_batch(messages: Sequence[Message],
+                 token_counts: Sequence[int | None] | None) -> list[int | None]:
+    if isinstance(messages, dict | str | bytes):
+        raise InvalidInput("messages must be a list of message objects")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise MessageValidationError(f"expected an object, got {type(message).__name__}",
+                                         index=index)
+        if not isinstance(message.get("role"), str) or not message.get("role"):
+            raise MessageValidationError("missing or invalid role", index=index, field="role")
+    if token_counts is None:
+        return [None] * len(messages)
+    if len(token_counts) != len(messages):
+        raise InvalidInput(f"{len(token_counts)} token counts for {len(messages)} messages")
+    return list(token_counts)
+
+
+class LedgerOps(SessionOps):
+    """Mixin: message rows."""
+
+    def _last_active(self, conn: sqlite3.Connection, session_id: str) -> tuple[int, str] | None:
+        row = conn.execute("SELECT seq, identity FROM messages WHERE session_id = ? AND active = 1 "
+                           "ORDER BY seq DESC LIMIT 1", (session_id,)).fetchone()
+        return (int(row[0]), str(row[1])) if row else None
+
+    def _insert(self, conn: sqlite3.Connection, session: Session, messages: Sequence[Message],
+                counts: Sequence[int | None], identities: Sequence[str]) -> list[StoredMessage]:
+        if not messages:
+            return []
+        last_seq = conn.execute("SELECT last_seq FROM sessions WHERE id = ?",
+                                (session.id,)).fetchone()[0]
+        now = time.time()
+        rows, out = [], []
+        for offset, (message, count, identity) in enumerate(zip(messages, counts, identities,
+                                                               strict=True)):
+            seq = last_seq + 1 + offset
+            role, body, text, tool_call_id, cjk = message_columns(message)
+            rows.append((session.id, seq, role, body, text, tool_call_id, count, now,
+                         identity, cjk))
+            out.append((seq, body, identity, count))
+        conn.executemany(
+            "INSERT INTO messages (session_id, seq, role, message, text, tool_call_id, "
+            "token_count, created_at, active, identity, has_cjk) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)", rows)
+        conn.execute("UPDATE sessions SET last_seq = ?, message_count = message_count + ? "
+                     "WHERE id = ?", (last_seq + len(rows), len(rows), session.id))
+        return [to_message((session.id, seq, body, identity, count, now, 1))
+                for seq, body, identity, count in out]
+
+    def append_messages(self, session_id: str, messages: Sequence[Message], *,
+                        token_counts: Sequence[int | None] | None = None) -> AppendResult:
+        counts = _check_batch(messages, token_counts)
+        with self.db.write() as conn:
+            session = self._session(conn, session_id)
+            last = self._last_active(conn, session_id)
+            identities = chain_identities(list(messages), last[1] if last else None)
+            return AppendResult(self._insert(conn, session, messages, counts, identities), 0)
+
+    def sync_messages(self, session_id: str, history: Sequence[Message], *,
+                      token_counts: Sequence[int | None] | None = None) -> AppendResult:
+        counts = _check_batch(history, token_counts)
+        identities = chain_identities(list(history))
+        with self.db.write() as conn:
+            session = self._session(conn, session_id)
+            keep, rewound = self._common_prefix(conn, session_id, identities)
+            appended = self._insert(conn, session, history[keep:], counts[keep:],
+                                    identities[keep:])
+            return AppendResult(appended, keep, rewound)
+
+    def _common_prefix(self, conn: sqlite3.Connection, session_id: str,
+                       identities: list[str]) -> tuple[int, int]:
+        """(how many of ``identities`` are stored already, how many stored rows were rewound)."""
+        last = self._last_active(conn, session_id)
+        if last is None:
+            return 0, 0
+        # Identities chain, so the stored tip appearing at position i means 0..i all match.
+        positions = {identity: i for i, identity in enumerate(identities)}
+        if last[1] in positions:
+            return positions[last[1]] + 1, 0
+        stored = conn.execute("SELECT seq, identity FROM messages WHERE session_id = ? "
+                              "AND active = 1 ORDER BY seq", (session_id,)).fetchall()
+        keep = 0
+        while (keep < len(stored) and keep < len(identities)
+               and stored[keep][1] == identities[keep]):
+            keep += 1
+        if keep == len(identities):
+            return keep, 0  # a strict prefix of what is stored: nothing new, nothing rewound
+        record = self._rewind_rows(conn, session_id, int(stored[keep][0]))
+        return keep, record.count
+
+    def _rewind_rows(self, conn: sqlite3.Connection, session_id: str,
+                     from_seq: int) -> RewindRecord:
+        now = time.time()
+        cursor = conn.execute("INSERT INTO rewinds (session_id, from_seq, count, created_at) "
+                              "VALUES (?, ?, 0, ?)", (session_id, from_seq, now))
+        rewind_id = int(cursor.lastrowid or 0)
+        count = conn.execute("UPDATE messages SET active = 0, rewind_id = ? WHERE session_id = ? "
+                             "AND active = 1 AND seq >= ?",
+                             (rewind_id, session_id, from_seq)).rowcount
+        conn.execute("UPDATE rewinds SET count = ? WHERE id = ?", (count, rewind_id))
+        return RewindRecord(rewind_id, session_id, from_seq, count, now, False)
+
+    # -- reading ---------------------------------------------------------------------------
+    def get_messages(self, session_id: str, *, include_inactive: bool = False,
+                     start_seq: int | None = None, end_seq: int | None = None,
+                     limit: int | None = None) -> list[StoredMessage]:
+        sql = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?"
+        args: list[object] = [session_id]
+        if not include_inactive:
+            sql += " AND active = 1"
+        if start_seq is not None:
+            sql += " AND seq >= ?"
+            args.append(int(start_seq))
+        if end_seq is not None:
+            sql += " AND seq <= ?"
+            args.append(int(end_seq))
+        sql += " ORDER BY seq"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(max(0, int(limit)))
+        with self.db.read() as conn:
+            self._session(conn, session_id)
+            return [to_message(r) for r in conn.execute(sql, args)]
+
+    def iter_messages(self, session_id: str, *,
+                      include_inactive: bool = False) -> Iterator[StoredMessage]:
+        """Pages through the session so the lock is never held while the caller works."""
+        start = 0
+        while True:
+            page = self.get_messages(session_id, include_inactive=include_inactive,
+                                     start_seq=start, limit=_PAGE)
+            yield from page
+            if len(page) < _PAGE:
+                return
+            start = page[-1].seq + 1
+
+    def last_message(self, session_id: str) -> StoredMessage | None:
+        """The last active message, or None for an empty session."""
+        with self.db.read() as conn:
+            self._session(conn, session_id)
+            row = conn.execute(f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ? "
+                               "AND active = 1 ORDER BY seq DESC LIMIT 1",
+                               (session_id,)).fetchone()
+            return to_message(row) if row else None
+
+    def messages_around(self, session_id: str, seq: int, *, before: int = 2, after: int = 2,
+                        include_inactive: bool = False) -> list[StoredMessage]:
+        """Up to ``before`` rows before ``seq``, the row at ``seq`` (if visible), ``after`` after."""
+        with self.db.read() as conn:
+            return self._around(conn, session_id, seq, before, after, include_inactive)
+
+    def _around(self, conn: sqlite3.Connection, session_id: str, seq: int, before: int,
+                after: int, include_inactive: bool) -> list[StoredMessage]:
+        active = "" if include_inactive else " AND active = 1"
+        base = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?{active}"
+        earlier = conn.execute(base + " AND seq < ? ORDER BY seq DESC LIMIT ?",
+                               (session_id, seq, max(0, before))).fetchall()
+        rest = conn.execute(base + " AND seq >= ? ORDER BY seq LIMIT ?",
+                            (session_id, seq, max(0, after) + 1)).fetchall()
+        if rest and rest[0][1] != seq:  # the row itself is hidden: keep ``after`` rows only
+            rest = rest[:max(0, after)]
+        return [to_message(r) for r in reversed(earlier)] + [to_message(r) for r in rest]
+
+    def set_token_counts(self, session_id: str, counts: dict[int, int]) -> None:
+        with self.db.write() as conn:
+            self._session(conn, session_id)
+            conn.executemany("UPDATE messages SET token_count = ? WHERE session_id = ? AND seq = ?",
+                             [(int(c), session_id, int(s)) for s, c in counts.items()])
+
+    # -- rewind and fork -------------------------------------------------------------------
+    def rewind(self, session_id: str, from_seq: int) -> RewindRecord:
+        with self.db.write() as conn:
+            self._session(conn, session_id)
+            row = conn.execute("SELECT role, active FROM messages WHERE session_id = ? AND seq = ?",
+                               (session_id, int(from_seq))).fetchone()
+            if row is None or not row[1]:
+                raise InvalidInput(f"session {session_id} has no active message {from_seq}")
+            if row[0] != "user":
+                raise InvalidInput(f"message {from_seq} is a {row[0]} message; rewind starts "
+                                   "at a user message", hint="give the seq of a user message")
+            return self._rewind_rows(conn, session_id, int(from_seq))
+
+    def undo_rewind(self, rewind_id: int) -> RewindRecord:
+        with self.db.write() as conn:
+            row = conn.execute("SELECT id, session_id, from_seq, count, created_at, undone "
+                               "FROM rewinds WHERE id = ?", (int(rewind_id),)).fetchone()
+            if row is None:
+                raise NotFound(f"no rewind {rewind_id}")
+            record = to_rewind(row)
+            if record.undone:
+                raise Conflict(f"rewind {rewind_id} is already undone")
+            self._check_restorable(conn, record)
+            conn.execute("UPDATE messages SET active = 1, rewind_id = NULL WHERE rewind_id = ?",
+                         (record.id,))
+            conn.execute("UPDATE rewinds SET undone = 1 WHERE id = ?", (record.id,))
+            return to_rewind((*row[:5], 1))
+
+    def _check_restorable(self, conn: sqlite3.Connection, record: RewindRecord) -> None:
+        first = conn.execute(f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE rewind_id = ? "
+                             "ORDER BY seq LIMIT 1", (record.id,)).fetchone()
+        if first is None:
+            return
+        restored = to_message(first)
+        later = conn.execute("SELECT 1 FROM messages WHERE session_id = ? AND active = 1 "
+                             "AND seq > ? LIMIT 1", (record.session_id, restored.seq)).fetchone()
+        before = conn.execute("SELECT identity FROM messages WHERE session_id = ? AND active = 1 "
+                              "AND seq < ? ORDER BY seq DESC LIMIT 1",
+                              (record.session_id, restored.seq)).fetchone()
+        chained = message_identity(restored.message, before[0] if before else None)
+        if later is not None or chained != restored.identity:
+            raise Conflict(f"rewind {record.id} cannot be undone: session {record.session_id} "
+                           "changed since (messages were appended or rewound after it)",
+                           hint="fork the session at the rewound message instead")
+
+    def fork_session(self, session_id: str, at_seq: int | None = None, *,
+                     kind: str = "fork", title: str | None = None) -> Session:
+        """A new child session holding copies of the active messages up to ``at_seq``."""
+        if kind not in ("fork", "branch"):
+            raise InvalidInput(f"unknown fork kind {kind!r}", hint="use fork or branch")
+        with self.db.write() as conn:
+            parent = self._session(conn, session_id)
+            last = self._fork_point(conn, session_id, at_seq)
+            clean = sanitize_title(title)
+            if clean is None and parent.title:
+                clean = self.next_lineage_title(parent.title)
+            child = self.create_session(title=clean, source=parent.source, model=parent.model,
+                                        parent_session_id=parent.id, link_kind=kind,
+                                        owner=parent.owner)
+            copied = conn.execute(
+                "INSERT INTO messages (session_id, seq, role, message, text, tool_call_id, "
+                "token_count, created_at, active, identity, has_cjk) "
+                "SELECT ?, row_number() OVER (ORDER BY seq), role, message, text, tool_call_id, "
+                "token_count, created_at, 1, identity, has_cjk FROM messages "
+                "WHERE session_id = ? AND active = 1 AND seq <= ? ORDER BY seq",
+                (child.id, parent.id, last)).rowcount
+            conn.execute("UPDATE sessions SET last_seq = ?, message_count = ?, fork_seq = ? "
+                         "WHERE id = ?", (copied, copied, last, child.id))
+            return self._session(conn, child.id)
+
+    def _fork_point(self, conn: sqlite3.Connection, session_id: str, at_seq: int | None) -> int:
+        if at_seq is None:
+            last = self._last_active(conn, session_id)
+            return last[0] if last else 0
+        row = conn.execute("SELECT 1 FROM messages WHERE session_id = ? AND seq = ? "
+                           "AND active = 1", (session_id, int(at_seq))).fetchone()
+        if row is None:
+            raise InvalidInput(f"session {session_id} has no active message {at_seq} to fork at")
+        return int(at_seq)

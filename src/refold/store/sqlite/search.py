@@ -1,0 +1,180 @@
+"""Search over the SQLite ledger: FTS5 for words, trigram for CJK, an exact scan for short CJK.
+
+Paths (chosen by ``ParsedQuery.mode``, see ``refold.search.query``):
+- ``fts``: ``messages_fts`` (porter + unicode61) MATCH; relevance is bm25, snippets from FTS5.
+- ``trigram``: ``messages_trigram`` (CJK rows only) MATCH on the 3+ character needles, then
+  ``instr`` checks for the shorter ones and the excluded ones.
+- ``scan``: 1–2 character CJK needles (which no trigram can answer) or OR-groups with CJK:
+  ``instr`` over the CJK rows of the content table, newest first, in id-range chunks until
+  ``limit`` hits are found or ``scan_budget_seconds`` has passed (then the newest hits found so
+  far are returned). Within one session the scan is unchunked (bounded by the session).
+
+Invariants: user text reaches SQL only as bound parameters or as FTS5 strings built by the
+sanitizer; rewound rows are excluded unless ``include_inactive``; archived rows (before a
+checkpoint) are ordinary rows and stay searchable.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from dataclasses import dataclass
+
+from refold.search.query import ParsedQuery, make_snippet, parse_query
+from refold.store.base import SearchHit, SearchQuery
+from refold.store.sqlite.state import StateOps
+
+log = logging.getLogger(__name__)
+
+MAX_LIMIT = 500
+SCAN_CHUNK = 50_000
+_HIT_COLUMNS = "m.id, m.session_id, m.seq, m.role, m.text, m.created_at, s.title"
+
+
+@dataclass(frozen=True)
+class _Row:
+    session_id: str
+    seq: int
+    role: str
+    text: str
+    created_at: float
+    title: str | None
+    score: float
+    snippet: str | None
+
+
+def _filters(query: SearchQuery) -> tuple[str, list[object]]:
+    conds: list[str] = []
+    args: list[object] = []
+    checks: list[tuple[object, str]] = [
+        (query.session_id, "m.session_id = ?"), (query.exclude_session_id, "m.session_id != ?"),
+        (query.role, "m.role = ?"), (query.source, "s.source = ?"), (query.owner, "s.owner = ?"),
+        (query.since, "m.created_at >= ?"), (query.until, "m.created_at <= ?")]
+    for value, cond in checks:
+        if value is not None:
+            conds.append(cond)
+            args.append(value)
+    if not query.include_inactive:
+        conds.append("m.active = 1")
+    return "".join(" AND " + c for c in conds), args
+
+
+def _contains(needle: str, negate: bool = False) -> str:
+    """An instr() test; lower() only when case matters (it costs on long CJK text)."""
+    column = "lower(m.text)" if needle.lower() != needle.upper() else "m.text"
+    value = "lower(?)" if column != "m.text" else "?"
+    return f"instr({column}, {value}) {'=' if negate else '>'} 0"
+
+
+def _substring_predicate(parsed: ParsedQuery) -> tuple[str, list[object]]:
+    groups: list[str] = []
+    args: list[object] = []
+    for must, must_not in parsed.substring_groups():
+        parts = [_contains(n) for n in must] + [_contains(n, True) for n in must_not]
+        args.extend(must + must_not)
+        groups.append("(" + " AND ".join(parts) + ")")
+    return "(" + " OR ".join(groups) + ")", args
+
+
+class SearchOps(StateOps):
+    """Mixin: ``search``. Needs ``self.scan_budget_seconds``."""
+
+    scan_budget_seconds: float
+
+    def search(self, query: SearchQuery) -> list[SearchHit]:
+        parsed = parse_query(query.text)
+        if parsed.is_empty:
+            return []
+        limit = max(1, min(int(query.limit), MAX_LIMIT))
+        with self.db.read() as conn:
+            rows = self._run(conn, parsed, query, limit)
+            return [self._hit(conn, row, parsed, query) for row in rows]
+
+    def _run(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
+             limit: int) -> list[_Row]:
+        mode = parsed.mode
+        try:
+            if mode == "fts":
+                return self._fts(conn, parsed, query, limit)
+            if mode == "trigram":
+                return self._trigram(conn, parsed, query, limit)
+            return self._scan(conn, parsed, query, limit)
+        except sqlite3.OperationalError as exc:
+            # The sanitizer only emits quoted FTS5 strings; should the engine still refuse one,
+            # the user gets no hits rather than an error (search never raises on user input).
+            if "fts5" not in str(exc).lower():
+                raise
+            log.warning("search query rejected by FTS5 (%s); returning no hits", exc)
+            return []
+
+    def _fts(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
+             limit: int) -> list[_Row]:
+        where, args = _filters(query)
+        order = "score" if query.sort == "relevance" else "f.rowid DESC"
+        rows = conn.execute(
+            f"SELECT {_HIT_COLUMNS}, bm25(messages_fts) AS score, "
+            "snippet(messages_fts, 0, '[', ']', '…', 24) "
+            "FROM messages_fts f JOIN messages m ON m.id = f.rowid "
+            "JOIN sessions s ON s.id = m.session_id "
+            f"WHERE messages_fts MATCH ?{where} ORDER BY {order} LIMIT ?",
+            [parsed.fts5_expression(), *args, limit]).fetchall()
+        return [_Row(r[1], r[2], r[3], r[4], r[5], r[6], -float(r[7]), r[8]) for r in rows]
+
+    def _trigram(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
+                 limit: int) -> list[_Row]:
+        plan = parsed.trigram_plan()
+        assert plan is not None  # mode == "trigram" guarantees it
+        where, args = _filters(query)
+        extra = "".join(" AND " + _contains(n) for n in plan.also_contains)
+        extra += "".join(" AND " + _contains(n, True) for n in plan.excludes)
+        order = "score" if query.sort == "relevance" else "t.rowid DESC"
+        rows = conn.execute(
+            f"SELECT {_HIT_COLUMNS}, bm25(messages_trigram) AS score "
+            "FROM messages_trigram t JOIN messages m ON m.id = t.rowid "
+            "JOIN sessions s ON s.id = m.session_id "
+            f"WHERE messages_trigram MATCH ?{extra}{where} ORDER BY {order} LIMIT ?",
+            [plan.match, *plan.also_contains, *plan.excludes, *args, limit]).fetchall()
+        return [_Row(r[1], r[2], r[3], r[4], r[5], r[6], -float(r[7]), None) for r in rows]
+
+    def _scan(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
+              limit: int) -> list[_Row]:
+        where, args = _filters(query)
+        predicate, pred_args = _substring_predicate(parsed)
+        base = (f"SELECT {_HIT_COLUMNS} FROM messages m JOIN sessions s ON s.id = m.session_id "
+                f"WHERE m.has_cjk = 1 AND {predicate}{where}")
+        if query.session_id is not None:
+            rows = conn.execute(base + " ORDER BY m.id DESC LIMIT ?",
+                                [*pred_args, *args, limit]).fetchall()
+        else:
+            rows = self._scan_chunks(conn, base, [*pred_args, *args], limit)
+        return [_Row(r[1], r[2], r[3], r[4], r[5], r[6], 0.0, None) for r in rows]
+
+    def _scan_chunks(self, conn: sqlite3.Connection, base: str, args: list[object],
+                     limit: int) -> list[tuple[object, ...]]:
+        top = conn.execute("SELECT max(id) FROM messages").fetchone()[0]
+        if top is None:
+            return []
+        deadline = time.monotonic() + self.scan_budget_seconds
+        found: list[tuple[object, ...]] = []
+        high = int(top)
+        while high > 0 and len(found) < limit:
+            low = high - SCAN_CHUNK
+            found += conn.execute(base + " AND m.id > ? AND m.id <= ? ORDER BY m.id DESC LIMIT ?",
+                                  [*args, low, high, limit - len(found)]).fetchall()
+            high = low
+            if time.monotonic() > deadline:
+                log.info("CJK substring scan stopped at its time budget (id %d)", high)
+                break
+        return found
+
+    def _hit(self, conn: sqlite3.Connection, row: _Row, parsed: ParsedQuery,
+             query: SearchQuery) -> SearchHit:
+        snippet = row.snippet or make_snippet(row.text, parsed.highlight_needles())
+        window = []
+        if query.window > 0:
+            window = self._around(conn, row.session_id, row.seq, query.window, query.window,
+                                  query.include_inactive)
+        return SearchHit(session_id=row.session_id, session_title=row.title, seq=row.seq,
+                         role=row.role, snippet=snippet, content=row.text,
+                         created_at=row.created_at, score=row.score, window=window)

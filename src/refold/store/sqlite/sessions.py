@@ -1,0 +1,255 @@
+"""Sessions on SQLite: create, look up, resolve references, rename, delete, usage, lineage.
+
+Invariants:
+- Titles are sanitized (``refold.store.titles``) and unique: taking a used title is a Conflict.
+- ``resolve_session`` tries, in order: the exact id; the title (a plain ``name`` resolves to the
+  highest ``name #N`` of its lineage); a unique id prefix (LIKE wildcards in the reference are
+  escaped). Several prefix matches raise AmbiguousReference listing them; none raises NotFound.
+- ``delete_session`` removes the session and every row it owns (messages, checkpoints, events,
+  rewinds). Its children are re-parented to its parent, keeping their link kind; when it has no
+  parent the children become roots (link kind and fork seq cleared).
+- ``resolve_resume`` follows *compaction* children only (a continuation of the same
+  conversation); branches and forks are separate conversations that are resumed by their own id.
+  It walks to the newest child at each step and returns the deepest session on that path that has
+  messages (the start itself when none has).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+import uuid
+
+from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
+from refold.store.base import Session
+from refold.store.sqlite.database import Database
+from refold.store.sqlite.rows import SESSION_COLUMNS, to_session
+from refold.store.titles import (
+    latest_lineage_title,
+    like_escape,
+    next_lineage_title,
+    sanitize_title,
+    split_lineage_title,
+)
+
+LINK_KINDS = frozenset({"compaction", "branch", "fork"})
+
+
+class SessionOps:
+    """Mixin: session rows. Needs ``self.db``."""
+
+    db: Database
+
+    def _session(self, conn: sqlite3.Connection, session_id: str) -> Session:
+        row = conn.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?",
+                           (session_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"no session {session_id!r}",
+                           hint="`refold sessions list` shows the sessions")
+        return to_session(row)
+
+    def _check_title_free(self, conn: sqlite3.Connection, title: str | None,
+                          session_id: str | None = None) -> None:
+        if title is None:
+            return
+        row = conn.execute("SELECT id FROM sessions WHERE title = ?", (title,)).fetchone()
+        if row is not None and row[0] != session_id:
+            raise Conflict(f"the title {title!r} is already used by session {row[0]}",
+                           hint="choose another title")
+
+    def create_session(self, *, title: str | None = None, source: str | None = None,
+                       model: str | None = None, parent_session_id: str | None = None,
+                       link_kind: str | None = None, owner: str = "",
+                       session_id: str | None = None) -> Session:
+        if link_kind is not None and link_kind not in LINK_KINDS:
+            raise InvalidInput(f"unknown link kind {link_kind!r}",
+                               hint="use compaction, branch or fork")
+        if session_id is not None and not str(session_id).strip():
+            raise InvalidInput("a session id cannot be empty")
+        clean = sanitize_title(title)
+        new_id = session_id or uuid.uuid4().hex
+        with self.db.write() as conn:
+            if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (new_id,)).fetchone():
+                raise Conflict(f"a session with id {new_id!r} already exists")
+            if parent_session_id is not None:
+                self._session(conn, parent_session_id)
+            self._check_title_free(conn, clean)
+            conn.execute(
+                "INSERT INTO sessions (id, title, parent_session_id, link_kind, source, model, "
+                "owner, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (new_id, clean, parent_session_id,
+                 link_kind if parent_session_id is not None else None,
+                 source, model, owner or "", time.time()))
+            return self._session(conn, new_id)
+
+    def get_session(self, session_id: str) -> Session:
+        with self.db.read() as conn:
+            return self._session(conn, session_id)
+
+    def resolve_session(self, ref: str, *, owner: str | None = None) -> Session:
+        text = (ref or "").strip()
+        if not text:
+            raise InvalidInput("a session reference cannot be empty",
+                               hint="give a session id, id prefix or title")
+        with self.db.read() as conn:
+            for found in (self._by_id(conn, text), self._by_title(conn, text, owner)):
+                if found is not None and (owner is None or found.owner == owner):
+                    return found
+            return self._by_prefix(conn, text, owner)
+
+    def _by_id(self, conn: sqlite3.Connection, ref: str) -> Session | None:
+        row = conn.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?",
+                           (ref,)).fetchone()
+        return to_session(row) if row else None
+
+    def _lineage_titles(self, conn: sqlite3.Connection, base: str,
+                        owner: str | None = None) -> list[str]:
+        sql = "SELECT title FROM sessions WHERE (title = ? OR title LIKE ? ESCAPE '\\')"
+        args: list[object] = [base, like_escape(base) + " #%"]
+        if owner is not None:
+            sql += " AND owner = ?"
+            args.append(owner)
+        return [r[0] for r in conn.execute(sql, args)]
+
+    def _by_title(self, conn: sqlite3.Connection, ref: str,
+                  owner: str | None) -> Session | None:
+        title = sanitize_title(ref)
+        if title is None:
+            return None
+        if split_lineage_title(title)[1] > 1:  # an explicit "name #N" means that one
+            row = conn.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE title = ?",
+                               (title,)).fetchone()
+            if row:
+                return to_session(row)
+        latest = latest_lineage_title(title, self._lineage_titles(conn, title, owner))
+        if latest is None:
+            return None
+        row = conn.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE title = ?",
+                           (latest,)).fetchone()
+        return to_session(row) if row else None
+
+    def _by_prefix(self, conn: sqlite3.Connection, ref: str, owner: str | None) -> Session:
+        sql = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id LIKE ? ESCAPE '\\'"
+        args: list[object] = [like_escape(ref) + "%"]
+        if owner is not None:
+            sql += " AND owner = ?"
+            args.append(owner)
+        rows = conn.execute(sql + " ORDER BY started_at DESC LIMIT 21", args).fetchall()
+        if len(rows) == 1:
+            return to_session(rows[0])
+        if not rows:
+            raise NotFound(f"no session matches {ref!r}",
+                           hint="`refold sessions list` shows ids and titles")
+        ids = [r[0] for r in rows[:20]]
+        raise AmbiguousReference(f"{ref!r} matches {len(rows)}{'+' if len(rows) > 20 else ''} "
+                                 "sessions", candidates=ids, hint="give more of the id")
+
+    def list_sessions(self, *, limit: int = 50, owner: str | None = None,
+                      source: str | None = None) -> list[Session]:
+        sql = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE 1 = 1"
+        args: list[object] = []
+        if owner is not None:
+            sql += " AND owner = ?"
+            args.append(owner)
+        if source is not None:
+            sql += " AND source = ?"
+            args.append(source)
+        sql += " ORDER BY started_at DESC, rowid DESC LIMIT ?"
+        args.append(max(0, int(limit)))
+        with self.db.read() as conn:
+            return [to_session(r) for r in conn.execute(sql, args)]
+
+    def rename_session(self, session_id: str, title: str) -> Session:
+        clean = sanitize_title(title)
+        if clean is None:
+            raise InvalidInput("a session title cannot be empty")
+        with self.db.write() as conn:
+            self._session(conn, session_id)
+            self._check_title_free(conn, clean, session_id)
+            conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (clean, session_id))
+            return self._session(conn, session_id)
+
+    def delete_session(self, session_id: str) -> int:
+        with self.db.write() as conn:
+            return self._delete(conn, self._session(conn, session_id))
+
+    def _delete(self, conn: sqlite3.Connection, session: Session) -> int:
+        if session.parent_session_id is None:
+            conn.execute("UPDATE sessions SET parent_session_id = NULL, link_kind = NULL, "
+                         "fork_seq = NULL WHERE parent_session_id = ?", (session.id,))
+        else:
+            conn.execute("UPDATE sessions SET parent_session_id = ? WHERE parent_session_id = ?",
+                         (session.parent_session_id, session.id))
+        count = conn.execute("SELECT count(*) FROM messages WHERE session_id = ?",
+                             (session.id,)).fetchone()[0]
+        conn.execute("DELETE FROM sessions WHERE id = ?", (session.id,))
+        return int(count)
+
+    def end_session(self, session_id: str, reason: str) -> None:
+        with self.db.write() as conn:
+            self._session(conn, session_id)
+            conn.execute("UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ?",
+                         (time.time(), reason, session_id))
+
+    def add_usage(self, session_id: str, *, input_tokens: int = 0, output_tokens: int = 0,
+                  cache_read_tokens: int = 0, cost_usd: float = 0.0,
+                  model: str | None = None) -> None:
+        with self.db.write() as conn:
+            self._session(conn, session_id)
+            conn.execute(
+                "UPDATE sessions SET input_tokens = input_tokens + ?, "
+                "output_tokens = output_tokens + ?, cache_read_tokens = cache_read_tokens + ?, "
+                "cost_usd = cost_usd + ?, model = coalesce(?, model) WHERE id = ?",
+                (int(input_tokens), int(output_tokens), int(cache_read_tokens),
+                 float(cost_usd), model, session_id))
+
+    # -- lineage -------------------------------------------------------------------------
+    def ancestors(self, session_id: str) -> list[Session]:
+        """The chain of parents, nearest first (the session itself is not included)."""
+        with self.db.read() as conn:
+            self._session(conn, session_id)
+            rows = conn.execute(
+                f"""WITH RECURSIVE chain(id, depth) AS (
+                        SELECT parent_session_id, 1 FROM sessions WHERE id = ?
+                        UNION ALL
+                        SELECT s.parent_session_id, chain.depth + 1
+                        FROM sessions s JOIN chain ON s.id = chain.id
+                        WHERE chain.depth < 10000)
+                    SELECT {', '.join('s.' + c.strip() for c in SESSION_COLUMNS.split(','))}
+                    FROM chain JOIN sessions s ON s.id = chain.id ORDER BY chain.depth""",
+                (session_id,)).fetchall()
+            return [to_session(r) for r in rows]
+
+    def children(self, session_id: str) -> list[Session]:
+        """Direct children, oldest first."""
+        with self.db.read() as conn:
+            self._session(conn, session_id)
+            rows = conn.execute(
+                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE parent_session_id = ? "
+                "ORDER BY started_at, rowid", (session_id,)).fetchall()
+            return [to_session(r) for r in rows]
+
+    def resolve_resume(self, session_id: str) -> Session:
+        with self.db.read() as conn:
+            current = self._session(conn, session_id)
+            best = current
+            seen = {current.id}
+            while True:
+                row = conn.execute(
+                    f"SELECT {SESSION_COLUMNS} FROM sessions WHERE parent_session_id = ? "
+                    "AND link_kind = 'compaction' ORDER BY started_at DESC, rowid DESC LIMIT 1",
+                    (current.id,)).fetchone()
+                if row is None or row[0] in seen:
+                    return best
+                current = to_session(row)
+                seen.add(current.id)
+                if current.message_count > 0:
+                    best = current
+
+    def next_lineage_title(self, title: str) -> str:
+        clean = sanitize_title(title)
+        if clean is None:
+            raise InvalidInput("a session title cannot be empty")
+        base, _ = split_lineage_title(clean)
+        with self.db.read() as conn:
+            return next_lineage_title(base, self._lineage_titles(conn, base))

@@ -1,0 +1,101 @@
+"""``SQLiteStore``: the embedded ledger backend (one file, WAL, FTS5).
+
+Composed from mixins, one per concern: ``SessionOps`` (sessions, lineage) → ``LedgerOps``
+(messages, rewind, fork) → ``StateOps`` (checkpoints, projection, events, leases, memory) →
+``SearchOps`` (search). This module adds opening/migrating and maintenance.
+
+Invariants: the schema is migrated before the first call returns; every call is one
+transaction (see ``database.Database``); ``prune_sessions`` removes only ENDED sessions.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from typing import Any
+
+from refold.errors import InvalidInput
+from refold.store.sqlite.database import Database, Synchronous
+from refold.store.sqlite.schema import LATEST_VERSION, applied_versions, migrate
+from refold.store.sqlite.search import SearchOps
+
+log = logging.getLogger(__name__)
+
+
+class SQLiteStore(SearchOps):
+    """The SQLite implementation of ``refold.store.Store``.
+
+    ``path`` is a file path or ``":memory:"``. ``synchronous="FULL"`` makes every commit durable
+    against power loss (``"NORMAL"`` is durable against process crashes only, and faster).
+    ``vfs`` picks an SQLite VFS (e.g. ``"unix-dotfile"`` on filesystems without POSIX locks).
+    ``scan_budget_seconds`` caps the exact substring scan used for 1–2 character CJK queries.
+    """
+
+    def __init__(self, path: str = ":memory:", *, synchronous: Synchronous = "FULL",
+                 busy_timeout_ms: int = 30_000, vfs: str | None = None,
+                 scan_budget_seconds: float = 2.0) -> None:
+        if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise InvalidInput(f"unknown synchronous mode {synchronous!r}")
+        self.url = path if path == ":memory:" else f"sqlite:///{path}"
+        self.path = path
+        self.scan_budget_seconds = scan_budget_seconds
+        self.db = Database(path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms,
+                           vfs=vfs)
+        try:
+            with self.db.translated():
+                migrate(self.db.conn)
+        except BaseException:
+            self.db.close()
+            raise
+
+    @property
+    def journal_mode(self) -> str:
+        return self.db.journal_mode
+
+    def prune_sessions(self, older_than_days: float) -> int:
+        """Delete ended sessions that ended more than ``older_than_days`` ago; returns how many."""
+        if older_than_days < 0:
+            raise InvalidInput("older_than_days cannot be negative")
+        cutoff = time.time() - older_than_days * 86400
+        with self.db.write() as conn:
+            ids = [r[0] for r in conn.execute(
+                "SELECT id FROM sessions WHERE ended_at IS NOT NULL AND ended_at < ? "
+                "ORDER BY started_at DESC", (cutoff,))]
+            for session_id in ids:
+                self._delete(conn, self._session(conn, session_id))
+            return len(ids)
+
+    def integrity_check(self) -> list[str]:
+        """Problems found by SQLite, the foreign keys and the FTS indexes ([] when all is well)."""
+        problems: list[str] = []
+        with self.db.read() as conn:
+            rows = [str(r[0]) for r in conn.execute("PRAGMA integrity_check")]
+            problems += [r for r in rows if r != "ok"]
+            problems += [f"foreign key: {r[0]} row {r[1]} -> {r[2]}"
+                         for r in conn.execute("PRAGMA foreign_key_check")]
+        for table in ("messages_fts", "messages_trigram"):
+            try:
+                with self.db.write() as conn:
+                    conn.execute(f"INSERT INTO {table}({table}) VALUES ('integrity-check')")
+            except Exception as exc:  # any failure here is a finding, not a crash
+                problems.append(f"{table}: {exc}")
+        return problems
+
+    def info(self) -> dict[str, Any]:
+        with self.db.read() as conn:
+            counts = {table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                      for table in ("sessions", "messages", "checkpoints", "events")}
+            versions = sorted(applied_versions(conn))
+        return {"backend": "sqlite", "path": self.path, "sqlite_version": sqlite3.sqlite_version,
+                "journal_mode": self.db.journal_mode, "schema_version": max(versions),
+                "schema_latest": LATEST_VERSION, **counts}
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,106 @@
+"""Session titles: sanitizing and lineage numbering ("name", "name #2", "name #3").
+
+Pure functions shared by every backend; the backend only supplies the titles that exist.
+
+Invariants:
+- ``sanitize_title`` output has no control, format (zero-width, bidi) or surrogate characters,
+  no leading/trailing or repeated whitespace, and at most ``MAX_TITLE_LENGTH`` characters; CJK,
+  emoji and other printable text are kept as they are.
+- ``split_lineage_title("name #3") == ("name", 3)``; a title without a suffix is number 1.
+- ``next_lineage_title`` never returns a title that is in ``existing``.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+
+from refold.errors import InvalidInput
+
+MAX_TITLE_LENGTH = 100
+
+# Zero-width and invisible characters unicodedata does not all put in category Cf.
+_INVISIBLE = frozenset("\u200b\u200c\u200d\u2060\ufeff\u180e\u00ad")
+_SUFFIX = re.compile(r"^(?P<base>.*?) #(?P<n>[1-9][0-9]{0,8})$")
+
+
+def _keep(char: str) -> bool:
+    if char in _INVISIBLE:
+        return False
+    # Control chars became separators before this; format, surrogate, private and unassigned
+    # characters are dropped.
+    return unicodedata.category(char) not in ("Cc", "Cf", "Cs", "Co", "Cn")
+
+
+def sanitize_title(raw: str | None) -> str | None:
+    """Clean a user-supplied title; None or an all-blank title gives None.
+
+    Control characters (tabs, newlines) count as whitespace; zero-width and other format
+    characters are dropped; runs of whitespace collapse to one space; the result is cut to
+    ``MAX_TITLE_LENGTH`` characters (without leaving a trailing space).
+    """
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise InvalidInput(f"a session title must be text, not {type(raw).__name__}")
+    chars: list[str] = []
+    for char in raw:
+        if char.isspace() or unicodedata.category(char) == "Cc":
+            chars.append(" ")
+        elif _keep(char):
+            chars.append(char)
+    text = " ".join("".join(chars).split())
+    text = text[:MAX_TITLE_LENGTH].rstrip()
+    return text or None
+
+
+def split_lineage_title(title: str) -> tuple[str, int]:
+    """``"name #3"`` → ``("name", 3)``; ``"name"`` → ``("name", 1)``."""
+    match = _SUFFIX.match(title)
+    if match and match.group("base"):
+        return match.group("base"), int(match.group("n"))
+    return title, 1
+
+
+def lineage_number(title: str, base: str) -> int | None:
+    """The number of ``title`` within ``base``'s lineage, or None if it is not part of it."""
+    if title == base:
+        return 1
+    found_base, number = split_lineage_title(title)
+    if found_base == base and number > 1:
+        return number
+    return None
+
+
+def next_lineage_title(title: str, existing: Iterable[str]) -> str:
+    """The next free title along ``title``'s lineage: ``"name #N"`` with N one past the highest.
+
+    ``existing`` should hold at least every title equal to the base or starting with
+    ``base + " #"`` (backends fetch just those). A base that is not taken yet is returned as is.
+    """
+    base, _ = split_lineage_title(title)
+    numbers = [n for n in (lineage_number(t, base) for t in existing) if n is not None]
+    if not numbers:
+        return base
+    candidate = f"{base} #{max(numbers) + 1}"
+    if len(candidate) > MAX_TITLE_LENGTH:
+        suffix = candidate[len(base):]
+        candidate = base[: MAX_TITLE_LENGTH - len(suffix)].rstrip() + suffix
+    return candidate
+
+
+def latest_lineage_title(base: str, existing: Iterable[str]) -> str | None:
+    """Among ``existing``, the title with the highest number in ``base``'s lineage."""
+    best: tuple[int, str] | None = None
+    for title in existing:
+        number = lineage_number(title, base)
+        if number is not None and (best is None or number > best[0]):
+            best = (number, title)
+    return best[1] if best else None
+
+
+def like_escape(text: str, escape: str = "\\") -> str:
+    """Escape LIKE wildcards (``%``, ``_``) and the escape char itself, for ``ESCAPE '\\'``."""
+    return (text.replace(escape, escape * 2).replace("%", escape + "%")
+            .replace("_", escape + "_"))
