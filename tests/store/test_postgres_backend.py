@@ -1,0 +1,158 @@
+"""PostgreSQL-specific behaviour: migrations, URLs, lossless text, pg_trgm CJK, leases, memory."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+
+from conftest import POSTGRES_URL, require_postgres
+from refold.errors import Conflict, InvalidInput, MigrationError, StorageError
+from refold.store.base import MemoryRow, SearchQuery
+
+pytestmark = pytest.mark.postgres
+
+
+def _store(schema: str) -> Any:
+    from refold.store.postgres import PostgresStore
+
+    return PostgresStore(POSTGRES_URL, schema=schema)
+
+
+def test_reopening_applies_no_migration_twice(postgres_store: Any) -> None:
+    again = _store(postgres_store.schema)
+    try:
+        assert again.applied_migrations == []
+        assert postgres_store.applied_migrations != []
+    finally:
+        again.close()
+
+
+def test_a_schema_from_a_newer_refold_is_refused(postgres_store: Any) -> None:
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f'INSERT INTO "{postgres_store.schema}".schema_migrations '
+                     "VALUES (999, 'future', 0)")
+    with pytest.raises(MigrationError, match="newer"):
+        _store(postgres_store.schema)
+
+
+def test_schema_from_url_query_and_bad_names() -> None:
+    require_postgres()
+    from refold.store.postgres import PostgresStore
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    store = PostgresStore(f"{POSTGRES_URL}?schema={schema}")
+    try:
+        assert store.schema == schema
+        assert store.info()["schema"] == schema
+    finally:
+        store.drop_schema()
+        store.close()
+    with pytest.raises(InvalidInput):
+        PostgresStore(POSTGRES_URL, schema='x"; DROP TABLE y; --')
+
+
+def test_unreachable_server_is_a_storage_error() -> None:
+    from refold.store.postgres import PostgresStore
+
+    with pytest.raises(StorageError):
+        PostgresStore("postgresql://127.0.0.1:1/test", timeout=2)
+
+
+def test_nul_and_lone_surrogates_round_trip(postgres_store: Any) -> None:
+    session = postgres_store.create_session()
+    odd = [{"role": "user", "content": "a\x00b deploy"},
+           {"role": "assistant", "content": "half \ud83d pair", "name": "x\x00"},
+           {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "\x00"}]}]
+    postgres_store.append_messages(session.id, odd)
+    assert [m.message for m in postgres_store.get_messages(session.id)] == odd
+    assert postgres_store.sync_messages(session.id, odd).appended == []
+    hits = postgres_store.search(SearchQuery("deploy"))
+    assert [h.seq for h in hits] == [1]
+    draft_summary = "summary with \x00 and \udc00"
+    from refold.store.base import CheckpointDraft
+
+    cp = postgres_store.add_checkpoint(session.id, CheckpointDraft(
+        summary=draft_summary, first_seq=1, last_seq=1, tail_start_seq=2,
+        details={"k": "\x00"}))
+    assert postgres_store.latest_checkpoint(session.id).summary == draft_summary
+    assert cp.details == {"k": "\x00"}
+
+
+def test_nul_in_a_session_field_is_invalid_input(postgres_store: Any) -> None:
+    with pytest.raises(InvalidInput):
+        postgres_store.create_session(source="bad\x00source")
+
+
+def test_cjk_one_and_two_characters_find_every_message(postgres_store: Any) -> None:
+    session = postgres_store.create_session()
+    texts = ["我们部署了服务", "部署失败", "English only", "测试部", "署名", "部"]
+    postgres_store.append_messages(session.id, [{"role": "user", "content": t} for t in texts])
+    seqs = {q: sorted(h.seq for h in postgres_store.search(SearchQuery(q, limit=50)))
+            for q in ("部", "部署", "署", "部署失败")}
+    assert seqs == {"部": [1, 2, 4, 6], "部署": [1, 2], "署": [1, 2, 5], "部署失败": [2]}
+    hit = postgres_store.search(SearchQuery("部署失败"))[0]
+    assert "[部署失败]" in hit.snippet
+
+
+def test_trigram_index_serves_cjk_substrings(postgres_store: Any) -> None:
+    with psycopg.connect(POSTGRES_URL) as conn:
+        conn.execute(f'SET search_path TO "{postgres_store.schema}", public')
+        conn.execute("SET enable_seqscan = off")
+        plan = "\n".join(r[0] for r in conn.execute(
+            "EXPLAIN SELECT id FROM messages WHERE search_text ILIKE '%部署失败%'"))
+    assert "messages_trgm" in plan
+
+
+def test_latin_search_stems_ranks_and_survives_stop_words(postgres_store: Any) -> None:
+    session = postgres_store.create_session(title="ops")
+    postgres_store.append_messages(session.id, [
+        {"role": "user", "content": "we deployed the service to config.yaml hosts"},
+        {"role": "assistant", "content": "deploy deploy deploy again"},
+        {"role": "user", "content": "the end"}])
+    assert {h.seq for h in postgres_store.search(SearchQuery("deploying"))} == {1, 2}
+    assert postgres_store.search(SearchQuery("deploy"))[0].seq == 2  # most occurrences first
+    assert [h.seq for h in postgres_store.search(SearchQuery("config.yaml"))] == [1]
+    assert {h.seq for h in postgres_store.search(SearchQuery("the"))} == {1, 3}
+    for nasty in ("C++", '"unterminated', "(problem", "hello AND", "***", "{test}",
+                  "OR hello", "a AND OR b", "deploy*", "it's", "\\", "'; DROP TABLE x; --"):
+        postgres_store.search(SearchQuery(nasty))  # never raises
+
+
+def test_lease_excludes_other_holders_until_released_or_expired(postgres_store: Any) -> None:
+    other = _store(postgres_store.schema)  # a second host: its own pool
+    try:
+        assert postgres_store.acquire_lease("compact:s1", "host-a", 60)
+        assert not other.acquire_lease("compact:s1", "host-b", 60)
+        assert postgres_store.acquire_lease("compact:s1", "host-a", 60)  # renewal
+        other.release_lease("compact:s1", "host-b")  # not the holder: no effect
+        assert not other.acquire_lease("compact:s1", "host-b", 60)
+        postgres_store.release_lease("compact:s1", "host-a")
+        assert other.acquire_lease("compact:s1", "host-b", 0.2)
+        deadline = time.monotonic() + 10
+        while not postgres_store.acquire_lease("compact:s1", "host-a", 60):
+            assert time.monotonic() < deadline, "an expired lease was never released"
+            time.sleep(0.05)
+    finally:
+        other.close()
+
+
+def test_memory_save_is_compare_and_swap_across_hosts(postgres_store: Any) -> None:
+    other = _store(postgres_store.schema)
+    try:
+        assert postgres_store.memory_load("default", "memory") == ([], 0)
+        row = MemoryRow(text="likes tea \x00", created_at=1.0, updated_at=2.0)
+        assert postgres_store.memory_save("default", "memory", [row], 0) == 1
+        with pytest.raises(Conflict):
+            other.memory_save("default", "memory", [], 0)
+        rows, version = other.memory_load("default", "memory")
+        assert (rows, version) == ([row], 1)
+        assert other.memory_save("default", "memory", [], 1) == 2
+        with pytest.raises(Conflict):
+            postgres_store.memory_save("default", "memory", [row], 1)
+        assert postgres_store.memory_load("default", "user") == ([], 0)
+    finally:
+        other.close()
