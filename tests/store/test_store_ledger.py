@@ -1,0 +1,272 @@
+"""Conformance: append, sync of full histories, reads, rewind and fork (every backend)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from refold.errors import Conflict, InvalidInput, MessageValidationError, NotFound
+from refold.messages.model import chain_identities
+from refold.store import Store
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def bot(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def contents(store: Store, session_id: str, **kw: Any) -> list[str]:
+    return [m.message.get("content") for m in store.get_messages(session_id, **kw)]
+
+
+def test_append_assigns_increasing_seq_and_chained_identity(store: Store) -> None:
+    s = store.create_session()
+    first = store.append_messages(s.id, [user("a"), bot("b")], token_counts=[3, 4])
+    second = store.append_messages(s.id, [user("a")])
+    assert [m.seq for m in first.appended] == [1, 2]
+    assert [m.seq for m in second.appended] == [3]
+    assert first.skipped == 0 and first.rewound == 0
+    stored = store.get_messages(s.id)
+    assert [m.identity for m in stored] == chain_identities([user("a"), bot("b"), user("a")])
+    assert [m.token_count for m in stored] == [3, 4, None]
+    assert all(m.active for m in stored)
+    assert store.get_session(s.id).message_count == 3
+
+
+def test_append_keeps_every_wire_field(store: Store) -> None:
+    s = store.create_session()
+    call = {"role": "assistant", "content": None, "reasoning_content": "think",
+            "tool_calls": [{"id": "c1", "type": "function",
+                            "function": {"name": "ls", "arguments": "{\"p\": \"/\"}"}}]}
+    result = {"role": "tool", "tool_call_id": "c1", "name": "ls", "content": "a\nb"}
+    parts = {"role": "user", "content": [{"type": "text", "text": "see"},
+                                         {"type": "image_url", "image_url": {"url": "data:x"}}]}
+    store.append_messages(s.id, [parts, call, result, {**user("x"), "_local": 1}])
+    got = [m.message for m in store.get_messages(s.id)]
+    assert got[:3] == [parts, call, result]
+    assert got[3] == user("x")  # in-process "_" keys never reach the ledger
+    assert store.get_messages(s.id)[2].role == "tool"
+
+
+def test_append_empty_batch(store: Store) -> None:
+    s = store.create_session()
+    assert store.append_messages(s.id, []).appended == []
+    assert store.sync_messages(s.id, []).appended == []
+
+
+def test_bad_batch_stores_nothing(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user("keep")])
+    with pytest.raises(MessageValidationError) as err:
+        store.append_messages(s.id, [user("ok"), {"content": "no role"}])
+    assert err.value.index == 1
+    with pytest.raises(MessageValidationError):
+        store.sync_messages(s.id, [user("keep"), "text"])  # type: ignore[list-item]
+    with pytest.raises(InvalidInput):
+        store.append_messages(s.id, [user("a")], token_counts=[1, 2])
+    assert contents(store, s.id) == ["keep"]
+
+
+def test_invalid_unicode_is_stored_safely(store: Store) -> None:
+    s = store.create_session()
+    weird = "lone \ud800 surrogate \udcff and nul \x00 end"
+    store.append_messages(s.id, [user(weird), user("bytes \udc80\udcff via surrogateescape")])
+    got = contents(store, s.id)
+    assert got[0] == weird
+    assert got[1].startswith("bytes ")
+    assert store.integrity_check() == []
+
+
+def test_sync_appends_only_the_new_suffix(store: Store) -> None:
+    s = store.create_session()
+    history = [user("q1"), bot("a1")]
+    first = store.sync_messages(s.id, history)
+    assert (len(first.appended), first.skipped) == (2, 0)
+    again = store.sync_messages(s.id, history)
+    assert (again.appended, again.skipped, again.rewound) == ([], 2, 0)
+    longer = store.sync_messages(s.id, [*history, user("q2")], token_counts=[1, 2, 3])
+    assert [m.seq for m in longer.appended] == [3] and longer.skipped == 2
+    assert longer.appended[0].token_count == 3
+    assert contents(store, s.id) == ["q1", "a1", "q2"]
+
+
+def test_sync_after_append_matches_by_identity(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user("q1")])
+    store.append_messages(s.id, [bot("a1")])
+    result = store.sync_messages(s.id, [user("q1"), bot("a1"), user("q2")])
+    assert result.skipped == 2 and [m.message["content"] for m in result.appended] == ["q2"]
+
+
+def test_sync_of_a_strict_prefix_changes_nothing(store: Store) -> None:
+    s = store.create_session()
+    store.sync_messages(s.id, [user("q1"), bot("a1"), user("q2")])
+    result = store.sync_messages(s.id, [user("q1")])
+    assert (result.appended, result.skipped, result.rewound) == ([], 1, 0)
+    assert contents(store, s.id) == ["q1", "a1", "q2"]
+
+
+def test_sync_divergence_rewinds_and_appends(store: Store) -> None:
+    s = store.create_session()
+    store.sync_messages(s.id, [user("q1"), bot("a1"), user("q2"), bot("a2")])
+    edited = [user("q1"), bot("a1"), user("q2 edited")]
+    result = store.sync_messages(s.id, edited)
+    assert result.skipped == 2 and result.rewound == 2
+    assert [m.seq for m in result.appended] == [5]  # seq never reused
+    assert contents(store, s.id) == ["q1", "a1", "q2 edited"]
+    everything = store.get_messages(s.id, include_inactive=True)
+    assert [(m.seq, m.active) for m in everything] == [
+        (1, True), (2, True), (3, False), (4, False), (5, True)]
+    again = store.sync_messages(s.id, edited)
+    assert (again.appended, again.skipped, again.rewound) == ([], 3, 0)
+
+
+def test_sync_completely_different_history(store: Store) -> None:
+    s = store.create_session()
+    store.sync_messages(s.id, [user("a")])
+    result = store.sync_messages(s.id, [user("b")])
+    assert (result.skipped, result.rewound, len(result.appended)) == (0, 1, 1)
+    assert contents(store, s.id) == ["b"]
+
+
+def test_sync_back_to_a_rewound_history_reappends(store: Store) -> None:
+    s = store.create_session()
+    store.sync_messages(s.id, [user("a"), bot("x")])
+    store.sync_messages(s.id, [user("a"), bot("y")])
+    result = store.sync_messages(s.id, [user("a"), bot("x")])
+    assert result.rewound == 1 and len(result.appended) == 1
+    assert contents(store, s.id) == ["a", "x"]
+    assert len(store.get_messages(s.id, include_inactive=True)) == 4
+
+
+def test_get_messages_ranges_and_limits(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user(str(i)) for i in range(10)])
+    assert contents(store, s.id, start_seq=3, end_seq=5) == ["2", "3", "4"]
+    assert contents(store, s.id, limit=2) == ["0", "1"]
+    assert [m.seq for m in store.iter_messages(s.id)] == list(range(1, 11))
+    last = store.last_message(s.id)
+    assert last is not None and last.seq == 10
+    assert store.last_message(store.create_session().id) is None
+
+
+def test_iter_messages_pages_through_large_sessions(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user(str(i)) for i in range(1203)])
+    seqs = [m.seq for m in store.iter_messages(s.id)]
+    assert seqs == list(range(1, 1204))
+
+
+def test_messages_around(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user(str(i)) for i in range(1, 11)])
+    assert [m.seq for m in store.messages_around(s.id, 5, before=2, after=1)] == [3, 4, 5, 6]
+    assert [m.seq for m in store.messages_around(s.id, 1, before=3, after=0)] == [1]
+    assert [m.seq for m in store.messages_around(s.id, 10, before=0, after=5)] == [10]
+
+
+def test_set_token_counts(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user("a"), user("b")])
+    store.set_token_counts(s.id, {1: 7, 2: 9})
+    assert [m.token_count for m in store.get_messages(s.id)] == [7, 9]
+
+
+def test_rewind_marks_rows_inactive_and_undo_restores(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user("q1"), bot("a1"), user("q2"), bot("a2")])
+    record = store.rewind(s.id, 3)
+    assert (record.from_seq, record.count, record.undone) == (3, 2, False)
+    assert contents(store, s.id) == ["q1", "a1"]
+    assert store.last_message(s.id).seq == 2  # type: ignore[union-attr]
+    undone = store.undo_rewind(record.id)
+    assert undone.undone and undone.count == 2
+    assert contents(store, s.id) == ["q1", "a1", "q2", "a2"]
+    with pytest.raises(Conflict):
+        store.undo_rewind(record.id)
+
+
+def test_rewind_must_start_at_an_active_user_message(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user("q1"), bot("a1")])
+    with pytest.raises(InvalidInput):
+        store.rewind(s.id, 2)
+    with pytest.raises(InvalidInput):
+        store.rewind(s.id, 99)
+    store.rewind(s.id, 1)
+    with pytest.raises(InvalidInput):
+        store.rewind(s.id, 1)  # already inactive
+    with pytest.raises(NotFound):
+        store.undo_rewind(424242)
+
+
+def test_undo_rewind_refused_after_new_messages(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user("q1"), bot("a1"), user("q2")])
+    record = store.rewind(s.id, 3)
+    store.append_messages(s.id, [user("q2 again")])
+    with pytest.raises(Conflict):
+        store.undo_rewind(record.id)
+    assert contents(store, s.id) == ["q1", "a1", "q2 again"]
+
+
+def test_undo_rewind_refused_when_the_prefix_changed(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user("q1"), bot("a1"), user("q2"), bot("a2")])
+    later = store.rewind(s.id, 3)
+    earlier = store.rewind(s.id, 1)
+    with pytest.raises(Conflict):
+        store.undo_rewind(later.id)  # its rows chained from rows that are now inactive
+    store.undo_rewind(earlier.id)
+    store.undo_rewind(later.id)
+    assert contents(store, s.id) == ["q1", "a1", "q2", "a2"]
+
+
+def test_sync_after_rewind_appends_a_fresh_chain(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user("q1"), bot("a1"), user("q2")])
+    store.rewind(s.id, 3)
+    result = store.sync_messages(s.id, [user("q1"), bot("a1"), user("q2")])
+    assert result.skipped == 2 and [m.seq for m in result.appended] == [4]
+
+
+def test_fork_copies_active_messages_up_to_seq(store: Store) -> None:
+    parent = store.create_session(title="plan", source="cli", owner="me")
+    store.append_messages(parent.id, [user("q1"), bot("a1"), user("q2"), bot("a2")])
+    store.rewind(parent.id, 3)
+    store.append_messages(parent.id, [user("q2b"), bot("a2b")])
+    fork = store.fork_session(parent.id, 5)
+    assert fork.parent_session_id == parent.id and fork.link_kind == "fork"
+    assert fork.fork_seq == 5 and fork.title == "plan #2"
+    assert (fork.source, fork.owner) == ("cli", "me")
+    copied = store.get_messages(fork.id)
+    assert [m.message["content"] for m in copied] == ["q1", "a1", "q2b"]
+    assert [m.seq for m in copied] == [1, 2, 3]
+    assert [m.identity for m in copied] == [m.identity for m in store.get_messages(parent.id)][:3]
+    # the fork continues its own chain; the parent is untouched
+    more = store.sync_messages(fork.id, [user("q1"), bot("a1"), user("q2b"), bot("other")])
+    assert more.skipped == 3 and len(more.appended) == 1
+    assert contents(store, parent.id) == ["q1", "a1", "q2b", "a2b"]
+
+
+def test_branch_whole_session_with_title(store: Store) -> None:
+    parent = store.create_session()
+    store.append_messages(parent.id, [user("q1"), bot("a1")])
+    branch = store.fork_session(parent.id, kind="branch", title="my branch")
+    assert branch.link_kind == "branch" and branch.title == "my branch"
+    assert branch.fork_seq == 2 and branch.message_count == 2
+
+
+def test_fork_rejects_bad_input(store: Store) -> None:
+    parent = store.create_session()
+    store.append_messages(parent.id, [user("q1")])
+    with pytest.raises(InvalidInput):
+        store.fork_session(parent.id, 7)
+    with pytest.raises(InvalidInput):
+        store.fork_session(parent.id, kind="compaction")
+    with pytest.raises(NotFound):
+        store.fork_session("ghost")
