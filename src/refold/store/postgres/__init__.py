@@ -10,12 +10,11 @@ checkpoints, events), ``search``, ``coordination`` (leases, memory documents) ov
 from __future__ import annotations
 
 from refold.store.postgres.coordination import CoordinationMixin
-from refold.store.postgres.ledger import LedgerMixin
 from refold.store.postgres.search import SearchMixin
 from refold.store.postgres.sessions import SessionsMixin
 
 
-class PostgresStore(SessionsMixin, LedgerMixin, SearchMixin, CoordinationMixin):
+class PostgresStore(SessionsMixin, SearchMixin, CoordinationMixin):
     """A ``Store`` on PostgreSQL. ``schema`` (or ``?schema=`` in the URL) isolates a tenant or a
     test; ``min_size``/``max_size`` size the pool; ``timeout`` bounds connecting and waiting for
     a pooled connection."""

@@ -100,14 +100,15 @@ class PgCore:
         cur.execute("SELECT 1 FROM sessions WHERE id = %s" + suffix, (session_id,))
         if cur.fetchone() is None:
             raise NotFound(f"no session {session_id!r}",
-                           hint="list sessions with `refold sessions list`")
+                           hint="`refold sessions list` shows the sessions")
 
-    def _load_session(self, cur: Cursor, session_id: str) -> Session:
-        cur.execute(f"SELECT {SESSION_COLS} FROM sessions WHERE id = %s", (session_id,))
+    def _load_session(self, cur: Cursor, session_id: str, *, lock: bool = False) -> Session:
+        suffix = " FOR NO KEY UPDATE" if lock else ""
+        cur.execute(f"SELECT {SESSION_COLS} FROM sessions WHERE id = %s" + suffix, (session_id,))
         row = cur.fetchone()
         if row is None:
             raise NotFound(f"no session {session_id!r}",
-                           hint="list sessions with `refold sessions list`")
+                           hint="`refold sessions list` shows the sessions")
         return session_from_row(row)
 
     # -- maintenance ------------------------------------------------------------------------
@@ -133,12 +134,14 @@ class PgCore:
         with self._tx("read store info") as cur:
             cur.execute("SELECT current_setting('server_version'), "
                         "(SELECT coalesce(max(version), 0) FROM schema_migrations), "
-                        "(SELECT count(*) FROM sessions), (SELECT count(*) FROM messages)")
+                        "(SELECT count(*) FROM sessions), (SELECT count(*) FROM messages), "
+                        "(SELECT count(*) FROM checkpoints), (SELECT count(*) FROM events)")
             row = cur.fetchone()
         assert row is not None
         return {"backend": "postgresql", "url": redact_url(self.url), "schema": self.schema,
-                "server_version": row[0], "schema_version": row[1], "sessions": row[2],
-                "messages": row[3]}
+                "server_version": row[0], "schema_version": row[1],
+                "schema_latest": LATEST_VERSION, "sessions": row[2], "messages": row[3],
+                "checkpoints": row[4], "events": row[5]}
 
     def drop_schema(self) -> None:
         """Drop this store's schema and everything in it (tests use a throwaway schema)."""
@@ -151,3 +154,9 @@ class PgCore:
 
     def close(self) -> None:
         self._pool.close()
+
+    def __enter__(self) -> PgCore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

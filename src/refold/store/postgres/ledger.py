@@ -18,7 +18,13 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from refold.errors import Conflict, InvalidInput, MessageValidationError, NotFound
-from refold.messages.model import Message, chain_identities, searchable_text, wire_form
+from refold.messages.model import (
+    Message,
+    chain_identities,
+    message_identity,
+    searchable_text,
+    wire_form,
+)
 from refold.store.base import (
     AppendResult,
     Checkpoint,
@@ -50,13 +56,15 @@ _ITER_BATCH = 500
 
 def _check_messages(messages: Sequence[Message],
                     token_counts: Sequence[int | None] | None) -> list[Message]:
+    if isinstance(messages, dict | str | bytes):
+        raise InvalidInput("messages must be a list of message objects")
     out: list[Message] = []
     for index, message in enumerate(messages):
         if not isinstance(message, dict):
             raise MessageValidationError(f"expected an object, got {type(message).__name__}",
                                          index=index)
         if not isinstance(message.get("role"), str) or not message["role"]:
-            raise MessageValidationError("missing role", index=index, field="role")
+            raise MessageValidationError("missing or invalid role", index=index, field="role")
         out.append(wire_form(message))
     if token_counts is not None and len(token_counts) != len(out):
         raise InvalidInput(f"{len(token_counts)} token counts for {len(out)} messages")
@@ -142,13 +150,12 @@ class LedgerMixin(PgCore):
         matched = identities.index(row[1]) + 1 if row else 0
         if matched == len(identities):
             return matched, 0  # the history is stored already (maybe followed by more rows)
-        after_seq = row[0] if row else 0
-        cur.execute("SELECT count(*) FROM messages WHERE session_id = %s AND active AND seq > %s",
-                    (session_id, after_seq))
+        cur.execute("""SELECT seq FROM messages WHERE session_id = %s AND active AND seq > %s
+                       ORDER BY seq LIMIT 1""", (session_id, row[0] if row else 0))
         diverged = cur.fetchone()
-        if not diverged or diverged[0] == 0:
-            return matched, 0
-        record = self._deactivate(cur, session_id, after_seq + 1)
+        if diverged is None:
+            return matched, 0  # the stored chain ends inside the history: just append
+        record = self._deactivate(cur, session_id, int(diverged[0]))
         return matched, record.count
 
     def _deactivate(self, cur: Cursor, session_id: str, from_seq: int) -> RewindRecord:
@@ -226,73 +233,112 @@ class LedgerMixin(PgCore):
 
     def messages_around(self, session_id: str, seq: int, *, before: int = 2, after: int = 2,
                         include_inactive: bool = False) -> list[StoredMessage]:
-        active = "" if include_inactive else " AND active"
+        """Up to ``before`` rows before ``seq``, the row at ``seq`` (if visible), ``after`` after."""
         with self._tx("read messages around") as cur:
             self._require_session(cur, session_id)
-            cur.execute(f"""(SELECT {MESSAGE_COLS} FROM messages
-                             WHERE session_id = %s AND seq < %s{active}
-                             ORDER BY seq DESC LIMIT %s)
-                            UNION ALL
-                            (SELECT {MESSAGE_COLS} FROM messages
-                             WHERE session_id = %s AND seq >= %s{active}
-                             ORDER BY seq LIMIT %s)""",
-                        (session_id, seq, max(0, before), session_id, seq, max(0, after) + 1))
-            rows = sorted(cur.fetchall(), key=lambda r: r[1])
-        return [message_from_row(r) for r in rows]
+            return self._around(cur, session_id, seq, before, after, include_inactive)
+
+    def _around(self, cur: Cursor, session_id: str, seq: int, before: int, after: int,
+                include_inactive: bool) -> list[StoredMessage]:
+        active = "" if include_inactive else " AND active"
+        cur.execute(f"""(SELECT {MESSAGE_COLS} FROM messages
+                         WHERE session_id = %s AND seq < %s{active} ORDER BY seq DESC LIMIT %s)
+                        UNION ALL
+                        (SELECT {MESSAGE_COLS} FROM messages
+                         WHERE session_id = %s AND seq >= %s{active} ORDER BY seq LIMIT %s)""",
+                    (session_id, seq, max(0, before), session_id, seq, max(0, after) + 1))
+        rows = sorted(cur.fetchall(), key=lambda r: r[1])
+        earlier = [r for r in rows if r[1] < seq]
+        rest = [r for r in rows if r[1] >= seq]
+        if rest and rest[0][1] != seq:  # the row itself is hidden: keep ``after`` rows only
+            rest = rest[:max(0, after)]
+        return [message_from_row(r) for r in earlier + rest]
 
     # -- rewind and fork --------------------------------------------------------------------
     def rewind(self, session_id: str, from_seq: int) -> RewindRecord:
         with self._tx("rewind") as cur:
             self._require_session(cur, session_id, lock=True)
             cur.execute("SELECT role, active FROM messages WHERE session_id = %s AND seq = %s",
-                        (session_id, from_seq))
+                        (session_id, int(from_seq)))
             row = cur.fetchone()
             if row is None or not row[1]:
-                raise NotFound(f"session {session_id} has no active message at seq {from_seq}")
-            return self._deactivate(cur, session_id, from_seq)
+                raise InvalidInput(f"session {session_id} has no active message {from_seq}")
+            if row[0] != "user":
+                raise InvalidInput(f"message {from_seq} is a {row[0]} message; rewind starts "
+                                   "at a user message", hint="give the seq of a user message")
+            return self._deactivate(cur, session_id, int(from_seq))
 
     def undo_rewind(self, rewind_id: int) -> RewindRecord:
+        """Restore exactly the rows a rewind deactivated, while the chain still allows it."""
         with self._tx("undo rewind") as cur:
-            cur.execute(f"SELECT {REWIND_COLS} FROM rewinds WHERE id = %s", (rewind_id,))
+            cur.execute(f"SELECT {REWIND_COLS} FROM rewinds WHERE id = %s", (int(rewind_id),))
             row = cur.fetchone()
             if row is None:
                 raise NotFound(f"no rewind {rewind_id}")
             record = _rewind_from_row(row)
-            if record.undone:
-                return record
             self._require_session(cur, record.session_id, lock=True)
-            cur.execute("SELECT count(*) FROM messages WHERE session_id = %s AND active "
-                        "AND seq >= %s", (record.session_id, record.from_seq))
-            moved = cur.fetchone()
-            if moved and moved[0]:
-                raise Conflict(f"session {record.session_id} has new messages since rewind "
-                               f"{rewind_id}", hint="fork the session at that point instead")
+            cur.execute(f"SELECT {REWIND_COLS} FROM rewinds WHERE id = %s", (record.id,))
+            record = _rewind_from_row(cur.fetchone() or row)  # re-read under the lock
+            if record.undone:
+                raise Conflict(f"rewind {rewind_id} is already undone")
+            self._check_restorable(cur, record)
             cur.execute("UPDATE messages SET active = true, rewind_id = NULL "
-                        "WHERE rewind_id = %s", (rewind_id,))
+                        "WHERE rewind_id = %s", (record.id,))
             cur.execute(f"UPDATE rewinds SET undone = true WHERE id = %s RETURNING {REWIND_COLS}",
-                        (rewind_id,))
+                        (record.id,))
             done = cur.fetchone()
         assert done is not None
         return _rewind_from_row(done)
 
+    def _check_restorable(self, cur: Cursor, record: RewindRecord) -> None:
+        """Conflict unless the restored rows would extend the active chain where it ends now."""
+        cur.execute(f"SELECT {MESSAGE_COLS} FROM messages WHERE rewind_id = %s "
+                    "ORDER BY seq LIMIT 1", (record.id,))
+        first = cur.fetchone()
+        if first is None:
+            return
+        restored = message_from_row(first)
+        cur.execute("SELECT 1 FROM messages WHERE session_id = %s AND active AND seq > %s "
+                    "LIMIT 1", (record.session_id, restored.seq))
+        later = cur.fetchone()
+        cur.execute("SELECT identity FROM messages WHERE session_id = %s AND active AND seq < %s "
+                    "ORDER BY seq DESC LIMIT 1", (record.session_id, restored.seq))
+        before = cur.fetchone()
+        chained = message_identity(restored.message, before[0] if before else None)
+        if later is not None or chained != restored.identity:
+            raise Conflict(f"rewind {record.id} cannot be undone: session {record.session_id} "
+                           "changed since (messages were appended or rewound after it)",
+                           hint="fork the session at the rewound message instead")
+
     def fork_session(self, session_id: str, at_seq: int | None = None, *,
                      kind: str = "fork", title: str | None = None) -> Session:
-        """A new child session holding the active messages up to and including ``at_seq``."""
-        if kind not in ("fork", "branch", "compaction"):
+        """A new child session holding copies of the active messages up to ``at_seq``."""
+        if kind not in ("fork", "branch"):
             raise InvalidInput(f"unknown fork kind {kind!r}", hint="use fork or branch")
         from refold.store.postgres.sessions import new_session_id
 
+        clean = sanitize_title(title)
         with self._tx("fork session") as cur:
             parent = self._load_session(cur, session_id)
             stop = self._fork_stop(cur, session_id, at_seq)
-            new_title = self._fork_title(cur, parent, title)
+            if clean is None and parent.title:
+                base, _ = split_lineage_title(parent.title)
+                cur.execute("SELECT title FROM sessions WHERE title = %s "
+                            "OR title LIKE %s ESCAPE '\\'", (base, like_escape(base) + " #%"))
+                clean = next_title_from(base, [r[0] for r in cur.fetchall()])
+            elif clean is not None:
+                cur.execute("SELECT id FROM sessions WHERE title = %s", (clean,))
+                taken = cur.fetchone()
+                if taken is not None:
+                    raise Conflict(f"the title {clean!r} is already used by session {taken[0]}",
+                                   hint="choose another title")
             new_id = new_session_id()
             cur.execute(f"""INSERT INTO sessions (id, title, parent_session_id, link_kind, source,
                                 model, owner, started_at, fork_seq, message_count)
                             SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, count(*)
                             FROM messages WHERE session_id = %s AND active AND seq <= %s
                             RETURNING {SESSION_COLS}""",
-                        (new_id, new_title, session_id, kind, parent.source, parent.model,
+                        (new_id, clean, session_id, kind, parent.source, parent.model,
                          parent.owner, time.time(), stop, session_id, stop))
             row = cur.fetchone()
             cur.execute("""INSERT INTO messages (session_id, seq, role, body, identity,
@@ -311,26 +357,19 @@ class LedgerMixin(PgCore):
             row = cur.fetchone()
             return int(row[0]) if row else 0
         cur.execute("SELECT 1 FROM messages WHERE session_id = %s AND seq = %s AND active",
-                    (session_id, at_seq))
+                    (session_id, int(at_seq)))
         if cur.fetchone() is None:
-            raise NotFound(f"session {session_id} has no active message at seq {at_seq}")
-        return at_seq
-
-    def _fork_title(self, cur: Cursor, parent: Session, title: str | None) -> str | None:
-        wanted = sanitize_title(title) if title is not None else parent.title
-        if wanted is None:
-            return None
-        base, _ = split_lineage_title(wanted)
-        cur.execute("SELECT title FROM sessions WHERE title = %s OR title LIKE %s ESCAPE '\\'",
-                    (base, like_escape(base + " #") + "%"))
-        taken = [r[0] for r in cur.fetchall()]
-        return wanted if wanted not in taken else next_title_from(wanted, taken)
+            raise InvalidInput(f"session {session_id} has no active message {at_seq} to fork at")
+        return int(at_seq)
 
     # -- checkpoints and the model view -----------------------------------------------------
     def add_checkpoint(self, session_id: str, draft: CheckpointDraft) -> Checkpoint:
-        if not (draft.first_seq <= draft.last_seq < draft.tail_start_seq):
-            raise InvalidInput(f"checkpoint range {draft.first_seq}..{draft.last_seq} with tail "
-                               f"at {draft.tail_start_seq} is not ordered")
+        if not (1 <= draft.first_seq <= draft.last_seq < draft.tail_start_seq):
+            raise InvalidInput(
+                f"checkpoint range is invalid (first {draft.first_seq}, last {draft.last_seq}, "
+                f"tail start {draft.tail_start_seq}); need 1 <= first <= last < tail start")
+        if not isinstance(draft.summary, str):
+            raise InvalidInput("a checkpoint summary must be text")
         with self._tx("add checkpoint") as cur:
             self._require_session(cur, session_id, lock=True)
             cur.execute(f"""INSERT INTO checkpoints (session_id, summary_json, first_seq,
@@ -379,6 +418,8 @@ class LedgerMixin(PgCore):
 
     # -- events -----------------------------------------------------------------------------
     def append_event(self, session_id: str, kind: str, payload: dict[str, Any]) -> Event:
+        if not isinstance(kind, str) or not kind:
+            raise InvalidInput("an event kind must be a non-empty string")
         with self._tx("append event") as cur:
             self._require_session(cur, session_id)
             cur.execute("""INSERT INTO events (session_id, kind, payload_json, created_at)

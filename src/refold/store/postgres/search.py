@@ -20,18 +20,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from refold.errors import InvalidInput
-from refold.messages.model import content_text
 from refold.search.query import ParsedQuery, Term, make_snippet, parse_query
 from refold.store.base import SearchHit, SearchQuery
-from refold.store.postgres.codec import decode_json
-from refold.store.postgres.core import MESSAGE_COLS, Cursor, PgCore, message_from_row
+from refold.store.postgres.core import Cursor
+from refold.store.postgres.ledger import LedgerMixin
 from refold.store.titles import like_escape
 
 SCAN_CHUNK = 50_000  # ids per scan step
 SCAN_ROW_CAP = 5_000_000  # ids a scan visits at most
 SCAN_TIME_CAP = 5.0  # seconds a scan runs at most
-MAX_LIMIT = 1000
+MAX_LIMIT = 500
 
 _HIT_COLS = "m.id, m.session_id, m.seq, m.role, m.body, m.search_text, m.created_at, s.title"
 
@@ -90,14 +88,14 @@ def _filters(query: SearchQuery) -> tuple[list[str], list[Any]]:
     return where, args
 
 
-class SearchMixin(PgCore):
+class SearchMixin(LedgerMixin):
+    """Search; builds on the ledger for the window of messages around each hit."""
+
     def search(self, query: SearchQuery) -> list[SearchHit]:
         parsed = parse_query(query.text)
-        if query.limit <= 0 or query.window < 0:
-            raise InvalidInput("search limit must be positive and window not negative")
         if parsed.is_empty:
             return []
-        limit = min(query.limit, MAX_LIMIT)
+        limit = max(1, min(int(query.limit), MAX_LIMIT))
         with self._tx("search") as cur:
             rows = self._search_rows(cur, parsed, query, limit)
             return [self._hit(cur, row, parsed, query) for row in rows]
@@ -114,23 +112,35 @@ class SearchMixin(PgCore):
         condition, cargs = _substring_condition(parsed)
         where, args = [condition, *where], [*cargs, *args]
         if parsed.mode == "trigram":
-            order = "m.created_at DESC, m.id DESC"
-            cur.execute(f"""SELECT {_HIT_COLS}, 0.0 FROM messages m
+            order = "m.id DESC"
+            cur.execute(f"""SELECT {_HIT_COLS}, 0.0, NULL FROM messages m
                             JOIN sessions s ON s.id = m.session_id
                             WHERE {' AND '.join(where)} ORDER BY {order} LIMIT %s""",
+                        (*args, limit))
+            return cur.fetchall()
+        if query.session_id is not None:  # bounded by the session: no chunking needed
+            cur.execute(f"""SELECT {_HIT_COLS}, 0.0, NULL FROM messages m
+                            JOIN sessions s ON s.id = m.session_id
+                            WHERE {' AND '.join(where)} ORDER BY m.id DESC LIMIT %s""",
                         (*args, limit))
             return cur.fetchall()
         return self._scan_rows(cur, where, args, limit)
 
     def _fts_rows(self, cur: Cursor, text: str, where: list[str], args: list[Any],
                   query: SearchQuery, limit: int) -> list[tuple[Any, ...]]:
-        order = ("m.created_at DESC, m.id DESC" if query.sort == "recency"
-                 else "score DESC, m.id DESC")
+        order = "m.id DESC" if query.sort == "recency" else "score DESC, m.id DESC"
         clause = " AND ".join(["m.tsv @@ q", *where])
-        cur.execute(f"""SELECT {_HIT_COLS}, ts_rank_cd(m.tsv, q) AS score
-                        FROM to_tsquery('english', %s) q, messages m
-                        JOIN sessions s ON s.id = m.session_id
-                        WHERE {clause} ORDER BY {order} LIMIT %s""", (text, *args, limit))
+        # The headline is computed for the (few) returned rows only: it re-parses the text.
+        cur.execute(f"""WITH hits AS (
+                            SELECT {_HIT_COLS}, ts_rank_cd(m.tsv, q) AS score, q
+                            FROM to_tsquery('english', %s) q, messages m
+                            JOIN sessions s ON s.id = m.session_id
+                            WHERE {clause} ORDER BY {order} LIMIT %s)
+                        SELECT id, session_id, seq, role, body, search_text, created_at, title,
+                               score, ts_headline('english', left(search_text, 100000), q,
+                                   'StartSel=[, StopSel=], MaxWords=24, MinWords=8, '
+                                   'MaxFragments=1, FragmentDelimiter=…')
+                        FROM hits ORDER BY {order.replace("m.", "")}""", (text, *args, limit))
         return cur.fetchall()
 
     def _scan_rows(self, cur: Cursor, where: list[str], args: list[Any],
@@ -143,7 +153,7 @@ class SearchMixin(PgCore):
         visited, started = 0, time.monotonic()
         while high > 0 and len(found) < limit:
             low = max(0, high - SCAN_CHUNK)
-            cur.execute(f"""SELECT {_HIT_COLS}, 0.0 FROM messages m
+            cur.execute(f"""SELECT {_HIT_COLS}, 0.0, NULL FROM messages m
                             JOIN sessions s ON s.id = m.session_id
                             WHERE m.id > %s AND m.id <= %s AND {' AND '.join(where)}
                             ORDER BY m.id DESC LIMIT %s""",
@@ -153,22 +163,17 @@ class SearchMixin(PgCore):
             high = low
             if visited >= SCAN_ROW_CAP or time.monotonic() - started > SCAN_TIME_CAP:
                 break
-        found.sort(key=lambda r: (r[6], r[0]), reverse=True)
         return found
 
     def _hit(self, cur: Cursor, row: tuple[Any, ...], parsed: ParsedQuery,
              query: SearchQuery) -> SearchHit:
-        _, session_id, seq, role, body, search_text, created_at, title, score = row
-        text = content_text(decode_json(body)) or search_text
+        _, session_id, seq, role, _body, text, created_at, title, score, headline = row
+        snippet = headline if headline and "[" in headline else None
         window = []
         if query.window > 0:
-            active = "" if query.include_inactive else " AND active"
-            cur.execute(f"""SELECT {MESSAGE_COLS} FROM messages
-                            WHERE session_id = %s AND seq BETWEEN %s AND %s{active}
-                            ORDER BY seq""",
-                        (session_id, seq - query.window, seq + query.window))
-            window = [message_from_row(r) for r in cur.fetchall()]
+            window = self._around(cur, session_id, seq, query.window, query.window,
+                                  query.include_inactive)
         return SearchHit(session_id=session_id, session_title=title, seq=seq, role=role,
-                         snippet=make_snippet(search_text, parsed.highlight_needles()),
+                         snippet=snippet or make_snippet(text, parsed.highlight_needles()),
                          content=text, created_at=created_at, score=float(score),
                          window=window)

@@ -25,7 +25,7 @@ LINK_KINDS = ("compaction", "branch", "fork")
 
 
 def new_session_id() -> str:
-    return time.strftime("%Y%m%d_%H%M%S_", time.gmtime()) + uuid.uuid4().hex[:8]
+    return uuid.uuid4().hex
 
 
 class SessionsMixin(PgCore):
@@ -36,11 +36,16 @@ class SessionsMixin(PgCore):
         if link_kind is not None and link_kind not in LINK_KINDS:
             raise InvalidInput(f"unknown link kind {link_kind!r}",
                                hint="use one of: " + ", ".join(LINK_KINDS))
+        if session_id is not None and not str(session_id).strip():
+            raise InvalidInput("a session id cannot be empty")
         sid = session_id or new_session_id()
+        clean = sanitize_title(title)
         with self._tx("create session") as cur:
+            cur.execute("SELECT 1 FROM sessions WHERE id = %s", (sid,))
+            if cur.fetchone() is not None:
+                raise Conflict(f"a session with id {sid!r} already exists")
             if parent_session_id is not None:
                 self._require_session(cur, parent_session_id)
-            clean = sanitize_title(title)
             if clean is not None:
                 self._check_title_free(cur, clean)
             cur.execute(f"""INSERT INTO sessions (id, title, parent_session_id, link_kind, source,
@@ -48,7 +53,7 @@ class SessionsMixin(PgCore):
                             VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
                             ON CONFLICT (id) DO NOTHING RETURNING {SESSION_COLS}""",
                         (sid, clean, parent_session_id, link_kind if parent_session_id else None,
-                         source, model, owner, time.time()))
+                         source, model, owner or "", time.time()))
             row = cur.fetchone()
             if row is None:
                 raise Conflict(f"session {sid!r} already exists")
@@ -66,51 +71,58 @@ class SessionsMixin(PgCore):
             return self._load_session(cur, session_id)
 
     def resolve_session(self, ref: str, *, owner: str | None = None) -> Session:
-        """Exact id, then unique id prefix, then title (its latest numbered variant)."""
-        ref = ref.strip()
-        if not ref:
-            raise InvalidInput("empty session reference", hint="give an id, id prefix or title")
-        owner_sql, owner_args = ("", ()) if owner is None else (" AND owner = %s", (owner,))
+        """Exact id, then title (its latest numbered variant), then a unique id prefix."""
+        text = (ref or "").strip()
+        if not text:
+            raise InvalidInput("a session reference cannot be empty",
+                               hint="give a session id, id prefix or title")
         with self._tx("resolve session") as cur:
-            cur.execute(f"SELECT {SESSION_COLS} FROM sessions WHERE id = %s{owner_sql}",
-                        (ref, *owner_args))
-            row = cur.fetchone()
-            if row is not None:
-                return session_from_row(row)
-            cur.execute(f"""SELECT {SESSION_COLS} FROM sessions
-                            WHERE id LIKE %s ESCAPE '\\'{owner_sql} ORDER BY id LIMIT 11""",
-                        (like_escape(ref) + "%", *owner_args))
-            rows = cur.fetchall()
-            if len(rows) == 1:
-                return session_from_row(rows[0])
-            if len(rows) > 1:
-                ids = [r[0] for r in rows]
-                raise AmbiguousReference(f"{ref!r} matches {len(ids)} sessions",
-                                         candidates=ids, hint="give more of the id")
-            found = self._resolve_title(cur, ref, owner_sql, owner_args)
-        if found is None:
-            raise NotFound(f"no session matches {ref!r}",
-                           hint="list sessions with `refold sessions list`")
-        return found
+            for found in (self._by_id(cur, text), self._by_title(cur, text, owner)):
+                if found is not None and (owner is None or found.owner == owner):
+                    return found
+            return self._by_prefix(cur, text, owner)
 
-    def _resolve_title(self, cur: Cursor, ref: str, owner_sql: str,
-                       owner_args: tuple[str, ...]) -> Session | None:
-        clean = sanitize_title(ref)
-        if clean is None:
-            return None
-        base, _ = split_lineage_title(clean)
-        titles = self._lineage_titles(cur, base)
-        target = clean if clean in titles and clean != base else latest_lineage_title(base, titles)
-        if target is None:
-            return None
-        cur.execute(f"SELECT {SESSION_COLS} FROM sessions WHERE title = %s{owner_sql}",
-                    (target, *owner_args))
+    def _by_id(self, cur: Cursor, ref: str) -> Session | None:
+        cur.execute(f"SELECT {SESSION_COLS} FROM sessions WHERE id = %s", (ref,))
         row = cur.fetchone()
         return session_from_row(row) if row else None
 
-    def _lineage_titles(self, cur: Cursor, base: str) -> list[str]:
-        cur.execute("SELECT title FROM sessions WHERE title = %s OR title LIKE %s ESCAPE '\\'",
-                    (base, like_escape(base + " #") + "%"))
+    def _by_title(self, cur: Cursor, ref: str, owner: str | None) -> Session | None:
+        title = sanitize_title(ref)
+        if title is None:
+            return None
+        if split_lineage_title(title)[1] > 1:  # an explicit "name #N" means that one
+            cur.execute(f"SELECT {SESSION_COLS} FROM sessions WHERE title = %s", (title,))
+            row = cur.fetchone()
+            if row:
+                return session_from_row(row)
+        latest = latest_lineage_title(title, self._lineage_titles(cur, title, owner))
+        if latest is None:
+            return None
+        cur.execute(f"SELECT {SESSION_COLS} FROM sessions WHERE title = %s", (latest,))
+        row = cur.fetchone()
+        return session_from_row(row) if row else None
+
+    def _by_prefix(self, cur: Cursor, ref: str, owner: str | None) -> Session:
+        owner_sql = "" if owner is None else " AND owner = %s"
+        cur.execute(f"""SELECT {SESSION_COLS} FROM sessions WHERE id LIKE %s ESCAPE '\\'
+                        {owner_sql} ORDER BY started_at DESC LIMIT 21""",
+                    (like_escape(ref) + "%", *(() if owner is None else (owner,))))
+        rows = cur.fetchall()
+        if len(rows) == 1:
+            return session_from_row(rows[0])
+        if not rows:
+            raise NotFound(f"no session matches {ref!r}",
+                           hint="`refold sessions list` shows ids and titles")
+        ids = [r[0] for r in rows[:20]]
+        raise AmbiguousReference(f"{ref!r} matches {len(rows)}{'+' if len(rows) > 20 else ''} "
+                                 "sessions", candidates=ids, hint="give more of the id")
+
+    def _lineage_titles(self, cur: Cursor, base: str, owner: str | None = None) -> list[str]:
+        owner_sql = "" if owner is None else " AND owner = %s"
+        cur.execute("SELECT title FROM sessions WHERE (title = %s OR title LIKE %s ESCAPE '\\')"
+                    + owner_sql,
+                    (base, like_escape(base) + " #%", *(() if owner is None else (owner,))))
         return [r[0] for r in cur.fetchall()]
 
     def next_lineage_title(self, title: str) -> str:
@@ -119,7 +131,7 @@ class SessionsMixin(PgCore):
             raise InvalidInput("empty session title")
         base, _ = split_lineage_title(clean)
         with self._tx("number title") as cur:
-            return next_title_from(clean, self._lineage_titles(cur, base))
+            return next_title_from(base, self._lineage_titles(cur, base))
 
     def list_sessions(self, *, limit: int = 50, owner: str | None = None,
                       source: str | None = None) -> list[Session]:
@@ -150,11 +162,20 @@ class SessionsMixin(PgCore):
         return session_from_row(row)
 
     def delete_session(self, session_id: str) -> int:
+        """Remove the session and its rows; children move to its parent (or become roots)."""
         with self._tx("delete session") as cur:
-            self._require_session(cur, session_id, lock=True)
-            cur.execute("DELETE FROM messages WHERE session_id = %s", (session_id,))
-            removed = cur.rowcount
-            cur.execute("DELETE FROM sessions WHERE id = %s", (session_id,))
+            return self._delete(cur, self._load_session(cur, session_id, lock=True))
+
+    def _delete(self, cur: Cursor, session: Session) -> int:
+        if session.parent_session_id is None:
+            cur.execute("UPDATE sessions SET parent_session_id = NULL, link_kind = NULL, "
+                        "fork_seq = NULL WHERE parent_session_id = %s", (session.id,))
+        else:
+            cur.execute("UPDATE sessions SET parent_session_id = %s WHERE parent_session_id = %s",
+                        (session.parent_session_id, session.id))
+        cur.execute("DELETE FROM messages WHERE session_id = %s", (session.id,))
+        removed = cur.rowcount
+        cur.execute("DELETE FROM sessions WHERE id = %s", (session.id,))
         return removed
 
     def end_session(self, session_id: str, reason: str) -> None:
@@ -173,8 +194,8 @@ class SessionsMixin(PgCore):
                                 cache_read_tokens = cache_read_tokens + %s,
                                 cost_usd = cost_usd + %s, model = coalesce(%s, model)
                             WHERE id = %s""",
-                        (input_tokens, output_tokens, cache_read_tokens, cost_usd, model,
-                         session_id))
+                        (int(input_tokens), int(output_tokens), int(cache_read_tokens),
+                         float(cost_usd), model, session_id))
             if cur.rowcount == 0:
                 raise NotFound(f"no session {session_id!r}")
 
@@ -183,9 +204,14 @@ class SessionsMixin(PgCore):
             raise InvalidInput("older_than_days must not be negative")
         cutoff = time.time() - older_than_days * 86400
         with self._tx("prune sessions") as cur:
-            cur.execute("DELETE FROM sessions WHERE ended_at IS NOT NULL AND ended_at < %s",
-                        (cutoff,))
-            return cur.rowcount
+            cur.execute(f"""SELECT {SESSION_COLS} FROM sessions
+                            WHERE ended_at IS NOT NULL AND ended_at < %s
+                            ORDER BY started_at DESC FOR UPDATE""", (cutoff,))
+            doomed = [session_from_row(r) for r in cur.fetchall()]
+            for session in doomed:
+                # Re-read: deleting an earlier one may have re-parented this one.
+                self._delete(cur, self._load_session(cur, session.id))
+            return len(doomed)
 
     # -- lineage ----------------------------------------------------------------------------
     def ancestors(self, session_id: str) -> list[Session]:
@@ -210,18 +236,24 @@ class SessionsMixin(PgCore):
             return [session_from_row(r) for r in cur.fetchall()]
 
     def resolve_resume(self, session_id: str) -> Session:
-        """The latest descendant with messages: newest child first, deepest wins."""
+        """Follow compaction children (newest at each step); the deepest with messages wins.
+
+        Branches and forks are separate conversations, resumed by their own id.
+        """
         with self._tx("resolve resume") as cur:
             start = self._load_session(cur, session_id)
-            cur.execute(f"""WITH RECURSIVE down(id, depth, path) AS (
-                                SELECT id, 0, ARRAY[]::float8[] FROM sessions WHERE id = %s
+            cur.execute(f"""WITH RECURSIVE chain(id, depth) AS (
+                                SELECT %s::text, 0
                                 UNION ALL
-                                SELECT s.id, down.depth + 1, down.path || s.started_at
-                                FROM sessions s JOIN down ON s.parent_session_id = down.id
-                                WHERE down.depth < 10000)
+                                SELECT (SELECT c.id FROM sessions c
+                                        WHERE c.parent_session_id = chain.id
+                                          AND c.link_kind = 'compaction'
+                                        ORDER BY c.started_at DESC, c.id DESC LIMIT 1),
+                                       chain.depth + 1
+                                FROM chain WHERE chain.id IS NOT NULL AND chain.depth < 10000)
                             SELECT {', '.join('s.' + c for c in SESSION_COLS.split(', '))}
-                            FROM down JOIN sessions s ON s.id = down.id
-                            WHERE s.message_count > 0
-                            ORDER BY down.depth DESC, down.path DESC LIMIT 1""", (session_id,))
+                            FROM chain JOIN sessions s ON s.id = chain.id
+                            WHERE chain.depth > 0 AND s.message_count > 0
+                            ORDER BY chain.depth DESC LIMIT 1""", (session_id,))
             row = cur.fetchone()
         return session_from_row(row) if row else start
