@@ -1,0 +1,121 @@
+"""``refold doctor``: is this installation healthy? Versions, features, paths, integrity.
+
+Read-only. The report is built as plain data (``--json`` prints it as is); the exit status is 1
+when a check fails (the database cannot be opened or its integrity check reports problems).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import platform
+import sqlite3
+from typing import Any
+
+import click
+
+from refold import __version__
+from refold.cli.app import AppContext, console, emit, pass_app
+from refold.errors import RefoldError
+
+# extra name -> modules it brings
+EXTRAS = {"server": ("starlette", "uvicorn"), "postgres": ("psycopg",), "mcp": ("mcp",)}
+
+
+def sqlite_features() -> dict[str, Any]:
+    """The linked SQLite library's version and whether FTS5 and its trigram tokenizer work."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        features: dict[str, Any] = {"version": sqlite3.sqlite_version}
+        for name, tokenizer in (("fts5", "unicode61"), ("fts5_trigram", "trigram")):
+            try:
+                conn.execute(f"CREATE VIRTUAL TABLE t_{name} USING fts5(x, tokenize='{tokenizer}')")
+                features[name] = True
+            except sqlite3.OperationalError:
+                features[name] = False
+        return features
+    finally:
+        conn.close()
+
+
+def _module_version(module: str) -> str | None:
+    if importlib.util.find_spec(module) is None:
+        return None
+    try:
+        return importlib.metadata.version(module)
+    except importlib.metadata.PackageNotFoundError:
+        return "installed"
+
+
+def extras() -> dict[str, dict[str, str | None]]:
+    return {extra: {m: _module_version(m) for m in modules} for extra, modules in EXTRAS.items()}
+
+
+def _database_report(app: AppContext) -> dict[str, Any]:
+    # Doctor reports a broken database as a failed check next to everything else instead of
+    # stopping at the first error, so this is the one place a command catches RefoldError.
+    try:
+        store = app.store
+        problems = store.integrity_check()
+        info = store.info()
+    except RefoldError as exc:
+        return {"ok": False, "error": str(exc), "problems": [], "info": {}}
+    return {"ok": not problems, "problems": problems, "info": info}
+
+
+def build_report(app: AppContext) -> dict[str, Any]:
+    settings = app.settings
+    database = _database_report(app)
+    sqlite = sqlite_features()
+    return {
+        "ok": bool(database["ok"] and sqlite["fts5"] and sqlite["fts5_trigram"]),
+        "versions": {"refold": __version__, "python": platform.python_version(),
+                     "sqlite": sqlite["version"]},
+        "features": {"fts5": sqlite["fts5"], "fts5_trigram": sqlite["fts5_trigram"]},
+        "extras": extras(),
+        "paths": {"home": str(settings.home), "db": settings.db_url,
+                  "memories": str(settings.memories_dir),
+                  "config": str(settings.home / "refold.toml")},
+        "database": database,
+    }
+
+
+def _mark(ok: bool) -> str:
+    return "[green]ok[/green]" if ok else "[red]FAIL[/red]"
+
+
+def _render(report: dict[str, Any]) -> None:
+    from rich.markup import escape
+
+    out = console()
+    versions = report["versions"]
+    out.print(f"refold {versions['refold']} · Python {versions['python']} · "
+              f"SQLite {versions['sqlite']}")
+    features = report["features"]
+    out.print(f"FTS5 {_mark(features['fts5'])} · trigram {_mark(features['fts5_trigram'])}")
+    for extra, modules in report["extras"].items():
+        present = all(modules.values())
+        out.print(f"extra [{extra}]: " + ("installed" if present else
+                                          f"missing (pip install 'refold[{extra}]')"),
+                  markup=False)
+    for name, path in report["paths"].items():
+        out.print(f"{name}: {escape(path)}")
+    database = report["database"]
+    if database.get("error"):
+        out.print(f"database {_mark(False)}: {escape(database['error'])}")
+    else:
+        out.print(f"database integrity {_mark(database['ok'])}")
+        for problem in database["problems"]:
+            out.print(f"  - {escape(problem)}")
+
+
+@click.command("doctor")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@pass_app
+@click.pass_context
+def doctor_cmd(ctx: click.Context, app: AppContext, as_json: bool) -> None:
+    """Check the installation: versions, SQLite features, paths and database integrity."""
+    report = build_report(app)
+    emit(report, as_json, _render)
+    if not report["ok"]:
+        ctx.exit(1)

@@ -1,0 +1,208 @@
+"""``refold import`` and ``refold search``: put transcripts into the ledger and find them again.
+
+Import validates the whole file before it touches the store, then makes one ``sync_messages``
+call, so a malformed file stores nothing and importing the same file twice appends nothing.
+Without ``--session`` the session id is derived from the transcript's content (the chained
+identity of its last message): the same transcript always lands in the same session, and a
+different one never lands in somebody else's. To keep adding to one session while a transcript
+grows, pass ``--session``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from refold.cli.app import AppContext, emit, pass_app
+from refold.errors import Conflict, InvalidInput, NotFound
+from refold.messages import chain_identities, load_messages, load_messages_file
+from refold.messages.model import Message
+from refold.store import SearchHit, SearchQuery, Session, Store, StoredMessage
+
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+# -- import --------------------------------------------------------------------------------------
+
+def _read_transcript(file: str) -> tuple[list[Message], str]:
+    if file == "-":
+        return load_messages(sys.stdin.buffer.read(), source_name="<stdin>"), "stdin"
+    return load_messages_file(file), Path(file).stem
+
+
+def _new_title(store: Store, wanted: str | None) -> str | None:
+    if not wanted:
+        return None
+    try:
+        return store.next_lineage_title(wanted)
+    except InvalidInput:
+        return None
+
+
+def _target_session(store: Store, ref: str | None, messages: list[Message], *,
+                    title: str | None, default_title: str, source: str) -> Session:
+    """The session given by ``--session`` (created when missing), or the content-derived one."""
+    if ref is not None:
+        try:
+            return store.resolve_session(ref)
+        except NotFound:
+            session_id = ref.strip()
+    else:
+        session_id = chain_identities(messages)[-1]
+        try:
+            return store.get_session(session_id)
+        except NotFound:
+            pass
+    if title:
+        return store.create_session(session_id=session_id, title=title, source=source)
+    try:
+        return store.create_session(session_id=session_id, source=source,
+                                    title=_new_title(store, default_title))
+    except Conflict:  # the default title was taken meanwhile; an untitled session is fine
+        return store.create_session(session_id=session_id, source=source)
+
+
+@click.command("import")
+@click.argument("file")
+@click.option("--session", "session_ref", metavar="ID",
+              help="Append to this session (id, id prefix or title); created when missing.")
+@click.option("--title", help="Title for a newly created session (default: the file name).")
+@click.option("--source", default="import", show_default=True,
+              help="Source label stored with a new session.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_app
+def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str | None,
+               source: str, as_json: bool) -> None:
+    """Import a transcript FILE (JSON list, {"messages": [...]} or JSONL; - for stdin).
+
+    Messages already stored in the session are skipped, so importing twice is harmless.
+    """
+    messages, stem = _read_transcript(file)
+    if not messages:
+        raise InvalidInput(f"{file}: no messages to import")
+    store = app.store
+    session = _target_session(store, session_ref, messages, title=title, default_title=stem,
+                              source=source)
+    result = store.sync_messages(session.id, messages)
+    report = {"session_id": session.id, "title": store.get_session(session.id).title,
+              "appended": len(result.appended), "skipped": result.skipped,
+              "rewound": result.rewound}
+    emit(report, as_json, _render_import)
+
+
+def _render_import(report: dict[str, Any]) -> None:
+    title = f" ({report['title']})" if report["title"] else ""
+    line = (f"imported {report['appended']} message(s) into session "
+            f"{report['session_id']}{title}; {report['skipped']} already stored")
+    if report["rewound"]:
+        line += f"; {report['rewound']} stored message(s) rewound (the history diverged)"
+    click.echo(line)
+
+
+# -- search --------------------------------------------------------------------------------------
+
+def parse_time(value: str | None, *, now: float | None = None) -> float | None:
+    """An ISO date/datetime (local time when naive) or a relative age like 30m, 12h, 7d, 2w."""
+    if value is None:
+        return None
+    text = value.strip()
+    match = _RELATIVE.match(text)
+    if match:
+        return (now if now is not None else time.time()) - \
+            float(match[1]) * _UNIT_SECONDS[match[2]]
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not a date (2026-01-31, 2026-01-31T12:00) or an age (30m, 12h, 7d)"
+        ) from None
+
+
+def _time_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
+    return parse_time(value)
+
+
+def _hit_json(hit: SearchHit) -> dict[str, Any]:
+    return {"session_id": hit.session_id, "title": hit.session_title, "seq": hit.seq,
+            "role": hit.role, "snippet": hit.snippet, "content": hit.content,
+            "created_at": hit.created_at, "score": hit.score,
+            "window": [_window_json(m) for m in hit.window]}
+
+
+def _window_json(stored: StoredMessage) -> dict[str, Any]:
+    return {"seq": stored.seq, "role": stored.role, "active": stored.active,
+            "message": stored.message}
+
+
+def _highlight(snippet: str, query: str) -> Any:
+    """Rich text with the store's ``[match]`` markers shown in bold.
+
+    Content can hold brackets of its own (``order["id"]``), so a bracketed piece counts as a
+    marker only when it shares a word with the query; other brackets are printed as they are.
+    """
+    from rich.text import Text
+
+    words = {w.casefold() for w in re.findall(r"[^\W_]+", query)}
+    text = Text()
+    for i, piece in enumerate(re.split(r"\[([^\[\]]*)\]", snippet)):
+        folded = piece.casefold()
+        if i % 2 and any(w in folded or folded in w for w in words if folded):
+            text.append(piece, style="bold yellow")
+        else:
+            text.append(f"[{piece}]" if i % 2 else piece)
+    return text
+
+
+def _render_hits(hits: list[dict[str, Any]], query: str) -> None:
+    from rich.table import Table
+
+    from refold.cli.app import console
+
+    if not hits:
+        click.echo("no matches")
+        return
+    table = Table(show_lines=False)
+    for column in ("session", "seq", "role", "when", "match"):
+        table.add_column(column, overflow="fold")
+    for hit in hits:
+        label = hit["title"] or hit["session_id"][:12]
+        when = datetime.fromtimestamp(hit["created_at"]).strftime("%Y-%m-%d %H:%M")
+        table.add_row(label, str(hit["seq"]), hit["role"], when,
+                      _highlight(hit["snippet"].replace("\n", " "), query))
+    console().print(table)
+
+
+@click.command("search")
+@click.argument("query")
+@click.option("--session", "session_ref", metavar="ID", help="Only this session (id/prefix/title).")
+@click.option("--role", type=click.Choice(["system", "developer", "user", "assistant", "tool"]))
+@click.option("--source", help="Only sessions with this source label.")
+@click.option("--since", callback=_time_option,
+              help="Only messages after this time (2026-01-31, 7d, 12h).")
+@click.option("--until", callback=_time_option, help="Only messages before this time.")
+@click.option("--sort", type=click.Choice(["relevance", "recency"]), default="relevance",
+              show_default=True)
+@click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
+@click.option("--window", type=click.IntRange(0, 20), default=1, show_default=True,
+              help="Surrounding messages returned on each side of a hit.")
+@click.option("--all", "include_inactive", is_flag=True, help="Include rewound messages.")
+@click.option("--json", "as_json", is_flag=True, help="Print hits as JSON.")
+@pass_app
+def search_cmd(app: AppContext, query: str, session_ref: str | None, role: str | None,
+               source: str | None, since: float | None, until: float | None, sort: str, limit: int,
+               window: int, include_inactive: bool, as_json: bool) -> None:
+    """Full-text search over every stored message (CJK included)."""
+    store = app.store
+    session_id = store.resolve_session(session_ref).id if session_ref else None
+    hits = store.search(SearchQuery(
+        text=query, session_id=session_id, role=role, source=source,
+        since=since, until=until, include_inactive=include_inactive,
+        sort="recency" if sort == "recency" else "relevance", limit=limit, window=window))
+    emit([_hit_json(h) for h in hits], as_json, lambda rows: _render_hits(rows, query))

@@ -1,0 +1,253 @@
+"""``refold sessions …``: list, show, export, rename, remove, fork, resume, rewind and prune.
+
+Each command resolves its session reference with ``store.resolve_session`` (exact id, unique id
+prefix, or title), makes one store call and renders the result: JSON with ``--json``, a table
+or plain lines for people. ``compact`` is mounted lazily from ``refold.cli.compact``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from refold.cli.app import AppContext, LazyGroup, console, emit, pass_app, stdin_is_tty
+from refold.errors import InvalidInput, NotFound
+from refold.messages.model import content_text
+from refold.store import Session, StoredMessage
+
+
+def session_json(session: Session) -> dict[str, Any]:
+    return dataclasses.asdict(session)
+
+
+def message_json(stored: StoredMessage) -> dict[str, Any]:
+    return {"seq": stored.seq, "role": stored.role, "active": stored.active,
+            "created_at": stored.created_at, "token_count": stored.token_count,
+            "message": stored.message}
+
+
+def _when(timestamp: float | None) -> str:
+    if timestamp is None:
+        return ""
+    return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M")
+
+
+def _session_line(session: Session) -> str:
+    title = f" ({session.title})" if session.title else ""
+    return f"{session.id}{title} — {session.message_count} message(s)"
+
+
+@click.group("sessions", cls=LazyGroup,
+             lazy={"compact": "refold.cli.compact:sessions_compact_cmd"})
+def sessions_group() -> None:
+    """List, inspect, export and manage stored sessions."""
+
+
+# -- read commands -------------------------------------------------------------------------------
+
+def _render_list(rows: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    if not rows:
+        click.echo("no sessions yet (try: refold import FILE)")
+        return
+    table = Table()
+    for column in ("id", "title", "messages", "started", "source", "parent"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        parent = row["parent_session_id"]
+        table.add_row(row["id"][:12], row["title"] or "", str(row["message_count"]),
+                      _when(row["started_at"]), row["source"] or "",
+                      f"{parent[:12]} ({row['link_kind']})" if parent else "")
+    console().print(table)
+
+
+@sessions_group.command("list")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
+@click.option("--source", help="Only sessions with this source label.")
+@click.option("--json", "as_json", is_flag=True, help="Print sessions as JSON.")
+@pass_app
+def list_cmd(app: AppContext, limit: int, source: str | None, as_json: bool) -> None:
+    """List sessions, newest first."""
+    sessions = app.store.list_sessions(limit=limit, source=source)
+    emit([session_json(s) for s in sessions], as_json, _render_list)
+
+
+def _describe(message: dict[str, Any]) -> str:
+    text = content_text(message)
+    calls = [f"→ {(c.get('function') or {}).get('name')}"
+             f"({(c.get('function') or {}).get('arguments', '')})"
+             for c in message.get("tool_calls") or []]
+    return "\n".join(p for p in [text, *calls] if p) or "(empty)"
+
+
+def _render_show(value: dict[str, Any]) -> None:
+    from rich.markup import escape
+
+    out = console()
+    session = value["session"]
+    out.print(f"[bold]{escape(session['title'] or session['id'])}[/bold]  {session['id']}  "
+              f"{session['message_count']} message(s), started {_when(session['started_at'])}")
+    for row in value["messages"]:
+        flag = "" if row["active"] else " [dim](rewound)[/dim]"
+        out.print(f"[cyan]#{row['seq']} {row['role']}[/cyan]{flag}")
+        out.print(escape(_describe(row["message"])), soft_wrap=True)
+
+
+@sessions_group.command("show")
+@click.argument("ref", metavar="ID")
+@click.option("--all", "include_inactive", is_flag=True, help="Include rewound messages.")
+@click.option("--json", "as_json", is_flag=True, help="Print the session and messages as JSON.")
+@pass_app
+def show_cmd(app: AppContext, ref: str, include_inactive: bool, as_json: bool) -> None:
+    """Show a session's messages."""
+    store = app.store
+    session = store.resolve_session(ref)
+    messages = store.get_messages(session.id, include_inactive=include_inactive)
+    emit({"session": session_json(session), "messages": [message_json(m) for m in messages]},
+         as_json, _render_show)
+
+
+@sessions_group.command("export")
+@click.argument("ref", metavar="ID")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "json", "md"]), default="jsonl",
+              show_default=True)
+@click.option("--lineage", is_flag=True, help="Export the whole lineage, oldest first.")
+@click.option("--archived", is_flag=True, help="Include rewound (inactive) messages.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file.")
+@pass_app
+def export_cmd(app: AppContext, ref: str, fmt: str, lineage: bool, archived: bool,
+               output: str | None) -> None:
+    """Export a session as JSONL (one OpenAI message per line), JSON or Markdown."""
+    from refold.store.export import export_session
+
+    store = app.store
+    session = store.resolve_session(ref)
+    text = export_session(store, session.id, fmt=fmt, lineage=lineage,
+                          include_inactive=archived)
+    if output is None:
+        click.echo(text, nl=not text.endswith("\n"))
+        return
+    try:
+        Path(output).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput(f"cannot write {output}: {exc.strerror or exc}") from exc
+    click.echo(f"wrote {output}", err=True)
+
+
+@sessions_group.command("resume")
+@click.argument("ref", metavar="[ID]", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the session as JSON.")
+@pass_app
+def resume_cmd(app: AppContext, ref: str | None, as_json: bool) -> None:
+    """Print the session a resume of ID (default: the newest session) continues in."""
+    store = app.store
+    if ref is None:
+        newest = store.list_sessions(limit=1)
+        if not newest:
+            raise NotFound("there are no sessions to resume", hint="import one first")
+        start = newest[0]
+    else:
+        start = store.resolve_session(ref)
+    target = store.resolve_resume(start.id)
+    emit(session_json(target), as_json,
+         lambda _: click.echo(_session_line(target)))
+
+
+# -- write commands ------------------------------------------------------------------------------
+
+@sessions_group.command("rename")
+@click.argument("ref", metavar="ID")
+@click.argument("title")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def rename_cmd(app: AppContext, ref: str, title: str, as_json: bool) -> None:
+    """Give a session a new (unique) title."""
+    store = app.store
+    session = store.rename_session(store.resolve_session(ref).id, title)
+    emit(session_json(session), as_json, lambda _: click.echo(f"renamed: {_session_line(session)}"))
+
+
+def _confirm(question: str, yes: bool) -> None:
+    if yes:
+        return
+    if not stdin_is_tty():
+        raise InvalidInput(f"{question} needs confirmation", hint="pass --yes")
+    click.confirm(question, abort=True)
+
+
+@sessions_group.command("rm")
+@click.argument("ref", metavar="ID")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@pass_app
+def rm_cmd(app: AppContext, ref: str, yes: bool) -> None:
+    """Delete a session and its messages (this cannot be undone)."""
+    store = app.store
+    session = store.resolve_session(ref)
+    _confirm(f"delete session {_session_line(session)}?", yes)
+    removed = store.delete_session(session.id)
+    click.echo(f"deleted session {session.id} ({removed} message(s))")
+
+
+@sessions_group.command("fork")
+@click.argument("ref", metavar="ID")
+@click.option("--at", "at_seq", type=int, help="Copy messages up to and including this seq.")
+@click.option("--branch", is_flag=True, help="Record the link as a branch instead of a fork.")
+@click.option("--title", help="Title of the new session.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def fork_cmd(app: AppContext, ref: str, at_seq: int | None, branch: bool, title: str | None,
+             as_json: bool) -> None:
+    """Start a new session from a copy of ID (up to --at SEQ)."""
+    store = app.store
+    source = store.resolve_session(ref)
+    child = store.fork_session(source.id, at_seq, kind="branch" if branch else "fork",
+                               title=title)
+    emit(session_json(child), as_json, lambda _: click.echo(f"created {_session_line(child)}"))
+
+
+@sessions_group.command("rewind")
+@click.argument("ref", metavar="ID")
+@click.option("--at", "at_seq", type=int, required=True,
+              help="The seq of the user message to rewind from (it and all after go inactive).")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def rewind_cmd(app: AppContext, ref: str, at_seq: int, as_json: bool) -> None:
+    """Mark messages from --at SEQ on inactive (reversible with undo-rewind)."""
+    store = app.store
+    record = store.rewind(store.resolve_session(ref).id, at_seq)
+    emit(dataclasses.asdict(record), as_json, lambda r: click.echo(
+        f"rewound {r['count']} message(s) from seq {r['from_seq']} "
+        f"(undo: refold sessions undo-rewind {r['id']})"))
+
+
+@sessions_group.command("undo-rewind")
+@click.argument("rewind_id", type=int)
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def undo_rewind_cmd(app: AppContext, rewind_id: int, as_json: bool) -> None:
+    """Reactivate the messages a rewind (by its id) marked inactive."""
+    record = app.store.undo_rewind(rewind_id)
+    emit(dataclasses.asdict(record), as_json, lambda r: click.echo(
+        f"restored {r['count']} message(s) from seq {r['from_seq']}"))
+
+
+@sessions_group.command("prune")
+@click.option("--older-than", "days", type=click.FloatRange(min=0), required=True,
+              help="Delete ended sessions that ended more than DAYS days ago.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def prune_cmd(app: AppContext, days: float, yes: bool, as_json: bool) -> None:
+    """Delete ended sessions older than --older-than DAYS."""
+    _confirm(f"delete every ended session older than {days:g} day(s)?", yes)
+    removed = app.store.prune_sessions(days)
+    if as_json:
+        click.echo(json.dumps({"deleted_sessions": removed}))
+    else:
+        click.echo(f"deleted {removed} session(s)")

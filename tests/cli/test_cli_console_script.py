@@ -1,0 +1,82 @@
+"""The installed ``refold`` console script: exit codes and one-line errors, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SAMPLE = Path(__file__).resolve().parents[2] / "src" / "refold" / "data" / "sample_session.jsonl"
+
+
+def refold_exe() -> str:
+    beside = Path(sys.executable).parent / "refold"
+    found = str(beside) if beside.exists() else shutil.which("refold")
+    assert found, "the refold console script is not installed (pip install -e .)"
+    return found
+
+
+@pytest.fixture
+def refold(tmp_path: Path):  # type: ignore[no-untyped-def]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REFOLD_")}
+    env["REFOLD_HOME"] = str(tmp_path / "home")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([refold_exe(), *args], capture_output=True, text=True, env=env,
+                              timeout=60, cwd=tmp_path, check=False)
+    return run
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for word in words:
+        assert word in lines[0]
+
+
+def test_import_and_search_succeed(refold) -> None:  # type: ignore[no-untyped-def]
+    imported = refold("import", str(SAMPLE), "--json")
+    assert imported.returncode == 0, imported.stderr
+    assert json.loads(imported.stdout)["appended"] == 36
+    found = refold("search", "ROUND_HALF_UP", "--json")
+    assert found.returncode == 0 and json.loads(found.stdout)
+
+
+def test_missing_file(refold) -> None:  # type: ignore[no-untyped-def]
+    assert_one_line_error(refold("import", "nope.jsonl"), 2, "error:", "no such file",
+                          "nope.jsonl")
+
+
+def test_malformed_json_line(refold, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / "broken.jsonl"
+    bad.write_text('{"role": "user", "content": "a"}\n{"role": "assistant", "content": "b"}\n'
+                   '{"role": "user", "content": \n', encoding="utf-8")
+    assert_one_line_error(refold("import", str(bad)), 2, "error:", "broken.jsonl line 3",
+                          "not valid JSON")
+    invalid = tmp_path / "invalid.json"
+    invalid.write_text('[{"role": "user", "content": "a"}, {"role": "wizard", "content": "b"}]',
+                       encoding="utf-8")
+    assert_one_line_error(refold("import", str(invalid)), 2, "message 1", "field 'role'")
+    assert json.loads(refold("sessions", "list", "--json").stdout) == []
+
+
+def test_unknown_session(refold) -> None:  # type: ignore[no-untyped-def]
+    assert_one_line_error(refold("sessions", "show", "does-not-exist"), 1, "error:",
+                          "does-not-exist")
+    assert_one_line_error(refold("search", "x", "--session", "nope"), 1, "error:")
+
+
+def test_bad_search_input(refold) -> None:  # type: ignore[no-untyped-def]
+    assert_one_line_error(refold("search", "   "), 2, "error:")
+    proc = refold("search", "x", "--since", "yesterday")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "not a date" in proc.stderr
+    for text in ("C++", '"unterminated', "(problem", "hello AND", "{test}", "a AND OR b"):
+        assert refold("search", text, "--json").returncode == 0

@@ -1,0 +1,139 @@
+"""``refold import`` and ``refold search`` through click's runner on the real SQLite store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from refold.cli.ledger import parse_time
+from refold.cli.main import cli
+from refold.store.sqlite import SQLiteStore
+
+SAMPLE = Path(__file__).resolve().parents[2] / "src" / "refold" / "data" / "sample_session.jsonl"
+
+Run = Callable[..., Result]
+
+
+@pytest.fixture
+def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
+    for name in ("REFOLD_HOME", "REFOLD_DB"):
+        monkeypatch.delenv(name, raising=False)
+    home = tmp_path / "home"
+
+    def invoke(*args: str, input: str | None = None) -> Result:
+        return CliRunner().invoke(cli, ["--home", str(home), *args], input=input,
+                                  catch_exceptions=True)
+    return invoke
+
+
+def ok_json(result: Result) -> Any:
+    assert result.exit_code == 0, (result.output, result.exception)
+    return json.loads(result.output)
+
+
+def rows(tmp_path: Path, session_id: str) -> list[tuple[int, str]]:
+    store = SQLiteStore(str(tmp_path / "home" / "refold.db"))
+    try:
+        return [(m.seq, m.identity) for m in store.get_messages(session_id,
+                                                                include_inactive=True)]
+    finally:
+        store.close()
+
+
+def test_import_twice_appends_nothing_the_second_time(run: Run, tmp_path: Path) -> None:
+    first = ok_json(run("import", str(SAMPLE), "--json"))
+    assert first["appended"] == 36 and first["skipped"] == 0
+    stored = rows(tmp_path, first["session_id"])
+    second = ok_json(run("import", str(SAMPLE), "--json"))
+    assert second == {**first, "appended": 0, "skipped": 36}
+    assert rows(tmp_path, first["session_id"]) == stored
+    sessions = ok_json(run("sessions", "list", "--json"))
+    assert [s["id"] for s in sessions] == [first["session_id"]]
+    assert sessions[0]["title"] == "sample_session"
+    assert sessions[0]["message_count"] == 36
+
+
+def test_import_into_named_session_appends_only_new_suffix(run: Run, tmp_path: Path) -> None:
+    lines = SAMPLE.read_text(encoding="utf-8").splitlines()
+    part = tmp_path / "part.jsonl"
+    part.write_text("\n".join(lines[:10]) + "\n", encoding="utf-8")
+    created = ok_json(run("import", str(part), "--session", "work-1", "--title", "工作 1",
+                          "--source", "cli-test", "--json"))
+    assert created == {"session_id": "work-1", "title": "工作 1", "appended": 10, "skipped": 0,
+                       "rewound": 0}
+    grown = ok_json(run("import", str(SAMPLE), "--session", "工作 1", "--json"))
+    assert grown["session_id"] == "work-1"
+    assert (grown["appended"], grown["skipped"]) == (26, 10)
+    seqs = [seq for seq, _ in rows(tmp_path, "work-1")]
+    assert len(seqs) == 36 and seqs == sorted(set(seqs))
+
+
+def test_import_from_stdin_and_json_document(run: Run) -> None:
+    doc = json.dumps({"messages": [{"role": "user", "content": "hello from stdin"}]})
+    out = ok_json(run("import", "-", "--json", input=doc))
+    assert out["appended"] == 1
+    hits = ok_json(run("search", "stdin", "--json"))
+    assert [h["session_id"] for h in hits] == [out["session_id"]]
+
+
+def test_malformed_file_stores_nothing(run: Run, tmp_path: Path) -> None:
+    lines = SAMPLE.read_text(encoding="utf-8").splitlines()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join([*lines[:5], '{"role": "user"', *lines[5:]]) + "\n",
+                   encoding="utf-8")
+    result = run("import", str(bad), "--session", "s1")
+    assert result.exit_code != 0
+    assert "bad.jsonl line 6: not valid JSON" in str(result.exception)
+    assert ok_json(run("sessions", "list", "--json")) == []
+
+
+def test_search_json_fields_filters_and_cjk(run: Run) -> None:
+    sid = ok_json(run("import", str(SAMPLE), "--json"))["session_id"]
+    hits = ok_json(run("search", "currency", "--json", "--limit", "5"))
+    assert hits and len(hits) <= 5
+    for hit in hits:
+        assert {"session_id", "seq", "role", "snippet", "content", "title", "created_at",
+                "window"} <= set(hit)
+        assert hit["session_id"] == sid and "currency" in hit["content"].lower()
+    tools = ok_json(run("search", "currency", "--role", "tool", "--json"))
+    assert tools and {h["role"] for h in tools} == {"tool"}
+    two_chars = ok_json(run("search", "退款", "--json", "--window", "0"))
+    assert two_chars and all("退款" in h["content"] for h in two_chars)
+    assert all(h["window"] == [] for h in two_chars)
+    assert all(1 <= len(h["window"]) <= 3 for h in hits)
+    assert ok_json(run("search", "currency", "--since", "1d", "--json"))
+    assert ok_json(run("search", "currency", "--until", "2000-01-01", "--json")) == []
+    assert ok_json(run("search", "currency", "--session", "sample_session", "--json"))
+    assert ok_json(run("search", "currency", "--source", "elsewhere", "--json")) == []
+
+
+def test_search_hides_rewound_unless_all(run: Run) -> None:
+    sid = ok_json(run("import", str(SAMPLE), "--json"))["session_id"]
+    seq = next(h["seq"] for h in ok_json(run("search", "regression", "--role", "user",
+                                             "--json")))
+    ok_json(run("sessions", "rewind", sid, "--at", str(seq), "--json"))
+    assert ok_json(run("search", "regression", "--json")) == []
+    assert ok_json(run("search", "regression", "--all", "--json"))
+
+
+def test_search_table_and_punctuation_query(run: Run) -> None:
+    run("import", str(SAMPLE))
+    table = run("search", "KeyError")
+    assert table.exit_code == 0 and "sample_session" in table.output
+    assert run("search", "***").output.strip() == "no matches"
+    empty = run("search", "  ")
+    assert empty.exit_code != 0
+
+
+def test_parse_time() -> None:
+    assert parse_time("2d", now=1_000_000.0) == 1_000_000.0 - 2 * 86400
+    assert parse_time("90m", now=10_000.0) == 10_000.0 - 5400
+    assert parse_time(None) is None
+    assert parse_time("2026-01-31T00:00:00+00:00") == 1769817600.0
+    with pytest.raises(Exception, match="not a date"):
+        parse_time("yesterday")
