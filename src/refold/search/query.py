@@ -82,8 +82,16 @@ class Term:
         return list(self.words)
 
     def fts5(self) -> str:
-        """The term as an FTS5 string: quoted (so no input is ever FTS5 syntax), maybe prefix."""
-        return '"' + " ".join(self.words) + '"' + ("*" if self.prefix else "")
+        """The term as an FTS5 string: quoted (so no input is ever FTS5 syntax), maybe prefix.
+
+        Porter stems the query prefix too, and turns a final "y" into "i" ("deploy" → "deploi"),
+        which would miss "deployment" (stem "deploy"); a prefix ending in "y" therefore drops
+        that letter ("deplo*"), slightly wider but never missing a word that starts with it.
+        """
+        words = list(self.words)
+        if self.prefix and len(words[-1]) > 2 and words[-1][-1] in "yY":
+            words[-1] = words[-1][:-1]
+        return '"' + " ".join(words) + '"' + ("*" if self.prefix else "")
 
 
 @dataclass(frozen=True)

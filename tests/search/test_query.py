@@ -1,0 +1,130 @@
+"""The search-query sanitizer: nothing a user types may raise, and the plan is right."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from refold.errors import SearchQueryError
+from refold.search.query import has_cjk, is_cjk_char, make_snippet, parse_query
+
+NASTY = ["C++", '"unterminated', "(problem", "hello AND", "***", "{test}", "OR hello",
+         "a AND OR b", "deploy*", "dotted.names", "hyphen-ated", "NOT", "AND OR NOT",
+         '""', '"a" "b', "a:b", "col:value", "^start", "near(a b)", "NEAR", "a NOT", "x*y*",
+         "\x00", "\ud800", "'; DROP TABLE messages; --", "[]", "+-", "中", "部署 AND"]
+
+
+@pytest.fixture(scope="module")
+def fts() -> sqlite3.Connection:
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter unicode61')")
+    conn.executemany("INSERT INTO t(x) VALUES (?)", [
+        ("hello world",), ("deployment done",), ("redeploying now",), ("we deploy",),
+        ("c code",), ("dotted names here",),
+        ("hyphen ated",), ("problem solved",), ("a b",)])
+    return conn
+
+
+@pytest.mark.parametrize("text", NASTY)
+def test_nasty_input_never_breaks_fts5(text: str, fts: sqlite3.Connection) -> None:
+    parsed = parse_query(text)
+    if not parsed.is_empty and parsed.mode == "fts":
+        fts.execute("SELECT rowid FROM t WHERE t MATCH ?", (parsed.fts5_expression(),))
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n\t"])
+def test_empty_query_is_a_search_query_error(text: str) -> None:
+    with pytest.raises(SearchQueryError):
+        parse_query(text)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("C++", '("C")'),
+    ('"unterminated', '("unterminated")'),
+    ("(problem", '("problem")'),
+    ("hello AND", '("hello")'),
+    ("{test}", '("test")'),
+    ("OR hello", '("hello")'),
+    ("a AND OR b", '("a") OR ("b")'),
+    ("deploy*", '("deplo"*)'),
+    ("config*", '("config"*)'),
+    ("dotted.names", '("dotted names")'),
+    ("hyphen-ated", '("hyphen ated")'),
+    ('"exact phrase" more', '("exact phrase" AND "more")'),
+    ("a NOT b", '(("a") NOT "b")'),
+    ("NOT b", '("b")'),
+    ("x or y", '("x" AND "or" AND "y")'),  # lower-case operators are words, as in FTS5
+])
+def test_fts5_expressions(text: str, expected: str) -> None:
+    assert parse_query(text).fts5_expression() == expected
+
+
+@pytest.mark.parametrize("text", ["***", "{}", "--", "AND OR", "()"])
+def test_punctuation_only_is_empty_not_an_error(text: str) -> None:
+    assert parse_query(text).is_empty
+
+
+def test_matches_expected_rows(fts: sqlite3.Connection) -> None:
+    def hits(text: str) -> list[int]:
+        expr = parse_query(text).fts5_expression()
+        return [r[0] for r in fts.execute("SELECT rowid FROM t WHERE t MATCH ? ORDER BY rowid",
+                                          (expr,))]
+
+    assert hits("deploy*") == [2, 4]  # deployment, deploy (not redeploying)
+    assert hits("dotted.names") == [6]
+    assert hits("hyphen-ated") == [7]
+    assert hits("(problem") == [8]
+    assert hits("hello OR problem") == [1, 8]
+    assert hits("C++") == [5]
+
+
+@pytest.mark.parametrize(("text", "mode"), [
+    ("hello", "fts"), ("部署服务", "trigram"), ("部署", "scan"), ("中", "scan"),
+    ("deploy 部署服务", "trigram"), ("deploy 部署", "trigram"), ("AI 中", "scan"),
+    ("部署服务 OR 测试用例", "scan"), ("こんにちは", "trigram"), ("한국어", "trigram"),
+])
+def test_mode_selection(text: str, mode: str) -> None:
+    assert parse_query(text).mode == mode
+
+
+def test_trigram_plan_splits_long_and_short_needles() -> None:
+    plan = parse_query("deploy 部署 NOT 失败").trigram_plan()
+    assert plan is not None
+    assert plan.match == '"deploy"'
+    assert plan.also_contains == ["部署"] and plan.excludes == ["失败"]
+
+
+def test_cjk_detection() -> None:
+    assert is_cjk_char("中") and is_cjk_char("カ") and is_cjk_char("한")
+    assert not is_cjk_char("a") and not is_cjk_char("é") and not is_cjk_char("。")
+    assert has_cjk("mixed 中文 text") and not has_cjk("plain")
+
+
+def test_snippet_brackets_matches() -> None:
+    text = "x" * 300 + " the Deploy step failed; deploy again " + "y" * 300
+    snippet = make_snippet(text, ["deploy"])
+    assert "[Deploy]" in snippet and "[deploy]" in snippet
+    assert snippet.startswith("…") and snippet.endswith("…")
+    assert make_snippet("no match here", ["zzz"]) == "no match here"
+    assert make_snippet("部署服务器", ["部署"]) == "[部署]服务器"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=60))
+def test_any_text_parses_and_is_valid_fts5(text: str) -> None:
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter unicode61')")
+    try:
+        parsed = parse_query(text)
+    except SearchQueryError:
+        assert not text.strip()
+        return
+    if not parsed.is_empty:
+        conn.execute("SELECT rowid FROM t WHERE t MATCH ?", (parsed.fts5_expression(),))
+        plan = parsed.trigram_plan()
+        if plan is not None:
+            conn.execute("CREATE VIRTUAL TABLE g USING fts5(x, tokenize='trigram')")
+            conn.execute("SELECT rowid FROM g WHERE g MATCH ?", (plan.match,))
