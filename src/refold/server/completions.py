@@ -76,7 +76,7 @@ class Proxy:
     upstream: Upstream
     default_model: str
     drain: Drain
-    max_attempts: int = 3
+    max_attempts: int = 4
 
 
 def check_body(body: Any) -> list[Message]:

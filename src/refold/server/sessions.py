@@ -1,7 +1,7 @@
 """Which session a request belongs to, and the bounded cache of live session runtimes.
 
 A request names its session with ``X-Refold-Session`` (an id, id prefix or title; a name that
-does not exist yet creates a session with that title). Without the header the session is derived
+does not exist yet creates a session with that title, tagged with the tenant for client keys). Without the header the session is derived
 from the conversation itself: ``conv-`` + a hash of the tenant, the first system message and the
 first user message, so a client that re-sends its whole history every call lands in the same
 session each time (and after a restart). Two unrelated conversations that open with the very same
@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import anyio.to_thread
 
-from refold.errors import AmbiguousReference, NotFound
+from refold.errors import AmbiguousReference, Conflict, NotFound
 from refold.messages.model import Message, canonical_json
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ class SessionPool:
             self._runtimes.move_to_end(key)
             return rt
         engine = await self.engine(owner)
-        rt = await anyio.to_thread.run_sync(_open_or_create, engine, ref)
+        rt = await anyio.to_thread.run_sync(_open_or_create, engine, owner, ref)
         self._runtimes[key] = rt
         await self._evict()
         return rt
@@ -138,11 +138,26 @@ class SessionPool:
         self._engines.clear()
 
 
-def _open_or_create(engine: EngineLike, ref: str) -> Any:
+def scoped_title(owner: str, name: str) -> str:
+    """The title a tenant's named session is created with.
+
+    Titles are unique across the whole store; tagging a client key's titles with its tenant
+    keeps two keys from colliding on (or learning about) each other's session names.
+    """
+    return name if not owner else f"{name} @{owner.removeprefix('key-')[:8]}"
+
+
+def _open_or_create(engine: EngineLike, owner: str, ref: str) -> Any:
+    title = scoped_title(owner, ref)
+    for candidate in dict.fromkeys((ref, title)):
+        try:
+            return engine.open_session(candidate, source="serve")
+        except AmbiguousReference:
+            raise  # several sessions match: creating another would hide them
+        except NotFound:
+            continue
+    log.info("creating session %s", title)
     try:
-        return engine.open_session(ref, source="serve")
-    except AmbiguousReference:
-        raise  # several sessions match: creating another would hide them
-    except NotFound:
-        log.info("creating session %s", ref)
-        return engine.open_session(None, new=True, title=ref, source="serve")
+        return engine.open_session(None, new=True, title=title, source="serve")
+    except Conflict:  # another process created it a moment ago
+        return engine.open_session(title, source="serve")

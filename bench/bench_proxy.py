@@ -1,0 +1,142 @@
+"""Added latency of ``refold serve``: streams through the proxy vs straight to the upstream.
+
+Same run, same machine, same scripted upstream (``refold.testing.serve``, loopback only): at
+each concurrency level N, N clients each hold one conversation and stream ``turns`` turns,
+re-sending the whole history every turn as agents do. Measured per request: time to the first
+content byte (TTFB) and to ``data: [DONE]`` (total), directly and through a ``refold serve``
+subprocess (SQLite ledger in a temp home, every message stored, usage recorded). The proxy's
+added latency is reported as proxy percentile − direct percentile. Loops are bounded; the whole
+bench takes well under a minute.
+
+    python bench/bench_proxy.py [--levels 1,10,100] [--requests 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from refold.testing import ScriptedReply, serve
+
+REPLY = "Sure. Here is a short answer that streams in a few chunks of text."
+BANNER = re.compile(r"http://127\.0\.0\.1:(\d+)/v1")
+
+
+def start_proxy(home: Path, upstream: str) -> tuple[subprocess.Popen[bytes], str]:
+    log = home / "serve.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REFOLD_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "refold.cli.main", "--home", str(home), "serve",
+         "--upstream", upstream, "--port", "0", "--context-length", "128000"],
+        stdout=subprocess.DEVNULL, stderr=log.open("wb"), env=env)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        match = BANNER.search(log.read_text(errors="replace"))
+        if match:
+            url = f"http://127.0.0.1:{match.group(1)}/v1"
+            try:
+                httpx.get(url + "/models", timeout=2).raise_for_status()
+                return proc, url
+            except httpx.HTTPError:
+                pass
+        time.sleep(0.05)
+    proc.kill()
+    raise SystemExit(f"refold serve did not start:\n{log.read_text(errors='replace')}")
+
+
+async def one_turn(client: httpx.AsyncClient, url: str,
+                   history: list[dict[str, Any]]) -> tuple[float, float]:
+    start = time.perf_counter()
+    first = 0.0
+    async with client.stream("POST", url + "/chat/completions", json={
+            "model": "scripted-model", "messages": history, "stream": True}) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if not first and '"content": "' in line and '"content": ""' not in line:
+                first = time.perf_counter() - start
+            if line == "data: [DONE]":
+                break
+    return first, time.perf_counter() - start
+
+
+async def conversation(client: httpx.AsyncClient, url: str, worker: int, turns: int,
+                       tag: str, out: list[tuple[float, float]]) -> None:
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a benchmark assistant."},
+        {"role": "user", "content": f"[{tag}] conversation {worker}: hello"}]
+    for turn in range(turns):
+        out.append(await one_turn(client, url, history))
+        history += [{"role": "assistant", "content": REPLY},
+                    {"role": "user", "content": f"follow-up {turn} from worker {worker}"}]
+
+
+async def level(url: str, concurrency: int, turns: int, tag: str) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    limits = httpx.Limits(max_connections=concurrency + 10,
+                          max_keepalive_connections=concurrency + 10)
+    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+        await conversation(client, url, -1, 1, tag + "-warm", [])  # connections, imports
+        await asyncio.gather(*(conversation(client, url, w, turns, tag, out)
+                               for w in range(concurrency)))
+    return out
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def report(concurrency: int, direct: list[tuple[float, float]],
+           proxied: list[tuple[float, float]]) -> str:
+    cells = [f"{concurrency:>4}", f"{len(proxied):>5}"]
+    for index in (1, 0):  # total, then TTFB
+        d = [x[index] * 1000 for x in direct]
+        p = [x[index] * 1000 for x in proxied]
+        for q in (0.5, 0.99):
+            cells.append(f"{pct(d, q):8.2f} {pct(p, q):8.2f} {pct(p, q) - pct(d, q):+8.2f}")
+    return " | ".join(cells)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--levels", default="1,10,100")
+    parser.add_argument("--requests", type=int, default=200,
+                        help="requests per level and path (split over the clients)")
+    args = parser.parse_args()
+    levels = [int(x) for x in args.levels.split(",")]
+    reply = ScriptedReply(content=REPLY)
+    with tempfile.TemporaryDirectory() as tmp, serve(default=lambda body: reply) as upstream:
+        proc, proxy_url = start_proxy(Path(tmp), upstream.base_url)
+        try:
+            print(f"upstream {upstream.base_url} (scripted, loopback); proxy {proxy_url} "
+                  f"(refold serve, SQLite in a temp home); ms; added = proxy - direct")
+            print("conc |  reqs | total p50: direct    proxy    added | total p99: direct    "
+                  "proxy    added | ttfb p50: direct    proxy    added | ttfb p99: direct    "
+                  "proxy    added")
+            for concurrency in levels:
+                turns = max(1, args.requests // concurrency)
+                direct = asyncio.run(level(upstream.base_url, concurrency, turns, "direct"))
+                proxied = asyncio.run(level(proxy_url, concurrency, turns, "proxy"))
+                print(report(concurrency, direct, proxied), flush=True)
+                mean_d = statistics.fmean(x[1] for x in direct) * 1000
+                mean_p = statistics.fmean(x[1] for x in proxied) * 1000
+                print(f"       mean total: direct {mean_d:.2f} ms, proxy {mean_p:.2f} ms, "
+                      f"ratio {mean_p / mean_d:.2f}x", flush=True)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""``refold chat``: an interactive terminal chat on the session runtime (compaction, memory, tools).
+
+Reads one line per turn — from a terminal with line editing, or from piped stdin (scripts and
+tests), where the prompt is not echoed. After every turn a context gauge shows the tokens sent
+against the compaction threshold and the window. A failing turn prints one ``error:`` line and the
+chat goes on (an interactive session should not end on a rate limit); setup errors (no upstream,
+unknown session) end the command through the CLI's one error renderer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import click
+
+from refold.cli.app import AppContext, pass_app
+from refold.cli.chat_session import DEFAULT_SYSTEM, ChatSession, Output
+from refold.errors import InvalidInput, RefoldError
+
+GAUGE_WIDTH = 24
+
+
+def _k(n: int) -> str:
+    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+
+
+def gauge_line(tokens: int, threshold: int, window: int) -> str:
+    """``[██████░░░░] 12.3k / 64.0k until compaction · window 128.0k (19%)``."""
+    fraction = tokens / threshold if threshold else 0.0
+    filled = min(GAUGE_WIDTH, round(fraction * GAUGE_WIDTH))
+    bar = "█" * filled + "░" * (GAUGE_WIDTH - filled)
+    used = tokens / window * 100 if window else 0.0
+    return (f"[{bar}] {_k(tokens)} / {_k(threshold)} until compaction · window {_k(window)} "
+            f"({used:.0f}%)")
+
+
+class Renderer:
+    """Turns ``Output`` values into terminal text (rich styles on a TTY, plain text otherwise)."""
+
+    def __init__(self, console: Any) -> None:
+        self.console = console
+
+    def show(self, out: Output) -> None:
+        getattr(self, f"_{out.kind}", self._info)(out)
+
+    def _print(self, text: str, style: str | None = None) -> None:
+        self.console.print(text, style=style, markup=False, highlight=False)
+
+    def _reply(self, out: Output) -> None:
+        self._print(out.text)
+
+    def _tool(self, out: Output) -> None:
+        args = str(out.data.get("arguments", ""))
+        result = str(out.data.get("result", ""))
+        self._print(f"  ⚙ {out.text}({_clip(args, 80)}) → {_clip(result, 100)}", "dim")
+
+    def _gauge(self, out: Output) -> None:
+        d = out.data
+        line = gauge_line(d["tokens"], d["threshold"], d["window"])
+        self._print(line + ("  · compacted" if d.get("compacted") else ""), "cyan")
+
+    def _hits(self, out: Output) -> None:
+        hits = out.data.get("hits") or []
+        if not hits:
+            self._print(f"no match for {out.text!r}", "yellow")
+        for hit in hits:
+            title = hit.session_title or hit.session_id[:12]
+            self._print(f"  {title} #{hit.seq} {hit.role}: {_clip(hit.snippet, 110)}")
+
+    def _memory(self, out: Output) -> None:
+        targets = out.data.get("targets") or {}
+        if not targets:
+            self._print("memory is off", "yellow")
+        for target, entries in targets.items():
+            self._print(f"{target.upper()} ({len(entries)} entries)", "bold")
+            for entry in entries:
+                self._print(f"  • {_clip(entry, 120)}")
+
+    def _help(self, out: Output) -> None:
+        for name, text in out.data["commands"]:
+            self._print(f"  {name:<18} {text}")
+
+    def _info(self, out: Output) -> None:
+        if out.text:
+            self._print(out.text, "green")
+        if "breakdown" in out.data:
+            self._print(json.dumps(out.data["breakdown"], indent=2, default=str))
+
+    def error(self, err: RefoldError) -> None:
+        self._print(f"error: {err}", "red")
+
+
+def _clip(text: str, width: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[:width - 1] + "…"
+
+
+def _lines(interactive: bool) -> Iterator[str]:
+    while True:
+        try:
+            line = input("you› ") if interactive else sys.stdin.readline()
+        except EOFError:
+            return
+        if not interactive and line == "":
+            return
+        yield line
+
+
+def _engine(app: AppContext) -> Any:
+    from refold.runtime.engine import Engine
+
+    settings = app.settings
+    summarizer_client = None
+    if settings.summarizer == "llm":
+        from refold.llm import HttpChatClient
+
+        summarizer_client = HttpChatClient(settings.summarizer_url or str(settings.upstream),
+                                           settings.summarizer_api_key or
+                                           settings.upstream_api_key)
+    return Engine(app.store, model=settings.model, context_length=settings.context_length,
+                  owner="", memory_dir=settings.memories_dir, chat_client=summarizer_client)
+
+
+@click.command("chat")
+@click.option("--upstream", help="OpenAI-compatible base URL (or $REFOLD_UPSTREAM).")
+@click.option("--model", help="Model name to ask for.")
+@click.option("--context-length", type=int, help="The model's context window in tokens.")
+@click.option("-s", "--session", "ref", help="Resume a session (id, prefix or title).")
+@click.option("--title", help="Title for the new session.")
+@click.option("--system", "system_prompt", default=DEFAULT_SYSTEM,
+              help="System prompt (default: a short assistant prompt naming the tools).")
+@click.option("--no-tools", is_flag=True, help="Do not offer session_search/memory/todo.")
+@pass_app
+def chat_cmd(app: AppContext, upstream: str | None, model: str | None,
+             context_length: int | None, ref: str | None, title: str | None,
+             system_prompt: str, no_tools: bool) -> None:
+    """Chat with a model; history, compaction and memory handled by refold. /help for commands."""
+    from refold.cli.app import console
+    from refold.llm import HttpChatClient
+
+    app.flags.update(upstream=upstream, model=model, context_length=context_length)
+    settings = app.settings
+    if not settings.upstream:
+        raise InvalidInput("no model endpoint to chat with",
+                           hint="pass --upstream URL or set REFOLD_UPSTREAM")
+    interactive = sys.stdin.isatty()
+    renderer = Renderer(console())
+    engine = _engine(app)
+    try:
+        with HttpChatClient(settings.upstream, settings.upstream_api_key) as client:
+            chat = ChatSession(engine, client, model=settings.model, system_prompt=system_prompt,
+                               use_tools=not no_tools, ref=ref, title=title)
+            renderer.show(Output("info", f"{chat.describe()} · {settings.model} at "
+                                         f"{settings.upstream} · /help for commands"))
+            _loop(chat, renderer, interactive)
+    finally:
+        engine.close()
+
+
+def _loop(chat: ChatSession, renderer: Renderer, interactive: bool) -> None:
+    for line in _lines(interactive):
+        waiting = renderer.console.status("thinking…") if interactive and \
+            not line.startswith("/") else contextlib.nullcontext()
+        try:
+            with waiting:
+                for out in chat.handle(line):
+                    renderer.show(out)
+        except RefoldError as err:
+            renderer.error(err)
+        if chat.finished:
+            return

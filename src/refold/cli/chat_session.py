@@ -1,0 +1,235 @@
+"""The turn loop and slash commands behind ``refold chat`` (no terminal I/O in here).
+
+``ChatSession`` wraps one ``SessionRuntime`` and a ``ChatClient``: a user line becomes a turn —
+prepare (compaction, memory snapshot), call the model, record, run the tools the model asked for
+(session_search, memory, todo) and call again, at most ``MAX_TOOL_ROUNDS`` times. A context
+overflow from the model compacts further and retries (``runtime.handle_error``). Slash commands
+switch, branch, rewind and inspect sessions through the same engine, so everything the chat does
+is in the ledger exactly as a library caller's turn would be.
+
+The session yields ``Output`` values (what happened); ``refold.cli.chat`` decides how they look.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from refold.errors import InvalidInput, UpstreamError
+from refold.llm import ChatClient, ChatResult
+from refold.messages.model import Message, content_text
+from refold.store.base import SearchQuery
+
+MAX_TOOL_ROUNDS = 8
+MAX_OVERFLOW_RETRIES = 3
+DEFAULT_SYSTEM = (
+    "You are a helpful assistant in a terminal chat. You can search earlier sessions "
+    "(session_search), keep durable notes about the user and the work (memory), and track "
+    "multi-step work (todo). Be concise.")
+
+
+@dataclass(frozen=True)
+class Output:
+    kind: str  # reply | tool | info | gauge | hits | memory | error | help
+    text: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+HELP = [
+    ("/compact", "compact the context now"),
+    ("/resume [REF]", "switch to a session (id, prefix or title; latest if none)"),
+    ("/search QUERY", "search every session"),
+    ("/memory", "show memory (MEMORY.md and USER.md entries)"),
+    ("/undo", "take back the last user turn and everything after it"),
+    ("/branch [TITLE]", "continue in a new branch of this session"),
+    ("/new [TITLE]", "start a new session"),
+    ("/context", "tokens by part of the context"),
+    ("/help", "this list"),
+    ("/quit", "leave (also Ctrl-D)"),
+]
+
+
+class ChatSession:
+    """One terminal conversation over an ``Engine`` (current runtime can change: /new, /resume)."""
+
+    def __init__(self, engine: Any, client: ChatClient, *, model: str,
+                 system_prompt: str | None = DEFAULT_SYSTEM, use_tools: bool = True,
+                 ref: str | None = None, title: str | None = None) -> None:
+        self.engine = engine
+        self.client = client
+        self.model = model
+        self.system_prompt = system_prompt
+        self.use_tools = use_tools
+        self.finished = False
+        self.last_prepared: Any = None
+        if ref:
+            self._switch(engine.open_session(ref, source="chat"))
+        else:
+            self._switch(engine.open_session(None, new=True, title=title, source="chat"))
+
+    # -- session switching ---------------------------------------------------------------------
+    def _switch(self, rt: Any) -> None:
+        self.rt = rt
+        self.tools = None
+        if self.use_tools:
+            from refold.tools import agent_tools
+
+            self.tools = agent_tools(self.engine.store, session_id=rt.session_id,
+                                     owner=self.engine.owner, memory=self.engine.memory)
+        self.last_prepared = None
+
+    def describe(self) -> str:
+        session = self.engine.store.get_session(self.rt.session_id)
+        title = f" “{session.title}”" if session.title else ""
+        return f"session {session.id[:12]}{title} · {session.message_count} messages"
+
+    # -- a turn ---------------------------------------------------------------------------------
+    def handle(self, line: str) -> Iterator[Output]:
+        """Everything one input line produces, in order."""
+        text = line.strip()
+        if not text:
+            return
+        if text.startswith("/"):
+            yield from self.command(text)
+            return
+        yield from self.turn(text)
+
+    def turn(self, text: str) -> Iterator[Output]:
+        pending: list[Message] = [{"role": "user", "content": text}]
+        for _ in range(MAX_TOOL_ROUNDS):
+            result = self._call(pending)
+            self.rt.record(result.message, usage=result.usage, model=result.model)
+            reply = content_text(result.message)
+            if reply:
+                yield Output("reply", reply)
+            calls = result.message.get("tool_calls") or []
+            if not calls or self.tools is None:
+                break
+            pending = []
+            for call in calls:
+                tool_message = self.tools.dispatch(call)
+                fn = call.get("function") or {}
+                yield Output("tool", str(fn.get("name", "")),
+                             {"arguments": fn.get("arguments", ""),
+                              "result": tool_message.get("content", "")})
+                pending.append(tool_message)
+        else:
+            yield Output("info", f"stopped after {MAX_TOOL_ROUNDS} tool rounds")
+        yield self.gauge()
+
+    def _call(self, pending: list[Message]) -> ChatResult:
+        schemas = self.tools.schemas() if self.tools is not None else None
+        prepared = self.rt.prepare(pending, system_prompt=self.system_prompt, tools=schemas)
+        for attempt in range(MAX_OVERFLOW_RETRIES + 1):
+            self.last_prepared = prepared
+            try:
+                return self.client.complete(prepared.messages, model=self.model, tools=schemas)
+            except UpstreamError as err:
+                if attempt >= MAX_OVERFLOW_RETRIES or not self.rt.handle_error(err, attempt):
+                    raise
+            prepared = self.rt.prepare([], system_prompt=self.system_prompt, tools=schemas)
+        raise AssertionError("unreachable: the last attempt raises")
+
+    def gauge(self) -> Output:
+        prepared = self.last_prepared
+        if prepared is None:
+            prepared = self.rt.prepare([], system_prompt=self.system_prompt,
+                                       tools=self.tools.schemas() if self.tools else None)
+            self.last_prepared = prepared
+        return Output("gauge", data={"tokens": prepared.tokens, "threshold": prepared.threshold,
+                                     "window": prepared.context_length,
+                                     "compacted": prepared.compaction is not None})
+
+    # -- slash commands --------------------------------------------------------------------------
+    def command(self, text: str) -> Iterator[Output]:
+        try:
+            name, *args = shlex.split(text)
+        except ValueError as exc:
+            raise InvalidInput(f"cannot parse command: {exc}") from exc
+        handler = self._commands().get(name.lower())
+        if handler is None:
+            raise InvalidInput(f"unknown command {name}", hint="type /help for the list")
+        yield from handler(args)
+
+    def _commands(self) -> dict[str, Callable[[list[str]], Iterator[Output]]]:
+        return {"/compact": self.cmd_compact, "/resume": self.cmd_resume,
+                "/search": self.cmd_search, "/memory": self.cmd_memory, "/undo": self.cmd_undo,
+                "/branch": self.cmd_branch, "/new": self.cmd_new, "/help": self.cmd_help,
+                "/context": self.cmd_context, "/quit": self.cmd_quit, "/exit": self.cmd_quit}
+
+    def cmd_help(self, args: list[str]) -> Iterator[Output]:
+        yield Output("help", data={"commands": HELP})
+
+    def cmd_quit(self, args: list[str]) -> Iterator[Output]:
+        self.finished = True
+        yield Output("info", f"bye — {self.describe()}")
+
+    def cmd_compact(self, args: list[str]) -> Iterator[Output]:
+        report = self.rt.compact(force=True)
+        if report is None:
+            yield Output("info", "nothing to compact")
+        else:
+            before = getattr(report, "tokens_before", None)
+            after = getattr(report, "tokens_after", None)
+            detail = f": {before} → {after} tokens" if before is not None else ""
+            yield Output("info", f"compacted{detail}")
+        self.last_prepared = None
+        yield self.gauge()
+
+    def cmd_resume(self, args: list[str]) -> Iterator[Output]:
+        ref = " ".join(args) or None
+        self._switch(self.engine.open_session(ref, source="chat"))
+        yield Output("info", f"resumed {self.describe()}")
+        yield self.gauge()
+
+    def cmd_new(self, args: list[str]) -> Iterator[Output]:
+        title = " ".join(args) or None
+        self._switch(self.engine.open_session(None, new=True, title=title, source="chat"))
+        yield Output("info", f"new {self.describe()}")
+
+    def cmd_branch(self, args: list[str]) -> Iterator[Output]:
+        last = self.engine.store.last_message(self.rt.session_id)
+        if last is None:
+            raise InvalidInput("nothing to branch from yet", hint="say something first")
+        title = " ".join(args) or None
+        self._switch(self.engine.open_session(self.rt.session_id, branch_at=last.seq,
+                                              title=title, source="chat"))
+        yield Output("info", f"branched into {self.describe()}")
+
+    def cmd_undo(self, args: list[str]) -> Iterator[Output]:
+        store = self.engine.store
+        rows = store.get_messages(self.rt.session_id)
+        users = [r for r in rows if r.role == "user"]
+        if not users:
+            raise InvalidInput("nothing to undo")
+        record = store.rewind(self.rt.session_id, users[-1].seq)
+        self.last_prepared = None
+        yield Output("info", f"took back {record.count} message(s) from the last user turn "
+                             f"(rewind #{record.id}, reversible)")
+
+    def cmd_search(self, args: list[str]) -> Iterator[Output]:
+        text = " ".join(args)
+        if not text:
+            raise InvalidInput("/search needs a query", hint="e.g. /search deploy script")
+        hits = self.engine.store.search(SearchQuery(text=text, owner=self.engine.owner, limit=10))
+        yield Output("hits", text, {"hits": hits})
+
+    def cmd_memory(self, args: list[str]) -> Iterator[Output]:
+        yield Output("memory", data={"targets": memory_entries(self.engine.memory)})
+
+    def cmd_context(self, args: list[str]) -> Iterator[Output]:
+        yield Output("info", data={"breakdown": self.rt.context_breakdown()},
+                     text="context breakdown")
+
+
+def memory_entries(memory: Any) -> dict[str, list[str]]:
+    """Live memory entries per target ("memory", "user"), or {} when memory is off."""
+    if memory is None:
+        return {}
+    store = getattr(memory, "store", memory)
+    out: dict[str, list[str]] = {}
+    for target in ("memory", "user"):
+        out[target] = [str(e) for e in store.entries(target)]
+    return out

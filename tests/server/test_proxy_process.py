@@ -1,0 +1,145 @@
+"""``refold serve`` as a real process: killed mid-stream it loses no acknowledged message, and a
+graceful stop (SIGTERM) lets the stream in flight finish and be recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from refold.store.sqlite import SQLiteStore
+from refold.testing import ScriptedReply, serve
+
+BANNER = re.compile(r"http://127\.0\.0\.1:(\d+)/v1")
+SLOW = ScriptedReply(content="The second answer streams slowly, word after word. " * 8,
+                     chunk_delay=0.05)
+
+
+def start_serve(home: Path, upstream: str, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
+    log = home / f"serve-{time.monotonic_ns()}.log"
+    home.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REFOLD_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "refold.cli.main", "--home", str(home), "serve",
+         "--upstream", upstream, "--port", "0", *extra],
+        stdout=subprocess.DEVNULL, stderr=log.open("wb"), env=env)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        match = BANNER.search(log.read_text(errors="replace"))
+        if match:
+            url = f"http://127.0.0.1:{match.group(1)}/v1"
+            try:
+                if httpx.get(url + "/models", timeout=2).status_code == 200:
+                    return proc, url
+            except httpx.HTTPError:
+                pass
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"refold serve did not start: {log.read_text(errors='replace')}")
+
+
+def rows(home: Path) -> list[tuple[str, str]]:
+    store = SQLiteStore(str(home / "refold.db"))
+    try:
+        (session,) = store.list_sessions()
+        return [(r.role, str(r.message.get("content"))) for r in store.get_messages(session.id)]
+    finally:
+        store.close()
+
+
+def read_until_content(response: httpx.Response) -> None:
+    for line in response.iter_lines():
+        if line.startswith("data:") and '"content": "The' in line:
+            return
+    raise AssertionError("the stream ended before any content")
+
+
+@pytest.mark.slow
+def test_sigkill_mid_stream_loses_no_acknowledged_message(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with serve(["First answer.", SLOW, "Second answer, retried."]) as up:
+        proc, url = start_serve(home, up.base_url)
+        try:
+            history: list[dict[str, Any]] = [{"role": "user", "content": "first question"}]
+            first = httpx.post(url + "/chat/completions", json={"model": "m",
+                                                                "messages": history})
+            assert first.status_code == 200
+            history += [{"role": "assistant", "content": "First answer."},
+                        {"role": "user", "content": "second question"}]
+            with httpx.stream("POST", url + "/chat/completions", timeout=10, json={
+                    "model": "m", "messages": history, "stream": True}) as response:
+                assert response.status_code == 200  # the request's messages are acknowledged
+                read_until_content(response)
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(10)
+                with pytest.raises(httpx.HTTPError):
+                    for _ in response.iter_lines():
+                        pass
+        finally:
+            proc.kill()
+            proc.wait(10)
+        assert rows(home) == [("user", "first question"), ("assistant", "First answer."),
+                              ("user", "second question")]  # nothing partial either
+
+        proc, url = start_serve(home, up.base_url)
+        try:  # the client retries its turn: nothing is duplicated
+            again = httpx.post(url + "/chat/completions", json={"model": "m",
+                                                                "messages": history})
+            assert again.status_code == 200
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(20)
+    assert rows(home) == [("user", "first question"), ("assistant", "First answer."),
+                          ("user", "second question"), ("assistant", "Second answer, retried.")]
+
+
+@pytest.mark.slow
+def test_sigterm_drains_the_stream_in_flight_and_records_it(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with serve([SLOW]) as up:
+        proc, url = start_serve(home, up.base_url)
+        try:
+            with httpx.stream("POST", url + "/chat/completions", timeout=10, json={
+                    "model": "m", "stream": True,
+                    "messages": [{"role": "user", "content": "talk slowly"}]}) as response:
+                read_until_content(response)
+                proc.send_signal(signal.SIGTERM)
+                tail = list(response.iter_lines())
+            assert "data: [DONE]" in tail
+            assert proc.wait(20) == 0
+        finally:
+            proc.kill()
+            proc.wait(10)
+    assert rows(home) == [("user", "talk slowly"), ("assistant", SLOW.content)]
+
+
+def test_serve_without_upstream_or_on_a_taken_port_is_one_clear_line(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REFOLD_")}
+    base = [sys.executable, "-m", "refold.cli.main", "--home", str(tmp_path), "serve"]
+    missing = subprocess.run(base, capture_output=True, text=True, env=env, timeout=30)
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines() == [
+        "error: no upstream to forward to (pass --upstream URL or set REFOLD_UPSTREAM)"]
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        busy = subprocess.run([*base, "--upstream", "http://127.0.0.1:9/v1", "--port",
+                               str(port)], capture_output=True, text=True, env=env, timeout=30)
+    assert busy.returncode == 2
+    assert busy.stderr.strip().splitlines() == [
+        f"error: port {port} on 127.0.0.1 is already in use "
+        "(stop the other server or pick another --port)"]
