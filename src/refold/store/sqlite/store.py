@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from refold.errors import InvalidInput
+from refold.store.sqlite.bulk import BulkOps
 from refold.store.sqlite.database import Database, Synchronous
 from refold.store.sqlite.schema import LATEST_VERSION, applied_versions, migrate
 from refold.store.sqlite.search import SearchOps
@@ -23,7 +24,7 @@ from refold.store.sqlite.search import SearchOps
 log = logging.getLogger(__name__)
 
 
-class SQLiteStore(SearchOps):
+class SQLiteStore(SearchOps, BulkOps):
     """The SQLite implementation of ``refold.store.Store``.
 
     ``path`` is a file path or ``":memory:"``. ``synchronous="FULL"`` makes every commit durable
