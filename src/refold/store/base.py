@@ -17,7 +17,7 @@ Invariants every backend keeps (the conformance suite in tests/store checks each
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -225,6 +225,17 @@ class Store(Protocol):
     def memory_load(self, profile: str, target: str) -> tuple[list[MemoryRow], int]: ...
     def memory_save(self, profile: str, target: str, rows: Sequence[MemoryRow],
                     expected_version: int) -> int: ...
+
+    # -- bulk copy between stores (``refold migrate``; see refold.store.copy) ---------------
+    def import_session(self, session: Session, messages: Iterable[StoredMessage],
+                       checkpoints: Sequence[Checkpoint], events: Sequence[Event]) -> bool:
+        """Insert a session exactly as given (id, counters, seq, identity, active, created_at)
+        in one transaction; False (and nothing written) if the id exists already. The parent,
+        if any, must exist; checkpoints and events keep their order, not their ids."""
+        ...
+    def memory_documents(self) -> list[tuple[str, str]]:
+        """Every stored (profile, target) memory document."""
+        ...
 
     # -- maintenance -----------------------------------------------------------------------
     def prune_sessions(self, older_than_days: float) -> int: ...
