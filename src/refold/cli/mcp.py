@@ -2,6 +2,7 @@
 
 Configure an MCP client with the command ``refold mcp`` (plus ``--home`` or ``REFOLD_HOME`` for
 the data directory). stdout belongs to the protocol: nothing else is ever printed there.
+Memory writes follow the ``memory_approval`` setting (allow, stage, block).
 """
 
 from __future__ import annotations
@@ -20,18 +21,7 @@ def mcp_cmd(app: AppContext, no_memory: bool) -> None:
     from refold.tools import ToolRegistry, memory_tool, session_search_tool
 
     registry = ToolRegistry([session_search_tool(app.store, owner=None)])
-    memory = None
     if not no_memory:
-        memory = _memory(app)
-        registry.register(memory_tool(memory))
-    try:
-        run_stdio(registry)
-    finally:
-        if memory is not None:
-            memory.shutdown()
-
-
-def _memory(app: AppContext):  # type: ignore[no-untyped-def]
-    from refold.memory import MemoryManager, MemoryStore
-
-    return MemoryManager(MemoryStore(app.settings.memories_dir))
+        registry.register(memory_tool(app.settings.memories_dir,
+                                      approval=app.settings.memory_approval))
+    run_stdio(registry)

@@ -1,26 +1,47 @@
-"""The ``memory`` tool for agent loops: ``refold.memory``'s schema and handler as a ``Tool``.
+"""The ``memory`` tool for agent loops: ``refold.memory``'s tool as a registry ``Tool``.
 
-The memory layer owns the tool (its schema, its actions and its model-facing errors); this
-module only adapts it to the registry so every surface (agent loop, chat, MCP) dispatches it the
-same way.
+The memory layer owns the tool (its schema, its actions, its model-facing results and the
+three-failures-per-turn stop); this module only adapts it to the registry so every surface
+(agent loop, chat, MCP) dispatches it the same way. ``memory`` may be a ``MemoryTool``, or a
+memory store / directory, from which a ``MemoryTool`` with the given approval mode is built.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from refold.tools.registry import Tool
 
 
-def memory_tool(memory: Any) -> Tool:
-    """The ``memory`` tool over a ``MemoryManager`` (or anything with the manager's tool API)."""
-    from refold.memory import MEMORY_TOOL_SCHEMA
+def as_memory_tool(memory: Any, *, approval: str = "allow") -> Any:
+    """A ``refold.memory.MemoryTool`` for ``memory`` (a tool, a store, or a directory)."""
+    from refold.memory import MemoryStore, MemoryTool, MemoryWriter, open_file_store
 
-    function = MEMORY_TOOL_SCHEMA["function"]
+    if isinstance(memory, MemoryTool):
+        return memory
+    tool = getattr(memory, "memory_tool", None)
+    if isinstance(tool, MemoryTool):
+        return tool
+    if isinstance(memory, str | os.PathLike):
+        memory = open_file_store(memory)
+    if isinstance(memory, MemoryStore):
+        return MemoryTool(MemoryWriter(memory, approval))
+    raise TypeError(f"cannot make a memory tool from {type(memory).__name__}")
 
-    def handler(args: dict[str, Any]) -> str:
-        result = memory.handle_tool_call("memory", args)
-        return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
 
-    return Tool(function["name"], function["description"], function["parameters"], handler)
+def memory_tool(memory: Any, *, approval: str = "allow") -> Tool:
+    """The ``memory`` registry tool over ``memory`` (see ``as_memory_tool``)."""
+    tool = as_memory_tool(memory, approval=approval)
+    function = tool.schema()["function"]
+    return Tool(function["name"], function["description"], function["parameters"],
+                tool.handle, failed=_failed)
+
+
+def _failed(text: str) -> bool:
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(payload, dict) and payload.get("success") is False

@@ -30,6 +30,8 @@ class Tool:
     description: str
     parameters: dict[str, Any]
     handler: Handler
+    # tells whether a result the handler returned (rather than raised) reports a failure
+    failed: Callable[[str], bool] | None = None
 
     @property
     def schema(self) -> dict[str, Any]:
@@ -85,7 +87,8 @@ class ToolRegistry:
         if isinstance(args, str):
             return ToolResult(error_result(args), True)
         try:
-            return ToolResult(tool.handler(args), False)
+            text = tool.handler(args)
+            return ToolResult(text, bool(tool.failed and tool.failed(text)))
         except RefoldError as exc:
             log.debug("tool %s refused: %s", name, exc)
             return ToolResult(error_result(str(exc)), True)
