@@ -24,13 +24,26 @@ import time
 from collections.abc import Iterator, Sequence
 
 from refold.errors import Conflict, InvalidInput, MessageValidationError, NotFound
-from refold.messages.model import Message, chain_identities, message_identity
+from refold.messages.model import Message, message_identity
 from refold.store.base import AppendResult, RewindRecord, Session, StoredMessage
 from refold.store.sqlite.rows import MESSAGE_COLUMNS, message_columns, to_message, to_rewind
 from refold.store.sqlite.sessions import SessionOps
 from refold.store.titles import sanitize_title
 
 _PAGE = 500
+
+
+def _identities(messages: Sequence[Message], previous: str | None) -> list[str]:
+    """Chained identities; a message that cannot be hashed as JSON is a validation error."""
+    out: list[str] = []
+    for index, message in enumerate(messages):
+        try:
+            previous = message_identity(message, previous)
+        except (TypeError, ValueError) as exc:
+            raise MessageValidationError(f"cannot be stored as JSON: {exc}",
+                                         index=index) from exc
+        out.append(previous)
+    return out
 
 
 def _check_batch(messages: Sequence[Message],
@@ -43,6 +56,9 @@ def _check_batch(messages: Sequence[Message],
                                          index=index)
         if not isinstance(message.get("role"), str) or not message.get("role"):
             raise MessageValidationError("missing or invalid role", index=index, field="role")
+        if not isinstance(message.get("content"), str | list | None):
+            raise MessageValidationError("content must be text, a list of parts or null",
+                                         index=index, field="content")
     if token_counts is None:
         return [None] * len(messages)
     if len(token_counts) != len(messages):
@@ -69,7 +85,11 @@ class LedgerOps(SessionOps):
         for offset, (message, count, identity) in enumerate(zip(messages, counts, identities,
                                                                strict=True)):
             seq = last_seq + 1 + offset
-            role, body, text, tool_call_id, cjk = message_columns(message)
+            try:
+                role, body, text, tool_call_id, cjk = message_columns(message)
+            except (TypeError, ValueError) as exc:  # not JSON-serializable
+                raise MessageValidationError(f"cannot be stored as JSON: {exc}",
+                                             index=offset) from exc
             rows.append((session.id, seq, role, body, text, tool_call_id, count, now,
                          identity, cjk))
             out.append((seq, body, identity, count))
@@ -88,13 +108,13 @@ class LedgerOps(SessionOps):
         with self.db.write() as conn:
             session = self._session(conn, session_id)
             last = self._last_active(conn, session_id)
-            identities = chain_identities(list(messages), last[1] if last else None)
+            identities = _identities(messages, last[1] if last else None)
             return AppendResult(self._insert(conn, session, messages, counts, identities), 0)
 
     def sync_messages(self, session_id: str, history: Sequence[Message], *,
                       token_counts: Sequence[int | None] | None = None) -> AppendResult:
         counts = _check_batch(history, token_counts)
-        identities = chain_identities(list(history))
+        identities = _identities(history, None)
         with self.db.write() as conn:
             session = self._session(conn, session_id)
             keep, rewound = self._common_prefix(conn, session_id, identities)

@@ -75,10 +75,13 @@ class SQLiteStore(SearchOps, BulkOps):
             problems += [r for r in rows if r != "ok"]
             problems += [f"foreign key: {r[0]} row {r[1]} -> {r[2]}"
                          for r in conn.execute("PRAGMA foreign_key_check")]
-        for table in ("messages_fts", "messages_trigram"):
+        # rank = 1 also compares the external-content index with the messages table.
+        checks = (("messages_fts", ", rank", ", 1"), ("messages_trigram", "", ""))
+        for table, column, value in checks:
             try:
                 with self.db.write() as conn:
-                    conn.execute(f"INSERT INTO {table}({table}) VALUES ('integrity-check')")
+                    conn.execute(f"INSERT INTO {table}({table}{column}) "
+                                 f"VALUES ('integrity-check'{value})")
             except Exception as exc:  # any failure here is a finding, not a crash
                 problems.append(f"{table}: {exc}")
         return problems

@@ -1,0 +1,180 @@
+"""SQLite-specific behaviour: pragmas, WAL fallback, migrations, threads, errors, query plans."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from refold.errors import MigrationError, StorageError
+from refold.store import open_store
+from refold.store.sqlite import SQLiteStore
+from refold.store.sqlite.schema import LATEST_VERSION, MIGRATIONS, Migration, migrate
+
+
+def user(text: str) -> dict[str, str]:
+    return {"role": "user", "content": text}
+
+
+def test_pragmas_and_info(tmp_path: Path) -> None:
+    with SQLiteStore(str(tmp_path / "a.db")) as store:
+        conn = store.db.conn
+        assert store.journal_mode == "wal"
+        assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 30000
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        info = store.info()
+        assert info["schema_version"] == LATEST_VERSION and info["journal_mode"] == "wal"
+        assert store.url.startswith("sqlite:///")
+    with SQLiteStore(str(tmp_path / "b.db"), synchronous="NORMAL") as store:
+        assert store.db.conn.execute("PRAGMA synchronous").fetchone()[0] == 1
+
+
+def test_open_store_picks_sqlite(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path}/c.db")
+    assert isinstance(store, SQLiteStore) and store.path == f"{tmp_path}/c.db"
+    store.close()
+    memory = open_store(":memory:")
+    session = memory.create_session()
+    memory.append_messages(session.id, [user("x")])
+    assert len(memory.get_messages(session.id)) == 1
+    memory.close()
+
+
+def test_wal_unavailable_falls_back_with_a_warning(tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    # The dot-file-locking VFS has no shared memory, like many network filesystems: no WAL.
+    with caplog.at_level(logging.WARNING, logger="refold.store.sqlite.database"):
+        store = SQLiteStore(str(tmp_path / "nfs.db"), vfs="unix-dotfile")
+    assert store.journal_mode == "delete"
+    assert any("cannot use WAL" in r.getMessage() for r in caplog.records)
+    session = store.create_session()
+    store.append_messages(session.id, [user("still works")])
+    assert store.integrity_check() == []
+    store.close()
+
+
+def test_migrations_are_recorded_once(tmp_path: Path) -> None:
+    path = str(tmp_path / "m.db")
+    SQLiteStore(path).close()
+    SQLiteStore(path).close()
+    raw = sqlite3.connect(path)
+    rows = raw.execute("SELECT version, name FROM schema_migrations ORDER BY version").fetchall()
+    assert rows == [(m.version, m.name) for m in MIGRATIONS]
+    raw.close()
+
+
+def test_failed_migration_leaves_nothing(tmp_path: Path) -> None:
+    conn = sqlite3.connect(str(tmp_path / "f.db"), isolation_level=None)
+    broken = (*MIGRATIONS, Migration(99, "broken", (
+        "CREATE TABLE half_done (x INTEGER)", "THIS IS NOT SQL")))
+    with pytest.raises(MigrationError) as err:
+        migrate(conn, broken)
+    assert "99" in str(err.value)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    assert "half_done" not in tables and "messages" in tables
+    assert 99 not in {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
+    assert migrate(conn) == []  # the good ones stay applied
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = str(tmp_path / "new.db")
+    SQLiteStore(path).close()
+    raw = sqlite3.connect(path)
+    raw.execute("INSERT INTO schema_migrations VALUES (999, 'future', 0)")
+    raw.commit()
+    raw.close()
+    with pytest.raises(MigrationError):
+        SQLiteStore(path)
+
+
+def test_garbage_file_is_a_storage_error(tmp_path: Path) -> None:
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StorageError):
+        SQLiteStore(str(path))
+
+
+def test_closed_store_raises_storage_error(tmp_path: Path) -> None:
+    store = SQLiteStore(str(tmp_path / "closed.db"))
+    store.close()
+    store.close()  # idempotent
+    with pytest.raises(StorageError):
+        store.list_sessions()
+
+
+def test_unique_identity_index_backs_the_no_duplicate_rule(sqlite_store: SQLiteStore) -> None:
+    session = sqlite_store.create_session()
+    [row] = sqlite_store.append_messages(session.id, [user("x")]).appended
+    with pytest.raises(sqlite3.IntegrityError):
+        sqlite_store.db.conn.execute(
+            "INSERT INTO messages (session_id, seq, role, message, created_at, identity) "
+            "VALUES (?, 99, 'user', '{}', 0, ?)", (session.id, row.identity))
+
+
+def test_integrity_check_finds_a_broken_index(tmp_path: Path) -> None:
+    path = str(tmp_path / "broken.db")
+    with SQLiteStore(path) as store:
+        session = store.create_session()
+        store.append_messages(session.id, [user("alpha"), user("beta 中文字符")])
+        assert store.integrity_check() == []
+    raw = sqlite3.connect(path)
+    raw.execute("DROP TRIGGER messages_fts_delete")
+    raw.execute("DELETE FROM messages WHERE seq = 1")
+    raw.commit()
+    raw.close()
+    with SQLiteStore(path) as store:
+        problems = store.integrity_check()
+    assert problems and any("messages_fts" in p for p in problems)
+
+
+def test_threads_share_one_store(sqlite_store: SQLiteStore) -> None:
+    session = sqlite_store.create_session()
+    history = [user(f"turn {i}") for i in range(30)]
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            own = sqlite_store.create_session()
+            for i in range(1, 31):
+                sqlite_store.sync_messages(session.id, history[:i])
+                sqlite_store.append_messages(own.id, [user(f"t{n} {i}")])
+        except BaseException as exc:  # collected and re-raised in the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    rows = sqlite_store.get_messages(session.id, include_inactive=True)
+    assert [m.message for m in rows] == history
+    assert len(sqlite_store.list_sessions()) == 7
+
+
+@pytest.mark.parametrize("sql_fragment", ["projection", "latest_checkpoint"])
+def test_projection_reads_through_indexes(sqlite_store: SQLiteStore, sql_fragment: str) -> None:
+    conn = sqlite_store.db.conn
+    plans = {
+        "projection": ("SELECT session_id FROM messages WHERE session_id = ? AND seq >= ? "
+                       "AND active = 1 ORDER BY seq", ("s", 5)),
+        "latest_checkpoint": ("SELECT id FROM checkpoints WHERE session_id = ? "
+                              "ORDER BY id DESC LIMIT 1", ("s",)),
+    }
+    sql, args = plans[sql_fragment]
+    detail = " ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, args))
+    assert "USING INDEX" in detail or "USING COVERING INDEX" in detail
+    assert "TEMP B-TREE" not in detail
+
+
+def test_short_cjk_scan_respects_its_time_budget(tmp_path: Path) -> None:
+    with SQLiteStore(str(tmp_path / "scan.db"), scan_budget_seconds=0.0) as store:
+        from refold.store import SearchQuery
+        session = store.create_session()
+        store.append_messages(session.id, [user(f"中 {i}") for i in range(5)])
+        # a zero budget still scans the newest chunk before stopping
+        assert len(store.search(SearchQuery("中", limit=50, window=0))) == 5
