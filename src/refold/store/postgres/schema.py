@@ -57,6 +57,13 @@ MIGRATIONS: tuple[Migration, ...] = (
         "CREATE INDEX sessions_parent ON sessions (parent_session_id)",
         "CREATE INDEX sessions_started ON sessions (started_at DESC)",
         "CREATE INDEX sessions_id_pattern ON sessions (id text_pattern_ops)",
+        # Like SQLite's porter + unicode61: the original Porter stemmer and no stop words,
+        # so both backends stem alike ("deployments" ~ "deployment", not "deploy").
+        "CREATE TEXT SEARCH DICTIONARY refold_porter (TEMPLATE = snowball, Language = porter)",
+        "CREATE TEXT SEARCH CONFIGURATION refold_search (COPY = simple)",
+        """ALTER TEXT SEARCH CONFIGURATION refold_search ALTER MAPPING FOR asciiword, word,
+            numword, asciihword, hword, numhword, hword_asciipart, hword_part, hword_numpart
+            WITH refold_porter""",
         """CREATE TABLE messages (
             id bigserial PRIMARY KEY,
             session_id text NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
@@ -71,7 +78,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             search_text text NOT NULL,
             -- Punctuation becomes space (as in SQLite's unicode61), so dotted.names and
             -- hyphen-ated words index as separate words; very long texts index their start.
-            tsv tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig,
+            tsv tsvector GENERATED ALWAYS AS (to_tsvector('refold_search'::regconfig,
                 regexp_replace(left(search_text, 200000), '[^[:alnum:][:space:]]+', ' ', 'g')))
                 STORED
         )""",

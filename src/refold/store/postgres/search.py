@@ -6,8 +6,9 @@ tsquery syntax:
 
 - ``fts``: a tsquery built from the sanitized words (each word a quoted lexeme; phrases with
   ``<->``; ``word*`` as ``:*``), matched against the generated ``tsv`` column (GIN index),
-  ranked by ``ts_rank_cd``. A query of stop words only has no lexemes and falls back to the
-  substring path, so "the" still finds what it should.
+  ranked by ``ts_rank_cd``. The text search configuration ``refold_search`` (created by the
+  migrations) uses the original Porter stemmer and keeps stop words, like SQLite's FTS5
+  ``porter unicode61``; a query left without lexemes falls back to the substring path.
 - ``trigram``: ``ILIKE '%needle%'`` on ``search_text``, which the ``gin_trgm_ops`` index answers
   for needles of 3+ characters; shorter needles and exclusions are checked on those rows.
 - ``scan``: needles all shorter than 3 characters (or OR-groups with CJK): the same ILIKE
@@ -105,7 +106,7 @@ class SearchMixin(LedgerMixin):
         where, args = _filters(query)
         if parsed.mode == "fts":
             text = tsquery_text(parsed)
-            cur.execute("SELECT numnode(to_tsquery('english', %s))", (text,))
+            cur.execute("SELECT numnode(to_tsquery('refold_search', %s))", (text,))
             row = cur.fetchone()
             if row and row[0] > 0:
                 return self._fts_rows(cur, text, where, args, query, limit)
@@ -133,11 +134,11 @@ class SearchMixin(LedgerMixin):
         # The headline is computed for the (few) returned rows only: it re-parses the text.
         cur.execute(f"""WITH hits AS (
                             SELECT {_HIT_COLS}, ts_rank_cd(m.tsv, q) AS score, q
-                            FROM to_tsquery('english', %s) q, messages m
+                            FROM to_tsquery('refold_search', %s) q, messages m
                             JOIN sessions s ON s.id = m.session_id
                             WHERE {clause} ORDER BY {order} LIMIT %s)
                         SELECT id, session_id, seq, role, body, search_text, created_at, title,
-                               score, ts_headline('english', left(search_text, 100000), q,
+                               score, ts_headline('refold_search', left(search_text, 100000), q,
                                    'StartSel=[, StopSel=], MaxWords=24, MinWords=8, '
                                    'MaxFragments=1, FragmentDelimiter=…')
                         FROM hits ORDER BY {order.replace("m.", "")}""", (text, *args, limit))
