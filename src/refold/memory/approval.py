@@ -1,0 +1,124 @@
+"""Write approval for model-initiated memory writes: allow, stage, or block.
+
+The agent's memory tool and the background review write through a ``MemoryWriter``; a person
+using the CLI writes to the ``MemoryStore`` directly (they are the approver).
+- ``allow``: writes apply at once;
+- ``stage``: the write is checked (content scan, non-empty) and queued as a ``PendingWrite``
+  in the backend; ``approve(id)`` applies it (re-checked against the state at that time),
+  ``reject(id)`` drops it. The queue survives restarts;
+- ``block``: every write is refused with ``MemoryError_``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from refold.errors import InvalidInput, MemoryError_, NotFound
+from refold.memory.actions import MemoryStore, WriteResult, check_content
+from refold.memory.entries import check_target, preview
+from refold.memory.ops import MemoryOp
+
+ApprovalMode = Literal["allow", "stage", "block"]
+APPROVAL_MODES: tuple[str, ...] = ("allow", "stage", "block")
+
+
+def check_mode(mode: str) -> ApprovalMode:
+    if mode not in APPROVAL_MODES:
+        raise InvalidInput(f"unknown memory approval mode {mode!r}",
+                           hint="use allow, stage or block")
+    return mode  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class PendingWrite:
+    id: str
+    target: str
+    ops: tuple[MemoryOp, ...]
+    origin: str
+    created_at: float
+
+    @property
+    def summary(self) -> str:
+        parts = []
+        for op in self.ops:
+            if op.action == "add":
+                parts.append(f"add {preview(op.content, 60)!r}")
+            elif op.action == "replace":
+                parts.append(f"replace {preview(op.old_text, 30)!r} → {preview(op.content, 40)!r}")
+            else:
+                parts.append(f"remove {preview(op.old_text, 60)!r}")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "target": self.target, "origin": self.origin,
+                "created_at": self.created_at, "ops": [op.to_dict() for op in self.ops]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PendingWrite:
+        return cls(id=str(data["id"]), target=str(data["target"]),
+                   ops=tuple(MemoryOp.from_dict(op) for op in data.get("ops") or []),
+                   origin=str(data.get("origin") or ""), created_at=float(data["created_at"]))
+
+
+class MemoryWriter:
+    """Applies the approval policy in front of a ``MemoryStore``."""
+
+    def __init__(self, store: MemoryStore, mode: str = "allow") -> None:
+        self.store = store
+        self.mode = check_mode(mode)
+
+    def submit(self, target: str, ops: Sequence[MemoryOp], *, origin: str = "tool") -> WriteResult:
+        target = check_target(target)
+        if self.mode == "block":
+            raise MemoryError_("memory writes are turned off (approval mode: block)",
+                               hint="leave memory unchanged; the user can change "
+                                    "memory_approval to allow or stage")
+        if self.mode == "allow":
+            return self.store.apply(target, ops)
+        for op in ops:
+            check_content(op)
+        pending = PendingWrite(id=uuid.uuid4().hex[:8], target=target, ops=tuple(ops),
+                               origin=origin, created_at=time.time())
+        with self.store.backend.pending_transaction():
+            items = self.store.backend.load_pending()
+            items.append(pending.to_dict())
+            self.store.backend.save_pending(items)
+        usage = self.store.read(target).usage
+        return WriteResult(target=target, usage=usage, changed=False, staged=True,
+                           pending_id=pending.id,
+                           message="staged for the user's approval; it is not saved yet")
+
+    # -- the queue --------------------------------------------------------------------------
+    def pending(self) -> list[PendingWrite]:
+        return [PendingWrite.from_dict(item) for item in self.store.backend.load_pending()]
+
+    def _take(self, pending_id: str) -> PendingWrite:
+        with self.store.backend.pending_transaction():
+            items = self.store.backend.load_pending()
+            found = [item for item in items if str(item.get("id", "")).startswith(pending_id)]
+            if not pending_id or not found:
+                raise NotFound(f"no pending memory write {pending_id!r}",
+                               hint="list them with `refold memory pending`")
+            if len(found) > 1:
+                raise InvalidInput(f"pending id {pending_id!r} is ambiguous",
+                                   hint="give more characters of the id")
+            self.store.backend.save_pending([i for i in items if i is not found[0]])
+        return PendingWrite.from_dict(found[0])
+
+    def approve(self, pending_id: str) -> WriteResult:
+        """Apply a staged write; if it no longer applies it stays queued and the error says why."""
+        item = self._take(pending_id)
+        try:
+            return self.store.apply(item.target, item.ops)
+        except Exception:
+            with self.store.backend.pending_transaction():
+                items = self.store.backend.load_pending()
+                self.store.backend.save_pending([*items, item.to_dict()])
+            raise
+
+    def reject(self, pending_id: str) -> PendingWrite:
+        return self._take(pending_id)

@@ -1,0 +1,217 @@
+"""The file backend: MEMORY.md and USER.md in a memories directory, metadata in sidecars.
+
+Layout of a memories directory::
+
+    MEMORY.md  USER.md                  entries joined by "\\n§\\n" — nothing else in them
+    .MEMORY.md.meta.json  (…USER…)      sha256 of the bytes refold last wrote, created/updated
+                                        per entry (keyed by the entry's text hash)
+    .MEMORY.md.lock  (…USER…)           a filelock per store
+    pending.json, .pending.lock         staged writes awaiting approval
+    MEMORY.md.bak.<UTC timestamp>       copies taken when an outside edit (drift) was found
+
+Invariants:
+- every file is replaced atomically (temp file in the same directory, fsync, ``os.replace``);
+  a failed write removes its temp file, so none is ever left behind;
+- the sidecar is written before the file and remembers the previous hash too, so a crash
+  between the two writes is not mistaken for an outside edit;
+- drift = the file's bytes match neither hash the sidecar knows (or, with no sidecar, the file
+  is not in canonical form); it stays flagged until ``adopt``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import filelock
+
+from refold.errors import StorageError
+from refold.memory.actions import MemoryStore
+from refold.memory.backend import Loaded
+from refold.memory.entries import FILENAMES, check_target, parse_entries, render_entries
+from refold.store.base import MemoryRow
+
+log = logging.getLogger(__name__)
+
+LOCK_TIMEOUT = 30.0
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _text_key(text: str) -> str:
+    return _sha(text.encode("utf-8"))[:16]
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically; never leaves a temp file behind."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class FileBackend:
+    """``MemoryBackend`` over a directory of Markdown files."""
+
+    def __init__(self, directory: str | os.PathLike[str], *,
+                 lock_timeout: float = LOCK_TIMEOUT) -> None:
+        self.directory = Path(directory).expanduser()
+        self.lock_timeout = lock_timeout
+
+    # -- paths ------------------------------------------------------------------------------
+    def path(self, target: str) -> Path:
+        return self.directory / FILENAMES[check_target(target)]
+
+    def _meta_path(self, target: str) -> Path:
+        return self.directory / f".{FILENAMES[target]}.meta.json"
+
+    def location(self, target: str) -> str:
+        return str(self.path(target))
+
+    # -- locking ----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _locked(self, name: str) -> Iterator[None]:
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            lock = filelock.FileLock(str(self.directory / f".{name}.lock"),
+                                     timeout=self.lock_timeout)
+            with lock:
+                yield
+        except filelock.Timeout as exc:
+            raise StorageError(f"memory file {name} is locked by another process",
+                               hint="retry in a moment") from exc
+        except OSError as exc:
+            raise StorageError(f"cannot use memories directory {self.directory}: {exc}") from exc
+
+    def transaction(self, target: str) -> contextlib.AbstractContextManager[None]:
+        return self._locked(FILENAMES[check_target(target)])
+
+    # -- entries ----------------------------------------------------------------------------
+    def _read_bytes(self, path: Path) -> bytes | None:
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"cannot read {path}: {exc}") from exc
+
+    def _read_meta(self, target: str) -> dict[str, Any] | None:
+        raw = self._read_bytes(self._meta_path(target))
+        if raw is None:
+            return None
+        try:
+            meta = json.loads(raw)
+        except ValueError:
+            log.warning("ignoring unreadable memory sidecar %s", self._meta_path(target))
+            return None
+        return meta if isinstance(meta, dict) else None
+
+    def load(self, target: str) -> Loaded:
+        path = self.path(target)
+        raw = self._read_bytes(path)
+        meta = self._read_meta(target) or {}
+        text = (raw or b"").decode("utf-8", errors="replace")
+        entries = parse_entries(text)
+        known: Mapping[str, Any] = meta.get("entries") or {}
+        fallback = path.stat().st_mtime if raw is not None else time.time()
+        rows = [self._row(entry, known, fallback) for entry in entries]
+        digest = _sha(raw) if raw is not None else None
+        return Loaded(rows=rows, version=digest, drift=self._drifted(raw, text, meta))
+
+    @staticmethod
+    def _row(text: str, known: Mapping[str, Any], fallback: float) -> MemoryRow:
+        stamps = known.get(_text_key(text))
+        if isinstance(stamps, list) and len(stamps) == 2:
+            return MemoryRow(text=text, created_at=float(stamps[0]), updated_at=float(stamps[1]))
+        return MemoryRow(text=text, created_at=fallback, updated_at=fallback)
+
+    @staticmethod
+    def _drifted(raw: bytes | None, text: str, meta: Mapping[str, Any]) -> bool:
+        if meta.get("drift"):
+            return True
+        if raw is None:
+            return False  # deleted outside refold: nothing there to lose
+        if "sha256" in meta:
+            return _sha(raw) not in (meta.get("sha256"), meta.get("prev_sha256"))
+        return render_entries(parse_entries(text)).strip() != text.strip()
+
+    def save(self, target: str, rows: Sequence[MemoryRow], loaded: Loaded) -> None:
+        data = render_entries([row.text for row in rows]).encode("utf-8")
+        meta = {
+            "sha256": _sha(data),
+            "prev_sha256": loaded.version,
+            "entries": {_text_key(r.text): [r.created_at, r.updated_at] for r in rows},
+        }
+        if loaded.drift:
+            meta["drift"] = True  # an add under drift keeps the flag until adopt
+        self._write(self._meta_path(target), json.dumps(meta, indent=1).encode("utf-8"))
+        self._write(self.path(target), data)
+
+    def _write(self, path: Path, data: bytes) -> None:
+        try:
+            atomic_write(path, data)
+        except OSError as exc:
+            raise StorageError(f"cannot write {path}: {exc}") from exc
+
+    # -- drift ------------------------------------------------------------------------------
+    def backup(self, target: str) -> str | None:
+        """Copy the current file to ``<name>.bak.<UTC timestamp>`` (reusing an identical one)."""
+        path = self.path(target)
+        raw = self._read_bytes(path)
+        if raw is None:
+            return None
+        baks = sorted(path.parent.glob(f"{path.name}.bak.*"))
+        if baks and self._read_bytes(baks[-1]) == raw:
+            return str(baks[-1])
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        bak = path.with_name(f"{path.name}.bak.{stamp}")
+        self._write(bak, raw)
+        log.warning("memory file %s changed outside refold; copy kept at %s", path, bak)
+        return str(bak)
+
+    def adopt(self, target: str) -> None:
+        loaded = self.load(target)
+        self.save(target, loaded.rows, Loaded(rows=loaded.rows, version=loaded.version))
+
+    # -- pending writes ---------------------------------------------------------------------
+    def pending_transaction(self) -> contextlib.AbstractContextManager[None]:
+        return self._locked("pending")
+
+    def load_pending(self) -> list[dict[str, Any]]:
+        raw = self._read_bytes(self.directory / "pending.json")
+        if raw is None:
+            return []
+        try:
+            items = json.loads(raw)
+        except ValueError as exc:
+            raise StorageError(f"{self.directory / 'pending.json'} is not valid JSON",
+                               hint="fix or delete the file") from exc
+        return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+    def save_pending(self, items: Sequence[dict[str, Any]]) -> None:
+        data = json.dumps(list(items), ensure_ascii=False, indent=1).encode("utf-8")
+        self._write(self.directory / "pending.json", data)
+
+
+def open_file_store(directory: str | os.PathLike[str], *,
+                    limits: Mapping[str, int] | None = None) -> MemoryStore:
+    """A ``MemoryStore`` over MEMORY.md / USER.md in ``directory`` (created on first write)."""
+    return MemoryStore(FileBackend(directory), limits=limits)

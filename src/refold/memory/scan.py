@@ -1,0 +1,316 @@
+"""The memory safety scanner: prompt injection, role hijack, exfiltration, invisible unicode.
+
+Memory enters the system prompt of every later session, so a poisoned entry is a persistent
+injection. ``scan(text)`` returns a short reason ("prompt injection: ignore previous
+instructions") or None. It runs on every write and on every load (snapshot rendering).
+
+How it looks at text (each view catches a different obfuscation):
+- the raw text: invisible code points (zero-width, bidi overrides, tag characters); a zero-width
+  joiner between two emoji is allowed, so family/profession emoji survive;
+- ``plain``: NFKC (full-width letters), casefold, Cyrillic/Greek look-alikes mapped to Latin,
+  runs of spaces collapsed — phrase patterns in English and Chinese;
+- ``compact``: ``plain`` with leetspeak undone and every non-letter removed, forwards and
+  reversed — catches "i g n o r e", "ign0re_prev1ous", "忽 略 之 前 的 指 令";
+- decoded base64 and percent-encoded runs are scanned like the text itself (one level deep).
+
+Patterns anchor on attack behaviour, not on single words: "ignore" alone, "curl", "ssh",
+"$HOME" and ".env" are everyday developer vocabulary and pass. Exfiltration needs a network or
+read verb together with a secret (a secret-named variable, a credential file, a private key).
+The scanner never raises and bounds its work (``MAX_SCAN_CHARS``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import unicodedata
+from collections.abc import Iterator
+from urllib.parse import unquote
+
+MAX_SCAN_CHARS = 65_536
+
+_INVISIBLE = {
+    "\u200b": "zero-width space", "\u200c": "zero-width non-joiner",
+    "\u200d": "zero-width joiner", "\u2060": "word joiner", "\u2061": "function application",
+    "\u2062": "invisible times", "\u2063": "invisible separator", "\u2064": "invisible plus",
+    "\ufeff": "zero-width no-break space", "\u180e": "mongolian vowel separator",
+    "\u00ad": "soft hyphen", "\u200e": "left-to-right mark", "\u200f": "right-to-left mark",
+    "\u061c": "arabic letter mark",
+    "\u202a": "bidi embedding", "\u202b": "bidi embedding", "\u202c": "bidi pop",
+    "\u202d": "bidi override", "\u202e": "bidi override",
+    "\u2066": "bidi isolate", "\u2067": "bidi isolate", "\u2068": "bidi isolate",
+    "\u2069": "bidi isolate",
+}
+
+_CONFUSABLES = str.maketrans({
+    "а": "a", "е": "e", "о": "o", "р": "p", "с": "c", "у": "y", "х": "x", "і": "i", "ј": "j",
+    "ѕ": "s", "ԁ": "d", "ɡ": "g", "һ": "h", "ӏ": "l", "ԛ": "q", "ԝ": "w", "ѵ": "v", "к": "k",
+    "м": "m", "т": "t", "в": "b", "н": "h", "ο": "o", "α": "a", "ε": "e", "ι": "i", "ν": "v",
+    "τ": "t", "κ": "k", "ρ": "p", "υ": "u", "ɩ": "i", "ℓ": "l", "ı": "i",
+})
+_LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a",
+                       "$": "s", "!": "i", "|": "l", "+": "t"})
+
+_F = r"(?:[\s,;:'\"*_-]+[\w'-]+){0,6}?[\s,;:'\"*_-]+"  # up to six filler words between anchors
+_QUAL = (r"(?:all|any|every|previous|prior|preceding|above|earlier|former|foregoing|initial|"
+         r"original|existing|system|developer|your|these|those|old|safety)")
+_STRONG = (r"(?:instructions?|directives?|prompts?|guidelines?|guardrails?|programming|"
+           r"system\s+messages?|orders)")
+_WEAK = r"(?:rules|restrictions|constraints|polic(?:y|ies)|limitations|filters|context)"
+_IGNORE = (r"(?:ignore|disregard|forget|bypass|override|overlook|neglect|abandon|discard|"
+           r"set\s+aside|stop\s+following|do\s+not\s+follow|don'?t\s+follow|no\s+longer\s+follow)")
+_NEG = re.compile(r"\b(?:never|not|don'?t|avoid|no|without|forbidden|prohibited)\b|不要|禁止|别|不得|切勿")
+
+_NET = (r"(?:curl|wget|nc|ncat|netcat|socat|telnet|httpie|http\s+(?:post|get|put)|"
+        r"invoke-webrequest|invoke-restmethod|iwr|irm|requests\.(?:post|get|put)|fetch\(|"
+        r"scp|rsync|ftp|sftp|nslookup|dig|ping|sendmail|mail\s+-s)")
+_SECRET_VAR = (r"(?:\$\{?[a-z0-9_]*(?:key|token|secret|passw(?:or)?d|pwd|credentials?|cookie|"
+               r"auth)s?\b\}?|\$\(\s*(?:env|printenv|cat|base64|whoami|hostname|id|history)\b|"
+               r"`\s*(?:env|printenv|cat|whoami|hostname)\b|\bprintenv\b|%[a-z_]*(?:key|token|"
+               r"secret|password)%|\$env:[a-z0-9_]*(?:key|token|secret|password)s?\b|"
+               r"dict\(os\.environ\)|os\.environ\.copy\(\)|dumps\(os\.environ\)|"
+               r"json\.stringify\(process\.env\))")
+_STRONG_PATH = (r"(?:\.ssh/(?:id_[a-z0-9_]+(?!\.pub)\b|authorized_keys|\*)|\bid_(?:rsa|dsa|"
+                r"ecdsa|ed25519)(?!\.pub)\b|\.aws/credentials|\.netrc|\.pgpass|\.git-credentials|"
+                r"\.docker/config\.json|\.kube/config|/etc/shadow|\.gnupg|keychain|"
+                r"credentials\.json|service[-_]account[\w-]*\.json|(?:~|\$home|\$\{home\}|"
+                r"/root|/home/\w+|%userprofile%)/\.env\b)")
+_WEAK_PATH = r"(?:(?<![\w.])\.env(?:\.[a-z]+)?\b|secrets?\.(?:ya?ml|json|toml)|\.npmrc|\.pypirc)"
+_READ_STRONG = (r"(?:cat|less|more|head|tail|type|get-content|gc|read|open|print|copy|cp|scp|"
+                r"rsync|base64|xxd|od|strings|dump|upload|send|post|exfiltrate|leak|email|paste|"
+                r"share|output|reveal|display|show|include|grep|tar|zip)")
+_READ_WEAK = (r"(?:cat|less|more|head|tail|type|get-content|print|base64|xxd|strings|dump|"
+              r"upload|send|post|exfiltrate|leak|email|paste|share|output|reveal|transmit|"
+              r"forward|show\s+me|read\s+out|contents\s+of)")
+_SECRET_NOUN = (r"(?:api[\s_-]?keys?|access\s+keys?|tokens?|secrets?|passwords?|passwd|"
+                r"credentials?|private\s+keys?|ssh\s+keys?|env(?:ironment)?\s+var(?:iable)?s?|"
+                r"\.env|cookies?|session\s+(?:ids?|tokens?)|conversation|chat\s+history|"
+                r"system\s+prompt|memory\s+(?:files?|contents)|user\s+data)")
+_DEST = (r"(?:https?://|www\.|webhook|pastebin|paste\.ee|ngrok|requestbin|pipedream|discord|"
+         r"telegram|[\w.+-]+@[\w-]+\.[\w.]+|\b\d{1,3}(?:\.\d{1,3}){3}\b|attacker|evil|"
+         r"external\s+(?:server|endpoint|url|site)|remote\s+server|my\s+server|this\s+url|"
+         r"the\s+following\s+(?:url|address|endpoint))")
+
+_ZH_Q = (r"(?:之前|以前|先前|上面|上述|前面|原有|原来|原來|原先|系统|系統|你的|此前|以上|前述|"
+         r"开发者|開發者|安全|默认|默認)")
+_ZH_IGNORE = (r"(?:忽略|忽视|忽視|无视|無視|不要理会|不要理會|别管|別管|不用管|不必理会|跳过|跳過|"
+              r"绕过|繞過|绕开|丢弃|丟棄|忘记|忘記|忘掉|抛弃|拋棄|放弃|放棄|不再遵守|不要遵守|"
+              r"停止遵守|违反|違反|撇开|撇開|推翻)")
+_ZH_STRONG = r"(?:指令|指示|提示词|提示詞|系统提示|系統提示|设定|設定|命令(?!行)|预设|預設)"
+_ZH_WEAK = r"(?:规则|規則|约束|約束|限制|要求|规定|規定|准则|準則|守则|守則|安全策略)"
+_ZH_SECRET = (r"(?:密钥|密鑰|秘钥|令牌|token|密码|密碼|凭证|憑證|凭据|憑據|环境变量|環境變量|"
+              r"\.env|私钥|私鑰|ssh|apikey|api key|对话|對話|聊天记录|聊天記錄|系统提示|"
+              r"系統提示|记忆文件|cookie)")
+_ZH_SEND = r"(?:发送|發送|发到|發到|上传|上傳|传到|傳到|转发|轉發|回传|回傳|外发|外發|泄露|洩露|提交|post)"
+_ZH_DEST = r"(?:https?://|网址|網址|服务器|伺服器|邮箱|郵箱|webhook|地址|链接|鏈接|外部)"
+
+_Pattern = tuple[re.Pattern[str], str]
+
+
+def _c(pattern: str, reason: str, flags: int = 0) -> _Pattern:
+    return re.compile(pattern, re.IGNORECASE | re.DOTALL | flags), reason
+
+
+# Phrase patterns over the ``plain`` view (and over decoded payloads).
+_PHRASES: list[_Pattern] = [
+    _c(rf"\b{_IGNORE}{_F}(?:{_QUAL}{_F})?{_QUAL}{_F}{_STRONG}\b",
+       "prompt injection: ignore previous instructions"),
+    _c(rf"\b{_IGNORE}[\s,]+(?:\w+\s+)?{_QUAL}\s+(?:the\s+)?{_WEAK}\b",
+       "prompt injection: ignore previous rules"),
+    _c(rf"\b{_IGNORE}\s+(?:everything|anything|all)\s+(?:you\s+were\s+told|above|before|"
+       r"previously|(?:that\s+)?(?:came|comes)\s+before|i\s+said\s+before)",
+       "prompt injection: ignore everything above"),
+    _c(r"\bsystem\s+prompt\s+(?:override|overwrite|injection|update)|\boverride\s+(?:the\s+)?"
+       r"system\s+prompt", "prompt injection: system prompt override"),
+    _c(r"\b(?:new|updated|real|actual|true|secret|hidden|override)\s+(?:system\s+)?"
+       r"(?:instructions?|directives?|prompt)\s*[:：]", "prompt injection: new instructions"),
+    _c(r"\byour\s+(?:new|real|true|actual|only)\s+(?:role|purpose|identity|goal|task|mission|"
+       r"instructions?|directive)\s*(?:is|are|:|now)", "role hijack: new identity"),
+    _c(r"\byou\s+are\s+(?:now|no\s+longer|henceforth|from\s+now\s+on)\b[\s,]+(?:\w+\s+){0,2}?"
+       r"(?:a|an|the|my|unrestricted|jailbroken|free|evil|uncensored|unfiltered|dan)\b",
+       "role hijack: you are now"),
+    _c(r"\bfrom\s+now\s+on\b[^.\n]{0,30}\byou\s+(?:are|will\s+be|act\s+as|must\s+obey|"
+       r"have\s+no|respond\s+as|answer\s+as|role-?play)", "role hijack: from now on you are"),
+    _c(r"\b(?:pretend|imagine)\s+(?:that\s+)?(?:you\s+are|you're|to\s+be)\b",
+       "role hijack: pretend to be"),
+    _c(r"\bact\s+as\s+(?:if|though)\s+you\s+(?:have|had|were)\s+no\b|\bact\s+as\s+(?:an?\s+)?"
+       r"(?:unrestricted|unfiltered|jailbroken|uncensored|evil|rogue)\b",
+       "role hijack: act without restrictions"),
+    _c(r"\b(?:enable|enter|activate|switch\s+to|you\s+are\s+in|now\s+in)\s+(?:the\s+)?"
+       r"(?:developer|god|jailbreak|unrestricted|dan|admin)\s+mode\b|\bjailbr(?:oken|eak)\s+mode\b"
+       r"|\bdo\s+anything\s+now\b|\bstay\s+in\s+character\b", "role hijack: jailbreak mode"),
+    _c(r"\b(?:respond|answer|reply|operate|act|behave|output)\b[^.\n]{0,25}\bwithout\s+(?:any\s+)?"
+       r"(?:restrictions|limitations|filters|filtering|safety|censorship|ethical|moral|"
+       r"guardrails)", "role hijack: answer without restrictions"),
+    _c(r"\b(?:no\s+longer|not)\s+(?:bound|restricted|constrained|limited)\s+by\s+(?:any\s+|your\s+"
+       r"|the\s+)?(?:rules|guidelines|policies|instructions|restrictions|openai|anthropic)",
+       "role hijack: not bound by rules"),
+    _c(r"<\|?\s*(?:im_start|im_end|endoftext|system)\s*\|?>|\[/?(?:inst|system|sys)\]|<<\s*sys\s*>>|"
+       r"</?\s*(?:system|assistant|developer|env_memory|user_profile|instructions)\s*>",
+       "role hijack: fake chat-template tags"),
+    _c(r"(?:^|\n)\s*(?:#+\s*)?(?:system|assistant|developer)(?:\s+(?:message|prompt|note))?\s*[:：]"
+       r"\s*(?:you|ignore|disregard|from\s+now|new|override|always|never|the\s+user|do\s+not)\b",
+       "role hijack: fake system message"),
+    _c(r"\b(?:reveal|print|output|show|repeat|display|dump|leak|disclose|expose|tell\s+me|"
+       r"give\s+me|send|write\s+out|recite)\b[^.\n]{0,30}\b(?:the\s+|your\s+)?(?:full\s+)?"
+       r"(?:system\s+prompt|system\s+message|initial\s+prompt|hidden\s+prompt|hidden\s+"
+       r"instructions|original\s+instructions|developer\s+message|your\s+instructions|"
+       r"your\s+prompt)", "prompt injection: reveal the system prompt"),
+    _c(r"\b(?:do\s+not|don'?t|never|without)\s+(?:ever\s+)?(?:tell|telling|inform|informing|notify|"
+       r"notifying|alert|alerting|mention|mentioning|let)\s+(?:this\s+|it\s+)?(?:to\s+)?"
+       r"(?:the\s+user|the\s+human|the\s+operator|anyone)(?!'s)(?!\w)|\bhide\s+(?:this|it|"
+       r"these)\s+from\s+the\s+(?:user|human)|\bkeep\s+(?:this|it)\s+(?:a\s+)?secret\s+from",
+       "prompt injection: hide actions from the user"),
+    _c(r"\b(?:instructions?|guidance|rules|directives|whatever|everything)\s+(?:you\s+(?:received|"
+       r"were\s+(?:given|told))|(?:given|told)\s+to\s+you)\b[^.\n]{0,30}?\b(?:no\s+longer\s+appl|"
+       r"(?:is|are)\s+(?:now\s+)?(?:void|obsolete|cancell?ed|revoked|null|invalid))",
+       "prompt injection: earlier instructions revoked"),
+    _c(rf"\b{_IGNORE}\s+(?:the\s+)?(?:user|human|operator)(?:'s)?\s+(?:instructions|requests|"
+       r"wishes|commands)", "prompt injection: ignore the user"),
+    _c(rf"{_ZH_IGNORE}.{{0,12}}{_ZH_STRONG}|{_ZH_IGNORE}.{{0,8}}{_ZH_Q}.{{0,8}}{_ZH_WEAK}|"
+       r"(?:忽略|无视|無視|忘记|忘記|忘掉)(?:以上|上面|之前|前面|先前)(?:的)?(?:所有|全部|一切)?(?:的)?"
+       r"(?:内容|內容|说的|說的|的话|的話)?(?=\s*(?:[。，,.!！；;:：]|$))", "prompt injection (zh): ignore previous instructions"),
+    _c(r"(?:你现在是|你現在是|从现在(?:开始|起)你(?:是|就是|将是)|從現在(?:開始|起)你(?:是|就是)|"
+       r"从今以后你是|你的新身份|你的新角色|你的真实身份|你的真實身份)(?!在)",
+       "role hijack (zh): you are now"),
+    _c(r"(?:扮演|假装|假裝|充当|充當)(?:你是)?(?:一个|一個)?.{0,6}(?:没有|沒有|不受|无|無|解除)"
+       r"(?:任何)?(?:限制|约束|約束|规则|規則|审查|審查|过滤|過濾)|假装你是|假裝你是|"
+       r"(?:开发者|開發者|越狱|越獄|上帝|无限制|無限制)模式|越狱|越獄",
+       "role hijack (zh): jailbreak persona"),
+    _c(r"(?:不受|无视|無視|没有|沒有)(?:任何)?(?:限制|约束|約束|规则|規則|审查|審查)地?"
+       r"(?:回答|回复|回覆|输出|輸出|执行|執行)", "role hijack (zh): answer without restrictions"),
+    _c(r"(?:泄露|泄漏|洩露|输出|輸出|打印|显示|顯示|告诉我|告訴我|透露|复述|複述|重复|重複|给我看|"
+       r"給我看)(?:你的|一下|出|全部)?.{0,6}(?:系统提示|系統提示|初始提示|隐藏指令|隱藏指令|"
+       r"系统指令|系統指令|系统消息|系統消息|提示词|提示詞)", "prompt injection (zh): reveal system prompt"),
+    _c(r"(?:不要|别|別|不准|切勿)(?:告诉|告訴|通知|让|讓)(?:用户|用戶|使用者)|瞒着用户|瞞著用戶|"
+       r"对用户隐瞒|對用戶隱瞞|偷偷(?:地)?(?:执行|執行|发送|發送|上传|上傳|运行|運行|把)",
+       "prompt injection (zh): hide actions from the user"),
+    _c(r"(?:新的|真正的|以下是你的新|最新)(?:系统)?(?:指令|指示|命令)\s*[:：]",
+       "prompt injection (zh): new instructions"),
+]
+
+# Exfiltration patterns over the ``plain`` view, line by line.
+_EXFIL: list[_Pattern] = [
+    _c(rf"\b{_NET}\b[^\n]{{0,300}}{_SECRET_VAR}", "exfiltration: network command carrying a secret"),
+    _c(rf"{_SECRET_VAR}[^\n]{{0,120}}\|\s*{_NET}\b", "exfiltration: secret piped to the network"),
+    _c(rf"\b(?:env|printenv|set|history)\s*\|\s*(?:base64\s*\|\s*)?{_NET}\b",
+       "exfiltration: environment piped to the network"),
+    _c(rf"\b{_NET}\b[^\n]{{0,300}}(?:@|<\s*|--data-binary\s+@?|-T\s+|--upload-file\s+)"
+       rf"[^\s]*(?:{_STRONG_PATH}|{_WEAK_PATH})", "exfiltration: uploads a credential file"),
+    _c(rf"\b{_READ_STRONG}\b[^\n]{{0,60}}{_STRONG_PATH}", "exfiltration: reads credential files"),
+    _c(rf"\b{_READ_WEAK}\b[^\n]{{0,40}}{_WEAK_PATH}", "exfiltration: reads a secrets file"),
+    _c(rf"(?:{_STRONG_PATH}|(?:~|\$home)/\.ssh\b)[^\n]{{0,80}}\|[^\n]{{0,40}}\b{_NET}\b",
+       "exfiltration: credential files piped to the network"),
+    _c(r"(?:>>?|\btee\b(?:\s+-a)?)\s*[^\s]*authorized_keys", "exfiltration: ssh backdoor"),
+    _c(r"\bssh-(?:rsa|ed25519)\s+\S{20,}[^\n]{0,80}authorized_keys", "exfiltration: ssh backdoor"),
+    _c(rf"\b(?:send|post|upload|forward|transmit|exfiltrate|leak|email|mail|paste|share|report|"
+       rf"submit|sync|copy|include|append)\b[^.\n]{{0,60}}\b{_SECRET_NOUN}\b[^.\n]{{0,60}}"
+       rf"\b(?:to|at|into|via|on|with)\b[^.\n]{{0,30}}{_DEST}",
+       "exfiltration: sends secrets or the conversation to an outside address"),
+    _c(rf"(?:{_ZH_SEND}).{{0,20}}{_ZH_SECRET}.{{0,20}}{_ZH_DEST}|把.{{0,20}}{_ZH_SECRET}.{{0,20}}"
+       rf"(?:{_ZH_SEND}|发|發|传|傳)(?:到|至|给|給).{{0,40}}{_ZH_DEST}|{_ZH_SECRET}.{{0,10}}"
+       rf"(?:{_ZH_SEND})(?:到|至|给|給).{{0,40}}{_ZH_DEST}",
+       "exfiltration (zh): sends secrets to an outside address"),
+    _c(rf"(?:读取|讀取|读出|讀出|查看|打印|输出|輸出|显示|顯示|发送|發送|上传|上傳)"
+       rf".{{0,20}}{_STRONG_PATH}", "exfiltration (zh): reads credential files"),
+]
+
+# Letters-only patterns over the ``compact`` view (and its reverse).
+_COMPACT: list[_Pattern] = [
+    _c(r"(?:ignore|disregard|forget|bypass|override)(?:all|any|the|your)?(?:of)?(?:the)?"
+       r"(?:previous|prior|above|earlier|preceding|system|original|your|all)(?:the)?"
+       r"(?:instructions?|directives?|prompts?|guidelines|rules)",
+       "prompt injection: ignore previous instructions (obfuscated)"),
+    _c(r"systempromptoverride|revealyoursystemprompt|printyoursystemprompt|youarenow(?:dan|"
+       r"unrestricted|jailbroken|uncensored|evil)|developermodeenabled|jailbreakmode|"
+       r"doanythingnow", "role hijack (obfuscated)"),
+    _c(r"(?:忽略|无视|無視|忘记|忘記|忘掉|跳过|绕过|不要理会)(?:之前|以前|先前|上面|上述|前面|所有|"
+       r"全部|一切|原有|系统|你的)(?:的)?(?:所有|全部)?(?:的)?(?:指令|指示|规则|規則|提示|设定|命令|限制)",
+       "prompt injection (zh): ignore previous instructions (obfuscated)"),
+]
+
+_B64_RUN = re.compile(r"[A-Za-z0-9+/]{16,}={0,2}|[A-Za-z0-9_-]{24,}={0,2}")
+_PCT_RUN = re.compile(r"(?:%[0-9a-fA-F]{2}){4,}")
+
+
+def _emoji(ch: str) -> bool:
+    cp = ord(ch)
+    return cp >= 0x1F000 or 0x2600 <= cp <= 0x27BF or ch == "\ufe0f" or 0x1F3FB <= cp <= 0x1F3FF
+
+
+def invisible_reason(text: str) -> str | None:
+    """The first hidden or direction-changing code point, unless it is part of an emoji."""
+    for i, ch in enumerate(text):
+        cp = ord(ch)
+        if 0xE0000 <= cp <= 0xE007F:
+            if "\U0001F3F4" in text[max(0, i - 8): i]:  # subdivision flags (🏴 + tags)
+                continue
+            return f"invisible unicode: tag character U+{cp:04X}"
+        name = _INVISIBLE.get(ch)
+        if name is None:
+            continue
+        if ch == "\u200d" and 0 < i < len(text) - 1 and _emoji(text[i - 1]) and _emoji(text[i + 1]):
+            continue
+        return f"invisible unicode: U+{cp:04X} ({name})"
+    return None
+
+
+def _plain(text: str) -> str:
+    folded = unicodedata.normalize("NFKC", text).casefold().translate(_CONFUSABLES)
+    folded = "".join(ch for ch in folded if ch not in _INVISIBLE)
+    return re.sub(r"[ \t\u3000]+", " ", folded)
+
+
+def _compact(plain: str) -> str:
+    return re.sub(r"[\W_\d]+", "", plain.translate(_LEET))
+
+
+def _decoded_payloads(text: str) -> Iterator[str]:
+    """Printable text hidden in base64 or percent-encoding (one level)."""
+    for match in _B64_RUN.finditer(text):
+        chunk = match.group(0)
+        try:
+            raw = base64.b64decode(chunk + "=" * (-len(chunk) % 4), altchars=b"-_"
+                                   if ("-" in chunk or "_" in chunk) else None)
+            decoded = raw.decode("utf-8")
+        except (binascii.Error, ValueError, UnicodeDecodeError):
+            continue
+        printable = sum(ch.isprintable() or ch.isspace() for ch in decoded)
+        if decoded and printable >= 0.9 * len(decoded):
+            yield decoded
+    if _PCT_RUN.search(text):
+        yield unquote(text)
+
+
+def _first(patterns: list[_Pattern], text: str, *, negation_guard: bool = False) -> str | None:
+    for pattern, reason in patterns:
+        for match in pattern.finditer(text):
+            if negation_guard and _NEG.search(text[max(0, match.start() - 25): match.start()]):
+                continue
+            return reason
+    return None
+
+
+def _scan_views(text: str) -> str | None:
+    plain = _plain(text)
+    reason = _first(_PHRASES, plain) or _first(_EXFIL[:8], plain)
+    reason = reason or _first(_EXFIL[8:], plain, negation_guard=True)
+    if reason:
+        return reason
+    compact = _compact(plain)
+    return _first(_COMPACT, compact) or _first(_COMPACT, compact[::-1])
+
+
+def scan(text: str) -> str | None:
+    """Why ``text`` must not enter a system prompt, or None when it looks safe."""
+    if len(text) > MAX_SCAN_CHARS:
+        return f"too large to scan ({len(text):,} characters)"
+    reason = invisible_reason(text) or _scan_views(text)
+    if reason:
+        return reason
+    for payload in _decoded_payloads(text):
+        inner = invisible_reason(payload) or _scan_views(payload)
+        if inner:
+            return f"{inner} (encoded)"
+    return None
