@@ -129,3 +129,31 @@ def test_doctor_reports_a_corrupt_database(run: Run, tmp_path: Path) -> None:
     assert result.exit_code == 1
     report = json.loads(result.output)
     assert report["ok"] is False and report["database"]["ok"] is False
+
+
+def test_export_jsonl_is_openai_messages_and_reimports(run: Run, sid: str,
+                                                       tmp_path: Path) -> None:
+    out = ok(run("sessions", "export", sid))
+    lines = [json.loads(line) for line in out.splitlines()]
+    original = [json.loads(line) for line in SAMPLE.read_text(encoding="utf-8").splitlines()]
+    assert lines == original
+    target = tmp_path / "copy.jsonl"
+    assert "wrote 36 message(s)" in ok(run("sessions", "export", sid, "-o", str(target)))
+    again = ok_json(run("import", str(target), "--json"))
+    assert again["session_id"] == sid and again["appended"] == 0
+
+
+def test_export_json_markdown_lineage_and_archived(run: Run, sid: str) -> None:
+    fork = ok_json(run("sessions", "fork", sid, "--at", "3", "--json"))
+    ok(run("import", "-", "--session", fork["id"],
+           input=json.dumps({"role": "user", "content": "fork-only question"})))
+    doc = ok_json(run("sessions", "export", fork["id"], "--format", "json", "--lineage"))
+    assert [s["id"] for s in doc["sessions"]] == [sid, fork["id"]]
+    md = ok(run("sessions", "export", fork["id"], "--format", "md"))
+    assert "fork-only question" in md
+    shown = ok_json(run("sessions", "show", sid, "--json"))["messages"]
+    user_seq = max(m["seq"] for m in shown if m["role"] == "user")
+    ok(run("sessions", "rewind", sid, "--at", str(user_seq)))
+    plain = ok(run("sessions", "export", sid)).splitlines()
+    archived = ok(run("sessions", "export", sid, "--archived")).splitlines()
+    assert len(plain) < len(archived) == 36

@@ -169,11 +169,14 @@ def _render_hits(hits: list[dict[str, Any]], query: str) -> None:
         click.echo("no matches")
         return
     table = Table(show_lines=False)
-    for column in ("session", "seq", "role", "when", "match"):
-        table.add_column(column, overflow="fold")
+    table.add_column("session", max_width=24, overflow="ellipsis", no_wrap=True)
+    table.add_column("seq", justify="right", no_wrap=True)
+    table.add_column("role", no_wrap=True)
+    table.add_column("when", no_wrap=True)
+    table.add_column("match", overflow="fold", ratio=1)
     for hit in hits:
         label = hit["title"] or hit["session_id"][:12]
-        when = datetime.fromtimestamp(hit["created_at"]).strftime("%Y-%m-%d %H:%M")
+        when = datetime.fromtimestamp(hit["created_at"]).strftime("%y-%m-%d %H:%M")
         table.add_row(label, str(hit["seq"]), hit["role"], when,
                       _highlight(hit["snippet"].replace("\n", " "), query))
     console().print(table)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from refold.cli.app import AppContext, LazyGroup, console, emit, pass_app, stdin
 from refold.errors import InvalidInput, NotFound
 from refold.messages.model import content_text
 from refold.store import Session, StoredMessage
+from refold.store.export import write_export
 
 
 def session_json(session: Session) -> dict[str, Any]:
@@ -115,8 +117,9 @@ def show_cmd(app: AppContext, ref: str, include_inactive: bool, as_json: bool) -
 
 @sessions_group.command("export")
 @click.argument("ref", metavar="ID")
-@click.option("--format", "fmt", type=click.Choice(["jsonl", "json", "md"]), default="jsonl",
-              show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "json", "md", "markdown"]),
+              default="jsonl", show_default=True,
+              help="jsonl: one OpenAI message per line; json: sessions with metadata; md.")
 @click.option("--lineage", is_flag=True, help="Export the whole lineage, oldest first.")
 @click.option("--archived", is_flag=True, help="Include rewound (inactive) messages.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file.")
@@ -124,20 +127,20 @@ def show_cmd(app: AppContext, ref: str, include_inactive: bool, as_json: bool) -
 def export_cmd(app: AppContext, ref: str, fmt: str, lineage: bool, archived: bool,
                output: str | None) -> None:
     """Export a session as JSONL (one OpenAI message per line), JSON or Markdown."""
-    from refold.store.export import export_session
-
     store = app.store
     session = store.resolve_session(ref)
-    text = export_session(store, session.id, fmt=fmt, lineage=lineage,
-                          include_inactive=archived)
+    kind = "markdown" if fmt == "md" else fmt
     if output is None:
-        click.echo(text, nl=not text.endswith("\n"))
+        write_export(store, session.id, sys.stdout, kind,
+                     lineage=lineage, include_inactive=archived)
         return
     try:
-        Path(output).write_text(text, encoding="utf-8")
+        with Path(output).open("w", encoding="utf-8") as fh:
+            count = write_export(store, session.id, fh, kind, lineage=lineage,
+                                 include_inactive=archived)
     except OSError as exc:
         raise InvalidInput(f"cannot write {output}: {exc.strerror or exc}") from exc
-    click.echo(f"wrote {output}", err=True)
+    click.echo(f"wrote {count} message(s) to {output}", err=True)
 
 
 @sessions_group.command("resume")
