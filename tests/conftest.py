@@ -33,7 +33,7 @@ def postgres_unavailable_reason() -> str | None:
         return f"no PostgreSQL at {POSTGRES_URL}: {exc.__class__.__name__}"
 
 
-_PG_REASON: str | None | bool = False  # False: not probed yet
+_PG_REASON: str | bool | None = False  # False: not probed yet
 
 
 def require_postgres() -> None:
