@@ -1,9 +1,15 @@
 """``ContextOps``: the runtime's one seam onto token counting and compaction.
 
 Everything the runtime needs from ``refold.tokens`` and ``refold.compaction`` goes through this
-class — count a request, build the model view from a projection, decide whether to compact
-(trigger policy with anti-thrash), plan a checkpoint (pure: may run on a worker thread, touches
-no store) and commit it (on the caller's thread, under the session's compaction lease).
+class — count a request, build the model view from a projection, decide whether to compact,
+plan a checkpoint (pure: may run on a worker thread, touches no store) and commit it (on the
+caller's thread, under the session's compaction lease).
+
+The model view of a stored session is: system text, then the checkpoint (its verbatim head
+messages, its summary — or the summary merged into the first tail message), then the active rows
+from ``tail_start_seq`` on, with any tail outputs compaction downgraded replaced as recorded in
+the checkpoint. Planning runs the pure ``compact`` on exactly that view and maps its cut (head
+end, tail start) back to ledger seqs, so the stored checkpoint reproduces the compacted list.
 """
 
 from __future__ import annotations
@@ -15,13 +21,13 @@ from typing import Any
 
 from refold.errors import Conflict
 from refold.messages.model import Message, content_text
+from refold.runtime.guard import TriggerGuard
 from refold.runtime.precompact import Plan, plan_is_current
-from refold.store.base import Projection, Store
+from refold.store.base import CheckpointDraft, Projection, Store
 
 log = logging.getLogger(__name__)
 
 PRE_THRESHOLD_FRACTION = 0.85  # start background pre-compaction at 85% of the trigger
-LEASE_SECONDS = 120.0
 
 
 class ContextOps:
@@ -29,18 +35,19 @@ class ContextOps:
 
     def __init__(self, *, model: str, context_length: int, policy: Any | None = None,
                  summarizer: Any | None = None, chat_client: Any | None = None) -> None:
-        from refold.compaction import CompactionPolicy, TriggerState, builtin_summarizer
+        from refold.compaction.builtin import BuiltinSummarizer
+        from refold.compaction.policy import CompactionPolicy, threshold_for
         from refold.tokens import get_counter
 
         self.model = model
         self.context_length = context_length
         self.policy = policy if policy is not None else CompactionPolicy()
-        self.summarizer = summarizer if summarizer is not None else builtin_summarizer()
+        self.summarizer = summarizer if summarizer is not None else BuiltinSummarizer()
         self.chat_client = chat_client
         self.counter = get_counter(model)
-        self.trigger = TriggerState(self.policy, context_length=context_length, model=model)
-        self.threshold = int(self.trigger.threshold)
+        self.threshold = threshold_for(self.policy, context_length, model).tokens
         self.pre_threshold = int(self.threshold * PRE_THRESHOLD_FRACTION)
+        self.guard = TriggerGuard(self.policy, self.threshold)
         self._lock = threading.Lock()
         self._warnings: list[str] = []
 
@@ -63,52 +70,70 @@ class ContextOps:
 
     # -- the model view ------------------------------------------------------------------------
     def build(self, projection: Projection, system_text: str | None) -> list[Message]:
-        from refold.compaction import projection_messages
-
-        return list(projection_messages(projection, system_text))
+        """System text + checkpoint (head, summary) + active tail rows (with overrides)."""
+        out: list[Message] = []
+        if system_text:
+            out.append({"role": "system", "content": system_text})
+        checkpoint = projection.checkpoint
+        details = checkpoint.details if checkpoint else {}
+        overrides = {int(k): v for k, v in (details.get("overrides") or {}).items()}
+        tail = [dict(overrides.get(row.seq, row.message)) for row in projection.messages]
+        if checkpoint is not None:
+            out.extend(dict(m) for m in details.get("head") or [])
+            if details.get("merged") and tail:
+                tail[0] = _merge_summary(tail[0], checkpoint.summary)
+            else:
+                out.append({"role": checkpoint.summary_role or "user",
+                            "content": checkpoint.summary})
+        out.extend(tail)
+        return out
 
     def breakdown(self, projection: Projection, *, system_prompt: str | None, snapshot: str,
                   tools: Sequence[dict[str, Any]] | None) -> dict[str, Any]:
         """Tokens by part of the window, for gauges and ``refold context``."""
         count = self.counter.count_text
+        checkpoint = projection.checkpoint
         parts: dict[str, int] = {
             "system": count(system_prompt or ""), "memory": count(snapshot or ""),
-            "summary": count(projection.checkpoint.summary) if projection.checkpoint else 0,
+            "summary": count(checkpoint.summary) if checkpoint else 0,
             "tools": self.counter.count_tools(tools)}
         by_role: dict[str, int] = {}
         tool_outputs = 0
-        for row in projection.messages:
-            n = self.counter.count_message(row.message)
-            by_role[row.role] = by_role.get(row.role, 0) + n
-            if row.role == "tool":
+        view = self.build(projection, None)
+        skip = len(view) - len(projection.messages)
+        for message in view[skip:]:
+            n = self.counter.count_message(message)
+            role = str(message.get("role"))
+            by_role[role] = by_role.get(role, 0) + n
+            if role == "tool":
                 tool_outputs += n
         total = self.count(self.build(projection, _join(system_prompt, snapshot)), tools)
         return {"parts": parts, "tail_by_role": by_role, "tool_outputs": tool_outputs,
                 "tail_messages": len(projection.messages), "total": total,
                 "threshold": self.threshold, "context_length": self.context_length,
-                "checkpoint_id": projection.checkpoint.id if projection.checkpoint else None,
+                "checkpoint_id": checkpoint.id if checkpoint else None,
                 "fraction_of_threshold": round(total / self.threshold, 4) if self.threshold
-                else 0.0, "auto_compaction": self.trigger.status()}
+                else 0.0, "auto_compaction": self.guard.status()}
 
     # -- policy -----------------------------------------------------------------------------------
     def should_compact(self, tokens: int, *, real: bool, pending: bool) -> bool:
         """The trigger: over the threshold, allowed by anti-thrash, not on a pending estimate."""
         with self._lock:
             if real:
-                self.trigger.observe_reading(tokens)
+                self.guard.observe_reading(tokens)
             if tokens < self.threshold:
                 return False
             if pending and not real and tokens < self.context_length:
                 # a real reading for the last request is on its way; don't act on an estimate
                 return False
-            allowed, why = self.trigger.allows()
+            allowed, why = self.guard.allows(tokens)
             if not allowed and why:
                 self._warnings.append(why)
             return allowed
 
     def auto_allowed(self) -> bool:
         with self._lock:
-            return self.trigger.allows()[0]
+            return self.guard.allows(self.threshold)[0]
 
     def take_warnings(self) -> list[str]:
         with self._lock:
@@ -116,26 +141,36 @@ class ContextOps:
             return out
 
     def overflow_target(self, attempt: int) -> int:
-        return int(self.context_length * self.policy.overflow_fraction(attempt))
+        targets = self.policy.overflow_targets
+        return int(self.context_length * targets[min(attempt, len(targets) - 1)])
 
     # -- planning and committing ---------------------------------------------------------------
     def plan(self, projection: Projection, system_text: str | None,
              tools: Sequence[dict[str, Any]] | None, *, target_tokens: int | None,
              force: bool) -> Plan | None:
         """A checkpoint draft for ``projection`` (pure; safe on a worker thread)."""
-        from refold.compaction import plan_checkpoint
+        from refold.compaction.core import compact
 
-        result = plan_checkpoint(projection, system_text, policy=self.policy,
-                                 counter=self.counter, summarizer=self.summarizer,
-                                 context_length=self.context_length,
-                                 target_tokens=target_tokens, tools=tools, force=force)
-        if result is None:
+        view = self.build(projection, system_text)
+        offset = len(view) - len(projection.messages)  # system + head + separate summary
+        result = compact(view, context_length=self.context_length, policy=self.policy,
+                         counter=self.counter, summarizer=self.summarizer, model=self.model,
+                         target_tokens=target_tokens, tools=tools,
+                         compaction_count=1 if projection.checkpoint else 0)
+        report = result.report
+        if report.status not in ("ok", "fallback") or report.summary is None:
+            with self._lock:
+                self.guard.record_failure(report.status, report.reason)
+            log.info("compaction not applied: %s (%s)", report.status, report.reason)
             return None
-        draft, report = result
-        summarized = tuple((r.seq, r.identity) for r in projection.messages
-                           if draft.first_seq <= r.seq <= draft.last_seq)
-        base = projection.checkpoint.id if projection.checkpoint else None
-        return Plan(draft=draft, base_checkpoint_id=base, summarized=summarized, report=report)
+        if report.tail_start < offset or report.tail_start > len(view):
+            return None  # the cut fell inside the previous checkpoint: nothing storable
+        draft = _draft(projection, view, result.messages, report, offset)
+        rows = projection.messages[:report.tail_start - offset]
+        return Plan(draft=draft,
+                    base_checkpoint_id=projection.checkpoint.id if projection.checkpoint
+                    else None,
+                    summarized=tuple((r.seq, r.identity) for r in rows), report=report)
 
     def commit(self, store: Store, session_id: str, plan: Plan, *, holder: str,
                validate: bool = False) -> Any:
@@ -145,7 +180,7 @@ class ContextOps:
         other compactor can slip in between) and dropped when it no longer matches.
         """
         lease = f"compact:{session_id}"
-        if not store.acquire_lease(lease, holder, LEASE_SECONDS):
+        if not store.acquire_lease(lease, holder, self.policy.lease_seconds):
             raise Conflict(f"session {session_id} is being compacted by another process",
                            hint="retry in a moment")
         try:
@@ -155,8 +190,50 @@ class ContextOps:
         finally:
             store.release_lease(lease, holder)
         with self._lock:
-            self.trigger.record_compaction(plan.draft.tokens_before, plan.draft.tokens_after)
+            self.guard.record_compaction(plan.draft.tokens_before, plan.draft.tokens_after)
         return plan.report
+
+
+def _draft(projection: Projection, view: list[Message], compacted: list[Message],
+           report: Any, offset: int) -> CheckpointDraft:
+    """Map the pure result's cut back onto ledger seqs."""
+    rows = projection.messages
+    tail_index = report.tail_start - offset
+    tail_start_seq = rows[tail_index].seq if tail_index < len(rows) else (
+        rows[-1].seq + 1 if rows else 0)
+    previous = projection.checkpoint
+    summarized = rows[:tail_index]
+    first_seq = previous.first_seq if previous else (summarized[0].seq if summarized
+                                                     else tail_start_seq)
+    last_seq = summarized[-1].seq if summarized else (previous.last_seq if previous
+                                                      else tail_start_seq - 1)
+    system_n = 1 if view and view[0].get("role") in ("system", "developer") else 0
+    head = [dict(m) for m in compacted[system_n:report.head_end]]
+    details: dict[str, Any] = {"head": head, "merged": bool(report.summary_merged),
+                               "summarized": report.summarized, "language": report.language}
+    start = report.head_end + (0 if report.summary_merged else 1)
+    kept = compacted[start:]
+    if len(kept) == len(rows) - tail_index:
+        overrides = {str(row.seq): m for row, m in zip(rows[tail_index:], kept, strict=True)
+                     if m != row.message and not (report.summary_merged and m is kept[0])}
+        if overrides:
+            details["overrides"] = overrides
+    return CheckpointDraft(
+        summary=report.summary, first_seq=first_seq, last_seq=last_seq,
+        tail_start_seq=tail_start_seq, anchors=list(report.anchors),
+        tokens_before=report.tokens_before, tokens_after=report.tokens_after,
+        summarizer=report.summarizer, status="ok" if report.status == "ok" else "fallback",
+        summary_role=report.summary_role or "user", details=details)
+
+
+def _merge_summary(message: Message, summary: str) -> Message:
+    merged = dict(message)
+    original = merged.get("content")
+    if isinstance(original, list):
+        merged["content"] = [{"type": "text", "text": summary}, *original]
+    else:
+        merged["content"] = summary + ("\n\n" + original if original else "")
+    return merged
 
 
 def _join(system_prompt: str | None, snapshot: str) -> str | None:

@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from refold.errors import InvalidInput
 from refold.runtime.context import ContextOps
+from refold.runtime.memory_link import MemoryLink
 from refold.runtime.session import SessionRuntime
 from refold.store.base import Session, Store
 
 if TYPE_CHECKING:
-    from refold.compaction import CompactionPolicy
+    from refold.compaction.policy import CompactionPolicy
     from refold.llm import ChatClient
 
 log = logging.getLogger(__name__)
@@ -47,8 +48,9 @@ class Engine:
         self.background_precompact = background_precompact
         self.ops = ContextOps(model=model, context_length=context_length, policy=policy,
                               summarizer=summarizer, chat_client=chat_client)
-        self.memory = memory if memory is not None else _memory_from_dir(memory_dir,
-                                                                          chat_client, model)
+        self.memory: MemoryLink | None = (
+            MemoryLink.wrap(memory) if memory is not None
+            else MemoryLink.from_dir(Path(memory_dir)) if memory_dir is not None else None)
         self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="refold-bg")
         self.holder = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._closed = False
@@ -88,7 +90,7 @@ class Engine:
         if self.memory is None:
             return ""
         try:
-            return str(self.memory.system_prompt_block() or "")
+            return self.memory.snapshot()
         except Exception as exc:  # a broken memory provider must not stop the session
             log.warning("memory snapshot failed, continuing without it: %s", exc)
             return ""
@@ -98,9 +100,11 @@ class Engine:
         if self.memory is None or self._closed:
             return
         try:
+            if self.memory.manager is None:
+                return
             messages = [s.message for s in self.store.get_messages(runtime.session_id)[-40:]]
-            self.memory.sync_turn(messages, user_turns=runtime.user_turns,
-                                  tool_iterations=runtime.tool_iterations)
+            self.memory.after_turn(messages, user_turns=runtime.user_turns,
+                                   tool_iterations=runtime.tool_iterations)
         except Exception as exc:  # review is best effort; the turn already succeeded
             log.warning("memory review scheduling failed: %s", exc)
 
@@ -124,10 +128,3 @@ class Engine:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def _memory_from_dir(memory_dir: Path | None, chat_client: Any, model: str) -> Any | None:
-    if memory_dir is None:
-        return None
-    from refold.memory import MemoryManager, MemoryStore
-
-    return MemoryManager(MemoryStore(Path(memory_dir)))

@@ -195,6 +195,8 @@ class SessionRuntime:
         for message in messages:
             if message.get("role") == "user":
                 self.user_turns += 1
+                if self._engine.memory is not None:
+                    self._engine.memory.begin_turn()  # the memory tool's per-turn budget
 
     def _note_system_prompt(self, system: str | None) -> None:
         """Keep the client's system prompt in the ledger as an event when it changes."""
