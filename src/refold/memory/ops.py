@@ -88,7 +88,9 @@ def find_entry(rows: Sequence[MemoryRow], old_text: str) -> int:
                        hint="use a substring of one of the current entries")
     if len(matches) > 1:
         shown = [preview(rows[i].text) for i in matches]
-        raise AmbiguousReference(f"{len(matches)} entries matched {preview(old_text, 60)!r}",
+        listed = "; ".join(repr(preview(rows[i].text, 50)) for i in matches[:5])
+        raise AmbiguousReference(f"{len(matches)} entries matched {preview(old_text, 60)!r}: "
+                                 f"{listed}",
                                  candidates=shown, hint="use a longer, unique substring")
     return matches[0]
 

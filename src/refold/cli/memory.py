@@ -1,0 +1,206 @@
+"""``refold memory …``: show, add, replace, remove, stats, snapshot, pending, approve, reject, adopt.
+
+The person at the terminal is the approver, so add/replace/remove write directly (the safety
+scan still applies); ``pending`` / ``approve`` / ``reject`` work the queue that the agent's
+memory tool and the background review fill when ``memory_approval`` is ``stage``. Memories live
+in ``<home>/memories``. Errors are raised, never caught here: cli.main renders them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import click
+
+from refold.cli.app import AppContext, console, emit, pass_app
+from refold.errors import InvalidInput
+from refold.memory import MemoryStore, MemoryWriter, WriteResult, open_file_store, take_snapshot
+from refold.memory.entries import HEADERS, TARGETS
+
+_TARGET = click.option("--target", "-t", type=click.Choice(list(TARGETS)), default="memory",
+                       show_default=True, help="memory: the agent's notes; user: the profile.")
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def open_memory(app: AppContext) -> MemoryStore:
+    return open_file_store(app.settings.memories_dir)
+
+
+def _writer(app: AppContext) -> MemoryWriter:
+    return MemoryWriter(open_memory(app), app.settings.memory_approval)
+
+
+def _when(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M")
+
+
+def _echo_result(result: WriteResult) -> None:
+    click.echo(f"{result.message} — {result.target}: {result.usage.describe()}")
+
+
+@click.group("memory")
+def memory_group() -> None:
+    """Show and edit persistent memory (MEMORY.md, USER.md) and approve staged writes."""
+
+
+# -- reads ------------------------------------------------------------------------------------
+
+def _view_json(store: MemoryStore, target: str) -> dict[str, Any]:
+    view = store.read(target)
+    return {"target": target, "location": view.location, "drift": view.drift,
+            "usage": {"chars": view.usage.chars, "limit": view.usage.limit,
+                      "percent": view.usage.percent},
+            "entries": [{"id": e.id, "text": e.text, "blocked": e.blocked,
+                         "created_at": e.created_at, "updated_at": e.updated_at}
+                        for e in view.entries]}
+
+
+def _render_views(views: list[dict[str, Any]]) -> None:
+    from rich.markup import escape
+
+    out = console()
+    for view in views:
+        usage = view["usage"]
+        out.print(f"[bold]{HEADERS[view['target']]}[/bold] — {usage['percent']}% "
+                  f"({usage['chars']:,}/{usage['limit']:,} chars)", markup=True)
+        out.print(f"  {view['location']}", markup=False)
+        if view["drift"]:
+            out.print("  [yellow]changed outside refold: replace/remove are refused until "
+                      f"`refold memory adopt --target {view['target']}`[/yellow]", markup=True)
+        if not view["entries"]:
+            out.print("  (empty)")
+        for entry in view["entries"]:
+            flag = (f" [red]{escape('[BLOCKED: ' + entry['blocked'] + ']')}[/red]"
+                    if entry["blocked"] else "")
+            out.print(f"  #{entry['id']} {_when(entry['updated_at'])}{flag}", markup=True)
+            for line in entry["text"].splitlines():
+                out.print(f"    {line}", markup=False)
+
+
+@memory_group.command("show")
+@click.option("--target", "-t", type=click.Choice([*TARGETS, "all"]), default="all",
+              show_default=True)
+@_JSON
+@pass_app
+def show_cmd(app: AppContext, target: str, as_json: bool) -> None:
+    """Show the live entries (blocked ones marked) with usage."""
+    store = open_memory(app)
+    targets = list(TARGETS) if target == "all" else [target]
+    emit([_view_json(store, t) for t in targets], as_json, _render_views)
+
+
+def _render_stats(stats: dict[str, dict[str, Any]]) -> None:
+    for target, row in stats.items():
+        extra = "".join([f", {row['blocked']} blocked" if row["blocked"] else "",
+                         ", DRIFT" if row["drift"] else ""])
+        click.echo(f"{target}: {row['entries']} entries, {row['chars']:,}/{row['limit']:,} chars "
+                   f"({row['percent']}%){extra}")
+
+
+@memory_group.command("stats")
+@_JSON
+@pass_app
+def stats_cmd(app: AppContext, as_json: bool) -> None:
+    """Usage per store."""
+    emit(open_memory(app).stats(), as_json, _render_stats)
+
+
+@memory_group.command("snapshot")
+@_JSON
+@pass_app
+def snapshot_cmd(app: AppContext, as_json: bool) -> None:
+    """Print the block a new session would get in its system prompt."""
+    snap = take_snapshot(open_memory(app))
+    emit({"text": snap.text, "blocked": snap.blocked}, as_json,
+         lambda v: click.echo(v["text"] or "(memory is empty)"))
+
+
+# -- writes -----------------------------------------------------------------------------------
+
+@memory_group.command("add")
+@_TARGET
+@click.argument("text")
+@pass_app
+def add_cmd(app: AppContext, target: str, text: str) -> None:
+    """Add an entry."""
+    _echo_result(open_memory(app).add(target, text))
+
+
+@memory_group.command("replace")
+@_TARGET
+@click.argument("old_text")
+@click.argument("new_text")
+@pass_app
+def replace_cmd(app: AppContext, target: str, old_text: str, new_text: str) -> None:
+    """Replace the one entry containing OLD_TEXT (or #id) with NEW_TEXT."""
+    _echo_result(open_memory(app).replace(target, old_text, new_text))
+
+
+@memory_group.command("remove")
+@_TARGET
+@click.argument("old_text")
+@pass_app
+def remove_cmd(app: AppContext, target: str, old_text: str) -> None:
+    """Remove the one entry containing OLD_TEXT (or #id)."""
+    _echo_result(open_memory(app).remove(target, old_text))
+
+
+@memory_group.command("adopt")
+@_TARGET
+@pass_app
+def adopt_cmd(app: AppContext, target: str) -> None:
+    """Accept a file edited outside refold (after drift) as the current state."""
+    view = open_memory(app).adopt(target)
+    click.echo(f"adopted {view.location}: {view.usage.entries} entries, {view.usage.describe()}")
+
+
+# -- the approval queue -----------------------------------------------------------------------
+
+def _render_pending(items: list[dict[str, Any]]) -> None:
+    if not items:
+        click.echo("no pending memory writes")
+    for item in items:
+        click.echo(f"{item['id']}  {_when(item['created_at'])}  {item['target']}  "
+                   f"({item['origin']})  {item['summary']}")
+
+
+@memory_group.command("pending")
+@_JSON
+@pass_app
+def pending_cmd(app: AppContext, as_json: bool) -> None:
+    """List staged writes waiting for approval."""
+    items = [{**p.to_dict(), "summary": p.summary} for p in _writer(app).pending()]
+    emit(items, as_json, _render_pending)
+
+
+def _ids(writer: MemoryWriter, ids: tuple[str, ...], every: bool) -> list[str]:
+    if every == bool(ids):
+        raise InvalidInput("give pending ids or --all (not both)",
+                           hint="list them with `refold memory pending`")
+    return [p.id for p in writer.pending()] if every else list(ids)
+
+
+@memory_group.command("approve")
+@click.argument("ids", nargs=-1)
+@click.option("--all", "every", is_flag=True, help="Approve every pending write.")
+@pass_app
+def approve_cmd(app: AppContext, ids: tuple[str, ...], every: bool) -> None:
+    """Apply staged writes."""
+    writer = _writer(app)
+    for pending_id in _ids(writer, ids, every):
+        result = writer.approve(pending_id)
+        click.echo(f"{pending_id}: ", nl=False)
+        _echo_result(result)
+
+
+@memory_group.command("reject")
+@click.argument("ids", nargs=-1)
+@click.option("--all", "every", is_flag=True, help="Reject every pending write.")
+@pass_app
+def reject_cmd(app: AppContext, ids: tuple[str, ...], every: bool) -> None:
+    """Drop staged writes."""
+    writer = _writer(app)
+    for pending_id in _ids(writer, ids, every):
+        item = writer.reject(pending_id)
+        click.echo(f"{item.id}: rejected ({item.summary})")
