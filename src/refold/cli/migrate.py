@@ -1,0 +1,102 @@
+"""``refold migrate``: copy a store into another (SQLite ⇄ PostgreSQL) and verify the copy.
+
+Parses, makes one ``copy_store`` call, renders. Progress goes to stderr (so ``--json`` stdout
+stays machine-readable); a copy that fails verification exits 1 after the summary is shown.
+Re-running is safe: what the target has already is skipped and verified again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import click
+
+from refold.cli.app import AppContext, console, emit, err_console, pass_app
+from refold.errors import InvalidInput, StorageError
+from refold.store import open_store
+from refold.store.copy import CopyReport, copy_store
+
+_PHASES = {"sessions": "copying messages", "memory": "copying memory", "verify": "verifying"}
+
+
+def _progress_bar(enabled: bool) -> Any:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    return Progress(TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=err_console(), disable=not enabled)
+
+
+def _render(report: CopyReport, source: str, target: str) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{source} → {target}", show_header=False)
+    table.add_row("sessions copied", str(report.sessions_copied))
+    table.add_row("sessions skipped (already there)", str(report.sessions_skipped))
+    table.add_row("messages copied", str(report.messages_copied))
+    table.add_row("memory documents copied", str(report.memory_copied))
+    table.add_row("memory documents skipped", str(report.memory_skipped))
+    table.add_row("sessions verified", str(report.sessions_verified))
+    table.add_row("verification", "[green]ok[/]" if report.ok
+                  else f"[red]{len(report.mismatches)} difference(s)[/]")
+    out = console()
+    out.print(table)
+    for problem in report.mismatches[:20]:
+        out.print(f"  [red]✗[/] {problem}")
+
+
+def _display(url: str) -> str:
+    """The URL without its password (never print credentials)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")))
+
+
+@click.command("migrate")
+@click.option("--from", "source_url", metavar="DB",
+              help="Store to copy from: a SQLite path, sqlite:///path or postgresql://… "
+                   "(default: the configured --db).")
+@click.option("--to", "target_url", required=True, metavar="DB",
+              help="Store to copy into (created and migrated when new).")
+@click.option("--no-verify", is_flag=True, help="Skip the verification pass.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@pass_app
+def migrate_cmd(app: AppContext, source_url: str | None, target_url: str, no_verify: bool,
+                as_json: bool) -> None:
+    """Copy every session, message, checkpoint, event and memory document into another store.
+
+    Example: refold migrate --from sqlite:///~/refold.db --to postgresql://host/refold
+    """
+    source_url = source_url or app.settings.db_url
+    if source_url.strip() == target_url.strip():
+        raise InvalidInput("--from and --to name the same store", hint="give two different DBs")
+    source = open_store(source_url)
+    try:
+        target = open_store(target_url)
+        try:
+            with _progress_bar(not as_json) as bar:
+                tasks: dict[str, Any] = {}
+
+                def progress(phase: str, done: int, total: int) -> None:
+                    if phase not in tasks:
+                        tasks[phase] = bar.add_task(_PHASES.get(phase, phase), total=total)
+                    bar.update(tasks[phase], completed=done, total=total)
+
+                report = copy_store(source, target, progress=progress, verify=not no_verify)
+        finally:
+            target.close()
+    finally:
+        source.close()
+    emit({**dataclasses.asdict(report), "ok": report.ok}, as_json,
+         lambda _: _render(report, _display(source_url), _display(target_url)))
+    if not report.ok:
+        raise StorageError(f"the copy differs from the source in {len(report.mismatches)} "
+                           "place(s)", hint="see the list above; the source is unchanged")
