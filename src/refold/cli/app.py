@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from refold.cli.settings import Settings, load_settings
+from refold.errors import InvalidInput
 from refold.store import Store, open_store
 
 
@@ -34,11 +35,27 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.lazy:
             module_name, attr = self.lazy[cmd_name].split(":")
-            command = getattr(importlib.import_module(module_name), attr)
+            try:
+                command = getattr(importlib.import_module(module_name), attr)
+            except ImportError as exc:  # a missing extra must not break `refold --help`
+                return _unavailable(cmd_name, exc)
             if not isinstance(command, click.Command):
                 raise TypeError(f"{self.lazy[cmd_name]} is not a click command")
             return command
         return super().get_command(ctx, cmd_name)
+
+
+def _unavailable(name: str, exc: ImportError) -> click.Command:
+    """A stand-in for a command whose module cannot be imported: it says why when run."""
+    missing = exc.name or str(exc)
+
+    def run(**_ignored: Any) -> None:
+        raise InvalidInput(f"refold {name} is not available here: cannot import {missing}",
+                           hint="install the extra it needs, e.g. pip install 'refold[all]'")
+
+    return click.Command(name, callback=run, context_settings={"ignore_unknown_options": True},
+                         params=[click.Argument(["args"], nargs=-1)], add_help_option=False,
+                         short_help=f"(unavailable: cannot import {missing})")
 
 
 @dataclass
