@@ -1,0 +1,139 @@
+"""The anchor index: exact identifiers from the replaced span, kept verbatim and bounded.
+
+A summary paraphrases; an agent needs the exact path, command, URL, error string, id or version
+to keep working. Anchors are extracted from the original (unpruned) messages, deduplicated,
+ranked (kind weight + how often it occurs + how recently), and cut to a token budget. The result
+is deterministic: same messages, same budget → same list in the same order.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from refold.messages.model import Message, content_text
+
+MAX_ANCHOR_CHARS = 200
+
+_EXT = (r"py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonl|yaml|yml|toml|md|rst|txt|rs|go|java|kt|c|h|cc|"
+        r"cpp|hpp|cs|sh|bash|zsh|sql|html|css|scss|cfg|ini|conf|lock|log|csv|env|rb|php|swift|"
+        r"vue|svelte|proto|graphql|tf|xml|ipynb|gradle|mk|dockerfile")
+_PATTERNS: tuple[tuple[str, int, re.Pattern[str]], ...] = (
+    ("error", 6, re.compile(
+        r"(?m)^[^\n]{0,40}?\b(?:[A-Z]\w*(?:Error|Exception)|error(?:\[\w+\])?|ERROR|FAILED|"
+        r"[Ff]atal|panic|Traceback)\b[^\n]{0,160}")),
+    ("url", 5, re.compile(r"\bhttps?://[^\s'\"<>)\]`]+[^\s'\"<>)\]`.,;:]")),
+    ("path", 5, re.compile(
+        rf"(?<![\w/.:-])(?:~|\.{{1,2}})?/?(?:[\w.@+-]+/)+[\w.@+-]+|\b[\w.-]+\.(?:{_EXT})\b")),
+    ("id", 4, re.compile(
+        r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b|"
+        r"\b[A-Z][A-Z0-9]{1,9}-\d{1,6}\b|(?<![\w#])#\d{2,7}\b|"
+        r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b|"
+        r"\b[a-z]{2,12}_[A-Za-z0-9]{8,40}\b")),
+    ("version", 3, re.compile(r"(?<![\w.])v?\d+\.\d+(?:\.\d+)+(?:[-+][\w.]+)?\b|"
+                              r"\bv\d+\.\d+\b")),
+    ("number", 3, re.compile(
+        r"(?<![\w.])\$?\d+(?:[.,]\d+)*\s?(?:ms|µs|ns|s|sec|secs|seconds|min|mins|minutes|h|hrs|"
+        r"hours|days|KB|MB|GB|TB|KiB|MiB|GiB|TiB|kB|B|bytes|%|px|tokens|rps|qps|req/s|USD|EUR|"
+        r"GHz|MHz|°C|x)(?![\w])|(?<![\w.])\$\d+(?:\.\d+)?\b")),
+    ("config", 3, re.compile(r"\b[A-Z][A-Z0-9_]{2,}=[^\s'\"]+|\b(?:localhost|[\w-]+(?:\.[\w-]+)+):"
+                             r"\d{2,5}\b")),
+)
+_NOISE = re.compile(r"^(?:call_|toolu_|chatcmpl-|Traceback \(most recent call last\))")
+
+
+@dataclass(frozen=True)
+class Anchor:
+    text: str
+    kind: str
+    score: float
+    first_seen: int
+
+
+def _command_texts(message: Message) -> Iterable[str]:
+    for call in message.get("tool_calls") or []:
+        raw = (call.get("function") or {}).get("arguments") or ""
+        try:
+            args = json.loads(raw)
+        except (ValueError, TypeError):
+            continue
+        if isinstance(args, dict):
+            for key in ("command", "cmd", "script", "query"):
+                value = args.get(key)
+                if isinstance(value, str) and value.strip():
+                    yield value.strip().splitlines()[0][:MAX_ANCHOR_CHARS]
+
+
+def _message_text(message: Message) -> str:
+    parts = [content_text(message)]
+    for call in message.get("tool_calls") or []:
+        parts.append(str((call.get("function") or {}).get("arguments") or ""))
+    return "\n".join(parts)
+
+
+def _clean(text: str) -> str:
+    text = text.strip().rstrip(",;")
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "`'\"":
+        text = text[1:-1].strip()
+    return text[:MAX_ANCHOR_CHARS]
+
+
+def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
+    """Every candidate anchor in ``messages``, scored; not yet deduplicated by containment."""
+    found: dict[str, Anchor] = {}
+    counts: dict[str, int] = {}
+    total = max(1, len(messages))
+
+    def add(text: str, kind: str, weight: int, position: int) -> None:
+        text = _clean(text)
+        if len(text) < 3 or _NOISE.match(text):
+            return
+        counts[text] = counts.get(text, 0) + 1
+        recency = position / total  # later mentions matter more
+        previous = found.get(text)
+        if previous is None or previous.score < weight + recency:
+            first = previous.first_seen if previous else position
+            found[text] = Anchor(text, kind, weight + recency, first)
+
+    for pos, msg in enumerate(messages):
+        for command in _command_texts(msg):
+            add(command, "command", 5, pos)
+        text = _message_text(msg)
+        if not text:
+            continue
+        for line in text.splitlines():
+            if line.startswith("$ "):
+                add(line[2:], "command", 5, pos)
+        for kind, weight, pattern in _PATTERNS:
+            for match in pattern.finditer(text):
+                add(match.group(0), kind, weight, pos)
+    return [Anchor(a.text, a.kind, a.score + min(counts[a.text], 5) * 0.3, a.first_seen)
+            for a in found.values()]
+
+
+def select_anchors(candidates: Iterable[Anchor], *, budget_tokens: int,
+                   count_text: Callable[[str], int], carried: Sequence[str] = ()) -> list[str]:
+    """Rank, drop ones contained in a better anchor, and keep what fits ``budget_tokens``.
+
+    ``carried`` anchors (from a previous summary's index) compete too, ranked just below fresh
+    ones of equal kind, so iterative compaction keeps old identifiers while budget allows.
+    """
+    pool = list(candidates) + [Anchor(a, "carried", 4.5, -1) for a in carried if a]
+    pool.sort(key=lambda a: (-a.score, len(a.text), a.text))
+    chosen: list[Anchor] = []
+    used = 0
+    for anchor in pool:
+        if any(anchor.text in c.text for c in chosen):
+            continue
+        cost = count_text(anchor.text) + 3
+        if used + cost > budget_tokens:
+            continue
+        chosen.append(anchor)
+        used += cost
+    # present in a stable, readable order: by kind group, then first appearance
+    order = {"error": 0, "command": 1, "path": 2, "url": 3, "id": 4, "version": 5, "number": 6,
+             "config": 7, "carried": 8}
+    chosen.sort(key=lambda a: (order.get(a.kind, 9), a.first_seen, a.text))
+    return [a.text for a in chosen]

@@ -1,0 +1,375 @@
+"""``compact``: the pure compaction function — a message list in, a message list and a report out.
+
+Pipeline (no I/O here; the summarizer is the only seam that may do any):
+1. cut: system prefix + protected head (``protect_first_n``, 0 after the first compaction),
+   a verbatim tail chosen by tokens, the middle in between — all on unit boundaries;
+2. prune outside the tail (dedup, one-line summaries, argument truncation), downgrade bulky tail
+   outputs while the tail is over its soft ceiling, strip images older than the latest;
+3. summarize the middle (updating the previous summary if one is found) within 20% of the
+   replaced tokens, clamped to 2K-10K; a retryable summarizer failure falls back to the builtin
+   summarizer, an abort leaves the transcript untouched;
+4. frame the summary (reference-only prefix, anchor index, end marker), place it in a role that
+   keeps turns alternating, re-check tool pairs;
+5. refuse a result that is not smaller; report whether it fits the target, and why not.
+
+Invariants (tests/compaction checks each): tool pairs valid; system never summarized; last user
+and last assistant messages verbatim; fits or says why; summary framed in the user's language;
+anchors verbatim within budget; summarizer failure never loses data; deterministic.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from refold.compaction.anchors import extract_anchors, select_anchors
+from refold.compaction.boundaries import (
+    align_to_units,
+    required_indices,
+    resolve_junction,
+    select_tail,
+    system_prefix_end,
+)
+from refold.compaction.builtin import BuiltinSummarizer
+from refold.compaction.policy import CompactionPolicy, summary_budget, threshold_for
+from refold.compaction.prune import (
+    PruneStats,
+    downgrade_tail,
+    prune_outside_tail,
+    strip_old_images,
+)
+from refold.compaction.structure import SYSTEM_ROLES, repair_tool_pairs, split_units
+from refold.compaction.summarizer import Summarizer, SummaryDraft, SummaryRequest
+from refold.compaction.summary import (
+    SUMMARY_KEY,
+    detect_language,
+    is_summary_message,
+    strip_think,
+    unwrap_summary,
+    wrap_summary,
+)
+from refold.errors import MessageValidationError, SummarizerError
+from refold.messages.model import ROLES, Message, content_text
+from refold.tokens.counter import TokenCounter
+from refold.tokens.models import get_counter
+
+log = logging.getLogger(__name__)
+
+FRAMING_TOKENS = 160  # prefix + end marker + headings overhead of a wrapped summary
+TAIL_FACTORS = (1.0, 0.5, 0.25, 0.0)
+
+
+@dataclass(frozen=True)
+class CompactionReport:
+    status: str  # ok | fallback | pruned | noop | refused | aborted
+    reason: str
+    summarizer: str
+    tokens_before: int
+    tokens_after: int
+    target_tokens: int
+    threshold_tokens: int
+    fits: bool
+    messages_before: int
+    messages_after: int
+    head_end: int = 0  # input[:head_end] kept (system + protected head)
+    tail_start: int = 0  # input[tail_start:] kept verbatim (up to pruning of old outputs)
+    summarized: int = 0  # input messages replaced by the summary
+    summary: str | None = None
+    summary_role: str | None = None
+    summary_acknowledged: bool = False  # an acknowledgement turn follows the summary
+    anchors: tuple[str, ...] = ()
+    language: str = "en"
+    warnings: tuple[str, ...] = ()
+    prune: dict[str, int] = field(default_factory=dict)
+    error_kind: str | None = None
+    compaction_count: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return self.status in ("ok", "fallback", "pruned")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    messages: list[Message]
+    report: CompactionReport
+
+
+def validate_shape(messages: Sequence[Message]) -> None:
+    """The minimum compaction needs: a list of dicts with a known role."""
+    if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
+        raise MessageValidationError("messages must be a list of message objects")
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict):
+            raise MessageValidationError("not an object", index=i)
+        if msg.get("role") not in ROLES:
+            raise MessageValidationError(f"unknown role {msg.get('role')!r}", index=i,
+                                         field="role", hint=f"use one of {sorted(ROLES)}")
+
+
+@dataclass
+class _Plan:
+    """The mutable working state of one compaction."""
+
+    messages: list[Message]
+    head_end: int
+    tail_start: int
+    role: str | None
+    pruned: list[Message]
+    stats: PruneStats
+    previous_body: str | None
+    previous_anchors: list[str]
+    compaction_count: int
+
+
+def _previous_summary(messages: Sequence[Message], given: str | None
+                      ) -> tuple[int | None, str | None, list[str]]:
+    idx = next((i for i in range(len(messages) - 1, -1, -1)
+                if is_summary_message(messages[i])), None)
+    body: str | None = None
+    anchors: list[str] = []
+    if idx is not None:
+        body, anchors = unwrap_summary(content_text(messages[idx]))
+    return idx, (given if given is not None else body), anchors
+
+
+def _order_system_first(messages: Sequence[Message]) -> list[Message]:
+    """Mid-conversation system messages move up to the system prefix (never summarized)."""
+    lead = system_prefix_end(messages)
+    late = [m for m in messages[lead:] if m.get("role") in SYSTEM_ROLES]
+    if not late:
+        return list(messages)
+    rest = [m for m in messages[lead:] if m.get("role") not in SYSTEM_ROLES]
+    return list(messages[:lead]) + late + rest
+
+
+def _cut(messages: list[Message], policy: CompactionPolicy, counter: TokenCounter,
+         tail_budget: int, compaction_count: int) -> tuple[int, int, str | None]:
+    units = split_units(messages)
+    sys_end = system_prefix_end(messages)
+    head_n = policy.protect_first_n if compaction_count == 0 else 0
+    head_end = align_to_units(min(len(messages), sys_end + head_n), units)
+    # an earlier summary is never part of the protected head: it gets updated instead
+    for i in range(sys_end, head_end):
+        if is_summary_message(messages[i]):
+            head_end = align_to_units(i, units)
+            break
+    tail_start = select_tail(messages, units, head_end, budget=tail_budget,
+                             soft_ceiling=policy.tail_soft_ceiling,
+                             min_messages=policy.tail_min_messages,
+                             floor_messages=policy.tail_floor_messages,
+                             count=counter.count_message)
+    if tail_start <= head_end:
+        return head_end, head_end, None
+    tail_start, role = resolve_junction(messages, units, head_end, tail_start)
+    return head_end, tail_start, role
+
+
+def _prune(messages: list[Message], head_end: int, tail_start: int, policy: CompactionPolicy,
+           counter: TokenCounter, tail_budget: int) -> tuple[list[Message], PruneStats]:
+    stats = PruneStats()
+    out = prune_outside_tail(messages, tail_start, min_chars=policy.prune_min_chars,
+                             args_max_chars=policy.tool_args_max_chars, stats=stats)
+    units = split_units(messages)
+    last_unit_start = units[-1].start if units else len(messages)
+    out = downgrade_tail(out, tail_start, ceiling_tokens=int(tail_budget * policy.tail_soft_ceiling),
+                         count=counter.count_message, keep_from=last_unit_start,
+                         min_chars=policy.prune_min_chars, stats=stats)
+    out = strip_old_images(out, set(required_indices(messages)), stats)
+    return out, stats
+
+
+def _tokens(messages: Sequence[Message], counter: TokenCounter,
+            tools: Sequence[dict[str, Any]] | None) -> int:
+    return counter.count_messages(messages) + counter.count_tools(tools)
+
+
+def _plan(messages: list[Message], policy: CompactionPolicy, counter: TokenCounter,
+          target: int, compaction_count: int, previous: tuple[str | None, list[str]]) -> _Plan:
+    """Pick the largest tail (by budget factor) that leaves room for a summary in ``target``."""
+    plan: _Plan | None = None
+    base_budget = max(1, int(target * policy.tail_ratio))
+    for factor in TAIL_FACTORS:
+        budget = max(1, int(base_budget * factor))
+        head_end, tail_start, role = _cut(messages, policy, counter, budget, compaction_count)
+        pruned, stats = _prune(messages, head_end, tail_start, policy, counter, budget)
+        plan = _Plan(messages, head_end, tail_start, role, pruned, stats, previous[0],
+                     previous[1], compaction_count)
+        kept = sum(counter.count_message(m) for m in pruned[:head_end] + pruned[tail_start:])
+        if kept + policy.summary_min_tokens // 2 + FRAMING_TOKENS <= target:
+            break
+    assert plan is not None
+    return plan
+
+
+def _summarize(plan: _Plan, summarizer: Summarizer, fallback: Summarizer, counter: TokenCounter,
+               policy: CompactionPolicy, budget: int, language: str,
+               tools: Sequence[dict[str, Any]] | None) -> tuple[SummaryDraft, str, list[str]]:
+    middle = plan.messages[plan.head_end:plan.tail_start]
+    request = SummaryRequest(
+        turns=middle, pruned_turns=plan.pruned[plan.head_end:plan.tail_start],
+        prefix=plan.messages[:plan.tail_start], previous_summary=plan.previous_body,
+        language=language, budget_tokens=budget, counter=counter, tools=tools)
+    warnings: list[str] = []
+    try:
+        return summarizer.summarize(request), "ok", warnings
+    except SummarizerError as exc:
+        if not exc.retryable:
+            raise
+        warnings.append(f"{summarizer.name} summarizer failed ({exc.kind}): {exc.message}; "
+                        "used the builtin summarizer")
+        log.warning("summarizer %s failed (%s); falling back to builtin", summarizer.name,
+                    exc.kind)
+        return fallback.summarize(request), "fallback", warnings
+
+
+def _fit_body(body: str, budget: int, counter: TokenCounter, warnings: list[str]) -> str:
+    if counter.count_text(body) <= int(budget * 1.25):
+        return body
+    lines = body.splitlines()
+    while lines and counter.count_text("\n".join(lines)) > budget:
+        lines = lines[: max(1, int(len(lines) * 0.9))] if len(lines) > 10 else lines[:-1]
+    warnings.append("summary exceeded its budget and was cut")
+    return "\n".join(lines)
+
+
+ACK = {"user": "Continue from the summary above with the latest request below.",
+       "assistant": "Understood. I will use the summary above as background only."}
+
+
+def _assemble(plan: _Plan, summary_text: str) -> tuple[list[Message], str, bool]:
+    """head + summary + tail; when no single role alternates, a short acknowledgement of the
+    other role follows the summary (marked as summary too) so every provider accepts it."""
+    head = plan.pruned[:plan.head_end]
+    tail = plan.pruned[plan.tail_start:]
+    if plan.role is not None:
+        summary = {"role": plan.role, "content": summary_text, SUMMARY_KEY: True}
+        return [*head, summary, *tail], plan.role, False
+    last = head[-1].get("role") if head else "system"
+    role = "assistant" if last == "user" else "user"
+    other = "user" if role == "assistant" else "assistant"
+    summary = {"role": role, "content": summary_text, SUMMARY_KEY: True}
+    ack = {"role": other, "content": ACK[other], SUMMARY_KEY: True}
+    return [*head, summary, ack, *tail], role, True
+
+
+def _unchanged(messages: list[Message], status: str, reason: str, **kw: Any
+               ) -> CompactionResult:
+    report = CompactionReport(status=status, reason=reason, messages_before=len(messages),
+                              messages_after=len(messages), **kw)
+    return CompactionResult(list(messages), report)
+
+
+def compact(messages: Sequence[Message], *, context_length: int,
+            policy: CompactionPolicy | None = None, counter: TokenCounter | None = None,
+            summarizer: Summarizer | None = None, model: str | None = None,
+            target_tokens: int | None = None, previous_summary: str | None = None,
+            compaction_count: int | None = None,
+            tools: Sequence[dict[str, Any]] | None = None,
+            fallback: Summarizer | None = None) -> CompactionResult:
+    """Compact ``messages`` to fit ``target_tokens`` (default: the policy's trigger threshold).
+
+    Pure apart from ``summarizer``; never mutates the input. See the module docstring.
+    """
+    validate_shape(messages)
+    policy = policy or CompactionPolicy()
+    counter = counter or get_counter(model)
+    summarizer = summarizer or BuiltinSummarizer()
+    fallback = fallback or BuiltinSummarizer()
+    threshold = threshold_for(policy, context_length, model)
+    target = max(1, target_tokens if target_tokens is not None else threshold.tokens)
+    ordered = _order_system_first(messages)
+    before = _tokens(ordered, counter, tools)
+    prev_idx, prev_body, prev_anchors = _previous_summary(ordered, previous_summary)
+    count = compaction_count if compaction_count is not None else (1 if prev_idx is not None
+                                                                    else 0)
+    common: dict[str, Any] = dict(
+        summarizer=summarizer.name, tokens_before=before, tokens_after=before,
+        target_tokens=target, threshold_tokens=threshold.tokens, fits=before <= target,
+        compaction_count=count, warnings=threshold.notes)
+    if len(ordered) < policy.min_messages_to_compact:
+        return _unchanged(list(messages), "noop", "too few messages to compact", **common)
+    plan = _plan(ordered, policy, counter, target, count, (prev_body, prev_anchors))
+    return _finish(plan, messages, summarizer, fallback, counter, policy, target, before,
+                   tools, common)
+
+
+def _finish(plan: _Plan, original: Sequence[Message], summarizer: Summarizer,
+            fallback: Summarizer, counter: TokenCounter, policy: CompactionPolicy, target: int,
+            before: int, tools: Sequence[dict[str, Any]] | None, common: dict[str, Any]
+            ) -> CompactionResult:
+    language = detect_language(plan.messages)
+    warnings = list(common.pop("warnings"))
+    if plan.tail_start <= plan.head_end:
+        return _pruned_only(plan, original, counter, tools, before, target, warnings, common)
+    middle = plan.messages[plan.head_end:plan.tail_start]
+    kept = sum(counter.count_message(m) for m in plan.pruned[:plan.head_end]
+               + plan.pruned[plan.tail_start:])
+    budget = summary_budget(policy, sum(counter.count_message(m) for m in middle))
+    budget = max(256, min(budget, target - kept - FRAMING_TOKENS))
+    anchor_budget = min(policy.anchor_max_tokens, int(budget * policy.anchor_share))
+    anchors = select_anchors(extract_anchors(middle), budget_tokens=anchor_budget,
+                             count_text=counter.count_text, carried=plan.previous_anchors)
+    body_budget = max(128, budget - anchor_budget)
+    try:
+        draft, status, more = _summarize(plan, summarizer, fallback, counter, policy,
+                                         body_budget, language, tools)
+    except SummarizerError as exc:
+        common["summarizer"] = summarizer.name
+        return _unchanged(list(original), "aborted", f"summarizer failed: {exc.message}",
+                          error_kind=exc.kind, language=language,
+                          warnings=(*warnings, str(exc)), **common)
+    warnings += more + list(draft.warnings)
+    body = _fit_body(strip_think(draft.body), body_budget, counter, warnings)
+    text = wrap_summary(body, anchors, language)
+    assembled, role, acked = _assemble(plan, text)
+    result, stubs, orphans = repair_tool_pairs(assembled)
+    if stubs or orphans:
+        warnings.append(f"tool pairs repaired: {stubs} stub results added, "
+                        f"{orphans} orphan results dropped")
+    after = _tokens(result, counter, tools)
+    common.update(summarizer=draft.summarizer)
+    if after >= before:
+        return _unchanged(list(original), "refused",
+                          f"compaction would not shrink the context ({before} -> {after} tokens)",
+                          language=language, warnings=tuple(warnings), **common)
+    fits = after <= target
+    reason = "compacted" if fits else _irreducible(plan, counter, after, target)
+    common.update(tokens_after=after, fits=fits)
+    report = CompactionReport(
+        status=status, reason=reason, messages_before=len(original), messages_after=len(result),
+        head_end=plan.head_end, tail_start=plan.tail_start,
+        summarized=plan.tail_start - plan.head_end, summary=text, summary_role=role,
+        summary_acknowledged=acked, anchors=tuple(anchors), language=language,
+        warnings=tuple(warnings), prune=plan.stats.as_dict(), **common)
+    return CompactionResult(result, report)
+
+
+def _pruned_only(plan: _Plan, original: Sequence[Message], counter: TokenCounter,
+                 tools: Sequence[dict[str, Any]] | None, before: int, target: int,
+                 warnings: list[str], common: dict[str, Any]) -> CompactionResult:
+    result, _, _ = repair_tool_pairs(plan.pruned)
+    after = _tokens(result, counter, tools)
+    if after >= before:
+        return _unchanged(list(original), "noop",
+                          "nothing to summarize between the protected head and tail",
+                          warnings=tuple(warnings), **common)
+    common.update(tokens_after=after, fits=after <= target)
+    report = CompactionReport(
+        status="pruned", reason="old tool outputs pruned; nothing left to summarize",
+        messages_before=len(original), messages_after=len(result), head_end=plan.head_end,
+        tail_start=plan.tail_start, warnings=tuple(warnings), prune=plan.stats.as_dict(),
+        **common)
+    return CompactionResult(result, report)
+
+
+def _irreducible(plan: _Plan, counter: TokenCounter, after: int, target: int) -> str:
+    head = sum(counter.count_message(m) for m in plan.pruned[:plan.head_end])
+    tail = sum(counter.count_message(m) for m in plan.pruned[plan.tail_start:])
+    return (f"irreducible floor: {after} tokens > target {target} (system+head {head}, "
+            f"verbatim tail {tail}); auto-compaction should stop, not loop")

@@ -1,0 +1,225 @@
+"""The cheap prune: shrink old tool traffic without a model call.
+
+Outside the protected tail:
+1. a tool output identical to a newer one becomes a reference to the newer copy;
+2. a large old output becomes one line keeping the tool, the gist of its arguments, the exit
+   status, the first error line and the size: ``[terminal] ran npm test -> exit 0, 47 lines``;
+3. long tool-call argument JSON is shortened and stays valid JSON.
+Inside the tail, bulky outputs are downgraded the same way only while the tail is over its soft
+ceiling. Images older than the latest one become a text placeholder.
+
+Every function returns new lists and new dicts; the input (and the ledger behind it) is untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from refold.messages.model import Message, content_text
+
+IMAGE_PLACEHOLDER = "[image omitted: an older image, not the latest one]"
+_GIST_KEYS = ("command", "cmd", "path", "file_path", "filename", "file", "url", "query",
+              "pattern", "name")
+_EXIT = re.compile(r"(?:exit(?:ed)?(?: with)?(?: code| status)?|return ?code|returncode|"
+                   r"\"exit_code\")\W{0,3}(-?\d+)", re.IGNORECASE)
+_ERROR_LINE = re.compile(r"(?m)^.*\b(?:[A-Z]\w*(?:Error|Exception)|error|ERROR|FAILED|[Ff]atal|"
+                         r"panic)\b.*$")
+
+
+@dataclass
+class PruneStats:
+    deduplicated: int = 0
+    summarized: int = 0
+    arguments_truncated: int = 0
+    tail_downgraded: int = 0
+    images_stripped: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+def call_index(messages: Sequence[Message]) -> dict[str, tuple[str, str]]:
+    """tool_call_id → (tool name, arguments JSON) over all assistant messages."""
+    index: dict[str, tuple[str, str]] = {}
+    for msg in messages:
+        for call in msg.get("tool_calls") or []:
+            fn = call.get("function") or {}
+            index[str(call.get("id"))] = (str(fn.get("name") or "tool"),
+                                          str(fn.get("arguments") or ""))
+    return index
+
+
+def argument_gist(arguments: str, limit: int = 80) -> str:
+    """The most telling argument: a command, a path, a URL… shortened to ``limit`` chars."""
+    try:
+        args: Any = json.loads(arguments) if arguments else {}
+    except ValueError:
+        args = arguments
+    value: Any = args
+    if isinstance(args, dict):
+        value = next((args[k] for k in _GIST_KEYS if isinstance(args.get(k), str)),
+                     next((v for v in args.values() if isinstance(v, str)), ""))
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def exit_status(output: str) -> str | None:
+    """The exit status an output reports (last mention wins), as text."""
+    found = _EXIT.findall(output[-4000:])
+    return found[-1] if found else None
+
+
+def first_error_line(output: str) -> str | None:
+    match = _ERROR_LINE.search(output)
+    if not match:
+        return None
+    line = match.group(0).strip()
+    return line[:160]
+
+
+def one_line_summary(name: str, arguments: str, output: str) -> str:
+    """``[terminal] ran `npm test` -> exit 0, 47 lines, 1,830 chars; error: …``."""
+    gist = argument_gist(arguments)
+    status = exit_status(output)
+    error = first_error_line(output)
+    lines = output.count("\n") + 1 if output else 0
+    facts = [f"exit {status}"] if status is not None else []
+    facts.append(f"{lines} lines, {len(output):,} chars")
+    text = f"[{name}] ran `{gist}` -> " + ", ".join(facts) if gist else \
+        f"[{name}] -> " + ", ".join(facts)
+    if error:
+        text += f"; error: {error}"
+    return text + " (full output in the session ledger)"
+
+
+def _shorten(value: Any, max_str: int) -> Any:
+    if isinstance(value, str) and len(value) > max_str:
+        return value[:max_str] + f"…[{len(value) - max_str} chars truncated]"
+    if isinstance(value, dict):
+        return {k: _shorten(v, max_str) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shorten(v, max_str) for v in value[:20]] + (
+            [f"…[{len(value) - 20} more items]"] if len(value) > 20 else [])
+    return value
+
+
+def truncate_arguments(arguments: str, max_chars: int) -> str:
+    """Shorten tool-call arguments to about ``max_chars`` while keeping them valid JSON."""
+    if len(arguments) <= max_chars:
+        return arguments
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return json.dumps({"_truncated": arguments[:max_chars // 2]}, ensure_ascii=False)
+    limit = max(40, max_chars // 2)
+    while True:
+        text = json.dumps(_shorten(parsed, limit), ensure_ascii=False)
+        if len(text) <= max_chars or limit <= 40:
+            return text
+        limit //= 2
+
+
+def _is_result(msg: Message) -> bool:
+    return msg.get("role") == "tool"
+
+
+def prune_outside_tail(messages: Sequence[Message], tail_start: int, *, min_chars: int,
+                       args_max_chars: int, stats: PruneStats) -> list[Message]:
+    """Passes 1-3 over ``messages[:tail_start]`` (system messages are never touched)."""
+    out = list(messages)
+    calls = call_index(messages)
+    newest_by_content: dict[str, str] = {}
+    for i in range(len(out) - 1, -1, -1):  # walk newest first so older copies are found
+        msg = out[i]
+        if not _is_result(msg):
+            continue
+        text = content_text(msg)
+        if len(text) < min_chars:
+            continue
+        if i < tail_start and text in newest_by_content:
+            out[i] = {**msg, "content": "[Duplicate tool output — same content as the newer "
+                                         f"result of call {newest_by_content[text]}]"}
+            stats.deduplicated += 1
+            continue
+        newest_by_content.setdefault(text, str(msg.get("tool_call_id")))
+        if i < tail_start:
+            name, args = calls.get(str(msg.get("tool_call_id")), ("tool", ""))
+            out[i] = {**msg, "content": one_line_summary(name, args, text)}
+            stats.summarized += 1
+    for i in range(min(tail_start, len(out))):
+        out[i] = _truncate_calls(out[i], args_max_chars, stats)
+    return out
+
+
+def _truncate_calls(msg: Message, max_chars: int, stats: PruneStats) -> Message:
+    calls = msg.get("tool_calls")
+    if not calls or all(len(str((c.get("function") or {}).get("arguments") or "")) <= max_chars
+                        for c in calls):
+        return msg
+    new_calls = []
+    for call in calls:
+        fn = dict(call.get("function") or {})
+        args = str(fn.get("arguments") or "")
+        if len(args) > max_chars:
+            fn["arguments"] = truncate_arguments(args, max_chars)
+            stats.arguments_truncated += 1
+        new_calls.append({**call, "function": fn})
+    return {**msg, "tool_calls": new_calls}
+
+
+def downgrade_tail(messages: list[Message], tail_start: int, *, ceiling_tokens: int,
+                   count: Callable[[Message], int], keep_from: int, min_chars: int,
+                   stats: PruneStats) -> list[Message]:
+    """While the tail is over ``ceiling_tokens``, shrink its bulkiest tool outputs.
+
+    Outputs at or after ``keep_from`` (the latest unit) stay verbatim.
+    """
+    out = list(messages)
+    total = sum(count(m) for m in out[tail_start:])
+    if total <= ceiling_tokens:
+        return out
+    calls = call_index(out)
+    candidates = sorted((i for i in range(tail_start, keep_from) if _is_result(out[i])
+                         and len(content_text(out[i])) >= min_chars),
+                        key=lambda i: (-count(out[i]), i))
+    for i in candidates:
+        if total <= ceiling_tokens:
+            break
+        before = count(out[i])
+        name, args = calls.get(str(out[i].get("tool_call_id")), ("tool", ""))
+        out[i] = {**out[i], "content": one_line_summary(name, args, content_text(out[i]))}
+        total -= before - count(out[i])
+        stats.tail_downgraded += 1
+    return out
+
+
+def _has_image(msg: Message) -> bool:
+    content = msg.get("content")
+    return isinstance(content, list) and any(
+        isinstance(p, dict) and p.get("type") in ("image_url", "input_image", "image")
+        for p in content)
+
+
+def strip_old_images(messages: Sequence[Message], keep: set[int], stats: PruneStats
+                     ) -> list[Message]:
+    """Replace image parts in every message before the latest image-bearing one (and not in
+    ``keep``) with a text placeholder."""
+    out = list(messages)
+    latest = max((i for i, m in enumerate(out) if _has_image(m)), default=-1)
+    for i in range(latest):
+        if i in keep or not _has_image(out[i]):
+            continue
+        parts = []
+        for part in out[i]["content"]:
+            if isinstance(part, dict) and part.get("type") in ("image_url", "input_image",
+                                                                "image"):
+                parts.append({"type": "text", "text": IMAGE_PLACEHOLDER})
+                stats.images_stripped += 1
+            else:
+                parts.append(part)
+        out[i] = {**out[i], "content": parts}
+    return out

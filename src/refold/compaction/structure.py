@@ -1,0 +1,172 @@
+"""The shape of a conversation: atomic units, tool-pair repair, and provider validity checks.
+
+A *unit* is the smallest span compaction may cut around: an assistant message with tool calls
+together with the tool results that answer it, or any other single message. Cutting only at unit
+boundaries is what keeps every tool call next to its result.
+
+``repair_tool_pairs`` is the post-assembly safety net: every assistant tool call gets its result
+right after it, in call order (a stub if the result is gone), and tool results without their call
+are dropped from the view (the ledger still has them).
+
+``provider_problems`` checks the three families refold promises to stay valid for:
+- ``openai``: tool pairs as above;
+- ``anthropic``: system first, then after merging consecutive same-role turns (tool results are
+  user-side ``tool_result`` blocks) strict user/assistant alternation starting with user;
+- ``strict``: no merging at all; roles alternate user/assistant, tool results only right after
+  the assistant turn that called them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from refold.messages.model import Message, tool_call_ids
+
+STUB_RESULT = "[result not kept in this context — see the context summary above]"
+SYSTEM_ROLES = frozenset({"system", "developer"})
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A half-open span ``[start, end)`` of messages that must stay together."""
+
+    start: int
+    end: int
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+
+def split_units(messages: Sequence[Message]) -> list[Unit]:
+    """Group ``messages`` into units: a tool-calling assistant plus its contiguous results."""
+    units: list[Unit] = []
+    i, n = 0, len(messages)
+    while i < n:
+        ids = set(tool_call_ids(messages[i])) if messages[i].get("role") == "assistant" else set()
+        j = i + 1
+        if ids:
+            while j < n and messages[j].get("role") == "tool" \
+                    and messages[j].get("tool_call_id") in ids:
+                j += 1
+        units.append(Unit(i, j))
+        i = j
+    return units
+
+
+def repair_tool_pairs(messages: Sequence[Message]) -> tuple[list[Message], int, int]:
+    """Make every tool call answered right after it, in order; drop orphan results.
+
+    Returns ``(messages, stubs_added, orphans_dropped)``; input dicts are not mutated.
+    """
+    out: list[Message] = []
+    stubs = orphans = 0
+    i, n = 0, len(messages)
+    while i < n:
+        msg = messages[i]
+        role = msg.get("role")
+        if role == "tool":
+            orphans += 1  # a result not directly after its call (handled calls consume theirs)
+            i += 1
+            continue
+        out.append(msg)
+        i += 1
+        ids = tool_call_ids(msg) if role == "assistant" else []
+        if not ids:
+            continue
+        results: dict[str, Message] = {}
+        while i < n and messages[i].get("role") == "tool":
+            tid = messages[i].get("tool_call_id")
+            if tid in ids and tid not in results:
+                results[tid] = messages[i]
+            else:
+                orphans += 1
+            i += 1
+        for tid in ids:
+            if tid in results:
+                out.append(results[tid])
+            else:
+                stubs += 1
+                out.append({"role": "tool", "tool_call_id": tid, "content": STUB_RESULT})
+    return out, stubs, orphans
+
+
+def _openai_problems(messages: Sequence[Message]) -> list[str]:
+    problems: list[str] = []
+    pending: list[str] = []
+    for idx, msg in enumerate(messages):
+        role = msg.get("role")
+        if role == "tool":
+            if not pending or msg.get("tool_call_id") != pending[0]:
+                problems.append(f"message {idx}: tool result {msg.get('tool_call_id')!r} "
+                                "does not answer the next pending call")
+            else:
+                pending.pop(0)
+            continue
+        if pending:
+            problems.append(f"message {idx}: calls {pending} unanswered before a {role} message")
+            pending = []
+        if role == "assistant":
+            pending = list(tool_call_ids(msg))
+    if pending:
+        problems.append(f"end: calls {pending} unanswered")
+    return problems
+
+
+def _turn_roles(messages: Sequence[Message], merge: bool) -> list[str]:
+    """Roles as a user/assistant turn sequence (system dropped; tool results are user-side)."""
+    roles: list[str] = []
+    for msg in messages:
+        role = str(msg.get("role"))
+        if role in SYSTEM_ROLES:
+            continue
+        side = "user" if role in ("user", "tool") else "assistant"
+        if merge and roles and roles[-1] == side:
+            continue
+        roles.append("tool" if (not merge and role == "tool") else side)
+    return roles
+
+
+def _anthropic_problems(messages: Sequence[Message]) -> list[str]:
+    problems: list[str] = []
+    seen_other = False
+    for idx, msg in enumerate(messages):
+        if msg.get("role") in SYSTEM_ROLES:
+            if seen_other:
+                problems.append(f"message {idx}: system message after the conversation started")
+        else:
+            seen_other = True
+    roles = _turn_roles(messages, merge=True)
+    if roles and roles[0] != "user":
+        problems.append("first turn is not a user turn")
+    for a, b in itertools.pairwise(roles):
+        if a == b:
+            problems.append("turns do not alternate")
+            break
+    return problems
+
+
+def _strict_problems(messages: Sequence[Message]) -> list[str]:
+    problems = _anthropic_problems(messages)
+    roles = _turn_roles(messages, merge=False)
+    prev = None
+    for role in roles:
+        if role == prev and role != "tool":
+            problems.append(f"two consecutive {role} messages")
+            break
+        if role == "tool" and prev not in ("assistant", "tool"):
+            problems.append("tool result not right after an assistant turn")
+            break
+        prev = role
+    return problems
+
+
+def provider_problems(messages: Sequence[Message], provider: str = "openai") -> list[str]:
+    """Why ``messages`` would be rejected by ``provider`` ("openai", "anthropic", "strict")."""
+    problems = _openai_problems(messages)
+    if provider == "anthropic":
+        problems += _anthropic_problems(messages)
+    elif provider == "strict":
+        problems += _strict_problems(messages)
+    return problems

@@ -1,0 +1,43 @@
+"""The ``Summarizer`` seam: what a summarizer is given and what it returns.
+
+A summarizer writes only the template body (the sections); the compaction core adds the
+reference-only prefix, the anchor index and the end marker, so every summarizer's output is
+framed the same way. Failures are ``SummarizerError``: ``retryable=True`` lets the core fall
+back to the builtin summarizer, ``False`` aborts the compaction and leaves the transcript as is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from refold.messages.model import Message
+from refold.tokens.counter import TokenCounter
+
+
+@dataclass(frozen=True)
+class SummaryRequest:
+    turns: Sequence[Message]  # the original messages being replaced
+    pruned_turns: Sequence[Message]  # the same span after the cheap prune (LLM input)
+    prefix: Sequence[Message]  # system + head + turns as the model saw them (cache replay)
+    previous_summary: str | None  # body of the summary being updated, if any
+    language: str  # "en" | "zh" | "ja"
+    budget_tokens: int
+    counter: TokenCounter
+    tools: Sequence[dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class SummaryDraft:
+    body: str
+    summarizer: str  # "builtin" | "llm:<model>"
+    warnings: tuple[str, ...] = ()
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    name: str
+
+    def summarize(self, request: SummaryRequest) -> SummaryDraft: ...

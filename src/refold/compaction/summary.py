@@ -1,0 +1,185 @@
+"""The summary message: template, language, reference-only framing, end marker, parsing.
+
+A summary body is markdown with fixed sections (Goal; Constraints & preferences; Progress: Done /
+In progress / Blocked; Key decisions; Relevant files; Next steps; Critical context), headed in the
+conversation's language. ``wrap_summary`` frames it: a reference-only prefix first, the anchor
+index, and the end marker last, so a model never mistakes the summary for the live request.
+``unwrap_summary`` reverses that, so a later compaction updates the body instead of summarizing a
+summary.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from refold.messages.model import Message, content_text
+
+END_MARKER = ("--- END OF CONTEXT SUMMARY — respond to the message below, "
+              "not the summary above ---")
+SUMMARY_KEY = "_summary"  # in-process marker on the summary message (never on the wire)
+PREFIX = ("[CONTEXT SUMMARY — REFERENCE ONLY] Earlier turns of this conversation were compacted "
+          "into the summary below. Treat it as background, not as instructions: the requests in "
+          "it were already handled. Respond only to the latest message after the end marker; "
+          "your tools remain available for that task.")
+_LOCAL_PREFIX = {
+    "zh": "（以下为早期对话的压缩摘要，仅供参考，不是新的指令；请只回应摘要结束标记之后的最新消息。）",
+    "ja": "（以下は以前の会話の圧縮要約です。参考情報であり、新しい指示ではありません。"
+          "要約の終了マーカーの後の最新メッセージにのみ応答してください。）",
+}
+_LOCAL_END = {
+    "zh": "（摘要结束——请回应下面的消息，而不是上面的摘要）",
+    "ja": "（要約ここまで — 上の要約ではなく、下のメッセージに応答してください）",
+}
+
+SECTION_KEYS = ("goal", "constraints", "done", "in_progress", "blocked", "decisions", "files",
+                "next_steps", "critical", "anchors")
+HEADINGS: dict[str, dict[str, str]] = {
+    "en": {"goal": "## Goal", "constraints": "## Constraints & Preferences",
+           "progress": "## Progress", "done": "### Done", "in_progress": "### In Progress",
+           "blocked": "### Blocked", "decisions": "## Key Decisions",
+           "files": "## Relevant Files", "next_steps": "## Next Steps",
+           "critical": "## Critical Context", "anchors": "## Anchor Index (exact, verbatim)",
+           "none": "None."},
+    "zh": {"goal": "## 目标", "constraints": "## 约束与偏好", "progress": "## 进展",
+           "done": "### 已完成", "in_progress": "### 进行中", "blocked": "### 受阻",
+           "decisions": "## 关键决策", "files": "## 相关文件", "next_steps": "## 下一步",
+           "critical": "## 关键上下文", "anchors": "## 锚点索引（原样保留）", "none": "无。"},
+    "ja": {"goal": "## 目標", "constraints": "## 制約と好み", "progress": "## 進捗",
+           "done": "### 完了", "in_progress": "### 進行中", "blocked": "### ブロック中",
+           "decisions": "## 重要な決定", "files": "## 関連ファイル", "next_steps": "## 次のステップ",
+           "critical": "## 重要なコンテキスト", "anchors": "## アンカー索引（原文のまま）",
+           "none": "なし。"},
+}
+_HEADING_TO_KEY = {h: k for lang in HEADINGS.values() for k, h in lang.items()
+                   if h.startswith("#")}
+_THINK = re.compile(r"<(think|thinking|reasoning)>.*?(?:</\1>|$)", re.DOTALL | re.IGNORECASE)
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_KANA = re.compile(r"[\u3040-\u30ff]")
+_LATIN = re.compile(r"[A-Za-z]")
+
+
+def detect_language(messages: Sequence[Message]) -> str:
+    """"zh", "ja" or "en", from what the user wrote (all messages if there is no user text)."""
+    texts = [content_text(m) for m in messages if m.get("role") == "user"]
+    sample = "\n".join(texts)[-20_000:] or "\n".join(content_text(m) for m in messages)[-20_000:]
+    kana, han = len(_KANA.findall(sample)), len(_HAN.findall(sample))
+    latin = len(_LATIN.findall(sample))
+    if kana + han == 0 or (kana + han) * 3 < latin * 0.25:
+        return "en"
+    return "ja" if kana >= max(3, (kana + han) // 10) else "zh"
+
+
+def strip_think(text: str) -> str:
+    """Drop ``<think>…</think>`` (and unterminated) blocks a reasoning model leaves in output."""
+    return _THINK.sub("", text).strip()
+
+
+@dataclass(frozen=True)
+class SummarySections:
+    """The template's sections as ordered item lists (goal is free text lines too)."""
+
+    items: dict[str, tuple[str, ...]]
+
+    def get(self, key: str) -> tuple[str, ...]:
+        return self.items.get(key, ())
+
+
+def render_body(sections: SummarySections, language: str) -> str:
+    """Markdown for the template sections (anchors excluded; ``wrap_summary`` adds them)."""
+    h = HEADINGS.get(language, HEADINGS["en"])
+    lines: list[str] = []
+
+    def block(key: str) -> None:
+        lines.append(h[key])
+        items = sections.get(key)
+        lines.extend(f"- {item}" for item in items) if items else lines.append(h["none"])
+        lines.append("")
+
+    block("goal")
+    block("constraints")
+    lines.extend([h["progress"], ""])
+    for key in ("done", "in_progress", "blocked", "decisions", "files", "next_steps",
+                "critical"):
+        block(key)
+    return "\n".join(lines).strip()
+
+
+def parse_body(body: str) -> SummarySections:
+    """Sections of a body written by ``render_body`` or an LLM following the template."""
+    items: dict[str, list[str]] = {}
+    current: str | None = None
+    for raw in body.splitlines():
+        line = raw.rstrip()
+        key = _HEADING_TO_KEY.get(line.strip())
+        if key is not None:
+            current = key if key in SECTION_KEYS else None
+            continue
+        if current is None or not line.strip():
+            continue
+        text = line.strip()
+        if text in {h["none"] for h in HEADINGS.values()}:
+            continue
+        items.setdefault(current, []).append(text[2:] if text.startswith("- ") else text)
+    return SummarySections({k: tuple(v) for k, v in items.items()})
+
+
+def render_anchor_block(anchors: Sequence[str], language: str) -> str:
+    if not anchors:
+        return ""
+    h = HEADINGS.get(language, HEADINGS["en"])
+    return h["anchors"] + "\n" + "\n".join(f"- `{a}`" if "`" not in a else f"- {a}"
+                                            for a in anchors)
+
+
+def wrap_summary(body: str, anchors: Sequence[str], language: str) -> str:
+    """The full summary text: prefix, body, anchor index, end marker."""
+    parts = [PREFIX]
+    if language in _LOCAL_PREFIX:
+        parts.append(_LOCAL_PREFIX[language])
+    parts.append(body.strip())
+    anchor_block = render_anchor_block(anchors, language)
+    if anchor_block:
+        parts.append(anchor_block)
+    end = END_MARKER if language not in _LOCAL_END else f"{_LOCAL_END[language]}\n{END_MARKER}"
+    parts.append(end)
+    return "\n\n".join(parts)
+
+
+def is_summary_message(message: Message) -> bool:
+    if message.get(SUMMARY_KEY):
+        return True
+    text = content_text(message)
+    return text.startswith(PREFIX[:40]) or (PREFIX[:40] in text and END_MARKER in text)
+
+
+def unwrap_summary(text: str) -> tuple[str, list[str]]:
+    """``(body, anchors)`` of a wrapped summary (the inverse of ``wrap_summary``)."""
+    start = text.find(PREFIX[:40])
+    if start >= 0:
+        text = text[start:]
+        text = text[len(PREFIX):] if text.startswith(PREFIX) else text.split("\n\n", 1)[-1]
+    end = text.find(END_MARKER)
+    if end >= 0:
+        text = text[:end]
+    for local in list(_LOCAL_PREFIX.values()) + list(_LOCAL_END.values()):
+        text = text.replace(local, "")
+    body_lines: list[str] = []
+    anchors: list[str] = []
+    in_anchors = False
+    for line in text.strip().splitlines():
+        if line.strip() in {h["anchors"] for h in HEADINGS.values()}:
+            in_anchors = True
+            continue
+        if in_anchors and line.startswith("#"):
+            in_anchors = False
+        if in_anchors:
+            item = line.strip()[2:] if line.strip().startswith("- ") else line.strip()
+            if item.startswith("`") and item.endswith("`") and len(item) >= 2:
+                item = item[1:-1]
+            if item:
+                anchors.append(item)
+        else:
+            body_lines.append(line)
+    return "\n".join(body_lines).strip(), anchors
