@@ -1,0 +1,270 @@
+"""Background memory review: every N user turns or M tool iterations, decide what to save.
+
+``MemoryReviewer.note_turn(messages)`` counts; when a threshold is reached it starts a review of
+the recent messages on a daemon thread and returns at once — the main turn never waits.
+- With a ``ChatClient`` it asks the model, offering only the ``memory`` tool, for a few rounds;
+  a call to any other tool is answered with an error. If the model endpoint fails, the review
+  falls back to the deterministic extractor.
+- Without one, ``extract_candidates`` proposes entries from what the user said: explicit
+  "remember …" / "记住…", stated preferences ("I prefer …", "我喜欢…") and corrections
+  ("no, use X not Y", "不对，应该用X").
+Every write goes through the ``MemoryWriter`` (origin "review"), so the approval policy and the
+safety scan apply. The review has no handle on the session ledger: it never writes to it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from refold.errors import RefoldError
+from refold.llm.client import ChatClient
+from refold.memory.approval import MemoryWriter
+from refold.memory.ops import make_op
+from refold.memory.tool import TOOL_NAME, MemoryTool
+from refold.messages.model import Message, content_text
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TURNS = 10
+DEFAULT_TOOL_ITERATIONS = 15
+MAX_ROUNDS = 4
+WINDOW_MESSAGES = 40
+MAX_ENTRY_CHARS = 240
+
+REVIEW_PROMPT = (
+    "You are reviewing a finished stretch of conversation to decide what belongs in long-term "
+    "memory. Use only the `memory` tool. Save durable facts: the user's stated preferences, "
+    "corrections, and explicit requests to remember (target 'user' for who the user is, "
+    "'memory' for environment facts, conventions and lessons). Skip task progress, one-off "
+    "details and secrets. Prefer replacing an outdated entry over adding a near-duplicate. If "
+    "nothing is worth saving, reply 'nothing to save'."
+)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    target: str
+    content: str
+    kind: str  # "explicit" | "preference" | "correction"
+
+
+@dataclass
+class ReviewReport:
+    mode: str  # "llm" | "extractor"
+    saved: list[str] = field(default_factory=list)
+    staged: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+
+# -- the deterministic extractor -------------------------------------------------------------
+
+_SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]?")
+_EXPLICIT = [
+    re.compile(r"\b(?:please\s+)?(?:remember|don'?t\s+forget|keep\s+in\s+mind|note)"
+               r"(?:\s+that)?[:,]?\s+(?P<body>.{3,})", re.IGNORECASE),
+    re.compile(r"(?:请|請)?(?:记住|記住|记一下|記一下|以后记得|以後記得|别忘了|別忘了)[:：,，]?\s*(?P<body>.{2,})"),
+]
+_PREFERENCE_EN = re.compile(
+    r"^\s*(?:and\s+|also\s+|btw,?\s+)?i\s+(?P<verb>really\s+prefer|prefer|like|love|hate|dislike|"
+    r"always\s+use|never\s+use|usually\s+use|want\s+you\s+to|don'?t\s+like)\s+(?P<rest>.{2,})",
+    re.IGNORECASE)
+_VERB_EN = {"really prefer": "Strongly prefers", "prefer": "Prefers", "like": "Likes",
+            "love": "Loves", "hate": "Hates", "dislike": "Dislikes", "don't like": "Dislikes",
+            "dont like": "Dislikes", "always use": "Always uses", "never use": "Never uses",
+            "usually use": "Usually uses", "want you to": "Wants the assistant to"}
+_PREFERENCE_ZH = re.compile(r"我(?P<verb>更喜欢|更喜歡|喜欢|喜歡|偏好|习惯|習慣|不喜欢|不喜歡|讨厌|討厭|"
+                            r"希望你|总是用|總是用|一般用)(?P<rest>.{2,})")
+_CORRECTION = [
+    re.compile(r"^\s*(?:no|nope|actually|wrong)[,!.]?\s+(?:we\s+|you\s+should\s+)?use\s+"
+               r"(?P<good>.+?)[,]?\s+(?:not|instead\s+of|rather\s+than)\s+(?P<bad>.+)",
+               re.IGNORECASE),
+    re.compile(r"^\s*(?:no|actually)[,!.]?\s+it'?s\s+(?P<good>.+?)[,]?\s+not\s+(?P<bad>.+)",
+               re.IGNORECASE),
+    re.compile(r"(?:不对|不對|错了|錯了)[，,。!！]?\s*(?:应该|應該)(?:用|是)(?P<good>.+?)"
+               r"[，,]?\s*(?:而不是|不是|别用|別用)(?P<bad>.+)"),
+    re.compile(r"(?:别用|別用|不要用)(?P<bad>.+?)[，,]\s*(?:要用|用|改用)(?P<good>.+)"),
+]
+_FIRST_PERSON = re.compile(r"^(?:i|i'm|i am|my|me)\b|^我", re.IGNORECASE)
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split()).strip(" ,;:")
+    return text if len(text) <= MAX_ENTRY_CHARS else text[: MAX_ENTRY_CHARS - 1] + "…"
+
+
+def _sentences(text: str) -> Iterator[str]:
+    for match in _SENTENCE.finditer(text):
+        sentence = match.group(0).strip()
+        if sentence:
+            yield sentence
+
+
+def _candidate(sentence: str) -> Candidate | None:
+    for pattern in _EXPLICIT:
+        found = pattern.search(sentence)
+        if found:
+            body = _clip(found.group("body"))
+            target = "user" if _FIRST_PERSON.search(body) else "memory"
+            return Candidate(target, body[:1].upper() + body[1:], "explicit")
+    for pattern in _CORRECTION:
+        found = pattern.search(sentence)
+        if found:
+            good, bad = _clip(found.group("good")), _clip(found.group("bad")).rstrip(".。")
+            return Candidate("memory", f"Use {good}, not {bad} (user correction)", "correction")
+    found = _PREFERENCE_EN.search(sentence)
+    if found:
+        verb = " ".join(found.group("verb").lower().split())
+        return Candidate("user", f"{_VERB_EN.get(verb, 'Prefers')} {_clip(found.group('rest'))}",
+                         "preference")
+    found = _PREFERENCE_ZH.search(sentence)
+    if found:
+        return Candidate("user", f"用户{found.group('verb')}{_clip(found.group('rest'))}",
+                         "preference")
+    return None
+
+
+def extract_candidates(messages: Sequence[Message]) -> list[Candidate]:
+    """Entries the user's own words ask for, in order, without duplicates."""
+    out: dict[str, Candidate] = {}
+    for message in messages:
+        if message.get("role") != "user":
+            continue
+        for sentence in _sentences(content_text(message)):
+            candidate = _candidate(sentence)
+            if candidate is not None:
+                out.setdefault(candidate.content, candidate)
+    return list(out.values())
+
+
+# -- the reviewer ----------------------------------------------------------------------------
+
+def _transcript(messages: Sequence[Message]) -> str:
+    lines = []
+    for message in messages:
+        role = str(message.get("role", ""))
+        if role in ("user", "assistant"):
+            text = content_text(message).strip()
+            if text:
+                lines.append(f"{role.upper()}: {text}")
+    return "\n\n".join(lines)
+
+
+class MemoryReviewer:
+    """Counts turns and runs reviews in the background through a ``MemoryWriter``."""
+
+    def __init__(self, writer: MemoryWriter, *, chat: ChatClient | None = None,
+                 model: str | None = None, every_turns: int = DEFAULT_TURNS,
+                 every_tool_iterations: int = DEFAULT_TOOL_ITERATIONS) -> None:
+        self.writer = writer
+        self.chat = chat
+        self.model = model or "default"
+        self.every_turns = every_turns
+        self.every_tool_iterations = every_tool_iterations
+        self.turns = 0
+        self.tool_iterations = 0
+        self.reports: list[ReviewReport] = []
+        self._threads: list[threading.Thread] = []
+
+    def note_turn(self, messages: Sequence[Message], *,
+                  tool_iterations: int | None = None) -> threading.Thread | None:
+        """Count one user turn; start a background review when a threshold is reached."""
+        self.turns += 1
+        self.tool_iterations += (tool_iterations if tool_iterations is not None
+                                 else _tool_iterations_of_last_turn(messages))
+        due_turns = self.every_turns > 0 and self.turns >= self.every_turns
+        due_tools = (self.every_tool_iterations > 0
+                     and self.tool_iterations >= self.every_tool_iterations)
+        if not (due_turns or due_tools):
+            return None
+        self.turns = self.tool_iterations = 0
+        window = list(messages)[-WINDOW_MESSAGES:]
+        thread = threading.Thread(target=self._run, args=(window,), name="refold-memory-review",
+                                  daemon=True)
+        self._threads.append(thread)
+        thread.start()
+        return thread
+
+    def join(self, timeout: float | None = 60.0) -> None:
+        for thread in list(self._threads):
+            thread.join(timeout)
+        self._threads = [t for t in self._threads if t.is_alive()]
+
+    def _run(self, messages: list[Message]) -> None:
+        try:
+            self.reports.append(self.review(messages))
+        except Exception:  # a background review must never take the process down
+            log.exception("background memory review failed")
+
+    def review(self, messages: Sequence[Message]) -> ReviewReport:
+        """Run one review now (the background thread calls this)."""
+        if self.chat is not None:
+            try:
+                return self._review_with_llm(messages)
+            except RefoldError as exc:
+                log.warning("memory review model failed (%s); using the extractor", exc.message)
+        return self._review_with_extractor(messages)
+
+    def _review_with_extractor(self, messages: Sequence[Message]) -> ReviewReport:
+        report = ReviewReport(mode="extractor")
+        for candidate in extract_candidates(messages):
+            try:
+                result = self.writer.submit(candidate.target,
+                                            [make_op("add", content=candidate.content)],
+                                            origin="review")
+            except RefoldError as exc:
+                report.refused.append(f"{candidate.content} ({exc.message})")
+                continue
+            (report.staged if result.staged else report.saved).append(candidate.content)
+        return report
+
+    def _review_with_llm(self, messages: Sequence[Message]) -> ReviewReport:
+        assert self.chat is not None
+        tool = MemoryTool(self.writer, origin="review")
+        live = {t: [e.display() for e in self.writer.store.read(t).entries]
+                for t in ("memory", "user")}
+        convo: list[Message] = [
+            {"role": "system", "content": REVIEW_PROMPT},
+            {"role": "user", "content": f"Current memory (live):\n{json.dumps(live, ensure_ascii=False)}"
+                                        f"\n\nConversation to review:\n\n{_transcript(messages)}"},
+        ]
+        report = ReviewReport(mode="llm")
+        for _round in range(MAX_ROUNDS):
+            reply = self.chat.complete(convo, model=self.model, tools=[tool.schema()]).message
+            calls = reply.get("tool_calls") or []
+            if not calls:
+                break
+            convo.append(reply)
+            for call in calls:
+                convo.append(self._answer(tool, call, report))
+        return report
+
+    @staticmethod
+    def _answer(tool: MemoryTool, call: dict[str, Any], report: ReviewReport) -> Message:
+        function = call.get("function") or {}
+        if function.get("name") != TOOL_NAME:
+            text = json.dumps({"success": False,
+                               "error": f"only the memory tool is available in a review, "
+                                        f"not {function.get('name')!r}"})
+        else:
+            text = tool.handle(function.get("arguments") or "{}")
+            result = json.loads(text)
+            bucket = (report.staged if result.get("staged") else
+                      report.saved if result.get("success") else report.refused)
+            bucket.append(str(result.get("message") or result.get("error") or ""))
+        return {"role": "tool", "tool_call_id": str(call.get("id", "")), "content": text}
+
+
+def _tool_iterations_of_last_turn(messages: Sequence[Message]) -> int:
+    count = 0
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            break
+        if message.get("role") == "assistant" and message.get("tool_calls"):
+            count += 1
+    return count
