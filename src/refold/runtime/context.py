@@ -70,22 +70,21 @@ class ContextOps:
 
     # -- the model view ------------------------------------------------------------------------
     def build(self, projection: Projection, system_text: str | None) -> list[Message]:
-        """System text + checkpoint (head, summary) + active tail rows (with overrides)."""
+        """System text + checkpoint (head, summary block) + active tail rows (with overrides)."""
         out: list[Message] = []
         if system_text:
             out.append({"role": "system", "content": system_text})
         checkpoint = projection.checkpoint
         details = checkpoint.details if checkpoint else {}
         overrides = {int(k): v for k, v in (details.get("overrides") or {}).items()}
-        tail = [dict(overrides.get(row.seq, row.message)) for row in projection.messages]
         if checkpoint is not None:
             out.extend(dict(m) for m in details.get("head") or [])
-            if details.get("merged") and tail:
-                tail[0] = _merge_summary(tail[0], checkpoint.summary)
-            else:
-                out.append({"role": checkpoint.summary_role or "user",
-                            "content": checkpoint.summary})
-        out.extend(tail)
+            block = details.get("block")
+            if block is None:
+                block = [{"role": checkpoint.summary_role or "user",
+                          "content": checkpoint.summary}]
+            out.extend(dict(m) for m in block)
+        out.extend(dict(overrides.get(row.seq, row.message)) for row in projection.messages)
         return out
 
     def breakdown(self, projection: Projection, *, system_prompt: str | None, snapshot: str,
@@ -150,6 +149,7 @@ class ContextOps:
              force: bool) -> Plan | None:
         """A checkpoint draft for ``projection`` (pure; safe on a worker thread)."""
         from refold.compaction.core import compact
+        from refold.compaction.summary import SUMMARY_KEY, is_summary_message
 
         view = self.build(projection, system_text)
         offset = len(view) - len(projection.messages)  # system + head + separate summary
@@ -166,6 +166,10 @@ class ContextOps:
         if report.tail_start < offset or report.tail_start > len(view):
             return None  # the cut fell inside the previous checkpoint: nothing storable
         draft = _draft(projection, view, result.messages, report, offset)
+        if not all(m.get(SUMMARY_KEY) or is_summary_message(m)
+                   for m in draft.details["block"]):
+            log.warning("compaction result does not map onto the ledger; not stored")
+            return None
         rows = projection.messages[:report.tail_start - offset]
         return Plan(draft=draft,
                     base_checkpoint_id=projection.checkpoint.id if projection.checkpoint
@@ -196,11 +200,16 @@ class ContextOps:
 
 def _draft(projection: Projection, view: list[Message], compacted: list[Message],
            report: Any, offset: int) -> CheckpointDraft:
-    """Map the pure result's cut back onto ledger seqs."""
+    """Map the pure result's cut back onto ledger seqs.
+
+    ``compacted`` is head + summary block (the summary, maybe an acknowledgement) + tail; the
+    tail is the last ``len(rows) - tail_index`` messages, compared row by row with the ledger so
+    outputs compaction downgraded are recorded as overrides (the ledger keeps the originals).
+    """
     rows = projection.messages
     tail_index = report.tail_start - offset
-    tail_start_seq = rows[tail_index].seq if tail_index < len(rows) else (
-        rows[-1].seq + 1 if rows else 0)
+    tail_rows = rows[tail_index:]
+    tail_start_seq = tail_rows[0].seq if tail_rows else (rows[-1].seq + 1 if rows else 0)
     previous = projection.checkpoint
     summarized = rows[:tail_index]
     first_seq = previous.first_seq if previous else (summarized[0].seq if summarized
@@ -208,32 +217,23 @@ def _draft(projection: Projection, view: list[Message], compacted: list[Message]
     last_seq = summarized[-1].seq if summarized else (previous.last_seq if previous
                                                       else tail_start_seq - 1)
     system_n = 1 if view and view[0].get("role") in ("system", "developer") else 0
-    head = [dict(m) for m in compacted[system_n:report.head_end]]
-    details: dict[str, Any] = {"head": head, "merged": bool(report.summary_merged),
-                               "summarized": report.summarized, "language": report.language}
-    start = report.head_end + (0 if report.summary_merged else 1)
-    kept = compacted[start:]
-    if len(kept) == len(rows) - tail_index:
-        overrides = {str(row.seq): m for row, m in zip(rows[tail_index:], kept, strict=True)
-                     if m != row.message and not (report.summary_merged and m is kept[0])}
-        if overrides:
-            details["overrides"] = overrides
+    head_end = min(report.head_end, len(compacted))
+    kept = compacted[len(compacted) - len(tail_rows):] if tail_rows else []
+    block_end = len(compacted) - len(tail_rows)
+    details: dict[str, Any] = {
+        "head": [dict(m) for m in compacted[system_n:head_end]],
+        "block": [dict(m) for m in compacted[head_end:block_end]],
+        "summarized": report.summarized, "language": report.language}
+    overrides = {str(row.seq): m for row, m in zip(tail_rows, kept, strict=True)
+                 if m != row.message}
+    if overrides:
+        details["overrides"] = overrides
     return CheckpointDraft(
         summary=report.summary, first_seq=first_seq, last_seq=last_seq,
         tail_start_seq=tail_start_seq, anchors=list(report.anchors),
         tokens_before=report.tokens_before, tokens_after=report.tokens_after,
         summarizer=report.summarizer, status="ok" if report.status == "ok" else "fallback",
         summary_role=report.summary_role or "user", details=details)
-
-
-def _merge_summary(message: Message, summary: str) -> Message:
-    merged = dict(message)
-    original = merged.get("content")
-    if isinstance(original, list):
-        merged["content"] = [{"type": "text", "text": summary}, *original]
-    else:
-        merged["content"] = summary + ("\n\n" + original if original else "")
-    return merged
 
 
 def _join(system_prompt: str | None, snapshot: str) -> str | None:

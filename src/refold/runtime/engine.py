@@ -50,7 +50,8 @@ class Engine:
                               summarizer=summarizer, chat_client=chat_client)
         self.memory: MemoryLink | None = (
             MemoryLink.wrap(memory) if memory is not None
-            else MemoryLink.from_dir(Path(memory_dir)) if memory_dir is not None else None)
+            else MemoryLink.from_dir(Path(memory_dir), chat_client=chat_client, model=model)
+            if memory_dir is not None else None)
         self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="refold-bg")
         self.holder = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._closed = False
@@ -95,16 +96,13 @@ class Engine:
             log.warning("memory snapshot failed, continuing without it: %s", exc)
             return ""
 
-    def after_turn(self, runtime: SessionRuntime) -> None:
-        """Hand the finished turn to memory (background review runs on the memory's worker)."""
+    def after_turn(self, runtime: SessionRuntime, tool_iterations: int) -> None:
+        """A user turn completed: hand it to memory (sync + background review)."""
         if self.memory is None or self._closed:
             return
         try:
-            if self.memory.manager is None:
-                return
-            messages = [s.message for s in self.store.get_messages(runtime.session_id)[-40:]]
-            self.memory.after_turn(messages, user_turns=runtime.user_turns,
-                                   tool_iterations=runtime.tool_iterations)
+            rows = self.store.get_messages(runtime.session_id)[-40:]
+            self.memory.after_turn([r.message for r in rows], tool_iterations=tool_iterations)
         except Exception as exc:  # review is best effort; the turn already succeeded
             log.warning("memory review scheduling failed: %s", exc)
 

@@ -1,10 +1,11 @@
 """The runtime's link to layer 2: the frozen snapshot, the ``memory`` tool, background review.
 
-``MemoryLink`` wraps what ``refold.memory`` offers for one engine: a ``MemoryStore`` (file-backed
-under ``memory_dir`` or given), the model-facing ``MemoryTool`` over it, and — when the memory
-layer provides a manager with providers and background review — that manager. The snapshot is
-rendered once per session by the caller (``SessionRuntime`` keeps it frozen); writes made
-mid-session reach disk at once and show in the next session's snapshot.
+``MemoryLink`` holds one engine's ``refold.memory.MemoryManager`` (the builtin MEMORY.md /
+USER.md provider, at most one external provider, and the background reviewer). The snapshot is
+rendered when a session opens and the ``SessionRuntime`` keeps it frozen; writes made
+mid-session reach disk at once and show in the next session's snapshot. After each completed
+user turn the manager syncs providers and counts the turn for background review (which runs on
+its own thread and never writes to the session ledger).
 """
 
 from __future__ import annotations
@@ -20,60 +21,75 @@ log = logging.getLogger(__name__)
 
 
 class MemoryLink:
-    """Snapshot, tool and review hooks over one memory store (and optional manager)."""
+    """Snapshot, tool and review hooks over one ``MemoryManager``."""
 
-    def __init__(self, store: Any, *, manager: Any | None = None,
-                 approval: str = "allow") -> None:
-        from refold.memory import MemoryTool, MemoryWriter
-
-        self.store = store
+    def __init__(self, manager: Any) -> None:
         self.manager = manager
-        self.tool = MemoryTool(MemoryWriter(store, approval)) if store is not None else None
 
     @classmethod
-    def from_dir(cls, directory: Path, *, approval: str = "allow") -> MemoryLink:
+    def from_dir(cls, directory: Path, *, approval: str = "allow", chat_client: Any = None,
+                 model: str | None = None) -> MemoryLink:
+        """A manager over MEMORY.md / USER.md in ``directory`` with background review (LLM
+        review when ``chat_client`` is given, the deterministic extractor otherwise)."""
         from refold.memory import open_file_store
 
-        return cls(open_file_store(directory), approval=approval)
+        return cls.for_store(open_file_store(directory), approval=approval,
+                             chat_client=chat_client, model=model)
+
+    @classmethod
+    def for_store(cls, store: Any, *, approval: str = "allow", chat_client: Any = None,
+                  model: str | None = None) -> MemoryLink:
+        from refold.memory.manager import MemoryManager
+        from refold.memory.provider import BuiltinMemoryProvider
+        from refold.memory.review import MemoryReviewer
+
+        builtin = BuiltinMemoryProvider(store, approval=approval)
+        reviewer = MemoryReviewer(builtin.writer, chat=chat_client, model=model)
+        return cls(MemoryManager(builtin, reviewer=reviewer))
 
     @classmethod
     def wrap(cls, memory: Any) -> MemoryLink:
-        """Accept a ``MemoryLink``, a ``MemoryStore`` or a manager exposing ``.store``."""
+        """Accept a ``MemoryLink``, a ``MemoryManager`` or a ``MemoryStore``."""
         from refold.memory import MemoryStore
 
         if isinstance(memory, MemoryLink):
             return memory
         if isinstance(memory, MemoryStore):
-            return cls(memory)
-        return cls(getattr(memory, "store", None), manager=memory)
+            return cls.for_store(memory)
+        return cls(memory)
+
+    @property
+    def store(self) -> Any:
+        return self.manager.store
 
     @property
     def memory_tool(self) -> Any:
-        return self.tool
+        """The builtin provider's ``MemoryTool`` (None when the manager has no builtin)."""
+        builtin = getattr(self.manager, "builtin", None)
+        return builtin.tool if builtin is not None else None
 
     def snapshot(self) -> str:
         """The system-prompt block as of now (the caller freezes it for a session)."""
-        if self.manager is not None and hasattr(self.manager, "system_prompt_block"):
-            return str(self.manager.system_prompt_block() or "")
-        if self.store is None:
-            return ""
         from refold.memory import take_snapshot
 
-        return take_snapshot(self.store).text
+        parts = [take_snapshot(self.store).text] if self.store is not None else []
+        external = getattr(self.manager, "external", None)
+        if external is not None:
+            try:
+                parts.append(str(external.system_prompt_block() or ""))
+            except Exception as exc:  # an external provider never breaks the session
+                log.warning("memory provider %s failed: %s", getattr(external, "name", "?"),
+                            exc)
+        return "\n\n".join(p for p in parts if p)
 
     def begin_turn(self) -> None:
-        if self.tool is not None:
-            self.tool.begin_turn()
+        tool = self.memory_tool
+        if tool is not None:
+            tool.begin_turn()
 
-    def after_turn(self, messages: Sequence[Message], *, user_turns: int,
-                   tool_iterations: int) -> None:
-        """Hand a finished turn to the manager's background review, when there is one."""
-        if self.manager is None:
-            return
-        hook = getattr(self.manager, "sync_turn", None)
-        if hook is not None:
-            hook(list(messages))
+    def after_turn(self, messages: Sequence[Message], *, tool_iterations: int) -> None:
+        """A user turn completed: providers sync and the reviewer counts it (background)."""
+        self.manager.sync_turn(list(messages), tool_iterations=tool_iterations)
 
     def shutdown(self) -> None:
-        if self.manager is not None and hasattr(self.manager, "shutdown"):
-            self.manager.shutdown()
+        self.manager.shutdown()

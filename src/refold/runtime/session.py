@@ -65,6 +65,7 @@ class SessionRuntime:
         self._last_prepared: Prepared | None = None
         self.user_turns = 0
         self.tool_iterations = 0
+        self._turn_tool_iterations = 0
 
     # -- properties ------------------------------------------------------------------------
     @property
@@ -152,11 +153,16 @@ class SessionRuntime:
             self._reading_pending = False
             if prompt_tokens and self._last_prepared is not None:
                 self.ops.observe(self._last_prepared.messages, self._tools, prompt_tokens)
-            if message.get("tool_calls"):
+            turn_done = not message.get("tool_calls")
+            if not turn_done:
                 self.tool_iterations += 1
+                self._turn_tool_iterations += 1
             real = prompt_tokens + completion if prompt_tokens else None
             self._post_response(real)
-        self._engine.after_turn(self)
+            iterations, self._turn_tool_iterations = self._turn_tool_iterations, (
+                0 if turn_done else self._turn_tool_iterations)
+        if turn_done:
+            self._engine.after_turn(self, iterations)
 
     def handle_error(self, error: UpstreamError, attempt: int) -> bool:
         """True when the context was compacted further so a retry can succeed."""
@@ -232,7 +238,7 @@ class SessionRuntime:
         self._maybe_precompact(projection, tokens)
         self._last_sent_tokens = tokens
         self._reading_pending = True
-        prepared = Prepared(messages=messages, tokens=tokens, threshold=self.ops.threshold,
+        prepared = Prepared(messages=[wire_form(m) for m in messages], tokens=tokens, threshold=self.ops.threshold,
                             context_length=self.ops.context_length, compaction=report,
                             warnings=warnings)
         self._last_prepared = prepared
