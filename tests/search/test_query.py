@@ -9,7 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refold.errors import SearchQueryError
-from refold.search.query import has_cjk, is_cjk_char, make_snippet, parse_query
+from refold.search.query import (
+    cjk_grams,
+    has_cjk,
+    is_cjk_char,
+    is_gram_needle,
+    make_snippet,
+    parse_query,
+)
 
 NASTY = ["C++", '"unterminated', "(problem", "hello AND", "***", "{test}", "OR hello",
          "a AND OR b", "deploy*", "dotted.names", "hyphen-ated", "NOT", "AND OR NOT",
@@ -82,8 +89,9 @@ def test_matches_expected_rows(fts: sqlite3.Connection) -> None:
 
 
 @pytest.mark.parametrize(("text", "mode"), [
-    ("hello", "fts"), ("部署服务", "trigram"), ("部署", "scan"), ("中", "scan"),
-    ("deploy 部署服务", "trigram"), ("deploy 部署", "trigram"), ("AI 中", "scan"),
+    ("hello", "fts"), ("部署服务", "trigram"), ("部署", "grams"), ("中", "grams"),
+    ("deploy 部署服务", "trigram"), ("deploy 部署", "trigram"), ("AI 中", "grams"),
+    ("中a", "scan"), ("部署 NOT 失败", "grams"),
     ("部署服务 OR 测试用例", "scan"), ("こんにちは", "trigram"), ("한국어", "trigram"),
 ])
 def test_mode_selection(text: str, mode: str) -> None:
@@ -95,6 +103,26 @@ def test_trigram_plan_splits_long_and_short_needles() -> None:
     assert plan is not None
     assert plan.match == '"deploy"'
     assert plan.also_contains == ["部署"] and plan.excludes == ["失败"]
+
+
+def test_gram_plan_and_grams() -> None:
+    plan = parse_query("AI 中 NOT 失败").gram_plan()
+    assert plan is not None
+    assert plan.match == '"中"' and plan.also_contains == ["AI", "中"]
+    assert plan.excludes == ["失败"]
+    assert cjk_grams("我们 ok 한국, カタ") == "我 我们 们 한 한국 국 カ カタ タ"
+    assert cjk_grams("plain text") == ""
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="部署中文服务器。 ab", max_size=30))
+def test_every_short_cjk_substring_is_a_gram(text: str) -> None:
+    tokens = set(cjk_grams(text).split())
+    for size in (1, 2):
+        for start in range(len(text) - size + 1):
+            needle = text[start:start + size]
+            if is_gram_needle(needle):
+                assert needle in tokens
 
 
 def test_cjk_detection() -> None:

@@ -178,3 +178,20 @@ def test_short_cjk_scan_respects_its_time_budget(tmp_path: Path) -> None:
         store.append_messages(session.id, [user(f"中 {i}") for i in range(5)])
         # a zero budget still scans the newest chunk before stopping
         assert len(store.search(SearchQuery("中", limit=50, window=0))) == 5
+
+
+def test_gram_index_migration_backfills_existing_rows(tmp_path: Path) -> None:
+    path = str(tmp_path / "v2.db")
+    conn = sqlite3.connect(path, isolation_level=None)
+    assert migrate(conn, MIGRATIONS[:2]) == [1, 2]
+    conn.execute("INSERT INTO sessions (id, started_at) VALUES ('old', 0)")
+    conn.execute("INSERT INTO messages (session_id, seq, role, message, text, created_at, "
+                 "identity, has_cjk) VALUES ('old', 1, 'user', '{}', '旧的消息', 0, 'x', 1)")
+    conn.close()
+    from refold.store import SearchQuery
+
+    with SQLiteStore(path) as store:
+        assert store.info()["schema_version"] == 3
+        assert [h.seq for h in store.search(SearchQuery("消息"))] == [1]
+        assert [h.seq for h in store.search(SearchQuery("旧"))] == [1]
+        assert store.integrity_check() == []

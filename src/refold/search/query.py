@@ -13,9 +13,13 @@ Pure and backend-agnostic; SQLite (FTS5) and PostgreSQL both build their SQL fro
   a dangling, leading or doubled operator is dropped (``hello AND`` = ``hello``,
   ``a AND OR b`` = ``a OR b``). ``word*`` keeps prefix matching.
 - ``mode`` says which index can answer: ``"fts"`` (word index: no CJK in the query),
-  ``"trigram"`` (CJK present, single group, at least one needle of 3+ characters to match on)
-  or ``"scan"`` (CJK needles all shorter than 3 characters, or OR-groups: an exact substring
-  scan of the content, newest first, under a cap).
+  ``"trigram"`` (CJK present, single group, at least one needle of 3+ characters to match on),
+  ``"grams"`` (single group whose needles are all shorter than 3 characters, at least one of
+  them 1–2 CJK letters: looked up as a token of the CJK unigram+bigram index that
+  ``cjk_grams`` feeds, which no trigram index can answer) or ``"scan"`` (anything else with
+  CJK, e.g. OR-groups: an exact substring scan of the content, newest first, under a cap).
+- ``cjk_grams(text)`` yields every CJK letter and every adjacent pair of CJK letters, so each
+  1–2 letter CJK substring of ``text`` is one of its tokens: lookups through it are exact.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Literal
 
 from refold.errors import SearchQueryError
 
-QueryMode = Literal["fts", "trigram", "scan"]
+QueryMode = Literal["fts", "trigram", "grams", "scan"]
 
 MAX_QUERY_CHARS = 1000
 MAX_TERMS = 32
@@ -51,15 +55,43 @@ _WORD = re.compile(r"[^\W_]+")
 _OPERATORS = frozenset({"AND", "OR", "NOT"})
 
 
+_CJK = re.compile("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES) + "]")
+
+
 def is_cjk_char(char: str) -> bool:
     """True for Han, Kana, Hangul and Bopomofo characters (scripts written without spaces)."""
-    code = ord(char)
-    return any(lo <= code <= hi for lo, hi in _CJK_RANGES)
+    return len(char) == 1 and _CJK.match(char) is not None
 
 
 def has_cjk(text: str) -> bool:
     """True when ``text`` contains at least one CJK character."""
-    return any(is_cjk_char(c) for c in text)
+    return _CJK.search(text) is not None
+
+
+_CJK_RUN = re.compile(_CJK.pattern + "+")
+
+
+def _gram_letter(char: str) -> bool:
+    # Letters and digits only: what a unicode61 tokenizer keeps inside a token.
+    return char.isalnum()
+
+
+def cjk_grams(text: str) -> str:
+    """Space-separated unigrams and bigrams of the CJK letters in ``text`` (each once)."""
+    grams: dict[str, None] = {}
+    for run in _CJK_RUN.findall(text):
+        for index, char in enumerate(run):
+            if not _gram_letter(char):
+                continue
+            grams[char] = None
+            if index + 1 < len(run) and _gram_letter(run[index + 1]):
+                grams[run[index:index + 2]] = None
+    return " ".join(grams)
+
+
+def is_gram_needle(needle: str) -> bool:
+    """True for 1–2 CJK letters: exactly one token of ``cjk_grams``."""
+    return 1 <= len(needle) <= 2 and all(is_cjk_char(c) and _gram_letter(c) for c in needle)
 
 
 @dataclass(frozen=True)
@@ -117,7 +149,9 @@ class ParsedQuery:
     def mode(self) -> QueryMode:
         if not self.has_cjk:
             return "fts"
-        return "trigram" if self.trigram_plan() is not None else "scan"
+        if self.trigram_plan() is not None:
+            return "trigram"
+        return "grams" if self.gram_plan() is not None else "scan"
 
     def highlight_needles(self) -> list[str]:
         """Positive needles, longest first (for building snippets)."""
@@ -154,10 +188,26 @@ class ParsedQuery:
         match = " AND ".join('"' + n + '"' for n in long_needles)
         return TrigramPlan(match=match, also_contains=short, excludes=must_not)
 
+    def gram_plan(self) -> TrigramPlan | None:
+        """How the CJK gram index answers a query of short needles, or None (use a scan).
+
+        ``match`` ANDs the 1–2 letter CJK needles as gram tokens; ``also_contains`` holds every
+        positive needle, to be checked as a substring (cheap on the few candidate rows, and it
+        keeps the answer exact even if the index were stale).
+        """
+        if len(self.groups) != 1:
+            return None
+        must, must_not = self.substring_groups()[0]
+        tokens = [n for n in must if is_gram_needle(n)]
+        if not tokens or any(len(n) >= TRIGRAM_MIN_CHARS for n in must):
+            return None
+        match = " AND ".join('"' + n + '"' for n in dict.fromkeys(tokens))
+        return TrigramPlan(match=match, also_contains=must, excludes=must_not)
+
 
 @dataclass(frozen=True)
 class TrigramPlan:
-    """A trigram MATCH on the long needles, then substring checks for the rest."""
+    """An index MATCH (trigram or gram tokens), then substring checks for the rest."""
 
     match: str
     also_contains: list[str]

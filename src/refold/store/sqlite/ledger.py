@@ -24,8 +24,9 @@ import time
 from collections.abc import Iterator, Sequence
 
 from refold.errors import Conflict, InvalidInput, MessageValidationError, NotFound
-from refold.messages.model import Message, message_identity
+from refold.messages.model import Message, message_identity, wire_form
 from refold.store.base import AppendResult, RewindRecord, Session, StoredMessage
+from refold.store.sqlite import grams
 from refold.store.sqlite.rows import MESSAGE_COLUMNS, message_columns, to_message, to_rewind
 from refold.store.sqlite.sessions import SessionOps
 from refold.store.titles import sanitize_title
@@ -92,15 +93,18 @@ class LedgerOps(SessionOps):
                                              index=offset) from exc
             rows.append((session.id, seq, role, body, text, tool_call_id, count, now,
                          identity, cjk))
-            out.append((seq, body, identity, count))
+            out.append((seq, identity, count))
         conn.executemany(
             "INSERT INTO messages (session_id, seq, role, message, text, tool_call_id, "
             "token_count, created_at, active, identity, has_cjk) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)", rows)
         conn.execute("UPDATE sessions SET last_seq = ?, message_count = message_count + ? "
                      "WHERE id = ?", (last_seq + len(rows), len(rows), session.id))
-        return [to_message((session.id, seq, body, identity, count, now, 1))
-                for seq, body, identity, count in out]
+        if any(row[-1] for row in rows):
+            grams.index_session_range(conn, session.id, last_seq + 1, last_seq + len(rows))
+        # The wire dicts themselves (not a JSON round trip): appending is the hot path.
+        return [StoredMessage(session.id, seq, wire_form(message), identity, count, now, True)
+                for (seq, identity, count), message in zip(out, messages, strict=True)]
 
     def append_messages(self, session_id: str, messages: Sequence[Message], *,
                         token_counts: Sequence[int | None] | None = None) -> AppendResult:
@@ -290,6 +294,7 @@ class LedgerOps(SessionOps):
                 (child.id, parent.id, last)).rowcount
             conn.execute("UPDATE sessions SET last_seq = ?, message_count = ?, fork_seq = ? "
                          "WHERE id = ?", (copied, copied, last, child.id))
+            grams.index_session_range(conn, child.id, 1, copied)
             return self._session(conn, child.id)
 
     def _fork_point(self, conn: sqlite3.Connection, session_id: str, at_seq: int | None) -> int:

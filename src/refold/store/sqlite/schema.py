@@ -11,15 +11,19 @@ Invariants:
 Search indexes: ``messages_fts`` (porter + unicode61, external content = ``messages.text``) holds
 every row; ``messages_trigram`` (trigram, contentless) holds only rows with CJK text
 (``has_cjk = 1``). Triggers keep both in sync inside the writing transaction.
+``messages_cjk_grams`` (migration 3) indexes CJK letters and letter pairs for 1–2 character
+queries; it is maintained from Python (``grams.py``).
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from refold.errors import MigrationError
+from refold.store.sqlite import grams
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,8 @@ class Migration:
     version: int
     name: str
     statements: tuple[str, ...]
+    # Python work after the statements, in the same transaction (e.g. filling a new index).
+    backfill: Callable[[sqlite3.Connection], None] | None = None
 
 
 _CORE = (
@@ -150,6 +156,8 @@ _SEARCH = (
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "core ledger tables", _CORE),
     Migration(2, "full-text search indexes and their triggers", _SEARCH),
+    Migration(3, "CJK unigram and bigram index for 1-2 character queries", (grams.CREATE,),
+              grams.backfill),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 
@@ -189,6 +197,8 @@ def _apply(conn: sqlite3.Connection, migration: Migration) -> bool:
             return False
         for statement in migration.statements:
             conn.execute(statement)
+        if migration.backfill is not None:
+            migration.backfill(conn)
         conn.execute("INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, ?)",
                      (migration.version, migration.name, time.time()))
         conn.execute("COMMIT")

@@ -1,10 +1,12 @@
-"""Search over the SQLite ledger: FTS5 for words, trigram for CJK, an exact scan for short CJK.
+"""Search over the SQLite ledger: FTS5 for words, trigram for CJK, a gram index for short CJK.
 
 Paths (chosen by ``ParsedQuery.mode``, see ``refold.search.query``):
 - ``fts``: ``messages_fts`` (porter + unicode61) MATCH; relevance is bm25, snippets from FTS5.
 - ``trigram``: ``messages_trigram`` (CJK rows only) MATCH on the 3+ character needles, then
   ``instr`` checks for the shorter ones and the excluded ones.
-- ``scan``: 1–2 character CJK needles (which no trigram can answer) or OR-groups with CJK:
+- ``grams``: 1–2 character CJK needles (which no trigram can answer): the CJK gram index
+  (``grams.py``) MATCH on them as tokens, newest first, each candidate re-checked with ``instr``.
+- ``scan``: the rest with CJK (OR-groups, needles mixing CJK and Latin in one word):
   ``instr`` over the CJK rows of the content table, newest first, in id-range chunks until
   ``limit`` hits are found or ``scan_budget_seconds`` has passed (then the newest hits found so
   far are returned). Within one session the scan is unchunked (bounded by the session).
@@ -99,6 +101,8 @@ class SearchOps(StateOps):
                 return self._fts(conn, parsed, query, limit)
             if mode == "trigram":
                 return self._trigram(conn, parsed, query, limit)
+            if mode == "grams":
+                return self._grams(conn, parsed, query, limit)
             return self._scan(conn, parsed, query, limit)
         except sqlite3.OperationalError as exc:
             # The sanitizer only emits quoted FTS5 strings; should the engine still refuse one,
@@ -136,6 +140,21 @@ class SearchOps(StateOps):
             f"WHERE messages_trigram MATCH ?{extra}{where} ORDER BY {order} LIMIT ?",
             [plan.match, *plan.also_contains, *plan.excludes, *args, limit]).fetchall()
         return [_Row(r[1], r[2], r[3], r[4], r[5], r[6], -float(r[7]), None) for r in rows]
+
+    def _grams(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
+               limit: int) -> list[_Row]:
+        plan = parsed.gram_plan()
+        assert plan is not None  # mode == "grams" guarantees it
+        where, args = _filters(query)
+        checks = [_contains(n) for n in plan.also_contains]
+        checks += [_contains(n, True) for n in plan.excludes]
+        rows = conn.execute(
+            f"SELECT {_HIT_COLUMNS} FROM messages_cjk_grams g "
+            "JOIN messages m ON m.id = g.rowid JOIN sessions s ON s.id = m.session_id "
+            f"WHERE messages_cjk_grams MATCH ? AND {' AND '.join(checks)}{where} "
+            "ORDER BY g.rowid DESC LIMIT ?",
+            [plan.match, *plan.also_contains, *plan.excludes, *args, limit]).fetchall()
+        return [_Row(r[1], r[2], r[3], r[4], r[5], r[6], 0.0, None) for r in rows]
 
     def _scan(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
               limit: int) -> list[_Row]:

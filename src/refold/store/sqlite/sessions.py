@@ -22,6 +22,7 @@ import uuid
 
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
 from refold.store.base import Session
+from refold.store.sqlite import grams
 from refold.store.sqlite.database import Database
 from refold.store.sqlite.rows import SESSION_COLUMNS, to_session
 from refold.store.titles import (
@@ -182,6 +183,7 @@ class SessionOps:
                          (session.parent_session_id, session.id))
         count = conn.execute("SELECT count(*) FROM messages WHERE session_id = ?",
                              (session.id,)).fetchone()[0]
+        grams.unindex_session(conn, session.id)
         conn.execute("DELETE FROM sessions WHERE id = ?", (session.id,))
         return int(count)
 

@@ -76,7 +76,8 @@ class SQLiteStore(SearchOps, BulkOps):
             problems += [f"foreign key: {r[0]} row {r[1]} -> {r[2]}"
                          for r in conn.execute("PRAGMA foreign_key_check")]
         # rank = 1 also compares the external-content index with the messages table.
-        checks = (("messages_fts", ", rank", ", 1"), ("messages_trigram", "", ""))
+        checks = (("messages_fts", ", rank", ", 1"), ("messages_trigram", "", ""),
+                  ("messages_cjk_grams", "", ""))
         for table, column, value in checks:
             try:
                 with self.db.write() as conn:
