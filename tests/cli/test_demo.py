@@ -1,0 +1,70 @@
+"""`refold demo` runs to completion offline and leaves a real, inspectable demo home."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from refold.cli.demo_runner import scripted_replies
+from refold.cli.demo_script import build_script
+from refold.messages.model import content_text
+from refold.store import open_store
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _run(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "REFOLD_HOME": str(home / "data"), "COLUMNS": "100"}
+    return subprocess.run([sys.executable, "-m", "refold.cli.main", "demo", *args],
+                          capture_output=True, text=True, env=env, timeout=170)
+
+
+def test_script_is_realistic() -> None:
+    turns = build_script()
+    replies, outputs = scripted_replies(turns)
+    messages = len(turns) + sum(1 + len(s.calls) for t in turns for s in t.steps)
+    assert messages >= 250
+    assert {t.phase for t in turns} == {"goal 1", "goal 2"}
+    assert any("中文" in t.user for t in turns)
+    assert max(len(o or "") for o in outputs.values()) > 4_000  # large tool outputs
+    names = {c.name for t in turns for s in t.steps for c in s.calls}
+    assert {"memory", "todo", "session_search", "terminal", "read_file"} <= names
+    assert len(replies) == sum(len(t.steps) for t in turns)
+
+
+def test_demo_runs_offline_and_leaves_its_home(tmp_path: Path) -> None:
+    demo_home = tmp_path / "demo"
+    proc = _run("--fast", "--home", str(demo_home), home=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    assert "compacted" in out and "search the archive" in out and "resume" in out
+    assert f"demo home: {demo_home}" in out
+    assert "Traceback" not in proc.stderr
+
+    store = open_store(str(demo_home / "refold.db"))
+    try:
+        session = store.list_sessions(limit=5)[0]
+        assert session.message_count >= 250
+        assert len(store.list_checkpoints(session.id)) >= 3
+        # nothing was deleted: the very first user message is still in the ledger
+        first = store.get_messages(session.id, limit=1)[0]
+        assert "Python 3.12" in content_text(first.message)
+        assert store.list_events(session.id, "todo")
+    finally:
+        store.close()
+    memory = "".join(p.read_text(encoding="utf-8")
+                     for p in (demo_home / "memories").glob("*.md"))
+    assert "pytest -q" in memory and "用中文回答" in memory
+
+
+def test_demo_refuses_a_home_with_data(tmp_path: Path) -> None:
+    demo_home = tmp_path / "demo"
+    demo_home.mkdir()
+    (demo_home / "refold.db").write_bytes(b"")
+    proc = _run("--fast", "--home", str(demo_home), home=tmp_path)
+    assert proc.returncode == 2
+    assert "empty directory" in proc.stderr
