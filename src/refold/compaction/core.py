@@ -209,7 +209,8 @@ def _plan(messages: list[Message], policy: CompactionPolicy, counter: TokenCount
 
 def _summarize(plan: _Plan, summarizer: Summarizer, fallback: Summarizer, counter: TokenCounter,
                policy: CompactionPolicy, budget: int, language: str,
-               tools: Sequence[dict[str, Any]] | None) -> tuple[SummaryDraft, str, list[str]]:
+               tools: Sequence[dict[str, Any]] | None
+               ) -> tuple[SummaryDraft, str, list[str], str | None]:
     middle = plan.messages[plan.head_end:plan.tail_start]
     request = SummaryRequest(
         turns=middle, pruned_turns=plan.pruned[plan.head_end:plan.tail_start],
@@ -217,7 +218,7 @@ def _summarize(plan: _Plan, summarizer: Summarizer, fallback: Summarizer, counte
         language=language, budget_tokens=budget, counter=counter, tools=tools)
     warnings: list[str] = []
     try:
-        return summarizer.summarize(request), "ok", warnings
+        return summarizer.summarize(request), "ok", warnings, None
     except SummarizerError as exc:
         if not exc.retryable:
             raise
@@ -225,7 +226,7 @@ def _summarize(plan: _Plan, summarizer: Summarizer, fallback: Summarizer, counte
                         "used the builtin summarizer")
         log.warning("summarizer %s failed (%s); falling back to builtin", summarizer.name,
                     exc.kind)
-        return fallback.summarize(request), "fallback", warnings
+        return fallback.summarize(request), "fallback", warnings, exc.kind
 
 
 def _fit_body(body: str, budget: int, counter: TokenCounter, warnings: list[str]) -> str:
@@ -317,7 +318,7 @@ def _finish(plan: _Plan, original: Sequence[Message], summarizer: Summarizer,
                              count_text=counter.count_text, carried=plan.previous_anchors)
     body_budget = max(128, budget - anchor_budget)
     try:
-        draft, status, more = _summarize(plan, summarizer, fallback, counter, policy,
+        draft, status, more, error_kind = _summarize(plan, summarizer, fallback, counter, policy,
                                          body_budget, language, tools)
     except SummarizerError as exc:
         common["summarizer"] = summarizer.name
@@ -333,7 +334,7 @@ def _finish(plan: _Plan, original: Sequence[Message], summarizer: Summarizer,
         warnings.append(f"tool pairs repaired: {stubs} stub results added, "
                         f"{orphans} orphan results dropped")
     after = _tokens(result, counter, tools)
-    common.update(summarizer=draft.summarizer)
+    common.update(summarizer=draft.summarizer, error_kind=error_kind)
     if after >= before:
         return _unchanged(list(original), "refused",
                           f"compaction would not shrink the context ({before} -> {after} tokens)",

@@ -1,0 +1,202 @@
+"""When to compact: the trigger entry points and the anti-thrash state machine.
+
+Entry points: ``preflight`` (an estimate before a call), ``post_response`` (the provider's real
+``prompt_tokens``), ``on_overflow`` (the provider rejected the prompt; bounded retries with
+shrinking targets). A rough estimate never triggers while a real reading is pending.
+
+Anti-thrash, per session:
+- a compaction whose next real reading is still over the threshold is a *strike*; a compaction
+  refused because it would grow the context is a strike; one that cannot fit at all
+  (irreducible floor) blocks at once — auto-compaction stops instead of looping;
+- ``max_strikes`` (2) strikes block auto-compaction; after ``probe_after_seconds`` (300) one
+  probe is allowed: effective → unblocked, ineffective → blocked again;
+- a structural no-op (too few messages) backs off for a while without a strike;
+- summarizer failures start cooldowns: timeouts 60 → 300 → 900 s, other retryable errors 60 s
+  (the builtin summarizer is used meanwhile); auth/quota/lost network/truncation 600 s ("no
+  provider": auto-compaction waits, since falling back would ignore the configured abort).
+``status().reason`` is the sentence to show the user.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from refold.compaction.core import CompactionReport
+from refold.compaction.policy import CompactionPolicy, Threshold, threshold_for
+
+Clock = Callable[[], float]
+HARD_KINDS = frozenset({"auth", "quota", "network", "truncated"})
+
+
+@dataclass(frozen=True)
+class Decision:
+    compact: bool
+    entry: str  # preflight | post_response | overflow
+    reason: str
+    tokens: int
+    threshold: int
+    probe: bool = False
+    use_builtin: bool = False  # the llm summarizer is cooling down: use the builtin one
+    target_tokens: int | None = None  # overflow: the shrinking target for this attempt
+    notice: str | None = None  # a user-visible sentence when auto-compaction is held back
+
+
+@dataclass(frozen=True)
+class GuardStatus:
+    blocked: bool
+    reason: str | None
+    strikes: int
+    cooldown_remaining: float
+    cooldown_kind: str | None
+    threshold: int
+
+
+class CompactionGuard:
+    """Per-session trigger state. Not thread-safe: one guard per session, used by one caller."""
+
+    def __init__(self, policy: CompactionPolicy, *, context_length: int,
+                 model: str | None = None, clock: Clock = time.monotonic) -> None:
+        self.policy = policy
+        self.model = model
+        self.clock = clock
+        self.threshold_info: Threshold = threshold_for(policy, context_length, model)
+        self.strikes = 0
+        self.blocked_since: float | None = None
+        self.block_reason: str | None = None
+        self.cooldown_until = 0.0
+        self.cooldown_kind: str | None = None
+        self.timeout_streak = 0
+        self.noop_until = 0.0
+        self.pending_reading = False
+        self.awaiting_effect = False
+        self.probing = False
+        self.last_reading: int | None = None
+
+    @property
+    def threshold(self) -> int:
+        return self.threshold_info.tokens
+
+    # -- entry points ------------------------------------------------------------------------
+    def note_request_sent(self) -> None:
+        """A request is in flight: its real reading is pending."""
+        self.pending_reading = True
+
+    def note_request_failed(self) -> None:
+        self.pending_reading = False
+
+    def preflight(self, estimated_tokens: int, *, exact: bool = False) -> Decision:
+        if self.pending_reading and not exact:
+            return self._no("preflight", estimated_tokens,
+                            "a real reading is pending; not acting on an estimate")
+        return self._decide("preflight", estimated_tokens)
+
+    def post_response(self, prompt_tokens: int) -> Decision:
+        """Fold in the provider's reading; judge the previous compaction; decide."""
+        self.pending_reading = False
+        self.last_reading = prompt_tokens
+        if self.awaiting_effect:
+            self.awaiting_effect = False
+            if prompt_tokens >= self.threshold:
+                self._strike(f"a compaction left the context at {prompt_tokens} tokens, still "
+                             f"over the threshold {self.threshold}")
+            else:
+                self.strikes, self.blocked_since, self.block_reason = 0, None, None
+            self.probing = False
+        return self._decide("post_response", prompt_tokens)
+
+    def on_overflow(self, attempt: int, tokens: int = 0) -> Decision:
+        """The provider said the prompt is too long; ``attempt`` counts from 0."""
+        targets = self.policy.overflow_targets
+        if attempt >= len(targets):
+            return self._no("overflow", tokens, f"still too long after {len(targets)} "
+                            "compaction attempts")
+        target = int(self.threshold_info.context_length * targets[attempt])
+        return Decision(True, "overflow", f"provider overflow, attempt {attempt + 1}", tokens,
+                        self.threshold, use_builtin=self._cooling(), target_tokens=target)
+
+    # -- outcomes ----------------------------------------------------------------------------
+    def record(self, report: CompactionReport) -> None:
+        """Update strikes and cooldowns from a compaction's report."""
+        now = self.clock()
+        if report.status == "noop":
+            self.noop_until = now + self.policy.error_cooldown_seconds
+            return
+        if report.status == "refused":
+            self._strike(report.reason)
+            return
+        if report.status == "aborted":
+            self._cooldown(report.error_kind or "error", now)
+            return
+        if report.status == "fallback":
+            self._cooldown(report.error_kind or "error", now)
+        elif report.summarizer.startswith("llm"):
+            self.timeout_streak = 0
+        if not report.fits:
+            self.strikes = max(self.strikes, self.policy.max_strikes - 1)
+            self._strike(report.reason)
+            return
+        self.awaiting_effect = True
+
+    def status(self) -> GuardStatus:
+        now = self.clock()
+        blocked, reason, _ = self._blocked(now)
+        remaining = max(0.0, self.cooldown_until - now)
+        return GuardStatus(blocked, reason, self.strikes, remaining,
+                           self.cooldown_kind if remaining else None, self.threshold)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _no(self, entry: str, tokens: int, reason: str, notice: str | None = None) -> Decision:
+        return Decision(False, entry, reason, tokens, self.threshold, notice=notice)
+
+    def _decide(self, entry: str, tokens: int) -> Decision:
+        if tokens < self.threshold:
+            return self._no(entry, tokens, f"{tokens} tokens < threshold {self.threshold}")
+        now = self.clock()
+        if now < self.noop_until:
+            return self._no(entry, tokens, "backing off after a no-op compaction")
+        blocked, reason, probe = self._blocked(now)
+        if blocked:
+            return self._no(entry, tokens, reason or "blocked", notice=reason)
+        if probe:
+            self.probing = True
+        return Decision(True, entry, f"{tokens} tokens ≥ threshold {self.threshold}", tokens,
+                        self.threshold, probe=probe, use_builtin=self._cooling())
+
+    def _blocked(self, now: float) -> tuple[bool, str | None, bool]:
+        if now < self.cooldown_until and self.cooldown_kind in HARD_KINDS:
+            return True, (f"auto-compaction paused: the summary model failed "
+                          f"({self.cooldown_kind}); retrying in "
+                          f"{int(self.cooldown_until - now)} s"), False
+        if self.strikes >= self.policy.max_strikes and self.blocked_since is not None:
+            wait = self.blocked_since + self.policy.probe_after_seconds - now
+            if wait <= 0 and not self.probing:
+                return False, None, True
+            return True, (f"auto-compaction blocked after {self.strikes} ineffective "
+                          f"compactions ({self.block_reason}); one retry in "
+                          f"{max(0, int(wait))} s — consider starting a new session"), False
+        return False, None, False
+
+    def _strike(self, reason: str) -> None:
+        self.strikes += 1
+        self.block_reason = reason
+        if self.strikes >= self.policy.max_strikes:
+            self.blocked_since = self.clock()
+            self.probing = False
+
+    def _cooling(self) -> bool:
+        return self.clock() < self.cooldown_until
+
+    def _cooldown(self, kind: str, now: float) -> None:
+        policy = self.policy
+        if kind == "timeout":
+            ladder = policy.timeout_cooldowns
+            seconds = ladder[min(self.timeout_streak, len(ladder) - 1)]
+            self.timeout_streak += 1
+        elif kind in HARD_KINDS:
+            seconds = policy.no_provider_cooldown_seconds
+        else:
+            seconds = policy.error_cooldown_seconds
+        self.cooldown_until = now + seconds
+        self.cooldown_kind = kind

@@ -1,0 +1,161 @@
+"""The llm summarizer and its failure ladder, against the scripted server over a real socket."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from agent_transcript import agent_transcript
+
+from refold.compaction.core import compact
+from refold.compaction.llm_summarizer import LLMSummarizer
+from refold.compaction.policy import CompactionPolicy
+from refold.compaction.structure import provider_problems
+from refold.compaction.summary import END_MARKER
+from refold.llm import HttpChatClient
+from refold.testing import RunningLLM, ScriptedReply, serve
+from refold.tokens import get_counter
+
+BODY = ("<think>let me think about it</think>## Goal\n- Fix the login bug\n\n"
+        "## Next Steps\n- add logging")
+POLICY = CompactionPolicy(output_reserve_tokens=0)
+COUNTER = get_counter("gpt-4o")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RunningLLM]:
+    with serve() as s:
+        yield s
+
+
+@pytest.fixture
+def client(server: RunningLLM) -> Iterator[HttpChatClient]:
+    server.llm.replies.clear()
+    server.llm.requests.clear()
+    with HttpChatClient(server.base_url) as c:
+        yield c
+
+
+def _compact(summarizer: LLMSummarizer, msgs: list[dict[str, Any]] | None = None,
+             **kw: Any) -> Any:
+    return compact(msgs or agent_transcript(), context_length=16_000, policy=POLICY,
+                   counter=COUNTER, summarizer=summarizer, model="gpt-4o", **kw)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_llm_summary_is_framed_and_think_stripped(server: RunningLLM,
+                                                  client: HttpChatClient) -> None:
+    server.llm.push(BODY)
+    result = _compact(LLMSummarizer(client, "aux-model"))
+    report = result.report
+    assert report.status == "ok" and report.summarizer == "llm:aux-model"
+    assert report.summary and "Fix the login bug" in report.summary
+    assert "<think>" not in report.summary and report.summary.endswith(END_MARKER)
+    assert report.anchors and all(a in report.summary for a in report.anchors)
+    sent = server.llm.requests[0]
+    assert sent["model"] == "aux-model" and "<turns>" in sent["messages"][-1]["content"]
+    assert "max_tokens" not in sent
+    assert provider_problems(result.messages, "openai") == []
+
+
+def test_cache_friendly_mode_replays_the_prefix(server: RunningLLM,
+                                                client: HttpChatClient) -> None:
+    server.llm.push(BODY)
+    msgs = agent_transcript()
+    tools = [{"type": "function", "function": {"name": "terminal", "parameters": {}}}]
+    _compact(LLMSummarizer(client, "aux", cache_friendly=True), msgs, tools=tools)
+    sent = server.llm.requests[0]["messages"]
+    assert sent[:3] == msgs[:3]  # a true prefix of what the main model saw
+    assert sent[-1]["role"] == "user" and "Summarize the conversation above" in sent[-1]["content"]
+    assert server.llm.requests[0]["tools"] == tools
+
+
+def test_recompaction_sends_the_previous_summary_for_update(server: RunningLLM,
+                                                            client: HttpChatClient) -> None:
+    server.llm.push(BODY, "## Goal\n- Fix the login bug, then logging")
+    first = _compact(LLMSummarizer(client, "aux"))
+    grown = first.messages + agent_transcript(20)[2:]
+    second = _compact(LLMSummarizer(client, "aux"), grown)
+    assert second.report.status == "ok"
+    prompt = server.llm.requests[1]["messages"][-1]["content"]
+    assert "<previous-summary>" in prompt and "Fix the login bug" in prompt
+    assert sum(END_MARKER in str(m.get("content")) for m in second.messages) == 1
+
+
+def test_aux_failure_falls_to_main_model_once(server: RunningLLM,
+                                              client: HttpChatClient) -> None:
+    server.llm.push(ScriptedReply(status=404, error={"error": {"message": "no such model"}}),
+                    BODY)
+    result = _compact(LLMSummarizer(client, "aux", main_model="main"))
+    assert result.report.status == "ok" and result.report.summarizer == "llm:main"
+    assert [r["model"] for r in server.llm.requests] == ["aux", "main"]
+    assert any("aux failed" in w for w in result.report.warnings)
+
+
+@pytest.mark.parametrize(("replies", "kind"), [
+    ([ScriptedReply(status=500), ScriptedReply(status=502)], "server"),
+    ([ScriptedReply(status=429), ScriptedReply(status=429)], "rate_limit"),
+    ([ScriptedReply(raw_body=b"not json"), ScriptedReply(raw_body=b"{}")], "bad_response"),
+    ([ScriptedReply(content=""), ScriptedReply(content="<think>only thoughts</think>")],
+     "bad_response"),
+])
+def test_retryable_failures_fall_back_to_builtin(server: RunningLLM, client: HttpChatClient,
+                                                 replies: list[ScriptedReply], kind: str) -> None:
+    server.llm.push(*replies)
+    msgs = agent_transcript()
+    result = _compact(LLMSummarizer(client, "aux", main_model="main"), msgs)
+    report = result.report
+    assert report.status == "fallback" and report.summarizer == "builtin"
+    assert report.error_kind == kind and report.fits
+    assert len(server.llm.requests) == 2  # aux, then main once — no more
+    assert "## Goal" in (report.summary or "")
+    assert provider_problems(result.messages, "openai") == []
+
+
+def test_timeout_falls_back(server: RunningLLM, client: HttpChatClient) -> None:
+    server.llm.push(ScriptedReply(delay=1.0), ScriptedReply(delay=1.0))
+    summarizer = LLMSummarizer(client, "aux", main_model="main", timeout=0.2)
+    result = _compact(summarizer)
+    assert result.report.status == "fallback" and result.report.error_kind == "timeout"
+
+
+@pytest.mark.parametrize(("reply", "kind"), [
+    (ScriptedReply(status=401), "auth"),
+    (ScriptedReply(status=403), "auth"),
+    (ScriptedReply(status=402), "quota"),
+    (ScriptedReply(status=429, error={"error": {"code": "insufficient_quota",
+                                                "message": "quota"}}), "quota"),
+    (ScriptedReply(content="## Goal\n- half a summ", finish_reason="length"), "truncated"),
+])
+def test_hard_failures_abort_and_keep_the_transcript(server: RunningLLM, client: HttpChatClient,
+                                                     reply: ScriptedReply, kind: str) -> None:
+    server.llm.push(reply, reply)
+    msgs = agent_transcript()
+    result = _compact(LLMSummarizer(client, "aux", main_model="main"), msgs)
+    assert result.report.status == "aborted" and result.report.error_kind == kind
+    assert result.messages == msgs
+    assert result.report.reason.startswith("summarizer failed")
+
+
+def test_lost_network_aborts() -> None:
+    with HttpChatClient(f"http://127.0.0.1:{_free_port()}/v1") as dead:
+        msgs = agent_transcript()
+        result = _compact(LLMSummarizer(dead, "aux"), msgs)
+    assert result.report.status == "aborted" and result.report.error_kind == "network"
+    assert result.messages == msgs
+
+
+def test_chinese_conversation_gets_chinese_headings(server: RunningLLM,
+                                                    client: HttpChatClient) -> None:
+    server.llm.push("## 目标\n- 修复登录错误")
+    result = _compact(LLMSummarizer(client, "aux"), agent_transcript(chinese=True))
+    prompt = server.llm.requests[0]["messages"][-1]["content"]
+    assert "Simplified Chinese" in prompt and "## 目标" in prompt
+    assert result.report.language == "zh" and "摘要结束" in (result.report.summary or "")
