@@ -16,6 +16,7 @@ Entries read back carry ``blocked``: the scan reason when the stored text matche
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from refold.memory.scan import scan
 
 log = logging.getLogger(__name__)
 
-MAX_CAS_RETRIES = 20
+MAX_CAS_RETRIES = 50
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,7 @@ class MemoryStore:
         for op in ops:
             check_content(op)
         only_adds = all(op.action == "add" for op in ops)
-        for _attempt in range(MAX_CAS_RETRIES):
+        for attempt in range(MAX_CAS_RETRIES):
             with self.backend.transaction(target):
                 loaded = self.backend.load(target)
                 if loaded.drift and not only_adds:
@@ -152,6 +153,7 @@ class MemoryStore:
                     if not exc.details.get("retry"):
                         raise
                     log.debug("memory %s moved underneath, retrying", target)
+            time.sleep(random.uniform(0, 0.002 * (attempt + 1)))  # jitter: spread the racers
         raise Conflict(f"memory {target} kept changing underneath; write not applied",
                        hint="retry in a moment")
 

@@ -13,17 +13,19 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from refold.errors import InvalidInput, MemoryError_, NotFound
-from refold.memory.actions import MemoryStore, WriteResult, check_content
+from refold.errors import Conflict, InvalidInput, MemoryError_, NotFound
+from refold.memory.actions import MAX_CAS_RETRIES, MemoryStore, WriteResult, check_content
 from refold.memory.entries import check_target, preview
 from refold.memory.ops import MemoryOp
 
 ApprovalMode = Literal["allow", "stage", "block"]
 APPROVAL_MODES: tuple[str, ...] = ("allow", "stage", "block")
+Item = dict[str, Any]
+T = TypeVar("T")
 
 
 def check_mode(mode: str) -> ApprovalMode:
@@ -83,10 +85,7 @@ class MemoryWriter:
             check_content(op)
         pending = PendingWrite(id=uuid.uuid4().hex[:8], target=target, ops=tuple(ops),
                                origin=origin, created_at=time.time())
-        with self.store.backend.pending_transaction():
-            items = self.store.backend.load_pending()
-            items.append(pending.to_dict())
-            self.store.backend.save_pending(items)
+        self._update_pending(lambda items: ([*items, pending.to_dict()], None))
         usage = self.store.read(target).usage
         return WriteResult(target=target, usage=usage, changed=False, staged=True,
                            pending_id=pending.id,
@@ -96,9 +95,22 @@ class MemoryWriter:
     def pending(self) -> list[PendingWrite]:
         return [PendingWrite.from_dict(item) for item in self.store.backend.load_pending()]
 
+    def _update_pending(self, change: Callable[[list[Item]], tuple[list[Item], T]]) -> T:
+        """Read-modify-write the queue, retrying when a compare-and-swap backend says so."""
+        backend = self.store.backend
+        for _attempt in range(MAX_CAS_RETRIES):
+            with backend.pending_transaction():
+                items, value = change(backend.load_pending())
+                try:
+                    backend.save_pending(items)
+                    return value
+                except Conflict as exc:
+                    if not exc.details.get("retry"):
+                        raise
+        raise Conflict("the pending memory queue kept changing; try again")
+
     def _take(self, pending_id: str) -> PendingWrite:
-        with self.store.backend.pending_transaction():
-            items = self.store.backend.load_pending()
+        def change(items: list[Item]) -> tuple[list[Item], Item]:
             found = [item for item in items if str(item.get("id", "")).startswith(pending_id)]
             if not pending_id or not found:
                 raise NotFound(f"no pending memory write {pending_id!r}",
@@ -106,8 +118,8 @@ class MemoryWriter:
             if len(found) > 1:
                 raise InvalidInput(f"pending id {pending_id!r} is ambiguous",
                                    hint="give more characters of the id")
-            self.store.backend.save_pending([i for i in items if i is not found[0]])
-        return PendingWrite.from_dict(found[0])
+            return [i for i in items if i is not found[0]], found[0]
+        return PendingWrite.from_dict(self._update_pending(change))
 
     def approve(self, pending_id: str) -> WriteResult:
         """Apply a staged write; if it no longer applies it stays queued and the error says why."""
@@ -115,9 +127,7 @@ class MemoryWriter:
         try:
             return self.store.apply(item.target, item.ops)
         except Exception:
-            with self.store.backend.pending_transaction():
-                items = self.store.backend.load_pending()
-                self.store.backend.save_pending([*items, item.to_dict()])
+            self._update_pending(lambda items: ([*items, item.to_dict()], None))
             raise
 
     def reject(self, pending_id: str) -> PendingWrite:
