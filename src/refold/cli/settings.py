@@ -42,6 +42,8 @@ class Settings(BaseModel):
     max_body_bytes: int = 16 * 1024 * 1024
     # memory
     memory_approval: str = "allow"  # allow | stage | block
+    memory_backend: str = "file"  # file (<home>/memories) | db (the refold store, by profile)
+    memory_profile: str = "default"  # the profile keying memory rows when memory_backend=db
     rotate_on_compaction: bool = False
 
     @property
