@@ -109,3 +109,15 @@ def test_approve_all(run: Run, home: Path) -> None:
         writer.submit("memory", [make_op("add", content=text)])
     ok(run("approve", "--all"))
     assert len(ok_json(run("show", "-t", "memory", "--json"))[0]["entries"]) == 2
+
+
+def test_db_backend_through_settings(run: Run, home: Path) -> None:
+    env = {"REFOLD_MEMORY_BACKEND": "db", "REFOLD_MEMORY_PROFILE": "team"}
+    ok(run("add", "shared across hosts", env=env))
+    shown = ok_json(run("show", "-t", "memory", "--json", env=env))
+    assert [e["text"] for e in shown[0]["entries"]] == ["shared across hosts"]
+    assert "profile 'team'" in shown[0]["location"]
+    assert not (home / "memories" / "MEMORY.md").exists()
+    assert ok_json(run("show", "-t", "memory", "--json"))[0]["entries"] == []  # file store
+    bad = run("stats", env={"REFOLD_MEMORY_BACKEND": "cloud"})
+    assert isinstance(bad.exception, InvalidInput)

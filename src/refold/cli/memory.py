@@ -3,7 +3,8 @@
 The person at the terminal is the approver, so add/replace/remove write directly (the safety
 scan still applies); ``pending`` / ``approve`` / ``reject`` work the queue that the agent's
 memory tool and the background review fill when ``memory_approval`` is ``stage``. Memories live
-in ``<home>/memories``. Errors are raised, never caught here: cli.main renders them.
+in ``<home>/memories`` (or, with ``memory_backend = "db"``, in the refold database under
+``memory_profile``). Errors are raised, never caught here: cli.main renders them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ import click
 
 from refold.cli.app import AppContext, console, emit, pass_app
 from refold.errors import InvalidInput
-from refold.memory import MemoryStore, MemoryWriter, WriteResult, open_file_store, take_snapshot
+from refold.memory import (
+    DBMemoryStore,
+    MemoryStore,
+    MemoryWriter,
+    WriteResult,
+    open_file_store,
+    take_snapshot,
+)
 from refold.memory.entries import HEADERS, TARGETS
 
 _TARGET = click.option("--target", "-t", type=click.Choice(list(TARGETS)), default="memory",
@@ -24,7 +32,13 @@ _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
 def open_memory(app: AppContext) -> MemoryStore:
-    return open_file_store(app.settings.memories_dir)
+    """The file store under ``<home>/memories``, or the DB store when memory_backend=db."""
+    backend = app.settings.memory_backend
+    if backend == "file":
+        return open_file_store(app.settings.memories_dir)
+    if backend == "db":
+        return DBMemoryStore(app.store, app.settings.memory_profile)
+    raise InvalidInput(f"unknown memory_backend {backend!r}", hint="use file or db")
 
 
 def _writer(app: AppContext) -> MemoryWriter:
