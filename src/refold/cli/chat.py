@@ -139,7 +139,8 @@ def chat_cmd(app: AppContext, upstream: str | None, model: str | None,
              context_length: int | None, ref: str | None, title: str | None,
              system_prompt: str, no_tools: bool) -> None:
     """Chat with a model; history, compaction and memory handled by refold. /help for commands."""
-    from refold.cli.app import console
+    from rich.console import Console
+
     from refold.llm import HttpChatClient
 
     app.flags.update(upstream=upstream, model=model, context_length=context_length)
@@ -148,7 +149,7 @@ def chat_cmd(app: AppContext, upstream: str | None, model: str | None,
         raise InvalidInput("no model endpoint to chat with",
                            hint="pass --upstream URL or set REFOLD_UPSTREAM")
     interactive = sys.stdin.isatty()
-    renderer = Renderer(console())
+    renderer = Renderer(Console(soft_wrap=True, highlight=False))  # replies wrap in the terminal
     engine = _engine(app)
     try:
         with HttpChatClient(settings.upstream, settings.upstream_api_key) as client:

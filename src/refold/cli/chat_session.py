@@ -226,10 +226,9 @@ class ChatSession:
 
 def memory_entries(memory: Any) -> dict[str, list[str]]:
     """Live memory entries per target ("memory", "user"), or {} when memory is off."""
-    if memory is None:
+    store = getattr(memory, "store", None)
+    if store is None:
         return {}
-    store = getattr(memory, "store", memory)
-    out: dict[str, list[str]] = {}
-    for target in ("memory", "user"):
-        out[target] = [str(e) for e in store.entries(target)]
-    return out
+    from refold.memory import TARGETS
+
+    return {target: [e.display() for e in store.read(target).entries] for target in TARGETS}

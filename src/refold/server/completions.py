@@ -76,7 +76,7 @@ class Proxy:
     upstream: Upstream
     default_model: str
     drain: Drain
-    max_attempts: int = 4
+    max_attempts: int = 5  # the runtime compacts further on up to 4 overflows
 
 
 def check_body(body: Any) -> list[Message]:

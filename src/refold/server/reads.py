@@ -87,9 +87,16 @@ async def memory(pool: SessionPool, owner: str) -> dict[str, Any]:
 
 
 def _memory_state(manager: Any) -> dict[str, Any]:
-    store = getattr(manager, "store", manager)
+    store = getattr(manager, "store", None)
+    if store is None:
+        return {}
+    from refold.memory import TARGETS
+
     out: dict[str, Any] = {}
-    for target in ("memory", "user"):
-        entries = store.entries(target)
-        out[target] = {"entries": list(entries)}
+    for target in TARGETS:
+        view = store.read(target)
+        # display(): an entry the injection scanner objects to is shown as a placeholder
+        out[target] = {"entries": [{"id": e.id, "text": e.display(), "blocked": e.blocked,
+                                    "updated_at": e.updated_at} for e in view.entries],
+                       "chars": view.usage.chars, "limit": view.usage.limit}
     return out

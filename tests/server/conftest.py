@@ -1,0 +1,74 @@
+"""Fixtures for the proxy: the real app under uvicorn on a free local port, in a thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+from refold.cli.serve import bind_socket
+from refold.cli.settings import Settings
+from refold.server import create_app
+from refold.store import Store
+from refold.testing import RunningLLM
+
+
+@dataclass
+class Running:
+    base_url: str  # …/v1
+    server: uvicorn.Server
+    app: Any
+
+    @property
+    def root(self) -> str:
+        return self.base_url.removesuffix("/v1")
+
+
+@contextmanager
+def run_app(app: Any) -> Iterator[Running]:
+    sock = bind_socket("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
+                                           timeout_graceful_shutdown=10))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the proxy did not start")
+        time.sleep(0.01)
+    try:
+        yield Running(f"http://127.0.0.1:{port}/v1", server, app)
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()
+
+
+ProxyFactory = Callable[..., Running]
+
+
+@pytest.fixture
+def start_proxy(tmp_path: Path, sqlite_store: Store) -> Iterator[ProxyFactory]:
+    """``start_proxy(upstream, **settings)`` → a running proxy over ``sqlite_store``."""
+    stack: list[Any] = []
+
+    def start(upstream: RunningLLM | str, *, capacity: int = 256, **fields: Any) -> Running:
+        url = upstream if isinstance(upstream, str) else upstream.base_url
+        fields.setdefault("context_length", 100_000)
+        settings = Settings(home=tmp_path / "home", upstream=url, **fields)
+        cm = run_app(create_app(settings, store=sqlite_store, capacity=capacity))
+        running = cm.__enter__()
+        stack.append(cm)
+        return running
+
+    yield start
+    for cm in reversed(stack):
+        cm.__exit__(None, None, None)

@@ -1,0 +1,249 @@
+"""The proxy end to end: the OpenAI SDK against refold serve against a scripted upstream.
+
+Real sockets all the way: openai → uvicorn (refold's app) → httpx → the scripted server; the
+ledger is a real SQLite store whose rows the tests read back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from refold.store import Store
+from refold.testing import ScriptedReply, serve
+
+ProxyFactory = Callable[..., Any]
+
+SYSTEM = {"role": "system", "content": "You are terse."}
+
+
+def sdk(base_url: str, key: str = "none") -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=30)
+
+
+def roles_and_text(store: Store, session_id: str) -> list[tuple[str, str]]:
+    return [(r.role, str(r.message.get("content") or "")) for r in store.get_messages(session_id)]
+
+
+def only_session(store: Store) -> str:
+    sessions = store.list_sessions()
+    assert len(sessions) == 1, [s.title for s in sessions]
+    return sessions[0].id
+
+
+def test_sdk_works_unchanged_json_and_stream_and_history_is_stored_once(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    with serve(["Paris.", "About 2.1 million.", "Yes, the Seine."]) as up:
+        proxy = start_proxy(up)
+        client = sdk(proxy.base_url)
+        history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "Capital of France?"}]
+        first = client.chat.completions.create(model="scripted-model", messages=history)
+        assert first.choices[0].message.content == "Paris."
+        history += [{"role": "assistant", "content": "Paris."},
+                    {"role": "user", "content": "Population?"}]
+        stream = client.chat.completions.create(model="scripted-model", messages=history,
+                                                stream=True)
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert text == "About 2.1 million."
+        history += [{"role": "assistant", "content": text},
+                    {"role": "user", "content": "On a river?"}]
+        third = client.chat.completions.create(model="scripted-model", messages=history)
+        assert third.choices[0].message.content == "Yes, the Seine."
+
+    session_id = only_session(sqlite_store)
+    assert roles_and_text(sqlite_store, session_id) == [
+        ("user", "Capital of France?"), ("assistant", "Paris."),
+        ("user", "Population?"), ("assistant", "About 2.1 million."),
+        ("user", "On a river?"), ("assistant", "Yes, the Seine.")]
+    session = sqlite_store.get_session(session_id)
+    assert session.source == "serve"
+    assert session.input_tokens > 0 and session.output_tokens > 0  # usage recorded (stream too)
+    # the upstream got the client's system prompt first, and the stream asked for usage
+    assert up.llm.requests[0]["messages"][0]["role"] == "system"
+    assert "You are terse." in up.llm.requests[0]["messages"][0]["content"]
+    assert up.llm.requests[1]["stream_options"] == {"include_usage": True}
+
+
+def test_stream_hides_the_usage_chunk_unless_asked_and_keeps_it_when_asked(
+        start_proxy: ProxyFactory) -> None:
+    with serve(["one", "two"]) as up:
+        proxy = start_proxy(up)
+        client = sdk(proxy.base_url)
+        plain = list(client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "a"}], stream=True))
+        assert all(c.usage is None for c in plain)
+        asked = list(client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "b"}], stream=True,
+            stream_options={"include_usage": True}))
+        assert asked[-1].usage is not None and asked[-1].usage.total_tokens > 0
+
+
+def test_tool_calls_stream_through_and_are_recorded_whole(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "read_file", "arguments": json.dumps({"path": "/etc/hosts"})}}
+    with serve([ScriptedReply(content=None, tool_calls=[call])]) as up:
+        proxy = start_proxy(up)
+        stream = sdk(proxy.base_url).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "show hosts"}], stream=True)
+        chunks = list(stream)
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    rows = sqlite_store.get_messages(only_session(sqlite_store))
+    assert rows[-1].message["tool_calls"] == [call]
+
+
+def test_header_names_the_session_and_response_tells_the_id(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    with serve(["a", "b"]) as up:
+        proxy = start_proxy(up)
+        body = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+        r1 = httpx.post(proxy.base_url + "/chat/completions", json=body,
+                        headers={"X-Refold-Session": "ticket-42"})
+        r2 = httpx.post(proxy.base_url + "/chat/completions", json=body)
+    assert r1.status_code == r2.status_code == 200
+    named = sqlite_store.resolve_session("ticket-42")
+    assert r1.headers["x-refold-session"] == named.id
+    assert r2.headers["x-refold-session"] != named.id  # no header: the derived session
+    assert [r.role for r in sqlite_store.get_messages(named.id)] == ["user", "assistant"]
+
+
+def test_overflow_compacts_and_retries(start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    filler = "The build log said: step {} compiled module alpha beta gamma delta. " * 12
+    history: list[dict[str, Any]] = [SYSTEM]
+    for i in range(30):
+        history += [{"role": "user", "content": f"turn {i}: " + filler.replace("{}", str(i))},
+                    {"role": "assistant", "content": f"noted {i}"}]
+    history.append({"role": "user", "content": "Summarize where we are."})
+    size = len(json.dumps(history)) // 4
+    limit = size * 45 // 100  # the upstream's real window is smaller than refold was told
+    with serve(["Here is where we are."], max_context_tokens=limit) as up:
+        proxy = start_proxy(up, context_length=12_000)  # no preflight compaction at this size
+        reply = sdk(proxy.base_url).chat.completions.create(model="m", messages=history)
+        sent = [len(json.dumps(r["messages"])) // 4 for r in up.llm.requests]
+    assert reply.choices[0].message.content == "Here is where we are."
+    assert len(sent) >= 2 and sent[0] > limit >= sent[-1]  # rejected, compacted, then fit
+    session_id = only_session(sqlite_store)
+    assert sqlite_store.list_checkpoints(session_id)  # compaction appended a checkpoint
+    assert len(sqlite_store.get_messages(session_id)) == len(history) - 1 + 1  # nothing lost
+
+
+def test_overflow_that_cannot_be_fixed_is_a_400_context_length_exceeded(
+        start_proxy: ProxyFactory) -> None:
+    with serve([], max_context_tokens=1) as up:
+        proxy = start_proxy(up)
+        with pytest.raises(openai.BadRequestError) as info:
+            sdk(proxy.base_url).chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}])
+    assert info.value.code == "context_length_exceeded"
+
+
+def test_upstream_down_is_an_openai_shaped_502(start_proxy: ProxyFactory) -> None:
+    proxy = start_proxy("http://127.0.0.1:9/v1")  # nothing listens on the discard port
+    for stream in (False, True):
+        response = httpx.post(proxy.base_url + "/chat/completions", json={
+            "model": "m", "stream": stream, "messages": [{"role": "user", "content": "hi"}]})
+        assert response.status_code == 502
+        error = response.json()["error"]
+        assert error["type"] == "upstream_error" and error["code"] == "upstream_network"
+        assert "cannot reach upstream" in error["message"]
+    with pytest.raises(openai.APIStatusError) as info:
+        sdk(proxy.base_url).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}])
+    assert info.value.status_code == 502
+
+
+@pytest.mark.parametrize(("status", "expected", "code"), [
+    (401, 502, "upstream_auth"), (429, 429, "upstream_rate_limit"),
+    (500, 502, "upstream_server"), (400, 400, "upstream_bad_request")])
+def test_upstream_errors_map_to_sensible_statuses(start_proxy: ProxyFactory, status: int,
+                                                  expected: int, code: str) -> None:
+    reply = ScriptedReply(status=status, error={"error": {"message": f"scripted {status}",
+                                                          "type": "x"}})
+    with serve([reply]) as up:
+        proxy = start_proxy(up)
+        response = httpx.post(proxy.base_url + "/chat/completions", json={
+            "model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    assert response.status_code == expected
+    error = response.json()["error"]
+    assert error["code"] == code and f"scripted {status}" in error["message"]
+
+
+def test_garbage_and_bad_bodies_are_openai_shaped_400s(start_proxy: ProxyFactory) -> None:
+    with serve([]) as up:
+        proxy = start_proxy(up)
+        url = proxy.base_url + "/chat/completions"
+        for body in (b"{not json", b"[]", b'{"messages": []}', b'{"messages": [{"content": 1}]}'):
+            response = httpx.post(url, content=body)
+            assert response.status_code == 400, body
+            assert response.json()["error"]["type"] == "invalid_request_error"
+        missing = httpx.get(proxy.root + "/v1/nothing-here")
+        assert missing.status_code == 404 and "error" in missing.json()
+        assert up.llm.requests == []
+
+
+def test_body_limit_is_a_413(start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    with serve([]) as up:
+        proxy = start_proxy(up, max_body_bytes=4096)
+        big = {"model": "m", "messages": [{"role": "user", "content": "x" * 10_000}]}
+        declared = httpx.post(proxy.base_url + "/chat/completions", json=big)
+
+        def chunks() -> Any:  # no Content-Length: the limit holds while reading
+            data = json.dumps(big).encode()
+            for i in range(0, len(data), 1000):
+                yield data[i:i + 1000]
+
+        streamed = httpx.post(proxy.base_url + "/chat/completions", content=chunks())
+    for response in (declared, streamed):
+        assert response.status_code == 413
+        assert response.json()["error"]["code"] == "request_too_large"
+    assert up.llm.requests == [] and sqlite_store.list_sessions() == []
+
+
+def test_models_are_proxied_with_the_configured_model(start_proxy: ProxyFactory) -> None:
+    with serve([]) as up:
+        proxy = start_proxy(up, model="my-default")
+        ids = [m.id for m in sdk(proxy.base_url).models.list()]
+    assert ids == ["scripted-model", "my-default"]
+
+
+def test_lru_keeps_few_runtimes_and_evicted_sessions_resume(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    with serve(default=lambda body: "ok") as up:
+        proxy = start_proxy(up, capacity=2)
+        client = sdk(proxy.base_url)
+        histories = {n: [{"role": "user", "content": f"conversation {n}"}] for n in range(4)}
+        for _ in range(2):
+            for history in histories.values():
+                client.chat.completions.create(model="m", messages=history)
+                history += [{"role": "assistant", "content": "ok"},
+                            {"role": "user", "content": "more"}]
+        pool = proxy.app.state.proxy_app.proxy.pool
+        assert pool.cached() <= 2
+    sessions = sqlite_store.list_sessions()
+    assert len(sessions) == 4
+    for session in sessions:
+        assert [r.role for r in sqlite_store.get_messages(session.id)] == \
+            ["user", "assistant", "user", "assistant"]
+
+
+def test_client_gone_mid_stream_records_nothing_partial_and_frees_the_session(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    slow = ScriptedReply(content="A long answer that streams slowly. " * 10, chunk_delay=0.05)
+    history = [{"role": "user", "content": "tell me slowly"}]
+    with serve([slow, "The retried answer."]) as up:
+        proxy = start_proxy(up)
+        with httpx.stream("POST", proxy.base_url + "/chat/completions", json={
+                "model": "m", "messages": history, "stream": True}) as response:
+            for line in response.iter_lines():
+                if "A long answer" in line:
+                    break  # leave: the client hangs up mid-stream
+        again = httpx.post(proxy.base_url + "/chat/completions", timeout=30,
+                           json={"model": "m", "messages": history})
+    assert again.status_code == 200
+    assert roles_and_text(sqlite_store, only_session(sqlite_store)) == [
+        ("user", "tell me slowly"), ("assistant", "The retried answer.")]
