@@ -200,3 +200,20 @@ def test_forked_copies_are_searchable_in_the_fork(store: Store) -> None:
     fork = store.fork_session(s.id)
     assert seqs(store, "walrus") == sorted([(s.id, 1), (fork.id, 1)])
     assert seqs(store, "海象动物") == sorted([(s.id, 1), (fork.id, 1)])
+
+
+def test_or_groups_mixing_scripts(filled: tuple[Store, str, str]) -> None:
+    store, a, b = filled
+    assert seqs(store, "好 OR tea") == sorted([(a, 4), (b, 1)])
+    assert seqs(store, "生产环境 OR 한국어") == sorted([(a, 3), (b, 4)])
+    assert seqs(store, "部署完成 OR 部署服务") == sorted([(a, 3), (a, 4), (b, 2)])
+    hits = store.search(SearchQuery("好 OR tea OR 部署", sort="recency", limit=2, window=0))
+    assert len(hits) == 2
+
+
+def test_needle_mixing_cjk_and_latin_in_one_word(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user("版本v2发布"), user("版本 v2"), user("nothing")])
+    assert seqs(store, "本v2") == [(s.id, 1)]
+    assert seqs(store, "本v2", session_id=s.id) == [(s.id, 1)]
+    assert seqs(store, "版本v2发布") == [(s.id, 1)]

@@ -6,7 +6,9 @@ Paths (chosen by ``ParsedQuery.mode``, see ``refold.search.query``):
   ``instr`` checks for the shorter ones and the excluded ones.
 - ``grams``: 1–2 character CJK needles (which no trigram can answer): the CJK gram index
   (``grams.py``) MATCH on them as tokens, newest first, each candidate re-checked with ``instr``.
-- ``scan``: the rest with CJK (OR-groups, needles mixing CJK and Latin in one word):
+- OR-groups with CJK: each group through its own path, merged newest first.
+- ``scan``: the rest with CJK (needles mixing CJK and Latin in one word, or an OR-group that
+  itself needs a scan):
   ``instr`` over the CJK rows of the content table, newest first, in id-range chunks until
   ``limit`` hits are found or ``scan_budget_seconds`` has passed (then the newest hits found so
   far are returned). Within one session the scan is unchunked (bounded by the session).
@@ -36,6 +38,7 @@ _HIT_COLUMNS = "m.id, m.session_id, m.seq, m.role, m.text, m.created_at, s.title
 
 @dataclass(frozen=True)
 class _Row:
+    id: int
     session_id: str
     seq: int
     role: str
@@ -103,6 +106,9 @@ class SearchOps(StateOps):
                 return self._trigram(conn, parsed, query, limit)
             if mode == "grams":
                 return self._grams(conn, parsed, query, limit)
+            parts = [ParsedQuery(parsed.raw, (group,)) for group in parsed.groups]
+            if len(parts) > 1 and all(part.mode != "scan" for part in parts):
+                return self._union(conn, parts, query, limit)
             return self._scan(conn, parsed, query, limit)
         except sqlite3.OperationalError as exc:
             # The sanitizer only emits quoted FTS5 strings; should the engine still refuse one,
@@ -111,6 +117,15 @@ class SearchOps(StateOps):
                 raise
             log.warning("search query rejected by FTS5 (%s); returning no hits", exc)
             return []
+
+    def _union(self, conn: sqlite3.Connection, parts: list[ParsedQuery], query: SearchQuery,
+               limit: int) -> list[_Row]:
+        """OR-groups answered group by group through their indexes, merged newest first."""
+        found: dict[int, _Row] = {}
+        for part in parts:
+            for row in self._run(conn, part, query, limit):
+                found.setdefault(row.id, row)
+        return sorted(found.values(), key=lambda r: r.id, reverse=True)[:limit]
 
     def _fts(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
              limit: int) -> list[_Row]:
@@ -123,7 +138,7 @@ class SearchOps(StateOps):
             "JOIN sessions s ON s.id = m.session_id "
             f"WHERE messages_fts MATCH ?{where} ORDER BY {order} LIMIT ?",
             [parsed.fts5_expression(), *args, limit]).fetchall()
-        return [_Row(r[1], r[2], r[3], r[4], r[5], r[6], -float(r[7]), r[8]) for r in rows]
+        return [_Row(r[0], r[1], r[2], r[3], r[4], r[5], r[6], -float(r[7]), r[8]) for r in rows]
 
     def _trigram(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
                  limit: int) -> list[_Row]:
@@ -139,7 +154,7 @@ class SearchOps(StateOps):
             "JOIN sessions s ON s.id = m.session_id "
             f"WHERE messages_trigram MATCH ?{extra}{where} ORDER BY {order} LIMIT ?",
             [plan.match, *plan.also_contains, *plan.excludes, *args, limit]).fetchall()
-        return [_Row(r[1], r[2], r[3], r[4], r[5], r[6], -float(r[7]), None) for r in rows]
+        return [_Row(r[0], r[1], r[2], r[3], r[4], r[5], r[6], -float(r[7]), None) for r in rows]
 
     def _grams(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
                limit: int) -> list[_Row]:
@@ -154,7 +169,7 @@ class SearchOps(StateOps):
             f"WHERE messages_cjk_grams MATCH ? AND {' AND '.join(checks)}{where} "
             "ORDER BY g.rowid DESC LIMIT ?",
             [plan.match, *plan.also_contains, *plan.excludes, *args, limit]).fetchall()
-        return [_Row(r[1], r[2], r[3], r[4], r[5], r[6], 0.0, None) for r in rows]
+        return [_Row(r[0], r[1], r[2], r[3], r[4], r[5], r[6], 0.0, None) for r in rows]
 
     def _scan(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
               limit: int) -> list[_Row]:
@@ -167,7 +182,7 @@ class SearchOps(StateOps):
                                 [*pred_args, *args, limit]).fetchall()
         else:
             rows = self._scan_chunks(conn, base, [*pred_args, *args], limit)
-        return [_Row(r[1], r[2], r[3], r[4], r[5], r[6], 0.0, None) for r in rows]
+        return [_Row(r[0], r[1], r[2], r[3], r[4], r[5], r[6], 0.0, None) for r in rows]
 
     def _scan_chunks(self, conn: sqlite3.Connection, base: str, args: list[object],
                      limit: int) -> list[tuple[object, ...]]:
