@@ -3,7 +3,8 @@
 Pure functions shared by every backend; the backend only supplies the titles that exist.
 
 Invariants:
-- ``sanitize_title`` output has no control, format (zero-width, bidi) or surrogate characters,
+- ``sanitize_title`` output has no control, format (zero-width, bidi) or surrogate characters
+  (except the joiner inside an emoji sequence),
   no leading/trailing or repeated whitespace, and at most ``MAX_TITLE_LENGTH`` characters; CJK,
   emoji and other printable text are kept as they are.
 - ``split_lineage_title("name #3") == ("name", 3)``; a title without a suffix is number 1.
@@ -33,6 +34,14 @@ def _keep(char: str) -> bool:
     return unicodedata.category(char) not in ("Cc", "Cf", "Cs", "Co", "Cn")
 
 
+def _emoji_joiner(text: str, index: int) -> bool:
+    """A zero-width joiner inside an emoji sequence (👩‍💻) is part of the emoji: keep it."""
+    if text[index] != "\u200d" or index == 0 or index + 1 >= len(text):
+        return False
+    before = unicodedata.category(text[index - 1])
+    return before in ("So", "Sk", "Mn") and unicodedata.category(text[index + 1]) == "So"
+
+
 def sanitize_title(raw: str | None) -> str | None:
     """Clean a user-supplied title; None or an all-blank title gives None.
 
@@ -45,10 +54,10 @@ def sanitize_title(raw: str | None) -> str | None:
     if not isinstance(raw, str):
         raise InvalidInput(f"a session title must be text, not {type(raw).__name__}")
     chars: list[str] = []
-    for char in raw:
+    for index, char in enumerate(raw):
         if char.isspace() or unicodedata.category(char) == "Cc":
             chars.append(" ")
-        elif _keep(char):
+        elif _keep(char) or _emoji_joiner(raw, index):
             chars.append(char)
     text = " ".join("".join(chars).split())
     text = text[:MAX_TITLE_LENGTH].rstrip()
