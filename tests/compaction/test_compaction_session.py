@@ -1,0 +1,115 @@
+"""Compaction of stored sessions on both backends: checkpoints, leases, rotation, projection."""
+
+from __future__ import annotations
+
+import pytest
+from agent_transcript import agent_transcript
+
+from refold.compaction.policy import CompactionPolicy
+from refold.compaction.session import (
+    compact_session,
+    context_breakdown,
+    projection_messages,
+)
+from refold.compaction.structure import provider_problems
+from refold.compaction.summary import END_MARKER
+from refold.errors import Conflict
+from refold.messages.model import wire_form
+from refold.store import Store
+
+POLICY = CompactionPolicy(output_reserve_tokens=0, summary_min_tokens=500)
+SYSTEM = "You are a coding agent."
+
+
+def _session(store: Store, rounds: int = 40) -> str:
+    session = store.create_session(title="Fix login", model="gpt-4o", source="test")
+    store.append_messages(session.id, agent_transcript(rounds)[1:])  # system prompt not stored
+    return session.id
+
+
+def test_compaction_appends_a_checkpoint_and_the_projection_serves_it(store: Store) -> None:
+    sid = _session(store)
+    before = store.get_messages(sid)
+    done = compact_session(store, sid, context_length=12_000, policy=POLICY,
+                           system_prompt=SYSTEM)
+    assert done.stored and done.checkpoint is not None and done.report.status == "ok"
+    assert store.get_messages(sid) == before  # the ledger is untouched
+    view = projection_messages(store.projection(sid), SYSTEM)
+    assert [wire_form(m) for m in view] == [wire_form(m) for m in done.messages]
+    assert provider_problems(view, "openai") == []
+    assert any(END_MARKER in str(m.get("content")) for m in view)
+    cp = store.latest_checkpoint(sid)
+    assert cp is not None and cp.tokens_after < cp.tokens_before and cp.anchors
+
+
+def test_recompaction_builds_on_the_previous_checkpoint(store: Store) -> None:
+    sid = _session(store)
+    compact_session(store, sid, context_length=12_000, policy=POLICY, system_prompt=SYSTEM)
+    store.append_messages(sid, agent_transcript(40)[2:])
+    second = compact_session(store, sid, context_length=12_000, policy=POLICY,
+                             system_prompt=SYSTEM)
+    assert second.stored, second.note
+    checkpoints = store.list_checkpoints(sid)
+    assert len(checkpoints) == 2 and checkpoints[1].first_seq == checkpoints[0].first_seq
+    view = projection_messages(store.projection(sid), SYSTEM)
+    assert sum(END_MARKER in str(m.get("content")) for m in view) == 1
+    assert provider_problems(view, "openai") == []
+
+
+def test_a_held_lease_refuses_a_second_compactor(store: Store) -> None:
+    sid = _session(store)
+    assert store.acquire_lease(f"compact:{sid}", "other-host:1", 60)
+    with pytest.raises(Conflict):
+        compact_session(store, sid, context_length=12_000, policy=POLICY, holder="me:2")
+    assert store.list_checkpoints(sid) == []
+    store.release_lease(f"compact:{sid}", "other-host:1")
+    assert compact_session(store, sid, context_length=12_000, policy=POLICY).stored
+
+
+def test_rotate_on_compaction_starts_a_child_session(store: Store) -> None:
+    sid = _session(store)
+    rows_before = len(store.get_messages(sid))
+    rotated = compact_session(store, sid, context_length=12_000,
+                              policy=POLICY.with_overrides(rotate_on_compaction=True))
+    child = rotated.session
+    assert rotated.rotated_from == sid and child.id != sid
+    assert child.parent_session_id == sid and child.link_kind == "compaction"
+    assert child.title == "Fix login #2"
+    assert store.get_session(sid).end_reason == "compaction"
+    assert store.resolve_resume(sid).id == child.id
+    assert len(store.get_messages(sid)) == rows_before  # the parent keeps every row
+    rows = [r.message for r in store.get_messages(child.id)]
+    assert provider_problems(rows, "openai") == []
+
+
+def test_small_session_is_a_noop(store: Store) -> None:
+    sid = _session(store, rounds=1)
+    done = compact_session(store, sid, context_length=128_000, policy=POLICY)
+    assert not done.stored and done.report.status in ("noop", "refused", "pruned")
+    assert store.list_checkpoints(sid) == []
+
+
+def test_context_breakdown_accounts_for_every_part(store: Store) -> None:
+    sid = _session(store)
+    compact_session(store, sid, context_length=12_000, policy=POLICY, system_prompt=SYSTEM)
+    tools = [{"type": "function", "function": {"name": "terminal", "parameters": {}}}]
+    breakdown = context_breakdown(store.projection(sid), context_length=12_000, model="gpt-4o",
+                                  system_prompt=SYSTEM, memory="User prefers pytest.",
+                                  tools=tools, policy=POLICY)
+    parts = breakdown.parts
+    assert parts["system"] > 0 and parts["memory"] > 0 and parts["summary"] > 0
+    assert parts["tools"] > 0 and parts.get("tail:user", 0) > 0
+    assert breakdown.total == sum(v for k, v in parts.items() if k != "tool_outputs")
+    assert 0 < breakdown.percent_of_window < 100
+    assert breakdown.as_dict()["checkpoint_id"] == breakdown.checkpoint_id
+
+
+def test_projection_matches_the_runtime_view(store: Store) -> None:
+    """The runtime reads the same checkpoint layout: both views must agree."""
+    from refold.runtime.context import ContextOps
+
+    sid = _session(store)
+    compact_session(store, sid, context_length=12_000, policy=POLICY, system_prompt=SYSTEM)
+    ops = ContextOps(model="gpt-4o", context_length=12_000, policy=POLICY)
+    projection = store.projection(sid)
+    assert ops.build(projection, SYSTEM) == projection_messages(projection, SYSTEM)
