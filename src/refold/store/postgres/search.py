@@ -42,6 +42,7 @@ SCAN_CHUNK = 100_000  # ids per scan step at most
 SCAN_ROW_CAP = 5_000_000  # ids a scan visits at most
 SCAN_TIME_CAP = 2.0  # seconds a scan runs at most (as SQLite's scan budget)
 MAX_LIMIT = 500
+RANK_CANDIDATES = 10_000  # newest word matches that relevance ranking considers
 
 _HIT_COLS = "m.id, m.session_id, m.seq, m.role, m.body, m.search_text, m.created_at, s.title"
 
@@ -158,20 +159,31 @@ class SearchMixin(LedgerMixin):
 
     def _fts_rows(self, cur: Cursor, text: str, where: list[str], args: list[Any],
                   query: SearchQuery, limit: int) -> list[tuple[Any, ...]]:
-        order = "m.id DESC" if query.sort == "recency" else "score DESC, m.id DESC"
+        """Word matches; relevance ranks the newest ``RANK_CANDIDATES`` matches only, so a word
+        found in half the archive costs a bounded sort, not a rank of every row."""
         clause = " AND ".join(["m.tsv @@ q", *where])
+        matches = f"""FROM to_tsquery('refold_search', %s) q, messages m
+                      JOIN sessions s ON s.id = m.session_id WHERE {clause}"""
+        if query.sort == "recency":
+            hits = f"""SELECT {_HIT_COLS}, ts_rank_cd(m.tsv, q) AS score, q {matches}
+                       ORDER BY m.id DESC LIMIT %s"""
+            params: list[Any] = [text, *args, limit]
+            order = "id DESC"
+        else:
+            hits = f"""SELECT {_HIT_COLS}, ts_rank_cd(m.tsv, q) AS score, q
+                       FROM (SELECT m.id {matches} ORDER BY m.id DESC LIMIT %s) c
+                       JOIN messages m ON m.id = c.id JOIN sessions s ON s.id = m.session_id,
+                       to_tsquery('refold_search', %s) q
+                       ORDER BY score DESC, m.id DESC LIMIT %s"""
+            params = [text, *args, RANK_CANDIDATES, text, limit]
+            order = "score DESC, id DESC"
         # The headline is computed for the (few) returned rows only: it re-parses the text.
-        cur.execute(f"""WITH hits AS (
-                            SELECT {_HIT_COLS}, ts_rank_cd(m.tsv, q) AS score, q
-                            FROM to_tsquery('refold_search', %s) q, messages m
-                            JOIN sessions s ON s.id = m.session_id
-                            WHERE {clause} ORDER BY {order} LIMIT %s)
+        cur.execute(f"""WITH hits AS ({hits})
                         SELECT id, session_id, seq, role, body, search_text, created_at, title,
                                score, ts_headline('refold_search', left(search_text, 100000), q,
                                    'StartSel=[, StopSel=], MaxWords=24, MinWords=8, '
                                    'MaxFragments=1, FragmentDelimiter=…')
-                        FROM hits ORDER BY {order.replace("m.", "")}""", (text, *args, limit),
-                    prepare=False)
+                        FROM hits ORDER BY {order}""", params, prepare=False)
         return cur.fetchall()
 
     def _scan_rows(self, cur: Cursor, where: list[str], args: list[Any],
