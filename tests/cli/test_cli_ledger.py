@@ -137,3 +137,16 @@ def test_parse_time() -> None:
     assert parse_time("2026-01-31T00:00:00+00:00") == 1769817600.0
     with pytest.raises(Exception, match="not a date"):
         parse_time("yesterday")
+
+
+def test_import_anthropic_transcript(run: Run) -> None:
+    sample = SAMPLE.with_name("sample_anthropic.json")
+    first = ok_json(run("import", str(sample), "--format", "anthropic", "--json"))
+    assert first["appended"] == 16 and first["title"] == "sample_anthropic"
+    again = ok_json(run("import", "-", "--format", "anthropic", "--json",
+                        input=sample.read_text(encoding="utf-8")))
+    assert again["session_id"] == first["session_id"] and again["appended"] == 0
+    hits = ok_json(run("search", "OOMKilled", "--role", "tool", "--json"))
+    assert hits and hits[0]["session_id"] == first["session_id"]
+    wrong = run("import", str(sample))
+    assert wrong.exit_code != 0 and "--format anthropic" in str(wrong.exception)

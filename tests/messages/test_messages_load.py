@@ -86,3 +86,32 @@ def test_invalid_utf8_is_replaced(tmp_path: Path) -> None:
     path = tmp_path / "latin1.jsonl"
     path.write_bytes(raw * 2)
     assert load_messages_file(path)[1]["content"] == "caf\ufffd"
+
+
+ANTHROPIC_SAMPLE = Path(__file__).resolve().parents[2] / "src/refold/data/sample_anthropic.json"
+
+
+def test_load_anthropic_document_list_and_jsonl(tmp_path: Path) -> None:
+    from refold.messages import from_anthropic, load_anthropic, to_anthropic
+
+    messages = load_messages_file(ANTHROPIC_SAMPLE, fmt="anthropic")
+    assert messages[0]["role"] == "system"
+    assert any(m["role"] == "tool" for m in messages)
+    doc = json.loads(ANTHROPIC_SAMPLE.read_text(encoding="utf-8"))
+    assert to_anthropic(messages) == doc
+    turns = doc["messages"]
+    assert load_anthropic(json.dumps(turns)) == from_anthropic(turns)
+    jsonl = "\n".join(json.dumps(t, ensure_ascii=False) for t in turns)
+    assert load_anthropic(jsonl.encode("utf-8")) == from_anthropic(turns)
+    with pytest.raises(InvalidInput, match="x line 2: not valid JSON"):
+        load_anthropic(json.dumps(turns[0]) + "\n{oops", source_name="x")
+    with pytest.raises(MessageValidationError, match="Anthropic message 1, field 'role'"):
+        load_anthropic(json.dumps([turns[0], {"role": "tool", "content": "x"}]))
+    with pytest.raises(InvalidInput, match="unknown transcript format"):
+        load_messages_file(ANTHROPIC_SAMPLE, fmt="gemini")
+
+
+def test_openai_loader_hints_at_the_anthropic_format() -> None:
+    with pytest.raises(MessageValidationError) as info:
+        load_messages_file(ANTHROPIC_SAMPLE)
+    assert "--format anthropic" in str(info.value)

@@ -51,7 +51,7 @@ def test_valid_transcript_passes_unchanged() -> None:
     (2, {"content": ["hello"]}, "content[0]", "must be an object"),
     (2, {"content": [{"type": "file", "file": {}}]}, "content[0].file", "file_id"),
     (0, {"content": [{"type": "image_url", "image_url": {"url": "https://x/a.png"}}]},
-     "content[0].type", "not allowed in a system"),
+     "content[0].type", "not allowed in system messages"),
     (3, {"tool_calls": None, "reasoning_content": None}, "content", "needs content, tool_calls or reasoning"),
     (3, {"tool_calls": "x"}, "tool_calls", "must be a list"),
     (3, {"tool_calls": [{**CALL, "id": ""}]}, "tool_calls[0].id", "non-empty"),

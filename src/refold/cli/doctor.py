@@ -104,7 +104,10 @@ def _render(report: dict[str, Any]) -> None:
     if database.get("error"):
         out.print(f"database {_mark(False)}: {escape(database['error'])}")
     else:
-        out.print(f"database integrity {_mark(database['ok'])}")
+        info = database["info"]
+        summary = ", ".join(f"{key} {escape(str(info[key]))}" for key in (
+            "backend", "journal_mode", "schema_version", "sessions", "messages") if key in info)
+        out.print(f"database integrity {_mark(database['ok'])} ({summary})")
         for problem in database["problems"]:
             out.print(f"  - {escape(problem)}")
 

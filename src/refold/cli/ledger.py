@@ -21,7 +21,7 @@ import click
 
 from refold.cli.app import AppContext, emit, pass_app
 from refold.errors import Conflict, InvalidInput, NotFound
-from refold.messages import chain_identities, load_messages, load_messages_file
+from refold.messages import chain_identities, load_anthropic, load_messages, load_messages_file
 from refold.messages.model import Message
 from refold.store import SearchHit, SearchQuery, Session, Store, StoredMessage
 
@@ -31,10 +31,13 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 # -- import --------------------------------------------------------------------------------------
 
-def _read_transcript(file: str) -> tuple[list[Message], str]:
+def _read_transcript(file: str, fmt: str) -> tuple[list[Message], str]:
     if file == "-":
-        return load_messages(sys.stdin.buffer.read(), source_name="<stdin>"), "stdin"
-    return load_messages_file(file), Path(file).stem
+        data = sys.stdin.buffer.read()
+        if fmt == "anthropic":
+            return load_anthropic(data, source_name="<stdin>"), "stdin"
+        return load_messages(data, source_name="<stdin>"), "stdin"
+    return load_messages_file(file, fmt=fmt), Path(file).stem
 
 
 def _new_title(store: Store, wanted: str | None) -> str | None:
@@ -76,15 +79,20 @@ def _target_session(store: Store, ref: str | None, messages: list[Message], *,
 @click.option("--title", help="Title for a newly created session (default: the file name).")
 @click.option("--source", default="import", show_default=True,
               help="Source label stored with a new session.")
+@click.option("--format", "fmt", type=click.Choice(["openai", "anthropic"]), default="openai",
+              show_default=True, help="Message format of FILE (anthropic: Messages API turns).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_app
 def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str | None,
-               source: str, as_json: bool) -> None:
+               source: str, fmt: str, as_json: bool) -> None:
     """Import a transcript FILE (JSON list, {"messages": [...]} or JSONL; - for stdin).
+
+    Anthropic Messages transcripts ({"system", "messages"}) import with --format anthropic;
+    they are stored in the OpenAI form like everything else.
 
     Messages already stored in the session are skipped, so importing twice is harmless.
     """
-    messages, stem = _read_transcript(file)
+    messages, stem = _read_transcript(file, fmt)
     if not messages:
         raise InvalidInput(f"{file}: no messages to import")
     store = app.store

@@ -1,7 +1,7 @@
 """Messages: the canonical OpenAI chat form, validation, repair and format conversion."""
 
 from refold.messages.anthropic import from_anthropic, to_anthropic
-from refold.messages.load import load_messages, load_messages_file
+from refold.messages.load import load_anthropic, load_messages, load_messages_file
 from refold.messages.model import (
     ROLES,
     ChatMessage,
@@ -36,6 +36,7 @@ __all__ = [
     "content_text",
     "from_anthropic",
     "invalid_tool_arguments",
+    "load_anthropic",
     "load_messages",
     "load_messages_file",
     "message_identity",

@@ -244,6 +244,9 @@ def _assistant_message(content: list[Block], index: int) -> Message:
 def _system_text(system: str | Sequence[Block] | None) -> str:
     if system is None or isinstance(system, str):
         return system or ""
+    if not isinstance(system, list) or not all(isinstance(b, dict) for b in system):
+        raise MessageValidationError("system must be a string or a list of text blocks",
+                                     field="system")
     return "\n\n".join(str(b.get("text", "")) for b in system if b.get("type") == "text")
 
 
@@ -255,14 +258,16 @@ def from_anthropic(messages: Sequence[dict[str, Any]], *,
     if text:
         out.append({"role": "system", "content": text})
     for index, turn in enumerate(messages):
+        if not isinstance(turn, dict):
+            raise MessageValidationError("an Anthropic message must be an object", index=index)
         role, content = turn.get("role"), turn.get("content")
         if role not in ("user", "assistant"):
             raise MessageValidationError(f"Anthropic role must be user or assistant, not "
                                          f"{role!r}", index=index, field="role")
         if isinstance(content, str):
             out.append({"role": role, "content": content})
-        elif not isinstance(content, list):
-            raise MessageValidationError("content must be a string or a list of blocks",
+        elif not isinstance(content, list) or not all(isinstance(b, dict) for b in content):
+            raise MessageValidationError("content must be a string or a list of block objects",
                                          index=index, field="content")
         elif role == "user":
             out.extend(_user_messages(content, index))

@@ -5,6 +5,9 @@ Accepted inputs (format detected from the content, not the file name):
 - a JSON object with a ``messages`` array (an OpenAI request body works as is);
 - JSONL: one message object per line (blank lines ignored).
 
+``load_anthropic`` reads the Anthropic Messages form instead (``{"system", "messages"}``, a
+list of turns, or JSONL with one turn per line) and converts it with ``from_anthropic``.
+
 Every message is checked with ``validate_message``; the first problem raises
 ``MessageValidationError`` naming the line (JSONL, 1-based) or the message index (JSON, 0-based),
 so a caller can refuse the whole file and store nothing partial. Bytes that are not valid UTF-8
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from refold.errors import InvalidInput, MessageValidationError
+from refold.messages.anthropic import from_anthropic
 from refold.messages.model import Message
 from refold.messages.validate import validate_message
 
@@ -52,8 +56,25 @@ def _messages_from_document(doc: Any, source_name: str) -> list[Message]:
         try:
             out.append(validate_message(item, i))
         except MessageValidationError as exc:
-            raise _located(exc, f"{source_name}: ", line=None) from exc
+            located = _located(exc, f"{source_name}: ", line=None)
+            if _looks_anthropic(doc):
+                located.hint = "it looks like the Anthropic format: load it with " \
+                               "load_anthropic / refold import --format anthropic"
+            raise located from exc
     return out
+
+
+_ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking",
+                               "image", "document"})
+
+
+def _looks_anthropic(items: list[Any]) -> bool:
+    for item in items:
+        content = item.get("content") if isinstance(item, dict) else None
+        if isinstance(content, list) and any(
+                isinstance(b, dict) and b.get("type") in _ANTHROPIC_BLOCKS for b in content):
+            return True
+    return False
 
 
 def _located(exc: MessageValidationError, prefix: str,
@@ -112,6 +133,45 @@ def load_messages(data: str | bytes, *, source_name: str = "<input>") -> list[Me
     return _messages_from_document(doc, source_name)
 
 
+def _json_or_jsonl(text: str, source_name: str) -> Any:
+    """A whole JSON document, or the list of objects of a JSONL text (no validation)."""
+    if not text.strip():
+        raise InvalidInput(f"{source_name}: no messages (the input is empty)")
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    items = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                items.append(json.loads(line))
+            except ValueError as exc:
+                raise InvalidInput(f"{source_name} line {lineno}: not valid JSON ({exc})") from exc
+    return items
+
+
+def load_anthropic(data: str | bytes, *, source_name: str = "<input>") -> list[Message]:
+    """Parse an Anthropic Messages transcript and return it in the OpenAI form, validated."""
+    doc = _json_or_jsonl(_decode(data, source_name), source_name)
+    system = None
+    if isinstance(doc, dict) and "messages" in doc:
+        doc, system = doc["messages"], doc.get("system")
+    elif isinstance(doc, dict):
+        doc = [doc]
+    if not isinstance(doc, list):
+        raise InvalidInput(f"{source_name}: expected Anthropic messages (a list of turns or "
+                           '{"system": ..., "messages": [...]})')
+    try:
+        converted = from_anthropic(doc, system=system)
+    except MessageValidationError as exc:
+        raise _located(exc, f"{source_name}: Anthropic ", line=None) from exc
+    try:
+        return [validate_message(m, i) for i, m in enumerate(converted)]
+    except MessageValidationError as exc:
+        raise _located(exc, f"{source_name} (after conversion): ", line=None) from exc
+
+
 def _open_text(path: Path) -> Any:
     try:
         return path.open("r", encoding="utf-8-sig", errors="replace", newline=None)
@@ -123,13 +183,20 @@ def _open_text(path: Path) -> Any:
         raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
-def load_messages_file(path: str | Path) -> list[Message]:
-    """Load a transcript file; JSONL is streamed line by line, JSON documents read whole."""
+def load_messages_file(path: str | Path, *, fmt: str = "openai") -> list[Message]:
+    """Load a transcript file; JSONL is streamed line by line, JSON documents read whole.
+
+    ``fmt`` is ``"openai"`` (the default) or ``"anthropic"`` (see ``load_anthropic``).
+    """
+    if fmt not in ("openai", "anthropic"):
+        raise InvalidInput(f"unknown transcript format {fmt!r}", hint="use openai or anthropic")
     path = Path(path).expanduser()
     if path.is_dir():
         raise InvalidInput(f"{path} is a directory, not a transcript file")
     with _open_text(path) as fh:
         try:
+            if fmt == "anthropic":
+                return load_anthropic(fh.read(), source_name=path.name)
             return _load_open_file(fh, path.name)
         except OSError as exc:
             raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from exc

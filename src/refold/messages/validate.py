@@ -85,7 +85,7 @@ def _check_part(part: Any, role: str, index: int | None, field: str) -> None:
     kind = part.get("type")
     allowed = PART_TYPES[role]
     if kind not in allowed:
-        _fail(f"part type {kind!r} is not allowed in a {role} message",
+        _fail(f"part type {kind!r} is not allowed in {role} messages",
               index, f"{field}.type", hint="allowed: " + ", ".join(sorted(allowed)))
     if kind in ("text", "refusal"):
         if not isinstance(part.get(kind), str):
