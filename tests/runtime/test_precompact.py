@@ -83,3 +83,25 @@ def test_close_joins_background_work(store: Store) -> None:
     engine.close()
     assert engine.executor._shutdown  # type: ignore[attr-defined]
     engine.close()  # idempotent
+
+
+def test_proxy_history_edit_discards_the_plan(engine: Engine, store: Store) -> None:
+    rt = engine.open_session(new=True)
+    history: list[dict] = [{"role": "system", "content": "client system"}]
+    i = 0
+    while rt.precompactor.started == 0 and i < 200:
+        history += tool_turn(i, size=100)
+        rt.prepare_history(history)
+        reply = answer(i)
+        rt.record(reply)
+        history.append(reply)
+        i += 1
+    assert rt.precompactor.started == 1
+    # the client rewrites its 2nd user message (an edit-and-resend): the ledger rewinds
+    edited = [dict(m) for m in history]
+    second_user = [k for k, m in enumerate(edited) if m["role"] == "user"][1]
+    edited = [*edited[:second_user], {"role": "user", "content": "a different request"}]
+    rt.prepare_history(edited)
+    assert rt.precompactor.discarded == 1 and not rt.precompactor.busy
+    rows = store.get_messages(rt.session_id)
+    assert rows[-1].message["content"] == "a different request"

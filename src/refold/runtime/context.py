@@ -139,9 +139,12 @@ class ContextOps:
             out, self._warnings = self._warnings, []
             return out
 
-    def overflow_target(self, attempt: int) -> int:
+    def overflow_target(self, attempt: int, rejected_tokens: int) -> int:
+        """The target after the provider rejected ``rejected_tokens``: a shrinking share of
+        the smaller of that and the window (the provider's real limit may be below ours)."""
         targets = self.policy.overflow_targets
-        return int(self.context_length * targets[min(attempt, len(targets) - 1)])
+        base = min(self.context_length, max(1, rejected_tokens))
+        return max(1, int(base * targets[min(attempt, len(targets) - 1)]))
 
     # -- planning and committing ---------------------------------------------------------------
     def plan(self, projection: Projection, system_text: str | None,

@@ -170,13 +170,14 @@ class SessionRuntime:
             self._reading_pending = False
             if error.kind != "overflow" or attempt >= MAX_OVERFLOW_ATTEMPTS:
                 return False
-            target = self.ops.overflow_target(attempt)
             projection = self.store.projection(self.session_id)
             before = self._measure(projection)
+            target = self.ops.overflow_target(attempt, self._last_sent_tokens or before)
             report = self._compact_now(projection, target_tokens=target, force=True)
             if report is None:
                 return False
             after = self._measure(self.store.projection(self.session_id))
+            self._last_sent_tokens = after
             return after < before
 
     def compact(self, *, force: bool = True) -> Any:
