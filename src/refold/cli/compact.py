@@ -1,0 +1,193 @@
+"""``refold compact FILE``, ``refold context SESSION`` and ``refold sessions compact ID``.
+
+``compact`` runs the pure compaction on a transcript file and prints the compacted list (or,
+with ``--json``, ``{"messages": [...], "report": {...}}``). ``context`` shows what fills a
+stored session's window. ``sessions compact`` appends a checkpoint to a stored session (or,
+with ``--rotate``, starts a child session), under the session's compaction lease.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from refold.cli.app import AppContext, console, emit, pass_app
+from refold.cli.settings import Settings
+from refold.compaction.core import CompactionReport
+from refold.compaction.summarizer import Summarizer
+from refold.errors import InvalidInput
+from refold.messages.model import Message, content_text, wire_form
+
+SUMMARIZERS = ("builtin", "llm")
+
+
+def make_summarizer(settings: Settings, choice: str | None, model: str) -> Summarizer:
+    """The summarizer a command asked for, from settings (llm needs an endpoint)."""
+    from refold.compaction.builtin import BuiltinSummarizer
+
+    name = choice or settings.summarizer
+    if name == "builtin":
+        return BuiltinSummarizer()
+    if name != "llm":
+        raise InvalidInput(f"unknown summarizer {name!r}", hint="use builtin or llm")
+    url = settings.summarizer_url or settings.upstream
+    if not url:
+        raise InvalidInput("the llm summarizer needs an endpoint",
+                           hint="set REFOLD_SUMMARIZER_URL or REFOLD_UPSTREAM (…/v1)")
+    from refold.compaction.llm_summarizer import LLMSummarizer
+    from refold.llm import HttpChatClient
+
+    client = HttpChatClient(url, settings.summarizer_api_key or settings.upstream_api_key)
+    aux = settings.summarizer_model or model
+    return LLMSummarizer(client, aux, main_model=model if aux != model else None)
+
+
+def report_json(report: CompactionReport) -> dict[str, Any]:
+    data = report.to_dict()
+    data["anchors"] = list(report.anchors)
+    data["warnings"] = list(report.warnings)
+    return data
+
+
+def _render_compact(value: dict[str, Any]) -> None:
+    from rich.markup import escape
+
+    report = value["report"]
+    out = console()
+    out.print(f"[bold]{report['status']}[/bold]: {escape(report['reason'])} — "
+              f"{report['tokens_before']:,} → {report['tokens_after']:,} tokens "
+              f"(target {report['target_tokens']:,}), {report['messages_before']} → "
+              f"{report['messages_after']} messages, summarizer {report['summarizer']}")
+    for warning in report["warnings"]:
+        out.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+    for msg in value["messages"]:
+        text = content_text(msg)
+        calls = ", ".join(c["function"]["name"] for c in msg.get("tool_calls") or [])
+        line = text if len(text) <= 300 else text[:300] + "…"
+        out.print(f"[cyan]{msg['role']}[/cyan]"
+                  + (f" [dim]calls {escape(calls)}[/dim]" if calls else "") + f": {escape(line)}")
+
+
+def _load(path: Path) -> list[Message]:
+    from refold.messages.load import load_messages_file
+
+    return load_messages_file(path)
+
+
+@click.command("compact")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--context-length", type=click.IntRange(256), required=True,
+              help="The model's context window in tokens.")
+@click.option("--model", help="Model name (chooses the tokenizer and overrides).")
+@click.option("--summarizer", type=click.Choice(SUMMARIZERS), help="Default: settings.")
+@click.option("--target", type=click.IntRange(1), help="Target tokens (default: the trigger "
+                                                        "threshold).")
+@click.option("--json", "as_json", is_flag=True, help="Print messages and report as JSON.")
+@pass_app
+def compact_cmd(app: AppContext, file: Path, context_length: int, model: str | None,
+                summarizer: str | None, target: int | None, as_json: bool) -> None:
+    """Compact a transcript FILE (JSON list, {"messages": [...]}, or JSONL)."""
+    from refold.compaction.core import compact
+    from refold.tokens import get_counter
+
+    settings = app.settings
+    model = model or settings.model
+    result = compact(_load(file), context_length=context_length, model=model,
+                     counter=get_counter(model), target_tokens=target,
+                     summarizer=make_summarizer(settings, summarizer, model))
+    value = {"messages": [wire_form(m) for m in result.messages],
+             "report": report_json(result.report)}
+    emit(value, as_json, _render_compact)
+
+
+def _memory_text(settings: Settings) -> str:
+    if not settings.memories_dir.is_dir():
+        return ""
+    from refold.memory.files import open_file_store
+    from refold.memory.snapshot import take_snapshot
+
+    return take_snapshot(open_file_store(settings.memories_dir)).text
+
+
+def _render_context(value: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"session {value['session_id'][:12]} — {value['total']:,} tokens, "
+                        f"{value['percent_of_window']}% of {value['context_length']:,} "
+                        f"(compacts at {value['threshold']:,})")
+    table.add_column("part")
+    table.add_column("tokens", justify="right")
+    table.add_column("share", justify="right")
+    total = max(1, value["total"])
+    for name, tokens in value["parts"].items():
+        share = "" if name == "tool_outputs" else f"{100 * tokens / total:.1f}%"
+        label = "  (of which tool outputs)" if name == "tool_outputs" else name
+        table.add_row(label, f"{tokens:,}", share)
+    console().print(table)
+
+
+@click.command("context")
+@click.argument("session")
+@click.option("--context-length", type=click.IntRange(256), help="Default: settings.")
+@click.option("--model", help="Default: the session's model, else settings.")
+@click.option("--json", "as_json", is_flag=True, help="Print the breakdown as JSON.")
+@pass_app
+def context_cmd(app: AppContext, session: str, context_length: int | None, model: str | None,
+                as_json: bool) -> None:
+    """Show what fills SESSION's context window (system, memory, summary, tail by role)."""
+    from refold.compaction.session import context_breakdown
+
+    settings = app.settings
+    found = app.store.resolve_session(session)
+    model = model or found.model or settings.model
+    breakdown = context_breakdown(app.store.projection(found.id), model=model,
+                                  context_length=context_length or settings.context_length,
+                                  memory=_memory_text(settings))
+    emit(breakdown.as_dict(), as_json, _render_context)
+
+
+@click.command("compact")
+@click.argument("session")
+@click.option("--context-length", type=click.IntRange(256), help="Default: settings.")
+@click.option("--model", help="Default: the session's model, else settings.")
+@click.option("--summarizer", type=click.Choice(SUMMARIZERS), help="Default: settings.")
+@click.option("--rotate/--no-rotate", default=None,
+              help="Start a child session instead of appending a checkpoint "
+                   "(default: settings.rotate_on_compaction).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_app
+def sessions_compact_cmd(app: AppContext, session: str, context_length: int | None,
+                         model: str | None, summarizer: str | None, rotate: bool | None,
+                         as_json: bool) -> None:
+    """Compact a stored SESSION now (the ledger keeps every message)."""
+    from refold.compaction.session import compact_session
+
+    settings = app.settings
+    found = app.store.resolve_session(session)
+    model = model or found.model or settings.model
+    done = compact_session(app.store, found.id, model=model,
+                           context_length=context_length or settings.context_length,
+                           summarizer=make_summarizer(settings, summarizer, model),
+                           rotate=settings.rotate_on_compaction if rotate is None else rotate)
+    value = {"session_id": done.session.id, "rotated_from": done.rotated_from,
+             "stored": done.stored, "checkpoint_id": done.checkpoint.id if done.checkpoint
+             else None, "note": done.note, "report": report_json(done.report)}
+    emit(value, as_json, _render_session_compact)
+
+
+def _render_session_compact(value: dict[str, Any]) -> None:
+    report = value["report"]
+    if not value["stored"]:
+        click.echo(f"nothing stored: {value['note'] or report['reason']}")
+        return
+    where = (f"new session {value['session_id']} (continues {value['rotated_from']})"
+             if value["rotated_from"] else f"checkpoint {value['checkpoint_id']}")
+    click.echo(f"compacted: {report['tokens_before']:,} → {report['tokens_after']:,} tokens, "
+               f"{report['summarized']} messages summarized ({report['summarizer']}); {where}")
+    for warning in report["warnings"]:
+        click.echo(f"warning: {warning}")
+
+
+__all__ = ["compact_cmd", "context_cmd", "sessions_compact_cmd"]

@@ -1,0 +1,130 @@
+"""``refold compact``, ``refold context`` and ``refold sessions compact`` end to end."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from refold.cli.main import cli, main
+from refold.compaction.structure import provider_problems
+from refold.store.sqlite import SQLiteStore
+from refold.testing import serve
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compaction"))
+from agent_transcript import agent_transcript
+
+
+def invoke(home: Path, *args: str, env: dict[str, str | None] | None = None) -> Result:
+    base: dict[str, str | None] = {"REFOLD_UPSTREAM": None, "REFOLD_SUMMARIZER_URL": None,
+                                   "REFOLD_SUMMARIZER": None}
+    return CliRunner().invoke(cli, ["--home", str(home), *args], env={**base, **(env or {})},
+                              catch_exceptions=False)
+
+
+def ok_json(result: Result) -> Any:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+@pytest.fixture
+def transcript(tmp_path: Path) -> Path:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"messages": agent_transcript(40)}), encoding="utf-8")
+    return path
+
+
+def test_compact_file_json(tmp_path: Path, transcript: Path) -> None:
+    data = ok_json(invoke(tmp_path / "h", "compact", str(transcript), "--context-length",
+                          "12000", "--model", "gpt-4o", "--json"))
+    report = data["report"]
+    for key in ("tokens_before", "tokens_after", "summarizer", "anchors", "warnings"):
+        assert key in report
+    assert report["tokens_after"] < report["tokens_before"] and report["summarizer"] == "builtin"
+    assert report["anchors"] and isinstance(report["warnings"], list)
+    assert provider_problems(data["messages"], "openai") == []
+    assert all(not k.startswith("_") for m in data["messages"] for k in m)
+
+
+def test_compact_jsonl_and_human_output(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(m) for m in agent_transcript(40)), encoding="utf-8")
+    result = invoke(tmp_path / "h", "compact", str(path), "--context-length", "12000")
+    assert result.exit_code == 0 and result.output.startswith("ok: compacted")
+    assert "CONTEXT SUMMARY — REFERENCE ONLY" in result.output
+
+
+def test_compact_with_the_llm_summarizer(tmp_path: Path, transcript: Path) -> None:
+    with serve(["## Goal\n- fix login"]) as s:
+        data = ok_json(invoke(tmp_path / "h", "compact", str(transcript), "--context-length",
+                              "12000", "--summarizer", "llm", "--json",
+                              env={"REFOLD_SUMMARIZER_URL": s.base_url,
+                                   "REFOLD_SUMMARIZER_MODEL": "aux"}))
+    assert data["report"]["summarizer"] == "llm:aux"
+
+
+@pytest.mark.parametrize(("content", "needle"), [
+    ("{not json", "error:"),
+    ('[{"role": "wizard", "content": "x"}]', "role"),
+])
+def test_bad_input_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                     content: str, needle: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--home", str(tmp_path / "h"), "compact", str(path), "--context-length", "1000"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("error:") and needle in err
+    assert "Traceback" not in err
+
+
+def test_llm_summarizer_without_endpoint_is_an_input_error(
+        tmp_path: Path, transcript: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REFOLD_UPSTREAM", raising=False)
+    monkeypatch.delenv("REFOLD_SUMMARIZER_URL", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--home", str(tmp_path / "h"), "compact", str(transcript), "--context-length",
+              "12000", "--summarizer", "llm"])
+    assert exit_info.value.code == 2 and "endpoint" in capsys.readouterr().err
+
+
+def _stored_session(home: Path) -> str:
+    home.mkdir(parents=True, exist_ok=True)
+    store = SQLiteStore(str(home / "refold.db"))
+    try:
+        session = store.create_session(title="Login work", model="gpt-4o")
+        store.append_messages(session.id, agent_transcript(40)[1:])
+        return session.id
+    finally:
+        store.close()
+
+
+def test_sessions_compact_then_context(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    sid = _stored_session(home)
+    before = ok_json(invoke(home, "context", sid[:8], "--context-length", "12000", "--json"))
+    assert before["parts"]["summary"] == 0 and before["checkpoint_id"] is None
+    done = ok_json(invoke(home, "sessions", "compact", sid, "--context-length", "12000",
+                          "--json"))
+    assert done["stored"] and done["checkpoint_id"] and done["rotated_from"] is None
+    after = ok_json(invoke(home, "context", sid, "--context-length", "12000", "--json"))
+    assert after["parts"]["summary"] > 0 and after["total"] < before["total"]
+    table = invoke(home, "context", sid, "--context-length", "12000")
+    assert table.exit_code == 0 and "summary" in table.output and "tail:tool" in table.output
+
+
+def test_sessions_compact_rotate(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    sid = _stored_session(home)
+    result = invoke(home, "sessions", "compact", sid, "--context-length", "12000", "--rotate")
+    assert result.exit_code == 0 and "continues" in result.output
+    store = SQLiteStore(str(home / "refold.db"))
+    try:
+        assert store.resolve_resume(sid).title == "Login work #2"
+    finally:
+        store.close()
