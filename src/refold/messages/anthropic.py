@@ -160,20 +160,26 @@ def to_anthropic(messages: Sequence[Message], *,
 
 # -- Anthropic -> OpenAI -----------------------------------------------------------------------
 
+def _data_uri(source: dict[str, Any], index: int) -> str:
+    media_type, data = source.get("media_type"), source.get("data")
+    if not isinstance(media_type, str) or not isinstance(data, str) or not data:
+        raise MessageValidationError("a base64 source needs string media_type and data",
+                                     index=index, field="content")
+    return f"data:{media_type};base64,{data}"
+
+
 def _block_to_part(block: Block, index: int) -> dict[str, Any]:
     kind = block.get("type")
     if kind == "text":
         return {"type": "text", "text": block.get("text", "")}
-    source = block.get("source") or {}
+    source = block.get("source")
+    source = source if isinstance(source, dict) else {}
     if kind == "image":
         if source.get("type") == "base64":
-            url = f"data:{source.get('media_type')};base64,{source.get('data')}"
-        else:
-            url = str(source.get("url", ""))
-        return {"type": "image_url", "image_url": {"url": url}}
+            return {"type": "image_url", "image_url": {"url": _data_uri(source, index)}}
+        return {"type": "image_url", "image_url": {"url": str(source.get("url", ""))}}
     if kind == "document" and source.get("type") == "base64":
-        file: dict[str, Any] = {
-            "file_data": f"data:{source.get('media_type')};base64,{source.get('data')}"}
+        file: dict[str, Any] = {"file_data": _data_uri(source, index)}
         if block.get("title"):
             file["filename"] = block["title"]
         return {"type": "file", "file": file}
@@ -193,7 +199,10 @@ def _tool_result_text(block: Block) -> str:
     content = block.get("content")
     if content is None or isinstance(content, str):
         return content or ""
-    texts = [b.get("text", "") if b.get("type") == "text" else "[image]" for b in content]
+    if not isinstance(content, list):
+        return str(content)
+    texts = [str(b.get("text", "")) if isinstance(b, dict) and b.get("type") == "text"
+             else "[image]" for b in content]
     return "\n".join(texts)
 
 

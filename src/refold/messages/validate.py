@@ -84,7 +84,7 @@ def _check_part(part: Any, role: str, index: int | None, field: str) -> None:
         _fail(f"a content part must be an object, not {type(part).__name__}", index, field)
     kind = part.get("type")
     allowed = PART_TYPES[role]
-    if kind not in allowed:
+    if not isinstance(kind, str) or kind not in allowed:
         _fail(f"part type {kind!r} is not allowed in {role} messages",
               index, f"{field}.type", hint="allowed: " + ", ".join(sorted(allowed)))
     if kind in ("text", "refusal"):
@@ -181,7 +181,7 @@ def validate_message(message: Any, index: int | None = None) -> Message:
     if not isinstance(message, dict):
         _fail(f"a message must be a JSON object, not {type(message).__name__}", index, "")
     role = message.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         hint = "use 'tool' with tool_call_id" if role == "function" else \
             "one of: " + ", ".join(sorted(ROLES))
         _fail(f"unknown role {role!r}", index, "role", hint=hint)
