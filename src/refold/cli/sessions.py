@@ -85,7 +85,9 @@ def _describe(message: dict[str, Any]) -> str:
     calls = [f"→ {(c.get('function') or {}).get('name')}"
              f"({(c.get('function') or {}).get('arguments', '')})"
              for c in message.get("tool_calls") or []]
-    return "\n".join(p for p in [text, *calls] if p) or "(empty)"
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    thought = f"(reasoning) {reasoning}" if isinstance(reasoning, str) and reasoning else ""
+    return "\n".join(p for p in [thought, text, *calls] if p) or "(empty)"
 
 
 def _render_show(value: dict[str, Any]) -> None:
@@ -97,7 +99,9 @@ def _render_show(value: dict[str, Any]) -> None:
               f"{session['message_count']} message(s), started {_when(session['started_at'])}")
     for row in value["messages"]:
         flag = "" if row["active"] else " [dim](rewound)[/dim]"
-        out.print(f"[cyan]#{row['seq']} {row['role']}[/cyan]{flag}")
+        call_id = row["message"].get("tool_call_id")
+        answers = f" ← {escape(str(call_id))}" if call_id else ""
+        out.print(f"[cyan]#{row['seq']} {row['role']}{answers}[/cyan]{flag}")
         out.print(escape(_describe(row["message"])), soft_wrap=True)
 
 
