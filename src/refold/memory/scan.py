@@ -55,7 +55,7 @@ _LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t
 _F = r"(?:[\s,;:'\"*_-]+[\w'-]+){0,6}?[\s,;:'\"*_-]+"  # up to six filler words between anchors
 _QUAL = (r"(?:all|any|every|previous|prior|preceding|above|earlier|former|foregoing|initial|"
          r"original|existing|system|developer|your|these|those|old|safety)")
-_STRONG = (r"(?:instructions?|directives?|prompts?|guidelines?|guardrails?|programming|"
+_STRONG = (r"(?:instructions?|directives?|prompts?|guidelines?|guardrails?|programming|guidance|"
            r"system\s+messages?|orders)")
 _WEAK = r"(?:rules|restrictions|constraints|polic(?:y|ies)|limitations|filters|context)"
 _IGNORE = (r"(?:ignore|disregard|forget|bypass|override|overlook|neglect|abandon|discard|"
@@ -64,17 +64,21 @@ _NEG = re.compile(r"\b(?:never|not|don'?t|avoid|no|without|forbidden|prohibited)
 
 _NET = (r"(?:curl|wget|nc|ncat|netcat|socat|telnet|httpie|http\s+(?:post|get|put)|"
         r"invoke-webrequest|invoke-restmethod|iwr|irm|requests\.(?:post|get|put)|fetch\(|"
-        r"scp|rsync|ftp|sftp|nslookup|dig|ping|sendmail|mail\s+-s)")
+        r"scp|rsync|ftp|sftp|nslookup|dig|ping|sendmail|mail\s+-s|urlopen|urllib\.request|"
+        r"httpx\.(?:post|get|put)|axios\.(?:post|get))")
 _SECRET_VAR = (r"(?:\$\{?[a-z0-9_]*(?:key|token|secret|passw(?:or)?d|pwd|credentials?|cookie|"
                r"auth)s?\b\}?|\$\(\s*(?:env|printenv|cat|base64|whoami|hostname|id|history)\b|"
                r"`\s*(?:env|printenv|cat|whoami|hostname)\b|\bprintenv\b|%[a-z_]*(?:key|token|"
                r"secret|password)%|\$env:[a-z0-9_]*(?:key|token|secret|password)s?\b|"
-               r"dict\(os\.environ\)|os\.environ\.copy\(\)|dumps\(os\.environ\)|"
+               r"dict\(os\.environ\)|os\.environ\[[\"'][a-z0-9_]*(?:key|token|secret|password)|"
+               r"os\.getenv\([\"'][a-z0-9_]*(?:key|token|secret|password)|"
+               r"process\.env\.[a-z0-9_]*(?:key|token|secret|password)|os\.environ\.copy\(\)|dumps\(os\.environ\)|"
                r"json\.stringify\(process\.env\))")
 _STRONG_PATH = (r"(?:\.ssh/(?:id_[a-z0-9_]+(?!\.pub)\b|authorized_keys|\*)|\bid_(?:rsa|dsa|"
                 r"ecdsa|ed25519)(?!\.pub)\b|\.aws/credentials|\.netrc|\.pgpass|\.git-credentials|"
                 r"\.docker/config\.json|\.kube/config|/etc/shadow|\.gnupg|keychain|"
-                r"credentials\.json|service[-_]account[\w-]*\.json|(?:~|\$home|\$\{home\}|"
+                r"credentials\.json|service[-_]account[\w-]*\.json|\.config/gh/hosts\.ya?ml|\.config/gcloud|"
+                r"\.azure/|\.vault-token|\.terraformrc|\.cargo/credentials|(?:~|\$home|\$\{home\}|"
                 r"/root|/home/\w+|%userprofile%)/\.env\b)")
 _WEAK_PATH = r"(?:(?<![\w.])\.env(?:\.[a-z]+)?\b|secrets?\.(?:ya?ml|json|toml)|\.npmrc|\.pypirc)"
 _READ_STRONG = (r"(?:cat|less|more|head|tail|type|get-content|gc|read|open|print|copy|cp|scp|"
@@ -86,13 +90,13 @@ _READ_WEAK = (r"(?:cat|less|more|head|tail|type|get-content|print|base64|xxd|str
 _SECRET_NOUN = (r"(?:api[\s_-]?keys?|access\s+keys?|tokens?|secrets?|passwords?|passwd|"
                 r"credentials?|private\s+keys?|ssh\s+keys?|env(?:ironment)?\s+var(?:iable)?s?|"
                 r"\.env|cookies?|session\s+(?:ids?|tokens?)|conversation|chat\s+history|"
-                r"system\s+prompt|memory\s+(?:files?|contents)|user\s+data)")
+                r"system\s+prompt|memory\s+(?:files?|contents)|user\s+data|os\.environ|process\.env)")
 _DEST = (r"(?:https?://|www\.|webhook|pastebin|paste\.ee|ngrok|requestbin|pipedream|discord|"
          r"telegram|[\w.+-]+@[\w-]+\.[\w.]+|\b\d{1,3}(?:\.\d{1,3}){3}\b|attacker|evil|"
          r"external\s+(?:server|endpoint|url|site)|remote\s+server|my\s+server|this\s+url|"
          r"the\s+following\s+(?:url|address|endpoint))")
 
-_ZH_Q = (r"(?:之前|以前|先前|上面|上述|前面|原有|原来|原來|原先|系统|系統|你的|此前|以上|前述|"
+_ZH_Q = (r"(?:用户的|用戶的|之前|以前|先前|上面|上述|前面|原有|原来|原來|原先|系统|系統|你的|此前|以上|前述|"
          r"开发者|開發者|安全|默认|默認)")
 _ZH_IGNORE = (r"(?:忽略|忽视|忽視|无视|無視|不要理会|不要理會|别管|別管|不用管|不必理会|跳过|跳過|"
               r"绕过|繞過|绕开|丢弃|丟棄|忘记|忘記|忘掉|抛弃|拋棄|放弃|放棄|不再遵守|不要遵守|"
@@ -119,7 +123,9 @@ _PHRASES: list[_Pattern] = [
     _c(rf"\b{_IGNORE}[\s,]+(?:\w+\s+)?{_QUAL}\s+(?:the\s+)?{_WEAK}\b",
        "prompt injection: ignore previous rules"),
     _c(rf"\b{_IGNORE}\s+(?:everything|anything|all)\s+(?:you\s+were\s+told|above|before|"
-       r"previously|(?:that\s+)?(?:came|comes)\s+before|i\s+said\s+before)",
+       r"previously|(?:that\s+)?(?:came|comes)\s+before|i\s+said\s+before)|\b" + _IGNORE +
+       r"\s+(?:what|everything|anything|all)\s+(?:you\s+(?:were|have\s+been|got)\s+told|you\s+know|"
+       r"i\s+said)",
        "prompt injection: ignore everything above"),
     _c(r"\bsystem\s+prompt\s+(?:override|overwrite|injection|update)|\boverride\s+(?:the\s+)?"
        r"system\s+prompt", "prompt injection: system prompt override"),
@@ -139,7 +145,8 @@ _PHRASES: list[_Pattern] = [
        "role hijack: act without restrictions"),
     _c(r"\b(?:enable|enter|activate|switch\s+to|you\s+are\s+in|now\s+in)\s+(?:the\s+)?"
        r"(?:developer|god|jailbreak|unrestricted|dan|admin)\s+mode\b|\bjailbr(?:oken|eak)\s+mode\b"
-       r"|\bdo\s+anything\s+now\b|\bstay\s+in\s+character\b", "role hijack: jailbreak mode"),
+       r"|\bdo\s+anything\s+now\b|\bstay\s+in\s+character\b|\b(?:unrestricted|jailbreak|god|dan|"
+       r"unfiltered|uncensored)\s+mode\b", "role hijack: jailbreak mode"),
     _c(r"\b(?:respond|answer|reply|operate|act|behave|output)\b[^.\n]{0,25}\bwithout\s+(?:any\s+)?"
        r"(?:restrictions|limitations|filters|filtering|safety|censorship|ethical|moral|"
        r"guardrails)", "role hijack: answer without restrictions"),
@@ -147,7 +154,9 @@ _PHRASES: list[_Pattern] = [
        r"|the\s+)?(?:rules|guidelines|policies|instructions|restrictions|openai|anthropic)",
        "role hijack: not bound by rules"),
     _c(r"<\|?\s*(?:im_start|im_end|endoftext|system)\s*\|?>|\[/?(?:inst|system|sys)\]|<<\s*sys\s*>>|"
-       r"</?\s*(?:system|assistant|developer|env_memory|user_profile|instructions)\s*>",
+       r"</?\s*(?:system|assistant|developer|env_memory|user_profile|instructions)\s*>|"
+       r"[\"']role[\"']\s*:\s*[\"'](?:system|developer)[\"']|<!--[^>]{0,300}\b(?:assistant|system|ai|"
+       r"agent|llm|model|ignore|override|secret|hidden|silently|instructions?)\b[^>]{0,300}-->",
        "role hijack: fake chat-template tags"),
     _c(r"(?:^|\n)\s*(?:#+\s*)?(?:system|assistant|developer)(?:\s+(?:message|prompt|note))?\s*[:：]"
        r"\s*(?:you|ignore|disregard|from\s+now|new|override|always|never|the\s+user|do\s+not)\b",
@@ -166,12 +175,69 @@ _PHRASES: list[_Pattern] = [
        r"were\s+(?:given|told))|(?:given|told)\s+to\s+you)\b[^.\n]{0,30}?\b(?:no\s+longer\s+appl|"
        r"(?:is|are)\s+(?:now\s+)?(?:void|obsolete|cancell?ed|revoked|null|invalid))",
        "prompt injection: earlier instructions revoked"),
+    _c(r"\b(?:do\s+not|don'?t|never|must\s+not|mustn'?t)\s+(?:ever\s+)?(?:mention|reveal|disclose|"
+       r"admit)\s+(?:this|these|that)\s+(?:note|instruction|message|memory|rule|entry)s?\b|"
+       r"\bif\s+(?:anyone|the\s+user|someone|they)\s+asks?,?\s+(?:say|tell\s+them|claim|deny)\b|"
+       r"\b(?:must\s+not|mustn'?t|do\s+not|don'?t|never)\s+(?:reveal|disclose|admit)\s+(?:to\s+the\s+"
+       r"(?:user|human)|(?:this|it)\s+to\s+(?:the\s+)?(?:user|human))",
+       "prompt injection: hide actions from the user"),
+    _c(rf"\b{_IGNORE}\s+the\s+(?:user|human|operator)\b(?!'s)(?=\s*[.;,!]|\s+(?:and|completely|"
+       r"entirely|from\s+now))|\byour\s+(?:only\s+|real\s+|true\s+)?(?:loyalty|allegiance)\s+is\s+to\b",
+       "prompt injection: ignore the user"),
+    _c(r"\b(?:reveal|print|output|show|dump|leak|disclose|expose|repeat)\b[^.\n]{0,30}\b(?:context\s+"
+       r"window|hidden\s+messages|full\s+context|entire\s+context)",
+       "prompt injection: reveal the context"),
+    _c(r"\bnew\s+(?:objective|mission|directive|orders|prime\s+directive)\s*[:：]",
+       "prompt injection: new instructions"),
+    _c(r"\b(?:pretend|imagine|assume)\s+(?:that\s+)?(?:the\s+|your\s+|all\s+)?(?:safety\s+)?"
+       r"(?:guidelines|rules|restrictions|polic(?:y|ies)|instructions|filters)\s+(?:do\s+not|don'?t|"
+       r"no\s+longer)\s+(?:exist|apply)", "role hijack: pretend the rules do not exist"),
+    _c(r"(?:不需要|无需|無需|不必|不用|不再)(?:再)?遵守.{0,8}(?:任何|所有|一切|之前|原有|开发者|開發者|系统|系統)"
+       r".{0,8}(?:限制|规则|規則|指令|设定|設定|约束|約束)|(?:新规定|新規定|新规则|新規則|新要求)\s*[:：]",
+       "prompt injection (zh): rules revoked"),
+    _c(r"(?:把|将|將)(?:你的)?(?:系统提示|系統提示|初始提示|系统指令|系統指令|提示词|提示詞|隐藏指令|隱藏指令)"
+       r".{0,10}(?:打印|输出|輸出|显示|顯示|告诉|告訴|发|發|复述|複述|透露)",
+       "prompt injection (zh): reveal system prompt"),
+    _c(r"(?:不受|没有|沒有|无|無)(?:任何)?(?:限制|约束|約束|规则|規則|审查|審查)的(?:ai|助手|模型|机器人|機器人)",
+       "role hijack (zh): jailbreak persona"),
+    _c(r"\b(?:previous|prior|earlier|original|above|existing|your|all)\s+(?:system\s+)?"
+       r"(?:messages?|prompts?|instructions|guidelines|directives|rules)\b[^.\n]{0,60}?"
+       r"\b(?:(?:is|are|was|were)\s+(?:now\s+)?(?:deprecated|obsolete|void|cancell?ed|revoked|"
+       r"superseded|overridden|invalid|a\s+test)|no\s+longer\s+(?:appl|valid|in\s+effect))",
+       "prompt injection: earlier instructions revoked"),
+    _c(r"\byou\s+(?:now\s+)?(?:have|has|are\s+under|operate\s+with)\s+no\s+(?:content\s+|"
+       r"safety\s+|ethical\s+|usage\s+)?(?:polic(?:y|ies)|filters?|restrictions|rules|limits|"
+       r"guidelines|guardrails)", "role hijack: no restrictions"),
+    _c(r"\b(?:safety|guardrails?|content[_ ]filter|alignment)\s*[=:]\s*(?:off|false|0|disabled|none)"
+       r"\b|\b(?:disable|turn\s+off|switch\s+off|remove)\s+(?:all\s+(?:of\s+)?)?your\s+"
+       r"(?:safety|guardrails|filters|content\s+filter|restrictions)",
+       "role hijack: safety switched off"),
+    _c(r"\byou(?:'re|\s+are)\s+(?:now\s+)?(?:dan|stan|dude|aim)\b|\bdan\s+(?:never\s+refuses|"
+       r"can\s+do\s+anything)", "role hijack: jailbreak persona"),
+    _c(r"\b(?:the\s+)?(?:user|human|operator)\s+(?:is\s+not\s+to\s+be|must\s+not\s+be|should\s+"
+       r"not\s+be|must\s+never\s+be|should\s+never\s+be)\s+(?:informed|told|notified|made\s+"
+       r"aware)|\b(?:user|human)\s+(?:must|should)\s+never\s+(?:know|find\s+out|learn)\b",
+       "prompt injection: hide actions from the user"),
+    _c(r"\b(?:follow|obey|execute|run|trust)\s+(?:only\s+)?(?:the\s+|any\s+|all\s+)?"
+       r"(?:instructions|commands|directives|orders)\s+(?:\w+\s+){0,2}?(?:in|from|inside|within|"
+       r"embedded\s+in|found\s+in)\s+(?:the\s+)?(?:tool\s+(?:results?|outputs?)|web\s*pages?|"
+       r"websites?|retrieved\s+\w+|search\s+results|emails?|<tool_output>)",
+       "prompt injection: obey instructions from untrusted content"),
+    _c(r"\b(?:higher\s+priority\s+than|precedence\s+over|priority\s+over|overrides?)\s+(?:your|the)"
+       r"\s+(?:system\s+prompt|instructions|guidelines|rules)\b",
+       "prompt injection: outranks the system prompt"),
+    _c(r"\b(?:post|send|upload|forward|leak|exfiltrate|email|transmit)\s+(?:the\s+)?(?:user'?s|"
+       r"users'|their|all|every|any)\s+(?:cookies|session\s+tokens?|tokens?|passwords?(?!\s+reset)|"
+       r"credentials|api\s+keys?|secrets|ssh\s+keys?|private\s+keys?)\b",
+       "exfiltration: sends the user's secrets"),
+    _c(r"(?:^|\n)\s*(?:系统|系統)(?:提示|消息|指令|通知)?\s*[:：]\s*(?:忽略|无视|無視|你|从现在|從現在|"
+       r"不要|必须|必須|新的)", "role hijack (zh): fake system message"),
     _c(rf"\b{_IGNORE}\s+(?:the\s+)?(?:user|human|operator)(?:'s)?\s+(?:instructions|requests|"
        r"wishes|commands)", "prompt injection: ignore the user"),
     _c(rf"{_ZH_IGNORE}.{{0,12}}{_ZH_STRONG}|{_ZH_IGNORE}.{{0,8}}{_ZH_Q}.{{0,8}}{_ZH_WEAK}|"
        r"(?:忽略|无视|無視|忘记|忘記|忘掉)(?:以上|上面|之前|前面|先前)(?:的)?(?:所有|全部|一切)?(?:的)?"
        r"(?:内容|內容|说的|說的|的话|的話)?(?=\s*(?:[。，,.!！；;:：]|$))", "prompt injection (zh): ignore previous instructions"),
-    _c(r"(?:你现在是|你現在是|从现在(?:开始|起)你(?:是|就是|将是)|從現在(?:開始|起)你(?:是|就是)|"
+    _c(r"(?:你现在是|你現在是|从现在(?:开始|起)[，, ]?你(?:是|就是|将是)|從現在(?:開始|起)[，, ]?你(?:是|就是)|"
        r"从今以后你是|你的新身份|你的新角色|你的真实身份|你的真實身份)(?!在)",
        "role hijack (zh): you are now"),
     _c(r"(?:扮演|假装|假裝|充当|充當)(?:你是)?(?:一个|一個)?.{0,6}(?:没有|沒有|不受|无|無|解除)"
@@ -205,15 +271,17 @@ _EXFIL: list[_Pattern] = [
     _c(r"(?:>>?|\btee\b(?:\s+-a)?)\s*[^\s]*authorized_keys", "exfiltration: ssh backdoor"),
     _c(r"\bssh-(?:rsa|ed25519)\s+\S{20,}[^\n]{0,80}authorized_keys", "exfiltration: ssh backdoor"),
     _c(rf"\b(?:send|post|upload|forward|transmit|exfiltrate|leak|email|mail|paste|share|report|"
-       rf"submit|sync|copy|include|append)\b[^.\n]{{0,60}}\b{_SECRET_NOUN}\b[^.\n]{{0,60}}"
+       rf"submit|sync|copy|include|append)(?:s|es)?\b[^.\n]{{0,60}}\b{_SECRET_NOUN}\b[^.\n]{{0,60}}"
        rf"\b(?:to|at|into|via|on|with)\b[^.\n]{{0,30}}{_DEST}",
        "exfiltration: sends secrets or the conversation to an outside address"),
     _c(rf"(?:{_ZH_SEND}).{{0,20}}{_ZH_SECRET}.{{0,20}}{_ZH_DEST}|把.{{0,20}}{_ZH_SECRET}.{{0,20}}"
        rf"(?:{_ZH_SEND}|发|發|传|傳)(?:到|至|给|給).{{0,40}}{_ZH_DEST}|{_ZH_SECRET}.{{0,10}}"
        rf"(?:{_ZH_SEND})(?:到|至|给|給).{{0,40}}{_ZH_DEST}",
        "exfiltration (zh): sends secrets to an outside address"),
-    _c(rf"(?:读取|讀取|读出|讀出|查看|打印|输出|輸出|显示|顯示|发送|發送|上传|上傳)"
-       rf".{{0,20}}{_STRONG_PATH}", "exfiltration (zh): reads credential files"),
+    _c(rf"(?:读取|讀取|读出|讀出|查看|打印|输出|輸出|显示|顯示|发送|發送|上传|上傳|贴|貼|粘贴|"
+       rf"附上|附加|附带|附帶|放到|放进|放進|复制|複製).{{0,20}}{_STRONG_PATH}|{_STRONG_PATH}.{{0,20}}"
+       rf"(?:贴|貼|粘贴|附上|发送|發送|发到|發到|上传|上傳|输出|輸出|显示|顯示|打印)",
+       "exfiltration (zh): reads credential files"),
 ]
 
 # Letters-only patterns over the ``compact`` view (and its reverse).
