@@ -1,6 +1,13 @@
-"""Print the memory scanner's blocked rate and false-positive rate on the two test corpora.
+"""Print the memory scanner's blocked rate and false-positive rate on the test corpora.
 
-Run: python bench/bench_memory_scan.py [-v]   (-v lists the misses and the false positives)
+Two pairs of corpora in tests/memory/corpora/:
+- injections.json / benign.json — the development corpora. The scanner was tuned against them
+  (and against two earlier held-out sets, folded in after measuring), so their rates are
+  optimistic.
+- injections_unseen.json / benign_unseen.json — written after the scanner was frozen and never
+  tuned against: the honest estimate for attacks phrased in ways the patterns have not seen.
+
+Run: python bench/bench_memory_scan.py [-v]   (-v lists misses and false positives)
 """
 
 from __future__ import annotations
@@ -15,23 +22,30 @@ from refold.memory.scan import scan
 CORPORA = Path(__file__).resolve().parent.parent / "tests" / "memory" / "corpora"
 
 
-def main() -> None:
-    verbose = "-v" in sys.argv
-    attacks = json.loads((CORPORA / "injections.json").read_text(encoding="utf-8"))
-    benign = json.loads((CORPORA / "benign.json").read_text(encoding="utf-8"))
+def _load(name: str) -> list[str]:
+    return list(json.loads((CORPORA / f"{name}.json").read_text(encoding="utf-8")))
+
+
+def report(label: str, attacks: list[str], benign: list[str], verbose: bool) -> None:
     start = time.perf_counter()
     missed = [text for text in attacks if scan(text) is None]
     flagged = [(text, scan(text)) for text in benign if scan(text) is not None]
-    elapsed = time.perf_counter() - start
-    print(f"blocked: {len(attacks) - len(missed)}/{len(attacks)} "
-          f"= {(len(attacks) - len(missed)) / len(attacks):.1%}")
-    print(f"false positives: {len(flagged)}/{len(benign)} = {len(flagged) / len(benign):.1%}")
-    print(f"scan time: {elapsed * 1000 / (len(attacks) + 2 * len(benign)):.3f} ms per text")
+    per_text = (time.perf_counter() - start) * 1000 / (len(attacks) + 2 * len(benign))
+    caught = len(attacks) - len(missed)
+    print(f"{label}: blocked {caught}/{len(attacks)} = {caught / len(attacks):.1%}; "
+          f"false positives {len(flagged)}/{len(benign)} = {len(flagged) / len(benign):.1%}; "
+          f"{per_text:.3f} ms per scan")
     if verbose:
         for text in missed:
-            print("MISSED:", repr(text))
+            print("  MISSED:", repr(text))
         for text, reason in flagged:
-            print("FALSE POSITIVE:", repr(text), "->", reason)
+            print("  FALSE POSITIVE:", repr(text), "->", reason)
+
+
+def main() -> None:
+    verbose = "-v" in sys.argv
+    report("development corpora", _load("injections"), _load("benign"), verbose)
+    report("unseen corpora     ", _load("injections_unseen"), _load("benign_unseen"), verbose)
 
 
 if __name__ == "__main__":

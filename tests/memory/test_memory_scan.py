@@ -13,10 +13,17 @@ from refold.memory.scan import MAX_SCAN_CHARS, invisible_reason, scan
 CORPORA = Path(__file__).parent / "corpora"
 ATTACKS: list[str] = json.loads((CORPORA / "injections.json").read_text(encoding="utf-8"))
 BENIGN: list[str] = json.loads((CORPORA / "benign.json").read_text(encoding="utf-8"))
+UNSEEN_ATTACKS: list[str] = json.loads(
+    (CORPORA / "injections_unseen.json").read_text(encoding="utf-8"))
+UNSEEN_BENIGN: list[str] = json.loads((CORPORA / "benign_unseen.json").read_text(encoding="utf-8"))
 
-# Thresholds the scanner meets on these corpora (measured: see bench/bench_memory_scan.py).
+# Thresholds the scanner meets (measured with bench/bench_memory_scan.py). The development
+# corpora were tuned against, so they are optimistic; the unseen corpora were written after the
+# scanner was frozen and are the honest figure: pattern matching misses novel paraphrases.
 MIN_BLOCKED_RATE = 0.95
 MAX_FALSE_POSITIVE_RATE = 0.02
+MIN_UNSEEN_BLOCKED_RATE = 0.40
+MAX_UNSEEN_FALSE_POSITIVE_RATE = 0.04
 
 
 def test_corpora_are_large_and_varied() -> None:
@@ -33,6 +40,13 @@ def test_blocked_rate_on_the_injection_corpus() -> None:
 def test_false_positive_rate_on_the_benign_corpus() -> None:
     flagged = [text for text in BENIGN if scan(text) is not None]
     assert len(flagged) / len(BENIGN) <= MAX_FALSE_POSITIVE_RATE, flagged
+
+
+def test_rates_on_the_unseen_corpora() -> None:
+    blocked = sum(scan(text) is not None for text in UNSEEN_ATTACKS)
+    flagged = [text for text in UNSEEN_BENIGN if scan(text) is not None]
+    assert blocked / len(UNSEEN_ATTACKS) >= MIN_UNSEEN_BLOCKED_RATE
+    assert len(flagged) / len(UNSEEN_BENIGN) <= MAX_UNSEEN_FALSE_POSITIVE_RATE, flagged
 
 
 @pytest.mark.parametrize(("text", "kind"), [
