@@ -9,6 +9,7 @@ is deterministic: same messages, same budget → same list in the same order.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -22,8 +23,8 @@ _EXT = (r"py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonl|yaml|yml|toml|md|rst|txt|rs|go
         r"vue|svelte|proto|graphql|tf|xml|ipynb|gradle|mk|dockerfile")
 _PATTERNS: tuple[tuple[str, int, re.Pattern[str]], ...] = (
     ("error", 6, re.compile(
-        r"(?m)^[^\n]{0,40}?\b(?:[A-Z]\w*(?:Error|Exception)|error(?:\[\w+\])?|ERROR|FAILED|"
-        r"[Ff]atal|panic|Traceback)\b[^\n]{0,160}")),
+        r"(?m)\b[A-Z]\w*(?:Error|Exception|Exit|Failure):[^\n]{1,160}|"
+        r"^[^\n]{0,40}?\b(?:error(?:\[\w+\])?:|ERROR|FAILED|[Ff]atal:|panic:)[^\n]{0,160}")),
     ("url", 5, re.compile(r"\bhttps?://[^\s'\"<>)\]`]+[^\s'\"<>)\]`.,;:]")),
     ("path", 5, re.compile(
         rf"(?<![\w/.:-])(?:~|\.{{1,2}})?/?(?:[\w.@+-]+/)+[\w.@+-]+|\b[\w.-]+\.(?:{_EXT})\b")),
@@ -41,6 +42,7 @@ _PATTERNS: tuple[tuple[str, int, re.Pattern[str]], ...] = (
     ("config", 3, re.compile(r"\b[A-Z][A-Z0-9_]{2,}=[^\s'\"]+|\b(?:localhost|[\w-]+(?:\.[\w-]+)+):"
                              r"\d{2,5}\b")),
 )
+_DIGITS = re.compile(r"\d+")
 _NOISE = re.compile(r"^(?:call_|toolu_|chatcmpl-|Traceback \(most recent call last\))")
 
 
@@ -80,13 +82,22 @@ def _clean(text: str) -> str:
     return text[:MAX_ANCHOR_CHARS]
 
 
+def _shape(text: str) -> str:
+    return _DIGITS.sub("#", text)
+
+
 def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
-    """Every candidate anchor in ``messages``, scored; not yet deduplicated by containment."""
+    """Every candidate anchor in ``messages``, scored; not yet deduplicated by containment.
+
+    Score = kind weight + recency (0..1) + frequency (up to 1.5) + 1 if the user wrote it,
+    minus a penalty growing with how many candidates share its *shape* (digits masked): a
+    hundred ``pytest -k case17``-like commands are worth less, each, than one unique path.
+    """
     found: dict[str, Anchor] = {}
     counts: dict[str, int] = {}
     total = max(1, len(messages))
 
-    def add(text: str, kind: str, weight: int, position: int) -> None:
+    def add(text: str, kind: str, weight: float, position: int) -> None:
         text = _clean(text)
         if len(text) < 3 or _NOISE.match(text):
             return
@@ -98,6 +109,7 @@ def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
             found[text] = Anchor(text, kind, weight + recency, first)
 
     for pos, msg in enumerate(messages):
+        bonus = 1.0 if msg.get("role") == "user" else 0.0
         for command in _command_texts(msg):
             add(command, "command", 5, pos)
         text = _message_text(msg)
@@ -105,11 +117,16 @@ def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
             continue
         for line in text.splitlines():
             if line.startswith("$ "):
-                add(line[2:], "command", 5, pos)
+                add(line[2:], "command", 5 + bonus, pos)
         for kind, weight, pattern in _PATTERNS:
             for match in pattern.finditer(text):
-                add(match.group(0), kind, weight, pos)
-    return [Anchor(a.text, a.kind, a.score + min(counts[a.text], 5) * 0.3, a.first_seen)
+                add(match.group(0), kind, weight + bonus, pos)
+    shapes: dict[str, int] = {}
+    for text in found:
+        shape = _shape(text)
+        shapes[shape] = shapes.get(shape, 0) + 1
+    return [Anchor(a.text, a.kind, a.score + min(counts[a.text], 5) * 0.3
+                   - 1.5 * math.log2(shapes[_shape(a.text)]), a.first_seen)
             for a in found.values()]
 
 
@@ -120,11 +137,13 @@ def select_anchors(candidates: Iterable[Anchor], *, budget_tokens: int,
     ``carried`` anchors (from a previous summary's index) compete too, ranked just below fresh
     ones of equal kind, so iterative compaction keeps old identifiers while budget allows.
     """
-    pool = list(candidates) + [Anchor(a, "carried", 4.5, -1) for a in carried if a]
+    pool = list(candidates) + [Anchor(a, "carried", 4.0, -1) for a in carried if a]
     pool.sort(key=lambda a: (-a.score, len(a.text), a.text))
     chosen: list[Anchor] = []
     used = 0
     for anchor in pool:
+        if used + 4 > budget_tokens:
+            break
         if any(anchor.text in c.text for c in chosen):
             continue
         cost = count_text(anchor.text) + 3

@@ -85,16 +85,15 @@ def _sentences(text: str) -> list[str]:
 class _Notes:
     """What the scan collects, in order of appearance."""
 
-    sections: dict[str, list[str]] = field(default_factory=dict)
+    sections: dict[str, dict[str, None]] = field(default_factory=dict)  # ordered sets
     files: dict[str, set[str]] = field(default_factory=dict)
     tools: dict[str, int] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)  # gist -> error item
 
     def add(self, key: str, item: str) -> None:
         item = _short(item)
-        bucket = self.sections.setdefault(key, [])
-        if item and item not in bucket:
-            bucket.append(item)
+        if item:
+            self.sections.setdefault(key, {})[item] = None
 
     def touch(self, path: str, action: str) -> None:
         self.files.setdefault(path, set()).add(action)
@@ -170,11 +169,13 @@ def _scan(turns: Sequence[Message], notes: _Notes, labels: dict[str, str]) -> No
                 _scan_tool_group(call, results.get(str(call.get("id"))), notes, labels)
 
 
-def _merge(previous: SummarySections | None, fresh: dict[str, list[str]]) -> dict[str, list[str]]:
+def _merge(previous: SummarySections | None, fresh: dict[str, dict[str, None]]
+           ) -> dict[str, list[str]]:
     merged: dict[str, list[str]] = {}
     for key, cap in _CAPS.items():
         old = list(previous.get(key)) if previous else []
-        new = [i for i in fresh.get(key, []) if i not in old]
+        seen = set(old)
+        new = [i for i in fresh.get(key, {}) if i not in seen]
         items = old + new
         if key == "goal":
             items = items[:cap]  # the original goal leads; later requests follow
