@@ -144,3 +144,30 @@ def test_eight_processes_lose_nothing(tmp_path: Path) -> None:
     assert {e.text for e in mem.read("user").entries} == {f"user note from {w}" for w in range(WORKERS)}
     assert not mem.read("memory").drift
     assert not [n for n in listing(tmp_path) if n.endswith(".tmp") or ".bak." in n]
+
+
+def test_add_under_drift_keeps_a_copy_of_the_outside_edit(tmp_path: Path) -> None:
+    mem = open_file_store(tmp_path)
+    mem.add("memory", "first")
+    (tmp_path / "MEMORY.md").write_text("first   \n§\n\n§\nhand  written\n", encoding="utf-8")
+    mem.add("memory", "second")
+    [bak] = tmp_path.glob("MEMORY.md.bak.*")
+    assert bak.read_text(encoding="utf-8") == "first   \n§\n\n§\nhand  written\n"
+
+
+def test_undecodable_bytes_are_drift_and_never_rewritten(tmp_path: Path) -> None:
+    (tmp_path / "USER.md").write_bytes(b"caf\xe9 au lait\n")  # latin-1, not UTF-8
+    mem = open_file_store(tmp_path)
+    assert mem.read("user").drift
+    with pytest.raises(Conflict):
+        mem.replace("user", "lait", "tea")
+    assert (tmp_path / "USER.md").read_bytes() == b"caf\xe9 au lait\n"
+
+
+def test_corrupt_sidecar_is_ignored_not_fatal(tmp_path: Path) -> None:
+    mem = open_file_store(tmp_path)
+    mem.add("memory", "one")
+    (tmp_path / ".MEMORY.md.meta.json").write_text("{broken", encoding="utf-8")
+    assert [e.text for e in mem.read("memory").entries] == ["one"]
+    mem.replace("memory", "one", "uno")  # canonical file, so no drift without the sidecar
+    assert [e.text for e in mem.read("memory").entries] == ["uno"]

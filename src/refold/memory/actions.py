@@ -147,6 +147,8 @@ class MemoryStore:
                 loaded = self.backend.load(target)
                 if loaded.drift and not only_adds:
                     self._refuse_drift(target)
+                if loaded.drift:
+                    self.backend.backup(target)  # the add rewrites the file: keep the original
                 try:
                     return self._commit(target, ops, loaded)
                 except Conflict as exc:

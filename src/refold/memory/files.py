@@ -149,6 +149,10 @@ class FileBackend:
             return True
         if raw is None:
             return False  # deleted outside refold: nothing there to lose
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return True  # rewriting would replace the undecodable bytes
         if "sha256" in meta:
             return _sha(raw) not in (meta.get("sha256"), meta.get("prev_sha256"))
         return render_entries(parse_entries(text)).strip() != text.strip()
