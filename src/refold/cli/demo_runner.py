@@ -124,6 +124,8 @@ class DemoRunner:
         if prepared.compaction is not None:
             self.stats.compactions += 1
             view = compaction_view(prepared.compaction, self.stats.compactions)
+            view["before"] = prepared.tokens_before or view["before"]
+            view["after"] = prepared.tokens
             view["background"] = rt.precompactor.used > used
             self.stats.precomputed += view["background"]
             yield DemoEvent("compaction", view)

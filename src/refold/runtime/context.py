@@ -20,10 +20,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from refold.errors import Conflict
-from refold.messages.model import Message, content_text
-from refold.runtime.guard import TriggerGuard
+from refold.messages.model import Message
 from refold.runtime.precompact import Plan, plan_is_current
-from refold.store.base import CheckpointDraft, Projection, Store
+from refold.store.base import Projection, Store
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +34,7 @@ class ContextOps:
 
     def __init__(self, *, model: str, context_length: int, policy: Any | None = None,
                  summarizer: Any | None = None, chat_client: Any | None = None) -> None:
-        from refold.compaction.builtin import BuiltinSummarizer
-        from refold.compaction.policy import CompactionPolicy, threshold_for
+        from refold.compaction import BuiltinSummarizer, CompactionGuard, CompactionPolicy
         from refold.tokens import get_counter
 
         self.model = model
@@ -45,11 +43,13 @@ class ContextOps:
         self.summarizer = summarizer if summarizer is not None else BuiltinSummarizer()
         self.chat_client = chat_client
         self.counter = get_counter(model)
-        self.threshold = threshold_for(self.policy, context_length, model).tokens
+        self.builtin = BuiltinSummarizer()
+        self.guard = CompactionGuard(self.policy, context_length=context_length, model=model)
+        self.threshold = self.guard.threshold
         self.pre_threshold = int(self.threshold * PRE_THRESHOLD_FRACTION)
-        self.guard = TriggerGuard(self.policy, self.threshold)
         self._lock = threading.Lock()
         self._warnings: list[str] = []
+        self._use_builtin = False  # the guard says the llm summarizer is cooling down
 
     # -- counting -----------------------------------------------------------------------------
     def validate(self, messages: list[Message]) -> None:
@@ -71,21 +71,9 @@ class ContextOps:
     # -- the model view ------------------------------------------------------------------------
     def build(self, projection: Projection, system_text: str | None) -> list[Message]:
         """System text + checkpoint (head, summary block) + active tail rows (with overrides)."""
-        out: list[Message] = []
-        if system_text:
-            out.append({"role": "system", "content": system_text})
-        checkpoint = projection.checkpoint
-        details = checkpoint.details if checkpoint else {}
-        overrides = {int(k): v for k, v in (details.get("overrides") or {}).items()}
-        if checkpoint is not None:
-            out.extend(dict(m) for m in details.get("head") or [])
-            block = details.get("block")
-            if block is None:
-                block = [{"role": checkpoint.summary_role or "user",
-                          "content": checkpoint.summary}]
-            out.extend(dict(m) for m in block)
-        out.extend(dict(overrides.get(row.seq, row.message)) for row in projection.messages)
-        return out
+        from refold.compaction import projection_messages
+
+        return projection_messages(projection, system_text)
 
     def breakdown(self, projection: Projection, *, system_prompt: str | None, snapshot: str,
                   tools: Sequence[dict[str, Any]] | None) -> dict[str, Any]:
@@ -112,68 +100,86 @@ class ContextOps:
                 "threshold": self.threshold, "context_length": self.context_length,
                 "checkpoint_id": checkpoint.id if checkpoint else None,
                 "fraction_of_threshold": round(total / self.threshold, 4) if self.threshold
-                else 0.0, "auto_compaction": self.guard.status()}
+                else 0.0, "auto_compaction": self.guard_status()}
 
-    # -- policy -----------------------------------------------------------------------------------
-    def should_compact(self, tokens: int, *, real: bool, pending: bool) -> bool:
-        """The trigger: over the threshold, allowed by anti-thrash, not on a pending estimate."""
+    # -- policy (refold.compaction.CompactionGuard: triggers and anti-thrash) ----------------
+    def note_request_sent(self) -> None:
         with self._lock:
-            if real:
-                self.guard.observe_reading(tokens)
-            if tokens < self.threshold:
-                return False
-            if pending and not real and tokens < self.context_length:
-                # a real reading for the last request is on its way; don't act on an estimate
-                return False
-            allowed, why = self.guard.allows(tokens)
-            if not allowed and why:
-                self._warnings.append(why)
-            return allowed
+            self.guard.note_request_sent()
+
+    def note_no_reading(self) -> None:
+        """The reply came back without usage: stop waiting for a real reading."""
+        with self._lock:
+            self.guard.note_request_failed()
+
+    def preflight(self, tokens: int) -> bool:
+        """Compact before sending ``tokens`` (an estimate)? Never on an estimate while a real
+        reading is pending — unless the estimate is over the whole window."""
+        with self._lock:
+            decision = self.guard.preflight(tokens, exact=tokens >= self.context_length)
+            return self._take(decision)
+
+    def post_response(self, prompt_tokens: int) -> bool:
+        """Compact after a reply whose real prompt size was ``prompt_tokens``?"""
+        with self._lock:
+            return self._take(self.guard.post_response(prompt_tokens))
+
+    def _take(self, decision: Any) -> bool:
+        if decision.notice:
+            self._warnings.append(decision.notice)
+        self._use_builtin = bool(decision.use_builtin)
+        return bool(decision.compact)
 
     def auto_allowed(self) -> bool:
         with self._lock:
-            return self.guard.allows(self.threshold)[0]
+            return not self.guard.status().blocked
+
+    def guard_status(self) -> dict[str, Any]:
+        with self._lock:
+            status = self.guard.status()
+        return {"blocked": status.blocked, "reason": status.reason, "strikes": status.strikes,
+                "cooldown_seconds": round(status.cooldown_remaining, 1)}
 
     def take_warnings(self) -> list[str]:
         with self._lock:
             out, self._warnings = self._warnings, []
             return out
 
-    def overflow_target(self, attempt: int, rejected_tokens: int) -> int:
-        """The target after the provider rejected ``rejected_tokens``: a shrinking share of
-        the smaller of that and the window (the provider's real limit may be below ours)."""
-        targets = self.policy.overflow_targets
-        base = min(self.context_length, max(1, rejected_tokens))
-        return max(1, int(base * targets[min(attempt, len(targets) - 1)]))
+    def overflow_target(self, attempt: int, rejected_tokens: int) -> int | None:
+        """The target after the provider rejected ``rejected_tokens`` (None: give up). The
+        guard's shrinking share of the window, capped by the same share of what was rejected
+        (the provider's real limit may be below the configured window)."""
+        with self._lock:
+            decision = self.guard.on_overflow(attempt, rejected_tokens)
+        if not decision.compact or decision.target_tokens is None:
+            return None
+        share = decision.target_tokens / self.context_length
+        return max(1, min(decision.target_tokens, int(max(1, rejected_tokens) * share)))
 
     # -- planning and committing ---------------------------------------------------------------
     def plan(self, projection: Projection, system_text: str | None,
              tools: Sequence[dict[str, Any]] | None, *, target_tokens: int | None,
              force: bool) -> Plan | None:
         """A checkpoint draft for ``projection`` (pure; safe on a worker thread)."""
-        from refold.compaction.core import compact
-        from refold.compaction.summary import SUMMARY_KEY, is_summary_message
+        from refold.compaction import compact, projection_messages
+        from refold.compaction.session import checkpoint_draft
 
-        view = self.build(projection, system_text)
-        offset = len(view) - len(projection.messages)  # system + head + separate summary
+        view = projection_messages(projection, system_text)
+        summarizer = self.builtin if self._use_builtin else self.summarizer
         result = compact(view, context_length=self.context_length, policy=self.policy,
-                         counter=self.counter, summarizer=self.summarizer, model=self.model,
-                         target_tokens=target_tokens, tools=tools,
+                         counter=self.counter, summarizer=summarizer, fallback=self.builtin,
+                         model=self.model, target_tokens=target_tokens, tools=tools,
                          compaction_count=1 if projection.checkpoint else 0)
         report = result.report
-        if report.status not in ("ok", "fallback") or report.summary is None:
+        draft = None
+        if report.changed and report.summary is not None:
+            draft = checkpoint_draft(projection, view, result, 1 if system_text else 0)
+        if draft is None:
             with self._lock:
-                self.guard.record_failure(report.status, report.reason)
-            log.info("compaction not applied: %s (%s)", report.status, report.reason)
+                self.guard.record(report)
+            log.info("compaction not stored: %s (%s)", report.status, report.reason)
             return None
-        if report.tail_start < offset or report.tail_start > len(view):
-            return None  # the cut fell inside the previous checkpoint: nothing storable
-        draft = _draft(projection, view, result.messages, report, offset)
-        if not all(m.get(SUMMARY_KEY) or is_summary_message(m)
-                   for m in draft.details["block"]):
-            log.warning("compaction result does not map onto the ledger; not stored")
-            return None
-        rows = projection.messages[:report.tail_start - offset]
+        rows = [r for r in projection.messages if r.seq < draft.tail_start_seq]
         return Plan(draft=draft,
                     base_checkpoint_id=projection.checkpoint.id if projection.checkpoint
                     else None,
@@ -197,52 +203,11 @@ class ContextOps:
         finally:
             store.release_lease(lease, holder)
         with self._lock:
-            self.guard.record_compaction(plan.draft.tokens_before, plan.draft.tokens_after)
+            self.guard.record(plan.report)
         return plan.report
-
-
-def _draft(projection: Projection, view: list[Message], compacted: list[Message],
-           report: Any, offset: int) -> CheckpointDraft:
-    """Map the pure result's cut back onto ledger seqs.
-
-    ``compacted`` is head + summary block (the summary, maybe an acknowledgement) + tail; the
-    tail is the last ``len(rows) - tail_index`` messages, compared row by row with the ledger so
-    outputs compaction downgraded are recorded as overrides (the ledger keeps the originals).
-    """
-    rows = projection.messages
-    tail_index = report.tail_start - offset
-    tail_rows = rows[tail_index:]
-    tail_start_seq = tail_rows[0].seq if tail_rows else (rows[-1].seq + 1 if rows else 0)
-    previous = projection.checkpoint
-    summarized = rows[:tail_index]
-    first_seq = previous.first_seq if previous else (summarized[0].seq if summarized
-                                                     else tail_start_seq)
-    last_seq = summarized[-1].seq if summarized else (previous.last_seq if previous
-                                                      else tail_start_seq - 1)
-    system_n = 1 if view and view[0].get("role") in ("system", "developer") else 0
-    head_end = min(report.head_end, len(compacted))
-    kept = compacted[len(compacted) - len(tail_rows):] if tail_rows else []
-    block_end = len(compacted) - len(tail_rows)
-    details: dict[str, Any] = {
-        "head": [dict(m) for m in compacted[system_n:head_end]],
-        "block": [dict(m) for m in compacted[head_end:block_end]],
-        "summarized": report.summarized, "language": report.language}
-    overrides = {str(row.seq): m for row, m in zip(tail_rows, kept, strict=True)
-                 if m != row.message}
-    if overrides:
-        details["overrides"] = overrides
-    return CheckpointDraft(
-        summary=report.summary, first_seq=first_seq, last_seq=last_seq,
-        tail_start_seq=tail_start_seq, anchors=list(report.anchors),
-        tokens_before=report.tokens_before, tokens_after=report.tokens_after,
-        summarizer=report.summarizer, status="ok" if report.status == "ok" else "fallback",
-        summary_role=report.summary_role or "user", details=details)
 
 
 def _join(system_prompt: str | None, snapshot: str) -> str | None:
     parts = [p for p in (system_prompt, snapshot) if p]
     return "\n\n".join(parts) if parts else None
 
-
-def summary_text(message: Message) -> str:
-    return content_text(message)

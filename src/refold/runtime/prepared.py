@@ -32,6 +32,7 @@ class Prepared:
     context_length: int
     compaction: Any | None = None  # a refold.compaction report when this call compacted
     warnings: list[str] = field(default_factory=list)
+    tokens_before: int | None = None  # the size before this call compacted (None: it didn't)
 
     @property
     def fraction(self) -> float:

@@ -61,7 +61,6 @@ class SessionRuntime:
         self._lock = threading.RLock()
         self._precompactor = Precompactor(engine.executor)
         self._last_sent_tokens: int | None = None  # estimate of the last prepared request
-        self._reading_pending = False  # a request went out and its usage has not come back
         self._last_prepared: Prepared | None = None
         self.user_turns = 0
         self.tool_iterations = 0
@@ -150,15 +149,13 @@ class SessionRuntime:
                 self.store.add_usage(self.session_id, input_tokens=prompt_tokens,
                                      output_tokens=completion, cache_read_tokens=cached,
                                      model=model)
-            self._reading_pending = False
             if prompt_tokens and self._last_prepared is not None:
                 self.ops.observe(self._last_prepared.messages, self._tools, prompt_tokens)
             turn_done = not message.get("tool_calls")
             if not turn_done:
                 self.tool_iterations += 1
                 self._turn_tool_iterations += 1
-            real = prompt_tokens + completion if prompt_tokens else None
-            self._post_response(real)
+            self._post_response(prompt_tokens or None)
             iterations, self._turn_tool_iterations = self._turn_tool_iterations, (
                 0 if turn_done else self._turn_tool_iterations)
         if turn_done:
@@ -167,12 +164,15 @@ class SessionRuntime:
     def handle_error(self, error: UpstreamError, attempt: int) -> bool:
         """True when the context was compacted further so a retry can succeed."""
         with self._lock:
-            self._reading_pending = False
+            self.ops.note_no_reading()
             if error.kind != "overflow" or attempt >= MAX_OVERFLOW_ATTEMPTS:
                 return False
             projection = self.store.projection(self.session_id)
             before = self._measure(projection)
             target = self.ops.overflow_target(attempt, self._last_sent_tokens or before)
+            if target is None:
+                return False
+            self._precompactor.discard()
             report = self._compact_now(projection, target_tokens=target, force=True)
             if report is None:
                 return False
@@ -226,9 +226,11 @@ class SessionRuntime:
         messages = self._build(projection)
         tokens = self.ops.count(messages, self._tools)
         report = None
-        if self.ops.should_compact(tokens, real=False, pending=self._reading_pending):
+        before = None
+        if self.ops.preflight(tokens):
             report = self._swap_or_compact(projection)
             if report is not None:
+                before = tokens
                 projection = self.store.projection(self.session_id)
                 messages = self._build(projection)
                 tokens = self.ops.count(messages, self._tools)
@@ -238,17 +240,19 @@ class SessionRuntime:
                             "token window; the provider may reject it")
         self._maybe_precompact(projection, tokens)
         self._last_sent_tokens = tokens
-        self._reading_pending = True
-        prepared = Prepared(messages=[wire_form(m) for m in messages], tokens=tokens, threshold=self.ops.threshold,
+        self.ops.note_request_sent()
+        prepared = Prepared(messages=[wire_form(m) for m in messages], tokens=tokens,
+                            threshold=self.ops.threshold,
                             context_length=self.ops.context_length, compaction=report,
-                            warnings=warnings)
+                            warnings=warnings, tokens_before=before)
         self._last_prepared = prepared
         return prepared
 
     def _post_response(self, real_tokens: int | None) -> None:
         if real_tokens is None:
+            self.ops.note_no_reading()
             return
-        if self.ops.should_compact(real_tokens, real=True, pending=False):
+        if self.ops.post_response(real_tokens):
             self._swap_or_compact(self.store.projection(self.session_id))
         elif real_tokens >= self.ops.pre_threshold:
             self._maybe_precompact(self.store.projection(self.session_id), real_tokens)
@@ -261,7 +265,7 @@ class SessionRuntime:
             if report is not None:
                 self._precompactor.used += 1
                 after = self._measure(self.store.projection(self.session_id))
-                if not self.ops.should_compact(after, real=False, pending=False):
+                if after < self.ops.threshold:
                     return report
                 projection = self.store.projection(self.session_id)
             else:
