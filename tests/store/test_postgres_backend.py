@@ -156,3 +156,33 @@ def test_memory_save_is_compare_and_swap_across_hosts(postgres_store: Any) -> No
         assert postgres_store.memory_load("default", "user") == ([], 0)
     finally:
         other.close()
+
+
+def test_upgrade_from_version_1_backfills_cjk_grams() -> None:
+    require_postgres()
+    from refold.store.postgres import PostgresStore
+    from refold.store.postgres.schema import MIGRATIONS, ensure_trigram_extension, migrate
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        path = [schema, ensure_trigram_extension(conn)]
+        assert migrate(conn, schema, path, MIGRATIONS[:1]) == [1]
+        conn.execute("INSERT INTO sessions (id, started_at) VALUES ('old', 0)")
+        conn.execute("INSERT INTO messages (session_id, seq, role, body, identity, created_at, "
+                     "search_text) VALUES ('old', 1, 'user', '{}', 'x', 0, '旧的部署记录')")
+    store = PostgresStore(POSTGRES_URL, schema=schema)
+    try:
+        assert store.applied_migrations == [m.version for m in MIGRATIONS[1:]]
+        assert [(h.session_id, h.seq) for h in store.search(SearchQuery("署"))] == [("old", 1)]
+    finally:
+        store.drop_schema()
+        store.close()
+
+
+def test_gram_index_serves_short_cjk_queries(postgres_store: Any) -> None:
+    with psycopg.connect(POSTGRES_URL) as conn:
+        conn.execute(f'SET search_path TO "{postgres_store.schema}", public')
+        conn.execute("SET enable_seqscan = off")
+        plan = "\n".join(r[0] for r in conn.execute(
+            "EXPLAIN SELECT id FROM messages WHERE cjk_grams @> ARRAY['部署']"))
+    assert "messages_grams" in plan

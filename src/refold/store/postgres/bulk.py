@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 
 from refold.messages.model import searchable_text
 from refold.store.base import Checkpoint, Event, Session, StoredMessage
-from refold.store.postgres.codec import clean_text, encode_json
+from refold.store.postgres.codec import cjk_gram_list, clean_text, encode_json
 from refold.store.postgres.core import PgCore
 
 
@@ -33,11 +33,12 @@ class BulkMixin(PgCore):
                 return False
             count = 0
             with cur.copy("COPY messages (session_id, seq, role, body, identity, token_count, "
-                          "created_at, active, search_text) FROM STDIN") as copy:
+                          "created_at, active, search_text, cjk_grams) FROM STDIN") as copy:
                 for m in messages:
+                    text = clean_text(searchable_text(m.message))
                     copy.write_row((session.id, m.seq, m.role, encode_json(m.message), m.identity,
-                                    m.token_count, m.created_at, m.active,
-                                    clean_text(searchable_text(m.message))))
+                                    m.token_count, m.created_at, m.active, text,
+                                    cjk_gram_list(text)))
                     count += 1
             cur.execute("UPDATE sessions SET message_count = %s WHERE id = %s",
                         (count, session.id))

@@ -16,6 +16,8 @@ import json
 import re
 from typing import Any
 
+from refold.search.query import cjk_grams
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -39,3 +41,9 @@ def clean_text(text: str) -> str:
     if _SURROGATE.search(text):
         text = _SURROGATE.sub("\ufffd", text)
     return text
+
+
+def cjk_gram_list(text: str) -> list[str] | None:
+    """The CJK unigrams and bigrams of ``text`` for the gram index; None when it has none."""
+    grams = cjk_grams(text)
+    return grams.split(" ") if grams else None

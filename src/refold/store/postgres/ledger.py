@@ -35,7 +35,7 @@ from refold.store.base import (
     Session,
     StoredMessage,
 )
-from refold.store.postgres.codec import clean_text, encode_json
+from refold.store.postgres.codec import cjk_gram_list, clean_text, encode_json
 from refold.store.postgres.core import (
     CHECKPOINT_COLS,
     MESSAGE_COLS,
@@ -84,12 +84,12 @@ class LedgerMixin(PgCore):
         rows = []
         for i, message in enumerate(messages):
             count = counts[i] if counts is not None else None
+            text = clean_text(searchable_text(message))
             rows.append((session_id, first_seq + i, str(message["role"]), encode_json(message),
-                         identities[i], count, created_at,
-                         clean_text(searchable_text(message))))
+                         identities[i], count, created_at, text, cjk_gram_list(text)))
         cur.executemany("""INSERT INTO messages (session_id, seq, role, body, identity,
-                                token_count, created_at, search_text)
-                           VALUES (%s, %s, %s, %s, %s, %s, %s, %s)""", rows)
+                                token_count, created_at, search_text, cjk_grams)
+                           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)""", rows)
         cur.execute("UPDATE sessions SET message_count = message_count + %s WHERE id = %s",
                     (len(rows), session_id))
         return [StoredMessage(session_id, first_seq + i, m, identities[i],
@@ -342,9 +342,9 @@ class LedgerMixin(PgCore):
                          parent.owner, time.time(), stop, session_id, stop))
             row = cur.fetchone()
             cur.execute("""INSERT INTO messages (session_id, seq, role, body, identity,
-                                token_count, created_at, search_text)
+                                token_count, created_at, search_text, cjk_grams)
                            SELECT %s, row_number() OVER (ORDER BY seq), role, body, identity,
-                                token_count, created_at, search_text
+                                token_count, created_at, search_text, cjk_grams
                            FROM messages WHERE session_id = %s AND active AND seq <= %s""",
                         (new_id, session_id, stop))
         assert row is not None

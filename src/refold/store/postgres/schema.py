@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,8 +23,12 @@ import psycopg
 from psycopg import sql
 
 from refold.errors import MigrationError
+from refold.store.postgres.codec import cjk_gram_list
 
 log = logging.getLogger(__name__)
+
+
+Backfill = Callable[[psycopg.Connection[Any]], None]
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,17 @@ class Migration:
     version: int
     name: str
     statements: tuple[str, ...]
+    backfill: Backfill | None = None  # Python step run in the same transaction, after the SQL
+
+
+def _backfill_cjk_grams(conn: psycopg.Connection[Any]) -> None:
+    """Compute ``cjk_grams`` for rows written before the column existed (Python-side grams)."""
+    with conn.cursor(name="refold_grams_backfill") as rows, conn.cursor() as out:
+        rows.execute("SELECT id, search_text FROM messages WHERE cjk_grams IS NULL")
+        while batch := rows.fetchmany(2000):
+            out.executemany("UPDATE messages SET cjk_grams = %s WHERE id = %s",
+                            [(grams, row_id) for row_id, text in batch
+                             if (grams := cjk_gram_list(text))])
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -137,6 +153,16 @@ MIGRATIONS: tuple[Migration, ...] = (
     )),
 )
 
+MIGRATIONS += (
+    # 1–2 letter CJK queries: a GIN index over each message's CJK unigrams and bigrams answers
+    # them exactly, where a trigram index cannot (the same grams SQLite's gram index holds).
+    Migration(2, "cjk grams", (
+        "ALTER TABLE messages ADD COLUMN cjk_grams text[]",
+        "CREATE INDEX messages_grams ON messages USING gin (cjk_grams) "
+        "WHERE cjk_grams IS NOT NULL",
+    ), backfill=_backfill_cjk_grams),
+)
+
 LATEST_VERSION = MIGRATIONS[-1].version
 
 
@@ -169,7 +195,8 @@ def ensure_trigram_extension(conn: psycopg.Connection[Any]) -> str:
         conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
 
-def migrate(conn: psycopg.Connection[Any], schema: str, search_path: list[str]) -> list[int]:
+def migrate(conn: psycopg.Connection[Any], schema: str, search_path: list[str],
+            migrations: tuple[Migration, ...] = MIGRATIONS) -> list[int]:
     """Bring ``schema`` to ``LATEST_VERSION``; return the versions applied by this call."""
     key = _lock_key(conn, f"refold:migrate:{schema}")
     conn.execute("SELECT pg_advisory_lock(%s)", (key,))
@@ -183,12 +210,12 @@ def migrate(conn: psycopg.Connection[Any], schema: str, search_path: list[str]) 
                             applied_at double precision NOT NULL)""")
         row = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
         current = int(row[0]) if row else 0
-        if current > LATEST_VERSION:
+        if current > max(m.version for m in migrations):
             raise MigrationError(
                 f"schema {schema!r} is at version {current}, newer than this refold "
-                f"({LATEST_VERSION})", hint="upgrade refold")
+                f"({max(m.version for m in migrations)})", hint="upgrade refold")
         applied: list[int] = []
-        for migration in MIGRATIONS:
+        for migration in migrations:
             if migration.version > current:
                 _apply(conn, migration)
                 applied.append(migration.version)
@@ -203,6 +230,8 @@ def _apply(conn: psycopg.Connection[Any], migration: Migration) -> None:
         with conn.transaction():
             for statement in migration.statements:
                 conn.execute(statement.encode())  # trusted constant SQL
+            if migration.backfill is not None:
+                migration.backfill(conn)
             conn.execute("INSERT INTO schema_migrations (version, name, applied_at) "
                          "VALUES (%s, %s, %s)", (migration.version, migration.name, time.time()))
     except psycopg.Error as exc:

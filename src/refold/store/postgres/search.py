@@ -12,9 +12,12 @@ tsquery syntax:
 - ``trigram``: ``LIKE '%needle%'`` (``ILIKE`` when the needle has case) on ``search_text``,
   which the ``gin_trgm_ops`` index answers for needles of 3+ characters; shorter needles and
   exclusions are checked with ``strpos`` on those rows.
-- ``scan``: needles all shorter than 3 characters (or OR-groups with CJK): ``strpos`` over id
-  ranges, newest first, stopping at the limit or the row/time caps, so every message containing
-  a 1–2 character CJK query is found within the caps.
+- ``grams``: 1–2 letter CJK needles, which no trigram can answer: the GIN index over each row's
+  CJK unigrams and bigrams (``cjk_grams``, the same grams SQLite indexes) finds the candidates,
+  ``strpos`` re-checks every needle, so the answer is exact and every containing row is found.
+- OR-groups mixing scripts: each group through its own path, merged newest first.
+- ``scan``: the rest with CJK (a needle mixing CJK and Latin letters in one word): ``strpos`` over
+  growing id ranges, newest first, stopping at the limit or the row/time caps.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from refold.search.query import (
     TRIGRAM_MIN_CHARS,
     ParsedQuery,
     Term,
+    is_gram_needle,
     make_snippet,
     parse_query,
 )
@@ -92,6 +96,22 @@ def _substring_condition(parsed: ParsedQuery, *, indexed: bool) -> tuple[str, li
     return "(" + " OR ".join(ors) + ")", args
 
 
+def _index_condition(parsed: ParsedQuery, mode: str) -> tuple[str, list[Any]]:
+    """One group through an index: trigram LIKE on 3+ letter needles, or the CJK gram array
+    for 1–2 letter ones; every needle is then re-checked as a substring (exact answers)."""
+    if mode == "trigram":
+        return _substring_condition(parsed, indexed=True)
+    must, must_not = parsed.substring_groups()[0]
+    grams = list(dict.fromkeys(n for n in must if is_gram_needle(n)))
+    parts: list[str] = ["m.cjk_grams @> %s::text[]"]
+    args: list[Any] = [grams]
+    for needle, negate in [(n, False) for n in must] + [(n, True) for n in must_not]:
+        sql, arg = _contains(needle, indexed=False, negate=negate)
+        parts.append(sql)
+        args.append(arg)
+    return "(" + " AND ".join(parts) + ")", args
+
+
 def _filters(query: SearchQuery) -> tuple[list[str], list[Any]]:
     where: list[str] = []
     args: list[Any] = []
@@ -134,28 +154,41 @@ class SearchMixin(LedgerMixin):
     def _search_rows(self, cur: Cursor, parsed: ParsedQuery, query: SearchQuery,
                      limit: int) -> list[tuple[Any, ...]]:
         where, args = _filters(query)
-        if parsed.mode == "fts":
+        mode = parsed.mode
+        if mode == "fts":
             text = tsquery_text(parsed)
             cur.execute("SELECT numnode(to_tsquery('refold_search', %s))", (text,))
             row = cur.fetchone()
             if row and row[0] > 0:
                 return self._fts_rows(cur, text, where, args, query, limit)
-        condition, cargs = _substring_condition(parsed, indexed=parsed.mode == "trigram")
+        elif mode in ("trigram", "grams"):
+            condition, cargs = _index_condition(parsed, mode)
+            return self._newest(cur, [condition, *where], [*cargs, *args], limit)
+        parts = [ParsedQuery(parsed.raw, (group,)) for group in parsed.groups]
+        if len(parts) > 1 and all(part.mode != "scan" for part in parts):
+            return self._union(cur, parts, query, limit)
+        condition, cargs = _substring_condition(parsed, indexed=False)
         where, args = [condition, *where], [*cargs, *args]
-        if parsed.mode == "trigram":
-            order = "m.id DESC"
-            cur.execute(f"""SELECT {_HIT_COLS}, 0.0, NULL FROM messages m
-                            JOIN sessions s ON s.id = m.session_id
-                            WHERE {' AND '.join(where)} ORDER BY {order} LIMIT %s""",
-                        (*args, limit), prepare=False)
-            return cur.fetchall()
         if query.session_id is not None:  # bounded by the session: no chunking needed
-            cur.execute(f"""SELECT {_HIT_COLS}, 0.0, NULL FROM messages m
-                            JOIN sessions s ON s.id = m.session_id
-                            WHERE {' AND '.join(where)} ORDER BY m.id DESC LIMIT %s""",
-                        (*args, limit), prepare=False)
-            return cur.fetchall()
+            return self._newest(cur, where, args, limit)
         return self._scan_rows(cur, where, args, limit)
+
+    def _newest(self, cur: Cursor, where: list[str], args: list[Any],
+                limit: int) -> list[tuple[Any, ...]]:
+        cur.execute(f"""SELECT {_HIT_COLS}, 0.0, NULL FROM messages m
+                        JOIN sessions s ON s.id = m.session_id
+                        WHERE {' AND '.join(where)} ORDER BY m.id DESC LIMIT %s""",
+                    (*args, limit), prepare=False)
+        return cur.fetchall()
+
+    def _union(self, cur: Cursor, parts: list[ParsedQuery], query: SearchQuery,
+               limit: int) -> list[tuple[Any, ...]]:
+        """OR-groups mixing scripts: each group through its own index, merged newest first."""
+        found: dict[int, tuple[Any, ...]] = {}
+        for part in parts:
+            for row in self._search_rows(cur, part, query, limit):
+                found.setdefault(int(row[0]), row)
+        return sorted(found.values(), key=lambda r: int(r[0]), reverse=True)[:limit]
 
     def _fts_rows(self, cur: Cursor, text: str, where: list[str], args: list[Any],
                   query: SearchQuery, limit: int) -> list[tuple[Any, ...]]:
