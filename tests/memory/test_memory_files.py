@@ -171,3 +171,20 @@ def test_corrupt_sidecar_is_ignored_not_fatal(tmp_path: Path) -> None:
     assert [e.text for e in mem.read("memory").entries] == ["one"]
     mem.replace("memory", "one", "uno")  # canonical file, so no drift without the sidecar
     assert [e.text for e in mem.read("memory").entries] == ["uno"]
+
+
+def test_threads_in_one_process_lose_nothing(tmp_path: Path) -> None:
+    import threading
+
+    mem = open_file_store(tmp_path)
+
+    def add_many(worker: int) -> None:
+        for j in range(10):
+            mem.add("memory", f"<t{worker}:{j}>")
+
+    threads = [threading.Thread(target=add_many, args=(w,)) for w in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(mem.read("memory").entries) == 40

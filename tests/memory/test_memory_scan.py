@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from refold.memory.scan import MAX_SCAN_CHARS, invisible_reason, scan
 
@@ -90,3 +92,16 @@ def test_everyday_words_pass() -> None:
 
 def test_huge_text_is_refused_not_scanned_slowly() -> None:
     assert "too large" in (scan("a" * (MAX_SCAN_CHARS + 1)) or "")
+
+
+@given(st.text(max_size=300))
+def test_scan_never_raises(text: str) -> None:
+    result = scan(text)
+    assert result is None or isinstance(result, str)
+
+
+@given(st.lists(st.sampled_from(["ignore", "all", "previous", "curl", "$TOKEN", "~/.ssh/id_rsa",
+                                 "忽略", "之前", "指令", " ", "\n", "|", "-", "."]), max_size=60))
+def test_scan_never_raises_on_attack_vocabulary(words: list[str]) -> None:
+    result = scan(" ".join(words))
+    assert result is None or isinstance(result, str)
