@@ -138,3 +138,23 @@ def test_classify_error(status: int, body: str, kind: str, action: str) -> None:
 def test_engine_rejects_bad_window(store: Store, tmp_path: Path) -> None:
     with pytest.raises(InvalidInput):
         Engine(store, model="m", context_length=0)
+
+
+def test_rotate_on_compaction_continues_in_a_child(store: Store, tmp_path: Path) -> None:
+    from refold.compaction import CompactionPolicy
+
+    policy = CompactionPolicy(rotate_on_compaction=True)
+    with Engine(store, model="gpt-4o-mini", context_length=WINDOW, policy=policy,
+                background_precompact=False) as engine:
+        rt = engine.open_session(new=True, title="chain")
+        first_id = rt.session_id
+        for i in range(12):
+            rt.prepare(tool_turn(i), system_prompt=SYSTEM)
+            rt.record(answer(i))
+        assert rt.session_id != first_id
+        parent = store.get_session(first_id)
+        assert parent.end_reason == "compaction"
+        child = store.get_session(rt.session_id)
+        assert child.link_kind == "compaction" and child.title and child.title.startswith("chain #")
+        assert engine.open_session("chain").session_id == rt.session_id  # resume follows
+        assert parent.message_count >= 4  # the parent's rows stay in the archive

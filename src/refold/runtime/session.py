@@ -277,6 +277,8 @@ class SessionRuntime:
                                  validate=True)
         if report is None:
             log.info("session %s: background plan outdated, discarded", self.session_id)
+        else:
+            self._maybe_rotate()
         return report
 
     def _compact_now(self, projection: Projection, *, target_tokens: int | None,
@@ -285,7 +287,26 @@ class SessionRuntime:
                              target_tokens=target_tokens, force=force)
         if plan is None:
             return None
-        return self.ops.commit(self.store, self.session_id, plan, holder=self._engine.holder)
+        report = self.ops.commit(self.store, self.session_id, plan, holder=self._engine.holder)
+        self._maybe_rotate()
+        return report
+
+    def _maybe_rotate(self) -> None:
+        """With ``rotate_on_compaction``, continue in a child session (Hermes' P-chain): it
+        starts with the compacted view, the parent is ended; resume follows the chain."""
+        if not self.ops.policy.rotate_on_compaction:
+            return
+        parent = self.store.get_session(self.session_id)
+        carried = [wire_form(m) for m in self.ops.build(self.store.projection(parent.id), None)]
+        title = self.store.next_lineage_title(parent.title) if parent.title else None
+        child = self.store.create_session(title=title, source=parent.source, model=parent.model,
+                                          parent_session_id=parent.id, link_kind="compaction",
+                                          owner=parent.owner)
+        self.store.append_messages(child.id, carried,
+                                   token_counts=self.ops.message_counts(carried))
+        self.store.end_session(parent.id, "compaction")
+        log.info("session %s rotated to %s after compaction", parent.id, child.id)
+        self.session_id = child.id
 
     def _maybe_precompact(self, projection: Projection, tokens: int) -> None:
         if not self._engine.background_precompact or self._precompactor.busy:
