@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,54 +21,7 @@ from refold.memory.provider import (
     available_providers,
     load_provider,
 )
-from refold.messages.model import Message
-
-
-class Recorder:
-    """A well-behaved external provider that records every call."""
-
-    def __init__(self, name: str = "recorder", log: list[str] | None = None,
-                 tools: Sequence[str] = ("recall",)) -> None:
-        self.name = name
-        self.log = log if log is not None else []
-        self.tools = list(tools)
-        self.sync_threads: list[str] = []
-
-    def system_prompt_block(self) -> str:
-        return f"<{self.name}>external facts</{self.name}>"
-
-    def prefetch(self, query: str) -> str:
-        return f"{self.name} recalls {query}"
-
-    def sync_turn(self, messages: Sequence[Message]) -> None:
-        self.sync_threads.append(threading.current_thread().name)
-        self.log.append(f"{self.name}.sync:{len(messages)}")
-
-    def on_pre_compress(self, messages: Sequence[Message]) -> str:
-        return f"{self.name} keeps a note"
-
-    def on_session_end(self) -> None:
-        self.log.append(f"{self.name}.end")
-
-    def tool_schemas(self) -> list[dict[str, Any]]:
-        return [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
-                for n in self.tools]
-
-    def handle_tool_call(self, name: str, arguments: str | Mapping[str, Any]) -> str:
-        return json.dumps({"success": True, "by": self.name, "tool": name})
-
-    def shutdown(self) -> None:
-        self.log.append(f"{self.name}.shutdown")
-
-
-class Broken(Recorder):
-    """Raises from every hook."""
-
-    def _boom(self, *args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("provider is down")
-
-    system_prompt_block = prefetch = sync_turn = on_pre_compress = _boom  # type: ignore[assignment]
-    on_session_end = handle_tool_call = shutdown = _boom  # type: ignore[assignment]
+from refold.testing.memory import FailingProvider, RecordingProvider, in_memory_store
 
 
 class RecordingBuiltin(BuiltinMemoryProvider):
@@ -89,7 +41,8 @@ def builtin(tmp_path: Path) -> BuiltinMemoryProvider:
 
 
 def test_protocol_is_implemented() -> None:
-    assert isinstance(Recorder(), MemoryProvider)
+    assert isinstance(RecordingProvider(), MemoryProvider)
+    assert isinstance(BuiltinMemoryProvider(in_memory_store()), MemoryProvider)
 
 
 def test_builtin_block_is_frozen_while_the_tool_writes(builtin: BuiltinMemoryProvider) -> None:
@@ -106,9 +59,9 @@ def test_builtin_block_is_frozen_while_the_tool_writes(builtin: BuiltinMemoryPro
 
 def test_second_external_provider_is_refused(builtin: BuiltinMemoryProvider) -> None:
     manager = MemoryManager(builtin)
-    manager.add_provider(Recorder("honcho"))
+    manager.add_provider(RecordingProvider("honcho"))
     with pytest.raises(InvalidInput, match="'honcho' is active, 'mem0' was refused"):
-        manager.add_provider(Recorder("mem0"))
+        manager.add_provider(RecordingProvider("mem0"))
     assert [p.name for p in manager.providers] == ["builtin", "honcho"]
     manager.shutdown()
 
@@ -117,12 +70,12 @@ def test_blocks_merge_and_tools_route_first_wins(builtin: BuiltinMemoryProvider,
                                                  caplog: pytest.LogCaptureFixture) -> None:
     manager = MemoryManager(builtin)
     with caplog.at_level(logging.WARNING):
-        manager.add_provider(Recorder("ext", tools=("memory", "recall")))
+        manager.add_provider(RecordingProvider("ext", tools=("memory", "recall")))
     assert "already provides it" in caplog.text
     block = manager.system_prompt_block()
-    assert block.index("<env_memory>") < block.index("<ext>external facts</ext>")
+    assert block.index("<env_memory>") < block.index("<ext>external memory</ext>")
     assert [s["function"]["name"] for s in manager.tool_schemas()] == ["memory", "recall"]
-    assert json.loads(manager.handle_tool_call("recall", "{}"))["by"] == "ext"
+    assert json.loads(manager.handle_tool_call("recall", "{}"))["provider"] == "ext"
     memory = json.loads(manager.handle_tool_call("memory", {"action": "read", "target": "user"}))
     assert memory["success"] and "entries" in memory  # the builtin answered
     assert not json.loads(manager.handle_tool_call("nope", "{}"))["success"]
@@ -132,13 +85,13 @@ def test_blocks_merge_and_tools_route_first_wins(builtin: BuiltinMemoryProvider,
 def test_failing_provider_is_isolated(builtin: BuiltinMemoryProvider,
                                      caplog: pytest.LogCaptureFixture) -> None:
     manager = MemoryManager(builtin)
-    broken = Broken("flaky")
+    broken = FailingProvider("flaky")
     with caplog.at_level(logging.WARNING):
         manager.add_provider(broken)
         block = manager.system_prompt_block()
         assert "repo uses pnpm" in block
         answer = json.loads(manager.handle_tool_call("recall", "{}"))
-        assert not answer["success"] and "flaky" in answer["error"]
+        assert not answer["success"]  # its tool_schemas failed: it offers no tools
         manager.sync_turn([{"role": "user", "content": "hi"}])
         manager.queue_prefetch("pnpm")
         manager.flush()
@@ -147,18 +100,18 @@ def test_failing_provider_is_isolated(builtin: BuiltinMemoryProvider,
         manager.on_session_end()
         manager.shutdown()
     assert "memory provider flaky failed in system_prompt_block" in caplog.text
-    assert "provider is down" not in caplog.text  # the detail stays at DEBUG
+    assert "flaky is down" not in caplog.text  # the detail stays at DEBUG
 
 
 def test_sync_and_prefetch_run_on_the_worker(builtin: BuiltinMemoryProvider) -> None:
     manager = MemoryManager(builtin)
-    ext = Recorder("ext")
+    ext = RecordingProvider("ext")
     manager.add_provider(ext)
     manager.sync_turn([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
     manager.queue_prefetch("deploy")
     manager.flush()
     assert ext.sync_threads == ["refold-memory"]
-    assert ext.log == ["ext.sync:2"]
+    assert ext.calls == ["ext.sync_turn:2", "ext.prefetch"]
     assert manager.take_prefetched() == "ext recalls deploy"
     assert manager.take_prefetched() == ""
     assert manager.on_pre_compress([]) == "ext keeps a note"
@@ -168,10 +121,10 @@ def test_sync_and_prefetch_run_on_the_worker(builtin: BuiltinMemoryProvider) -> 
 def test_shutdown_in_reverse_order(tmp_path: Path) -> None:
     calls: list[str] = []
     manager = MemoryManager(RecordingBuiltin(open_file_store(tmp_path), log=calls))
-    manager.add_provider(Recorder("ext", log=calls))
+    manager.add_provider(RecordingProvider("ext", calls=calls))
     manager.on_session_end()
     manager.shutdown()
-    assert calls == ["ext.end", "ext.shutdown", "builtin.shutdown"]
+    assert calls == ["ext.on_session_end", "ext.shutdown", "builtin.shutdown"]
 
 
 PROVIDER_MODULE = '''

@@ -157,3 +157,14 @@ def test_round_trip_multiline_cjk_emoji(mem: MemoryStore, tmp_path: Path) -> Non
     assert texts(again) == notes
     raw = (tmp_path / "memories" / "MEMORY.md").read_text(encoding="utf-8")
     assert raw == ENTRY_DELIMITER.join(notes) + "\n"
+
+
+def test_in_memory_double_behaves_like_a_store() -> None:
+    from refold.testing.memory import in_memory_store
+
+    mem = in_memory_store(limits={"user": 30})
+    mem.add("user", "likes tea")
+    mem.replace("user", "tea", "likes green tea")
+    with pytest.raises(MemoryError_):
+        mem.add("user", "y" * 20)
+    assert texts(mem, "user") == ["likes green tea"]
