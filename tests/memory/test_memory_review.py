@@ -156,3 +156,20 @@ def test_review_never_blocks_the_turn(tmp_path: Path) -> None:
         assert not thread.is_alive()
         chat.close()
     assert manager.reviewer is not None and manager.reviewer.reports[0].mode == "llm"
+
+
+def test_manager_for_store_wires_review_and_approval(tmp_path: Path) -> None:
+    from refold.testing.memory import RecordingProvider
+
+    store = open_file_store(tmp_path)
+    ext = RecordingProvider("ext")
+    manager = MemoryManager.for_store(store, approval="stage", external=ext,
+                                      review_every_turns=2)
+    block = manager.system_prompt_block()
+    for _ in range(2):
+        manager.sync_turn(CHAT)
+    manager.shutdown()
+    writer = MemoryWriter(store, "stage")
+    assert len(writer.pending()) == 5 and texts(writer, "user") == []
+    assert manager.system_prompt_block() == block
+    assert ext.calls.count("ext.sync_turn:5") == 2 and ext.calls[-1] == "ext.shutdown"

@@ -21,12 +21,16 @@ import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from refold.errors import InvalidInput
+from refold.memory.actions import MemoryStore
 from refold.memory.provider import BuiltinMemoryProvider, MemoryProvider
-from refold.memory.review import MemoryReviewer
+from refold.memory.review import DEFAULT_TOOL_ITERATIONS, DEFAULT_TURNS, MemoryReviewer
 from refold.messages.model import Message
+
+if TYPE_CHECKING:
+    from refold.llm.client import ChatClient
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +86,22 @@ class MemoryManager:
         self._worker = _Worker()
         if builtin is not None:
             self._register_tools(builtin)
+
+    @classmethod
+    def for_store(cls, store: MemoryStore, *, approval: str = "allow",
+                  chat: ChatClient | None = None, model: str | None = None,
+                  external: MemoryProvider | None = None,
+                  review_every_turns: int = DEFAULT_TURNS,
+                  review_every_tool_iterations: int = DEFAULT_TOOL_ITERATIONS) -> MemoryManager:
+        """The usual set-up: builtin provider (snapshot taken now), reviewer, optional external."""
+        builtin = BuiltinMemoryProvider(store, approval=approval)
+        reviewer = MemoryReviewer(builtin.writer, chat=chat, model=model,
+                                  every_turns=review_every_turns,
+                                  every_tool_iterations=review_every_tool_iterations)
+        manager = cls(builtin, reviewer=reviewer)
+        if external is not None:
+            manager.add_provider(external)
+        return manager
 
     @property
     def store(self) -> Any:

@@ -20,14 +20,16 @@ import re
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from refold.errors import RefoldError
-from refold.llm.client import ChatClient
 from refold.memory.approval import MemoryWriter
 from refold.memory.ops import make_op
 from refold.memory.tool import TOOL_NAME, MemoryTool
 from refold.messages.model import Message, content_text
+
+if TYPE_CHECKING:  # the client module pulls in httpx; the reviewer only calls .complete()
+    from refold.llm.client import ChatClient
 
 log = logging.getLogger(__name__)
 
