@@ -150,3 +150,16 @@ def test_import_anthropic_transcript(run: Run) -> None:
     assert hits and hits[0]["session_id"] == first["session_id"]
     wrong = run("import", str(sample))
     assert wrong.exit_code != 0 and "--format anthropic" in str(wrong.exception)
+
+
+def test_import_into_ambiguous_reference_creates_nothing(run: Run, tmp_path: Path) -> None:
+    from refold.errors import AmbiguousReference
+
+    one = tmp_path / "one.jsonl"
+    one.write_text('{"role": "user", "content": "one"}\n', encoding="utf-8")
+    for sid in ("job-1", "job-2"):
+        ok_json(run("import", str(one), "--session", sid, "--json"))
+    result = run("import", str(one), "--session", "job")
+    assert isinstance(result.exception, AmbiguousReference)
+    assert sorted(s["id"] for s in ok_json(run("sessions", "list", "--json"))) == ["job-1",
+                                                                                   "job-2"]

@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from refold.cli.app import AppContext, emit, pass_app
-from refold.errors import Conflict, InvalidInput, NotFound
+from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
 from refold.messages import chain_identities, load_anthropic, load_messages, load_messages_file
 from refold.messages.model import Message
 from refold.store import SearchHit, SearchQuery, Session, Store, StoredMessage
@@ -55,6 +55,8 @@ def _target_session(store: Store, ref: str | None, messages: list[Message], *,
     if ref is not None:
         try:
             return store.resolve_session(ref)
+        except AmbiguousReference:
+            raise
         except NotFound:
             session_id = ref.strip()
     else:
