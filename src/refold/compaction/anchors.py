@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from refold.messages.model import Message, content_text
 
 MAX_ANCHOR_CHARS = 200
+SCAN_CHARS = 8_000  # per message; what the llm summarizer sees of a long output, too
 
 _EXT = (r"py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonl|yaml|yml|toml|md|rst|txt|rs|go|java|kt|c|h|cc|"
         r"cpp|hpp|cs|sh|bash|zsh|sql|html|css|scss|cfg|ini|conf|lock|log|csv|env|rb|php|swift|"
@@ -69,7 +70,10 @@ def _command_texts(message: Message) -> Iterable[str]:
 
 
 def _message_text(message: Message) -> str:
-    parts = [content_text(message)]
+    text = content_text(message)
+    if len(text) > SCAN_CHARS:  # bounded per message: identifiers sit at the ends of outputs
+        text = text[:SCAN_CHARS // 2] + "\n" + text[-SCAN_CHARS // 2:]
+    parts = [text]
     for call in message.get("tool_calls") or []:
         parts.append(str((call.get("function") or {}).get("arguments") or ""))
     return "\n".join(parts)
@@ -108,13 +112,16 @@ def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
             first = previous.first_seen if previous else position
             found[text] = Anchor(text, kind, weight + recency, first)
 
+    scanned: set[int] = set()
     for pos, msg in enumerate(messages):
         bonus = 1.0 if msg.get("role") == "user" else 0.0
         for command in _command_texts(msg):
             add(command, "command", 5, pos)
         text = _message_text(msg)
-        if not text:
-            continue
+        key = hash(text)
+        if not text or (key in scanned and msg.get("role") == "tool"):
+            continue  # an identical output was already scanned
+        scanned.add(key)
         for line in text.splitlines():
             if line.startswith("$ "):
                 add(line[2:], "command", 5 + bonus, pos)

@@ -43,6 +43,7 @@ from refold.compaction.prune import (
 from refold.compaction.structure import SYSTEM_ROLES, repair_tool_pairs, split_units
 from refold.compaction.summarizer import Summarizer, SummaryDraft, SummaryRequest
 from refold.compaction.summary import (
+    PREFIX,
     SUMMARY_KEY,
     detect_language,
     is_summary_message,
@@ -129,8 +130,10 @@ class _Plan:
 
 def _previous_summary(messages: Sequence[Message], given: str | None
                       ) -> tuple[int | None, str | None, list[str]]:
+    # the summary itself carries the prefix; an acknowledgement turn after it does not
     idx = next((i for i in range(len(messages) - 1, -1, -1)
-                if is_summary_message(messages[i])), None)
+                if is_summary_message(messages[i])
+                and PREFIX[:40] in content_text(messages[i])), None)
     body: str | None = None
     anchors: list[str] = []
     if idx is not None:
