@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 import unicodedata
 from collections.abc import Iterator
@@ -370,6 +371,7 @@ def _scan_views(text: str) -> str | None:
     return _first(_COMPACT, compact) or _first(_COMPACT, compact[::-1])
 
 
+@functools.lru_cache(maxsize=4096)  # pure; entries are rescanned on every read and snapshot
 def scan(text: str) -> str | None:
     """Why ``text`` must not enter a system prompt, or None when it looks safe."""
     if len(text) > MAX_SCAN_CHARS:
