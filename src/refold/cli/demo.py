@@ -1,6 +1,6 @@
 """``refold demo``: watch refold keep a coding agent's context fit, offline, in under a minute.
 
-It replays a scripted agent session (two goals, ~260 messages, big tool outputs, a stretch in
+It replays a scripted agent session (two goals, ~300 messages, big tool outputs, a stretch in
 Chinese) through the real runtime on the embedded default (SQLite + builtin summarizer) against
 a scripted model on a local socket, with a small window so compaction runs several times. Then
 it searches the archive (English, Chinese, a 2-character CJK query), resumes the session in a
@@ -10,6 +10,7 @@ demo home (database + memories) is left behind and named at the end.
 
 from __future__ import annotations
 
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from rich.text import Text
 
 from refold.cli.app import AppContext, console, pass_app
 
+_EXCEPTION = re.compile(r"^[A-Za-z_.]*(Error|Exception|Warning)\b")
 GAUGE_WIDTH = 20
 LABEL_CELLS = 24
 SEARCHES = [("distutils", "English"), ("CSV 导出", "Chinese"), ("金额", "2-char CJK")]
@@ -44,6 +46,7 @@ def demo_cmd(app: AppContext, demo_home: str | None, fast: bool, context_length:
 
     out = console()
     home = _demo_home(demo_home)
+    _write_settings(home, context_length)
     turns = build_script()
     replies, outputs = scripted_replies(turns)
     store = open_store(str(home / "refold.db"))
@@ -74,6 +77,14 @@ def _demo_home(given: str | None) -> Path:
                                    "choose an empty directory for the demo")
         return path
     return Path(tempfile.mkdtemp(prefix="refold-demo-"))
+
+
+def _write_settings(home: Path, context_length: int) -> None:
+    """So ``refold --home <demo home> context …`` measures against the demo's window."""
+    from refold.cli.demo_runner import MODEL
+
+    (home / "refold.toml").write_text(
+        f'[refold]\nmodel = "{MODEL}"\ncontext_length = {context_length}\n', encoding="utf-8")
 
 
 def _pacer(fast: bool, calls: int) -> Any:
@@ -134,7 +145,7 @@ def _replay(out: Console, runner: Any, turns: list[Any]) -> None:
             mark, style = ("✎", "green") if data["ok"] else ("✗", "red")
             out.print(Text.assemble(
                 (f"    {mark} memory ", style), (f"[{data['target']}] ", "bold"),
-                (f"{str(data['content'])[:70]}", "italic")))
+                (str(data["content"]), "italic")), no_wrap=True, overflow="ellipsis", crop=True)
         elif event.kind == "warning":
             out.print(Text(f"    ! {data['text']}", style="yellow"))
 
@@ -160,12 +171,9 @@ def _display_anchors(anchors: list[str]) -> list[str]:
     """One error string and one file path from the anchor index, for the demo line."""
     cleaned = [_clean_anchor(str(a)) for a in anchors]
     readable = [a for a in cleaned if len(a) >= 4 and sum(c.isalnum() for c in a) > len(a) / 2]
-    shown: list[str] = []
-    for kind in ("Error", "/"):
-        match = next((a for a in readable if kind in a and a not in shown), None)
-        if match:
-            shown.append(match)
-    return shown
+    error = next((a for a in readable if _EXCEPTION.match(a)), None)
+    path = next((a for a in readable if "/" in a and " " not in a), None)
+    return [a for a in (error, path) if a]
 
 
 def _snippet(snippet: str, width: int = 60) -> Text:
@@ -182,17 +190,17 @@ def _snippet(snippet: str, width: int = 60) -> Text:
 def _compaction_line(out: Console, data: dict[str, Any]) -> None:
     before, after = data["before"], data["after"]
     saved = f" (−{100 * (before - after) // before}%)" if before else ""
-    line = Text(f"    ⟳ #{data['number']} compacted ", style="bold magenta")
-    line.append(f"{before:,} → {after:,} tokens{saved}")
+    line = Text(f"    ⟳ compaction #{data['number']}: ", style="bold magenta")
+    line.append(f"{before:,} → {after:,}{saved}")
     line.append(f" · {data['summarized']} msgs summarized", style="dim")
     if data.get("background"):
         line.append(" · pre-built", style="dim")
-    out.print(line)
+    out.print(line, no_wrap=True, overflow="ellipsis", crop=True)
     shown = _display_anchors(list(data["anchors"]))
+    detail = f"      {len(data['anchors'])} anchors kept verbatim"
     if shown:
-        out.print(Text(f"      {len(data['anchors'])} anchors kept verbatim, e.g. "
-                       + " · ".join(a[:48] for a in shown), style="dim"),
-                  no_wrap=True, overflow="ellipsis", crop=True)
+        detail += ", e.g. " + " · ".join(shown)
+    out.print(Text(detail, style="dim"), no_wrap=True, overflow="ellipsis", crop=True)
 
 
 def _searches(out: Console, store: Any) -> None:
@@ -202,10 +210,10 @@ def _searches(out: Console, store: Any) -> None:
     out.rule(Text("search the archive (compacted rows stay searchable)", style="bold"),
              align="left", style="dim")
     table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
-    table.add_column("query")
-    table.add_column("kind", style="dim")
-    table.add_column("hits", justify="right")
-    table.add_column("best match")
+    table.add_column("query", no_wrap=True, min_width=9)
+    table.add_column("kind", style="dim", no_wrap=True, min_width=10)
+    table.add_column("hits", justify="right", no_wrap=True, min_width=4)
+    table.add_column("best match", no_wrap=True, overflow="ellipsis", max_width=56)
     for query, kind in SEARCHES:
         hits = store.search(SearchQuery(text=query, limit=20, window=0))
         best = _snippet(hits[0].snippet) if hits else Text("—")
@@ -234,11 +242,10 @@ def _resume(out: Console, store: Any, home: Path, base_url: str, context_length:
         out.print(Text.assemble("  resumed ", (rt.session_id[:8], "bold"),
                                 f" by id prefix · {count} messages in the ledger"))
         out.print(Text(f"  model view: summary + {len(projection.messages)} recent messages · "
-                       f"todo list rebuilt from events: {done}/{len(todos)} done", style="dim"))
+                       f"todo rebuilt from events: {done}/{len(todos)} done", style="dim"))
         entries = _memory_entries(engine)
-        out.print(Text(f"  memory snapshot frozen into the system prompt: {entries} entries "
-                       f"({len(rt.memory_snapshot):,} chars), this session's writes included",
-                       style="dim"))
+        out.print(Text(f"  memory snapshot, frozen into the system prompt: {entries} entries "
+                       f"({len(rt.memory_snapshot):,} chars)", style="dim"))
         schemas = agent_tools(store, session_id=rt.session_id,
                               memory=engine.memory).schemas() + FAKE_TOOLS
         prepared = rt.prepare([{"role": "user", "content": "Where were we?"}],
@@ -302,9 +309,10 @@ def _summary(out: Console, stats: Any, store: Any, session_id: str, home: Path) 
     out.print(Text.assemble(("demo home: ", "bold"), str(home)))
     out.print(Text("try next:", style="bold"))
     h = f"--home {home}"
+    short = session_id[:8]
     for cmd in (f"refold {h} sessions list", f"refold {h} search 金额",
-                f"refold {h} search 'No module named'", f"refold {h} sessions show "
-                f"{session_id[:8]}", f"refold {h} memory show",
-                f"refold {h} sessions export {session_id[:8]} --format jsonl"):
+                f"refold {h} search 'No module named'", f"refold {h} context {short}",
+                f"refold {h} sessions show {short}", f"refold {h} memory show",
+                f"refold {h} sessions export {short}"):
         out.print(Text(f"  {cmd}", style="cyan"))
     out.print()

@@ -233,6 +233,9 @@ def _fix_turn(module: str, path: str, tests: list[str], error: str, old: str,
             _tc("apply_patch", _diff(src, old, new) + "\nPatch applied: 1 file changed.",
                 path=src, patch=_diff(src, old, new)),)),
         Step(None, (_tc("terminal", _pytest_log([], 10 + len(tests)), cmd=f"pytest -q {path}"),)),
+        Step(None, (_tc("terminal", _diff(src, old, new, context=3) +
+                        f"\n 1 file changed, {new.count(chr(10)) + 1} insertions(+), "
+                        f"{old.count(chr(10)) + 1} deletions(-)", cmd="git diff --stat -p"),)),
         Step(f"{path} passes now ({len(tests)} tests fixed)."),
     ))
 
@@ -314,6 +317,8 @@ def _feature_turn(i: int, label: str, path: str, code: str) -> Turn:
                                     "\nPatch applied: 1 file changed.", path=path,
                                     patch=_diff(path, "# TODO", code)),)),
         Step(None, (_tc("terminal", test_log, cmd="pytest -q tests/test_export_csv.py"),)),
+        Step(None, (_tc("terminal", f" M {path}\n?? tests/fixtures/export_2026_03.csv",
+                        cmd="git status --short"),)),
         Step(f"{label}完成。" + ("发现金额少了一位小数，已改用 quantize 修正。" if i == 1 else "测试通过。")),
     ))
 
