@@ -80,3 +80,20 @@ def test_bad_search_input(refold) -> None:  # type: ignore[no-untyped-def]
     assert "not a date" in proc.stderr
     for text in ("C++", '"unterminated', "(problem", "hello AND", "{test}", "a AND OR b"):
         assert refold("search", text, "--json").returncode == 0
+
+
+def test_concurrent_imports_of_one_file_store_it_once(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REFOLD_")}
+    env["REFOLD_HOME"] = str(tmp_path / "home")
+    procs = [subprocess.Popen([refold_exe(), "import", str(SAMPLE), "--json"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    results = [(p.wait(timeout=60), *p.communicate()) for p in procs]
+    assert all(code == 0 for code, _, _ in results), results
+    reports = [json.loads(out) for _, out, _ in results]
+    assert len({r["session_id"] for r in reports}) == 1
+    assert sum(r["appended"] for r in reports) == 36
+    listed = subprocess.run([refold_exe(), "sessions", "list", "--json"], env=env,
+                            capture_output=True, text=True, check=True)
+    sessions = json.loads(listed.stdout)
+    assert [s["message_count"] for s in sessions] == [36]

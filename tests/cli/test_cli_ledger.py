@@ -163,3 +163,19 @@ def test_import_into_ambiguous_reference_creates_nothing(run: Run, tmp_path: Pat
     assert isinstance(result.exception, AmbiguousReference)
     assert sorted(s["id"] for s in ok_json(run("sessions", "list", "--json"))) == ["job-1",
                                                                                    "job-2"]
+
+
+def test_create_falls_back_to_a_session_created_concurrently(tmp_path: Path) -> None:
+    from refold.cli.ledger import _create
+    from refold.errors import Conflict
+
+    store = SQLiteStore(str(tmp_path / "r.db"))
+    try:
+        won = store.create_session(session_id="s1", title="taken", source="import")
+        assert _create(store, "s1", "other", "import", keep_title=False) == won
+        untitled = _create(store, "s2", "taken", "import", keep_title=False)
+        assert untitled.id == "s2" and untitled.title is None
+        with pytest.raises(Conflict):
+            _create(store, "s3", "taken", "import", keep_title=True)
+    finally:
+        store.close()

@@ -65,12 +65,22 @@ def _target_session(store: Store, ref: str | None, messages: list[Message], *,
             return store.get_session(session_id)
         except NotFound:
             pass
-    if title:
-        return store.create_session(session_id=session_id, title=title, source=source)
+    return _create(store, session_id, title or _new_title(store, default_title), source,
+                   keep_title=bool(title))
+
+
+def _create(store: Store, session_id: str, title: str | None, source: str, *,
+            keep_title: bool) -> Session:
+    """Create the session; if a concurrent import created it first, use that one."""
     try:
-        return store.create_session(session_id=session_id, source=source,
-                                    title=_new_title(store, default_title))
-    except Conflict:  # the default title was taken meanwhile; an untitled session is fine
+        return store.create_session(session_id=session_id, title=title, source=source)
+    except Conflict:
+        try:
+            return store.get_session(session_id)
+        except NotFound:
+            if keep_title:  # the title the user asked for is taken: say so
+                raise
+        # only the default title was taken meanwhile; an untitled session is fine
         return store.create_session(session_id=session_id, source=source)
 
 
