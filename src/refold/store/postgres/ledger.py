@@ -97,15 +97,13 @@ class LedgerMixin(PgCore):
                 for i, m in enumerate(messages)]
 
     def _tip(self, cur: Cursor, session_id: str) -> tuple[int, str | None]:
-        """(highest seq stored, identity of the last active row)."""
-        cur.execute("SELECT coalesce(max(seq), 0) FROM messages WHERE session_id = %s",
-                    (session_id,))
+        """(highest seq stored, identity of the last active row), in one round trip."""
+        cur.execute("""SELECT (SELECT coalesce(max(seq), 0) FROM messages
+                               WHERE session_id = %s),
+                              (SELECT identity FROM messages WHERE session_id = %s AND active
+                               ORDER BY seq DESC LIMIT 1)""", (session_id, session_id))
         row = cur.fetchone()
-        top = int(row[0]) if row else 0
-        cur.execute("""SELECT identity FROM messages WHERE session_id = %s AND active
-                       ORDER BY seq DESC LIMIT 1""", (session_id,))
-        last = cur.fetchone()
-        return top, (last[0] if last else None)
+        return (int(row[0]), row[1]) if row else (0, None)
 
     def append_messages(self, session_id: str, messages: Sequence[Message], *,
                         token_counts: Sequence[int | None] | None = None) -> AppendResult:
@@ -128,21 +126,26 @@ class LedgerMixin(PgCore):
             self._require_session(cur, session_id, lock=True)
             if not clean:
                 return AppendResult(appended=[], skipped=0)
-            matched, rewound = self._match_prefix(cur, session_id, identities)
-            top, _ = self._tip(cur, session_id)
+            top, last_identity = self._tip(cur, session_id)
+            matched, rewound = self._match_prefix(cur, session_id, identities, last_identity)
             new = clean[matched:]
             counts = token_counts[matched:] if token_counts is not None else None
             stored = self._insert(cur, session_id, new, identities[matched:], counts, top + 1,
                                   time.time()) if new else []
         return AppendResult(appended=stored, skipped=matched, rewound=rewound)
 
-    def _match_prefix(self, cur: Cursor, session_id: str,
-                      identities: list[str]) -> tuple[int, int]:
+    def _match_prefix(self, cur: Cursor, session_id: str, identities: list[str],
+                      last_identity: str | None) -> tuple[int, int]:
         """How many leading history messages are stored; rewinds stored rows past a divergence.
 
         Returns (matched count, rows deactivated). Identities are chained, so the stored active
-        row with the latest history identity fixes the whole common prefix.
+        row with the latest history identity fixes the whole common prefix; the usual case (a
+        client re-sending the history plus new turns) is decided by the stored tip alone.
         """
+        if last_identity is None:
+            return 0, 0
+        if last_identity in identities:
+            return identities.index(last_identity) + 1, 0
         cur.execute("""SELECT seq, identity FROM messages
                        WHERE session_id = %s AND active AND identity = ANY(%s)
                        ORDER BY seq DESC LIMIT 1""", (session_id, identities))
