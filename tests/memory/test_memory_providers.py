@@ -182,3 +182,11 @@ def test_entry_point_errors_are_clear(installed: Path) -> None:
         load_provider("bogus")
     with pytest.raises(InvalidInput, match="failed to load"):
         load_provider("missing")
+
+
+def test_shutdown_is_idempotent(tmp_path: Path) -> None:
+    calls: list[str] = []
+    manager = MemoryManager(RecordingBuiltin(open_file_store(tmp_path), log=calls))
+    manager.shutdown()
+    manager.shutdown()
+    assert calls == ["builtin.shutdown"]

@@ -131,7 +131,10 @@ class FileBackend:
         text = (raw or b"").decode("utf-8", errors="replace")
         entries = parse_entries(text)
         known: Mapping[str, Any] = meta.get("entries") or {}
-        fallback = path.stat().st_mtime if raw is not None else time.time()
+        try:
+            fallback = path.stat().st_mtime if raw is not None else time.time()
+        except OSError:  # removed between the read and the stat
+            fallback = time.time()
         rows = [self._row(entry, known, fallback) for entry in entries]
         digest = _sha(raw) if raw is not None else None
         return Loaded(rows=rows, version=digest, drift=self._drifted(raw, text, meta))

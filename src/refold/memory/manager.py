@@ -84,6 +84,7 @@ class MemoryManager:
         self._prefetched: list[str] = []
         self._lock = threading.Lock()
         self._worker = _Worker()
+        self._closed = False
         if builtin is not None:
             self._register_tools(builtin)
 
@@ -206,6 +207,10 @@ class MemoryManager:
         self._worker.flush()
 
     def shutdown(self) -> None:
+        """Drain the worker, wait for reviews, shut providers down in reverse (once)."""
+        if self._closed:
+            return
+        self._closed = True
         self._worker.flush()
         self._worker.stop()
         if self.reviewer is not None:
