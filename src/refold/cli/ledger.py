@@ -74,14 +74,14 @@ def _create(store: Store, session_id: str, title: str | None, source: str, *,
     """Create the session; if a concurrent import created it first, use that one."""
     try:
         return store.create_session(session_id=session_id, title=title, source=source)
-    except Conflict:
+    except Conflict as conflict:
         try:
             return store.get_session(session_id)
         except NotFound:
             if keep_title:  # the title the user asked for is taken: say so
-                raise
-        # only the default title was taken meanwhile; an untitled session is fine
-        return store.create_session(session_id=session_id, source=source)
+                raise conflict from None
+    # only the default title was taken meanwhile; an untitled session is fine
+    return store.create_session(session_id=session_id, source=source)
 
 
 @click.command("import")
