@@ -363,9 +363,12 @@ def _pruned_only(plan: _Plan, original: Sequence[Message], counter: TokenCounter
         return _unchanged(list(original), "noop",
                           "nothing to summarize between the protected head and tail",
                           warnings=tuple(warnings), **common)
-    common.update(tokens_after=after, fits=after <= target)
+    fits = after <= target
+    common.update(tokens_after=after, fits=fits)
+    reason = ("old tool outputs pruned; nothing left to summarize" if fits
+              else _irreducible(plan, counter, after, target))
     report = CompactionReport(
-        status="pruned", reason="old tool outputs pruned; nothing left to summarize",
+        status="pruned", reason=reason,
         messages_before=len(original), messages_after=len(result), head_end=plan.head_end,
         tail_start=plan.tail_start, warnings=tuple(warnings), prune=plan.stats.as_dict(),
         **common)
