@@ -183,7 +183,12 @@ def ensure_trigram_extension(conn: psycopg.Connection[Any]) -> str:
             # Another database user may create it between our check and CREATE.
             with contextlib.suppress(psycopg.errors.UniqueViolation,
                                      psycopg.errors.DuplicateObject):
-                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public")
+                try:
+                    conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public")
+                except psycopg.errors.InsufficientPrivilege as exc:
+                    raise MigrationError(
+                        "not allowed to create the pg_trgm extension",
+                        hint="ask a database owner to run: CREATE EXTENSION pg_trgm") from exc
             row = conn.execute("SELECT extnamespace::regnamespace::text FROM pg_extension "
                                "WHERE extname = 'pg_trgm'").fetchone()
         if row is None:
