@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import os
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -27,10 +28,28 @@ from typing import Any
 
 import httpx
 
-from refold.testing import ScriptedReply, serve
+from refold.testing import RunningLLM, ScriptedReply, serve
 
 REPLY = "Sure. Here is a short answer that streams in a few chunks of text."
+MAX_TURNS = 20
 BANNER = re.compile(r"http://127\.0\.0\.1:(\d+)/v1")
+
+
+def no_nagle(upstream: RunningLLM) -> None:
+    """Set TCP_NODELAY on the scripted server's connections.
+
+    It writes each SSE chunk as its own small segment; with Nagle's algorithm and the client's
+    delayed ACKs every stream then stalls ~40 ms, which would swamp what this bench measures
+    (real servers - uvicorn, vLLM - set TCP_NODELAY).
+    """
+    base = upstream._server.RequestHandlerClass
+
+    class Handler(base):  # type: ignore[misc, valid-type]
+        def setup(self) -> None:
+            super().setup()
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    upstream._server.RequestHandlerClass = Handler
 
 
 def start_proxy(home: Path, upstream: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -58,7 +77,7 @@ def start_proxy(home: Path, upstream: str) -> tuple[subprocess.Popen[bytes], str
 async def one_turn(client: httpx.AsyncClient, url: str,
                    history: list[dict[str, Any]]) -> tuple[float, float]:
     start = time.perf_counter()
-    first = 0.0
+    first = done = 0.0
     async with client.stream("POST", url + "/chat/completions", json={
             "model": "scripted-model", "messages": history, "stream": True}) as response:
         response.raise_for_status()
@@ -66,19 +85,23 @@ async def one_turn(client: httpx.AsyncClient, url: str,
             if not first and '"content": "' in line and '"content": ""' not in line:
                 first = time.perf_counter() - start
             if line == "data: [DONE]":
-                break
-    return first, time.perf_counter() - start
+                done = time.perf_counter() - start  # then read to the end: keep-alive
+    return first, done
 
 
 async def conversation(client: httpx.AsyncClient, url: str, worker: int, turns: int,
                        tag: str, out: list[tuple[float, float]]) -> None:
-    history: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a benchmark assistant."},
-        {"role": "user", "content": f"[{tag}] conversation {worker}: hello"}]
-    for turn in range(turns):
-        out.append(await one_turn(client, url, history))
-        history += [{"role": "assistant", "content": REPLY},
-                    {"role": "user", "content": f"follow-up {turn} from worker {worker}"}]
+    """``turns`` turns, in conversations of at most ``MAX_TURNS`` (histories stay agent-sized)."""
+    done = 0
+    while done < turns:
+        history: list[dict[str, Any]] = [
+            {"role": "system", "content": "You are a benchmark assistant."},
+            {"role": "user", "content": f"[{tag}] worker {worker} conversation {done}: hello"}]
+        for turn in range(min(MAX_TURNS, turns - done)):
+            out.append(await one_turn(client, url, history))
+            history += [{"role": "assistant", "content": REPLY},
+                        {"role": "user", "content": f"follow-up {turn} from worker {worker}"}]
+            done += 1
 
 
 async def level(url: str, concurrency: int, turns: int, tag: str) -> list[tuple[float, float]]:
@@ -117,6 +140,7 @@ def main() -> None:
     levels = [int(x) for x in args.levels.split(",")]
     reply = ScriptedReply(content=REPLY)
     with tempfile.TemporaryDirectory() as tmp, serve(default=lambda body: reply) as upstream:
+        no_nagle(upstream)
         proc, proxy_url = start_proxy(Path(tmp), upstream.base_url)
         try:
             print(f"upstream {upstream.base_url} (scripted, loopback); proxy {proxy_url} "

@@ -33,7 +33,9 @@ def _client_keys(env_names: tuple[str, ...]) -> list[str]:
 def bind_socket(host: str, port: int) -> socket.socket:
     """A listening socket on (host, port), or InvalidInput saying why not."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto must say TCP: asyncio only sets TCP_NODELAY on accepted sockets whose proto is
+    # IPPROTO_TCP, and without it every small SSE chunk waits ~40 ms for a delayed ACK
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
