@@ -67,3 +67,19 @@ def try_lease(url: str, schema: str, name: str, holder: str, start_at: float) ->
         return bool(store.acquire_lease(name, holder, 60.0))
     finally:
         store.close()
+
+
+def hold_session_lock(url: str, schema: str, session_id: str, ready_path: str) -> None:
+    """Take a writer's lock on the session, write a row inside the open transaction, then hang
+    (the test SIGKILLs this process mid-transaction)."""
+    import psycopg
+
+    conn = psycopg.connect(url)
+    conn.execute(f'SET search_path TO "{schema}", public')
+    conn.execute("SELECT 1 FROM sessions WHERE id = %s FOR NO KEY UPDATE", (session_id,))
+    conn.execute("INSERT INTO messages (session_id, seq, role, body, identity, created_at, "
+                 "search_text) VALUES (%s, 99, 'user', '{}', 'half-written', 0, '')",
+                 (session_id,))
+    with open(ready_path, "w") as fh:
+        fh.write("locked")
+    time.sleep(600)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import postgres_workers as workers
 import pytest
@@ -36,7 +39,7 @@ def _pool() -> multiprocessing.pool.Pool:
 
 def _soon() -> float:
     """A start time every spawned worker reaches after importing refold and connecting."""
-    return time.time() + 3.0
+    return time.time() + 2.5
 
 
 def test_concurrent_sync_of_one_history_stores_each_message_once(pg_schema: str) -> None:
@@ -102,3 +105,33 @@ def test_only_one_process_gets_a_lease(pg_schema: str) -> None:
         got = pool.starmap(workers.try_lease, [(POSTGRES_URL, pg_schema, "compact:s1", f"h{i}",
                                                 start) for i in range(PROCESSES)])
     assert got.count(True) == 1
+
+
+def test_a_writer_killed_mid_transaction_leaves_nothing_and_frees_the_session(
+        pg_schema: str, tmp_path: Path) -> None:
+    from refold.store.postgres import PostgresStore
+
+    store = PostgresStore(POSTGRES_URL, schema=pg_schema)
+    try:
+        session = store.create_session()
+        store.append_messages(session.id, [{"role": "user", "content": "before"}])
+        ready = tmp_path / "ready"
+        proc = multiprocessing.get_context("spawn").Process(
+            target=workers.hold_session_lock,
+            args=(POSTGRES_URL, pg_schema, session.id, str(ready)))
+        proc.start()
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert proc.is_alive() and time.monotonic() < deadline, "the locker never started"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join()
+        # The server rolls the dead client's transaction back and drops its lock.
+        result = store.append_messages(session.id, [{"role": "assistant", "content": "after"}])
+        assert [m.seq for m in result.appended] == [2]
+        assert [m.message["content"] for m in store.get_messages(session.id,
+                                                                 include_inactive=True)] == [
+            "before", "after"]
+        assert store.integrity_check() == []
+    finally:
+        store.close()
