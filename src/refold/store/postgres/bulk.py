@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from refold.errors import Conflict
 from refold.messages.model import searchable_text
 from refold.store.base import Checkpoint, Event, Session, StoredMessage
 from refold.store.postgres.codec import cjk_gram_list, clean_text, encode_json
@@ -18,6 +19,14 @@ class BulkMixin(PgCore):
     def import_session(self, session: Session, messages: Iterable[StoredMessage],
                        checkpoints: Sequence[Checkpoint], events: Sequence[Event]) -> bool:
         with self._tx("import session") as cur:
+            if session.title is not None:
+                cur.execute("SELECT id FROM sessions WHERE title = %s AND id <> %s",
+                            (session.title, session.id))
+                taken = cur.fetchone()
+                if taken is not None:
+                    raise Conflict(f"cannot import session {session.id}: its title "
+                                   f"{session.title!r} is used by session {taken[0]} here",
+                                   hint="rename one of the two sessions and run again")
             cur.execute("""INSERT INTO sessions (id, title, parent_session_id, link_kind, source,
                                 model, owner, started_at, ended_at, end_reason, message_count,
                                 input_tokens, output_tokens, cache_read_tokens, cost_usd,

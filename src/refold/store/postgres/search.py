@@ -1,4 +1,4 @@
-"""Search on PostgreSQL: tsvector for Latin text, pg_trgm for CJK, a bounded scan for 1–2 chars.
+"""Search on PostgreSQL: tsvector for Latin text; pg_trgm and a CJK gram index for CJK text.
 
 The query is sanitized by ``refold.search.query.parse_query`` (shared with SQLite); this module
 only turns its plan into SQL, always with bound parameters, so no user input is ever SQL or
