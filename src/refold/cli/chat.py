@@ -10,7 +10,6 @@ unknown session) end the command through the CLI's one error renderer.
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -38,6 +37,22 @@ def gauge_line(tokens: int, threshold: int, window: int) -> str:
             f"({used:.0f}%)")
 
 
+def breakdown_line(parts: dict[str, Any]) -> str:
+    """One line of where the context's tokens go (``/context``)."""
+    named = dict(parts.get("parts") or {})
+    tail = dict(parts.get("tail_by_role") or {})
+    bits = [f"{name} {_k(int(n))}" for name, n in named.items()]
+    if tail:
+        roles = ", ".join(f"{role} {_k(int(n))}" for role, n in tail.items())
+        bits.append(f"tail {_k(sum(int(n) for n in tail.values()))} ({roles})")
+    if parts.get("tool_outputs"):
+        bits.append(f"of which tool outputs {_k(int(parts['tool_outputs']))}")
+    total = int(parts.get("total") or 0)
+    return (" · ".join(bits) + f" = {_k(total)} tokens; threshold "
+            f"{_k(int(parts.get('threshold') or 0))}, window "
+            f"{_k(int(parts.get('context_length') or 0))}")
+
+
 class Renderer:
     """Turns ``Output`` values into terminal text (rich styles on a TTY, plain text otherwise)."""
 
@@ -56,7 +71,7 @@ class Renderer:
     def _tool(self, out: Output) -> None:
         args = str(out.data.get("arguments", ""))
         result = str(out.data.get("result", ""))
-        self._print(f"  ⚙ {out.text}({_clip(args, 80)}) → {_clip(result, 100)}", "dim")
+        self._print(f"  ⚙ {out.text}({_clip(args, 40)}) → {_clip(result, 40)}", "dim")
 
     def _gauge(self, out: Output) -> None:
         d = out.data
@@ -88,7 +103,7 @@ class Renderer:
         if out.text:
             self._print(out.text, "green")
         if "breakdown" in out.data:
-            self._print(json.dumps(out.data["breakdown"], indent=2, default=str))
+            self._print(breakdown_line(out.data["breakdown"]))
 
     def error(self, err: RefoldError) -> None:
         self._print(f"error: {err}", "red")
@@ -174,3 +189,7 @@ def _loop(chat: ChatSession, renderer: Renderer, interactive: bool) -> None:
             renderer.error(err)
         if chat.finished:
             return
+    if interactive:
+        renderer.console.print()
+    for out in chat.cmd_quit([]):  # end of input: the same goodbye as /quit
+        renderer.show(out)

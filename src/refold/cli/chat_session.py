@@ -81,9 +81,11 @@ class ChatSession:
         self.last_prepared = None
 
     def describe(self) -> str:
-        session = self.engine.store.get_session(self.rt.session_id)
+        store = self.engine.store
+        session = store.get_session(self.rt.session_id)
         title = f" “{session.title}”" if session.title else ""
-        return f"session {session.id[:12]}{title} · {session.message_count} messages"
+        active = len(store.get_messages(session.id))  # rewound rows do not count
+        return f"session {session.id[:12]}{title} · {active} messages"
 
     # -- a turn ---------------------------------------------------------------------------------
     def handle(self, line: str) -> Iterator[Output]:
