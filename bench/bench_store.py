@@ -113,10 +113,21 @@ def bench_import(tmp: Path, count: int) -> None:
     start = time.perf_counter()
     again = store.sync_messages(session.id, history)
     resync = time.perf_counter() - start
+    proxy = store.create_session()
+    turns = history[:1000]
+    store.sync_messages(proxy.id, turns)
+    samples = []
+    for i in range(1000, 1030):  # a proxy re-sends the whole history plus one new message
+        turns = history[:i + 1]
+        start = time.perf_counter()
+        store.sync_messages(proxy.id, turns)
+        samples.append(time.perf_counter() - start)
     store.close()
     print(f"bulk import: {len(result.appended)} messages in {elapsed:.2f} s = "
           f"{len(result.appended) / elapsed:,.0f} msgs/s; re-import of the same history "
           f"(skipped {again.skipped}) {resync:.2f} s")
+    print(f"proxy-style sync of a ~1000-message history with 1 new message: "
+          f"p50 {percentiles(samples)[0]:.2f} ms")
 
 
 # -- search ------------------------------------------------------------------------------------

@@ -217,3 +217,16 @@ def test_needle_mixing_cjk_and_latin_in_one_word(store: Store) -> None:
     assert seqs(store, "本v2") == [(s.id, 1)]
     assert seqs(store, "本v2", session_id=s.id) == [(s.id, 1)]
     assert seqs(store, "版本v2发布") == [(s.id, 1)]
+
+
+def test_filters_apply_before_the_limit_on_large_result_sets(store: Store) -> None:
+    loud = store.create_session()
+    quiet = store.create_session()
+    store.append_messages(loud.id, [user("kiwi kiwi kiwi") for _ in range(260)])
+    store.append_messages(quiet.id, [user(f"one kiwi among many other words {i}")
+                                     for i in range(3)])
+    for sort in ("relevance", "recency"):
+        hits = store.search(SearchQuery("kiwi", session_id=quiet.id, sort=sort, window=0))
+        assert sorted(h.seq for h in hits) == [1, 2, 3], sort
+    everything = store.search(SearchQuery("kiwi", limit=500, window=0))
+    assert len(everything) == 263
