@@ -79,10 +79,10 @@ _STRONG_PATH = (r"(?:\.ssh/(?:id_[a-z0-9_]+(?!\.pub)\b|authorized_keys|\*)|\bid_
                 r"ecdsa|ed25519)(?!\.pub)\b|\.aws/credentials|\.netrc|\.pgpass|\.git-credentials|"
                 r"\.docker/config\.json|\.kube/config|/etc/shadow|\.gnupg|keychain|"
                 r"credentials\.json|service[-_]account[\w-]*\.json|\.config/gh/hosts\.ya?ml|\.config/gcloud|"
-                r"\.azure/|\.vault-token|\.terraformrc|\.cargo/credentials|(?:~|\$home|\$\{home\}|"
+                r"\.azure/|\.vault-token|\.terraformrc|\.cargo/credentials|\.(?:bash|zsh)_history|(?:~|\$home|\$\{home\}|"
                 r"/root|/home/\w+|%userprofile%)/\.env\b)")
 _WEAK_PATH = r"(?:(?<![\w.])\.env(?:\.[a-z]+)?\b|secrets?\.(?:ya?ml|json|toml)|\.npmrc|\.pypirc)"
-_READ_STRONG = (r"(?:cat|less|more|head|tail|type|get-content|gc|read|open|print|copy|cp|scp|"
+_READ_STRONG = (r"(?:contents?\s+of|cat|less|more|head|tail|type|get-content|gc|read|open|print|copy|cp|scp|"
                 r"rsync|base64|xxd|od|strings|dump|upload|send|post|exfiltrate|leak|email|paste|"
                 r"share|output|reveal|display|show|include|grep|tar|zip)")
 _READ_WEAK = (r"(?:cat|less|more|head|tail|type|get-content|print|base64|xxd|strings|dump|"
@@ -108,7 +108,8 @@ _ZH_SECRET = (r"(?:密钥|密鑰|秘钥|令牌|token|密码|密碼|凭证|憑證
               r"\.env|私钥|私鑰|ssh|apikey|api key|对话|對話|聊天记录|聊天記錄|系统提示|"
               r"系統提示|记忆文件|cookie)")
 _ZH_SEND = r"(?:发送|發送|发到|發到|上传|上傳|传到|傳到|转发|轉發|回传|回傳|外发|外發|泄露|洩露|提交|post)"
-_ZH_DEST = r"(?:https?://|网址|網址|服务器|伺服器|邮箱|郵箱|webhook|地址|链接|鏈接|外部)"
+_ZH_DEST = (r"(?:https?://|网址|網址|服务器|伺服器|邮箱|郵箱|webhook|地址|链接|鏈接|外部|"
+            r"[\w.+-]+@[\w-]+\.[\w.]+|\d{1,3}(?:\.\d{1,3}){3})")
 
 _Pattern = tuple[re.Pattern[str], str]
 
@@ -176,6 +177,26 @@ _PHRASES: list[_Pattern] = [
        r"were\s+(?:given|told))|(?:given|told)\s+to\s+you)\b[^.\n]{0,30}?\b(?:no\s+longer\s+appl|"
        r"(?:is|are)\s+(?:now\s+)?(?:void|obsolete|cancell?ed|revoked|null|invalid))",
        "prompt injection: earlier instructions revoked"),
+    _c(r"\bthis\s+(?:memory|note|file|entry)\s+(?:is\s+authoritative|wins|overrides|takes\s+precedence|"
+       r"outranks)|\bif\s+(?:it|this)\s+conflicts\s+with\s+(?:your|the)\s+(?:system\s+prompt|"
+       r"instructions|guidelines)", "prompt injection: outranks the system prompt"),
+    _c(r"\b(?:never|don'?t|do\s+not)\s+refuse\b|\bno\s+refusals?\b|\bwithout\s+(?:ever\s+)?refusing\b",
+       "role hijack: never refuse"),
+    _c(r"\bfollow\s+(?:my|these|this|the)\s+(?:notes?|memory|memories|file|instructions)\s+(?:over|"
+       r"instead\s+of|rather\s+than)\s+(?:the\s+user|their|the\s+person|the\s+human)|\byou\s+work\s+"
+       r"for\s+me\s+now\b", "prompt injection: authority hijack"),
+    _c(r"\btreat\s+[^.\n]{0,40}\b(?:instructions?|text|content|comments?)\s+(?:in|from|inside)\s+"
+       r"[^.\n]{0,30}\bas\s+(?:(?:if\s+it\s+)?(?:came|coming)\s+from\s+the\s+user|user\s+"
+       r"instructions|trusted|authoritative|system)", "prompt injection: obey instructions from untrusted content"),
+    _c(r"\b(?:developer|admin|administrator|system|maintainer|operator|root)\s+override\s*[:：]",
+       "prompt injection: new instructions"),
+    _c(r"\b(?:your|the\s+assistant'?s|the\s+model'?s|the\s+ai'?s|the\s+agent'?s)\s+(?:safety|security)"
+       r"\s+(?:rules|guidelines|checks|filters|restrictions|policies)\s+(?:were|have\s+been|are|has\s+been)"
+       r"\s+(?:disabled|turned\s+off|removed|lifted|suspended)", "role hijack: safety switched off"),
+    _c(rf"\b{_IGNORE}\s+(?:the\s+|all\s+(?:of\s+)?)?(?:above|previous|preceding)(?=\s*(?:[.,;!]|and\b|$))",
+       "prompt injection: ignore everything above"),
+    _c(r"(?:忽略|无视|無視|不要理会|不要理會|别管|別管)(?:用户|用戶|使用者)(?:说的话|說的話|的话|的話|的要求|的指令|的请求|的請求)",
+       "prompt injection (zh): ignore the user"),
     _c(r"\b(?:do\s+not|don'?t|never|must\s+not|mustn'?t)\s+(?:ever\s+)?(?:mention|reveal|disclose|"
        r"admit)\s+(?:this|these|that)\s+(?:note|instruction|message|memory|rule|entry)s?\b|"
        r"\bif\s+(?:anyone|the\s+user|someone|they)\s+asks?,?\s+(?:say|tell\s+them|claim|deny)\b|"
@@ -194,7 +215,7 @@ _PHRASES: list[_Pattern] = [
        r"(?:guidelines|rules|restrictions|polic(?:y|ies)|instructions|filters)\s+(?:do\s+not|don'?t|"
        r"no\s+longer)\s+(?:exist|apply)", "role hijack: pretend the rules do not exist"),
     _c(r"(?:不需要|无需|無需|不必|不用|不再)(?:再)?遵守.{0,8}(?:任何|所有|一切|之前|原有|开发者|開發者|系统|系統)"
-       r".{0,8}(?:限制|规则|規則|指令|设定|設定|约束|約束)|(?:新规定|新規定|新规则|新規則|新要求)\s*[:：]",
+       r".{0,8}(?:限制|规则|規則|指令|设定|設定|约束|約束|规范|規範)|(?:新规定|新規定|新规则|新規則|新要求)\s*[:：]",
        "prompt injection (zh): rules revoked"),
     _c(r"(?:把|将|將)(?:你的)?(?:系统提示|系統提示|初始提示|系统指令|系統指令|提示词|提示詞|隐藏指令|隱藏指令)"
        r".{0,10}(?:打印|输出|輸出|显示|顯示|告诉|告訴|发|發|复述|複述|透露)",
@@ -269,6 +290,10 @@ _EXFIL: list[_Pattern] = [
     _c(rf"\b{_READ_WEAK}\b[^\n]{{0,40}}{_WEAK_PATH}", "exfiltration: reads a secrets file"),
     _c(rf"(?:{_STRONG_PATH}|(?:~|\$home)/\.ssh\b)[^\n]{{0,80}}\|[^\n]{{0,40}}\b{_NET}\b",
        "exfiltration: credential files piped to the network"),
+    _c(r"/dev/(?:tcp|udp)/|\bbash\s+-i\s*>&|\b(?:nc|ncat|netcat)\s+(?:-\w+\s+)*-e\s|\bmkfifo\b[^\n]{0,80}"
+       r"\b(?:nc|ncat|sh)\b", "exfiltration: reverse shell"),
+    _c(rf"\b(?:env|printenv|set)\s*>\s*\S+[^\n]{{0,120}}\b{_NET}\b",
+       "exfiltration: environment dumped and sent"),
     _c(r"(?:>>?|\btee\b(?:\s+-a)?)\s*[^\s]*authorized_keys", "exfiltration: ssh backdoor"),
     _c(r"\bssh-(?:rsa|ed25519)\s+\S{20,}[^\n]{0,80}authorized_keys", "exfiltration: ssh backdoor"),
     _c(rf"\b(?:send|post|upload|forward|transmit|exfiltrate|leak|email|mail|paste|share|report|"
@@ -284,6 +309,9 @@ _EXFIL: list[_Pattern] = [
        rf"(?:贴|貼|粘贴|附上|发送|發送|发到|發到|上传|上傳|输出|輸出|显示|顯示|打印)",
        "exfiltration (zh): reads credential files"),
 ]
+
+# the prose exfiltration patterns (from here on) skip matches preceded by a negation ("never send …")
+_GUARDED = next(i for i, (_, reason) in enumerate(_EXFIL) if "outside address" in reason)
 
 # Letters-only patterns over the ``compact`` view (and its reverse).
 _COMPACT: list[_Pattern] = [
@@ -363,8 +391,11 @@ def _first(patterns: list[_Pattern], text: str, *, negation_guard: bool = False)
 
 def _scan_views(text: str) -> str | None:
     plain = _plain(text)
-    reason = _first(_PHRASES, plain) or _first(_EXFIL[:8], plain)
-    reason = reason or _first(_EXFIL[8:], plain, negation_guard=True)
+    reason = _first(_PHRASES, plain) or _first(_EXFIL[:_GUARDED], plain)
+    reason = reason or _first(_EXFIL[_GUARDED:], plain, negation_guard=True)
+    leet = plain.translate(_LEET)
+    if not reason and leet != plain:
+        reason = _first(_PHRASES, leet)
     if reason:
         return reason
     compact = _compact(plain)
