@@ -18,8 +18,6 @@ from refold.cli.main import cli, main
 from refold.store import CheckpointDraft, MemoryRow, Store, open_store
 from refold.store.copy import session_digest, verify_copy
 
-pytestmark = pytest.mark.postgres
-
 
 @pytest.fixture
 def pg_url() -> Iterator[str]:
@@ -61,6 +59,7 @@ def _migrate(*args: str) -> Result:
     return CliRunner().invoke(cli, ["migrate", *args, "--json"], catch_exceptions=True)
 
 
+@pytest.mark.postgres
 def test_sqlite_to_postgres_copies_and_verifies_then_rerun_is_a_no_op(
         tmp_path: Path, pg_url: str) -> None:
     source_url = f"sqlite:///{tmp_path / 'src.db'}"
@@ -107,6 +106,7 @@ def _q(text: str) -> Any:
     return SearchQuery(text, include_inactive=True, limit=50)
 
 
+@pytest.mark.postgres
 def test_postgres_back_to_sqlite_round_trips(tmp_path: Path, pg_url: str) -> None:
     origin = open_store(pg_url)
     try:
@@ -126,6 +126,7 @@ def test_postgres_back_to_sqlite_round_trips(tmp_path: Path, pg_url: str) -> Non
         back.close()
 
 
+@pytest.mark.postgres
 def test_a_tampered_copy_fails_verification(tmp_path: Path, pg_url: str) -> None:
     source_url = str(tmp_path / "src.db")
     source = open_store(source_url)
@@ -151,6 +152,7 @@ def test_same_store_on_both_sides_is_a_usage_error(tmp_path: Path,
     assert capsys.readouterr().err.startswith("error: --from and --to name the same store")
 
 
+@pytest.mark.postgres
 def test_session_records_survive_with_every_field(tmp_path: Path, pg_url: str) -> None:
     source = open_store(str(tmp_path / "s.db"))
     try:
@@ -173,3 +175,15 @@ def test_session_records_survive_with_every_field(tmp_path: Path, pg_url: str) -
             target.close()
     finally:
         source.close()
+
+
+def test_human_output_shows_progress_and_summary(tmp_path: Path) -> None:
+    source_url = str(tmp_path / "a.db")
+    source = open_store(source_url)
+    _fill(source)
+    source.close()
+    result = CliRunner().invoke(cli, ["migrate", "--from", source_url, "--to",
+                                      f"sqlite:///{tmp_path / 'b.db'}"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "sessions copied" in result.output and "│ 3" in result.output
+    assert "verification" in result.output and "ok" in result.output

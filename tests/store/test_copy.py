@@ -1,0 +1,78 @@
+"""refold.store.copy on any pair of stores (here SQLite → SQLite, and both backends via ``store``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from refold.store import CheckpointDraft, MemoryRow, Store
+from refold.store.copy import copy_store, parents_first, session_digest, verify_copy
+from refold.store.sqlite import SQLiteStore
+
+
+def _fill(store: Store) -> list[str]:
+    root = store.create_session(title="root", source="cli")
+    store.append_messages(root.id, [{"role": "user", "content": "hello \x00 部署"},
+                                    {"role": "assistant", "content": "hi"},
+                                    {"role": "user", "content": "again"}])
+    store.rewind(root.id, 3)
+    store.add_checkpoint(root.id, CheckpointDraft(summary="s", first_seq=1, last_seq=1,
+                                                  tail_start_seq=2))
+    store.append_event(root.id, "goal", {"text": "ship"})
+    fork = store.fork_session(root.id, 2)
+    grandchild = store.create_session(parent_session_id=fork.id, link_kind="compaction")
+    store.memory_save("p", "user", [MemoryRow("prefers tabs", 1.0, 1.0)], 0)
+    return [root.id, fork.id, grandchild.id]
+
+
+def test_copy_into_any_backend_is_faithful_and_rerun_skips(store: Store, tmp_path: Path) -> None:
+    source = SQLiteStore(str(tmp_path / "source.db"))
+    try:
+        ids = _fill(source)
+        phases: list[tuple[str, int, int]] = []
+        report = copy_store(source, store, progress=lambda *p: phases.append(p))
+        assert report.ok and report.sessions_copied == 3 and report.messages_copied == 5
+        assert {p[0] for p in phases} == {"sessions", "memory", "verify"}
+        assert phases[-1] == ("verify", 3, 3)
+        for sid in ids:
+            assert session_digest(store, sid) == session_digest(source, sid)
+        again = copy_store(source, store)
+        assert (again.sessions_copied, again.sessions_skipped, again.memory_skipped) == (0, 3, 1)
+        assert again.ok
+    finally:
+        source.close()
+
+
+def test_verification_names_what_differs(tmp_path: Path) -> None:
+    source = SQLiteStore(str(tmp_path / "a.db"))
+    target = SQLiteStore(str(tmp_path / "b.db"))
+    try:
+        ids = _fill(source)
+        assert copy_store(source, target).ok
+        target.rename_session(ids[0], "renamed")
+        target.append_messages(ids[1], [{"role": "user", "content": "extra"}])
+        target.delete_session(ids[2])
+        target.memory_save("p", "user", [], 1)
+        problems = verify_copy(source, target)
+        assert sorted(problems) == sorted([
+            f"session {ids[0]}: content differs (hash mismatch)",
+            f"session {ids[1]}: 2 rows in the source, 3 in the target",
+            f"session {ids[2]}: missing in the target",
+            "memory p/user: rows differ"])
+    finally:
+        source.close()
+        target.close()
+
+
+def test_parents_come_first_whatever_the_listing_order(tmp_path: Path) -> None:
+    store = SQLiteStore(str(tmp_path / "x.db"))
+    try:
+        ids = _fill(store)
+        listed = store.list_sessions(limit=10)  # newest first: children before parents
+        ordered = [s.id for s in parents_first(listed)]
+        assert ordered.index(ids[0]) < ordered.index(ids[1]) < ordered.index(ids[2])
+        orphan: Any = dataclasses.replace(listed[0], parent_session_id="gone")
+        assert parents_first([orphan])[0].parent_session_id is None
+    finally:
+        store.close()
