@@ -209,7 +209,8 @@ class MemoryReviewer:
             try:
                 return self._review_with_llm(messages)
             except RefoldError as exc:
-                log.warning("memory review model failed (%s); using the extractor", exc.message)
+                log.warning("memory review model failed (%s); using the extractor",
+                            getattr(exc, "kind", exc.__class__.__name__))
         return self._review_with_extractor(messages)
 
     def _review_with_extractor(self, messages: Sequence[Message]) -> ReviewReport:

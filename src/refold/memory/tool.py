@@ -107,7 +107,10 @@ class MemoryTool:
             result = self._dispatch(_parse(arguments))
         except RefoldError as exc:
             self.failures += 1
-            log.info("memory tool call failed (%d this turn): %s", self.failures, exc.message)
+            # the message may quote entries: only the error class is logged above DEBUG
+            log.info("memory tool call failed (%d this turn): %s", self.failures,
+                     exc.__class__.__name__)
+            log.debug("memory tool failure: %s", exc.message)
             payload = error_payload(exc)
             if self.failures >= FAILURES_PER_TURN:
                 payload.update(stop=True, note=self._stop()["error"])
