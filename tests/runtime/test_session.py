@@ -158,3 +158,30 @@ def test_rotate_on_compaction_continues_in_a_child(store: Store, tmp_path: Path)
         assert child.link_kind == "compaction" and child.title and child.title.startswith("chain #")
         assert engine.open_session("chain").session_id == rt.session_id  # resume follows
         assert parent.message_count >= 4  # the parent's rows stay in the archive
+
+
+def test_anti_thrash_state_is_per_session(engine: Engine) -> None:
+    a = engine.open_session(new=True)
+    b = engine.open_session(new=True)
+    guard = a._trigger.guard  # block session a as two ineffective compactions would
+    guard._strike("ineffective")
+    guard._strike("ineffective")
+    assert a.context_breakdown()["auto_compaction"]["blocked"] is True
+    assert b.context_breakdown()["auto_compaction"]["blocked"] is False
+    compacted = False
+    for i in range(12):
+        prepared = b.prepare(tool_turn(i), system_prompt=SYSTEM)
+        b.record(answer(i))
+        compacted = compacted or prepared.compaction is not None
+    assert compacted
+
+
+def test_explicit_compact(engine: Engine, store: Store) -> None:
+    rt = engine.open_session(new=True)
+    for i in range(3):
+        rt.prepare(tool_turn(i), system_prompt=SYSTEM)
+        rt.record(answer(i))
+    assert rt.compact(force=False) is None  # under the threshold: nothing to do
+    report = rt.compact()
+    assert report is not None and report.tokens_after < report.tokens_before
+    assert len(store.list_checkpoints(rt.session_id)) == 1

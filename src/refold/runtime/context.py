@@ -15,13 +15,13 @@ end, tail start) back to ledger seqs, so the stored checkpoint reproduces the co
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 from refold.errors import Conflict
 from refold.messages.model import Message
 from refold.runtime.precompact import Plan, plan_is_current
+from refold.runtime.trigger import Trigger
 from refold.store.base import Projection, Store
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ class ContextOps:
 
     def __init__(self, *, model: str, context_length: int, policy: Any | None = None,
                  summarizer: Any | None = None, chat_client: Any | None = None) -> None:
-        from refold.compaction import BuiltinSummarizer, CompactionGuard, CompactionPolicy
+        from refold.compaction import BuiltinSummarizer, CompactionPolicy, threshold_for
         from refold.tokens import get_counter
 
         self.model = model
@@ -44,12 +44,12 @@ class ContextOps:
         self.chat_client = chat_client
         self.counter = get_counter(model)
         self.builtin = BuiltinSummarizer()
-        self.guard = CompactionGuard(self.policy, context_length=context_length, model=model)
-        self.threshold = self.guard.threshold
+        self.threshold = threshold_for(self.policy, context_length, model).tokens
         self.pre_threshold = int(self.threshold * PRE_THRESHOLD_FRACTION)
-        self._lock = threading.Lock()
-        self._warnings: list[str] = []
-        self._use_builtin = False  # the guard says the llm summarizer is cooling down
+
+    def new_trigger(self) -> Trigger:
+        """A fresh per-session trigger (anti-thrash state is never shared between sessions)."""
+        return Trigger(self.policy, context_length=self.context_length, model=self.model)
 
     # -- counting -----------------------------------------------------------------------------
     def validate(self, messages: list[Message]) -> None:
@@ -76,7 +76,7 @@ class ContextOps:
         return projection_messages(projection, system_text)
 
     def breakdown(self, projection: Projection, *, system_prompt: str | None, snapshot: str,
-                  tools: Sequence[dict[str, Any]] | None) -> dict[str, Any]:
+                  tools: Sequence[dict[str, Any]] | None, trigger: Trigger) -> dict[str, Any]:
         """Tokens by part of the window, for gauges and ``refold context``."""
         count = self.counter.count_text
         checkpoint = projection.checkpoint
@@ -100,72 +100,18 @@ class ContextOps:
                 "threshold": self.threshold, "context_length": self.context_length,
                 "checkpoint_id": checkpoint.id if checkpoint else None,
                 "fraction_of_threshold": round(total / self.threshold, 4) if self.threshold
-                else 0.0, "auto_compaction": self.guard_status()}
-
-    # -- policy (refold.compaction.CompactionGuard: triggers and anti-thrash) ----------------
-    def note_request_sent(self) -> None:
-        with self._lock:
-            self.guard.note_request_sent()
-
-    def note_no_reading(self) -> None:
-        """The reply came back without usage: stop waiting for a real reading."""
-        with self._lock:
-            self.guard.note_request_failed()
-
-    def preflight(self, tokens: int) -> bool:
-        """Compact before sending ``tokens`` (an estimate)? Never on an estimate while a real
-        reading is pending — unless the estimate is over the whole window."""
-        with self._lock:
-            decision = self.guard.preflight(tokens, exact=tokens >= self.context_length)
-            return self._take(decision)
-
-    def post_response(self, prompt_tokens: int) -> bool:
-        """Compact after a reply whose real prompt size was ``prompt_tokens``?"""
-        with self._lock:
-            return self._take(self.guard.post_response(prompt_tokens))
-
-    def _take(self, decision: Any) -> bool:
-        if decision.notice:
-            self._warnings.append(decision.notice)
-        self._use_builtin = bool(decision.use_builtin)
-        return bool(decision.compact)
-
-    def auto_allowed(self) -> bool:
-        with self._lock:
-            return not self.guard.status().blocked
-
-    def guard_status(self) -> dict[str, Any]:
-        with self._lock:
-            status = self.guard.status()
-        return {"blocked": status.blocked, "reason": status.reason, "strikes": status.strikes,
-                "cooldown_seconds": round(status.cooldown_remaining, 1)}
-
-    def take_warnings(self) -> list[str]:
-        with self._lock:
-            out, self._warnings = self._warnings, []
-            return out
-
-    def overflow_target(self, attempt: int, rejected_tokens: int) -> int | None:
-        """The target after the provider rejected ``rejected_tokens`` (None: give up). The
-        guard's shrinking share of the window, capped by the same share of what was rejected
-        (the provider's real limit may be below the configured window)."""
-        with self._lock:
-            decision = self.guard.on_overflow(attempt, rejected_tokens)
-        if not decision.compact or decision.target_tokens is None:
-            return None
-        share = decision.target_tokens / self.context_length
-        return max(1, min(decision.target_tokens, int(max(1, rejected_tokens) * share)))
+                else 0.0, "auto_compaction": trigger.status()}
 
     # -- planning and committing ---------------------------------------------------------------
     def plan(self, projection: Projection, system_text: str | None,
-             tools: Sequence[dict[str, Any]] | None, *, target_tokens: int | None,
-             force: bool) -> Plan | None:
+             tools: Sequence[dict[str, Any]] | None, *, trigger: Trigger,
+             target_tokens: int | None) -> Plan | None:
         """A checkpoint draft for ``projection`` (pure; safe on a worker thread)."""
         from refold.compaction import compact, projection_messages
         from refold.compaction.session import checkpoint_draft
 
         view = projection_messages(projection, system_text)
-        summarizer = self.builtin if self._use_builtin else self.summarizer
+        summarizer = self.builtin if trigger.use_builtin else self.summarizer
         result = compact(view, context_length=self.context_length, policy=self.policy,
                          counter=self.counter, summarizer=summarizer, fallback=self.builtin,
                          model=self.model, target_tokens=target_tokens, tools=tools,
@@ -175,8 +121,7 @@ class ContextOps:
         if report.changed and report.summary is not None:
             draft = checkpoint_draft(projection, view, result, 1 if system_text else 0)
         if draft is None:
-            with self._lock:
-                self.guard.record(report)
+            trigger.record(report)
             log.info("compaction not stored: %s (%s)", report.status, report.reason)
             return None
         rows = [r for r in projection.messages if r.seq < draft.tail_start_seq]
@@ -186,7 +131,7 @@ class ContextOps:
                     summarized=tuple((r.seq, r.identity) for r in rows), report=report)
 
     def commit(self, store: Store, session_id: str, plan: Plan, *, holder: str,
-               validate: bool = False) -> Any:
+               trigger: Trigger, validate: bool = False) -> Any:
         """Append ``plan``'s checkpoint under the session's lease; its report, or None.
 
         With ``validate`` the plan is first checked against the ledger (under the lease, so no
@@ -202,8 +147,7 @@ class ContextOps:
             store.add_checkpoint(session_id, plan.draft)
         finally:
             store.release_lease(lease, holder)
-        with self._lock:
-            self.guard.record(plan.report)
+        trigger.record(plan.report)
         return plan.report
 
 

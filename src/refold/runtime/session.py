@@ -60,6 +60,7 @@ class SessionRuntime:
         self._tools: list[dict[str, Any]] | None = None
         self._lock = threading.RLock()
         self._precompactor = Precompactor(engine.executor)
+        self._trigger = engine.ops.new_trigger()
         self._last_sent_tokens: int | None = None  # estimate of the last prepared request
         self._last_prepared: Prepared | None = None
         self.user_turns = 0
@@ -164,16 +165,16 @@ class SessionRuntime:
     def handle_error(self, error: UpstreamError, attempt: int) -> bool:
         """True when the context was compacted further so a retry can succeed."""
         with self._lock:
-            self.ops.note_no_reading()
+            self._trigger.note_no_reading()
             if error.kind != "overflow" or attempt >= MAX_OVERFLOW_ATTEMPTS:
                 return False
             projection = self.store.projection(self.session_id)
             before = self._measure(projection)
-            target = self.ops.overflow_target(attempt, self._last_sent_tokens or before)
+            target = self._trigger.overflow_target(attempt, self._last_sent_tokens or before)
             if target is None:
                 return False
             self._precompactor.discard()
-            report = self._compact_now(projection, target_tokens=target, force=True)
+            report = self._compact_now(projection, target_tokens=target)
             if report is None:
                 return False
             after = self._measure(self.store.projection(self.session_id))
@@ -181,11 +182,14 @@ class SessionRuntime:
             return after < before
 
     def compact(self, *, force: bool = True) -> Any:
-        """Compact now (``/compact``); returns the report, or None when nothing was done."""
+        """Compact now (``/compact``); the report, or None when nothing was done. Without
+        ``force`` only when the context is over the threshold."""
         with self._lock:
+            projection = self.store.projection(self.session_id)
+            if not force and self._measure(projection) < self.ops.threshold:
+                return None
             self._precompactor.discard()
-            return self._compact_now(self.store.projection(self.session_id),
-                                     target_tokens=None, force=force)
+            return self._compact_now(projection, target_tokens=None)
 
     # -- inspection --------------------------------------------------------------------------
     def context_breakdown(self) -> dict[str, Any]:
@@ -193,7 +197,8 @@ class SessionRuntime:
         with self._lock:
             projection = self.store.projection(self.session_id)
             parts = self.ops.breakdown(projection, system_prompt=self._system_prompt,
-                                       snapshot=self._snapshot, tools=self._tools)
+                                       snapshot=self._snapshot, tools=self._tools,
+                                       trigger=self._trigger)
             parts["session_id"] = self.session_id
             return parts
 
@@ -227,20 +232,20 @@ class SessionRuntime:
         tokens = self.ops.count(messages, self._tools)
         report = None
         before = None
-        if self.ops.preflight(tokens):
+        if self._trigger.preflight(tokens):
             report = self._swap_or_compact(projection)
             if report is not None:
                 before = tokens
                 projection = self.store.projection(self.session_id)
                 messages = self._build(projection)
                 tokens = self.ops.count(messages, self._tools)
-        warnings.extend(self.ops.take_warnings())
+        warnings.extend(self._trigger.take_warnings())
         if tokens > self.ops.context_length:
             warnings.append(f"context is {tokens} tokens, over the {self.ops.context_length} "
                             "token window; the provider may reject it")
         self._maybe_precompact(projection, tokens)
         self._last_sent_tokens = tokens
-        self.ops.note_request_sent()
+        self._trigger.note_request_sent()
         prepared = Prepared(messages=[wire_form(m) for m in messages], tokens=tokens,
                             threshold=self.ops.threshold,
                             context_length=self.ops.context_length, compaction=report,
@@ -250,9 +255,9 @@ class SessionRuntime:
 
     def _post_response(self, real_tokens: int | None) -> None:
         if real_tokens is None:
-            self.ops.note_no_reading()
+            self._trigger.note_no_reading()
             return
-        if self.ops.post_response(real_tokens):
+        if self._trigger.post_response(real_tokens):
             self._swap_or_compact(self.store.projection(self.session_id))
         elif real_tokens >= self.ops.pre_threshold:
             self._maybe_precompact(self.store.projection(self.session_id), real_tokens)
@@ -270,24 +275,24 @@ class SessionRuntime:
                 projection = self.store.projection(self.session_id)
             else:
                 self._precompactor.discarded += 1
-        return self._compact_now(projection, target_tokens=None, force=False)
+        return self._compact_now(projection, target_tokens=None)
 
     def _commit(self, plan: Plan) -> Any:
         report = self.ops.commit(self.store, self.session_id, plan, holder=self._engine.holder,
-                                 validate=True)
+                                 trigger=self._trigger, validate=True)
         if report is None:
             log.info("session %s: background plan outdated, discarded", self.session_id)
         else:
             self._maybe_rotate()
         return report
 
-    def _compact_now(self, projection: Projection, *, target_tokens: int | None,
-                     force: bool) -> Any:
+    def _compact_now(self, projection: Projection, *, target_tokens: int | None) -> Any:
         plan = self.ops.plan(projection, self.system_text(), self._tools,
-                             target_tokens=target_tokens, force=force)
+                             trigger=self._trigger, target_tokens=target_tokens)
         if plan is None:
             return None
-        report = self.ops.commit(self.store, self.session_id, plan, holder=self._engine.holder)
+        report = self.ops.commit(self.store, self.session_id, plan, holder=self._engine.holder,
+                                 trigger=self._trigger)
         self._maybe_rotate()
         return report
 
@@ -311,13 +316,15 @@ class SessionRuntime:
     def _maybe_precompact(self, projection: Projection, tokens: int) -> None:
         if not self._engine.background_precompact or self._precompactor.busy:
             return
-        if tokens < self.ops.pre_threshold or not self.ops.auto_allowed():
+        if tokens < self.ops.pre_threshold or not self._trigger.auto_allowed():
             return
         system = self.system_text()
         tools = self._tools
 
+        trigger = self._trigger
+
         def plan_fn(snapshot: Projection) -> Plan | None:
-            return self.ops.plan(snapshot, system, tools, target_tokens=None, force=False)
+            return self.ops.plan(snapshot, system, tools, trigger=trigger, target_tokens=None)
 
         self._precompactor.start(projection, plan_fn)
 

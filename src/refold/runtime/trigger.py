@@ -1,0 +1,90 @@
+"""``Trigger``: one session's "when to compact" state over ``refold.compaction.CompactionGuard``.
+
+The guard (preflight, post-response and overflow entry points; strikes, probes, cooldowns) is
+per session, so a thrashing session never blocks another one served by the same engine. The
+lock makes it safe to consult from the session's caller thread and its background planner.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from refold.compaction import CompactionGuard, CompactionPolicy
+
+
+class Trigger:
+    """Per-session trigger decisions, user-visible notices and the summarizer choice."""
+
+    def __init__(self, policy: CompactionPolicy, *, context_length: int, model: str) -> None:
+        self.guard = CompactionGuard(policy, context_length=context_length, model=model)
+        self.context_length = context_length
+        self._lock = threading.Lock()
+        self._warnings: list[str] = []
+        self._use_builtin = False  # the guard says the llm summarizer is cooling down
+
+    @property
+    def threshold(self) -> int:
+        return self.guard.threshold
+
+    @property
+    def use_builtin(self) -> bool:
+        with self._lock:
+            return self._use_builtin
+
+    def note_request_sent(self) -> None:
+        with self._lock:
+            self.guard.note_request_sent()
+
+    def note_no_reading(self) -> None:
+        """The reply came back without usage (or failed): stop waiting for a real reading."""
+        with self._lock:
+            self.guard.note_request_failed()
+
+    def preflight(self, tokens: int) -> bool:
+        """Compact before sending ``tokens`` (an estimate)? Never on an estimate while a real
+        reading is pending — unless the estimate is over the whole window."""
+        with self._lock:
+            return self._take(self.guard.preflight(tokens, exact=tokens >= self.context_length))
+
+    def post_response(self, prompt_tokens: int) -> bool:
+        """Compact after a reply whose real prompt size was ``prompt_tokens``?"""
+        with self._lock:
+            return self._take(self.guard.post_response(prompt_tokens))
+
+    def _take(self, decision: Any) -> bool:
+        if decision.notice:
+            self._warnings.append(decision.notice)
+        self._use_builtin = bool(decision.use_builtin)
+        return bool(decision.compact)
+
+    def overflow_target(self, attempt: int, rejected_tokens: int) -> int | None:
+        """The target after the provider rejected ``rejected_tokens`` (None: give up): the
+        guard's shrinking share of the window, capped by the same share of what was rejected
+        (the provider's real limit may be below the configured window)."""
+        with self._lock:
+            decision = self.guard.on_overflow(attempt, rejected_tokens)
+        if not decision.compact or decision.target_tokens is None:
+            return None
+        share = decision.target_tokens / self.context_length
+        return max(1, min(decision.target_tokens, int(max(1, rejected_tokens) * share)))
+
+    def record(self, report: Any) -> None:
+        """A compaction's outcome (stored or not) feeds strikes and cooldowns."""
+        with self._lock:
+            self.guard.record(report)
+
+    def auto_allowed(self) -> bool:
+        with self._lock:
+            return not self.guard.status().blocked
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            status = self.guard.status()
+        return {"blocked": status.blocked, "reason": status.reason, "strikes": status.strikes,
+                "cooldown_seconds": round(status.cooldown_remaining, 1)}
+
+    def take_warnings(self) -> list[str]:
+        with self._lock:
+            out, self._warnings = self._warnings, []
+            return out
