@@ -186,3 +186,16 @@ def test_gram_index_serves_short_cjk_queries(postgres_store: Any) -> None:
         plan = "\n".join(r[0] for r in conn.execute(
             "EXPLAIN SELECT id FROM messages WHERE cjk_grams @> ARRAY['部署']"))
     assert "messages_grams" in plan
+
+
+def test_connections_dropped_by_the_server_are_replaced(postgres_store: Any) -> None:
+    session = postgres_store.create_session()
+    pool = postgres_store._pool  # only this store's own connections are cut
+    with pool.connection() as conn:
+        pid = conn.info.backend_pid
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
+        row = admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()
+    assert row == (True,)
+    for _ in range(3):  # the dead connection is noticed at checkout and replaced
+        postgres_store.append_messages(session.id, [{"role": "user", "content": "still here"}])
+    assert len(postgres_store.get_messages(session.id)) == 3
