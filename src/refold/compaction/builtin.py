@@ -28,7 +28,7 @@ from refold.compaction.summary import (
 from refold.messages.model import Message, content_text
 
 ITEM_CHARS = 300
-_SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|\n+")
+_SENTENCE = re.compile(r"(?<=[。！？；])|(?<=[.!?;])\s+|\n+")
 _CONSTRAINT = re.compile(
     r"\b(?:must|mustn't|never|always|don't|do not|should(?:n't)?|avoid|prefer|only|without|"
     r"make sure|please use|no more than|at most|at least|keep)\b|"
@@ -140,12 +140,14 @@ def _scan_tool_group(call: dict[str, object], result: Message | None, notes: _No
 
 
 def _scan_users(prefix: Sequence[Message], notes: _Notes, labels: dict[str, str]) -> None:
-    """Constraints and mentioned files come from every user message up to the cut."""
+    """Constraints, user decisions and mentioned files come from every user message so far."""
     for msg in _real_users(prefix):
         text = content_text(msg)
         for sentence in _sentences(text):
             if _CONSTRAINT.search(sentence):
                 notes.add("constraints", sentence)
+            elif _DECISION.search(sentence):
+                notes.add("decisions", sentence)
         for match in _PATH_MENTION.finditer(text):
             notes.touch(match.group(0).strip("`'\".,;:"), labels["mentioned"])
 
@@ -158,6 +160,8 @@ def _scan(turns: Sequence[Message], notes: _Notes, labels: dict[str, str]) -> No
             continue
         text = content_text(msg)
         if role == "assistant":
+            for match in _PATH_MENTION.finditer(text):
+                notes.touch(match.group(0).strip("`'\".,;:"), labels["mentioned"])
             for sentence in _sentences(text):
                 if _DECISION.search(sentence):
                     notes.add("decisions", sentence)

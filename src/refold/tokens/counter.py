@@ -12,6 +12,7 @@ Invariant: ``count_messages(ms) == sum(count_message(m) for m in ms) + REPLY_PRI
 from __future__ import annotations
 
 import json
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -76,6 +77,7 @@ class MessageCounter:
         self.image_tokens = image_tokens
         self.message_overhead = message_overhead
         self._cache: OrderedDict[tuple[Any, ...], int] = OrderedDict()
+        self._lock = threading.Lock()
         self.cache_hits = 0
         self.cache_misses = 0
 
@@ -97,16 +99,18 @@ class MessageCounter:
 
     def count_message(self, message: Message) -> int:
         key = message_fingerprint(message)
-        cached = self._cache.get(key)
-        if cached is not None:
-            self.cache_hits += 1
-            self._cache.move_to_end(key)
-            return cached
-        self.cache_misses += 1
+        with self._lock:  # counters are shared per vocabulary across threads (the proxy)
+            cached = self._cache.get(key)
+            if cached is not None:
+                self.cache_hits += 1
+                self._cache.move_to_end(key)
+                return cached
+            self.cache_misses += 1
         value = self._uncached_message(message)
-        self._cache[key] = value
-        if len(self._cache) > _CACHE_SIZE:
-            self._cache.popitem(last=False)
+        with self._lock:
+            self._cache[key] = value
+            if len(self._cache) > _CACHE_SIZE:
+                self._cache.popitem(last=False)
         return value
 
     def count_messages(self, messages: Sequence[Message]) -> int:

@@ -1,0 +1,167 @@
+"""The pieces of the pipeline: prune, anchors, the builtin summarizer, the summary framing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from refold.compaction.anchors import extract_anchors, select_anchors
+from refold.compaction.builtin import BuiltinSummarizer
+from refold.compaction.prune import (
+    PruneStats,
+    one_line_summary,
+    prune_outside_tail,
+    truncate_arguments,
+)
+from refold.compaction.summarizer import SummaryRequest
+from refold.compaction.summary import (
+    END_MARKER,
+    PREFIX,
+    detect_language,
+    parse_body,
+    strip_think,
+    unwrap_summary,
+    wrap_summary,
+)
+from refold.tokens import get_counter
+
+COUNTER = get_counter("gpt-4o")
+
+
+def call(cid: str, name: str, **args: Any) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": cid, "type": "function", "function": {"name": name,
+                                                     "arguments": json.dumps(args)}}]}
+
+
+def result(cid: str, text: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": cid, "content": text}
+
+
+CONVERSATION: list[dict[str, Any]] = [
+    {"role": "system", "content": "You are a coding agent."},
+    {"role": "user", "content": "Migrate the billing service to Postgres 16. Never drop the "
+                                "legacy table. Use alembic for migrations."},
+    call("c1", "terminal", command="alembic upgrade head"),
+    result("c1", "INFO running upgrade\nsqlalchemy.exc.OperationalError: could not connect "
+                 "to server\nexit code 1"),
+    {"role": "assistant", "content": "The database was down. I decided to start it with "
+                                     "docker compose because the CI uses it too."},
+    call("c2", "patch", path="billing/migrations/env.py", diff="..."),
+    result("c2", "patched billing/migrations/env.py\nexit code 0"),
+    call("c3", "terminal", command="alembic upgrade head"),
+    result("c3", "INFO upgraded to 3f2a9c1\nexit code 0"),
+    call("c4", "terminal", command="pytest tests/billing -q"),
+    result("c4", "FAILED tests/billing/test_invoice.py::test_totals - AssertionError: 41 != 42"
+                 "\nexit code 1"),
+    {"role": "assistant", "content": "Migration done. Next I'll fix test_totals in "
+                                     "tests/billing/test_invoice.py."},
+]
+
+
+def _request(turns: list[dict[str, Any]], budget: int = 2000, previous: str | None = None,
+             language: str = "en", prefix: list[dict[str, Any]] | None = None
+             ) -> SummaryRequest:
+    return SummaryRequest(turns=turns, pruned_turns=turns, prefix=prefix or turns,
+                          previous_summary=previous, language=language, budget_tokens=budget,
+                          counter=COUNTER)
+
+
+def test_builtin_summary_is_useful() -> None:
+    body = BuiltinSummarizer().summarize(_request(CONVERSATION[2:], prefix=CONVERSATION)).body
+    sections = parse_body(body)
+    assert sections.get("goal")[0].startswith("Migrate the billing service to Postgres 16")
+    assert any("Never drop the legacy table" in c for c in sections.get("constraints"))
+    done = " ".join(sections.get("done"))
+    assert "alembic upgrade head" in done and "Migration done" in done
+    blocked = " ".join(sections.get("blocked"))
+    assert "AssertionError: 41 != 42" in blocked
+    assert "OperationalError" not in blocked  # the same command succeeded later
+    assert any("docker compose" in d for d in sections.get("decisions"))
+    files = " ".join(sections.get("files"))
+    assert "billing/migrations/env.py" in files and "modified" in files
+    assert any("fix test_totals" in n for n in sections.get("next_steps"))
+    assert any("OperationalError" in c for c in sections.get("critical"))
+
+
+def test_builtin_summary_is_deterministic_and_respects_its_budget() -> None:
+    big = CONVERSATION[2:] * 40
+    first = BuiltinSummarizer().summarize(_request(big, budget=300)).body
+    assert first == BuiltinSummarizer().summarize(_request(big, budget=300)).body
+    assert COUNTER.count_text(first) <= 330
+
+
+def test_builtin_update_keeps_the_previous_summary() -> None:
+    previous = BuiltinSummarizer().summarize(_request(CONVERSATION[2:6],
+                                                      prefix=CONVERSATION[:6])).body
+    later = [{"role": "user", "content": "Now add an index on invoices.customer_id."},
+             call("c9", "terminal", command="alembic revision -m add_index"),
+             result("c9", "Generating migrations/versions/9b1_add_index.py\nexit code 0")]
+    body = BuiltinSummarizer().summarize(_request(later, previous=previous)).body
+    sections = parse_body(body)
+    assert sections.get("goal")[0].startswith("Migrate the billing service")
+    done = " ".join(sections.get("done"))
+    assert "alembic revision -m add_index" in done
+
+
+def test_chinese_headings_and_framing() -> None:
+    zh = [{"role": "user", "content": "请把账单服务迁移到 Postgres 16，不要删除旧表。"},
+          {"role": "assistant", "content": "好的，我决定使用 alembic。"}]
+    assert detect_language(zh) == "zh"
+    assert detect_language([{"role": "user", "content": "ログインのバグを修正してください"}]) == "ja"
+    assert detect_language(CONVERSATION) == "en"
+    body = BuiltinSummarizer().summarize(_request(zh, language="zh")).body
+    assert body.startswith("## 目标") and "## 约束与偏好" in body
+    text = wrap_summary(body, ["Postgres 16"], "zh")
+    assert text.startswith(PREFIX) and text.endswith(END_MARKER) and "摘要结束" in text
+    assert unwrap_summary(text) == (body, ["Postgres 16"])
+
+
+def test_strip_think() -> None:
+    assert strip_think("<think>hmm</think>## Goal\n- x") == "## Goal\n- x"
+    assert strip_think("## Goal\n<thinking>a\nb</thinking>- x") == "## Goal\n- x"
+    assert strip_think("<think>never closed") == ""
+
+
+def test_one_line_summary_of_an_old_output() -> None:
+    output = "\n".join(f"line {i}" for i in range(46)) + "\nexit code 0"
+    line = one_line_summary("terminal", json.dumps({"command": "npm test"}), output)
+    assert line.startswith("[terminal] ran `npm test` -> exit 0, 47 lines")
+    err = one_line_summary("terminal", "{}", "Traceback\nValueError: bad value\nexit status 2")
+    assert "exit 2" in err and "ValueError: bad value" in err
+
+
+def test_truncated_arguments_stay_valid_json() -> None:
+    args = json.dumps({"path": "a.py", "content": "x" * 5000, "items": list(range(100))})
+    short = truncate_arguments(args, 500)
+    assert len(short) <= 600 and json.loads(short)["path"] == "a.py"
+    assert json.loads(truncate_arguments("not json " * 200, 100))["_truncated"]
+
+
+def test_prune_dedups_and_summarizes_outside_the_tail_only() -> None:
+    same = "identical output\n" * 50
+    msgs = [call("a", "read_file", path="x.py"), result("a", same),
+            call("b", "read_file", path="x.py"), result("b", same),
+            call("c", "terminal", command="make"), result("c", "y\n" * 300)]
+    stats = PruneStats()
+    out = prune_outside_tail(msgs, 2, min_chars=200, args_max_chars=500, stats=stats)
+    assert out[1]["content"].startswith("[Duplicate tool output") and "call b" in out[1]["content"]
+    assert out[3]["content"] == same  # the newer copy is the one kept (here: in the tail)
+    assert out[5] is msgs[5] and stats.deduplicated == 1
+    assert msgs[1]["content"] == same  # input untouched
+
+
+def test_anchors_are_verbatim_ranked_and_bounded() -> None:
+    candidates = extract_anchors(CONVERSATION)
+    texts = {a.text for a in candidates}
+    assert "alembic upgrade head" in texts
+    assert "billing/migrations/env.py" in texts
+    assert any("AssertionError: 41 != 42" in t for t in texts)
+    assert "3f2a9c1" in texts  # a revision id
+    chosen = select_anchors(candidates, budget_tokens=40, count_text=COUNTER.count_text)
+    assert sum(COUNTER.count_text(a) + 3 for a in chosen) <= 40
+    assert chosen == select_anchors(extract_anchors(CONVERSATION), budget_tokens=40,
+                                    count_text=COUNTER.count_text)
+    full = select_anchors(candidates, budget_tokens=10_000, count_text=COUNTER.count_text)
+    for a in full:  # no anchor is contained in another one
+        assert not any(a != b and a in b for b in full)
