@@ -98,3 +98,14 @@ def test_bad_arguments_never_raise(store: Store, sessions: dict[str, str],
                                    args: dict[str, Any]) -> None:
     out = _call(store, sessions["current"], **args)
     assert out["_error"] or "sessions" in out
+
+
+def test_current_session_may_be_a_getter(store: Store, sessions: dict[str, str]) -> None:
+    current = {"id": sessions["current"]}
+    registry = ToolRegistry([session_search_tool(store, current_session_id=lambda: current["id"],
+                                                 owner="")])
+    found = json.loads(registry.call("session_search", {"query": "parser"}))
+    assert {g["session_id"] for g in found["sessions"]} == {sessions["old"]}
+    current["id"] = sessions["old"]  # the runtime moved on: now "old" is the current one
+    found = json.loads(registry.call("session_search", {"query": "parser"}))
+    assert {g["session_id"] for g in found["sessions"]} == {sessions["current"]}

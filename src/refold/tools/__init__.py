@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from refold.store.base import Store
@@ -16,9 +17,13 @@ from refold.tools.session_search import SessionSearch, session_search_tool
 from refold.tools.todo import apply_todos, load_todos, render_todos, todo_tool
 
 
-def agent_tools(store: Store, *, session_id: str, owner: str | None = "",
+def agent_tools(store: Store, *, session_id: str | Callable[[], str], owner: str | None = "",
                 memory: Any | None = None) -> ToolRegistry:
-    """The standard registry for one session: session_search, todo, and memory when given."""
+    """The standard registry for one session: session_search, todo, and memory when given.
+
+    ``session_id`` may be a getter (``lambda: rt.session_id``) so the tools follow a runtime
+    that moves to a compaction child (``rotate_on_compaction``).
+    """
     registry = ToolRegistry([session_search_tool(store, current_session_id=session_id,
                                                  owner=owner),
                              todo_tool(store, session_id)])

@@ -16,6 +16,7 @@ Results are bounded (per message and in total) so one call cannot flood the cont
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from refold.errors import InvalidInput
@@ -23,6 +24,7 @@ from refold.messages.model import content_text, searchable_text
 from refold.store.base import SearchHit, SearchQuery, Session, Store, StoredMessage
 from refold.tools.registry import Tool, arg_int, arg_str, to_json
 
+SessionRef = str | Callable[[], str] | None  # a fixed id, or a getter (e.g. lambda: rt.session_id)
 MAX_MESSAGE_CHARS = 800
 MAX_RESULT_CHARS = 16_000
 MODES = ("search", "around", "read", "recent")
@@ -79,11 +81,16 @@ def _session_head(session: Session) -> dict[str, Any]:
 class SessionSearch:
     """The tool's logic, bound to a store, an owner namespace and the current session."""
 
-    def __init__(self, store: Store, *, current_session_id: str | None = None,
+    def __init__(self, store: Store, *, current_session_id: SessionRef = None,
                  owner: str | None = "") -> None:
         self.store = store
-        self.current_session_id = current_session_id
+        self._current = current_session_id
         self.owner = owner
+
+    @property
+    def current_session_id(self) -> str | None:
+        """The caller's session now (a runtime may move to a compaction child)."""
+        return self._current() if callable(self._current) else self._current
 
     def __call__(self, args: dict[str, Any]) -> str:
         mode = arg_str(args, "mode", "search") or "search"
@@ -189,7 +196,7 @@ class SessionSearch:
         return to_json(result)[: MAX_RESULT_CHARS * 2]
 
 
-def session_search_tool(store: Store, *, current_session_id: str | None = None,
+def session_search_tool(store: Store, *, current_session_id: SessionRef = None,
                         owner: str | None = "") -> Tool:
     """The ``session_search`` tool bound to ``store`` (and the caller's current session)."""
     logic = SessionSearch(store, current_session_id=current_session_id, owner=owner)

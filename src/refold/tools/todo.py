@@ -7,6 +7,7 @@ starts from its parent's list. Nothing is kept in process memory that the ledger
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from refold.errors import InvalidInput
@@ -110,17 +111,18 @@ def _summary(todos: list[dict[str, str]]) -> dict[str, Any]:
     return {"todos": todos, "summary": counts}
 
 
-def todo_tool(store: Store, session_id: str) -> Tool:
-    """The ``todo`` tool bound to one session."""
+def todo_tool(store: Store, session_id: str | Callable[[], str]) -> Tool:
+    """The ``todo`` tool bound to one session (an id, or a getter of the current id)."""
 
     def handler(args: dict[str, Any]) -> str:
-        current = load_todos(store, session_id)
+        sid = session_id() if callable(session_id) else session_id
+        current = load_todos(store, sid)
         if args.get("todos") is None:
             return to_json(_summary(current))
         merge = bool(args.get("merge", False))
         updated = apply_todos(current, args["todos"], merge)
         if updated != current:
-            store.append_event(session_id, EVENT_KIND, {"todos": updated})
+            store.append_event(sid, EVENT_KIND, {"todos": updated})
         return to_json(_summary(updated))
 
     return Tool("todo", DESCRIPTION, PARAMETERS, handler)
