@@ -34,6 +34,8 @@ def test_batches_respect_limit_uniqueness_and_purity(start: list[str], batch: li
     assert len(result) == len(set(result))
     assert char_count(result) <= max(limit, char_count(start))
     assert rows == before
+    untouched = {t for t in start if not any(op.old_text and op.old_text in t for op in batch)}
     for row in applied.rows:
-        if row.text in start:
-            assert row.created_at == 1.0
+        assert row.created_at in (1.0, 2.0)
+        if row.text in untouched:
+            assert row.created_at == row.updated_at == 1.0
