@@ -55,20 +55,35 @@ def run_app(app: Any) -> Iterator[Running]:
 ProxyFactory = Callable[..., Running]
 
 
-@pytest.fixture
-def start_proxy(tmp_path: Path, sqlite_store: Store) -> Iterator[ProxyFactory]:
-    """``start_proxy(upstream, **settings)`` → a running proxy over ``sqlite_store``."""
+@contextmanager
+def _starter(home: Path, store: Store) -> Iterator[ProxyFactory]:
     stack: list[Any] = []
 
     def start(upstream: RunningLLM | str, *, capacity: int = 256, **fields: Any) -> Running:
         url = upstream if isinstance(upstream, str) else upstream.base_url
         fields.setdefault("context_length", 100_000)
-        settings = Settings(home=tmp_path / "home", upstream=url, **fields)
-        cm = run_app(create_app(settings, store=sqlite_store, capacity=capacity))
+        settings = Settings(home=home, upstream=url, **fields)
+        cm = run_app(create_app(settings, store=store, capacity=capacity))
         running = cm.__enter__()
         stack.append(cm)
         return running
 
-    yield start
-    for cm in reversed(stack):
-        cm.__exit__(None, None, None)
+    try:
+        yield start
+    finally:
+        for cm in reversed(stack):
+            cm.__exit__(None, None, None)
+
+
+@pytest.fixture
+def start_proxy(tmp_path: Path, sqlite_store: Store) -> Iterator[ProxyFactory]:
+    """``start_proxy(upstream, **settings)`` → a running proxy over ``sqlite_store``."""
+    with _starter(tmp_path / "home", sqlite_store) as start:
+        yield start
+
+
+@pytest.fixture
+def start_pg_proxy(tmp_path: Path, postgres_store: Store) -> Iterator[ProxyFactory]:
+    """The same over ``postgres_store`` (a fresh schema)."""
+    with _starter(tmp_path / "home", postgres_store) as start:
+        yield start

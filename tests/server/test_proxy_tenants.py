@@ -11,8 +11,9 @@ import pytest
 
 from refold.cli.settings import Settings
 from refold.memory import open_file_store
-from refold.server.app import tenant_memory_dir
+from refold.memory.db import DBMemoryStore
 from refold.server.auth import owner_for_key
+from refold.server.tenancy import tenant_memory_dir
 from refold.store import Store
 from refold.testing import serve
 
@@ -98,6 +99,22 @@ def test_keys_never_see_each_others_sessions_search_or_memory(
     owners = {s.owner for s in sqlite_store.list_sessions()}
     assert owners == {owner_for_key(alpha), owner_for_key(beta)}
     assert all(k not in o for o in owners for k in KEYS)  # the raw key is never stored
+
+
+def test_db_memory_backend_keeps_one_profile_per_key(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    alpha, beta = KEYS
+    DBMemoryStore(sqlite_store, f"default:{owner_for_key(alpha)}").add("user", "Likes green tea.")
+    with serve(default=lambda body: "ok") as up:
+        proxy = start_proxy(up, api_keys=KEYS, memory_backend="db")
+        post(proxy, alpha, "alpha here")
+        post(proxy, beta, "beta here")
+        a_mem = get(proxy, alpha, "/memory").json()["targets"]["user"]["entries"]
+        b_mem = get(proxy, beta, "/memory").json()["targets"]["user"]["entries"]
+        systems = {r["messages"][-1]["content"]: str(r["messages"][0]["content"])
+                   for r in up.llm.requests}
+    assert [e["text"] for e in a_mem] == ["Likes green tea."] and b_mem == []
+    assert "green tea" in systems["alpha here"] and "green tea" not in systems["beta here"]
 
 
 def test_read_endpoints_validate_their_input(start_proxy: ProxyFactory) -> None:

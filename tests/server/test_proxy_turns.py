@@ -247,3 +247,21 @@ def test_client_gone_mid_stream_records_nothing_partial_and_frees_the_session(
     assert again.status_code == 200
     assert roles_and_text(sqlite_store, only_session(sqlite_store)) == [
         ("user", "tell me slowly"), ("assistant", "The retried answer.")]
+
+
+@pytest.mark.postgres
+def test_sdk_turns_on_postgres_store_history_once(start_pg_proxy: ProxyFactory,
+                                                  postgres_store: Store) -> None:
+    with serve(["First.", "Second."]) as up:
+        proxy = start_pg_proxy(up)
+        client = sdk(proxy.base_url)
+        history: list[dict[str, Any]] = [{"role": "user", "content": "one"}]
+        client.chat.completions.create(model="m", messages=history)
+        history += [{"role": "assistant", "content": "First."},
+                    {"role": "user", "content": "two"}]
+        text = "".join(c.choices[0].delta.content or "" for c in
+                       client.chat.completions.create(model="m", messages=history, stream=True)
+                       if c.choices)
+    assert text == "Second."
+    assert roles_and_text(postgres_store, only_session(postgres_store)) == [
+        ("user", "one"), ("assistant", "First."), ("user", "two"), ("assistant", "Second.")]

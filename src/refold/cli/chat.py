@@ -136,8 +136,11 @@ def _engine(app: AppContext) -> Any:
         summarizer_client = HttpChatClient(settings.summarizer_url or str(settings.upstream),
                                            settings.summarizer_api_key or
                                            settings.upstream_api_key)
+    from refold.server.tenancy import tenant_memory
+
+    memory = tenant_memory(settings, app.store, "", summarizer_client)
     return Engine(app.store, model=settings.model, context_length=settings.context_length,
-                  owner="", memory_dir=settings.memories_dir, chat_client=summarizer_client)
+                  owner="", memory=memory, chat_client=summarizer_client)
 
 
 @click.command("chat")

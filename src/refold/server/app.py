@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
@@ -36,6 +35,7 @@ from refold.server import reads
 from refold.server.auth import AuthError, KeyRing, Tenant
 from refold.server.completions import Drain, Proxy, chat_completions, parse_json
 from refold.server.sessions import DEFAULT_CAPACITY, EngineFactory, EngineLike, SessionPool
+from refold.server.tenancy import tenant_memory
 from refold.server.upstream import Upstream
 from refold.server.wire import error_body, status_for
 from refold.store import Store, open_store
@@ -53,13 +53,6 @@ class BodyTooLarge(Exception):
         self.limit = limit
 
 
-def tenant_memory_dir(settings: Settings, owner: str) -> Path:
-    """Where a tenant's MEMORY.md / USER.md live: the local dir, or one per client key."""
-    if not owner:
-        return settings.memories_dir
-    return settings.home / "tenants" / owner / "memories"
-
-
 def default_engine_factory(settings: Settings, store: Store) -> EngineFactory:
     from refold.runtime.engine import Engine
 
@@ -73,9 +66,9 @@ def default_engine_factory(settings: Settings, store: Store) -> EngineFactory:
         chat_client = HttpChatClient(url, settings.summarizer_api_key or settings.upstream_api_key)
 
     def make(owner: str) -> EngineLike:
-        return Engine(store, model=settings.model,
-                      context_length=settings.context_length, owner=owner,
-                      memory_dir=tenant_memory_dir(settings, owner), chat_client=chat_client)
+        memory = tenant_memory(settings, store, owner, chat_client)
+        return Engine(store, model=settings.model, context_length=settings.context_length,
+                      owner=owner, memory=memory, chat_client=chat_client)
 
     return make
 
