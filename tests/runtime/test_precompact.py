@@ -105,3 +105,15 @@ def test_proxy_history_edit_discards_the_plan(engine: Engine, store: Store) -> N
     assert rt.precompactor.discarded == 1 and not rt.precompactor.busy
     rows = store.get_messages(rt.session_id)
     assert rows[-1].message["content"] == "a different request"
+
+
+def test_runtime_still_works_after_engine_close(store: Store) -> None:
+    engine = Engine(store, model="gpt-4o-mini", context_length=WINDOW)
+    rt = engine.open_session(new=True)
+    engine.close()
+    compacted = False
+    for i in range(40):  # crossing the pre-threshold must not try the closed pool
+        prepared = rt.prepare(tool_turn(i, size=100), system_prompt=SYSTEM)
+        rt.record(answer(i))
+        compacted = compacted or prepared.compaction is not None
+    assert compacted and rt.precompactor.started == 0

@@ -77,7 +77,10 @@ class Precompactor:
         with self._lock:
             if self._future is not None:
                 return False
-            self._future = self._executor.submit(self._run, projection, plan_fn)
+            try:
+                self._future = self._executor.submit(self._run, projection, plan_fn)
+            except RuntimeError:  # the engine is closing: compact synchronously when needed
+                return False
             self.started += 1
             return True
 
