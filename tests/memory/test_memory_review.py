@@ -173,3 +173,18 @@ def test_manager_for_store_wires_review_and_approval(tmp_path: Path) -> None:
     assert len(writer.pending()) == 5 and texts(writer, "user") == []
     assert manager.system_prompt_block() == block
     assert ext.calls.count("ext.sync_turn:5") == 2 and ext.calls[-1] == "ext.shutdown"
+
+
+def test_extractor_identity_rules_and_noise() -> None:
+    said = ("Could you remember that I use zsh? Do you remember the port? See the release note "
+            "for details. I like this answer. My name is Sam Lee. I'm a backend engineer. "
+            "Always run the tests before committing. 我叫小林。以后都先给结论再解释。我喜欢这个回答。")
+    found = [(c.target, c.content) for c in extract_candidates([{"role": "user", "content": said}])]
+    assert found == [
+        ("user", "User: I use zsh"),
+        ("user", "Name: Sam Lee."),
+        ("user", "Is a backend engineer."),
+        ("user", "Wants the assistant to always run the tests before committing."),
+        ("user", "用户叫小林"),
+        ("user", "用户要求：以后先给结论再解释。"),
+    ]

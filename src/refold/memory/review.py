@@ -6,8 +6,9 @@ the recent messages on a daemon thread and returns at once — the main turn nev
   a call to any other tool is answered with an error. If the model endpoint fails, the review
   falls back to the deterministic extractor.
 - Without one, ``extract_candidates`` proposes entries from what the user said: explicit
-  "remember …" / "记住…", stated preferences ("I prefer …", "我喜欢…") and corrections
-  ("no, use X not Y", "不对，应该用X").
+  "remember …" / "记住…", stated preferences ("I prefer …", "我喜欢…", "always …", "以后要…"),
+  identity ("my name is …", "我是…工程师") and corrections ("no, use X not Y", "不对，应该用X").
+  Questions and remarks about "this"/"it" are skipped.
 Every write goes through the ``MemoryWriter`` (origin "review"), so the approval policy and the
 safety scan apply. The review has no handle on the session ledger: it never writes to it.
 """
@@ -53,7 +54,7 @@ REVIEW_PROMPT = (
 class Candidate:
     target: str
     content: str
-    kind: str  # "explicit" | "preference" | "correction"
+    kind: str  # "explicit" | "preference" | "identity" | "correction"
 
 
 @dataclass
@@ -67,32 +68,56 @@ class ReviewReport:
 # -- the deterministic extractor -------------------------------------------------------------
 
 _SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]?")
+_LEAD = r"^\s*(?:(?:ok|okay|also|and|btw|fyi|oh),?\s+)*"
 _EXPLICIT = [
-    re.compile(r"\b(?:please\s+)?(?:remember|don'?t\s+forget|keep\s+in\s+mind|note)"
-               r"(?:\s+that)?[:,]?\s+(?P<body>.{3,})", re.IGNORECASE),
-    re.compile(r"(?:请|請)?(?:记住|記住|记一下|記一下|以后记得|以後記得|别忘了|別忘了)[:：,，]?\s*(?P<body>.{2,})"),
+    re.compile(_LEAD + r"(?:(?:could|can|would)\s+you\s+)?(?:please\s+)?(?:remember|don'?t\s+"
+               r"forget|keep\s+in\s+mind|note\s+that|for\s+future\s+reference)(?:\s+that)?[:,]?\s+"
+               r"(?P<body>.{3,})", re.IGNORECASE),
+    re.compile(r"^\s*(?:请|請)?(?:记住|記住|记一下|記一下|以后记得|以後記得|别忘了|別忘了)[:：,，]?\s*"
+               r"(?P<body>.{2,})"),
 ]
 _PREFERENCE_EN = re.compile(
-    r"^\s*(?:and\s+|also\s+|btw,?\s+)?i\s+(?P<verb>really\s+prefer|prefer|like|love|hate|dislike|"
-    r"always\s+use|never\s+use|usually\s+use|want\s+you\s+to|don'?t\s+like)\s+(?P<rest>.{2,})",
-    re.IGNORECASE)
+    _LEAD + r"i\s+(?P<verb>really\s+prefer|prefer|like|love|hate|dislike|always\s+use|never\s+use|"
+    r"usually\s+use|want\s+you\s+to|don'?t\s+like)\s+(?!(?:it|this|that|these|those|them|you|"
+    r"your)\b)(?P<rest>.{2,})", re.IGNORECASE)
 _VERB_EN = {"really prefer": "Strongly prefers", "prefer": "Prefers", "like": "Likes",
             "love": "Loves", "hate": "Hates", "dislike": "Dislikes", "don't like": "Dislikes",
             "dont like": "Dislikes", "always use": "Always uses", "never use": "Never uses",
             "usually use": "Usually uses", "want you to": "Wants the assistant to"}
 _PREFERENCE_ZH = re.compile(r"我(?P<verb>更喜欢|更喜歡|喜欢|喜歡|偏好|习惯|習慣|不喜欢|不喜歡|讨厌|討厭|"
-                            r"希望你|总是用|總是用|一般用)(?P<rest>.{2,})")
+                            r"希望你|总是用|總是用|一般用)(?!这|這|那|它|你)(?P<rest>.{2,})")
+_IDENTITY = [
+    (re.compile(_LEAD + r"my\s+name\s+is\s+(?P<rest>[\w .'-]{2,40})", re.IGNORECASE), "Name: {}"),
+    (re.compile(_LEAD + r"(?:please\s+)?call\s+me\s+(?P<rest>[\w .'-]{2,40})", re.IGNORECASE),
+     "Wants to be called {}"),
+    (re.compile(_LEAD + r"i\s+work\s+(?P<rest>(?:at|for|on|as|in)\s+.{2,})", re.IGNORECASE),
+     "Works {}"),
+    (re.compile(_LEAD + r"i(?:'m|\s+am)\s+(?P<rest>an?\s+(?:\w+\s+){0,3}(?:engineer|developer|dev|"
+                r"designer|student|manager|scientist|researcher|admin|sre|analyst|lead|architect|"
+                r"founder|writer|teacher)\b.*)", re.IGNORECASE), "Is {}"),
+    (re.compile(r"^\s*我叫(?P<rest>[^，,。]{1,20})"), "用户叫{}"),
+    (re.compile(r"^\s*(?:请|請)?叫我(?P<rest>[^，,。]{1,20})"), "希望被称呼为{}"),
+    (re.compile(r"^\s*我是(?:一名|一个|一個)?(?P<rest>[^，,。]{0,12}(?:工程师|工程師|开发|開發|设计师|"
+                r"設計師|学生|學生|经理|經理|研究员|研究員|运维|運維|架构师|架構師))"), "用户是{}"),
+]
+_RULE = [
+    (re.compile(_LEAD + r"(?:please\s+)?(?P<rest>(?:always|never)\s+.{3,})", re.IGNORECASE),
+     "Wants the assistant to {}"),
+    (re.compile(r"^\s*(?:请|請)?以后(?:都)?(?P<rest>(?:要|别|別|不要|请|請|先).{2,})"), "用户要求：以后{}"),
+]
 _CORRECTION = [
-    re.compile(r"^\s*(?:no|nope|actually|wrong)[,!.]?\s+(?:we\s+|you\s+should\s+)?use\s+"
+    re.compile(_LEAD + r"(?:no|nope|actually|wrong)[,!.]?\s+(?:we\s+|you\s+should\s+)?use\s+"
                r"(?P<good>.+?)[,]?\s+(?:not|instead\s+of|rather\s+than)\s+(?P<bad>.+)",
                re.IGNORECASE),
-    re.compile(r"^\s*(?:no|actually)[,!.]?\s+it'?s\s+(?P<good>.+?)[,]?\s+not\s+(?P<bad>.+)",
+    re.compile(_LEAD + r"(?:no|actually)[,!.]?\s+it'?s\s+(?P<good>.+?)[,]?\s+not\s+(?P<bad>.+)",
                re.IGNORECASE),
     re.compile(r"(?:不对|不對|错了|錯了)[，,。!！]?\s*(?:应该|應該)(?:用|是)(?P<good>.+?)"
                r"[，,]?\s*(?:而不是|不是|别用|別用)(?P<bad>.+)"),
     re.compile(r"(?:别用|別用|不要用)(?P<bad>.+?)[，,]\s*(?:要用|用|改用)(?P<good>.+)"),
 ]
 _FIRST_PERSON = re.compile(r"^(?:i|i'm|i am|my|me)\b|^我", re.IGNORECASE)
+_REQUEST = re.compile(r"\b(?:could|can|would)\s+you\s+(?:please\s+)?(?:remember|note|keep\s+in"
+                      r"\s+mind)\b", re.IGNORECASE)
 
 
 def _clip(text: str) -> str:
@@ -107,18 +132,30 @@ def _sentences(text: str) -> Iterator[str]:
             yield sentence
 
 
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def _candidate(sentence: str) -> Candidate | None:
+    """One sentence's candidate entry; questions are skipped unless they ask to remember."""
+    if sentence.endswith(("?", "？")) and not _REQUEST.search(sentence):
+        return None
     for pattern in _EXPLICIT:
         found = pattern.search(sentence)
         if found:
-            body = _clip(found.group("body"))
-            target = "user" if _FIRST_PERSON.search(body) else "memory"
-            return Candidate(target, body[:1].upper() + body[1:], "explicit")
+            body = _clip(found.group("body")).rstrip("?？")
+            if _FIRST_PERSON.search(body):
+                return Candidate("user", f"User: {body}", "explicit")
+            return Candidate("memory", _capital(body), "explicit")
     for pattern in _CORRECTION:
         found = pattern.search(sentence)
         if found:
             good, bad = _clip(found.group("good")), _clip(found.group("bad")).rstrip(".。")
             return Candidate("memory", f"Use {good}, not {bad} (user correction)", "correction")
+    return _preference(sentence)
+
+
+def _preference(sentence: str) -> Candidate | None:
     found = _PREFERENCE_EN.search(sentence)
     if found:
         verb = " ".join(found.group("verb").lower().split())
@@ -128,6 +165,14 @@ def _candidate(sentence: str) -> Candidate | None:
     if found:
         return Candidate("user", f"用户{found.group('verb')}{_clip(found.group('rest'))}",
                          "preference")
+    for pattern, template in [*_IDENTITY, *_RULE]:
+        found = pattern.search(sentence)
+        if found:
+            kind = "identity" if (pattern, template) in _IDENTITY else "preference"
+            rest = _clip(found.group("rest"))
+            if kind == "preference":
+                rest = rest[:1].lower() + rest[1:]
+            return Candidate("user", template.format(rest), kind)
     return None
 
 
