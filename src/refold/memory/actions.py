@@ -109,7 +109,8 @@ class MemoryStore:
     # -- reads ----------------------------------------------------------------------------
     def read(self, target: str) -> MemoryView:
         target = check_target(target)
-        loaded = self.backend.load(target)
+        with self.backend.transaction(target):  # a consistent file + sidecar pair
+            loaded = self.backend.load(target)
         entries = [Entry(id=entry_id(r.text), text=r.text, created_at=r.created_at,
                          updated_at=r.updated_at, blocked=scan(r.text)) for r in loaded.rows]
         usage = usage_of(target, [r.text for r in loaded.rows], self.limits[target])
