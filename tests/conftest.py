@@ -62,6 +62,17 @@ def sqlite_store(tmp_path: Path) -> Iterator[Store]:
 
 
 @pytest.fixture
+def postgres_url() -> str:
+    """The test server's URL; skips (or fails in CI) like ``postgres_store`` without a server.
+
+    A fixture rather than an import: ``from conftest import …`` is ambiguous once a test
+    directory has its own conftest.py.
+    """
+    require_postgres()
+    return POSTGRES_URL
+
+
+@pytest.fixture
 def postgres_store() -> Iterator[Store]:
     require_postgres()
     store = make_postgres_store()
