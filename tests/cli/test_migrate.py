@@ -13,19 +13,17 @@ import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
-from conftest import POSTGRES_URL, require_postgres
 from refold.cli.main import cli, main
 from refold.store import CheckpointDraft, MemoryRow, Store, open_store
 from refold.store.copy import session_digest, verify_copy
 
 
 @pytest.fixture
-def pg_url() -> Iterator[str]:
+def pg_url(postgres_url: str) -> Iterator[str]:
     """A URL naming a fresh schema (created by the migrate run), dropped afterwards."""
-    require_postgres()
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    yield f"{POSTGRES_URL}?schema={schema}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+    yield f"{postgres_url}?schema={schema}"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
@@ -127,14 +125,15 @@ def test_postgres_back_to_sqlite_round_trips(tmp_path: Path, pg_url: str) -> Non
 
 
 @pytest.mark.postgres
-def test_a_tampered_copy_fails_verification(tmp_path: Path, pg_url: str) -> None:
+def test_a_tampered_copy_fails_verification(tmp_path: Path, pg_url: str,
+                                            postgres_url: str) -> None:
     source_url = str(tmp_path / "src.db")
     source = open_store(source_url)
     root = _fill(source)[0]
     source.close()
     assert _migrate("--from", source_url, "--to", pg_url).exit_code == 0
     schema = pg_url.rsplit("schema=", 1)[1]
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute(f'UPDATE "{schema}".messages SET token_count = 99 '
                      "WHERE session_id = %s AND seq = 1", (root,))
     result = _migrate("--from", source_url, "--to", pg_url)

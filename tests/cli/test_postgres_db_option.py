@@ -12,18 +12,16 @@ import pytest
 from click.testing import CliRunner
 
 import refold
-from conftest import POSTGRES_URL, require_postgres
 from refold.cli.main import cli
 
 pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
-def pg_url() -> Iterator[str]:
-    require_postgres()
+def pg_url(postgres_url: str) -> Iterator[str]:
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    yield f"{POSTGRES_URL}?schema={schema}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+    yield f"{postgres_url}?schema={schema}"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 

@@ -9,21 +9,21 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import POSTGRES_URL, require_postgres
 from refold.errors import Conflict, InvalidInput, MigrationError, StorageError
 from refold.store.base import MemoryRow, SearchQuery
 
 pytestmark = pytest.mark.postgres
 
 
-def _store(schema: str) -> Any:
+def _store(like: Any) -> Any:
+    """A second store (its own pool: another host) on the schema of ``like``."""
     from refold.store.postgres import PostgresStore
 
-    return PostgresStore(POSTGRES_URL, schema=schema)
+    return PostgresStore(like.url, schema=like.schema)
 
 
 def test_reopening_applies_no_migration_twice(postgres_store: Any) -> None:
-    again = _store(postgres_store.schema)
+    again = _store(postgres_store)
     try:
         assert again.applied_migrations == []
         assert postgres_store.applied_migrations != []
@@ -32,19 +32,18 @@ def test_reopening_applies_no_migration_twice(postgres_store: Any) -> None:
 
 
 def test_a_schema_from_a_newer_refold_is_refused(postgres_store: Any) -> None:
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+    with psycopg.connect(postgres_store.url, autocommit=True) as conn:
         conn.execute(f'INSERT INTO "{postgres_store.schema}".schema_migrations '
                      "VALUES (999, 'future', 0)")
     with pytest.raises(MigrationError, match="newer"):
-        _store(postgres_store.schema)
+        _store(postgres_store)
 
 
-def test_schema_from_url_query_and_bad_names() -> None:
-    require_postgres()
+def test_schema_from_url_query_and_bad_names(postgres_url: str) -> None:
     from refold.store.postgres import PostgresStore
 
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    store = PostgresStore(f"{POSTGRES_URL}?schema={schema}")
+    store = PostgresStore(f"{postgres_url}?schema={schema}")
     try:
         assert store.schema == schema
         assert store.info()["schema"] == schema
@@ -52,7 +51,7 @@ def test_schema_from_url_query_and_bad_names() -> None:
         store.drop_schema()
         store.close()
     with pytest.raises(InvalidInput):
-        PostgresStore(POSTGRES_URL, schema='x"; DROP TABLE y; --')
+        PostgresStore(postgres_url, schema='x"; DROP TABLE y; --')
 
 
 def test_unreachable_server_is_a_storage_error() -> None:
@@ -99,7 +98,7 @@ def test_cjk_one_and_two_characters_find_every_message(postgres_store: Any) -> N
 
 
 def test_trigram_index_serves_cjk_substrings(postgres_store: Any) -> None:
-    with psycopg.connect(POSTGRES_URL) as conn:
+    with psycopg.connect(postgres_store.url) as conn:
         conn.execute(f'SET search_path TO "{postgres_store.schema}", public')
         conn.execute("SET enable_seqscan = off")
         plan = "\n".join(r[0] for r in conn.execute(
@@ -123,7 +122,7 @@ def test_latin_search_stems_ranks_and_survives_stop_words(postgres_store: Any) -
 
 
 def test_lease_excludes_other_holders_until_released_or_expired(postgres_store: Any) -> None:
-    other = _store(postgres_store.schema)  # a second host: its own pool
+    other = _store(postgres_store)  # a second host: its own pool
     try:
         assert postgres_store.acquire_lease("compact:s1", "host-a", 60)
         assert not other.acquire_lease("compact:s1", "host-b", 60)
@@ -141,7 +140,7 @@ def test_lease_excludes_other_holders_until_released_or_expired(postgres_store: 
 
 
 def test_memory_save_is_compare_and_swap_across_hosts(postgres_store: Any) -> None:
-    other = _store(postgres_store.schema)
+    other = _store(postgres_store)
     try:
         assert postgres_store.memory_load("default", "memory") == ([], 0)
         row = MemoryRow(text="likes tea \x00", created_at=1.0, updated_at=2.0)
@@ -158,19 +157,18 @@ def test_memory_save_is_compare_and_swap_across_hosts(postgres_store: Any) -> No
         other.close()
 
 
-def test_upgrade_from_version_1_backfills_cjk_grams() -> None:
-    require_postgres()
+def test_upgrade_from_version_1_backfills_cjk_grams(postgres_url: str) -> None:
     from refold.store.postgres import PostgresStore
     from refold.store.postgres.schema import MIGRATIONS, ensure_trigram_extension, migrate
 
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
         path = [schema, ensure_trigram_extension(conn)]
         assert migrate(conn, schema, path, MIGRATIONS[:1]) == [1]
         conn.execute("INSERT INTO sessions (id, started_at) VALUES ('old', 0)")
         conn.execute("INSERT INTO messages (session_id, seq, role, body, identity, created_at, "
                      "search_text) VALUES ('old', 1, 'user', '{}', 'x', 0, '旧的部署记录')")
-    store = PostgresStore(POSTGRES_URL, schema=schema)
+    store = PostgresStore(postgres_url, schema=schema)
     try:
         assert store.applied_migrations == [m.version for m in MIGRATIONS[1:]]
         assert [(h.session_id, h.seq) for h in store.search(SearchQuery("署"))] == [("old", 1)]
@@ -180,7 +178,7 @@ def test_upgrade_from_version_1_backfills_cjk_grams() -> None:
 
 
 def test_gram_index_serves_short_cjk_queries(postgres_store: Any) -> None:
-    with psycopg.connect(POSTGRES_URL) as conn:
+    with psycopg.connect(postgres_store.url) as conn:
         conn.execute(f'SET search_path TO "{postgres_store.schema}", public')
         conn.execute("SET enable_seqscan = off")
         plan = "\n".join(r[0] for r in conn.execute(
@@ -193,7 +191,7 @@ def test_connections_dropped_by_the_server_are_replaced(postgres_store: Any) -> 
     pool = postgres_store._pool  # only this store's own connections are cut
     with pool.connection() as conn:
         pid = conn.info.backend_pid
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
+    with psycopg.connect(postgres_store.url, autocommit=True) as admin:
         row = admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()
     assert row == (True,)
     for _ in range(3):  # the dead connection is noticed at checkout and replaced

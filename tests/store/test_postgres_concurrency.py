@@ -13,22 +13,19 @@ from pathlib import Path
 import postgres_workers as workers
 import pytest
 
-from conftest import POSTGRES_URL, require_postgres
-
 pytestmark = pytest.mark.postgres
 
 PROCESSES = 4
 
 
 @pytest.fixture
-def pg_schema() -> Iterator[str]:
+def pg_schema(postgres_url: str) -> Iterator[str]:
     """A fresh schema name, dropped afterwards; the test's processes create it."""
-    require_postgres()
     from refold.store.postgres import PostgresStore
 
     schema = f"t_{uuid.uuid4().hex[:12]}"
     yield schema
-    store = PostgresStore(POSTGRES_URL, schema=schema)
+    store = PostgresStore(postgres_url, schema=schema)
     store.drop_schema()
     store.close()
 
@@ -42,17 +39,19 @@ def _soon() -> float:
     return time.time() + 2.5
 
 
-def test_concurrent_sync_of_one_history_stores_each_message_once(pg_schema: str) -> None:
+def test_concurrent_sync_of_one_history_stores_each_message_once(pg_schema: str,
+                                                                postgres_url: str) -> None:
     from refold.store.postgres import PostgresStore
 
-    store = PostgresStore(POSTGRES_URL, schema=pg_schema)
+    store = PostgresStore(postgres_url, schema=pg_schema)
     try:
         session = store.create_session(title="proxy")
         history = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}"}
                    for i in range(12)]
         with _pool() as pool:
             results = pool.starmap(workers.sync_growing_history,
-                                   [(POSTGRES_URL, pg_schema, session.id, history, 3, _soon())] * PROCESSES)
+                                   [(postgres_url, pg_schema, session.id, history, 3,
+                                     _soon())] * PROCESSES)
         stored = store.get_messages(session.id, include_inactive=True)
         assert sum(results) == len(history)
         assert [m.seq for m in stored] == list(range(1, len(history) + 1))
@@ -63,17 +62,18 @@ def test_concurrent_sync_of_one_history_stores_each_message_once(pg_schema: str)
         store.close()
 
 
-def test_concurrent_appends_get_strictly_increasing_seq(pg_schema: str) -> None:
+def test_concurrent_appends_get_strictly_increasing_seq(pg_schema: str,
+                                                       postgres_url: str) -> None:
     from refold.store.postgres import PostgresStore
 
-    store = PostgresStore(POSTGRES_URL, schema=pg_schema)
+    store = PostgresStore(postgres_url, schema=pg_schema)
     try:
         session = store.create_session()
         per_worker = 25
         start = _soon()
         with _pool() as pool:
             pool.starmap(workers.append_own_messages,
-                         [(POSTGRES_URL, pg_schema, session.id, w, per_worker, start)
+                         [(postgres_url, pg_schema, session.id, w, per_worker, start)
                           for w in range(PROCESSES)])
         stored = store.get_messages(session.id)
         assert [m.seq for m in stored] == list(range(1, PROCESSES * per_worker + 1))
@@ -87,38 +87,39 @@ def test_concurrent_appends_get_strictly_increasing_seq(pg_schema: str) -> None:
         store.close()
 
 
-def test_concurrent_open_applies_each_migration_once(pg_schema: str) -> None:
+def test_concurrent_open_applies_each_migration_once(pg_schema: str,
+                                                    postgres_url: str) -> None:
     from refold.store.postgres.schema import LATEST_VERSION
 
     with _pool() as pool:
         applied = pool.starmap(workers.open_store,
-                               [(POSTGRES_URL, pg_schema, _soon())] * PROCESSES)
+                               [(postgres_url, pg_schema, _soon())] * PROCESSES)
     flat = sorted(v for versions in applied for v in versions)
     assert flat == list(range(1, LATEST_VERSION + 1))
     assert sum(1 for versions in applied if versions) == 1
 
 
-def test_only_one_process_gets_a_lease(pg_schema: str) -> None:
-    workers.open_store(POSTGRES_URL, pg_schema)
+def test_only_one_process_gets_a_lease(pg_schema: str, postgres_url: str) -> None:
+    workers.open_store(postgres_url, pg_schema)
     start = _soon()
     with _pool() as pool:
-        got = pool.starmap(workers.try_lease, [(POSTGRES_URL, pg_schema, "compact:s1", f"h{i}",
+        got = pool.starmap(workers.try_lease, [(postgres_url, pg_schema, "compact:s1", f"h{i}",
                                                 start) for i in range(PROCESSES)])
     assert got.count(True) == 1
 
 
 def test_a_writer_killed_mid_transaction_leaves_nothing_and_frees_the_session(
-        pg_schema: str, tmp_path: Path) -> None:
+        pg_schema: str, tmp_path: Path, postgres_url: str) -> None:
     from refold.store.postgres import PostgresStore
 
-    store = PostgresStore(POSTGRES_URL, schema=pg_schema)
+    store = PostgresStore(postgres_url, schema=pg_schema)
     try:
         session = store.create_session()
         store.append_messages(session.id, [{"role": "user", "content": "before"}])
         ready = tmp_path / "ready"
         proc = multiprocessing.get_context("spawn").Process(
             target=workers.hold_session_lock,
-            args=(POSTGRES_URL, pg_schema, session.id, str(ready)))
+            args=(postgres_url, pg_schema, session.id, str(ready)))
         proc.start()
         deadline = time.monotonic() + 60
         while not ready.exists():
