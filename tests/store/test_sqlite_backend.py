@@ -195,3 +195,68 @@ def test_gram_index_migration_backfills_existing_rows(tmp_path: Path) -> None:
         assert [h.seq for h in store.search(SearchQuery("消息"))] == [1]
         assert [h.seq for h in store.search(SearchQuery("旧"))] == [1]
         assert store.integrity_check() == []
+
+
+def test_reads_do_not_wait_for_a_writer_on_another_thread(sqlite_store: SQLiteStore) -> None:
+    session = sqlite_store.create_session()
+    sqlite_store.append_messages(session.id, [user("committed")])
+    inside, release = threading.Event(), threading.Event()
+
+    def hold_write() -> None:
+        with sqlite_store.db.write() as conn:
+            conn.execute("UPDATE sessions SET model = 'uncommitted' WHERE id = ?", (session.id,))
+            inside.set()
+            release.wait(10)
+
+    writer = threading.Thread(target=hold_write)
+    writer.start()
+    try:
+        assert inside.wait(10)
+        seen: list[object] = []
+        reader = threading.Thread(target=lambda: seen.extend(
+            [sqlite_store.get_session(session.id).model,
+             len(sqlite_store.get_messages(session.id))]))
+        reader.start()
+        reader.join(5)
+        assert not reader.is_alive(), "a read waited for the writer"
+        assert seen == [None, 1]  # the snapshot excludes the uncommitted change
+    finally:
+        release.set()
+        writer.join()
+    assert sqlite_store.get_session(session.id).model == "uncommitted"
+
+
+def test_many_threads_reading_and_writing(sqlite_store: SQLiteStore) -> None:
+    from refold.store import SearchQuery
+
+    session = sqlite_store.create_session()
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        try:
+            for i in range(40):
+                sqlite_store.append_messages(session.id, [user(f"w{n} 消息 {i}")])
+        except BaseException as exc:  # collected and re-raised in the main thread
+            errors.append(exc)
+
+    def reader() -> None:
+        try:
+            for _ in range(40):
+                rows = sqlite_store.get_messages(session.id)
+                assert [m.seq for m in rows] == list(range(1, len(rows) + 1))
+                sqlite_store.search(SearchQuery("消息", limit=5))
+                sqlite_store.projection(session.id)
+        except BaseException as exc:  # collected and re-raised in the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(3)]
+    threads += [threading.Thread(target=reader) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(sqlite_store.get_messages(session.id)) == 120
+    sqlite_store.close()
+    with pytest.raises(StorageError):
+        sqlite_store.get_messages(session.id)

@@ -1,8 +1,12 @@
 """One SQLite connection, its pragmas, its transactions, and the one place sqlite3 errors die.
 
 Invariants:
-- Every public store call runs inside ``read()`` or ``write()``; those hold a re-entrant lock, so
-  the one connection is safe to share between threads (the proxy server uses threads).
+- Every public store call runs inside ``read()`` or ``write()``, so the store is safe to share
+  between threads (the proxy server uses threads). Writes go through ONE writer connection under a
+  re-entrant lock. Reads of a file database use a small pool of read-only connections, so with
+  WAL a reader never waits for a writer (or for a search on another thread); a read inside a
+  write (same thread) joins the write transaction and sees its rows. ``:memory:`` databases use
+  the writer connection for everything (each connection would be a different database).
 - ``write()`` opens ``BEGIN IMMEDIATE``: the write lock is taken up front, so a read-then-write
   (sync's "what is stored already?") can never race another process. Nested ``write()`` calls
   join the outer transaction.
@@ -27,6 +31,7 @@ from refold.errors import RefoldError, StorageError
 log = logging.getLogger(__name__)
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+MAX_READERS = 4  # read connections per store (file databases)
 
 
 class Database:
@@ -38,6 +43,13 @@ class Database:
         self._lock = threading.RLock()
         self._closed = False
         self.memory = path == ":memory:"
+        self._vfs = vfs
+        self._busy_timeout_ms = busy_timeout_ms
+        self._writer_thread: int | None = None
+        self._local = threading.local()  # the reader connection this thread is using, if any
+        self._pool = threading.Condition()
+        self._idle: list[sqlite3.Connection] = []
+        self._readers: list[sqlite3.Connection] = []
         self.conn = self._connect(path, vfs, busy_timeout_ms)
         self.journal_mode = self._set_journal_mode()
         with self.translated():
@@ -89,17 +101,55 @@ class Database:
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
         """A consistent read snapshot (one deferred transaction), or join the current one."""
-        with self._lock, self.translated():
-            self._check_open()
-            if self.conn.in_transaction:
-                yield self.conn
-                return
-            self.conn.execute("BEGIN")
+        current = getattr(self._local, "conn", None)
+        if current is not None:  # nested read on this thread: same snapshot
+            yield current
+            return
+        if self.memory or self._writer_thread == threading.get_ident():
+            with self._lock, self.translated():
+                self._check_open()
+                yield from self._snapshot(self.conn)
+            return
+        with self.translated():
+            conn = self._take_reader()
+            self._local.conn = conn
             try:
-                yield self.conn
+                yield from self._snapshot(conn)
             finally:
-                if self.conn.in_transaction:
-                    self.conn.execute("COMMIT")
+                self._local.conn = None
+                self._give_back(conn)
+
+    def _snapshot(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+        if conn.in_transaction:
+            yield conn
+            return
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+
+    def _take_reader(self) -> sqlite3.Connection:
+        with self._pool:
+            while True:
+                self._check_open()
+                if self._idle:
+                    return self._idle.pop()
+                if len(self._readers) < MAX_READERS:
+                    conn = self._connect(self.path, self._vfs, self._busy_timeout_ms)
+                    conn.execute("PRAGMA query_only=ON")
+                    self._readers.append(conn)
+                    return conn
+                self._pool.wait()
+
+    def _give_back(self, conn: sqlite3.Connection) -> None:
+        with self._pool:
+            if self._closed:
+                conn.close()
+            else:
+                self._idle.append(conn)
+            self._pool.notify()
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
@@ -110,12 +160,15 @@ class Database:
                 yield self.conn
                 return
             self.conn.execute("BEGIN IMMEDIATE")
+            self._writer_thread = threading.get_ident()
             try:
                 yield self.conn
             except BaseException:
                 if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
                 raise
+            finally:
+                self._writer_thread = None
             self.conn.execute("COMMIT")
 
     def _check_open(self) -> None:
@@ -123,10 +176,14 @@ class Database:
             raise StorageError("the store is closed")
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._pool:
             if not self._closed:
                 self._closed = True
                 self.conn.close()
+                for conn in self._idle:  # readers in use close when given back
+                    conn.close()
+                self._idle.clear()
+                self._pool.notify_all()
 
 
 def _hint(exc: sqlite3.Error) -> str | None:
