@@ -35,6 +35,10 @@ def test_multiline_cjk_emoji_round_trip() -> None:
     assert parse_entries(render_entries(entries)) == entries
 
 
+def test_crlf_files_keep_their_entries() -> None:
+    assert parse_entries("a\r\n§\r\nb\r\n") == ["a", "b"]
+
+
 def test_usage_counts_characters_with_delimiters() -> None:
     assert char_count(["ab", "cd"]) == 2 + len(ENTRY_DELIMITER) + 2
     usage = usage_of("memory", ["x" * 1100], 2200)
@@ -43,7 +47,7 @@ def test_usage_counts_characters_with_delimiters() -> None:
 
 
 entry_text = st.text(min_size=1, max_size=40).map(str.strip).filter(
-    lambda t: bool(t) and ENTRY_DELIMITER not in f"\n{t}\n")
+    lambda t: bool(t) and ENTRY_DELIMITER not in f"\n{t}\n" and "\r" not in t)
 
 
 @given(st.lists(entry_text, max_size=8, unique=True))

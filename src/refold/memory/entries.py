@@ -3,8 +3,8 @@
 A memory file is a list of entries joined by ``ENTRY_DELIMITER`` (a line holding only "§").
 Invariants:
 - ``parse_entries`` splits only on the full delimiter, so an entry that merely contains "§"
-  stays one entry; surrounding whitespace is stripped, empty entries dropped, and exact
-  duplicates collapse to their first occurrence.
+  stays one entry; CRLF line ends become LF, surrounding whitespace is stripped, empty entries
+  dropped, and exact duplicates collapse to their first occurrence.
 - ``render_entries(parse_entries(render_entries(xs))) == render_entries(xs)`` for any list of
   stripped, non-empty, distinct entries without the delimiter (multiline, CJK, emoji included).
 - Usage is counted in characters (code points) of the entries joined by the delimiter —
@@ -46,6 +46,7 @@ def parse_entries(raw: str) -> list[str]:
     """Split file text into entries: stripped, non-empty, exact duplicates collapsed."""
     if not raw.strip():
         return []
+    raw = raw.replace("\r\n", "\n")  # a file saved by a Windows editor keeps its entries
     parts = (part.strip() for part in raw.split(ENTRY_DELIMITER))
     return list(dict.fromkeys(part for part in parts if part))
 
