@@ -106,3 +106,13 @@ def load_provider(name: str, **config: Any) -> MemoryProvider:
     if not isinstance(provider, MemoryProvider):
         raise InvalidInput(f"memory provider {name!r} does not implement MemoryProvider")
     return provider
+
+
+def __getattr__(name: str) -> Any:
+    # ``MemoryManager`` lives in refold.memory.manager (it imports this module); kept reachable
+    # here because the design names provider.py as its home.
+    if name == "MemoryManager":
+        from refold.memory.manager import MemoryManager
+
+        return MemoryManager
+    raise AttributeError(name)
