@@ -131,6 +131,45 @@ def report(concurrency: int, direct: list[tuple[float, float]],
     return " | ".join(cells)
 
 
+def ledger_costs(home: Path, requests: int) -> str:
+    """p50/p99 of the runtime calls on the proxy's critical path, in process, same shapes.
+
+    ``prepare_history`` (sync the re-sent history, build the projection) runs before the first
+    byte; ``record`` (store the reply, usage) before the final ``[DONE]``.
+    """
+    from refold.runtime.engine import Engine
+    from refold.store import open_store
+
+    store = open_store(str(home / "ledger-costs.db"))
+    engine = Engine(store, model="scripted-model", context_length=128_000,
+                    memory_dir=home / "ledger-memories")
+    prepare: list[float] = []
+    record: list[float] = []
+    try:
+        for conv in range(max(1, requests // MAX_TURNS)):
+            rt = engine.open_session(None, new=True, source="bench")
+            history: list[dict[str, Any]] = [
+                {"role": "system", "content": "You are a benchmark assistant."},
+                {"role": "user", "content": f"conversation {conv}: hello"}]
+            for turn in range(MAX_TURNS):
+                start = time.perf_counter()
+                rt.prepare_history(history)
+                middle = time.perf_counter()
+                rt.record({"role": "assistant", "content": REPLY},
+                          usage={"prompt_tokens": 40, "completion_tokens": 15})
+                record.append((time.perf_counter() - middle) * 1000)
+                prepare.append((middle - start) * 1000)
+                history += [{"role": "assistant", "content": REPLY},
+                            {"role": "user", "content": f"follow-up {turn}"}]
+    finally:
+        engine.close()
+        store.close()
+    return (f"runtime on the critical path (in process, SQLite default synchronous=FULL, "
+            f"{len(prepare)} turns): prepare_history p50 {pct(prepare, 0.5):.2f} / p99 "
+            f"{pct(prepare, 0.99):.2f} ms, record p50 {pct(record, 0.5):.2f} / p99 "
+            f"{pct(record, 0.99):.2f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", default="1,10,100")
@@ -160,6 +199,7 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(30)
+        print(ledger_costs(Path(tmp), args.requests), flush=True)
 
 
 if __name__ == "__main__":

@@ -25,10 +25,12 @@ SLOW = ScriptedReply(content="The second answer streams slowly, word after word.
                      chunk_delay=0.05)
 
 
-def start_serve(home: Path, upstream: str, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_serve(home: Path, upstream: str, *extra: str,
+                env_extra: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
     log = home / f"serve-{time.monotonic_ns()}.log"
     home.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("REFOLD_")}
+    env.update(env_extra or {})
     proc = subprocess.Popen(
         [sys.executable, "-m", "refold.cli.main", "--home", str(home), "serve",
          "--upstream", upstream, "--port", "0", *extra],
@@ -39,7 +41,7 @@ def start_serve(home: Path, upstream: str, *extra: str) -> tuple[subprocess.Pope
         if match:
             url = f"http://127.0.0.1:{match.group(1)}/v1"
             try:
-                if httpx.get(url + "/models", timeout=2).status_code == 200:
+                if httpx.get(url + "/models", timeout=2).status_code in (200, 401):
                     return proc, url
             except httpx.HTTPError:
                 pass
@@ -147,3 +149,26 @@ def test_serve_without_upstream_or_on_a_taken_port_is_one_clear_line(tmp_path: P
     assert busy.stderr.strip().splitlines() == [
         f"error: port {port} on 127.0.0.1 is already in use "
         "(stop the other server or pick another --port)"]
+
+
+def test_serve_takes_client_keys_from_named_env_variables(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REFOLD_")}
+    base = [sys.executable, "-m", "refold.cli.main", "--home", str(tmp_path), "serve",
+            "--upstream", "http://127.0.0.1:9/v1"]
+    unset = subprocess.run([*base, "--api-key-env", "H7_NO_SUCH_VAR"], capture_output=True,
+                           text=True, env=env, timeout=30)
+    assert unset.returncode == 2
+    assert unset.stderr.strip() == \
+        "error: --api-key-env H7_NO_SUCH_VAR: the variable is not set or empty"
+    with serve(["hello"]) as up:
+        proc, url = start_serve(tmp_path / "home", up.base_url, "--api-key-env", "TEAM_KEYS",
+                                env_extra={"TEAM_KEYS": "k-one,k-two"})
+        try:
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            assert httpx.post(url + "/chat/completions", json=body).status_code == 401
+            ok = httpx.post(url + "/chat/completions", json=body,
+                            headers={"Authorization": "Bearer k-two"})
+            assert ok.status_code == 200
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(20)

@@ -173,6 +173,23 @@ def test_upstream_errors_map_to_sensible_statuses(start_proxy: ProxyFactory, sta
     assert error["code"] == code and f"scripted {status}" in error["message"]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_upstream_garbage_or_dropped_connection_is_a_502(start_proxy: ProxyFactory,
+                                                         sqlite_store: Store,
+                                                         stream: bool) -> None:
+    replies = [ScriptedReply(raw_body=b"<html>oops</html>"), ScriptedReply(drop_connection=True)]
+    with serve(replies) as up:
+        proxy = start_proxy(up)
+        for _ in replies:
+            response = httpx.post(proxy.base_url + "/chat/completions", json={
+                "model": "m", "stream": stream,
+                "messages": [{"role": "user", "content": "hi"}]})
+            assert response.status_code == 502
+            assert response.json()["error"]["type"] == "upstream_error"
+    # the question is kept (it was acknowledged by the store); no assistant row was invented
+    assert [r.role for r in sqlite_store.get_messages(only_session(sqlite_store))] == ["user"]
+
+
 def test_garbage_and_bad_bodies_are_openai_shaped_400s(start_proxy: ProxyFactory) -> None:
     with serve([]) as up:
         proxy = start_proxy(up)

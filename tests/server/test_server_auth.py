@@ -29,3 +29,34 @@ def test_missing_or_wrong_keys_are_refused(header: str) -> None:
     ring = KeyRing(["alpha-key"])
     with pytest.raises(AuthError):
         ring.authenticate({"authorization": header} if header else {})
+
+
+def test_refold_errors_map_to_openai_shaped_statuses() -> None:
+    from refold.errors import (
+        CompactionError,
+        Conflict,
+        ContextOverflowError,
+        InvalidInput,
+        NotFound,
+        StorageError,
+        SummarizerError,
+        UpstreamError,
+    )
+    from refold.server.wire import status_for
+
+    cases = [
+        (InvalidInput("bad"), 400, "invalid_input"),
+        (NotFound("gone"), 404, "not_found"),
+        (Conflict("busy"), 409, "conflict"),
+        (StorageError("disk"), 500, "storage_error"),
+        (CompactionError("irreducible"), 400, "context_length_exceeded"),
+        (SummarizerError("auth", retryable=False), 502, "summarizer_failed"),
+        (ContextOverflowError("too long", status=400), 400, "context_length_exceeded"),
+        (UpstreamError("nope", kind="auth", status=401), 502, "upstream_auth"),
+        (UpstreamError("slow", kind="timeout"), 504, "upstream_timeout"),
+        (UpstreamError("quota", kind="quota", status=429), 429, "upstream_quota"),
+    ]
+    for err, status, code in cases:
+        got_status, body = status_for(err)
+        assert (got_status, body["error"]["code"]) == (status, code), err
+        assert body["error"]["message"] and body["error"]["type"]

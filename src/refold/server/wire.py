@@ -18,12 +18,14 @@ import logging
 from typing import Any, TypedDict
 
 from refold.errors import (
+    CompactionError,
     Conflict,
     ContextOverflowError,
     InvalidInput,
     NotFound,
     RefoldError,
     StorageError,
+    SummarizerError,
     UpstreamError,
 )
 
@@ -80,6 +82,11 @@ def status_for(err: RefoldError) -> tuple[int, ErrorBody]:
     """The HTTP status and OpenAI-shaped body for any ``RefoldError``."""
     if isinstance(err, UpstreamError):
         return upstream_status(err)
+    if isinstance(err, SummarizerError):
+        return 502, error_body(f"refold could not summarize the history: {err}",
+                               "upstream_error", "summarizer_failed")
+    if isinstance(err, CompactionError):  # the history cannot be made to fit the window
+        return 400, error_body(str(err), "invalid_request_error", "context_length_exceeded")
     if isinstance(err, InvalidInput):
         return 400, error_body(str(err), "invalid_request_error", "invalid_input")
     if isinstance(err, NotFound):
