@@ -185,3 +185,25 @@ def test_explicit_compact(engine: Engine, store: Store) -> None:
     report = rt.compact()
     assert report is not None and report.tokens_after < report.tokens_before
     assert len(store.list_checkpoints(rt.session_id)) == 1
+
+
+@pytest.mark.parametrize("bad", [["not a message"], [{"role": "user", "content": 5}],
+                                 [{"role": "assistant", "content": None}]])
+def test_bad_input_is_a_clear_error_and_stores_nothing(engine: Engine, store: Store,
+                                                       bad: list) -> None:
+    rt = engine.open_session(new=True)
+    with pytest.raises(InvalidInput):
+        rt.prepare(bad)
+    with pytest.raises(InvalidInput):
+        rt.prepare_history([{"role": "system", "content": "s"}, *bad])
+    with pytest.raises(InvalidInput):
+        rt.record({"content": 5})
+    assert store.get_session(rt.session_id).message_count == 0
+
+
+def test_empty_provider_reply_is_recorded_not_refused(engine: Engine, store: Store) -> None:
+    rt = engine.open_session(new=True)
+    rt.prepare([{"role": "user", "content": "hi"}])
+    rt.record({"role": "assistant", "content": None, "tool_calls": []})
+    last = store.get_messages(rt.session_id)[-1].message
+    assert last == {"role": "assistant", "content": ""}

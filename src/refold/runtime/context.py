@@ -52,10 +52,12 @@ class ContextOps:
         return Trigger(self.policy, context_length=self.context_length, model=self.model)
 
     # -- counting -----------------------------------------------------------------------------
-    def validate(self, messages: list[Message]) -> None:
+    def validate(self, messages: Sequence[Any]) -> list[Message]:
+        """The messages checked (``MessageValidationError`` names the index and field) and
+        with undecodable text repaired; nothing is stored when any of them is invalid."""
         from refold.messages.validate import validate_messages
 
-        validate_messages(messages)
+        return validate_messages(messages)
 
     def message_counts(self, messages: Sequence[Message]) -> list[int | None]:
         return [self.counter.count_message(m) for m in messages]

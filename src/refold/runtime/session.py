@@ -102,9 +102,8 @@ class SessionRuntime:
                 self._system_prompt = system_prompt
             if tools is not None:
                 self._tools = tools
-            clean = [wire_form(m) for m in new_messages]
+            clean = [wire_form(m) for m in self.ops.validate(new_messages)]
             if clean:
-                self.ops.validate(clean)
                 counts = self.ops.message_counts(clean)
                 self.store.append_messages(self.session_id, clean, token_counts=counts)
                 self._count_turns(clean)
@@ -116,13 +115,13 @@ class SessionRuntime:
         if not isinstance(history, list):
             raise InvalidInput("history must be a list of chat messages")
         with self._lock:
-            system, conversation = split_system([wire_form(m) for m in history])
+            valid = [wire_form(m) for m in self.ops.validate(history)]
+            system, conversation = split_system(valid)
             self._note_system_prompt(system)
             self._system_prompt = system
             if tools is not None:
                 self._tools = tools
             if conversation:
-                self.ops.validate(conversation)
                 counts = self.ops.message_counts(conversation)
                 result = self.store.sync_messages(self.session_id, conversation,
                                                   token_counts=counts)
@@ -136,8 +135,8 @@ class SessionRuntime:
         """Store the assistant reply, account usage, apply the post-response policy."""
         if not isinstance(response, dict):
             raise InvalidInput("response must be an assistant message (a dict)")
-        message = wire_form(response)
-        message.setdefault("role", "assistant")
+        message = _normalize_reply(response)
+        self.ops.validate([message])
         with self._lock:
             counts = self.ops.message_counts([message])
             self.store.append_messages(self.session_id, [message], token_counts=counts)
@@ -327,6 +326,17 @@ class SessionRuntime:
             return self.ops.plan(snapshot, system, tools, trigger=trigger, target_tokens=None)
 
         self._precompactor.start(projection, plan_fn)
+
+
+def _normalize_reply(response: Message) -> Message:
+    """The reply as stored: wire form, role assistant by default; an empty reply (no content,
+    no tool calls — some providers send one) is kept as empty text rather than refused."""
+    message = wire_form({"role": "assistant", **response})
+    if not message.get("tool_calls"):
+        message.pop("tool_calls", None)
+        if message.get("content") is None and not message.get("reasoning_content"):
+            message["content"] = ""
+    return message
 
 
 def _int(value: Any) -> int:
