@@ -46,7 +46,7 @@ SCAN_CHUNK = 100_000  # ids per scan step at most
 SCAN_ROW_CAP = 5_000_000  # ids a scan visits at most
 SCAN_TIME_CAP = 2.0  # seconds a scan runs at most (as SQLite's scan budget)
 MAX_LIMIT = 500
-RANK_CANDIDATES = 10_000  # newest word matches that relevance ranking considers
+RANK_CANDIDATES = 2_000  # newest word matches relevance ranks (as SQLite's window)
 
 _HIT_COLS = "m.id, m.session_id, m.seq, m.role, m.body, m.search_text, m.created_at, s.title"
 
