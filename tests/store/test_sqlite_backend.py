@@ -260,3 +260,20 @@ def test_many_threads_reading_and_writing(sqlite_store: SQLiteStore) -> None:
     sqlite_store.close()
     with pytest.raises(StorageError):
         sqlite_store.get_messages(session.id)
+
+
+def test_relevance_window_bounds_ranking_but_not_filtering(
+        sqlite_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    from refold.store import SearchQuery
+    from refold.store.sqlite import search
+
+    monkeypatch.setattr(search, "RELEVANCE_WINDOW", 10)
+    old = sqlite_store.create_session()
+    sqlite_store.append_messages(old.id, [user("kiwi kiwi kiwi kiwi")] * 5)  # best bm25, oldest
+    new = sqlite_store.create_session()
+    sqlite_store.append_messages(new.id, [user(f"a kiwi in a longer sentence {i}")
+                                          for i in range(30)])
+    hits = sqlite_store.search(SearchQuery("kiwi", limit=5, window=0))
+    assert len(hits) == 5 and {h.session_id for h in hits} == {new.id}  # newest 10 ranked
+    filtered = sqlite_store.search(SearchQuery("kiwi", session_id=old.id, window=0))
+    assert sorted(h.seq for h in filtered) == [1, 2, 3, 4, 5]  # the fallback ranks everything

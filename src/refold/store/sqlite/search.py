@@ -35,7 +35,7 @@ from refold.store.sqlite.state import StateOps
 log = logging.getLogger(__name__)
 
 MAX_LIMIT = 500
-RELEVANCE_WINDOW = 2000  # relevance ranks at most this many newest matches (see _fts)
+RELEVANCE_WINDOW = 1000  # relevance ranks at most this many newest matches (see _fts)
 SCAN_CHUNK = 50_000
 _HIT_COLUMNS = "m.id, m.session_id, m.seq, m.role, m.text, m.created_at, s.title"
 
