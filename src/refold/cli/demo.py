@@ -124,30 +124,52 @@ def _header(out: Console, home: Path, threshold: int, window: int, turns: int) -
 
 
 def _replay(out: Console, runner: Any, turns: list[Any]) -> None:
-    phase = None
-    for event in runner.replay(turns):
-        data = event.data
-        if event.kind == "start" and data["phase"] != phase:
-            phase = data["phase"]
-            title = ("goal 1 · fix the failing test suite" if phase == "goal 1"
-                     else "goal 2 · 给发票加 CSV 导出 (in Chinese)")
-            out.print()
-            out.rule(Text(title, style="bold"), align="left", style="dim")
-        elif event.kind == "turn":
-            line = Text(f" {data['index']:>2} ", style="dim")
-            line.append(_fit_cells(data["label"], LABEL_CELLS) + " ")
-            line.append_text(gauge(data["tokens"], data["threshold"], data["window"]))
-            line.append(f"  {data['messages']:>3} msgs", style="dim")
-            out.print(line)
-        elif event.kind == "compaction":
-            _compaction_line(out, data)
-        elif event.kind == "memory":
-            mark, style = ("✎", "green") if data["ok"] else ("✗", "red")
-            out.print(Text.assemble(
-                (f"    {mark} memory ", style), (f"[{data['target']}] ", "bold"),
-                (str(data["content"]), "italic")), no_wrap=True, overflow="ellipsis", crop=True)
-        elif event.kind == "warning":
-            out.print(Text(f"    ! {data['text']}", style="yellow"))
+    """Print the replay; on a terminal a transient line shows each model call as it happens."""
+    from rich.live import Live
+
+    if not out.is_terminal:
+        for event in runner.replay(turns):
+            _print_event(out, event.kind, event.data, {})
+        return
+    state: dict[str, Any] = {}
+    with Live(Text(""), console=out, transient=True, refresh_per_second=20) as live:
+        for event in runner.replay(turns):
+            if event.kind == "call":
+                live.update(_live_line(event.data))
+            else:
+                _print_event(live.console, event.kind, event.data, state)
+
+
+def _live_line(data: dict[str, Any]) -> Text:
+    line = Text(f" {data['turn']:>2} ", style="dim")
+    line.append(_fit_cells(data["label"], LABEL_CELLS) + " ")
+    line.append_text(gauge(data["tokens"], data["threshold"], data["window"]))
+    line.append(f"  call {data['step']}/{data['steps']}", style="dim")
+    return line
+
+
+def _print_event(out: Console, kind: str, data: dict[str, Any], state: dict[str, Any]) -> None:
+    if kind == "start" and data["phase"] != state.get("phase"):
+        state["phase"] = data["phase"]
+        title = ("goal 1 · fix the failing test suite" if data["phase"] == "goal 1"
+                 else "goal 2 · 给发票加 CSV 导出 (in Chinese)")
+        out.print()
+        out.rule(Text(title, style="bold"), align="left", style="dim")
+    elif kind == "turn":
+        line = Text(f" {data['index']:>2} ", style="dim")
+        line.append(_fit_cells(data["label"], LABEL_CELLS) + " ")
+        line.append_text(gauge(data["tokens"], data["threshold"], data["window"]))
+        line.append(f"  {data['messages']:>3} msgs", style="dim")
+        out.print(line)
+    elif kind == "compaction":
+        _compaction_line(out, data)
+    elif kind == "memory":
+        mark, style = ("✎", "green") if data["ok"] else ("✗", "red")
+        out.print(Text.assemble(
+            (f"    {mark} memory ", style), (f"[{data['target']}] ", "bold"),
+            (str(data["content"]), "italic")), no_wrap=True, overflow="ellipsis", crop=True)
+    elif kind == "warning":
+        out.print(Text(f"    ! {data['text']}", style="yellow"))
 
 
 def _fit_cells(text: str, width: int) -> str:
