@@ -128,7 +128,14 @@ def test_integrity_check_finds_a_broken_index(tmp_path: Path) -> None:
     raw.close()
     with SQLiteStore(path) as store:
         problems = store.integrity_check()
-    assert problems and any("messages_fts" in p for p in problems)
+        assert problems and any("messages_fts" in p for p in problems)
+        store.rebuild_search_indexes()
+        assert store.integrity_check() == []
+        from refold.store import SearchQuery
+
+        assert store.search(SearchQuery("alpha")) == []
+        assert [h.seq for h in store.search(SearchQuery("中文字符"))] == [2]
+        assert [h.seq for h in store.search(SearchQuery("字"))] == [2]
 
 
 def test_threads_share_one_store(sqlite_store: SQLiteStore) -> None:

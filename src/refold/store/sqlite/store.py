@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from refold.errors import InvalidInput
+from refold.store.sqlite import grams
 from refold.store.sqlite.bulk import BulkOps
 from refold.store.sqlite.database import Database, Synchronous
 from refold.store.sqlite.schema import LATEST_VERSION, applied_versions, migrate
@@ -86,6 +87,22 @@ class SQLiteStore(SearchOps, BulkOps):
             except Exception as exc:  # any failure here is a finding, not a crash
                 problems.append(f"{table}: {exc}")
         return problems
+
+    def rebuild_search_indexes(self) -> None:
+        """Rebuild the three search indexes from the messages table (repair after damage).
+
+        SQLite-only maintenance (``integrity_check`` reports the damage this repairs): the
+        word index is rebuilt from its external content; the contentless trigram and gram
+        indexes are emptied and refilled from the CJK rows. One transaction.
+        """
+        with self.db.write() as conn:
+            conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
+            conn.execute("INSERT INTO messages_trigram(messages_trigram) VALUES ('delete-all')")
+            conn.execute("INSERT INTO messages_trigram(rowid, text) "
+                         "SELECT id, text FROM messages WHERE has_cjk = 1")
+            conn.execute(f"INSERT INTO {grams.TABLE}({grams.TABLE}) VALUES ('delete-all')")
+            grams.backfill(conn)
+        log.info("search indexes rebuilt for %s", self.path)
 
     def info(self) -> dict[str, Any]:
         with self.db.read() as conn:
