@@ -282,3 +282,27 @@ def test_sdk_turns_on_postgres_store_history_once(start_pg_proxy: ProxyFactory,
     assert text == "Second."
     assert roles_and_text(postgres_store, only_session(postgres_store)) == [
         ("user", "one"), ("assistant", "First."), ("user", "two"), ("assistant", "Second.")]
+
+
+def test_agent_loop_resending_sdk_messages_with_tool_calls_stores_each_once(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    call = {"id": "call_9", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    tools = [{"type": "function", "function": {
+        "name": "get_weather", "parameters": {"type": "object",
+                                              "properties": {"city": {"type": "string"}}}}}]
+    with serve([ScriptedReply(content=None, tool_calls=[call]), "It is sunny.", "Bye."]) as up:
+        proxy = start_proxy(up)
+        client = sdk(proxy.base_url)
+        messages: list[Any] = [{"role": "user", "content": "weather in Paris?"}]
+        first = client.chat.completions.create(model="m", messages=messages, tools=tools)
+        messages.append(first.choices[0].message)  # the SDK object, as agent loops do
+        messages.append({"role": "tool", "tool_call_id": "call_9", "content": "sunny"})
+        second = client.chat.completions.create(model="m", messages=messages, tools=tools)
+        messages += [second.choices[0].message, {"role": "user", "content": "thanks"}]
+        client.chat.completions.create(model="m", messages=messages, tools=tools)
+    rows = sqlite_store.get_messages(only_session(sqlite_store), include_inactive=True)
+    assert [(r.role, r.active) for r in rows] == [
+        ("user", True), ("assistant", True), ("tool", True), ("assistant", True),
+        ("user", True), ("assistant", True)]
+    assert rows[1].message["tool_calls"] == [call]

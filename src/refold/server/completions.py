@@ -30,7 +30,7 @@ import httpx
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from refold.errors import InvalidInput, UpstreamError
+from refold.errors import InvalidInput, RefoldError, UpstreamError
 from refold.llm import classify_transport_error
 from refold.llm.failures import bad_response
 from refold.messages.model import Message, wire_form
@@ -38,7 +38,7 @@ from refold.server.auth import Tenant
 from refold.server.sessions import SESSION_HEADER, SessionPool, derived_ref
 from refold.server.sse import DONE, EventSplitter, StreamAssembler, parse_chunk
 from refold.server.upstream import Upstream
-from refold.server.wire import sse_error, upstream_status
+from refold.server.wire import sse_error, status_for, upstream_status
 
 log = logging.getLogger(__name__)
 
@@ -246,8 +246,15 @@ class ProxyStream(Response):
         if not assembler.complete:
             await self._fail(send, bad_response("the stream ended before a finish_reason"))
             return
-        with anyio.CancelScope(shield=True):  # a record that started always finishes
-            await self.turn.record(assembler)
+        try:
+            with anyio.CancelScope(shield=True):  # a record that started always finishes
+                await self.turn.record(assembler)
+        except RefoldError as err:  # not stored, so not acknowledged: no [DONE]
+            log.error("recording the reply of session %s failed: %s", self.turn.session_id, err)
+            status, body = status_for(err)
+            await send({"type": "http.response.body", "body": sse_error(status, body),
+                        "more_body": False})
+            return
         await send({"type": "http.response.body", "body": DONE_EVENT, "more_body": False})
 
     def _forwardable(self, splitter: EventSplitter, assembler: StreamAssembler,
