@@ -28,7 +28,7 @@ def invoke(home: Path, *args: str, env: dict[str, str | None] | None = None) -> 
 
 def ok_json(result: Result) -> Any:
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    return json.loads(result.stdout)  # stderr may carry log lines from other layers
 
 
 @pytest.fixture
