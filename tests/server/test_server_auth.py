@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from refold.server.auth import AuthError, KeyRing, owner_for_key
@@ -60,3 +62,17 @@ def test_refold_errors_map_to_openai_shaped_statuses() -> None:
         got_status, body = status_for(err)
         assert (got_status, body["error"]["code"]) == (status, code), err
         assert body["error"]["message"] and body["error"]["type"]
+
+
+def test_create_app_takes_settings_or_fields_and_needs_an_upstream(tmp_path: Any) -> None:
+    from refold.cli.settings import Settings
+    from refold.errors import InvalidInput
+    from refold.server import create_app
+
+    with pytest.raises(InvalidInput, match="no upstream"):
+        create_app(home=tmp_path)
+    app = create_app(upstream="http://127.0.0.1:9/v1", home=tmp_path, api_keys=["k"])
+    assert app.state.proxy_app.settings.api_keys == ["k"]
+    base = Settings(home=tmp_path, upstream="http://a/v1", model="m1")
+    app = create_app(base, model="m2")
+    assert app.state.proxy_app.settings.model == "m2" and base.model == "m1"

@@ -235,11 +235,20 @@ async def _crash(request: Request, exc: Exception) -> Response:
                                    "server_error", "internal_error"), status_code=500)
 
 
-def create_app(settings: Settings, *, store: Store | None = None,
+def create_app(settings: Settings | None = None, *, store: Store | None = None,
                upstream_transport: httpx.AsyncBaseTransport | None = None,
                engine_factory: EngineFactory | None = None,
-               capacity: int = DEFAULT_CAPACITY) -> Starlette:
-    """The proxy app for ``settings`` (``upstream`` required). ``store`` is borrowed if given."""
+               capacity: int = DEFAULT_CAPACITY, **fields: Any) -> Starlette:
+    """The proxy app. Pass ``settings`` (``upstream`` required), or the fields themselves
+    (``create_app(upstream="http://…/v1", home=path, api_keys=[...])``); fields given alongside
+    ``settings`` override it. ``store`` is borrowed if given (the caller closes it), else
+    ``settings.db_url`` is opened at startup and closed at shutdown. The library reads no
+    environment: ``refold serve`` loads settings (toml, REFOLD_* env, flags) and calls this.
+    """
+    if settings is None:
+        settings = Settings(**fields)
+    elif fields:
+        settings = settings.model_copy(update=fields)
     app = ProxyApp(settings, store=store, upstream_transport=upstream_transport,
                    engine_factory=engine_factory, capacity=capacity)
     starlette = app.build()
