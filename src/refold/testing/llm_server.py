@@ -82,6 +82,9 @@ class ScriptedLLM:
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
+    # headers and body go out in separate writes; with Nagle on, a keep-alive client's delayed
+    # ACK stalls every reply by ~40 ms (measured: 42.8 -> 1.1 ms per call)
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:  # silence stderr
         pass
