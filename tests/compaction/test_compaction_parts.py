@@ -165,3 +165,22 @@ def test_anchors_are_verbatim_ranked_and_bounded() -> None:
     full = select_anchors(candidates, budget_tokens=10_000, count_text=COUNTER.count_text)
     for a in full:  # no anchor is contained in another one
         assert not any(a != b and a in b for b in full)
+
+
+def test_bulky_tail_outputs_are_downgraded_and_old_images_stripped() -> None:
+    from refold.compaction.prune import IMAGE_PLACEHOLDER, downgrade_tail, strip_old_images
+
+    tail = [call("t1", "terminal", command="cat big.log"), result("t1", "row\n" * 3000),
+            call("t2", "terminal", command="ls"), result("t2", "a.py\n" * 100)]
+    stats = PruneStats()
+    out = downgrade_tail(tail, 0, ceiling_tokens=500, count=COUNTER.count_message, keep_from=2,
+                         min_chars=200, stats=stats)
+    assert out[1]["content"].startswith("[terminal] ran `cat big.log`")
+    assert out[3] is tail[3] and stats.tail_downgraded == 1  # the latest unit stays verbatim
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "old"}, image]},
+            {"role": "assistant", "content": "seen"},
+            {"role": "user", "content": [{"type": "text", "text": "new"}, image]}]
+    out = strip_old_images(msgs, set(), stats)
+    assert out[0]["content"][1] == {"type": "text", "text": IMAGE_PLACEHOLDER}
+    assert out[2] is msgs[2] and stats.images_stripped == 1
