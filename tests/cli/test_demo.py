@@ -68,3 +68,13 @@ def test_demo_refuses_a_home_with_data(tmp_path: Path) -> None:
     proc = _run("--fast", "--home", str(demo_home), home=tmp_path)
     assert proc.returncode == 2
     assert "empty directory" in proc.stderr
+
+
+def test_demo_output_is_readable_without_a_terminal(tmp_path: Path) -> None:
+    proc = _run("--fast", "--home", str(tmp_path / "demo"), home=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    assert out.count("goal 1 · fix the failing test suite") == 1  # one header per goal
+    assert out.count("goal 2 ·") == 1
+    assert out.count("compaction #") >= 3
+    assert "\x1b[" not in out  # no escape codes when piped

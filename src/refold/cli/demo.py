@@ -127,11 +127,11 @@ def _replay(out: Console, runner: Any, turns: list[Any]) -> None:
     """Print the replay; on a terminal a transient line shows each model call as it happens."""
     from rich.live import Live
 
+    state: dict[str, Any] = {}
     if not out.is_terminal:
         for event in runner.replay(turns):
-            _print_event(out, event.kind, event.data, {})
+            _print_event(out, event.kind, event.data, state)
         return
-    state: dict[str, Any] = {}
     with Live(Text(""), console=out, transient=True, refresh_per_second=20) as live:
         for event in runner.replay(turns):
             if event.kind == "call":
