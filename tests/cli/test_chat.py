@@ -48,7 +48,7 @@ def test_a_turn_prints_the_reply_and_a_gauge_and_is_stored(tmp_path: Path) -> No
     assert sessions(tmp_path) == [("first", [("user", "hi there"),
                                             ("assistant", "Hello! How can I help?")])]
     assert sent["messages"][0]["role"] == "system"
-    assert {t["function"]["name"] for t in sent["tools"]} >= {"session_search", "todo"}
+    assert {t["function"]["name"] for t in sent["tools"]} == {"session_search", "todo", "memory"}
 
 
 def test_tool_calls_run_and_the_model_is_called_again(tmp_path: Path) -> None:
@@ -127,3 +127,17 @@ def test_gauge_line_shape() -> None:
     assert line.startswith("[" + "█" * 12 + "░" * 12 + "]")
     assert "32.0k / 64.0k until compaction · window 128.0k (25%)" in line
     assert gauge_line(0, 0, 0).startswith("[" + "░" * 24)
+
+
+def test_the_model_saves_memory_and_the_next_session_sees_it(tmp_path: Path) -> None:
+    call = {"id": "call_m", "type": "function", "function": {
+        "name": "memory", "arguments": json.dumps(
+            {"action": "add", "target": "user", "content": "Prefers answers in French."})}}
+    with serve([ScriptedReply(content=None, tool_calls=[call]), "Noted.", "Bonjour !"]) as up:
+        first = chat(tmp_path, up.base_url, ["I prefer French answers", "/memory"])
+        second = chat(tmp_path, up.base_url, ["hello"])
+        system = str(up.llm.requests[-1]["messages"][0]["content"])
+    assert first.exit_code == 0 and second.exit_code == 0, first.output + second.output
+    assert "⚙ memory(" in first.output
+    assert "USER (1 entries)" in first.output and "Prefers answers in French." in first.output
+    assert "Prefers answers in French." in system  # frozen into the next session's prompt

@@ -18,6 +18,7 @@ partial: the client never got a complete reply, so it will not be in the history
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Mapping
@@ -114,7 +115,7 @@ async def chat_completions(proxy: Proxy, tenant: Tenant, headers: Mapping[str, s
             _release(proxy, lock)
 
 
-def _release(proxy: Proxy, lock: anyio.Lock | Any) -> None:
+def _release(proxy: Proxy, lock: asyncio.Lock) -> None:
     lock.release()
     proxy.drain.leave()
 
