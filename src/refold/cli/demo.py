@@ -59,7 +59,8 @@ def demo_cmd(app: AppContext, demo_home: str | None, fast: bool, context_length:
             try:
                 _replay(out, runner, turns)
             finally:
-                runner.close()
+                runner.close()  # joins the background memory review
+            _review(out, runner)
             session_id = runner.runtime.session_id if runner.runtime else ""
             _searches(out, store)
             _resume(out, store, home, llm.base_url, context_length, session_id)
@@ -170,6 +171,17 @@ def _print_event(out: Console, kind: str, data: dict[str, Any], state: dict[str,
             (str(data["content"]), "italic")), no_wrap=True, overflow="ellipsis", crop=True)
     elif kind == "warning":
         out.print(Text(f"    ! {data['text']}", style="yellow"))
+
+
+def _review(out: Console, runner: Any) -> None:
+    """What the background memory review (every 10 user turns) saved on its own."""
+    reviewer = getattr(getattr(runner.engine.memory, "manager", None), "reviewer", None)
+    for report in getattr(reviewer, "reports", []):
+        runner.stats.review_writes += len(report.saved)
+        for text in report.saved:
+            out.print(Text.assemble(("    ✎ memory ", "green"), ("(background review) ", "bold"),
+                                    (str(text), "italic")),
+                      no_wrap=True, overflow="ellipsis", crop=True)
 
 
 def _fit_cells(text: str, width: int) -> str:
@@ -320,7 +332,8 @@ def _summary(out: Console, stats: Any, store: Any, session_id: str, home: Path) 
         ("peak context sent", f"{stats.peak_tokens:,} tokens"),
         ("prompt tokens sent", f"{stats.tokens_sent:,}"),
         ("…without compaction", f"{stats.tokens_without_refold:,} ({pct}% saved)"),
-        ("memory writes", f"{stats.memory_writes}"),
+        ("memory writes (agent + background review)",
+         f"{stats.memory_writes} + {stats.review_writes}"),
         ("overflow retries", f"{stats.retries}"),
         ("elapsed", f"{stats.elapsed:.1f} s"),
     ]

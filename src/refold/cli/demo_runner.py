@@ -45,6 +45,7 @@ class DemoStats:
     tokens_without_refold: int = 0
     peak_tokens: int = 0
     memory_writes: int = 0
+    review_writes: int = 0
     retries: int = 0
     precomputed: int = 0
     started: float = field(default_factory=time.perf_counter)
