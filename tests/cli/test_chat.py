@@ -141,3 +141,16 @@ def test_the_model_saves_memory_and_the_next_session_sees_it(tmp_path: Path) -> 
     assert "⚙ memory(" in first.output
     assert "USER (1 entries)" in first.output and "Prefers answers in French." in first.output
     assert "Prefers answers in French." in system  # frozen into the next session's prompt
+
+
+def test_compact_command_shrinks_the_context_and_keeps_every_message(tmp_path: Path) -> None:
+    filler = "The build log said: step N compiled module alpha beta gamma delta. " * 12
+    lines = [f"note {i}: " + filler.replace("N", str(i)) for i in range(30)]
+    with serve(default=lambda body: "ok") as up:
+        result = chat(tmp_path, up.base_url, [*lines, "/compact"], "--no-tools",
+                      "--context-length", "12000")
+    assert result.exit_code == 0, result.output
+    match = re.search(r"compacted: (\d+) → (\d+) tokens", result.output)
+    assert match and int(match.group(2)) < int(match.group(1)), result.output
+    (_, rows), = sessions(tmp_path)
+    assert len(rows) == 60  # compaction adds a checkpoint; the ledger keeps every message

@@ -171,7 +171,8 @@ class ChatSession:
     def cmd_compact(self, args: list[str]) -> Iterator[Output]:
         report = self.rt.compact(force=True)
         if report is None:
-            yield Output("info", "nothing to compact")
+            yield Output("info", "nothing to compact: the context is all recent messages, "
+                                 "which compaction keeps verbatim")
         else:
             before = getattr(report, "tokens_before", None)
             after = getattr(report, "tokens_after", None)
