@@ -34,3 +34,17 @@ def test_cjk_substrings_are_found_exactly(store: Store, texts: list[str],
                                       limit=50, window=0))
     assert sorted(h.seq for h in either) == [i + 1 for i, t in enumerate(texts)
                                              if needle in t or other in t]
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(max_size=40))
+def test_no_query_text_raises(store: Store, text: str) -> None:
+    from refold.errors import SearchQueryError
+
+    try:
+        hits = store.search(SearchQuery(text, window=0))
+    except SearchQueryError:
+        assert not text.strip()
+    else:
+        assert isinstance(hits, list)
