@@ -306,3 +306,32 @@ def test_agent_loop_resending_sdk_messages_with_tool_calls_stores_each_once(
         ("user", True), ("assistant", True), ("tool", True), ("assistant", True),
         ("user", True), ("assistant", True)]
     assert rows[1].message["tool_calls"] == [call]
+
+
+def test_a_long_history_is_compacted_before_it_goes_upstream(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    filler = "The build log said: step N compiled module alpha beta gamma delta. " * 12
+    history: list[dict[str, Any]] = [SYSTEM]
+    for i in range(30):
+        history += [{"role": "user", "content": f"turn {i}: " + filler.replace("N", str(i))},
+                    {"role": "assistant", "content": f"noted {i}"}]
+    history.append({"role": "user", "content": "And now?"})
+    with serve(["Now we ship."]) as up:
+        proxy = start_proxy(up, context_length=8_000)  # the history is over the threshold
+        reply = sdk(proxy.base_url).chat.completions.create(model="m", messages=history)
+        sent = up.llm.requests[0]["messages"]
+    assert reply.choices[0].message.content == "Now we ship."
+    assert len(up.llm.requests) == 1  # compacted before sending: no overflow round-trip
+    assert len(sent) < len(history) // 2
+    assert sent[0]["role"] == "system" and sent[-1]["content"] == "And now?"
+    session_id = only_session(sqlite_store)
+    assert sqlite_store.list_checkpoints(session_id)
+    assert len(sqlite_store.get_messages(session_id)) == len(history)  # 61 stored + the reply
+
+
+def test_wrong_method_is_an_openai_shaped_405(start_proxy: ProxyFactory) -> None:
+    with serve([]) as up:
+        proxy = start_proxy(up)
+        response = httpx.get(proxy.base_url + "/chat/completions")
+    assert response.status_code == 405
+    assert response.json()["error"]["type"] == "invalid_request_error"
