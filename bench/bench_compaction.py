@@ -22,6 +22,7 @@ from typing import Any
 from refold.compaction import (
     CompactionGuard,
     CompactionPolicy,
+    Compactor,
     compact,
     compact_session,
     projection_messages,
@@ -142,22 +143,31 @@ def bench_per_turn(iterations: int) -> None:
 
 
 def bench_list_turn(iterations: int) -> None:
-    print("\n== per-turn overhead on a plain list (no store): count (cached) + decide ==")
-    counter = ExactCounter("o200k_base")
-    figures = {}
+    print("\n== per-turn overhead on a plain list (no store): estimate + decide ==")
+    figures: dict[tuple[str, int], float] = {}
     for rounds in (25, 2_500):
         msgs = [m for i in range(rounds) for m in agent_round(i, output_lines=5)]
-        guard = CompactionGuard(CompactionPolicy(), context_length=10_000_000, model="gpt-4o")
+        counter = ExactCounter("o200k_base")
         counter.count_messages(msgs)  # warm
-        samples = []
+        compactor = Compactor(context_length=10_000_000, model="gpt-4o", counter=counter)
+        compactor.estimate(msgs)
+        cached, appended = [], []
         for _ in range(iterations):
             start = time.perf_counter()
-            guard.preflight(counter.count_messages(msgs), exact=True)
-            samples.append(time.perf_counter() - start)
-        figures[len(msgs)] = statistics.median(samples) * 1000
-        print(f"  {len(msgs):>6,} messages: {figures[len(msgs)]:.3f} ms median per turn")
-    print(f"  ratio: {figures[10_000] / figures[100]:.1f} — a plain list is O(messages) even "
-          "when cached; the stored projection above is what stays flat")
+            compactor.guard.preflight(counter.count_messages(msgs), exact=True)
+            cached.append(time.perf_counter() - start)
+        for i in range(iterations * 10):
+            msgs.append({"role": "user", "content": f"turn {i}"})
+            start = time.perf_counter()
+            compactor.guard.preflight(compactor.estimate(msgs), exact=True)
+            appended.append(time.perf_counter() - start)
+        figures[("cached", rounds * 4)] = statistics.median(cached) * 1000
+        figures[("memo", rounds * 4)] = statistics.median(appended) * 1000
+        print(f"  {rounds * 4:>6,} messages: full cached count {figures[('cached', rounds * 4)]:.3f}"
+              f" ms, Compactor.estimate (appended list) {figures[('memo', rounds * 4)]:.3f} ms")
+    for kind in ("cached", "memo"):
+        print(f"  ratio 10,000 / 100 ({kind}): "
+              f"{figures[(kind, 10_000)] / figures[(kind, 100)]:.2f}")
 
 
 def bench_tokenizer(mb: float) -> None:

@@ -208,3 +208,20 @@ def test_policy_is_configuration() -> None:
     with pytest.raises(AttributeError):
         policy.threshold_percent = 0.1  # type: ignore[misc]
     assert replace(policy, max_strikes=3).max_strikes == 3
+
+
+def test_compactor_estimate_counts_only_appended_messages() -> None:
+    from refold.tokens import ExactCounter
+
+    counter = ExactCounter("o200k_base")
+    compactor = Compactor(context_length=128_000, counter=counter)
+    msgs = agent_transcript(20)
+    first = compactor.estimate(msgs)
+    assert first == counter.count_messages(msgs)
+    misses = counter.cache_misses
+    msgs.append({"role": "user", "content": "one more"})
+    assert compactor.estimate(msgs) == counter.count_messages(msgs)
+    assert counter.cache_misses == misses + 1
+    replaced = [dict(m) for m in msgs]  # a new list of new objects: counted in full (cached)
+    assert compactor.estimate(replaced) == counter.count_messages(replaced)
+    assert compactor.estimate([]) == counter.count_messages([])

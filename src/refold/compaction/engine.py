@@ -20,7 +20,7 @@ from refold.compaction.policy import CompactionPolicy
 from refold.compaction.summarizer import Summarizer
 from refold.errors import CompactionError
 from refold.messages.model import Message
-from refold.tokens.counter import TokenCounter
+from refold.tokens.counter import REPLY_PRIMING, TokenCounter
 from refold.tokens.models import get_counter
 
 
@@ -71,10 +71,29 @@ class Compactor:
                                      clock=clock)
         self.compactions = 0
         self.last: CompactionResult | None = None
+        self._memo: tuple[int, Message, Message, int] | None = None
 
     def estimate(self, messages: Sequence[Message],
                  tools: Sequence[dict[str, Any]] | None = None) -> int:
-        return self.counter.count_messages(messages) + self.counter.count_tools(tools)
+        """Request tokens; O(new messages) when the caller keeps appending to the same list.
+
+        The previous call's first and last message objects are held, so when both are still
+        in place the earlier total is reused and only the appended messages are counted. A
+        caller that edits earlier messages in place should call ``forget_counts()``; the
+        estimate only drives the trigger, and the provider's real reading corrects it.
+        """
+        n = len(messages)
+        memo = self._memo
+        if memo is not None and n >= memo[0] and messages[0] is memo[1] \
+                and messages[memo[0] - 1] is memo[2]:
+            body = memo[3] + sum(self.counter.count_message(m) for m in messages[memo[0]:])
+        else:
+            body = sum(self.counter.count_message(m) for m in messages)
+        self._memo = (n, messages[0], messages[-1], body) if n else None
+        return body + REPLY_PRIMING + self.counter.count_tools(tools)
+
+    def forget_counts(self) -> None:
+        self._memo = None
 
     def run(self, messages: Sequence[Message], decision: Decision, *,
             tools: Sequence[dict[str, Any]] | None = None) -> CompactionResult:
