@@ -70,15 +70,15 @@ def fill(store: Store, total: int, seed: int) -> tuple[float, str]:
     return time.perf_counter() - start, sessions[0]
 
 
-def analyze(pg: Store) -> None:
+def analyze(url: str, schema: str) -> None:
     """Refresh planner statistics now, as autovacuum would shortly after a bulk load."""
     import psycopg
 
-    with psycopg.connect(pg.url, autocommit=True) as conn:  # type: ignore[attr-defined]
-        conn.execute(f'ANALYZE "{pg.schema}".messages')  # type: ignore[attr-defined]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'ANALYZE "{schema}".messages')
 
 
-def bench_pair(lite: Store, pg: Store, total: int, appends: int) -> None:
+def bench_pair(lite: Store, pg: Store, pg_url: str, total: int, appends: int) -> None:
     print(f"\n== single-message append (one transaction each, {appends} calls)")
     samples: dict[str, list[float]] = {}
     for name, store in (("sqlite", lite), ("postgres", pg)):
@@ -94,7 +94,7 @@ def bench_pair(lite: Store, pg: Store, total: int, appends: int) -> None:
         seconds[name], _ = fill(store, total, 7)
         print(f"{name:<9} {seconds[name]:6.2f} s  {total / seconds[name]:9.0f} msg/s")
     print(f"ratio postgres/sqlite: {seconds['postgres'] / seconds['sqlite']:.2f}x")
-    analyze(pg)
+    analyze(pg_url, pg.schema)  # type: ignore[attr-defined]
 
     print("\n== search p50/p95 (limit 20, window 1)")
     for label, text in (("english word", "deploy"), ("english two words", "cache latency"),
@@ -185,7 +185,7 @@ def main() -> None:
         lite = SQLiteStore(str(Path(tmp) / "bench.db"))
         pg = PostgresStore(args.pg, schema=schema)
         try:
-            bench_pair(lite, pg, args.messages, args.appends)
+            bench_pair(lite, pg, args.pg, args.messages, args.appends)
             bench_writers(args.pg, f"{schema}_w", args.writers, args.turns)
         finally:
             lite.close()

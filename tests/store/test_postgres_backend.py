@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
+import refold
 from refold.errors import Conflict, InvalidInput, MigrationError, StorageError
 from refold.store.base import MemoryRow, SearchQuery
 
@@ -31,8 +32,8 @@ def test_reopening_applies_no_migration_twice(postgres_store: Any) -> None:
         again.close()
 
 
-def test_a_schema_from_a_newer_refold_is_refused(postgres_store: Any) -> None:
-    with psycopg.connect(postgres_store.url, autocommit=True) as conn:
+def test_a_schema_from_a_newer_refold_is_refused(postgres_store: Any, postgres_url: str) -> None:
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute(f'INSERT INTO "{postgres_store.schema}".schema_migrations '
                      "VALUES (999, 'future', 0)")
     with pytest.raises(MigrationError, match="newer"):
@@ -97,8 +98,8 @@ def test_cjk_one_and_two_characters_find_every_message(postgres_store: Any) -> N
     assert "[部署失败]" in hit.snippet
 
 
-def test_trigram_index_serves_cjk_substrings(postgres_store: Any) -> None:
-    with psycopg.connect(postgres_store.url) as conn:
+def test_trigram_index_serves_cjk_substrings(postgres_store: Any, postgres_url: str) -> None:
+    with psycopg.connect(postgres_url) as conn:
         conn.execute(f'SET search_path TO "{postgres_store.schema}", public')
         conn.execute("SET enable_seqscan = off")
         plan = "\n".join(r[0] for r in conn.execute(
@@ -177,8 +178,8 @@ def test_upgrade_from_version_1_backfills_cjk_grams(postgres_url: str) -> None:
         store.close()
 
 
-def test_gram_index_serves_short_cjk_queries(postgres_store: Any) -> None:
-    with psycopg.connect(postgres_store.url) as conn:
+def test_gram_index_serves_short_cjk_queries(postgres_store: Any, postgres_url: str) -> None:
+    with psycopg.connect(postgres_url) as conn:
         conn.execute(f'SET search_path TO "{postgres_store.schema}", public')
         conn.execute("SET enable_seqscan = off")
         plan = "\n".join(r[0] for r in conn.execute(
@@ -186,14 +187,25 @@ def test_gram_index_serves_short_cjk_queries(postgres_store: Any) -> None:
     assert "messages_grams" in plan
 
 
-def test_connections_dropped_by_the_server_are_replaced(postgres_store: Any) -> None:
+def test_connections_dropped_by_the_server_are_replaced(postgres_store: Any,
+                                                        postgres_url: str) -> None:
     session = postgres_store.create_session()
     pool = postgres_store._pool  # only this store's own connections are cut
     with pool.connection() as conn:
         pid = conn.info.backend_pid
-    with psycopg.connect(postgres_store.url, autocommit=True) as admin:
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
         row = admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()
     assert row == (True,)
     for _ in range(3):  # the dead connection is noticed at checkout and replaced
         postgres_store.append_messages(session.id, [{"role": "user", "content": "still here"}])
     assert len(postgres_store.get_messages(session.id)) == 3
+
+
+def test_store_url_names_its_schema(postgres_store: Any) -> None:
+    assert postgres_store.url.endswith(f"schema={postgres_store.schema}")
+    again = refold.open(postgres_store.url)  # the same data, not the public schema
+    try:
+        session = postgres_store.create_session(title="here")
+        assert again.get_session(session.id).title == "here"
+    finally:
+        again.close()

@@ -46,6 +46,16 @@ def split_url(url: str) -> tuple[str, str | None]:
     return urlunsplit(parts._replace(query=rest)), schema
 
 
+def with_schema(url: str, schema: str) -> str:
+    """``url`` naming ``schema`` in its query (so reopening ``store.url`` finds the same data)."""
+    conninfo, _ = split_url(url)
+    if schema == "public":
+        return conninfo
+    parts = urlsplit(conninfo)
+    query = "&".join(q for q in (parts.query, urlencode([("schema", schema)])) if q)
+    return urlunsplit(parts._replace(query=query))
+
+
 def redact_url(url: str) -> str:
     """The URL without its password (for ``info()`` and error messages)."""
     parts = urlsplit(url)

@@ -26,6 +26,7 @@ from refold.store.postgres.connection import (
     redact_url,
     split_url,
     translate_errors,
+    with_schema,
 )
 from refold.store.postgres.schema import LATEST_VERSION, ensure_trigram_extension, migrate
 
@@ -76,8 +77,8 @@ class PgCore:
     def __init__(self, url: str, *, schema: str | None = None, min_size: int = 1,
                  max_size: int = 10, timeout: float = 10.0) -> None:
         conninfo, url_schema = split_url(url)
-        self.url = url
         self.schema = check_schema_name(schema or url_schema or "public")
+        self.url = with_schema(url, self.schema)
         self._conninfo = conninfo
         with connect(conninfo, timeout=timeout) as conn, translate_errors("cannot open schema"):
             ext_schema = ensure_trigram_extension(conn)
