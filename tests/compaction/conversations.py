@@ -37,6 +37,8 @@ def conversations(draw: st.DrawFn, *, strict: bool = False) -> list[dict[str, An
         if draw(st.integers(0, 9)) == 0:
             user["content"] = [{"type": "text", "text": draw(text())},
                                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
+        if draw(st.integers(0, 7)) == 0:
+            user["name"] = "alice"
         msgs.append(user)
         if not strict and draw(st.integers(0, 5)) == 0:
             msgs.append({"role": "user", "content": draw(text(cjk=cjk))})
@@ -60,7 +62,10 @@ def conversations(draw: st.DrawFn, *, strict: bool = False) -> list[dict[str, An
                 msgs.append({"role": "tool", "tool_call_id": call["id"], "content": out})
         tool_only = msgs[-1]["role"] == "tool" and draw(st.booleans())
         if not tool_only:
-            msgs.append({"role": "assistant", "content": draw(text(cjk=cjk))})
+            reply: dict[str, Any] = {"role": "assistant", "content": draw(text(cjk=cjk))}
+            if draw(st.integers(0, 5)) == 0:
+                reply["reasoning_content"] = "<think>" + draw(text()) + "</think>"
+            msgs.append(reply)
             if not strict and draw(st.integers(0, 5)) == 0:
                 msgs.append({"role": "assistant", "content": draw(text(cjk=cjk))})
     return msgs

@@ -55,6 +55,8 @@ def test_invariants_hold(msgs: list[dict[str, Any]], window: int) -> None:
         last = _last(original, role)
         if last is not None:
             assert last in [wire_form(m) for m in out], role
+    # the newest message always closes the view, verbatim
+    assert wire_form(out[-1]) == original[-1]
     # 3. smaller, and fits or says why
     if report.changed:
         assert report.tokens_after < report.tokens_before

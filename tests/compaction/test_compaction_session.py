@@ -113,3 +113,29 @@ def test_projection_matches_the_runtime_view(store: Store) -> None:
     ops = ContextOps(model="gpt-4o", context_length=12_000, policy=POLICY)
     projection = store.projection(sid)
     assert ops.build(projection, SYSTEM) == projection_messages(projection, SYSTEM)
+
+
+def test_two_compactors_at_once_never_compact_the_same_window_twice(store: Store) -> None:
+    import threading
+
+    sid = _session(store)
+    barrier = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def worker(name: str) -> None:
+        barrier.wait()
+        try:
+            done = compact_session(store, sid, context_length=12_000, policy=POLICY,
+                                   holder=name)
+            outcomes.append("stored" if done.stored else "nothing")
+        except Conflict:
+            outcomes.append("conflict")
+
+    threads = [threading.Thread(target=worker, args=(f"host:{i}",)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert "stored" in outcomes
+    windows = [(c.first_seq, c.last_seq, c.tail_start_seq) for c in store.list_checkpoints(sid)]
+    assert len(windows) == len(set(windows)) and len(windows) == outcomes.count("stored")
