@@ -2,11 +2,17 @@
 
 Invariants:
 - Writers to one session are serialized by a row lock on the session (``FOR NO KEY UPDATE``,
-  transaction-scoped, so it survives connection pooling and dies with a crashed client); seq is
-  assigned under it, strictly increasing with no gaps within one call.
+  transaction-scoped like an advisory xact lock, so it survives connection pooling and dies with
+  a crashed client); seq is max(seq) + 1 under it: strictly increasing, never reused (rewound
+  rows keep theirs), no gaps within one call.
 - ``sync_messages`` compares the history's identity chain with the stored active chain under
   that lock, so any number of processes sending the same history append its new suffix once. The
   unique partial index on (session_id, identity) WHERE active backs this up at the database.
+  A history diverging at position k rewinds the stored active rows from k on (recorded); a
+  strict prefix of the stored chain changes nothing.
+- ``rewind`` starts at an active user message; ``undo_rewind`` restores exactly its rows, and
+  only while they would still extend the active chain (else Conflict). ``fork_session`` copies
+  the active rows up to ``at_seq`` (renumbered from 1, identities kept).
 - Message bodies are stored as lossless JSON text (see ``codec``); only the derived
   ``search_text`` is cleaned.
 """

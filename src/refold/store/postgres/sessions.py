@@ -3,6 +3,11 @@
 Lineage queries are recursive CTEs, so ancestors and descendants cost one round trip however deep
 the chain. Titles are sanitized and numbered by ``refold.store.titles`` (shared with SQLite);
 uniqueness is enforced by a unique index, so two hosts cannot both take "name #3".
+
+Same rules as SQLite (the conformance suite pins them): ``resolve_session`` tries the exact id,
+then the title (a plain name means its highest "#N"), then a unique id prefix (LIKE wildcards
+escaped); ``delete_session`` re-parents children to the deleted session's parent (or makes them
+roots); ``resolve_resume`` follows compaction children only, newest at each step.
 """
 
 from __future__ import annotations
