@@ -7,6 +7,7 @@ lock makes it safe to consult from the session's caller thread and its backgroun
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -22,6 +23,7 @@ class Trigger:
         self._lock = threading.Lock()
         self._warnings: list[str] = []
         self._use_builtin = False  # the guard says the llm summarizer is cooling down
+        self._last_notice = ""
 
     @property
     def threshold(self) -> int:
@@ -53,8 +55,14 @@ class Trigger:
             return self._take(self.guard.post_response(prompt_tokens))
 
     def _take(self, decision: Any) -> bool:
+        # a held-back notice is shown once per kind, not on every call while it lasts
         if decision.notice:
-            self._warnings.append(decision.notice)
+            kind = re.sub(r"\d+", "#", decision.notice.split("(")[0])
+            if kind != self._last_notice:
+                self._warnings.append(decision.notice)
+            self._last_notice = kind
+        elif decision.compact:
+            self._last_notice = ""
         self._use_builtin = bool(decision.use_builtin)
         return bool(decision.compact)
 
