@@ -335,3 +335,19 @@ def test_wrong_method_is_an_openai_shaped_405(start_proxy: ProxyFactory) -> None
         response = httpx.get(proxy.base_url + "/chat/completions")
     assert response.status_code == 405
     assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_big_and_odd_bodies_pass_through_intact(start_proxy: ProxyFactory,
+                                                sqlite_store: Store) -> None:
+    big = "长文本 with a lone surrogate \ud800 and more. " * 4000  # > 64 KiB: parsed off-loop
+    with serve(["got it"]) as up:
+        proxy = start_proxy(up)
+        response = httpx.post(proxy.base_url + "/chat/completions", content=json.dumps(
+            {"model": "m", "messages": [{"role": "user", "content": big}]}).encode(),
+            headers={"Content-Type": "application/json"})
+        sent = up.llm.requests[0]["messages"][-1]["content"]
+    repaired = big.replace("\ud800", "\ufffd")  # refold.messages' documented repair
+    assert response.status_code == 200
+    assert sent == repaired
+    stored = sqlite_store.get_messages(only_session(sqlite_store))[0].message["content"]
+    assert stored == repaired

@@ -168,7 +168,8 @@ class ProxyApp:
 
     async def completions(self, request: Request, tenant: Tenant) -> Response:
         raw = await read_body(request, self.settings.max_body_bytes)
-        return await chat_completions(self._proxy(), tenant, request.headers, parse_json(raw))
+        body = await parse_json(raw)
+        return await chat_completions(self._proxy(), tenant, request.headers, body)
 
     async def models(self, request: Request, tenant: Tenant) -> Response:
         try:

@@ -136,9 +136,13 @@ class _Turn:
     def session_id(self) -> str:
         return str(self.rt.session_id)
 
-    async def _upstream_body(self) -> dict[str, Any]:
-        prepared = await anyio.to_thread.run_sync(
-            lambda: self.rt.prepare_history(self.history, tools=self.body.get("tools")))
+    async def _upstream_body(self) -> bytes:
+        """Prepare the turn and encode the upstream body, both off the event loop (a long
+        history is megabytes of JSON: encoding it on the loop would stall every stream)."""
+        return await anyio.to_thread.run_sync(self._prepare_and_encode)
+
+    def _prepare_and_encode(self) -> bytes:
+        prepared = self.rt.prepare_history(self.history, tools=self.body.get("tools"))
         out = dict(self.body, messages=[wire_form(m) for m in prepared.messages])
         out.setdefault("model", self.proxy.default_model)
         if out.get("stream"):
@@ -147,7 +151,10 @@ class _Turn:
             self.inject_usage = not options.get("include_usage")
             options["include_usage"] = True
             out["stream_options"] = options
-        return out
+        try:
+            return json.dumps(out, ensure_ascii=False).encode()
+        except UnicodeEncodeError:  # a lone surrogate from the client: escape it
+            return json.dumps(out).encode()
 
     async def _retry(self, err: UpstreamError, attempt: int) -> bool:
         if attempt + 1 >= self.proxy.max_attempts:
@@ -279,8 +286,18 @@ class ProxyStream(Response):
                     "more_body": False})
 
 
-def parse_json(raw: bytes) -> Any:
+INLINE_JSON_BYTES = 64 * 1024  # smaller bodies parse faster than a thread hop
+
+
+def _loads(raw: bytes) -> Any:
     try:
         return json.loads(raw)
     except ValueError as exc:
         raise InvalidInput(f"the request body is not valid JSON: {exc}") from exc
+
+
+async def parse_json(raw: bytes) -> Any:
+    """The request body as JSON; a large body is parsed in a worker thread."""
+    if len(raw) <= INLINE_JSON_BYTES:
+        return _loads(raw)
+    return await anyio.to_thread.run_sync(_loads, raw)

@@ -59,7 +59,8 @@ def derived_ref(owner: str, history: Sequence[Message]) -> str:
     system = next((m.get("content") for m in history
                    if m.get("role") in ("system", "developer")), None)
     first_user = next((m.get("content") for m in history if m.get("role") == "user"), None)
-    digest = hashlib.sha256(canonical_json([owner, system, first_user]).encode()).hexdigest()
+    payload = canonical_json([owner, system, first_user]).encode("utf-8", "surrogatepass")
+    digest = hashlib.sha256(payload).hexdigest()
     return "conv-" + digest[:16]
 
 

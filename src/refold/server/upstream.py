@@ -36,23 +36,26 @@ class Upstream:
         limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
         self._http = httpx.AsyncClient(transport=transport, timeout=timeout, limits=limits)
 
-    def _headers(self, bearer: str | None) -> dict[str, str]:
+    def _headers(self, bearer: str | None, json_body: bool = False) -> dict[str, str]:
         key = self.api_key or bearer
-        return {"Authorization": f"Bearer {key}"} if key else {}
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        if json_body:
+            headers["Content-Type"] = "application/json"
+        return headers
 
     async def models(self, bearer: str | None) -> dict[str, Any]:
         response = await self._send("GET", "/models", bearer, None)
         return _json_object(response.text, response.status_code)
 
-    async def complete(self, body: dict[str, Any], bearer: str | None) -> dict[str, Any]:
+    async def complete(self, body: bytes, bearer: str | None) -> dict[str, Any]:
         """A non-streaming completion: the upstream's JSON object (status 2xx)."""
         response = await self._send("POST", "/chat/completions", bearer, body)
         return _json_object(response.text, response.status_code)
 
-    async def open_stream(self, body: dict[str, Any], bearer: str | None) -> httpx.Response:
+    async def open_stream(self, body: bytes, bearer: str | None) -> httpx.Response:
         """Start a streamed completion; the caller iterates ``aiter_raw()`` and closes it."""
         request = self._http.build_request("POST", self.base_url + "/chat/completions",
-                                           json=body, headers=self._headers(bearer))
+                                           content=body, headers=self._headers(bearer, True))
         try:
             response = await self._http.send(request, stream=True)
         except httpx.HTTPError as exc:
@@ -68,10 +71,10 @@ class Upstream:
         return response
 
     async def _send(self, method: str, path: str, bearer: str | None,
-                    body: dict[str, Any] | None) -> httpx.Response:
+                    body: bytes | None) -> httpx.Response:
         try:
-            response = await self._http.request(method, self.base_url + path, json=body,
-                                                headers=self._headers(bearer))
+            response = await self._http.request(method, self.base_url + path, content=body,
+                                                headers=self._headers(bearer, body is not None))
         except httpx.HTTPError as exc:
             raise classify_transport_error(exc, self.base_url) from exc
         if response.status_code >= 400:
