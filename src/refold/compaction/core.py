@@ -51,8 +51,9 @@ from refold.compaction.summary import (
     unwrap_summary,
     wrap_summary,
 )
-from refold.errors import MessageValidationError, SummarizerError
-from refold.messages.model import ROLES, Message, content_text
+from refold.errors import InvalidInput, SummarizerError
+from refold.messages.model import Message, content_text
+from refold.messages.validate import validate_messages
 from refold.tokens.counter import TokenCounter
 from refold.tokens.models import get_counter
 
@@ -101,16 +102,12 @@ class CompactionResult:
     report: CompactionReport
 
 
-def validate_shape(messages: Sequence[Message]) -> None:
-    """The minimum compaction needs: a list of dicts with a known role."""
-    if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
-        raise MessageValidationError("messages must be a list of message objects")
-    for i, msg in enumerate(messages):
-        if not isinstance(msg, dict):
-            raise MessageValidationError("not an object", index=i)
-        if msg.get("role") not in ROLES:
-            raise MessageValidationError(f"unknown role {msg.get('role')!r}", index=i,
-                                         field="role", hint=f"use one of {sorted(ROLES)}")
+def validate_input(messages: Sequence[Message], context_length: int) -> list[Message]:
+    """The chat format (``refold.messages.validate``) and a usable window, or a clear error."""
+    if not isinstance(context_length, int) or context_length <= 0:
+        raise InvalidInput(f"context_length must be a positive number of tokens, not "
+                           f"{context_length!r}")
+    return validate_messages(messages)
 
 
 @dataclass
@@ -280,7 +277,7 @@ def compact(messages: Sequence[Message], *, context_length: int,
 
     Pure apart from ``summarizer``; never mutates the input. See the module docstring.
     """
-    validate_shape(messages)
+    messages = validate_input(messages, context_length)
     policy = policy or CompactionPolicy()
     counter = counter or get_counter(model)
     summarizer = summarizer or BuiltinSummarizer()
