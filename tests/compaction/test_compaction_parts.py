@@ -184,3 +184,18 @@ def test_bulky_tail_outputs_are_downgraded_and_old_images_stripped() -> None:
     out = strip_old_images(msgs, set(), stats)
     assert out[0]["content"][1] == {"type": "text", "text": IMAGE_PLACEHOLDER}
     assert out[2] is msgs[2] and stats.images_stripped == 1
+
+
+def test_bad_input_is_a_clear_error_not_a_traceback() -> None:
+    import pytest
+
+    from refold.compaction import compact
+    from refold.errors import InvalidInput, MessageValidationError
+
+    with pytest.raises(InvalidInput, match="context_length"):
+        compact([{"role": "user", "content": "x"}], context_length=0)
+    with pytest.raises(MessageValidationError, match="message 1"):
+        compact([{"role": "user", "content": "x"}, {"role": "wizard", "content": "y"}],
+                context_length=1000)
+    with pytest.raises(MessageValidationError):
+        compact("not a list", context_length=1000)  # type: ignore[arg-type]
