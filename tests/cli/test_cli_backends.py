@@ -16,7 +16,7 @@ SAMPLE = Path(__file__).resolve().parents[2] / "src" / "refold" / "data" / "samp
 
 def db_url(store: Store) -> str:
     schema = getattr(store, "schema", None)
-    if schema is None:
+    if schema is None or "schema=" in store.url:
         return store.url
     return f"{store.url}{'&' if '?' in store.url else '?'}schema={schema}"
 
