@@ -57,6 +57,19 @@ def _banner(settings: Settings, sock: socket.socket) -> str:
             f"(model {settings.model}, {auth}, db {settings.db_url})")
 
 
+def _probe(upstream: str, api_key: str | None) -> str | None:
+    """Why the upstream looks unusable right now, or None (serving starts either way)."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        httpx.get(upstream.rstrip("/") + "/models", headers=headers, timeout=3)
+    except httpx.HTTPError as exc:
+        return (f"the upstream {upstream} does not answer ({type(exc).__name__}); "
+                "requests get a 502 until it does")
+    return None
+
+
 @click.command("serve")
 @click.option("--upstream", help="OpenAI-compatible base URL to forward to, e.g. "
                                  "http://127.0.0.1:8000/v1 (or $REFOLD_UPSTREAM).")
@@ -94,9 +107,12 @@ def serve_cmd(app: AppContext, upstream: str | None, host: str | None, port: int
     if upstream_api_key_env:
         updates["upstream_api_key"] = os.environ.get(upstream_api_key_env) or None
     settings = settings.model_copy(update=updates)
-    sock = bind_socket(settings.host, settings.port)
     asgi = create_app(settings)
+    sock = bind_socket(settings.host, settings.port)
     click.echo(_banner(settings, sock), err=True)
+    warning = _probe(str(settings.upstream), settings.upstream_api_key)
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
     config = uvicorn.Config(asgi, log_level=log_level, access_log=False, lifespan="on",
                             timeout_graceful_shutdown=GRACEFUL_SECONDS)
     uvicorn.Server(config).run(sockets=[sock])

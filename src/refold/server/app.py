@@ -101,6 +101,9 @@ class ProxyApp:
         if not settings.upstream:
             raise InvalidInput("no upstream configured",
                                hint="pass --upstream URL or set REFOLD_UPSTREAM")
+        if not settings.upstream.startswith(("http://", "https://")):
+            raise InvalidInput(f"the upstream must be an http(s) URL, got {settings.upstream!r}",
+                               hint="e.g. http://127.0.0.1:8000/v1")
         self.settings = settings
         self.keys = KeyRing(settings.api_keys)
         self._own_store = store is None
