@@ -198,6 +198,18 @@ def bench_search(cache: Path, total: int, queries: int) -> None:
             p50, p95 = percentiles(timings)
             print(f"  {label:14} sort={sort:9}: p50 {p50:6.2f} ms  p95 {p95:6.2f} ms  "
                   f"(target < {targets[label]} ms; avg {hits / len(texts):.1f} hits)")
+    common = words(random.Random(42), 20000)[0]  # the top word of the Zipf vocabulary
+    matches = store.db.conn.execute("SELECT count(*) FROM messages_fts WHERE messages_fts "
+                                    "MATCH ?", (f'"{common}"',)).fetchone()[0]
+    for sort in ("relevance", "recency"):
+        timings = []
+        for _ in range(30):
+            start = time.perf_counter()
+            store.search(SearchQuery(common, sort=sort))
+            timings.append(time.perf_counter() - start)
+        p50, p95 = percentiles(timings)
+        print(f"  worst case: the most common word ({matches:,} matching messages) "
+              f"sort={sort}: p50 {p50:.2f} ms p95 {p95:.2f} ms")
     store.close()
 
 

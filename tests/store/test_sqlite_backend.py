@@ -284,3 +284,38 @@ def test_relevance_window_bounds_ranking_but_not_filtering(
     assert len(hits) == 5 and {h.session_id for h in hits} == {new.id}  # newest 10 ranked
     filtered = sqlite_store.search(SearchQuery("kiwi", session_id=old.id, window=0))
     assert sorted(h.seq for h in filtered) == [1, 2, 3, 4, 5]  # the fallback ranks everything
+
+
+def test_relevance_window_applies_to_the_trigram_index(
+        sqlite_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    from refold.store import SearchQuery
+    from refold.store.sqlite import search
+
+    monkeypatch.setattr(search, "RELEVANCE_WINDOW", 10)
+    old = sqlite_store.create_session()
+    sqlite_store.append_messages(old.id, [user("部署服务部署服务部署服务")] * 5)
+    new = sqlite_store.create_session()
+    sqlite_store.append_messages(new.id, [user(f"我们今天要部署服务然后休息 {i}")
+                                          for i in range(30)])
+    hits = sqlite_store.search(SearchQuery("部署服务", limit=5, window=0))
+    assert len(hits) == 5 and {h.session_id for h in hits} == {new.id}
+    assert all("[部署服务]" in h.snippet for h in hits)
+    filtered = sqlite_store.search(SearchQuery("部署服务", session_id=old.id, window=0))
+    assert sorted(h.seq for h in filtered) == [1, 2, 3, 4, 5]
+    assert len(sqlite_store.search(SearchQuery("部署服务 NOT 休息", window=0))) == 5
+
+
+def test_terms_too_broad_for_bm25_are_ordered_newest_first(
+        sqlite_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    from refold.store import SearchQuery
+    from refold.store.sqlite import search
+
+    session = sqlite_store.create_session()
+    sqlite_store.append_messages(session.id, [user("the kiwi kiwi kiwi")] + [
+        user(f"the note {i} about a kiwi among other words") for i in range(20)])
+    ranked = sqlite_store.search(SearchQuery("kiwi", window=0))
+    assert ranked[0].seq == 1  # bm25: the densest message first
+    monkeypatch.setattr(search, "BROAD_MATCHES", 5)
+    for text in ("kiwi", "the note"):
+        newest = sqlite_store.search(SearchQuery(text, window=0, limit=5))
+        assert [h.seq for h in newest] == [21, 20, 19, 18, 17], text

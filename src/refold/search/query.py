@@ -185,8 +185,9 @@ class ParsedQuery:
         if not long_needles:
             return None
         short = [n for n in must if len(n) < TRIGRAM_MIN_CHARS]
-        match = " AND ".join('"' + n + '"' for n in long_needles)
-        return TrigramPlan(match=match, also_contains=short, excludes=must_not)
+        terms = tuple('"' + n + '"' for n in long_needles)
+        return TrigramPlan(match=" AND ".join(terms), also_contains=short, excludes=must_not,
+                           terms=terms)
 
     def gram_plan(self) -> TrigramPlan | None:
         """How the CJK gram index answers a query of short needles, or None (use a scan).
@@ -201,8 +202,9 @@ class ParsedQuery:
         tokens = [n for n in must if is_gram_needle(n)]
         if not tokens or any(len(n) >= TRIGRAM_MIN_CHARS for n in must):
             return None
-        match = " AND ".join('"' + n + '"' for n in dict.fromkeys(tokens))
-        return TrigramPlan(match=match, also_contains=must, excludes=must_not)
+        terms = tuple('"' + n + '"' for n in dict.fromkeys(tokens))
+        return TrigramPlan(match=" AND ".join(terms), also_contains=must, excludes=must_not,
+                           terms=terms)
 
 
 @dataclass(frozen=True)
@@ -212,6 +214,7 @@ class TrigramPlan:
     match: str
     also_contains: list[str]
     excludes: list[str]
+    terms: tuple[str, ...] = ()  # the single-term MATCH strings that ``match`` ANDs
 
 
 def _tokens(text: str) -> list[Term | str]:

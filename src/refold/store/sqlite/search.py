@@ -2,9 +2,10 @@
 
 Paths (chosen by ``ParsedQuery.mode``, see ``refold.search.query``):
 - ``fts``: ``messages_fts`` (porter + unicode61) MATCH; relevance is bm25, snippets from FTS5.
-  A query matching more than ``RELEVANCE_WINDOW`` messages (a very common word) is ranked by
-  bm25 over its newest ``RELEVANCE_WINDOW`` matches only: ranking every match of such a word
-  costs tens of milliseconds on a large archive and tells little. Recency sort is exact.
+  A query matching more than ``RELEVANCE_WINDOW`` messages (a common word) is ranked by bm25
+  over its newest ``RELEVANCE_WINDOW`` matches only; a query with a term estimated in more than
+  ``BROAD_MATCHES`` messages (a stop word on a big archive: bm25 would cost O(its matches) for
+  an IDF of about zero) is ordered newest first instead. Recency sort is always exact.
 - ``trigram``: ``messages_trigram`` (CJK rows only) MATCH on the 3+ character needles, then
   ``instr`` checks for the shorter ones and the excluded ones.
 - ``grams``: 1–2 character CJK needles (which no trigram can answer): the CJK gram index
@@ -23,6 +24,7 @@ checkpoint) are ordinary rows and stay searchable.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sqlite3
 import time
@@ -36,6 +38,8 @@ log = logging.getLogger(__name__)
 
 MAX_LIMIT = 500
 RELEVANCE_WINDOW = 1000  # relevance ranks at most this many newest matches (see _fts)
+BROAD_MATCHES = 100_000  # a term in more messages than this is not ranked by bm25
+BROAD_PROBE_ROWS = 5_000  # newest ids sampled to estimate a term's match count
 SCAN_CHUNK = 50_000
 _HIT_COLUMNS = "m.id, m.session_id, m.seq, m.role, m.text, m.created_at, s.title"
 
@@ -139,17 +143,9 @@ class SearchOps(StateOps):
              limit: int) -> list[_Row]:
         """Rank ids first (cheap columns only), then load text and snippets for the winners."""
         expr = parsed.fts5_expression()
-        ranked = None
-        if query.sort == "relevance":
-            ranked = self._fts_top_candidates(conn, expr, query, limit)
-        if ranked is None:
-            where, args = _filters(query)
-            order = "f.rank" if query.sort == "relevance" else "f.rowid DESC"
-            ranked = conn.execute(
-                "SELECT m.id, f.rank FROM messages_fts f JOIN messages m ON m.id = f.rowid "
-                f"JOIN sessions s ON s.id = m.session_id WHERE messages_fts MATCH ?{where} "
-                f"ORDER BY {order} LIMIT ?", [expr, *args, limit]).fetchall()
         rows = []
+        terms = [t.fts5() for t in parsed.terms if not t.negated]
+        ranked = self._ranked(conn, "messages_fts", expr, terms, ("", []), query, limit)
         for rowid, rank in ranked:
             r = conn.execute(
                 f"SELECT {_HIT_COLUMNS}, snippet(messages_fts, 0, '[', ']', '…', 24) "
@@ -160,8 +156,63 @@ class SearchOps(StateOps):
                 rows.append(_Row(r[0], r[1], r[2], r[3], r[4], r[5], r[6], -float(rank), r[7]))
         return rows
 
-    def _fts_top_candidates(self, conn: sqlite3.Connection, expr: str, query: SearchQuery,
-                            limit: int) -> list[tuple[int, float]] | None:
+    def _trigram(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
+                 limit: int) -> list[_Row]:
+        plan = parsed.trigram_plan()
+        assert plan is not None  # mode == "trigram" guarantees it
+        checks = "".join(" AND " + _contains(n) for n in plan.also_contains)
+        checks += "".join(" AND " + _contains(n, True) for n in plan.excludes)
+        ranked = self._ranked(conn, "messages_trigram", plan.match, list(plan.terms),
+                              (checks, [*plan.also_contains, *plan.excludes]), query, limit)
+        rows = []
+        for rowid, rank in ranked:
+            r = conn.execute(f"SELECT {_HIT_COLUMNS} FROM messages m JOIN sessions s "
+                             "ON s.id = m.session_id WHERE m.id = ?", (rowid,)).fetchone()
+            rows.append(_Row(r[0], r[1], r[2], r[3], r[4], r[5], r[6], -float(rank), None))
+        return rows
+
+    def _ranked(self, conn: sqlite3.Connection, table: str, match: str, terms: list[str],
+                checks: tuple[str, list[object]], query: SearchQuery,
+                limit: int) -> list[tuple[int, float]]:
+        """(message id, bm25 rank) of the hits of ``match`` on ``table``, best or newest first.
+
+        ``terms`` are the single-term parts of ``match``; ``checks`` is extra SQL on ``m``
+        (substring tests) with its arguments.
+        """
+        if query.sort == "relevance" and self._too_broad_to_rank(conn, table, terms):
+            query = dataclasses.replace(query, sort="recency")
+        if query.sort == "relevance":
+            top = self._top_candidates(conn, table, match, checks, query, limit)
+            if top is not None:
+                return top
+        where, args = _filters(query)
+        # Selecting rank (bm25) costs O(every match of each term): only when ranking.
+        rank, order = ("f.rank", "f.rank") if query.sort == "relevance" else ("0.0", "f.rowid DESC")
+        return conn.execute(
+            f"SELECT m.id, {rank} FROM {table} f JOIN messages m ON m.id = f.rowid "
+            f"JOIN sessions s ON s.id = m.session_id WHERE {table} MATCH ?{checks[0]}{where} "
+            f"ORDER BY {order} LIMIT ?", [match, *checks[1], *args, limit]).fetchall()
+
+    def _too_broad_to_rank(self, conn: sqlite3.Connection, table: str,
+                           terms: list[str]) -> bool:
+        """True when a term occurs in so many messages that bm25 would cost too much.
+
+        FTS5's bm25 counts each term's matching rows over its WHOLE doclist (for the IDF), so
+        a term in 600k messages costs ~30 ms whatever else the query says, while its IDF is
+        nearly zero. The count is estimated from the newest ``BROAD_PROBE_ROWS`` ids.
+        """
+        top = conn.execute("SELECT max(id) FROM messages").fetchone()[0] or 0
+        span = min(BROAD_PROBE_ROWS, top)
+        for term in terms:
+            sample = conn.execute(f"SELECT count(*) FROM {table} WHERE {table} MATCH ? "
+                                  "AND rowid > ?", (term, top - span)).fetchone()[0]
+            if span and sample * top / span > BROAD_MATCHES:
+                return True
+        return False
+
+    def _top_candidates(self, conn: sqlite3.Connection, table: str, match: str,
+                        checks: tuple[str, list[object]], query: SearchQuery,
+                        limit: int) -> list[tuple[int, float]] | None:
         """The best ``limit`` hits among the best-ranked candidates of the whole index, or None
         when the filters rejected so many candidates that a full ranked join is needed.
 
@@ -171,41 +222,25 @@ class SearchOps(StateOps):
         budget = max(60, limit * 3)
         # bm25 costs ~1.5 µs a match: a word in 60k messages would cost ~90 ms to rank fully.
         # Rank the newest RELEVANCE_WINDOW matches; rarer queries are ranked over every match.
-        threshold = conn.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
+        threshold = conn.execute(f"SELECT rowid FROM {table} WHERE {table} MATCH ? "
                                  "ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-                                 (expr, RELEVANCE_WINDOW - 1)).fetchone()
+                                 (match, RELEVANCE_WINDOW - 1)).fetchone()
         floor = int(threshold[0]) if threshold else 0
-        candidates = conn.execute("SELECT rowid, rank FROM messages_fts WHERE messages_fts "
-                                  "MATCH ? AND rowid >= ? ORDER BY rank LIMIT ?",
-                                  (expr, floor, budget)).fetchall()
+        candidates = conn.execute(f"SELECT rowid, rank FROM {table} WHERE {table} MATCH ? "
+                                  "AND rowid >= ? ORDER BY rank LIMIT ?",
+                                  (match, floor, budget)).fetchall()
         if not candidates:
             return []
         where, args = _filters(query)
         marks = ",".join("?" * len(candidates))
         join = " JOIN sessions s ON s.id = m.session_id" if _needs_session(query) else ""
         allowed = {r[0] for r in conn.execute(
-            f"SELECT m.id FROM messages m{join} WHERE m.id IN ({marks}){where}",
-            [*(c[0] for c in candidates), *args])}
+            f"SELECT m.id FROM messages m{join} WHERE m.id IN ({marks}){checks[0]}{where}",
+            [*(c[0] for c in candidates), *checks[1], *args])}
         kept = [(rowid, rank) for rowid, rank in candidates if rowid in allowed][:limit]
         if len(kept) < limit and (len(candidates) == budget or threshold is not None):
             return None
         return kept
-
-    def _trigram(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
-                 limit: int) -> list[_Row]:
-        plan = parsed.trigram_plan()
-        assert plan is not None  # mode == "trigram" guarantees it
-        where, args = _filters(query)
-        extra = "".join(" AND " + _contains(n) for n in plan.also_contains)
-        extra += "".join(" AND " + _contains(n, True) for n in plan.excludes)
-        order = "score" if query.sort == "relevance" else "t.rowid DESC"
-        rows = conn.execute(
-            f"SELECT {_HIT_COLUMNS}, bm25(messages_trigram) AS score "
-            "FROM messages_trigram t JOIN messages m ON m.id = t.rowid "
-            "JOIN sessions s ON s.id = m.session_id "
-            f"WHERE messages_trigram MATCH ?{extra}{where} ORDER BY {order} LIMIT ?",
-            [plan.match, *plan.also_contains, *plan.excludes, *args, limit]).fetchall()
-        return [_Row(r[0], r[1], r[2], r[3], r[4], r[5], r[6], -float(r[7]), None) for r in rows]
 
     def _grams(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
                limit: int) -> list[_Row]:
