@@ -159,3 +159,21 @@ def test_chinese_conversation_gets_chinese_headings(server: RunningLLM,
     prompt = server.llm.requests[0]["messages"][-1]["content"]
     assert "Simplified Chinese" in prompt and "## 目标" in prompt
     assert result.report.language == "zh" and "摘要结束" in (result.report.summary or "")
+
+
+def test_overflow_from_a_real_server_is_recovered_by_compaction() -> None:
+    from refold.compaction import complete_with_overflow_recovery
+    from refold.errors import CompactionError
+
+    msgs = agent_transcript(40)
+    with serve(max_context_tokens=6_000) as s, HttpChatClient(s.base_url) as c:
+        result, sent = complete_with_overflow_recovery(
+            lambda m: c.complete(m, model="m"), msgs, context_length=8_000, policy=POLICY,
+            counter=COUNTER)
+        assert result.message["content"] == "ok"
+        assert len(sent) < len(msgs) and provider_problems(sent, "openai") == []
+        assert len(s.llm.requests) >= 2  # the first attempt overflowed
+    with serve(max_context_tokens=10) as s, HttpChatClient(s.base_url) as c, \
+            pytest.raises(CompactionError, match="still too long"):
+        complete_with_overflow_recovery(lambda m: c.complete(m, model="m"), msgs,
+                                        context_length=8_000, policy=POLICY, counter=COUNTER)

@@ -10,7 +10,11 @@
 
 from refold.compaction.builtin import BuiltinSummarizer
 from refold.compaction.core import CompactionReport, CompactionResult, compact
-from refold.compaction.engine import Compactor, compact_for_overflow
+from refold.compaction.engine import (
+    Compactor,
+    compact_for_overflow,
+    complete_with_overflow_recovery,
+)
 from refold.compaction.guard import CompactionGuard, Decision, GuardStatus
 from refold.compaction.llm_summarizer import LLMSummarizer
 from refold.compaction.policy import CompactionPolicy, ModelOverride, Threshold, threshold_for
@@ -48,6 +52,7 @@ __all__ = [
     "compact",
     "compact_for_overflow",
     "compact_session",
+    "complete_with_overflow_recovery",
     "context_breakdown",
     "projection_messages",
     "provider_problems",

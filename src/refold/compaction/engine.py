@@ -9,19 +9,23 @@ loop.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from refold.compaction.builtin import BuiltinSummarizer
 from refold.compaction.core import CompactionResult, compact
 from refold.compaction.guard import Clock, CompactionGuard, Decision
 from refold.compaction.policy import CompactionPolicy
 from refold.compaction.summarizer import Summarizer
-from refold.errors import CompactionError
+from refold.errors import CompactionError, ContextOverflowError
 from refold.messages.model import Message
 from refold.tokens.counter import REPLY_PRIMING, TokenCounter
 from refold.tokens.models import get_counter
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def compact_for_overflow(messages: Sequence[Message], attempt: int, *, context_length: int,
@@ -53,6 +57,31 @@ def compact_for_overflow(messages: Sequence[Message], attempt: int, *, context_l
         raise CompactionError(f"the conversation cannot be made smaller: {report.reason}",
                               hint="start a new session")
     return result
+
+
+def complete_with_overflow_recovery(
+        send: Callable[[list[Message]], T], messages: Sequence[Message], *,
+        context_length: int, policy: CompactionPolicy | None = None,
+        counter: TokenCounter | None = None, summarizer: Summarizer | None = None,
+        model: str | None = None, tools: Sequence[dict[str, Any]] | None = None
+        ) -> tuple[T, list[Message]]:
+    """Call ``send(messages)``; on ``ContextOverflowError`` compact to the next shrinking target
+    and call again — at most ``len(policy.overflow_targets)`` retries, then ``CompactionError``.
+
+    Returns ``(send's result, the messages that were finally sent)``.
+    """
+    policy = policy or CompactionPolicy()
+    current = list(messages)
+    for attempt in range(len(policy.overflow_targets) + 1):
+        try:
+            return send(current), current
+        except ContextOverflowError:
+            log.info("provider overflow; compaction attempt %d", attempt + 1)
+            current = compact_for_overflow(current, attempt, context_length=context_length,
+                                           policy=policy, counter=counter,
+                                           summarizer=summarizer, model=model,
+                                           tools=tools).messages
+    raise AssertionError("unreachable: compact_for_overflow raises when attempts run out")
 
 
 class Compactor:
