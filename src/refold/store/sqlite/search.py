@@ -7,7 +7,7 @@ Paths (chosen by ``ParsedQuery.mode``, see ``refold.search.query``):
   ``BROAD_MATCHES`` messages (a stop word on a big archive: bm25 would cost O(its matches) for
   an IDF of about zero) is ordered newest first instead. Recency sort is always exact.
 - ``trigram``: ``messages_trigram`` (CJK rows only) MATCH on the 3+ character needles, then
-  ``instr`` checks for the shorter ones and the excluded ones.
+  ``instr`` checks for the shorter ones and the excluded ones; ranked like ``fts``.
 - ``grams``: 1–2 character CJK needles (which no trigram can answer): the CJK gram index
   (``grams.py``) MATCH on them as tokens, newest first, each candidate re-checked with ``instr``.
 - OR-groups with CJK: each group through its own path, merged newest first.
@@ -19,7 +19,7 @@ Paths (chosen by ``ParsedQuery.mode``, see ``refold.search.query``):
 
 Invariants: user text reaches SQL only as bound parameters or as FTS5 strings built by the
 sanitizer; rewound rows are excluded unless ``include_inactive``; archived rows (before a
-checkpoint) are ordinary rows and stay searchable.
+checkpoint) are ordinary rows and stay searchable; at most ``MAX_LIMIT`` hits per query.
 """
 
 from __future__ import annotations
