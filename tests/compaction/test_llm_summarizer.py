@@ -177,3 +177,14 @@ def test_overflow_from_a_real_server_is_recovered_by_compaction() -> None:
             pytest.raises(CompactionError, match="still too long"):
         complete_with_overflow_recovery(lambda m: c.complete(m, model="m"), msgs,
                                         context_length=8_000, policy=POLICY, counter=COUNTER)
+
+
+def test_standard_prompt_carries_original_outputs_when_they_fit(
+        server: RunningLLM, client: HttpChatClient) -> None:
+    server.llm.push(BODY, BODY)
+    _compact(LLMSummarizer(client, "aux"))
+    prompt = server.llm.requests[0]["messages"][-1]["content"]
+    assert "KeyError: 'user3'" in prompt and "log line" in prompt  # not just one-liners
+    _compact(LLMSummarizer(client, "aux", max_input_chars=3_000))
+    small = server.llm.requests[1]["messages"][-1]["content"]
+    assert len(small) < 3_000 + 2_500 and "chars of the middle omitted" in small

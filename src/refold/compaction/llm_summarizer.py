@@ -1,8 +1,9 @@
 """The llm summarizer: any OpenAI-compatible endpoint writes the template body.
 
 Two prompt shapes:
-- standard: a system instruction and one user message holding the serialized, pruned span
-  (bounded to ``max_input_chars``, head and tail kept, the middle elided);
+- standard: a system instruction and one user message holding the serialized span — the
+  original messages (each clipped) when they fit ``max_input_chars``, else the pruned span,
+  bounded with its head and tail kept and the middle elided;
 - cache-friendly: the conversation prefix exactly as the main model saw it, then one user
   message with the instruction — a true prefix of an earlier request, so providers with prompt
   caching serve most of it from cache.
@@ -135,7 +136,10 @@ class LLMSummarizer:
         if self.cache_friendly:
             return [*(wire_form(m) for m in request.prefix),
                     {"role": "user", "content": instruction}]
-        turns = serialize_turns(request.pruned_turns, self.max_input_chars)
+        # the originals (each clipped) when they fit; the pruned span only when they do not
+        turns = serialize_turns(request.turns, self.max_input_chars * 4)
+        if len(turns) > self.max_input_chars:
+            turns = serialize_turns(request.pruned_turns, self.max_input_chars)
         return [{"role": "system", "content": SYSTEM_INSTRUCTION},
                 {"role": "user", "content": f"<turns>\n{turns}\n</turns>\n\n{instruction}"}]
 
