@@ -43,11 +43,15 @@ def test_demo_runs_offline_and_leaves_its_home(tmp_path: Path) -> None:
     out = proc.stdout
     assert "compacted" in out and "search the archive" in out and "resume" in out
     assert f"demo home: {demo_home}" in out
+    # the agent's session_search finds the earlier session (never its own rows)
+    assert "1 hit in “acme-billing: staging setup”" in out
     assert "Traceback" not in proc.stderr
 
     store = open_store(str(demo_home / "refold.db"))
     try:
-        session = store.list_sessions(limit=5)[0]
+        sessions = store.list_sessions(limit=5)
+        assert len(sessions) == 2
+        session = max(sessions, key=lambda s: s.message_count)
         assert session.message_count >= 250
         assert len(store.list_checkpoints(session.id)) >= 3
         # nothing was deleted: the very first user message is still in the ledger

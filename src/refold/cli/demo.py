@@ -55,6 +55,7 @@ def demo_cmd(app: AppContext, demo_home: str | None, fast: bool, context_length:
                    "all tests pass. What next?", max_context_tokens=context_length) as llm:
             runner = DemoRunner(store, home, llm.base_url, context_length=context_length,
                                 outputs=outputs, pace=_pacer(fast, len(replies)))
+            runner.seed()
             _header(out, home, runner.engine.ops.threshold, context_length, len(turns))
             try:
                 _replay(out, runner, turns)
@@ -169,6 +170,12 @@ def _print_event(out: Console, kind: str, data: dict[str, Any], state: dict[str,
         out.print(Text.assemble(
             (f"    {mark} memory ", style), (f"[{data['target']}] ", "bold"),
             (str(data["content"]), "italic")), no_wrap=True, overflow="ellipsis", crop=True)
+    elif kind == "search":
+        where = ", ".join(f"“{t}”" for t in data["sessions"] if t) or "no past session"
+        hits = f"{data['hits']} hit" + ("" if data["hits"] == 1 else "s")
+        out.print(Text.assemble(("    ↳ search ", "cyan"), (f"{data['query']!r}", "bold"),
+                                f": {hits} in {where}"),
+                  no_wrap=True, overflow="ellipsis", crop=True)
     elif kind == "warning":
         out.print(Text(f"    ! {data['text']}", style="yellow"))
 

@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from refold.cli.demo_script import FAKE_TOOLS, Turn, build_script, call_payload
+from refold.cli.demo_script import (
+    EARLIER_TITLE,
+    FAKE_TOOLS,
+    Turn,
+    build_script,
+    call_payload,
+    earlier_session,
+)
 from refold.errors import UpstreamError
 from refold.messages.model import Message
 from refold.runtime import Engine, Prepared, SessionRuntime
@@ -92,6 +99,13 @@ class DemoRunner:
         self._history_tokens = 0
 
     # -- the replay ----------------------------------------------------------------------------
+    def seed(self) -> None:
+        """Store an earlier session, the history ``session_search`` will find later."""
+        earlier = self.store.create_session(title=EARLIER_TITLE, source="demo",
+                                            model=MODEL)
+        self.store.append_messages(earlier.id, earlier_session())
+        self.store.end_session(earlier.id, "done")
+
     def replay(self, turns: list[Turn]) -> Iterator[DemoEvent]:
         rt = self.engine.open_session(new=True, title=SESSION_TITLE, source="demo")
         self.runtime = rt
@@ -181,6 +195,12 @@ class DemoRunner:
                 yield DemoEvent("memory", {"target": args.get("target"), "ok": ok,
                                            "content": args.get("content"),
                                            "result": message["content"]})
+            elif name == "session_search":
+                found = json.loads(message["content"])
+                yield DemoEvent("search", {"query": args.get("query"),
+                                           "sessions": [g.get("title") for g in
+                                                        found.get("sessions", [])],
+                                           "hits": found.get("hits", 0)})
             elif name == "todo":
                 todos = load_todos(self.store, self.runtime.session_id)
                 yield DemoEvent("todo", {"todos": todos})

@@ -298,11 +298,12 @@ def _goal_two() -> list[Turn]:
              "tests/test_export_csv.py。"),
     )))
     turns.append(Turn("goal 2", "recall", (
-        "Quick one in English: what was the exact error that made tests/test_version.py fail "
-        "this morning?"), (
-        Step(None, (_tc("session_search", query="distutils"),)),
-        Step("It was `ModuleNotFoundError: No module named 'distutils'` — distutils was removed "
-             "in Python 3.12; I replaced LooseVersion with packaging.version.Version."),
+        "Quick one in English: which port does the staging database use? We set it up in an "
+        "earlier session."), (
+        Step(None, (_tc("session_search", query="staging database port"),)),
+        Step("Port 5433 — from the earlier session \"acme-billing: staging setup\": the staging "
+             "database is PostgreSQL 16 on staging-db.internal:5433 (the default 5432 is taken "
+             "by the legacy reporting DB)."),
     )))
     return turns
 
@@ -331,6 +332,29 @@ def _csv_sample() -> str:
                     f"2026-04-{(n % 28) + 1:02d},EUR,{net:.2f},{net * 0.19:.2f},"
                     f"{net * 1.19:.2f},{'paid' if n % 3 else 'open'}")
     return "\n".join(rows)
+
+
+EARLIER_TITLE = "acme-billing: staging setup"
+
+
+def earlier_session() -> list[dict[str, Any]]:
+    """A short earlier session the demo stores first, so ``session_search`` has history to find
+    (the current session's own rows never come back as history)."""
+    return [
+        {"role": "user", "content": "Set up a staging database for acme-billing, please."},
+        {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "early_1", "type": "function", "function": {
+                "name": "terminal", "arguments": json.dumps(
+                    {"cmd": "docker run -d --name staging-db -p 5433:5432 postgres:16"})}}]},
+        {"role": "tool", "tool_call_id": "early_1", "content": "3f9c2a1b7d4e"},
+        {"role": "assistant", "content": (
+            "The staging database runs PostgreSQL 16 on staging-db.internal, port 5433 — the "
+            "default port 5432 is taken by the legacy reporting DB.")},
+        {"role": "user", "content": "Thanks. Use it for the integration tests."},
+        {"role": "assistant", "content": (
+            "Done: tests/integration/conftest.py now reads STAGING_DATABASE_URL="
+            "postgresql://staging-db.internal:5433/acme.")},
+    ]
 
 
 def build_script() -> list[Turn]:
