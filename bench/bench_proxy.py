@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,28 +27,11 @@ from typing import Any
 
 import httpx
 
-from refold.testing import RunningLLM, ScriptedReply, serve
+from refold.testing import ScriptedReply, serve
 
 REPLY = "Sure. Here is a short answer that streams in a few chunks of text."
 MAX_TURNS = 20
 BANNER = re.compile(r"http://127\.0\.0\.1:(\d+)/v1")
-
-
-def no_nagle(upstream: RunningLLM) -> None:
-    """Set TCP_NODELAY on the scripted server's connections.
-
-    It writes each SSE chunk as its own small segment; with Nagle's algorithm and the client's
-    delayed ACKs every stream then stalls ~40 ms, which would swamp what this bench measures
-    (real servers - uvicorn, vLLM - set TCP_NODELAY).
-    """
-    base = upstream._server.RequestHandlerClass
-
-    class Handler(base):  # type: ignore[misc, valid-type]
-        def setup(self) -> None:
-            super().setup()
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    upstream._server.RequestHandlerClass = Handler
 
 
 def start_proxy(home: Path, upstream: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -179,7 +161,6 @@ def main() -> None:
     levels = [int(x) for x in args.levels.split(",")]
     reply = ScriptedReply(content=REPLY)
     with tempfile.TemporaryDirectory() as tmp, serve(default=lambda body: reply) as upstream:
-        no_nagle(upstream)
         proc, proxy_url = start_proxy(Path(tmp), upstream.base_url)
         try:
             print(f"upstream {upstream.base_url} (scripted, loopback); proxy {proxy_url} "
