@@ -120,8 +120,10 @@ def _header(out: Console, home: Path, threshold: int, window: int, turns: int) -
     out.print()
     out.print(Text.assemble(("refold demo", "bold cyan"),
                             " — a coding agent fixes a test suite, then adds a feature"))
-    out.print(Text(f"offline · SQLite + builtin summarizer · scripted model · {turns} turns · "
-                   f"window {window:,} tokens · compaction at {threshold:,}", style="dim"))
+    out.print(Text("offline · SQLite + builtin summarizer · a scripted model on a local socket",
+                   style="dim"))
+    out.print(Text(f"{turns} turns · window {window:,} tokens · compaction at {threshold:,}",
+                   style="dim"))
     out.print(Text(f"demo home: {home}", style="dim"))
 
 
@@ -295,7 +297,8 @@ def _resume(out: Console, store: Any, home: Path, base_url: str, context_length:
             reply = client.complete(prepared.messages, model=MODEL)
         rt.record(reply.message, usage=reply.usage, model=MODEL)
         out.print(Text.assemble("  user: Where were we?  →  ", ("assistant: ", "bold"),
-                                str(reply.message.get("content"))[:80]))
+                                str(reply.message.get("content"))),
+                  no_wrap=True, overflow="ellipsis", crop=True)
         _breakdown(out, rt.context_breakdown())
 
 
