@@ -118,7 +118,7 @@ def _lines(interactive: bool) -> Iterator[str]:
     while True:
         try:
             line = input("you› ") if interactive else sys.stdin.readline()
-        except EOFError:
+        except (EOFError, KeyboardInterrupt):  # Ctrl-D, or Ctrl-C at the prompt: leave
             return
         if not interactive and line == "":
             return
@@ -190,6 +190,8 @@ def _loop(chat: ChatSession, renderer: Renderer, interactive: bool) -> None:
                     renderer.show(out)
         except RefoldError as err:
             renderer.error(err)
+        except KeyboardInterrupt:  # Ctrl-C during a turn: drop the reply, keep chatting
+            renderer.error(RefoldError("interrupted: no reply was recorded for this turn"))
         if chat.finished:
             return
     if interactive:
