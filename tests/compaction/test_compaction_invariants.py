@@ -112,3 +112,23 @@ def test_recompaction_updates_the_summary(msgs: list[dict[str, Any]], window: in
     assert provider_problems(second.messages, "openai") == []
     summaries = [m for m in second.messages if PREFIX in content_text(m)]
     assert len(summaries) <= 1  # updated, never stacked
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conversations(), st.integers(300, 6000))
+def test_anthropic_wire_form_is_well_formed(msgs: list[dict[str, Any]], window: int) -> None:
+    """Through refold.messages.anthropic: user first, every tool_use answered next turn."""
+    from refold.messages.anthropic import to_anthropic
+
+    turns = to_anthropic(_run(msgs, window).messages)["messages"]
+    if any(m["role"] != "system" for m in msgs) and msgs[0]["role"] in ("system", "user"):
+        assert turns[0]["role"] == "user"
+    for i, turn in enumerate(turns):
+        if i:
+            assert turn["role"] != turns[i - 1]["role"]
+        uses = [b["id"] for b in turn["content"] if isinstance(b, dict)
+                and b.get("type") == "tool_use"] if isinstance(turn["content"], list) else []
+        if uses:
+            nxt = turns[i + 1]["content"]
+            results = [b["tool_use_id"] for b in nxt if b.get("type") == "tool_result"]
+            assert results[:len(uses)] == uses
