@@ -108,11 +108,11 @@ def _ms(values: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--turns", type=int, default=36)
+    parser.add_argument("--turns", type=int, default=60)
     parser.add_argument("--lines", type=int, default=25, help="tool-output lines per turn")
     parser.add_argument("--window", type=int, default=16_000)
-    parser.add_argument("--summary-delay", type=float, default=0.4)
-    parser.add_argument("--model-delay", type=float, default=0.3)
+    parser.add_argument("--summary-delay", type=float, default=0.3)
+    parser.add_argument("--model-delay", type=float, default=0.2)
     parser.add_argument("--builtin", action="store_true",
                         help="builtin summarizer + the same delay instead of the LLM summarizer")
     args = parser.parse_args()
