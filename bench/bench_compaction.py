@@ -282,6 +282,7 @@ def main() -> None:
     bench_estimate()
     bench_tokenizer(2.0 if args.quick else 8.0)
     bench_retention(400)
+    bench_retention(1200)
     bench_per_turn(200)
     bench_list_turn(50)
     bench_scaling(sizes)

@@ -138,11 +138,14 @@ def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
 
 
 def select_anchors(candidates: Iterable[Anchor], *, budget_tokens: int,
-                   count_text: Callable[[str], int], carried: Sequence[str] = ()) -> list[str]:
+                   count_text: Callable[[str], int], carried: Sequence[str] = (),
+                   covered: str = "") -> list[str]:
     """Rank, drop ones contained in a better anchor, and keep what fits ``budget_tokens``.
 
     ``carried`` anchors (from a previous summary's index) compete too, ranked just below fresh
     ones of equal kind, so iterative compaction keeps old identifiers while budget allows.
+    Anchors already verbatim in ``covered`` (the summary body) are kept there for free and
+    left out of the index, so the budget goes to identifiers that would otherwise be lost.
     """
     pool = list(candidates) + [Anchor(a, "carried", 4.0, -1) for a in carried if a]
     pool.sort(key=lambda a: (-a.score, len(a.text), a.text))
@@ -151,7 +154,7 @@ def select_anchors(candidates: Iterable[Anchor], *, budget_tokens: int,
     for anchor in pool:
         if used + 4 > budget_tokens:
             break
-        if any(anchor.text in c.text for c in chosen):
+        if anchor.text in covered or any(anchor.text in c.text for c in chosen):
             continue
         cost = count_text(anchor.text) + 3
         if used + cost > budget_tokens:

@@ -314,8 +314,6 @@ def _finish(plan: _Plan, original: Sequence[Message], summarizer: Summarizer,
     budget = summary_budget(policy, sum(counter.count_message(m) for m in middle))
     budget = max(256, min(budget, target - kept - FRAMING_TOKENS))
     anchor_budget = min(policy.anchor_max_tokens, int(budget * policy.anchor_share))
-    anchors = select_anchors(extract_anchors(middle), budget_tokens=anchor_budget,
-                             count_text=counter.count_text, carried=plan.previous_anchors)
     body_budget = max(128, budget - anchor_budget)
     try:
         draft, status, more, error_kind = _summarize(plan, summarizer, fallback, counter, policy,
@@ -327,6 +325,9 @@ def _finish(plan: _Plan, original: Sequence[Message], summarizer: Summarizer,
                           warnings=(*warnings, str(exc)), **common)
     warnings += more + list(draft.warnings)
     body = _fit_body(strip_think(draft.body), body_budget, counter, warnings)
+    anchors = select_anchors(extract_anchors(middle), budget_tokens=anchor_budget,
+                             count_text=counter.count_text, carried=plan.previous_anchors,
+                             covered=body)
     text = wrap_summary(body, anchors, language)
     assembled, role, acked = _assemble(plan, text)
     result, stubs, orphans = repair_tool_pairs(assembled)
