@@ -21,3 +21,17 @@ def test_memory_through_agent_tools(sqlite_store: Store, tmp_path: Path) -> None
     assert bad.is_error
     read = json.loads(registry.call("memory", {"action": "read", "target": "user"}))
     assert read["success"] is True
+
+
+def test_failure_budget_resets_after_a_pause(tmp_path: Path) -> None:
+    from refold.tools import ToolRegistry, memory_tool
+
+    bad = {"action": "remove", "target": "user", "old_text": "nothing"}
+    per_turn = ToolRegistry([memory_tool(tmp_path / "a")])
+    for _ in range(4):
+        last = json.loads(per_turn.call("memory", bad))
+    assert last.get("stop") is True  # three failures: the tool says stop
+    paused = ToolRegistry([memory_tool(tmp_path / "b", new_turn_after=0.0)])
+    for _ in range(4):
+        last = json.loads(paused.call("memory", bad))
+    assert not last.get("stop")  # every call starts a new "turn"

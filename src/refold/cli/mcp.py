@@ -22,6 +22,8 @@ def mcp_cmd(app: AppContext, no_memory: bool) -> None:
 
     registry = ToolRegistry([session_search_tool(app.store, owner=None)])
     if not no_memory:
+        # MCP has no turns: a pause of a minute starts a new one for the failure budget
         registry.register(memory_tool(app.settings.memories_dir,
-                                      approval=app.settings.memory_approval))
+                                      approval=app.settings.memory_approval,
+                                      new_turn_after=60.0))
     run_stdio(registry)

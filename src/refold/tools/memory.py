@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any
 
 from refold.tools.registry import Tool
@@ -31,12 +32,27 @@ def as_memory_tool(memory: Any, *, approval: str = "allow") -> Any:
     raise TypeError(f"cannot make a memory tool from {type(memory).__name__}")
 
 
-def memory_tool(memory: Any, *, approval: str = "allow") -> Tool:
-    """The ``memory`` registry tool over ``memory`` (see ``as_memory_tool``)."""
+def memory_tool(memory: Any, *, approval: str = "allow",
+                new_turn_after: float | None = None) -> Tool:
+    """The ``memory`` registry tool over ``memory`` (see ``as_memory_tool``).
+
+    An agent loop starts each turn with ``begin_turn()`` (the runtime does it), which resets
+    the tool's three-failures-per-turn stop. Surfaces without turns (MCP) pass
+    ``new_turn_after``: a call that many seconds after the previous one starts a new turn.
+    """
     tool = as_memory_tool(memory, approval=approval)
     function = tool.schema()["function"]
+    last_call = [0.0]
+
+    def handler(args: dict[str, Any]) -> str:
+        now = time.monotonic()
+        if new_turn_after is not None and now - last_call[0] >= new_turn_after:
+            tool.begin_turn()
+        last_call[0] = now
+        return str(tool.handle(args))
+
     return Tool(function["name"], function["description"], function["parameters"],
-                tool.handle, failed=_failed)
+                handler, failed=_failed)
 
 
 def _failed(text: str) -> bool:
