@@ -166,7 +166,7 @@ def _print_event(out: Console, kind: str, data: dict[str, Any], state: dict[str,
         line.append(f"  {data['messages']:>3} msgs", style="dim")
         out.print(line)
     elif kind == "compaction":
-        _compaction_line(out, data)
+        _compaction_line(out, data, state)
     elif kind == "memory":
         mark, style = ("✎", "green") if data["ok"] else ("✗", "red")
         out.print(Text.assemble(
@@ -210,9 +210,12 @@ def _clean_anchor(anchor: str) -> str:
     return text.strip("`").strip()
 
 
-def _display_anchors(anchors: list[str]) -> list[str]:
-    """One error string and one file path from the anchor index, for the demo line."""
+def _display_anchors(anchors: list[str], seen: set[str] | None = None) -> list[str]:
+    """One error string and one file path from the anchor index for the demo line, preferring
+    ones not shown before."""
     cleaned = [_clean_anchor(str(a)) for a in anchors]
+    fresh = [a for a in cleaned if a not in (seen or set())]
+    cleaned = fresh + [a for a in cleaned if a not in fresh]
     readable = [a for a in cleaned if len(a) >= 4 and sum(c.isalnum() for c in a) > len(a) / 2]
     error = next((a for a in readable if _EXCEPTION.match(a)), None)
     path = next((a for a in readable if "/" in a and " " not in a), None)
@@ -230,7 +233,7 @@ def _snippet(snippet: str, width: int = 60) -> Text:
     return out
 
 
-def _compaction_line(out: Console, data: dict[str, Any]) -> None:
+def _compaction_line(out: Console, data: dict[str, Any], state: dict[str, Any]) -> None:
     before, after = data["before"], data["after"]
     saved = f" (−{100 * (before - after) // before}%)" if before else ""
     line = Text(f"    ⟳ compaction #{data['number']}: ", style="bold magenta")
@@ -239,7 +242,9 @@ def _compaction_line(out: Console, data: dict[str, Any]) -> None:
     if data.get("background"):
         line.append(" · pre-built", style="dim")
     out.print(line, no_wrap=True, overflow="ellipsis", crop=True)
-    shown = _display_anchors(list(data["anchors"]))
+    seen: set[str] = state.setdefault("anchors_shown", set())
+    shown = _display_anchors(list(data["anchors"]), seen)
+    seen.update(shown)
     detail = f"      {len(data['anchors'])} anchors kept verbatim"
     if shown:
         detail += ", e.g. " + " · ".join(shown)
