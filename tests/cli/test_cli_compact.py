@@ -99,6 +99,7 @@ def _stored_session(home: Path) -> str:
     try:
         session = store.create_session(title="Login work", model="gpt-4o")
         store.append_messages(session.id, agent_transcript(40)[1:])
+        store.append_event(session.id, "system_prompt", {"text": "You are a coding agent."})
         return session.id
     finally:
         store.close()
@@ -109,6 +110,7 @@ def test_sessions_compact_then_context(tmp_path: Path) -> None:
     sid = _stored_session(home)
     before = ok_json(invoke(home, "context", sid[:8], "--context-length", "12000", "--json"))
     assert before["parts"]["summary"] == 0 and before["checkpoint_id"] is None
+    assert before["parts"]["system"] > 0  # the runtime's recorded system prompt
     done = ok_json(invoke(home, "sessions", "compact", sid, "--context-length", "12000",
                           "--json"))
     assert done["stored"] and done["checkpoint_id"] and done["rotated_from"] is None

@@ -111,6 +111,13 @@ def _memory_text(settings: Settings) -> str:
     return take_snapshot(open_file_store(settings.memories_dir)).text
 
 
+def _system_prompt(store: Any, session_id: str) -> str | None:
+    """The session's latest system prompt (the runtime records it as an event)."""
+    events = store.list_events(session_id, "system_prompt")
+    text = events[-1].payload.get("text") if events else None
+    return text if isinstance(text, str) and text else None
+
+
 def _render_context(value: dict[str, Any]) -> None:
     from rich.table import Table
 
@@ -144,6 +151,7 @@ def context_cmd(app: AppContext, session: str, context_length: int | None, model
     model = model or found.model or settings.model
     breakdown = context_breakdown(app.store.projection(found.id), model=model,
                                   context_length=context_length or settings.context_length,
+                                  system_prompt=_system_prompt(app.store, found.id),
                                   memory=_memory_text(settings))
     emit(breakdown.as_dict(), as_json, _render_context)
 
@@ -170,6 +178,7 @@ def sessions_compact_cmd(app: AppContext, session: str, context_length: int | No
     done = compact_session(app.store, found.id, model=model,
                            context_length=context_length or settings.context_length,
                            summarizer=make_summarizer(settings, summarizer, model),
+                           system_prompt=_system_prompt(app.store, found.id),
                            rotate=settings.rotate_on_compaction if rotate is None else rotate)
     value = {"session_id": done.session.id, "rotated_from": done.rotated_from,
              "stored": done.stored, "checkpoint_id": done.checkpoint.id if done.checkpoint
