@@ -107,8 +107,12 @@ class ContextOps:
     # -- planning and committing ---------------------------------------------------------------
     def plan(self, projection: Projection, system_text: str | None,
              tools: Sequence[dict[str, Any]] | None, *, trigger: Trigger,
-             target_tokens: int | None) -> Plan | None:
-        """A checkpoint draft for ``projection`` (pure; safe on a worker thread)."""
+             target_tokens: int | None, speculative: bool = False) -> Plan | None:
+        """A checkpoint draft for ``projection`` (pure; safe on a worker thread).
+
+        A ``speculative`` (background) plan that comes to nothing is not a strike: only a
+        summarizer failure, which starts a cooldown, is recorded.
+        """
         from refold.compaction import compact, projection_messages
         from refold.compaction.session import checkpoint_draft
 
@@ -123,7 +127,8 @@ class ContextOps:
         if report.changed and report.summary is not None:
             draft = checkpoint_draft(projection, view, result, 1 if system_text else 0)
         if draft is None:
-            trigger.record(report)
+            if not speculative or report.status == "aborted":
+                trigger.record(report)
             log.info("compaction not stored: %s (%s)", report.status, report.reason)
             return None
         rows = [r for r in projection.messages if r.seq < draft.tail_start_seq]

@@ -323,7 +323,8 @@ class SessionRuntime:
         trigger = self._trigger
 
         def plan_fn(snapshot: Projection) -> Plan | None:
-            return self.ops.plan(snapshot, system, tools, trigger=trigger, target_tokens=None)
+            return self.ops.plan(snapshot, system, tools, trigger=trigger, target_tokens=None,
+                                 speculative=True)
 
         self._precompactor.start(projection, plan_fn)
 
