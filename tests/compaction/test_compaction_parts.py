@@ -199,3 +199,57 @@ def test_bad_input_is_a_clear_error_not_a_traceback() -> None:
                 context_length=1000)
     with pytest.raises(MessageValidationError):
         compact("not a list", context_length=1000)  # type: ignore[arg-type]
+
+
+def test_summary_role_keeps_turns_alternating() -> None:
+    from refold.compaction.boundaries import summary_role
+
+    assert summary_role(None, "assistant") == "user"
+    assert summary_role("system", "user") is None  # neither fits: shift or acknowledge
+    assert summary_role("user", "user") == "assistant"
+    assert summary_role("user", "assistant") is None
+    assert summary_role("tool", "user") == "assistant"
+    assert summary_role("tool", "assistant") == "user"
+    assert summary_role("assistant", "assistant") == "user"
+    assert summary_role("assistant", "user") is None
+
+
+def test_acknowledgement_turn_when_no_single_role_fits() -> None:
+    from refold.compaction import compact, provider_problems
+    from refold.compaction.policy import CompactionPolicy
+
+    # system, then only user/assistant pairs: the tail starts with a user turn and the cut
+    # cannot move, so the summary (user) is followed by a short assistant acknowledgement
+    msgs = [{"role": "system", "content": "s"}]
+    for i in range(6):
+        msgs += [{"role": "user", "content": f"question {i} " + "x " * 400},
+                 {"role": "assistant", "content": f"answer {i} " + "y " * 400}]
+    msgs.append({"role": "user", "content": "last question"})
+    policy = CompactionPolicy(output_reserve_tokens=0, summary_min_tokens=200,
+                              protect_first_n=0, tail_min_messages=1, tail_floor_messages=1)
+    result = compact(msgs, context_length=2_000, policy=policy, counter=COUNTER)
+    assert result.report.changed
+    for provider in ("openai", "anthropic", "strict"):
+        assert provider_problems(result.messages, provider) == [], provider
+    assert result.messages[-1] == msgs[-1]
+
+
+def test_acknowledgement_when_the_cut_cannot_move() -> None:
+    from refold.compaction import compact, provider_problems
+    from refold.compaction.policy import CompactionPolicy
+
+    msgs = [{"role": "system", "content": "s"},
+            {"role": "user", "content": "an old request " + "x " * 3000},
+            {"role": "user", "content": "the latest request"},
+            {"role": "assistant", "content": "the latest answer"}]
+    policy = CompactionPolicy(output_reserve_tokens=0, summary_min_tokens=200,
+                              protect_first_n=0, min_messages_to_compact=3,
+                              tail_min_messages=1, tail_floor_messages=1)
+    result = compact(msgs, context_length=2_000, policy=policy, counter=COUNTER)
+    report = result.report
+    assert report.changed and report.summary_acknowledged
+    assert [m["role"] for m in result.messages] == ["system", "user", "assistant", "user",
+                                                    "assistant"]
+    for provider in ("openai", "anthropic", "strict"):
+        assert provider_problems(result.messages, provider) == [], provider
+    assert result.messages[-2:] == msgs[-2:]
