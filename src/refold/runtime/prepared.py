@@ -30,7 +30,9 @@ class Prepared:
     tokens: int
     threshold: int
     context_length: int
-    compaction: Any | None = None  # a refold.compaction report when this call compacted
+    # the refold.compaction report when this call compacted (a plan pre-built in the
+    # background carries the figures from when it was computed; tokens_before is this call's)
+    compaction: Any | None = None
     warnings: list[str] = field(default_factory=list)
     tokens_before: int | None = None  # the size before this call compacted (None: it didn't)
 
