@@ -17,6 +17,7 @@ import click
 from refold import __version__
 from refold.cli.app import AppContext, console, emit, pass_app
 from refold.errors import RefoldError
+from refold.store.urls import redact_url
 
 # extra name -> modules it brings
 EXTRAS = {"server": ("starlette", "uvicorn"), "postgres": ("psycopg",), "mcp": ("mcp",)}
@@ -73,7 +74,7 @@ def build_report(app: AppContext) -> dict[str, Any]:
                      "sqlite": sqlite["version"]},
         "features": {"fts5": sqlite["fts5"], "fts5_trigram": sqlite["fts5_trigram"]},
         "extras": extras(),
-        "paths": {"home": str(settings.home), "db": settings.db_url,
+        "paths": {"home": str(settings.home), "db": redact_url(settings.db_url),
                   "memories": str(settings.memories_dir),
                   "config": str(settings.home / "refold.toml")},
         "database": database,

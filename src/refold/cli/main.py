@@ -75,8 +75,19 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("interrupted", err=True)
         sys.exit(130)
     except BrokenPipeError:
+        _silence_stdout()
         sys.exit(0)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:  # `refold … | head` closed the pipe: not an error
+        _silence_stdout()
     sys.exit(0)
+
+
+def _silence_stdout() -> None:
+    # Point stdout at /dev/null so the interpreter's final flush cannot raise again.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 
@@ -17,6 +16,7 @@ from refold.cli.app import AppContext, console, emit, err_console, pass_app
 from refold.errors import InvalidInput, StorageError
 from refold.store import open_store
 from refold.store.copy import CopyReport, copy_store
+from refold.store.urls import redact_url
 
 _PHASES = {"sessions": "copying messages", "memory": "copying memory", "verify": "verifying"}
 
@@ -50,14 +50,6 @@ def _render(report: CopyReport, source: str, target: str) -> None:
     out.print(table)
     for problem in report.mismatches[:20]:
         out.print(f"  [red]✗[/] {problem}")
-
-
-def _display(url: str) -> str:
-    """The URL without its password (never print credentials)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")))
 
 
 @click.command("migrate")
@@ -96,7 +88,7 @@ def migrate_cmd(app: AppContext, source_url: str | None, target_url: str, no_ver
     finally:
         source.close()
     emit({**dataclasses.asdict(report), "ok": report.ok}, as_json,
-         lambda _: _render(report, _display(source_url), _display(target_url)))
+         lambda _: _render(report, redact_url(source_url), redact_url(target_url)))
     if not report.ok:
         raise StorageError(f"the copy differs from the source in {len(report.mismatches)} "
                            "place(s)", hint="see the list above; the source is unchanged")

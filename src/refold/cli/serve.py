@@ -16,6 +16,7 @@ import click
 from refold.cli.app import AppContext, pass_app
 from refold.cli.settings import Settings
 from refold.errors import InvalidInput
+from refold.store.urls import redact_url
 
 GRACEFUL_SECONDS = 30
 
@@ -54,7 +55,7 @@ def _banner(settings: Settings, sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     auth = f"{len(settings.api_keys)} client key(s)" if settings.api_keys else "no client keys"
     return (f"refold serve: http://{host}:{port}/v1 -> {settings.upstream} "
-            f"(model {settings.model}, {auth}, db {settings.db_url})")
+            f"(model {settings.model}, {auth}, db {redact_url(settings.db_url)})")
 
 
 def _probe(upstream: str, api_key: str | None) -> str | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -25,13 +24,10 @@ from refold.memory.actions import MemoryStore
 from refold.memory.backend import Loaded
 from refold.memory.entries import FILENAMES, check_target, dedupe_rows
 from refold.store.base import MemoryRow, Store
+from refold.store.urls import redact_url
 
 PENDING_TARGET = "pending"
 
-
-def redact_url(url: str) -> str:
-    """The store URL without a password (safe to show)."""
-    return re.sub(r"(//[^:/@]+):[^@/]*@", r"\1:***@", url)
 
 
 @contextlib.contextmanager

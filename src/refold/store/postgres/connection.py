@@ -56,14 +56,6 @@ def with_schema(url: str, schema: str) -> str:
     return urlunsplit(parts._replace(query=query))
 
 
-def redact_url(url: str) -> str:
-    """The URL without its password (for ``info()`` and error messages)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
-
 
 @contextmanager
 def translate_errors(action: str) -> Iterator[None]:

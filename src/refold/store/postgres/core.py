@@ -23,12 +23,12 @@ from refold.store.postgres.connection import (
     check_schema_name,
     connect,
     make_pool,
-    redact_url,
     split_url,
     translate_errors,
     with_schema,
 )
 from refold.store.postgres.schema import LATEST_VERSION, ensure_trigram_extension, migrate
+from refold.store.urls import redact_url
 
 log = logging.getLogger(__name__)
 
