@@ -207,3 +207,19 @@ def test_empty_provider_reply_is_recorded_not_refused(engine: Engine, store: Sto
     rt.record({"role": "assistant", "content": None, "tool_calls": []})
     last = store.get_messages(rt.session_id)[-1].message
     assert last == {"role": "assistant", "content": ""}
+
+
+def test_proxy_history_across_compactions(engine: Engine, store: Store) -> None:
+    rt = engine.open_session(new=True)
+    history: list[dict] = [{"role": "system", "content": "client system"}]
+    for i in range(16):
+        history += tool_turn(i)
+        prepared = rt.prepare_history(history)
+        assert prepared.tokens <= WINDOW
+        assert prepared.messages[0]["content"].startswith("client system")
+        assert prepared.messages[-1] == history[-1]
+        reply = answer(i)
+        rt.record(reply)
+        history.append(reply)
+    assert store.list_checkpoints(rt.session_id)
+    assert store.get_session(rt.session_id).message_count == len(history) - 1  # no duplicates
