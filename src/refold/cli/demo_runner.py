@@ -20,7 +20,6 @@ from refold.cli.demo_script import (
     EARLIER_TITLE,
     FAKE_TOOLS,
     Turn,
-    build_script,
     call_payload,
     earlier_session,
 )
@@ -225,6 +224,3 @@ def compaction_view(report: Any, number: int) -> dict[str, Any]:
             "summarized": int(getattr(report, "summarized", 0) or 0),
             "anchors": anchors, "summarizer": getattr(report, "summarizer", "builtin")}
 
-
-def run_script() -> list[Turn]:
-    return build_script()
