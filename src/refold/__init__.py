@@ -5,7 +5,16 @@ persistent memory (MEMORY.md / USER.md frozen into the system prompt), and an ar
 CJK-correct full-text search, lineage, rewind and export.
 
     import refold
-    store = refold.open("~/.local/share/refold/refold.db")
+    store = refold.open("~/.local/share/refold/refold.db")          # layer 3: the ledger
+    result = refold.compact(messages, context_length=128_000)       # layer 1: a plain list
+    engine = refold.Engine(store, model="gpt-4o", context_length=128_000,
+                           memory_dir=Path("memories"))             # all three, per turn
+    rt = engine.open_session(new=True)
+    prepared = rt.prepare([{"role": "user", "content": "hi"}])
+    ...; rt.record(reply_message, usage=usage)
+
+The heavier names (``compact``, ``Engine``, ``MemoryStore``, ...) load on first use, so
+``import refold`` stays cheap for a CLI or a store-only caller.
 """
 
 from __future__ import annotations
@@ -29,6 +38,37 @@ from refold.errors import (
 from refold.store import SearchQuery, Store, open_store
 
 __version__ = "0.1.0"
+
+# name -> module that defines it; imported on first attribute access (PEP 562)
+_LAZY = {
+    "compact": "refold.compaction",
+    "CompactionPolicy": "refold.compaction",
+    "CompactionResult": "refold.compaction",
+    "BuiltinSummarizer": "refold.compaction",
+    "LLMSummarizer": "refold.compaction",
+    "Engine": "refold.runtime",
+    "SessionRuntime": "refold.runtime",
+    "Prepared": "refold.runtime",
+    "MemoryStore": "refold.memory",
+    "MemoryManager": "refold.memory",
+    "open_file_store": "refold.memory",
+    "get_counter": "refold.tokens",
+    "HttpChatClient": "refold.llm",
+    "repair": "refold.messages",
+    "validate_messages": "refold.messages",
+    "load_messages_file": "refold.messages",
+}
+
+
+def __getattr__(name: str) -> object:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'refold' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
 
 
 def open(target: str | Path) -> Store:  # noqa: A001 - the library's front door
@@ -56,4 +96,5 @@ __all__ = [
     "UpstreamError",
     "__version__",
     "open",
+    *_LAZY,
 ]
