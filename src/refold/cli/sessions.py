@@ -60,7 +60,9 @@ def _render_list(rows: list[dict[str, Any]]) -> None:
         return
     table = Table()
     for column in ("id", "title", "messages", "started", "source", "parent"):
-        table.add_column(column, overflow="fold")
+        # ids, counts and dates never wrap; titles fold when the terminal is narrow
+        table.add_column(column, overflow="fold", no_wrap=column != "title",
+                         justify="right" if column == "messages" else "left")
     for row in rows:
         parent = row["parent_session_id"]
         table.add_row(row["id"][:12], row["title"] or "", str(row["message_count"]),
