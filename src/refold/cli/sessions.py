@@ -59,15 +59,20 @@ def _render_list(rows: list[dict[str, Any]]) -> None:
         click.echo("no sessions yet (try: refold import FILE)")
         return
     table = Table()
-    for column in ("id", "title", "messages", "started", "source", "parent"):
-        # ids, counts and dates never wrap; titles fold when the terminal is narrow
-        table.add_column(column, overflow="fold", no_wrap=column != "title",
+    has_parent = any(row["parent_session_id"] for row in rows)
+    columns = ["id", "title", "messages", "started", "source"] + (["parent"] if has_parent else [])
+    for column in columns:
+        # ids and counts never wrap; the title keeps room to stay readable when narrow
+        table.add_column(column, overflow="fold", no_wrap=column in ("id", "messages"),
+                         min_width=20 if column == "title" else None,
                          justify="right" if column == "messages" else "left")
     for row in rows:
         parent = row["parent_session_id"]
-        table.add_row(row["id"][:12], row["title"] or "", str(row["message_count"]),
-                      _when(row["started_at"]), row["source"] or "",
-                      f"{parent[:12]} ({row['link_kind']})" if parent else "")
+        cells = [row["id"][:12], row["title"] or "", str(row["message_count"]),
+                 _when(row["started_at"]), row["source"] or ""]
+        if has_parent:
+            cells.append(f"{parent[:12]} ({row['link_kind']})" if parent else "")
+        table.add_row(*cells)
     console().print(table)
 
 
