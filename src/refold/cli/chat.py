@@ -125,22 +125,22 @@ def _lines(interactive: bool) -> Iterator[str]:
         yield line
 
 
-def _engine(app: AppContext) -> Any:
+def _engine(app: AppContext) -> tuple[Any, Any]:
+    """The chat's engine (summarizer, rotation and memory from settings, as ``serve`` does)
+    and the summarizer setup whose clients the caller closes after the engine."""
+    from refold.cli.llm_setup import summarizer_setup
+    from refold.compaction import CompactionPolicy
     from refold.runtime.engine import Engine
-
-    settings = app.settings
-    summarizer_client = None
-    if settings.summarizer == "llm":
-        from refold.llm import HttpChatClient
-
-        summarizer_client = HttpChatClient(settings.summarizer_url or str(settings.upstream),
-                                           settings.summarizer_api_key or
-                                           settings.upstream_api_key)
     from refold.server.tenancy import tenant_memory
 
-    memory = tenant_memory(settings, app.store, "", summarizer_client)
-    return Engine(app.store, model=settings.model, context_length=settings.context_length,
-                  owner="", memory=memory, chat_client=summarizer_client)
+    settings = app.settings
+    setup = summarizer_setup(settings)
+    memory = tenant_memory(settings, app.store, "", setup.client)
+    engine = Engine(app.store, model=settings.model, context_length=settings.context_length,
+                    owner="", memory=memory, chat_client=setup.client,
+                    summarizer=setup.summarizer,
+                    policy=CompactionPolicy(rotate_on_compaction=settings.rotate_on_compaction))
+    return engine, setup
 
 
 @click.command("chat")
@@ -168,7 +168,7 @@ def chat_cmd(app: AppContext, upstream: str | None, model: str | None,
                            hint="pass --upstream URL or set REFOLD_UPSTREAM")
     interactive = sys.stdin.isatty()
     renderer = Renderer(Console(soft_wrap=True, highlight=False))  # replies wrap in the terminal
-    engine = _engine(app)
+    engine, setup = _engine(app)
     try:
         with HttpChatClient(settings.upstream, settings.upstream_api_key) as client:
             chat = ChatSession(engine, client, model=settings.model, system_prompt=system_prompt,
@@ -178,6 +178,7 @@ def chat_cmd(app: AppContext, upstream: str | None, model: str | None,
             _loop(chat, renderer, interactive)
     finally:
         engine.close()
+        setup.close()
 
 
 def _loop(chat: ChatSession, renderer: Renderer, interactive: bool) -> None:

@@ -17,31 +17,18 @@ from refold.cli.app import AppContext, console, emit, pass_app
 from refold.cli.settings import Settings
 from refold.compaction.core import CompactionReport
 from refold.compaction.summarizer import Summarizer
-from refold.errors import InvalidInput
 from refold.messages.model import Message, content_text, wire_form
 
 SUMMARIZERS = ("builtin", "llm")
 
 
 def make_summarizer(settings: Settings, choice: str | None, model: str) -> Summarizer:
-    """The summarizer a command asked for, from settings (llm needs an endpoint)."""
-    from refold.compaction.builtin import BuiltinSummarizer
+    """The summarizer a command asked for, built as ``serve`` and ``chat`` build theirs
+    (``refold.cli.llm_setup``); its HTTP clients live until the command exits."""
+    from refold.cli.llm_setup import summarizer_setup
 
-    name = choice or settings.summarizer
-    if name == "builtin":
-        return BuiltinSummarizer()
-    if name != "llm":
-        raise InvalidInput(f"unknown summarizer {name!r}", hint="use builtin or llm")
-    url = settings.summarizer_url or settings.upstream
-    if not url:
-        raise InvalidInput("the llm summarizer needs an endpoint",
-                           hint="set REFOLD_SUMMARIZER_URL or REFOLD_UPSTREAM (…/v1)")
-    from refold.compaction.llm_summarizer import LLMSummarizer
-    from refold.llm import HttpChatClient
-
-    client = HttpChatClient(url, settings.summarizer_api_key or settings.upstream_api_key)
-    aux = settings.summarizer_model or model
-    return LLMSummarizer(client, aux, main_model=model if aux != model else None)
+    summarizer: Summarizer = summarizer_setup(settings, choice=choice, model=model).summarizer
+    return summarizer
 
 
 def report_json(report: CompactionReport) -> dict[str, Any]:

@@ -21,15 +21,18 @@ from refold.runtime.prepared import (
     error_action,
 )
 from refold.runtime.session import SessionRuntime, split_system
+from refold.runtime.summarizers import SUMMARIZER_KINDS, build_summarizer
 
 __all__ = [
     "COMPACTABLE_KINDS",
+    "SUMMARIZER_KINDS",
     "TRANSIENT_KINDS",
     "Engine",
     "Plan",
     "Precompactor",
     "Prepared",
     "SessionRuntime",
+    "build_summarizer",
     "classify_error",
     "error_action",
     "split_system",

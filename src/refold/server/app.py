@@ -54,21 +54,18 @@ class BodyTooLarge(Exception):
 
 
 def default_engine_factory(settings: Settings, store: Store) -> EngineFactory:
+    from refold.cli.llm_setup import summarizer_setup
+    from refold.compaction import CompactionPolicy
     from refold.runtime.engine import Engine
 
-    chat_client = None
-    if settings.summarizer == "llm":
-        from refold.llm import HttpChatClient
-
-        url = settings.summarizer_url or settings.upstream
-        if not url:
-            raise InvalidInput("the llm summarizer needs summarizer_url or upstream")
-        chat_client = HttpChatClient(url, settings.summarizer_api_key or settings.upstream_api_key)
+    setup = summarizer_setup(settings)  # its clients live as long as the process
+    policy = CompactionPolicy(rotate_on_compaction=settings.rotate_on_compaction)
 
     def make(owner: str) -> EngineLike:
-        memory = tenant_memory(settings, store, owner, chat_client)
+        memory = tenant_memory(settings, store, owner, setup.client)
         return Engine(store, model=settings.model, context_length=settings.context_length,
-                      owner=owner, memory=memory, chat_client=chat_client)
+                      owner=owner, memory=memory, chat_client=setup.client,
+                      summarizer=setup.summarizer, policy=policy)
 
     return make
 

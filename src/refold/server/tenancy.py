@@ -30,17 +30,19 @@ def tenant_memory(settings: Settings, store: Store, owner: str, chat_client: Any
     from refold.runtime.memory_link import MemoryLink
 
     approval = settings.memory_approval
+    # chat_client is the summary endpoint: review asks the summary model it serves
+    review_model = settings.summarizer_model or settings.model
     if settings.memory_backend == "db":
         from refold.memory.db import DBMemoryStore
 
         profile = settings.memory_profile if not owner else f"{settings.memory_profile}:{owner}"
         return MemoryLink.for_store(DBMemoryStore(store, profile), approval=approval,
-                                    chat_client=chat_client, model=settings.model)
+                                    chat_client=chat_client, model=review_model)
     if settings.memory_backend != "file":
         raise InvalidInput(f"unknown memory_backend {settings.memory_backend!r}",
                            hint="use file or db")
     return MemoryLink.from_dir(tenant_memory_dir(settings, owner), approval=approval,
-                               chat_client=chat_client, model=settings.model)
+                               chat_client=chat_client, model=review_model)
 
 
 __all__ = ["tenant_memory", "tenant_memory_dir"]

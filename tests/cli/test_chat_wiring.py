@@ -1,0 +1,70 @@
+"""Settings that reach the runtime through ``refold chat``: the llm summarizer (and its builtin
+fallback) and ``rotate_on_compaction``, against the scripted model server."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner, Result
+
+from refold.cli.main import cli
+from refold.compaction.llm_summarizer import SYSTEM_INSTRUCTION
+from refold.store.sqlite import SQLiteStore
+from refold.testing import ScriptedReply, serve
+
+SUMMARY = "## Goal\nShip the build.\n## Progress\n### Done\n- modules compiled"
+FILLER = "The build log said: step N compiled module alpha beta gamma delta. " * 36
+
+
+def is_summary_request(body: dict[str, Any]) -> bool:
+    first = body["messages"][0]
+    return first.get("role") == "system" and first.get("content") == SYSTEM_INSTRUCTION
+
+
+def upstream(summary: ScriptedReply) -> Callable[[dict[str, Any]], ScriptedReply]:
+    def reply(body: dict[str, Any]) -> ScriptedReply:
+        return summary if is_summary_request(body) else ScriptedReply(content="noted")
+    return reply
+
+
+def chat(home: Path, upstream_url: str, turns: int, env: dict[str, str]) -> Result:
+    lines = [f"turn {i}: " + FILLER.replace("N", str(i)) for i in range(turns)]
+    return CliRunner().invoke(
+        cli, ["--home", str(home), "chat", "--upstream", upstream_url, "--context-length",
+              "8000", "--no-tools", "--title", "build"],
+        input="\n".join([*lines, "/quit"]) + "\n",
+        env={"REFOLD_UPSTREAM": None, **env}, catch_exceptions=False)
+
+
+def checkpoints(home: Path) -> list[Any]:
+    store = SQLiteStore(str(home / "refold.db"))
+    try:
+        return [c for s in store.list_sessions() for c in store.list_checkpoints(s.id)]
+    finally:
+        store.close()
+
+
+LLM_ENV = {"REFOLD_SUMMARIZER": "llm", "REFOLD_SUMMARIZER_MODEL": "summary-model"}
+
+
+def test_chat_with_the_llm_summarizer_writes_an_llm_checkpoint(tmp_path: Path) -> None:
+    with serve(default=upstream(ScriptedReply(content=SUMMARY))) as up:
+        result = chat(tmp_path, up.base_url, 12, LLM_ENV)
+        bodies = list(up.llm.requests)
+    assert result.exit_code == 0, result.output
+    assert any(is_summary_request(b) and b["model"] == "summary-model" for b in bodies)
+    found = checkpoints(tmp_path)
+    assert found and found[0].summarizer == "llm:summary-model" and found[0].status == "ok"
+
+
+def test_chat_falls_back_to_builtin_when_the_summary_model_fails(tmp_path: Path) -> None:
+    broken = ScriptedReply(status=500, error={"error": {"message": "boom"}})
+    with serve(default=upstream(broken)) as up:
+        result = chat(tmp_path, up.base_url, 12, LLM_ENV)
+        bodies = list(up.llm.requests)
+    assert result.exit_code == 0, result.output
+    assert any(is_summary_request(b) for b in bodies)
+    found = checkpoints(tmp_path)
+    assert found and found[0].summarizer == "builtin" and found[0].status == "fallback"
