@@ -185,8 +185,12 @@ class Store(Protocol):
                   model: str | None = None) -> None: ...
 
     # -- messages (the ledger) ------------------------------------------------------------
+    # ``expect_last``: append only if the session's last active row has this identity, else
+    # raise Conflict and store nothing (checked inside the write transaction) — the fast path
+    # of a caller that already knows the stored chain (the proxy's re-sent history).
     def append_messages(self, session_id: str, messages: Sequence[Message], *,
-                        token_counts: Sequence[int | None] | None = None) -> AppendResult: ...
+                        token_counts: Sequence[int | None] | None = None,
+                        expect_last: str | None = None) -> AppendResult: ...
     def sync_messages(self, session_id: str, history: Sequence[Message], *,
                       token_counts: Sequence[int | None] | None = None) -> AppendResult: ...
     def get_messages(self, session_id: str, *, include_inactive: bool = False,
