@@ -52,6 +52,35 @@ def test_append_keeps_every_wire_field(store: Store) -> None:
     assert store.get_messages(s.id)[2].role == "tool"
 
 
+def test_append_with_expect_last_appends_only_after_that_identity(store: Store) -> None:
+    s = store.create_session()
+    first = store.append_messages(s.id, [user("a"), bot("b")])
+    tip = first.appended[-1].identity
+    more = store.append_messages(s.id, [user("c")], token_counts=[2], expect_last=tip)
+    assert [m.seq for m in more.appended] == [3]
+    assert [m.identity for m in store.get_messages(s.id)] == \
+        chain_identities([user("a"), bot("b"), user("c")])
+    # another writer moved the tip: refused in the transaction, nothing stored
+    with pytest.raises(Conflict):
+        store.append_messages(s.id, [user("d")], expect_last=tip)
+    with pytest.raises(Conflict):
+        store.append_messages(s.id, [], expect_last=tip)
+    assert contents(store, s.id) == ["a", "b", "c"]
+    # a rewound tip no longer counts: the last ACTIVE row is what must match
+    store.rewind(s.id, 3)
+    with pytest.raises(Conflict):
+        store.append_messages(s.id, [user("e")], expect_last=more.appended[-1].identity)
+    store.append_messages(s.id, [user("e")], expect_last=tip)
+    assert contents(store, s.id) == ["a", "b", "e"]
+
+
+def test_append_with_expect_last_on_an_empty_session_conflicts(store: Store) -> None:
+    s = store.create_session()
+    with pytest.raises(Conflict):
+        store.append_messages(s.id, [user("a")], expect_last="0" * 64)
+    assert store.get_messages(s.id) == []
+
+
 def test_append_empty_batch(store: Store) -> None:
     s = store.create_session()
     assert store.append_messages(s.id, []).appended == []

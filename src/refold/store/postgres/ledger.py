@@ -112,13 +112,17 @@ class LedgerMixin(PgCore):
         return (int(row[0]), row[1]) if row else (0, None)
 
     def append_messages(self, session_id: str, messages: Sequence[Message], *,
-                        token_counts: Sequence[int | None] | None = None) -> AppendResult:
+                        token_counts: Sequence[int | None] | None = None,
+                        expect_last: str | None = None) -> AppendResult:
         clean = _check_messages(messages, token_counts)
         with self._tx("append messages") as cur:
-            self._require_session(cur, session_id, lock=True)
+            self._require_session(cur, session_id, lock=True)  # the row lock orders writers
+            top, last_identity = self._tip(cur, session_id)
+            if expect_last is not None and last_identity != expect_last:
+                raise Conflict(f"session {session_id} changed: its last message is not the "
+                               "expected one", hint="sync the whole history instead")
             if not clean:
                 return AppendResult(appended=[], skipped=0)
-            top, last_identity = self._tip(cur, session_id)
             identities = chain_identities(clean, last_identity)
             stored = self._insert(cur, session_id, clean, identities, token_counts, top + 1,
                                   time.time())

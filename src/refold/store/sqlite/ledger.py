@@ -11,6 +11,8 @@ Invariants:
   there), the stored active rows from k on are rewound (recorded, reversible) and the rest of the
   history appended. A history that is a strict prefix of the stored chain changes nothing (an
   out-of-order or trimmed resend must not rewind newer turns).
+- ``append_messages(..., expect_last=identity)`` appends only if the last active row still has
+  that identity (checked inside the write transaction): Conflict, nothing stored, otherwise.
 - ``rewind`` starts at an active user message; ``undo_rewind`` restores exactly the rows that
   rewind deactivated, and only while the active chain still ends where it ended then (nothing
   appended or rewound since): otherwise it raises Conflict.
@@ -107,11 +109,15 @@ class LedgerOps(SessionOps):
                 for (seq, identity, count), message in zip(out, messages, strict=True)]
 
     def append_messages(self, session_id: str, messages: Sequence[Message], *,
-                        token_counts: Sequence[int | None] | None = None) -> AppendResult:
+                        token_counts: Sequence[int | None] | None = None,
+                        expect_last: str | None = None) -> AppendResult:
         counts = _check_batch(messages, token_counts)
         with self.db.write() as conn:
             session = self._session(conn, session_id)
             last = self._last_active(conn, session_id)
+            if expect_last is not None and (last is None or last[1] != expect_last):
+                raise Conflict(f"session {session_id} changed: its last message is not the "
+                               "expected one", hint="sync the whole history instead")
             identities = _identities(messages, last[1] if last else None)
             return AppendResult(self._insert(conn, session, messages, counts, identities), 0)
 
