@@ -113,11 +113,14 @@ class ContextOps:
         A ``speculative`` (background) plan that comes to nothing is not a strike: only a
         summarizer failure, which starts a cooldown, is recorded.
         """
-        from refold.compaction import compact, projection_messages
+        from refold.compaction import BuiltinSummarizer, compact, projection_messages
         from refold.compaction.session import checkpoint_draft
 
         view = projection_messages(projection, system_text)
-        summarizer = self.builtin if trigger.use_builtin else self.summarizer
+        summarizer = self.summarizer
+        if not isinstance(summarizer, BuiltinSummarizer) and trigger.use_builtin:  # cooling down
+            trigger.note_builtin_stands_in(str(getattr(summarizer, "name", "configured")))
+            summarizer = self.builtin
         result = compact(view, context_length=self.context_length, policy=self.policy,
                          counter=self.counter, summarizer=summarizer, fallback=self.builtin,
                          model=self.model, target_tokens=target_tokens, tools=tools,

@@ -22,8 +22,8 @@ class Trigger:
         self.context_length = context_length
         self._lock = threading.Lock()
         self._warnings: list[str] = []
-        self._use_builtin = False  # the guard says the llm summarizer is cooling down
         self._last_notice = ""
+        self._cooling_told = 0.0  # the cooldown (its end) the user was last told about
 
     @property
     def threshold(self) -> int:
@@ -31,8 +31,23 @@ class Trigger:
 
     @property
     def use_builtin(self) -> bool:
+        """The summary model is cooling down after a failure: plan with the builtin summarizer.
+        Read from the guard every time, so background plans (which take no decision) and the
+        overflow path honor the cooldown too."""
         with self._lock:
-            return self._use_builtin
+            return self.guard.status().cooldown_remaining > 0
+
+    def note_builtin_stands_in(self, name: str) -> None:
+        """A plan used the builtin summarizer instead of ``name``: say so once per cooldown."""
+        with self._lock:
+            status = self.guard.status()
+            until = self.guard.cooldown_until
+            if status.cooldown_remaining <= 0 or until == self._cooling_told:
+                return
+            self._cooling_told = until
+            self._warnings.append(
+                f"the {name} summarizer failed ({status.cooldown_kind}); the builtin summarizer "
+                f"stands in for {int(status.cooldown_remaining)} s more")
 
     def note_request_sent(self) -> None:
         with self._lock:
@@ -63,7 +78,6 @@ class Trigger:
             self._last_notice = kind
         elif decision.compact:
             self._last_notice = ""
-        self._use_builtin = bool(decision.use_builtin)
         return bool(decision.compact)
 
     def overflow_target(self, attempt: int, rejected_tokens: int) -> int | None:
@@ -78,9 +92,18 @@ class Trigger:
         return max(1, min(decision.target_tokens, int(max(1, rejected_tokens) * share)))
 
     def record(self, report: Any) -> None:
-        """A compaction's outcome (stored or not) feeds strikes and cooldowns."""
+        """A compaction's outcome (stored or not) feeds strikes and cooldowns; a summarizer
+        failure is reported to the user with the cooldown it starts (once per cooldown)."""
         with self._lock:
             self.guard.record(report)
+            if report.status != "fallback":
+                return
+            failed = next((w for w in report.warnings if "summarizer failed" in w), None)
+            seconds = int(self.guard.status().cooldown_remaining)
+            if failed is not None and seconds > 0:
+                self._cooling_told = self.guard.cooldown_until
+                self._warnings.append(f"{failed}; the summary model is not asked again for "
+                                      f"{seconds} s")
 
     def auto_allowed(self) -> bool:
         with self._lock:
