@@ -23,8 +23,9 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from refold.errors import InvalidInput, UpstreamError
+from refold.errors import Conflict, InvalidInput, MessageValidationError, UpstreamError
 from refold.messages.model import Message, content_text, wire_form
+from refold.runtime.chain import KnownChain
 from refold.runtime.precompact import Plan, Precompactor
 from refold.runtime.prepared import Prepared
 from refold.store.base import Projection, Store
@@ -63,6 +64,7 @@ class SessionRuntime:
         self._trigger = engine.ops.new_trigger()
         self._last_sent_tokens: int | None = None  # estimate of the last prepared request
         self._last_prepared: Prepared | None = None
+        self._chain: KnownChain | None = None  # the stored chain as of our last write (proxy)
         self.user_turns = 0
         self.tool_iterations = 0
         self._turn_tool_iterations = 0
@@ -104,6 +106,7 @@ class SessionRuntime:
                 self._tools = tools
             clean = [wire_form(m) for m in self.ops.validate(new_messages)]
             if clean:
+                self._chain = None  # library mode does not track the chain
                 counts = self.ops.message_counts(clean)
                 self.store.append_messages(self.session_id, clean, token_counts=counts)
                 self._count_turns(clean)
@@ -115,20 +118,66 @@ class SessionRuntime:
         if not isinstance(history, list):
             raise InvalidInput("history must be a list of chat messages")
         with self._lock:
-            valid = [wire_form(m) for m in self.ops.validate(history)]
-            system, conversation = split_system(valid)
-            self._note_system_prompt(system)
-            self._system_prompt = system
             if tools is not None:
                 self._tools = tools
-            if conversation:
-                counts = self.ops.message_counts(conversation)
-                result = self.store.sync_messages(self.session_id, conversation,
-                                                  token_counts=counts)
-                self._count_turns([s.message for s in result.appended])
-                if result.rewound:
-                    self._precompactor.discard()
+            if not self._sync_known_prefix(history):
+                self._sync_history(history)
             return self._prepare_locked()
+
+    def _sync_history(self, history: list[Message]) -> None:
+        """The full path: validate, count and hash the whole history; the store finds what is
+        new (rewinding a divergent tail)."""
+        self._chain = None
+        valid = [wire_form(m) for m in self.ops.validate(history)]
+        system, conversation = split_system(valid)
+        self._note_system_prompt(system)
+        self._system_prompt = system
+        if conversation:
+            counts = self.ops.message_counts(conversation)
+            result = self.store.sync_messages(self.session_id, conversation,
+                                              token_counts=counts)
+            self._count_turns([s.message for s in result.appended])
+            if result.rewound:
+                self._precompactor.discard()
+            if result.appended:  # the stored active chain is now exactly ``conversation``
+                self._chain = KnownChain.of(self.session_id, conversation,
+                                            result.appended[-1].identity)
+
+    def _sync_known_prefix(self, history: list[Message]) -> bool:
+        """The fast path (see ``refold.runtime.chain``): when ``history`` starts with the chain
+        this runtime last stored, only the new suffix is validated, counted, hashed and
+        appended — after the stored tip, checked in the write transaction. False: use the full
+        path (nothing was stored)."""
+        chain = self._chain
+        if chain is None or chain.session_id != self.session_id:
+            return False
+        leading = 0
+        while leading < len(history) and isinstance(history[leading], dict) \
+                and history[leading].get("role") in ("system", "developer"):
+            leading += 1
+        known = chain.known_prefix(history[leading:])
+        if known is None:
+            return False
+        try:
+            valid = [wire_form(m) for m in
+                     self.ops.validate(history[:leading] + history[leading + known:])]
+        except MessageValidationError:
+            return False  # the full path reports it, with the message's real index
+        system, _ = split_system(valid[:leading])
+        suffix = valid[leading:]
+        counts = self.ops.message_counts(suffix)
+        try:
+            result = self.store.append_messages(self.session_id, suffix, token_counts=counts,
+                                                expect_last=chain.tip)
+        except Conflict:  # another writer moved the session: sync everything
+            self._chain = None
+            return False
+        self._note_system_prompt(system)
+        self._system_prompt = system
+        self._count_turns([s.message for s in result.appended])
+        tip = result.appended[-1].identity if result.appended else chain.tip
+        self._chain = chain.extended(suffix, tip)
+        return True
 
     def record(self, response: Message, *, usage: dict[str, Any] | None = None,
                model: str | None = None) -> None:
@@ -139,7 +188,7 @@ class SessionRuntime:
         self.ops.validate([message])
         with self._lock:
             counts = self.ops.message_counts([message])
-            self.store.append_messages(self.session_id, [message], token_counts=counts)
+            self._append_reply(message, counts)
             usage = usage or {}
             prompt_tokens = _int(usage.get("prompt_tokens"))
             completion = _int(usage.get("completion_tokens"))
@@ -202,6 +251,22 @@ class SessionRuntime:
             return parts
 
     # -- internals -----------------------------------------------------------------------------
+    def _append_reply(self, message: Message, counts: list[int | None]) -> None:
+        """Append the reply; keep the known chain only if it still ends where we think."""
+        chain = self._chain
+        if chain is None or chain.session_id != self.session_id:
+            self._chain = None
+            self.store.append_messages(self.session_id, [message], token_counts=counts)
+            return
+        try:
+            result = self.store.append_messages(self.session_id, [message],
+                                                token_counts=counts, expect_last=chain.tip)
+        except Conflict:  # someone else wrote: store the reply where the chain ends now
+            self._chain = None
+            self.store.append_messages(self.session_id, [message], token_counts=counts)
+            return
+        self._chain = chain.extended([message], result.appended[-1].identity)
+
     def _count_turns(self, messages: Sequence[Message]) -> None:
         for message in messages:
             if message.get("role") == "user":

@@ -1,0 +1,79 @@
+"""``KnownChain``: what a runtime knows its session's stored active chain to be.
+
+A proxy client re-sends its whole history every call. Hashing all of it again to find what is
+stored already (``Store.sync_messages``) costs O(history) per turn; instead the runtime keeps the
+chain it last wrote or synced — each message in a comparable form, and the identity of the last
+one — and when a request starts with exactly that chain, only the new suffix is validated,
+counted, hashed and appended, with ``append_messages(expect_last=tip)`` checking *inside the
+write transaction* that the stored chain still ends there. Any doubt falls back to the full sync.
+
+Invariants:
+- a ``KnownChain`` is only kept while the stored active chain of ``session_id`` is exactly
+  ``messages`` (the runtime drops it on any write it did not account for, on a Conflict, and
+  whenever the session changes); other processes are caught by the in-transaction tip check;
+- "exactly" is the identity's notion, made stricter: messages compare with underscore keys and
+  None-valued keys ignored at the top level (neither reaches the identity, and validation reads
+  a None key as a missing one), every other value by type and value (``1``, ``1.0`` and ``True``
+  differ, as their JSON does) — so a prefix that matches would hash to the same identities;
+- the stored forms are deep copies: a caller mutating its message dicts later cannot alter them.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from refold.messages.model import Message
+
+
+def comparable(message: dict[str, Any]) -> dict[str, Any]:
+    """The message as the prefix check sees it: no ``_`` keys, no None values (top level)."""
+    return {k: v for k, v in message.items() if v is not None and not k.startswith("_")}
+
+
+def same(a: Any, b: Any) -> bool:
+    """JSON-exact equality: same types all the way down (``1 != 1.0 != True``; ``-0.0 != 0.0``)."""
+    kind = type(a)
+    if kind is not type(b):
+        return False
+    if kind is dict:
+        return bool(a.keys() == b.keys() and all(same(v, b[k]) for k, v in a.items()))
+    if kind is list:
+        return len(a) == len(b) and all(map(same, a, b))
+    if kind is float:
+        return repr(a) == repr(b)
+    return bool(a == b)
+
+
+def _frozen(message: Message) -> dict[str, Any]:
+    form = comparable(message)
+    if any(isinstance(v, dict | list) for v in form.values()):
+        return copy.deepcopy(form)
+    return form  # a new dict of immutable values: already a snapshot
+
+
+@dataclass(frozen=True)
+class KnownChain:
+    session_id: str
+    messages: tuple[dict[str, Any], ...]
+    tip: str  # identity of the last stored active message
+
+    @classmethod
+    def of(cls, session_id: str, messages: Sequence[Message], tip: str) -> KnownChain:
+        return cls(session_id, tuple(_frozen(m) for m in messages), tip)
+
+    def extended(self, messages: Sequence[Message], tip: str) -> KnownChain:
+        return KnownChain(self.session_id, self.messages + tuple(_frozen(m) for m in messages),
+                          tip)
+
+    def known_prefix(self, conversation: Sequence[Any]) -> int | None:
+        """How many leading messages are known (all of the chain), or None if they differ."""
+        known = len(self.messages)
+        if len(conversation) < known:
+            return None
+        for raw, stored in zip(conversation[:known], self.messages, strict=True):
+            if type(raw) is not dict or not same(comparable(raw), stored):
+                return None
+        return known

@@ -1,0 +1,151 @@
+"""The proxy's fast path: a re-sent history that starts with the known chain only appends its
+suffix — and every case where that would differ from a full ``sync_messages`` falls back to it.
+
+The store is real (both backends); ``CountingStore`` only counts which ledger call ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from refold.errors import MessageValidationError
+from refold.messages.model import chain_identities
+from refold.runtime import Engine
+from refold.runtime.chain import same
+from refold.store import Store
+
+
+class CountingStore:
+    """The real store, with a count of full syncs."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.syncs = 0
+
+    def sync_messages(self, *args: Any, **kwargs: Any) -> Any:
+        self.syncs += 1
+        return self._store.sync_messages(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+@pytest.fixture
+def counting(store: Store) -> CountingStore:
+    return CountingStore(store)
+
+
+@pytest.fixture
+def eng(counting: CountingStore, tmp_path: Path) -> Iterator[Engine]:
+    engine = Engine(counting, model="gpt-4o-mini", context_length=100_000,  # type: ignore[arg-type]
+                    memory_dir=tmp_path / "memories")
+    yield engine
+    engine.close()
+
+
+def user(text: Any) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def bot(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def active_chain(store: Store, session_id: str) -> list[str]:
+    return [m.identity for m in store.get_messages(session_id)]
+
+
+def test_resent_history_appends_only_the_suffix(eng: Engine, counting: CountingStore,
+                                                store: Store) -> None:
+    rt = eng.open_session(new=True)
+    history: list[dict[str, Any]] = [{"role": "system", "content": "sys"}, user("one")]
+    for turn in range(5):
+        rt.prepare_history(history)
+        reply = bot(f"answer {turn}")
+        rt.record(reply, usage={"prompt_tokens": 30, "completion_tokens": 5})
+        # an SDK re-sends the reply with None fields and local keys: still the same message
+        history = [*history, {**reply, "refusal": None, "_local": 1}, user(f"next {turn}")]
+    assert counting.syncs == 1  # the first turn only; every later turn took the fast path
+    conversation = [m for m in history[1:-1]]
+    rows = store.get_messages(rt.session_id)
+    assert [r.message["content"] for r in rows] == [m["content"] for m in conversation]
+    assert active_chain(store, rt.session_id) == chain_identities(
+        [{k: v for k, v in m.items() if k in ("role", "content")} for m in conversation])
+    assert len(store.list_events(rt.session_id, "system_prompt")) == 1
+
+
+def test_another_writer_between_turns_is_caught(eng: Engine, counting: CountingStore,
+                                                store: Store) -> None:
+    rt = eng.open_session(new=True)
+    history = [user("one")]
+    rt.prepare_history(history)
+    rt.record(bot("a1"))
+    store.append_messages(rt.session_id, [user("written by another process")])
+    history = [*history, bot("a1"), user("two")]
+    rt.prepare_history(history)
+    assert counting.syncs == 2  # the tip moved: the fast path refused, the full sync ran
+    # exactly what a full sync makes of it: the foreign row rewound, the history's suffix stored
+    assert active_chain(store, rt.session_id) == chain_identities(history)
+    rt.record(bot("a2"))
+    rt.prepare_history([*history, bot("a2"), user("three")])
+    assert counting.syncs == 2  # back on the fast path
+    assert [m.message["content"] for m in store.get_messages(rt.session_id)] == [
+        "one", "a1", "two", "a2", "three"]
+
+
+def test_another_writer_before_the_record(eng: Engine, counting: CountingStore,
+                                          store: Store) -> None:
+    rt = eng.open_session(new=True)
+    rt.prepare_history([user("one")])
+    store.append_messages(rt.session_id, [user("foreign")])
+    rt.record(bot("a1"))  # stored after whatever is there now, as before
+    assert [m.message["content"] for m in store.get_messages(rt.session_id)] == [
+        "one", "foreign", "a1"]
+    history = [user("one"), bot("a1"), user("two")]
+    rt.prepare_history(history)
+    assert counting.syncs == 2  # the chain was dropped: a full sync settles it
+    assert active_chain(store, rt.session_id) == chain_identities(history)
+
+
+def test_json_different_values_are_not_the_known_prefix(eng: Engine, counting: CountingStore,
+                                                        store: Store) -> None:
+    rt = eng.open_session(new=True)
+    first = user([{"type": "text", "text": "x", "weight": 1}])
+    rt.prepare_history([first])
+    rt.record(bot("a1"))
+    # True == 1 in Python but not in JSON (nor in the identity): treated as a divergence
+    changed = user([{"type": "text", "text": "x", "weight": True}])
+    history = [changed, bot("a1"), user("two")]
+    rt.prepare_history(history)
+    assert counting.syncs == 2
+    assert active_chain(store, rt.session_id) == chain_identities(history)
+    assert not same(1, True) and not same(0.0, -0.0) and same({"a": [1.5]}, {"a": [1.5]})
+
+
+def test_caller_mutating_its_messages_is_not_fooled(eng: Engine, counting: CountingStore,
+                                                    store: Store) -> None:
+    rt = eng.open_session(new=True)
+    history = [user([{"type": "text", "text": "original"}])]
+    rt.prepare_history(history)
+    rt.record(bot("a1"))
+    history[0]["content"][0]["text"] = "edited in place"
+    history = [*history, bot("a1"), user("two")]
+    rt.prepare_history(history)
+    assert counting.syncs == 2
+    assert active_chain(store, rt.session_id) == chain_identities(history)
+
+
+def test_invalid_suffix_names_its_real_index(eng: Engine, store: Store) -> None:
+    rt = eng.open_session(new=True)
+    history = [{"role": "system", "content": "s"}, user("one")]
+    rt.prepare_history(history)
+    rt.record(bot("a1"))
+    before = active_chain(store, rt.session_id)
+    with pytest.raises(MessageValidationError) as caught:
+        rt.prepare_history([*history, bot("a1"), user("ok"), {"role": "user", "content": 5}])
+    assert caught.value.index == 4
+    assert active_chain(store, rt.session_id) == before  # nothing stored
