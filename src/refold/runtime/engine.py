@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+REVIEW_WINDOW = 40  # the recent messages a finished turn hands to memory review
+
 
 class Engine:
     """Opens sessions over ``store`` for one model and context window."""
@@ -101,7 +103,10 @@ class Engine:
         if self.memory is None or self._closed:
             return
         try:
-            rows = self.store.get_messages(runtime.session_id)[-40:]
+            # the last 40 active rows, read as such: the whole ledger would be O(history)
+            last = self.store.last_message(runtime.session_id)
+            rows = [] if last is None else self.store.messages_around(
+                runtime.session_id, last.seq, before=REVIEW_WINDOW - 1, after=0)
             self.memory.after_turn([r.message for r in rows], tool_iterations=tool_iterations)
         except Exception as exc:  # review is best effort; the turn already succeeded
             log.warning("memory review scheduling failed: %s", exc)
