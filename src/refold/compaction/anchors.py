@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from refold.compaction.summary import is_summary_message
 from refold.messages.model import Message, content_text
 
 MAX_ANCHOR_CHARS = 200
@@ -24,8 +25,8 @@ _EXT = (r"py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonl|yaml|yml|toml|md|rst|txt|rs|go
         r"vue|svelte|proto|graphql|tf|xml|ipynb|gradle|mk|dockerfile")
 _PATTERNS: tuple[tuple[str, int, re.Pattern[str]], ...] = (
     ("error", 6, re.compile(
-        r"(?m)\b[A-Z]\w*(?:Error|Exception|Exit|Failure):[^\n]{1,160}|"
-        r"^[^\n]{0,40}?\b(?:error(?:\[\w+\])?:|ERROR|FAILED|[Ff]atal:|panic:)[^\n]{0,160}")),
+        r"(?m)\b[A-Z]\w*(?:Error|Exception|Exit|Failure):[^\n`]{1,160}|"
+        r"^[^\n`]{0,40}?\b(?:error(?:\[\w+\])?:|ERROR|FAILED|[Ff]atal:|panic:)[^\n`]{0,160}")),
     ("url", 5, re.compile(r"\bhttps?://[^\s'\"<>)\]`]+[^\s'\"<>)\]`.,;:]")),
     ("path", 5, re.compile(
         rf"(?<![\w/.:-])(?:~|\.{{1,2}})?/?(?:[\w.@+-]+/)+[\w.@+-]+|\b[\w.-]+\.(?:{_EXT})\b")),
@@ -44,6 +45,12 @@ _PATTERNS: tuple[tuple[str, int, re.Pattern[str]], ...] = (
                              r"\d{2,5}\b")),
 )
 _DIGITS = re.compile(r"\d+")
+# unified-diff headers name a file as a/PATH and b/PATH (also inside JSON-escaped patches)
+_DIFF_HEADER = re.compile(r"""((?:^|\n|\\n|")(?:---|\+\+\+) )[ab]/|"""
+                          r"""((?:^|\n|\\n|")diff --git )a/(\S+) b/""", re.MULTILINE)
+_LETTER = re.compile(r"[^\W\d_]")
+_LIST_DEBRIS = re.compile(r"^(?:[-*]\s+)+")
+PROSE_KINDS = ("error",)  # kinds taken only from tool outputs and user text, not assistant prose
 _NOISE = re.compile(r"^(?:call_|toolu_|chatcmpl-|Traceback \(most recent call last\))")
 
 
@@ -76,7 +83,22 @@ def _message_text(message: Message) -> str:
     parts = [text]
     for call in message.get("tool_calls") or []:
         parts.append(str((call.get("function") or {}).get("arguments") or ""))
-    return "\n".join(parts)
+    return _undiff("\n".join(parts))
+
+
+def carried_anchor(item: str) -> str:
+    """The verbatim anchor in a previous index line, without list markers or code quotes.
+
+    Also repairs indexes written before this was fixed ("- - - `x`", a stray trailing "`").
+    """
+    text = _LIST_DEBRIS.sub("", item.strip())
+    while len(text) >= 2 and text[0] == text[-1] == "`":
+        text = text[1:-1].strip()
+    return _LIST_DEBRIS.sub("", text.strip("`").strip())[:MAX_ANCHOR_CHARS]
+
+
+def _undiff(text: str) -> str:
+    return _DIFF_HEADER.sub(lambda m: m.group(1) or f"{m.group(2)}{m.group(3)} ", text)
 
 
 def _clean(text: str) -> str:
@@ -103,6 +125,10 @@ def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
 
     def add(text: str, kind: str, weight: float, position: int) -> None:
         text = _clean(text)
+        if kind == "path":  # a sentence's full stop is not part of the path; 116/1 is no path
+            text = text.rstrip(".")
+            if not _LETTER.search(text.rsplit("/", 1)[-1]):
+                return
         if len(text) < 3 or _NOISE.match(text):
             return
         counts[text] = counts.get(text, 0) + 1
@@ -114,6 +140,8 @@ def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
 
     scanned: set[int] = set()
     for pos, msg in enumerate(messages):
+        if is_summary_message(msg):
+            continue  # a previous summary's anchors are carried, not re-extracted from markdown
         bonus = 1.0 if msg.get("role") == "user" else 0.0
         for command in _command_texts(msg):
             add(command, "command", 5, pos)
@@ -126,6 +154,8 @@ def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
             if line.startswith("$ "):
                 add(line[2:], "command", 5 + bonus, pos)
         for kind, weight, pattern in _PATTERNS:
+            if kind in PROSE_KINDS and msg.get("role") == "assistant":
+                continue  # prose quotes errors mid-sentence; the tool output has them whole
             for match in pattern.finditer(text):
                 add(match.group(0), kind, weight + bonus, pos)
     shapes: dict[str, int] = {}
@@ -147,7 +177,10 @@ def select_anchors(candidates: Iterable[Anchor], *, budget_tokens: int,
     Anchors already verbatim in ``covered`` (the summary body) are kept there for free and
     left out of the index, so the budget goes to identifiers that would otherwise be lost.
     """
-    pool = list(candidates) + [Anchor(a, "carried", 4.0, -1) for a in carried if a]
+    fresh = list(candidates)
+    known = {a.text for a in fresh}
+    olds = dict.fromkeys(c for c in (carried_anchor(a) for a in carried) if len(c) >= 3)
+    pool = fresh + [Anchor(a, "carried", 4.0, -1) for a in olds if a not in known]
     pool.sort(key=lambda a: (-a.score, len(a.text), a.text))
     chosen: list[Anchor] = []
     used = 0

@@ -1,10 +1,19 @@
-"""The builtin summarizer: deterministic, offline, and useful on its own.
+"""The builtin summarizer: deterministic, offline, and useful on its own — also when iterated.
 
-It reads the replaced span the way a careful colleague would skim it: what the user asked for
-(goal, constraints), what the assistant did (tool calls with their exit status, statements of
-completed work and decisions), what failed and was not fixed since (blocked), which files were
-touched, and what was announced as next. Items are quoted from the messages themselves, in
-their language. On re-compaction the previous summary's sections are merged with the new ones.
+It reads the replaced span the way a careful colleague would skim it and writes the template:
+- Goal: the original overall request (kept from the previous summary) plus the current one;
+  short nudges ("Next: X", "continue", "ok") are instructions, not goals — they go to progress.
+- Done: outcomes, not calls (``activity``): changes made, the latest result per command, and
+  the assistant's own statements of completed work. Reads and inspections are left out.
+- Blocked: commands whose latest run failed. A later success of the same command (or the same
+  program on the same target, or its whole unfiltered run) settles it, also across compactions:
+  the previous summary's items are parsed back (``activity.item_key``) and reconciled.
+- Relevant files: real paths only, one line per path with the union of what was done to it,
+  most recently touched first, bounded.
+- Next steps: the open items of the last todo list, the assistant's latest stated plan, the
+  still-failing commands, an unanswered request; the generic line only when nothing is known.
+- Critical context: what the user asked to remember, plus ONE running bookkeeping line for the
+  replaced messages and ONE for the tools used, summed over every compaction.
 The body is cut to the token budget by dropping the oldest items of the longest sections.
 
 Same input → same bytes: no clock, no randomness, no dict-order surprises.
@@ -12,12 +21,18 @@ Same input → same bytes: no clock, no randomness, no dict-order surprises.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
-from refold.compaction.prune import argument_gist, exit_status, first_error_line
+from refold.compaction.activity import (
+    Activity,
+    Outcome,
+    command_shape,
+    is_path_like,
+    item_key,
+    resolves,
+    scan_activity,
+)
 from refold.compaction.summarizer import SummaryDraft, SummaryRequest
 from refold.compaction.summary import (
     SummarySections,
@@ -25,6 +40,7 @@ from refold.compaction.summary import (
     parse_body,
     render_body,
 )
+from refold.compaction.tally import LABELS, Tally, label_prefixes
 from refold.messages.model import Message, content_text
 
 ITEM_CHARS = 300
@@ -46,30 +62,21 @@ _DECISION = re.compile(
 _NEXT = re.compile(
     r"\b(?:next|then I'll|then we|todo|remaining|still need|left to|afterwards|follow[- ]up|"
     r"will now|I'll now)\b|下一步|接下来|还需要|然后|待办|次に|残り|これから", re.IGNORECASE)
-_WRITE_TOOLS = re.compile(r"write|edit|patch|apply|replace|create|insert|update|save|mkdir|mv|"
-                          r"rename|delete|remove|rm", re.IGNORECASE)
-_READ_TOOLS = re.compile(r"read|cat|view|open|show|get|search|grep|find|ls|list", re.IGNORECASE)
-_EXIT_ONLY = re.compile(r"^(?:exit(?:ed)?|return ?code|process exited)\W.{0,20}$", re.IGNORECASE)
+_REMEMBER = re.compile(r"\b(?:remember|note that|keep in mind|important)\b|记住|注意|记得|"
+                       r"覚えて|注意して", re.IGNORECASE)
+_NUDGE = re.compile(
+    r"^(?:next|continue|go on|go ahead|proceed|ok(?:ay)?|yes|yep|sure|thanks?|thank you|great|"
+    r"good|nice|cool|继续|好的?|行|可以|下一个|下一步|次へ?|続けて|はい|了解)(?:\b|(?=[:：,，.!！。 ]))"
+    r"\s*[:：,，.!！。]?\s*", re.IGNORECASE)
+_ERRORISH = re.compile(r"\b\w*(?:Error|Exception)\b|^E\s|\bFAILED\b|\b[Ee]rror:")
 _PATH_MENTION = re.compile(r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+\.\w{1,10}\b|"
                            r"\b[\w-]+\.(?:py|js|ts|tsx|go|rs|java|rb|php|c|h|cpp|json|ya?ml|"
                            r"toml|md|sql|sh|html|css)\b")
-_PATH_KEYS = ("path", "file_path", "filename", "file", "target", "destination", "source")
-_LABELS = {
-    "en": {"latest": "Latest request in this span", "last_step": "Last assistant step",
-           "span": "Replaced {n} messages ({u} user, {a} assistant, {t} tool results)",
-           "tools": "Tools used", "continue": "Continue with the latest message after this "
-           "summary.", "read": "read", "modified": "modified", "mentioned": "mentioned"},
-    "zh": {"latest": "此段中最近的请求", "last_step": "助手最后一步",
-           "span": "已替换 {n} 条消息（用户 {u}，助手 {a}，工具结果 {t}）",
-           "tools": "使用过的工具", "continue": "请继续处理摘要之后的最新消息。",
-           "read": "已读取", "modified": "已修改", "mentioned": "提及"},
-    "ja": {"latest": "この範囲の最新の依頼", "last_step": "アシスタントの最後の手順",
-           "span": "{n} 件のメッセージを置換（ユーザー {u}、アシスタント {a}、ツール結果 {t}）",
-           "tools": "使用したツール", "continue": "要約の後の最新メッセージに従って続けてください。",
-           "read": "読み取り", "modified": "変更", "mentioned": "言及"},
-}
-_CAPS = {"goal": 4, "constraints": 12, "done": 25, "in_progress": 6, "blocked": 10,
-         "decisions": 12, "files": 30, "next_steps": 8, "critical": 12}
+_FILE_ITEM = re.compile(r"^`([^`]+)`")
+_ACTIONS = ("modified", "read", "mentioned")
+_CAPS = {"goal": 3, "constraints": 12, "done": 20, "in_progress": 3, "blocked": 10,
+         "decisions": 12, "files": 15, "next_steps": 8, "critical": 12}
+_OPEN_TODO = ("pending", "in_progress", "in-progress", "open", "todo", "blocked")
 
 
 def _short(text: str, limit: int = ITEM_CHARS) -> str:
@@ -78,25 +85,19 @@ def _short(text: str, limit: int = ITEM_CHARS) -> str:
 
 
 def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.split(text) if len(s.strip()) > 3]
+    """Sentences of ``text``; fragments cut inside brackets ("…; the table was removed).")
+    are dropped rather than quoted out of context."""
+    out = [s.strip() for s in _SENTENCE.split(text) if len(s.strip()) > 3]
+    return [s for s in out if s.count("(") == s.count(")") and s.count("（") == s.count("）")]
 
 
-@dataclass
-class _Notes:
-    """What the scan collects, in order of appearance."""
-
-    sections: dict[str, dict[str, None]] = field(default_factory=dict)  # ordered sets
-    files: dict[str, set[str]] = field(default_factory=dict)
-    tools: dict[str, int] = field(default_factory=dict)
-    failures: dict[str, str] = field(default_factory=dict)  # gist -> error item
-
-    def add(self, key: str, item: str) -> None:
-        item = _short(item)
-        if item:
-            self.sections.setdefault(key, {})[item] = None
-
-    def touch(self, path: str, action: str) -> None:
-        self.files.setdefault(path, set()).add(action)
+def is_nudge(text: str) -> bool:
+    """A short steer ("Next: tests/a.py.", "继续：测试。", "ok") — progress, not a goal."""
+    text = " ".join(text.split())
+    if len(text) <= 16:
+        return True
+    match = _NUDGE.match(text)
+    return match is not None and len(text) - match.end() <= 40
 
 
 def _real_users(messages: Sequence[Message]) -> list[Message]:
@@ -104,91 +105,170 @@ def _real_users(messages: Sequence[Message]) -> list[Message]:
             and content_text(m).strip()]
 
 
-def _scan_tool_group(call: dict[str, object], result: Message | None, notes: _Notes,
-                     labels: dict[str, str]) -> None:
-    fn = call.get("function") if isinstance(call.get("function"), dict) else {}
-    assert isinstance(fn, dict)
-    name, args = str(fn.get("name") or "tool"), str(fn.get("arguments") or "")
-    notes.tools[name] = notes.tools.get(name, 0) + 1
-    gist = argument_gist(args, 120)
-    try:
-        parsed = json.loads(args) if args else {}
-    except ValueError:
-        parsed = {}
-    if isinstance(parsed, dict):
-        for key in _PATH_KEYS:
-            if isinstance(parsed.get(key), str) and parsed[key].strip():
-                action = labels["modified"] if _WRITE_TOOLS.search(name) else labels["read"]
-                notes.touch(parsed[key].strip(), f"{action} ({name})")
-    if result is None:
-        return
-    output = content_text(result)
-    status = exit_status(output)
-    error = first_error_line(output)
-    failed = (status not in (None, "0")) or (status is None and error is not None
-                                             and len(output) < 4000)
-    label = f"{name} `{gist}`" if gist else name
-    if failed:
-        notes.failures[gist or name] = f"{label} -> " + (f"exit {status}" if status else "error") \
-            + (f": {error}" if error else "")
-    else:
-        notes.failures.pop(gist or name, None)
-        last = next((ln.strip() for ln in reversed(output.splitlines())
-                     if ln.strip() and not _EXIT_ONLY.match(ln.strip())), "")
-        tail = f" — {_short(last, 120)}" if last else ""
-        notes.add("done", f"{label} -> " + (f"exit {status}" if status else "ok") + tail)
+def _dedup(items: Sequence[str], cap: int) -> list[str]:
+    """Unique items, a repeat moving to its latest position; the ``cap`` most recent."""
+    seen: dict[str, None] = {}
+    for item in items:
+        if item:
+            seen.pop(item, None)
+            seen[item] = None
+    return list(seen)[-cap:]
 
 
-def _scan_users(prefix: Sequence[Message], notes: _Notes, labels: dict[str, str]) -> None:
-    """Constraints, user decisions and mentioned files come from every user message so far."""
-    for msg in _real_users(prefix):
-        text = content_text(msg)
-        for sentence in _sentences(text):
-            if _CONSTRAINT.search(sentence):
-                notes.add("constraints", sentence)
-            elif _DECISION.search(sentence):
-                notes.add("decisions", sentence)
-        for match in _PATH_MENTION.finditer(text):
-            notes.touch(match.group(0).strip("`'\".,;:"), labels["mentioned"])
+def _strip_label(item: str, prefixes: Sequence[str]) -> str | None:
+    for prefix in prefixes:
+        if item.startswith(prefix + ":") or item.startswith(prefix + "："):
+            return item[len(prefix) + 1:].strip()
+    return None
 
 
-def _scan(turns: Sequence[Message], notes: _Notes, labels: dict[str, str]) -> None:
-    results = {str(m.get("tool_call_id")): m for m in turns if m.get("role") == "tool"}
-    for msg in turns:
+def _labelled(item: str, prefixes: Sequence[str]) -> bool:
+    return any(item.startswith((p + " (", p + ":", p + "：", p + " `")) for p in prefixes)
+
+
+def _goal(previous: SummarySections, request: SummaryRequest, labels: dict[str, str]
+          ) -> list[str]:
+    current_labels = label_prefixes("current") + label_prefixes("latest")
+    originals = [g for g in previous.get("goal")
+                 if _strip_label(g, current_labels) is None and not is_nudge(g)][:1]
+    previous_current = [c for g in previous.get("goal")
+                        if (c := _strip_label(g, current_labels)) and not is_nudge(c)]
+    asks = [_short(content_text(m)) for m in _real_users(request.prefix)]
+    asks = [a for a in asks if not is_nudge(a)]
+    if not originals and asks:
+        originals = asks[:1]
+    latest = asks[-1] if asks else (previous_current[-1] if previous_current else "")
+    if latest and latest not in originals:
+        return [*originals, f"{labels['current']}: {latest}"]
+    return originals
+
+
+def _statements(turns: Sequence[Message]) -> dict[str, list[tuple[int, str]]]:
+    """Sentences of the assistant (decisions, plans, completions) and user notes, by position."""
+    found: dict[str, list[tuple[int, str]]] = {"decisions": [], "next_steps": [], "done": [],
+                                               "critical": [], "constraints": []}
+    for pos, msg in enumerate(turns):
         role = msg.get("role")
-        if is_summary_message(msg):
+        if is_summary_message(msg) or role not in ("user", "assistant"):
             continue
-        text = content_text(msg)
-        if role == "assistant":
-            for match in _PATH_MENTION.finditer(text):
-                notes.touch(match.group(0).strip("`'\".,;:"), labels["mentioned"])
-            for sentence in _sentences(text):
-                if _DECISION.search(sentence):
-                    notes.add("decisions", sentence)
-                elif _NEXT.search(sentence):
-                    notes.add("next_steps", sentence)
-                elif _DONE.search(sentence):
-                    notes.add("done", sentence)
-            for call in msg.get("tool_calls") or []:
-                _scan_tool_group(call, results.get(str(call.get("id"))), notes, labels)
+        for sentence in _sentences(content_text(msg)):
+            if role == "user":
+                if _REMEMBER.search(sentence):
+                    found["critical"].append((pos, _short(sentence)))
+                continue
+            for key, pattern in (("decisions", _DECISION), ("next_steps", _NEXT),
+                                 ("done", _DONE)):
+                if pattern.search(sentence):
+                    found[key].append((pos, _short(sentence)))
+                    break
+    return found
 
 
-def _merge(previous: SummarySections | None, fresh: dict[str, dict[str, None]]
-           ) -> dict[str, list[str]]:
-    merged: dict[str, list[str]] = {}
-    for key, cap in _CAPS.items():
-        old = list(previous.get(key)) if previous else []
-        seen = set(old)
-        new = [i for i in fresh.get(key, {}) if i not in seen]
-        items = old + new
-        if key == "goal":
-            items = items[:cap]  # the original goal leads; later requests follow
-        elif key == "in_progress":
-            items = (new or old)[-cap:]  # the newest state replaces the old one
-        else:
-            items = items[-cap:]  # keep the most recent
-        merged[key] = items
-    return merged
+def _constraints(previous: SummarySections, request: SummaryRequest) -> list[str]:
+    """From every user message seen so far (the head's first request too)."""
+    fresh: list[str] = []
+    for msg in _real_users(request.prefix):
+        fresh += [_short(s) for s in _sentences(content_text(msg)) if _CONSTRAINT.search(s)]
+    return _dedup(list(previous.get("constraints")) + fresh, _CAPS["constraints"])
+
+
+def _progress(previous: SummarySections, activity: Activity,
+              statements: list[tuple[int, str]]) -> tuple[list[str], list[str]]:
+    """Done and Blocked, reconciled with the previous summary's lists."""
+    outcomes = list(activity.outcomes.values())
+    keys = {o.key for o in outcomes}
+    successes = [o.key for o in outcomes if o.ok and o.tool == "command"]
+    blocked_old: list[str] = []
+    for item in previous.get("blocked"):
+        key = item_key(item)
+        if key is None:
+            blocked_old.append(item)
+            continue
+        match = next((o for o in outcomes if o.key == key), None)
+        if match is not None and match.ok and not match.earlier_error:
+            match.earlier_error = _short(item.split("→" if "→" in item else "->", 1)[-1], 120)
+        if key not in keys and not any(resolves(s, key) for s in successes):
+            blocked_old.append(item)
+    done_old = [i for i in previous.get("done") if item_key(i) not in keys]
+    covered = [t for o in outcomes if o.ok and o.tool == "command"
+               for t in command_shape(o.key)[1]]
+    said = [(p, t) for p, t in statements if not any(c in t for c in covered)]  # restatements
+    fresh: list[tuple[int, str]] = [(o.position, o.render()) for o in outcomes if o.ok] + said
+    done = _dedup(done_old + [t for _, t in sorted(fresh)], _CAPS["done"])
+    blocked = _dedup(blocked_old + [o.render() for o in outcomes if not o.ok], _CAPS["blocked"])
+    return done, blocked
+
+
+def _in_progress(previous: SummarySections, turns: Sequence[Message], labels: dict[str, str]
+                 ) -> list[str]:
+    items: list[str] = []
+    users = _real_users(turns)
+    if users and is_nudge(content_text(users[-1])):
+        items.append(f"{labels['instruction']}: {_short(content_text(users[-1]), 160)}")
+    last = next((m for m in reversed(turns) if m.get("role") == "assistant"
+                 and content_text(m).strip()), None)
+    if last is not None:
+        items.append(f"{labels['last_step']}: {_short(content_text(last), 240)}")
+    return items or list(previous.get("in_progress"))[-_CAPS["in_progress"]:]
+
+
+def _files(previous: SummarySections, activity: Activity, turns: Sequence[Message],
+           labels: dict[str, str]) -> list[str]:
+    """One line per real path, union of actions, most recently touched first, bounded."""
+    for pos, msg in enumerate(turns):
+        if msg.get("role") in ("user", "assistant") and not is_summary_message(msg):
+            for match in _PATH_MENTION.finditer(content_text(msg)):
+                activity.touch(match.group(0), "mentioned", pos)
+    words = {labels_[a]: a for labels_ in LABELS.values() for a in _ACTIONS}
+    merged: dict[str, set[str]] = {}
+    for path, (_, actions) in sorted(activity.files.items(), key=lambda kv: -kv[1][0]):
+        merged[path] = set(actions)
+    for item in previous.get("files"):
+        found = _FILE_ITEM.match(item)
+        path = found.group(1) if found else ""
+        if not is_path_like(path):
+            continue
+        acts = re.sub(r"\([^)]*\)", "", item.split("—", 1)[-1]).split(",")
+        merged.setdefault(path, set()).update(words[a.strip()] for a in acts
+                                              if a.strip() in words)
+    for path in [p for p in merged if "/" not in p]:  # a bare name joins its full path
+        full = [p for p in merged if p.endswith("/" + path)]
+        if len(full) == 1:
+            merged[full[0]] |= merged.pop(path)
+    return [f"`{path}` — " + ", ".join(labels[a] for a in _ACTIONS if a in acts)
+            for path, acts in list(merged.items())[:_CAPS["files"]]]
+
+
+def _next_steps(previous: SummarySections, activity: Activity, plans: list[tuple[int, str]],
+                blocked: list[str], turns: Sequence[Message], labels: dict[str, str]
+                ) -> list[str]:
+    generated = label_prefixes("todo") + label_prefixes("resolve") + label_prefixes("answer")
+    continues = {lab["continue"] for lab in LABELS.values()}
+    old = [i for i in previous.get("next_steps") if i not in continues]
+    if activity.todos is not None:
+        todos = [f"{labels['todo']} ({status}): {_short(text, 200)}"
+                 for status, text in activity.todos if status.lower() in _OPEN_TODO]
+    else:
+        todos = [i for i in old if _labelled(i, label_prefixes("todo"))]
+    stated = [t for _, t in plans][-3:] or [i for i in old if not _labelled(i, generated)]
+    fixes = [f"{labels['resolve']} `{key}`" for i in blocked if (key := item_key(i))][-4:]
+    items = todos + stated[-3:] + fixes
+    users = _real_users(turns)
+    if users:  # nothing at all after it in the span: the request is still open
+        after = turns[max(i for i, m in enumerate(turns) if m is users[-1]) + 1:]
+        if not any(m.get("role") == "assistant" for m in after):
+            items.append(f"{labels['answer']}: {_short(content_text(users[-1]), 200)}")
+    return _dedup(items, _CAPS["next_steps"]) or [labels["continue"]]
+
+
+def _critical(previous: SummarySections, notes: list[tuple[int, str]], blocked: list[str],
+              tally: Tally, labels: dict[str, str]) -> list[str]:
+    """User notes and still-relevant old items, deduplicated; bookkeeping summed into 2 lines."""
+    blocked_text = "\n".join(blocked)
+    kept = [i for i in previous.get("critical") if not tally.absorb(i)
+            and (not _ERRORISH.search(i) or i.lstrip("E ").strip() in blocked_text)]
+    items = _dedup(kept + [t for _, t in notes], _CAPS["critical"])
+    return items + tally.render(labels)
 
 
 def _fit(sections: dict[str, list[str]], language: str, budget: int,
@@ -211,45 +291,30 @@ class BuiltinSummarizer:
     name = "builtin"
 
     def summarize(self, request: SummaryRequest) -> SummaryDraft:
-        labels = _LABELS.get(request.language, _LABELS["en"])
-        notes = _Notes()
-        users = _real_users(request.prefix)
-        span_users = _real_users(request.turns)
-        if users:
-            notes.add("goal", content_text(users[0]))
-        if span_users and span_users[-1] is not (users[0] if users else None):
-            notes.add("goal", f"{labels['latest']}: {content_text(span_users[-1])}")
-        _scan_users(request.prefix, notes, labels)
-        _scan(request.turns, notes, labels)
-        for item in notes.failures.values():
-            notes.add("blocked", item)
-        last_assistant = next((m for m in reversed(request.turns) if m.get("role") == "assistant"
-                               and content_text(m).strip()), None)
-        if last_assistant is not None:
-            notes.add("in_progress",
-                      f"{labels['last_step']}: {_short(content_text(last_assistant), 240)}")
-        for path, actions in notes.files.items():
-            notes.add("files", f"`{path}` — {', '.join(sorted(actions))}")
-        notes.add("next_steps", labels["continue"])
-        self._critical(request, notes, labels)
-        previous = parse_body(request.previous_summary) if request.previous_summary else None
-        merged = _merge(previous, notes.sections)
-        fitted = _fit(merged, request.language, request.budget_tokens,
+        labels = LABELS.get(request.language, LABELS["en"])
+        previous = (parse_body(request.previous_summary) if request.previous_summary
+                    else SummarySections({}))
+        turns = request.turns
+        activity = scan_activity(turns)
+        said = _statements(turns)
+        done, blocked = _progress(previous, activity, said["done"])
+        tally = Tally.of_span(turns, activity.tools)
+        sections = {
+            "goal": _goal(previous, request, labels),
+            "constraints": _constraints(previous, request),
+            "done": done,
+            "in_progress": _in_progress(previous, turns, labels),
+            "blocked": blocked,
+            "decisions": _dedup(list(previous.get("decisions"))
+                                + [t for _, t in said["decisions"]], _CAPS["decisions"]),
+            "files": _files(previous, activity, turns, labels),
+            "next_steps": _next_steps(previous, activity, said["next_steps"], blocked, turns,
+                                      labels),
+            "critical": _critical(previous, said["critical"], blocked, tally, labels),
+        }
+        fitted = _fit(sections, request.language, request.budget_tokens,
                       request.counter.count_text)
         return SummaryDraft(body=render_body(fitted, request.language), summarizer=self.name)
 
-    @staticmethod
-    def _critical(request: SummaryRequest, notes: _Notes, labels: dict[str, str]) -> None:
-        turns = request.turns
-        roles = [m.get("role") for m in turns]
-        notes.add("critical", labels["span"].format(
-            n=len(turns), u=roles.count("user"), a=roles.count("assistant"),
-            t=roles.count("tool")))
-        if notes.tools:
-            used = ", ".join(f"{name} ×{n}" for name, n in sorted(notes.tools.items()))
-            notes.add("critical", f"{labels['tools']}: {used}")
-        for msg in turns:
-            if msg.get("role") == "tool":
-                error = first_error_line(content_text(msg))
-                if error:
-                    notes.add("critical", error)
+
+__all__ = ["BuiltinSummarizer", "Outcome", "is_nudge"]

@@ -60,13 +60,34 @@ _KANA = re.compile(r"[\u3040-\u30ff]")
 _LATIN = re.compile(r"[A-Za-z]")
 
 
+_NOT_PROSE = re.compile(r"`[^`\n]*`|https?://\S+|\S*[/\\]\S*|\S+\.\w{1,5}\b|[\w-]+_[\w-]+")
+
+
+def _language_text(message: Message) -> str:
+    """The prose a message contributes: a summary counts by its items, not its framing."""
+    text = content_text(message)
+    if is_summary_message(message):
+        body, _ = unwrap_summary(text)
+        text = "\n".join(line for line in body.splitlines() if not line.startswith("#"))
+    return _NOT_PROSE.sub(" ", text)
+
+
 def detect_language(messages: Sequence[Message]) -> str:
-    """"zh", "ja" or "en", from what the user wrote (all messages if there is no user text)."""
-    texts = [content_text(m) for m in messages if m.get("role") == "user"]
-    sample = "\n".join(texts)[-20_000:] or "\n".join(content_text(m) for m in messages)[-20_000:]
+    """"zh", "ja" or "en", from what the user wrote (all messages if there is no user text).
+
+    Code, paths, URLs and identifiers are not prose and do not count; a previous summary counts
+    by its items, so the history weighs in. One Han/kana character weighs as two Latin letters
+    (a little under the same information: ties go to English), so a mostly-English
+    conversation with a Chinese stretch stays English and a mostly-Chinese one full of English
+    identifiers is Chinese.
+    """
+    texts = [_language_text(m) for m in messages if m.get("role") == "user"]
+    sample = "\n".join(texts)[-20_000:]
+    if not sample.strip():
+        sample = "\n".join(_language_text(m) for m in messages)[-20_000:]
     kana, han = len(_KANA.findall(sample)), len(_HAN.findall(sample))
     latin = len(_LATIN.findall(sample))
-    if kana + han == 0 or (kana + han) * 3 < latin * 0.25:
+    if kana + han == 0 or (kana + han) * 2 < latin:
         return "en"
     return "ja" if kana >= max(3, (kana + han) // 10) else "zh"
 

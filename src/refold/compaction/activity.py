@@ -1,0 +1,200 @@
+"""What the tools did in a span: command outcomes, file touches, the todo list.
+
+The builtin summarizer reports *outcomes*, not calls. Every tool call is reduced to at most one
+``Outcome`` keyed by what a later call would be matched on (the command line, or the path a write
+tool changed); a later outcome for the same key replaces the earlier one, so a failure fixed later
+in the span ends up as a success (noting the earlier error), never as "blocked". Reads and
+inspections (``cat``, ``git status``, ``grep``…) are not outcomes: they only mark files as read.
+
+Outcome items render as ``[tool ]`key` → result`` so a later compaction can parse the key back
+out of the previous summary (``item_key``) and reconcile its Done / Blocked lists with new runs.
+Pure and deterministic: no clock, no randomness.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from refold.compaction.prune import exit_status, first_error_line
+from refold.messages.model import Message, content_text
+
+ARROW = "→"
+_ITEM_KEY = re.compile(r"^(?:[\w.:-]+ )?`([^`]+)` (?:→|->) ")
+_COMMAND_KEYS = ("command", "cmd", "script")
+_PATH_KEYS = ("path", "file_path", "filename", "file", "target", "destination", "source")
+_SKIP_TOOLS = re.compile(r"^(?:memory|todo\w*|session_search|clarify|skill\w*)$", re.IGNORECASE)
+_WRITE_TOOLS = re.compile(r"write|edit|patch|apply|replace|create|insert|update|save|mkdir|mv|"
+                          r"rename|delete|remove|rm", re.IGNORECASE)
+_INSPECT = re.compile(
+    r"^\s*(?:git\s+(?:status|diff|log|show|branch|blame|ls-files|remote|rev-parse)|ls|cat|"
+    r"grep|rg|ag|find|fd|head|tail|wc|less|more|echo|pwd|which|tree|sed\s+-n|awk|du|df|env|"
+    r"printenv|file|stat|type|whoami|date|history)\b")
+_RUNNERS = {"python", "python3", "-m", "uv", "run", "poetry", "pipenv", "npx", "pnpm", "yarn",
+            "npm", "sudo", "env", "exec", "bundle", "cargo", "go", "dotnet"}
+_PATHLIKE = re.compile(r"^(?:~|\.{1,2})?/?(?:[\w.@+-]+/)*[\w.@+-]+\.[A-Za-z]\w{0,9}$|"
+                       r"^(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+/?$")
+_EXIT_ONLY = re.compile(r"^(?:exit(?:ed)?|return ?code|process exited)\W.{0,20}$", re.IGNORECASE)
+_PYTEST_E = re.compile(r"^E\s+")  # pytest's marker for assertion lines
+_FIXED_NOISE = re.compile(r"^(?:error|exit \d+)?:?\s*(?:E\s+)?")
+_FILTERS = ("-k", "-m", "--filter", "--grep", "-t", "--testNamePattern")
+
+
+def is_path_like(text: str) -> bool:
+    """A file or directory path (``src/a.py``, ``a.py``, ``docs/``), not a word or a URL."""
+    text = text.strip()
+    return (0 < len(text) <= 200 and "://" not in text and not text.startswith("-")
+            and _PATHLIKE.match(text) is not None)
+
+
+def item_key(item: str) -> str | None:
+    """The command or path an outcome item was rendered for (``None`` for free text)."""
+    match = _ITEM_KEY.match(item)
+    return match.group(1) if match else None
+
+
+def command_shape(command: str) -> tuple[str, frozenset[str], bool]:
+    """``(program, targets, filtered)``: ``pytest -q tests/a.py::t`` → pytest, {tests/a.py}."""
+    words = command.split()
+    program = next((w for w in words if w not in _RUNNERS and not w.startswith("-")), "")
+    targets = frozenset(w.split("::")[0] for w in words[1:]
+                        if not w.startswith("-") and is_path_like(w.split("::")[0]))
+    filtered = any(w in _FILTERS or "::" in w for w in words)
+    return program.rsplit("/", 1)[-1], targets, filtered
+
+
+def resolves(success_key: str, failure_key: str) -> bool:
+    """Does a successful run of ``success_key`` settle the failure of ``failure_key``?
+
+    Same command; or the same program on an overlapping target (``pytest tests/a.py`` after
+    ``pytest -q tests/a.py``); or an unfiltered whole run of the same program (``pytest -q``).
+    """
+    if success_key == failure_key:
+        return True
+    program, targets, filtered = command_shape(success_key)
+    f_program, f_targets, _ = command_shape(failure_key)
+    if not program or program != f_program:
+        return False
+    return bool(targets & f_targets) or (not targets and not filtered)
+
+
+@dataclass
+class Outcome:
+    key: str
+    tool: str
+    ok: bool
+    detail: str  # the result line (ok) or the error (failed)
+    position: int
+    earlier_error: str = ""  # a failure of the same key this success settled
+
+    def render(self) -> str:
+        lead = f"`{self.key}`" if self.tool == "command" else f"{self.tool} `{self.key}`"
+        text = f"{lead} {ARROW} {self.detail}"
+        if self.ok and self.earlier_error:
+            text += f" (fixed: {_FIXED_NOISE.sub('', self.earlier_error)})"
+        return text
+
+
+@dataclass
+class Activity:
+    outcomes: dict[str, Outcome] = field(default_factory=dict)  # latest per key
+    files: dict[str, tuple[int, set[str]]] = field(default_factory=dict)  # path → (pos, acts)
+    tools: dict[str, int] = field(default_factory=dict)
+    todos: list[tuple[str, str]] | None = None  # (status, content) of the last todo list
+
+    def touch(self, path: str, action: str, position: int) -> None:
+        path = path.strip().strip("`'\".,;:")
+        if is_path_like(path):
+            _, actions = self.files.get(path, (position, set()))
+            self.files[path] = (position, actions | {action})
+
+    def record(self, outcome: Outcome) -> None:
+        old = self.outcomes.pop(outcome.key, None)
+        if outcome.ok:
+            if old is not None and not old.ok:
+                outcome.earlier_error = old.detail
+            for key in [k for k, o in self.outcomes.items() if not o.ok
+                        and outcome.tool == o.tool == "command" and resolves(outcome.key, k)]:
+                del self.outcomes[key]
+        self.outcomes[outcome.key] = outcome
+
+
+def _args(raw: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _todos(args: dict[str, Any], output: str) -> list[tuple[str, str]] | None:
+    """Open items of a ``todo`` call: from its result (the full list), else its arguments."""
+    for source in (_args(output), args):
+        todos = source.get("todos")
+        if isinstance(todos, list) and not (source is args and args.get("merge")):
+            return [(str(t.get("status") or "pending"), " ".join(str(t.get("content")).split()))
+                    for t in todos if isinstance(t, dict) and t.get("content")]
+    return None
+
+
+def _result_line(output: str) -> str:
+    line = next((ln.strip() for ln in reversed(output.splitlines())
+                 if ln.strip() and not _EXIT_ONLY.match(ln.strip())), "")
+    line = " ".join(line.split())
+    return line if len(line) <= 120 else line[:119] + "…"
+
+
+def _outcome(name: str, args: dict[str, Any], output: str, position: int) -> Outcome | None:
+    command = next((args[k] for k in _COMMAND_KEYS if isinstance(args.get(k), str)), None)
+    path = next((args[k].strip() for k in _PATH_KEYS if isinstance(args.get(k), str)
+                 and is_path_like(args[k])), None)
+    if command is not None:
+        command = " ".join(command.strip().splitlines()[0].split())[:160] if command.strip() \
+            else ""
+        if not command or _INSPECT.match(command):
+            return None
+        key, tool = command, "command"
+    elif path is not None and _WRITE_TOOLS.search(name):
+        key, tool = path, name
+    else:
+        return None
+    status = exit_status(output)
+    error = first_error_line(output)
+    error = _PYTEST_E.sub("", error) if error else error
+    failed = (status not in (None, "0")) or (status is None and error is not None
+                                             and len(output) < 4000)
+    if failed:
+        detail = (f"exit {status}" if status else "error") + (f": {error}" if error else "")
+    else:
+        detail = _result_line(output) or (f"exit {status}" if status else "ok")
+    return Outcome(key, tool, not failed, detail, position)
+
+
+def scan_activity(turns: Sequence[Message]) -> Activity:
+    """Outcomes, file touches, tool counts and the last todo list of ``turns``, in order."""
+    activity = Activity()
+    results = {str(m.get("tool_call_id")): m for m in turns if m.get("role") == "tool"}
+    for pos, msg in enumerate(turns):
+        for call in msg.get("tool_calls") or []:
+            fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+            name = str(fn.get("name") or "tool")
+            activity.tools[name] = activity.tools.get(name, 0) + 1
+            args = _args(str(fn.get("arguments") or ""))
+            result = results.get(str(call.get("id")))
+            output = content_text(result) if result is not None else ""
+            if name.lower().startswith("todo"):
+                activity.todos = _todos(args, output) or activity.todos
+            if _SKIP_TOOLS.match(name):
+                continue
+            written = _WRITE_TOOLS.search(name) is not None
+            for key in _PATH_KEYS:
+                if isinstance(args.get(key), str):
+                    activity.touch(args[key], "modified" if written else "read", pos)
+            if result is not None:
+                outcome = _outcome(name, args, output, pos)
+                if outcome is not None:
+                    activity.record(outcome)
+    return activity
