@@ -174,7 +174,7 @@ def test_overflow_from_a_real_server_is_recovered_by_compaction() -> None:
         assert len(sent) < len(msgs) and provider_problems(sent, "openai") == []
         assert len(s.llm.requests) >= 2  # the first attempt overflowed
     with serve(max_context_tokens=10) as s, HttpChatClient(s.base_url) as c, \
-            pytest.raises(CompactionError, match="still too long|cannot be made smaller"):
+            pytest.raises(CompactionError, match=r"still too long|cannot be made smaller"):
         # a clear error either way, never a loop: the builtin summary of an already compacted
         # transcript is a fixed point, so the last attempt may find nothing left to shrink
         complete_with_overflow_recovery(lambda m: c.complete(m, model="m"), msgs,

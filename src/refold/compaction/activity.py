@@ -38,6 +38,8 @@ _RUNNERS = {"python", "python3", "-m", "uv", "run", "poetry", "pipenv", "npx", "
 _PATHLIKE = re.compile(r"^(?:~|\.{1,2})?/?(?:[\w.@+-]+/)*[\w.@+-]+\.[A-Za-z]\w{0,9}$|"
                        r"^(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+/?$")
 _EXIT_ONLY = re.compile(r"^(?:exit(?:ed)?|return ?code|process exited)\W.{0,20}$", re.IGNORECASE)
+_PRUNED = re.compile(r"^\[[\w.:-]+\] (?:ran `.*?` )?-> (.*?)(?:; error: (.*))? "
+                     r"\(full output in the session ledger\)$", re.DOTALL)
 _PYTEST_E = re.compile(r"^E\s+")  # pytest's marker for assertion lines
 _FIXED_NOISE = re.compile(r"^(?:error|exit \d+)?:?\s*(?:E\s+)?")
 _FILTERS = ("-k", "-m", "--filter", "--grep", "-t", "--testNamePattern")
@@ -114,8 +116,8 @@ class Activity:
     def record(self, outcome: Outcome) -> None:
         old = self.outcomes.pop(outcome.key, None)
         if outcome.ok:
-            if old is not None and not old.ok:
-                outcome.earlier_error = old.detail
+            if old is not None:
+                outcome.earlier_error = old.earlier_error if old.ok else old.detail
             for key in [k for k, o in self.outcomes.items() if not o.ok
                         and outcome.tool == o.tool == "command" and resolves(outcome.key, k)]:
                 del self.outcomes[key]
@@ -161,15 +163,21 @@ def _outcome(name: str, args: dict[str, Any], output: str, position: int) -> Out
         key, tool = path, name
     else:
         return None
-    status = exit_status(output)
-    error = first_error_line(output)
+    pruned = _PRUNED.match(output.strip())
+    if pruned:  # an earlier compaction's one-line stand-in: read its facts, not its wording
+        facts, error = pruned.group(1), pruned.group(2)
+        found = re.search(r"\bexit (-?\d+)", facts)
+        status = found.group(1) if found else None
+    else:
+        status, error = exit_status(output), first_error_line(output)
     error = _PYTEST_E.sub("", error) if error else error
     failed = (status not in (None, "0")) or (status is None and error is not None
                                              and len(output) < 4000)
     if failed:
         detail = (f"exit {status}" if status else "error") + (f": {error}" if error else "")
     else:
-        detail = _result_line(output) or (f"exit {status}" if status else "ok")
+        line = "" if pruned else _result_line(output)
+        detail = line or (f"exit {status}" if status else "ok")
     return Outcome(key, tool, not failed, detail, position)
 
 

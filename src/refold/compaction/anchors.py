@@ -48,6 +48,7 @@ _DIGITS = re.compile(r"\d+")
 # unified-diff headers name a file as a/PATH and b/PATH (also inside JSON-escaped patches)
 _DIFF_HEADER = re.compile(r"""((?:^|\n|\\n|")(?:---|\+\+\+) )[ab]/|"""
                           r"""((?:^|\n|\\n|")diff --git )a/(\S+) b/""", re.MULTILINE)
+_PRUNE_NOTE = re.compile(r" \(full output in the session ledger\)")  # see prune.py
 _LETTER = re.compile(r"[^\W\d_]")
 _LIST_DEBRIS = re.compile(r"^(?:[-*]\s+)+")
 PROSE_KINDS = ("error",)  # kinds taken only from tool outputs and user text, not assistant prose
@@ -83,7 +84,7 @@ def _message_text(message: Message) -> str:
     parts = [text]
     for call in message.get("tool_calls") or []:
         parts.append(str((call.get("function") or {}).get("arguments") or ""))
-    return _undiff("\n".join(parts))
+    return _PRUNE_NOTE.sub("", _undiff("\n".join(parts)))
 
 
 def carried_anchor(item: str) -> str:

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from refold.compaction.summary import is_summary_message
 from refold.messages.model import Message
 
 LABELS: dict[str, dict[str, str]] = {
@@ -65,8 +66,8 @@ class Tally:
 
     @classmethod
     def of_span(cls, turns: Sequence[Message], tools: Mapping[str, int]) -> Tally:
-        roles = [m.get("role") for m in turns]
-        return cls({"n": len(turns), "u": roles.count("user"), "a": roles.count("assistant"),
+        roles = [m.get("role") for m in turns if not is_summary_message(m)]
+        return cls({"n": len(roles), "u": roles.count("user"), "a": roles.count("assistant"),
                     "t": roles.count("tool")}, dict(tools))
 
     def absorb(self, item: str) -> bool:
