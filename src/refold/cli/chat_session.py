@@ -71,6 +71,9 @@ class ChatSession:
 
     # -- session switching ---------------------------------------------------------------------
     def _switch(self, rt: Any) -> None:
+        previous = getattr(self, "rt", None)
+        if previous is not None and previous is not rt:
+            previous.close()  # memory providers hear that the session they saw ended
         self.rt = rt
         self.tools = None
         if self.use_tools:

@@ -6,6 +6,13 @@ pool so no in-flight record or checkpoint is lost at shutdown.
 
 Session references resolve like the CLI: an exact id, a unique id prefix or a title; resuming
 follows the lineage to its latest descendant with messages (``Store.resolve_resume``).
+
+Memory provider hooks (``refold.memory`` external providers, via ``MemoryLink``): recall is taken
+and queued when a user turn starts (``refold.runtime.recall`` says where it goes), ``sync_turn``
+runs after each completed turn, ``on_pre_compress`` sees the rows a checkpoint is about to
+replace, ``on_session_end`` runs when a runtime is closed (``SessionRuntime.close``, the proxy's
+eviction) and for every runtime still open (still referenced) when the engine closes. A failing provider never
+breaks a turn.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import logging
 import os
 import threading
 import uuid
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,12 +29,15 @@ from typing import TYPE_CHECKING, Any
 from refold.errors import InvalidInput
 from refold.runtime.context import ContextOps
 from refold.runtime.memory_link import MemoryLink
+from refold.runtime.precompact import plan_is_current
+from refold.runtime.recall import recall_block
 from refold.runtime.session import SessionRuntime
 from refold.store.base import Session, Store
 
 if TYPE_CHECKING:
     from refold.compaction.policy import CompactionPolicy
     from refold.llm import ChatClient
+    from refold.runtime.precompact import Plan
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +69,7 @@ class Engine:
         self.holder = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._closed = False
         self._lock = threading.Lock()
+        self._open: weakref.WeakSet[SessionRuntime] = weakref.WeakSet()  # not closed yet
 
     # -- sessions ------------------------------------------------------------------------------
     def open_session(self, ref: str | None = None, *, new: bool = False,
@@ -65,7 +77,10 @@ class Engine:
                      branch_at: int | None = None) -> SessionRuntime:
         """Open a runtime: ``new``, ``ref`` (id / prefix / title, resumed), or the latest."""
         session = self._resolve(ref, new=new, title=title, source=source, branch_at=branch_at)
-        return SessionRuntime(self, session.id, snapshot=self._render_snapshot())
+        runtime = SessionRuntime(self, session.id, snapshot=self._render_snapshot())
+        with self._lock:
+            self._open.add(runtime)
+        return runtime
 
     def _resolve(self, ref: str | None, *, new: bool, title: str | None, source: str | None,
                  branch_at: int | None) -> Session:
@@ -111,6 +126,36 @@ class Engine:
         except Exception as exc:  # review is best effort; the turn already succeeded
             log.warning("memory review scheduling failed: %s", exc)
 
+    def turn_recall(self, user_text: str) -> str:
+        """A user turn starts: the marked recall block ready now ("" if none), and a prefetch
+        for ``user_text`` queued for later (external providers only; never waits)."""
+        if self.memory is None or self._closed or not self.memory.has_external:
+            return ""
+        block = recall_block(self.memory.take_recall())
+        self.memory.queue_recall(user_text)
+        return block
+
+    def pre_compress(self, session_id: str, plan: Plan, *, validate: bool = False) -> None:
+        """``plan``'s checkpoint is about to replace rows: show them to the memory provider
+        (with ``validate``, a background plan, only if it still matches the ledger)."""
+        if self.memory is None or not self.memory.has_external or not plan.summarized:
+            return
+        try:
+            if validate and not plan_is_current(self.store, session_id, plan):
+                return
+            rows = self.store.get_messages(session_id, start_seq=plan.summarized[0][0],
+                                           end_seq=plan.summarized[-1][0])
+            self.memory.pre_compress([r.message for r in rows])
+        except Exception as exc:  # a hook, never a reason to skip the compaction
+            log.warning("memory pre-compress hook failed: %s", exc.__class__.__name__)
+
+    def session_closed(self, runtime: SessionRuntime) -> None:
+        """``runtime`` was closed: memory providers hear that its session ended."""
+        with self._lock:
+            self._open.discard(runtime)
+        if self.memory is not None:
+            self.memory.session_end()
+
     # -- lifecycle ------------------------------------------------------------------------------
     def close(self) -> None:
         """Finish background work (pre-compaction, memory review) and release resources."""
@@ -119,6 +164,8 @@ class Engine:
                 return
             self._closed = True
         self.executor.shutdown(wait=True)
+        for runtime in list(self._open):  # sessions still open end with the engine
+            runtime.close()
         if self.memory is not None:
             try:
                 self.memory.shutdown()

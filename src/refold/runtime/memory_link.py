@@ -6,6 +6,12 @@ rendered when a session opens and the ``SessionRuntime`` keeps it frozen; writes
 mid-session reach disk at once and show in the next session's snapshot. After each completed
 user turn the manager syncs providers and counts the turn for background review (which runs on
 its own thread and never writes to the session ledger).
+
+The external provider's lifecycle hooks are driven from here (every call goes through the
+manager, which isolates a failing provider, and is guarded again so a foreign manager cannot
+break a turn either): ``queue_recall`` / ``take_recall`` (prefetch on the manager's worker, the
+turn never waits for it), ``pre_compress`` before a checkpoint replaces messages, ``session_end``
+when a session runtime closes. With no external provider they cost nothing.
 """
 
 from __future__ import annotations
@@ -90,6 +96,38 @@ class MemoryLink:
     def after_turn(self, messages: Sequence[Message], *, tool_iterations: int) -> None:
         """A user turn completed: providers sync and the reviewer counts it (background)."""
         self.manager.sync_turn(list(messages), tool_iterations=tool_iterations)
+
+    # -- external provider hooks -------------------------------------------------------------
+    @property
+    def has_external(self) -> bool:
+        return getattr(self.manager, "external", None) is not None
+
+    def _call(self, hook: str, *args: Any) -> Any:
+        method = getattr(self.manager, hook, None)
+        if method is None or not self.has_external:
+            return None
+        try:
+            return method(*args)
+        except Exception as exc:  # the manager isolates providers; this guards the manager
+            log.warning("memory %s failed, continuing without it: %s", hook,
+                        exc.__class__.__name__)
+            return None
+
+    def queue_recall(self, query: str) -> None:
+        """Ask the external provider for recall about ``query`` (background)."""
+        if query:
+            self._call("queue_prefetch", query)
+
+    def take_recall(self) -> str:
+        """The recall that finished since the last call ("" when none is ready)."""
+        return str(self._call("take_prefetched") or "")
+
+    def pre_compress(self, messages: Sequence[Message]) -> str:
+        """``messages`` are about to be replaced by a summary: let the provider keep notes."""
+        return str(self._call("on_pre_compress", list(messages)) or "")
+
+    def session_end(self) -> None:
+        self._call("on_session_end")
 
     def shutdown(self) -> None:
         self.manager.shutdown()

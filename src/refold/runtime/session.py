@@ -28,6 +28,7 @@ from refold.messages.model import Message, content_text, wire_form
 from refold.runtime.chain import KnownChain
 from refold.runtime.precompact import Plan, Precompactor
 from refold.runtime.prepared import Prepared
+from refold.runtime.recall import with_recall
 from refold.store.base import Projection, Store
 
 if TYPE_CHECKING:
@@ -68,6 +69,8 @@ class SessionRuntime:
         self.user_turns = 0
         self.tool_iterations = 0
         self._turn_tool_iterations = 0
+        self._recall = ""  # this user turn's recalled-memory block (see refold.runtime.recall)
+        self._closed = False
 
     # -- properties ------------------------------------------------------------------------
     @property
@@ -250,6 +253,15 @@ class SessionRuntime:
             parts["session_id"] = self.session_id
             return parts
 
+    def close(self) -> None:
+        """Done with this runtime (the session stays resumable): memory providers get
+        ``on_session_end``, once. The proxy calls it on eviction; ``Engine.close`` for the rest."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._engine.session_closed(self)
+
     # -- internals -----------------------------------------------------------------------------
     def _append_reply(self, message: Message, counts: list[int | None]) -> None:
         """Append the reply; keep the known chain only if it still ends where we think."""
@@ -273,6 +285,9 @@ class SessionRuntime:
                 self.user_turns += 1
                 if self._engine.memory is not None:
                     self._engine.memory.begin_turn()  # the memory tool's per-turn budget
+        users = [m for m in messages if m.get("role") == "user"]
+        if users:  # a new user turn: its recall block, fixed for the whole turn
+            self._recall = self._engine.turn_recall(content_text(users[-1]))
 
     def _note_system_prompt(self, system: str | None) -> None:
         """Keep the client's system prompt in the ledger as an event when it changes."""
@@ -284,7 +299,7 @@ class SessionRuntime:
         self.store.append_event(self.session_id, "system_prompt", {"text": system})
 
     def _build(self, projection: Projection) -> list[Message]:
-        return self.ops.build(projection, self.system_text())
+        return with_recall(self.ops.build(projection, self.system_text()), self._recall)
 
     def _measure(self, projection: Projection) -> int:
         return self.ops.count(self._build(projection), self._tools)
@@ -342,6 +357,7 @@ class SessionRuntime:
         return self._compact_now(projection, target_tokens=None)
 
     def _commit(self, plan: Plan) -> Any:
+        self._engine.pre_compress(self.session_id, plan, validate=True)
         report = self.ops.commit(self.store, self.session_id, plan, holder=self._engine.holder,
                                  trigger=self._trigger, validate=True)
         if report is None:
@@ -355,6 +371,7 @@ class SessionRuntime:
                              trigger=self._trigger, target_tokens=target_tokens)
         if plan is None:
             return None
+        self._engine.pre_compress(self.session_id, plan)
         report = self.ops.commit(self.store, self.session_id, plan, holder=self._engine.holder,
                                  trigger=self._trigger)
         self._maybe_rotate()
