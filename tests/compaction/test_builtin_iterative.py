@@ -278,3 +278,29 @@ def test_repeated_compaction_is_deterministic_and_bounded() -> None:
         assert summary.count("Compacted so far") == 1
     text = "\n".join(content_text(m) for m in first_history)
     assert text.count("[CONTEXT SUMMARY") == 1
+
+
+def test_a_filtered_success_settles_only_its_own_failure() -> None:
+    from refold.compaction.activity import resolves
+
+    assert not resolves("pytest tests/test_login.py -k case4", "pytest tests/test_login.py -k case3")
+    assert not resolves("pytest tests/a.py::test_y", "pytest tests/a.py::test_x")
+    assert resolves("pytest tests/a.py", "pytest -q tests/a.py::test_x")
+    assert resolves("pytest -q", "pytest -q tests/test_db.py")
+    assert not resolves("pytest -q", "ruff check src")
+    span = [call("a", "terminal", command="pytest tests/test_login.py -k case3"),
+            result("a", "KeyError: 'user3'\nexit code 1"),
+            call("b", "terminal", command="pytest tests/test_login.py -k case4"),
+            result("b", "1 passed in 0.5s\nexit code 0")]
+    body = parse_body(BuiltinSummarizer().summarize(_request(span)).body)
+    assert [b.split(" →")[0] for b in body.get("blocked")] == [
+        "`pytest tests/test_login.py -k case3`"]
+
+
+def test_files_named_in_the_first_request_stay_relevant() -> None:
+    head = [{"role": "user", "content": "Fix the login bug in src/app/login.py, please."}]
+    span = [{"role": "assistant", "content": "Looking."},
+            call("a", "terminal", command="pytest tests/test_login.py"),
+            result("a", "1 passed\nexit code 0")]
+    draft = BuiltinSummarizer().summarize(_request(span, prefix=head + span))
+    assert "`src/app/login.py` — mentioned" in parse_body(draft.body).get("files")

@@ -29,7 +29,7 @@ _PATH_KEYS = ("path", "file_path", "filename", "file", "target", "destination", 
 _SKIP_TOOLS = re.compile(r"^(?:memory|todo\w*|session_search|clarify|skill\w*)$", re.IGNORECASE)
 _WRITE_TOOLS = re.compile(r"write|edit|patch|apply|replace|create|insert|update|save|mkdir|mv|"
                           r"rename|delete|remove|rm", re.IGNORECASE)
-_INSPECT = re.compile(
+INSPECT = re.compile(
     r"^\s*(?:git\s+(?:status|diff|log|show|branch|blame|ls-files|remote|rev-parse)|ls|cat|"
     r"grep|rg|ag|find|fd|head|tail|wc|less|more|echo|pwd|which|tree|sed\s+-n|awk|du|df|env|"
     r"printenv|file|stat|type|whoami|date|history)\b")
@@ -71,16 +71,17 @@ def command_shape(command: str) -> tuple[str, frozenset[str], bool]:
 def resolves(success_key: str, failure_key: str) -> bool:
     """Does a successful run of ``success_key`` settle the failure of ``failure_key``?
 
-    Same command; or the same program on an overlapping target (``pytest tests/a.py`` after
-    ``pytest -q tests/a.py``); or an unfiltered whole run of the same program (``pytest -q``).
+    Same command; or an unfiltered run of the same program on an overlapping target
+    (``pytest tests/a.py`` after ``pytest -q tests/a.py::test_x``) or on everything
+    (``pytest -q``). A filtered success (``-k case4``, ``a.py::test_y``) settles only itself.
     """
     if success_key == failure_key:
         return True
     program, targets, filtered = command_shape(success_key)
     f_program, f_targets, _ = command_shape(failure_key)
-    if not program or program != f_program:
+    if filtered or not program or program != f_program:
         return False
-    return bool(targets & f_targets) or (not targets and not filtered)
+    return not targets or bool(targets & f_targets)
 
 
 @dataclass
@@ -156,7 +157,7 @@ def _outcome(name: str, args: dict[str, Any], output: str, position: int) -> Out
     if command is not None:
         command = " ".join(command.strip().splitlines()[0].split())[:160] if command.strip() \
             else ""
-        if not command or _INSPECT.match(command):
+        if not command or INSPECT.match(command):
             return None
         key, tool = command, "command"
     elif path is not None and _WRITE_TOOLS.search(name):

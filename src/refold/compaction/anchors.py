@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from refold.compaction.activity import INSPECT
 from refold.compaction.summary import is_summary_message
 from refold.messages.model import Message, content_text
 
@@ -144,8 +145,8 @@ def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
         if is_summary_message(msg):
             continue  # a previous summary's anchors are carried, not re-extracted from markdown
         bonus = 1.0 if msg.get("role") == "user" else 0.0
-        for command in _command_texts(msg):
-            add(command, "command", 5, pos)
+        for command in _command_texts(msg):  # a look around (grep, git diff) is worth less
+            add(command, "command", 2 if INSPECT.match(command) else 5, pos)
         text = _message_text(msg)
         key = hash(text)
         if not text or (key in scanned and msg.get("role") == "tool"):

@@ -64,6 +64,7 @@ _NEXT = re.compile(
     r"will now|I'll now)\b|下一步|接下来|还需要|然后|待办|次に|残り|これから", re.IGNORECASE)
 _REMEMBER = re.compile(r"\b(?:remember|note that|keep in mind|important)\b|记住|注意|记得|"
                        r"覚えて|注意して", re.IGNORECASE)
+_PYTEST_E = re.compile(r"^E\s+")
 _NUDGE = re.compile(
     r"^(?:next|continue|go on|go ahead|proceed|ok(?:ay)?|yes|yep|sure|thanks?|thank you|great|"
     r"good|nice|cool|继续|好的?|行|可以|下一个|下一步|次へ?|続けて|はい|了解)(?:\b|(?=[:：,，.!！。 ]))"
@@ -213,9 +214,11 @@ def _in_progress(previous: SummarySections, turns: Sequence[Message], labels: di
 
 
 def _files(previous: SummarySections, activity: Activity, turns: Sequence[Message],
-           labels: dict[str, str]) -> list[str]:
+           prefix: Sequence[Message], labels: dict[str, str]) -> list[str]:
     """One line per real path, union of actions, most recently touched first, bounded."""
-    for pos, msg in enumerate(turns):
+    in_span = {id(m) for m in turns}
+    earlier = [(-1, m) for m in _real_users(prefix) if id(m) not in in_span]  # the first ask
+    for pos, msg in [*earlier, *enumerate(turns)]:
         if msg.get("role") in ("user", "assistant") and not is_summary_message(msg):
             for match in _PATH_MENTION.finditer(content_text(msg)):
                 activity.touch(match.group(0), "mentioned", pos)
@@ -266,7 +269,7 @@ def _critical(previous: SummarySections, notes: list[tuple[int, str]], blocked: 
     """User notes and still-relevant old items, deduplicated; bookkeeping summed into 2 lines."""
     blocked_text = "\n".join(blocked)
     kept = [i for i in previous.get("critical") if not tally.absorb(i)
-            and (not _ERRORISH.search(i) or i.lstrip("E ").strip() in blocked_text)]
+            and (not _ERRORISH.search(i) or _PYTEST_E.sub("", i) in blocked_text)]
     items = _dedup(kept + [t for _, t in notes], _CAPS["critical"])
     return items + tally.render(labels)
 
@@ -307,7 +310,7 @@ class BuiltinSummarizer:
             "blocked": blocked,
             "decisions": _dedup(list(previous.get("decisions"))
                                 + [t for _, t in said["decisions"]], _CAPS["decisions"]),
-            "files": _files(previous, activity, turns, labels),
+            "files": _files(previous, activity, turns, request.prefix, labels),
             "next_steps": _next_steps(previous, activity, said["next_steps"], blocked, turns,
                                       labels),
             "critical": _critical(previous, said["critical"], blocked, tally, labels),
