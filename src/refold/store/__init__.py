@@ -26,8 +26,13 @@ from refold.store.base import (
 )
 
 
-def open_store(target: str | Path) -> Store:
-    """Open (creating and migrating if needed) the store at ``target``."""
+def open_store(target: str | Path, *, sqlite_synchronous: str | None = None) -> Store:
+    """Open (creating and migrating if needed) the store at ``target``.
+
+    ``sqlite_synchronous`` ("FULL", the default, or "NORMAL") applies to SQLite only: FULL
+    fsyncs every commit (durable against power loss), NORMAL in WAL mode is durable against a
+    process crash but may lose the last commits on power loss or an OS crash.
+    """
     text = str(target)
     if text.startswith(("postgresql://", "postgres://")):
         try:
@@ -46,7 +51,13 @@ def open_store(target: str | Path) -> Store:
                            hint="use a file path, sqlite:///path or postgresql://…")
     from refold.store.sqlite import SQLiteStore
 
-    return SQLiteStore(text)
+    if sqlite_synchronous is None:
+        return SQLiteStore(text)
+    mode = sqlite_synchronous.upper()
+    if mode not in ("FULL", "NORMAL"):
+        raise InvalidInput(f"unknown SQLite synchronous mode {sqlite_synchronous!r}",
+                           hint="use FULL or NORMAL")
+    return SQLiteStore(text, synchronous="FULL" if mode == "FULL" else "NORMAL")
 
 
 __all__ = [
