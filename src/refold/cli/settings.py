@@ -40,6 +40,9 @@ class Settings(BaseModel):
     host: str = "127.0.0.1"
     port: int = 8765
     max_body_bytes: int = 16 * 1024 * 1024
+    # SQLite commit durability for serve: NORMAL (WAL) survives a proxy crash, not power loss;
+    # FULL fsyncs every commit. The library and the other commands always use FULL.
+    serve_sqlite_synchronous: str = "NORMAL"
     # memory
     memory_approval: str = "allow"  # allow | stage | block
     memory_backend: str = "file"  # file (<home>/memories) | db (the refold store, by profile)
