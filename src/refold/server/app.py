@@ -101,6 +101,9 @@ class ProxyApp:
         if not settings.upstream.startswith(("http://", "https://")):
             raise InvalidInput(f"the upstream must be an http(s) URL, got {settings.upstream!r}",
                                hint="e.g. http://127.0.0.1:8000/v1")
+        if settings.serve_sqlite_synchronous.upper() not in ("FULL", "NORMAL"):
+            raise InvalidInput("serve_sqlite_synchronous must be FULL or NORMAL, got "
+                               f"{settings.serve_sqlite_synchronous!r}")
         self.settings = settings
         self.keys = KeyRing(settings.api_keys)
         self._own_store = store is None
@@ -128,7 +131,8 @@ class ProxyApp:
     def _open_store(self) -> Store:
         if "://" not in self.settings.db_url:
             self.settings.home.mkdir(parents=True, exist_ok=True)
-        return open_store(self.settings.db_url)
+        return open_store(self.settings.db_url,
+                          sqlite_synchronous=self.settings.serve_sqlite_synchronous)
 
     async def shutdown(self) -> None:
         proxy = self.proxy

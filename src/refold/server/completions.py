@@ -14,6 +14,15 @@ When is a message *acknowledged*? The request's messages once the response statu
 ``data: [DONE]`` (streams) or the JSON body — the proxy records the reply *before* sending that
 last piece. A stream cut short (client gone, upstream failed, proxy killed) records nothing
 partial: the client never got a complete reply, so it will not be in the history it re-sends.
+
+Stored means committed. On SQLite, ``refold serve`` commits with ``serve_sqlite_synchronous``:
+NORMAL by default (WAL: a commit survives a crash or SIGKILL of the proxy, but the last commits
+before a power loss or OS crash may be lost — the client still holds those turns and re-sends
+them with its next request, which stores them again; a client that never calls again leaves
+them lost), FULL to fsync every commit (power-loss
+durable too, one fsync per write, serialized across sessions). The request messages are not
+batched with the reply: they are committed before the first byte so that a turn whose stream
+then fails still leaves the client's messages in the ledger.
 """
 
 from __future__ import annotations
