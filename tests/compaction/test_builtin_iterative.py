@@ -304,3 +304,13 @@ def test_files_named_in_the_first_request_stay_relevant() -> None:
             result("a", "1 passed\nexit code 0")]
     draft = BuiltinSummarizer().summarize(_request(span, prefix=head + span))
     assert "`src/app/login.py` — mentioned" in parse_body(draft.body).get("files")
+
+
+def test_a_plan_already_acted_on_is_not_a_next_step() -> None:
+    span = [{"role": "user", "content": GOAL},
+            {"role": "assistant", "content": "Next I'll fix them one file at a time."},
+            *FAIL[:2],
+            {"role": "assistant", "content": "接下来我会把 dates.py 改成带时区的 datetime。"}]
+    steps = parse_body(BuiltinSummarizer().summarize(_request(span)).body).get("next_steps")
+    assert "接下来我会把 dates.py 改成带时区的 datetime。" in steps
+    assert not any("one file at a time" in s for s in steps), steps

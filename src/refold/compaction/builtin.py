@@ -61,7 +61,9 @@ _DECISION = re.compile(
     re.IGNORECASE)
 _NEXT = re.compile(
     r"\b(?:next|then I'll|then we|todo|remaining|still need|left to|afterwards|follow[- ]up|"
-    r"will now|I'll now)\b|下一步|接下来|还需要|然后|待办|次に|残り|これから", re.IGNORECASE)
+    r"will now|I'll|I will|I'm going to|I am going to|let me|plan to)\b|"
+    r"下一步|接下来|还需要|然后|待办|我打算|我会|我将|打算|计划|次に|残り|これから|つもり|予定",
+    re.IGNORECASE)
 _REMEMBER = re.compile(r"\b(?:remember|note that|keep in mind|important)\b|记住|注意|记得|"
                        r"覚えて|注意して", re.IGNORECASE)
 _PYTEST_E = re.compile(r"^E\s+")
@@ -253,7 +255,11 @@ def _next_steps(previous: SummarySections, activity: Activity, plans: list[tuple
                  for status, text in activity.todos if status.lower() in _OPEN_TODO]
     else:
         todos = [i for i in old if _labelled(i, label_prefixes("todo"))]
-    stated = [t for _, t in plans][-3:] or [i for i in old if not _labelled(i, generated)]
+    # a plan stated before the span's last tool call is being (or was) carried out already
+    last_action = max((i for i, m in enumerate(turns) if m.get("tool_calls")), default=-1)
+    stated = [t for p, t in plans if p > last_action][-3:]
+    if last_action < 0 and not stated:
+        stated = [i for i in old if not _labelled(i, generated)]
     fixes = [f"{labels['resolve']} `{key}`" for i in blocked if (key := item_key(i))][-4:]
     items = todos + stated[-3:] + fixes
     users = _real_users(turns)
