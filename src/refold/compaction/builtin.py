@@ -3,15 +3,17 @@
 It reads the replaced span the way a careful colleague would skim it and writes the template:
 - Goal: the original overall request (kept from the previous summary) plus the current one;
   short nudges ("Next: X", "continue", "ok") are instructions, not goals — they go to progress.
-- Done: outcomes, not calls (``activity``): changes made, the latest result per command, and
-  the assistant's own statements of completed work. Reads and inspections are left out.
-- Blocked: commands whose latest run failed. A later success of the same command (or the same
-  program on the same target, or its whole unfiltered run) settles it, also across compactions:
-  the previous summary's items are parsed back (``activity.item_key``) and reconciled.
+- Done: outcomes, not calls (``activity``): changes made, the latest result per command (a
+  settled failure noted as "fixed: …"), and the assistant's own statements of completed work
+  unless they merely restate a run. Reads and inspections are left out; the 20 most recent.
+- Blocked: commands whose latest run failed. A later success of the same command (or an
+  unfiltered run of the same program on the same target or on everything) settles it, also
+  across compactions: the previous summary's items are parsed back (``activity.item_key``).
 - Relevant files: real paths only, one line per path with the union of what was done to it,
-  most recently touched first, bounded.
-- Next steps: the open items of the last todo list, the assistant's latest stated plan, the
-  still-failing commands, an unanswered request; the generic line only when nothing is known.
+  most recently touched first (what the agent was just working on matters most), 15 at most.
+- Next steps: the open items of the last todo list, plans the assistant stated after its last
+  action in the span, the still-failing commands, an unanswered request; the generic line only
+  when nothing is known.
 - Critical context: what the user asked to remember, plus ONE running bookkeeping line for the
   replaced messages and ONE for the tools used, summed over every compaction.
 The body is cut to the token budget by dropping the oldest items of the longest sections.
@@ -26,7 +28,6 @@ from collections.abc import Callable, Sequence
 
 from refold.compaction.activity import (
     Activity,
-    Outcome,
     command_shape,
     is_path_like,
     item_key,
@@ -149,7 +150,7 @@ def _goal(previous: SummarySections, request: SummaryRequest, labels: dict[str, 
 def _statements(turns: Sequence[Message]) -> dict[str, list[tuple[int, str]]]:
     """Sentences of the assistant (decisions, plans, completions) and user notes, by position."""
     found: dict[str, list[tuple[int, str]]] = {"decisions": [], "next_steps": [], "done": [],
-                                               "critical": [], "constraints": []}
+                                               "critical": []}
     for pos, msg in enumerate(turns):
         role = msg.get("role")
         if is_summary_message(msg) or role not in ("user", "assistant"):
@@ -326,4 +327,4 @@ class BuiltinSummarizer:
         return SummaryDraft(body=render_body(fitted, request.language), summarizer=self.name)
 
 
-__all__ = ["BuiltinSummarizer", "Outcome", "is_nudge"]
+__all__ = ["BuiltinSummarizer", "is_nudge"]
