@@ -314,3 +314,10 @@ def test_a_plan_already_acted_on_is_not_a_next_step() -> None:
     steps = parse_body(BuiltinSummarizer().summarize(_request(span)).body).get("next_steps")
     assert "接下来我会把 dates.py 改成带时区的 datetime。" in steps
     assert not any("one file at a time" in s for s in steps), steps
+
+
+def test_carried_anchor_keeps_inner_code_quotes() -> None:
+    from refold.compaction.anchors import carried_anchor
+
+    assert carried_anchor("echo `date` > stamp.txt") == "echo `date` > stamp.txt"
+    assert carried_anchor("- - `docs/export.md`") == "docs/export.md"

@@ -94,9 +94,11 @@ def carried_anchor(item: str) -> str:
     Also repairs indexes written before this was fixed ("- - - `x`", a stray trailing "`").
     """
     text = _LIST_DEBRIS.sub("", item.strip())
-    while len(text) >= 2 and text[0] == text[-1] == "`":
+    if len(text) >= 2 and text[0] == text[-1] == "`" and text.count("`") == 2:
         text = text[1:-1].strip()
-    return _LIST_DEBRIS.sub("", text.strip("`").strip())[:MAX_ANCHOR_CHARS]
+    if text.count("`") % 2:  # an unpaired quote is debris; a quoted `part` inside is not
+        text = text.strip("`").strip()
+    return text[:MAX_ANCHOR_CHARS]
 
 
 def _undiff(text: str) -> str:
