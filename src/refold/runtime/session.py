@@ -29,6 +29,7 @@ from refold.runtime.chain import KnownChain
 from refold.runtime.precompact import Plan, Precompactor
 from refold.runtime.prepared import Prepared
 from refold.runtime.recall import with_recall
+from refold.runtime.rotation import Rotation, record_rotation
 from refold.store.base import Projection, Store
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ class SessionRuntime:
         self.tool_iterations = 0
         self._turn_tool_iterations = 0
         self._recall = ""  # this user turn's recalled-memory block (see refold.runtime.recall)
+        self._rotation = Rotation()  # maps a re-sent history onto a compaction child
         self._closed = False
 
     # -- properties ------------------------------------------------------------------------
@@ -123,6 +125,7 @@ class SessionRuntime:
         with self._lock:
             if tools is not None:
                 self._tools = tools
+            history = self._rotation.translate(self.store, self.session_id, history)
             if not self._sync_known_prefix(history):
                 self._sync_history(history)
             return self._prepare_locked()
@@ -390,6 +393,7 @@ class SessionRuntime:
                                           owner=parent.owner)
         self.store.append_messages(child.id, carried,
                                    token_counts=self.ops.message_counts(carried))
+        record_rotation(self.store, parent.id, child.id, len(carried))  # for proxy clients
         self.store.end_session(parent.id, "compaction")
         log.info("session %s rotated to %s after compaction", parent.id, child.id)
         self.session_id = child.id

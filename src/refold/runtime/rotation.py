@@ -1,0 +1,106 @@
+"""Proxy clients across ``rotate_on_compaction``: map a re-sent history onto the child session.
+
+With rotation, a compaction starts a child session holding the compacted view (summary + kept
+tail, the "carried" rows) and ends the parent. A proxy client does not know: it keeps
+re-sending its whole history. Synced as is against the child, that history would rewind the
+carried rows and store everything again. So each rotation records an event on the child:
+
+    {"parent": id, "carried": C, "covers": K, "last_covered": content hash}
+
+— the child's first ``C`` rows stand for the first ``K`` messages of the client's conversation
+(the system prompt aside), the last of which has hash ``last_covered``. ``translate`` turns a
+history ``system + conversation`` into ``system + carried rows + conversation[K:]``, which the
+ordinary sync (and its fast path) then matches against the child row for row. Chains of
+rotations compose: a child's ``K`` is its parent's ``K`` plus the parent's rows after its own
+carried ones.
+
+A history that is shorter than ``K`` or whose message ``K - 1`` is not the covered one (the
+client edited or dropped a message from before the rotation) is not translated: the plain sync
+keeps every message (rewinding as usual), it just cannot reuse the compacted view.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from refold.messages.model import Message, message_identity
+from refold.store.base import Store
+
+log = logging.getLogger(__name__)
+
+EVENT = "rotation"
+
+
+@dataclass(frozen=True)
+class RotationInfo:
+    carried: int  # the child's first rows that are the compacted view
+    covers: int  # how many client conversation messages those rows stand for
+    last_covered: str  # content hash of the last of them ("" when covers == 0)
+
+
+def _hash(message: Message) -> str:
+    return message_identity(message, None)
+
+
+def load_info(store: Store, session_id: str) -> RotationInfo | None:
+    """The rotation record of ``session_id`` (None: not a rotated child)."""
+    events = store.list_events(session_id, EVENT)
+    if not events:
+        return None
+    payload = events[-1].payload
+    try:
+        return RotationInfo(int(payload["carried"]), int(payload["covers"]),
+                            str(payload.get("last_covered") or ""))
+    except (KeyError, TypeError, ValueError):
+        log.warning("session %s: unreadable rotation record ignored", session_id)
+        return None
+
+
+def record_rotation(store: Store, parent_id: str, child_id: str, carried: int) -> None:
+    """Note on ``child_id`` which client messages its ``carried`` first rows stand for."""
+    before = load_info(store, parent_id) or RotationInfo(0, 0, "")
+    rows = store.get_messages(parent_id)
+    own = rows[before.carried:]  # the parent's rows that came from the client (or replies)
+    covers = before.covers + len(own)
+    last = _hash(own[-1].message) if own else before.last_covered
+    store.append_event(child_id, EVENT, {"parent": parent_id, "carried": carried,
+                                         "covers": covers, "last_covered": last})
+
+
+class Rotation:
+    """One runtime's translator; caches the record and carried rows of its current session."""
+
+    def __init__(self) -> None:
+        self._session_id: str | None = None
+        self._info: RotationInfo | None = None
+        self._carried: list[Message] = []
+
+    def _load(self, store: Store, session_id: str) -> RotationInfo | None:
+        if session_id != self._session_id:
+            info = load_info(store, session_id)
+            carried = store.get_messages(session_id, limit=info.carried) if info else []
+            self._session_id, self._info = session_id, info
+            self._carried = [r.message for r in carried]
+        return self._info
+
+    def translate(self, store: Store, session_id: str, history: list[Message]) -> list[Message]:
+        """``history`` as the child session stores it (unchanged for a non-rotated session)."""
+        info = self._load(store, session_id)
+        if info is None or info.covers == 0:
+            return history
+        lead = 0
+        while lead < len(history) and isinstance(history[lead], dict) and \
+                history[lead].get("role") in ("system", "developer"):
+            lead += 1
+        conversation = history[lead:]
+        covered = info.covers
+        if len(conversation) < covered or not isinstance(conversation[covered - 1], dict) or \
+                _hash(conversation[covered - 1]) != info.last_covered:
+            log.info("session %s: history does not continue the rotated chain; plain sync",
+                     session_id)
+            return history
+        return [*history[:lead], *self._carried, *conversation[covered:]]
+
+
+__all__ = ["EVENT", "Rotation", "RotationInfo", "load_info", "record_rotation"]
