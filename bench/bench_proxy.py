@@ -4,9 +4,10 @@ Same run, same machine, same scripted upstream (``refold.testing.serve``, loopba
 each concurrency level N, N clients each hold one conversation and stream ``turns`` turns,
 re-sending the whole history every turn as agents do. Measured per request: time to the first
 content byte (TTFB) and to ``data: [DONE]`` (total), directly and through a ``refold serve``
-subprocess (SQLite ledger in a temp home, every message stored, usage recorded). The proxy's
-added latency is reported as proxy percentile − direct percentile. Loops are bounded; the whole
-bench takes well under a minute.
+subprocess (SQLite ledger in a temp home, every message stored, usage recorded; serve's default
+``serve_sqlite_synchronous=NORMAL``). The proxy's added latency is reported as proxy percentile −
+direct percentile; the proxy process's CPU time per request is read from /proc (Linux). Loops
+are bounded; the whole bench takes well under a minute.
 
     python bench/bench_proxy.py [--levels 1,10,100] [--requests 200]
 """
@@ -86,15 +87,28 @@ async def conversation(client: httpx.AsyncClient, url: str, worker: int, turns: 
             done += 1
 
 
-async def level(url: str, concurrency: int, turns: int, tag: str) -> list[tuple[float, float]]:
+async def level(url: str, concurrency: int, turns: int, tag: str,
+                pid: int | None = None) -> tuple[list[tuple[float, float]], float]:
+    """The (TTFB, total) of every request, and process ``pid``'s CPU seconds meanwhile."""
     out: list[tuple[float, float]] = []
     limits = httpx.Limits(max_connections=concurrency + 10,
                           max_keepalive_connections=concurrency + 10)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
         await conversation(client, url, -1, 1, tag + "-warm", [])  # connections, imports
+        cpu = cpu_seconds(pid) if pid else 0.0
         await asyncio.gather(*(conversation(client, url, w, turns, tag, out)
                                for w in range(concurrency)))
-    return out
+        cpu = cpu_seconds(pid) - cpu if pid else 0.0
+    return out, cpu
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (Linux /proc; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -113,7 +127,7 @@ def report(concurrency: int, direct: list[tuple[float, float]],
     return " | ".join(cells)
 
 
-def ledger_costs(home: Path, requests: int) -> str:
+def ledger_costs(home: Path, requests: int, synchronous: str) -> str:
     """p50/p99 of the runtime calls on the proxy's critical path, in process, same shapes.
 
     ``prepare_history`` (sync the re-sent history, build the projection) runs before the first
@@ -122,34 +136,61 @@ def ledger_costs(home: Path, requests: int) -> str:
     from refold.runtime.engine import Engine
     from refold.store import open_store
 
-    store = open_store(str(home / "ledger-costs.db"))
+    store = open_store(str(home / f"ledger-costs-{synchronous}.db"),
+                       sqlite_synchronous=synchronous)
     engine = Engine(store, model="scripted-model", context_length=128_000,
                     memory_dir=home / "ledger-memories")
     prepare: list[float] = []
     record: list[float] = []
+    long_turns: list[float] = []
     try:
         for conv in range(max(1, requests // MAX_TURNS)):
-            rt = engine.open_session(None, new=True, source="bench")
-            history: list[dict[str, Any]] = [
-                {"role": "system", "content": "You are a benchmark assistant."},
-                {"role": "user", "content": f"conversation {conv}: hello"}]
-            for turn in range(MAX_TURNS):
-                start = time.perf_counter()
-                rt.prepare_history(history)
-                middle = time.perf_counter()
-                rt.record({"role": "assistant", "content": REPLY},
-                          usage={"prompt_tokens": 40, "completion_tokens": 15})
-                record.append((time.perf_counter() - middle) * 1000)
-                prepare.append((middle - start) * 1000)
-                history += [{"role": "assistant", "content": REPLY},
-                            {"role": "user", "content": f"follow-up {turn}"}]
+            conversation_turns(engine, conv, MAX_TURNS, prepare, record)
+        # one long agent conversation: the same turn at a 1,000-message history
+        conversation_turns(engine, -1, 20, [], [], long_turns, prefix=LONG_HISTORY)
     finally:
         engine.close()
         store.close()
-    return (f"runtime on the critical path (in process, SQLite default synchronous=FULL, "
+    return (f"runtime on the critical path (in process, SQLite synchronous={synchronous}, "
             f"{len(prepare)} turns): prepare_history p50 {pct(prepare, 0.5):.2f} / p99 "
             f"{pct(prepare, 0.99):.2f} ms, record p50 {pct(record, 0.5):.2f} / p99 "
-            f"{pct(record, 0.99):.2f} ms")
+            f"{pct(record, 0.99):.2f} ms; a turn (prepare_history + record) at a "
+            f"{LONG_HISTORY}-message history: p50 {pct(long_turns, 0.5):.2f} ms")
+
+
+LONG_HISTORY = 1000
+
+
+def conversation_turns(engine: Any, conv: int, turns: int, prepare: list[float],
+                       record: list[float], whole: list[float] | None = None,
+                       prefix: int = 0) -> None:
+    """``turns`` proxy turns of one conversation (after ``prefix`` re-sent messages, the first
+    of them stored untimed), appending each call's milliseconds."""
+    rt = engine.open_session(None, new=True, source="bench")
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a benchmark assistant."},
+        {"role": "user", "content": f"conversation {conv}: hello"}]
+    for index in range(prefix // 2):
+        history += [{"role": "assistant", "content": f"{REPLY} ({index})"},
+                    {"role": "user", "content": f"earlier question {index}"}]
+    if prefix:
+        rt.prepare_history(history)
+        rt.record({"role": "assistant", "content": REPLY})
+        history.append({"role": "assistant", "content": REPLY})
+        history.append({"role": "user", "content": "and now?"})
+    for turn in range(turns):
+        start = time.perf_counter()
+        rt.prepare_history(history)
+        middle = time.perf_counter()
+        rt.record({"role": "assistant", "content": REPLY},
+                  usage={"prompt_tokens": 40, "completion_tokens": 15})
+        end = time.perf_counter()
+        prepare.append((middle - start) * 1000)
+        record.append((end - middle) * 1000)
+        if whole is not None:
+            whole.append((end - start) * 1000)
+        history += [{"role": "assistant", "content": REPLY},
+                    {"role": "user", "content": f"follow-up {turn}"}]
 
 
 def main() -> None:
@@ -170,17 +211,21 @@ def main() -> None:
                   "proxy    added")
             for concurrency in levels:
                 turns = max(1, args.requests // concurrency)
-                direct = asyncio.run(level(upstream.base_url, concurrency, turns, "direct"))
-                proxied = asyncio.run(level(proxy_url, concurrency, turns, "proxy"))
+                direct, _ = asyncio.run(level(upstream.base_url, concurrency, turns, "direct"))
+                proxied, cpu = asyncio.run(level(proxy_url, concurrency, turns, "proxy",
+                                                 proc.pid))
+                cpu = cpu / len(proxied) * 1000
                 print(report(concurrency, direct, proxied), flush=True)
                 mean_d = statistics.fmean(x[1] for x in direct) * 1000
                 mean_p = statistics.fmean(x[1] for x in proxied) * 1000
                 print(f"       mean total: direct {mean_d:.2f} ms, proxy {mean_p:.2f} ms, "
-                      f"ratio {mean_p / mean_d:.2f}x", flush=True)
+                      f"ratio {mean_p / mean_d:.2f}x; proxy process CPU {cpu:.2f} ms/request",
+                      flush=True)
         finally:
             proc.terminate()
             proc.wait(30)
-        print(ledger_costs(Path(tmp), args.requests), flush=True)
+        for synchronous in ("NORMAL", "FULL"):  # serve's default, then the library's
+            print(ledger_costs(Path(tmp), args.requests, synchronous), flush=True)
 
 
 if __name__ == "__main__":
