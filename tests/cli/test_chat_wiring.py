@@ -68,3 +68,20 @@ def test_chat_falls_back_to_builtin_when_the_summary_model_fails(tmp_path: Path)
     assert any(is_summary_request(b) for b in bodies)
     found = checkpoints(tmp_path)
     assert found and found[0].summarizer == "builtin" and found[0].status == "fallback"
+
+
+def test_chat_with_rotate_on_compaction_continues_in_a_child(tmp_path: Path) -> None:
+    with serve(default=upstream(ScriptedReply(content=SUMMARY))) as up:
+        result = chat(tmp_path, up.base_url, 12, {"REFOLD_ROTATE_ON_COMPACTION": "true"})
+    assert result.exit_code == 0, result.output
+    store = SQLiteStore(str(tmp_path / "refold.db"))
+    try:
+        titles = {s.title: s for s in store.list_sessions()}
+        assert "build" in titles and "build #2" in titles
+        assert titles["build"].end_reason == "compaction"
+        child = store.resolve_resume(titles["build"].id)
+        last = store.get_messages(child.id)[-2:]
+        assert [r.role for r in last] == ["user", "assistant"]
+        assert str(last[0].message["content"]).startswith("turn 11:")
+    finally:
+        store.close()

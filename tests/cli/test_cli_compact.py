@@ -130,3 +130,27 @@ def test_sessions_compact_rotate(tmp_path: Path) -> None:
         assert store.resolve_resume(sid).title == "Login work #2"
     finally:
         store.close()
+
+
+def test_sessions_compact_rotate_then_a_proxy_client_continues_in_the_child(
+        tmp_path: Path) -> None:
+    from refold.runtime import Engine
+
+    home = tmp_path / "h"
+    sid = _stored_session(home)
+    result = invoke(home, "sessions", "compact", sid, "--context-length", "12000", "--rotate")
+    assert result.exit_code == 0, result.output
+    history = [{"role": "system", "content": "You are a coding agent."},
+               *agent_transcript(40)[1:], {"role": "user", "content": "and now the docs"}]
+    store = SQLiteStore(str(home / "refold.db"))
+    try:
+        with Engine(store, model="gpt-4o", context_length=128_000) as engine:
+            rt = engine.open_session("Login work")
+            rt.prepare_history(history)
+        child = store.resolve_resume(sid)
+        rows = store.get_messages(child.id, include_inactive=True)
+        assert rt.session_id == child.id and all(r.active for r in rows)
+        assert rows[-1].message == history[-1]
+        assert len(rows) < len(history) - 1  # the carried view + the new message, no re-sync
+    finally:
+        store.close()

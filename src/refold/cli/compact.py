@@ -167,6 +167,11 @@ def sessions_compact_cmd(app: AppContext, session: str, context_length: int | No
                            summarizer=make_summarizer(settings, summarizer, model),
                            system_prompt=_system_prompt(app.store, found.id),
                            rotate=settings.rotate_on_compaction if rotate is None else rotate)
+    if done.rotated_from is not None:  # a proxy client re-sending its history continues there
+        from refold.runtime.rotation import record_rotation
+
+        record_rotation(app.store, done.rotated_from, done.session.id,
+                        len(app.store.get_messages(done.session.id)))
     value = {"session_id": done.session.id, "rotated_from": done.rotated_from,
              "stored": done.stored, "checkpoint_id": done.checkpoint.id if done.checkpoint
              else None, "note": done.note, "report": report_json(done.report)}
