@@ -47,6 +47,8 @@ class Settings(BaseModel):
     memory_approval: str = "allow"  # allow | stage | block
     memory_backend: str = "file"  # file (<home>/memories) | db (the refold store, by profile)
     memory_profile: str = "default"  # the profile keying memory rows when memory_backend=db
+    # an external memory provider (entry point in refold.memory_providers) beside the builtin
+    memory_provider: str | None = None
     rotate_on_compaction: bool = False
 
     @property
