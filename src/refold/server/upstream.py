@@ -19,6 +19,7 @@ import httpx
 from refold.errors import UpstreamError
 from refold.llm import classify_http_error, classify_transport_error
 from refold.llm.failures import bad_response
+from refold.server.transport import upstream_transport
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,8 @@ class Upstream:
         timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
         # many concurrent streams share one pool; keep-alive makes the added latency small
         limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
+        if transport is None:  # httpx's own, with cheap idle checks (see server.transport)
+            transport = upstream_transport(limits)
         self._http = httpx.AsyncClient(transport=transport, timeout=timeout, limits=limits)
 
     def _headers(self, bearer: str | None, json_body: bool = False) -> dict[str, str]:
