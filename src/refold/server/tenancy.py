@@ -22,11 +22,21 @@ def tenant_memory_dir(settings: Settings, owner: str) -> Path:
 
 
 def tenant_memory(settings: Settings, store: Store, owner: str, chat_client: Any) -> Any:
-    """The tenant's memory: its own files, or its own profile in the database (memory_backend).
+    """The tenant's memory: its own files, or its own profile in the database (memory_backend),
+    plus the external ``memory_provider`` when one is configured (an instance per tenant).
 
     The local owner uses ``memory_profile``; a client key's tenant gets a profile of its own, so
     one key's memory never reaches another key's snapshot.
     """
+    link = _builtin_memory(settings, store, owner, chat_client)
+    if settings.memory_provider:
+        from refold.memory.provider import load_provider
+
+        link.manager.add_provider(load_provider(settings.memory_provider))
+    return link
+
+
+def _builtin_memory(settings: Settings, store: Store, owner: str, chat_client: Any) -> Any:
     from refold.runtime.memory_link import MemoryLink
 
     approval = settings.memory_approval
