@@ -321,3 +321,17 @@ def test_carried_anchor_keeps_inner_code_quotes() -> None:
 
     assert carried_anchor("echo `date` > stamp.txt") == "echo `date` > stamp.txt"
     assert carried_anchor("- - `docs/export.md`") == "docs/export.md"
+
+
+def test_critical_context_keeps_config_values_but_never_credentials() -> None:
+    span = [{"role": "user", "content": "The staging database is db.staging.internal:5433. "
+                                        "Its password is hunter2, DB_PASSWORD=hunter2."},
+            {"role": "assistant", "content": "Noted."}]
+    critical = parse_body(BuiltinSummarizer().summarize(_request(span)).body).get("critical")
+    assert "The staging database is db.staging.internal:5433." in critical
+    assert not any("hunter2" in c for c in critical)
+    env = result("x", "export API_TOKEN=abc123 LOG_LEVEL=debug\n"
+                      "postgres://app:s3cret@db:5432/x")
+    anchors = {a.text for a in extract_anchors([*span, env])}
+    assert "LOG_LEVEL=debug" in anchors
+    assert not any("abc123" in a or "s3cret" in a or "hunter2" in a for a in anchors), anchors

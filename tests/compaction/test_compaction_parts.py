@@ -256,3 +256,17 @@ def test_acknowledgement_when_the_cut_cannot_move() -> None:
     for provider in ("openai", "anthropic", "strict"):
         assert provider_problems(result.messages, provider) == [], provider
     assert result.messages[-2:] == msgs[-2:]
+
+
+def test_newest_tool_output_stays_verbatim_when_the_head_reaches_it() -> None:
+    """A tiny window where the protected head covers everything (found by hypothesis)."""
+    from refold.compaction import compact
+    from refold.compaction.policy import CompactionPolicy
+
+    body = "\n".join(["fix " * 14] * 20) + "\nexit code 0"
+    msgs = [{"role": "system", "content": "You are an agent."},
+            {"role": "user", "content": "fix"},
+            call("c1", "terminal", command="fix"), result("c1", body)]
+    out = compact(msgs, context_length=300, policy=CompactionPolicy(output_reserve_tokens=0),
+                  counter=COUNTER)
+    assert out.messages[-1]["content"] == body

@@ -50,6 +50,8 @@ _DIGITS = re.compile(r"\d+")
 _DIFF_HEADER = re.compile(r"""((?:^|\n|\\n|")(?:---|\+\+\+) )[ab]/|"""
                           r"""((?:^|\n|\\n|")diff --git )a/(\S+) b/""", re.MULTILINE)
 _PRUNE_NOTE = re.compile(r" \(full output in the session ledger\)")  # see prune.py
+_CREDENTIAL = re.compile(r"(?i)\b\w*(?:password|passwd|secret|token|api[_-]?key)\w*\s*[=:]|"
+                         r"://[^/\s:@]+:[^/\s@]+@")
 _LETTER = re.compile(r"[^\W\d_]")
 _LIST_DEBRIS = re.compile(r"^(?:[-*]\s+)+")
 PROSE_KINDS = ("error",)  # kinds taken only from tool outputs and user text, not assistant prose
@@ -133,8 +135,8 @@ def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
             text = text.rstrip(".")
             if not _LETTER.search(text.rsplit("/", 1)[-1]):
                 return
-        if len(text) < 3 or _NOISE.match(text):
-            return
+        if len(text) < 3 or _NOISE.match(text) or _CREDENTIAL.search(text):
+            return  # a credential is never worth carrying into the summary
         counts[text] = counts.get(text, 0) + 1
         recency = position / total  # later mentions matter more
         previous = found.get(text)

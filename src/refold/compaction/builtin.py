@@ -14,7 +14,8 @@ It reads the replaced span the way a careful colleague would skim it and writes 
 - Next steps: the open items of the last todo list, plans the assistant stated after its last
   action in the span, the still-failing commands, an unanswered request; the generic line only
   when nothing is known.
-- Critical context: what the user asked to remember, plus ONE running bookkeeping line for the
+- Critical context: what the user asked to remember and the config values they gave (never a
+  sentence that mentions a credential), plus ONE running bookkeeping line for the
   replaced messages and ONE for the tools used, summed over every compaction.
 The body is cut to the token budget by dropping the oldest items of the longest sections.
 
@@ -72,6 +73,10 @@ _NUDGE = re.compile(
     r"^(?:next|continue|go on|go ahead|proceed|ok(?:ay)?|yes|yep|sure|thanks?|thank you|great|"
     r"good|nice|cool|继续|好的?|行|可以|下一个|下一步|次へ?|続けて|はい|了解)(?:\b|(?=[:：,，.!！。 ]))"
     r"\s*[:：,，.!！。]?\s*", re.IGNORECASE)
+_CONFIG = re.compile(r"\b[A-Z][A-Z0-9_]{2,}=\S+|\b(?:localhost|[\w-]+(?:\.[\w-]+)+):\d{2,5}\b|"
+                     r"\bport \d{2,5}\b|端口\s*\d{2,5}", re.IGNORECASE)
+_SECRET = re.compile(r"password|passwd|secret|token|api[_-]?key|credential|bearer|密码|口令",
+                     re.IGNORECASE)
 _ERRORISH = re.compile(r"\b\w*(?:Error|Exception)\b|^E\s|\bFAILED\b|\b[Ee]rror:")
 _PATH_MENTION = re.compile(r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+\.\w{1,10}\b|"
                            r"\b[\w-]+\.(?:py|js|ts|tsx|go|rs|java|rb|php|c|h|cpp|json|ya?ml|"
@@ -157,7 +162,8 @@ def _statements(turns: Sequence[Message]) -> dict[str, list[tuple[int, str]]]:
             continue
         for sentence in _sentences(content_text(msg)):
             if role == "user":
-                if _REMEMBER.search(sentence):
+                if (_REMEMBER.search(sentence) or _CONFIG.search(sentence)) \
+                        and not _SECRET.search(sentence):  # never carry a credential along
                     found["critical"].append((pos, _short(sentence)))
                 continue
             for key, pattern in (("decisions", _DECISION), ("next_steps", _NEXT),

@@ -173,10 +173,12 @@ def _cut(messages: list[Message], policy: CompactionPolicy, counter: TokenCounte
 def _prune(messages: list[Message], head_end: int, tail_start: int, policy: CompactionPolicy,
            counter: TokenCounter, tail_budget: int) -> tuple[list[Message], PruneStats]:
     stats = PruneStats()
-    out = prune_outside_tail(messages, tail_start, min_chars=policy.prune_min_chars,
-                             args_max_chars=policy.tool_args_max_chars, stats=stats)
     units = split_units(messages)
     last_unit_start = units[-1].start if units else len(messages)
+    # the newest unit stays verbatim even when the protected head reaches it (tiny windows)
+    out = prune_outside_tail(messages, min(tail_start, last_unit_start),
+                             min_chars=policy.prune_min_chars,
+                             args_max_chars=policy.tool_args_max_chars, stats=stats)
     out = downgrade_tail(out, tail_start, ceiling_tokens=int(tail_budget * policy.tail_soft_ceiling),
                          count=counter.count_message, keep_from=last_unit_start,
                          min_chars=policy.prune_min_chars, stats=stats)
