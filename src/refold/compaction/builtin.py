@@ -10,7 +10,8 @@ It reads the replaced span the way a careful colleague would skim it and writes 
   unfiltered run of the same program on the same target or on everything) settles it, also
   across compactions: the previous summary's items are parsed back (``activity.item_key``).
 - Relevant files: real paths only, one line per path with the union of what was done to it,
-  most recently touched first (what the agent was just working on matters most), 15 at most.
+  most recently touched first (what the agent was just working on matters most; a bare file
+  name that matches no full path comes after the paths), 15 at most.
 - Next steps: the open items of the last todo list, plans the assistant stated after its last
   action in the span, the still-failing commands, an unanswered request; the generic line only
   when nothing is known.
@@ -247,8 +248,9 @@ def _files(previous: SummarySections, activity: Activity, turns: Sequence[Messag
         full = [p for p in merged if p.endswith("/" + path)]
         if len(full) == 1:
             merged[full[0]] |= merged.pop(path)
+    ranked = sorted(merged.items(), key=lambda kv: "/" not in kv[0])  # bare names last
     return [f"`{path}` — " + ", ".join(labels[a] for a in _ACTIONS if a in acts)
-            for path, acts in list(merged.items())[:_CAPS["files"]]]
+            for path, acts in ranked[:_CAPS["files"]]]
 
 
 def _next_steps(previous: SummarySections, activity: Activity, plans: list[tuple[int, str]],
