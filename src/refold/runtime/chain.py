@@ -15,7 +15,11 @@ Invariants:
   None-valued keys ignored at the top level (neither reaches the identity, and validation reads
   a None key as a missing one), every other value by type and value (``1``, ``1.0`` and ``True``
   differ, as their JSON does) — so a prefix that matches would hash to the same identities;
-- the stored forms are deep copies: a caller mutating its message dicts later cannot alter them.
+- the stored forms are deep copies of the containers (strings are immutable and shared, not
+  copied): a caller mutating its message dicts later cannot alter them.
+
+Cost: a runtime holds about one copy of its session's message text (the strings of the request
+that first carried each message); the proxy's LRU of runtimes bounds how many are held.
 """
 
 from __future__ import annotations
