@@ -46,3 +46,27 @@ def test_history_resent_across_several_rotations_is_stored_once(store: Store) ->
         assert all(r.active for r in rows), session.title  # and nothing rewound
     last = store.get_messages(final)
     assert [r.message for r in last[-4:]] == history[-4:]
+
+
+def test_a_history_that_leaves_the_rotated_chain_is_synced_plainly(store: Store) -> None:
+    policy = CompactionPolicy(rotate_on_compaction=True)
+    history: list[dict[str, Any]] = [SYSTEM]
+    with Engine(store, model="gpt-4o-mini", context_length=WINDOW, policy=policy,
+                background_precompact=False) as engine:
+        rt = engine.open_session(new=True, title="edit")
+        first = rt.session_id
+        i = 0
+        while rt.session_id == first:
+            history += tool_turn(i)
+            rt.prepare_history(list(history))
+            history.append(answer(i))
+            rt.record(answer(i))
+            i += 1
+        # the client goes back before the rotation point and asks something else
+        edited = [*history[:3], {"role": "user", "content": "start over: only module 0"}]
+        prepared = rt.prepare_history(edited)
+        child = rt.session_id
+    assert prepared.messages[-1] == edited[-1]
+    assert [r.message for r in store.get_messages(child)] == edited[1:]  # kept, as sent
+    archived = [r.message for r in store.get_messages(first)]
+    assert len(archived) >= 12 and archived == history[1:1 + len(archived)]  # archive intact

@@ -24,7 +24,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from refold.errors import RefoldError
 from refold.messages.model import Message, message_identity
+from refold.messages.validate import validate_messages
 from refold.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -95,12 +97,21 @@ class Rotation:
             lead += 1
         conversation = history[lead:]
         covered = info.covers
-        if len(conversation) < covered or not isinstance(conversation[covered - 1], dict) or \
-                _hash(conversation[covered - 1]) != info.last_covered:
+        if len(conversation) < covered or _client_hash(conversation[covered - 1]) != \
+                info.last_covered:
             log.info("session %s: history does not continue the rotated chain; plain sync",
                      session_id)
             return history
         return [*history[:lead], *self._carried, *conversation[covered:]]
+
+
+def _client_hash(message: object) -> str | None:
+    """The content hash of a client's message as it would be stored (text repaired); None for
+    a message that is not valid (the plain sync then reports it)."""
+    try:
+        return _hash(validate_messages([message])[0])
+    except RefoldError:
+        return None
 
 
 __all__ = ["EVENT", "Rotation", "RotationInfo", "load_info", "record_rotation"]
