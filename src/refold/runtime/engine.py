@@ -118,10 +118,16 @@ class Engine:
         if self.memory is None or self._closed:
             return
         try:
-            # the last 40 active rows, read as such: the whole ledger would be O(history)
-            last = self.store.last_message(runtime.session_id)
-            rows = [] if last is None else self.store.messages_around(
-                runtime.session_id, last.seq, before=REVIEW_WINDOW - 1, after=0)
+            # the last 40 active rows up to the reply just stored (the whole ledger would be
+            # O(history)); its seq is known unless the session rotated since
+            known = runtime.last_reply
+            if known is not None and known[0] == runtime.session_id:
+                seq: int | None = known[1]
+            else:
+                last = self.store.last_message(runtime.session_id)
+                seq = last.seq if last is not None else None
+            rows = [] if seq is None else self.store.messages_around(
+                runtime.session_id, seq, before=REVIEW_WINDOW - 1, after=0)
             self.memory.after_turn([r.message for r in rows], tool_iterations=tool_iterations)
         except Exception as exc:  # review is best effort; the turn already succeeded
             log.warning("memory review scheduling failed: %s", exc)

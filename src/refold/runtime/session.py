@@ -18,6 +18,7 @@ A ``SessionRuntime`` serializes its own turns with a lock; it is safe to share b
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Sequence
@@ -67,6 +68,7 @@ class SessionRuntime:
         self._last_sent_tokens: int | None = None  # estimate of the last prepared request
         self._last_prepared: Prepared | None = None
         self._chain: KnownChain | None = None  # the stored chain as of our last write (proxy)
+        self.last_reply: tuple[str, int] | None = None  # (session id, seq) of the last record
         self.user_turns = 0
         self.tool_iterations = 0
         self._turn_tool_iterations = 0
@@ -268,19 +270,16 @@ class SessionRuntime:
     # -- internals -----------------------------------------------------------------------------
     def _append_reply(self, message: Message, counts: list[int | None]) -> None:
         """Append the reply; keep the known chain only if it still ends where we think."""
-        chain = self._chain
-        if chain is None or chain.session_id != self.session_id:
-            self._chain = None
-            self.store.append_messages(self.session_id, [message], token_counts=counts)
-            return
-        try:
-            result = self.store.append_messages(self.session_id, [message],
-                                                token_counts=counts, expect_last=chain.tip)
-        except Conflict:  # someone else wrote: store the reply where the chain ends now
-            self._chain = None
-            self.store.append_messages(self.session_id, [message], token_counts=counts)
-            return
-        self._chain = chain.extended([message], result.appended[-1].identity)
+        chain, self._chain = self._chain, None
+        result = None
+        if chain is not None and chain.session_id == self.session_id:
+            with contextlib.suppress(Conflict):  # someone else wrote: append where it ends now
+                result = self.store.append_messages(self.session_id, [message],
+                                                    token_counts=counts, expect_last=chain.tip)
+                self._chain = chain.extended([message], result.appended[-1].identity)
+        if result is None:
+            result = self.store.append_messages(self.session_id, [message], token_counts=counts)
+        self.last_reply = (self.session_id, result.appended[-1].seq)
 
     def _count_turns(self, messages: Sequence[Message]) -> None:
         for message in messages:
