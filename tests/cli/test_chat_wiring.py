@@ -85,3 +85,39 @@ def test_chat_with_rotate_on_compaction_continues_in_a_child(tmp_path: Path) -> 
         assert str(last[0].message["content"]).startswith("turn 11:")
     finally:
         store.close()
+
+
+def test_chat_tools_follow_the_session_into_the_compaction_child(tmp_path: Path) -> None:
+    import json
+
+    from refold.tools.todo import EVENT_KIND
+
+    call = {"id": "call_t", "type": "function", "function": {"name": "todo", "arguments":
+            json.dumps({"todos": [{"id": "1", "content": "tag it", "status": "pending"}]})}}
+
+    def reply(body: dict[str, Any]) -> ScriptedReply:
+        if is_summary_request(body):
+            return ScriptedReply(content=SUMMARY)
+        last = body["messages"][-1]
+        if last["role"] == "user" and str(last["content"]).startswith("make a todo"):
+            return ScriptedReply(content=None, tool_calls=[call])
+        return ScriptedReply(content="noted")
+
+    lines = [f"turn {i}: " + FILLER.replace("N", str(i)) for i in range(12)]
+    with serve(default=reply) as up:
+        result = CliRunner().invoke(
+            cli, ["--home", str(tmp_path), "chat", "--upstream", up.base_url,
+                  "--context-length", "8000", "--title", "build"],
+            input="\n".join([*lines, "make a todo", "/quit"]) + "\n",
+            env={"REFOLD_UPSTREAM": None, "REFOLD_ROTATE_ON_COMPACTION": "true"},
+            catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    store = SQLiteStore(str(tmp_path / "refold.db"))
+    try:
+        root = next(s for s in store.list_sessions() if s.title == "build")
+        child = store.resolve_resume(root.id)
+        assert child.id != root.id
+        assert store.list_events(child.id, EVENT_KIND)  # written where the chat now is
+        assert not store.list_events(root.id, EVENT_KIND)
+    finally:
+        store.close()

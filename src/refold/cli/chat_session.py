@@ -79,7 +79,8 @@ class ChatSession:
         if self.use_tools:
             from refold.tools import agent_tools
 
-            self.tools = agent_tools(self.engine.store, session_id=rt.session_id,
+            # a getter: the tools follow the runtime into a compaction child (rotation)
+            self.tools = agent_tools(self.engine.store, session_id=lambda: rt.session_id,
                                      owner=self.engine.owner, memory=self.engine.memory)
         self.last_prepared = None
 
