@@ -68,6 +68,10 @@ def test_chat_falls_back_to_builtin_when_the_summary_model_fails(tmp_path: Path)
     assert any(is_summary_request(b) for b in bodies)
     found = checkpoints(tmp_path)
     assert found and found[0].summarizer == "builtin" and found[0].status == "fallback"
+    # the user is told once, and the summary model is not asked again during its cooldown
+    told = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert len(told) == 1 and "summary-model" in told[0] and "not asked again" in told[0]
+    assert sum(1 for b in bodies if is_summary_request(b)) == 2  # summary model, then main
 
 
 def test_chat_with_rotate_on_compaction_continues_in_a_child(tmp_path: Path) -> None:

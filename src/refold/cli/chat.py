@@ -95,6 +95,9 @@ class Renderer:
             for entry in entries:
                 self._print(f"  • {_clip(entry, 120)}")
 
+    def _warning(self, out: Output) -> None:
+        self._print(f"warning: {out.text}", "yellow")
+
     def _help(self, out: Output) -> None:
         for name, text in out.data["commands"]:
             self._print(f"  {name:<18} {text}")

@@ -32,7 +32,7 @@ DEFAULT_SYSTEM = (
 
 @dataclass(frozen=True)
 class Output:
-    kind: str  # reply | tool | info | gauge | hits | memory | error | help
+    kind: str  # reply | tool | info | warning | gauge | hits | memory | error | help
     text: str = ""
     data: dict[str, Any] = field(default_factory=dict)
 
@@ -64,6 +64,7 @@ class ChatSession:
         self.use_tools = use_tools
         self.finished = False
         self.last_prepared: Any = None
+        self.warnings: list[str] = []  # Prepared.warnings of the turn, shown after it
         if ref:
             self._switch(engine.open_session(ref, source="chat"))
         else:
@@ -123,6 +124,9 @@ class ChatSession:
                 pending.append(tool_message)
         else:
             yield Output("info", f"stopped after {MAX_TOOL_ROUNDS} tool rounds")
+        for warning in dict.fromkeys(self.warnings):  # e.g. the summary model cooling down
+            yield Output("warning", warning)
+        self.warnings.clear()
         yield self.gauge()
 
     def _call(self, pending: list[Message]) -> ChatResult:
@@ -130,6 +134,7 @@ class ChatSession:
         prepared = self.rt.prepare(pending, system_prompt=self.system_prompt, tools=schemas)
         for attempt in range(MAX_OVERFLOW_RETRIES + 1):
             self.last_prepared = prepared
+            self.warnings.extend(prepared.warnings)
             try:
                 return self.client.complete(prepared.messages, model=self.model, tools=schemas)
             except UpstreamError as err:
