@@ -9,6 +9,10 @@
 
 On a provider error: ``if rt.handle_error(err, attempt): prepared = rt.prepare([])`` and retry.
 A proxy that receives the whole history each call uses ``rt.prepare_history(history)`` instead.
+
+``build_summarizer("llm", model=..., client=..., summarizer_model=...)`` makes the summarizer a
+surface configured (pass it as ``Engine(summarizer=...)``); ``rt.close()`` ends a session for the
+memory providers (``Engine.close`` does it for runtimes still open).
 """
 
 from refold.runtime.engine import Engine
