@@ -16,7 +16,6 @@ message; the previous user message is sent as stored again from then on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from refold.messages.model import Message
@@ -33,12 +32,12 @@ def recall_block(text: str) -> str:
     return f"{RECALL_OPEN}\n{RECALL_NOTE}\n{text}\n{RECALL_CLOSE}" if text else ""
 
 
-def with_recall(messages: Sequence[Message], block: str) -> list[Message]:
-    """``messages`` with ``block`` appended to the last user message (a copy; no user message:
-    unchanged)."""
-    out = list(messages)
+def with_recall(messages: list[Message], block: str) -> list[Message]:
+    """``messages`` with ``block`` appended to the last user message (a copy); without a block
+    (the usual case: no external provider) the very same list, at no cost."""
     if not block:
-        return out
+        return messages
+    out = list(messages)
     for index in range(len(out) - 1, -1, -1):
         if out[index].get("role") == "user":
             out[index] = _append(out[index], block)
