@@ -11,8 +11,8 @@ Memory provider hooks (``refold.memory`` external providers, via ``MemoryLink``)
 and queued when a user turn starts (``refold.runtime.recall`` says where it goes), ``sync_turn``
 runs after each completed turn, ``on_pre_compress`` sees the rows a checkpoint is about to
 replace, ``on_session_end`` runs when a runtime is closed (``SessionRuntime.close``, the proxy's
-eviction) and for every runtime still open (still referenced) when the engine closes. A failing provider never
-breaks a turn.
+eviction) and for every runtime still open (still referenced) when the engine closes. A failing
+provider never breaks a turn.
 """
 
 from __future__ import annotations
