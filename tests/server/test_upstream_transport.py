@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import socket
 
+import httpcore
 import httpx
+import pytest
 
 from refold.server.transport import CachedSocketBackend, socket_readable, upstream_transport
 from refold.testing import serve
@@ -46,3 +48,18 @@ def test_the_pool_reuses_connections_and_notices_a_server_close() -> None:
         reused, after = asyncio.run(run(llm.base_url))
     assert reused == 1  # keep-alive: three sequential requests, one connection
     assert after == 1
+
+
+def test_proxies_from_the_environment_still_apply(monkeypatch: pytest.MonkeyPatch) -> None:
+    from refold.server.upstream import Upstream
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "internal.example")
+    upstream = Upstream("https://api.example/v1")
+    client = upstream._http
+    proxied = client._transport_for_url(httpx.URL("https://api.example/v1/models"))
+    direct = client._transport_for_url(httpx.URL("http://127.0.0.1:8000/v1/models"))
+    assert proxied is not direct
+    assert isinstance(direct._pool._network_backend, CachedSocketBackend)  # type: ignore[attr-defined]
+    assert isinstance(proxied._pool, httpcore.AsyncHTTPProxy)  # type: ignore[attr-defined]
+    asyncio.run(upstream.aclose())

@@ -11,8 +11,9 @@ still noticed before it is reused.
 
 Only httpx's default transport is touched, through one attribute of httpcore's pool
 (``_network_backend``, stable across httpcore 1.x); if that attribute is missing (another
-httpcore) the transport is used as it is — slower, never wrong. Proxies from the environment
-keep httpx's own transports.
+httpcore) the transport is used as it is — slower, never wrong. ``Upstream`` mounts it for
+``all://`` instead of passing it as the client's transport, because httpx ignores proxies from
+the environment (HTTPS_PROXY, NO_PROXY…) when given a transport; mounted, they still apply.
 """
 
 from __future__ import annotations

@@ -35,9 +35,11 @@ class Upstream:
         timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
         # many concurrent streams share one pool; keep-alive makes the added latency small
         limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
-        if transport is None:  # httpx's own, with cheap idle checks (see server.transport)
-            transport = upstream_transport(limits)
-        self._http = httpx.AsyncClient(transport=transport, timeout=timeout, limits=limits)
+        # httpx's own transport with cheap idle checks (see server.transport), mounted rather
+        # than passed as ``transport=`` so proxies from the environment still apply
+        mounts = None if transport is not None else {"all://": upstream_transport(limits)}
+        self._http = httpx.AsyncClient(transport=transport, mounts=mounts, timeout=timeout,
+                                       limits=limits)
 
     def _headers(self, bearer: str | None, json_body: bool = False) -> dict[str, str]:
         key = self.api_key or bearer
