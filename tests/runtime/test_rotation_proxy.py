@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from refold.compaction import CompactionPolicy
 from refold.runtime import Engine
 from refold.store import Store
@@ -19,12 +21,15 @@ def _users(store: Store, session_id: str) -> list[str]:
             if r.role == "user"]
 
 
-def test_history_resent_across_several_rotations_is_stored_once(store: Store) -> None:
+@pytest.mark.parametrize("background", [False, True])
+def test_history_resent_across_several_rotations_is_stored_once(store: Store,
+                                                                background: bool) -> None:
     policy = CompactionPolicy(rotate_on_compaction=True)
     history: list[dict[str, Any]] = [SYSTEM]
     with Engine(store, model="gpt-4o-mini", context_length=WINDOW, policy=policy,
-                background_precompact=False) as engine:
+                background_precompact=background) as engine:
         rt = engine.open_session(new=True, title="loop")
+        swapped = 0
         for i in range(30):
             if i == 20:  # a restarted proxy: a fresh runtime resumes the chain from the store
                 rt = engine.open_session("loop")
@@ -34,7 +39,9 @@ def test_history_resent_across_several_rotations_is_stored_once(store: Store) ->
             rt.record(reply)
             history.append(reply)
             assert prepared.messages[-1] == history[-2]
+            swapped += rt.precompactor.used if i in (19, 29) else 0
         final = rt.session_id
+    assert (swapped > 0) == background  # the background variant did swap plans in
     chain = [s for s in store.list_sessions() if s.title and s.title.startswith("loop")]
     assert len(chain) >= 3  # rotated at least twice
     root = next(s for s in chain if s.title == "loop")
