@@ -200,6 +200,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default backlog of 5 resets connections under 100 concurrent streams
+    request_queue_size = 128
     llm: ScriptedLLM
 
 
