@@ -13,6 +13,7 @@ Pure and deterministic: no clock, no randomness.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Sequence
@@ -58,6 +59,7 @@ def item_key(item: str) -> str | None:
     return match.group(1) if match else None
 
 
+@functools.lru_cache(maxsize=4096)
 def command_shape(command: str) -> tuple[str, frozenset[str], bool]:
     """``(program, targets, filtered)``: ``pytest -q tests/a.py::t`` → pytest, {tests/a.py}."""
     words = command.split()
@@ -107,6 +109,9 @@ class Activity:
     files: dict[str, tuple[int, set[str]]] = field(default_factory=dict)  # path → (pos, acts)
     tools: dict[str, int] = field(default_factory=dict)
     todos: list[tuple[str, str]] | None = None  # (status, content) of the last todo list
+    # open command failures by program, so a success checks only its own program's failures
+    # (a scan of every open failure made long transcripts quadratic)
+    _failing: dict[str, set[str]] = field(default_factory=dict)
 
     def touch(self, path: str, action: str, position: int) -> None:
         path = path.strip().strip("`'\".,;:")
@@ -116,13 +121,28 @@ class Activity:
 
     def record(self, outcome: Outcome) -> None:
         old = self.outcomes.pop(outcome.key, None)
+        if old is not None and not old.ok:
+            self._forget_failure(old.key)
         if outcome.ok:
             if old is not None:
                 outcome.earlier_error = old.earlier_error if old.ok else old.detail
-            for key in [k for k, o in self.outcomes.items() if not o.ok
-                        and outcome.tool == o.tool == "command" and resolves(outcome.key, k)]:
-                del self.outcomes[key]
+            if outcome.tool == "command":
+                self._settle(outcome.key)
+        elif outcome.tool == "command":
+            self._failing.setdefault(command_shape(outcome.key)[0], set()).add(outcome.key)
         self.outcomes[outcome.key] = outcome
+
+    def _settle(self, success_key: str) -> None:
+        """Drop the open command failures that a success of ``success_key`` resolves."""
+        program = command_shape(success_key)[0]
+        for key in sorted(k for k in self._failing.get(program, ()) if resolves(success_key, k)):
+            del self.outcomes[key]
+            self._forget_failure(key)
+
+    def _forget_failure(self, key: str) -> None:
+        keys = self._failing.get(command_shape(key)[0])
+        if keys is not None:
+            keys.discard(key)
 
 
 def _args(raw: str) -> dict[str, Any]:
