@@ -6,6 +6,7 @@ import pytest
 
 from refold.errors import Conflict, InvalidInput, NotFound
 from refold.store import CheckpointDraft, MemoryRow, Store
+from refold.store.base import ViewTip
 
 
 def user(text: str) -> dict[str, str]:
@@ -74,6 +75,25 @@ def test_projection_excludes_rewound_tail_rows(store: Store) -> None:
 def test_projection_of_missing_session(store: Store) -> None:
     with pytest.raises(NotFound):
         store.projection("ghost")
+
+
+def test_view_tip_follows_appends_rewinds_and_checkpoints(store: Store) -> None:
+    s = store.create_session()
+    assert store.view_tip(s.id) == ViewTip(None, None, None)
+    rows = store.append_messages(s.id, [user(str(i)) for i in range(4)]).appended
+    assert store.view_tip(s.id) == ViewTip(4, rows[-1].identity, None)
+    made = store.add_checkpoint(s.id, CheckpointDraft("sum", 1, 1, 2))
+    assert store.view_tip(s.id) == ViewTip(4, rows[-1].identity, made.id)
+    store.rewind(s.id, 3)  # rows 3 and 4 go inactive: the tip is row 2 again
+    assert store.view_tip(s.id) == ViewTip(2, rows[1].identity, made.id)
+    again = store.append_messages(s.id, [user("2"), user("3")]).appended
+    # the same content re-appended: same identity as before the rewind, but a new seq
+    assert again[-1].identity == rows[-1].identity
+    assert store.view_tip(s.id) == ViewTip(6, rows[-1].identity, made.id)
+    newer = store.add_checkpoint(s.id, CheckpointDraft("sum 2", 1, 2, 5))
+    assert store.view_tip(s.id).checkpoint_id == newer.id != made.id
+    with pytest.raises(NotFound):
+        store.view_tip("ghost")
 
 
 def test_events_append_and_filter(store: Store) -> None:

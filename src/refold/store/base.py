@@ -105,6 +105,16 @@ class Projection:
 
 
 @dataclass(frozen=True)
+class ViewTip:
+    """What the projection of a session currently ends on, read in one small query: a caller
+    holding a projection it built itself (the runtime) checks it is still current with this."""
+
+    last_seq: int | None  # the last ACTIVE row's seq (None: no active rows)
+    last_identity: str | None
+    checkpoint_id: int | None  # the latest checkpoint's id (None: no checkpoint)
+
+
+@dataclass(frozen=True)
 class RewindRecord:
     id: int
     session_id: str
@@ -221,6 +231,7 @@ class Store(Protocol):
     def latest_checkpoint(self, session_id: str) -> Checkpoint | None: ...
     def list_checkpoints(self, session_id: str) -> list[Checkpoint]: ...
     def projection(self, session_id: str) -> Projection: ...
+    def view_tip(self, session_id: str) -> ViewTip: ...  # O(1): the projection's "version"
 
     # -- events (task state: goal, plan, todo) ----------------------------------------------
     def append_event(self, session_id: str, kind: str, payload: dict[str, Any]) -> Event: ...

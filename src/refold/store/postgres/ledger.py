@@ -40,6 +40,7 @@ from refold.store.base import (
     RewindRecord,
     Session,
     StoredMessage,
+    ViewTip,
 )
 from refold.store.postgres.codec import cjk_gram_list, clean_text, encode_json
 from refold.store.postgres.core import (
@@ -428,6 +429,20 @@ class LedgerMixin(PgCore):
                         (session_id, start))
             messages = [message_from_row(r) for r in cur.fetchall()]
         return Projection(session_id=session_id, checkpoint=checkpoint, messages=messages)
+
+    def view_tip(self, session_id: str) -> ViewTip:
+        """The last active row and the latest checkpoint id: index lookups, one snapshot."""
+        with self._tx("read view tip") as cur:
+            self._require_session(cur, session_id)
+            cur.execute("""SELECT m.seq, m.identity, (SELECT id FROM checkpoints
+                               WHERE session_id = %(s)s ORDER BY id DESC LIMIT 1)
+                           FROM (SELECT 1) AS one LEFT JOIN LATERAL (
+                               SELECT seq, identity FROM messages WHERE session_id = %(s)s
+                               AND active ORDER BY seq DESC LIMIT 1) AS m ON true""",
+                        {"s": session_id})
+            row = cur.fetchone()
+        assert row is not None
+        return ViewTip(row[0], row[1], row[2])
 
     # -- events -----------------------------------------------------------------------------
     def append_event(self, session_id: str, kind: str, payload: dict[str, Any]) -> Event:

@@ -20,7 +20,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from refold.errors import Conflict, InvalidInput
-from refold.store.base import Checkpoint, CheckpointDraft, Event, MemoryRow, Projection
+from refold.store.base import (
+    Checkpoint,
+    CheckpointDraft,
+    Event,
+    MemoryRow,
+    Projection,
+    ViewTip,
+)
 from refold.store.sqlite.ledger import LedgerOps
 from refold.store.sqlite.rows import (
     CHECKPOINT_COLUMNS,
@@ -82,6 +89,17 @@ class StateOps(LedgerOps):
                                 "AND seq >= ? AND active = 1 ORDER BY seq",
                                 (session_id, start)).fetchall()
             return Projection(session_id, checkpoint, [to_message(r) for r in rows])
+
+    def view_tip(self, session_id: str) -> ViewTip:
+        """The last active row and the latest checkpoint id: two index lookups, one snapshot."""
+        with self.db.read() as conn:
+            self._session(conn, session_id)
+            row = conn.execute(
+                "SELECT (SELECT seq FROM messages WHERE session_id = ?1 AND active = 1 "
+                "ORDER BY seq DESC LIMIT 1), (SELECT identity FROM messages WHERE session_id = ?1 "
+                "AND active = 1 ORDER BY seq DESC LIMIT 1), (SELECT id FROM checkpoints "
+                "WHERE session_id = ?1 ORDER BY id DESC LIMIT 1)", (session_id,)).fetchone()
+            return ViewTip(row[0], row[1], row[2])
 
     # -- events ----------------------------------------------------------------------------
     def append_event(self, session_id: str, kind: str, payload: dict[str, Any]) -> Event:
