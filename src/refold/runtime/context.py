@@ -65,6 +65,31 @@ class ContextOps:
     def count(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None) -> int:
         return int(self.counter.count_messages(messages) + self.counter.count_tools(tools))
 
+    def base_count(self, message: Message) -> int:
+        """The uncalibrated count of one message (the runtime keeps running sums of these)."""
+        return int(self.counter.base.count_message(message))
+
+    def total_from_base(self, body: int, tools: Sequence[dict[str, Any]] | None) -> int:
+        """``count(messages, tools)`` from ``body`` = the sum of ``base_count`` over messages:
+        the calibrated counter scales the whole sum (plus reply priming) once, as here."""
+        from refold.tokens.counter import REPLY_PRIMING
+
+        value = body + REPLY_PRIMING
+        if not self.counter.base.exact:
+            value = round(value * self.counter.calibration.ratio(self.counter.model))
+        return int(value + self.counter.count_tools(tools))
+
+    def base_request(self, body: int, tools: Sequence[dict[str, Any]] | None) -> int:
+        """The uncalibrated estimate of a request (what calibration compares readings to)."""
+        from refold.tokens.counter import REPLY_PRIMING
+
+        return int(body + REPLY_PRIMING + self.counter.base.count_tools(tools))
+
+    def observe_estimate(self, base_estimate: int, reported_prompt_tokens: int) -> None:
+        """``observe`` for a request whose uncalibrated estimate is already known: O(1)."""
+        self.counter.calibration.observe(self.counter.model, base_estimate,
+                                         reported_prompt_tokens)
+
     def observe(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None,
                 reported_prompt_tokens: int) -> None:
         """Calibrate estimates from the provider's reading for exactly this request."""

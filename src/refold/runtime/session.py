@@ -11,7 +11,10 @@ whole re-sent history), calls its model, then ``record`` the reply. In between r
   estimate while a real reading is pending), post-response compaction on the provider's real
   usage, compact-and-retry on context overflow (``handle_error``);
 - background pre-compaction: from a pre-threshold on, the next checkpoint is computed on a worker
-  thread so the crossing turn only swaps it in.
+  thread so the crossing turn only swaps it in;
+- the projection it last read or wrote (``refold.runtime.view``), with a running token sum: a
+  turn that follows its own writes costs O(new messages) — one small ``view_tip`` query instead
+  of re-reading and re-counting the projection; anything else falls back to the full read.
 
 A ``SessionRuntime`` serializes its own turns with a lock; it is safe to share between threads.
 """
@@ -19,6 +22,7 @@ A ``SessionRuntime`` serializes its own turns with a lock; it is safe to share b
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import threading
 from collections.abc import Sequence
@@ -31,7 +35,8 @@ from refold.runtime.precompact import Plan, Precompactor
 from refold.runtime.prepared import Prepared
 from refold.runtime.recall import with_recall
 from refold.runtime.rotation import Rotation, record_rotation
-from refold.store.base import Projection, Store
+from refold.runtime.view import ViewCache
+from refold.store.base import Projection, Store, StoredMessage
 
 if TYPE_CHECKING:
     from refold.runtime.context import ContextOps
@@ -68,6 +73,9 @@ class SessionRuntime:
         self._last_sent_tokens: int | None = None  # estimate of the last prepared request
         self._last_prepared: Prepared | None = None
         self._chain: KnownChain | None = None  # the stored chain as of our last write (proxy)
+        self._view: ViewCache | None = None  # the projection as of our last read/write
+        self._last_base_estimate: int | None = None  # uncalibrated estimate of that request
+        self.view_reads = 0  # full projection reads for a turn (the rest reused ``_view``)
         self.last_reply: tuple[str, int] | None = None  # (session id, seq) of the last record
         self.user_turns = 0
         self.tool_iterations = 0
@@ -115,7 +123,7 @@ class SessionRuntime:
             if clean:
                 self._chain = None  # library mode does not track the chain
                 counts = self.ops.message_counts(clean)
-                self.store.append_messages(self.session_id, clean, token_counts=counts)
+                self._append_after_view(clean, counts)
                 self._count_turns(clean)
             return self._prepare_locked()
 
@@ -136,6 +144,7 @@ class SessionRuntime:
         """The full path: validate, count and hash the whole history; the store finds what is
         new (rewinding a divergent tail)."""
         self._chain = None
+        self._view = None  # the store may rewind: read the projection afresh
         valid = [wire_form(m) for m in self.ops.validate(history)]
         system, conversation = split_system(valid)
         self._note_system_prompt(system)
@@ -179,7 +188,9 @@ class SessionRuntime:
                                                 expect_last=chain.tip)
         except Conflict:  # another writer moved the session: sync everything
             self._chain = None
+            self._view = None
             return False
+        self._extend_view(result.appended, chain.tip)
         self._note_system_prompt(system)
         self._system_prompt = system
         self._count_turns([s.message for s in result.appended])
@@ -206,8 +217,8 @@ class SessionRuntime:
                 self.store.add_usage(self.session_id, input_tokens=prompt_tokens,
                                      output_tokens=completion, cache_read_tokens=cached,
                                      model=model)
-            if prompt_tokens and self._last_prepared is not None:
-                self.ops.observe(self._last_prepared.messages, self._tools, prompt_tokens)
+            if prompt_tokens and self._last_base_estimate is not None:
+                self.ops.observe_estimate(self._last_base_estimate, prompt_tokens)
             turn_done = not message.get("tool_calls")
             if not turn_done:
                 self.tool_iterations += 1
@@ -277,9 +288,44 @@ class SessionRuntime:
                 result = self.store.append_messages(self.session_id, [message],
                                                     token_counts=counts, expect_last=chain.tip)
                 self._chain = chain.extended([message], result.appended[-1].identity)
+                self._extend_view(result.appended, chain.tip)
         if result is None:
-            result = self.store.append_messages(self.session_id, [message], token_counts=counts)
+            result = self._append_after_view([message], counts)
         self.last_reply = (self.session_id, result.appended[-1].seq)
+
+    def _append_after_view(self, messages: list[Message], counts: list[int | None]) -> Any:
+        """Append after the cached view's tip (so the view can be extended), or, when that is
+        unknown or another writer moved it, wherever the session ends now (view dropped)."""
+        view = self._view
+        if view is not None and view.session_id == self.session_id and view.tip is not None:
+            with contextlib.suppress(Conflict):
+                result = self.store.append_messages(self.session_id, messages,
+                                                    token_counts=counts, expect_last=view.tip)
+                self._extend_view(result.appended, view.tip)
+                return result
+        self._view = None
+        return self.store.append_messages(self.session_id, messages, token_counts=counts)
+
+    def _extend_view(self, rows: list[StoredMessage], expected_tip: str) -> None:
+        """Rows were appended with ``expect_last=expected_tip``: extend the view if it ended
+        there, else drop it."""
+        view = self._view
+        if view is None or view.session_id != self.session_id or view.tip != expected_tip \
+                or not view.extend(rows, self.ops.base_count):
+            self._view = None
+
+    def _current_view(self) -> ViewCache:
+        """The projection as a ``ViewCache``: the runtime's own when the store's tip says it is
+        still current (one small query), else a full read (kept when consistent)."""
+        view = self._view
+        tip = self.store.view_tip(self.session_id)
+        if view is not None and view.session_id == self.session_id and view.current(tip):
+            return view
+        self.view_reads += 1
+        projection = self.store.projection(self.session_id)
+        fresh = ViewCache.of(projection, tip, self.ops.base_count)
+        self._view = fresh if fresh.trusted else None  # a racing writer: use once, re-read next
+        return fresh
 
     def _count_turns(self, messages: Sequence[Message]) -> None:
         for message in messages:
@@ -306,28 +352,45 @@ class SessionRuntime:
     def _measure(self, projection: Projection) -> int:
         return self.ops.count(self._build(projection), self._tools)
 
+    def _request(self, view: ViewCache) -> tuple[list[Message], int]:
+        """The messages to send and the sum of their base counts: O(1) on top of the view's
+        running sum (the system message, and the one user message recall extends)."""
+        system = self.system_text()
+        lead: list[Message] = [{"role": "system", "content": system}] if system else []
+        plain = lead + view.view
+        body = view.tokens + sum(map(self.ops.base_count, lead))
+        messages = with_recall(plain, self._recall)
+        if messages is not plain:
+            for index in range(len(plain) - 1, -1, -1):
+                if messages[index] is not plain[index]:
+                    body += (self.ops.base_count(messages[index])
+                             - self.ops.base_count(plain[index]))
+                    break
+        return messages, body
+
     def _prepare_locked(self) -> Prepared:
         warnings: list[str] = []
-        projection = self.store.projection(self.session_id)
-        messages = self._build(projection)
-        tokens = self.ops.count(messages, self._tools)
+        view = self._current_view()
+        messages, body = self._request(view)
+        tokens = self.ops.total_from_base(body, self._tools)
         report = None
         before = None
         if self._trigger.preflight(tokens):
-            report = self._swap_or_compact(projection)
+            report = self._swap_or_compact(view.snapshot())
             if report is not None:
                 before = tokens
-                projection = self.store.projection(self.session_id)
-                messages = self._build(projection)
-                tokens = self.ops.count(messages, self._tools)
+                view = self._current_view()
+                messages, body = self._request(view)
+                tokens = self.ops.total_from_base(body, self._tools)
         warnings.extend(self._trigger.take_warnings())
         if tokens > self.ops.context_length:
             warnings.append(f"context is {tokens} tokens, over the {self.ops.context_length} "
                             "token window; the provider may reject it")
-        self._maybe_precompact(projection, tokens)
+        self._maybe_precompact(tokens, view)
         self._last_sent_tokens = tokens
+        self._last_base_estimate = self.ops.base_request(body, self._tools)
         self._trigger.note_request_sent()
-        prepared = Prepared(messages=[wire_form(m) for m in messages], tokens=tokens,
+        prepared = Prepared(messages=[_detached(m) for m in messages], tokens=tokens,
                             threshold=self.ops.threshold,
                             context_length=self.ops.context_length, compaction=report,
                             warnings=warnings, tokens_before=before)
@@ -339,9 +402,9 @@ class SessionRuntime:
             self._trigger.note_no_reading()
             return
         if self._trigger.post_response(real_tokens):
-            self._swap_or_compact(self.store.projection(self.session_id))
+            self._swap_or_compact(self._current_view().snapshot())
         elif real_tokens >= self.ops.pre_threshold:
-            self._maybe_precompact(self.store.projection(self.session_id), real_tokens)
+            self._maybe_precompact(real_tokens)
 
     def _swap_or_compact(self, projection: Projection) -> Any:
         """Use the background plan if it is ready and still valid, else compact now."""
@@ -360,6 +423,7 @@ class SessionRuntime:
 
     def _commit(self, plan: Plan) -> Any:
         self._engine.pre_compress(self.session_id, plan, validate=True)
+        self._view = None  # a checkpoint is coming: the next turn reads the projection
         report = self.ops.commit(self.store, self.session_id, plan, holder=self._engine.holder,
                                  trigger=self._trigger, validate=True)
         if report is None:
@@ -374,6 +438,7 @@ class SessionRuntime:
         if plan is None:
             return None
         self._engine.pre_compress(self.session_id, plan)
+        self._view = None  # a checkpoint is coming: the next turn reads the projection
         report = self.ops.commit(self.store, self.session_id, plan, holder=self._engine.holder,
                                  trigger=self._trigger)
         self._maybe_rotate()
@@ -395,13 +460,15 @@ class SessionRuntime:
         record_rotation(self.store, parent.id, child.id, len(carried))  # for proxy clients
         self.store.end_session(parent.id, "compaction")
         log.info("session %s rotated to %s after compaction", parent.id, child.id)
+        self._view = None
         self.session_id = child.id
 
-    def _maybe_precompact(self, projection: Projection, tokens: int) -> None:
+    def _maybe_precompact(self, tokens: int, view: ViewCache | None = None) -> None:
         if not self._engine.background_precompact or self._precompactor.busy:
             return
         if tokens < self.ops.pre_threshold or not self._trigger.auto_allowed():
             return
+        projection = (view or self._current_view()).snapshot()  # copies: the worker's own
         system = self.system_text()
         tools = self._tools
 
@@ -423,6 +490,15 @@ def _normalize_reply(response: Message) -> Message:
         if message.get("content") is None and not message.get("reasoning_content"):
             message["content"] = ""
     return message
+
+
+def _detached(message: Message) -> Message:
+    """The message as handed to the caller: wire form, nested containers copied so a caller
+    editing them cannot alter the runtime's cached view (strings are shared, immutable)."""
+    form = wire_form(message)
+    if any(isinstance(v, dict | list) for v in form.values()):
+        return copy.deepcopy(form)
+    return form
 
 
 def _int(value: Any) -> int:
