@@ -222,3 +222,17 @@ def test_caller_editing_prepared_messages_cannot_alter_the_view(eng: Engine,
     prepared = rt.prepare([user("next")])
     assert_view_matches(rt, store, prepared)
     assert "edited" not in str(prepared.messages)
+
+
+def test_recall_block_is_counted_on_top_of_the_running_sum(eng: Engine, store: Store) -> None:
+    rt = eng.open_session(new=True)
+    rt.prepare([user("first")], system_prompt=SYSTEM)
+    rt.record(answer(1))
+    rt.prepare([user("second")])
+    # what a memory provider's prefetch sets when a user turn starts; [] = the same turn again
+    rt._recall = "<recalled-memory>\nthe user prefers short answers\n</recalled-memory>"
+    prepared = rt.prepare([])
+    assert prepared.messages[-1]["content"].endswith("</recalled-memory>")
+    assert prepared.tokens == rt.ops.count(prepared.messages, None)
+    assert rt._view is not None and rt._view.view[-1]["content"] == "second"  # not stored
+    assert store.get_messages(rt.session_id)[-1].message["content"] == "second"

@@ -22,7 +22,6 @@ A ``SessionRuntime`` serializes its own turns with a lock; it is safe to share b
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import threading
 from collections.abc import Sequence
@@ -35,7 +34,7 @@ from refold.runtime.precompact import Plan, Precompactor
 from refold.runtime.prepared import Prepared
 from refold.runtime.recall import with_recall
 from refold.runtime.rotation import Rotation, record_rotation
-from refold.runtime.view import ViewCache
+from refold.runtime.view import ViewCache, detached
 from refold.store.base import Projection, Store, StoredMessage
 
 if TYPE_CHECKING:
@@ -353,20 +352,23 @@ class SessionRuntime:
         return self.ops.count(self._build(projection), self._tools)
 
     def _request(self, view: ViewCache) -> tuple[list[Message], int]:
-        """The messages to send and the sum of their base counts: O(1) on top of the view's
-        running sum (the system message, and the one user message recall extends)."""
+        """The messages to send (fresh wire-form dicts) and the sum of their base counts: O(1)
+        on top of the view's running sum (the system message, the user message recall
+        extends)."""
         system = self.system_text()
         lead: list[Message] = [{"role": "system", "content": system}] if system else []
-        plain = lead + view.view
         body = view.tokens + sum(map(self.ops.base_count, lead))
-        messages = with_recall(plain, self._recall)
-        if messages is not plain:
+        out = [detached(m) for m in lead] + view.copies()
+        if self._recall:
+            plain = lead + view.view
+            messages = with_recall(plain, self._recall)
             for index in range(len(plain) - 1, -1, -1):
                 if messages[index] is not plain[index]:
                     body += (self.ops.base_count(messages[index])
                              - self.ops.base_count(plain[index]))
+                    out[index] = detached(messages[index])
                     break
-        return messages, body
+        return out, body
 
     def _prepare_locked(self) -> Prepared:
         warnings: list[str] = []
@@ -390,7 +392,7 @@ class SessionRuntime:
         self._last_sent_tokens = tokens
         self._last_base_estimate = self.ops.base_request(body, self._tools)
         self._trigger.note_request_sent()
-        prepared = Prepared(messages=[_detached(m) for m in messages], tokens=tokens,
+        prepared = Prepared(messages=messages, tokens=tokens,
                             threshold=self.ops.threshold,
                             context_length=self.ops.context_length, compaction=report,
                             warnings=warnings, tokens_before=before)
@@ -490,15 +492,6 @@ def _normalize_reply(response: Message) -> Message:
         if message.get("content") is None and not message.get("reasoning_content"):
             message["content"] = ""
     return message
-
-
-def _detached(message: Message) -> Message:
-    """The message as handed to the caller: wire form, nested containers copied so a caller
-    editing them cannot alter the runtime's cached view (strings are shared, immutable)."""
-    form = wire_form(message)
-    if any(isinstance(v, dict | list) for v in form.values()):
-        return copy.deepcopy(form)
-    return form
 
 
 def _int(value: Any) -> int:

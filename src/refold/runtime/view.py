@@ -18,8 +18,9 @@ Invariants:
   just before it (a writer in between makes it disagree, never the other way round);
 - the token sum is of base (uncalibrated) counts, so a calibration update never invalidates it;
   the caller scales the total exactly as ``CalibratedCounter.count_messages`` does;
-- ``snapshot`` hands planners deep copies: the cached messages are never shared with code that
-  might edit them.
+- ``snapshot`` hands planners deep copies and ``copies`` hands callers fresh dicts (nested
+  containers deep-copied; the wire forms are computed once per row): the cached messages are
+  never shared with code that might edit them.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from refold.messages.model import Message
+from refold.messages.model import Message, wire_form
 from refold.store.base import Checkpoint, Projection, StoredMessage, ViewTip
 
 CountFn = Callable[[Message], int]
@@ -47,6 +48,11 @@ class ViewCache:
     tip: str | None
     overrides: dict[int, Message] = field(default_factory=dict)
     trusted: bool = True  # False: built from a read another writer raced; use once, never keep
+    wire: list[tuple[Message, bool]] = field(default_factory=list)  # (wire form, has nesting)
+
+    def __post_init__(self) -> None:
+        if len(self.wire) != len(self.view):
+            self.wire = [_wire(m) for m in self.view]
 
     @classmethod
     def of(cls, projection: Projection, tip: ViewTip, count: CountFn) -> ViewCache:
@@ -83,11 +89,28 @@ class ViewCache:
             message = dict(self.overrides.get(row.seq, row.message))
             self.rows.append(row)
             self.view.append(message)
+            self.wire.append(_wire(message))
             self.tokens += count(message)
         self.last_seq, self.tip = rows[-1].seq, rows[-1].identity
         return True
+
+    def copies(self) -> list[Message]:
+        """The view in wire form, as fresh dicts the caller may edit (see ``detached``)."""
+        return [copy.deepcopy(w) if nested else dict(w) for w, nested in self.wire]
 
     def snapshot(self) -> Projection:
         """The projection, as ``Store.projection`` would return it, in copies for planners."""
         rows = [dataclasses.replace(r, message=copy.deepcopy(r.message)) for r in self.rows]
         return Projection(self.session_id, copy.deepcopy(self.checkpoint), rows)
+
+
+def _wire(message: Message) -> tuple[Message, bool]:
+    form = wire_form(message)
+    return form, any(isinstance(v, dict | list) for v in form.values())
+
+
+def detached(message: Message) -> Message:
+    """The message as handed to a caller: wire form, nested containers copied so editing them
+    cannot alter the cached view (strings are immutable and shared)."""
+    form, nested = _wire(message)
+    return copy.deepcopy(form) if nested else form
