@@ -241,7 +241,7 @@ class LedgerOps(SessionOps):
             if row is None or not row[1]:
                 raise InvalidInput(f"session {session_id} has no active message {from_seq}")
             if row[0] != "user":
-                raise InvalidInput(f"message {from_seq} is a {row[0]} message; rewind starts "
+                raise InvalidInput(f"message {from_seq} is from the {row[0]}; rewind starts "
                                    "at a user message", hint="give the seq of a user message")
             return self._rewind_rows(conn, session_id, int(from_seq))
 
