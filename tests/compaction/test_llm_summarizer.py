@@ -190,3 +190,15 @@ def test_standard_prompt_carries_original_outputs_when_they_fit(
     _compact(LLMSummarizer(client, "aux", max_input_chars=3_000))
     small = server.llm.requests[1]["messages"][-1]["content"]
     assert len(small) < 3_000 + 2_500 and "chars of the middle omitted" in small
+
+
+def test_provider_notes_reach_the_instruction(server: RunningLLM,
+                                              client: HttpChatClient) -> None:
+    server.llm.push(BODY, BODY)
+    _compact(LLMSummarizer(client, "aux-model"),
+             provider_notes=["user's staging db is db-staging-7"])
+    prompt = server.llm.requests[0]["messages"][-1]["content"]
+    assert "<provider-notes>\n- user's staging db is db-staging-7\n</provider-notes>" in prompt
+    assert "carry each one that still applies into '## Critical Context'" in prompt
+    _compact(LLMSummarizer(client, "aux-model"))
+    assert "<provider-notes>" not in server.llm.requests[1]["messages"][-1]["content"]

@@ -16,7 +16,9 @@ It reads the replaced span the way a careful colleague would skim it and writes 
   action in the span, the still-failing commands, an unanswered request; the generic line only
   when nothing is known.
 - Critical context: what the user asked to remember and the config values they gave (never a
-  sentence that mentions a credential), plus ONE running bookkeeping line for the
+  sentence that mentions a credential), the notes memory providers asked to keep
+  (``SummaryRequest.provider_notes``, one line each, "From memory provider: …", clipped to
+  ``NOTE_CHARS``; reference text like the rest), plus ONE running bookkeeping line for the
   replaced messages and ONE for the tools used, summed over every compaction.
 The body is cut to the token budget by dropping the oldest items of the longest sections.
 
@@ -47,6 +49,7 @@ from refold.compaction.tally import LABELS, Tally, label_prefixes
 from refold.messages.model import Message, content_text
 
 ITEM_CHARS = 300
+NOTE_CHARS = 400  # one memory provider note in the summary
 _SENTENCE = re.compile(r"(?<=[。！？；])|(?<=[.!?;])\s+|\n+")
 _CONSTRAINT = re.compile(
     r"\b(?:must|mustn't|never|always|don't|do not|should(?:n't)?|avoid|prefer|only|without|"
@@ -280,12 +283,16 @@ def _next_steps(previous: SummarySections, activity: Activity, plans: list[tuple
 
 
 def _critical(previous: SummarySections, notes: list[tuple[int, str]], blocked: list[str],
-              tally: Tally, labels: dict[str, str]) -> list[str]:
-    """User notes and still-relevant old items, deduplicated; bookkeeping summed into 2 lines."""
+              tally: Tally, labels: dict[str, str], provider_notes: Sequence[str] = ()
+              ) -> list[str]:
+    """User notes, memory provider notes and still-relevant old items, deduplicated (the
+    newest last, so the cap keeps them); bookkeeping summed into 2 lines."""
     blocked_text = "\n".join(blocked)
     kept = [i for i in previous.get("critical") if not tally.absorb(i)
             and (not _ERRORISH.search(i) or _PYTEST_E.sub("", i) in blocked_text)]
-    items = _dedup(kept + [t for _, t in notes], _CAPS["critical"])
+    from_providers = [f"{labels['provider']}: {_short(n, NOTE_CHARS)}" for n in provider_notes
+                      if n.strip()]
+    items = _dedup(kept + [t for _, t in notes] + from_providers, _CAPS["critical"])
     return items + tally.render(labels)
 
 
@@ -328,7 +335,8 @@ class BuiltinSummarizer:
             "files": _files(previous, activity, turns, request.prefix, labels),
             "next_steps": _next_steps(previous, activity, said["next_steps"], blocked, turns,
                                       labels),
-            "critical": _critical(previous, said["critical"], blocked, tally, labels),
+            "critical": _critical(previous, said["critical"], blocked, tally, labels,
+                                  request.provider_notes),
         }
         fitted = _fit(sections, request.language, request.budget_tokens,
                       request.counter.count_text)

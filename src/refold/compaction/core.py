@@ -60,6 +60,8 @@ from refold.tokens.models import get_counter
 log = logging.getLogger(__name__)
 
 FRAMING_TOKENS = 160  # prefix + end marker + headings overhead of a wrapped summary
+MAX_PROVIDER_NOTES = 8  # notes a summarizer is given at most (the most recent kept)
+NOTE_MAX_CHARS = 2_000  # one provider note, clipped
 TAIL_FACTORS = (1.0, 0.5, 0.25, 0.0)
 
 
@@ -123,6 +125,23 @@ class _Plan:
     previous_body: str | None
     previous_anchors: list[str]
     compaction_count: int
+    notes: tuple[str, ...] = ()
+
+
+def provider_notes_of(notes: Sequence[str] | str | None) -> tuple[str, ...]:
+    """Memory provider notes as the summarizer gets them: a string splits on blank lines (how
+    the manager joins several providers' returns), blanks dropped, whitespace-trimmed, clipped
+    to ``NOTE_MAX_CHARS``, first occurrence kept, the last ``MAX_PROVIDER_NOTES``."""
+    if not notes:
+        return ()
+    parts = notes.split("\n\n") if isinstance(notes, str) else [
+        p for n in notes if isinstance(n, str) for p in n.split("\n\n")]
+    seen: dict[str, None] = {}
+    for part in parts:
+        text = part.strip()
+        if text:
+            seen.setdefault(text[:NOTE_MAX_CHARS], None)
+    return tuple(seen)[-MAX_PROVIDER_NOTES:]
 
 
 def _previous_summary(messages: Sequence[Message], given: str | None
@@ -217,7 +236,8 @@ def _summarize(plan: _Plan, summarizer: Summarizer, fallback: Summarizer, counte
     request = SummaryRequest(
         turns=middle, pruned_turns=plan.pruned[plan.head_end:plan.tail_start],
         prefix=plan.messages[:plan.tail_start], previous_summary=plan.previous_body,
-        language=language, budget_tokens=budget, counter=counter, tools=tools)
+        language=language, budget_tokens=budget, counter=counter, tools=tools,
+        provider_notes=plan.notes)
     warnings: list[str] = []
     try:
         return summarizer.summarize(request), "ok", warnings, None
@@ -274,10 +294,14 @@ def compact(messages: Sequence[Message], *, context_length: int,
             target_tokens: int | None = None, previous_summary: str | None = None,
             compaction_count: int | None = None,
             tools: Sequence[dict[str, Any]] | None = None,
-            fallback: Summarizer | None = None) -> CompactionResult:
+            fallback: Summarizer | None = None,
+            provider_notes: Sequence[str] | str = ()) -> CompactionResult:
     """Compact ``messages`` to fit ``target_tokens`` (default: the policy's trigger threshold).
 
     Pure apart from ``summarizer``; never mutates the input. See the module docstring.
+    ``provider_notes`` (what memory providers returned from ``on_pre_compress``) reach the
+    summarizer as ``SummaryRequest.provider_notes`` (see ``provider_notes_of``); none → the
+    same output as without the argument.
     """
     messages = validate_input(messages, context_length)
     policy = policy or CompactionPolicy()
@@ -298,6 +322,7 @@ def compact(messages: Sequence[Message], *, context_length: int,
     if len(ordered) < policy.min_messages_to_compact:
         return _unchanged(list(messages), "noop", "too few messages to compact", **common)
     plan = _plan(ordered, policy, counter, target, count, (prev_body, prev_anchors))
+    plan.notes = provider_notes_of(provider_notes)
     return _finish(plan, messages, summarizer, fallback, counter, policy, target, before,
                    tools, common)
 

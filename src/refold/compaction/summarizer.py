@@ -26,6 +26,9 @@ class SummaryRequest:
     budget_tokens: int
     counter: TokenCounter
     tools: Sequence[dict[str, Any]] | None = None
+    # text memory providers asked to keep (``MemoryProvider.on_pre_compress``): plain reference
+    # material, already stripped, deduplicated and bounded by ``compact``; () = none
+    provider_notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
