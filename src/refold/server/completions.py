@@ -15,6 +15,14 @@ When is a message *acknowledged*? The request's messages once the response statu
 last piece. A stream cut short (client gone, upstream failed, proxy killed) records nothing
 partial: the client never got a complete reply, so it will not be in the history it re-sends.
 
+What the runtime noticed reaches the client as response headers (JSON and streams alike), so a
+strict OpenAI client sees an unchanged body: ``X-Refold-Warnings`` carries ``Prepared.warnings``
+(for example "auto-compaction blocked: …" or a summarizer cooldown), several joined with
+``"; "``, each percent-encoded UTF-8 (``%``, ``;``, control and non-ASCII characters escaped:
+split on ``"; "`` and ``urllib.parse.unquote`` each part); ``X-Refold-Compacted:
+<tokens_before>-><tokens_after>`` says the turn compacted the context. Each warning is also
+logged at INFO (runtime notices only, never message content).
+
 Stored means committed. On SQLite, ``refold serve`` commits with ``serve_sqlite_synchronous``:
 NORMAL by default (WAL: a commit survives a crash or SIGKILL of the proxy, but the last commits
 before a power loss or OS crash may be lost — the client still holds those turns and re-sends
@@ -33,6 +41,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import anyio.to_thread
@@ -53,6 +62,10 @@ from refold.server.wire import sse_error, status_for, upstream_status
 log = logging.getLogger(__name__)
 
 DONE_EVENT = b"data: [DONE]\n\n"
+WARNINGS_HEADER = "X-Refold-Warnings"
+COMPACTED_HEADER = "X-Refold-Compacted"
+# printable ASCII stays readable; "%" and ";" are escaped so the "; " join splits unambiguously
+_HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) not in "%;")
 
 
 class Drain:
@@ -140,6 +153,8 @@ class _Turn:
         self.body = body
         self.history = history
         self.inject_usage = False
+        self.warnings: list[str] = []  # across attempts, in order, each once
+        self.compacted: tuple[int, int] | None = None  # (before, after) of the last compaction
 
     @property
     def session_id(self) -> str:
@@ -152,6 +167,7 @@ class _Turn:
 
     def _prepare_and_encode(self) -> bytes:
         prepared = self.rt.prepare_history(self.history, tools=self.body.get("tools"))
+        self._note(prepared)
         out = dict(self.body, messages=[wire_form(m) for m in prepared.messages])
         out.setdefault("model", self.proxy.default_model)
         if out.get("stream"):
@@ -164,6 +180,24 @@ class _Turn:
             return json.dumps(out, ensure_ascii=False).encode()
         except UnicodeEncodeError:  # a lone surrogate from the client: escape it
             return json.dumps(out).encode()
+
+    def _note(self, prepared: Any) -> None:
+        for warning in prepared.warnings:
+            if warning not in self.warnings:
+                self.warnings.append(warning)
+                log.info("session %s: %s", self.session_id, warning)
+        if prepared.tokens_before is not None:
+            self.compacted = (int(prepared.tokens_before), int(prepared.tokens))
+
+    def headers(self) -> dict[str, str]:
+        """The response headers of this turn: the session, and what the runtime noticed."""
+        out = {SESSION_HEADER: self.session_id}
+        if self.warnings:
+            out[WARNINGS_HEADER] = "; ".join(
+                quote(" ".join(w.split()), safe=_HEADER_SAFE) for w in self.warnings)
+        if self.compacted is not None:
+            out[COMPACTED_HEADER] = f"{self.compacted[0]}->{self.compacted[1]}"
+        return out
 
     async def _retry(self, err: UpstreamError, attempt: int) -> bool:
         if attempt + 1 >= self.proxy.max_attempts:
@@ -182,7 +216,7 @@ class _Turn:
         message, usage = _reply_of(data)
         await anyio.to_thread.run_sync(
             lambda: self.rt.record(message, usage=usage, model=data.get("model")))
-        return JSONResponse(data, headers={"X-Refold-Session": self.session_id})
+        return JSONResponse(data, headers=self.headers())
 
     async def open_stream(self) -> httpx.Response:
         for attempt in range(self.proxy.max_attempts):
@@ -222,7 +256,8 @@ class ProxyStream(Response):
         self.background = None
         self.raw_headers = [(b"content-type", b"text/event-stream; charset=utf-8"),
                             (b"cache-control", b"no-cache"),
-                            (b"x-refold-session", turn.session_id.encode())]
+                            *((k.lower().encode(), v.encode("ascii"))
+                              for k, v in turn.headers().items())]
         self.turn = turn
         self.upstream = upstream
         self.release = release
