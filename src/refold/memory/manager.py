@@ -193,9 +193,11 @@ class MemoryManager:
             self.reviewer.note_turn(snapshot, tool_iterations=tool_iterations)
 
     def on_pre_compress(self, messages: Sequence[Message]) -> str:
+        """What the providers want kept in the summary: their non-empty returns joined by a
+        blank line, a failing provider (or a non-string return) contributing nothing."""
         notes = [self._guard(p, "on_pre_compress", partial(p.on_pre_compress, messages), "")
                  for p in self.providers]
-        return "\n\n".join(n for n in notes if n)
+        return "\n\n".join(n for n in notes if isinstance(n, str) and n.strip())
 
     def on_session_end(self) -> None:
         self.flush()

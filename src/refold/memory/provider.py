@@ -31,7 +31,16 @@ ENTRY_POINT_GROUP = "refold.memory_providers"
 
 @runtime_checkable
 class MemoryProvider(Protocol):
-    """What the manager calls on every memory provider."""
+    """What the manager calls on every memory provider.
+
+    ``on_pre_compress(messages)`` is called with the ledger rows a checkpoint is about to
+    replace, before the checkpoint is stored. It returns text the provider wants preserved
+    across the compaction (facts it extracted, say) or "" for nothing. The manager joins the
+    returns of its providers with a blank line (a provider that raises counts as ""); the
+    runtime hands the result to compaction, which keeps each paragraph (clipped, deduplicated,
+    at most a few) as reference text in the summary's Critical Context. A provider should keep
+    its return short and must not put instructions or secrets in it.
+    """
 
     name: str
 

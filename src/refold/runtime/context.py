@@ -132,11 +132,13 @@ class ContextOps:
     # -- planning and committing ---------------------------------------------------------------
     def plan(self, projection: Projection, system_text: str | None,
              tools: Sequence[dict[str, Any]] | None, *, trigger: Trigger,
-             target_tokens: int | None, speculative: bool = False) -> Plan | None:
+             target_tokens: int | None, speculative: bool = False,
+             provider_notes: str | Sequence[str] = ()) -> Plan | None:
         """A checkpoint draft for ``projection`` (pure; safe on a worker thread).
 
         A ``speculative`` (background) plan that comes to nothing is not a strike: only a
-        summarizer failure, which starts a cooldown, is recorded.
+        summarizer failure, which starts a cooldown, is recorded. ``provider_notes`` (memory
+        providers' ``on_pre_compress`` returns) go into the summary.
         """
         from refold.compaction import BuiltinSummarizer, compact, projection_messages
         from refold.compaction.session import checkpoint_draft
@@ -149,7 +151,8 @@ class ContextOps:
         result = compact(view, context_length=self.context_length, policy=self.policy,
                          counter=self.counter, summarizer=summarizer, fallback=self.builtin,
                          model=self.model, target_tokens=target_tokens, tools=tools,
-                         compaction_count=1 if projection.checkpoint else 0)
+                         compaction_count=1 if projection.checkpoint else 0,
+                         provider_notes=provider_notes)
         report = result.report
         draft = None
         if report.changed and report.summary is not None:
@@ -163,7 +166,8 @@ class ContextOps:
         return Plan(draft=draft,
                     base_checkpoint_id=projection.checkpoint.id if projection.checkpoint
                     else None,
-                    summarized=tuple((r.seq, r.identity) for r in rows), report=report)
+                    summarized=tuple((r.seq, r.identity) for r in rows), report=report,
+                    source=projection, target_tokens=target_tokens)
 
     def commit(self, store: Store, session_id: str, plan: Plan, *, holder: str,
                trigger: Trigger, validate: bool = False) -> Any:

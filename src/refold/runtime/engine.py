@@ -10,7 +10,7 @@ follows the lineage to its latest descendant with messages (``Store.resolve_resu
 Memory provider hooks (``refold.memory`` external providers, via ``MemoryLink``): recall is taken
 and queued when a user turn starts (``refold.runtime.recall`` says where it goes), ``sync_turn``
 runs after each completed turn, ``on_pre_compress`` sees the rows a checkpoint is about to
-replace, ``on_session_end`` runs when a runtime is closed (``SessionRuntime.close``, the proxy's
+replace (what it returns is kept in that checkpoint's summary), ``on_session_end`` runs when a runtime is closed (``SessionRuntime.close``, the proxy's
 eviction) and for every runtime still open (still referenced) when the engine closes. A failing
 provider never breaks a turn.
 """
@@ -141,19 +141,21 @@ class Engine:
         self.memory.queue_recall(user_text)
         return block
 
-    def pre_compress(self, session_id: str, plan: Plan, *, validate: bool = False) -> None:
+    def pre_compress(self, session_id: str, plan: Plan, *, validate: bool = False) -> str:
         """``plan``'s checkpoint is about to replace rows: show them to the memory provider
-        (with ``validate``, a background plan, only if it still matches the ledger)."""
+        (with ``validate``, a background plan, only if it still matches the ledger). Returns
+        the text the providers want kept in the summary ("" when none or on failure)."""
         if self.memory is None or not self.memory.has_external or not plan.summarized:
-            return
+            return ""
         try:
             if validate and not plan_is_current(self.store, session_id, plan):
-                return
+                return ""
             rows = self.store.get_messages(session_id, start_seq=plan.summarized[0][0],
                                            end_seq=plan.summarized[-1][0])
-            self.memory.pre_compress([r.message for r in rows])
+            return self.memory.pre_compress([r.message for r in rows])
         except Exception as exc:  # a hook, never a reason to skip the compaction
             log.warning("memory pre-compress hook failed: %s", exc.__class__.__name__)
+            return ""
 
     def session_closed(self, runtime: SessionRuntime) -> None:
         """``runtime`` was closed: memory providers hear that its session ended."""

@@ -34,6 +34,10 @@ class Plan:
     base_checkpoint_id: int | None  # latest checkpoint when the snapshot was taken
     summarized: tuple[tuple[int, str], ...]  # (seq, identity) of the rows the draft replaces
     report: Any = None  # the compaction report, shown to the caller when the plan is used
+    # what it was planned from, so it can be planned again with memory provider notes (same
+    # projection, system, tools and target → the same cut, only the summary differs)
+    source: Projection | None = None
+    target_tokens: int | None = None
 
 
 def plan_is_current(store: Store, session_id: str, plan: Plan) -> bool:

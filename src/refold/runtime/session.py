@@ -424,7 +424,7 @@ class SessionRuntime:
         return self._compact_now(projection, target_tokens=None)
 
     def _commit(self, plan: Plan) -> Any:
-        self._engine.pre_compress(self.session_id, plan, validate=True)
+        plan = self._with_provider_notes(plan, validate=True)
         self._view = None  # a checkpoint is coming: the next turn reads the projection
         report = self.ops.commit(self.store, self.session_id, plan, holder=self._engine.holder,
                                  trigger=self._trigger, validate=True)
@@ -439,12 +439,31 @@ class SessionRuntime:
                              trigger=self._trigger, target_tokens=target_tokens)
         if plan is None:
             return None
-        self._engine.pre_compress(self.session_id, plan)
+        plan = self._with_provider_notes(plan)
         self._view = None  # a checkpoint is coming: the next turn reads the projection
         report = self.ops.commit(self.store, self.session_id, plan, holder=self._engine.holder,
                                  trigger=self._trigger)
         self._maybe_rotate()
         return report
+
+    def _with_provider_notes(self, plan: Plan, *, validate: bool = False) -> Plan:
+        """Every path to a checkpoint goes through here: memory providers see the rows ``plan``
+        replaces (``on_pre_compress``); when they return text, the plan is computed again from
+        the same projection with those notes so the summary keeps them. The cut is the same
+        (only the summary differs); if it is not, or the second plan fails, the first plan is
+        used and the notes are dropped (logged) — a hook never stops a compaction."""
+        notes = self._engine.pre_compress(self.session_id, plan, validate=validate)
+        if not notes or plan.source is None:
+            return plan
+        noted = self.ops.plan(plan.source, self.system_text(), self._tools,
+                              trigger=self._trigger, target_tokens=plan.target_tokens,
+                              provider_notes=notes)
+        if noted is None or noted.summarized != plan.summarized \
+                or noted.base_checkpoint_id != plan.base_checkpoint_id:
+            log.warning("session %s: memory provider notes not kept (the plan changed)",
+                        self.session_id)
+            return plan
+        return noted
 
     def _maybe_rotate(self) -> None:
         """With ``rotate_on_compaction``, continue in a child session (Hermes' P-chain): it
