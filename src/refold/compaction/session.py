@@ -6,6 +6,9 @@ reads): ``head`` (messages kept verbatim before the summary), ``block`` (the sum
 any acknowledgement), ``overrides`` (tail rows the prune downgraded, by seq; the ledger keeps the
 originals), ``summarized`` and ``language``. With ``rotate`` the compacted view starts a child
 session instead (link kind "compaction", title "#N"), and the parent is ended — Hermes' chain.
+The child also gets a copy of the latest task-state events (``STATE_EVENT_KINDS``: the recorded
+system prompt, the todo list), so it is whole on its own: a resumed child, ``refold context``
+and anything else reading one session's events need not walk the lineage.
 
 A per-session lease (``compact:<session id>``) makes sure two processes never compact the same
 window twice: the loser gets ``Conflict``.
@@ -28,6 +31,27 @@ from refold.messages.model import Message, wire_form
 from refold.store.base import Checkpoint, CheckpointDraft, Projection, Session, Store
 from refold.tokens.counter import TokenCounter
 from refold.tokens.models import get_counter
+
+# Event kinds whose latest payload is the session's current state (not a log): the runtime's
+# recorded client system prompt and the ``todo`` tool's list (refold.tools.todo.EVENT_KIND;
+# named here because tools sit above compaction).
+STATE_EVENT_KINDS = ("system_prompt", "todo")
+
+
+def carry_state_events(store: Store, parent_id: str, child_id: str,
+                       kinds: Sequence[str] = STATE_EVENT_KINDS) -> int:
+    """Append to ``child_id`` the latest event of each kind found along ``parent_id``'s
+    lineage (the parent first, then its ancestors); returns how many were carried."""
+    lineage = [parent_id] + [s.id for s in store.ancestors(parent_id) if s.id != parent_id]
+    carried = 0
+    for kind in kinds:
+        for sid in lineage:
+            events = store.list_events(sid, kind)
+            if events:
+                store.append_event(child_id, kind, dict(events[-1].payload))
+                carried += 1
+                break
+    return carried
 
 
 def projection_messages(projection: Projection, system_prompt: str | None = None
@@ -164,6 +188,7 @@ def _rotate(store: Store, parent: Session, result: CompactionResult, system_coun
                                  owner=parent.owner)
     carried = [wire_form(m) for m in result.messages[system_count:]]
     store.append_messages(child.id, carried)
+    carry_state_events(store, parent.id, child.id)
     store.end_session(parent.id, "compaction")
     return SessionCompaction(result.report, store.get_session(child.id), rotated_from=parent.id,
                              stored=True, messages=result.messages)

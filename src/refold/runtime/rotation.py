@@ -14,6 +14,10 @@ ordinary sync (and its fast path) then matches against the child row for row. Ch
 rotations compose: a child's ``K`` is its parent's ``K`` plus the parent's rows after its own
 carried ones.
 
+The same step gives the child a copy of the latest task-state events (the recorded system
+prompt, the todo list: ``refold.compaction.session.carry_state_events``), so a resumed child
+has them as its own.
+
 A history that is shorter than ``K`` or whose message ``K - 1`` is not the covered one (the
 client edited or dropped a message from before the rotation) is not translated: the plain sync
 keeps every message (rewinding as usual), it just cannot reuse the compacted view.
@@ -24,6 +28,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from refold.compaction.session import carry_state_events
 from refold.errors import RefoldError
 from refold.messages.model import Message, message_identity
 from refold.messages.validate import validate_messages
@@ -60,7 +65,8 @@ def load_info(store: Store, session_id: str) -> RotationInfo | None:
 
 
 def record_rotation(store: Store, parent_id: str, child_id: str, carried: int) -> None:
-    """Note on ``child_id`` which client messages its ``carried`` first rows stand for."""
+    """Note on ``child_id`` which client messages its ``carried`` first rows stand for, and
+    carry the parent's task state (latest system prompt and todo events) to it."""
     before = load_info(store, parent_id) or RotationInfo(0, 0, "")
     rows = store.get_messages(parent_id)
     own = rows[before.carried:]  # the parent's rows that came from the client (or replies)
@@ -68,6 +74,7 @@ def record_rotation(store: Store, parent_id: str, child_id: str, carried: int) -
     last = _hash(own[-1].message) if own else before.last_covered
     store.append_event(child_id, EVENT, {"parent": parent_id, "carried": carried,
                                          "covers": covers, "last_covered": last})
+    carry_state_events(store, parent_id, child_id)
 
 
 class Rotation:
