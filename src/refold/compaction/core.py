@@ -43,6 +43,7 @@ from refold.compaction.prune import (
 from refold.compaction.structure import SYSTEM_ROLES, repair_tool_pairs, split_units
 from refold.compaction.summarizer import Summarizer, SummaryDraft, SummaryRequest
 from refold.compaction.summary import (
+    END_MARKER,
     PREFIX,
     SUMMARY_KEY,
     detect_language,
@@ -130,15 +131,17 @@ class _Plan:
 
 def provider_notes_of(notes: Sequence[str] | str | None) -> tuple[str, ...]:
     """Memory provider notes as the summarizer gets them: a string splits on blank lines (how
-    the manager joins several providers' returns), blanks dropped, whitespace-trimmed, clipped
-    to ``NOTE_MAX_CHARS``, first occurrence kept, the last ``MAX_PROVIDER_NOTES``."""
+    the manager joins several providers' returns), the summary framing removed, blanks
+    dropped, whitespace-trimmed, clipped to ``NOTE_MAX_CHARS``, first occurrence kept, the
+    last ``MAX_PROVIDER_NOTES``."""
     if not notes:
         return ()
     parts = notes.split("\n\n") if isinstance(notes, str) else [
         p for n in notes if isinstance(n, str) for p in n.split("\n\n")]
     seen: dict[str, None] = {}
     for part in parts:
-        text = part.strip()
+        # the summary's own framing inside a note would cut the summary short when parsed back
+        text = part.replace(END_MARKER, " ").replace(PREFIX[:40], " ").strip()
         if text:
             seen.setdefault(text[:NOTE_MAX_CHARS], None)
     return tuple(seen)[-MAX_PROVIDER_NOTES:]
