@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from refold.compaction import LLMSummarizer
 from refold.errors import UpstreamError
 from refold.llm import HttpChatClient
 from refold.memory.manager import MemoryManager
@@ -13,7 +14,7 @@ from refold.memory.provider import BuiltinMemoryProvider
 from refold.messages.model import Message
 from refold.runtime import Engine
 from refold.store import Store
-from refold.testing import serve
+from refold.testing import ScriptedReply, serve
 from refold.testing.memory import FailingProvider, RecordingProvider, in_memory_store
 
 from ._helpers import WINDOW, answer, tool_turn
@@ -124,3 +125,25 @@ def test_overflow_compaction_keeps_the_note(store: Store) -> None:
                 assert rt.handle_error(exc, 0)
         checkpoints = store.list_checkpoints(rt.session_id)
         assert checkpoints and NOTE in checkpoints[-1].summary
+
+
+def test_the_llm_summarizer_is_given_the_note(store: Store) -> None:
+    def reply(body: dict) -> ScriptedReply:  # type: ignore[type-arg]
+        prompt = str(body["messages"][-1]["content"])
+        kept = "db-staging-7" if "<provider-notes>" in prompt and "db-staging-7" in prompt \
+            else "nothing"
+        return ScriptedReply(content=f"## Goal\n- fix modules\n## Critical Context\n- {kept}")
+
+    with serve(default=reply) as llm, HttpChatClient(llm.base_url) as client:
+        summarizer = LLMSummarizer(client, model="summary-model")
+        with Engine(store, model="gpt-4o-mini", context_length=WINDOW, summarizer=summarizer,
+                    memory=manager_with(Noter()), background_precompact=False) as engine:
+            rt = engine.open_session(new=True)
+            for i in range(12):
+                rt.prepare(tool_turn(i), system_prompt=SYSTEM)
+                rt.record(answer(i))
+        checkpoints = store.list_checkpoints(rt.session_id)
+        assert checkpoints and all("- db-staging-7" in c.summary for c in checkpoints)
+        assert all(c.summarizer == "llm:summary-model" for c in checkpoints)
+        # the rows were found by a builtin probe: the summary model is asked once per checkpoint
+        assert len(llm.llm.requests) == len(checkpoints)

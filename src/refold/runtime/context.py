@@ -133,18 +133,20 @@ class ContextOps:
     def plan(self, projection: Projection, system_text: str | None,
              tools: Sequence[dict[str, Any]] | None, *, trigger: Trigger,
              target_tokens: int | None, speculative: bool = False,
-             provider_notes: str | Sequence[str] = ()) -> Plan | None:
+             provider_notes: str | Sequence[str] = (), probe: bool = False) -> Plan | None:
         """A checkpoint draft for ``projection`` (pure; safe on a worker thread).
 
         A ``speculative`` (background) plan that comes to nothing is not a strike: only a
         summarizer failure, which starts a cooldown, is recorded. ``provider_notes`` (memory
-        providers' ``on_pre_compress`` returns) go into the summary.
+        providers' ``on_pre_compress`` returns) go into the summary. A ``probe`` plans with the
+        builtin summarizer and records nothing: it tells which rows a checkpoint would replace
+        (the cut does not depend on the summarizer) before the configured one is asked.
         """
         from refold.compaction import BuiltinSummarizer, compact, projection_messages
         from refold.compaction.session import checkpoint_draft
 
         view = projection_messages(projection, system_text)
-        summarizer = self.summarizer
+        summarizer = self.builtin if probe else self.summarizer
         if not isinstance(summarizer, BuiltinSummarizer) and trigger.use_builtin:  # cooling down
             trigger.note_builtin_stands_in(str(getattr(summarizer, "name", "configured")))
             summarizer = self.builtin
@@ -158,7 +160,7 @@ class ContextOps:
         if report.changed and report.summary is not None:
             draft = checkpoint_draft(projection, view, result, 1 if system_text else 0)
         if draft is None:
-            if not speculative or report.status == "aborted":
+            if not probe and (not speculative or report.status == "aborted"):
                 trigger.record(report)
             log.info("compaction not stored: %s (%s)", report.status, report.reason)
             return None
@@ -168,6 +170,12 @@ class ContextOps:
                     else None,
                     summarized=tuple((r.seq, r.identity) for r in rows), report=report,
                     source=projection, target_tokens=target_tokens)
+
+    @property
+    def summarizes_builtin(self) -> bool:
+        from refold.compaction import BuiltinSummarizer
+
+        return isinstance(self.summarizer, BuiltinSummarizer)
 
     def commit(self, store: Store, session_id: str, plan: Plan, *, holder: str,
                trigger: Trigger, validate: bool = False) -> Any:

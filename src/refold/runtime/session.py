@@ -435,21 +435,44 @@ class SessionRuntime:
         return report
 
     def _compact_now(self, projection: Projection, *, target_tokens: int | None) -> Any:
-        plan = self.ops.plan(projection, self.system_text(), self._tools,
-                             trigger=self._trigger, target_tokens=target_tokens)
+        plan = self._plan_now(projection, target_tokens)
         if plan is None:
             return None
-        plan = self._with_provider_notes(plan)
         self._view = None  # a checkpoint is coming: the next turn reads the projection
         report = self.ops.commit(self.store, self.session_id, plan, holder=self._engine.holder,
                                  trigger=self._trigger)
         self._maybe_rotate()
         return report
 
+    def _plan_now(self, projection: Projection, target_tokens: int | None) -> Plan | None:
+        """A plan to commit now, with memory provider notes in its summary. With an external
+        provider the rows are found by a builtin probe first (the cut does not depend on the
+        summarizer), so the configured summarizer runs once, already given the notes."""
+        memory = self._engine.memory
+        system, tools = self.system_text(), self._tools
+
+        def plan(notes: str = "", probe: bool = False) -> Plan | None:
+            return self.ops.plan(projection, system, tools, trigger=self._trigger,
+                                 target_tokens=target_tokens, provider_notes=notes,
+                                 probe=probe)
+
+        if memory is None or not memory.has_external:
+            return plan()
+        probe = plan(probe=True)
+        if probe is None:  # the builtin would store nothing: ask the configured one (late hook)
+            first = plan()
+            return self._with_provider_notes(first) if first is not None else None
+        notes = self._engine.pre_compress(self.session_id, probe)
+        final = probe if not notes and self.ops.summarizes_builtin else plan(notes)
+        if final is not None and final.summarized != probe.summarized:
+            log.info("session %s: the summarizer changed the cut after the memory hook",
+                     self.session_id)
+        return final
+
     def _with_provider_notes(self, plan: Plan, *, validate: bool = False) -> Plan:
-        """Every path to a checkpoint goes through here: memory providers see the rows ``plan``
-        replaces (``on_pre_compress``); when they return text, the plan is computed again from
-        the same projection with those notes so the summary keeps them. The cut is the same
+        """A ready plan (the background one): memory providers see the rows ``plan`` replaces
+        (``on_pre_compress``); when they return text, the plan is computed again from the same
+        projection with those notes so the summary keeps them. The cut is the same
         (only the summary differs); if it is not, or the second plan fails, the first plan is
         used and the notes are dropped (logged) — a hook never stops a compaction."""
         notes = self._engine.pre_compress(self.session_id, plan, validate=validate)
