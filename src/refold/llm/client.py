@@ -96,14 +96,20 @@ class HttpChatClient:
         self.close()
 
 
-def parse_completion(text: str, status: int = 200) -> ChatResult:
-    """Parse a chat.completion body; anything unusable raises ``UpstreamError(bad_response)``."""
+def json_object(text: str, status: int = 200) -> dict[str, Any]:
+    """An upstream body as a JSON object; anything else raises ``UpstreamError(bad_response)``."""
     try:
         data = json.loads(text)
     except ValueError as exc:
         raise bad_response("body is not JSON", status) from exc
     if not isinstance(data, dict):
         raise bad_response("body is not a JSON object", status)
+    return data
+
+
+def parse_completion(text: str, status: int = 200) -> ChatResult:
+    """Parse a chat.completion body; anything unusable raises ``UpstreamError(bad_response)``."""
+    data = json_object(text, status)
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise bad_response("no choices", status)
@@ -121,4 +127,5 @@ def parse_completion(text: str, status: int = 200) -> ChatResult:
                       usage=clean_usage, model=data.get("model"))
 
 
-__all__ = ["ChatClient", "ChatResult", "HttpChatClient", "UpstreamError", "parse_completion"]
+__all__ = ["ChatClient", "ChatResult", "HttpChatClient", "UpstreamError", "json_object",
+           "parse_completion"]

@@ -10,7 +10,6 @@ transparently.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -18,6 +17,7 @@ import httpx
 
 from refold.errors import UpstreamError
 from refold.llm import classify_http_error, classify_transport_error
+from refold.llm.client import json_object
 from refold.llm.failures import bad_response
 from refold.server.transport import upstream_transport
 
@@ -50,12 +50,12 @@ class Upstream:
 
     async def models(self, bearer: str | None) -> dict[str, Any]:
         response = await self._send("GET", "/models", bearer, None)
-        return _json_object(response.text, response.status_code)
+        return json_object(response.text, response.status_code)
 
     async def complete(self, body: bytes, bearer: str | None) -> dict[str, Any]:
         """A non-streaming completion: the upstream's JSON object (status 2xx)."""
         response = await self._send("POST", "/chat/completions", bearer, body)
-        return _json_object(response.text, response.status_code)
+        return json_object(response.text, response.status_code)
 
     async def open_stream(self, body: bytes, bearer: str | None) -> httpx.Response:
         """Start a streamed completion; the caller iterates ``aiter_raw()`` and closes it."""
@@ -98,16 +98,6 @@ async def _read_and_close(response: httpx.Response) -> str:
         return ""
     finally:
         await response.aclose()
-
-
-def _json_object(text: str, status: int) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise bad_response("body is not JSON", status) from exc
-    if not isinstance(value, dict):
-        raise bad_response("body is not a JSON object", status)
-    return value
 
 
 __all__ = ["Upstream", "UpstreamError"]

@@ -27,7 +27,6 @@ from refold.errors import Conflict, InvalidInput, MessageValidationError, NotFou
 from refold.messages.model import (
     Message,
     chain_identities,
-    message_identity,
     searchable_text,
     wire_form,
 )
@@ -54,6 +53,7 @@ from refold.store.postgres.core import (
     message_from_row,
     session_from_row,
 )
+from refold.store.rules import check_checkpoint_draft, check_fork_kind, check_restorable
 from refold.store.titles import like_escape, sanitize_title, split_lineage_title
 from refold.store.titles import next_lineage_title as next_title_from
 
@@ -318,17 +318,12 @@ class LedgerMixin(PgCore):
         cur.execute("SELECT identity FROM messages WHERE session_id = %s AND active AND seq < %s "
                     "ORDER BY seq DESC LIMIT 1", (record.session_id, restored.seq))
         before = cur.fetchone()
-        chained = message_identity(restored.message, before[0] if before else None)
-        if later is not None or chained != restored.identity:
-            raise Conflict(f"rewind {record.id} cannot be undone: session {record.session_id} "
-                           "changed since (messages were appended or rewound after it)",
-                           hint="fork the session at the rewound message instead")
+        check_restorable(record, restored, before[0] if before else None, later is not None)
 
     def fork_session(self, session_id: str, at_seq: int | None = None, *,
                      kind: str = "fork", title: str | None = None) -> Session:
         """A new child session holding copies of the active messages up to ``at_seq``."""
-        if kind not in ("fork", "branch"):
-            raise InvalidInput(f"unknown fork kind {kind!r}", hint="use fork or branch")
+        check_fork_kind(kind)
         from refold.store.postgres.sessions import new_session_id
 
         clean = sanitize_title(title)
@@ -378,12 +373,7 @@ class LedgerMixin(PgCore):
 
     # -- checkpoints and the model view -----------------------------------------------------
     def add_checkpoint(self, session_id: str, draft: CheckpointDraft) -> Checkpoint:
-        if not (1 <= draft.first_seq <= draft.last_seq < draft.tail_start_seq):
-            raise InvalidInput(
-                f"checkpoint range is invalid (first {draft.first_seq}, last {draft.last_seq}, "
-                f"tail start {draft.tail_start_seq}); need 1 <= first <= last < tail start")
-        if not isinstance(draft.summary, str):
-            raise InvalidInput("a checkpoint summary must be text")
+        check_checkpoint_draft(draft)
         with self._tx("add checkpoint") as cur:
             self._require_session(cur, session_id, lock=True)
             cur.execute(f"""INSERT INTO checkpoints (session_id, summary_json, first_seq,

@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from refold.errors import Conflict, InvalidInput, MessageValidationError, NotFound
 from refold.messages.model import Message, message_identity, wire_form
 from refold.store.base import AppendResult, RewindRecord, Session, StoredMessage
+from refold.store.rules import check_fork_kind, check_restorable
 from refold.store.sqlite import grams
 from refold.store.sqlite.rows import MESSAGE_COLUMNS, message_columns, to_message, to_rewind
 from refold.store.sqlite.sessions import SessionOps
@@ -271,17 +272,12 @@ class LedgerOps(SessionOps):
         before = conn.execute("SELECT identity FROM messages WHERE session_id = ? AND active = 1 "
                               "AND seq < ? ORDER BY seq DESC LIMIT 1",
                               (record.session_id, restored.seq)).fetchone()
-        chained = message_identity(restored.message, before[0] if before else None)
-        if later is not None or chained != restored.identity:
-            raise Conflict(f"rewind {record.id} cannot be undone: session {record.session_id} "
-                           "changed since (messages were appended or rewound after it)",
-                           hint="fork the session at the rewound message instead")
+        check_restorable(record, restored, before[0] if before else None, later is not None)
 
     def fork_session(self, session_id: str, at_seq: int | None = None, *,
                      kind: str = "fork", title: str | None = None) -> Session:
         """A new child session holding copies of the active messages up to ``at_seq``."""
-        if kind not in ("fork", "branch"):
-            raise InvalidInput(f"unknown fork kind {kind!r}", hint="use fork or branch")
+        check_fork_kind(kind)
         with self.db.write() as conn:
             parent = self._session(conn, session_id)
             last = self._fork_point(conn, session_id, at_seq)

@@ -28,6 +28,7 @@ from refold.store.base import (
     Projection,
     ViewTip,
 )
+from refold.store.rules import check_checkpoint_draft
 from refold.store.sqlite.ledger import LedgerOps
 from refold.store.sqlite.rows import (
     CHECKPOINT_COLUMNS,
@@ -39,20 +40,11 @@ from refold.store.sqlite.rows import (
 )
 
 
-def _check_draft(draft: CheckpointDraft) -> None:
-    if not (1 <= draft.first_seq <= draft.last_seq < draft.tail_start_seq):
-        raise InvalidInput(
-            f"checkpoint range is invalid (first {draft.first_seq}, last {draft.last_seq}, "
-            f"tail start {draft.tail_start_seq}); need 1 <= first <= last < tail start")
-    if not isinstance(draft.summary, str):
-        raise InvalidInput("a checkpoint summary must be text")
-
-
 class StateOps(LedgerOps):
     """Mixin: checkpoints, projection, events, leases, memory."""
 
     def add_checkpoint(self, session_id: str, draft: CheckpointDraft) -> Checkpoint:
-        _check_draft(draft)
+        check_checkpoint_draft(draft)
         with self.db.write() as conn:
             self._session(conn, session_id)
             cursor = conn.execute(

@@ -1,0 +1,42 @@
+"""Backend-neutral rules every ``Store`` enforces, so SQLite and PostgreSQL cannot drift apart.
+
+Each function is pure: the backend reads what it needs inside its own transaction and asks here
+whether the operation is allowed. A refusal is a ``RefoldError`` naming what to do instead.
+"""
+
+from __future__ import annotations
+
+from refold.errors import Conflict, InvalidInput
+from refold.messages.model import message_identity
+from refold.store.base import CheckpointDraft, RewindRecord, StoredMessage
+
+FORK_KINDS = ("fork", "branch")
+
+
+def check_checkpoint_draft(draft: CheckpointDraft) -> None:
+    """A checkpoint replaces ``first..last`` and keeps the tail from ``tail_start_seq`` on."""
+    if not (1 <= draft.first_seq <= draft.last_seq < draft.tail_start_seq):
+        raise InvalidInput(
+            f"checkpoint range is invalid (first {draft.first_seq}, last {draft.last_seq}, "
+            f"tail start {draft.tail_start_seq}); need 1 <= first <= last < tail start")
+    if not isinstance(draft.summary, str):
+        raise InvalidInput("a checkpoint summary must be text")
+
+
+def check_fork_kind(kind: str) -> None:
+    if kind not in FORK_KINDS:
+        raise InvalidInput(f"unknown fork kind {kind!r}", hint="use fork or branch")
+
+
+def check_restorable(record: RewindRecord, restored: StoredMessage,
+                     identity_before: str | None, active_after: bool) -> None:
+    """Conflict unless the rewound rows would extend the active chain exactly where it ends.
+
+    ``restored`` is the first rewound row, ``identity_before`` the identity of the last active
+    row before it, ``active_after`` whether any active row follows it now.
+    """
+    chained = message_identity(restored.message, identity_before)
+    if active_after or chained != restored.identity:
+        raise Conflict(f"rewind {record.id} cannot be undone: session {record.session_id} "
+                       "changed since (messages were appended or rewound after it)",
+                       hint="fork the session at the rewound message instead")
