@@ -101,12 +101,18 @@ def classify_http_error(status: int, body_text: str) -> UpstreamError:
 
 def classify_transport_error(exc: httpx.HTTPError, url: str = "") -> UpstreamError:
     """Turn an httpx transport exception (no HTTP response) into an ``UpstreamError``."""
-    where = f" ({url})" if url else ""
     if isinstance(exc, httpx.TimeoutException):
-        return UpstreamError(f"upstream timed out{where}: {exc.__class__.__name__}",
-                             kind="timeout")
-    return UpstreamError(f"cannot reach upstream{where}: {exc.__class__.__name__}: {exc}",
-                         kind="network", hint="check the base URL and the network")
+        return transport_failure("timeout", exc.__class__.__name__, url)
+    return transport_failure("network", f"{exc.__class__.__name__}: {exc}", url)
+
+
+def transport_failure(kind: str, detail: str, url: str = "") -> UpstreamError:
+    """A failure with no HTTP response: ``kind`` "timeout", else a network failure."""
+    where = f" ({url})" if url else ""
+    if kind == "timeout":
+        return UpstreamError(f"upstream timed out{where}: {detail}", kind="timeout")
+    return UpstreamError(f"cannot reach upstream{where}: {detail}", kind="network",
+                         hint="check the base URL and the network")
 
 
 def bad_response(reason: str, status: int | None = 200) -> UpstreamError:

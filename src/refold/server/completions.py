@@ -45,18 +45,16 @@ from urllib.parse import quote
 
 import anyio
 import anyio.to_thread
-import httpx
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from refold.errors import InvalidInput, RefoldError, UpstreamError
-from refold.llm import classify_transport_error
 from refold.llm.failures import bad_response
 from refold.messages.model import Message, wire_form
 from refold.server.auth import Tenant
 from refold.server.sessions import SESSION_HEADER, SessionPool, derived_ref
 from refold.server.sse import DONE, EventSplitter, StreamAssembler, parse_chunk
-from refold.server.upstream import Upstream
+from refold.server.upstream import Upstream, UpstreamStream
 from refold.server.wire import sse_error, status_for, upstream_status
 
 log = logging.getLogger(__name__)
@@ -218,7 +216,7 @@ class _Turn:
             lambda: self.rt.record(message, usage=usage, model=data.get("model")))
         return JSONResponse(data, headers=self.headers())
 
-    async def open_stream(self) -> httpx.Response:
+    async def open_stream(self) -> UpstreamStream:
         for attempt in range(self.proxy.max_attempts):
             body = await self._upstream_body()
             try:
@@ -250,7 +248,7 @@ def _reply_of(data: dict[str, Any]) -> tuple[Message, dict[str, Any] | None]:
 class ProxyStream(Response):
     """Forwards an upstream SSE stream event by event and records the reply before [DONE]."""
 
-    def __init__(self, turn: _Turn, upstream: httpx.Response, release: Any) -> None:
+    def __init__(self, turn: _Turn, upstream: UpstreamStream, release: Any) -> None:
         # no super().__init__: it would declare a Content-Length for an empty body
         self.status_code = 200
         self.background = None
@@ -288,12 +286,12 @@ class ProxyStream(Response):
         splitter = EventSplitter()
         assembler = StreamAssembler()
         try:
-            async for data in self.upstream.aiter_bytes():
+            async for data in self.upstream.chunks():
                 out = self._forwardable(splitter, assembler, data)
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
-        except httpx.HTTPError as exc:
-            await self._fail(send, classify_transport_error(exc, self.turn.proxy.upstream.base_url))
+        except UpstreamError as err:
+            await self._fail(send, err)
             return
         if not assembler.complete:
             await self._fail(send, bad_response("the stream ended before a finish_reason"))

@@ -1,8 +1,12 @@
-"""The proxy's side of the upstream: one pooled ``httpx.AsyncClient`` to an OpenAI-compatible API.
+"""The proxy's side of the upstream: chat completions and the model list of an OpenAI-compatible API.
 
-Every failure leaves this module as a ``refold.errors.UpstreamError`` classified by
-``refold.llm`` (the one classifier), never as a raw httpx exception. The transport is injectable
-(tests and benches may pass ``httpx.ASGITransport`` or ``MockTransport``). The client key is never
+Chat completions (the hot path) go through ``server.h1``'s lean keep-alive client when it
+applies; httpx carries them when a proxy from the environment applies to the upstream, when
+httptools is missing, or when a transport is injected (tests and benches may pass
+``httpx.ASGITransport`` or ``MockTransport``). ``/models`` always uses the pooled
+``httpx.AsyncClient``. Either way every failure leaves this module as a
+``refold.errors.UpstreamError`` classified by ``refold.llm`` (the one classifier), never as a
+raw transport exception. The client key is never
 forwarded upstream when refold holds an upstream key; in open mode (no client keys, no upstream
 key) the client's own bearer is passed through, so refold can sit in front of a hosted API
 transparently.
@@ -11,6 +15,7 @@ transparently.
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -18,10 +23,37 @@ import httpx
 from refold.errors import UpstreamError
 from refold.llm import classify_http_error, classify_transport_error
 from refold.llm.client import json_object
-from refold.llm.failures import bad_response
+from refold.llm.failures import bad_response, transport_failure
+from refold.server.h1 import H1Client, H1Error, H1Response, lean_client_for
 from refold.server.transport import upstream_transport
 
 log = logging.getLogger(__name__)
+
+
+class UpstreamStream:
+    """A streamed completion whose 2xx SSE headers arrived: iterate ``chunks()`` (raw body bytes
+    as they come; an ``UpstreamError`` if the stream breaks off), then ``aclose()``."""
+
+    def __init__(self, response: H1Response | httpx.Response, base_url: str) -> None:
+        self._response = response
+        self._base_url = base_url
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        response = self._response
+        try:
+            if isinstance(response, H1Response):
+                async for data in response.chunks():
+                    yield data
+            else:
+                async for data in response.aiter_bytes():
+                    yield data
+        except H1Error as exc:
+            raise transport_failure(exc.kind, str(exc), self._base_url) from exc
+        except httpx.HTTPError as exc:
+            raise classify_transport_error(exc, self._base_url) from exc
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
 
 
 class Upstream:
@@ -40,6 +72,13 @@ class Upstream:
         mounts = None if transport is not None else {"all://": upstream_transport(limits)}
         self._http = httpx.AsyncClient(transport=transport, mounts=mounts, timeout=timeout,
                                        limits=limits)
+        self._lean: H1Client | None = None if transport is not None else lean_client_for(
+            self.base_url, connect_timeout=connect_timeout, read_timeout=read_timeout)
+
+    @property
+    def lean(self) -> bool:
+        """True when chat completions use the lean client (``server.h1``), not httpx."""
+        return self._lean is not None
 
     def _headers(self, bearer: str | None, json_body: bool = False) -> dict[str, str]:
         key = self.api_key or bearer
@@ -54,13 +93,41 @@ class Upstream:
 
     async def complete(self, body: bytes, bearer: str | None) -> dict[str, Any]:
         """A non-streaming completion: the upstream's JSON object (status 2xx)."""
-        response = await self._send("POST", "/chat/completions", bearer, body)
-        return json_object(response.text, response.status_code)
+        if self._lean is None:
+            response = await self._send("POST", "/chat/completions", bearer, body)
+            return json_object(response.text, response.status_code)
+        try:
+            lean = await self._lean.request("POST", "/chat/completions",
+                                            self._headers(bearer, True), body)
+            text = (await lean.read()).decode("utf-8", "replace")
+        except H1Error as exc:
+            raise transport_failure(exc.kind, str(exc), self.base_url) from exc
+        if lean.status_code >= 400:
+            raise classify_http_error(lean.status_code, text)
+        return json_object(text, lean.status_code)
 
-    async def open_stream(self, body: bytes, bearer: str | None) -> httpx.Response:
-        """Start a streamed completion; the caller iterates ``aiter_raw()`` and closes it."""
+    async def open_stream(self, body: bytes, bearer: str | None) -> UpstreamStream:
+        """Start a streamed completion; the caller iterates ``chunks()`` and closes it."""
+        headers = self._headers(bearer, True)
+        if self._lean is None:
+            return await self._open_httpx_stream(body, headers)
+        try:
+            response = await self._lean.request("POST", "/chat/completions", headers, body)
+            if response.status_code >= 400:
+                text = (await response.read()).decode("utf-8", "replace")
+                raise classify_http_error(response.status_code, text)
+        except H1Error as exc:
+            raise transport_failure(exc.kind, str(exc), self.base_url) from exc
+        ctype = response.headers.get("content-type", "")
+        if "text/event-stream" not in ctype:
+            await response.aclose()
+            raise bad_response(f"asked for a stream, got {ctype or 'no content type'}",
+                               response.status_code)
+        return UpstreamStream(response, self.base_url)
+
+    async def _open_httpx_stream(self, body: bytes, headers: dict[str, str]) -> UpstreamStream:
         request = self._http.build_request("POST", self.base_url + "/chat/completions",
-                                           content=body, headers=self._headers(bearer, True))
+                                           content=body, headers=headers)
         try:
             response = await self._http.send(request, stream=True)
         except httpx.HTTPError as exc:
@@ -73,7 +140,7 @@ class Upstream:
             await _read_and_close(response)
             raise bad_response(f"asked for a stream, got {ctype or 'no content type'}",
                                response.status_code)
-        return response
+        return UpstreamStream(response, self.base_url)
 
     async def _send(self, method: str, path: str, bearer: str | None,
                     body: bytes | None) -> httpx.Response:
@@ -88,6 +155,8 @@ class Upstream:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        if self._lean is not None:
+            await self._lean.aclose()
 
 
 async def _read_and_close(response: httpx.Response) -> str:
@@ -100,4 +169,4 @@ async def _read_and_close(response: httpx.Response) -> str:
         await response.aclose()
 
 
-__all__ = ["Upstream", "UpstreamError"]
+__all__ = ["Upstream", "UpstreamError", "UpstreamStream"]
