@@ -119,7 +119,12 @@ class Engine:
             return
         try:
             # the last 40 active rows up to the reply just stored (the whole ledger would be
-            # O(history)); its seq is known unless the session rotated since
+            # O(history)): from the runtime's view when it is current, else read; the reply's
+            # seq is known unless the session rotated since
+            cached = runtime.recent_rows(REVIEW_WINDOW)
+            if cached is not None:
+                self.memory.after_turn(cached, tool_iterations=tool_iterations)
+                return
             known = runtime.last_reply
             if known is not None and known[0] == runtime.session_id:
                 seq: int | None = known[1]

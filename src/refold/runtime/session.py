@@ -35,7 +35,7 @@ from refold.runtime.prepared import Prepared
 from refold.runtime.recall import with_recall
 from refold.runtime.rotation import Rotation, record_rotation
 from refold.runtime.view import ViewCache, detached
-from refold.store.base import Projection, Store, StoredMessage
+from refold.store.base import Projection, Store, StoredMessage, Usage, ViewTip
 
 if TYPE_CHECKING:
     from refold.runtime.context import ContextOps
@@ -73,6 +73,9 @@ class SessionRuntime:
         self._last_prepared: Prepared | None = None
         self._chain: KnownChain | None = None  # the stored chain as of our last write (proxy)
         self._view: ViewCache | None = None  # the projection as of our last read/write
+        # the view, when this turn's own append (expect_last) saw the store end exactly where
+        # it does: current without a ``view_tip`` read; reset at every turn's start
+        self._confirmed: ViewCache | None = None
         self._last_base_estimate: int | None = None  # uncalibrated estimate of that request
         self.view_reads = 0  # full projection reads for a turn (the rest reused ``_view``)
         self.last_reply: tuple[str, int] | None = None  # (session id, seq) of the last record
@@ -114,6 +117,7 @@ class SessionRuntime:
         if not isinstance(new_messages, list):
             raise InvalidInput("new_messages must be a list of chat messages")
         with self._lock:
+            self._confirmed = None
             if system_prompt is not None:
                 self._system_prompt = system_prompt
             if tools is not None:
@@ -132,6 +136,7 @@ class SessionRuntime:
         if not isinstance(history, list):
             raise InvalidInput("history must be a list of chat messages")
         with self._lock:
+            self._confirmed = None
             if tools is not None:
                 self._tools = tools
             history = self._rotation.translate(self.store, self.session_id, history)
@@ -189,7 +194,7 @@ class SessionRuntime:
             self._chain = None
             self._view = None
             return False
-        self._extend_view(result.appended, chain.tip)
+        self._extend_view(result.appended, chain.tip, result.tip)
         self._note_system_prompt(system)
         self._system_prompt = system
         self._count_turns([s.message for s in result.appended])
@@ -206,16 +211,15 @@ class SessionRuntime:
         self.ops.validate([message])
         with self._lock:
             counts = self.ops.message_counts([message])
-            self._append_reply(message, counts)
             usage = usage or {}
             prompt_tokens = _int(usage.get("prompt_tokens"))
             completion = _int(usage.get("completion_tokens"))
             cached = _int((usage.get("prompt_tokens_details") or {}).get("cached_tokens")
                           if isinstance(usage.get("prompt_tokens_details"), dict) else 0)
-            if prompt_tokens or completion:
-                self.store.add_usage(self.session_id, input_tokens=prompt_tokens,
-                                     output_tokens=completion, cache_read_tokens=cached,
-                                     model=model)
+            # the totals move in the reply's own transaction (one commit per record)
+            delta = Usage(prompt_tokens, completion, cached, model=model) \
+                if prompt_tokens or completion else None
+            self._append_reply(message, counts, delta)
             if prompt_tokens and self._last_base_estimate is not None:
                 self.ops.observe_estimate(self._last_base_estimate, prompt_tokens)
             turn_done = not message.get("tool_calls")
@@ -278,45 +282,70 @@ class SessionRuntime:
         self._engine.session_closed(self)
 
     # -- internals -----------------------------------------------------------------------------
-    def _append_reply(self, message: Message, counts: list[int | None]) -> None:
-        """Append the reply; keep the known chain only if it still ends where we think."""
+    def _append_reply(self, message: Message, counts: list[int | None],
+                      usage: Usage | None = None) -> None:
+        """Append the reply (and its usage); keep the known chain only if it still ends where
+        we think."""
         chain, self._chain = self._chain, None
         result = None
         if chain is not None and chain.session_id == self.session_id:
             with contextlib.suppress(Conflict):  # someone else wrote: append where it ends now
                 result = self.store.append_messages(self.session_id, [message],
-                                                    token_counts=counts, expect_last=chain.tip)
+                                                    token_counts=counts, expect_last=chain.tip,
+                                                    usage=usage)
                 self._chain = chain.extended([message], result.appended[-1].identity)
-                self._extend_view(result.appended, chain.tip)
+                self._extend_view(result.appended, chain.tip, result.tip)
         if result is None:
-            result = self._append_after_view([message], counts)
+            result = self._append_after_view([message], counts, usage)
         self.last_reply = (self.session_id, result.appended[-1].seq)
 
-    def _append_after_view(self, messages: list[Message], counts: list[int | None]) -> Any:
+    def _append_after_view(self, messages: list[Message], counts: list[int | None],
+                           usage: Usage | None = None) -> Any:
         """Append after the cached view's tip (so the view can be extended), or, when that is
         unknown or another writer moved it, wherever the session ends now (view dropped)."""
         view = self._view
         if view is not None and view.session_id == self.session_id and view.tip is not None:
             with contextlib.suppress(Conflict):
                 result = self.store.append_messages(self.session_id, messages,
-                                                    token_counts=counts, expect_last=view.tip)
-                self._extend_view(result.appended, view.tip)
+                                                    token_counts=counts, expect_last=view.tip,
+                                                    usage=usage)
+                self._extend_view(result.appended, view.tip, result.tip)
                 return result
         self._view = None
-        return self.store.append_messages(self.session_id, messages, token_counts=counts)
+        return self.store.append_messages(self.session_id, messages, token_counts=counts,
+                                          usage=usage)
 
-    def _extend_view(self, rows: list[StoredMessage], expected_tip: str) -> None:
+    def _extend_view(self, rows: list[StoredMessage], expected_tip: str,
+                     store_tip: ViewTip | None = None) -> None:
         """Rows were appended with ``expect_last=expected_tip``: extend the view if it ended
-        there, else drop it."""
+        there, else drop it. ``store_tip`` (the append's ``AppendResult.tip``) equal to the
+        extended view confirms it current for the rest of this turn."""
         view = self._view
         if view is None or view.session_id != self.session_id or view.tip != expected_tip \
                 or not view.extend(rows, self.ops.base_count):
-            self._view = None
+            self._view = self._confirmed = None
+            return
+        self._confirmed = view if store_tip is not None and view.current(store_tip) else None
+
+    def recent_rows(self, count: int) -> list[Message] | None:
+        """The last ``count`` active rows up to the reply just recorded, from this turn's
+        confirmed view (copies); None when the view cannot answer (not confirmed this turn, or
+        a checkpoint hides older rows it would need): read the store instead."""
+        with self._lock:
+            view = self._confirmed
+            if view is None or view is not self._view or self.last_reply is None \
+                    or self.last_reply != (self.session_id, view.last_seq):
+                return None
+            if len(view.rows) < count and view.checkpoint is not None:
+                return None
+            return [dict(row.message) for row in view.rows[-count:]]
 
     def _current_view(self) -> ViewCache:
         """The projection as a ``ViewCache``: the runtime's own when the store's tip says it is
         still current (one small query), else a full read (kept when consistent)."""
         view = self._view
+        if view is not None and view is self._confirmed:
+            return view  # this turn's own append saw the store end here (no read needed)
         tip = self.store.view_tip(self.session_id)
         if view is not None and view.session_id == self.session_id and view.current(tip):
             return view

@@ -69,6 +69,20 @@ class AppendResult:
     appended: list[StoredMessage]
     skipped: int  # messages recognized as already stored
     rewound: int = 0  # rows deactivated because the sent history diverged from the stored one
+    # append_messages with expect_last: the session's view tip as the write transaction ended
+    # (a caller extending its own projection knows it is current without reading ``view_tip``)
+    tip: ViewTip | None = None
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token use and cost to add to a session's totals (``append_messages(usage=)``)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cost_usd: float = 0.0
+    model: str | None = None
 
 
 @dataclass(frozen=True)
@@ -198,9 +212,11 @@ class Store(Protocol):
     # ``expect_last``: append only if the session's last active row has this identity, else
     # raise Conflict and store nothing (checked inside the write transaction) — the fast path
     # of a caller that already knows the stored chain (the proxy's re-sent history).
+    # ``usage``: added to the session's totals in the same transaction (as ``add_usage``).
     def append_messages(self, session_id: str, messages: Sequence[Message], *,
                         token_counts: Sequence[int | None] | None = None,
-                        expect_last: str | None = None) -> AppendResult: ...
+                        expect_last: str | None = None,
+                        usage: Usage | None = None) -> AppendResult: ...
     def sync_messages(self, session_id: str, history: Sequence[Message], *,
                       token_counts: Sequence[int | None] | None = None) -> AppendResult: ...
     def get_messages(self, session_id: str, *, include_inactive: bool = False,

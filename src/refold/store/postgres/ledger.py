@@ -39,6 +39,7 @@ from refold.store.base import (
     RewindRecord,
     Session,
     StoredMessage,
+    Usage,
     ViewTip,
 )
 from refold.store.postgres.codec import cjk_gram_list, clean_text, encode_json
@@ -53,6 +54,7 @@ from refold.store.postgres.core import (
     message_from_row,
     session_from_row,
 )
+from refold.store.postgres.sessions import add_usage_in
 from refold.store.rules import check_checkpoint_draft, check_fork_kind, check_restorable
 from refold.store.titles import like_escape, sanitize_title, split_lineage_title
 from refold.store.titles import next_lineage_title as next_title_from
@@ -105,29 +107,45 @@ class LedgerMixin(PgCore):
 
     def _tip(self, cur: Cursor, session_id: str) -> tuple[int, str | None]:
         """(highest seq stored, identity of the last active row), in one round trip."""
+        top, identity, _, _ = self._tip_and_checkpoint(cur, session_id)
+        return top, identity
+
+    def _tip_and_checkpoint(self, cur: Cursor, session_id: str
+                            ) -> tuple[int, str | None, int | None, int | None]:
+        """(highest seq stored, identity and seq of the last active row, latest checkpoint
+        id), in one round trip."""
         cur.execute("""SELECT (SELECT coalesce(max(seq), 0) FROM messages
-                               WHERE session_id = %s),
-                              (SELECT identity FROM messages WHERE session_id = %s AND active
-                               ORDER BY seq DESC LIMIT 1)""", (session_id, session_id))
+                               WHERE session_id = %(s)s),
+                              m.identity, m.seq,
+                              (SELECT id FROM checkpoints WHERE session_id = %(s)s
+                               ORDER BY id DESC LIMIT 1)
+                       FROM (SELECT 1) AS one LEFT JOIN LATERAL (
+                           SELECT seq, identity FROM messages WHERE session_id = %(s)s
+                           AND active ORDER BY seq DESC LIMIT 1) AS m ON true""",
+                    {"s": session_id})
         row = cur.fetchone()
-        return (int(row[0]), row[1]) if row else (0, None)
+        assert row is not None
+        return int(row[0]), row[1], row[2], row[3]
 
     def append_messages(self, session_id: str, messages: Sequence[Message], *,
                         token_counts: Sequence[int | None] | None = None,
-                        expect_last: str | None = None) -> AppendResult:
+                        expect_last: str | None = None,
+                        usage: Usage | None = None) -> AppendResult:
         clean = _check_messages(messages, token_counts)
         with self._tx("append messages") as cur:
             self._require_session(cur, session_id, lock=True)  # the row lock orders writers
-            top, last_identity = self._tip(cur, session_id)
+            top, last_identity, last_seq, checkpoint = self._tip_and_checkpoint(cur, session_id)
             if expect_last is not None and last_identity != expect_last:
                 raise Conflict(f"session {session_id} changed: its last message is not the "
                                "expected one", hint="sync the whole history instead")
-            if not clean:
-                return AppendResult(appended=[], skipped=0)
-            identities = chain_identities(clean, last_identity)
-            stored = self._insert(cur, session_id, clean, identities, token_counts, top + 1,
-                                  time.time())
-        return AppendResult(appended=stored, skipped=0)
+            stored = self._insert(cur, session_id, clean, chain_identities(clean, last_identity),
+                                  token_counts, top + 1, time.time()) if clean else []
+            if usage is not None:
+                add_usage_in(cur, session_id, usage)
+        if expect_last is None:
+            return AppendResult(appended=stored, skipped=0)
+        end = (stored[-1].seq, stored[-1].identity) if stored else (last_seq, last_identity)
+        return AppendResult(appended=stored, skipped=0, tip=ViewTip(end[0], end[1], checkpoint))
 
     def sync_messages(self, session_id: str, history: Sequence[Message], *,
                       token_counts: Sequence[int | None] | None = None) -> AppendResult:

@@ -16,7 +16,7 @@ import time
 import uuid
 
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
-from refold.store.base import Session
+from refold.store.base import Session, Usage
 from refold.store.postgres.core import SESSION_COLS, Cursor, PgCore, session_from_row
 from refold.store.titles import (
     latest_lineage_title,
@@ -194,15 +194,8 @@ class SessionsMixin(PgCore):
                   cache_read_tokens: int = 0, cost_usd: float = 0.0,
                   model: str | None = None) -> None:
         with self._tx("add usage") as cur:
-            cur.execute("""UPDATE sessions SET input_tokens = input_tokens + %s,
-                                output_tokens = output_tokens + %s,
-                                cache_read_tokens = cache_read_tokens + %s,
-                                cost_usd = cost_usd + %s, model = coalesce(%s, model)
-                            WHERE id = %s""",
-                        (int(input_tokens), int(output_tokens), int(cache_read_tokens),
-                         float(cost_usd), model, session_id))
-            if cur.rowcount == 0:
-                raise NotFound(f"no session {session_id!r}")
+            add_usage_in(cur, session_id, Usage(input_tokens, output_tokens, cache_read_tokens,
+                                                cost_usd, model))
 
     def prune_sessions(self, older_than_days: float) -> int:
         if older_than_days < 0:
@@ -262,3 +255,16 @@ class SessionsMixin(PgCore):
                             ORDER BY chain.depth DESC LIMIT 1""", (session_id,))
             row = cur.fetchone()
         return session_from_row(row) if row else start
+
+
+def add_usage_in(cur: Cursor, session_id: str, usage: Usage) -> None:
+    """Add ``usage`` to the session's totals inside the caller's transaction."""
+    cur.execute("""UPDATE sessions SET input_tokens = input_tokens + %s,
+                        output_tokens = output_tokens + %s,
+                        cache_read_tokens = cache_read_tokens + %s,
+                        cost_usd = cost_usd + %s, model = coalesce(%s, model)
+                    WHERE id = %s""",
+                (int(usage.input_tokens), int(usage.output_tokens), int(usage.cache_read_tokens),
+                 float(usage.cost_usd), usage.model, session_id))
+    if cur.rowcount == 0:
+        raise NotFound(f"no session {session_id!r}")

@@ -14,6 +14,12 @@ Invariants:
   pass through unchanged); a failed ``write()`` is rolled back completely.
 - WAL is used where it can be; where the journal mode cannot become WAL (network filesystems,
   VFSes without shared memory) the database runs with a rollback journal and a warning is logged.
+- WAL checkpoints run in a background thread (``Checkpointer``), never inside a commit: SQLite's
+  automatic checkpoint copies ~1,000 pages back into the database (and syncs it) inside whichever
+  commit crosses the mark, which made one turn in ~60 take 15-20 ms instead of 0.6
+  (``bench/bench_proxy.py``). The thread runs a PASSIVE checkpoint (it never blocks readers or
+  the writer) a moment after writes, or at once after ``CHECKPOINT_COMMITS`` of them; the
+  automatic checkpoint stays on at ``BACKSTOP_PAGES`` in case the thread cannot keep up.
 """
 
 from __future__ import annotations
@@ -32,6 +38,59 @@ log = logging.getLogger(__name__)
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 MAX_READERS = 4  # read connections per store (file databases)
+CHECKPOINT_DELAY = 0.5  # seconds after a write before the background checkpoint
+CHECKPOINT_COMMITS = 200  # or at once after this many commits
+BACKSTOP_PAGES = 16_000  # SQLite's own automatic checkpoint, if the thread falls behind
+
+
+class Checkpointer:
+    """A daemon thread that checkpoints a WAL database on its own connection (see the module
+    docstring). ``wrote()`` after each commit; ``stop()`` at close."""
+
+    def __init__(self, path: str, vfs: str | None, busy_timeout_ms: int) -> None:
+        self._args = (path, vfs, busy_timeout_ms)
+        self._commits = 0
+        self._wake = threading.Event()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self.runs = 0  # checkpoints done (tests and diagnostics)
+
+    def wrote(self) -> None:
+        self._commits += 1
+        if self._thread is None:
+            with self._start_lock:
+                if self._thread is None and not self._stopped:
+                    self._thread = threading.Thread(target=self._run, daemon=True,
+                                                    name="refold-sqlite-checkpoint")
+                    self._thread.start()
+        if self._commits >= CHECKPOINT_COMMITS:
+            self._wake.set()
+
+    def _run(self) -> None:
+        conn: sqlite3.Connection | None = None
+        try:
+            conn = Database._connect(*self._args)
+            while not self._stopped:
+                self._wake.wait(CHECKPOINT_DELAY)
+                self._wake.clear()
+                if self._commits == 0 or self._stopped:
+                    continue
+                self._commits = 0
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                self.runs += 1
+        except (sqlite3.Error, StorageError) as exc:  # SQLite's backstop checkpoint remains
+            log.warning("background WAL checkpoints stopped for %s: %s", self._args[0], exc)
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=10)
 
 
 class Database:
@@ -52,9 +111,13 @@ class Database:
         self._readers: list[sqlite3.Connection] = []
         self.conn = self._connect(path, vfs, busy_timeout_ms)
         self.journal_mode = self._set_journal_mode()
+        self.checkpointer: Checkpointer | None = None
         with self.translated():
             self.conn.execute(f"PRAGMA synchronous={synchronous}")
             self.conn.execute("PRAGMA foreign_keys=ON")
+            if self.journal_mode == "wal":
+                self.conn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
+                self.checkpointer = Checkpointer(path, vfs, busy_timeout_ms)
 
     @staticmethod
     def _connect(path: str, vfs: str | None, busy_timeout_ms: int) -> sqlite3.Connection:
@@ -170,12 +233,16 @@ class Database:
             finally:
                 self._writer_thread = None
             self.conn.execute("COMMIT")
+            if self.checkpointer is not None:
+                self.checkpointer.wrote()
 
     def _check_open(self) -> None:
         if self._closed:
             raise StorageError("the store is closed")
 
     def close(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.stop()
         with self._lock, self._pool:
             if not self._closed:
                 self._closed = True

@@ -27,11 +27,11 @@ from collections.abc import Iterator, Sequence
 
 from refold.errors import Conflict, InvalidInput, MessageValidationError, NotFound
 from refold.messages.model import Message, message_identity, wire_form
-from refold.store.base import AppendResult, RewindRecord, Session, StoredMessage
+from refold.store.base import AppendResult, RewindRecord, Session, StoredMessage, Usage, ViewTip
 from refold.store.rules import check_fork_kind, check_restorable
 from refold.store.sqlite import grams
 from refold.store.sqlite.rows import MESSAGE_COLUMNS, message_columns, to_message, to_rewind
-from refold.store.sqlite.sessions import SessionOps
+from refold.store.sqlite.sessions import SessionOps, _add_usage
 from refold.store.titles import sanitize_title
 
 _PAGE = 500
@@ -111,7 +111,8 @@ class LedgerOps(SessionOps):
 
     def append_messages(self, session_id: str, messages: Sequence[Message], *,
                         token_counts: Sequence[int | None] | None = None,
-                        expect_last: str | None = None) -> AppendResult:
+                        expect_last: str | None = None,
+                        usage: Usage | None = None) -> AppendResult:
         counts = _check_batch(messages, token_counts)
         with self.db.write() as conn:
             session = self._session(conn, session_id)
@@ -120,7 +121,17 @@ class LedgerOps(SessionOps):
                 raise Conflict(f"session {session_id} changed: its last message is not the "
                                "expected one", hint="sync the whole history instead")
             identities = _identities(messages, last[1] if last else None)
-            return AppendResult(self._insert(conn, session, messages, counts, identities), 0)
+            appended = self._insert(conn, session, messages, counts, identities)
+            if usage is not None:
+                _add_usage(conn, session_id, usage)
+            if expect_last is None:
+                return AppendResult(appended, 0)
+            end = (appended[-1].seq, appended[-1].identity) if appended else last
+            checkpoint = conn.execute("SELECT id FROM checkpoints WHERE session_id = ? "
+                                      "ORDER BY id DESC LIMIT 1", (session_id,)).fetchone()
+            tip = ViewTip(end[0] if end else None, end[1] if end else None,
+                          int(checkpoint[0]) if checkpoint else None)
+            return AppendResult(appended, 0, tip=tip)
 
     def sync_messages(self, session_id: str, history: Sequence[Message], *,
                       token_counts: Sequence[int | None] | None = None) -> AppendResult:

@@ -21,7 +21,7 @@ import time
 import uuid
 
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
-from refold.store.base import Session
+from refold.store.base import Session, Usage
 from refold.store.sqlite import grams
 from refold.store.sqlite.database import Database
 from refold.store.sqlite.rows import SESSION_COLUMNS, to_session
@@ -198,12 +198,8 @@ class SessionOps:
                   model: str | None = None) -> None:
         with self.db.write() as conn:
             self._session(conn, session_id)
-            conn.execute(
-                "UPDATE sessions SET input_tokens = input_tokens + ?, "
-                "output_tokens = output_tokens + ?, cache_read_tokens = cache_read_tokens + ?, "
-                "cost_usd = cost_usd + ?, model = coalesce(?, model) WHERE id = ?",
-                (int(input_tokens), int(output_tokens), int(cache_read_tokens),
-                 float(cost_usd), model, session_id))
+            _add_usage(conn, session_id, Usage(input_tokens, output_tokens, cache_read_tokens,
+                                               cost_usd, model))
 
     # -- lineage -------------------------------------------------------------------------
     def ancestors(self, session_id: str) -> list[Session]:
@@ -255,3 +251,12 @@ class SessionOps:
         base, _ = split_lineage_title(clean)
         with self.db.read() as conn:
             return next_lineage_title(base, self._lineage_titles(conn, base))
+
+
+def _add_usage(conn: sqlite3.Connection, session_id: str, usage: Usage) -> None:
+    conn.execute(
+        "UPDATE sessions SET input_tokens = input_tokens + ?, "
+        "output_tokens = output_tokens + ?, cache_read_tokens = cache_read_tokens + ?, "
+        "cost_usd = cost_usd + ?, model = coalesce(?, model) WHERE id = ?",
+        (int(usage.input_tokens), int(usage.output_tokens), int(usage.cache_read_tokens),
+         float(usage.cost_usd), usage.model, session_id))
