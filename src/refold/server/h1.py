@@ -13,7 +13,8 @@ What it does, and only that:
   billed), so a connection lost mid-request is a network failure, as with httpx;
 - ``Content-Length``, chunked and close-delimited response bodies; ``Accept-Encoding: identity``
   so bodies arrive as sent;
-- a connect timeout, and a read timeout on every wait for response bytes;
+- a connect timeout, and a read timeout on every wait for response bytes (and on a request
+  body the socket stops taking);
 - flow control both ways: writes wait while the socket buffer is full, reading pauses while
   more than ``HIGH_WATER`` bytes wait unread;
 - TLS through ``ssl`` (certifi's CA bundle, or ``SSL_CERT_FILE`` when set, as httpx does).
@@ -38,7 +39,7 @@ from urllib.parse import urlsplit
 try:
     import httptools
 except ImportError:  # pragma: no cover - httptools ships with refold[server]
-    httptools = None
+    httptools = None  # type: ignore[assignment]
 
 HIGH_WATER = 1 << 20  # unread response bytes before the socket stops being read
 MAX_IDLE = 256  # idle keep-alive connections kept per client
@@ -71,6 +72,7 @@ class _Connection(asyncio.Protocol):
         self.headers_done = False
         self.keep_alive = False
         self.complete = False
+        self._interim = False  # parsing a 1xx response (100 Continue, 103 Early Hints)
         self.received = 0  # response bytes seen, headers included
         self.error: H1Error | None = None
         self.body: deque[bytes] = deque()
@@ -118,7 +120,12 @@ class _Connection(asyncio.Protocol):
         self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
+        status = self.parser.get_status_code()
+        if 100 <= status < 200 and status != 101:  # interim (RFC 9110 §15.2): the final follows
+            self.headers.clear()
+            self._interim = True
+            return
+        self.status = status
         self.keep_alive = self.parser.should_keep_alive()  # only valid before the body
         self.headers_done = True
         self._wake()
@@ -131,6 +138,9 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
+        if self._interim:
+            self._interim = False
+            return
         self.complete = True
         self._wake()
 
@@ -163,11 +173,16 @@ class _Connection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
 
-    async def send(self, data: bytes) -> None:
+    async def send(self, data: bytes, timeout: float | None) -> None:
+        """Write ``data``; waits while the socket buffer is full (``timeout``: H1Error)."""
         assert self.transport is not None
         self.transport.write(data)
         if not self._write_ready.done():
-            await self._write_ready
+            try:
+                await asyncio.wait_for(asyncio.shield(self._write_ready), timeout)
+            except TimeoutError as exc:
+                raise H1Error(f"could not send the request within {timeout:g} s",
+                              "timeout") from exc
 
     def take_body(self) -> bytes:
         out = b"".join(self.body)
@@ -213,7 +228,11 @@ class H1Response:
                 raise conn.error
             if conn.complete:
                 break
-            await conn.wait(self._client.read_timeout)
+            try:
+                await conn.wait(self._client.read_timeout)
+            except BaseException:
+                conn.close()  # timed out or cancelled mid-body: the connection cannot be reused
+                raise
         self._release()
 
     async def read(self) -> bytes:
@@ -267,7 +286,7 @@ class H1Client:
         data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
         conn = await self._acquire()
         try:
-            await conn.send(data)
+            await conn.send(data, self.read_timeout)
             while not conn.headers_done:
                 if conn.error is not None:
                     raise conn.error
