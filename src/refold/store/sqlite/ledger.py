@@ -78,12 +78,20 @@ class LedgerOps(SessionOps):
                            "ORDER BY seq DESC LIMIT 1", (session_id,)).fetchone()
         return (int(row[0]), str(row[1])) if row else None
 
-    def _insert(self, conn: sqlite3.Connection, session: Session, messages: Sequence[Message],
-                counts: Sequence[int | None], identities: Sequence[str]) -> list[StoredMessage]:
+    def _insert(self, conn: sqlite3.Connection, session: Session | str,
+                messages: Sequence[Message], counts: Sequence[int | None],
+                identities: Sequence[str], last_seq: int | None = None,
+                usage: Usage | None = None) -> list[StoredMessage]:
+        """Insert the rows after the session's last seq (read unless given) and bump its
+        counters — and its usage totals, in the same UPDATE, when ``usage`` is given."""
+        session_id = session if isinstance(session, str) else session.id
         if not messages:
+            if usage is not None:
+                _add_usage(conn, session_id, usage)
             return []
-        last_seq = conn.execute("SELECT last_seq FROM sessions WHERE id = ?",
-                                (session.id,)).fetchone()[0]
+        if last_seq is None:
+            last_seq = conn.execute("SELECT last_seq FROM sessions WHERE id = ?",
+                                    (session_id,)).fetchone()[0]
         now = time.time()
         rows, out = [], []
         for offset, (message, count, identity) in enumerate(zip(messages, counts, identities,
@@ -94,19 +102,29 @@ class LedgerOps(SessionOps):
             except (TypeError, ValueError) as exc:  # not JSON-serializable
                 raise MessageValidationError(f"cannot be stored as JSON: {exc}",
                                              index=offset) from exc
-            rows.append((session.id, seq, role, body, text, tool_call_id, count, now,
+            rows.append((session_id, seq, role, body, text, tool_call_id, count, now,
                          identity, cjk))
             out.append((seq, identity, count))
         conn.executemany(
             "INSERT INTO messages (session_id, seq, role, message, text, tool_call_id, "
             "token_count, created_at, active, identity, has_cjk) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)", rows)
-        conn.execute("UPDATE sessions SET last_seq = ?, message_count = message_count + ? "
-                     "WHERE id = ?", (last_seq + len(rows), len(rows), session.id))
+        if usage is None:
+            conn.execute("UPDATE sessions SET last_seq = ?, message_count = message_count + ? "
+                         "WHERE id = ?", (last_seq + len(rows), len(rows), session_id))
+        else:
+            conn.execute(
+                "UPDATE sessions SET last_seq = ?, message_count = message_count + ?, "
+                "input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, "
+                "cache_read_tokens = cache_read_tokens + ?, cost_usd = cost_usd + ?, "
+                "model = coalesce(?, model) WHERE id = ?",
+                (last_seq + len(rows), len(rows), int(usage.input_tokens),
+                 int(usage.output_tokens), int(usage.cache_read_tokens), float(usage.cost_usd),
+                 usage.model, session_id))
         if any(row[-1] for row in rows):
-            grams.index_session_range(conn, session.id, last_seq + 1, last_seq + len(rows))
+            grams.index_session_range(conn, session_id, last_seq + 1, last_seq + len(rows))
         # The wire dicts themselves (not a JSON round trip): appending is the hot path.
-        return [StoredMessage(session.id, seq, wire_form(message), identity, count, now, True)
+        return [StoredMessage(session_id, seq, wire_form(message), identity, count, now, True)
                 for (seq, identity, count), message in zip(out, messages, strict=True)]
 
     def append_messages(self, session_id: str, messages: Sequence[Message], *,
@@ -115,22 +133,25 @@ class LedgerOps(SessionOps):
                         usage: Usage | None = None) -> AppendResult:
         counts = _check_batch(messages, token_counts)
         with self.db.write() as conn:
-            session = self._session(conn, session_id)
+            # the session (NotFound), its last seq and latest checkpoint: one statement
+            head = conn.execute(
+                "SELECT last_seq, (SELECT id FROM checkpoints WHERE session_id = ?1 "
+                "ORDER BY id DESC LIMIT 1) FROM sessions WHERE id = ?1",
+                (session_id,)).fetchone()
+            if head is None:
+                self._session(conn, session_id)  # raises NotFound, worded as everywhere
             last = self._last_active(conn, session_id)
             if expect_last is not None and (last is None or last[1] != expect_last):
                 raise Conflict(f"session {session_id} changed: its last message is not the "
                                "expected one", hint="sync the whole history instead")
             identities = _identities(messages, last[1] if last else None)
-            appended = self._insert(conn, session, messages, counts, identities)
-            if usage is not None:
-                _add_usage(conn, session_id, usage)
+            appended = self._insert(conn, session_id, messages, counts, identities,
+                                    last_seq=int(head[0]), usage=usage)
             if expect_last is None:
                 return AppendResult(appended, 0)
             end = (appended[-1].seq, appended[-1].identity) if appended else last
-            checkpoint = conn.execute("SELECT id FROM checkpoints WHERE session_id = ? "
-                                      "ORDER BY id DESC LIMIT 1", (session_id,)).fetchone()
             tip = ViewTip(end[0] if end else None, end[1] if end else None,
-                          int(checkpoint[0]) if checkpoint else None)
+                          int(head[1]) if head[1] is not None else None)
             return AppendResult(appended, 0, tip=tip)
 
     def sync_messages(self, session_id: str, history: Sequence[Message], *,
