@@ -9,7 +9,7 @@ subprocess (SQLite ledger in a temp home, every message stored, usage recorded; 
 direct percentile; the proxy process's CPU time per request is read from /proc (Linux). Loops
 are bounded; the whole bench takes well under a minute.
 
-    python bench/bench_proxy.py [--levels 1,10,100] [--requests 200]
+    python bench/bench_proxy.py [--levels 1,10,100] [--requests 400] [--rounds 4]
 """
 
 from __future__ import annotations
@@ -196,8 +196,10 @@ def conversation_turns(engine: Any, conv: int, turns: int, prepare: list[float],
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", default="1,10,100")
-    parser.add_argument("--requests", type=int, default=200,
+    parser.add_argument("--requests", type=int, default=400,
                         help="requests per level and path (split over the clients)")
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="alternating direct/proxy rounds per level")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     reply = ScriptedReply(content=REPLY)
@@ -210,10 +212,20 @@ def main() -> None:
                   "proxy    added | ttfb p50: direct    proxy    added | ttfb p99: direct    "
                   "proxy    added")
             for concurrency in levels:
-                turns = max(1, args.requests // concurrency)
-                direct, _ = asyncio.run(level(upstream.base_url, concurrency, turns, "direct"))
-                proxied, cpu = asyncio.run(level(proxy_url, concurrency, turns, "proxy",
-                                                 proc.pid))
+                # direct and proxied runs alternate in rounds, so a drift in the machine's speed
+                # (other tenants, frequency) lands on both sides alike
+                rounds = max(1, min(args.rounds, args.requests // concurrency))
+                turns = max(1, args.requests // concurrency // rounds)
+                direct: list[tuple[float, float]] = []
+                proxied: list[tuple[float, float]] = []
+                cpu = 0.0
+                for _ in range(rounds):
+                    direct += asyncio.run(level(upstream.base_url, concurrency, turns,
+                                                "direct"))[0]
+                    out, used = asyncio.run(level(proxy_url, concurrency, turns, "proxy",
+                                                  proc.pid))
+                    proxied += out
+                    cpu += used
                 cpu = cpu / len(proxied) * 1000
                 print(report(concurrency, direct, proxied), flush=True)
                 mean_d = statistics.fmean(x[1] for x in direct) * 1000
