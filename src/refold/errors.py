@@ -89,6 +89,11 @@ class StorageError(RefoldError):
     """The database or the filesystem failed."""
 
 
+class WouldBlock(StorageError):
+    """Inside ``nonblocking()``: the store would have had to wait (its lock is held, another
+    process is writing). Internal: the caller retries the same call in a worker thread."""
+
+
 class MigrationError(StorageError):
     """The schema could not be brought up to date."""
 

@@ -20,6 +20,18 @@ from refold.store import Store
 from refold.testing import RunningLLM
 
 
+@pytest.fixture(params=["NORMAL", "FULL"], ids=["light", "threads"])
+def sqlite_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """The proxy's SQLite ledger, both ways the proxy runs a turn's runtime work: NORMAL
+    (``refold serve``'s default: small turns on the event loop, "light mode") and FULL (every
+    store call in a worker thread)."""
+    from refold.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(str(tmp_path / "refold.db"), synchronous=request.param)
+    yield store
+    store.close()
+
+
 @dataclass
 class Running:
     base_url: str  # …/v1

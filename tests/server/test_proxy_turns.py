@@ -67,6 +67,11 @@ def test_sdk_works_unchanged_json_and_stream_and_history_is_stored_once(
     assert up.llm.requests[0]["messages"][0]["role"] == "system"
     assert "You are terse." in up.llm.requests[0]["messages"][0]["content"]
     assert up.llm.requests[1]["stream_options"] == {"include_usage": True}
+    # which way the runtime ran: the first turn always in a worker thread (no known history
+    # yet); later ones on the event loop with serve's NORMAL ledger, in threads with FULL
+    pipeline = proxy.app.state.proxy_app.proxy
+    light = sqlite_store.commits_are_quick  # type: ignore[attr-defined]
+    assert (pipeline.light_prepares, pipeline.worker_prepares) == ((2, 1) if light else (0, 3))
 
 
 def test_stream_hides_the_usage_chunk_unless_asked_and_keeps_it_when_asked(

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from refold.errors import InvalidInput
+from refold.errors import InvalidInput, WouldBlock
 from refold.runtime.context import ContextOps
 from refold.runtime.memory_link import MemoryLink
 from refold.runtime.precompact import plan_is_current
@@ -134,6 +134,8 @@ class Engine:
             rows = [] if seq is None else self.store.messages_around(
                 runtime.session_id, seq, before=REVIEW_WINDOW - 1, after=0)
             self.memory.after_turn([r.message for r in rows], tool_iterations=tool_iterations)
+        except WouldBlock:
+            raise  # a light-mode caller hands the turn to a thread (SessionRuntime.record)
         except Exception as exc:  # review is best effort; the turn already succeeded
             log.warning("memory review scheduling failed: %s", exc)
 

@@ -24,10 +24,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from refold.errors import Conflict, InvalidInput, MessageValidationError, UpstreamError
+from refold.errors import (
+    Conflict,
+    InvalidInput,
+    MessageValidationError,
+    UpstreamError,
+    WouldBlock,
+)
 from refold.messages.model import Message, content_text, wire_form
 from refold.runtime.chain import KnownChain
 from refold.runtime.precompact import Plan, Precompactor
@@ -42,6 +48,7 @@ if TYPE_CHECKING:
     from refold.runtime.engine import Engine
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 MAX_OVERFLOW_ATTEMPTS = 4
 
@@ -131,18 +138,50 @@ class SessionRuntime:
             return self._prepare_locked()
 
     def prepare_history(self, history: list[Message], *,
-                        tools: list[dict[str, Any]] | None = None) -> Prepared:
-        """Proxy mode: sync the client's whole history (no duplicates), return what to send."""
+                        tools: list[dict[str, Any]] | None = None,
+                        light: bool = False) -> Prepared | None:
+        """Proxy mode: sync the client's whole history (no duplicates), return what to send.
+
+        ``light=True`` (the proxy, on its event loop): do only small, bounded work and never
+        wait — the known-history fast path, a context under the pre-compaction mark, a store
+        whose commits do not fsync (``commits_are_quick``) and is free right now. Where the
+        turn needs more (a changed history, a compaction, a full projection read) or something
+        is busy, it returns None: call again without ``light`` in a worker thread. Nothing is
+        stored twice; the second call finds the new messages already stored."""
         if not isinstance(history, list):
             raise InvalidInput("history must be a list of chat messages")
+        if light:
+            return self._light(lambda: self._prepare_history_locked(history, tools, True))
         with self._lock:
-            self._confirmed = None
-            if tools is not None:
-                self._tools = tools
-            history = self._rotation.translate(self.store, self.session_id, history)
-            if not self._sync_known_prefix(history):
-                self._sync_history(history)
-            return self._prepare_locked()
+            return self._prepare_history_locked(history, tools, False)
+
+    def _prepare_history_locked(self, history: list[Message],
+                                tools: list[dict[str, Any]] | None, light: bool) -> Prepared:
+        self._confirmed = None
+        if tools is not None:
+            self._tools = tools
+        history = self._rotation.translate(self.store, self.session_id, history)
+        if not self._sync_known_prefix(history):
+            if light:
+                raise _NeedsWorker
+            self._sync_history(history)
+        return self._prepare_locked(light)
+
+    def _light(self, call: Callable[[], _T]) -> _T | None:
+        """``call()`` under this runtime's lock with the store in non-blocking mode; None when
+        it cannot run that way (see ``prepare_history``)."""
+        nonblocking = getattr(self.store, "nonblocking", None)
+        if nonblocking is None or not getattr(self.store, "commits_are_quick", False):
+            return None
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            with nonblocking():
+                return call()
+        except (_NeedsWorker, WouldBlock):
+            return None
+        finally:
+            self._lock.release()
 
     def _sync_history(self, history: list[Message]) -> None:
         """The full path: validate, count and hash the whole history; the store finds what is
@@ -195,42 +234,75 @@ class SessionRuntime:
             self._view = None
             return False
         self._extend_view(result.appended, chain.tip, result.tip)
-        self._note_system_prompt(system)
-        self._system_prompt = system
-        self._count_turns([s.message for s in result.appended])
         tip = result.appended[-1].identity if result.appended else chain.tip
         self._chain = chain.extended(suffix, tip)
+        self._count_turns([s.message for s in result.appended])
+        # last: if it must wait (light mode), a second call finds the rows stored and redoes it
+        self._note_system_prompt(system)
+        self._system_prompt = system
         return True
 
     def record(self, response: Message, *, usage: dict[str, Any] | None = None,
-               model: str | None = None) -> None:
-        """Store the assistant reply, account usage, apply the post-response policy."""
+               model: str | None = None, light: bool = False) -> bool:
+        """Store the assistant reply, account usage, apply the post-response policy. True when
+        recorded; with ``light`` (see ``prepare_history``) False when nothing was stored because
+        the reply needs the worker path (a compaction may follow it, or the store is busy)."""
         if not isinstance(response, dict):
             raise InvalidInput("response must be an assistant message (a dict)")
         message = _normalize_reply(response)
         self.ops.validate([message])
-        with self._lock:
-            counts = self.ops.message_counts([message])
-            usage = usage or {}
-            prompt_tokens = _int(usage.get("prompt_tokens"))
-            completion = _int(usage.get("completion_tokens"))
-            cached = _int((usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-                          if isinstance(usage.get("prompt_tokens_details"), dict) else 0)
-            # the totals move in the reply's own transaction (one commit per record)
-            delta = Usage(prompt_tokens, completion, cached, model=model) \
-                if prompt_tokens or completion else None
-            self._append_reply(message, counts, delta)
-            if prompt_tokens and self._last_base_estimate is not None:
-                self.ops.observe_estimate(self._last_base_estimate, prompt_tokens)
-            turn_done = not message.get("tool_calls")
-            if not turn_done:
-                self.tool_iterations += 1
-                self._turn_tool_iterations += 1
-            self._post_response(prompt_tokens or None)
-            iterations, self._turn_tool_iterations = self._turn_tool_iterations, (
-                0 if turn_done else self._turn_tool_iterations)
-        if turn_done:
+        if light:
+            outcome = self._light(lambda: self._record_locked(message, usage, model, True))
+            if outcome is None:
+                return False
+        else:
+            with self._lock:
+                outcome = self._record_locked(message, usage, model, False)
+        turn_done, iterations = outcome
+        if turn_done and light:
+            self._after_turn_light(iterations)
+        elif turn_done:
             self._engine.after_turn(self, iterations)
+        return True
+
+    def _after_turn_light(self, iterations: int) -> None:
+        """Memory's after-turn work without waiting: its rows usually come from the view; when
+        they must be read and the store is busy, a short-lived thread does it instead."""
+        try:
+            with self.store.nonblocking():  # type: ignore[attr-defined]
+                self._engine.after_turn(self, iterations)
+        except WouldBlock:
+            threading.Thread(target=self._engine.after_turn, args=(self, iterations),
+                             name="refold-after-turn", daemon=True).start()
+
+    def _record_locked(self, message: Message, usage: dict[str, Any] | None,
+                       model: str | None, light: bool) -> tuple[bool, int]:
+        counts = self.ops.message_counts([message])
+        usage = usage or {}
+        prompt_tokens = _int(usage.get("prompt_tokens"))
+        completion = _int(usage.get("completion_tokens"))
+        cached = _int((usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+                      if isinstance(usage.get("prompt_tokens_details"), dict) else 0)
+        if light and prompt_tokens >= self._light_limit():
+            raise _NeedsWorker  # the post-response policy may compact: nothing stored yet
+        # the totals move in the reply's own transaction (one commit per record)
+        delta = Usage(prompt_tokens, completion, cached, model=model) \
+            if prompt_tokens or completion else None
+        self._append_reply(message, counts, delta)
+        if prompt_tokens and self._last_base_estimate is not None:
+            self.ops.observe_estimate(self._last_base_estimate, prompt_tokens)
+        turn_done = not message.get("tool_calls")
+        if not turn_done:
+            self.tool_iterations += 1
+            self._turn_tool_iterations += 1
+        self._post_response(prompt_tokens or None)
+        iterations, self._turn_tool_iterations = self._turn_tool_iterations, (
+            0 if turn_done else self._turn_tool_iterations)
+        return turn_done, iterations
+
+    def _light_limit(self) -> int:
+        """Tokens from which a turn may compact or start a background pre-compaction."""
+        return min(self.ops.threshold, self.ops.pre_threshold)
 
     def handle_error(self, error: UpstreamError, attempt: int) -> bool:
         """True when the context was compacted further so a retry can succeed."""
@@ -289,10 +361,16 @@ class SessionRuntime:
         chain, self._chain = self._chain, None
         result = None
         if chain is not None and chain.session_id == self.session_id:
-            with contextlib.suppress(Conflict):  # someone else wrote: append where it ends now
+            try:
                 result = self.store.append_messages(self.session_id, [message],
                                                     token_counts=counts, expect_last=chain.tip,
                                                     usage=usage)
+            except Conflict:  # someone else wrote: append where it ends now
+                pass
+            except BaseException:
+                self._chain = chain  # nothing was stored (busy, say): what we knew still holds
+                raise
+            else:
                 self._chain = chain.extended([message], result.appended[-1].identity)
                 self._extend_view(result.appended, chain.tip, result.tip)
         if result is None:
@@ -399,11 +477,15 @@ class SessionRuntime:
                     break
         return out, body
 
-    def _prepare_locked(self) -> Prepared:
+    def _prepare_locked(self, light: bool = False) -> Prepared:
         warnings: list[str] = []
+        if light and (self._view is None or self._view is not self._confirmed):
+            raise _NeedsWorker  # the view may need a full read
         view = self._current_view()
         messages, body = self._request(view)
         tokens = self.ops.total_from_base(body, self._tools)
+        if light and tokens >= self._light_limit():
+            raise _NeedsWorker  # nothing decided yet: the worker call redoes it all
         report = None
         before = None
         if self._trigger.preflight(tokens):
@@ -552,6 +634,10 @@ class SessionRuntime:
                                  speculative=True)
 
         self._precompactor.start(projection, plan_fn)
+
+
+class _NeedsWorker(Exception):
+    """Light mode: this turn needs work that must not run on an event loop."""
 
 
 def _normalize_reply(response: Message) -> Message:

@@ -121,8 +121,11 @@ class ProxyApp:
             self.store = await anyio.to_thread.run_sync(self._open_store)
         factory = self._engine_factory or default_engine_factory(self.settings, self.store)
         pool = SessionPool(factory, capacity=self.capacity)
+        # light mode needs a store that never fsyncs on commit (SQLite WAL, NORMAL: serve's
+        # default); with FULL or PostgreSQL every store call may wait, so all go to threads
+        light = bool(getattr(self.store, "commits_are_quick", False))
         self.proxy = Proxy(pool=pool, upstream=self.upstream, default_model=self.settings.model,
-                           drain=Drain())
+                           drain=Drain(), light=light)
         try:
             yield
         finally:
@@ -173,7 +176,7 @@ class ProxyApp:
     async def completions(self, request: Request, tenant: Tenant) -> Response:
         raw = await read_body(request, self.settings.max_body_bytes)
         body = await parse_json(raw)
-        return await chat_completions(self._proxy(), tenant, request.headers, body)
+        return await chat_completions(self._proxy(), tenant, request.headers, body, len(raw))
 
     async def models(self, request: Request, tenant: Tenant) -> Response:
         try:

@@ -31,6 +31,15 @@ them lost), FULL to fsync every commit (power-loss
 durable too, one fsync per write, serialized across sessions). The request messages are not
 batched with the reply: they are committed before the first byte so that a turn whose stream
 then fails still leaves the client's messages in the ledger.
+
+Where the runtime runs. With NORMAL (commits without fsync) and a request body of at most
+64 KiB, steps 1 and 3 first try the runtime's light mode on the event loop itself: the
+known-history fast path, a context below the pre-compaction mark, a store that is free right
+now — small, bounded work, cheaper than a thread hop (see ``SessionRuntime.prepare_history``).
+Anything else — a session's first or changed history, a compaction, a busy store, FULL,
+PostgreSQL — runs in a worker thread as before. ``Proxy.light_prepares`` and
+``worker_prepares`` count which way turns went. The upstream is reached through
+``server.h1``'s lean HTTP/1.1 client (httpx where a proxy from the environment applies).
 """
 
 from __future__ import annotations
@@ -98,6 +107,9 @@ class Proxy:
     default_model: str
     drain: Drain
     max_attempts: int = 5  # the runtime compacts further on up to 4 overflows
+    light: bool = False  # may runtimes work on the event loop (light mode)? see _Turn
+    light_prepares: int = 0  # turns prepared on the event loop, and in a worker thread
+    worker_prepares: int = 0
 
 
 def check_body(body: Any) -> list[Message]:
@@ -114,7 +126,7 @@ def check_body(body: Any) -> list[Message]:
 
 
 async def chat_completions(proxy: Proxy, tenant: Tenant, headers: Mapping[str, str],
-                           body: dict[str, Any]) -> Response:
+                           body: dict[str, Any], raw_size: int = 0) -> Response:
     """Serve one turn; errors leave as RefoldError for the app's one error renderer."""
     history = check_body(body)
     ref = headers.get(SESSION_HEADER) or derived_ref(tenant.owner, history)
@@ -124,7 +136,7 @@ async def chat_completions(proxy: Proxy, tenant: Tenant, headers: Mapping[str, s
     handed_off = False
     try:
         rt = await proxy.pool.runtime(tenant.owner, ref)
-        turn = _Turn(proxy, tenant, rt, body, history)
+        turn = _Turn(proxy, tenant, rt, body, history, raw_size)
         if body.get("stream"):
             upstream = await turn.open_stream()
             handed_off = True  # the stream releases the lock and the drain when it ends
@@ -144,13 +156,17 @@ class _Turn:
     """One request's state across attempts: the runtime, the body, what went upstream."""
 
     def __init__(self, proxy: Proxy, tenant: Tenant, rt: Any, body: dict[str, Any],
-                 history: list[Message]) -> None:
+                 history: list[Message], raw_size: int = 0) -> None:
         self.proxy = proxy
         self.tenant = tenant
         self.rt = rt
         self.body = body
         self.history = history
         self.inject_usage = False
+        # small requests may run the runtime on the event loop (light mode); a large body (a
+        # big new tool output, say) always goes to a worker thread
+        self.light = bool(getattr(proxy, "light", False)) and raw_size <= INLINE_JSON_BYTES
+        self.light_turns = 0
         self.warnings: list[str] = []  # across attempts, in order, each once
         self.compacted: tuple[int, int] | None = None  # (before, after) of the last compaction
 
@@ -159,12 +175,24 @@ class _Turn:
         return str(self.rt.session_id)
 
     async def _upstream_body(self) -> bytes:
-        """Prepare the turn and encode the upstream body, both off the event loop (a long
-        history is megabytes of JSON: encoding it on the loop would stall every stream)."""
+        """Prepare the turn and encode the upstream body: on the event loop when the runtime
+        can do it in light mode (a small request on the fast path, see
+        ``SessionRuntime.prepare_history``), else in a worker thread (a long history is
+        megabytes of JSON; a compaction may call a summarizer)."""
+        if self.light:
+            prepared = self.rt.prepare_history(self.history, tools=self.body.get("tools"),
+                                               light=True)
+            if prepared is not None:
+                self.light_turns += 1
+                self.proxy.light_prepares += 1
+                return self._encode(prepared)
+        self.proxy.worker_prepares += 1
         return await anyio.to_thread.run_sync(self._prepare_and_encode)
 
     def _prepare_and_encode(self) -> bytes:
-        prepared = self.rt.prepare_history(self.history, tools=self.body.get("tools"))
+        return self._encode(self.rt.prepare_history(self.history, tools=self.body.get("tools")))
+
+    def _encode(self, prepared: Any) -> bytes:
         self._note(prepared)
         out = dict(self.body, messages=[wire_form(m) for m in prepared.messages])
         out.setdefault("model", self.proxy.default_model)
@@ -212,6 +240,9 @@ class _Turn:
                 if not await self._retry(err, attempt):
                     raise
         message, usage = _reply_of(data)
+        if self.light and self.rt.record(message, usage=usage, model=data.get("model"),
+                                         light=True):
+            return JSONResponse(data, headers=self.headers())
         await anyio.to_thread.run_sync(
             lambda: self.rt.record(message, usage=usage, model=data.get("model")))
         return JSONResponse(data, headers=self.headers())
@@ -228,6 +259,9 @@ class _Turn:
 
     async def record(self, assembler: StreamAssembler) -> None:
         message = assembler.message()
+        if self.light and self.rt.record(message, usage=assembler.usage, model=assembler.model,
+                                         light=True):
+            return
         await anyio.to_thread.run_sync(
             lambda: self.rt.record(message, usage=assembler.usage, model=assembler.model))
 
@@ -260,26 +294,34 @@ class ProxyStream(Response):
         self.upstream = upstream
         self.release = release
         self.disconnected = False
+        self.recording = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task = asyncio.current_task()
+        watcher = asyncio.ensure_future(self._watch(receive, task))
         try:
             await send({"type": "http.response.start", "status": self.status_code,
                         "headers": self.raw_headers})
-            async with anyio.create_task_group() as group:
-                group.start_soon(self._watch, receive, group.cancel_scope)
-                await self._pump(send)
-                group.cancel_scope.cancel()
+            await self._pump(send)
+        except asyncio.CancelledError:
+            if not self.disconnected or task is None:
+                raise  # not ours (server shutdown): let it go on
+            task.uncancel()  # ours: the client left; nothing partial is recorded
         finally:
-            with anyio.CancelScope(shield=True):
+            watcher.cancel()
+            try:
                 await self.upstream.aclose()
+            except Exception as exc:  # closing a broken stream: nothing left to do with it
+                log.debug("closing the upstream stream: %s", exc)
             self.release()
 
-    async def _watch(self, receive: Receive, scope: anyio.CancelScope) -> None:
+    async def _watch(self, receive: Receive, pump: asyncio.Task[Any] | None) -> None:
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 self.disconnected = True
-                scope.cancel()  # stop reading upstream; nothing partial is recorded
+                if pump is not None and not self.recording:
+                    pump.cancel()  # stop reading upstream; a record that started finishes
                 return
 
     async def _pump(self, send: Send) -> None:
@@ -296,9 +338,11 @@ class ProxyStream(Response):
         if not assembler.complete:
             await self._fail(send, bad_response("the stream ended before a finish_reason"))
             return
+        if self.disconnected:
+            return  # the client is gone: it never gets [DONE], so the reply is not recorded
+        self.recording = True  # from here the watcher no longer cancels: the record finishes
         try:
-            with anyio.CancelScope(shield=True):  # a record that started always finishes
-                await self.turn.record(assembler)
+            await self.turn.record(assembler)
         except RefoldError as err:  # not stored, so not acknowledged: no [DONE]
             log.error("recording the reply of session %s failed: %s", self.turn.session_id, err)
             status, body = status_for(err)

@@ -13,7 +13,9 @@ Invariants:
 - runtimes live in an LRU of bounded size keyed by (tenant, reference); requests for the same
   key are serialized by an ``asyncio.Lock`` held from prepare to record, so a client that sends
   its next turn the moment a stream ends never races the previous turn's record;
-- every call that may block (store, runtime) runs in a worker thread, never on the event loop.
+- every call that may block (store, runtime) runs in a worker thread, never on the event loop;
+  the one exception is a runtime's ``light`` mode (see ``SessionRuntime.prepare_history``),
+  which never waits and hands anything unbounded back to a worker thread.
 """
 
 from __future__ import annotations
@@ -40,8 +42,11 @@ DEFAULT_CAPACITY = 256
 class RuntimeLike(Protocol):
     session_id: str
 
-    def prepare_history(self, history: Sequence[Message], *, tools: Any = None) -> Any: ...
-    def record(self, message: Message, *, usage: Any = None, model: str | None = None) -> Any: ...
+    # light=True: bounded work on the event loop, or None/False to say "call me in a thread"
+    def prepare_history(self, history: Sequence[Message], *, tools: Any = None,
+                        light: bool = False) -> Any: ...
+    def record(self, message: Message, *, usage: Any = None, model: str | None = None,
+               light: bool = False) -> Any: ...
     def handle_error(self, error: Exception, attempt: int) -> bool: ...
 
 

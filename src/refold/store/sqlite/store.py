@@ -10,6 +10,7 @@ transaction (see ``database.Database``); ``prune_sessions`` removes only ENDED s
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import time
@@ -54,6 +55,17 @@ class SQLiteStore(SearchOps, BulkOps):
     @property
     def journal_mode(self) -> str:
         return self.db.journal_mode
+
+    @property
+    def commits_are_quick(self) -> bool:
+        """True when a commit does no fsync (WAL with synchronous NORMAL/OFF, or in memory):
+        small writes then take microseconds, and an event loop may make them itself."""
+        return self.db.memory or (self.db.journal_mode == "wal"
+                                  and self.db.synchronous in ("NORMAL", "OFF"))
+
+    def nonblocking(self) -> contextlib.AbstractContextManager[None]:
+        """Within it (this thread), a call that would wait raises ``WouldBlock`` instead."""
+        return self.db.nonblocking()
 
     def prune_sessions(self, older_than_days: float) -> int:
         """Delete ended sessions that ended more than ``older_than_days`` ago; returns how many."""

@@ -1,0 +1,134 @@
+"""The proxy in light mode: over a SQLite store with synchronous NORMAL the runtime's small store
+work runs on the event loop; a large body (> 64 KiB) and a FULL store go to worker threads.
+Either way every message is stored once and the reply is recorded.
+
+Real sockets: the OpenAI SDK → uvicorn (refold's app) → the scripted upstream. The store is
+real; ``ThreadNotingStore`` only notes which thread each ledger write ran on and forwards all.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from refold.store import Store
+from refold.store.sqlite import SQLiteStore
+from refold.testing import serve
+
+ProxyFactory = Callable[..., Any]
+SYSTEM = {"role": "system", "content": "You are terse."}
+WORKER = "AnyIO worker thread"  # anyio's name for its to_thread workers
+
+
+class ThreadNotingStore:
+    """The real store, noting the thread of every ledger write."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.writes: list[tuple[str, str]] = []
+
+    def append_messages(self, *args: Any, **kwargs: Any) -> Any:
+        self.writes.append(("append", threading.current_thread().name))
+        return self._store.append_messages(*args, **kwargs)
+
+    def sync_messages(self, *args: Any, **kwargs: Any) -> Any:
+        self.writes.append(("sync", threading.current_thread().name))
+        return self._store.sync_messages(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Overrides conftest's (FULL) store: NORMAL unless a test asks otherwise (indirect)."""
+    synchronous = getattr(request, "param", "NORMAL")
+    store = SQLiteStore(str(tmp_path / "proxy.db"), synchronous=synchronous)
+    yield ThreadNotingStore(store)
+    store.close()
+
+
+def sdk(base_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url, api_key="none", max_retries=0, timeout=30)
+
+
+def rows(store: Store) -> list[tuple[str, str]]:
+    sessions = store.list_sessions()
+    assert len(sessions) == 1
+    return [(r.role, str(r.message.get("content") or ""))
+            for r in store.get_messages(sessions[0].id)]
+
+
+def streamed(client: openai.OpenAI, history: list[dict[str, Any]]) -> str:
+    stream = client.chat.completions.create(model="scripted-model", messages=history,
+                                            stream=True)
+    return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+
+def test_streamed_turns_in_light_mode_store_each_message_once(
+        start_proxy: ProxyFactory, sqlite_store: ThreadNotingStore) -> None:
+    replies = [f"reply {i}" for i in range(5)]
+    with serve(replies) as up:
+        proxy = start_proxy(up)
+        assert proxy.app.state.proxy_app.proxy.light is True
+        client = sdk(proxy.base_url)
+        history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "q0"}]
+        expected: list[tuple[str, str]] = [("user", "q0")]
+        for i in range(5):
+            text = streamed(client, history)
+            assert text == replies[i]
+            expected.append(("assistant", text))
+            history += [{"role": "assistant", "content": text},
+                        {"role": "user", "content": f"q{i + 1}"}]
+            expected.append(("user", f"q{i + 1}"))
+    assert rows(sqlite_store) == expected[:-1]  # the last user message was never sent
+    session = sqlite_store.list_sessions()[0]
+    assert session.input_tokens > 0 and session.output_tokens > 0
+    # the first turn synced in a worker; later turns appended on the event loop
+    assert sqlite_store.writes[0] == ("sync", WORKER)
+    loop_writes = [w for w in sqlite_store.writes[1:] if w[1] != WORKER]
+    assert len(loop_writes) >= 8, sqlite_store.writes
+
+
+def test_a_large_body_goes_to_a_worker_and_is_stored_once(
+        start_proxy: ProxyFactory, sqlite_store: ThreadNotingStore) -> None:
+    big = "x" * (70 * 1024)
+    with serve(["one", "two", "three"]) as up:
+        proxy = start_proxy(up)
+        client = sdk(proxy.base_url)
+        history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "q0"}]
+        assert streamed(client, history) == "one"
+        history += [{"role": "assistant", "content": "one"}, {"role": "user", "content": big}]
+        sqlite_store.writes.clear()
+        assert streamed(client, history) == "two"
+        # > 64 KiB: the turn's append and the reply's record ran in worker threads
+        assert sqlite_store.writes and all(w[1] == WORKER for w in sqlite_store.writes), \
+            sqlite_store.writes
+        history += [{"role": "assistant", "content": "two"}, {"role": "user", "content": "q2"}]
+        reply = client.chat.completions.create(model="scripted-model",
+                                               messages=history)
+        assert reply.choices[0].message.content == "three"
+    assert rows(sqlite_store) == [("user", "q0"), ("assistant", "one"), ("user", big),
+                                  ("assistant", "two"), ("user", "q2"), ("assistant", "three")]
+
+
+@pytest.mark.parametrize("sqlite_store", ["FULL"], indirect=True)
+def test_a_full_store_never_runs_light(start_proxy: ProxyFactory,
+                                       sqlite_store: ThreadNotingStore) -> None:
+    with serve(["a", "b"]) as up:
+        proxy = start_proxy(up)
+        assert proxy.app.state.proxy_app.proxy.light is False
+        client = sdk(proxy.base_url)
+        history: list[dict[str, Any]] = [{"role": "user", "content": "q0"}]
+        assert streamed(client, history) == "a"
+        history += [{"role": "assistant", "content": "a"}, {"role": "user", "content": "q1"}]
+        assert streamed(client, history) == "b"
+    assert len(sqlite_store.writes) == 4
+    assert all(w[1] == WORKER for w in sqlite_store.writes), sqlite_store.writes
+    assert rows(sqlite_store) == [("user", "q0"), ("assistant", "a"), ("user", "q1"),
+                                  ("assistant", "b")]
