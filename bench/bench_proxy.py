@@ -6,8 +6,12 @@ re-sending the whole history every turn as agents do. Measured per request: time
 content byte (TTFB) and to ``data: [DONE]`` (total), directly and through a ``refold serve``
 subprocess (SQLite ledger in a temp home, every message stored, usage recorded; serve's default
 ``serve_sqlite_synchronous=NORMAL``). The proxy's added latency is reported as proxy percentile −
-direct percentile; the proxy process's CPU time per request is read from /proc (Linux). Loops
-are bounded; the whole bench takes well under a minute.
+direct percentile; the proxy process's CPU time per request is read from /proc (Linux). Direct
+and proxied runs alternate in ``--rounds`` rounds per level, so a drift in the machine's speed
+lands on both sides. Loops are bounded; the whole bench takes a minute or two.
+
+To compare with another checkout in the same run, put its ``src`` first on PYTHONPATH (the proxy
+subprocess inherits it): ``PYTHONPATH=/path/to/old/src python bench/bench_proxy.py``.
 
     python bench/bench_proxy.py [--levels 1,10,100] [--requests 400] [--rounds 4]
 """
