@@ -223,11 +223,14 @@ def main() -> None:
                 direct: list[tuple[float, float]] = []
                 proxied: list[tuple[float, float]] = []
                 cpu = 0.0
-                for _ in range(rounds):
+                for round_ in range(rounds):
+                    # every conversation opens differently: one that opened like an earlier one
+                    # would land in the same derived session and rewind it (not a normal turn)
+                    tag = f"c{concurrency}-r{round_}"
                     direct += asyncio.run(level(upstream.base_url, concurrency, turns,
-                                                "direct"))[0]
-                    out, used = asyncio.run(level(proxy_url, concurrency, turns, "proxy",
-                                                  proc.pid))
+                                                "direct-" + tag))[0]
+                    out, used = asyncio.run(level(proxy_url, concurrency, turns,
+                                                  "proxy-" + tag, proc.pid))
                     proxied += out
                     cpu += used
                 cpu = cpu / len(proxied) * 1000
