@@ -201,7 +201,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", default="1,10,100")
     parser.add_argument("--requests", type=int, default=400,
-                        help="requests per level and path (split over the clients)")
+                        help="requests per level and path (split over the clients; at least "
+                             f"{MAX_TURNS} per client)")
     parser.add_argument("--rounds", type=int, default=4,
                         help="alternating direct/proxy rounds per level")
     args = parser.parse_args()
@@ -218,8 +219,11 @@ def main() -> None:
             for concurrency in levels:
                 # direct and proxied runs alternate in rounds, so a drift in the machine's speed
                 # (other tenants, frequency) lands on both sides alike
-                rounds = max(1, min(args.rounds, args.requests // concurrency))
-                turns = max(1, args.requests // concurrency // rounds)
+                # every client holds at least one whole conversation (MAX_TURNS turns): with
+                # fewer, a level would measure mostly first turns (a session's creation)
+                requests = max(args.requests, concurrency * MAX_TURNS)
+                rounds = max(1, min(args.rounds, requests // (concurrency * MAX_TURNS)))
+                turns = max(1, requests // concurrency // rounds)
                 direct: list[tuple[float, float]] = []
                 proxied: list[tuple[float, float]] = []
                 cpu = 0.0
