@@ -166,7 +166,6 @@ class _Turn:
         # small requests may run the runtime on the event loop (light mode); a large body (a
         # big new tool output, say) always goes to a worker thread
         self.light = bool(getattr(proxy, "light", False)) and raw_size <= INLINE_JSON_BYTES
-        self.light_turns = 0
         self.warnings: list[str] = []  # across attempts, in order, each once
         self.compacted: tuple[int, int] | None = None  # (before, after) of the last compaction
 
@@ -183,7 +182,6 @@ class _Turn:
             prepared = self.rt.prepare_history(self.history, tools=self.body.get("tools"),
                                                light=True)
             if prepared is not None:
-                self.light_turns += 1
                 self.proxy.light_prepares += 1
                 return self._encode(prepared)
         self.proxy.worker_prepares += 1
