@@ -100,9 +100,9 @@ def _memory_text(settings: Settings) -> str:
 
 def _system_prompt(store: Any, session_id: str) -> str | None:
     """The session's latest system prompt (the runtime records it as an event)."""
-    events = store.list_events(session_id, "system_prompt")
-    text = events[-1].payload.get("text") if events else None
-    return text if isinstance(text, str) and text else None
+    from refold.compaction.session import recorded_system_prompt
+
+    return recorded_system_prompt(store, session_id)
 
 
 def _render_context(value: dict[str, Any]) -> None:

@@ -220,8 +220,10 @@ def fork_cmd(app: AppContext, ref: str, at_seq: int | None, branch: bool, title:
     """Start a new session from a copy of ID (up to --at SEQ)."""
     store = app.store
     source = store.resolve_session(ref)
-    child = store.fork_session(source.id, at_seq, kind="branch" if branch else "fork",
-                               title=title)
+    from refold.compaction.session import fork_with_state
+
+    child = fork_with_state(store, source.id, at_seq, kind="branch" if branch else "fork",
+                            title=title)
     emit(session_json(child), as_json, lambda _: click.echo(f"created {_session_line(child)}"))
 
 

@@ -39,19 +39,44 @@ STATE_EVENT_KINDS = ("system_prompt", "todo")
 
 
 def carry_state_events(store: Store, parent_id: str, child_id: str,
-                       kinds: Sequence[str] = STATE_EVENT_KINDS) -> int:
+                       kinds: Sequence[str] = STATE_EVENT_KINDS,
+                       until: float | None = None) -> int:
     """Append to ``child_id`` the latest event of each kind found along ``parent_id``'s
-    lineage (the parent first, then its ancestors); returns how many were carried."""
+    lineage (the parent first, then its ancestors) — with ``until``, the latest recorded at or
+    before that time; returns how many were carried."""
     lineage = [parent_id] + [s.id for s in store.ancestors(parent_id) if s.id != parent_id]
     carried = 0
     for kind in kinds:
         for sid in lineage:
-            events = store.list_events(sid, kind)
+            events = [e for e in store.list_events(sid, kind)
+                      if until is None or e.created_at <= until]
             if events:
                 store.append_event(child_id, kind, dict(events[-1].payload))
                 carried += 1
                 break
     return carried
+
+
+def recorded_system_prompt(store: Store, session_id: str) -> str | None:
+    """The latest system prompt recorded for the session (a ``system_prompt`` event), if any."""
+    events = store.list_events(session_id, "system_prompt")
+    text = events[-1].payload.get("text") if events else None
+    return text if isinstance(text, str) and text else None
+
+
+def fork_with_state(store: Store, session_id: str, at_seq: int | None = None, *,
+                    kind: str = "fork", title: str | None = None) -> Session:
+    """``store.fork_session`` plus the task state (``STATE_EVENT_KINDS``) as it was at the
+    fork point: the events recorded up to the last copied message (all of them when the whole
+    session is copied), so a branch resumes with its system prompt and todo list."""
+    child = store.fork_session(session_id, at_seq, kind=kind, title=title)
+    until = None
+    if at_seq is not None:
+        rows = store.get_messages(session_id, include_inactive=True, start_seq=at_seq,
+                                  end_seq=at_seq)
+        until = rows[0].created_at if rows else None
+    carry_state_events(store, session_id, child.id, until=until)
+    return child
 
 
 def projection_messages(projection: Projection, system_prompt: str | None = None

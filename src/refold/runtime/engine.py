@@ -96,7 +96,9 @@ class Engine:
                 return self._create(title, source)
             session = latest[0]
         if branch_at is not None:
-            return self.store.fork_session(session.id, branch_at, kind="branch", title=title)
+            from refold.compaction.session import fork_with_state
+
+            return fork_with_state(self.store, session.id, branch_at, kind="branch", title=title)
         return self.store.resolve_resume(session.id)
 
     def _create(self, title: str | None, source: str | None) -> Session:

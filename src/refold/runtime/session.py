@@ -71,7 +71,10 @@ class SessionRuntime:
         self._engine = engine
         self.session_id = session_id
         self._snapshot = snapshot  # frozen for the life of this runtime
-        self._system_prompt: str | None = None
+        from refold.compaction.session import recorded_system_prompt  # lazy, as in ContextOps
+
+        # the caller's system prompt: a resumed session starts with the one it recorded
+        self._system_prompt: str | None = recorded_system_prompt(engine.store, session_id)
         self._tools: list[dict[str, Any]] | None = None
         self._lock = threading.RLock()
         self._precompactor = Precompactor(engine.executor)
@@ -126,6 +129,7 @@ class SessionRuntime:
         with self._lock:
             self._confirmed = None
             if system_prompt is not None:
+                self._note_system_prompt(system_prompt)  # kept for resume and `refold context`
                 self._system_prompt = system_prompt
             if tools is not None:
                 self._tools = tools
