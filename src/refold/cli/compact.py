@@ -16,6 +16,7 @@ import click
 from refold.cli.app import AppContext, console, emit, pass_app
 from refold.cli.settings import Settings
 from refold.compaction.core import CompactionReport
+from refold.compaction.session import recorded_system_prompt
 from refold.compaction.summarizer import Summarizer
 from refold.messages.model import Message, content_text, wire_form
 
@@ -98,13 +99,6 @@ def _memory_text(settings: Settings) -> str:
     return take_snapshot(open_file_store(settings.memories_dir)).text
 
 
-def _system_prompt(store: Any, session_id: str) -> str | None:
-    """The session's latest system prompt (the runtime records it as an event)."""
-    from refold.compaction.session import recorded_system_prompt
-
-    return recorded_system_prompt(store, session_id)
-
-
 def _render_context(value: dict[str, Any]) -> None:
     from rich.table import Table
 
@@ -138,7 +132,7 @@ def context_cmd(app: AppContext, session: str, context_length: int | None, model
     model = model or found.model or settings.model
     breakdown = context_breakdown(app.store.projection(found.id), model=model,
                                   context_length=context_length or settings.context_length,
-                                  system_prompt=_system_prompt(app.store, found.id),
+                                  system_prompt=recorded_system_prompt(app.store, found.id),
                                   memory=_memory_text(settings))
     emit(breakdown.as_dict(), as_json, _render_context)
 
@@ -165,7 +159,7 @@ def sessions_compact_cmd(app: AppContext, session: str, context_length: int | No
     done = compact_session(app.store, found.id, model=model,
                            context_length=context_length or settings.context_length,
                            summarizer=make_summarizer(settings, summarizer, model),
-                           system_prompt=_system_prompt(app.store, found.id),
+                           system_prompt=recorded_system_prompt(app.store, found.id),
                            rotate=settings.rotate_on_compaction if rotate is None else rotate)
     if done.rotated_from is not None:  # a proxy client re-sending its history continues there
         from refold.runtime.rotation import record_rotation
