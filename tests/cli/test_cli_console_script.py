@@ -97,3 +97,17 @@ def test_concurrent_imports_of_one_file_store_it_once(tmp_path: Path) -> None:
                             capture_output=True, text=True, check=True)
     sessions = json.loads(listed.stdout)
     assert [s["message_count"] for s in sessions] == [36]
+
+
+def test_a_read_command_on_a_missing_db_path_says_so_and_creates_nothing(
+        refold, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    typo = tmp_path / "typo.db"
+    for args in (["sessions", "list"], ["search", "hello"], ["context", "abc"]):
+        proc = refold("--db", str(typo), *args)
+        assert_one_line_error(proc, 1, "no database at", str(typo))
+        assert not typo.exists()  # nothing created by a read
+    created = tmp_path / "new.db"
+    assert refold("--db", str(created), "import", str(SAMPLE)).returncode == 0
+    assert created.exists()
+    listed = refold("--db", f"sqlite:///{created}", "sessions", "list", "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,8 +19,11 @@ from typing import Any
 import click
 
 from refold.cli.settings import Settings, load_settings
-from refold.errors import InvalidInput
-from refold.store import Store, open_store
+from refold.errors import InvalidInput, NotFound
+from refold.store import Store, open_store, sqlite_file_of
+
+# commands that only work on sessions already stored: they never create a database
+READ_COMMANDS = frozenset({"search", "sessions", "context"})
 
 
 class LazyGroup(click.Group):
@@ -71,9 +75,26 @@ class AppContext:
     @cached_property
     def store(self) -> Store:
         settings = self.settings
+        self._check_exists(settings)
         if "://" not in settings.db_url:
             settings.home.mkdir(parents=True, exist_ok=True)
         return open_store(settings.db_url)
+
+    @staticmethod
+    def _check_exists(settings: Settings) -> None:
+        """A command that only reads existing sessions, given a SQLite path (``--db``,
+        ``REFOLD_DB``) that does not exist, stops with an error instead of creating an empty
+        database there (a typo would otherwise look like an empty archive)."""
+        if settings.db is None or settings.db.startswith(("postgresql://", "postgres://")):
+            return
+        path = sqlite_file_of(settings.db)
+        if path == ":memory:" or os.path.exists(path):
+            return
+        ctx = click.get_current_context(silent=True)
+        command = ctx.find_root().invoked_subcommand if ctx is not None else None
+        if command in READ_COMMANDS:
+            raise NotFound(f"no database at {path}",
+                           hint="check --db / REFOLD_DB; `refold import FILE` creates one")
 
     def close(self) -> None:
         if "store" in self.__dict__:

@@ -42,6 +42,22 @@ def open_store(target: str | Path, *, sqlite_synchronous: str | None = None) -> 
                 "the PostgreSQL backend needs psycopg",
                 hint="pip install 'refold[postgres]'") from exc
         return PostgresStore(text)
+    path = sqlite_file_of(text)
+    from refold.store.sqlite import SQLiteStore
+
+    if sqlite_synchronous is None:
+        return SQLiteStore(path)
+    mode = sqlite_synchronous.upper()
+    if mode not in ("FULL", "NORMAL"):
+        raise InvalidInput(f"unknown SQLite synchronous mode {sqlite_synchronous!r}",
+                           hint="use FULL or NORMAL")
+    return SQLiteStore(path, synchronous="FULL" if mode == "FULL" else "NORMAL")
+
+
+def sqlite_file_of(target: str | Path) -> str:
+    """The SQLite path a database target names (a bare path, ``sqlite:///path`` or
+    ``:memory:``); ``InvalidInput`` for another URL scheme (PostgreSQL URLs are not SQLite)."""
+    text = str(target)
     if text.startswith("sqlite://"):
         text = text[len("sqlite://"):]
         if text.startswith("/") and text[1:].startswith("/"):
@@ -49,15 +65,7 @@ def open_store(target: str | Path, *, sqlite_synchronous: str | None = None) -> 
     if "://" in text:
         raise InvalidInput(f"unknown database URL scheme in {target!r}",
                            hint="use a file path, sqlite:///path or postgresql://…")
-    from refold.store.sqlite import SQLiteStore
-
-    if sqlite_synchronous is None:
-        return SQLiteStore(text)
-    mode = sqlite_synchronous.upper()
-    if mode not in ("FULL", "NORMAL"):
-        raise InvalidInput(f"unknown SQLite synchronous mode {sqlite_synchronous!r}",
-                           hint="use FULL or NORMAL")
-    return SQLiteStore(text, synchronous="FULL" if mode == "FULL" else "NORMAL")
+    return text
 
 
 __all__ = [
