@@ -442,15 +442,8 @@ class LedgerMixin(PgCore):
         """The last active row and the latest checkpoint id: index lookups, one snapshot."""
         with self._tx("read view tip") as cur:
             self._require_session(cur, session_id)
-            cur.execute("""SELECT m.seq, m.identity, (SELECT id FROM checkpoints
-                               WHERE session_id = %(s)s ORDER BY id DESC LIMIT 1)
-                           FROM (SELECT 1) AS one LEFT JOIN LATERAL (
-                               SELECT seq, identity FROM messages WHERE session_id = %(s)s
-                               AND active ORDER BY seq DESC LIMIT 1) AS m ON true""",
-                        {"s": session_id})
-            row = cur.fetchone()
-        assert row is not None
-        return ViewTip(row[0], row[1], row[2])
+            _, identity, seq, checkpoint = self._tip_and_checkpoint(cur, session_id)
+        return ViewTip(seq, identity, checkpoint)
 
     # -- events -----------------------------------------------------------------------------
     def append_event(self, session_id: str, kind: str, payload: dict[str, Any]) -> Event:

@@ -31,7 +31,7 @@ from refold.store.base import AppendResult, RewindRecord, Session, StoredMessage
 from refold.store.rules import check_fork_kind, check_restorable
 from refold.store.sqlite import grams
 from refold.store.sqlite.rows import MESSAGE_COLUMNS, message_columns, to_message, to_rewind
-from refold.store.sqlite.sessions import SessionOps, _add_usage
+from refold.store.sqlite.sessions import SessionOps, add_usage_in
 from refold.store.titles import sanitize_title
 
 _PAGE = 500
@@ -87,7 +87,7 @@ class LedgerOps(SessionOps):
         session_id = session if isinstance(session, str) else session.id
         if not messages:
             if usage is not None:
-                _add_usage(conn, session_id, usage)
+                add_usage_in(conn, session_id, usage)
             return []
         if last_seq is None:
             last_seq = conn.execute("SELECT last_seq FROM sessions WHERE id = ?",

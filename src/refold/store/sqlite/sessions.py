@@ -198,7 +198,7 @@ class SessionOps:
                   model: str | None = None) -> None:
         with self.db.write() as conn:
             self._session(conn, session_id)
-            _add_usage(conn, session_id, Usage(input_tokens, output_tokens, cache_read_tokens,
+            add_usage_in(conn, session_id, Usage(input_tokens, output_tokens, cache_read_tokens,
                                                cost_usd, model))
 
     # -- lineage -------------------------------------------------------------------------
@@ -253,7 +253,8 @@ class SessionOps:
             return next_lineage_title(base, self._lineage_titles(conn, base))
 
 
-def _add_usage(conn: sqlite3.Connection, session_id: str, usage: Usage) -> None:
+def add_usage_in(conn: sqlite3.Connection, session_id: str, usage: Usage) -> None:
+    """Add ``usage`` to the session's totals inside the caller's transaction."""
     conn.execute(
         "UPDATE sessions SET input_tokens = input_tokens + ?, "
         "output_tokens = output_tokens + ?, cache_read_tokens = cache_read_tokens + ?, "
