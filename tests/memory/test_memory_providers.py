@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -190,3 +191,17 @@ def test_shutdown_is_idempotent(tmp_path: Path) -> None:
     manager.shutdown()
     manager.shutdown()
     assert calls == ["builtin.shutdown"]
+
+
+def test_a_provider_declaring_sync_inline_syncs_in_place(builtin: BuiltinMemoryProvider) -> None:
+    """``sync_inline`` (the builtin's cheap budget reset): called on the caller's thread, done
+    when ``sync_turn`` returns; a provider without it goes to the worker (test above)."""
+    manager = MemoryManager(builtin)
+    inline = RecordingProvider("inline")
+    inline.sync_inline = True  # type: ignore[attr-defined]
+    manager.add_provider(inline)
+    builtin.tool.failures = 3
+    manager.sync_turn([{"role": "user", "content": "a"}])
+    assert inline.sync_threads == [threading.current_thread().name]  # done already, here
+    assert builtin.tool.failures == 0  # the builtin's budget was reset in place too
+    manager.shutdown()

@@ -459,3 +459,63 @@ def test_memory_sqlite_uses_light_mode(engines: list[Engine]) -> None:
             engine.close()
         engines.clear()
         store.close()
+
+
+class TurnLog:
+    """A memory manager that logs each finished turn it is handed (as the review would)."""
+
+    store = None
+    external = None
+    builtin = None
+
+    def __init__(self) -> None:
+        self.turns: list[int] = []
+
+    def sync_turn(self, messages: list[dict[str, Any]], *, tool_iterations: int) -> None:
+        self.turns.append(len(messages))
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_deferred_after_turn_waits_for_finish_turn(normal_store: SQLiteStore) -> None:
+    """``record(light=True, defer_after_turn=True)`` stores the reply now and hands the turn to
+    memory only at ``finish_turn()`` (the proxy calls it once ``[DONE]`` went out). A caller
+    that does not call it has it run by the next ``prepare_history``, or by ``close``: no turn
+    is lost or handed over twice."""
+    memory = TurnLog()
+    engine = Engine(normal_store, model="gpt-4o-mini", context_length=WIDE, memory=memory,
+                    background_precompact=False)
+    closed = False
+    try:
+        rt = engine.open_session(new=True)
+        history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, user("one")]
+        prepare(rt, history, [])
+        record(rt, bot("first"), {}, [])
+        assert memory.turns == [2]  # not deferred: handed over at once
+        history += [bot("first"), user("two")]
+
+        assert rt.prepare_history(history, light=True) is not None
+        assert rt.record(bot("second"), light=True, defer_after_turn=True) is True
+        assert contents(normal_store, rt.session_id)[-1] == ("assistant", "second")  # stored
+        assert memory.turns == [2]  # held back
+        rt.finish_turn()
+        assert memory.turns == [2, 4]
+        rt.finish_turn()
+        assert memory.turns == [2, 4]  # once
+        history += [bot("second"), user("three")]
+
+        assert rt.prepare_history(history, light=True) is not None
+        assert rt.record(bot("third"), light=True, defer_after_turn=True) is True
+        assert memory.turns == [2, 4]
+        history += [bot("third"), user("four")]
+        assert rt.prepare_history(history, light=True) is not None  # runs the held turn first
+        assert memory.turns == [2, 4, 6]
+
+        assert rt.record(bot("fourth"), light=True, defer_after_turn=True) is True
+        engine.close()
+        closed = True
+        assert memory.turns == [2, 4, 6, 8]  # closing the session ran it
+    finally:
+        if not closed:
+            engine.close()

@@ -5,6 +5,7 @@ prompt and its recall reaches the current user message."""
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,13 @@ from refold.testing import serve
 ProxyFactory = Callable[..., Any]
 
 PROVIDER_MODULE = '''
+SYNCED = []  # the length of the rows each finished turn handed to sync_turn
+
 class EchoProvider:
     name = "echo"
     def system_prompt_block(self): return "<echo>external memory</echo>"
     def prefetch(self, query): return "echo recalls: " + query
-    def sync_turn(self, messages): pass
+    def sync_turn(self, messages): SYNCED.append(len(messages))
     def on_pre_compress(self, messages): return ""
     def on_session_end(self): pass
     def tool_schemas(self): return []
@@ -66,6 +69,32 @@ def test_serve_loads_the_external_provider_and_sends_its_recall(
     assert RECALL_OPEN not in first[-1]["content"]
     assert second[-1]["content"].startswith("and the cache?")
     assert "echo recalls: where is staging?" in second[-1]["content"]
+
+
+def test_each_streamed_turn_reaches_memory_once_after_its_reply(
+        echo_installed: None, start_proxy: ProxyFactory) -> None:
+    """The proxy acknowledges a streamed reply (``[DONE]``) before memory's after-turn work
+    runs (it was held back by the record); every turn still reaches the provider, once."""
+    import refold_echo_serve  # type: ignore[import-not-found]
+
+    headers = {"X-Refold-Session": "synced"}
+    history: list[dict[str, Any]] = [{"role": "user", "content": "first question"}]
+    with serve(["one", "two", "three"]) as up:
+        proxy = start_proxy(up, memory_provider="echo-serve")
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="none", max_retries=0)
+        for turn in range(3):
+            stream = client.chat.completions.create(model="m", messages=history, stream=True,
+                                                    extra_headers=headers)
+            reply = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+            history += [{"role": "assistant", "content": reply},
+                        {"role": "user", "content": f"question {turn + 2}"}]
+        engine = proxy.app.state.proxy_app.proxy.pool._engines[""]
+        deadline = time.monotonic() + 10  # a hang guard only: the third runs after its [DONE]
+        while len(refold_echo_serve.SYNCED) < 3 and time.monotonic() < deadline:
+            engine.memory.manager.flush()
+            time.sleep(0.01)
+        engine.memory.manager.flush()
+    assert refold_echo_serve.SYNCED == [2, 4, 6]
 
 
 def test_an_unknown_memory_provider_is_a_clear_error(tmp_path: Path) -> None:

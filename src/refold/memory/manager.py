@@ -184,11 +184,16 @@ class MemoryManager:
 
     def sync_turn(self, messages: Sequence[Message], *,
                   tool_iterations: int | None = None) -> None:
-        """After a turn: providers sync on the worker; the reviewer counts the turn."""
+        """After a turn: providers sync on the worker (in place for one that sets
+        ``sync_inline``); the reviewer counts the turn."""
         snapshot = list(messages)
         for provider in self.providers:
-            self._worker.submit(partial(self._guard, provider, "sync_turn",
-                                        partial(provider.sync_turn, snapshot), None))
+            job = partial(self._guard, provider, "sync_turn", partial(provider.sync_turn, snapshot),
+                          None)
+            if getattr(provider, "sync_inline", False):
+                job()  # declared cheap and thread-safe (the builtin provider): no thread wake-up
+            else:
+                self._worker.submit(job)
         if self.reviewer is not None:
             self.reviewer.note_turn(snapshot, tool_iterations=tool_iterations)
 

@@ -40,6 +40,10 @@ class MemoryProvider(Protocol):
     runtime hands the result to compaction, which keeps each paragraph (clipped, deduplicated,
     at most a few) as reference text in the summary's Critical Context. A provider should keep
     its return short and must not put instructions or secrets in it.
+
+    ``sync_turn`` runs on the manager's worker thread, in order, so a slow provider never
+    delays a turn. A provider whose ``sync_turn`` is cheap and thread-safe may set the class
+    attribute ``sync_inline = True`` to be called in place (the builtin provider does).
     """
 
     name: str
@@ -58,6 +62,9 @@ class BuiltinMemoryProvider:
     """MEMORY.md / USER.md as a provider: the frozen snapshot and the ``memory`` tool."""
 
     name = "builtin"
+    # its sync_turn only resets the memory tool's per-turn budget: cheap and thread-safe, so the
+    # manager calls it in place instead of waking its worker thread every turn
+    sync_inline = True
 
     def __init__(self, store: MemoryStore, *, approval: str = "allow") -> None:
         self.store = store

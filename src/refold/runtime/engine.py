@@ -68,6 +68,7 @@ class Engine:
         self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="refold-bg")
         self.holder = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._closed = False
+        self._closing = False  # close() started (after-turn work still runs until _closed)
         self._lock = threading.Lock()
         self._open: weakref.WeakSet[SessionRuntime] = weakref.WeakSet()  # not closed yet
 
@@ -177,8 +178,13 @@ class Engine:
     def close(self) -> None:
         """Finish background work (pre-compaction, memory review) and release resources."""
         with self._lock:
-            if self._closed:
+            if self._closing:
                 return
+            self._closing = True
+            open_now = list(self._open)
+        for runtime in open_now:  # a turn whose after-turn work was held back still counts
+            runtime.finish_turn(wait=True)
+        with self._lock:
             self._closed = True
         self.executor.shutdown(wait=True)
         for runtime in list(self._open):  # sessions still open end with the engine

@@ -94,6 +94,7 @@ class SessionRuntime:
         self._turn_tool_iterations = 0
         self._recall = ""  # this user turn's recalled-memory block (see refold.runtime.recall)
         self._rotation = Rotation()  # maps a re-sent history onto a compaction child
+        self._deferred_after_turn: int | None = None  # see record(defer_after_turn=True)
         self._closed = False
 
     # -- properties ------------------------------------------------------------------------
@@ -126,6 +127,7 @@ class SessionRuntime:
         """Store ``new_messages`` and return the messages to send (compacting first if needed)."""
         if not isinstance(new_messages, list):
             raise InvalidInput("new_messages must be a list of chat messages")
+        self.finish_turn()
         with self._lock:
             self._confirmed = None
             if system_prompt is not None:
@@ -154,6 +156,7 @@ class SessionRuntime:
         stored twice; the second call finds the new messages already stored."""
         if not isinstance(history, list):
             raise InvalidInput("history must be a list of chat messages")
+        self.finish_turn()
         if light:
             return self._light(lambda: self._prepare_history_locked(history, tools, True))
         with self._lock:
@@ -247,14 +250,20 @@ class SessionRuntime:
         return True
 
     def record(self, response: Message, *, usage: dict[str, Any] | None = None,
-               model: str | None = None, light: bool = False) -> bool:
+               model: str | None = None, light: bool = False,
+               defer_after_turn: bool = False) -> bool:
         """Store the assistant reply, account usage, apply the post-response policy. True when
         recorded; with ``light`` (see ``prepare_history``) False when nothing was stored because
-        the reply needs the worker path (a compaction may follow it, or the store is busy)."""
+        the reply needs the worker path (a compaction may follow it, or the store is busy).
+
+        ``defer_after_turn`` (with ``light``; the proxy): memory's after-turn work (provider
+        sync, review counting) is held until ``finish_turn()``, so the caller can acknowledge
+        the reply first. The next ``prepare``/``record`` runs it if the caller did not."""
         if not isinstance(response, dict):
             raise InvalidInput("response must be an assistant message (a dict)")
         message = _normalize_reply(response)
         self.ops.validate([message])
+        self.finish_turn()
         if light:
             outcome = self._light(lambda: self._record_locked(message, usage, model, True))
             if outcome is None:
@@ -263,11 +272,25 @@ class SessionRuntime:
             with self._lock:
                 outcome = self._record_locked(message, usage, model, False)
         turn_done, iterations = outcome
-        if turn_done and light:
+        if turn_done and light and defer_after_turn:
+            self._deferred_after_turn = iterations
+        elif turn_done and light:
             self._after_turn_light(iterations)
         elif turn_done:
             self._engine.after_turn(self, iterations)
         return True
+
+    def finish_turn(self, *, wait: bool = False) -> None:
+        """Run the after-turn work a ``record(defer_after_turn=True)`` held back, if any. It
+        never waits for the store (a busy store hands it to a short-lived thread) unless
+        ``wait`` (closing: done before this returns)."""
+        iterations, self._deferred_after_turn = self._deferred_after_turn, None
+        if iterations is None:
+            return
+        if wait:
+            self._engine.after_turn(self, iterations)
+        else:
+            self._after_turn_light(iterations)
 
     def _after_turn_light(self, iterations: int) -> None:
         """Memory's after-turn work without waiting: its rows usually come from the view; when
@@ -351,6 +374,7 @@ class SessionRuntime:
     def close(self) -> None:
         """Done with this runtime (the session stays resumable): memory providers get
         ``on_session_end``, once. The proxy calls it on eviction; ``Engine.close`` for the rest."""
+        self.finish_turn(wait=True)
         with self._lock:
             if self._closed:
                 return

@@ -245,6 +245,11 @@ class _Turn:
             lambda: self.rt.record(message, usage=usage, model=data.get("model")))
         return JSONResponse(data, headers=self.headers())
 
+    def finish(self) -> None:
+        """After the reply went out: the runtime's deferred after-turn work (never waits;
+        failures are logged by the engine)."""
+        self.rt.finish_turn()
+
     async def open_stream(self) -> UpstreamStream:
         for attempt in range(self.proxy.max_attempts):
             body = await self._upstream_body()
@@ -256,9 +261,10 @@ class _Turn:
         raise AssertionError("unreachable: the last attempt raises")
 
     async def record(self, assembler: StreamAssembler) -> None:
+        """Store the streamed reply; memory's after-turn work waits for ``finish()``."""
         message = assembler.message()
         if self.light and self.rt.record(message, usage=assembler.usage, model=assembler.model,
-                                         light=True):
+                                         light=True, defer_after_turn=True):
             return
         await anyio.to_thread.run_sync(
             lambda: self.rt.record(message, usage=assembler.usage, model=assembler.model))
@@ -347,7 +353,10 @@ class ProxyStream(Response):
             await send({"type": "http.response.body", "body": sse_error(status, body),
                         "more_body": False})
             return
-        await send({"type": "http.response.body", "body": DONE_EVENT, "more_body": False})
+        try:
+            await send({"type": "http.response.body", "body": DONE_EVENT, "more_body": False})
+        finally:  # acknowledged: now the after-turn work the record held back
+            self.turn.finish()
 
     def _forwardable(self, splitter: EventSplitter, assembler: StreamAssembler,
                      data: bytes) -> bytes:
