@@ -385,8 +385,16 @@ def test_another_connection_writing_does_not_make_light_calls_wait(
             other.execute("ROLLBACK")
         finally:
             other.close()
-        assert store.db.conn.execute("PRAGMA busy_timeout").fetchone()[0] == 60_000
-        assert rt.prepare_history(history) is not None
+        # the worker call waits for another writer again (its busy timeout applies)
+        other = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            timer = threading.Timer(0.2, lambda: other.execute("ROLLBACK"))
+            timer.start()
+            assert run_in_thread(lambda: rt.prepare_history(history)) is not None
+            timer.join()
+        finally:
+            other.close()
         assert rt.record(bot("second")) is True
         assert [c for _, c in contents(store, rt.session_id)] == [
             "one", "first", "two", "second"]

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from typing import Any
 
+from refold.errors import StorageError
+from refold.server.completions import ProxyStream
 from refold.server.sse import DONE, EventSplitter, StreamAssembler, parse_chunk
 
 
@@ -76,3 +80,96 @@ def test_parse_chunk_refuses_non_objects() -> None:
     assert parse_chunk("not json") is None
     assert parse_chunk("[1, 2]") is None
     assert parse_chunk('{"a": 1}') == {"a": 1}
+
+
+# -- how ProxyStream frames the end of a stream ---------------------------------------------------
+class _Upstream:
+    """An upstream stream whose body arrives in the given reads."""
+
+    def __init__(self, reads: list[bytes]) -> None:
+        self.reads = reads
+        self.closed = False
+
+    async def chunks(self) -> Any:
+        for data in self.reads:
+            yield data
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class _Turn:
+    """What ProxyStream needs of a turn: ``record`` (failing when told), ``finish``."""
+
+    session_id = "s1"
+    inject_usage = False
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.log: list[str] = []
+
+    def headers(self) -> dict[str, str]:
+        return {"X-Refold-Session": self.session_id}
+
+    async def record(self, assembler: StreamAssembler) -> None:
+        self.log.append(f"record:{assembler.message().get('content')}")
+        if self.fail:
+            raise StorageError("disk full")
+
+    def finish(self) -> None:
+        self.log.append("finish")
+
+
+def _pumped(turn: _Turn, reads: list[bytes]) -> list[dict[str, Any]]:
+    """The ASGI messages ProxyStream sends for an upstream body arriving in ``reads``."""
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()  # the client never leaves
+        return {}
+
+    async def main() -> None:
+        released: list[bool] = []
+        stream = ProxyStream(turn, _Upstream(reads), lambda: released.append(True))  # type: ignore[arg-type]
+        await stream({"type": "http"}, receive, send)
+        assert released == [True]
+
+    asyncio.run(main())
+    return sent
+
+
+FINISH = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+HELLO = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hello"}}]}
+
+
+def test_the_events_that_came_with_the_upstream_done_leave_with_ours_in_one_write() -> None:
+    """The finish chunk shares the upstream's last read with its [DONE]: it is held until the
+    reply is recorded, then goes out with the proxy's [DONE] in one body message (one write);
+    earlier events went out as they came."""
+    turn = _Turn()
+    sent = _pumped(turn, [_event(HELLO), _event(FINISH) + b"data: [DONE]\n\n"])
+    bodies = [m for m in sent if m["type"] == "http.response.body"]
+    assert [m["body"] for m in bodies] == [_event(HELLO), _event(FINISH) + b"data: [DONE]\n\n"]
+    assert [m["more_body"] for m in bodies] == [True, False]
+    assert turn.log == ["record:Hello", "finish"]
+
+
+def test_a_failed_record_still_delivers_the_held_events_then_the_error_without_done() -> None:
+    turn = _Turn(fail=True)
+    sent = _pumped(turn, [_event(HELLO), _event(FINISH) + b"data: [DONE]\n\n"])
+    last = [m for m in sent if m["type"] == "http.response.body"][-1]
+    assert last["more_body"] is False
+    assert last["body"].startswith(_event(FINISH) + b"data: {\"error\"")
+    assert b"[DONE]" not in last["body"]
+    assert turn.log == ["record:Hello"]  # not acknowledged: no after-turn work
+
+
+def test_events_after_a_finish_in_an_earlier_read_still_stream_as_they_come() -> None:
+    """Without the upstream's [DONE] in a read, its events are forwarded at once."""
+    turn = _Turn()
+    sent = _pumped(turn, [_event(HELLO), _event(FINISH), b"data: [DONE]\n\n"])
+    bodies = [m["body"] for m in sent if m["type"] == "http.response.body"]
+    assert bodies == [_event(HELLO), _event(FINISH), b"data: [DONE]\n\n"]

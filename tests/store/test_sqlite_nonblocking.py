@@ -119,6 +119,20 @@ def test_writer_lock_held_by_another_thread_waits_outside_nonblocking(db: Databa
     assert rows(db) == [1, 2]
 
 
+def blocking_write_waits_for_another_connection(db: Database, value: int) -> None:
+    """Another connection holds the write lock for a moment: a write outside ``nonblocking``
+    waits for it (the busy timeout applies again after non-blocking writes) and lands."""
+    other = sqlite3.connect(db.path, isolation_level=None, check_same_thread=False)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        timer = threading.Timer(0.2, lambda: other.execute("ROLLBACK"))
+        timer.start()
+        in_thread(lambda: insert(db, value))  # "database is locked" if it did not wait
+        timer.join()
+    finally:
+        other.close()
+
+
 def test_another_connection_in_begin_immediate(db: Database) -> None:
     other = sqlite3.connect(db.path, isolation_level=None)
     try:
@@ -129,14 +143,15 @@ def test_another_connection_in_begin_immediate(db: Database) -> None:
             in_thread(lambda: nonblocking_insert(db, 2, ran))
         assert ran == []
         assert not db.conn.in_transaction
-        assert db.conn.execute("PRAGMA busy_timeout").fetchone()[0] == BUSY_MS
         other.execute("ROLLBACK")
     finally:
         other.close()
     assert rows(db) == []
+    blocking_write_waits_for_another_connection(db, 4)
     in_thread(lambda: nonblocking_insert(db, 3, []))  # free again: nonblocking writes work
-    assert rows(db) == [3]
-    assert db.conn.execute("PRAGMA busy_timeout").fetchone()[0] == BUSY_MS
+    assert rows(db) == [3, 4]
+    blocking_write_waits_for_another_connection(db, 5)
+    assert rows(db) == [3, 4, 5]
 
 
 def test_another_connection_in_begin_immediate_waits_outside_nonblocking(db: Database) -> None:

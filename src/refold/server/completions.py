@@ -14,6 +14,9 @@ When is a message *acknowledged*? The request's messages once the response statu
 ``data: [DONE]`` (streams) or the JSON body — the proxy records the reply *before* sending that
 last piece. A stream cut short (client gone, upstream failed, proxy killed) records nothing
 partial: the client never got a complete reply, so it will not be in the history it re-sends.
+Events that arrive in the same upstream read as its ``[DONE]`` (typically the finish_reason and
+usage chunks) are held and leave with the proxy's ``[DONE]`` in one write; memory's after-turn
+work runs once that write is done (``SessionRuntime.record(defer_after_turn=True)``).
 
 What the runtime noticed reaches the client as response headers (JSON and streams alike), so a
 strict OpenAI client sees an unchanged body: ``X-Refold-Warnings`` carries ``Prepared.warnings``
@@ -299,6 +302,7 @@ class ProxyStream(Response):
         self.release = release
         self.disconnected = False
         self.recording = False
+        self.upstream_done = False  # the upstream's own [DONE] was seen
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
@@ -331,16 +335,22 @@ class ProxyStream(Response):
     async def _pump(self, send: Send) -> None:
         splitter = EventSplitter()
         assembler = StreamAssembler()
+        # events that came with or after the upstream's [DONE] (usually the finish_reason and
+        # usage chunks share its read): held, then sent in one write with our [DONE]
+        tail: list[bytes] = []
         try:
             async for data in self.upstream.chunks():
                 out = self._forwardable(splitter, assembler, data)
-                if out:
+                if out and (tail or self.upstream_done):
+                    tail.append(out)
+                elif out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
         except UpstreamError as err:
-            await self._fail(send, err)
+            await self._fail(send, err, b"".join(tail))
             return
         if not assembler.complete:
-            await self._fail(send, bad_response("the stream ended before a finish_reason"))
+            await self._fail(send, bad_response("the stream ended before a finish_reason"),
+                             b"".join(tail))
             return
         if self.disconnected:
             return  # the client is gone: it never gets [DONE], so the reply is not recorded
@@ -350,11 +360,12 @@ class ProxyStream(Response):
         except RefoldError as err:  # not stored, so not acknowledged: no [DONE]
             log.error("recording the reply of session %s failed: %s", self.turn.session_id, err)
             status, body = status_for(err)
-            await send({"type": "http.response.body", "body": sse_error(status, body),
-                        "more_body": False})
+            await send({"type": "http.response.body",
+                        "body": b"".join(tail) + sse_error(status, body), "more_body": False})
             return
         try:
-            await send({"type": "http.response.body", "body": DONE_EVENT, "more_body": False})
+            await send({"type": "http.response.body", "body": b"".join(tail) + DONE_EVENT,
+                        "more_body": False})
         finally:  # acknowledged: now the after-turn work the record held back
             self.turn.finish()
 
@@ -363,6 +374,7 @@ class ProxyStream(Response):
         out: list[bytes] = []
         for event in splitter.feed(data):
             if event.data == DONE:
+                self.upstream_done = True
                 continue  # held back: [DONE] goes out after the record
             chunk = parse_chunk(event.data) if event.data is not None else None
             if chunk is not None:
@@ -372,10 +384,10 @@ class ProxyStream(Response):
             out.append(event.raw)
         return b"".join(out)
 
-    async def _fail(self, send: Send, err: UpstreamError) -> None:
+    async def _fail(self, send: Send, err: UpstreamError, held: bytes = b"") -> None:
         log.warning("stream for session %s failed: %s", self.turn.session_id, err)
         status, body = upstream_status(err)
-        await send({"type": "http.response.body", "body": sse_error(status, body),
+        await send({"type": "http.response.body", "body": held + sse_error(status, body),
                     "more_body": False})
 
 

@@ -115,6 +115,7 @@ class Database:
         self._idle: list[sqlite3.Connection] = []
         self._readers: list[sqlite3.Connection] = []
         self.conn = self._connect(path, vfs, busy_timeout_ms)
+        self._writer_busy_ms = int(busy_timeout_ms)  # the writer connection's busy_timeout now
         self.journal_mode = self._set_journal_mode()
         self.checkpointer: Checkpointer | None = None
         with self.translated():
@@ -271,18 +272,21 @@ class Database:
                 self.checkpointer.wrote()
 
     def _begin_immediate(self) -> None:
-        if not getattr(self._local, "nowait", False) or self.memory:
-            self.conn.execute("BEGIN IMMEDIATE")
-            return
-        self.conn.execute("PRAGMA busy_timeout=0")  # another process writing: do not wait
+        nowait = bool(getattr(self._local, "nowait", False)) and not self.memory
+        # non-blocking: another process writing makes BEGIN fail at once (WouldBlock) instead
+        # of waiting. The writer connection keeps whichever timeout its last write needed, so
+        # a run of non-blocking writes (the proxy's light turns) sets it once, not twice each.
+        wanted = 0 if nowait else int(self._busy_timeout_ms)
+        if self._writer_busy_ms != wanted:
+            self.conn.execute(f"PRAGMA busy_timeout={wanted}")
+            self._writer_busy_ms = wanted
         try:
             self.conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
-            if "locked" in str(exc).lower() or "busy" in str(exc).lower():
+            text = str(exc).lower()
+            if nowait and ("locked" in text or "busy" in text):
                 raise WouldBlock("another process is writing to the database") from exc
             raise
-        finally:
-            self.conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
 
     def _check_open(self) -> None:
         if self._closed:
