@@ -1018,8 +1018,11 @@ def test_upstream_with_an_injected_transport_uses_httpx() -> None:
         upstream = Upstream("http://upstream.test/v1", api_key="k",
                             transport=httpx.MockTransport(handler))
         assert not upstream.lean
-        data = await upstream.complete(_completion_body(), None)
-        stream = await upstream.open_stream(_completion_body(stream=True), None)
+        sent: list[int] = []  # on_sent runs before httpx sends: the request not seen yet
+        data = await upstream.complete(_completion_body(), None, lambda: sent.append(len(seen)))
+        stream = await upstream.open_stream(_completion_body(stream=True), None,
+                                            lambda: sent.append(len(seen)))
+        assert sent == [0, 1]
         raw = b"".join([piece async for piece in stream.chunks()])
         await stream.aclose()
         with pytest.raises(UpstreamError) as caught:
@@ -1102,3 +1105,49 @@ async def test_a_large_streamed_response_arrives_whole_and_in_order() -> None:
     assert len(received) == len(expected)
     assert bytes(received) == expected
     assert srv.accepts == 1
+
+
+# -- on_sent: work that overlaps the server's ----------------------------------------------------
+
+@run_async
+async def test_on_sent_runs_once_after_the_request_is_written_before_the_response() -> None:
+    """``on_sent`` runs when the request is handed to the socket: the server can already read
+    it, and no response byte exists yet (the server answers only when told)."""
+    answer = asyncio.Event()
+    got_request = asyncio.Event()
+
+    async def handler(srv: RawServer, reader: Reader, writer: Writer) -> None:
+        while await srv.read_request(reader):
+            got_request.set()
+            await answer.wait()
+            writer.write(response(b"ok"))
+            await writer.drain()
+
+    async with raw_server(handler) as srv:
+        client = H1Client(srv.url)
+        calls: list[int] = []
+
+        def sent() -> None:
+            calls.append(len(srv.requests))
+
+        pending = asyncio.ensure_future(client.request("POST", "/", {}, b'{"a": 1}', sent))
+        await asyncio.wait_for(got_request.wait(), 5)
+        assert calls == [0]  # ran before the server had even read it, and only once
+        assert not pending.done()  # the response is still to come
+        answer.set()
+        resp = await pending
+        assert await resp.read() == b"ok"
+        second: list[bool] = []
+        resp = await client.request("POST", "/", {}, b"{}", lambda: second.append(True))
+        assert await resp.read() == b"ok" and second == [True]  # a reused connection too
+        await client.aclose()
+    assert calls == [0] and len(srv.requests) == 2
+
+
+@run_async
+async def test_on_sent_does_not_run_when_no_connection_could_be_had() -> None:
+    client = H1Client(f"http://127.0.0.1:{closed_port()}", connect_timeout=1)
+    calls: list[bool] = []
+    with pytest.raises(H1Error):
+        await client.request("POST", "/", {}, b"{}", lambda: calls.append(True))
+    assert calls == []

@@ -16,6 +16,11 @@ whole re-sent history), calls its model, then ``record`` the reply. In between r
   turn that follows its own writes costs O(new messages) — one small ``view_tip`` query instead
   of re-reading and re-counting the projection; anything else falls back to the full read.
 
+- the proxy's deferred store (``prepare_history(light=True, defer_store=True)``): on the known
+  fast path the request is built first and the new messages are stored by ``store_pending``
+  once the request went upstream, so the write overlaps the model's work; ``store_pending``
+  says whether what was sent is exactly what the stored ledger gives (else: redo the turn).
+
 A ``SessionRuntime`` serializes its own turns with a lock; it is safe to share between threads.
 """
 
@@ -25,6 +30,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from refold.errors import (
@@ -95,6 +101,7 @@ class SessionRuntime:
         self._recall = ""  # this user turn's recalled-memory block (see refold.runtime.recall)
         self._rotation = Rotation()  # maps a re-sent history onto a compaction child
         self._deferred_after_turn: int | None = None  # see record(defer_after_turn=True)
+        self._pending: _PendingStore | None = None  # see prepare_history(defer_store=True)
         self._closed = False
 
     # -- properties ------------------------------------------------------------------------
@@ -129,6 +136,7 @@ class SessionRuntime:
             raise InvalidInput("new_messages must be a list of chat messages")
         self.finish_turn()
         with self._lock:
+            self._flush_pending()
             self._confirmed = None
             if system_prompt is not None:
                 self._note_system_prompt(system_prompt)  # kept for resume and `refold context`
@@ -145,7 +153,7 @@ class SessionRuntime:
 
     def prepare_history(self, history: list[Message], *,
                         tools: list[dict[str, Any]] | None = None,
-                        light: bool = False) -> Prepared | None:
+                        light: bool = False, defer_store: bool = False) -> Prepared | None:
         """Proxy mode: sync the client's whole history (no duplicates), return what to send.
 
         ``light=True`` (the proxy, on its event loop): do only small, bounded work and never
@@ -153,21 +161,60 @@ class SessionRuntime:
         whose commits do not fsync (``commits_are_quick``) and is free right now. Where the
         turn needs more (a changed history, a compaction, a full projection read) or something
         is busy, it returns None: call again without ``light`` in a worker thread. Nothing is
-        stored twice; the second call finds the new messages already stored."""
+        stored twice; the second call finds the new messages already stored.
+
+        ``defer_store`` (with ``light``; the proxy): on the fast path the new messages are not
+        stored yet when this returns — the request is built from the cached view as if they
+        were — and ``pending_store`` is True. Call ``store_pending()`` once the request went
+        upstream (before any of the reply reaches the client)."""
         if not isinstance(history, list):
             raise InvalidInput("history must be a list of chat messages")
         self.finish_turn()
         if light:
-            return self._light(lambda: self._prepare_history_locked(history, tools, True))
+            return self._light(
+                lambda: self._prepare_history_locked(history, tools, True, defer_store))
         with self._lock:
             return self._prepare_history_locked(history, tools, False)
 
+    @property
+    def pending_store(self) -> bool:
+        """True while messages a ``prepare_history(defer_store=True)`` sent are not stored."""
+        return self._pending is not None
+
+    def store_pending(self, *, light: bool = False) -> bool | None:
+        """Store the messages the last ``prepare_history(defer_store=True)`` deferred. True: they
+        are stored and the request built from them is exactly what the ledger now gives. False:
+        they are stored (or another writer moved the session and they are not), but the request
+        may differ — another writer changed the session — so the caller discards that request
+        and prepares the turn again (which syncs whatever is missing). With ``light``: None when
+        the store or the runtime is busy — call again without ``light`` in a worker thread.
+        Nothing pending: True."""
+        if light:
+            return self._light(self._store_pending)
+        with self._lock:
+            return self._store_pending()
+
+    def _flush_pending(self) -> None:
+        """A deferred store nobody settled (the caller went another way): store it now; the
+        turn that follows syncs from the ledger either way."""
+        if self._pending is not None:
+            self._store_pending()
+
     def _prepare_history_locked(self, history: list[Message],
-                                tools: list[dict[str, Any]] | None, light: bool) -> Prepared:
+                                tools: list[dict[str, Any]] | None, light: bool,
+                                defer: bool = False) -> Prepared:
+        self._flush_pending()
         self._confirmed = None
         if tools is not None:
             self._tools = tools
         history = self._rotation.translate(self.store, self.session_id, history)
+        if light and defer and self._defer_known_suffix(history):
+            try:
+                return self._prepare_locked(light)
+            except BaseException:
+                # the worker path takes over (or the turn fails): store now, as without defer
+                self._store_pending()
+                raise
         if not self._sync_known_prefix(history):
             if light:
                 raise _NeedsWorker
@@ -249,6 +296,79 @@ class SessionRuntime:
         self._system_prompt = system
         return True
 
+    def _defer_known_suffix(self, history: list[Message]) -> bool:
+        """The deferred fast path: ``history`` is the known chain plus new messages, and the
+        cached view ends on the chain's tip. The view is extended with provisional rows (the
+        seqs they should get; no identity yet) and ``_pending`` remembers what to store. False:
+        nothing changed (take the normal path)."""
+        chain, view = self._chain, self._view
+        if chain is None or chain.session_id != self.session_id or view is None \
+                or view.session_id != self.session_id or view.tip != chain.tip \
+                or view.last_seq is None:
+            return False
+        leading = 0
+        while leading < len(history) and isinstance(history[leading], dict) \
+                and history[leading].get("role") in ("system", "developer"):
+            leading += 1
+        known = chain.known_prefix(history[leading:])
+        if known is None or leading + known >= len(history):
+            return False  # a changed history, or nothing new
+        try:
+            valid = [wire_form(m) for m in
+                     self.ops.validate(history[:leading] + history[leading + known:])]
+        except MessageValidationError:
+            return False  # the normal path reports it, with the message's real index
+        system, _ = split_system(valid[:leading])
+        if system != self._system_prompt:
+            return False  # a new system prompt is an event to store first
+        suffix = valid[leading:]
+        counts = self.ops.message_counts(suffix)
+        provisional = [StoredMessage(self.session_id, view.last_seq + 1 + index, message, "",
+                                     count, 0.0, True)
+                       for index, (message, count) in enumerate(zip(suffix, counts, strict=True))]
+        if any(row.seq in view.overrides for row in provisional) \
+                or not view.extend(provisional, self.ops.base_count):
+            self._view = None  # (cannot happen for rows after the tip; never keep a doubt)
+            return False
+        self._pending = _PendingStore(chain, view, suffix, counts, len(provisional))
+        self._confirmed = view  # provisionally: store_pending checks it against the ledger
+        self._count_turns(suffix)
+        return True
+
+    def _store_pending(self) -> bool:
+        pending = self._pending
+        if pending is None:
+            return True
+        view = pending.view
+        try:
+            result = self.store.append_messages(self.session_id, pending.suffix,
+                                                token_counts=pending.counts,
+                                                expect_last=pending.chain.tip)
+        except WouldBlock:
+            raise  # still pending: the caller tries again from a worker thread
+        except Conflict:  # another writer moved the session: nothing stored, the request void
+            self._pending = None
+            self._chain = self._view = self._confirmed = None
+            return False
+        except BaseException:  # a failure: nothing stored; the next turn syncs from the ledger
+            self._pending = None
+            self._chain = self._view = self._confirmed = None
+            raise
+        self._pending = None
+        rows = result.appended
+        self._chain = pending.chain.extended(pending.suffix, rows[-1].identity)
+        tip = result.tip
+        exact = tip is not None and tip.checkpoint_id == view.checkpoint_id \
+            and not any(row.seq in view.overrides for row in rows)
+        if exact and self._view is view and [r.seq for r in rows] == [
+                r.seq for r in view.rows[-pending.count:]]:
+            view.rows[-pending.count:] = rows
+            view.tip = rows[-1].identity
+            self._confirmed = view if tip is not None and view.current(tip) else None
+        else:  # rows landed after a rewound stretch (other seqs), or the request is void
+            self._view = self._confirmed = None
+        return exact
+
     def record(self, response: Message, *, usage: dict[str, Any] | None = None,
                model: str | None = None, light: bool = False,
                defer_after_turn: bool = False) -> bool:
@@ -304,6 +424,7 @@ class SessionRuntime:
 
     def _record_locked(self, message: Message, usage: dict[str, Any] | None,
                        model: str | None, light: bool) -> tuple[bool, int]:
+        self._flush_pending()
         counts = self.ops.message_counts([message])
         usage = usage or {}
         prompt_tokens = _int(usage.get("prompt_tokens"))
@@ -334,6 +455,7 @@ class SessionRuntime:
     def handle_error(self, error: UpstreamError, attempt: int) -> bool:
         """True when the context was compacted further so a retry can succeed."""
         with self._lock:
+            self._flush_pending()
             self._trigger.note_no_reading()
             if error.kind != "overflow" or attempt >= MAX_OVERFLOW_ATTEMPTS:
                 return False
@@ -354,6 +476,7 @@ class SessionRuntime:
         """Compact now (``/compact``); the report, or None when nothing was done. Without
         ``force`` only when the context is over the threshold."""
         with self._lock:
+            self._flush_pending()
             projection = self.store.projection(self.session_id)
             if not force and self._measure(projection) < self.ops.threshold:
                 return None
@@ -662,6 +785,17 @@ class SessionRuntime:
                                  speculative=True)
 
         self._precompactor.start(projection, plan_fn)
+
+
+@dataclass
+class _PendingStore:
+    """What ``prepare_history(defer_store=True)`` sent but did not store yet."""
+
+    chain: KnownChain  # the chain before: ``expect_last`` is its tip
+    view: ViewCache  # extended with ``count`` provisional rows
+    suffix: list[Message]
+    counts: list[int | None]
+    count: int
 
 
 class _NeedsWorker(Exception):

@@ -35,6 +35,15 @@ durable too, one fsync per write, serialized across sessions). The request messa
 batched with the reply: they are committed before the first byte so that a turn whose stream
 then fails still leaves the client's messages in the ledger.
 
+The deferred store (light mode, the known fast path): the request is built from the runtime's
+cached view first, sent, and the new messages are committed as soon as the request is handed
+to the socket (``on_sent``), while the model works — still before anything of the response
+goes back. If the commit shows another writer changed the session meanwhile (its tip moved, or
+a checkpoint appeared), the request sent was not what the ledger gives: the proxy closes that
+upstream response unread and prepares the turn again (the upstream may bill the dropped
+request; only a second writer on the same session causes this). A failed commit closes the
+upstream response and answers with the storage error; nothing of the turn is stored.
+
 Where the runtime runs. With NORMAL (commits without fsync) and a request body of at most
 64 KiB, steps 1 and 3 first try the runtime's light mode on the event loop itself: the
 known-history fast path, a context below the pre-compaction mark, a store that is free right
@@ -60,7 +69,7 @@ import anyio.to_thread
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from refold.errors import InvalidInput, RefoldError, UpstreamError
+from refold.errors import Conflict, InvalidInput, RefoldError, UpstreamError
 from refold.llm.failures import bad_response
 from refold.messages.model import Message, wire_form
 from refold.server.auth import Tenant
@@ -171,6 +180,8 @@ class _Turn:
         self.light = bool(getattr(proxy, "light", False)) and raw_size <= INLINE_JSON_BYTES
         self.warnings: list[str] = []  # across attempts, in order, each once
         self.compacted: tuple[int, int] | None = None  # (before, after) of the last compaction
+        self._stored: bool | None = None  # this attempt's deferred store (see _send)
+        self._store_error: Exception | None = None
 
     @property
     def session_id(self) -> str:
@@ -183,7 +194,7 @@ class _Turn:
         megabytes of JSON; a compaction may call a summarizer)."""
         if self.light:
             prepared = self.rt.prepare_history(self.history, tools=self.body.get("tools"),
-                                               light=True)
+                                               light=True, defer_store=True)
             if prepared is not None:
                 self.proxy.light_prepares += 1
                 return self._encode(prepared)
@@ -231,15 +242,69 @@ class _Turn:
             return False
         return bool(await anyio.to_thread.run_sync(self.rt.handle_error, err, attempt))
 
+    # -- the deferred store: the request's messages are written while the upstream works ----
+    def _on_sent(self) -> None:
+        """The request is on its way upstream: store the messages ``prepare_history`` deferred
+        (light mode), overlapping the model's work. A busy store or runtime leaves them to
+        ``_settle``; an error is raised there too (this runs inside the upstream client)."""
+        if not self.rt.pending_store:
+            return
+        try:
+            self._stored = self.rt.store_pending(light=True)
+        except Exception as exc:
+            self._store_error = exc
+
+    async def _settle(self) -> bool:
+        """The deferred store, finished (in a worker thread when the event loop could not):
+        True when what went upstream is exactly what the ledger gives (or nothing was
+        deferred), False when another writer changed the session under the turn."""
+        error, self._store_error = self._store_error, None
+        if error is not None:
+            raise error
+        stored, self._stored = self._stored, None
+        if self.rt.pending_store:
+            with anyio.CancelScope(shield=True):
+                stored = await anyio.to_thread.run_sync(lambda: self.rt.store_pending())
+        return stored is not False
+
+    async def _send(self, call: Any, body: bytes, close: Any = None) -> tuple[Any, bool]:
+        """``call(body, bearer, on_sent)`` upstream, the deferred store settled before anything
+        goes back to the client: (the result, whether the request was exact). The messages are
+        stored whatever the upstream answered (as they were before the request went out)."""
+        self._stored = None
+        self._store_error = None
+        try:
+            result = await call(body, self.tenant.bearer, self._on_sent)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._settle()
+            raise
+        try:
+            exact = await self._settle()
+        except BaseException:
+            if close is not None:
+                await close(result)
+            raise
+        if not exact:
+            log.info("session %s changed under the turn: its request is prepared again",
+                     self.session_id)
+            if close is not None:
+                await close(result)
+        return result, exact
+
     async def complete(self) -> Response:
         for attempt in range(self.proxy.max_attempts):
             body = await self._upstream_body()
             try:
-                data = await self.proxy.upstream.complete(body, self.tenant.bearer)
-                break
+                data, exact = await self._send(self.proxy.upstream.complete, body)
             except UpstreamError as err:
                 if not await self._retry(err, attempt):
                     raise
+                continue
+            if exact:
+                break
+        else:
+            raise _kept_changing(self.session_id)
         message, usage = _reply_of(data)
         if self.light and self.rt.record(message, usage=usage, model=data.get("model"),
                                          light=True):
@@ -257,11 +322,15 @@ class _Turn:
         for attempt in range(self.proxy.max_attempts):
             body = await self._upstream_body()
             try:
-                return await self.proxy.upstream.open_stream(body, self.tenant.bearer)
+                stream, exact = await self._send(self.proxy.upstream.open_stream, body,
+                                                 UpstreamStream.aclose)
             except UpstreamError as err:
                 if not await self._retry(err, attempt):
                     raise
-        raise AssertionError("unreachable: the last attempt raises")
+                continue
+            if exact:
+                return stream
+        raise _kept_changing(self.session_id)
 
     async def record(self, assembler: StreamAssembler) -> None:
         """Store the streamed reply; memory's after-turn work waits for ``finish()``."""
@@ -271,6 +340,11 @@ class _Turn:
             return
         await anyio.to_thread.run_sync(
             lambda: self.rt.record(message, usage=assembler.usage, model=assembler.model))
+
+
+def _kept_changing(session_id: str) -> Conflict:
+    return Conflict(f"session {session_id} kept changing while its turn was prepared",
+                    hint="another process is writing to this session; retry")
 
 
 def _reply_of(data: dict[str, Any]) -> tuple[Message, dict[str, Any] | None]:

@@ -32,7 +32,7 @@ import os
 import ssl
 import urllib.request
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -173,10 +173,14 @@ class _Connection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
 
-    async def send(self, data: bytes, timeout: float | None) -> None:
-        """Write ``data``; waits while the socket buffer is full (``timeout``: H1Error)."""
+    async def send(self, data: bytes, timeout: float | None,
+                   on_sent: Callable[[], None] | None = None) -> None:
+        """Write ``data``; waits while the socket buffer is full (``timeout``: H1Error).
+        ``on_sent()`` runs once the bytes are handed to the transport, before any wait."""
         assert self.transport is not None
         self.transport.write(data)
+        if on_sent is not None:
+            on_sent()
         if not self._write_ready.done():
             try:
                 await asyncio.wait_for(asyncio.shield(self._write_ready), timeout)
@@ -278,15 +282,18 @@ class H1Client:
         self._closed = False
 
     async def request(self, method: str, path: str, headers: dict[str, str],
-                      body: bytes = b"") -> H1Response:
-        """Send one request; returns once the response headers arrived."""
+                      body: bytes = b"", on_sent: Callable[[], None] | None = None) -> H1Response:
+        """Send one request; returns once the response headers arrived. ``on_sent()`` (which
+        must not raise) runs as soon as the request is handed to the socket — work that can
+        overlap the server's (the proxy stores the turn's messages there) — and not at all
+        when no connection could be had."""
         head = [f"{method} {self.base_path}{path} HTTP/1.1", f"Host: {self.host_header}",
                 "Accept-Encoding: identity", f"Content-Length: {len(body)}"]
         head += [f"{name}: {value}" for name, value in headers.items()]
         data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
         conn = await self._acquire()
         try:
-            await conn.send(data, self.read_timeout)
+            await conn.send(data, self.read_timeout, on_sent)
             while not conn.headers_done:
                 if conn.error is not None:
                     raise conn.error

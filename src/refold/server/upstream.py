@@ -15,7 +15,7 @@ transparently.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -91,14 +91,19 @@ class Upstream:
         response = await self._send("GET", "/models", bearer, None)
         return json_object(response.text, response.status_code)
 
-    async def complete(self, body: bytes, bearer: str | None) -> dict[str, Any]:
-        """A non-streaming completion: the upstream's JSON object (status 2xx)."""
+    async def complete(self, body: bytes, bearer: str | None,
+                       on_sent: Callable[[], None] | None = None) -> dict[str, Any]:
+        """A non-streaming completion: the upstream's JSON object (status 2xx). ``on_sent()``
+        (must not raise) runs once the request is on its way: on the lean client as soon as
+        it is handed to the socket, through httpx just before it is sent."""
         if self._lean is None:
+            if on_sent is not None:
+                on_sent()
             response = await self._send("POST", "/chat/completions", bearer, body)
             return json_object(response.text, response.status_code)
         try:
             lean = await self._lean.request("POST", "/chat/completions",
-                                            self._headers(bearer, True), body)
+                                            self._headers(bearer, True), body, on_sent)
             text = (await lean.read()).decode("utf-8", "replace")
         except H1Error as exc:
             raise transport_failure(exc.kind, str(exc), self.base_url) from exc
@@ -106,13 +111,18 @@ class Upstream:
             raise classify_http_error(lean.status_code, text)
         return json_object(text, lean.status_code)
 
-    async def open_stream(self, body: bytes, bearer: str | None) -> UpstreamStream:
-        """Start a streamed completion; the caller iterates ``chunks()`` and closes it."""
+    async def open_stream(self, body: bytes, bearer: str | None,
+                          on_sent: Callable[[], None] | None = None) -> UpstreamStream:
+        """Start a streamed completion; the caller iterates ``chunks()`` and closes it.
+        ``on_sent`` as for ``complete``."""
         headers = self._headers(bearer, True)
         if self._lean is None:
+            if on_sent is not None:
+                on_sent()
             return await self._open_httpx_stream(body, headers)
         try:
-            response = await self._lean.request("POST", "/chat/completions", headers, body)
+            response = await self._lean.request("POST", "/chat/completions", headers, body,
+                                                on_sent)
             if response.status_code >= 400:
                 text = (await response.read()).decode("utf-8", "replace")
                 raise classify_http_error(response.status_code, text)

@@ -1,0 +1,225 @@
+"""The deferred store (``prepare_history(light=True, defer_store=True)`` + ``store_pending``):
+the proxy builds a fast-path turn's request before its new messages are stored, sends it, then
+stores them. What matters: every message is stored once, in order; ``store_pending`` says True
+only when the request built was exactly what the ledger gives (a fresh build from
+``Store.projection``); a busy store never makes the light call wait; a pending store nobody
+settled is done by the next call.
+
+Real SQLite files; another process is played by a second ``SQLiteStore`` on the same file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from refold.messages.model import wire_form
+from refold.runtime import Engine
+from refold.runtime.session import SessionRuntime
+from refold.store import Store
+from refold.store.base import CheckpointDraft
+from refold.store.sqlite import SQLiteStore
+
+from ._helpers import WINDOW, tool_turn
+from .test_runtime_light_mode import (
+    Holder,
+    bot,
+    contents,
+    make_engine,
+    run_in_thread,
+    started_session,
+    user,
+)
+
+
+@pytest.fixture
+def normal_store(tmp_path: Path) -> Iterator[SQLiteStore]:
+    store = SQLiteStore(str(tmp_path / "deferred.db"), synchronous="NORMAL")
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def engines() -> Iterator[list[Engine]]:
+    made: list[Engine] = []
+    yield made
+    for engine in made:
+        engine.close()
+
+
+def fresh(rt: SessionRuntime, store: Store) -> list[dict[str, Any]]:
+    """What a runtime without any cache would send now."""
+    return [wire_form(m) for m in rt.ops.build(store.projection(rt.session_id), rt.system_text())]
+
+
+def test_the_request_is_built_first_and_the_store_confirms_it(
+        engines: list[Engine], normal_store: SQLiteStore) -> None:
+    rt, history = started_session(normal_store, engines)
+    for turn in range(6):
+        stored_before = contents(normal_store, rt.session_id)
+        prepared = rt.prepare_history(history, light=True, defer_store=True)
+        assert prepared is not None
+        assert rt.pending_store
+        assert contents(normal_store, rt.session_id) == stored_before  # not stored yet
+        assert rt.store_pending(light=True) is True
+        assert not rt.pending_store
+        assert contents(normal_store, rt.session_id) == [
+            *stored_before, ("user", history[-1]["content"])]
+        assert prepared.messages == fresh(rt, normal_store)
+        reads = rt.view_reads
+        assert rt.record(bot(f"r{turn}"), light=True) is True
+        assert rt.view_reads == reads  # the view stayed current: no full read
+        history += [bot(f"r{turn}"), user(f"q{turn}")]
+        assert rt.store_pending() is True  # nothing pending: True, nothing stored
+    later = [x for t in range(6) for x in (f"r{t}", f"q{t}")][:-1]
+    assert [c for _, c in contents(normal_store, rt.session_id)] == ["one", "first", "two",
+                                                                     *later]
+
+
+def test_several_new_messages_tool_results_included_are_stored_in_order(
+        engines: list[Engine], normal_store: SQLiteStore) -> None:
+    rt, history = started_session(normal_store, engines)
+    assert rt.prepare_history(history, light=True, defer_store=True) is not None
+    assert rt.store_pending(light=True) is True
+    assert rt.record(bot("calling"), light=True)
+    history = [*history, bot("calling"), *tool_turn(7)]
+    prepared = rt.prepare_history(history, light=True, defer_store=True)
+    assert prepared is not None and rt.pending_store
+    assert rt.store_pending(light=True) is True
+    assert prepared.messages == fresh(rt, normal_store)
+    stored = [r.message for r in normal_store.get_messages(rt.session_id)]
+    assert stored == [wire_form(m) for m in history[1:]]
+
+
+def test_another_writer_appending_voids_the_request_and_stores_nothing(
+        engines: list[Engine], normal_store: SQLiteStore) -> None:
+    rt, history = started_session(normal_store, engines)
+    other = SQLiteStore(normal_store.db.path)
+    try:
+        other.append_messages(rt.session_id, [user("from elsewhere")])
+        assert rt.prepare_history(history, light=True, defer_store=True) is not None
+        assert rt.store_pending(light=True) is False  # the tip moved: the request is void
+        assert not rt.pending_store
+        assert contents(normal_store, rt.session_id)[-1] == ("user", "from elsewhere")
+        again = rt.prepare_history(history, light=True, defer_store=True)
+        assert again is None  # no cached view any more: the worker path
+        again = rt.prepare_history(history)
+        assert again is not None and not rt.pending_store
+        assert again.messages == fresh(rt, normal_store)
+        assert contents(normal_store, rt.session_id) == [
+            ("user", "one"), ("assistant", "first"), ("user", "two")]  # the stray one rewound
+    finally:
+        other.close()
+
+
+def test_another_writer_compacting_voids_the_request_but_keeps_the_messages(
+        engines: list[Engine], normal_store: SQLiteStore) -> None:
+    """A checkpoint added elsewhere leaves the tip where it was: the messages are stored (once)
+    but the request, built on the old view, is void; the next prepare sends the compacted
+    view."""
+    rt, history = started_session(normal_store, engines)
+    for turn in range(3):
+        assert rt.prepare_history(history, light=True, defer_store=True) is not None
+        assert rt.store_pending(light=True) is True
+        assert rt.record(bot(f"r{turn}"), light=True)
+        history += [bot(f"r{turn}"), user(f"q{turn}")]
+    other = SQLiteStore(normal_store.db.path)
+    try:
+        other.add_checkpoint(rt.session_id, CheckpointDraft(
+            "SUMMARY-BY-OTHER: the first questions were answered", first_seq=1, last_seq=4,
+            tail_start_seq=5))
+    finally:
+        other.close()
+    stale = rt.prepare_history(history, light=True, defer_store=True)
+    assert stale is not None
+    assert rt.store_pending(light=True) is False
+    assert contents(normal_store, rt.session_id)[-1] == ("user", "q2")  # stored, once
+    assert stale.messages != fresh(rt, normal_store)  # indeed void
+    redone = rt.prepare_history(history)
+    assert redone is not None
+    assert redone.messages == fresh(rt, normal_store)
+    assert any("SUMMARY-BY-OTHER" in str(m.get("content")) for m in redone.messages)
+    assert [c for _, c in contents(normal_store, rt.session_id)].count("q2") == 1
+
+
+def test_a_busy_store_leaves_the_store_pending_for_a_worker(
+        engines: list[Engine], normal_store: SQLiteStore) -> None:
+    rt, history = started_session(normal_store, engines)
+    assert rt.prepare_history(history, light=True, defer_store=True) is not None
+    with Holder(normal_store.db.write):
+        assert run_in_thread(lambda: rt.store_pending(light=True)) is None  # did not wait
+        assert rt.pending_store
+    assert run_in_thread(lambda: rt.store_pending()) is True
+    assert contents(normal_store, rt.session_id)[-1] == ("user", "two")
+    assert rt.record(bot("second"), light=True) is True
+    assert [c for _, c in contents(normal_store, rt.session_id)] == [
+        "one", "first", "two", "second"]
+
+
+def test_a_pending_store_nobody_settled_is_done_by_the_next_call(
+        engines: list[Engine], normal_store: SQLiteStore) -> None:
+    rt, history = started_session(normal_store, engines)
+    assert rt.prepare_history(history, light=True, defer_store=True) is not None
+    assert rt.record(bot("second")) is True  # stores "two" first, then the reply
+    assert [c for _, c in contents(normal_store, rt.session_id)] == [
+        "one", "first", "two", "second"]
+    history = [*history, bot("second"), user("three")]
+    assert rt.prepare_history(history, light=True, defer_store=True) is not None
+    again = rt.prepare_history(history)  # the worker call, the store still pending
+    assert again is not None and not rt.pending_store
+    assert again.messages == fresh(rt, normal_store)
+    assert [c for _, c in contents(normal_store, rt.session_id)] == [
+        "one", "first", "two", "second", "three"]
+
+
+def test_a_new_system_prompt_is_not_deferred(engines: list[Engine],
+                                             normal_store: SQLiteStore) -> None:
+    rt, history = started_session(normal_store, engines)
+    history[0] = {"role": "system", "content": "A different system prompt."}
+    prepared = rt.prepare_history(history, light=True, defer_store=True)
+    assert prepared is not None and not rt.pending_store  # stored at once, with its event
+    assert normal_store.list_events(rt.session_id, "system_prompt")[-1].payload["text"] == \
+        "A different system prompt."
+
+
+def test_over_the_limit_the_deferred_turn_is_stored_and_handed_to_the_worker(
+        engines: list[Engine], normal_store: SQLiteStore, tmp_path: Path) -> None:
+    """At the compaction mark light mode gives up; the deferred messages are stored before it
+    does (as without deferral), and the worker call compacts exactly like a twin that never
+    used light mode."""
+    twin_store = SQLiteStore(str(tmp_path / "twin.db"), synchronous="NORMAL")
+    try:
+        eng, twin_eng = make_engine(normal_store, WINDOW), make_engine(twin_store, WINDOW)
+        engines.extend([eng, twin_eng])
+        rt, twin = eng.open_session(new=True), twin_eng.open_session(new=True)
+        history: list[dict[str, Any]] = [{"role": "system", "content": "Be careful."}]
+        gave_up = compactions = 0
+        for i in range(14):
+            history += tool_turn(i)
+            light = rt.prepare_history(history, light=True, defer_store=True)
+            if light is not None:
+                assert rt.store_pending(light=True) is True
+            else:
+                gave_up += 1
+                assert not rt.pending_store  # stored before giving up
+            prepared = light if light is not None else rt.prepare_history(history)
+            expected = twin.prepare_history(history)
+            assert prepared is not None and expected is not None
+            assert prepared.messages == expected.messages
+            compactions += prepared.compaction is not None
+            reply = {"role": "assistant", "content": f"answer {i}"}
+            usage = {"prompt_tokens": 50, "completion_tokens": 5}
+            if not rt.record(reply, usage=usage, light=True):
+                rt.record(reply, usage=usage)
+            twin.record(reply, usage=usage)
+            history.append(reply)
+        assert gave_up >= 1 and compactions >= 1
+        assert contents(normal_store, rt.session_id) == contents(twin_store, twin.session_id)
+    finally:
+        for engine in engines:
+            engine.close()
+        engines.clear()
+        twin_store.close()
