@@ -189,7 +189,8 @@ def test_over_the_limit_the_deferred_turn_is_stored_and_handed_to_the_worker(
         engines: list[Engine], normal_store: SQLiteStore, tmp_path: Path) -> None:
     """At the compaction mark light mode gives up; the deferred messages are stored before it
     does (as without deferral), and the worker call compacts exactly like a twin that never
-    used light mode."""
+    used light mode. Either way the messages to send are in wire form (the proxy sends them
+    as they are)."""
     twin_store = SQLiteStore(str(tmp_path / "twin.db"), synchronous="NORMAL")
     try:
         eng, twin_eng = make_engine(normal_store, WINDOW), make_engine(twin_store, WINDOW)
@@ -198,7 +199,8 @@ def test_over_the_limit_the_deferred_turn_is_stored_and_handed_to_the_worker(
         history: list[dict[str, Any]] = [{"role": "system", "content": "Be careful."}]
         gave_up = compactions = 0
         for i in range(14):
-            history += tool_turn(i)
+            # in-process "_" keys on what the client sends never reach the wire
+            history += [dict(m, _client_note=i) for m in tool_turn(i)]
             light = rt.prepare_history(history, light=True, defer_store=True)
             if light is not None:
                 assert rt.store_pending(light=True) is True
@@ -209,6 +211,7 @@ def test_over_the_limit_the_deferred_turn_is_stored_and_handed_to_the_worker(
             expected = twin.prepare_history(history)
             assert prepared is not None and expected is not None
             assert prepared.messages == expected.messages
+            assert not [k for m in prepared.messages for k in m if k.startswith("_")]
             compactions += prepared.compaction is not None
             reply = {"role": "assistant", "content": f"answer {i}"}
             usage = {"prompt_tokens": 50, "completion_tokens": 5}

@@ -26,7 +26,7 @@ TRANSIENT_KINDS = frozenset({"rate_limit", "timeout", "network", "server"})
 class Prepared:
     """The request body's ``messages`` for one model call, with its measured size."""
 
-    messages: list[Message]
+    messages: list[Message]  # wire form (no in-process "_" keys), fresh dicts the caller owns
     tokens: int
     threshold: int
     context_length: int

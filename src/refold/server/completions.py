@@ -71,7 +71,7 @@ from starlette.types import Receive, Scope, Send
 
 from refold.errors import Conflict, InvalidInput, RefoldError, UpstreamError
 from refold.llm.failures import bad_response
-from refold.messages.model import Message, wire_form
+from refold.messages.model import Message
 from refold.server.auth import Tenant
 from refold.server.sessions import SESSION_HEADER, SessionPool, derived_ref
 from refold.server.sse import DONE, EventSplitter, StreamAssembler, parse_chunk
@@ -206,7 +206,7 @@ class _Turn:
 
     def _encode(self, prepared: Any) -> bytes:
         self._note(prepared)
-        out = dict(self.body, messages=[wire_form(m) for m in prepared.messages])
+        out = dict(self.body, messages=prepared.messages)  # fresh wire-form dicts already
         out.setdefault("model", self.proxy.default_model)
         if out.get("stream"):
             options = dict(out.get("stream_options") or {})
