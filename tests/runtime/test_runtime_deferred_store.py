@@ -226,3 +226,12 @@ def test_over_the_limit_the_deferred_turn_is_stored_and_handed_to_the_worker(
             engine.close()
         engines.clear()
         twin_store.close()
+
+
+def test_closing_with_a_pending_store_stores_it(engines: list[Engine],
+                                                normal_store: SQLiteStore) -> None:
+    rt, history = started_session(normal_store, engines)
+    assert rt.prepare_history(history, light=True, defer_store=True) is not None
+    rt.close()
+    assert not rt.pending_store
+    assert contents(normal_store, rt.session_id)[-1] == ("user", "two")

@@ -37,6 +37,7 @@ from refold.errors import (
     Conflict,
     InvalidInput,
     MessageValidationError,
+    RefoldError,
     UpstreamError,
     WouldBlock,
 )
@@ -502,6 +503,11 @@ class SessionRuntime:
             if self._closed:
                 return
             self._closed = True
+            try:
+                self._flush_pending()  # a deferred store nobody settled (the proxy always does)
+            except RefoldError as exc:  # the client still holds them and re-sends them
+                log.warning("session %s: storing deferred messages at close failed: %s",
+                            self.session_id, exc)
         self._engine.session_closed(self)
 
     # -- internals -----------------------------------------------------------------------------
