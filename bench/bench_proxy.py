@@ -43,7 +43,7 @@ def start_proxy(home: Path, upstream: str) -> tuple[subprocess.Popen[bytes], str
     log = home / "serve.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("REFOLD_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "refold.cli.main", "--home", str(home), "serve",
+        [sys.executable, "-m", "refold.cli.main", "-v", "--home", str(home), "serve",
          "--upstream", upstream, "--port", "0", "--context-length", "128000"],
         stdout=subprocess.DEVNULL, stderr=log.open("wb"), env=env)
     deadline = time.monotonic() + 30
@@ -247,6 +247,10 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(30)
+        # the proxy's own count of how its turns ran (logged at shutdown)
+        for line in (Path(tmp) / "serve.log").read_text(errors="replace").splitlines():
+            if "turns prepared on the event loop" in line:
+                print("proxy:", line.split(": ", 1)[-1], flush=True)
         for synchronous in ("NORMAL", "FULL"):  # serve's default, then the library's
             print(ledger_costs(Path(tmp), args.requests, synchronous), flush=True)
 

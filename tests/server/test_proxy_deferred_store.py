@@ -65,6 +65,10 @@ def test_the_turns_messages_are_stored_before_the_first_reply_byte(
             counts = proxy.app.state.proxy_app.proxy
             if light(sqlite_store):
                 assert counts.light_prepares >= 4  # the fast path ran, so did the deferral
+                assert counts.deferred_stores + counts.deferred_to_worker >= 4
+            else:
+                assert counts.deferred_stores == counts.deferred_to_worker == 0
+            assert counts.voided_requests == 0
         for turn, seen in enumerate(seen_at_first_byte):
             expected = [("user", "q0")]
             for earlier in range(turn):
@@ -99,7 +103,11 @@ def test_another_writer_between_turns_voids_the_deferred_request_and_it_is_redon
                                                     extra_headers=HEADERS)
             text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
             sent = up.llm.requests[before:]
+            voided = proxy.app.state.proxy_app.proxy.voided_requests
+            assert f"requests voided by another writer {voided}" in \
+                proxy.app.state.proxy_app.proxy.summary()
         assert text == "fine"
+        assert voided == (1 if light(sqlite_store) else 0)
         # light mode: the deferred request, then the one prepared again; threads: one request
         assert len(sent) == (2 if light(sqlite_store) else 1)
         final = [(m["role"], m["content"]) for m in sent[-1]["messages"]]

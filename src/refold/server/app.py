@@ -142,6 +142,7 @@ class ProxyApp:
         if proxy is not None:
             if not await proxy.drain.wait(DRAIN_SECONDS):
                 log.error("%d turn(s) still in flight at shutdown", proxy.drain.active)
+            log.info("%s", proxy.summary())
             await anyio.to_thread.run_sync(proxy.pool.close)
         await self.upstream.aclose()
         if self._own_store and self.store is not None:

@@ -122,6 +122,16 @@ class Proxy:
     light: bool = False  # may runtimes work on the event loop (light mode)? see _Turn
     light_prepares: int = 0  # turns prepared on the event loop, and in a worker thread
     worker_prepares: int = 0
+    deferred_stores: int = 0  # deferred stores done on the event loop, in a worker thread,
+    deferred_to_worker: int = 0  # and requests voided because another writer moved the session
+    voided_requests: int = 0
+
+    def summary(self) -> str:
+        """One line of what the turns did (logged at shutdown)."""
+        return (f"turns prepared on the event loop {self.light_prepares}, in worker threads "
+                f"{self.worker_prepares}; deferred stores on the event loop "
+                f"{self.deferred_stores}, in worker threads {self.deferred_to_worker}; "
+                f"requests voided by another writer {self.voided_requests}")
 
 
 def check_body(body: Any) -> list[Message]:
@@ -253,6 +263,8 @@ class _Turn:
             self._stored = self.rt.store_pending(light=True)
         except Exception as exc:
             self._store_error = exc
+        else:
+            self.proxy.deferred_stores += self._stored is not None
 
     async def _settle(self) -> bool:
         """The deferred store, finished (in a worker thread when the event loop could not):
@@ -263,8 +275,10 @@ class _Turn:
             raise error
         stored, self._stored = self._stored, None
         if self.rt.pending_store:
+            self.proxy.deferred_to_worker += 1
             with anyio.CancelScope(shield=True):
                 stored = await anyio.to_thread.run_sync(lambda: self.rt.store_pending())
+        self.proxy.voided_requests += stored is False
         return stored is not False
 
     async def _send(self, call: Any, body: bytes, close: Any = None) -> tuple[Any, bool]:
