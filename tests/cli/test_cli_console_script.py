@@ -111,3 +111,49 @@ def test_a_read_command_on_a_missing_db_path_says_so_and_creates_nothing(
     assert created.exists()
     listed = refold("--db", f"sqlite:///{created}", "sessions", "list", "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout)
+
+
+@pytest.fixture(scope="module")
+def big_ledger(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A ledger whose export, listing and search each print far more than a pipe buffers."""
+    from refold.store.sqlite import SQLiteStore
+
+    db = tmp_path_factory.mktemp("pipe") / "pipe.db"
+    store = SQLiteStore(str(db))
+    try:
+        for n in range(1500):
+            store.create_session(title=f"ledger session {n}")
+        session = store.create_session(title="the big one")
+        store.append_messages(session.id, [
+            {"role": "user" if i % 2 == 0 else "assistant",
+             "content": f"ledger line {i} " + "x" * 3000} for i in range(200)])
+    finally:
+        store.close()
+    return db, session.id
+
+
+@pytest.mark.parametrize("command", [["sessions", "export", "ID"], ["sessions", "show", "ID"],
+                                     ["sessions", "list", "--limit", "100000"],
+                                     ["search", "ledger", "--limit", "1000"]])
+def test_a_reader_that_leaves_early_ends_the_command_quietly(
+        tmp_path: Path, big_ledger: tuple[Path, str], command: list[str]) -> None:
+    """``refold … | head -1``: the reader closes the pipe after one line; refold stops with
+    status 0 and says nothing (plain output through click, tables through rich)."""
+    db, session_id = big_ledger
+    args = [session_id if arg == "ID" else arg for arg in command]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REFOLD_")}
+    full = subprocess.run([refold_exe(), "--db", str(db), *args], capture_output=True,
+                          env=env, cwd=tmp_path, timeout=120, check=True)
+    assert len(full.stdout) > 128 * 1024  # twice a pipe buffer: the reader leaves much unread
+    proc = subprocess.Popen([refold_exe(), "--db", str(db), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline()  # one line, then the reader goes away
+    proc.stdout.close()
+    try:
+        code = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    err = proc.stderr.read().decode()
+    assert code == 0, err
+    assert err == ""

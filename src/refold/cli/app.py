@@ -126,10 +126,17 @@ def emit(value: Any, as_json: bool, render: Callable[[Any], None]) -> None:
 
 
 def console() -> Any:
-    """A rich Console on stdout (imported lazily: rich is only needed for human output)."""
+    """A rich Console on stdout (imported lazily: rich is only needed for human output).
+    A closed pipe (``refold … | head``) ends the command quietly with status 0, as for plain
+    output (``main``), instead of rich's own exit with status 1."""
     from rich.console import Console
 
-    return Console(soft_wrap=False, highlight=False)
+    class PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError("the reader of the output went away")
+
+    return PipeConsole(soft_wrap=False, highlight=False)
 
 
 def err_console() -> Any:

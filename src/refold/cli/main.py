@@ -77,11 +77,25 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:
         _silence_stdout()
         sys.exit(0)
+    except SystemExit:
+        if _pipe_closed():  # click met EPIPE writing output, wrapped stdout and exits 1
+            _silence_stdout()
+            sys.exit(0)
+        raise
     try:
         sys.stdout.flush()
     except BrokenPipeError:  # `refold … | head` closed the pipe: not an error
         _silence_stdout()
     sys.exit(0)
+
+
+def _pipe_closed() -> bool:
+    """Did click catch EPIPE (the reader of ``refold … | head`` left)? It then swaps stdout
+    for its flush-pacifying wrapper (``_PacifyFlushWrapper``; ``PacifyFlushWrapper`` before
+    click 8.2)."""
+    wrapper = getattr(click.utils, "_PacifyFlushWrapper", None) \
+        or getattr(click.utils, "PacifyFlushWrapper", None)
+    return isinstance(wrapper, type) and isinstance(sys.stdout, wrapper)
 
 
 def _silence_stdout() -> None:
