@@ -150,3 +150,41 @@ def test_a_store_failure_after_the_request_went_up_is_an_error_and_stores_nothin
                                                extra_headers=HEADERS)
         assert reply.choices[0].message.content == "sure"
     assert active(sqlite_store, session.id) == [*stored, ("user", "q2"), ("assistant", "sure")]
+
+
+def test_an_upstream_error_on_a_deferred_turn_still_stores_its_messages_once(
+        start_proxy: ProxyFactory, sqlite_store: SQLiteStore) -> None:
+    """The upstream fails the third turn (a 500, then a dropped connection): the client gets
+    the error, the turn's message is stored as it was before deferral existed, and the client's
+    retry of the same history stores nothing twice."""
+    failures = [ScriptedReply(status=500, error={"error": {"message": "scripted 500"}}),
+                ScriptedReply(drop_connection=True)]
+    with serve(["one", "two", *failures, "three"]) as up:
+        proxy = start_proxy(up)
+        client = sdk(proxy.base_url)
+        history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "q0"}]
+        for turn in range(2):
+            reply = client.chat.completions.create(model="m", messages=history,
+                                                   extra_headers=HEADERS)
+            history += [{"role": "assistant", "content": reply.choices[0].message.content},
+                        {"role": "user", "content": f"q{turn + 1}"}]
+        session = sqlite_store.list_sessions()[0]
+        for stream in (True, False):
+            with pytest.raises(openai.APIStatusError) as caught:
+                if stream:
+                    list(client.chat.completions.create(model="m", messages=history,
+                                                        stream=True, extra_headers=HEADERS))
+                else:
+                    client.chat.completions.create(model="m", messages=history,
+                                                   extra_headers=HEADERS)
+            assert caught.value.status_code == 502
+            assert active(sqlite_store, session.id)[-1] == ("user", "q2")  # stored
+        reply = client.chat.completions.create(model="m", messages=history,
+                                               extra_headers=HEADERS)
+        assert reply.choices[0].message.content == "three"
+        if light(sqlite_store):
+            assert proxy.app.state.proxy_app.proxy.deferred_stores >= 1
+    assert active(sqlite_store, session.id) == [
+        ("user", "q0"), ("assistant", "one"), ("user", "q1"), ("assistant", "two"),
+        ("user", "q2"), ("assistant", "three")]
+
