@@ -6,6 +6,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from refold.errors import NotFound
 from refold.store import CheckpointDraft, MemoryRow, Store
 from refold.store.copy import copy_store, parents_first, session_digest, verify_copy
 from refold.store.sqlite import SQLiteStore
@@ -76,3 +79,54 @@ def test_parents_come_first_whatever_the_listing_order(tmp_path: Path) -> None:
         assert parents_first([orphan])[0].parent_session_id is None
     finally:
         store.close()
+
+
+def _rewinds(store: Store, session_id: str) -> list[tuple[Any, ...]]:
+    """A session's rewinds without their ids (each store numbers its own)."""
+    return [(r.record.from_seq, r.record.count, r.record.created_at, r.record.undone, r.seqs)
+            for r in store.list_rewinds(session_id)]
+
+
+def test_rewinds_are_copied_and_can_be_undone_in_the_target(store: Store,
+                                                            tmp_path: Path) -> None:
+    source = SQLiteStore(str(tmp_path / "source.db"))
+    try:
+        root_id = _fill(source)[0]  # one rewind, holding seq 3
+        undone = source.create_session(title="undone")
+        source.append_messages(undone.id, [{"role": "user", "content": "a"},
+                                           {"role": "assistant", "content": "b"},
+                                           {"role": "user", "content": "c"}])
+        source.undo_rewind(source.rewind(undone.id, 3).id)
+        assert _rewinds(source, root_id)[0][3:] == (False, (3,))
+        assert _rewinds(source, undone.id)[0][3:] == (True, ())
+        assert copy_store(source, store).ok
+        for sid in (root_id, undone.id):
+            assert _rewinds(store, sid) == _rewinds(source, sid)
+        copied = store.list_rewinds(root_id)[0].record
+        assert [m.seq for m in store.get_messages(root_id)] == [1, 2]
+        store.undo_rewind(copied.id)  # the copy can be un-rewound like the original
+        assert [m.message["content"] for m in store.get_messages(root_id)] == [
+            "hello \x00 部署", "hi", "again"]
+        assert store.list_rewinds(root_id)[0].record.undone
+        with pytest.raises(NotFound):
+            store.list_rewinds("no-such-session")
+    finally:
+        source.close()
+
+
+def test_verification_notices_missing_rewind_records(tmp_path: Path) -> None:
+    """A copy made without rewind records (as refold migrate did before it copied them) is
+    reported, not passed as faithful."""
+    source = SQLiteStore(str(tmp_path / "a.db"))
+    target = SQLiteStore(str(tmp_path / "b.db"))
+    try:
+        root_id = _fill(source)[0]
+        session = source.get_session(root_id)
+        target.import_session(session, source.iter_messages(root_id, include_inactive=True),
+                              source.list_checkpoints(root_id), source.list_events(root_id))
+        problems = verify_copy(source, target, [session])
+        assert [p for p in problems if p.startswith("session")] == [
+            f"session {root_id}: content differs (hash mismatch)"]
+    finally:
+        source.close()
+        target.close()

@@ -139,6 +139,14 @@ class RewindRecord:
 
 
 @dataclass(frozen=True)
+class RewindRows:
+    """A rewind and the rows (by seq) it deactivated and still holds (``refold migrate``)."""
+
+    record: RewindRecord
+    seqs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Event:
     id: int
     session_id: str
@@ -267,10 +275,16 @@ class Store(Protocol):
 
     # -- bulk copy between stores (``refold migrate``; see refold.store.copy) ---------------
     def import_session(self, session: Session, messages: Iterable[StoredMessage],
-                       checkpoints: Sequence[Checkpoint], events: Sequence[Event]) -> bool:
+                       checkpoints: Sequence[Checkpoint], events: Sequence[Event],
+                       rewinds: Sequence[RewindRows] = ()) -> bool:
         """Insert a session exactly as given (id, counters, seq, identity, active, created_at)
         in one transaction; False (and nothing written) if the id exists already. The parent,
-        if any, must exist; checkpoints and events keep their order, not their ids."""
+        if any, must exist; checkpoints, events and rewinds keep their order, not their ids
+        (a rewind's rows are named by seq, so ``undo_rewind`` works on the copy)."""
+        ...
+    def list_rewinds(self, session_id: str) -> list[RewindRows]:
+        """The session's rewinds, oldest first, each with the seqs of the rows it holds
+        inactive (none once undone). NotFound for an unknown session."""
         ...
     def memory_documents(self) -> list[tuple[str, str]]:
         """Every stored (profile, target) memory document."""

@@ -5,14 +5,15 @@ same-backend copies all work. Invariants:
 
 - Sessions are copied parents first, each in one transaction of the target
   (``Store.import_session``) with its ids, titles, lineage, counters, and every message as it
-  was (seq, identity, active flag, token count, created_at), then checkpoints and events.
+  was (seq, identity, active flag, token count, created_at), then checkpoints, events and
+  rewinds.
 - Re-running is safe: a session id the target has already is skipped, a memory document the
   target has already is left alone; verification then reports any real difference.
 - ``verify_copy`` compares, per session, the row count and a SHA-256 over the session record,
   every message, checkpoint and event (canonical JSON, so storage formats do not matter), and
   every memory document's rows. A non-empty ``mismatches`` list means the copy is not faithful.
-  (Rewind records are not copied: rewound rows stay inactive, but cannot be un-rewound in the
-  target.)
+- Rewind records are copied with the rows each still holds (by seq), so ``undo_rewind`` works
+  on the target as on the source (their ids are the target's own).
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ def copy_store(source: Store, target: Store, *, progress: Progress = _quiet,
     for session in sessions:
         counted = _Counting(source.iter_messages(session.id, include_inactive=True))
         copied = target.import_session(session, counted, source.list_checkpoints(session.id),
-                                       source.list_events(session.id))
+                                       source.list_events(session.id),
+                                       source.list_rewinds(session.id))
         if copied:
             report.sessions_copied += 1
             report.messages_copied += counted.count
@@ -143,6 +145,9 @@ def session_digest(store: Store, session_id: str) -> tuple[int, str]:
         feed({k: v for k, v in dataclasses.asdict(c).items() if k != "id"})
     for e in store.list_events(session_id):
         feed([e.kind, e.payload, e.created_at])
+    for r in store.list_rewinds(session_id):
+        feed([r.record.from_seq, r.record.count, r.record.created_at, r.record.undone,
+              list(r.seqs)])
     return count, digest.hexdigest()
 
 

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from refold.errors import Conflict
+from refold.errors import Conflict, NotFound
 from refold.messages.model import searchable_text
-from refold.store.base import Checkpoint, Event, Session, StoredMessage
+from refold.store.base import Checkpoint, Event, RewindRecord, RewindRows, Session, StoredMessage
 from refold.store.postgres.codec import cjk_gram_list, clean_text, encode_json
 from refold.store.postgres.core import PgCore
 
 
 class BulkMixin(PgCore):
     def import_session(self, session: Session, messages: Iterable[StoredMessage],
-                       checkpoints: Sequence[Checkpoint], events: Sequence[Event]) -> bool:
+                       checkpoints: Sequence[Checkpoint], events: Sequence[Event],
+                       rewinds: Sequence[RewindRows] = ()) -> bool:
         with self._tx("import session") as cur:
             if session.title is not None:
                 cur.execute("SELECT id FROM sessions WHERE title = %s AND id <> %s",
@@ -64,7 +65,33 @@ class BulkMixin(PgCore):
                                VALUES (%s, %s, %s, %s)""",
                             [(session.id, e.kind, encode_json(e.payload), e.created_at)
                              for e in events])
+            for rewind in rewinds:
+                record = rewind.record
+                cur.execute("""INSERT INTO rewinds (session_id, from_seq, count, created_at, undone)
+                               VALUES (%s, %s, %s, %s, %s) RETURNING id""",
+                            (session.id, record.from_seq, record.count, record.created_at,
+                             record.undone))
+                row = cur.fetchone()
+                assert row is not None  # INSERT … RETURNING always returns the row
+                cur.execute("UPDATE messages SET rewind_id = %s WHERE session_id = %s "
+                            "AND seq = ANY(%s)", (row[0], session.id, list(rewind.seqs)))
         return True
+
+    def list_rewinds(self, session_id: str) -> list[RewindRows]:
+        with self._tx("list rewinds") as cur:
+            cur.execute("SELECT 1 FROM sessions WHERE id = %s", (session_id,))
+            if cur.fetchone() is None:
+                raise NotFound(f"no session {session_id}")
+            cur.execute("SELECT rewind_id, seq FROM messages WHERE session_id = %s "
+                        "AND rewind_id IS NOT NULL ORDER BY seq", (session_id,))
+            held: dict[int, list[int]] = {}
+            for rewind_id, seq in cur.fetchall():
+                held.setdefault(int(rewind_id), []).append(int(seq))
+            cur.execute("SELECT id, session_id, from_seq, count, created_at, undone "
+                        "FROM rewinds WHERE session_id = %s ORDER BY id", (session_id,))
+            return [RewindRows(RewindRecord(id=r[0], session_id=r[1], from_seq=r[2],
+                                            count=r[3], created_at=r[4], undone=bool(r[5])),
+                               tuple(held.get(int(r[0]), ()))) for r in cur.fetchall()]
 
     def memory_documents(self) -> list[tuple[str, str]]:
         with self._tx("list memory documents") as cur:

@@ -10,21 +10,24 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Sequence
 
-from refold.store.base import Checkpoint, Event, Session, StoredMessage
+from refold.errors import NotFound
+from refold.store.base import Checkpoint, Event, RewindRows, Session, StoredMessage
 from refold.store.sqlite import grams
 from refold.store.sqlite.database import Database
-from refold.store.sqlite.rows import encode_json, message_columns
+from refold.store.sqlite.rows import encode_json, message_columns, to_rewind
 
 _BATCH = 1000
 
 
 class BulkOps:
-    """Mixin: ``import_session`` and ``memory_documents``. Needs ``self.db``."""
+    """Mixin: ``import_session``, ``list_rewinds`` and ``memory_documents``. Needs
+    ``self.db``."""
 
     db: Database
 
     def import_session(self, session: Session, messages: Iterable[StoredMessage],
-                       checkpoints: Sequence[Checkpoint], events: Sequence[Event]) -> bool:
+                       checkpoints: Sequence[Checkpoint], events: Sequence[Event],
+                       rewinds: Sequence[RewindRows] = ()) -> bool:
         with self.db.write() as conn:
             if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session.id,)).fetchone():
                 return False
@@ -62,7 +65,31 @@ class BulkOps:
                              "VALUES (?, ?, ?, ?)",
                              [(session.id, e.kind, encode_json(e.payload), e.created_at)
                               for e in events])
+            for rewind in rewinds:
+                record = rewind.record
+                cursor = conn.execute(
+                    "INSERT INTO rewinds (session_id, from_seq, count, created_at, undone) "
+                    "VALUES (?, ?, ?, ?, ?)", (session.id, record.from_seq, record.count,
+                                               record.created_at, 1 if record.undone else 0))
+                conn.executemany("UPDATE messages SET rewind_id = ? WHERE session_id = ? "
+                                 "AND seq = ?", [(cursor.lastrowid, session.id, seq)
+                                                 for seq in rewind.seqs])
             return True
+
+    def list_rewinds(self, session_id: str) -> list[RewindRows]:
+        with self.db.read() as conn:
+            if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() \
+                    is None:
+                raise NotFound(f"no session {session_id}")
+            held: dict[int, list[int]] = {}
+            for rewind_id, seq in conn.execute(
+                    "SELECT rewind_id, seq FROM messages WHERE session_id = ? "
+                    "AND rewind_id IS NOT NULL ORDER BY seq", (session_id,)):
+                held.setdefault(int(rewind_id), []).append(int(seq))
+            return [RewindRows(record, tuple(held.get(record.id, ())))
+                    for record in map(to_rewind, conn.execute(
+                        "SELECT id, session_id, from_seq, count, created_at, undone "
+                        "FROM rewinds WHERE session_id = ? ORDER BY id", (session_id,)))]
 
     @staticmethod
     def _insert_rows(conn: sqlite3.Connection, rows: list[tuple[object, ...]]) -> None:
