@@ -178,6 +178,36 @@ def test_upgrade_from_version_1_backfills_cjk_grams(postgres_url: str) -> None:
         store.close()
 
 
+def test_upgrade_from_version_2_folds_accents_of_old_rows(postgres_url: str) -> None:
+    """Rows written before accent folding get their search vectors recomputed by the
+    migration: "Zurich" then finds the old "Zürich" row."""
+    from refold.store.postgres import PostgresStore
+    from refold.store.postgres.schema import MIGRATIONS, extension_schemas, migrate
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        path = [schema, *extension_schemas(conn)]
+        assert migrate(conn, schema, path, MIGRATIONS[:2]) == [1, 2]
+        conn.execute("INSERT INTO sessions (id, started_at) VALUES ('old', 0)")
+        for seq, text in ((1, "meet me in Zürich at the café"), (2, "plain ascii words")):
+            conn.execute("INSERT INTO messages (session_id, seq, role, body, identity, "
+                         "created_at, search_text) VALUES ('old', %s, 'user', '{}', %s, 0, %s)",
+                         (seq, f"id{seq}", text))
+        before = conn.execute("SELECT count(*) FROM messages "
+                              "WHERE tsv @@ to_tsquery('refold_search', 'zurich')").fetchone()
+        assert before == (0,)  # not folded yet
+    store = PostgresStore(postgres_url, schema=schema)
+    try:
+        assert store.applied_migrations == [3]
+        assert [(h.session_id, h.seq) for h in store.search(SearchQuery("Zurich cafe"))] == [
+            ("old", 1)]
+        assert [(h.session_id, h.seq) for h in store.search(SearchQuery("ascii"))] == [
+            ("old", 2)]
+    finally:
+        store.drop_schema()
+        store.close()
+
+
 def test_gram_index_serves_short_cjk_queries(postgres_store: Any, postgres_url: str) -> None:
     with psycopg.connect(postgres_url) as conn:
         conn.execute(f'SET search_path TO "{postgres_store.schema}", public')

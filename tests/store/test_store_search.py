@@ -230,3 +230,18 @@ def test_filters_apply_before_the_limit_on_large_result_sets(store: Store) -> No
         assert sorted(h.seq for h in hits) == [1, 2, 3], sort
     everything = store.search(SearchQuery("kiwi", limit=500, window=0))
     assert len(everything) == 263
+
+
+def test_accents_fold_alike_on_every_backend(store: Store) -> None:
+    """"cafe" finds "café" and the other way round, on SQLite (unicode61 remove_diacritics)
+    and PostgreSQL (unaccent) alike; ASCII text is untouched."""
+    s = store.create_session(title="travel")
+    store.append_messages(s.id, [user("Let's meet at the café in Zürich"),
+                                 bot("a naïve résumé of the Ærø ferry"),
+                                 user("plain cafe, resume and Zurich here")])
+    assert seqs(store, "cafe") == seqs(store, "café") == [(s.id, 1), (s.id, 3)]
+    assert seqs(store, "Zurich") == seqs(store, "zürich") == [(s.id, 1), (s.id, 3)]
+    assert seqs(store, "naive resume") == seqs(store, "naïve résumé") == [(s.id, 2)]
+    assert seqs(store, '"naive resume"') == [(s.id, 2)]  # a phrase too
+    assert seqs(store, "Zür*") == [(s.id, 1), (s.id, 3)]
+    assert seqs(store, "ferry") == [(s.id, 2)]

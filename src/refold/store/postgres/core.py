@@ -27,7 +27,7 @@ from refold.store.postgres.connection import (
     translate_errors,
     with_schema,
 )
-from refold.store.postgres.schema import LATEST_VERSION, ensure_trigram_extension, migrate
+from refold.store.postgres.schema import LATEST_VERSION, extension_schemas, migrate
 from refold.store.urls import redact_url
 
 log = logging.getLogger(__name__)
@@ -81,9 +81,8 @@ class PgCore:
         self.url = with_schema(url, self.schema)
         self._conninfo = conninfo
         with connect(conninfo, timeout=timeout) as conn, translate_errors("cannot open schema"):
-            ext_schema = ensure_trigram_extension(conn)
-            self._search_path = [self.schema] + ([ext_schema] if ext_schema != self.schema
-                                                 else [])
+            self._search_path = [self.schema] + [
+                ext for ext in extension_schemas(conn) if ext != self.schema]
             self.applied_migrations = migrate(conn, self.schema, self._search_path)
         self._pool: psycopg_pool.ConnectionPool = make_pool(
             conninfo, self._search_path, min_size=min_size, max_size=max_size, timeout=timeout)

@@ -5,9 +5,10 @@ Invariants:
   ``schema_migrations``: a crash leaves the schema at a whole version, never between two.
 - Opening is serialized per schema by a session-level advisory lock, so N processes starting at
   once run each migration exactly once; the others wait, then see it applied.
-- ``pg_trgm`` is created once per database (its own advisory lock plus "already exists" handled),
-  in ``public`` unless it already lives elsewhere; the store's search_path then includes that
-  schema, so dropping a test schema never drops the extension other schemas use.
+- ``pg_trgm`` and ``unaccent`` are created once per database (an advisory lock each plus
+  "already exists" handled), in ``public`` unless they already live elsewhere; the store's
+  search_path then includes those schemas, so dropping a test schema never drops an extension
+  other schemas use.
 """
 
 from __future__ import annotations
@@ -163,6 +164,18 @@ MIGRATIONS += (
     ), backfill=_backfill_cjk_grams),
 )
 
+MIGRATIONS += (
+    # Accents fold as in SQLite's ``remove_diacritics 2``: "cafe" finds "café", "Zurich" finds
+    # "Zürich". ``unaccent`` filters each non-ASCII word before the stemmer; rows written before
+    # get their stored tsvector recomputed (an UPDATE recomputes a generated column).
+    Migration(3, "accent folding", (
+        """ALTER TEXT SEARCH CONFIGURATION refold_search ALTER MAPPING FOR word, hword,
+            hword_part WITH unaccent, refold_porter""",
+        "UPDATE messages SET search_text = search_text "
+        "WHERE octet_length(search_text) <> char_length(search_text)",
+    )),
+)
+
 LATEST_VERSION = MIGRATIONS[-1].version
 
 
@@ -172,32 +185,52 @@ def _lock_key(conn: psycopg.Connection[Any], name: str) -> int:
     return int(row[0])
 
 
-def ensure_trigram_extension(conn: psycopg.Connection[Any]) -> str:
-    """Create ``pg_trgm`` if missing (once per database) and return the schema it lives in."""
-    key = _lock_key(conn, "refold:extension:pg_trgm")
+EXTENSIONS = ("pg_trgm", "unaccent")  # both ship in postgresql-contrib; trusted since PG 13
+
+
+def ensure_extension(conn: psycopg.Connection[Any], name: str) -> str:
+    """Create extension ``name`` if missing (once per database) and return its schema."""
+    assert name in EXTENSIONS  # a constant, never user input
+    key = _lock_key(conn, f"refold:extension:{name}")
     conn.execute("SELECT pg_advisory_lock(%s)", (key,))
     try:
-        row = conn.execute("SELECT extnamespace::regnamespace::text FROM pg_extension "
-                           "WHERE extname = 'pg_trgm'").fetchone()
+        query = ("SELECT extnamespace::regnamespace::text FROM pg_extension "
+                 "WHERE extname = %s")
+        row = conn.execute(query, (name,)).fetchone()
         if row is None:
             # Another database user may create it between our check and CREATE.
             with contextlib.suppress(psycopg.errors.UniqueViolation,
                                      psycopg.errors.DuplicateObject):
                 try:
-                    conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public")
+                    conn.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {} SCHEMA public")
+                                 .format(sql.Identifier(name)))
                 except psycopg.errors.InsufficientPrivilege as exc:
                     raise MigrationError(
-                        "not allowed to create the pg_trgm extension",
-                        hint="ask a database owner to run: CREATE EXTENSION pg_trgm") from exc
-            row = conn.execute("SELECT extnamespace::regnamespace::text FROM pg_extension "
-                               "WHERE extname = 'pg_trgm'").fetchone()
+                        f"not allowed to create the {name} extension",
+                        hint=f"ask a database owner to run: CREATE EXTENSION {name}") from exc
+            row = conn.execute(query, (name,)).fetchone()
         if row is None:
-            raise MigrationError("the pg_trgm extension is not available",
+            raise MigrationError(f"the {name} extension is not available",
                                  hint="install postgresql-contrib or ask an admin to "
-                                      "CREATE EXTENSION pg_trgm")
+                                      f"CREATE EXTENSION {name}")
         return str(row[0]).strip('"')
     finally:
         conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+def ensure_trigram_extension(conn: psycopg.Connection[Any]) -> str:
+    """Create ``pg_trgm`` if missing and return the schema it lives in."""
+    return ensure_extension(conn, "pg_trgm")
+
+
+def extension_schemas(conn: psycopg.Connection[Any]) -> list[str]:
+    """Every extension refold needs, created if missing: their schemas, each once."""
+    out: list[str] = []
+    for name in EXTENSIONS:
+        schema = ensure_extension(conn, name)
+        if schema not in out:
+            out.append(schema)
+    return out
 
 
 def migrate(conn: psycopg.Connection[Any], schema: str, search_path: list[str],
