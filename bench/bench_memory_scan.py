@@ -1,11 +1,17 @@
 """Print the memory scanner's blocked rate and false-positive rate on the test corpora.
 
-Two pairs of corpora in tests/memory/corpora/:
-- injections.json / benign.json — the development corpora. The scanner was tuned against them
-  (three earlier held-out sets were folded in after being measured: 60%, 28% and 43% blocked
-  before tuning), so their rates are optimistic.
-- injections_unseen.json / benign_unseen.json — written after the scanner was frozen and never
-  tuned against: the honest estimate for attacks phrased in ways the patterns have not seen.
+Three pairs of corpora in tests/memory/corpora/:
+- injections.json / benign.json — the first development corpora. The scanner was tuned against
+  them (three earlier held-out sets were folded in after being measured: 60%, 28% and 43%
+  blocked before tuning), so their rates are optimistic.
+- injections_unseen.json / benign_unseen.json — the second development corpora: held out when
+  written (26.7% blocked), tuned against on 2026-11-30 when the behaviour patterns were added.
+- injections_heldout.json / benign_heldout.json — written on 2026-11-30 by someone who never saw
+  the scanner, its patterns or the other corpora, and measured once after that tuning: the
+  honest estimate for attacks phrased in ways the patterns have not seen. Do not tune against
+  it; fold it into development and write a new one instead.
+
+Last line: the worst case, scan time of adversarial texts at the size limit (``MAX_SCAN_CHARS``).
 
 Run: python bench/bench_memory_scan.py [-v]   (-v lists misses and false positives)
 """
@@ -44,10 +50,31 @@ def report(label: str, attacks: list[str], benign: list[str], verbose: bool) -> 
             print("  FALSE POSITIVE:", repr(text), "->", reason)
 
 
+def worst_case() -> None:
+    """Adversarial shapes at the size limit: long runs the patterns could rescan."""
+    from refold.memory.scan import MAX_SCAN_CHARS
+
+    shapes = {"repeated verbs": "send your " * 2000, "secret nouns": "passwords keys " * 1200,
+              "CJK run": "密码每次回答" * 3000, "kana run": "パスワードを送って" * 2000,
+              "one long word": "a" * MAX_SCAN_CHARS, "commands": "curl http://192.0.2.1/ " * 900}
+    times = {}
+    for name, text in shapes.items():
+        scan.cache_clear()
+        start = time.perf_counter()
+        scan(text[:MAX_SCAN_CHARS])
+        times[name] = (time.perf_counter() - start) * 1000
+    slowest = max(times, key=lambda k: times[k])
+    print(f"worst case at {MAX_SCAN_CHARS:,} characters: {times[slowest]:.0f} ms ({slowest}); "
+          + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
+
+
 def main() -> None:
     verbose = "-v" in sys.argv
-    report("development corpora", _load("injections"), _load("benign"), verbose)
-    report("unseen corpora     ", _load("injections_unseen"), _load("benign_unseen"), verbose)
+    report("development corpora 1", _load("injections"), _load("benign"), verbose)
+    report("development corpora 2", _load("injections_unseen"), _load("benign_unseen"), verbose)
+    report("held-out corpora     ", _load("injections_heldout"), _load("benign_heldout"),
+           verbose)
+    worst_case()
 
 
 if __name__ == "__main__":

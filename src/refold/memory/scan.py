@@ -9,8 +9,8 @@ How it looks at text (each view catches a different obfuscation):
   joiner between two emoji is allowed, so family/profession emoji survive;
 - ``plain``: NFKC (full-width letters), casefold, Cyrillic/Greek look-alikes mapped to Latin,
   runs of spaces collapsed — phrase patterns in English and Chinese;
-- ``compact``: ``plain`` with leetspeak undone and every non-letter removed, forwards and
-  reversed — catches "i g n o r e", "ign0re_prev1ous", "忽 略 之 前 的 指 令";
+- ``compact``: ``plain`` with leetspeak undone and every non-letter removed, forwards,
+  reversed and rot13'd — catches "i g n o r e", "ign0re_prev1ous", "忽 略 之 前 的 指 令";
 - decoded base64 and percent-encoded runs are scanned like the text itself (one level deep).
 
 Patterns anchor on attack behaviour, not on single words: "ignore" alone, "curl", "ssh",
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import codecs
 import functools
 import re
 import unicodedata
@@ -63,6 +64,10 @@ _IGNORE = (r"(?:ignore|disregard|forget|bypass|override|overlook|neglect|abandon
            r"set\s+aside|stop\s+following|do\s+not\s+follow|don'?t\s+follow|no\s+longer\s+follow)")
 _NEG = re.compile(r"\b(?:never|not|don'?t|avoid|no|without|forbidden|prohibited)\b|不要|禁止|别|不得|切勿")
 
+# an e-mail address, ASCII and bounded: an unbounded [\w.+-]+@ rescans a long run of CJK letters
+# (which \w matches) from every position, quadratic in the text
+_EMAIL = r"[a-z0-9.+_-]{1,64}@[a-z0-9-]{1,63}\.[a-z0-9.-]{2,63}"
+
 _NET = (r"(?:curl|wget|nc|ncat|netcat|socat|telnet|httpie|http\s+(?:post|get|put)|"
         r"invoke-webrequest|invoke-restmethod|iwr|irm|requests\.(?:post|get|put)|fetch\(|"
         r"scp|rsync|ftp|sftp|nslookup|dig|ping|sendmail|mail\s+-s|urlopen|urllib\.request|"
@@ -93,7 +98,7 @@ _SECRET_NOUN = (r"(?:api[\s_-]?keys?|access\s+keys?|tokens?|secrets?|passwords?|
                 r"\.env|cookies?|session\s+(?:ids?|tokens?)|conversation|chat\s+history|"
                 r"system\s+prompt|memory\s+(?:files?|contents)|user\s+data|os\.environ|process\.env)")
 _DEST = (r"(?:https?://|www\.|webhook|pastebin|paste\.ee|ngrok|requestbin|pipedream|discord|"
-         r"telegram|[\w.+-]+@[\w-]+\.[\w.]+|\b\d{1,3}(?:\.\d{1,3}){3}\b|attacker|evil|"
+         r"telegram|" + _EMAIL + r"|\b\d{1,3}(?:\.\d{1,3}){3}\b|attacker|evil|"
          r"external\s+(?:server|endpoint|url|site)|remote\s+server|my\s+server|this\s+url|"
          r"the\s+following\s+(?:url|address|endpoint))")
 
@@ -109,7 +114,7 @@ _ZH_SECRET = (r"(?:密钥|密鑰|秘钥|令牌|token|密码|密碼|凭证|憑證
               r"系統提示|记忆文件|cookie)")
 _ZH_SEND = r"(?:发送|發送|发到|發到|上传|上傳|传到|傳到|转发|轉發|回传|回傳|外发|外發|泄露|洩露|提交|post)"
 _ZH_DEST = (r"(?:https?://|网址|網址|服务器|伺服器|邮箱|郵箱|webhook|地址|链接|鏈接|外部|"
-            r"[\w.+-]+@[\w-]+\.[\w.]+|\d{1,3}(?:\.\d{1,3}){3})")
+            r"" + _EMAIL + r"|\d{1,3}(?:\.\d{1,3}){3})")
 
 _Pattern = tuple[re.Pattern[str], str]
 
@@ -327,6 +332,119 @@ _COMPACT: list[_Pattern] = [
        "prompt injection (zh): ignore previous instructions (obfuscated)"),
 ]
 
+# Behaviour patterns over the ``plain`` view, sentence-agnostic: what an entry would make the
+# agent DO, whatever the wording — weaken its own rules, obey untrusted text, move secrets out,
+# run remote code, deceive or work against the user. A negation just before a match ("never
+# send keys to …") clears it. Kept apart from the phrase lists above: these generalize by
+# combining an action class with a target class rather than matching known sentences.
+_AGENT_RULES = (r"(?:(?:your|its|the\s+(?:assistant|agent|model|ai)'?s?)\s+(?:own\s+)?(?:\w+\s+){0,2}?"
+                r"(?:rules|guidelines|guard\s*rails|instructions|training|programming|principles|"
+                r"safeguards|restrictions|policies|polic(?:y)|system\s+prompt|directives|"
+                r"safety\s+(?:rules|checks|guidelines|measures))|"
+                r"(?:all|any|every)\s+(?:of\s+)?(?:the\s+)?(?:guard\s*rails|safeguards|safety\s+"
+                r"(?:rules|checks|guidelines|measures|filters))|\bguard\s*rails\b|"
+                r"\byour\s+(?:training|alignment|conscience|ethics))")
+_WEAKEN = (r"(?:ignore|disregard|forget|bypass|override|overrule|skip|drop|abandon|suspend|"
+           r"disable|turn\s+off|switch\s+off|set\s+aside|stop\s+(?:following|obeying|applying)|"
+           r"no\s+longer\s+(?:follow|obey|apply)|don'?t\s+(?:follow|obey|apply)|throw\s+out|"
+           r"are\s+(?:wrong|outdated|obsolete|fake|invalid|void|not\s+binding)|"
+           r"(?:was|were)\s+written\s+by\s+(?:an?\s+)?(?:intern|mistake|amateur))")
+_UNTRUSTED = (r"(?:web\s*pages?|websites?|sites?|pages?\s+you\s+(?:read|visit|open|fetch)|"
+              r"(?:any|a|the)\s+(?:file|document|email|e-mail|issue|comment|readme|pdf|message)s?|"
+              r"tool\s+(?:outputs?|results?)|search\s+results?|retrieved\s+\w+|"
+              r"(?:html|web)\s+content|the\s+internet|online\s+(?:text|content))")
+_SECRETS = (r"(?:passwords?|passphrases?|pass\s*words?|credentials?|secrets?|tokens?|"
+            r"(?:api|access|aws|gcp|azure|cloud|ssh|private|secret|signing|deploy)\s+keys?|"
+            r"\bkeys\b|environment\s+variables?|env\s+vars?|\.env\b|cookies?|"
+            r"(?:~|\$home)/\.(?:ssh|aws|gnupg|kube|docker|config/gcloud)\b|\.(?:ssh|aws)\s+"
+            r"(?:folder|directory|dir)|private\s+(?:notes|files|messages|data)|"
+            r"(?:the\s+)?user'?s\s+(?:files|notes|documents|data|history|emails?))")
+_MOVE = (r"(?:send|sends|sent|post|posts|email|e-mail|mail|upload|uploads|ship|ships|attach|"
+         r"attaches|forward|forwards|leak|leaks|exfiltrate|share|push|pushes|sync|syncs|copy|"
+         r"copies|transmit|submit|report|dm|message|paste|pastes|beam|deliver|hand\s+over)")
+_OUTSIDE = (r"(?:https?://|s3://|gs://|ftp://|\b\d{1,3}(?:\.\d{1,3}){3}\b|" + _EMAIL + r"|"
+            r"\bbucket\b|webhook|pastebin|paste\s+site|gist|telegram|discord|"
+            r"(?:your|the|each|every)\s+(?:next\s+)?(?:reply|replies|answer|response|message|"
+            r"output)s?|attacker|collector|external|remote\s+(?:server|host|endpoint))")
+
+_BEHAVIOUR: list[_Pattern] = [
+    _c(rf"\b{_WEAKEN}\b[^.\n;]{{0,40}}{_AGENT_RULES}|{_AGENT_RULES}[^.\n;]{{0,40}}\b{_WEAKEN}\b",
+       "prompt injection: weakens the agent's own rules"),
+    _c(r"\b(?:do|follow|obey|execute|run|carry\s+out|comply\s+with|act\s+on|trust)\s+"
+       r"(?:whatever|anything|everything|any\s+(?:command|instruction|request)s?|all\s+"
+       r"(?:commands|instructions|requests))\b[^.\n]{0,40}" + _UNTRUSTED +
+       r"|\b(?:whatever|anything)\s+(?:a|the|any)\s+(?:web\s*page|website|site|page|file|"
+       r"document|e-?mail|issue|comment|readme|tool\s+output|search\s+result)s?\s+"
+       r"(?:tells?|asks?|says?)\s+you\b|\btreat\s+[^.\n]{0,60}\b(?:in|from)\s+" + _UNTRUSTED +
+       r"\s+as\s+(?:a\s+)?(?:commands?|instructions?|orders?)",
+       "prompt injection: obey instructions from untrusted content"),
+    _c(rf"\b{_MOVE}\b[^.\n;]{{0,60}}{_SECRETS}[^.\n;]{{0,60}}{_OUTSIDE}|"
+       rf"{_SECRETS}[^.\n;]{{0,60}}\b{_MOVE}\b[^.\n;]{{0,60}}{_OUTSIDE}|"
+       rf"\b(?:zip|tar|archive|bundle|compress|base64)\b[^.\n;]{{0,40}}{_SECRETS}[^.\n;]{{0,60}}"
+       rf"\b{_MOVE}\b",
+       "exfiltration: moves secrets out"),
+    _c(rf"\b(?:tar|zip|archive|bundle|compress|copy|scp|rsync)\b[^.\n;]{{0,30}}(?:(?:the\s+)?"
+       rf"(?:user'?s\s+)?home\s+(?:directory|dir|folder)|~/?(?=\s)|\$home\b|/home/\w+)"
+       rf"[^.\n;]{{0,60}}\b(?:{_MOVE}|scp|rsync)\b[^.\n;]{{0,60}}{_OUTSIDE}",
+       "exfiltration: moves secrets out"),
+    _c(r"\b(?:disable|skip|turn\s+off|remove|suppress|bypass)\s+(?:all|every|any)\s+"
+       r"(?:of\s+the\s+)?(?:confirmation|approval|safety|permission)s?(?:\s+(?:prompts?|"
+       r"checks?|dialogs?|steps?))?\b[^.\n;]{0,40}\b(?:from\s+now\s+on|going\s+forward|"
+       r"permanently|forever|for\s+(?:all|every|any)\s+(?:actions?|commands?|tasks?|sessions?))",
+       "prompt injection: weakens the agent's own rules"),
+    _c(r"\b(?:output|print|list|dump|show|reveal|echo|include|append)\s+(?:every|all|each)\s+"
+       r"(?:of\s+the\s+)?(?:environment\s+variables?|env\s+vars?|secrets|passwords|keys|tokens|"
+       r"credentials)\b[^.\n]{0,60}\b(?:every|each|start|end|beginning)\s+(?:of\s+)?"
+       r"(?:each\s+|every\s+)?(?:session|reply|answer|response|conversation|turn)",
+       "exfiltration: leaks secrets into every answer"),
+    _c(r"\b(?:curl|wget|fetch)\b[^|\n]{0,200}\bhttps?://\d{1,3}(?:\.\d{1,3}){3}\b[^|\n]{0,80}"
+       r"\|\s*(?:sudo\s+)?(?:ba|z|da)?sh\b|\bssh\s+(?:-\w+\s+)*-R\s*\d+:[^\n]{0,80}"
+       r"\d{1,3}(?:\.\d{1,3}){3}|\breverse\s+(?:tunnel|shell)\b|\bproxycommand\b[^\n]{0,40}"
+       r"\b(?:nc|ncat|netcat|socat)\b|\bgit\s+remote\s+(?:set-url|add)\b[^\n]{0,60}"
+       r"(?:attacker|evil|\d{1,3}(?:\.\d{1,3}){3})",
+       "exfiltration: remote code or a backdoor"),
+    _c(r"\bdeny\s+(?:that\s+)?(?:it|this|that|the\s+(?:memory|note|file)|having|you)\b"
+       r"[^.\n]{0,30}|\bsecret\s+rule\b|\b(?:lie|lying)\s+to\s+(?:the\s+)?user|"
+       r"\b(?:answer|say|reply|claim|tell\s+(?:them|the\s+user))\s+['\"\u2018\u201c][^'\"\n]{1,80}"
+       r"['\"\u2019\u201d]\s+(?:whenever|when|if)\s+(?:the\s+)?(?:user|they|anyone|someone)\s+"
+       r"asks?",
+       "prompt injection: deceives the user"),
+    _c(r"\b(?:introduce|insert|add|plant|slip\s+in)\s+(?:subtle\s+|hidden\s+|small\s+)?"
+       r"(?:bugs|vulnerabilities|backdoors?|errors)\s+(?:in|into)\b|\b(?:convince|persuade|"
+       r"encourage|nudge|talk)(?:s|es|d|ed|ing)?\s+(?:the\s+)?(?:user|them|people)\s+(?:in)?to\s+(?:disabl\w*|"
+       r"turn\w*\s+off|remov\w*|skip\w*|shar\w*|reveal\w*|giv\w*\s+up|uninstall\w*)\b|\b(?:you\s+are|you're|act\s+as)\s+(?:the\s+)?"
+       r"user'?s\s+(?:adversary|enemy|opponent)|\bsabotage\b",
+       "role hijack: works against the user"),
+    _c(r"\b(?:the\s+)?real\s+(?:system\s+prompt|instructions)\s+(?:is|are)\s+(?:in|below|here)|"
+       r"\beverything\s+(?:before|above)\s+(?:this|here)[^.\n]{0,20}\b(?:is\s+)?(?:fake|false|"
+       r"void|a\s+test)|\b(?:obey|follow)\s+(?:this|these)\s+(?:memory|memories|note|notes|"
+       r"entry)\b[^.\n]{0,30}\b(?:not|instead\s+of|rather\s+than|over)\s+(?:the\s+)?user",
+       "prompt injection: outranks the system prompt"),
+    # Chinese and Japanese
+    _c(r"(?:执行|執行|服从|服從|遵循|遵守|照做|听从|聽從)[^。\n]{0,12}(?:网页|網頁|网站|網站|文件|邮件|郵件|"
+       r"工具输出|工具輸出|搜索结果|搜尋結果|ウェブ|ページ|ファイル|メール)[^。\n]{0,12}"
+       r"(?:命令|指令|指示|内容|內容|要求)|(?:ウェブ|ページ|ファイル|メール)[^。\n]{0,15}"
+       r"(?:指示|命令)[^。\n]{0,10}(?:従|実行)",
+       "prompt injection (zh/ja): obey instructions from untrusted content"),
+    _c(r"(?:每次|每个|每個|每一次|所有)(?:回答|回复|回覆|答复|答覆|对话|對話)[^。\n]{0,12}"
+       r"(?:附上|加上|附带|附帶|输出|輸出|列出|包含|带上|帶上)[^。\n]{0,12}(?:环境变量|環境變量|密码|"
+       r"密碼|密钥|密鑰|令牌|凭证|憑證|私钥|私鑰)|(?:毎回|すべての)(?:回答|返答|応答)[^。\n]{0,12}"
+       r"(?:環境変数|パスワード|トークン|秘密鍵|apiキー)",
+       "exfiltration (zh/ja): leaks secrets into every answer"),
+    _c(r"(?:服从|服從|听从|聽從|遵从|遵從)(?:这段|這段|这条|這條|本)?(?:记忆|記憶|笔记|筆記)[^。\n]{0,10}"
+       r"(?:而不是|而非|不要听|不要聽)(?:用户|用戶)|(?:この)?(?:メモ|記憶)に従(?:い|え)[^。\n]{0,10}"
+       r"ユーザー(?:では|ではなく|に従わ)",
+       "prompt injection (zh/ja): outranks the user"),
+    _c(r"(?:密码|密碼|口令|密钥|密鑰|令牌|凭证|憑證|环境变量|環境變量|私钥|私鑰|パスワード|"
+       r"認証情報|秘密鍵|環境変数|トークン|apiキー)[^。\n]{0,20}"
+       r"(?:发给|發給|发到|發到|发送|發送|传到|傳到|上传|上傳|转发|轉發|送信|送って|送る|アップロード|"
+       r"転送)[^。\n]{0,40}(?:https?://|\d{1,3}(?:\.\d{1,3}){3}|" + _EMAIL + r"|服务器|"
+       r"伺服器|サーバー|外部)|(?:パスワード|認証情報|秘密鍵|環境変数|トークン|apiキー|密码|密碼|"
+       r"密钥|密鑰|令牌)[^。\n]{0,20}(?:https?://|\d{1,3}(?:\.\d{1,3}){3}|" + _EMAIL + r"|"
+       r"外部の?サーバー)[^。\n]{0,20}(?:送|アップロード|転送|发送|發送|上传|上傳)",
+       "exfiltration (zh/ja): sends secrets to an outside address"),
+]
+
 _B64_RUN = re.compile(r"[A-Za-z0-9+/]{16,}={0,2}|[A-Za-z0-9_-]{24,}={0,2}")
 _PCT_RUN = re.compile(r"(?:%[0-9a-fA-F]{2}){4,}")
 
@@ -393,13 +511,16 @@ def _scan_views(text: str) -> str | None:
     plain = _plain(text)
     reason = _first(_PHRASES, plain) or _first(_EXFIL[:_GUARDED], plain)
     reason = reason or _first(_EXFIL[_GUARDED:], plain, negation_guard=True)
+    reason = reason or _first(_BEHAVIOUR, plain, negation_guard=True)
     leet = plain.translate(_LEET)
     if not reason and leet != plain:
         reason = _first(_PHRASES, leet)
     if reason:
         return reason
     compact = _compact(plain)
-    return _first(_COMPACT, compact) or _first(_COMPACT, compact[::-1])
+    rot13 = codecs.encode(compact, "rot13")  # a rot13'd phrase is letters-only too
+    return (_first(_COMPACT, compact) or _first(_COMPACT, compact[::-1])
+            or _first(_COMPACT, rot13))
 
 
 @functools.lru_cache(maxsize=4096)  # pure; entries are rescanned on every read and snapshot
