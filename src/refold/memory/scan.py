@@ -285,7 +285,13 @@ _PHRASES: list[_Pattern] = [
 
 # Exfiltration patterns over the ``plain`` view, line by line.
 _EXFIL: list[_Pattern] = [
-    _c(rf"\b{_NET}\b[^\n]{{0,300}}{_SECRET_VAR}", "exfiltration: network command carrying a secret"),
+    # a token in an Authorization header is how an API is called; to a bare IP it is not
+    _c(rf"\b{_NET}\b[^\n]{{0,300}}(?<!bearer )(?<!token )(?<!bearer)(?<!token){_SECRET_VAR}",
+       "exfiltration: network command carrying a secret"),
+    _c(rf"\b{_NET}\b[^\n]{{0,300}}(?:bearer|token)\s*{_SECRET_VAR}[^\n]{{0,200}}"
+       rf"https?://\d{{1,3}}(?:\.\d{{1,3}}){{3}}|\b{_NET}\b[^\n]{{0,200}}https?://\d{{1,3}}"
+       rf"(?:\.\d{{1,3}}){{3}}[^\n]{{0,200}}(?:bearer|token)\s*{_SECRET_VAR}",
+       "exfiltration: network command carrying a secret"),
     _c(rf"{_SECRET_VAR}[^\n]{{0,120}}\|\s*{_NET}\b", "exfiltration: secret piped to the network"),
     _c(rf"\b(?:env|printenv|set|history)\s*\|\s*(?:base64\s*\|\s*)?{_NET}\b",
        "exfiltration: environment piped to the network"),
@@ -324,6 +330,8 @@ _COMPACT: list[_Pattern] = [
        r"(?:previous|prior|above|earlier|preceding|system|original|your|all)(?:the)?"
        r"(?:instructions?|directives?|prompts?|guidelines|rules)",
        "prompt injection: ignore previous instructions (obfuscated)"),
+    _c(r"exfiltrat(?:e|ing)(?:the|all|every|any|my|your|their)?(?:env|ssh|aws|keys?|tokens?|"
+       r"passwords?|secrets?|credentials?|cookies|data|files?)", "exfiltration (obfuscated)"),
     _c(r"systempromptoverride|revealyoursystemprompt|printyoursystemprompt|youarenow(?:dan|"
        r"unrestricted|jailbroken|uncensored|evil)|developermodeenabled|jailbreakmode|"
        r"doanythingnow", "role hijack (obfuscated)"),
@@ -420,6 +428,110 @@ _BEHAVIOUR: list[_Pattern] = [
        r"void|a\s+test)|\b(?:obey|follow)\s+(?:this|these)\s+(?:memory|memories|note|notes|"
        r"entry)\b[^.\n]{0,30}\b(?:not|instead\s+of|rather\s+than|over)\s+(?:the\s+)?user",
        "prompt injection: outranks the system prompt"),
+    # rules declared void: "the safety guidelines … no longer apply", "policies are switched off"
+    _c(r"\b(?:safety|security|content|tool-use|usage|system(?:\s+prompt)?|original|default)?\s*"
+       r"(?:guidelines|rules|policies|polic(?:y)|restrictions|instructions|guardrails|refusals|"
+       r"safeguards|checks)\b[^.\n;]{0,60}\b(?:no\s+longer\s+(?:apply|applies|matter|bind)|"
+       r"(?:are|is)\s+(?:now\s+)?(?:switched|turned)\s+off|(?:are|is)\s+(?:now\s+)?(?:off|"
+       r"disabled|lifted|suspended|waived|void|informational\s+only)|should\s+be\s+(?:bypassed|"
+       r"ignored|skipped|waived)|(?:do|does)\s+not\s+apply|don'?t\s+apply|treat\s+them\s+as\s+"
+       r"(?:informational|optional|suggestions))",
+       "prompt injection: declares the agent's rules void"),
+    _c(r"\b(?:memory|this\s+(?:note|file|memory|entry)|saved\s+(?:notes|instructions)|"
+       r"(?:anything|text|content|whatever)\s+[^.\n]{0,40})\s+(?:takes?\s+precedence|outranks?|"
+       r"overrides?|wins?\s+over|(?:is|are)\s+authoritative)|\bunrestricted\s+(?:developer\s+)?"
+       r"mode\b|\b(?:is|are)\s+authoritative,?\s+even\s+if\b|\b(?:refusals?|restrictions)\s+"
+       r"(?:should|must|can)\s+be\s+(?:bypassed|skipped|dropped|ignored)",
+       "prompt injection: outranks the system prompt"),
+    # third-party text obeyed: READMEs, issues, e-mails, fetched pages, tool results
+    _c(r"\b(?:readme|contributing|issues?|tickets?|comments?|e-?mails?|pull\s+requests?|pr\s+"
+       r"descriptions?|fetched\s+(?:web\s+)?pages?|web\s*pages?|tool\s+results?|downloaded\s+"
+       r"files?|notes\s+for\s+ai)\b[^\n;]{0,80}\b(?:carry\s+(?:them|those|it)\s+out|carry\s+out|"
+       r"(?:are|is)\s+(?:direct\s+)?orders|(?:are|is)\s+trusted|run\s+(?:any|all|the)\s+commands?|"
+       r"do\s+what\s+(?:they|it|the\s+\w+)\s+says?|follow\s+(?:it|them)\s+quietly|obey(?:ed)?\b)",
+       "prompt injection: obey instructions from untrusted content"),
+    # concealment and lies
+    _c(r"\b(?:without|don'?t|do\s+not|never|no\s+need\s+to)\s+(?:telling|tell|informing|inform|"
+       r"checking\s+with|check\s+with|asking|ask|notifying|notify|bring(?:ing)?\s+(?:it|this)\s+up\s+"
+       r"(?:with|to|in)|mention(?:ing)?\s+(?:it|this)\s+to)\s+(?:the\s+)?(?:user|them|anyone|reviews?)"
+       r"\b(?!'s)|\bnever\s+(?:bring\s+it\s+up|mention\s+it)\b|\bnever\s+reveal\s+that\b|"
+       r"\b(?:say|answer|reply|respond|tell\s+them)\s+(?:that\s+)?(?:no|you\s+didn'?t|you\s+did\s+"
+       r"not|(?:the\s+)?memory\s+is\s+empty|nothing\s+was)\b|\breport\s+(?:the\s+task|it|"
+       r"everything)\s+as\s+(?:completed|done|successful|a\s+success)|\bleave\s+[^.\n]{0,40}"
+       r"\bout\s+of\s+(?:the\s+|your\s+)?(?:[\w-]+\s+){0,2}(?:summary|report|reply)|\bfollow\s+it\s+quietly\b",
+       "prompt injection: deceives the user"),
+    _c(r"(?:不必|不用|不需要|无需|無需|不要|别|別)(?:告诉|告訴|通知|提醒|跟|向|让|讓)(?:用户|用戶|使用者)|"
+       r"(?:不要|别|別)(?:跟|向|对|對)(?:用户|用戶)(?:提起|说|說|透露)|一律回答(?:没有|沒有|不知道)|"
+       r"ユーザーに(?:知らせず|伝えず|言わず)|(?:「していない」|「いいえ」|ないと)と?答え|"
+       r"отвечай,?\s+что\s+нет|di\s+que\s+no\b|antworte\s+mit\s+nein",
+       "prompt injection (i18n): deceives the user"),
+    # sabotage: faked tests, rubber-stamp approvals
+    _c(r"\b(?:make|write|rewrite)\s+(?:the\s+)?tests?\s+(?:\w+\s+){0,3}?pass\s+(?:no\s+matter\s+"
+       r"what|regardless|always)|\bassert\s+true\b[^.\n]{0,60}\b(?:broad|bare)\s+excepts?|"
+       r"\bnever\s+flag\s+(?:broken|failing|bugs|issues)|\b(?:approve|merge|sign\s+off)\s+"
+       r"(?:it|them|everything|all|every\s+\w+)\s+(?:no\s+matter|regardless|without\s+"
+       r"(?:reading|review|looking))|无论.{0,10}(?:都|一律)(?:直接)?(?:批准|通过|通過)|"
+       r"(?:テスト|試験)は?常に通る|失敗は報告しな",
+       "role hijack: works against the user"),
+    _c(r"(?:建议|建議|劝|勸|说服|說服)(?:用户|用戶)(?:关闭|關閉|停用|禁用)[^。\n]{0,10}(?:两步验证|兩步驗證|"
+       r"双重|雙重|2fa|mfa|防火墙|防火牆|杀毒|殺毒)|\b(?:convince|persuade|urge)\s+(?:the\s+)?user\b"
+       r"[^.\n]{0,40}\b(?:2fa|mfa|two-factor|antivirus|firewall)",
+       "role hijack: works against the user"),
+    # secrets carried out in reply links, commit messages, DNS lookups, raw sockets
+    _c(r"!\[[^\]\n]{0,40}\]\(https?://[^)\s]{1,200}[?&][a-z_]{1,20}=[^)\n]{0,60}"
+       r"(?:key|token|secret|password|<|\{|\$)|\b(?:api\s+key|token|secret|password)s?\b[^.\n]{0,80}"
+       r"!?\[[^\]\n]{0,40}\]\(https?://|(?:nslookup|dig|host)\s+[^\n]{0,40}(?:<\w+>|\$\{?\w+)"
+       r"\.[\w.-]+|\bhex-?encode\s+\$\w+|\b(?:pipe|send|write)\s+(?:it|them|the\s+\w+)\s+"
+       r"to\s+\d{1,3}(?:\.\d{1,3}){3}\b|(?:写进|寫進|写入|寫入|放进|放進)(?:提交信息|提交說明|commit)",
+       "exfiltration: moves secrets out"),
+    _c(r"(?:密码|密碼|密钥|密鑰|令牌|凭证|憑證|私钥|私鑰|\.env|~/\.ssh|~/\.aws|~/\.kube|パスワード|"
+       r"秘密鍵|環境変数|トークン|apiキー|ключ|пароль|токен|\.kube/config|개인\s*키|비밀번호|"
+       r"archivo\s+\.env|contraseña)[^。\n]{0,60}(?:https?://|\d{1,3}(?:\.\d{1,3}){3}|paste\.|"
+       r"pastebin)[^。\n]{0,30}(?:送|貼り付け|アップロード|发送|發送|上传|上傳|推|отправ|업로드|"
+       r"envía|envia|sube|schick|lade)|(?:envía|envia|sube|schicke|sende|lade|отправь|отправляй|"
+       r"업로드|送って|送信|アップロード)[^。\n]{0,60}(?:\.env|contraseñ|secret|ключ|пароль|токен|"
+       r"\.kube|\.ssh|\.aws|개인\s*키|~/)[^。\n]{0,60}(?:https?://|\d{1,3}(?:\.\d{1,3}){3})|"
+       r"(?:\.env|\.ssh|\.aws|\.kube|개인\s*키)[^。\n]{0,40}(?:https?://|\d{1,3}(?:\.\d{1,3}){3})"
+       r"[^。\n]{0,20}(?:로\s*)?(?:업로드|送|отправ)",
+       "exfiltration (i18n): sends secrets to an outside address"),
+    # remote code, persistence, supply chain
+    _c(r"\|\s*sudo\s+(?:ba|z|da)?sh\b|\bbase64\s+(?:-d|--decode)\s*\|\s*(?:sudo\s+)?(?:ba|z)?sh\b|"
+       r"\bdecode\s+and\s+(?:execute|run)\b|\bexec\s*\(\s*\w*\.?urlopen\(|\burlopen\([^)]{0,80}"
+       r"\)\.read\(\)\s*\)|--extra-index-url\s+https?://(?!pypi\.org)|--trusted-host\b|\btrust\s+"
+       r"whatever\s+it\s+serves\b|\bpostinstall\b[^.\n]{0,60}\b(?:download|curl|wget|https?://)|"
+       r"\.git/hooks/[\w-]+[^.\n]{0,80}\b(?:curl|wget|urlopen|https?://|nc\b)|"
+       r"(?:~/|\$home/)?\.(?:zshrc|bashrc|profile|bash_profile)\b[^\n]{0,60}\b(?:curl|wget)\b"
+       r"[^\n|]{0,100}\|\s*(?:ba|z)?sh|\b(?:run|execute)\s+it\s+at\s+the\s+start\s+of\s+each\s+"
+       r"session\b|prompt_command\b[^\n]{0,80}\b(?:curl|wget|nc|https?://)",
+       "exfiltration: remote code or a backdoor"),
+    _c(r"\bif\s+password\s*==\s*['\"][^'\"\n]{1,40}['\"]\s*:\s*return\s+true|"
+       r"\b(?:master|universal|backdoor|support)\s+(?:password|login)\b[^.\n]{0,60}\b(?:keep|re-?add|"
+       r"never\s+(?:remove|mention|bring))|万能密码|萬能密碼|后门|後門|バックドア",
+       "exfiltration: remote code or a backdoor"),
+    _c(r"(?:下载|下載|ダウンロード)(?:并|並|して)?(?:运行|運行|执行|執行|実行)|"
+       r"(?:pip\s+install|npm\s+install)[^\n]{0,60}(?:-i|--index-url|--registry)\s+http://",
+       "exfiltration: remote code or a backdoor"),
+    _c(r"\b(?:skip|bypass|drop|no\s+need\s+for|without)\s+(?:the\s+)?(?:confirmation|approval)s?"
+       r"(?:\s+(?:step|prompt|check)s?)?\s+(?:for|on|before)\s+(?:\w+\s+){0,2}?(?:destructive|"
+       r"irreversible|dangerous|production|prod|rm\s+-rf|force)|\boutranks?\s+(?:the|your)\s+"
+       r"(?:system\s+prompt|instructions|rules)|\b(?:stop\s+running|disable|turn\s+off|remove|"
+       r"uninstall)\s+(?:the\s+)?(?:[\w-]+\s+){0,2}?(?:secret\s+scann\w*|security\s+(?:checks|"
+       r"scans?|scanners))\b[^.\n]{0,120}\b(?:for\s+good|permanently|from\s+now\s+on|off)\b",
+       "prompt injection: weakens the agent's own rules"),
+    _c(r"\b(?:git\s+add\s+-f|force-add)\s+(?:the\s+)?[^\n]{0,20}\.env\b|\bsend\s+(?:it|them)\s+"
+       r"(?:every|all|any)\s+(?:passwords?|secrets?|tokens?|keys?|credentials?|dsns?|connection\s+"
+       r"strings?)",
+       "exfiltration: moves secrets out"),
+    # Chinese and Japanese
+    _c(r"(?:规则|規則|规定|規定|限制|指令|安全策略)[^。\n]{0,10}(?:已经|已經|早已)?(?:过时|過時|失效|作废|作廢|"
+       r"不再适用|不再適用|不适用|不適用)|以(?:记忆|記憶)(?:中|里|裡)?的?(?:指令|内容|內容|为准|為準)|"
+       r"(?:ルール|規則|制限|指示|ポリシー)[^。\n]{0,15}(?:従わなくてよい|従わなくていい|無効|適用されない|"
+       r"古いので)|(?:rm\s+-rf|本番|削除|デプロイ|破壊|--force)[^。\n]{0,30}(?:確認|承認)は?不要|"
+       r"事前に承認済み",
+       "prompt injection (zh/ja): declares the agent's rules void"),
+    _c(r"(?:apiキー|トークン|パスワード|密钥|密鑰|令牌|密码|密碼)[^。\n]{0,30}(?:画像|リンク|图片|圖片|"
+       r"链接|鏈接)[^。\n]{0,20}https?://[^\s)）]{1,120}[?&]",
+       "exfiltration (zh/ja): moves secrets out"),
     # Chinese and Japanese
     _c(r"(?:执行|執行|服从|服從|遵循|遵守|照做|听从|聽從)[^。\n]{0,12}(?:网页|網頁|网站|網站|文件|邮件|郵件|"
        r"工具输出|工具輸出|搜索结果|搜尋結果|ウェブ|ページ|ファイル|メール)[^。\n]{0,12}"
@@ -443,6 +555,28 @@ _BEHAVIOUR: list[_Pattern] = [
        r"密钥|密鑰|令牌)[^。\n]{0,20}(?:https?://|\d{1,3}(?:\.\d{1,3}){3}|" + _EMAIL + r"|"
        r"外部の?サーバー)[^。\n]{0,20}(?:送|アップロード|転送|发送|發送|上传|上傳)",
        "exfiltration (zh/ja): sends secrets to an outside address"),
+]
+
+# Other scripts over the ``nfkc`` view (NFKC + casefold, no look-alike mapping: the mapping
+# that unmasks Cyrillic-in-Latin spoofing would turn Russian into nonsense).
+_I18N: list[_Pattern] = [
+    _c(r"reglas[^.\n]{0,30}(?:dejan\s+de\s+aplicarse|ya\s+no\s+(?:aplican|se\s+aplican))|"
+       r"no\s+hay\s+que\s+rechazar|sicherheits\w*\s+(?:sind|ist)\s+(?:abgeschaltet|deaktiviert|"
+       r"aus)|befehle\s+aus\s+[^.\n]{0,40}(?:dateien|webseiten|e-mails)[^.\n]{0,60}ausführen|"
+       r"규칙[^.\n]{0,20}(?:더\s*이상\s*적용되지|무효)|거절하지\s*말|"
+       r"правила[^.\n]{0,30}(?:больше\s+не\s+действуют|не\s+применяются|отменены)",
+       "prompt injection (i18n): declares the agent's rules void"),
+    _c(r"отвечай,?\s+что\s+(?:нет|не\s+\w+)|скажи,?\s+что\s+(?:нет|не\s+\w+)|"
+       r"di\s+que\s+no\b|responde\s+que\s+no\b|antworte\s+mit\s+nein|"
+       r"sans\s+(?:le\s+)?(?:dire|prévenir)\s+à\s+l'utilisateur|"
+       r"ohne\s+(?:den\s+)?(?:nutzer|benutzer)\s+zu\s+(?:informieren|fragen)",
+       "prompt injection (i18n): deceives the user"),
+    _c(r"(?:отправ\w*|загрузи\w*|выгрузи\w*|envía|envia|sube|schick\w*|sende\w*|lade\s+\w+\s+hoch|"
+       r"업로드|envoie|envoyer)[^\n]{0,60}(?:\.env|~/\.|ключ|парол|токен|секрет|contraseñ|secret|"
+       r"개인\s*키|비밀번호|mot\s+de\s+passe|clé)[^\n]{0,60}(?:https?://|\d{1,3}(?:\.\d{1,3}){3})|"
+       r"(?:\.env|~/\.\w+|ключ|парол|токен|contraseñ|개인\s*키|비밀번호|mot\s+de\s+passe)[^\n]{0,60}"
+       r"(?:https?://|\d{1,3}(?:\.\d{1,3}){3})[^\n]{0,30}(?:로\s*)?(?:업로드|отправ|envía|sube)",
+       "exfiltration (i18n): sends secrets to an outside address"),
 ]
 
 _B64_RUN = re.compile(r"[A-Za-z0-9+/]{16,}={0,2}|[A-Za-z0-9_-]{24,}={0,2}")
@@ -512,6 +646,7 @@ def _scan_views(text: str) -> str | None:
     reason = _first(_PHRASES, plain) or _first(_EXFIL[:_GUARDED], plain)
     reason = reason or _first(_EXFIL[_GUARDED:], plain, negation_guard=True)
     reason = reason or _first(_BEHAVIOUR, plain, negation_guard=True)
+    reason = reason or _first(_I18N, unicodedata.normalize("NFKC", text).casefold())
     leet = plain.translate(_LEET)
     if not reason and leet != plain:
         reason = _first(_PHRASES, leet)
