@@ -11,7 +11,8 @@ How it looks at text (each view catches a different obfuscation):
   runs of spaces collapsed — phrase patterns in English and Chinese;
 - ``compact``: ``plain`` with leetspeak undone and every non-letter removed, forwards,
   reversed and rot13'd — catches "i g n o r e", "ign0re_prev1ous", "忽 略 之 前 的 指 令";
-- decoded base64 and percent-encoded runs are scanned like the text itself (one level deep).
+- decoded base64, hex and percent-encoded runs are scanned like the text itself (one level
+  deep).
 
 Patterns anchor on attack behaviour, not on single words: "ignore" alone, "curl", "ssh",
 "$HOME" and ".env" are everyday developer vocabulary and pass. Exfiltration needs a network or
@@ -581,6 +582,7 @@ _I18N: list[_Pattern] = [
 
 _B64_RUN = re.compile(r"[A-Za-z0-9+/]{16,}={0,2}|[A-Za-z0-9_-]{24,}={0,2}")
 _PCT_RUN = re.compile(r"(?:%[0-9a-fA-F]{2}){4,}")
+_HEX_RUN = re.compile(r"(?<![0-9a-fA-F])(?:[0-9a-fA-F]{2}){16,}(?![0-9a-fA-F])")
 
 
 def _emoji(ch: str) -> bool:
@@ -616,7 +618,7 @@ def _compact(plain: str) -> str:
 
 
 def _decoded_payloads(text: str) -> Iterator[str]:
-    """Printable text hidden in base64 or percent-encoding (one level)."""
+    """Printable text hidden in base64, hex or percent-encoding (one level)."""
     for match in _B64_RUN.finditer(text):
         chunk = match.group(0)
         try:
@@ -627,6 +629,13 @@ def _decoded_payloads(text: str) -> Iterator[str]:
             continue
         printable = sum(ch.isprintable() or ch.isspace() for ch in decoded)
         if decoded and printable >= 0.9 * len(decoded):
+            yield decoded
+    for match in _HEX_RUN.finditer(text):
+        try:
+            decoded = bytes.fromhex(match.group(0)).decode("utf-8")
+        except ValueError:  # not hex text, or not UTF-8 (a hash, an id)
+            continue
+        if decoded and all(ch.isprintable() or ch.isspace() for ch in decoded):
             yield decoded
     if _PCT_RUN.search(text):
         yield unquote(text)
