@@ -18,23 +18,27 @@ BENIGN: list[str] = json.loads((CORPORA / "benign.json").read_text(encoding="utf
 UNSEEN_ATTACKS: list[str] = json.loads(
     (CORPORA / "injections_unseen.json").read_text(encoding="utf-8"))
 UNSEEN_BENIGN: list[str] = json.loads((CORPORA / "benign_unseen.json").read_text(encoding="utf-8"))
-HELDOUT_ATTACKS: list[str] = json.loads(
+DEV3_ATTACKS: list[str] = json.loads(
     (CORPORA / "injections_heldout.json").read_text(encoding="utf-8"))
+DEV3_BENIGN: list[str] = json.loads((CORPORA / "benign_heldout.json").read_text(encoding="utf-8"))
+HELDOUT_ATTACKS: list[str] = json.loads(
+    (CORPORA / "injections_heldout2.json").read_text(encoding="utf-8"))
 HELDOUT_BENIGN: list[str] = json.loads(
-    (CORPORA / "benign_heldout.json").read_text(encoding="utf-8"))
+    (CORPORA / "benign_heldout2.json").read_text(encoding="utf-8"))
 
-# Thresholds the scanner meets (measured with bench/bench_memory_scan.py). Both development
-# corpora pairs were tuned against, so their rates are optimistic: the first over several rounds,
-# the second ("unseen" when written, 26.7% blocked then) on 2026-11-30. The held-out pair was
-# written by someone who never saw the scanner and was measured once after that tuning: 32.5%
-# blocked (the scanner before it: 25.0%), 2.5% false positives. Pattern matching misses
-# paraphrases it has not seen, which is why `stage` approval exists.
+# Thresholds the scanner meets (measured with bench/bench_memory_scan.py). The three
+# development pairs were tuned against, so their rates are optimistic: the first over several
+# rounds; the second ("unseen" when written, 26.7% blocked then) and the third (written by
+# someone who never saw the scanner: 32.5% blocked when measured) on 2026-11-30. The held-out
+# pair was written the same way and measured once after that tuning: 36.2% blocked, 3.8% false
+# positives (the scanner this session started from: 13.8% and 5.0%). Pattern matching misses
+# most paraphrases it has not seen, which is why `stage` approval exists.
 MIN_BLOCKED_RATE = 0.95
 MAX_FALSE_POSITIVE_RATE = 0.02
-MIN_DEV2_BLOCKED_RATE = 0.95
-MAX_DEV2_FALSE_POSITIVE_RATE = 0.04
-MIN_HELDOUT_BLOCKED_RATE = 0.30
-MAX_HELDOUT_FALSE_POSITIVE_RATE = 0.04
+MIN_DEV_BLOCKED_RATE = 0.95
+MAX_DEV_FALSE_POSITIVE_RATE = 0.04
+MIN_HELDOUT_BLOCKED_RATE = 0.35
+MAX_HELDOUT_FALSE_POSITIVE_RATE = 0.05
 
 
 def test_corpora_are_large_and_varied() -> None:
@@ -53,11 +57,13 @@ def test_false_positive_rate_on_the_benign_corpus() -> None:
     assert len(flagged) / len(BENIGN) <= MAX_FALSE_POSITIVE_RATE, flagged
 
 
-def test_rates_on_the_second_development_corpora() -> None:
-    blocked = sum(scan(text) is not None for text in UNSEEN_ATTACKS)
-    flagged = [text for text in UNSEEN_BENIGN if scan(text) is not None]
-    assert blocked / len(UNSEEN_ATTACKS) >= MIN_DEV2_BLOCKED_RATE
-    assert len(flagged) / len(UNSEEN_BENIGN) <= MAX_DEV2_FALSE_POSITIVE_RATE, flagged
+@pytest.mark.parametrize("attacks,benign", [(UNSEEN_ATTACKS, UNSEEN_BENIGN),
+                                            (DEV3_ATTACKS, DEV3_BENIGN)], ids=["dev2", "dev3"])
+def test_rates_on_the_later_development_corpora(attacks: list[str], benign: list[str]) -> None:
+    blocked = sum(scan(text) is not None for text in attacks)
+    flagged = [text for text in benign if scan(text) is not None]
+    assert blocked / len(attacks) >= MIN_DEV_BLOCKED_RATE
+    assert len(flagged) / len(benign) <= MAX_DEV_FALSE_POSITIVE_RATE, flagged
 
 
 def test_rates_on_the_held_out_corpora() -> None:
