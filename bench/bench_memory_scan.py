@@ -1,17 +1,17 @@
 """Print the memory scanner's blocked rate and false-positive rate on the test corpora.
 
-Four pairs of corpora in tests/memory/corpora/, the first three tuned against:
+Five pairs of corpora in tests/memory/corpora/, the first four tuned against:
 - injections.json / benign.json — development 1. Tuned over several rounds (three earlier
   held-out sets were folded in after being measured: 60%, 28% and 43% blocked before tuning).
 - injections_unseen.json / benign_unseen.json — development 2: held out when written (26.7%
   blocked), tuned against on 2026-11-30.
-- injections_heldout.json / benign_heldout.json — development 3: written on 2026-11-30 by
-  someone who never saw the scanner, measured once (32.5% blocked, 2.5% false positives), then
-  tuned against the same day.
-- injections_heldout2.json / benign_heldout2.json — the held-out pair: written on 2026-11-30,
-  again by someone who never saw the scanner, its patterns or the other corpora, and measured
-  once after that tuning. It is the honest estimate for attacks phrased in ways the patterns
-  have not seen. Do not tune against it: fold it into development and write a new one.
+- injections_heldout.json / benign_heldout.json and injections_heldout2.json /
+  benign_heldout2.json — developments 3 and 4: each written on 2026-11-30 by someone who never
+  saw the scanner, measured once (32.5% and 36.2% blocked), then tuned against.
+- injections_heldout3.json / benign_heldout3.json — the held-out pair, written the same way and
+  measured once after that tuning (42.5% blocked, 8.8% false positives; the scanner of the
+  session's start: 17.5%, 10.0%). It is the honest estimate for attacks phrased in ways the
+  patterns have not seen. Do not tune against it: fold it into development and write a new one.
 
 Last line: the worst case, scan time of adversarial texts at the size limit (``MAX_SCAN_CHARS``).
 
@@ -76,7 +76,9 @@ def main() -> None:
     report("development corpora 2", _load("injections_unseen"), _load("benign_unseen"), verbose)
     report("development corpora 3", _load("injections_heldout"), _load("benign_heldout"),
            verbose)
-    report("held-out corpora     ", _load("injections_heldout2"), _load("benign_heldout2"),
+    report("development corpora 4", _load("injections_heldout2"), _load("benign_heldout2"),
+           verbose)
+    report("held-out corpora     ", _load("injections_heldout3"), _load("benign_heldout3"),
            verbose)
     worst_case()
 

@@ -72,7 +72,7 @@ _EMAIL = r"[a-z0-9.+_-]{1,64}@[a-z0-9-]{1,63}\.[a-z0-9.-]{2,63}"
 _NET = (r"(?:curl|wget|nc|ncat|netcat|socat|telnet|httpie|http\s+(?:post|get|put)|"
         r"invoke-webrequest|invoke-restmethod|iwr|irm|requests\.(?:post|get|put)|fetch\(|"
         r"scp|rsync|ftp|sftp|nslookup|dig|ping|sendmail|mail\s+-s|urlopen|urllib\.request|"
-        r"httpx\.(?:post|get|put)|axios\.(?:post|get))")
+        r"httpx\.(?:post|get|put)|axios\.(?:post|get)|require\(['\"]https?['\"]\)\.(?:get|request))")
 _SECRET_VAR = (r"(?:\$\{?[a-z0-9_]*(?:key|token|secret|passw(?:or)?d|pwd|credentials?|cookie|"
                r"auth)s?\b\}?|\$\(\s*(?:env|printenv|cat|base64|whoami|hostname|id|history)\b|"
                r"`\s*(?:env|printenv|cat|whoami|hostname)\b|\bprintenv\b|%[a-z_]*(?:key|token|"
@@ -205,7 +205,8 @@ _PHRASES: list[_Pattern] = [
        "prompt injection (zh): ignore the user"),
     _c(r"\b(?:do\s+not|don'?t|never|must\s+not|mustn'?t)\s+(?:ever\s+)?(?:mention|reveal|disclose|"
        r"admit)\s+(?:this|these|that)\s+(?:note|instruction|message|memory|rule|entry)s?\b|"
-       r"\bif\s+(?:anyone|the\s+user|someone|they)\s+asks?,?\s+(?:say|tell\s+them|claim|deny)\b|"
+       r"\bif\s+(?:anyone|the\s+user|someone|they)\s+asks?(?:\s+about\s+[^,\n]{1,60})?,?\s+"
+       r"(?:say|tell\s+them|claim|deny)\b|"
        r"\b(?:must\s+not|mustn'?t|do\s+not|don'?t|never)\s+(?:reveal|disclose|admit)\s+(?:to\s+the\s+"
        r"(?:user|human)|(?:this|it)\s+to\s+(?:the\s+)?(?:user|human))",
        "prompt injection: hide actions from the user"),
@@ -307,12 +308,14 @@ _EXFIL: list[_Pattern] = [
     _c(rf"\b(?:env|printenv|set)\s*>\s*\S+[^\n]{{0,120}}\b{_NET}\b",
        "exfiltration: environment dumped and sent"),
     _c(r"(?:>>?|\btee\b(?:\s+-a)?)\s*[^\s]*authorized_keys", "exfiltration: ssh backdoor"),
-    _c(r"\bssh-(?:rsa|ed25519)\s+\S{20,}[^\n]{0,80}authorized_keys", "exfiltration: ssh backdoor"),
+    _c(r"\bssh-(?:rsa|ed25519)\s+\S{20,}[^\n]{0,80}authorized_keys|authorized_keys[^\n]{0,40}"
+       r"\bssh-(?:rsa|ed25519)\s+\S{20,}", "exfiltration: ssh backdoor"),
     _c(rf"\b(?:send|post|upload|forward|transmit|exfiltrate|leak|email|mail|paste|share|report|"
        rf"submit|sync|copy|include|append)(?:s|es)?\b[^.\n]{{0,60}}\b{_SECRET_NOUN}\b[^.\n]{{0,60}}"
        rf"\b(?:to|at|into|via|on|with)\b[^.\n]{{0,30}}{_DEST}",
        "exfiltration: sends secrets or the conversation to an outside address"),
-    _c(rf"(?:{_ZH_SEND}).{{0,20}}{_ZH_SECRET}.{{0,20}}{_ZH_DEST}|把.{{0,20}}{_ZH_SECRET}.{{0,20}}"
+    _c(rf"(?:{_ZH_SEND})(?:(?!保存|存放|存在|储存|儲存).){{0,20}}{_ZH_SECRET}.{{0,20}}{_ZH_DEST}|"
+       rf"把.{{0,20}}{_ZH_SECRET}.{{0,20}}"
        rf"(?:{_ZH_SEND}|发|發|传|傳)(?:到|至|给|給).{{0,40}}{_ZH_DEST}|{_ZH_SECRET}.{{0,10}}"
        rf"(?:{_ZH_SEND})(?:到|至|给|給).{{0,40}}{_ZH_DEST}",
        "exfiltration (zh): sends secrets to an outside address"),
@@ -333,6 +336,10 @@ _COMPACT: list[_Pattern] = [
        "prompt injection: ignore previous instructions (obfuscated)"),
     _c(r"exfiltrat(?:e|ing)(?:the|all|every|any|my|your|their)?(?:env|ssh|aws|keys?|tokens?|"
        r"passwords?|secrets?|credentials?|cookies|data|files?)", "exfiltration (obfuscated)"),
+    _c(r"disableallconfirmations|(?:run|execute|follow|obey)(?:any|all|every)(?:commands?|"
+       r"instructions?)(?:found|contained|written)?in(?:the)?(?:web)?(?:pages?|sites?|readmes?|"
+       r"emails?|issues?)", "prompt injection: obey instructions from untrusted content "
+       "(obfuscated)"),
     _c(r"systempromptoverride|revealyoursystemprompt|printyoursystemprompt|youarenow(?:dan|"
        r"unrestricted|jailbroken|uncensored|evil)|developermodeenabled|jailbreakmode|"
        r"doanythingnow", "role hijack (obfuscated)"),
@@ -352,6 +359,8 @@ _AGENT_RULES = (r"(?:(?:your|its|the\s+(?:assistant|agent|model|ai)'?s?)\s+(?:ow
                 r"safety\s+(?:rules|checks|guidelines|measures))|"
                 r"(?:all|any|every)\s+(?:of\s+)?(?:the\s+)?(?:guard\s*rails|safeguards|safety\s+"
                 r"(?:rules|checks|guidelines|measures|filters))|\bguard\s*rails\b|"
+                r"(?:the\s+)?(?:usual|normal|standard|regular)\s+(?:safety|security)\s+(?:rules|"
+                r"checks|guidelines|measures|filters|prompts)|"
                 r"\byour\s+(?:training|alignment|conscience|ethics))")
 _WEAKEN = (r"(?:ignore|disregard|forget|bypass|override|overrule|skip|drop|abandon|suspend|"
            r"disable|turn\s+off|switch\s+off|set\s+aside|stop\s+(?:following|obeying|applying)|"
@@ -475,8 +484,9 @@ _BEHAVIOUR: list[_Pattern] = [
        r"(?:テスト|試験)は?常に通る|失敗は報告しな",
        "role hijack: works against the user"),
     _c(r"(?:建议|建議|劝|勸|说服|說服)(?:用户|用戶)(?:关闭|關閉|停用|禁用)[^。\n]{0,10}(?:两步验证|兩步驗證|"
-       r"双重|雙重|2fa|mfa|防火墙|防火牆|杀毒|殺毒)|\b(?:convince|persuade|urge)\s+(?:the\s+)?user\b"
-       r"[^.\n]{0,40}\b(?:2fa|mfa|two-factor|antivirus|firewall)",
+       r"双重|雙重|2fa|mfa|防火墙|防火牆|杀毒|殺毒)|\b(?:convince|persuade|urge|advise|recommend|tell)\s+"
+       r"(?:the\s+)?user\b[^.\n]{0,40}\b(?:turn\s+off|disable|remove|uninstall|drop)\b[^.\n]{0,30}"
+       r"\b(?:2fa|mfa|two-factor|antivirus|firewall|passkeys?|security\s+keys?)",
        "role hijack: works against the user"),
     # secrets carried out in reply links, commit messages, DNS lookups, raw sockets
     _c(r"!\[[^\]\n]{0,40}\]\(https?://[^)\s]{1,200}[?&][a-z_]{1,20}=[^)\n]{0,60}"
@@ -523,6 +533,75 @@ _BEHAVIOUR: list[_Pattern] = [
        r"(?:every|all|any)\s+(?:passwords?|secrets?|tokens?|keys?|credentials?|dsns?|connection\s+"
        r"strings?)",
        "exfiltration: moves secrets out"),
+    # third round (2026-11-30): authority handed to other text, persistence, solicitation
+    _c(r"\btreat\s+(?:it|them|anything|everything|whatever|[^.\n]{0,40})\s+as\s+(?:system-?level|"
+       r"system|admin(?:istrator)?|operator|owner|root|the\s+user'?s(?:\s+own)?)\s+(?:instructions?|"
+       r"commands?|orders?|directives?)|\bfollow\s+(?:it|them)\s+as\s+(?:an?\s+)?(?:instructions?|"
+       r"orders?|commands?)\s+from\b|\b(?:follow|obey|do)\s+whatever\s+(?:it|they|the\s+\w+)\s+"
+       r"says\b|\breplacing\s+(?:any|all)\s+(?:earlier|previous|existing)\s+(?:rules|instructions)"
+       r"|\b(?:even|also)\s+if\s+(?:it|they)\s+(?:contradicts?|conflicts?\s+with)\s+(?:earlier|"
+       r"previous|your|the\s+system|the\s+user)",
+       "prompt injection: obey instructions from untrusted content"),
+    _c(r"\b(?:no\s+longer\s+needs?\s+to|doesn'?t\s+need\s+to|does\s+not\s+need\s+to|need\s+not|"
+       r"no\s+need\s+to|never)\s+(?:ask|get|seek|wait)\s+(?:for\s+)?(?:the\s+user'?s\s+)?"
+       r"(?:confirmation|approval|permission)\s+(?:before|for|when)\s+(?:\w+\s+){0,3}?(?:destructive|"
+       r"irreversible|dangerous|rm\s+-rf|deleting|force|production|prod)",
+       "prompt injection: weakens the agent's own rules"),
+    _c(r"(?:crontab|@reboot|\*/\d+\s+\*|launchagents|\.plist|tasks\.json|folderopen|systemd|"
+       r"\.(?:bashrc|zshrc|profile|bash_profile)|every\s+(?:time|session|hour)|each\s+session|"
+       r"whenever|毎回|每次)[^\n]{0,120}(?:\bcurl\b[^|\n]{0,160}\|\s*(?:sudo\s+)?(?:ba|z)?sh\b|"
+       r"(?:\$\(|<\()\s*curl\b)|\bcurl\b[^|\n]{0,160}\|\s*(?:sudo\s+)?(?:ba|z)?sh\b[^\n]{0,80}"
+       r"(?:crontab|@reboot|\.bashrc|\.zshrc|every\s+(?:time|session)|each\s+session|毎回)|"
+       r"\bsource\s+<\(\s*curl\b|\beval\s+\"?\$\([^)\n]{0,200}base64\s+(?:-d|--decode)",
+       "exfiltration: remote code or a backdoor"),
+    _c(r"\bask\s+(?:the\s+)?(?:user|them)\s+to\s+(?:paste|share|send|type|give|provide|post)\s+"
+       r"(?:their\s+|your\s+)?(?:full\s+|real\s+)?(?:api\s+keys?|passwords?|credentials|tokens?|"
+       r"secrets?|2fa\s+codes?|recovery\s+codes?|seed\s+phrases?|private\s+keys?)",
+       "role hijack: works against the user"),
+    _c(r"\b(?:don'?t|do\s+not|never)\s+(?:flag|report|mention)\s+(?:it|this|them)\s+(?:in|during)\s+"
+       r"(?:security\s+|code\s+)?reviews?|\bso\s+(?:macos|windows|the\s+os|the\s+system)\s+"
+       r"doesn'?t\s+(?:prompt|warn|notify|alert)\s+the\s+user|\bsilently\s+(?:call|send|post|"
+       r"upload|sync)",
+       "prompt injection: deceives the user"),
+    _c(r"\b(?:resolve|nslookup|dig|lookup)\s+<[^>\n]{0,60}\$\w+[^>\n]{0,20}>\.[\w.-]+|"
+       r"[?&][a-z_]{1,20}=\$\{?[a-z0-9_]*(?:token|key|secret|passw(?:or)?d)|"
+       r"\$\{\{\s*secrets\.[^}]{0,40}\}\}[^\n]{0,60}\b(?:base64|echo|log|print)|\bsecrets\.\*"
+       r"[^\n]{0,60}(?:base64|log|echo|print|ログ|出力)",
+       "exfiltration: moves secrets out"),
+    _c(r"(?:chat\s+transcripts?|conversation\s+(?:logs?|history|transcripts?)|chat\s+(?:history|"
+       r"logs?)|对话记录|對話記錄|聊天记录|聊天記錄|会話(?:履歴|ログ)|बातचीत)[^\n]{0,60}https?://|"
+       r"(?:password[- ]manager\s+exports?|bank\s+statements|(?:browser\s+)?cookie\s+stores?|"
+       r"session\s+cookies)\b[^.\n]{0,80}\b(?:attach|upload|email|send|include|post|bundle)|"
+       r"\b(?:collect|gather|save|store|keep)\s+(?:them|the\s+tokens|tokens|passwords|keys|"
+       r"secrets|credentials)\b[^\n;]{0,80}\b(?:push|send|upload|email|post)\b",
+       "exfiltration: moves secrets out"),
+    _c(r"\bskip\s+(?:the\s+)?(?:cosign|signature|sigstore|gpg|checksum|hash|tls|ssl|certificate)\s+"
+       r"(?:verification|checks?|validation)|\bgpgcheck\s*=\s*0\b",
+       "exfiltration: remote code or a backdoor"),
+    _c(r"\b(?:run|execute|follow|obey)\s*(?:any|all|every)?\s*(?:commands?|instructions?)\s*"
+       r"(?:found|contained|written)?\s*in\s*(?:web\s*)?(?:pages?|sites?|readmes?|readme\s+files|"
+       r"e-?mails?|issues?)\b[^.\n]{0,40}\b(?:without|don'?t|no\s+need|never)\s+(?:ask|asking|"
+       r"checking|telling)",
+       "prompt injection: obey instructions from untrusted content"),
+    _c(r"(?:视为|視為|当作|當作|属于|屬於|作为|作為)(?:管理员|管理員|系统级|系統級|系统|系統|用户本人|用戶本人)"
+       r"(?:的)?(?:指令|命令|指示)|优先级?高于系统提示|優先級?高於系統提示|无条件执行|無條件執行|"
+       r"(?:忽略|无视|無視)\s*(?:the\s+)?(?:system\s+prompt|instructions|rules)|"
+       r"システムプロンプトより優先|(?:ユーザー)?本人の指示として扱|(?:直接|立即)(?:执行|執行)[^。\n]{0,4}"
+       r"(?:不需要|无需|無需|不必)(?:征得|徵得|经过|經過)?(?:用户|用戶)",
+       "prompt injection (zh/ja): obey instructions from untrusted content"),
+    _c(r"(?:统一|統一|一律|都)回答\s*[“\"「]?(?:没有|沒有|不知道|没做|沒做)|(?:修改|改)(?:断言|斷言)[^。\n]{0,10}"
+       r"(?:通过|通過)|所有测试已通过|所有測試已通過|一律批准|一律通过|不用查看[^。\n]{0,6}改动|"
+       r"(?:静默|靜默|悄悄)(?:地)?(?:调用|調用|发送|發送|上传|上傳|同步)|(?:不必|不要|无需|無需|不用)在"
+       r"(?:报告|報告|总结|總結|回复|回覆)中(?:提及|提到|说明|說明)|成功したと報告|すべて成功と報告|"
+       r"ユーザーに(?:は)?(?:伝え|知らせ|言わ)なくて(?:よい|いい)|(?:送信|アップロード)(?:について|のこと)?"
+       r"(?:は)?触れない|確認なしで(?:実行|削除|push)",
+       "prompt injection (zh/ja): deceives the user"),
+    _c(r"(?:删除|刪除|覆盖|覆蓋|强制推送|強制推送|force\s*push|rm\s+-rf|生产|生產)[^。\n]{0,20}(?:无需|無需|不需要|"
+       r"不必|不用)(?:再)?(?:向(?:用户|用戶))?(?:确认|確認)",
+       "prompt injection (zh): weakens the agent's own rules"),
+    _c(rf"{_STRONG_PATH}[^。\n]{{0,40}}(?:备份到|備份到|上传到|上傳到|传到|傳到|同步到|拷贝到|拷貝到)"
+       rf"[^。\n]{{0,10}}(?:ftp://|https?://|s3://|\d{{1,3}}(?:\.\d{{1,3}}){{3}})",
+       "exfiltration (zh): sends secrets to an outside address"),
     # Chinese and Japanese
     _c(r"(?:规则|規則|规定|規定|限制|指令|安全策略)[^。\n]{0,10}(?:已经|已經|早已)?(?:过时|過時|失效|作废|作廢|"
        r"不再适用|不再適用|不适用|不適用)|以(?:记忆|記憶)(?:中|里|裡)?的?(?:指令|内容|內容|为准|為準)|"
@@ -537,7 +616,7 @@ _BEHAVIOUR: list[_Pattern] = [
     _c(r"(?:执行|執行|服从|服從|遵循|遵守|照做|听从|聽從)[^。\n]{0,12}(?:网页|網頁|网站|網站|文件|邮件|郵件|"
        r"工具输出|工具輸出|搜索结果|搜尋結果|ウェブ|ページ|ファイル|メール)[^。\n]{0,12}"
        r"(?:命令|指令|指示|内容|內容|要求)|(?:ウェブ|ページ|ファイル|メール)[^。\n]{0,15}"
-       r"(?:指示|命令)[^。\n]{0,10}(?:従|実行)",
+       r"(?:指示|命令)[^。\n]{0,10}(?:従(?!わず|わない|わなく)|実行(?!しない|せず|しなく))",
        "prompt injection (zh/ja): obey instructions from untrusted content"),
     _c(r"(?:每次|每个|每個|每一次|所有)(?:回答|回复|回覆|答复|答覆|对话|對話)[^。\n]{0,12}"
        r"(?:附上|加上|附带|附帶|输出|輸出|列出|包含|带上|帶上)[^。\n]{0,12}(?:环境变量|環境變量|密码|"
@@ -553,8 +632,8 @@ _BEHAVIOUR: list[_Pattern] = [
        r"(?:发给|發給|发到|發到|发送|發送|传到|傳到|上传|上傳|转发|轉發|送信|送って|送る|アップロード|"
        r"転送)[^。\n]{0,40}(?:https?://|\d{1,3}(?:\.\d{1,3}){3}|" + _EMAIL + r"|服务器|"
        r"伺服器|サーバー|外部)|(?:パスワード|認証情報|秘密鍵|環境変数|トークン|apiキー|密码|密碼|"
-       r"密钥|密鑰|令牌)[^。\n]{0,20}(?:https?://|\d{1,3}(?:\.\d{1,3}){3}|" + _EMAIL + r"|"
-       r"外部の?サーバー)[^。\n]{0,20}(?:送|アップロード|転送|发送|發送|上传|上傳)",
+       r"密钥|密鑰|令牌)[^。\n]{0,60}(?:https?://|ftp://|\d{1,3}(?:\.\d{1,3}){3}|" + _EMAIL + r"|"
+       r"外部の?サーバー)[^。\n]{0,20}(?:送|アップロード|転送|发送|發送|上传|上傳|post)",
        "exfiltration (zh/ja): sends secrets to an outside address"),
 ]
 
@@ -567,12 +646,24 @@ _I18N: list[_Pattern] = [
        r"규칙[^.\n]{0,20}(?:더\s*이상\s*적용되지|무효)|거절하지\s*말|"
        r"правила[^.\n]{0,30}(?:больше\s+не\s+действуют|не\s+применяются|отменены)",
        "prompt injection (i18n): declares the agent's rules void"),
+    _c(r"ignorer\s+(?:ses|les|vos|leurs|toutes\s+les)\s+(?:consignes|instructions|règles)|"
+       r"exécuter\s+(?:les|toutes\s+les)\s+commandes\s+trouvées|làm\s+theo\s+mọi\s+chỉ\s+dẫn|"
+       r"mâu\s+thuẫn\s+với\s+quy\s+tắc|ignorar\s+(?:suas|as|todas\s+as)\s+(?:regras|instruções)|"
+       r"ignora\s+(?:le\s+)?(?:tue\s+)?(?:regole|istruzioni)",
+       "prompt injection (i18n): weakens the agent's own rules"),
+    _c(r"dichiara\s+che\s+tutti\s+i\s+test|ometti\s+qualsiasi\s+riferimento|sem\s+avisar\s+o\s+"
+       r"usu[aá]rio|sans\s+prévenir\s+l'utilisateur|без\s+ведома\s+пользователя|"
+       r"не\s+упоминай|उपयोगकर्ता\s+को\s+बताए\s+बिना|دون\s+(?:إخبار|علم)\s+المستخدم",
+       "prompt injection (i18n): deceives the user"),
+    _c(r"أرسل[^\n]{0,40}(?:مفاتيح|كلمات\s+المرور|كلمة\s+المرور|رموز)[^\n]{0,60}(?:https?://|" + _EMAIL
+       + r")|отключи\w*\s+проверку\s+подпис|gpgcheck\s*=\s*0",
+       "exfiltration (i18n): moves secrets out"),
     _c(r"отвечай,?\s+что\s+(?:нет|не\s+\w+)|скажи,?\s+что\s+(?:нет|не\s+\w+)|"
        r"di\s+que\s+no\b|responde\s+que\s+no\b|antworte\s+mit\s+nein|"
        r"sans\s+(?:le\s+)?(?:dire|prévenir)\s+à\s+l'utilisateur|"
        r"ohne\s+(?:den\s+)?(?:nutzer|benutzer)\s+zu\s+(?:informieren|fragen)",
        "prompt injection (i18n): deceives the user"),
-    _c(r"(?:отправ\w*|загрузи\w*|выгрузи\w*|envía|envia|sube|schick\w*|sende\w*|lade\s+\w+\s+hoch|"
+    _c(r"(?:отправ\w*|загрузи\w*|выгрузи\w*|envía|envia|envie|enviar|sube|schick\w*|sende\w*|lade\s+\w+\s+hoch|"
        r"업로드|envoie|envoyer)[^\n]{0,60}(?:\.env|~/\.|ключ|парол|токен|секрет|contraseñ|secret|"
        r"개인\s*키|비밀번호|mot\s+de\s+passe|clé)[^\n]{0,60}(?:https?://|\d{1,3}(?:\.\d{1,3}){3})|"
        r"(?:\.env|~/\.\w+|ключ|парол|токен|contraseñ|개인\s*키|비밀번호|mot\s+de\s+passe)[^\n]{0,60}"
@@ -641,10 +732,28 @@ def _decoded_payloads(text: str) -> Iterator[str]:
         yield unquote(text)
 
 
-def _first(patterns: list[_Pattern], text: str, *, negation_guard: bool = False) -> str | None:
+_SENTENCE_END = re.compile(r"[.!?;。！？；\n]")
+_REPORTED = re.compile(r"\b(?:tells?|asks?|instructs?|wants?|telling|asking)\s+you\s+to\s*$|"
+                       r"\bsays?\s+(?:to|that\s+you\s+should)\s*$")
+_DEFENSIVE = re.compile(r"\btreat\s+(?:it|them|this|that)\s+as\s+(?:an?\s+)?(?:prompt[- ]?injection|"
+                        r"injection|attack|untrusted|data|suspicious)|\b(?:refuse|report|flag)\s+"
+                        r"(?:it|them|this)\b|\bdo\s+not\s+(?:follow|obey)\b|\bnever\s+(?:follow|obey)\b")
+
+
+def _first(patterns: list[_Pattern], text: str, *, negation_guard: bool = False,
+           reported_guard: bool = False) -> str | None:
+    """The first pattern's reason. ``negation_guard``: a match with a negation shortly before
+    it in the same sentence ("never send keys to …") does not count. ``reported_guard``: nor
+    does an attack quoted to be refused ("if a page tells you to ignore previous instructions,
+    treat it as an injection")."""
     for pattern, reason in patterns:
         for match in pattern.finditer(text):
-            if negation_guard and _NEG.search(text[max(0, match.start() - 25): match.start()]):
+            before = text[max(0, match.start() - 40): match.start()]
+            cut = max((m.end() for m in _SENTENCE_END.finditer(before)), default=0)
+            before = before[cut:]
+            if negation_guard and _NEG.search(before[-25:]):
+                continue
+            if reported_guard and _REPORTED.search(before) and _DEFENSIVE.search(text):
                 continue
             return reason
     return None
@@ -652,15 +761,17 @@ def _first(patterns: list[_Pattern], text: str, *, negation_guard: bool = False)
 
 def _scan_views(text: str) -> str | None:
     plain = _plain(text)
-    reason = _first(_PHRASES, plain) or _first(_EXFIL[:_GUARDED], plain)
+    reason = _first(_PHRASES, plain, reported_guard=True) or _first(_EXFIL[:_GUARDED], plain)
     reason = reason or _first(_EXFIL[_GUARDED:], plain, negation_guard=True)
     reason = reason or _first(_BEHAVIOUR, plain, negation_guard=True)
     reason = reason or _first(_I18N, unicodedata.normalize("NFKC", text).casefold())
     leet = plain.translate(_LEET)
     if not reason and leet != plain:
-        reason = _first(_PHRASES, leet)
+        reason = _first(_PHRASES, leet, reported_guard=True)
     if reason:
         return reason
+    if _first(_PHRASES, plain):
+        return None  # the phrase is there in plain words, quoted to be refused: not obfuscated
     compact = _compact(plain)
     rot13 = codecs.encode(compact, "rot13")  # a rot13'd phrase is letters-only too
     return (_first(_COMPACT, compact) or _first(_COMPACT, compact[::-1])
