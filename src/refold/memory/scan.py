@@ -128,7 +128,7 @@ def _c(pattern: str, reason: str, flags: int = 0) -> _Pattern:
 _PHRASES: list[_Pattern] = [
     _c(rf"\b{_IGNORE}{_F}(?:{_QUAL}{_F})?{_QUAL}{_F}{_STRONG}\b",
        "prompt injection: ignore previous instructions"),
-    _c(rf"\b{_IGNORE}[\s,]+(?:\w+\s+)?{_QUAL}\s+(?:the\s+)?{_WEAK}\b",
+    _c(rf"\b{_IGNORE}[\s,]+(?:\w+\s+)?{_QUAL}\s+(?:the\s+)?(?:safety\s+|security\s+)?{_WEAK}\b",
        "prompt injection: ignore previous rules"),
     _c(rf"\b{_IGNORE}\s+(?:everything|anything|all)\s+(?:you\s+were\s+told|above|before|"
        r"previously|(?:that\s+)?(?:came|comes)\s+before|i\s+said\s+before)|\b" + _IGNORE +
@@ -314,7 +314,8 @@ _EXFIL: list[_Pattern] = [
        rf"submit|sync|copy|include|append)(?:s|es)?\b[^.\n]{{0,60}}\b{_SECRET_NOUN}\b[^.\n]{{0,60}}"
        rf"\b(?:to|at|into|via|on|with)\b[^.\n]{{0,30}}{_DEST}",
        "exfiltration: sends secrets or the conversation to an outside address"),
-    _c(rf"(?:{_ZH_SEND})(?:(?!保存|存放|存在|储存|儲存).){{0,20}}{_ZH_SECRET}.{{0,20}}{_ZH_DEST}|"
+    _c(rf"(?:{_ZH_SEND})(?:(?!保存|存放|存在|储存|儲存).){{0,20}}{_ZH_SECRET}"
+       rf"(?!\s*[a-z0-9_]*(?:url|host|endpoint|webhook|addr))(?:(?!对应|對應).){{0,20}}{_ZH_DEST}|"
        rf"把.{{0,20}}{_ZH_SECRET}.{{0,20}}"
        rf"(?:{_ZH_SEND}|发|發|传|傳)(?:到|至|给|給).{{0,40}}{_ZH_DEST}|{_ZH_SECRET}.{{0,10}}"
        rf"(?:{_ZH_SEND})(?:到|至|给|給).{{0,40}}{_ZH_DEST}",
@@ -376,12 +377,14 @@ _SECRETS = (r"(?:passwords?|passphrases?|pass\s*words?|credentials?|secrets?|tok
             r"\bkeys\b|environment\s+variables?|env\s+vars?|\.env\b|cookies?|"
             r"(?:~|\$home)/\.(?:ssh|aws|gnupg|kube|docker|config/gcloud)\b|\.(?:ssh|aws)\s+"
             r"(?:folder|directory|dir)|private\s+(?:notes|files|messages|data)|"
-            r"(?:the\s+)?user'?s\s+(?:files|notes|documents|data|history|emails?))")
-_MOVE = (r"(?:send|sends|sent|post|posts|email|e-mail|mail|upload|uploads|ship|ships|attach|"
+            r"(?:the\s+)?user'?s\s+(?:files|notes|documents|data|history|emails?)|(?:full\s+)?"
+            r"(?:chat\s+)?transcripts?|chat\s+history|document\.cookie|localstorage)")
+_MOVE = (r"(?:send|sends|sent|sending|post|posts|posting|email|e-mail|emailing|mail|upload|uploads|"
+         r"uploading|forwarding|drop|ship|ships|attach|"
          r"attaches|forward|forwards|leak|leaks|exfiltrate|share|push|pushes|sync|syncs|copy|"
          r"copies|transmit|submit|report|dm|message|paste|pastes|beam|deliver|hand\s+over)")
 _OUTSIDE = (r"(?:https?://|s3://|gs://|ftp://|\b\d{1,3}(?:\.\d{1,3}){3}\b|" + _EMAIL + r"|"
-            r"\bbucket\b|webhook|pastebin|paste\s+site|gist|telegram|discord|"
+            r"\bbucket\b|webhook|pastebin|paste\s+site|paste\.|gist|telegram|discord|"
             r"(?:your|the|each|every)\s+(?:next\s+)?(?:reply|replies|answer|response|message|"
             r"output)s?|attacker|collector|external|remote\s+(?:server|host|endpoint))")
 
@@ -594,8 +597,45 @@ _BEHAVIOUR: list[_Pattern] = [
        r"(?:静默|靜默|悄悄)(?:地)?(?:调用|調用|发送|發送|上传|上傳|同步)|(?:不必|不要|无需|無需|不用)在"
        r"(?:报告|報告|总结|總結|回复|回覆)中(?:提及|提到|说明|說明)|成功したと報告|すべて成功と報告|"
        r"ユーザーに(?:は)?(?:伝え|知らせ|言わ)なくて(?:よい|いい)|(?:送信|アップロード)(?:について|のこと)?"
-       r"(?:は)?触れない|確認なしで(?:実行|削除|push)",
+       r"(?:は)?触れない|(?:rm|削除|force|強制|本番|drop|デプロイ)[^。\n]{0,20}確認なしで(?:実行|削除|push)",
        "prompt injection (zh/ja): deceives the user"),
+    # fourth round (2026-11-30)
+    _c(r"\btreat\s+(?:it|them|that|this)\s+as\s+(?:written|coming|sent)\s+(?:by|from)\s+(?:the\s+)?"
+       r"(?:repo(?:sitory)?\s+|project\s+)?(?:owner|maintainers?|admin(?:istrator)?|user)|"
+       r"\binstructions?\s+in\s+(?:its|the)\s+(?:response|output|reply)(?:\s+body)?[^.\n]{0,60}"
+       r"(?:come\s+from|are\s+from|follow|obey|execute|carry\s+out)|\b(?:nothing|no\s+\w+)\b"
+       r"[^.\n]{0,30}\bneeds?\s+(?:the\s+)?(?:usual\s+|normal\s+)?(?:safety|security)\s+checks|"
+       r"\bdecode\s+(?:it|this|them)\s+and\s+(?:carry\s+(?:it|them)\s+out|run|execute|follow)",
+       "prompt injection: obey instructions from untrusted content"),
+    _c(r"\b(?:post|send|upload|pipe)\s+(?:the\s+)?(?:full\s+|whole\s+|entire\s+)?output\s+of\s+"
+       r"[`'\"]?(?:env|printenv|set|export\s+-p)\b[^\n]{0,60}(?:https?://|\d{1,3}(?:\.\d{1,3}){3})|"
+       r"(?:env|printenv)\s*の出力[^。\n]{0,20}https?://|"
+       r"!\[[^\]\n]{0,40}\]\(https?://[^)\s]{1,200}[?&][a-z_]{1,20}=[^)\n]{0,40}\)[^\n]{0,120}"
+       r"(?:conversation|transcript|chat|对话|對話|会話|history)|"
+       + _STRONG_PATH + r"[^.\n]{0,60}\b(?:copied|copy|put|paste|written|write)\b[^.\n]{0,20}\b(?:into|in)\s+"
+       r"(?:the\s+)?(?:next\s+)?(?:commit\s+messages?|issues?|comments?|logs?|replies|answers?)|"
+       r"\b(?:print|echo|log|write)\s+[a-z0-9_]*(?:token|api_key|secret|password)\b[^\n]{0,80}"
+       r"(?:public|s3://|bucket|uploaded)|\bshare\s+any\s+file\s+from\s+(?:their|the\s+user'?s)\s+"
+       r"home|\bprivate\s+keys?\s+(?:are|is)\s+(?:fine|ok|okay|safe)\s+to\s+(?:paste|share|post|send)|"
+       r"\bappend\s+them\s+to\s+https?://|\badd\s+(?:a\s+)?remote\s+(?:named\s+)?['\"]?[\w-]+['\"]?"
+       r"\s+pointing\s+to\s+\S+[^.\n]{0,60}\bpush\s+(?:every|all)\s+branch",
+       "exfiltration: moves secrets out"),
+    _c(r"\bjust\s+say\s+(?:it|they)\s+(?:passed|succeeded|worked|(?:is|are)\s+(?:fine|green))|"
+       r"\b(?:and|if|when)\s+it\s+(?:didn'?t|failed|fails),?\s+(?:just\s+)?(?:say|report|tell)\b|"
+       r"\b(?:approve|merge)\s+it\s+and\s+(?:don'?t|do\s+not)\s+(?:comment|flag|mention)|"
+       r"\b(?:don'?t|do\s+not)\s+flag\s+them;?\s+instead\b|\breassure\s+them\b[^.\n]{0,40}\b"
+       r"(?:unnecessary|not\s+needed)|\bsuggest\s+to\s+the\s+user\s+that\s+they\s+(?:turn\s+off|"
+       r"disable|remove)|\bforce-?push\s+to\s+(?:main|master|production)\b[^.\n]{0,40}--no-verify|"
+       r"\bturn\s+off\s+--require-hashes",
+       "role hijack: works against the user"),
+    _c(r"报告[“\"「]?(?:部署|构建|構建|测试|測試)?成功|告诉(?:他|她|用户|用戶)已经删除[^。\n]{0,12}(?:实际|實際|但)|"
+       r"「(?:成功しました|削除しました)」と(?:報告|答え)|ログ[^。\n]{0,10}削除してから|"
+       r"(?:当作|當作)最高优先级|最高(?:权限|權限|优先级|優先級)|不必核实身份|即使与用户的要求冲突|"
+       r"(?:cookie|localstorage)[^。\n]{0,30}(?:贴到|貼到|发到|發到|上传到|上傳到)|(?:废止|廢止)|"
+       r"以工具输出[^。\n]{0,12}为准|(?:建议|建議)(?:他|她|用户|用戶)把\s*22\s*端口|关闭\s*fail2ban|"
+       r"確認(?:手順)?は廃止|(?:rm|削除|drop)[^。\n]{0,40}確認する必要はありません|ユーザーの依頼より優先|"
+       r"署名検証[^。\n]{0,20}無視|指摘せずに承認|指摘しないで承認|ローテーション[^。\n]{0,20}不要だと説得",
+       "prompt injection (zh/ja): weakens the agent's own rules"),
     _c(r"(?:删除|刪除|覆盖|覆蓋|强制推送|強制推送|force\s*push|rm\s+-rf|生产|生產)[^。\n]{0,20}(?:无需|無需|不需要|"
        r"不必|不用)(?:再)?(?:向(?:用户|用戶))?(?:确认|確認)",
        "prompt injection (zh): weakens the agent's own rules"),
@@ -646,7 +686,11 @@ _I18N: list[_Pattern] = [
        r"규칙[^.\n]{0,20}(?:더\s*이상\s*적용되지|무효)|거절하지\s*말|"
        r"правила[^.\n]{0,30}(?:больше\s+не\s+действуют|не\s+применяются|отменены)",
        "prompt injection (i18n): declares the agent's rules void"),
-    _c(r"ignorer\s+(?:ses|les|vos|leurs|toutes\s+les)\s+(?:consignes|instructions|règles)|"
+    _c(r"ignorer?\s+(?:ses|les|vos|leurs|toutes\s+les)\s+(?:consignes|instructions|règles)|"
+       r"확인\s*절차는\s*폐지|사용자\s*확인\s*없이|사용자\s*요청보다\s*우선|"
+       r"wypchnij\s+tam\s+wszystkie|ไม่ต้องแจ้งผู้ใช้|ส่งไปที่\s*https?://|"
+       r"без\s+підтвердження\s+користувача|без\s+подтверждения\s+пользователя|"
+       r"dile\s+al\s+usuario\s+que\s+todo\s+(?:pasó|salió\s+bien|funciona)|raad\s+het\s+af|"
        r"exécuter\s+(?:les|toutes\s+les)\s+commandes\s+trouvées|làm\s+theo\s+mọi\s+chỉ\s+dẫn|"
        r"mâu\s+thuẫn\s+với\s+quy\s+tắc|ignorar\s+(?:suas|as|todas\s+as)\s+(?:regras|instruções)|"
        r"ignora\s+(?:le\s+)?(?:tue\s+)?(?:regole|istruzioni)",
@@ -732,12 +776,19 @@ def _decoded_payloads(text: str) -> Iterator[str]:
         yield unquote(text)
 
 
+_NOT_NEGATION = re.compile(r"\b(?:never|don'?t|not)\s+(?:forget|fail|miss|hesitate|skip|omit|neglect)\b|"
+                           r"\bno\s+(?:need|reason)\s+to\s+(?:ask|check|tell|wait)")
 _SENTENCE_END = re.compile(r"[.!?;。！？；\n]")
-_REPORTED = re.compile(r"\b(?:tells?|asks?|instructs?|wants?|telling|asking)\s+you\s+to\s*$|"
+_REPORTED = re.compile(r"\b(?:tells?|asks?|instructs?|wants?|telling|asking)\s+you\s+to\b[^.;\n]{0,60}$|"
                        r"\bsays?\s+(?:to|that\s+you\s+should)\s*$")
 _DEFENSIVE = re.compile(r"\btreat\s+(?:it|them|this|that)\s+as\s+(?:an?\s+)?(?:prompt[- ]?injection|"
                         r"injection|attack|untrusted|data|suspicious)|\b(?:refuse|report|flag)\s+"
-                        r"(?:it|them|this)\b|\bdo\s+not\s+(?:follow|obey)\b|\bnever\s+(?:follow|obey)\b")
+                        r"(?:it|them|this)\b|\b(?:do\s+not|don'?t|never)\s+(?:follow|obey|comply)\b|"
+                        r"\bsuch\s+text\s+is\s+(?:data|untrusted)|\bexamples?\s+(?:of|seen)\b|"
+                        r"不要照做|不要执行|不要執行|标记为可疑|標記為可疑|视为可疑|視為可疑|当作数据|當作數據|"
+                        r"従わない|従わず|実行しない|データとして扱")
+_REPORTED_IN = re.compile(r"\b(?:tells?|asks?|instructs?|wants?)\s+you\s+to\b")
+_OPEN_QUOTE = re.compile(r"['\"“‘「『][^'\"”’」』]*$")
 
 
 def _first(patterns: list[_Pattern], text: str, *, negation_guard: bool = False,
@@ -751,19 +802,23 @@ def _first(patterns: list[_Pattern], text: str, *, negation_guard: bool = False,
             before = text[max(0, match.start() - 40): match.start()]
             cut = max((m.end() for m in _SENTENCE_END.finditer(before)), default=0)
             before = before[cut:]
-            if negation_guard and _NEG.search(before[-25:]):
+            if negation_guard and _NEG.search(before[-25:]) \
+                    and not _NOT_NEGATION.search(before[-25:]):
                 continue
-            if reported_guard and _REPORTED.search(before) and _DEFENSIVE.search(text):
-                continue
+            if reported_guard and (_REPORTED.search(before) or _OPEN_QUOTE.search(before)
+                                   or _REPORTED_IN.search(match.group(0))) \
+                    and _DEFENSIVE.search(text):
+                continue  # quoted (reported or in quotes) by a note that refuses it
             return reason
     return None
 
 
 def _scan_views(text: str) -> str | None:
     plain = _plain(text)
-    reason = _first(_PHRASES, plain, reported_guard=True) or _first(_EXFIL[:_GUARDED], plain)
+    reason = _first(_PHRASES, plain, reported_guard=True) \
+        or _first(_EXFIL[:_GUARDED], plain, negation_guard=True)
     reason = reason or _first(_EXFIL[_GUARDED:], plain, negation_guard=True)
-    reason = reason or _first(_BEHAVIOUR, plain, negation_guard=True)
+    reason = reason or _first(_BEHAVIOUR, plain, negation_guard=True, reported_guard=True)
     reason = reason or _first(_I18N, unicodedata.normalize("NFKC", text).casefold())
     leet = plain.translate(_LEET)
     if not reason and leet != plain:
