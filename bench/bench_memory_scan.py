@@ -1,16 +1,16 @@
 """Print the memory scanner's blocked rate and false-positive rate on the test corpora.
 
-Five pairs of corpora in tests/memory/corpora/, the first four tuned against:
+Six pairs of corpora in tests/memory/corpora/, the first five tuned against:
 - injections.json / benign.json — development 1. Tuned over several rounds (three earlier
   held-out sets were folded in after being measured: 60%, 28% and 43% blocked before tuning).
 - injections_unseen.json / benign_unseen.json — development 2: held out when written (26.7%
   blocked), tuned against on 2026-11-30.
-- injections_heldout.json / benign_heldout.json and injections_heldout2.json /
-  benign_heldout2.json — developments 3 and 4: each written on 2026-11-30 by someone who never
-  saw the scanner, measured once (32.5% and 36.2% blocked), then tuned against.
-- injections_heldout3.json / benign_heldout3.json — the held-out pair, written the same way and
-  measured once after that tuning (42.5% blocked, 8.8% false positives; the scanner of the
-  session's start: 17.5%, 10.0%). It is the honest estimate for attacks phrased in ways the
+- injections_heldout{,2,3}.json / benign_heldout{,2,3}.json — developments 3 to 5: each written
+  on 2026-11-30 by someone who never saw the scanner, measured once (32.5%, 36.2% and 42.5%
+  blocked), then tuned against.
+- injections_heldout4.json / benign_heldout4.json — the held-out pair, written the same way and
+  measured once after that tuning: 40.0% blocked, 3.8% false positives (the scanner of the
+  session's start: 13.8%, 7.5%). It is the honest estimate for attacks phrased in ways the
   patterns have not seen. Do not tune against it: fold it into development and write a new one.
 
 Last line: the worst case, scan time of adversarial texts at the size limit (``MAX_SCAN_CHARS``).
@@ -78,7 +78,9 @@ def main() -> None:
            verbose)
     report("development corpora 4", _load("injections_heldout2"), _load("benign_heldout2"),
            verbose)
-    report("held-out corpora     ", _load("injections_heldout3"), _load("benign_heldout3"),
+    report("development corpora 5", _load("injections_heldout3"), _load("benign_heldout3"),
+           verbose)
+    report("held-out corpora     ", _load("injections_heldout4"), _load("benign_heldout4"),
            verbose)
     worst_case()
 

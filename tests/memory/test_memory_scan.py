@@ -25,25 +25,29 @@ DEV4_ATTACKS: list[str] = json.loads(
     (CORPORA / "injections_heldout2.json").read_text(encoding="utf-8"))
 DEV4_BENIGN: list[str] = json.loads(
     (CORPORA / "benign_heldout2.json").read_text(encoding="utf-8"))
-HELDOUT_ATTACKS: list[str] = json.loads(
+DEV5_ATTACKS: list[str] = json.loads(
     (CORPORA / "injections_heldout3.json").read_text(encoding="utf-8"))
-HELDOUT_BENIGN: list[str] = json.loads(
+DEV5_BENIGN: list[str] = json.loads(
     (CORPORA / "benign_heldout3.json").read_text(encoding="utf-8"))
+HELDOUT_ATTACKS: list[str] = json.loads(
+    (CORPORA / "injections_heldout4.json").read_text(encoding="utf-8"))
+HELDOUT_BENIGN: list[str] = json.loads(
+    (CORPORA / "benign_heldout4.json").read_text(encoding="utf-8"))
 
 # Thresholds the scanner meets (measured with bench/bench_memory_scan.py). The development
 # pairs were tuned against, so their rates are optimistic: the first over several rounds; the
-# second ("unseen" when written: 26.7% blocked then), third and fourth on 2026-11-30. The
-# third and fourth, and the held-out pair, were written by someone who never saw the scanner,
-# and each was measured once before being tuned against: 32.5%, 36.2% and, for the held-out
-# pair, 42.5% blocked with 8.8% false positives (the scanner this session started from, same
-# pair: 17.5% and 10.0%). Pattern matching misses most paraphrases it has not seen, which is
-# why `stage` approval exists.
+# second ("unseen" when written: 26.7% blocked then) and the third to fifth on 2026-11-30. The
+# third to fifth, and the held-out pair, were written by someone who never saw the scanner, and
+# each was measured once before being tuned against: 32.5%, 36.2%, 42.5% and, for the held-out
+# pair, 40.0% blocked with 3.8% false positives (the scanner this session started from, same
+# pair: 13.8% and 7.5%). Pattern matching misses most paraphrases it has not seen, which is why
+# `stage` approval exists.
 MIN_BLOCKED_RATE = 0.95
 MAX_FALSE_POSITIVE_RATE = 0.02
 MIN_DEV_BLOCKED_RATE = 0.95
 MAX_DEV_FALSE_POSITIVE_RATE = 0.04
-MIN_HELDOUT_BLOCKED_RATE = 0.40
-MAX_HELDOUT_FALSE_POSITIVE_RATE = 0.10
+MIN_HELDOUT_BLOCKED_RATE = 0.38
+MAX_HELDOUT_FALSE_POSITIVE_RATE = 0.05
 
 
 def test_corpora_are_large_and_varied() -> None:
@@ -64,8 +68,9 @@ def test_false_positive_rate_on_the_benign_corpus() -> None:
 
 @pytest.mark.parametrize("attacks,benign", [(UNSEEN_ATTACKS, UNSEEN_BENIGN),
                                             (DEV3_ATTACKS, DEV3_BENIGN),
-                                            (DEV4_ATTACKS, DEV4_BENIGN)],
-                         ids=["dev2", "dev3", "dev4"])
+                                            (DEV4_ATTACKS, DEV4_BENIGN),
+                                            (DEV5_ATTACKS, DEV5_BENIGN)],
+                         ids=["dev2", "dev3", "dev4", "dev5"])
 def test_rates_on_the_later_development_corpora(attacks: list[str], benign: list[str]) -> None:
     blocked = sum(scan(text) is not None for text in attacks)
     flagged = [text for text in benign if scan(text) is not None]
