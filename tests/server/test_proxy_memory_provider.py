@@ -71,11 +71,14 @@ def test_serve_loads_the_external_provider_and_sends_its_recall(
     assert "echo recalls: where is staging?" in second[-1]["content"]
 
 
-def test_each_streamed_turn_reaches_memory_once_after_its_reply(
-        echo_installed: None, start_proxy: ProxyFactory) -> None:
-    """The proxy acknowledges a streamed reply (``[DONE]``) before memory's after-turn work
-    runs (it was held back by the record); every turn still reaches the provider, once."""
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
+def test_each_turn_reaches_memory_once_after_its_reply(
+        echo_installed: None, start_proxy: ProxyFactory, stream: bool) -> None:
+    """The proxy sends a reply (a stream's ``[DONE]``, a JSON body) before memory's after-turn
+    work runs (the record held it back); every turn still reaches the provider, once."""
     import refold_echo_serve  # type: ignore[import-not-found]
+
+    refold_echo_serve.SYNCED.clear()
 
     headers = {"X-Refold-Session": "synced"}
     history: list[dict[str, Any]] = [{"role": "user", "content": "first question"}]
@@ -83,9 +86,13 @@ def test_each_streamed_turn_reaches_memory_once_after_its_reply(
         proxy = start_proxy(up, memory_provider="echo-serve")
         client = openai.OpenAI(base_url=proxy.base_url, api_key="none", max_retries=0)
         for turn in range(3):
-            stream = client.chat.completions.create(model="m", messages=history, stream=True,
-                                                    extra_headers=headers)
-            reply = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+            if stream:
+                chunks = client.chat.completions.create(model="m", messages=history, stream=True,
+                                                        extra_headers=headers)
+                reply = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            else:
+                reply = client.chat.completions.create(
+                    model="m", messages=history, extra_headers=headers).choices[0].message.content
             history += [{"role": "assistant", "content": reply},
                         {"role": "user", "content": f"question {turn + 2}"}]
         engine = proxy.app.state.proxy_app.proxy.pool._engines[""]

@@ -16,7 +16,8 @@ last piece. A stream cut short (client gone, upstream failed, proxy killed) reco
 partial: the client never got a complete reply, so it will not be in the history it re-sends.
 Events that arrive in the same upstream read as its ``[DONE]`` (typically the finish_reason and
 usage chunks) are held and leave with the proxy's ``[DONE]`` in one write; memory's after-turn
-work runs once that write is done (``SessionRuntime.record(defer_after_turn=True)``).
+work runs once that write (or a JSON reply's body) is done
+(``SessionRuntime.record(defer_after_turn=True)``).
 
 What the runtime noticed reaches the client as response headers (JSON and streams alike), so a
 strict OpenAI client sees an unchanged body: ``X-Refold-Warnings`` carries ``Prepared.warnings``
@@ -66,6 +67,7 @@ from urllib.parse import quote
 
 import anyio
 import anyio.to_thread
+from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
@@ -321,8 +323,10 @@ class _Turn:
             raise _kept_changing(self.session_id)
         message, usage = _reply_of(data)
         if self.light and self.rt.record(message, usage=usage, model=data.get("model"),
-                                         light=True):
-            return JSONResponse(data, headers=self.headers())
+                                         light=True, defer_after_turn=True):
+            # memory's after-turn work once the body is sent (a send that fails leaves it to
+            # the session's next call)
+            return JSONResponse(data, headers=self.headers(), background=BackgroundTask(self.finish))
         await anyio.to_thread.run_sync(
             lambda: self.rt.record(message, usage=usage, model=data.get("model")))
         return JSONResponse(data, headers=self.headers())
