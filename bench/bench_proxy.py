@@ -14,6 +14,11 @@ To compare with another checkout in the same run, put its ``src`` first on PYTHO
 subprocess inherits it): ``PYTHONPATH=/path/to/old/src python bench/bench_proxy.py``.
 
     python bench/bench_proxy.py [--levels 1,10,100] [--requests 400] [--rounds 4]
+                                [--proxy-cpus 1]
+
+``--proxy-cpus`` pins the proxy to its own CPUs and the load generator with the scripted
+upstream to the rest (Linux), as in a deployment where the model runs elsewhere: the added
+latency is then the proxy's own work, not its competition with the load for cores.
 """
 
 from __future__ import annotations
@@ -39,13 +44,15 @@ MAX_TURNS = 20
 BANNER = re.compile(r"http://127\.0\.0\.1:(\d+)/v1")
 
 
-def start_proxy(home: Path, upstream: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_proxy(home: Path, upstream: str,
+                cpus: set[int] | None = None) -> tuple[subprocess.Popen[bytes], str]:
     log = home / "serve.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("REFOLD_")}
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     proc = subprocess.Popen(
         [sys.executable, "-m", "refold.cli.main", "-v", "--home", str(home), "serve",
          "--upstream", upstream, "--port", "0", "--context-length", "128000"],
-        stdout=subprocess.DEVNULL, stderr=log.open("wb"), env=env)
+        stdout=subprocess.DEVNULL, stderr=log.open("wb"), env=env, preexec_fn=pin)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         match = BANNER.search(log.read_text(errors="replace"))
@@ -205,11 +212,22 @@ def main() -> None:
                              f"{MAX_TURNS} per client)")
     parser.add_argument("--rounds", type=int, default=4,
                         help="alternating direct/proxy rounds per level")
+    parser.add_argument("--proxy-cpus", default="",
+                        help="pin the proxy to these CPUs (e.g. 1) and this process (load "
+                             "generator and scripted upstream) to the others: the proxy's own "
+                             "added latency, without competing with the load for cores")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
+    proxy_cpus = {int(x) for x in args.proxy_cpus.split(",") if x} or None
+    if proxy_cpus:
+        rest = os.sched_getaffinity(0) - proxy_cpus
+        if not rest:
+            raise SystemExit("--proxy-cpus leaves no CPU for the load generator")
+        os.sched_setaffinity(0, rest)
+        print(f"proxy on CPUs {sorted(proxy_cpus)}, load generator and upstream on {sorted(rest)}")
     reply = ScriptedReply(content=REPLY)
     with tempfile.TemporaryDirectory() as tmp, serve(default=lambda body: reply) as upstream:
-        proc, proxy_url = start_proxy(Path(tmp), upstream.base_url)
+        proc, proxy_url = start_proxy(Path(tmp), upstream.base_url, proxy_cpus)
         try:
             print(f"upstream {upstream.base_url} (scripted, loopback); proxy {proxy_url} "
                   f"(refold serve, SQLite in a temp home); ms; added = proxy - direct")
