@@ -258,28 +258,39 @@ class SessionRuntime:
                 self._chain = KnownChain.of(self.session_id, conversation,
                                             result.appended[-1].identity)
 
-    def _sync_known_prefix(self, history: list[Message]) -> bool:
-        """The fast path (see ``refold.runtime.chain``): when ``history`` starts with the chain
-        this runtime last stored, only the new suffix is validated, counted, hashed and
-        appended — after the stored tip, checked in the write transaction. False: use the full
-        path (nothing was stored)."""
+    def _known_suffix(self, history: list[Message]
+                      ) -> tuple[KnownChain, str | None, list[Message]] | None:
+        """``history`` as the chain this runtime last stored plus new messages: (the chain, the
+        history's system prompt, the new messages validated, in wire form). None when the chain
+        is unknown or ``history`` does not start with it, or a new message is invalid (the full
+        path reports that, with the message's real index)."""
         chain = self._chain
         if chain is None or chain.session_id != self.session_id:
-            return False
+            return None
         leading = 0
         while leading < len(history) and isinstance(history[leading], dict) \
                 and history[leading].get("role") in ("system", "developer"):
             leading += 1
         known = chain.known_prefix(history[leading:])
         if known is None:
-            return False
+            return None
         try:
             valid = [wire_form(m) for m in
                      self.ops.validate(history[:leading] + history[leading + known:])]
         except MessageValidationError:
-            return False  # the full path reports it, with the message's real index
+            return None
         system, _ = split_system(valid[:leading])
-        suffix = valid[leading:]
+        return chain, system, valid[leading:]
+
+    def _sync_known_prefix(self, history: list[Message]) -> bool:
+        """The fast path (see ``refold.runtime.chain``): when ``history`` starts with the chain
+        this runtime last stored, only the new suffix is validated, counted, hashed and
+        appended — after the stored tip, checked in the write transaction. False: use the full
+        path (nothing was stored)."""
+        found = self._known_suffix(history)
+        if found is None:
+            return False
+        chain, system, suffix = found
         counts = self.ops.message_counts(suffix)
         try:
             result = self.store.append_messages(self.session_id, suffix, token_counts=counts,
@@ -302,27 +313,17 @@ class SessionRuntime:
         cached view ends on the chain's tip. The view is extended with provisional rows (the
         seqs they should get; no identity yet) and ``_pending`` remembers what to store. False:
         nothing changed (take the normal path)."""
-        chain, view = self._chain, self._view
-        if chain is None or chain.session_id != self.session_id or view is None \
-                or view.session_id != self.session_id or view.tip != chain.tip \
-                or view.last_seq is None:
+        view = self._view
+        if view is None or view.session_id != self.session_id or view.last_seq is None:
             return False
-        leading = 0
-        while leading < len(history) and isinstance(history[leading], dict) \
-                and history[leading].get("role") in ("system", "developer"):
-            leading += 1
-        known = chain.known_prefix(history[leading:])
-        if known is None or leading + known >= len(history):
-            return False  # a changed history, or nothing new
-        try:
-            valid = [wire_form(m) for m in
-                     self.ops.validate(history[:leading] + history[leading + known:])]
-        except MessageValidationError:
-            return False  # the normal path reports it, with the message's real index
-        system, _ = split_system(valid[:leading])
+        found = self._known_suffix(history)
+        if found is None:
+            return False
+        chain, system, suffix = found
+        if not suffix or view.tip != chain.tip:
+            return False  # nothing new, or the view does not end where the chain does
         if system != self._system_prompt:
             return False  # a new system prompt is an event to store first
-        suffix = valid[leading:]
         counts = self.ops.message_counts(suffix)
         provisional = [StoredMessage(self.session_id, view.last_seq + 1 + index, message, "",
                                      count, 0.0, True)
