@@ -33,6 +33,18 @@ def active(store: SQLiteStore, session_id: str) -> list[tuple[str, str]]:
             for r in store.get_messages(session_id)]
 
 
+def two_turns(client: openai.OpenAI) -> list[dict[str, Any]]:
+    """Two JSON turns of one session (the chain known, the fast path open); the history to
+    send next, ending with the user message "q2"."""
+    history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "q0"}]
+    for turn in range(2):
+        reply = client.chat.completions.create(model="m", messages=history,
+                                               extra_headers=HEADERS)
+        history += [{"role": "assistant", "content": reply.choices[0].message.content},
+                    {"role": "user", "content": f"q{turn + 1}"}]
+    return history
+
+
 def light(store: SQLiteStore) -> bool:
     return store.db.synchronous == "NORMAL"
 
@@ -90,12 +102,7 @@ def test_another_writer_between_turns_voids_the_deferred_request_and_it_is_redon
         with serve(default=lambda body: ScriptedReply(content="fine")) as up:
             proxy = start_proxy(up)
             client = sdk(proxy.base_url)
-            history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "q0"}]
-            for turn in range(2):
-                reply = client.chat.completions.create(model="m", messages=history,
-                                                       extra_headers=HEADERS)
-                history += [{"role": "assistant", "content": reply.choices[0].message.content},
-                            {"role": "user", "content": f"q{turn + 1}"}]
+            history = two_turns(client)
             session = other.list_sessions()[0]
             other.append_messages(session.id, [{"role": "user", "content": "from elsewhere"}])
             before = len(up.llm.requests)
@@ -130,12 +137,7 @@ def test_a_store_failure_after_the_request_went_up_is_an_error_and_stores_nothin
     with serve(default=lambda body: ScriptedReply(content="sure")) as up:
         proxy = start_proxy(up)
         client = sdk(proxy.base_url)
-        history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "q0"}]
-        for turn in range(2):
-            reply = client.chat.completions.create(model="m", messages=history,
-                                                   extra_headers=HEADERS)
-            history += [{"role": "assistant", "content": reply.choices[0].message.content},
-                        {"role": "user", "content": f"q{turn + 1}"}]
+        history = two_turns(client)
         session = sqlite_store.list_sessions()[0]
         stored = active(sqlite_store, session.id)
         with pytest.raises(openai.APIStatusError) as caught:
@@ -162,12 +164,7 @@ def test_an_upstream_error_on_a_deferred_turn_still_stores_its_messages_once(
     with serve(["one", "two", *failures, "three"]) as up:
         proxy = start_proxy(up)
         client = sdk(proxy.base_url)
-        history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "q0"}]
-        for turn in range(2):
-            reply = client.chat.completions.create(model="m", messages=history,
-                                                   extra_headers=HEADERS)
-            history += [{"role": "assistant", "content": reply.choices[0].message.content},
-                        {"role": "user", "content": f"q{turn + 1}"}]
+        history = two_turns(client)
         session = sqlite_store.list_sessions()[0]
         for stream in (True, False):
             with pytest.raises(openai.APIStatusError) as caught:

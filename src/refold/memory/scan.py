@@ -11,8 +11,15 @@ How it looks at text (each view catches a different obfuscation):
   runs of spaces collapsed — phrase patterns in English and Chinese;
 - ``compact``: ``plain`` with leetspeak undone and every non-letter removed, forwards,
   reversed and rot13'd — catches "i g n o r e", "ign0re_prev1ous", "忽 略 之 前 的 指 令";
+- ``nfkc``: NFKC and casefold without the look-alike mapping — patterns for other scripts
+  (Russian, Korean, Arabic, Hindi…) that the mapping would garble;
 - decoded base64, hex and percent-encoded runs are scanned like the text itself (one level
   deep).
+
+Besides known phrasings, behaviour patterns ask what an entry would make the agent do (weaken
+its own rules, obey third-party text, move secrets out, run remote code, deceive or work
+against the user), pairing an action class with a target class. A negation earlier in the same
+sentence, or an attack quoted by a note that refuses it, does not count.
 
 The pattern tables live in ``refold.memory.scan_patterns``. Patterns anchor on attack
 behaviour, not on single words: "ignore" alone, "curl", "ssh",
