@@ -10,9 +10,10 @@ from collections.abc import Iterable, Sequence
 
 from refold.errors import Conflict, NotFound
 from refold.messages.model import searchable_text
-from refold.store.base import Checkpoint, Event, RewindRecord, RewindRows, Session, StoredMessage
+from refold.store.base import Checkpoint, Event, RewindRows, Session, StoredMessage
 from refold.store.postgres.codec import cjk_gram_list, clean_text, encode_json
 from refold.store.postgres.core import PgCore
+from refold.store.postgres.ledger import REWIND_COLS, _rewind_from_row
 
 
 class BulkMixin(PgCore):
@@ -87,11 +88,10 @@ class BulkMixin(PgCore):
             held: dict[int, list[int]] = {}
             for rewind_id, seq in cur.fetchall():
                 held.setdefault(int(rewind_id), []).append(int(seq))
-            cur.execute("SELECT id, session_id, from_seq, count, created_at, undone "
-                        "FROM rewinds WHERE session_id = %s ORDER BY id", (session_id,))
-            return [RewindRows(RewindRecord(id=r[0], session_id=r[1], from_seq=r[2],
-                                            count=r[3], created_at=r[4], undone=bool(r[5])),
-                               tuple(held.get(int(r[0]), ()))) for r in cur.fetchall()]
+            cur.execute(f"SELECT {REWIND_COLS} FROM rewinds WHERE session_id = %s ORDER BY id",
+                        (session_id,))
+            records = [_rewind_from_row(row) for row in cur.fetchall()]
+            return [RewindRows(r, tuple(held.get(r.id, ()))) for r in records]
 
     def memory_documents(self) -> list[tuple[str, str]]:
         with self._tx("list memory documents") as cur:
