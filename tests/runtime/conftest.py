@@ -9,6 +9,7 @@ import pytest
 
 from refold.runtime import Engine
 from refold.store import Store
+from refold.store.sqlite import SQLiteStore
 
 from ._helpers import WINDOW
 
@@ -19,3 +20,11 @@ def engine(store: Store, tmp_path: Path) -> Iterator[Engine]:
                  memory_dir=tmp_path / "memories")
     yield eng
     eng.close()
+
+
+@pytest.fixture
+def normal_store(tmp_path: Path) -> Iterator[SQLiteStore]:
+    """A SQLite file with synchronous NORMAL: the store light mode and the deferred store run on."""
+    store = SQLiteStore(str(tmp_path / "normal.db"), synchronous="NORMAL")
+    yield store
+    store.close()

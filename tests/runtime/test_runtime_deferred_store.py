@@ -36,14 +36,8 @@ from .test_runtime_light_mode import (
 
 
 @pytest.fixture
-def normal_store(tmp_path: Path) -> Iterator[SQLiteStore]:
-    store = SQLiteStore(str(tmp_path / "deferred.db"), synchronous="NORMAL")
-    yield store
-    store.close()
-
-
-@pytest.fixture
-def engines() -> Iterator[list[Engine]]:
+def engines(normal_store: SQLiteStore) -> Iterator[list[Engine]]:
+    """Engines a test made, closed before the store they use."""
     made: list[Engine] = []
     yield made
     for engine in made:

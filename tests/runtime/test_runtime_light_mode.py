@@ -44,13 +44,6 @@ def make_engine(store: Store, window: int = WIDE, background: bool = False) -> E
 
 
 @pytest.fixture
-def normal_store(tmp_path: Path) -> Iterator[SQLiteStore]:
-    store = SQLiteStore(str(tmp_path / "light.db"), synchronous="NORMAL")
-    yield store
-    store.close()
-
-
-@pytest.fixture
 def twin_store(tmp_path: Path) -> Iterator[Store]:
     store = open_store(tmp_path / "twin.db", sqlite_synchronous="NORMAL")
     yield store
