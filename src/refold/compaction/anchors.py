@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from refold.compaction.activity import INSPECT
 from refold.compaction.summary import is_summary_message
+from refold.compaction.tools import tool_effect
 from refold.messages.model import Message, content_text
 
 MAX_ANCHOR_CHARS = 200
@@ -67,17 +68,23 @@ class Anchor:
 
 
 def _command_texts(message: Message) -> Iterable[str]:
+    """Shell command lines the message ran (by the tool table: ``str_replace_editor``'s
+    ``command: view`` is no command), and the queries of search calls."""
     for call in message.get("tool_calls") or []:
-        raw = (call.get("function") or {}).get("arguments") or ""
+        fn = call.get("function") or {}
+        raw = fn.get("arguments") or ""
         try:
             args = json.loads(raw)
         except (ValueError, TypeError):
             continue
-        if isinstance(args, dict):
-            for key in ("command", "cmd", "script", "query"):
-                value = args.get(key)
-                if isinstance(value, str) and value.strip():
-                    yield value.strip().splitlines()[0][:MAX_ANCHOR_CHARS]
+        if not isinstance(args, dict):
+            continue
+        command = tool_effect(str(fn.get("name") or ""), args, "").command
+        if command:
+            yield command[:MAX_ANCHOR_CHARS]
+        query = args.get("query")
+        if isinstance(query, str) and query.strip():
+            yield query.strip().splitlines()[0][:MAX_ANCHOR_CHARS]
 
 
 def _message_text(message: Message) -> str:
