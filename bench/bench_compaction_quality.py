@@ -7,7 +7,7 @@ Each trajectory is cut after 60%, 80% and 100% of its messages; each cut (of at 
 Reported, against labels made from the environment's own results (bench/trajectories.py):
 
 - validity: the output passes refold's OpenAI, Anthropic and strict provider checks;
-- fits-or-warns: the output fits the target, or the report's warnings say why not;
+- fits-or-warns: the output fits the target, or a warning says "does not fit" and why;
 - identifier retention: paths opened/edited, commands run and exception lines printed in the
   replaced span that appear verbatim in the output;
 - "modified" precision/recall: files the summary lists as modified vs files truly written;
@@ -116,8 +116,9 @@ def measure(traj: Trajectory, name: str, msgs: list[dict[str, Any]], share: floa
     for provider in tally.valid:
         tally.valid[provider] += not provider_problems(result.messages, provider)
     tally.fits += rep.fits
-    tally.fits_or_warns += rep.fits or bool(rep.warnings)
-    if not (rep.fits or rep.warnings):
+    warned = any("does not fit" in w for w in rep.warnings)
+    tally.fits_or_warns += rep.fits or warned
+    if not (rep.fits or warned):
         tally.misses.append(f"{name} 1/{round(1 / share)}: no fit, no warning ({rep.reason})")
     if rep.summarized == 0 or not rep.summary:
         return
