@@ -56,6 +56,14 @@ _CREDENTIAL = re.compile(r"(?i)\b\w*(?:password|passwd|secret|token|api[_-]?key)
 _LETTER = re.compile(r"[^\W\d_]")
 _LIST_DEBRIS = re.compile(r"^(?:[-*]\s+)+")
 PROSE_KINDS = ("error",)  # kinds taken only from tool outputs and user text, not assistant prose
+# commands written in prose: the first line of a fenced block, or an inline `…` that starts
+# with a common program (``pytest tests/test_x.py -k edge``)
+_FENCED = re.compile(r"```[\w-]*[ \t]*\n[ \t]*([^\n`]{2,200})")
+_INLINE = re.compile(
+    r"`((?:pytest|python3?|pip3?|uv|npm|npx|pnpm|yarn|node|git|make|cargo|go|rustc|gcc|clang|"
+    r"cmake|mvn|gradle|dotnet|docker|kubectl|helm|terraform|curl|ruff|mypy|tox|bash|sh|"
+    r"\./)[ /][^`\n]{1,150})`")
+UNREFERENCED_PENALTY = 1.5  # found in one tool output only, never named by anyone
 _NOISE = re.compile(r"^(?:call_|toolu_|chatcmpl-|Traceback \(most recent call last\))")
 
 
@@ -130,13 +138,18 @@ def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
 
     Score = kind weight + recency (0..1) + frequency (up to 1.5) + 1 if the user wrote it,
     minus a penalty growing with how many candidates share its *shape* (digits masked): a
-    hundred ``pytest -k case17``-like commands are worth less, each, than one unique path.
+    hundred ``pytest -k case17``-like commands are worth less, each, than one unique path;
+    minus ``UNREFERENCED_PENALTY`` for what only one tool output printed and nobody named
+    (the file names of an ``ls``, build-log paths). Commands count also when written in
+    prose: a fenced block's first line, an inline `` `pytest tests/x.py -k edge` ``.
     """
     found: dict[str, Anchor] = {}
     counts: dict[str, int] = {}
+    seen_in: dict[str, set[int]] = {}  # positions of the messages that name it
+    named: set[str] = set()  # named outside tool outputs (a call, the user, the assistant)
     total = max(1, len(messages))
 
-    def add(text: str, kind: str, weight: float, position: int) -> None:
+    def add(text: str, kind: str, weight: float, position: int, role: str = "tool") -> None:
         text = _clean(text)
         if kind == "path":  # a sentence's full stop is not part of the path; 116/1 is no path
             text = text.rstrip(".")
@@ -145,6 +158,9 @@ def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
         if len(text) < 3 or _NOISE.match(text) or _CREDENTIAL.search(text):
             return  # a credential is never worth carrying into the summary
         counts[text] = counts.get(text, 0) + 1
+        seen_in.setdefault(text, set()).add(position)
+        if role != "tool":
+            named.add(text)
         recency = position / total  # later mentions matter more
         previous = found.get(text)
         if previous is None or previous.score < weight + recency:
@@ -155,10 +171,16 @@ def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
     for pos, msg in enumerate(messages):
         if is_summary_message(msg):
             continue  # a previous summary's anchors are carried, not re-extracted from markdown
-        bonus = 1.0 if msg.get("role") == "user" else 0.0
+        role = str(msg.get("role"))
+        bonus = 1.0 if role == "user" else 0.0
         for command in _command_texts(msg):  # a look around (grep, git diff) is worth less
-            add(command, "command", 2 if INSPECT.match(command) else 5, pos)
+            add(command, "command", 2 if INSPECT.match(command) else 5, pos, "call")
         text = _message_text(msg)
+        if role in ("user", "assistant"):
+            for pattern in (_FENCED, _INLINE):
+                for found_command in pattern.findall(content_text(msg)[:SCAN_CHARS]):
+                    command = found_command.strip()
+                    add(command, "command", 2 if INSPECT.match(command) else 5, pos, role)
         key = hash(text)
         if not text or (key in scanned and msg.get("role") == "tool"):
             continue  # an identical output was already scanned
@@ -170,13 +192,15 @@ def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
             if kind in PROSE_KINDS and msg.get("role") == "assistant":
                 continue  # prose quotes errors mid-sentence; the tool output has them whole
             for match in pattern.finditer(text):
-                add(match.group(0), kind, weight + bonus, pos)
+                add(match.group(0), kind, weight + bonus, pos, role)
     shapes: dict[str, int] = {}
     for text in found:
         shape = _shape(text)
         shapes[shape] = shapes.get(shape, 0) + 1
     return [Anchor(a.text, a.kind, a.score + min(counts[a.text], 5) * 0.3
-                   - 1.5 * math.log2(shapes[_shape(a.text)]), a.first_seen)
+                   - 1.5 * math.log2(shapes[_shape(a.text)])
+                   - (UNREFERENCED_PENALTY if a.text not in named and len(seen_in[a.text]) == 1
+                      and a.kind != "error" else 0.0), a.first_seen)
             for a in found.values()]
 
 
