@@ -41,6 +41,7 @@ from refold.compaction.prune import (
     prune_outside_tail,
     strip_old_images,
 )
+from refold.compaction.secrets import redact
 from refold.compaction.structure import SYSTEM_ROLES, repair_tool_pairs, split_units
 from refold.compaction.summarizer import Summarizer, SummaryDraft, SummaryRequest
 from refold.compaction.summary import (
@@ -393,10 +394,10 @@ def _finish(plan: _Plan, original: Sequence[Message], summarizer: Summarizer,
                           error_kind=exc.kind, language=language,
                           warnings=(*warnings, str(exc)), **common)
     warnings += more + list(draft.warnings)
-    body = _fit_body(strip_think(draft.body), body_budget, counter, warnings)
-    anchors = select_anchors(extract_anchors(middle), budget_tokens=anchor_budget,
-                             count_text=counter.count_text, carried=plan.previous_anchors,
-                             covered=body)
+    body = redact(_fit_body(strip_think(draft.body), body_budget, counter, warnings))
+    anchors = [redact(a) for a in select_anchors(
+        extract_anchors(middle), budget_tokens=anchor_budget, count_text=counter.count_text,
+        carried=plan.previous_anchors, covered=body)]
     text = wrap_summary(body, anchors, language)
     assembled, role, acked = _assemble(plan, text)
     result, stubs, orphans = repair_tool_pairs(assembled)
