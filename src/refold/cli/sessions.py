@@ -11,7 +11,6 @@ import dataclasses
 import json
 import sys
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import click
@@ -21,6 +20,7 @@ from refold.errors import InvalidInput, NotFound
 from refold.messages.model import content_text
 from refold.store import Session, StoredMessage
 from refold.store.export import write_export
+from refold.store.output import atomic_output
 
 
 def session_json(session: Session) -> dict[str, Any]:
@@ -134,10 +134,14 @@ def show_cmd(app: AppContext, ref: str, include_inactive: bool, as_json: bool) -
 @click.option("--lineage", is_flag=True, help="Export the whole lineage, oldest first.")
 @click.option("--archived", is_flag=True, help="Include rewound (inactive) messages.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file.")
+@click.option("--force", is_flag=True, help="Replace an existing --output file.")
 @pass_app
 def export_cmd(app: AppContext, ref: str, fmt: str, lineage: bool, archived: bool,
-               output: str | None) -> None:
-    """Export a session as JSONL (one OpenAI message per line), JSON or Markdown."""
+               output: str | None, force: bool) -> None:
+    """Export a session as JSONL (one OpenAI message per line), JSON or Markdown.
+
+    With -o the export goes to a temporary file renamed over FILE only when complete; refold's
+    own files (database, memory, settings) are refused, an existing FILE needs --force."""
     store = app.store
     session = store.resolve_session(ref)
     kind = "markdown" if fmt == "md" else fmt
@@ -146,7 +150,7 @@ def export_cmd(app: AppContext, ref: str, fmt: str, lineage: bool, archived: boo
                      lineage=lineage, include_inactive=archived)
         return
     try:
-        with Path(output).open("w", encoding="utf-8") as fh:
+        with atomic_output(output, protected=app.protected_paths(), force=force) as fh:
             count = write_export(store, session.id, fh, kind, lineage=lineage,
                                  include_inactive=archived)
     except OSError as exc:
