@@ -93,3 +93,41 @@ def test_failed_export_leaves_the_existing_file_untouched(store: Store, tmp_path
     assert isinstance(failed.exception, NotFound)
     assert target.read_text(encoding="utf-8") == "keep me\n"
     assert os.listdir(tmp_path / "out") == ["old.jsonl"]
+
+
+def _lineage(store: Store, *, live: bool) -> list[str]:
+    ids, parent = [], None
+    for n, title in enumerate(["lin", "lin #2", "lin #3"]):
+        session = store.create_session(title=title, parent_session_id=parent,
+                                       link_kind="compaction" if parent else None)
+        store.append_messages(session.id, [{"role": "user", "content": f"turn {n}"}])
+        if n < 2 or not live:
+            store.end_session(session.id, "rotation")
+        ids.append(session.id)
+        parent = session.id
+    return ids
+
+
+def test_prune_spares_a_live_lineage_and_shows_its_plan(store: Store, tmp_path: Path) -> None:
+    live = _lineage(store, live=True)
+    db, home = db_url(store), tmp_path / "home"
+    out = json.loads(ok(run(home, "sessions", "prune", "--older-than", "0", "--yes", "--json",
+                            db=db)))
+    assert out["deleted_sessions"] == 0 and out["lineages"] == []
+    assert [store.get_session(i).id for i in live] == live
+
+
+def test_prune_asks_before_deleting_and_names_what_goes(store: Store, tmp_path: Path) -> None:
+    ended = _lineage(store, live=False)
+    db, home = db_url(store), tmp_path / "home"
+    refused = run(home, "sessions", "prune", "--older-than", "0", db=db)  # stdin is no tty
+    assert isinstance(refused.exception, InvalidInput) and "--yes" in str(refused.exception)
+    assert "would delete" in refused.output and "lin #2" in refused.output
+    assert len(store.list_sessions()) == 3
+    dry = json.loads(ok(run(home, "sessions", "prune", "--older-than", "0", "--dry-run",
+                            "--json", db=db)))
+    assert dry["deleted_sessions"] == 0
+    assert [s["id"] for s in dry["lineages"][0]["sessions"]] == ended
+    done = json.loads(ok(run(home, "sessions", "prune", "--older-than", "0", "--yes", "--json",
+                             db=db)))
+    assert done["deleted_sessions"] == 3 and store.list_sessions() == []
