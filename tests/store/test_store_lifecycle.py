@@ -48,7 +48,7 @@ def test_prune_takes_an_ended_lineage_whole(store: Store) -> None:
 
 
 def test_prune_goes_by_the_newest_activity_of_the_lineage(store: Store) -> None:
-    chain = _rotated_lineage(store, end_last=True)
+    _rotated_lineage(store, end_last=True)
     future = time.time() + 86400
     assert prunable_lineages(store, 0.5, now=future)  # a day later, half a day old: prunable
     assert not prunable_lineages(store, 2, now=future)  # not two days old
