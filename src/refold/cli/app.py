@@ -18,9 +18,9 @@ from typing import Any
 
 import click
 
-from refold.cli.settings import Settings, load_settings
+from refold.config import Settings, load_settings
 from refold.errors import InvalidInput, NotFound
-from refold.store import Store, open_store, sqlite_file_of
+from refold.store import Store, sqlite_file_of
 
 # commands that only work on sessions already stored: they never create a database
 READ_COMMANDS = frozenset({"search", "sessions", "context"})
@@ -76,9 +76,9 @@ class AppContext:
     def store(self) -> Store:
         settings = self.settings
         self._check_exists(settings)
-        if "://" not in settings.db_url:
-            settings.home.mkdir(parents=True, exist_ok=True)
-        return open_store(settings.db_url)
+        from refold.assembly import open_configured_store
+
+        return open_configured_store(settings)
 
     @staticmethod
     def _check_exists(settings: Settings) -> None:
