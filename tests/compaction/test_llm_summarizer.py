@@ -79,7 +79,7 @@ def test_cache_friendly_mode_replays_the_prefix(server: RunningLLM,
 
 def test_recompaction_sends_the_previous_summary_for_update(server: RunningLLM,
                                                             client: HttpChatClient) -> None:
-    server.llm.push(BODY, "## Goal\n- Fix the login bug, then logging\n\n## Next Steps\n- tests")
+    server.llm.push(BODY, "## Goal\n- Fix the login bug, then logging")
     first = _compact(LLMSummarizer(client, "aux"))
     grown = first.messages + agent_transcript(20)[2:]
     second = _compact(LLMSummarizer(client, "aux"), grown)

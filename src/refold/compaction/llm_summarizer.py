@@ -119,9 +119,8 @@ def check_output(body: str, language: str) -> str | None:
     if reason is not None:
         return f"it failed the safety scan ({reason})"
     headings = HEADINGS.get(language, HEADINGS["en"])
-    missing = [h for k, h in headings.items() if k in ("goal", "next_steps") and h not in body]
-    if missing:
-        return "it ignored the template (missing " + ", ".join(missing) + ")"
+    if headings["goal"] not in body and HEADINGS["en"]["goal"] not in body:
+        return f"it ignored the template (no {headings['goal']!r} heading)"
     if END_MARKER in body or PREFIX[:40] in body:
         return "it carries the summary framing itself"
     return None
