@@ -165,3 +165,22 @@ def test_the_table_is_extensible() -> None:
     turns = [call("a", "save_doc", dest="notes/x.md"), result("a", "saved")]
     assert files_of(turns)["notes/x.md"] == {"modified"}
     assert tool_effect("SAVE_DOC", {"dest": "y"}, "").writes == ("y",)
+
+
+def test_a_script_that_stopped_crashing_is_not_called_fixed() -> None:
+    """Finding: a fix that still gave wrong results was summarized "(fixed: IndexError…)"."""
+    turns = [call("a", "execute_bash", command="python reproduce.py"),
+             result("a", "Traceback (most recent call last):\nIndexError: list index out of "
+                         "range\n[The command completed with exit code 1.]"),
+             call("b", "execute_bash", command="python reproduce.py"),
+             result("b", "[3, 2, 1]\n[The command completed with exit code 0.]"),
+             call("c", "execute_bash", command="pytest -q tests/test_sort.py"),
+             result("c", "F.\nFAILED tests/test_sort.py::test_order\n1 failed, 1 passed\n"
+                         "[The command completed with exit code 1.]"),
+             call("d", "execute_bash", command="pytest -q tests/test_sort.py"),
+             result("d", "..\n2 passed in 0.1s\n[The command completed with exit code 0.]")]
+    done = summary(turns)["done"]
+    script = next(d for d in done if d.startswith("`python reproduce.py`"))
+    assert "fixed" not in script and "earlier failure: IndexError" in script
+    tests = next(d for d in done if d.startswith("`pytest -q tests/test_sort.py`"))
+    assert "(fixed:" in tests

@@ -35,11 +35,17 @@ _RUNNERS = {"python", "python3", "-m", "uv", "run", "poetry", "pipenv", "npx", "
             "npm", "sudo", "env", "exec", "bundle", "cargo", "go", "dotnet"}
 _PATHLIKE = re.compile(r"^(?:~|\.{1,2})?/?(?:[\w.@+-]+/)*[\w.@+-]+\.[A-Za-z]\w{0,9}$|"
                        r"^(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+/?$")
-_EXIT_ONLY = re.compile(r"^(?:exit(?:ed)?|return ?code|process exited)\W.{0,20}$", re.IGNORECASE)
+_EXIT_ONLY = re.compile(r"^(?:exit(?:ed)?|return ?code|process exited)\W.{0,20}$|"
+                        r"^\[The command completed with exit code -?\d+\.\]$", re.IGNORECASE)
 _PRUNED = re.compile(r"^\[[\w.:-]+\] (?:ran `.*?` )?-> (.*?)(?:; error: (.*))? "
                      r"\(full output in the session ledger\)$", re.DOTALL)
 _PYTEST_E = re.compile(r"^E\s+")  # pytest's marker for assertion lines
 _FIXED_NOISE = re.compile(r"^(?:error|exit \d+)?:?\s*(?:E\s+)?")
+_PASSING = re.compile(r"\b\d+ passed\b|\bpassed\b|^OK\b|\bOK \(|\bsuccess(?:ful(?:ly)?)?\b|"
+                      r"\bPASS(?:ED)?\b|\b0 (?:failed|failures|errors)\b|test result: ok",
+                      re.IGNORECASE)
+_INTERPRETERS = frozenset({"python", "python3", "node", "ruby", "perl", "php", "bash", "sh",
+                          "deno", "bun", "java"})
 _FILTERS = ("-k", "-m", "--filter", "--grep", "-t", "--testNamePattern")
 
 
@@ -96,7 +102,13 @@ class Outcome:
         lead = f"`{self.key}`" if self.tool == "command" else f"{self.tool} `{self.key}`"
         text = f"{lead} {ARROW} {self.detail}"
         if self.ok and self.earlier_error:
-            text += f" (fixed: {_FIXED_NOISE.sub('', self.earlier_error)})"
+            # "fixed" only when the result says checks passed; a script that stopped crashing
+            # may still print the wrong answer
+            words = self.key.split()
+            script = (self.tool == "command" and len(words) > 1 and words[0] in _INTERPRETERS
+                      and not words[1].startswith("-"))  # python x.py, not python -m pytest
+            word = "earlier failure" if script and not _PASSING.search(self.detail) else "fixed"
+            text += f" ({word}: {_FIXED_NOISE.sub('', self.earlier_error)})"
         return text
 
 
