@@ -63,6 +63,7 @@ _INLINE = re.compile(
     r"`((?:pytest|python3?|pip3?|uv|npm|npx|pnpm|yarn|node|git|make|cargo|go|rustc|gcc|clang|"
     r"cmake|mvn|gradle|dotnet|docker|kubectl|helm|terraform|curl|ruff|mypy|tox|bash|sh|"
     r"\./)[ /][^`\n]{1,150})`")
+_PROMPT_LINE = re.compile(r"(?m)^\$ (.*)$")  # a shell transcript's "$ command" lines
 UNREFERENCED_PENALTY = 1.5  # found in one tool output only, never named by anyone
 _NOISE = re.compile(r"^(?:call_|toolu_|chatcmpl-|Traceback \(most recent call last\))")
 
@@ -185,9 +186,9 @@ def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
         if not text or (key in scanned and msg.get("role") == "tool"):
             continue  # an identical output was already scanned
         scanned.add(key)
-        for line in text.splitlines():
-            if line.startswith("$ "):
-                add(line[2:], "command", 5 + bonus, pos)
+        if "$ " in text:
+            for line in _PROMPT_LINE.findall(text):
+                add(line, "command", 5 + bonus, pos, role)
         for kind, weight, pattern in _PATTERNS:
             if kind in PROSE_KINDS and msg.get("role") == "assistant":
                 continue  # prose quotes errors mid-sentence; the tool output has them whole
