@@ -21,6 +21,7 @@ from refold.messages.model import Message, content_text
 
 MAX_ANCHOR_CHARS = 200
 SCAN_CHARS = 8_000  # per message; what the llm summarizer sees of a long output, too
+SCAN_BUDGET_CHARS = 1_000_000  # newest text scanned for every kind (about 250K tokens)
 
 _EXT = (r"py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonl|yaml|yml|toml|md|rst|txt|rs|go|java|kt|c|h|cc|"
         r"cpp|hpp|cs|sh|bash|zsh|sql|html|css|scss|cfg|ini|conf|lock|log|csv|env|rb|php|swift|"
@@ -103,7 +104,10 @@ def _message_text(message: Message) -> str:
     parts = [text]
     for call in message.get("tool_calls") or []:
         parts.append(str((call.get("function") or {}).get("arguments") or ""))
-    return _PRUNE_NOTE.sub("", _undiff("\n".join(parts)))
+    text = "\n".join(parts)
+    if "--- " in text or "+++ " in text or "diff --git" in text:
+        text = _undiff(text)
+    return _PRUNE_NOTE.sub("", text) if "(full output" in text else text
 
 
 def carried_anchor(item: str) -> str:
@@ -134,7 +138,70 @@ def _shape(text: str) -> str:
     return _DIGITS.sub("#", text)
 
 
-def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
+def _may_match(kind: str, text: str) -> bool:
+    """A cheap necessary condition for ``kind``'s pattern to match ``text`` (substring tests
+    run at memchr speed; the patterns' lookarounds cost far more per character)."""
+    if kind == "error":
+        return any(s in text for s in _ERROR_HINTS)
+    if kind == "url":
+        return "://" in text
+    if kind == "config":
+        return "=" in text or _COLON_DIGIT.search(text) is not None
+    if kind == "version":
+        return _DOT_DIGIT.search(text) is not None
+    return True
+
+
+_ERROR_HINTS = ("Error:", "Exception:", "Exit:", "Failure:", "error", "ERROR", "FAILED", "atal:",
+                "panic:")
+_COLON_DIGIT = re.compile(r":\d")
+_DOT_DIGIT = re.compile(r"\d\.\d")
+_Found = tuple[tuple[str, str, float], ...]  # (raw match, kind, weight) in one text
+
+
+def _scan(text: str, role: str, full: bool) -> _Found:
+    """Candidates in one message's text: every pattern when ``full``, else only the kinds that
+    outrank everything else (errors, URLs, ``$ command`` lines)."""
+    bonus = 1.0 if role == "user" else 0.0
+    out: list[tuple[str, str, float]] = []
+    if "$ " in text:
+        out += [(line, "command", 5 + bonus) for line in _PROMPT_LINE.findall(text)]
+    for kind, weight, pattern in _PATTERNS:
+        if kind in PROSE_KINDS and role == "assistant":
+            continue  # prose quotes errors mid-sentence; the tool output has them whole
+        if (full or kind in _LITE_KINDS) and _may_match(kind, text):
+            out += [(m.group(0), kind, weight + bonus) for m in pattern.finditer(text)]
+    return tuple(out)
+
+
+_LITE_KINDS = ("error", "url")
+
+
+def _clean_candidate(raw: str, kind: str) -> str | None:
+    text = _clean(raw)
+    if kind == "path":  # a sentence's full stop is not part of the path; 116/1 is no path
+        text = text.rstrip(".")
+        if not _LETTER.search(text.rsplit("/", 1)[-1]):
+            return None
+    if len(text) < 3 or _NOISE.match(text) or _CREDENTIAL.search(text):
+        return None  # a credential is never worth carrying into the summary
+    return text
+
+
+def _full_scan_from(messages: Sequence[Message], budget_chars: int) -> int:
+    """The first position whose output is scanned for every kind: the newest messages up to
+    ``budget_chars`` of text. The index holds at most a few hundred anchors, so past a few
+    hundred thousand characters older outputs only contribute what outranks the rest."""
+    used = 0
+    for pos in range(len(messages) - 1, -1, -1):
+        used += len(content_text(messages[pos]))
+        if used > budget_chars:
+            return pos + 1
+    return 0
+
+
+def extract_anchors(messages: Sequence[Message], *, scan_budget_chars: int = SCAN_BUDGET_CHARS
+                    ) -> list[Anchor]:
     """Every candidate anchor in ``messages``, scored; not yet deduplicated by containment.
 
     Score = kind weight + recency (0..1) + frequency (up to 1.5) + 1 if the user wrote it,
@@ -143,37 +210,41 @@ def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
     minus ``UNREFERENCED_PENALTY`` for what only one tool output printed and nobody named
     (the file names of an ``ls``, build-log paths). Commands count also when written in
     prose: a fenced block's first line, an inline `` `pytest tests/x.py -k edge` ``.
+
+    Speed: tool calls, user messages and the newest ``scan_budget_chars`` of text are scanned
+    for every kind; older tool outputs and assistant text only for errors and URLs. Identical
+    texts are scanned once and raw matches cleaned once.
     """
     found: dict[str, Anchor] = {}
     counts: dict[str, int] = {}
     seen_in: dict[str, set[int]] = {}  # positions of the messages that name it
     named: set[str] = set()  # named outside tool outputs (a call, the user, the assistant)
     total = max(1, len(messages))
+    cleaned: dict[tuple[str, str], str | None] = {}
 
-    def add(text: str, kind: str, weight: float, position: int, role: str = "tool") -> None:
-        text = _clean(text)
-        if kind == "path":  # a sentence's full stop is not part of the path; 116/1 is no path
-            text = text.rstrip(".")
-            if not _LETTER.search(text.rsplit("/", 1)[-1]):
-                return
-        if len(text) < 3 or _NOISE.match(text) or _CREDENTIAL.search(text):
-            return  # a credential is never worth carrying into the summary
+    def add(raw: str, kind: str, weight: float, position: int, role: str = "tool") -> None:
+        key = (raw, kind)
+        if key not in cleaned:
+            cleaned[key] = _clean_candidate(raw, kind)
+        text = cleaned[key]
+        if text is None:
+            return
         counts[text] = counts.get(text, 0) + 1
         seen_in.setdefault(text, set()).add(position)
         if role != "tool":
             named.add(text)
-        recency = position / total  # later mentions matter more
+        score = weight + position / total  # later mentions matter more
         previous = found.get(text)
-        if previous is None or previous.score < weight + recency:
-            first = previous.first_seen if previous else position
-            found[text] = Anchor(text, kind, weight + recency, first)
+        if previous is None or previous.score < score:
+            found[text] = Anchor(text, kind, score, previous.first_seen if previous else position)
 
+    full_from = _full_scan_from(messages, scan_budget_chars)
+    scans: dict[tuple[str, str, bool], _Found] = {}
     scanned: set[int] = set()
     for pos, msg in enumerate(messages):
         if is_summary_message(msg):
             continue  # a previous summary's anchors are carried, not re-extracted from markdown
         role = str(msg.get("role"))
-        bonus = 1.0 if role == "user" else 0.0
         for command in _command_texts(msg):  # a look around (grep, git diff) is worth less
             add(command, "command", 2 if INSPECT.match(command) else 5, pos, "call")
         text = _message_text(msg)
@@ -183,17 +254,19 @@ def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
                     command = found_command.strip()
                     add(command, "command", 2 if INSPECT.match(command) else 5, pos, role)
         key = hash(text)
-        if not text or (key in scanned and msg.get("role") == "tool"):
+        if not text or (key in scanned and role == "tool"):
             continue  # an identical output was already scanned
         scanned.add(key)
-        if "$ " in text:
-            for line in _PROMPT_LINE.findall(text):
-                add(line, "command", 5 + bonus, pos, role)
-        for kind, weight, pattern in _PATTERNS:
-            if kind in PROSE_KINDS and msg.get("role") == "assistant":
-                continue  # prose quotes errors mid-sentence; the tool output has them whole
-            for match in pattern.finditer(text):
-                add(match.group(0), kind, weight + bonus, pos, role)
+        scan_key = (text, role, pos >= full_from or role == "user")
+        if scan_key not in scans:
+            scans[scan_key] = _scan(*scan_key)
+        for raw, kind, weight in scans[scan_key]:
+            add(raw, kind, weight, pos, role)
+    return _scored(found, counts, seen_in, named)
+
+
+def _scored(found: dict[str, Anchor], counts: dict[str, int], seen_in: dict[str, set[int]],
+            named: set[str]) -> list[Anchor]:
     shapes: dict[str, int] = {}
     for text in found:
         shape = _shape(text)
