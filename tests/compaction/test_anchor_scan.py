@@ -50,3 +50,34 @@ def test_exit_status_and_error_line_shortcuts() -> None:
     assert first_error_line(out) == "ValueError: bad value"
     assert first_error_line("all fine\nok") is None
     assert first_error_line("tail with FAILED") == "tail with FAILED"
+
+
+WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
+         "juliet", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo",
+         "sierra", "tango", "uniform", "victor", "whiskey", "xray", "yankee", "zulu")
+
+
+def test_the_budget_the_body_leaves_unused_goes_to_the_anchors() -> None:
+    from refold.compaction import CompactionPolicy, compact
+
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are a build agent."},
+                                  {"role": "user", "content": "Build every target."}]
+    targets = [f"{word}-{kind}" for kind in ("lib", "bin") for word in WORDS]
+    for i, target in enumerate(targets):
+        call = {"id": f"m{i}", "type": "function", "function": {
+            "name": "execute_bash", "arguments": json.dumps({"command": f"make {target}"})}}
+        msgs += [{"role": "assistant", "content": None, "tool_calls": [call]},
+                 {"role": "tool", "tool_call_id": f"m{i}", "content": "compiling\n" * 120}]
+    msgs += [{"role": "user", "content": "Now package it."},
+             {"role": "assistant", "content": "Packaging."}]
+    policy = CompactionPolicy(anchor_share=0.01)  # a 20-token share: one or two anchors
+    result = compact(msgs, context_length=200_000, target_tokens=4_000, policy=policy,
+                     model="gpt-4o")
+    report = result.report
+    assert report.status == "ok" and report.fits
+    replaced = [m for m in msgs[report.head_end:report.tail_start] if m.get("tool_calls")]
+    made = [json.loads(m["tool_calls"][0]["function"]["arguments"])["command"]
+            for m in replaced]
+    assert len(made) > 30  # more than Done lists (20): the rest must be anchors
+    missing = [c for c in made if c not in report.summary]
+    assert not missing, missing

@@ -65,7 +65,7 @@ _INLINE = re.compile(
     r"cmake|mvn|gradle|dotnet|docker|kubectl|helm|terraform|curl|ruff|mypy|tox|bash|sh|"
     r"\./)[ /][^`\n]{1,150})`")
 _PROMPT_LINE = re.compile(r"(?m)^\$ (.*)$")  # a shell transcript's "$ command" lines
-UNREFERENCED_PENALTY = 1.5  # found in one tool output only, never named by anyone
+UNREFERENCED_PENALTY = 2.0  # found in tool output only, never named by anyone
 _NOISE = re.compile(r"^(?:call_|toolu_|chatcmpl-|Traceback \(most recent call last\))")
 
 
@@ -188,6 +188,17 @@ def _clean_candidate(raw: str, kind: str) -> str | None:
     return text
 
 
+def _is_observation(messages: Sequence[Message], pos: int) -> bool:
+    """A user message that answers a text-action agent's command (SWE-agent, mini-swe-agent
+    send a command in a fenced block and get its output back as the next *user* message): it
+    is tool output, not the person's words, and earns no "named by the user" credit."""
+    if pos == 0 or messages[pos].get("role") != "user":
+        return False
+    before = messages[pos - 1]
+    return (before.get("role") == "assistant" and not before.get("tool_calls")
+            and _FENCED.search(content_text(before)) is not None)
+
+
 def _full_scan_from(messages: Sequence[Message], budget_chars: int) -> int:
     """The first position whose output is scanned for every kind: the newest messages up to
     ``budget_chars`` of text. The index holds at most a few hundred anchors, so past a few
@@ -207,7 +218,7 @@ def extract_anchors(messages: Sequence[Message], *, scan_budget_chars: int = SCA
     Score = kind weight + recency (0..1) + frequency (up to 1.5) + 1 if the user wrote it,
     minus a penalty growing with how many candidates share its *shape* (digits masked): a
     hundred ``pytest -k case17``-like commands are worth less, each, than one unique path;
-    minus ``UNREFERENCED_PENALTY`` for what only one tool output printed and nobody named
+    minus ``UNREFERENCED_PENALTY`` for what only tool outputs printed and nobody named
     (the file names of an ``ls``, build-log paths). Commands count also when written in
     prose: a fenced block's first line, an inline `` `pytest tests/x.py -k edge` ``.
 
@@ -217,7 +228,6 @@ def extract_anchors(messages: Sequence[Message], *, scan_budget_chars: int = SCA
     """
     found: dict[str, Anchor] = {}
     counts: dict[str, int] = {}
-    seen_in: dict[str, set[int]] = {}  # positions of the messages that name it
     named: set[str] = set()  # named outside tool outputs (a call, the user, the assistant)
     total = max(1, len(messages))
     cleaned: dict[tuple[str, str], str | None] = {}
@@ -230,7 +240,6 @@ def extract_anchors(messages: Sequence[Message], *, scan_budget_chars: int = SCA
         if text is None:
             return
         counts[text] = counts.get(text, 0) + 1
-        seen_in.setdefault(text, set()).add(position)
         if role != "tool":
             named.add(text)
         score = weight + position / total  # later mentions matter more
@@ -244,15 +253,16 @@ def extract_anchors(messages: Sequence[Message], *, scan_budget_chars: int = SCA
     for pos, msg in enumerate(messages):
         if is_summary_message(msg):
             continue  # a previous summary's anchors are carried, not re-extracted from markdown
-        role = str(msg.get("role"))
+        speaker = str(msg.get("role"))
         for command in _command_texts(msg):  # a look around (grep, git diff) is worth less
             add(command, "command", 2 if INSPECT.match(command) else 5, pos, "call")
         text = _message_text(msg)
-        if role in ("user", "assistant"):
+        if speaker in ("user", "assistant"):
             for pattern in (_FENCED, _INLINE):
                 for found_command in pattern.findall(content_text(msg)[:SCAN_CHARS]):
                     command = found_command.strip()
-                    add(command, "command", 2 if INSPECT.match(command) else 5, pos, role)
+                    add(command, "command", 2 if INSPECT.match(command) else 5, pos, speaker)
+        role = "tool" if _is_observation(messages, pos) else speaker  # who vouches for it
         key = hash(text)
         if not text or (key in scanned and role == "tool"):
             continue  # an identical output was already scanned
@@ -262,20 +272,28 @@ def extract_anchors(messages: Sequence[Message], *, scan_budget_chars: int = SCA
             scans[scan_key] = _scan(*scan_key)
         for raw, kind, weight in scans[scan_key]:
             add(raw, kind, weight, pos, role)
-    return _scored(found, counts, seen_in, named)
+    return _scored(found, counts, named)
 
 
-def _scored(found: dict[str, Anchor], counts: dict[str, int], seen_in: dict[str, set[int]],
-            named: set[str]) -> list[Anchor]:
+def _scored(found: dict[str, Anchor], counts: dict[str, int], named: set[str]
+            ) -> list[Anchor]:
     shapes: dict[str, int] = {}
     for text in found:
         shape = _shape(text)
         shapes[shape] = shapes.get(shape, 0) + 1
     return [Anchor(a.text, a.kind, a.score + min(counts[a.text], 5) * 0.3
                    - 1.5 * math.log2(shapes[_shape(a.text)])
-                   - (UNREFERENCED_PENALTY if a.text not in named and len(seen_in[a.text]) == 1
-                      and a.kind != "error" else 0.0), a.first_seen)
+                   - _unreferenced(a, named), a.first_seen)
             for a in found.values()]
+
+
+def _unreferenced(anchor: Anchor, named: set[str]) -> float:
+    """The penalty for a name only tool outputs printed: nobody ran, wrote or asked for it.
+    Printed again by later outputs (pip's cache and site-packages paths, a DTD URL in every
+    page) it is still noise: repetition only earns back part of it. Errors are exempt."""
+    if anchor.text in named or anchor.kind == "error":
+        return 0.0
+    return UNREFERENCED_PENALTY
 
 
 def select_anchors(candidates: Iterable[Anchor], *, budget_tokens: int,
