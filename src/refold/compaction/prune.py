@@ -30,6 +30,7 @@ _EXIT = re.compile(r"(?:exit(?:ed)?(?: with)?(?: code| status)?|return ?code|ret
 # the first keyword, then its line: ``^.*\bword\b.*$`` backtracks over every line
 _ERROR_WORD = re.compile(r"\b(?:[A-Z]\w*(?:Error|Exception)|error|ERROR|FAILED|[Ff]atal|"
                          r"panic)\b")
+_ERROR_HINTS = ("Error", "Exception", "error", "ERROR", "FAILED", "atal", "panic")
 
 
 @dataclass
@@ -77,6 +78,8 @@ def exit_status(output: str) -> str | None:
 
 
 def first_error_line(output: str) -> str | None:
+    if not any(word in output for word in _ERROR_HINTS):
+        return None  # substring tests first: most outputs name no error at all
     match = _ERROR_WORD.search(output)
     if not match:
         return None
