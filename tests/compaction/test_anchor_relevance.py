@@ -71,3 +71,12 @@ def test_a_name_printed_by_many_outputs_but_used_by_nobody_ranks_below_commands(
     chosen = select_anchors(extract_anchors(msgs), budget_tokens=25,
                             count_text=COUNTER.count_text)
     assert {"pip install attrs", "pip install six", "pip install tox"} <= set(chosen), chosen
+
+
+def test_a_command_anchor_keeps_the_whitespace_it_was_typed_with() -> None:
+    typed = "sed -i '317s/^/\\t      /' src/libponyc/expr/match.c"
+    call = {"id": "s", "type": "function", "function": {
+        "name": "execute_bash", "arguments": json.dumps({"command": typed + "\nmake"})}}
+    msgs: list[dict[str, Any]] = [{"role": "assistant", "content": None, "tool_calls": [call]},
+                                  {"role": "tool", "tool_call_id": "s", "content": ""}]
+    assert typed in {a.text for a in extract_anchors(msgs)}

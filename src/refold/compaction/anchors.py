@@ -91,10 +91,20 @@ def _command_texts(message: Message) -> Iterable[str]:
             continue
         command = tool_effect(str(fn.get("name") or ""), args, "").command
         if command:
-            yield command[:MAX_ANCHOR_CHARS]
+            yield _as_typed(command, args.get("command"))[:MAX_ANCHOR_CHARS]
         query = args.get("query")
         if isinstance(query, str) and query.strip():
             yield query.strip().splitlines()[0][:MAX_ANCHOR_CHARS]
+
+
+def _as_typed(command: str, raw: object) -> str:
+    """The command line as the agent typed it (a tab, two spaces), when the tool table's
+    whitespace-normalised key is that line: an anchor is verbatim or useless."""
+    if isinstance(raw, str) and raw.strip():
+        first = raw.strip().splitlines()[0].strip()
+        if " ".join(first.split()) == command:
+            return first
+    return command
 
 
 def _message_text(message: Message) -> str:
