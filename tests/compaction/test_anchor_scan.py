@@ -19,16 +19,19 @@ def _round(i: int, output: str) -> list[dict[str, Any]]:
             {"role": "tool", "tool_call_id": f"c{i}", "content": output}]
 
 
-def test_old_outputs_past_the_scan_budget_keep_errors_urls_and_commands() -> None:
-    old = ("built with clang 17.0.6 in build/out/obj/core.o\n"
-           "KeyError: 'tenant_id' in https://ci.example.com/job/41\n")
+def test_old_outputs_past_the_scan_budget_keep_their_ends_errors_urls_and_commands() -> None:
+    old = ("compiling core\n" + "cc -O2 -c unit.c\n" * 40
+           + "built with clang 17.0.6 in build/out/obj/core.o\n" + "cc -O2 -c unit.c\n" * 40
+           + "KeyError: 'tenant_id' in https://ci.example.com/job/41\n" + "ld -o a\n" * 40
+           + "done in 4447 ms, wrote dist/app-2.1.0.tar.gz\n")
     msgs = [{"role": "user", "content": "Pin the client to v3.4.11 and fix the build."},
             *_round(0, old), *_round(1, "filler line\n" * 400),
             *_round(2, "built with clang 18.1.2 in build/out/obj/main.o\n")]
     everything = {a.text for a in extract_anchors(msgs)}
     budgeted = {a.text for a in extract_anchors(msgs, scan_budget_chars=200)}
     assert {"17.0.6", "build/out/obj/core.o", "18.1.2"} <= everything
-    assert "17.0.6" not in budgeted and "build/out/obj/core.o" not in budgeted
+    assert "17.0.6" not in budgeted and "build/out/obj/core.o" not in budgeted  # mid-output
+    assert {"4447 ms", "dist/app-2.1.0.tar.gz"} <= budgeted  # the old output's last line
     assert "18.1.2" in budgeted and "build/out/obj/main.o" in budgeted  # the newest: in full
     assert "KeyError: 'tenant_id' in https://ci.example.com/job/41" in budgeted
     assert "https://ci.example.com/job/41" in budgeted

@@ -22,6 +22,7 @@ from refold.messages.model import Message, content_text
 MAX_ANCHOR_CHARS = 200
 SCAN_CHARS = 8_000  # per message; what the llm summarizer sees of a long output, too
 SCAN_BUDGET_CHARS = 1_000_000  # newest text scanned for every kind (about 250K tokens)
+OLD_HEAD, OLD_TAIL = 200, 400  # what of an older output is scanned for every kind
 
 _EXT = (r"py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonl|yaml|yml|toml|md|rst|txt|rs|go|java|kt|c|h|cc|"
         r"cpp|hpp|cs|sh|bash|zsh|sql|html|css|scss|cfg|ini|conf|lock|log|csv|env|rb|php|swift|"
@@ -170,17 +171,21 @@ _Found = tuple[tuple[str, str, float], ...]  # (raw match, kind, weight) in one 
 
 
 def _scan(text: str, role: str, full: bool) -> _Found:
-    """Candidates in one message's text: every pattern when ``full``, else only the kinds that
-    outrank everything else (errors, URLs, ``$ command`` lines)."""
+    """Candidates in one message's text: every pattern over all of it when ``full``; else
+    errors and URLs over all of it and the other kinds over its first and last lines only
+    (an old output's identifiers sit at its ends: the command echo, the result, the error)."""
     bonus = 1.0 if role == "user" else 0.0
     out: list[tuple[str, str, float]] = []
     if "$ " in text:
         out += [(line, "command", 5 + bonus) for line in _PROMPT_LINE.findall(text)]
+    ends = text if full or len(text) <= OLD_HEAD + OLD_TAIL else (
+        text[:OLD_HEAD].rsplit("\n", 1)[0] + "\n" + text[-OLD_TAIL:].split("\n", 1)[-1])
     for kind, weight, pattern in _PATTERNS:
         if kind in PROSE_KINDS and role == "assistant":
             continue  # prose quotes errors mid-sentence; the tool output has them whole
-        if (full or kind in _LITE_KINDS) and _may_match(kind, text):
-            out += [(m.group(0), kind, weight + bonus) for m in pattern.finditer(text)]
+        scope = text if kind in _LITE_KINDS else ends
+        if _may_match(kind, scope):
+            out += [(m.group(0), kind, weight + bonus) for m in pattern.finditer(scope)]
     return tuple(out)
 
 
@@ -233,7 +238,8 @@ def extract_anchors(messages: Sequence[Message], *, scan_budget_chars: int = SCA
     prose: a fenced block's first line, an inline `` `pytest tests/x.py -k edge` ``.
 
     Speed: tool calls, user messages and the newest ``scan_budget_chars`` of text are scanned
-    for every kind; older tool outputs and assistant text only for errors and URLs. Identical
+    for every kind; older tool outputs and assistant text for errors and URLs, and for the
+    other kinds only in their first and last lines (``OLD_HEAD``/``OLD_TAIL``). Identical
     texts are scanned once and raw matches cleaned once.
     """
     found: dict[str, Anchor] = {}
