@@ -111,11 +111,11 @@ def _as_typed(command: str, raw: object) -> str:
 def _message_text(message: Message) -> str:
     text = content_text(message)
     if len(text) > SCAN_CHARS:  # bounded per message: identifiers sit at the ends of outputs
-        text = text[:SCAN_CHARS // 2] + "\n" + text[-SCAN_CHARS // 2:]
+        text = text[:SCAN_CHARS // 2] + "\n\n" + text[-SCAN_CHARS // 2:]  # no match spans it
     parts = [text]
     for call in message.get("tool_calls") or []:
         parts.append(str((call.get("function") or {}).get("arguments") or ""))
-    text = "\n".join(parts)
+    text = "\n\n".join(parts)  # a blank line: no anchor spans two parts
     if "--- " in text or "+++ " in text or "diff --git" in text:
         text = _undiff(text)
     return _PRUNE_NOTE.sub("", text) if "(full output" in text else text
@@ -179,7 +179,7 @@ def _scan(text: str, role: str, full: bool) -> _Found:
     if "$ " in text:
         out += [(line, "command", 5 + bonus) for line in _PROMPT_LINE.findall(text)]
     ends = text if full or len(text) <= OLD_HEAD + OLD_TAIL else (
-        text[:OLD_HEAD].rsplit("\n", 1)[0] + "\n" + text[-OLD_TAIL:].split("\n", 1)[-1])
+        text[:OLD_HEAD].rsplit("\n", 1)[0] + "\n\n" + text[-OLD_TAIL:].split("\n", 1)[-1])
     for kind, weight, pattern in _PATTERNS:
         if kind in PROSE_KINDS and role == "assistant":
             continue  # prose quotes errors mid-sentence; the tool output has them whole
