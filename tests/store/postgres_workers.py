@@ -60,11 +60,16 @@ def open_store(url: str, schema: str, start_at: float = 0.0) -> list[int]:
         store.close()
 
 
-def try_lease(url: str, schema: str, name: str, holder: str, start_at: float) -> bool:
+def try_lease(url: str, schema: str, name: str, holder: str, start_at: float,
+              hold_until: float = 0.0) -> bool:
+    """Try to take ``name``; keep the store (so a lease taken) open until ``hold_until``: a
+    lease lapses with the connection that took it."""
     store = _open(url, schema)
     _wait_until(start_at)
     try:
-        return bool(store.acquire_lease(name, holder, 60.0))
+        got = bool(store.acquire_lease(name, holder, 60.0))
+        _wait_until(hold_until)
+        return got
     finally:
         store.close()
 

@@ -104,7 +104,7 @@ def test_only_one_process_gets_a_lease(pg_schema: str, postgres_url: str) -> Non
     start = _soon()
     with _pool() as pool:
         got = pool.starmap(workers.try_lease, [(postgres_url, pg_schema, "compact:s1", f"h{i}",
-                                                start) for i in range(PROCESSES)])
+                                                start, start + 6.0) for i in range(PROCESSES)])
     assert got.count(True) == 1
 
 

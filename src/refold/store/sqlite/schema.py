@@ -158,6 +158,12 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "full-text search indexes and their triggers", _SEARCH),
     Migration(3, "CJK unigram and bigram index for 1-2 character queries", (grams.CREATE,),
               grams.backfill),
+    # a lease names the process that took it, so a killed holder's lease lapses at once
+    Migration(4, "lease holder process", (
+        "ALTER TABLE leases ADD COLUMN host TEXT",
+        "ALTER TABLE leases ADD COLUMN pid INTEGER",
+        "ALTER TABLE leases ADD COLUMN pid_started TEXT",
+    )),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 
