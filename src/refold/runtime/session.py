@@ -85,6 +85,7 @@ class SessionRuntime:
         self._tools: list[dict[str, Any]] | None = None
         self._lock = threading.RLock()
         self._precompactor = Precompactor(engine.executor)
+        self._holder = f"{engine.holder}/{id(self):x}"  # this runtime's compaction lease
         self._trigger = engine.ops.new_trigger()
         self._last_sent_tokens: int | None = None  # estimate of the last prepared request
         self._last_prepared: Prepared | None = None
@@ -468,9 +469,9 @@ class SessionRuntime:
                 return False
             self._precompactor.discard()
             report = self._compact_now(projection, target_tokens=target)
-            if report is None:
-                return False
             after = self._measure(self.store.projection(self.session_id))
+            if report is None and after >= before:  # nobody compacted (or not enough)
+                return False
             self._last_sent_tokens = after
             return after < before
 
@@ -648,11 +649,12 @@ class SessionRuntime:
         before = None
         if self._trigger.preflight(tokens):
             report = self._swap_or_compact(view.snapshot())
+            # ours, another compactor's (report None) or unchanged: send the latest view
+            view = self._current_view()
+            messages, body = self._request(view)
             if report is not None:
                 before = tokens
-                view = self._current_view()
-                messages, body = self._request(view)
-                tokens = self.ops.total_from_base(body, self._tools)
+            tokens = self.ops.total_from_base(body, self._tools)
         warnings.extend(self._trigger.take_warnings())
         if tokens > self.ops.context_length:
             warnings.append(f"context is {tokens} tokens, over the {self.ops.context_length} "
@@ -693,10 +695,11 @@ class SessionRuntime:
         return self._compact_now(projection, target_tokens=None)
 
     def _commit(self, plan: Plan) -> Any:
+        """Commit the background plan: the store's compare-and-set drops it when the view moved
+        (another compactor, a rewind) since its snapshot."""
         plan = self._with_provider_notes(plan, validate=True)
         self._view = None  # a checkpoint is coming: the next turn reads the projection
-        report = self.ops.commit(self.store, self.session_id, plan, holder=self._engine.holder,
-                                 trigger=self._trigger, validate=True)
+        report = self.ops.commit(self.store, self.session_id, plan, trigger=self._trigger)
         if report is None:
             log.info("session %s: background plan outdated, discarded", self.session_id)
         else:
@@ -704,13 +707,30 @@ class SessionRuntime:
         return report
 
     def _compact_now(self, projection: Projection, *, target_tokens: int | None) -> Any:
-        plan = self._plan_now(projection, target_tokens)
-        if plan is None:
+        """Plan from the latest view and commit, under the session's compaction lease. Another
+        compactor never fails the turn: when it committed meanwhile and its view fits, that
+        view is used; when it holds the lease too long, the turn goes on uncompacted."""
+        seen = projection.checkpoint.id if projection.checkpoint else None
+        got = self.ops.take_lease(self.store, self.session_id, self._holder, seen)
+        if not got:
+            self._view = None
             return None
-        self._view = None  # a checkpoint is coming: the next turn reads the projection
-        report = self.ops.commit(self.store, self.session_id, plan, holder=self._engine.holder,
-                                 trigger=self._trigger)
-        self._maybe_rotate()
+        session_id = self.session_id
+        try:
+            fresh = self.store.projection(session_id)
+            if (fresh.checkpoint.id if fresh.checkpoint else None) != seen and \
+                    self._measure(fresh) < (target_tokens or self.ops.threshold):
+                self._view = None
+                return None  # another compactor did it while we waited for the lease
+            plan = self._plan_now(fresh, target_tokens)
+            if plan is None:
+                return None
+            self._view = None  # a checkpoint is coming: the next turn reads the projection
+            report = self.ops.commit(self.store, session_id, plan, trigger=self._trigger)
+        finally:
+            self.store.release_lease(f"compact:{session_id}", self._holder)
+        if report is not None:
+            self._maybe_rotate()
         return report
 
     def _plan_now(self, projection: Projection, target_tokens: int | None) -> Plan | None:
