@@ -197,7 +197,7 @@ class ContextOps:
 
 
     def take_lease(self, store: Store, session_id: str, holder: str,
-                   seen_checkpoint: int | None, *, wait: float = LEASE_WAIT_SECONDS
+                   seen_checkpoint: int | None, *, wait: float | None = None
                    ) -> bool | None:
         """The session's compaction lease, so one compactor plans at a time (one summarizer
         call per window, across processes). True: ours (``release_lease`` it). None: another
@@ -205,7 +205,7 @@ class ContextOps:
         after ``wait`` seconds (go on with the current view). A lease dies with its holder (see
         the stores), so a killed compactor holds nobody up."""
         name = f"compact:{session_id}"
-        deadline = time.monotonic() + wait
+        deadline = time.monotonic() + (LEASE_WAIT_SECONDS if wait is None else wait)
         while True:
             if store.acquire_lease(name, holder, self.policy.lease_seconds):
                 return True

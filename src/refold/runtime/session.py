@@ -86,6 +86,8 @@ class SessionRuntime:
         self._lock = threading.RLock()
         self._precompactor = Precompactor(engine.executor)
         self._holder = f"{engine.holder}/{id(self):x}"  # this runtime's compaction lease
+        # (messages, last identity) a prepare stored before it failed: its retry stores nothing
+        self._unanswered: tuple[list[Message], str] | None = None
         self._trigger = engine.ops.new_trigger()
         self._last_sent_tokens: int | None = None  # estimate of the last prepared request
         self._last_prepared: Prepared | None = None
@@ -146,12 +148,28 @@ class SessionRuntime:
             if tools is not None:
                 self._tools = tools
             clean = [wire_form(m) for m in self.ops.validate(new_messages)]
-            if clean:
+            if clean and not self._stored_by_failed_prepare(clean):
                 self._chain = None  # library mode does not track the chain
                 counts = self.ops.message_counts(clean)
-                self._append_after_view(clean, counts)
+                result = self._append_after_view(clean, counts)
                 self._count_turns(clean)
-            return self._prepare_locked()
+                self._unanswered = (clean, result.appended[-1].identity)
+            prepared = self._prepare_locked()
+            self._unanswered = None
+            return prepared
+
+    def _stored_by_failed_prepare(self, clean: list[Message]) -> bool:
+        """A retry of a ``prepare`` that stored ``clean`` and then failed (building the request
+        raised): they are stored already and still the session's last rows, so the retry
+        stores nothing again."""
+        unanswered, self._unanswered = self._unanswered, None
+        if unanswered is None or unanswered[0] != clean:
+            return False
+        last = self.store.last_message(self.session_id)
+        if last is None or last.identity != unanswered[1]:
+            return False
+        self._unanswered = unanswered
+        return True
 
     def prepare_history(self, history: list[Message], *,
                         tools: list[dict[str, Any]] | None = None,
