@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import click
@@ -133,15 +134,19 @@ def _engine(app: AppContext) -> tuple[Any, Any]:
     and the summarizer setup whose clients the caller closes after the engine."""
     from refold.cli.llm_setup import summarizer_setup
     from refold.compaction import CompactionPolicy
+    from refold.references import local_expander
     from refold.runtime.engine import Engine
     from refold.server.tenancy import tenant_memory
 
     settings = app.settings
     setup = summarizer_setup(settings)
     memory = tenant_memory(settings, app.store, "", setup.client)
+    # the person at the terminal: @file/@folder/@diff/@git read the working directory
+    references = local_expander(store=app.store, cwd=Path.cwd(),
+                                spill_dir=settings.home / "spill", deny_roots=[settings.home])
     engine = Engine(app.store, model=settings.model, context_length=settings.context_length,
                     owner="", memory=memory, chat_client=setup.client,
-                    summarizer=setup.summarizer,
+                    summarizer=setup.summarizer, references=references,
                     policy=CompactionPolicy(rotate_on_compaction=settings.rotate_on_compaction))
     return engine, setup
 

@@ -50,6 +50,9 @@ class Settings(BaseModel):
     # an external memory provider (entry point in refold.memory_providers) beside the builtin
     memory_provider: str | None = None
     rotate_on_compaction: bool = False
+    # references (refold.references): the directory the proxy lets @file/@folder/@diff/@git
+    # read (None: off in the proxy; `refold chat` and `refold expand` use their working dir)
+    allow_local_refs: Path | None = None
 
     @property
     def db_url(self) -> str:

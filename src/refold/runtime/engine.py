@@ -37,6 +37,8 @@ from refold.store.base import Session, Store
 if TYPE_CHECKING:
     from refold.compaction.policy import CompactionPolicy
     from refold.llm import ChatClient
+    from refold.references import ReferenceExpander
+    from refold.references.link import ReferenceLink
     from refold.runtime.precompact import Plan
 
 log = logging.getLogger(__name__)
@@ -51,7 +53,8 @@ class Engine:
                  memory_dir: Path | None = None, memory: Any | None = None,
                  summarizer: Any | None = None, chat_client: ChatClient | None = None,
                  policy: CompactionPolicy | None = None,
-                 background_precompact: bool = True) -> None:
+                 background_precompact: bool = True,
+                 references: ReferenceExpander | None = None) -> None:
         if context_length <= 0:
             raise InvalidInput(f"context_length must be positive, got {context_length}")
         self.store = store
@@ -59,6 +62,7 @@ class Engine:
         self.owner = owner
         self.chat_client = chat_client
         self.background_precompact = background_precompact
+        self.references = references  # expands @session/@file… in what is sent (None: off)
         self.ops = ContextOps(model=model, context_length=context_length, policy=policy,
                               summarizer=summarizer, chat_client=chat_client)
         self.memory: MemoryLink | None = (
@@ -105,6 +109,15 @@ class Engine:
     def _create(self, title: str | None, source: str | None) -> Session:
         return self.store.create_session(title=title, source=source, model=self.model,
                                          owner=self.owner)
+
+    def reference_link(self) -> ReferenceLink | None:
+        """A new session runtime's link to the reference expander (None when off)."""
+        if self.references is None:
+            return None
+        from refold.references.link import ReferenceLink
+
+        return ReferenceLink(self.references, self.store,
+                             context_length=self.ops.context_length)
 
     # -- memory -------------------------------------------------------------------------------
     def _render_snapshot(self) -> str:

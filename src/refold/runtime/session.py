@@ -103,6 +103,7 @@ class SessionRuntime:
         self._rotation = Rotation()  # maps a re-sent history onto a compaction child
         self._deferred_after_turn: int | None = None  # see record(defer_after_turn=True)
         self._pending: _PendingStore | None = None  # see prepare_history(defer_store=True)
+        self._refs = engine.reference_link()  # @file/@session expansion (None: off)
         self._closed = False
 
     # -- properties ------------------------------------------------------------------------
@@ -616,16 +617,19 @@ class SessionRuntime:
     def _measure(self, projection: Projection) -> int:
         return self.ops.count(self._build(projection), self._tools)
 
-    def _request(self, view: ViewCache) -> tuple[list[Message], int]:
+    def _request(self, view: ViewCache, light: bool = False) -> tuple[list[Message], int]:
         """The messages to send (fresh wire-form dicts) and the sum of their base counts: O(1)
-        on top of the view's running sum (the system message, the user message recall
-        extends)."""
+        on top of the view's running sum (the system message, the user messages whose
+        references are expanded (``refold.references.link``), the one recall extends)."""
         system = self.system_text()
         lead: list[Message] = [{"role": "system", "content": system}] if system else []
         body = view.tokens + sum(map(self.ops.base_count, lead))
         out = [detached(m) for m in lead] + view.copies()
+        if self._refs is not None:
+            body += self._refs.apply(self.session_id, out, view.rows, block=not light,
+                                     count=self.ops.base_count)
         if self._recall:
-            plain = lead + view.view
+            plain = list(out)
             messages = with_recall(plain, self._recall)
             for index in range(len(plain) - 1, -1, -1):
                 if messages[index] is not plain[index]:
@@ -640,7 +644,7 @@ class SessionRuntime:
         if light and (self._view is None or self._view is not self._confirmed):
             raise _NeedsWorker  # the view may need a full read
         view = self._current_view()
-        messages, body = self._request(view)
+        messages, body = self._request(view, light)
         tokens = self.ops.total_from_base(body, self._tools)
         if light and tokens >= self._light_limit():
             raise _NeedsWorker  # nothing decided yet: the worker call redoes it all
@@ -654,6 +658,8 @@ class SessionRuntime:
                 messages, body = self._request(view)
                 tokens = self.ops.total_from_base(body, self._tools)
         warnings.extend(self._trigger.take_warnings())
+        if self._refs is not None:
+            warnings.extend(self._refs.take_warnings())
         if tokens > self.ops.context_length:
             warnings.append(f"context is {tokens} tokens, over the {self.ops.context_length} "
                             "token window; the provider may reject it")

@@ -34,7 +34,13 @@ from refold.errors import InvalidInput, RefoldError, UpstreamError
 from refold.server import reads
 from refold.server.auth import AuthError, KeyRing, Tenant
 from refold.server.completions import Drain, Proxy, chat_completions, parse_json
-from refold.server.sessions import DEFAULT_CAPACITY, EngineFactory, EngineLike, SessionPool
+from refold.server.sessions import (
+    DEFAULT_CAPACITY,
+    EngineFactory,
+    EngineLike,
+    SessionPool,
+    scoped_title,
+)
 from refold.server.tenancy import tenant_memory
 from refold.server.upstream import Upstream
 from refold.server.wire import error_body, status_for
@@ -56,6 +62,7 @@ class BodyTooLarge(Exception):
 def default_engine_factory(settings: Settings, store: Store) -> EngineFactory:
     from refold.cli.llm_setup import summarizer_setup
     from refold.compaction import CompactionPolicy
+    from refold.references import local_expander
     from refold.runtime.engine import Engine
 
     setup = summarizer_setup(settings)  # its clients live as long as the process
@@ -63,9 +70,13 @@ def default_engine_factory(settings: Settings, store: Store) -> EngineFactory:
 
     def make(owner: str) -> EngineLike:
         memory = tenant_memory(settings, store, owner, setup.client)
+        # @session within the tenant's own sessions; local kinds only under allow_local_refs
+        references = local_expander(store=store, owner=owner, cwd=settings.allow_local_refs,
+                                    spill_dir=settings.home / "spill", deny_roots=[settings.home],
+                                    aliases=lambda name: scoped_title(owner, name))
         return Engine(store, model=settings.model, context_length=settings.context_length,
                       owner=owner, memory=memory, chat_client=setup.client,
-                      summarizer=setup.summarizer, policy=policy)
+                      summarizer=setup.summarizer, policy=policy, references=references)
 
     return make
 

@@ -18,14 +18,14 @@ from refold.tools.todo import apply_todos, load_todos, render_todos, todo_tool
 
 
 def agent_tools(store: Store, *, session_id: str | Callable[[], str], owner: str | None = "",
-                memory: Any | None = None) -> ToolRegistry:
+                memory: Any | None = None, spill: Any | None = None) -> ToolRegistry:
     """The standard registry for one session: session_search, todo, and memory when given.
 
     ``session_id`` may be a getter (``lambda: rt.session_id``) so the tools follow a runtime
     that moves to a compaction child (``rotate_on_compaction``).
     """
     registry = ToolRegistry([session_search_tool(store, current_session_id=session_id,
-                                                 owner=owner),
+                                                 owner=owner, spill=spill),
                              todo_tool(store, session_id)])
     if memory is not None:
         registry.register(memory_tool(memory))
