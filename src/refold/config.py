@@ -55,6 +55,8 @@ class Settings(BaseModel):
     # references (refold.references): the directory the proxy lets @file/@folder/@diff/@git
     # read (None: off in the proxy; `refold chat` and `refold expand` use their working dir)
     allow_local_refs: Path | None = None
+    # skills (refold.skills): tool iterations between skill reviews (0: no review)
+    skills_creation_nudge_interval: int = 15
 
     @property
     def db_url(self) -> str:

@@ -84,7 +84,8 @@ class ChatSession:
             refs = self.engine.references
             self.tools = agent_tools(self.engine.store, session_id=lambda: rt.session_id,
                                      owner=self.engine.owner, memory=self.engine.memory,
-                                     spill=refs.spill if refs is not None else None)
+                                     spill=refs.spill if refs is not None else None,
+                                     skills=self.engine.skills)
         self.last_prepared = None
 
     def describe(self) -> str:

@@ -30,6 +30,7 @@ COMMANDS = {
     "mcp": "refold.cli.mcp:mcp_cmd",
     "migrate": "refold.cli.migrate:migrate_cmd",
     "expand": "refold.cli.expand:expand_cmd",
+    "skills": "refold.cli.skills:skills_group",
 }
 
 

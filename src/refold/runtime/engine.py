@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from refold.references import ReferenceExpander
     from refold.references.link import ReferenceLink
     from refold.runtime.precompact import Plan
+    from refold.skills import SkillLibrary
+    from refold.skills.review import SkillReviewer
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +56,9 @@ class Engine:
                  summarizer: Any | None = None, chat_client: ChatClient | None = None,
                  policy: CompactionPolicy | None = None,
                  background_precompact: bool = True,
-                 references: ReferenceExpander | None = None) -> None:
+                 references: ReferenceExpander | None = None,
+                 skills: SkillLibrary | None = None,
+                 skill_review: SkillReviewer | None = None) -> None:
         if context_length <= 0:
             raise InvalidInput(f"context_length must be positive, got {context_length}")
         self.store = store
@@ -63,6 +67,8 @@ class Engine:
         self.chat_client = chat_client
         self.background_precompact = background_precompact
         self.references = references  # expands @session/@file… in what is sent (None: off)
+        self.skills = skills  # layer 4: its index joins the frozen snapshot
+        self.skill_review = skill_review  # proposes skills after enough tool work
         self.ops = ContextOps(model=model, context_length=context_length, policy=policy,
                               summarizer=summarizer, chat_client=chat_client)
         self.memory: MemoryLink | None = (
@@ -121,6 +127,10 @@ class Engine:
 
     # -- memory -------------------------------------------------------------------------------
     def _render_snapshot(self) -> str:
+        parts = [self._memory_snapshot(), self._skills_index()]
+        return "\n\n".join(p for p in parts if p)
+
+    def _memory_snapshot(self) -> str:
         if self.memory is None:
             return ""
         try:
@@ -129,9 +139,40 @@ class Engine:
             log.warning("memory snapshot failed, continuing without it: %s", exc)
             return ""
 
+    def _skills_index(self) -> str:
+        """Names and descriptions only (progressive disclosure: bodies via skill_manage)."""
+        if self.skills is None:
+            return ""
+        from refold.skills import skills_index
+
+        try:
+            return skills_index(self.skills)
+        except Exception as exc:  # an unreadable library must not stop the session
+            log.warning("skills index failed, continuing without it: %s", exc)
+            return ""
+
+    def _review_skills(self, runtime: SessionRuntime, tool_iterations: int) -> None:
+        """Count the turn's tool work; at the interval, queue a skill review (never waits)."""
+        review = self.skill_review
+        if review is None or self._closing or not review.due(runtime.session_id,
+                                                             tool_iterations):
+            return
+        session_id = runtime.session_id
+
+        def load() -> tuple[str, list[Any]]:  # on the worker: the turn never reads for it
+            title = self.store.get_session(session_id).title or ""
+            return title, [r.message for r in
+                           self.store.get_messages(session_id)[-REVIEW_WINDOW:]]
+
+        self.executor.submit(review.run, load)
+
     def after_turn(self, runtime: SessionRuntime, tool_iterations: int) -> None:
-        """A user turn completed: hand it to memory (sync + background review)."""
-        if self.memory is None or self._closed:
+        """A user turn completed: hand it to memory (sync + background review) and count it
+        for skill review."""
+        if self._closed:
+            return
+        self._review_skills(runtime, tool_iterations)
+        if self.memory is None:
             return
         try:
             # the last 40 active rows up to the reply just stored (the whole ledger would be

@@ -18,7 +18,8 @@ from refold.tools.todo import apply_todos, load_todos, render_todos, todo_tool
 
 
 def agent_tools(store: Store, *, session_id: str | Callable[[], str], owner: str | None = "",
-                memory: Any | None = None, spill: Any | None = None) -> ToolRegistry:
+                memory: Any | None = None, spill: Any | None = None,
+                skills: Any | None = None) -> ToolRegistry:
     """The standard registry for one session: session_search, todo, and memory when given.
 
     ``session_id`` may be a getter (``lambda: rt.session_id``) so the tools follow a runtime
@@ -29,6 +30,10 @@ def agent_tools(store: Store, *, session_id: str | Callable[[], str], owner: str
                              todo_tool(store, session_id)])
     if memory is not None:
         registry.register(memory_tool(memory))
+    if skills is not None:
+        from refold.skills import skill_manage_tool
+
+        registry.register(skill_manage_tool(skills))
     return registry
 
 
