@@ -89,6 +89,10 @@ class Engine:
         """Open a runtime: ``new``, ``ref`` (id / prefix / title, resumed), or the latest."""
         session = self._resolve(ref, new=new, title=title, source=source, branch_at=branch_at)
         runtime = SessionRuntime(self, session.id, snapshot=self._render_snapshot())
+        if not new:  # a resumed session sees its open goal, plan and tasks once
+            from refold.tools.todo import load_task_state, render_task_state
+
+            runtime.show_once(render_task_state(load_task_state(self.store, session.id)))
         with self._lock:
             self._open.add(runtime)
         return runtime

@@ -104,6 +104,7 @@ class SessionRuntime:
         self._deferred_after_turn: int | None = None  # see record(defer_after_turn=True)
         self._pending: _PendingStore | None = None  # see prepare_history(defer_store=True)
         self._refs = engine.reference_link()  # @file/@session expansion (None: off)
+        self._show_once = ""  # a note for the next user turn only (the resumed task state)
         self._closed = False
 
     # -- properties ------------------------------------------------------------------------
@@ -601,6 +602,13 @@ class SessionRuntime:
         users = [m for m in messages if m.get("role") == "user"]
         if users:  # a new user turn: its recall block, fixed for the whole turn
             self._recall = self._engine.turn_recall(content_text(users[-1]))
+            if self._show_once:  # placed like recall: this turn's user message, not stored
+                self._recall = "\n\n".join(p for p in (self._show_once, self._recall) if p)
+                self._show_once = ""
+
+    def show_once(self, note: str) -> None:
+        """Show ``note`` to the model with the next user turn (all its tool iterations), once."""
+        self._show_once = note
 
     def _note_system_prompt(self, system: str | None) -> None:
         """Keep the client's system prompt in the ledger as an event when it changes."""

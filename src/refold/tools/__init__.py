@@ -14,7 +14,14 @@ from refold.store.base import Store
 from refold.tools.memory import memory_tool
 from refold.tools.registry import Tool, ToolRegistry, ToolResult, to_json
 from refold.tools.session_search import SessionSearch, session_search_tool
-from refold.tools.todo import apply_todos, load_todos, render_todos, todo_tool
+from refold.tools.todo import (
+    apply_todos,
+    load_task_state,
+    load_todos,
+    render_task_state,
+    render_todos,
+    todo_tool,
+)
 
 
 def agent_tools(store: Store, *, session_id: str | Callable[[], str], owner: str | None = "",
@@ -44,8 +51,10 @@ __all__ = [
     "ToolResult",
     "agent_tools",
     "apply_todos",
+    "load_task_state",
     "load_todos",
     "memory_tool",
+    "render_task_state",
     "render_todos",
     "session_search_tool",
     "to_json",
