@@ -15,7 +15,8 @@ Blocking store and memory calls run on a worker thread so the stdio loop stays r
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 import anyio
 import mcp.types as types
@@ -33,10 +34,21 @@ INSTRUCTIONS = (
     "facts and preferences, and `session_search` to recall earlier work.")
 
 
-def build_server(registry: ToolRegistry) -> Server[Any, Any]:
-    """A low-level MCP server whose tools are ``registry``'s tools."""
+class ResourceSource(Protocol):
+    """Read-only documents served as MCP resources (the skills: ``skill://<name>``)."""
+
+    def resources(self) -> Iterable[tuple[str, str, str]]: ...  # (uri, name, description)
+    def read(self, uri: str) -> str: ...
+
+
+def build_server(registry: ToolRegistry,
+                 resources: ResourceSource | None = None) -> Server[Any, Any]:
+    """A low-level MCP server whose tools are ``registry``'s tools (and, when given,
+    ``resources``' documents as resources)."""
     server: Server[Any, Any] = Server(SERVER_NAME, version=__version__,
                                       instructions=INSTRUCTIONS)
+    if resources is not None:
+        _serve_resources(server, resources)
 
     @server.list_tools()
     async def list_tools() -> list[types.Tool]:
@@ -55,6 +67,21 @@ def build_server(registry: ToolRegistry) -> Server[Any, Any]:
     return server
 
 
+def _serve_resources(server: Server[Any, Any], source: ResourceSource) -> None:
+    from mcp.server.lowlevel.helper_types import ReadResourceContents
+
+    @server.list_resources()
+    async def list_resources() -> list[types.Resource]:
+        found = await anyio.to_thread.run_sync(lambda: list(source.resources()))
+        return [types.Resource(uri=uri, name=name, description=description,  # type: ignore[arg-type]
+                               mimeType="text/markdown") for uri, name, description in found]
+
+    @server.read_resource()
+    async def read_resource(uri: Any) -> list[ReadResourceContents]:
+        text = await anyio.to_thread.run_sync(source.read, str(uri))
+        return [ReadResourceContents(content=text, mime_type="text/markdown")]
+
+
 def _result(text: str, *, error: bool) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
                                 isError=error)
@@ -67,6 +94,6 @@ async def _serve_stdio(server: Server[Any, Any]) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-def run_stdio(registry: ToolRegistry) -> None:
+def run_stdio(registry: ToolRegistry, resources: ResourceSource | None = None) -> None:
     """Serve ``registry`` over this process's stdin/stdout until the client disconnects."""
-    anyio.run(_serve_stdio, build_server(registry))
+    anyio.run(_serve_stdio, build_server(registry, resources))

@@ -73,6 +73,24 @@ def skill_manage_tool(library: SkillLibrary, *, origin: str = "tool") -> Tool:
     return Tool("skill_manage", DESCRIPTION, PARAMETERS, handle)
 
 
+class SkillResources:
+    """The skills as MCP resources: ``skill://<name>`` → that skill's SKILL.md."""
+
+    PREFIX = "skill://"
+
+    def __init__(self, library: SkillLibrary) -> None:
+        self.library = library
+
+    def resources(self) -> list[tuple[str, str, str]]:
+        return [(f"{self.PREFIX}{s.name}", s.name, s.description)
+                for s in self.library.list_skills() if not s.blocked]
+
+    def read(self, uri: str) -> str:
+        if not uri.startswith(self.PREFIX):
+            raise InvalidInput(f"not a skill resource: {uri}")
+        return self.library.view(uri.removeprefix(self.PREFIX).strip("/")).render()
+
+
 def skills_index(library: SkillLibrary, *, limit: int = INDEX_CHARS) -> str:
     """The system-prompt block: one line per skill (name: description), bounded."""
     lines: list[str] = []
@@ -118,4 +136,4 @@ def export_library(library: SkillLibrary, target: str | os.PathLike[str], *,
     return written
 
 
-__all__ = ["INDEX_CHARS", "export_library", "skill_manage_tool", "skills_index"]
+__all__ = ["INDEX_CHARS", "SkillResources", "export_library", "skill_manage_tool", "skills_index"]
