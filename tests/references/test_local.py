@@ -12,6 +12,7 @@ import pytest
 from refold.references import PathGuard, PathRefused, ReferenceExpander
 from refold.references.paths import SENSITIVE_HOME_DIRS, SENSITIVE_HOME_FILES
 from refold.references.sources import hardened_argv
+from refold.tokens.estimate import estimate_tokens
 
 WINDOW = 8000
 
@@ -118,6 +119,8 @@ def test_a_1mb_file_in_an_8k_window_is_cut_to_the_budget(project: Path) -> None:
     (project / "big.txt").write_text(words[:1_000_000])
     out = expander(project).expand("@file:big.txt", context_length=WINDOW)
     assert out.tokens <= WINDOW // 2  # the hard limit: 50% of the window
+    block = out.message.split("\n\n", 1)[1]
+    assert estimate_tokens(block) <= WINDOW // 2  # measured on the text itself
     assert out.tokens > WINDOW // 4  # it used the budget, not a token of it
     assert out.references[0].status == "cut"
     assert any("cut from" in w for w in out.warnings)
@@ -131,6 +134,7 @@ def test_several_references_share_one_budget(project: Path) -> None:
     out = expander(project).expand("@file:a.txt @file:b.txt @file:c.txt",
                                    context_length=WINDOW)
     assert out.tokens <= WINDOW // 2  # three files of ~3K tokens share 4K
+    assert estimate_tokens(out.message.split("\n\n", 1)[1]) <= WINDOW // 2
     assert [r.status for r in out.references] == ["attached", "cut", "cut"]
     assert "cut from" in out.warnings[0] and "is spent" in out.warnings[1]
     assert "soft limit" in out.warnings[2]

@@ -21,12 +21,13 @@ def default_count(text: str) -> int:
     return estimate_tokens(text)
 
 
-def cut_to(text: str, budget: int, count: CountFn = default_count) -> tuple[str, bool]:
+def cut_to(text: str, budget: int, count: CountFn = default_count, *,
+           total: int | None = None) -> tuple[str, bool]:
     """``text`` if it fits in ``budget`` tokens, else its longest head (at a line end when one
-    is near) that does — and True."""
+    is near) that does — and True. ``total``: ``count(text)`` when the caller has it."""
     if budget <= 0:
         return "", bool(text)
-    total = count(text)
+    total = count(text) if total is None else total
     if total <= budget:
         return text, False
     size = max(1, int(len(text) * budget / total))

@@ -110,15 +110,20 @@ class ReferenceExpander:
         report: list[Attached] = []
         warnings: list[str] = []
         blocks: list[str] = []
+        added = 0
         session_refs = [r for r in refs if r.kind == "session"]
         if session_refs:
-            blocks.append(self._sessions(session_refs, context_length, current_session_id,
-                                         report, warnings))
+            block = self._sessions(session_refs, context_length, current_session_id,
+                                   report, warnings)
+            if block:
+                blocks.append(block)
+                added += self.count(block)
         local = [r for r in refs if r.is_local]
         if local:
-            blocks.append(self._attach(local, context_length, report, warnings))
-        blocks = [b for b in blocks if b]
-        added = sum(self.count(b) for b in blocks)
+            block, tokens = self._attach(local, context_length, report, warnings)
+            if block:
+                blocks.append(block)
+                added += tokens
         message = "\n\n".join([text, *blocks]) if blocks else text
         return Expansion(message, text, report, warnings, added)
 
@@ -142,7 +147,9 @@ class ReferenceExpander:
 
     # -- local kinds ---------------------------------------------------------------------------
     def _attach(self, refs: list[Reference], context_length: int, report: list[Attached],
-                warnings: list[str]) -> str:
+                warnings: list[str]) -> tuple[str, int]:
+        """The block and its size; each body is counted once or twice (a cut), never more:
+        counting is the expensive part of a big file."""
         hard = max(1, int(context_length * ATTACH_HARD_SHARE))
         soft = max(1, int(context_length * ATTACH_SOFT_SHARE))
         used = self.count(ATTACHED_HEADER)
@@ -159,23 +166,25 @@ class ReferenceExpander:
                 _refuse(ref, f"dropped: the {hard}-token attachment limit (50% of the window) "
                              "is spent", report, warnings, status="cut")
                 continue
-            kept, was_cut = cut_to(body, room, self.count)
+            total = self.count(body)
+            kept, was_cut = cut_to(body, room, self.count, total=total)
+            size = total
             if was_cut:
                 kept = _close_fence(kept) + "\n" + CUT_MARKER
-                warnings.append(f"{ref.raw}: cut from {self.count(body)} to about "
-                                f"{self.count(kept)} tokens (attachments may use {hard} tokens, "
-                                "50% of the window)")
+                size = self.count(kept)
+                warnings.append(f"{ref.raw}: cut from {total} to about {size} tokens "
+                                f"(attachments may use {hard} tokens, 50% of the window)")
             part = f"{head}\n{kept}"
-            used += self.count(part)
+            tokens = self.count(head) + size + SLACK // 2
+            used += tokens
             parts.append(part)
-            report.append(Attached(ref.raw, ref.kind, "cut" if was_cut else "attached",
-                                   self.count(part)))
+            report.append(Attached(ref.raw, ref.kind, "cut" if was_cut else "attached", tokens))
         if not parts:
-            return ""
+            return "", 0
         if used > soft:
             warnings.append(f"attached context is {used} tokens, over the soft limit of {soft} "
                             "(25% of the window)")
-        return ATTACHED_HEADER + "\n\n" + "\n\n".join(parts)
+        return ATTACHED_HEADER + "\n\n" + "\n\n".join(parts), used
 
     def _resolve(self, ref: Reference, report: list[Attached],
                  warnings: list[str]) -> tuple[str, str] | None:
