@@ -164,7 +164,9 @@ def todo_tool(store: Store, session_id: str | Callable[[], str]) -> Tool:
                     raise InvalidInput(f"'{key}' must be text")
                 updated[key] = args[key].strip()[:limit]
         if updated != state:  # a full snapshot: the latest event is the whole state
-            store.append_event(sid, EVENT_KIND, updated)
+            # (an empty goal or plan is left out: a todo-only state keeps its old shape)
+            store.append_event(sid, EVENT_KIND, {k: v for k, v in updated.items()
+                                                 if k == "todos" or v})
         out = _summary(updated["todos"])
         out.update(goal=updated["goal"], plan=updated["plan"])
         return to_json(out)
