@@ -80,7 +80,9 @@ class AppContext:
         self._check_exists(settings)
         if "://" not in settings.db_url:
             settings.home.mkdir(parents=True, exist_ok=True)
-        return open_store(settings.db_url)
+            return open_store(settings.db_url)
+        # a read command with a mistyped ?schema= must not create that schema
+        return open_store(settings.db_url, create=_invoked_command() not in READ_COMMANDS)
 
     @staticmethod
     def _check_exists(settings: Settings) -> None:
@@ -92,9 +94,7 @@ class AppContext:
         path = sqlite_file_of(settings.db)
         if path == ":memory:" or os.path.exists(path):
             return
-        ctx = click.get_current_context(silent=True)
-        command = ctx.find_root().invoked_subcommand if ctx is not None else None
-        if command in READ_COMMANDS:
+        if _invoked_command() in READ_COMMANDS:
             raise NotFound(f"no database at {path}",
                            hint="check --db / REFOLD_DB; `refold import FILE` creates one")
 
@@ -112,6 +112,11 @@ class AppContext:
     def close(self) -> None:
         if "store" in self.__dict__:
             self.store.close()
+
+
+def _invoked_command() -> str | None:
+    ctx = click.get_current_context(silent=True)
+    return ctx.find_root().invoked_subcommand if ctx is not None else None
 
 
 pass_app = click.make_pass_decorator(AppContext)
