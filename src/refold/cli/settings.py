@@ -50,6 +50,8 @@ class Settings(BaseModel):
     # an external memory provider (entry point in refold.memory_providers) beside the builtin
     memory_provider: str | None = None
     rotate_on_compaction: bool = False
+    # import: the largest transcript `refold import` reads (bytes; 0 = no limit)
+    import_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
 
     @property
     def db_url(self) -> str:
