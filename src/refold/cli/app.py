@@ -19,9 +19,9 @@ from typing import Any
 
 import click
 
-from refold.cli.settings import Settings, load_settings
+from refold.config import Settings, load_settings
 from refold.errors import InvalidInput, NotFound
-from refold.store import Store, open_store, sqlite_file_of
+from refold.store import Store, sqlite_file_of
 from refold.store.output import sqlite_files
 
 # commands that only work on sessions already stored: they never create a database
@@ -78,11 +78,10 @@ class AppContext:
     def store(self) -> Store:
         settings = self.settings
         self._check_exists(settings)
-        if "://" not in settings.db_url:
-            settings.home.mkdir(parents=True, exist_ok=True)
-            return open_store(settings.db_url)
+        from refold.assembly import open_configured_store
+
         # a read command with a mistyped ?schema= must not create that schema
-        return open_store(settings.db_url, create=_invoked_command() not in READ_COMMANDS)
+        return open_configured_store(settings, create=_invoked_command() not in READ_COMMANDS)
 
     @staticmethod
     def _check_exists(settings: Settings) -> None:
