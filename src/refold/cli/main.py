@@ -57,7 +57,10 @@ def cli(ctx: click.Context, home: str | None, db: str | None, verbose: int) -> N
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI and render errors in exactly one place."""
     try:
-        cli.main(args=argv, prog_name="refold", standalone_mode=False)
+        status = cli.main(args=argv, prog_name="refold", standalone_mode=False)
+        # outside standalone mode click *returns* the code of ctx.exit(N) instead of exiting
+        if type(status) is int and status != 0:
+            sys.exit(status)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)

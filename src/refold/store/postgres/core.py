@@ -155,6 +155,23 @@ class PgCore:
                 problems.append(f"session {sid}: checkpoint {cid} has an invalid seq range")
         return problems
 
+    def rebuild_search_indexes(self) -> None:
+        """Rebuild the message indexes (GIN word and trigram indexes included) and recount
+        every session's ``message_count`` from its rows. Nothing is lost: both derive from
+        the stored messages."""
+        with self._tx("rebuild search indexes") as cur:
+            cur.execute("REINDEX TABLE messages")
+            cur.execute("""UPDATE sessions s SET message_count = c.n
+                           FROM (SELECT s2.id, count(m.id) AS n FROM sessions s2
+                                 LEFT JOIN messages m ON m.session_id = s2.id
+                                 GROUP BY s2.id) c
+                           WHERE s.id = c.id AND s.message_count <> c.n""")
+        log.info("search indexes rebuilt for schema %s", self.schema)
+
+    def backup(self, destination: str) -> None:
+        raise InvalidInput("refold does not back up PostgreSQL itself",
+                           hint="use pg_dump; the repair only rebuilds derived data")
+
     def info(self) -> dict[str, Any]:
         with self._tx("read store info") as cur:
             cur.execute("SELECT current_setting('server_version'), "
