@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from refold.cli.app import AppContext, emit, pass_app
+from refold.cli.terminal import safe_text
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
 from refold.messages import chain_identities, load_anthropic, load_messages, load_messages_file
 from refold.messages.load import Utf8Repair, check_size
@@ -126,7 +127,7 @@ def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str |
 
 
 def _render_import(report: dict[str, Any]) -> None:
-    title = f" ({report['title']})" if report["title"] else ""
+    title = f" ({safe_text(report['title'])})" if report["title"] else ""
     line = (f"imported {report['appended']} message(s) into session "
             f"{report['session_id']}{title}; {report['skipped']} already stored")
     if report["rewound"]:
@@ -203,10 +204,10 @@ def _render_hits(hits: list[dict[str, Any]], query: str) -> None:
     table.add_column("when", no_wrap=True)
     table.add_column("match", overflow="fold", ratio=1)
     for hit in hits:
-        label = hit["title"] or hit["session_id"][:12]
+        label = safe_text(hit["title"] or hit["session_id"][:12])
         when = datetime.fromtimestamp(hit["created_at"]).strftime("%y-%m-%d %H:%M")
         table.add_row(label, str(hit["seq"]), hit["role"], when,
-                      _highlight(hit["snippet"].replace("\n", " "), query))
+                      _highlight(safe_text(hit["snippet"].replace("\n", " ")), query))
     console().print(table)
 
 
