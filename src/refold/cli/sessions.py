@@ -71,8 +71,8 @@ def _render_list(rows: list[dict[str, Any]]) -> None:
                          justify="right" if column == "messages" else "left")
     for row in rows:
         parent = row["parent_session_id"]
-        cells = [row["id"][:12], row["title"] or "", str(row["message_count"]),
-                 _when(row["started_at"]), row["source"] or ""]
+        cells = [row["id"][:12], safe_text(row["title"] or ""), str(row["message_count"]),
+                 _when(row["started_at"]), safe_text(row["source"] or "")]
         if has_parent:
             cells.append(f"{parent[:12]} ({row['link_kind']})" if parent else "")
         table.add_row(*cells)
