@@ -20,6 +20,7 @@ from refold.cli.app import AppContext, LazyGroup, console, emit, pass_app, stdin
 from refold.cli.terminal import safe_text
 from refold.errors import InvalidInput, NotFound
 from refold.messages.model import content_text
+from refold.pricing import Price, cost_usd, parse_overrides, price_for
 from refold.store import Session, StoredMessage
 from refold.store.export import write_export
 from refold.store.lifecycle import Lineage, prunable_lineages, prune
@@ -63,15 +64,21 @@ def _render_list(rows: list[dict[str, Any]]) -> None:
         return
     table = Table()
     has_parent = any(row["parent_session_id"] for row in rows)
-    columns = ["id", "title", "messages", "started", "source"] + (["parent"] if has_parent else [])
+    columns = ["id", "title", "messages", "tokens", "cost", "started", "source"] + (
+        ["parent"] if has_parent else [])
+    numeric = ("messages", "tokens", "cost")
     for column in columns:
         # ids and counts never wrap; the title keeps room to stay readable when narrow
-        table.add_column(column, overflow="fold", no_wrap=column in ("id", "messages"),
+        table.add_column(column, overflow="fold", no_wrap=column in ("id", *numeric),
                          min_width=20 if column == "title" else None,
-                         justify="right" if column == "messages" else "left")
+                         justify="right" if column in numeric else "left")
     for row in rows:
         parent = row["parent_session_id"]
+        tokens = row["input_tokens"] + row["output_tokens"]
+        cost = row["cost_usd"] or row["estimated_cost_usd"]
         cells = [row["id"][:12], safe_text(row["title"] or ""), str(row["message_count"]),
+                 f"{tokens:,}" if tokens else "",
+                 "?" if cost is None and tokens else f"${cost:.4f}" if cost else "",
                  _when(row["started_at"]), safe_text(row["source"] or "")]
         if has_parent:
             cells.append(f"{parent[:12]} ({row['link_kind']})" if parent else "")
@@ -85,9 +92,22 @@ def _render_list(rows: list[dict[str, Any]]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print sessions as JSON.")
 @pass_app
 def list_cmd(app: AppContext, limit: int, source: str | None, as_json: bool) -> None:
-    """List sessions, newest first."""
+    """List sessions, newest first, with tokens and cost (the stored cost_usd, else the usage
+    priced by refold.pricing and the pricing overrides in refold.toml)."""
     sessions = app.store.list_sessions(limit=limit, source=source)
-    emit([session_json(s) for s in sessions], as_json, _render_list)
+    overrides = parse_overrides(app.settings.pricing)
+    emit([{**session_json(s), "estimated_cost_usd": _estimate(s, overrides)} for s in sessions],
+         as_json, _render_list)
+
+
+def _estimate(session: Session, overrides: dict[str, Price]) -> float | None:
+    """The session's usage at the model's price (None: no usage stored or no price known)."""
+    price = price_for(session.model, overrides)
+    if price is None or not (session.input_tokens or session.output_tokens):
+        return None
+    return round(cost_usd(price, input_tokens=session.input_tokens,
+                          output_tokens=session.output_tokens,
+                          cache_read_tokens=session.cache_read_tokens), 6)
 
 
 def _describe(message: dict[str, Any]) -> str:
