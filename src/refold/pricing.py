@@ -83,3 +83,14 @@ def cost_usd(price: Price, *, input_tokens: int, output_tokens: int,
     total = (uncached * price.input + output_tokens * price.output
              + cache_read_tokens * price.cache_read + cache_write_tokens * price.cache_write)
     return total / 1_000_000
+
+
+def usage_cost(model: str | None, *, input_tokens: int, output_tokens: int,
+               cache_read_tokens: int = 0,
+               overrides: Mapping[str, Price] | None = None) -> float:
+    """What a reply's usage costs for ``model``; 0.0 when the model has no price."""
+    price = price_for(model, overrides)
+    if price is None:
+        return 0.0
+    return cost_usd(price, input_tokens=input_tokens, output_tokens=output_tokens,
+                    cache_read_tokens=cache_read_tokens)

@@ -58,3 +58,22 @@ def test_sessions_list_shows_tokens_and_cost(store: Store, tmp_path: Path) -> No
     assert rows["local"]["estimated_cost_usd"] == pytest.approx(0.5)
     text = CliRunner().invoke(cli, args).output
     assert "210,000" in text and "$0.4750" in text and "$0.5000" in text
+
+
+def test_recorded_usage_fills_cost_usd(store: Store, tmp_path: Path) -> None:
+    """``cost_usd`` was always 0: a recorded reply's usage is now priced per session."""
+    from refold.runtime import Engine
+
+    engine = Engine(store, model="gpt-4o", context_length=128_000)
+    rt = engine.open_session(new=True)
+    rt.prepare([{"role": "user", "content": "hi"}])
+    rt.record({"role": "assistant", "content": "hello"}, model="gpt-4o",
+              usage={"prompt_tokens": 100_000, "completion_tokens": 10_000,
+                     "prompt_tokens_details": {"cached_tokens": 50_000}})
+    rt.prepare([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+                {"role": "user", "content": "again"}])
+    rt.record({"role": "assistant", "content": "ok"}, model="unknown-model",
+              usage={"prompt_tokens": 1_000, "completion_tokens": 10})
+    session = store.get_session(rt.session_id)
+    assert session.cost_usd == pytest.approx(0.05 * 2.5 + 0.05 * 1.25 + 0.01 * 10)
+    engine.close()
