@@ -31,7 +31,7 @@ from starlette.routing import Route
 
 from refold.cli.settings import Settings
 from refold.errors import InvalidInput, RefoldError, UpstreamError
-from refold.server import reads
+from refold.server import messages_api, reads
 from refold.server.auth import AuthError, KeyRing, Tenant
 from refold.server.completions import Drain, Proxy, chat_completions, parse_json
 from refold.server.sessions import DEFAULT_CAPACITY, EngineFactory, EngineLike, SessionPool
@@ -169,6 +169,14 @@ class ProxyApp:
 
         return run
 
+    def running_proxy(self) -> Proxy:
+        return self._proxy()
+
+    async def body_of(self, request: Request) -> tuple[Any, int]:
+        """The request's JSON body (size-limited) and its size in bytes."""
+        raw = await read_body(request, self.settings.max_body_bytes)
+        return await parse_json(raw), len(raw)
+
     def _proxy(self) -> Proxy:
         if self.proxy is None:
             raise RefoldError("the server is not started (lifespan did not run)")
@@ -226,6 +234,7 @@ class ProxyApp:
                   methods=["GET"]),
             Route("/v1/refold/search", self.endpoint(self.search), methods=["GET"]),
             Route("/v1/refold/memory", self.endpoint(self.memory), methods=["GET"]),
+            *messages_api.routes(self),
         ]
         handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _crash}
         return Starlette(routes=routes, lifespan=self.lifespan, exception_handlers=handlers)
