@@ -86,6 +86,23 @@ def strip_cache_control(body: dict[str, Any]) -> tuple[dict[str, Any], CacheMark
     return clean, marks
 
 
+BILLING_PREFIX = "x-anthropic-billing-header:"
+
+
+def split_billing(clean: dict[str, Any]) -> list[dict[str, Any]]:
+    """Take Claude Code's per-request billing block (``x-anthropic-billing-header: …;
+    cch=…``, different in every request) out of ``system``: inside the chat form it would
+    give every request its own derived session and defeat every prefix cache. An Anthropic
+    upstream gets it back, first, as sent."""
+    system = clean.get("system")
+    if not isinstance(system, list):
+        return []
+    head = [b for b in system if isinstance(b, dict)
+            and str(b.get("text", "")).startswith(BILLING_PREFIX)]
+    clean["system"] = [b for b in system if not any(b is h for h in head)]
+    return head
+
+
 def _check(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidInput("the request body must be a JSON object")
@@ -138,6 +155,7 @@ def chat_request(raw: Any, *, anthropic_upstream: bool) -> dict[str, Any]:
     """The chat-completions body for an Anthropic request (see the module docstring)."""
     body = _check(raw)
     clean, marks = strip_cache_control(body)
+    billing = split_billing(clean)
     out: dict[str, Any] = {"model": body["model"], "messages": chat_messages(clean),
                            "max_tokens": body["max_tokens"], "stream": bool(body.get("stream"))}
     if out["stream"]:  # the usage chunk is how message_delta learns its usage
@@ -157,7 +175,7 @@ def chat_request(raw: Any, *, anthropic_upstream: bool) -> dict[str, Any]:
             out["parallel_tool_calls"] = False
     if anthropic_upstream:
         extra = {k: v for k, v in clean.items() if k not in ("messages", "system", "stream")}
-        out[PRIVATE] = {"request": extra, "marks": marks.as_json()}
+        out[PRIVATE] = {"request": extra, "marks": marks.as_json(), "system_head": billing}
     return out
 
 
@@ -178,9 +196,10 @@ def anthropic_usage(usage: Any) -> dict[str, Any]:
     usage = usage if isinstance(usage, dict) else {}
     details = usage.get("prompt_tokens_details") or {}
     cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
-    return {"input_tokens": max(0, int(usage.get("prompt_tokens") or 0) - cached),
+    created = int(usage.get("cache_creation_input_tokens") or 0)
+    return {"input_tokens": max(0, int(usage.get("prompt_tokens") or 0) - cached - created),
             "output_tokens": int(usage.get("completion_tokens") or 0),
-            "cache_creation_input_tokens": int(usage.get("cache_creation_input_tokens") or 0),
+            "cache_creation_input_tokens": created,
             "cache_read_input_tokens": cached}
 
 

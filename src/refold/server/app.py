@@ -70,6 +70,18 @@ def default_engine_factory(settings: Settings, store: Store) -> EngineFactory:
     return make
 
 
+def _upstream(settings: Settings, transport: httpx.AsyncBaseTransport | None) -> Any:
+    """The upstream client for ``settings.upstream_format`` (openai | anthropic)."""
+    kind = getattr(settings, "upstream_format", "openai")
+    if kind == "anthropic":
+        from refold.server.anthropic_upstream import AnthropicUpstream
+        return AnthropicUpstream(str(settings.upstream), settings.upstream_api_key,
+                                 transport=transport)
+    if kind != "openai":
+        raise InvalidInput(f"upstream_format must be openai or anthropic, got {kind!r}")
+    return Upstream(str(settings.upstream), settings.upstream_api_key, transport=transport)
+
+
 def _error(err: RefoldError) -> JSONResponse:
     status, body = status_for(err)
     return JSONResponse(body, status_code=status)
@@ -109,8 +121,7 @@ class ProxyApp:
         self._own_store = store is None
         self.store: Store | None = store
         self._engine_factory = engine_factory
-        self.upstream = Upstream(settings.upstream, settings.upstream_api_key,
-                                 transport=upstream_transport)
+        self.upstream = _upstream(settings, upstream_transport)
         self.capacity = capacity
         self.proxy: Proxy | None = None
 
