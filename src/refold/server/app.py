@@ -31,7 +31,7 @@ from starlette.routing import Route
 
 from refold.cli.settings import Settings
 from refold.errors import InvalidInput, RefoldError, UpstreamError
-from refold.server import messages_api, reads
+from refold.server import messages_api, reads, responses_api
 from refold.server.auth import AuthError, KeyRing, Tenant
 from refold.server.completions import Drain, Proxy, chat_completions, parse_json
 from refold.server.sessions import DEFAULT_CAPACITY, EngineFactory, EngineLike, SessionPool
@@ -246,6 +246,7 @@ class ProxyApp:
             Route("/v1/refold/search", self.endpoint(self.search), methods=["GET"]),
             Route("/v1/refold/memory", self.endpoint(self.memory), methods=["GET"]),
             *messages_api.routes(self),
+            *responses_api.routes(self),
         ]
         handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _crash}
         return Starlette(routes=routes, lifespan=self.lifespan, exception_handlers=handlers)

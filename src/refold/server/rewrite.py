@@ -26,6 +26,9 @@ from refold.server.sse import DONE, EventSplitter, parse_chunk
 
 
 class StreamRewriter(Protocol):
+    """Renders the pipeline's events; an optional ``async finish() -> bytes`` runs after
+    ``done()`` (the reply is stored) and its bytes leave in the same, last write."""
+
     def chunk(self, chunk: dict[str, Any]) -> bytes: ...  # a chat.completion.chunk
     def error(self, status: int, body: dict[str, Any]) -> bytes: ...  # the pipeline's sse_error
     def done(self) -> bytes: ...  # the pipeline's [DONE]: the reply is stored
@@ -69,11 +72,18 @@ class RewrittenStream(Response):
         self.background = None
         self.raw_headers = inner.raw_headers
         self._splitter = EventSplitter()
+        self._done = False
+        self._finished = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def translated(message: AsgiMessage) -> None:
             if message["type"] == "http.response.body":
-                message = dict(message, body=self._translate(message.get("body", b"")))
+                body = self._translate(message.get("body", b""))
+                finish = getattr(self.rewriter, "finish", None)
+                if self._done and finish is not None and not self._finished:
+                    self._finished = True
+                    body += await finish()
+                message = dict(message, body=body)
             await send(message)
 
         await self.inner(scope, receive, translated)
@@ -84,6 +94,7 @@ class RewrittenStream(Response):
             if event.data is None:
                 continue
             if event.data == DONE:
+                self._done = True
                 out.append(self.rewriter.done())
                 continue
             value = parse_chunk(event.data)
