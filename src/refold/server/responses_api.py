@@ -30,13 +30,13 @@ from starlette.routing import Route
 
 from refold.errors import InvalidInput, NotFound, RefoldError
 from refold.messages.model import Message
+from refold.messages.responses import input_messages
 from refold.server.auth import Tenant
 from refold.server.completions import Proxy
 from refold.server.responses_wire import (
     ResponseEvents,
     Shell,
     chat_body,
-    input_messages,
     output_items,
     reply_of,
     usage_of,
