@@ -199,3 +199,17 @@ def test_count_tokens(start_proxy: ProxyFactory) -> None:
                                          messages=[{"role": "user", "content": "hi " * 200}])
     assert 0 < short.input_tokens < long.input_tokens
     assert up.llm.requests == []  # counted locally
+
+
+def test_tenants_keep_their_own_sessions(start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    with serve(["for a", "for b"]) as up:
+        proxy = start_proxy(up, api_keys=["sk-a", "sk-b"])
+        same = [{"role": "user", "content": "Summarize my notes."}]
+        for key in ("sk-a", "sk-b"):
+            client(proxy.root, key).messages.create(model=MODEL, max_tokens=20,
+                                                     messages=same)  # type: ignore[arg-type]
+        seen = httpx.get(proxy.base_url + "/refold/sessions",
+                         headers={"x-api-key": "sk-a"}).json()["data"]
+    sessions = sqlite_store.list_sessions()
+    assert len(sessions) == 2 and len({s.owner for s in sessions}) == 2
+    assert len(seen) == 1  # key a sees only its own conversation
