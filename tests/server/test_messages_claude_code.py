@@ -11,6 +11,7 @@ the SDK accumulated them (signed thinking included).
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -165,3 +166,58 @@ def test_anthropic_upstream_errors_reach_the_client_in_anthropic_shape(
                     model=MODEL, max_tokens=10,
                     messages=[{"role": "user", "content": "hi"}]) as s:
                 s.get_final_message()
+
+
+def test_refold_serve_with_upstream_format_anthropic_as_a_process(tmp_path: Path) -> None:
+    """The command a user runs: ``refold serve --upstream-format anthropic``, a retry of the
+    same request, and the ledger holding each message once."""
+    import os
+    import re
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from refold.store.sqlite import SQLiteStore
+
+    with serve_anthropic(["Hello from upstream.", "Hello from upstream."]) as up:
+        log = tmp_path / "serve.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REFOLD_")}
+        env["UP_KEY"] = "sk-upstream-9"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "refold.cli.main", "--home", str(tmp_path / "home"),
+             "serve", "--upstream", up.base_url, "--upstream-format", "anthropic",
+             "--upstream-api-key-env", "UP_KEY", "--port", "0"],
+            stdout=subprocess.DEVNULL, stderr=log.open("wb"), env=env)
+        try:
+            root = None
+            deadline = time.monotonic() + 30
+            while root is None and time.monotonic() < deadline and proc.poll() is None:
+                match = re.search(r"http://127\.0\.0\.1:(\d+)/v1", log.read_text())
+                try:  # the port is bound before uvicorn accepts: retry until it answers
+                    if match and httpx.get(f"http://127.0.0.1:{match.group(1)}/v1/models",
+                                           timeout=2).status_code == 200:
+                        root = f"http://127.0.0.1:{match.group(1)}"
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.05)
+            assert root is not None, log.read_text()
+            sdk = anthropic.Anthropic(base_url=root, api_key="sk-client", max_retries=0)
+            ask = [{"role": "user", "content": "hello"}]
+            for _ in range(2):  # the same request twice: a client's retry
+                reply = sdk.messages.create(model=MODEL, max_tokens=20,
+                                            messages=ask)  # type: ignore[arg-type]
+                assert reply.content[0].text == "Hello from upstream."  # type: ignore[union-attr]
+            models = httpx.get(root + "/v1/models").json()["data"]
+            assert any(m["id"] == "claude-scripted" for m in models)
+        finally:
+            proc.terminate()
+            proc.wait(15)
+    assert all(h["x-api-key"] == "sk-upstream-9" for h in up.llm.headers)
+    store = SQLiteStore(str(tmp_path / "home" / "refold.db"))
+    try:
+        rows = [r.message for s in store.list_sessions() for r in store.get_messages(s.id)]
+    finally:
+        store.close()
+    assert [m["role"] for m in rows].count("user") == 1  # the retried message stored once

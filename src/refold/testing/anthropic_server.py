@@ -101,6 +101,15 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
+    def do_GET(self) -> None:
+        if self.path.rstrip("/").endswith("/models"):
+            self._json(200, {"data": [{"type": "model", "id": "claude-scripted",
+                                       "display_name": "Claude (scripted)"}],
+                             "has_more": False})
+        else:
+            self._json(404, {"type": "error", "error": {"type": "not_found_error",
+                                                        "message": "not found"}})
+
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length) or b"{}")
