@@ -213,3 +213,23 @@ def test_tenants_keep_their_own_sessions(start_proxy: ProxyFactory, sqlite_store
     sessions = sqlite_store.list_sessions()
     assert len(sessions) == 2 and len({s.owner for s in sessions}) == 2
     assert len(seen) == 1  # key a sees only its own conversation
+
+
+def test_a_long_history_is_compacted_and_the_ledger_keeps_it_all(start_proxy: ProxyFactory,
+                                                                 sqlite_store: Store) -> None:
+    history: list[dict[str, Any]] = []
+    for n in range(30):
+        history += [{"role": "user", "content": f"Question {n}: tell me about topic {n}. "
+                                                + "detail " * 40},
+                    {"role": "assistant", "content": f"Answer {n}: " + "because " * 40}]
+    history.append({"role": "user", "content": "And finally?"})
+    with serve(["Finally, this."]) as up:
+        proxy = start_proxy(up, context_length=3_000)
+        raw = client(proxy.root).messages.with_raw_response.create(
+            model=MODEL, max_tokens=50, messages=history)  # type: ignore[arg-type]
+        reply = raw.parse()
+    assert reply.content[0].text == "Finally, this."  # type: ignore[union-attr]
+    assert raw.headers.get("x-refold-compacted")  # the turn compacted, as chat completions do
+    sent = up.llm.requests[0]["messages"]
+    assert len(sent) < len(history) and sent[-1]["content"] == "And finally?"
+    assert len(ledger(sqlite_store)) == len(history) + 1  # every message kept, and the reply
