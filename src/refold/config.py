@@ -33,6 +33,7 @@ class Settings(BaseModel):
     # upstream LLM (serve / chat / llm summarizer)
     upstream: str | None = None  # OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1
     upstream_api_key: str | None = None
+    upstream_format: str = "openai"  # openai (chat completions) | anthropic (Messages API)
     summarizer: str = "builtin"  # builtin | llm
     summarizer_url: str | None = None  # defaults to upstream
     summarizer_model: str | None = None  # defaults to model
