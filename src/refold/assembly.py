@@ -33,13 +33,16 @@ if TYPE_CHECKING:
     from refold.store.base import Store
 
 
-def open_configured_store(settings: Settings, *, sqlite_synchronous: str | None = None) -> Store:
-    """The store ``settings.db_url`` names (the home is created for a SQLite default path)."""
+def open_configured_store(settings: Settings, *, sqlite_synchronous: str | None = None,
+                          create: bool = True) -> Store:
+    """The store ``settings.db_url`` names (the home is created for a SQLite default path).
+    ``create=False`` (read commands): a PostgreSQL schema without refold data is NotFound."""
     from refold.store import open_store
 
     if "://" not in settings.db_url:
         settings.home.mkdir(parents=True, exist_ok=True)
-    return open_store(settings.db_url, sqlite_synchronous=sqlite_synchronous)
+        return open_store(settings.db_url, sqlite_synchronous=sqlite_synchronous)
+    return open_store(settings.db_url, sqlite_synchronous=sqlite_synchronous, create=create)
 
 
 def compaction_policy(settings: Settings) -> CompactionPolicy:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from refold.errors import InvalidInput, RefoldError, UpstreamError
 from refold.messages.model import Message, content_text, wire_form
+from refold.pricing import usage_cost
 from refold.runtime.checkpointer import Checkpointer
 from refold.runtime.inline import InlineTurns, NeedsWorker
 from refold.runtime.mirror import SessionMirror
@@ -310,7 +311,9 @@ class SessionRuntime:
         if light and prompt_tokens >= self.checkpointer.light_limit:
             raise NeedsWorker  # the post-response policy may compact: nothing stored yet
         # the totals move in the reply's own transaction (one commit per record)
-        delta = Usage(prompt_tokens, completion, cached, model=model) \
+        delta = Usage(prompt_tokens, completion, cached, model=model,
+                      cost_usd=usage_cost(model, input_tokens=prompt_tokens,
+                                          output_tokens=completion, cache_read_tokens=cached)) \
             if prompt_tokens or completion else None
         self.mirror.append_reply(message, counts, delta)
         if prompt_tokens and self._last_base_estimate is not None:
