@@ -53,6 +53,11 @@ class Settings(BaseModel):
     # an external memory provider (entry point in refold.memory_providers) beside the builtin
     memory_provider: str | None = None
     rotate_on_compaction: bool = False
+    # references (refold.references): the directory the proxy lets @file/@folder/@diff/@git
+    # read (None: off in the proxy; `refold chat` and `refold expand` use their working dir)
+    allow_local_refs: Path | None = None
+    # skills (refold.skills): tool iterations between skill reviews (0: no review)
+    skills_creation_nudge_interval: int = 15
     # cost: per-model prices overriding refold.pricing's table, USD per million tokens:
     # {"model": {"input": …, "output": …, "cache_read": …, "cache_write": …}}
     pricing: dict[str, dict[str, float]] = Field(default_factory=dict)

@@ -58,7 +58,7 @@ def test_no_memory_flag_hides_the_tool(home: Path) -> None:
     names, results = anyio.run(_session, home, [("session_search", {"query": "迁移"}),
                                                 ("session_search", {"mode": "bogus"})],
                                "--no-memory")
-    assert names == ["session_search"]
+    assert names == ["session_search", "skill_manage"]  # skills are not memory: still there
     assert "CONCURRENTLY" in _text(results[0]) and not results[0].isError
     assert results[1].isError and "mode must be one of" in _text(results[1])
 

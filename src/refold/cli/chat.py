@@ -13,6 +13,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import click
@@ -172,7 +173,8 @@ def _engine(app: AppContext) -> tuple[Any, Any]:
     from refold.assembly import build_engine, summarizer_setup
 
     setup = summarizer_setup(app.settings)
-    return build_engine(app.settings, app.store, setup, owner=""), setup
+    # the person at the terminal: @file/@folder/@diff/@git read the working directory
+    return build_engine(app.settings, app.store, setup, owner="", refs_root=Path.cwd()), setup
 
 
 @click.command("chat")

@@ -85,8 +85,11 @@ class ChatSession:
             from refold.tools import agent_tools
 
             # a getter: the tools follow the runtime into a compaction child (rotation)
+            refs = self.engine.references
             self.tools = agent_tools(self.engine.store, session_id=lambda: rt.session_id,
-                                     owner=self.engine.owner, memory=self.engine.memory)
+                                     owner=self.engine.owner, memory=self.engine.memory,
+                                     spill=refs.spill if refs is not None else None,
+                                     skills=self.engine.skills)
         self.last_prepared = None
 
     def describe(self) -> str:

@@ -29,6 +29,8 @@ COMMANDS = {
     "chat": "refold.cli.chat:chat_cmd",
     "mcp": "refold.cli.mcp:mcp_cmd",
     "migrate": "refold.cli.migrate:migrate_cmd",
+    "expand": "refold.cli.expand:expand_cmd",
+    "skills": "refold.cli.skills:skills_group",
 }
 
 

@@ -22,17 +22,36 @@ RECENT_SESSIONS = 20
 @pass_app
 def mcp_cmd(app: AppContext, no_memory: bool) -> None:
     """Run an MCP server on stdio exposing memory and session_search."""
+    from refold.assembly import tenant_skills
     from refold.mcpserver import run_stdio
+    from refold.references.spill import SpillStore
+    from refold.skills.tool import skill_manage_tool
     from refold.tools import ToolRegistry, memory_tool, session_search_tool
 
-    registry = ToolRegistry([session_search_tool(app.store, owner=None)])
+    spill = SpillStore(app.settings.home / "spill")  # what @session references spilled
+    registry = ToolRegistry([session_search_tool(app.store, owner=None, spill=spill)])
     if not no_memory:
         # MCP has no turns: a call chain ends at a successful call or a pause of a minute, and
         # the three-failures stop counts within one chain only
         registry.register(memory_tool(app.settings.memories_dir,
                                       approval=app.settings.memory_approval,
                                       new_turn_after=60.0, reset_on_success=True))
-    run_stdio(registry, _resources(app, memory=not no_memory))
+    skills = tenant_skills(app.settings, app.store, "")
+    registry.register(skill_manage_tool(skills))
+    run_stdio(registry, [*_resources(app, memory=not no_memory), *_skill_resources(skills)])
+
+
+def _skill_resources(skills: Any) -> list[Any]:
+    """Each skill as ``skill://NAME`` (its SKILL.md; the list is the one at start-up)."""
+    import functools
+
+    from refold.mcpserver import TextResource
+    from refold.skills.tool import SkillResources
+
+    source = SkillResources(skills)
+    return [TextResource(uri, name, description, "text/markdown",
+                         functools.partial(source.read, uri))
+            for uri, name, description in source.resources()]
 
 
 def _resources(app: AppContext, *, memory: bool) -> list[Any]:

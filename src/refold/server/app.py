@@ -36,7 +36,7 @@ from refold.errors import InvalidInput, RefoldError, UpstreamError
 from refold.server import messages_api, reads, responses_api
 from refold.server.auth import AuthError, KeyRing, Tenant
 from refold.server.completions import Drain, Proxy, chat_completions, parse_json
-from refold.server.sessions import DEFAULT_CAPACITY, EngineFactory, SessionPool
+from refold.server.sessions import DEFAULT_CAPACITY, EngineFactory, SessionPool, scoped_title
 from refold.server.upstream import Upstream
 from refold.server.wire import error_body, status_for
 from refold.store import Store
@@ -117,7 +117,9 @@ class ProxyApp:
             self.store = await anyio.to_thread.run_sync(self._open_store)
         factory: EngineFactory
         if self._engine_factory is None:
-            self._engines = SettingsEngines(self.settings, self.store)
+            # a tenant's "@session:notes" names its session "notes", stored as a scoped title
+            self._engines = SettingsEngines(self.settings, self.store,
+                                            session_aliases=scoped_title)
             factory = self._engines
         else:
             factory = self._engine_factory
