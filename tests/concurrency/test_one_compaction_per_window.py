@@ -7,6 +7,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from refold.runtime import Engine
 from refold.store import Store
 
@@ -22,7 +24,7 @@ def ask(worker: int, i: int) -> dict[str, Any]:
     return {"role": "user", "content": f"worker {worker} turn {i}\n{lines}"}
 
 
-def tool_turn(i: int, size: int = 800) -> list[dict[str, Any]]:
+def tool_turn(i: int, size: int = 500) -> list[dict[str, Any]]:
     """A user ask, a tool call and a large tool result (as tests/runtime/_helpers.py)."""
     log = "\n".join(f"tests/test_mod{i}.py::test_case_{k} FAILED AssertionError: {k} != {k + 1}"
                     for k in range(size // 10))
@@ -47,19 +49,24 @@ def assert_one_checkpoint_per_window(store: Store, session_id: str) -> None:
     assert starts == sorted(set(starts)), f"windows compacted twice or backwards: {starts}"
 
 
+@pytest.mark.parametrize(("size", "reading", "background"), [
+    (800, 1.5, False),  # compacted window 16 twice before the compare-and-set: [5, 12, 16, 16]
+    (500, 1.2, True),   # background plans are started and used
+])
 def test_background_and_foreground_in_one_process_compact_each_window_once(
-        opener: Callable[[], Store]) -> None:
+        opener: Callable[[], Store], size: int, reading: float, background: bool) -> None:
     store = opener()
     with Engine(store, model="gpt-4o-mini", context_length=WINDOW) as engine:
         rt = engine.open_session(new=True)
         compactions = 0
         for i in range(10):
-            prepared = rt.prepare(tool_turn(i), system_prompt=SYSTEM)
+            prepared = rt.prepare(tool_turn(i, size), system_prompt=SYSTEM)
             compactions += prepared.compaction is not None
             # the provider reads more than estimated: the post-response policy compacts too
-            rt.record(reply(0, i), usage={"prompt_tokens": int(prepared.tokens * 1.5),
+            rt.record(reply(0, i), usage={"prompt_tokens": int(prepared.tokens * reading),
                                           "completion_tokens": 5})
-        assert rt.precompactor.started > 0  # background pre-compaction took part
+        if background:
+            assert rt.precompactor.started > 0  # background pre-compaction took part
         assert_one_checkpoint_per_window(store, rt.session_id)
 
 
