@@ -183,6 +183,9 @@ class SearchHit:
     score: float
     # the hit and its neighbours (SearchQuery.window each side), in seq order; [] when window=0
     window: list[StoredMessage] = field(default_factory=list)
+    # every session of this lineage holding the same message (forks and compaction children
+    # copy rows), this hit's session first; one hit stands for all of them
+    lineage: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
