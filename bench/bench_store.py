@@ -177,7 +177,21 @@ def query_sets(store: SQLiteStore, rng: random.Random, n: int) -> dict[str, list
         "CJK 3+ chars": cjk_samples(store, rng, n, (3, 4)),
         "CJK 1-2 chars": [chinese(rng, rng.randint(1, 2)) for _ in range(n // 2)]
         + cjk_samples(store, rng, n - n // 2, (1, 2)),
+        # questions as people type them: stop words around 2-3 content words, one of them
+        # from the Zipf head (common) and one from the tail (rare); CJK ones with particles
+        "sentence (en)": [rng.choice(QUESTIONS).format(rng.choice(vocab[:500]),
+                                                       rng.choice(vocab[2000:]),
+                                                       rng.choice(vocab))
+                          for _ in range(n)],
+        "sentence (zh)": [f"我们什么时候{a}了{b}吗？" for a, b in
+                          zip(cjk_samples(store, rng, n, (2, 2)),
+                              cjk_samples(store, rng, n, (3, 4)), strict=True)],
     }
+
+
+QUESTIONS = ["When did we talk about {0} and {1}?", "what was the {1} I mentioned for {0}",
+             "Can you remind me how the {0} {1} went?",
+             "Where did I put the {0} of the {1} {2}?", "why is {1} so slow"]
 
 
 def bench_search(cache: Path, total: int, queries: int) -> None:
@@ -187,7 +201,8 @@ def bench_search(cache: Path, total: int, queries: int) -> None:
         build_corpus(path, total)
     store = SQLiteStore(str(path), synchronous="NORMAL")
     print(f"search over {store.info()['messages']:,} messages ({path})")
-    targets = {"English": 10, "CJK 3+ chars": 10, "CJK 1-2 chars": 50}
+    targets = {"English": 10, "CJK 3+ chars": 10, "CJK 1-2 chars": 50, "sentence (en)": 10,
+               "sentence (zh)": 10}
     for label, texts in query_sets(store, random.Random(1), queries).items():
         for sort in ("relevance", "recency"):
             timings, hits = [], 0

@@ -152,7 +152,7 @@ def _time_option(_ctx: click.Context, _param: click.Parameter, value: str | None
 def _hit_json(hit: SearchHit) -> dict[str, Any]:
     return {"session_id": hit.session_id, "title": hit.session_title, "seq": hit.seq,
             "role": hit.role, "snippet": hit.snippet, "content": hit.content,
-            "created_at": hit.created_at, "score": hit.score,
+            "created_at": hit.created_at, "score": hit.score, "lineage": list(hit.lineage),
             "window": [_window_json(m) for m in hit.window]}
 
 

@@ -163,8 +163,11 @@ class SessionSearch:
             group = groups.setdefault(hit.session_id, {
                 "session_id": hit.session_id, "title": hit.session_title,
                 "matches": [], "_rows": {}})
-            group["matches"].append({"seq": hit.seq, "role": hit.role, "snippet": hit.snippet,
-                                     "when": _when(hit.created_at)})
+            match = {"seq": hit.seq, "role": hit.role, "snippet": hit.snippet,
+                     "when": _when(hit.created_at)}
+            if len(hit.lineage) > 1:  # the same message in other sessions of its lineage
+                match["also_in"] = [s for s in hit.lineage if s != hit.session_id]
+            group["matches"].append(match)
             rows: dict[int, dict[str, Any]] = group["_rows"]
             for row in hit.window or []:
                 rows.setdefault(row.seq, _row(row))
