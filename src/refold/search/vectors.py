@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Literal, Protocol
 
@@ -144,6 +145,20 @@ class VectorIndex:
         return [(int(self._ids[j]), float(scores[j])) for j in order]
 
 
+_INDEXES: weakref.WeakKeyDictionary[Store, VectorIndex] = weakref.WeakKeyDictionary()
+_INDEXES_LOCK = threading.Lock()
+
+
+def index_for(store: Store) -> VectorIndex:
+    """The store's default-model index, kept for the process (its vectors stay in memory and
+    are topped up incrementally, so a search does not reload them)."""
+    with _INDEXES_LOCK:
+        index = _INDEXES.get(store)
+        if index is None:
+            index = _INDEXES[store] = VectorIndex(store, load_embedder())
+        return index
+
+
 def rrf(rankings: list[list[tuple[str, int]]], weights: list[float],
         k: int = RRF_K) -> dict[tuple[str, int], float]:
     """Reciprocal-rank fusion of ranked keys (best first in each list)."""
@@ -174,7 +189,7 @@ def hybrid_search(store: Store, query: SearchQuery, *, mode: Mode = "hybrid",
         raise ValueError(f"mode must be one of {', '.join(MODES)}")
     if mode == "fts" or not query.text.strip():
         return store.search(query)
-    index = index or VectorIndex(store, load_embedder())
+    index = index or index_for(store)
     wide = dataclasses.replace(query, limit=max(CANDIDATES, query.limit * 3), window=0)
     vector = _vector_hits(store, index, wide)
     if mode == "vector":

@@ -47,6 +47,9 @@ PARAMETERS: dict[str, Any] = {
         "role": {"type": "string", "enum": ["user", "assistant", "tool", "system"]},
         "limit": {"type": "integer", "description": "Max hits / messages / sessions."},
         "window": {"type": "integer", "description": "Messages shown each side (0-5)."},
+        "search_mode": {"type": "string", "enum": ["fts", "vector", "hybrid"],
+                        "description": "Words, meaning or both (default: hybrid once the "
+                                       "archive is indexed, else fts)."},
     },
     "additionalProperties": False,
 }
@@ -106,9 +109,16 @@ class SessionSearch:
             raise InvalidInput("mode=search needs a non-empty 'query'")
         limit = arg_int(args, "limit", 8, lo=1, hi=30)
         window = arg_int(args, "window", 2, lo=0, hi=5)
-        hits = self.store.search(SearchQuery(
-            text=query, role=arg_str(args, "role"), owner=self.owner, limit=limit,
-            window=window, exclude_session_id=self.current_session_id))
+        from refold.search.vectors import hybrid_search, resolve_mode
+
+        request = SearchQuery(text=query, role=arg_str(args, "role"), owner=self.owner,
+                              limit=limit, window=window,
+                              exclude_session_id=self.current_session_id)
+        try:
+            mode = resolve_mode(self.store, arg_str(args, "search_mode"))
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from None
+        hits = hybrid_search(self.store, request, mode=mode)
         hits = [h for h in hits if h.session_id != self.current_session_id]
         return {"query": query, "sessions": self._group(hits), "hits": len(hits)}
 
