@@ -131,19 +131,10 @@ def _lines(interactive: bool) -> Iterator[str]:
 def _engine(app: AppContext) -> tuple[Any, Any]:
     """The chat's engine (summarizer, rotation and memory from settings, as ``serve`` does)
     and the summarizer setup whose clients the caller closes after the engine."""
-    from refold.cli.llm_setup import summarizer_setup
-    from refold.compaction import CompactionPolicy
-    from refold.runtime.engine import Engine
-    from refold.server.tenancy import tenant_memory
+    from refold.assembly import build_engine, summarizer_setup
 
-    settings = app.settings
-    setup = summarizer_setup(settings)
-    memory = tenant_memory(settings, app.store, "", setup.client)
-    engine = Engine(app.store, model=settings.model, context_length=settings.context_length,
-                    owner="", memory=memory, chat_client=setup.client,
-                    summarizer=setup.summarizer,
-                    policy=CompactionPolicy(rotate_on_compaction=settings.rotate_on_compaction))
-    return engine, setup
+    setup = summarizer_setup(app.settings)
+    return build_engine(app.settings, app.store, setup, owner=""), setup
 
 
 @click.command("chat")

@@ -14,10 +14,10 @@ from typing import Any
 import click
 
 from refold.cli.app import AppContext, console, emit, pass_app
-from refold.cli.settings import Settings
 from refold.compaction.core import CompactionReport
 from refold.compaction.session import recorded_system_prompt
 from refold.compaction.summarizer import Summarizer
+from refold.config import Settings
 from refold.messages.model import Message, content_text, wire_form
 
 SUMMARIZERS = ("builtin", "llm")
@@ -25,8 +25,8 @@ SUMMARIZERS = ("builtin", "llm")
 
 def make_summarizer(settings: Settings, choice: str | None, model: str) -> Summarizer:
     """The summarizer a command asked for, built as ``serve`` and ``chat`` build theirs
-    (``refold.cli.llm_setup``); its HTTP clients live until the command exits."""
-    from refold.cli.llm_setup import summarizer_setup
+    (``refold.assembly``); its HTTP clients live until the command exits."""
+    from refold.assembly import summarizer_setup
 
     summarizer: Summarizer = summarizer_setup(settings, choice=choice, model=model).summarizer
     return summarizer

@@ -14,7 +14,7 @@ import socket
 import click
 
 from refold.cli.app import AppContext, pass_app
-from refold.cli.settings import Settings
+from refold.config import Settings
 from refold.errors import InvalidInput
 from refold.store.urls import redact_url
 
