@@ -70,11 +70,19 @@ async def get_session(store: Store, owner: str, ref: str, limit: int | None,
     return await anyio.to_thread.run_sync(read)
 
 
-async def search(store: Store, owner: str, text: str, limit: int) -> dict[str, Any]:
+async def search(store: Store, owner: str, text: str, limit: int,
+                 mode: str | None = None) -> dict[str, Any]:
+    """``mode``: fts, vector or hybrid (default: hybrid once the archive is indexed)."""
+    from refold.search.vectors import hybrid_search, resolve_mode
+
     if not text.strip():
         raise InvalidInput("search needs a query: ?q=...")
+    try:
+        chosen = resolve_mode(store, mode)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from None
     query = SearchQuery(text=text, owner=owner, limit=limit)
-    hits = await anyio.to_thread.run_sync(store.search, query)
+    hits = await anyio.to_thread.run_sync(lambda: hybrid_search(store, query, mode=chosen))
     return {"object": "list", "query": text, "data": [hit_json(h) for h in hits]}
 
 
