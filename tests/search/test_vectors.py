@@ -117,3 +117,18 @@ def test_the_shipped_model_reads_chinese_and_japanese(tmp_path: Any) -> None:
         assert hits[0].content == expected, question
     assert resolve_mode(store, None) == "hybrid"  # the extra is installed and vectors exist
     store.close()
+
+
+def test_session_search_takes_a_search_mode(store: Store) -> None:
+    import json
+
+    from refold.errors import InvalidInput
+    from refold.tools.session_search import SessionSearch
+
+    s = store.create_session()
+    store.append_messages(s.id, [user("the ferret food budget")])
+    tool = SessionSearch(store, current_session_id=None)
+    out = json.loads(tool({"query": "what is the ferret budget?", "search_mode": "fts"}))
+    assert out["hits"] == 1
+    with pytest.raises(InvalidInput):
+        tool({"query": "ferret", "search_mode": "bogus"})
