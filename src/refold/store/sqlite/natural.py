@@ -48,21 +48,56 @@ def _matching(conn: sqlite3.Connection, match: str, among: set[int]) -> set[int]
     return {int(r[0]) for r in rows} & among
 
 
-def word_scores(conn: sqlite3.Connection, plan: NaturalPlan,
-                query: SearchQuery) -> tuple[dict[int, float], set[int], set[int]]:
-    """bm25 of every message matching any word term, the ones holding them all, and the ones
-    holding an adjacent pair as a phrase."""
-    if not plan.words:
-        return {}, set(), set()
+def _all_matches(conn: sqlite3.Connection, expr: str, query: SearchQuery) -> dict[int, float]:
     where, args = filters(query)
-    expr = " OR ".join(t.fts5() for t in plan.words)
     rows = conn.execute(
         f"SELECT f.rowid, f.rank FROM messages_fts f JOIN messages m ON m.id = f.rowid"
         f"{_join(query)} WHERE messages_fts MATCH ?{where}", [expr, *args]).fetchall()
-    scores = {int(rowid): -float(rank) for rowid, rank in rows}
+    return {int(rowid): -float(rank) for rowid, rank in rows}
+
+
+def _best_matches(conn: sqlite3.Connection, expr: str, query: SearchQuery,
+                  budget: int) -> dict[int, float] | None:
+    """The ``budget`` best-ranked matches of the whole index that pass the filters, or None
+    when the filters left too few of them (then every match is scored with the filters).
+
+    FTS5 ranks every match either way; what this saves is joining each one to its message.
+    """
+    rows = conn.execute("SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ? "
+                        "ORDER BY rank LIMIT ?", (expr, budget)).fetchall()
+    if not rows:
+        return {}
+    where, args = filters(query)
+    marks = ",".join("?" * len(rows))
+    allowed = {int(r[0]) for r in conn.execute(
+        f"SELECT m.id FROM messages m{_join(query)} WHERE m.id IN ({marks}){where}",
+        [*(r[0] for r in rows), *args])}
+    kept = {int(i): -float(rank) for i, rank in rows if int(i) in allowed}
+    if len(rows) == budget and len(kept) < max(1, query.limit) * 2 + 10:
+        return None
+    return kept
+
+
+def word_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
+                budget: int | None = None) -> tuple[dict[int, float], set[int], set[int]]:
+    """bm25 of the messages matching any word term (every one, or with ``budget`` the best
+    ``budget`` plus the best ``budget`` holding all terms: the all-terms boost is uniform, so
+    no message left out could outrank those), the ones holding them all, and the ones holding
+    an adjacent pair as a phrase."""
+    if not plan.words:
+        return {}, set(), set()
+    expr = " OR ".join(t.fts5() for t in plan.words)
+    every_expr = " AND ".join(t.fts5() for t in plan.words)
+    scores: dict[int, float] | None = None
+    if budget is not None:
+        scores = _best_matches(conn, expr, query, budget)
+        both = _best_matches(conn, every_expr, query, budget) if scores is not None else None
+        scores = None if both is None or scores is None else {**scores, **both}
+    if scores is None:
+        scores = _all_matches(conn, expr, query)
     every = set(scores)
     if len(plan.words) > 1:
-        every = _matching(conn, " AND ".join(t.fts5() for t in plan.words), every)
+        every = _matching(conn, every_expr, every)
     phrase: set[int] = set()
     if plan.pairs:
         phrase = _matching(conn, " OR ".join(f'"{a} {b}"' for a, b in plan.pairs), set(scores))
@@ -100,10 +135,12 @@ def cjk_scores(conn: sqlite3.Connection, plan: NaturalPlan,
     return scores, {i for i, n in counts.items() if n == len(plan.cjk)}
 
 
-def natural_scores(conn: sqlite3.Connection, plan: NaturalPlan,
-                   query: SearchQuery) -> dict[int, float]:
-    """Every matching message id with its boosted score."""
-    words, every_word, phrase = word_scores(conn, plan, query)
+def natural_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
+                   limit: int) -> dict[int, float]:
+    """Matching message ids with their boosted scores: every match, or for a relevance-ranked
+    query of words only, enough of the best ones to hold the true top ``limit``."""
+    budget = max(200, limit * 4) if query.sort == "relevance" and not plan.cjk else None
+    words, every_word, phrase = word_scores(conn, plan, query, budget)
     cjk, every_cjk = cjk_scores(conn, plan, query)
     out: dict[int, float] = {}
     for rowid in words.keys() | cjk.keys():

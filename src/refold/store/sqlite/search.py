@@ -142,7 +142,7 @@ class SearchOps(StateOps):
                  limit: int) -> list[_Row]:
         """A sentence: every matching message scored (natural.py), best first, then loaded."""
         assert parsed.natural is not None  # mode == "natural" guarantees it
-        scores = natural_scores(conn, parsed.natural, query)
+        scores = natural_scores(conn, parsed.natural, query, limit)
         if query.sort == "recency":
             ids = sorted(scores, reverse=True)[:limit]
         else:
