@@ -33,6 +33,7 @@ class Settings(BaseModel):
     # upstream LLM (serve / chat / llm summarizer)
     upstream: str | None = None  # OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1
     upstream_api_key: str | None = None
+    upstream_format: str = "openai"  # openai (chat completions) | anthropic (Messages API)
     summarizer: str = "builtin"  # builtin | llm
     summarizer_url: str | None = None  # defaults to upstream
     summarizer_model: str | None = None  # defaults to model
@@ -52,6 +53,16 @@ class Settings(BaseModel):
     # an external memory provider (entry point in refold.memory_providers) beside the builtin
     memory_provider: str | None = None
     rotate_on_compaction: bool = False
+    # references (refold.references): the directory the proxy lets @file/@folder/@diff/@git
+    # read (None: off in the proxy; `refold chat` and `refold expand` use their working dir)
+    allow_local_refs: Path | None = None
+    # skills (refold.skills): tool iterations between skill reviews (0: no review)
+    skills_creation_nudge_interval: int = 15
+    # cost: per-model prices overriding refold.pricing's table, USD per million tokens:
+    # {"model": {"input": …, "output": …, "cache_read": …, "cache_write": …}}
+    pricing: dict[str, dict[str, float]] = Field(default_factory=dict)
+    # import: the largest transcript `refold import` reads (bytes; 0 = no limit)
+    import_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
 
     @property
     def db_url(self) -> str:

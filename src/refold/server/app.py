@@ -33,10 +33,10 @@ from refold.assembly import EngineFactory as SettingsEngines
 from refold.assembly import open_configured_store
 from refold.config import Settings
 from refold.errors import InvalidInput, RefoldError, UpstreamError
-from refold.server import reads
+from refold.server import messages_api, reads, responses_api
 from refold.server.auth import AuthError, KeyRing, Tenant
 from refold.server.completions import Drain, Proxy, chat_completions, parse_json
-from refold.server.sessions import DEFAULT_CAPACITY, EngineFactory, SessionPool
+from refold.server.sessions import DEFAULT_CAPACITY, EngineFactory, SessionPool, scoped_title
 from refold.server.upstream import Upstream
 from refold.server.wire import error_body, status_for
 from refold.store import Store
@@ -52,6 +52,18 @@ class BodyTooLarge(Exception):
         super().__init__(f"request body is larger than {limit} bytes")
         self.size = size
         self.limit = limit
+
+
+def _upstream(settings: Settings, transport: httpx.AsyncBaseTransport | None) -> Any:
+    """The upstream client for ``settings.upstream_format`` (openai | anthropic)."""
+    kind = getattr(settings, "upstream_format", "openai")
+    if kind == "anthropic":
+        from refold.server.anthropic_upstream import AnthropicUpstream
+        return AnthropicUpstream(str(settings.upstream), settings.upstream_api_key,
+                                 transport=transport)
+    if kind != "openai":
+        raise InvalidInput(f"upstream_format must be openai or anthropic, got {kind!r}")
+    return Upstream(str(settings.upstream), settings.upstream_api_key, transport=transport)
 
 
 def _error(err: RefoldError) -> JSONResponse:
@@ -93,8 +105,7 @@ class ProxyApp:
         self._own_store = store is None
         self.store: Store | None = store
         self._engine_factory = engine_factory
-        self.upstream = Upstream(settings.upstream, settings.upstream_api_key,
-                                 transport=upstream_transport)
+        self.upstream = _upstream(settings, upstream_transport)
         self.capacity = capacity
         self.proxy: Proxy | None = None
         self._engines: SettingsEngines | None = None  # built from settings, closed at shutdown
@@ -106,7 +117,9 @@ class ProxyApp:
             self.store = await anyio.to_thread.run_sync(self._open_store)
         factory: EngineFactory
         if self._engine_factory is None:
-            self._engines = SettingsEngines(self.settings, self.store)
+            # a tenant's "@session:notes" names its session "notes", stored as a scoped title
+            self._engines = SettingsEngines(self.settings, self.store,
+                                            session_aliases=scoped_title)
             factory = self._engines
         else:
             factory = self._engine_factory
@@ -158,6 +171,14 @@ class ProxyApp:
                 return _error(exc)
 
         return run
+
+    def running_proxy(self) -> Proxy:
+        return self._proxy()
+
+    async def body_of(self, request: Request) -> tuple[Any, int]:
+        """The request's JSON body (size-limited) and its size in bytes."""
+        raw = await read_body(request, self.settings.max_body_bytes)
+        return await parse_json(raw), len(raw)
 
     def _proxy(self) -> Proxy:
         if self.proxy is None:
@@ -217,6 +238,8 @@ class ProxyApp:
                   methods=["GET"]),
             Route("/v1/refold/search", self.endpoint(self.search), methods=["GET"]),
             Route("/v1/refold/memory", self.endpoint(self.memory), methods=["GET"]),
+            *messages_api.routes(self),
+            *responses_api.routes(self),
         ]
         handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _crash}
         return Starlette(routes=routes, lifespan=self.lifespan, exception_handlers=handlers)

@@ -96,11 +96,11 @@ class SessionsMixin(PgCore):
         title = sanitize_title(ref)
         if title is None:
             return None
-        if split_lineage_title(title)[1] > 1:  # an explicit "name #N" means that one
-            cur.execute(f"SELECT {SESSION_COLS} FROM sessions WHERE title = %s", (title,))
-            row = cur.fetchone()
-            if row:
-                return session_from_row(row)
+        # the session titled exactly so comes first (as on SQLite)
+        cur.execute(f"SELECT {SESSION_COLS} FROM sessions WHERE title = %s", (title,))
+        row = cur.fetchone()
+        if row:
+            return session_from_row(row)
         latest = latest_lineage_title(title, self._lineage_titles(cur, title, owner))
         if latest is None:
             return None

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from refold.search.query import ParsedQuery, make_snippet, parse_query
 from refold.search.rank import best_first, collapse_copies, titles_first
 from refold.store.base import SearchHit, SearchQuery
+from refold.store.sqlite.indexcheck import require_intact_index
 from refold.store.sqlite.natural import filters, natural_scores
 from refold.store.sqlite.state import StateOps
 
@@ -92,6 +93,8 @@ class SearchOps(StateOps):
         with self.db.read() as conn:
             # Extra rows, so copies collapsing into one hit still leave ``limit`` hits.
             rows = self._run(conn, parsed, query, limit * 2 + 10)
+            if not rows:  # "no matches" must not hide a damaged index
+                require_intact_index(conn)
             hits = [self._hit(row, parsed) for row in rows]
             hits = collapse_copies(hits, self._lineage_roots(conn, {h.session_id for h in hits}))
             hits = titles_first(hits, _title_needles(parsed))[:limit]

@@ -117,11 +117,12 @@ class SessionOps:
         title = sanitize_title(ref)
         if title is None:
             return None
-        if split_lineage_title(title)[1] > 1:  # an explicit "name #N" means that one
-            row = conn.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE title = ?",
-                               (title,)).fetchone()
-            if row:
-                return to_session(row)
+        # the session titled exactly so comes first (never a "#N" branch that took its
+        # lineage's next number); a bare name without one means the lineage's newest
+        row = conn.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE title = ?",
+                           (title,)).fetchone()
+        if row:
+            return to_session(row)
         latest = latest_lineage_title(title, self._lineage_titles(conn, title, owner))
         if latest is None:
             return None
