@@ -21,6 +21,7 @@ COMMANDS = {
     "import": "refold.cli.ledger:import_cmd",
     "sessions": "refold.cli.sessions:sessions_group",
     "search": "refold.cli.ledger:search_cmd",
+    "index": "refold.cli.index:index_cmd",
     "doctor": "refold.cli.doctor:doctor_cmd",
     "compact": "refold.cli.compact:compact_cmd",
     "context": "refold.cli.compact:context_cmd",

@@ -218,7 +218,8 @@ class ProxyApp:
     async def search(self, request: Request, tenant: Tenant) -> Response:
         limit = reads.parse_limit(request.query_params.get("limit"), 20)
         text = request.query_params.get("q", "")
-        return JSONResponse(await reads.search(self._store(), tenant.owner, text, limit))
+        mode = request.query_params.get("mode") or None
+        return JSONResponse(await reads.search(self._store(), tenant.owner, text, limit, mode))
 
     async def memory(self, request: Request, tenant: Tenant) -> Response:
         return JSONResponse(await reads.memory(self._proxy().pool, tenant.owner))

@@ -183,6 +183,9 @@ class SearchHit:
     score: float
     # the hit and its neighbours (SearchQuery.window each side), in seq order; [] when window=0
     window: list[StoredMessage] = field(default_factory=list)
+    # every session of this lineage holding the same message (forks and compaction children
+    # copy rows), this hit's session first; one hit stands for all of them
+    lineage: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -263,6 +266,15 @@ class Store(Protocol):
 
     # -- search ----------------------------------------------------------------------------
     def search(self, query: SearchQuery) -> list[SearchHit]: ...
+    # message vectors (refold.search.vectors scores them; appends never write them)
+    def unembedded_messages(self, model: str, *, after_id: int = 0,
+                            limit: int = 256) -> list[tuple[int, str]]: ...
+    def put_vectors(self, model: str, rows: list[tuple[int, bytes]]) -> None: ...
+    def vectors_after(self, model: str, after_id: int = 0,
+                      limit: int = 50_000) -> list[tuple[int, bytes]]: ...
+    # the scored (message id, score) rows passing the query's filters, in order (window=[])
+    def hits_for_ids(self, scored: list[tuple[int, float]],
+                     query: SearchQuery) -> list[SearchHit]: ...
 
     # -- leases (one compactor per session window, across processes and hosts) ------------
     def acquire_lease(self, name: str, holder: str, ttl_seconds: float) -> bool: ...

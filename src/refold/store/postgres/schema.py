@@ -176,6 +176,15 @@ MIGRATIONS += (
     )),
 )
 
+MIGRATIONS += (
+    # One vector per message and model (float16 bytes), filled off the append path (vectors.py).
+    Migration(4, "message vectors", (
+        """CREATE TABLE message_vectors (
+               id bigint PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+               model text NOT NULL, vec bytea NOT NULL)""",
+    )),
+)
+
 LATEST_VERSION = MIGRATIONS[-1].version
 
 

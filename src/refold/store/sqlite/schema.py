@@ -153,11 +153,16 @@ _SEARCH = (
     END""",
 )
 
+# One vector per message and model (float16 blobs), filled off the append path (vectors.py).
+_VECTORS = ("CREATE TABLE message_vectors (id INTEGER PRIMARY KEY REFERENCES messages(id) "
+            "ON DELETE CASCADE, model TEXT NOT NULL, vec BLOB NOT NULL)",)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "core ledger tables", _CORE),
     Migration(2, "full-text search indexes and their triggers", _SEARCH),
     Migration(3, "CJK unigram and bigram index for 1-2 character queries", (grams.CREATE,),
               grams.backfill),
+    Migration(4, "message vectors for vector and hybrid search", _VECTORS),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

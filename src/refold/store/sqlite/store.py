@@ -22,11 +22,12 @@ from refold.store.sqlite.database import Database, Synchronous
 from refold.store.sqlite.indexcheck import index_gaps
 from refold.store.sqlite.schema import LATEST_VERSION, applied_versions, migrate
 from refold.store.sqlite.search import SearchOps
+from refold.store.sqlite.vectors import VectorOps
 
 log = logging.getLogger(__name__)
 
 
-class SQLiteStore(SearchOps, BulkOps):
+class SQLiteStore(SearchOps, VectorOps, BulkOps):
     """The SQLite implementation of ``refold.store.Store``.
 
     ``path`` is a file path or ``":memory:"``. ``synchronous="FULL"`` makes every commit durable
