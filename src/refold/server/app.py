@@ -37,7 +37,7 @@ from refold.server.completions import Drain, Proxy, chat_completions, parse_json
 from refold.server.sessions import DEFAULT_CAPACITY, EngineFactory, EngineLike, SessionPool
 from refold.server.tenancy import tenant_memory
 from refold.server.upstream import Upstream
-from refold.server.wire import error_body, status_for
+from refold.server.wire import error_body, error_headers, status_for
 from refold.store import Store, open_store
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def default_engine_factory(settings: Settings, store: Store) -> EngineFactory:
 
 def _error(err: RefoldError) -> JSONResponse:
     status, body = status_for(err)
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(body, status_code=status, headers=error_headers(err))
 
 
 async def read_body(request: Request, limit: int) -> bytes:
