@@ -29,6 +29,9 @@ from refold.llm.failures import transport_failure
 from refold.server.h1 import H1Client, H1Error, H1Response, lean_client_for
 
 OnSent = Callable[[], None] | None
+# the transport preferred where both apply ("h1" or "httpx"); a process-wide default so a bench
+# can run the same serve with httpx (``bench/bench_proxy.py --variants``)
+DEFAULT_TRANSPORT = "h1"
 
 
 class Reply(Protocol):
@@ -153,10 +156,10 @@ class HttpxTransport:
 
 def transport_for(base_url: str, *, read_timeout: float, connect_timeout: float,
                   transport: httpx.AsyncBaseTransport | None = None,
-                  prefer: str = "h1") -> Transport:
+                  prefer: str | None = None) -> Transport:
     """The transport for ``base_url``: the lean client where it applies (and ``prefer`` is
     "h1"), else httpx (an injected ``transport`` always means httpx)."""
-    if transport is None and prefer == "h1":
+    if transport is None and (prefer or DEFAULT_TRANSPORT) == "h1":
         lean = lean_client_for(base_url, connect_timeout=connect_timeout,
                                read_timeout=read_timeout)
         if lean is not None:

@@ -74,7 +74,7 @@ class Upstream:
     def __init__(self, base_url: str, api_key: str | None = None, *,
                  transport: httpx.AsyncBaseTransport | None = None,
                  read_timeout: float = 600.0, connect_timeout: float = 10.0,
-                 prefer: str = "h1") -> None:
+                 prefer: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.transport: Transport = transport_for(
