@@ -14,7 +14,7 @@ import pytest
 import uvicorn
 
 from refold.cli.serve import bind_socket
-from refold.cli.settings import Settings
+from refold.config import Settings
 from refold.server import create_app
 from refold.store import Store
 from refold.testing import RunningLLM

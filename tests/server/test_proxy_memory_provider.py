@@ -105,9 +105,9 @@ def test_each_turn_reaches_memory_once_after_its_reply(
 
 
 def test_an_unknown_memory_provider_is_a_clear_error(tmp_path: Path) -> None:
-    from refold.cli.settings import Settings
+    from refold.assembly import tenant_memory
+    from refold.config import Settings
     from refold.errors import NotFound
-    from refold.server.tenancy import tenant_memory
     from refold.store.sqlite import SQLiteStore
 
     store = SQLiteStore(str(tmp_path / "r.db"))

@@ -9,11 +9,11 @@ import httpx
 import openai
 import pytest
 
-from refold.cli.settings import Settings
+from refold.assembly import tenant_memory_dir
+from refold.config import Settings
 from refold.memory import open_file_store
 from refold.memory.db import DBMemoryStore
 from refold.server.auth import owner_for_key
-from refold.server.tenancy import tenant_memory_dir
 from refold.store import Store
 from refold.testing import serve
 

@@ -65,7 +65,7 @@ def test_refold_errors_map_to_openai_shaped_statuses() -> None:
 
 
 def test_create_app_takes_settings_or_fields_and_needs_an_upstream(tmp_path: Any) -> None:
-    from refold.cli.settings import Settings
+    from refold.config import Settings
     from refold.errors import InvalidInput
     from refold.server import create_app
 

@@ -8,16 +8,17 @@ with ``--rotate``, starts a child session), under the session's compaction lease
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
 from refold.cli.app import AppContext, console, emit, pass_app
-from refold.cli.settings import Settings
 from refold.compaction.core import CompactionReport
 from refold.compaction.session import recorded_system_prompt
 from refold.compaction.summarizer import Summarizer
+from refold.config import Settings
 from refold.messages.model import Message, content_text, wire_form
 
 SUMMARIZERS = ("builtin", "llm")
@@ -25,8 +26,8 @@ SUMMARIZERS = ("builtin", "llm")
 
 def make_summarizer(settings: Settings, choice: str | None, model: str) -> Summarizer:
     """The summarizer a command asked for, built as ``serve`` and ``chat`` build theirs
-    (``refold.cli.llm_setup``); its HTTP clients live until the command exits."""
-    from refold.cli.llm_setup import summarizer_setup
+    (``refold.assembly``); its HTTP clients live until the command exits."""
+    from refold.assembly import summarizer_setup
 
     summarizer: Summarizer = summarizer_setup(settings, choice=choice, model=model).summarizer
     return summarizer
@@ -37,6 +38,19 @@ def report_json(report: CompactionReport) -> dict[str, Any]:
     data["anchors"] = list(report.anchors)
     data["warnings"] = list(report.warnings)
     return data
+
+
+def exit_code(report: CompactionReport) -> int:
+    """1 when the result does not fit its target or the compaction aborted (the report says
+    why), else 0: a script or an agent loop must not carry on as if it had worked."""
+    return 1 if report.status == "aborted" or not report.fits else 0
+
+
+def _finish(code: int) -> None:
+    # SystemExit, not click's Exit: ``main`` runs click with standalone_mode=False, where
+    # click turns Exit into a return value that nothing reads
+    if code:
+        sys.exit(code)
 
 
 def _render_compact(value: dict[str, Any]) -> None:
@@ -88,6 +102,7 @@ def compact_cmd(app: AppContext, file: Path, context_length: int, model: str | N
     value = {"messages": [wire_form(m) for m in result.messages],
              "report": report_json(result.report)}
     emit(value, as_json, _render_compact)
+    _finish(exit_code(result.report))
 
 
 def _memory_text(settings: Settings) -> str:
@@ -172,6 +187,7 @@ def sessions_compact_cmd(app: AppContext, session: str, context_length: int | No
              "stored": done.stored, "checkpoint_id": done.checkpoint.id if done.checkpoint
              else None, "note": done.note, "report": report_json(done.report)}
     emit(value, as_json, _render_session_compact)
+    _finish(exit_code(done.report))
 
 
 def _render_session_compact(value: dict[str, Any]) -> None:

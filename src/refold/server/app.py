@@ -29,16 +29,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from refold.cli.settings import Settings
+from refold.assembly import EngineFactory as SettingsEngines
+from refold.assembly import open_configured_store
+from refold.config import Settings
 from refold.errors import InvalidInput, RefoldError, UpstreamError
-from refold.server import reads
+from refold.server import messages_api, reads, responses_api
 from refold.server.auth import AuthError, KeyRing, Tenant
 from refold.server.completions import Drain, Proxy, chat_completions, parse_json
-from refold.server.sessions import DEFAULT_CAPACITY, EngineFactory, EngineLike, SessionPool
-from refold.server.tenancy import tenant_memory
+from refold.server.sessions import DEFAULT_CAPACITY, EngineFactory, SessionPool
 from refold.server.upstream import Upstream
 from refold.server.wire import error_body, error_headers, status_for
-from refold.store import Store, open_store
+from refold.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -53,21 +54,16 @@ class BodyTooLarge(Exception):
         self.limit = limit
 
 
-def default_engine_factory(settings: Settings, store: Store) -> EngineFactory:
-    from refold.cli.llm_setup import summarizer_setup
-    from refold.compaction import CompactionPolicy
-    from refold.runtime.engine import Engine
-
-    setup = summarizer_setup(settings)  # its clients live as long as the process
-    policy = CompactionPolicy(rotate_on_compaction=settings.rotate_on_compaction)
-
-    def make(owner: str) -> EngineLike:
-        memory = tenant_memory(settings, store, owner, setup.client)
-        return Engine(store, model=settings.model, context_length=settings.context_length,
-                      owner=owner, memory=memory, chat_client=setup.client,
-                      summarizer=setup.summarizer, policy=policy)
-
-    return make
+def _upstream(settings: Settings, transport: httpx.AsyncBaseTransport | None) -> Any:
+    """The upstream client for ``settings.upstream_format`` (openai | anthropic)."""
+    kind = getattr(settings, "upstream_format", "openai")
+    if kind == "anthropic":
+        from refold.server.anthropic_upstream import AnthropicUpstream
+        return AnthropicUpstream(str(settings.upstream), settings.upstream_api_key,
+                                 transport=transport)
+    if kind != "openai":
+        raise InvalidInput(f"upstream_format must be openai or anthropic, got {kind!r}")
+    return Upstream(str(settings.upstream), settings.upstream_api_key, transport=transport)
 
 
 def _error(err: RefoldError) -> JSONResponse:
@@ -109,17 +105,22 @@ class ProxyApp:
         self._own_store = store is None
         self.store: Store | None = store
         self._engine_factory = engine_factory
-        self.upstream = Upstream(settings.upstream, settings.upstream_api_key,
-                                 transport=upstream_transport)
+        self.upstream = _upstream(settings, upstream_transport)
         self.capacity = capacity
         self.proxy: Proxy | None = None
+        self._engines: SettingsEngines | None = None  # built from settings, closed at shutdown
 
     # -- lifecycle -----------------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         if self.store is None:
             self.store = await anyio.to_thread.run_sync(self._open_store)
-        factory = self._engine_factory or default_engine_factory(self.settings, self.store)
+        factory: EngineFactory
+        if self._engine_factory is None:
+            self._engines = SettingsEngines(self.settings, self.store)
+            factory = self._engines
+        else:
+            factory = self._engine_factory
         pool = SessionPool(factory, capacity=self.capacity)
         # light mode needs a store that never fsyncs on commit (SQLite WAL, NORMAL: serve's
         # default); with FULL or PostgreSQL every store call may wait, so all go to threads
@@ -132,10 +133,8 @@ class ProxyApp:
             await self.shutdown()
 
     def _open_store(self) -> Store:
-        if "://" not in self.settings.db_url:
-            self.settings.home.mkdir(parents=True, exist_ok=True)
-        return open_store(self.settings.db_url,
-                          sqlite_synchronous=self.settings.serve_sqlite_synchronous)
+        return open_configured_store(
+            self.settings, sqlite_synchronous=self.settings.serve_sqlite_synchronous)
 
     async def shutdown(self) -> None:
         proxy = self.proxy
@@ -145,6 +144,8 @@ class ProxyApp:
             log.info("%s", proxy.summary())
             await anyio.to_thread.run_sync(proxy.pool.close)
         await self.upstream.aclose()
+        if self._engines is not None:
+            self._engines.close()
         if self._own_store and self.store is not None:
             await anyio.to_thread.run_sync(self.store.close)
 
@@ -168,6 +169,14 @@ class ProxyApp:
                 return _error(exc)
 
         return run
+
+    def running_proxy(self) -> Proxy:
+        return self._proxy()
+
+    async def body_of(self, request: Request) -> tuple[Any, int]:
+        """The request's JSON body (size-limited) and its size in bytes."""
+        raw = await read_body(request, self.settings.max_body_bytes)
+        return await parse_json(raw), len(raw)
 
     def _proxy(self) -> Proxy:
         if self.proxy is None:
@@ -226,6 +235,8 @@ class ProxyApp:
                   methods=["GET"]),
             Route("/v1/refold/search", self.endpoint(self.search), methods=["GET"]),
             Route("/v1/refold/memory", self.endpoint(self.memory), methods=["GET"]),
+            *messages_api.routes(self),
+            *responses_api.routes(self),
         ]
         handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _crash}
         return Starlette(routes=routes, lifespan=self.lifespan, exception_handlers=handlers)

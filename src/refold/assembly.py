@@ -1,0 +1,166 @@
+"""Settings → parts: the one place a surface's ``Settings`` become a store, a summarizer, a
+tenant's memory and an ``Engine``.
+
+``refold serve``, ``refold chat``, ``refold compact`` and ``refold sessions compact`` all build
+their parts here, so the same settings give the same parts on every surface; neither ``cli/``
+nor ``server/`` wires parts of its own, and ``server/`` never imports ``cli/``. Everything here
+takes explicit arguments: no environment is read (``refold.config`` loads the settings).
+
+Invariants:
+- a tenant's memory is its own (its own directory, or its own database profile), so one
+  client key's memory never reaches another key's snapshot;
+- every HTTP client built here is owned by the ``SummarizerSetup`` (or ``EngineFactory``) that
+  built it, and closed by its ``close``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from refold.config import Settings
+from refold.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from refold.compaction.policy import CompactionPolicy
+    from refold.compaction.summarizer import Summarizer
+    from refold.llm import ChatClient
+    from refold.runtime.engine import Engine
+    from refold.runtime.memory_link import MemoryLink
+    from refold.store.base import Store
+
+
+def open_configured_store(settings: Settings, *, sqlite_synchronous: str | None = None) -> Store:
+    """The store ``settings.db_url`` names (the home is created for a SQLite default path)."""
+    from refold.store import open_store
+
+    if "://" not in settings.db_url:
+        settings.home.mkdir(parents=True, exist_ok=True)
+    return open_store(settings.db_url, sqlite_synchronous=sqlite_synchronous)
+
+
+def compaction_policy(settings: Settings) -> CompactionPolicy:
+    """The compaction policy the settings describe."""
+    from refold.compaction import CompactionPolicy
+
+    return CompactionPolicy(rotate_on_compaction=settings.rotate_on_compaction)
+
+
+@dataclass
+class SummarizerSetup:
+    """The summarizer plus the clients it owns (``close`` them when the surface stops)."""
+
+    summarizer: Summarizer
+    client: ChatClient | None = None  # the summary endpoint (also the memory reviewer's model)
+    owned: list[Any] = field(default_factory=list)
+
+    def close(self) -> None:
+        for client in self.owned:
+            client.close()
+        self.owned.clear()
+
+
+def summarizer_setup(settings: Settings, *, choice: str | None = None,
+                     model: str | None = None) -> SummarizerSetup:
+    """The summarizer ``choice`` (default ``settings.summarizer``) for main ``model``.
+
+    ``summarizer_url`` / ``summarizer_model`` / ``summarizer_api_key`` default to ``upstream``
+    / ``model`` / ``upstream_api_key``; the fallback to the main model goes to the main
+    endpoint when the summary endpoint is another one.
+    """
+    from refold.runtime.summarizers import build_summarizer
+
+    kind = choice or settings.summarizer
+    model = model or settings.model
+    if kind != "llm":
+        return SummarizerSetup(build_summarizer(kind, model=model))
+    from refold.llm import HttpChatClient
+
+    url = settings.summarizer_url or settings.upstream
+    if not url:
+        raise InvalidInput("the llm summarizer needs an endpoint",
+                           hint="set REFOLD_SUMMARIZER_URL or REFOLD_UPSTREAM (…/v1)")
+    client = HttpChatClient(url, settings.summarizer_api_key or settings.upstream_api_key)
+    owned: list[Any] = [client]
+    main_client = None
+    if settings.upstream and settings.upstream.rstrip("/") != url.rstrip("/"):
+        main_client = HttpChatClient(settings.upstream, settings.upstream_api_key)
+        owned.append(main_client)
+    summarizer = build_summarizer("llm", model=model, client=client,
+                                  summarizer_model=settings.summarizer_model,
+                                  main_client=main_client)
+    return SummarizerSetup(summarizer, client, owned)
+
+
+def tenant_memory_dir(settings: Settings, owner: str) -> Path:
+    """Where a tenant's MEMORY.md / USER.md live: the local dir, or one per client key."""
+    if not owner:
+        return settings.memories_dir
+    return settings.home / "tenants" / owner / "memories"
+
+
+def tenant_memory(settings: Settings, store: Store, owner: str,
+                  chat_client: ChatClient | None) -> MemoryLink:
+    """The tenant's memory: its own files, or its own profile in the database (memory_backend),
+    plus the external ``memory_provider`` when one is configured (an instance per tenant).
+
+    The local owner uses ``memory_profile``; a client key's tenant gets a profile of its own, so
+    one key's memory never reaches another key's snapshot.
+    """
+    link = _builtin_memory(settings, store, owner, chat_client)
+    if settings.memory_provider:
+        from refold.memory.provider import load_provider
+
+        link.manager.add_provider(load_provider(settings.memory_provider))
+    return link
+
+
+def _builtin_memory(settings: Settings, store: Store, owner: str,
+                    chat_client: ChatClient | None) -> MemoryLink:
+    from refold.runtime.memory_link import MemoryLink
+
+    approval = settings.memory_approval
+    # chat_client is the summary endpoint: review asks the summary model it serves
+    review_model = settings.summarizer_model or settings.model
+    if settings.memory_backend == "db":
+        from refold.memory.db import DBMemoryStore
+
+        profile = settings.memory_profile if not owner else f"{settings.memory_profile}:{owner}"
+        return MemoryLink.for_store(DBMemoryStore(store, profile), approval=approval,
+                                    chat_client=chat_client, model=review_model)
+    if settings.memory_backend != "file":
+        raise InvalidInput(f"unknown memory_backend {settings.memory_backend!r}",
+                           hint="use file or db")
+    return MemoryLink.from_dir(tenant_memory_dir(settings, owner), approval=approval,
+                               chat_client=chat_client, model=review_model)
+
+
+def build_engine(settings: Settings, store: Store, setup: SummarizerSetup, *,
+                 owner: str = "") -> Engine:
+    """The engine for ``owner`` over ``store``: model budget, summarizer, policy, memory."""
+    from refold.runtime.engine import Engine
+
+    memory = tenant_memory(settings, store, owner, setup.client)
+    return Engine(store, model=settings.model, context_length=settings.context_length,
+                  owner=owner, memory=memory, chat_client=setup.client,
+                  summarizer=setup.summarizer, policy=compaction_policy(settings))
+
+
+class EngineFactory:
+    """Engines per tenant over one store, sharing one summarizer setup (closed by ``close``)."""
+
+    def __init__(self, settings: Settings, store: Store) -> None:
+        self.settings = settings
+        self.store = store
+        self.setup = summarizer_setup(settings)
+
+    def __call__(self, owner: str) -> Engine:
+        return build_engine(self.settings, self.store, self.setup, owner=owner)
+
+    def close(self) -> None:
+        self.setup.close()
+
+
+__all__ = ["EngineFactory", "SummarizerSetup", "build_engine", "compaction_policy",
+           "open_configured_store", "summarizer_setup", "tenant_memory", "tenant_memory_dir"]
