@@ -137,6 +137,8 @@ class UpstreamError(RefoldError):
         self.kind = kind
         self.status = status
         self.body = body
+        # response headers worth passing on (the proxy: Retry-After, x-ratelimit-*)
+        self.headers: dict[str, str] = {}
 
 
 class ContextOverflowError(UpstreamError):

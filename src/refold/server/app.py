@@ -38,7 +38,7 @@ from refold.server.auth import AuthError, KeyRing, Tenant
 from refold.server.completions import Drain, Proxy, chat_completions, parse_json
 from refold.server.sessions import DEFAULT_CAPACITY, EngineFactory, SessionPool, scoped_title
 from refold.server.upstream import Upstream
-from refold.server.wire import error_body, status_for
+from refold.server.wire import error_body, error_headers, status_for
 from refold.store import Store
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ def _upstream(settings: Settings, transport: httpx.AsyncBaseTransport | None) ->
 
 def _error(err: RefoldError) -> JSONResponse:
     status, body = status_for(err)
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(body, status_code=status, headers=error_headers(err))
 
 
 async def read_body(request: Request, limit: int) -> bytes:

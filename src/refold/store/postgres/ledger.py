@@ -287,7 +287,8 @@ class LedgerMixin(PgCore):
         return [message_from_row(r) for r in earlier + rest]
 
     # -- rewind and fork --------------------------------------------------------------------
-    def rewind(self, session_id: str, from_seq: int) -> RewindRecord:
+    def rewind(self, session_id: str, from_seq: int, *,
+               any_role: bool = False) -> RewindRecord:
         with self._tx("rewind") as cur:
             self._require_session(cur, session_id, lock=True)
             cur.execute("SELECT role, active FROM messages WHERE session_id = %s AND seq = %s",
@@ -295,7 +296,7 @@ class LedgerMixin(PgCore):
             row = cur.fetchone()
             if row is None or not row[1]:
                 raise InvalidInput(f"session {session_id} has no active message {from_seq}")
-            if row[0] != "user":
+            if row[0] != "user" and not any_role:
                 raise InvalidInput(f"message {from_seq} is from the {row[0]}; rewind starts "
                                    "at a user message", hint="give the seq of a user message")
             return self._deactivate(cur, session_id, int(from_seq))
