@@ -42,6 +42,9 @@ class Settings(BaseModel):
     host: str = "127.0.0.1"
     port: int = 8765
     max_body_bytes: int = 16 * 1024 * 1024
+    header_timeout: float = 10.0  # seconds for a request's headers to arrive (slow clients)
+    body_timeout: float = 30.0  # seconds for a request's whole body to arrive
+    max_json_depth: int = 100  # deeper request JSON is a 400
     # SQLite commit durability for serve: NORMAL (WAL) survives a proxy crash, not power loss;
     # FULL fsyncs every commit. The library and the other commands always use FULL.
     serve_sqlite_synchronous: str = "NORMAL"

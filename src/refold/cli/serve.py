@@ -18,8 +18,6 @@ from refold.config import Settings
 from refold.errors import InvalidInput
 from refold.store.urls import redact_url
 
-GRACEFUL_SECONDS = 30
-
 
 def _client_keys(env_names: tuple[str, ...]) -> list[str]:
     keys: list[str] = []
@@ -96,6 +94,7 @@ def serve_cmd(app: AppContext, upstream: str | None, host: str | None, port: int
     import uvicorn
 
     from refold.server import create_app
+    from refold.server.runner import uvicorn_config
 
     app.flags.update(upstream=upstream, host=host, port=port, model=model,
                      context_length=context_length, max_body_bytes=max_body_bytes)
@@ -114,6 +113,5 @@ def serve_cmd(app: AppContext, upstream: str | None, host: str | None, port: int
     warning = _probe(str(settings.upstream), settings.upstream_api_key)
     if warning:
         click.echo(f"warning: {warning}", err=True)
-    config = uvicorn.Config(asgi, log_level=log_level, access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=GRACEFUL_SECONDS)
+    config = uvicorn_config(asgi, settings, log_level=log_level)
     uvicorn.Server(config).run(sockets=[sock])
