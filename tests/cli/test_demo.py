@@ -74,6 +74,22 @@ def test_demo_refuses_a_home_with_data(tmp_path: Path) -> None:
     assert "empty directory" in proc.stderr
 
 
+def test_demo_refuses_an_existing_home_without_a_database(tmp_path: Path) -> None:
+    """A real home holds refold.toml (a postgresql:// db setting) and MEMORY.md but no
+    refold.db: the demo must not overwrite the one or append to the other."""
+    home = tmp_path / "real"
+    (home / "memories").mkdir(parents=True)
+    settings = 'db = "postgresql://127.0.0.1:5432/test"\n'
+    (home / "refold.toml").write_text(settings, encoding="utf-8")
+    (home / "memories" / "MEMORY.md").write_text("my notes\n", encoding="utf-8")
+    proc = _run("--fast", "--home", str(home), home=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "not empty" in proc.stderr and "Traceback" not in proc.stderr
+    assert (home / "refold.toml").read_text(encoding="utf-8") == settings
+    assert (home / "memories" / "MEMORY.md").read_text(encoding="utf-8") == "my notes\n"
+    assert sorted(p.name for p in home.iterdir()) == ["memories", "refold.toml"]
+
+
 def test_demo_output_is_readable_without_a_terminal(tmp_path: Path) -> None:
     proc = _run("--fast", "--home", str(tmp_path / "demo"), home=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]

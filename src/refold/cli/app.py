@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import click
@@ -21,6 +22,7 @@ import click
 from refold.config import Settings, load_settings
 from refold.errors import InvalidInput, NotFound
 from refold.store import Store, sqlite_file_of
+from refold.store.output import sqlite_files
 
 # commands that only work on sessions already stored: they never create a database
 READ_COMMANDS = frozenset({"search", "sessions", "context"})
@@ -95,6 +97,17 @@ class AppContext:
         if command in READ_COMMANDS:
             raise NotFound(f"no database at {path}",
                            hint="check --db / REFOLD_DB; `refold import FILE` creates one")
+
+    def protected_paths(self) -> list[Path]:
+        """refold's own files, which no output option may overwrite: the SQLite database and
+        its companions, the memory directory and the settings file."""
+        settings = self.settings
+        paths = [settings.memories_dir, settings.home / "refold.toml"]
+        if "://" not in settings.db_url or settings.db_url.startswith("sqlite://"):
+            database = sqlite_file_of(settings.db_url)
+            if database != ":memory:":
+                paths += sqlite_files(database)
+        return paths
 
     def close(self) -> None:
         if "store" in self.__dict__:

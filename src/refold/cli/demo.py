@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from refold.cli.app import AppContext, console, pass_app
+from refold.errors import InvalidInput
 
 _EXCEPTION = re.compile(r"^[A-Za-z_.]*(Error|Exception|Warning)\b")
 GAUGE_WIDTH = 20
@@ -71,12 +72,17 @@ def demo_cmd(app: AppContext, demo_home: str | None, fast: bool, context_length:
 
 
 def _demo_home(given: str | None) -> Path:
+    """The demo writes a database, ``refold.toml`` and memory files: only into a directory that
+    is new or empty, so it can never replace a user's settings or add to their memory."""
     if given:
         path = Path(given).expanduser()
-        path.mkdir(parents=True, exist_ok=True)
-        if (path / "refold.db").exists():
-            raise click.UsageError(f"{path} already holds a refold database; "
-                                   "choose an empty directory for the demo")
+        if path.is_dir() and any(path.iterdir()):
+            raise InvalidInput(f"{path} is not empty; the demo only writes into a new or empty "
+                               "directory", hint="choose another --home, or omit it")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InvalidInput(f"cannot create {path}: {exc.strerror or exc}") from exc
         return path
     return Path(tempfile.mkdtemp(prefix="refold-demo-"))
 

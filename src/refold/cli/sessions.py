@@ -12,7 +12,6 @@ import json
 import os
 import sys
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import click
@@ -22,6 +21,8 @@ from refold.errors import InvalidInput, NotFound
 from refold.messages.model import content_text
 from refold.store import Session, StoredMessage
 from refold.store.export import write_export
+from refold.store.lifecycle import Lineage, prunable_lineages, prune
+from refold.store.output import atomic_output
 
 
 def session_json(session: Session) -> dict[str, Any]:
@@ -163,10 +164,14 @@ def show_cmd(app: AppContext, ref: str, include_inactive: bool, owner: str | Non
 @click.option("--lineage", is_flag=True, help="Export the whole lineage, oldest first.")
 @click.option("--archived", is_flag=True, help="Include rewound (inactive) messages.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file.")
+@click.option("--force", is_flag=True, help="Replace an existing --output file.")
 @pass_app
 def export_cmd(app: AppContext, ref: str, fmt: str, lineage: bool, archived: bool,
-               output: str | None) -> None:
-    """Export a session as JSONL (one OpenAI message per line), JSON or Markdown."""
+               output: str | None, force: bool) -> None:
+    """Export a session as JSONL (one OpenAI message per line), JSON or Markdown.
+
+    With -o the export goes to a temporary file renamed over FILE only when complete; refold's
+    own files (database, memory, settings) are refused, an existing FILE needs --force."""
     store = app.store
     session = store.resolve_session(ref)
     kind = "markdown" if fmt == "md" else fmt
@@ -175,7 +180,7 @@ def export_cmd(app: AppContext, ref: str, fmt: str, lineage: bool, archived: boo
                      lineage=lineage, include_inactive=archived)
         return
     try:
-        with Path(output).open("w", encoding="utf-8") as fh:
+        with atomic_output(output, protected=app.protected_paths(), force=force) as fh:
             count = write_export(store, session.id, fh, kind, lineage=lineage,
                                  include_inactive=archived)
     except OSError as exc:
@@ -282,17 +287,42 @@ def undo_rewind_cmd(app: AppContext, rewind_id: int, as_json: bool) -> None:
         f"restored {r['count']} message(s) from seq {r['from_seq']}"))
 
 
+def _lineage_json(lineage: Lineage) -> dict[str, Any]:
+    return {"sessions": [{"id": s.id, "title": s.title, "messages": s.message_count,
+                          "end_reason": s.end_reason} for s in lineage.sessions],
+            "messages": lineage.message_count, "last_activity": lineage.last_activity}
+
+
+def _render_plan(plan: list[Lineage]) -> None:
+    for lineage in plan:
+        names = ", ".join(f"{s.id[:12]}{f' ({s.title})' if s.title else ''}"
+                          for s in lineage.sessions)
+        click.echo(f"would delete: {names} — {lineage.message_count} message(s), "
+                   f"last active {_when(lineage.last_activity)}", err=True)
+
+
 @sessions_group.command("prune")
 @click.option("--older-than", "days", type=click.FloatRange(min=0), required=True,
-              help="Delete ended sessions that ended more than DAYS days ago.")
+              help="Delete lineages whose sessions all ended and whose newest activity is "
+                   "more than DAYS days old.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--dry-run", is_flag=True, help="Only show what would be deleted.")
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
-def prune_cmd(app: AppContext, days: float, yes: bool, as_json: bool) -> None:
-    """Delete ended sessions older than --older-than DAYS."""
-    _confirm(f"delete every ended session older than {days:g} day(s)?", yes)
-    removed = app.store.prune_sessions(days)
+def prune_cmd(app: AppContext, days: float, yes: bool, dry_run: bool, as_json: bool) -> None:
+    """Delete whole lineages (a session with its continuations, forks and branches) that
+    ended more than --older-than DAYS ago. A lineage with a live session is kept whole."""
+    plan = prunable_lineages(app.store, days)
+    if not as_json:
+        _render_plan(plan)
+    removed = 0
+    if plan and not dry_run:
+        count = sum(len(lin.sessions) for lin in plan)
+        _confirm(f"delete these {count} session(s) in {len(plan)} lineage(s)?", yes)
+        removed = prune(app.store, plan)
     if as_json:
-        click.echo(json.dumps({"deleted_sessions": removed}))
+        click.echo(json.dumps({"deleted_sessions": removed, "dry_run": dry_run,
+                               "lineages": [_lineage_json(lin) for lin in plan]}))
     else:
-        click.echo(f"deleted {removed} session(s)")
+        click.echo(f"{'would delete' if dry_run else 'deleted'} "
+                   f"{sum(len(lin.sessions) for lin in plan) if dry_run else removed} session(s)")

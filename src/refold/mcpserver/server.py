@@ -3,7 +3,11 @@
 Any MCP-speaking agent (Claude Desktop, Cursor, Codex, …) can then keep MEMORY.md / USER.md and
 search every session refold stored. The tools are the same ``refold.tools`` objects an agent
 loop uses, so their schemas and results are identical on every surface. A tool error comes back
-as an MCP result with ``is_error`` set and a one-line message, never as a crash of the server.
+as an MCP result with ``isError`` set and a one-line message, never as a crash of the server.
+
+Written against the mcp 1.x low-level API (``mcp>=1.19,<2``): handlers are registered with the
+``Server`` decorators. Input validation stays with the tools (``validate_input=False``) so a
+client sees the same one-line refusal on MCP as in an agent loop, not a jsonschema dump.
 
 Blocking store and memory calls run on a worker thread so the stdio loop stays responsive.
 """
@@ -14,8 +18,7 @@ import logging
 from typing import Any
 
 import anyio
-import mcp_types as types
-from mcp.server.context import ServerRequestContext
+import mcp.types as types
 from mcp.server.lowlevel import Server
 
 from refold import __version__
@@ -30,35 +33,34 @@ INSTRUCTIONS = (
     "facts and preferences, and `session_search` to recall earlier work.")
 
 
-def build_server(registry: ToolRegistry) -> Server[Any]:
+def build_server(registry: ToolRegistry) -> Server[Any, Any]:
     """A low-level MCP server whose tools are ``registry``'s tools."""
+    server: Server[Any, Any] = Server(SERVER_NAME, version=__version__,
+                                      instructions=INSTRUCTIONS)
 
-    async def list_tools(ctx: ServerRequestContext[Any],
-                         params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        tools = [types.Tool(name=s["function"]["name"],
-                            description=s["function"]["description"],
-                            input_schema=s["function"]["parameters"])
-                 for s in registry.schemas()]
-        return types.ListToolsResult(tools=tools)
+    @server.list_tools()
+    async def list_tools() -> list[types.Tool]:
+        return [types.Tool(name=s["function"]["name"],
+                           description=s["function"]["description"],
+                           inputSchema=s["function"]["parameters"])
+                for s in registry.schemas()]
 
-    async def call_tool(ctx: ServerRequestContext[Any],
-                        params: types.CallToolRequestParams) -> types.CallToolResult:
-        if params.name not in registry:
-            return _result(f"unknown tool {params.name!r}", error=True)
-        arguments = dict(params.arguments or {})
-        result = await anyio.to_thread.run_sync(registry.run, params.name, arguments)
+    @server.call_tool(validate_input=False)
+    async def call_tool(name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
+        if name not in registry:
+            return _result(f"unknown tool {name!r}", error=True)
+        result = await anyio.to_thread.run_sync(registry.run, name, dict(arguments or {}))
         return _result(result.text, error=result.is_error)
 
-    return Server(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS,
-                  on_list_tools=list_tools, on_call_tool=call_tool)
+    return server
 
 
 def _result(text: str, *, error: bool) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                is_error=error)
+                                isError=error)
 
 
-async def _serve_stdio(server: Server[Any]) -> None:
+async def _serve_stdio(server: Server[Any, Any]) -> None:
     from mcp.server.stdio import stdio_server
 
     async with stdio_server() as (read_stream, write_stream):

@@ -216,18 +216,10 @@ class SessionsMixin(PgCore):
                                                 cost_usd, model))
 
     def prune_sessions(self, older_than_days: float) -> int:
-        if older_than_days < 0:
-            raise InvalidInput("older_than_days must not be negative")
-        cutoff = time.time() - older_than_days * 86400
-        with self._tx("prune sessions") as cur:
-            cur.execute(f"""SELECT {SESSION_COLS} FROM sessions
-                            WHERE ended_at IS NOT NULL AND ended_at < %s
-                            ORDER BY started_at DESC FOR UPDATE""", (cutoff,))
-            doomed = [session_from_row(r) for r in cur.fetchall()]
-            for session in doomed:
-                # Re-read: deleting an earlier one may have re-parented this one.
-                self._delete(cur, self._load_session(cur, session.id))
-            return len(doomed)
+        """Whole lineages only, as on SQLite (``refold.store.lifecycle``)."""
+        from refold.store.lifecycle import prune_older_than
+
+        return prune_older_than(self, older_than_days)  # type: ignore[arg-type]  # a mixin
 
     # -- lineage ----------------------------------------------------------------------------
     def ancestors(self, session_id: str) -> list[Session]:

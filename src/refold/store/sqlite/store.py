@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
-import time
 from typing import Any
 
 from refold.errors import InvalidInput
@@ -68,17 +67,11 @@ class SQLiteStore(SearchOps, BulkOps):
         return self.db.nonblocking()
 
     def prune_sessions(self, older_than_days: float) -> int:
-        """Delete ended sessions that ended more than ``older_than_days`` ago; returns how many."""
-        if older_than_days < 0:
-            raise InvalidInput("older_than_days cannot be negative")
-        cutoff = time.time() - older_than_days * 86400
-        with self.db.write() as conn:
-            ids = [r[0] for r in conn.execute(
-                "SELECT id FROM sessions WHERE ended_at IS NOT NULL AND ended_at < ? "
-                "ORDER BY started_at DESC", (cutoff,))]
-            for session_id in ids:
-                self._delete(conn, self._session(conn, session_id))
-            return len(ids)
+        """Delete whole lineages that ended more than ``older_than_days`` ago (see
+        ``refold.store.lifecycle``); returns how many sessions went."""
+        from refold.store.lifecycle import prune_older_than
+
+        return prune_older_than(self, older_than_days)
 
     def integrity_check(self) -> list[str]:
         """Problems found by SQLite, the foreign keys and the FTS indexes ([] when all is well)."""

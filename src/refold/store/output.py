@@ -1,0 +1,85 @@
+"""Writing an output file without ever destroying what was there: temp file, then rename.
+
+``atomic_output`` is how refold writes a file the user named (an export, a backup): the content
+goes to a temporary file beside the target and replaces the target only once it is complete, so
+a failed or interrupted write leaves an existing file exactly as it was. It refuses
+
+- a *protected* path — refold's own files (the database and its ``-wal``/``-shm``/``-journal``
+  companions, memory files, settings), compared after resolving symlinks and by inode, so
+  ``-o ~/.local/share/refold/refold.db`` or ``-o memories/MEMORY.md`` can never truncate them;
+- an existing file unless ``force`` (a mistyped path must not replace a user's file silently).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TextIO
+
+from refold.errors import InvalidInput
+
+SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal")
+
+
+def sqlite_files(path: str | Path) -> list[Path]:
+    """The database file and the companion files SQLite keeps beside it."""
+    return [Path(f"{path}{suffix}") for suffix in SQLITE_COMPANIONS]
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def is_protected(target: Path, protected: Iterable[Path]) -> Path | None:
+    """The protected path ``target`` names (directly, through a symlink or a hard link), or
+    None. A protected directory covers every file below it."""
+    real = Path(os.path.realpath(target))
+    for guarded in protected:
+        guarded_real = Path(os.path.realpath(guarded))
+        if real == guarded_real or _same_file(target, guarded):
+            return guarded
+        if guarded_real.is_dir() and real.is_relative_to(guarded_real):
+            return guarded
+    return None
+
+
+def check_output_path(target: Path, protected: Iterable[Path], *, force: bool) -> None:
+    """``InvalidInput`` unless ``target`` may be written (see the module docstring)."""
+    guarded = is_protected(target, protected)
+    if guarded is not None:
+        raise InvalidInput(f"refusing to write {target}: it is refold's own file ({guarded})",
+                           hint="choose another output path")
+    if target.is_dir():
+        raise InvalidInput(f"cannot write {target}: it is a directory")
+    if target.exists() and not force:
+        raise InvalidInput(f"{target} exists already", hint="pass --force to replace it")
+
+
+@contextlib.contextmanager
+def atomic_output(target: str | Path, *, protected: Iterable[Path] = (),
+                  force: bool = False) -> Iterator[TextIO]:
+    """A text file that becomes ``target`` only when the ``with`` block completes."""
+    path = Path(target)
+    check_output_path(path, list(protected), force=force)
+    directory = path.parent if str(path.parent) else Path(".")
+    try:
+        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise InvalidInput(f"cannot write {path}: {exc.strerror or exc}") from exc
+    try:
+        os.chmod(temp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
