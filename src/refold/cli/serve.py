@@ -106,7 +106,7 @@ def serve_cmd(app: AppContext, upstream: str | None, host: str | None, port: int
     updates: dict[str, object] = {"api_keys": [*settings.api_keys, *extra_keys]}
     if upstream_api_key_env:
         updates["upstream_api_key"] = os.environ.get(upstream_api_key_env) or None
-    settings = settings.model_copy(update=updates)
+    settings = settings.updated(**updates)
     asgi = create_app(settings)
     sock = bind_socket(settings.host, settings.port)
     click.echo(_banner(settings, sock), err=True)

@@ -277,7 +277,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     if settings is None:
         settings = Settings(**fields)
     elif fields:
-        settings = settings.model_copy(update=fields)
+        settings = settings.updated(**fields)
     app = ProxyApp(settings, store=store, upstream_transport=upstream_transport,
                    engine_factory=engine_factory, capacity=capacity)
     starlette = app.build()
