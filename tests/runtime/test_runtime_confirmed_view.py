@@ -455,7 +455,7 @@ def test_a_light_record_whose_review_must_read_a_busy_store_hands_it_to_a_thread
         rt.prepare_history(history)  # re-reads the view after the checkpoint
         rt.record(answer(3))
         history += [answer(3), user("q4")]
-        assert rt.prepare_history(history, light=True) is not None
+        assert rt.inline.prepare(history) is not None
         taken, release = threading.Event(), threading.Event()
         holders = []
 
@@ -471,7 +471,7 @@ def test_a_light_record_whose_review_must_read_a_busy_store_hands_it_to_a_thread
             holders.append(holder)
             assert taken.wait(5)
         seen = len(recorder.turns)
-        assert rt.record(answer(4), light=True) is True  # stored without waiting
+        assert rt.inline.record(answer(4)) is True  # stored without waiting
         assert len(recorder.turns) == seen  # the review had to wait: not done on this thread
         release.set()
         for holder in holders:

@@ -1,4 +1,4 @@
-"""The deferred store (``prepare_history(light=True, defer_store=True)`` + ``store_pending``):
+"""The deferred store (``rt.inline.prepare(defer_store=True)`` + ``store_pending``):
 the proxy builds a fast-path turn's request before its new messages are stored, sends it, then
 stores them. What matters: every message is stored once, in order; ``store_pending`` says True
 only when the request built was exactly what the ledger gives (a fresh build from
@@ -54,20 +54,20 @@ def test_the_request_is_built_first_and_the_store_confirms_it(
     rt, history = started_session(normal_store, engines)
     for turn in range(6):
         stored_before = contents(normal_store, rt.session_id)
-        prepared = rt.prepare_history(history, light=True, defer_store=True)
+        prepared = rt.inline.prepare(history, defer_store=True)
         assert prepared is not None
-        assert rt.pending_store
+        assert rt.inline.has_pending
         assert contents(normal_store, rt.session_id) == stored_before  # not stored yet
-        assert rt.store_pending(light=True) is True
-        assert not rt.pending_store
+        assert rt.inline.store_pending() is True
+        assert not rt.inline.has_pending
         assert contents(normal_store, rt.session_id) == [
             *stored_before, ("user", history[-1]["content"])]
         assert prepared.messages == fresh(rt, normal_store)
         reads = rt.view_reads
-        assert rt.record(bot(f"r{turn}"), light=True) is True
+        assert rt.inline.record(bot(f"r{turn}")) is True
         assert rt.view_reads == reads  # the view stayed current: no full read
         history += [bot(f"r{turn}"), user(f"q{turn}")]
-        assert rt.store_pending() is True  # nothing pending: True, nothing stored
+        assert rt.inline.settle() is True  # nothing pending: True, nothing stored
     later = [x for t in range(6) for x in (f"r{t}", f"q{t}")][:-1]
     assert [c for _, c in contents(normal_store, rt.session_id)] == ["one", "first", "two",
                                                                      *later]
@@ -76,13 +76,13 @@ def test_the_request_is_built_first_and_the_store_confirms_it(
 def test_several_new_messages_tool_results_included_are_stored_in_order(
         engines: list[Engine], normal_store: SQLiteStore) -> None:
     rt, history = started_session(normal_store, engines)
-    assert rt.prepare_history(history, light=True, defer_store=True) is not None
-    assert rt.store_pending(light=True) is True
-    assert rt.record(bot("calling"), light=True)
+    assert rt.inline.prepare(history, defer_store=True) is not None
+    assert rt.inline.store_pending() is True
+    assert rt.inline.record(bot("calling"))
     history = [*history, bot("calling"), *tool_turn(7)]
-    prepared = rt.prepare_history(history, light=True, defer_store=True)
-    assert prepared is not None and rt.pending_store
-    assert rt.store_pending(light=True) is True
+    prepared = rt.inline.prepare(history, defer_store=True)
+    assert prepared is not None and rt.inline.has_pending
+    assert rt.inline.store_pending() is True
     assert prepared.messages == fresh(rt, normal_store)
     stored = [r.message for r in normal_store.get_messages(rt.session_id)]
     assert stored == [wire_form(m) for m in history[1:]]
@@ -94,14 +94,14 @@ def test_another_writer_appending_voids_the_request_and_stores_nothing(
     other = SQLiteStore(normal_store.db.path)
     try:
         other.append_messages(rt.session_id, [user("from elsewhere")])
-        assert rt.prepare_history(history, light=True, defer_store=True) is not None
-        assert rt.store_pending(light=True) is False  # the tip moved: the request is void
-        assert not rt.pending_store
+        assert rt.inline.prepare(history, defer_store=True) is not None
+        assert rt.inline.store_pending() is False  # the tip moved: the request is void
+        assert not rt.inline.has_pending
         assert contents(normal_store, rt.session_id)[-1] == ("user", "from elsewhere")
-        again = rt.prepare_history(history, light=True, defer_store=True)
+        again = rt.inline.prepare(history, defer_store=True)
         assert again is None  # no cached view any more: the worker path
         again = rt.prepare_history(history)
-        assert again is not None and not rt.pending_store
+        assert again is not None and not rt.inline.has_pending
         assert again.messages == fresh(rt, normal_store)
         assert contents(normal_store, rt.session_id) == [
             ("user", "one"), ("assistant", "first"), ("user", "two")]  # the stray one rewound
@@ -116,9 +116,9 @@ def test_another_writer_compacting_voids_the_request_but_keeps_the_messages(
     view."""
     rt, history = started_session(normal_store, engines)
     for turn in range(3):
-        assert rt.prepare_history(history, light=True, defer_store=True) is not None
-        assert rt.store_pending(light=True) is True
-        assert rt.record(bot(f"r{turn}"), light=True)
+        assert rt.inline.prepare(history, defer_store=True) is not None
+        assert rt.inline.store_pending() is True
+        assert rt.inline.record(bot(f"r{turn}"))
         history += [bot(f"r{turn}"), user(f"q{turn}")]
     other = SQLiteStore(normal_store.db.path)
     try:
@@ -127,9 +127,9 @@ def test_another_writer_compacting_voids_the_request_but_keeps_the_messages(
             tail_start_seq=5))
     finally:
         other.close()
-    stale = rt.prepare_history(history, light=True, defer_store=True)
+    stale = rt.inline.prepare(history, defer_store=True)
     assert stale is not None
-    assert rt.store_pending(light=True) is False
+    assert rt.inline.store_pending() is False
     assert contents(normal_store, rt.session_id)[-1] == ("user", "q2")  # stored, once
     assert stale.messages != fresh(rt, normal_store)  # indeed void
     redone = rt.prepare_history(history)
@@ -142,13 +142,13 @@ def test_another_writer_compacting_voids_the_request_but_keeps_the_messages(
 def test_a_busy_store_leaves_the_store_pending_for_a_worker(
         engines: list[Engine], normal_store: SQLiteStore) -> None:
     rt, history = started_session(normal_store, engines)
-    assert rt.prepare_history(history, light=True, defer_store=True) is not None
+    assert rt.inline.prepare(history, defer_store=True) is not None
     with Holder(normal_store.db.write):
-        assert run_in_thread(lambda: rt.store_pending(light=True)) is None  # did not wait
-        assert rt.pending_store
-    assert run_in_thread(lambda: rt.store_pending()) is True
+        assert run_in_thread(lambda: rt.inline.store_pending()) is None  # did not wait
+        assert rt.inline.has_pending
+    assert run_in_thread(lambda: rt.inline.settle()) is True
     assert contents(normal_store, rt.session_id)[-1] == ("user", "two")
-    assert rt.record(bot("second"), light=True) is True
+    assert rt.inline.record(bot("second")) is True
     assert [c for _, c in contents(normal_store, rt.session_id)] == [
         "one", "first", "two", "second"]
 
@@ -156,14 +156,14 @@ def test_a_busy_store_leaves_the_store_pending_for_a_worker(
 def test_a_pending_store_nobody_settled_is_done_by_the_next_call(
         engines: list[Engine], normal_store: SQLiteStore) -> None:
     rt, history = started_session(normal_store, engines)
-    assert rt.prepare_history(history, light=True, defer_store=True) is not None
+    assert rt.inline.prepare(history, defer_store=True) is not None
     assert rt.record(bot("second")) is True  # stores "two" first, then the reply
     assert [c for _, c in contents(normal_store, rt.session_id)] == [
         "one", "first", "two", "second"]
     history = [*history, bot("second"), user("three")]
-    assert rt.prepare_history(history, light=True, defer_store=True) is not None
+    assert rt.inline.prepare(history, defer_store=True) is not None
     again = rt.prepare_history(history)  # the worker call, the store still pending
-    assert again is not None and not rt.pending_store
+    assert again is not None and not rt.inline.has_pending
     assert again.messages == fresh(rt, normal_store)
     assert [c for _, c in contents(normal_store, rt.session_id)] == [
         "one", "first", "two", "second", "three"]
@@ -173,8 +173,8 @@ def test_a_new_system_prompt_is_not_deferred(engines: list[Engine],
                                              normal_store: SQLiteStore) -> None:
     rt, history = started_session(normal_store, engines)
     history[0] = {"role": "system", "content": "A different system prompt."}
-    prepared = rt.prepare_history(history, light=True, defer_store=True)
-    assert prepared is not None and not rt.pending_store  # stored at once, with its event
+    prepared = rt.inline.prepare(history, defer_store=True)
+    assert prepared is not None and not rt.inline.has_pending  # stored at once, with its event
     assert normal_store.list_events(rt.session_id, "system_prompt")[-1].payload["text"] == \
         "A different system prompt."
 
@@ -195,12 +195,12 @@ def test_over_the_limit_the_deferred_turn_is_stored_and_handed_to_the_worker(
         for i in range(14):
             # in-process "_" keys on what the client sends never reach the wire
             history += [dict(m, _client_note=i) for m in tool_turn(i)]
-            light = rt.prepare_history(history, light=True, defer_store=True)
+            light = rt.inline.prepare(history, defer_store=True)
             if light is not None:
-                assert rt.store_pending(light=True) is True
+                assert rt.inline.store_pending() is True
             else:
                 gave_up += 1
-                assert not rt.pending_store  # stored before giving up
+                assert not rt.inline.has_pending  # stored before giving up
             prepared = light if light is not None else rt.prepare_history(history)
             expected = twin.prepare_history(history)
             assert prepared is not None and expected is not None
@@ -209,7 +209,7 @@ def test_over_the_limit_the_deferred_turn_is_stored_and_handed_to_the_worker(
             compactions += prepared.compaction is not None
             reply = {"role": "assistant", "content": f"answer {i}"}
             usage = {"prompt_tokens": 50, "completion_tokens": 5}
-            if not rt.record(reply, usage=usage, light=True):
+            if not rt.inline.record(reply, usage=usage):
                 rt.record(reply, usage=usage)
             twin.record(reply, usage=usage)
             history.append(reply)
@@ -225,7 +225,7 @@ def test_over_the_limit_the_deferred_turn_is_stored_and_handed_to_the_worker(
 def test_closing_with_a_pending_store_stores_it(engines: list[Engine],
                                                 normal_store: SQLiteStore) -> None:
     rt, history = started_session(normal_store, engines)
-    assert rt.prepare_history(history, light=True, defer_store=True) is not None
+    assert rt.inline.prepare(history, defer_store=True) is not None
     rt.close()
-    assert not rt.pending_store
+    assert not rt.inline.has_pending
     assert contents(normal_store, rt.session_id)[-1] == ("user", "two")

@@ -1,4 +1,4 @@
-"""Light mode (``prepare_history(light=True)`` / ``record(light=True)``): the proxy's small,
+"""Light mode (``rt.inline.prepare`` / ``rt.inline.record``): the proxy's small,
 bounded store work on its event loop. Where a turn needs more (first turn, a compaction may
 start, something is busy, the store cannot promise quick commits) the light call returns
 None/False having stored nothing, and the same call without ``light`` does the turn — exactly
@@ -70,7 +70,7 @@ def message_count(store: Store, session_id: str) -> int:
 def prepare(rt: SessionRuntime, history: list[dict[str, Any]],
             light_log: list[bool]) -> Prepared:
     """The proxy's order: light first, the worker call when it says None."""
-    prepared = rt.prepare_history(history, light=True)
+    prepared = rt.inline.prepare(history)
     light_log.append(prepared is not None)
     if prepared is None:
         prepared = rt.prepare_history(history)
@@ -80,7 +80,7 @@ def prepare(rt: SessionRuntime, history: list[dict[str, Any]],
 
 def record(rt: SessionRuntime, reply: dict[str, Any], usage: dict[str, Any],
            light_log: list[bool]) -> None:
-    recorded = rt.record(reply, usage=usage, model="gpt-4o-mini", light=True)
+    recorded = rt.inline.record(reply, usage=usage, model="gpt-4o-mini")
     light_log.append(recorded)
     if not recorded:
         assert rt.record(reply, usage=usage, model="gpt-4o-mini") is True
@@ -186,7 +186,7 @@ def test_a_changed_history_needs_the_worker_and_is_synced_once(
     # the client edited the reply: not the known chain, the store must rewind
     edited = [user("one"), bot("first, edited"), user("two")]
     before = message_count(normal_store, rt.session_id)
-    assert rt.prepare_history(edited, light=True) is None
+    assert rt.inline.prepare(edited) is None
     assert message_count(normal_store, rt.session_id) == before
     assert rt.prepare_history(edited) is not None
     assert contents(normal_store, rt.session_id) == [
@@ -205,12 +205,12 @@ def test_over_the_limit_light_defers_and_the_worker_compacts_like_a_twin(
     compactions = 0
     for i in range(14):
         history += tool_turn(i)
-        known = rt._chain is not None  # the light path is open on the chain only
+        known = rt.mirror.chain is not None  # the light path is open on the chain only
         checkpoints = len(normal_store.list_checkpoints(rt.session_id))
-        light = rt.prepare_history(history, light=True)
+        light = rt.inline.prepare(history)
         # the fast path ran and the view was current: only the limit can have deferred it
-        by_limit = light is None and known and rt._view is not None \
-            and rt._view is rt._confirmed
+        by_limit = light is None and known and rt.mirror.view is not None \
+            and rt.mirror.view is rt.mirror.confirmed
         if by_limit:
             deferred += 1
             # nothing decided in light mode: no checkpoint, no background plan
@@ -232,8 +232,7 @@ def test_over_the_limit_light_defers_and_the_worker_compacts_like_a_twin(
             len(twin_store.list_checkpoints(twin.session_id))
         reply = answer(i)
         # usage under the mark: the reply is recorded in light mode
-        assert rt.record(reply, usage={"prompt_tokens": 50, "completion_tokens": 5},
-                         light=True) is True
+        assert rt.inline.record(reply, usage={"prompt_tokens": 50, "completion_tokens": 5}) is True
         assert twin.record(reply, usage={"prompt_tokens": 50, "completion_tokens": 5})
         history.append(reply)
     assert deferred >= 1
@@ -259,7 +258,7 @@ def test_record_with_usage_over_the_limit_stores_nothing_in_light_mode(
     usage = {"prompt_tokens": limit, "completion_tokens": 9}
     before = message_count(normal_store, rt.session_id)
     totals = normal_store.get_session(rt.session_id).input_tokens
-    assert rt.record(answer(2), usage=usage, light=True) is False
+    assert rt.inline.record(answer(2), usage=usage) is False
     assert message_count(normal_store, rt.session_id) == before
     assert normal_store.get_session(rt.session_id).input_tokens == totals
     assert len(normal_store.list_checkpoints(rt.session_id)) == 0
@@ -285,10 +284,10 @@ def test_light_never_starts_background_precompaction(
     saw_deferral = False
     for i in range(8):
         history += tool_turn(i)
-        light = rt.prepare_history(history, light=True)
+        light = rt.inline.prepare(history)
         if light is not None:
             assert light.tokens < limit
-        elif rt._chain is not None:
+        elif rt.mirror.chain is not None:
             saw_deferral = True
             assert not rt.precompactor.busy  # the light call started nothing
         prepared = light or rt.prepare_history(history)
@@ -308,8 +307,7 @@ def started_session(store: Store, engines: list[Engine]) -> tuple[SessionRuntime
     rt = eng.open_session(new=True)
     history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, user("one")]
     assert rt.prepare_history(history) is not None
-    assert rt.record(bot("first"), usage={"prompt_tokens": 20, "completion_tokens": 3},
-                     light=True) is True
+    assert rt.inline.record(bot("first"), usage={"prompt_tokens": 20, "completion_tokens": 3}) is True
     return rt, [*history, bot("first"), user("two")]
 
 
@@ -318,12 +316,12 @@ def test_another_thread_writing_sends_light_calls_to_the_worker(
     rt, history = started_session(normal_store, engines)
     before = message_count(normal_store, rt.session_id)
     with Holder(normal_store.db.write):
-        assert run_in_thread(lambda: rt.prepare_history(history, light=True)) is None
+        assert run_in_thread(lambda: rt.inline.prepare(history)) is None
         assert message_count(normal_store, rt.session_id) == before
     assert rt.prepare_history(history) is not None  # released: the worker call does it
     with Holder(normal_store.db.write):
-        assert run_in_thread(lambda: rt.record(bot("second"), light=True,
-                                               usage={"prompt_tokens": 30})) is False
+        assert run_in_thread(lambda: rt.inline.record(bot("second"),
+                                                      usage={"prompt_tokens": 30})) is False
         assert message_count(normal_store, rt.session_id) == before + 1
     assert rt.record(bot("second"), usage={"prompt_tokens": 30}) is True
     assert contents(normal_store, rt.session_id) == [
@@ -336,8 +334,8 @@ def test_another_thread_holding_the_database_lock_sends_light_calls_to_the_worke
     rt, history = started_session(normal_store, engines)
     before = message_count(normal_store, rt.session_id)
     with Holder(lambda: normal_store.db._lock):
-        assert run_in_thread(lambda: rt.prepare_history(history, light=True)) is None
-        assert run_in_thread(lambda: rt.record(bot("x"), light=True)) is False
+        assert run_in_thread(lambda: rt.inline.prepare(history)) is None
+        assert run_in_thread(lambda: rt.inline.record(bot("x"))) is False
     assert message_count(normal_store, rt.session_id) == before
     assert rt.prepare_history(history) is not None
     assert rt.record(bot("second")) is True
@@ -350,13 +348,13 @@ def test_busy_light_record_keeps_the_next_turn_light(
     """A light record that found the store busy changed nothing: the next turn is still on the
     known-history fast path (light)."""
     rt, history = started_session(normal_store, engines)
-    assert rt.prepare_history(history, light=True) is not None
+    assert rt.inline.prepare(history) is not None
     with Holder(normal_store.db.write):
-        assert run_in_thread(lambda: rt.record(bot("second"), light=True)) is False
-    assert rt._chain is not None  # nothing changed by the busy call
+        assert run_in_thread(lambda: rt.inline.record(bot("second"))) is False
+    assert rt.mirror.chain is not None  # nothing changed by the busy call
     assert rt.record(bot("second")) is True
     history = [*history, bot("second"), user("three")]
-    assert rt.prepare_history(history, light=True) is not None
+    assert rt.inline.prepare(history) is not None
     assert [c for _, c in contents(normal_store, rt.session_id)] == [
         "one", "first", "two", "second", "three"]
 
@@ -372,8 +370,8 @@ def test_another_connection_writing_does_not_make_light_calls_wait(
         other = sqlite3.connect(str(path), isolation_level=None)
         try:
             other.execute("BEGIN IMMEDIATE")
-            assert run_in_thread(lambda: rt.prepare_history(history, light=True)) is None
-            assert run_in_thread(lambda: rt.record(bot("x"), light=True)) is False
+            assert run_in_thread(lambda: rt.inline.prepare(history)) is None
+            assert run_in_thread(lambda: rt.inline.record(bot("x"))) is False
             assert message_count(store, rt.session_id) == before
             other.execute("ROLLBACK")
         finally:
@@ -403,10 +401,10 @@ def test_the_runtime_lock_held_elsewhere_sends_light_calls_to_the_worker(
     rt, history = started_session(normal_store, engines)
     before = message_count(normal_store, rt.session_id)
     with Holder(lambda: rt._lock):
-        assert run_in_thread(lambda: rt.prepare_history(history, light=True)) is None
-        assert run_in_thread(lambda: rt.record(bot("x"), light=True)) is False
+        assert run_in_thread(lambda: rt.inline.prepare(history)) is None
+        assert run_in_thread(lambda: rt.inline.record(bot("x"))) is False
     assert message_count(normal_store, rt.session_id) == before
-    assert rt.prepare_history(history, light=True) is not None  # free again: light works
+    assert rt.inline.prepare(history) is not None  # free again: light works
 
 
 # -- 4. stores without light mode ------------------------------------------------------------------
@@ -480,7 +478,7 @@ class TurnLog:
 
 
 def test_deferred_after_turn_waits_for_finish_turn(normal_store: SQLiteStore) -> None:
-    """``record(light=True, defer_after_turn=True)`` stores the reply now and hands the turn to
+    """``inline.record(hold_after_turn=True)`` stores the reply now and hands the turn to
     memory only at ``finish_turn()`` (the proxy calls it once ``[DONE]`` went out). A caller
     that does not call it has it run by the next ``prepare_history``, or by ``close``: no turn
     is lost or handed over twice."""
@@ -496,8 +494,8 @@ def test_deferred_after_turn_waits_for_finish_turn(normal_store: SQLiteStore) ->
         assert memory.turns == [2]  # not deferred: handed over at once
         history += [bot("first"), user("two")]
 
-        assert rt.prepare_history(history, light=True) is not None
-        assert rt.record(bot("second"), light=True, defer_after_turn=True) is True
+        assert rt.inline.prepare(history) is not None
+        assert rt.inline.record(bot("second"), hold_after_turn=True) is True
         assert contents(normal_store, rt.session_id)[-1] == ("assistant", "second")  # stored
         assert memory.turns == [2]  # held back
         rt.finish_turn()
@@ -506,14 +504,14 @@ def test_deferred_after_turn_waits_for_finish_turn(normal_store: SQLiteStore) ->
         assert memory.turns == [2, 4]  # once
         history += [bot("second"), user("three")]
 
-        assert rt.prepare_history(history, light=True) is not None
-        assert rt.record(bot("third"), light=True, defer_after_turn=True) is True
+        assert rt.inline.prepare(history) is not None
+        assert rt.inline.record(bot("third"), hold_after_turn=True) is True
         assert memory.turns == [2, 4]
         history += [bot("third"), user("four")]
-        assert rt.prepare_history(history, light=True) is not None  # runs the held turn first
+        assert rt.inline.prepare(history) is not None  # runs the held turn first
         assert memory.turns == [2, 4, 6]
 
-        assert rt.record(bot("fourth"), light=True, defer_after_turn=True) is True
+        assert rt.inline.record(bot("fourth"), hold_after_turn=True) is True
         engine.close()
         closed = True
         assert memory.turns == [2, 4, 6, 8]  # closing the session ran it

@@ -163,7 +163,7 @@ def test_rotate_on_compaction_continues_in_a_child(store: Store, tmp_path: Path)
 def test_anti_thrash_state_is_per_session(engine: Engine) -> None:
     a = engine.open_session(new=True)
     b = engine.open_session(new=True)
-    guard = a._trigger.guard  # block session a as two ineffective compactions would
+    guard = a.checkpointer.trigger.guard  # block session a as two ineffective compactions would
     guard._strike("ineffective")
     guard._strike("ineffective")
     assert a.context_breakdown()["auto_compaction"]["blocked"] is True

@@ -73,7 +73,7 @@ def test_the_summary_model_is_asked_again_once_the_cooldown_is_over(store: Store
                     reports.append(prepared.compaction)
                     if replies:  # the first failure: let its cooldown run out at once
                         replies.clear()
-                        rt._trigger.guard.cooldown_until = 0.0
+                        rt.checkpointer.trigger.guard.cooldown_until = 0.0
                         reports.clear()
             asked = len(llm.llm.requests)
     assert reports and reports[0].summarizer == "llm:summary-model"

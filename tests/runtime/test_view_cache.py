@@ -67,7 +67,7 @@ def fresh(rt: SessionRuntime, store: Store) -> list[dict[str, Any]]:
 def assert_view_matches(rt: SessionRuntime, store: Store, prepared: Any) -> None:
     assert prepared.messages == fresh(rt, store)
     assert prepared.tokens == rt.ops.count(prepared.messages, rt._tools)
-    view = rt._view
+    view = rt.mirror.view
     if view is not None:  # the cache itself, as the next turn would use it
         assert view.view == rt.ops.build(store.projection(rt.session_id), None)
         assert view.tokens == sum(map(rt.ops.base_count, view.view))
@@ -107,7 +107,7 @@ def test_library_turns_reuse_the_view_through_compaction(eng: Engine, spy: SpySt
         compactions += compacted
         rt.record(answer(i), usage={"prompt_tokens": prepared.tokens,
                                     "completion_tokens": 9})
-        if i and not compacted and rt._view is not None:
+        if i and not compacted and rt.mirror.view is not None:
             assert spy.projections == before  # no read on a turn the runtime fully knows
     assert compactions >= 1 and store.list_checkpoints(rt.session_id)
     prepared = rt.prepare([user("status?")])
@@ -207,7 +207,7 @@ def test_rewind_then_same_content_reappended_is_noticed(eng: Engine, store: Stor
     for more in ([], [user("b")]):  # the tip check alone, then an append after the tip
         prepared = rt.prepare(more)
         assert_view_matches(rt, store, prepared)
-        assert rt._view is not None and [r.seq for r in rt._view.rows] == [
+        assert rt.mirror.view is not None and [r.seq for r in rt.mirror.view.rows] == [
             r.seq for r in store.projection(rt.session_id).messages]
 
 
@@ -234,5 +234,5 @@ def test_recall_block_is_counted_on_top_of_the_running_sum(eng: Engine, store: S
     prepared = rt.prepare([])
     assert prepared.messages[-1]["content"].endswith("</recalled-memory>")
     assert prepared.tokens == rt.ops.count(prepared.messages, None)
-    assert rt._view is not None and rt._view.view[-1]["content"] == "second"  # not stored
+    assert rt.mirror.view is not None and rt.mirror.view.view[-1]["content"] == "second"  # not stored
     assert store.get_messages(rt.session_id)[-1].message["content"] == "second"

@@ -13,6 +13,9 @@ runs after each completed turn, ``on_pre_compress`` sees the rows a checkpoint i
 replace (what it returns is kept in that checkpoint's summary), ``on_session_end`` runs when a runtime is closed (``SessionRuntime.close``, the proxy's
 eviction) and for every runtime still open (still referenced) when the engine closes. A failing
 provider never breaks a turn.
+
+``Engine`` is the ``RuntimeHost`` (``refold.runtime.host``) of the runtimes it opens: they see
+it only through that Protocol, so this module imports the runtime and never the other way.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ ordinary sync (and its fast path) then matches against the child row for row. Ch
 rotations compose: a child's ``K`` is its parent's ``K`` plus the parent's rows after its own
 carried ones.
 
+``rotate_session`` is the one way a session rotates (the runtime after a checkpoint, and
+``refold compact --rotate``): child created with the compacted view, rotation recorded, state
+carried once, parent ended.
+
 The same step gives the child a copy of the latest task-state events (the recorded system
 prompt, the todo list: ``refold.compaction.session.carry_state_events``), so a resumed child
 has them as its own.
@@ -26,11 +30,12 @@ keeps every message (rewinding as usual), it just cannot reuse the compacted vie
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from refold.compaction.session import carry_state_events
 from refold.errors import RefoldError
-from refold.messages.model import Message, message_identity
+from refold.messages.model import Message, message_identity, wire_form
 from refold.messages.validate import validate_messages
 from refold.store.base import Store
 
@@ -77,6 +82,26 @@ def record_rotation(store: Store, parent_id: str, child_id: str, carried: int) -
     carry_state_events(store, parent_id, child_id)
 
 
+def rotate_session(store: Store, parent_id: str,
+                   counts: Callable[[list[Message]], list[int | None]] | None = None) -> str:
+    """Continue ``parent_id`` in a child session that starts with its compacted view (the
+    latest checkpoint's projection); the parent is ended. Returns the child's id."""
+    from refold.compaction import projection_messages  # lazy, as in ContextOps
+
+    parent = store.get_session(parent_id)
+    carried = [wire_form(m) for m in projection_messages(store.projection(parent.id), None)]
+    title = store.next_lineage_title(parent.title) if parent.title else None
+    child = store.create_session(title=title, source=parent.source, model=parent.model,
+                                 parent_session_id=parent.id, link_kind="compaction",
+                                 owner=parent.owner)
+    store.append_messages(child.id, carried,
+                          token_counts=counts(carried) if counts is not None else None)
+    record_rotation(store, parent.id, child.id, len(carried))  # for proxy clients
+    store.end_session(parent.id, "compaction")
+    log.info("session %s rotated to %s after compaction", parent.id, child.id)
+    return child.id
+
+
 class Rotation:
     """One runtime's translator; caches the record and carried rows of its current session."""
 
@@ -121,4 +146,5 @@ def _client_hash(message: object) -> str | None:
         return None
 
 
-__all__ = ["EVENT", "Rotation", "RotationInfo", "load_info", "record_rotation"]
+__all__ = ["EVENT", "Rotation", "RotationInfo", "load_info", "record_rotation",
+           "rotate_session"]

@@ -17,7 +17,7 @@ partial: the client never got a complete reply, so it will not be in the history
 Events that arrive in the same upstream read as its ``[DONE]`` (typically the finish_reason and
 usage chunks) are held and leave with the proxy's ``[DONE]`` in one write; memory's after-turn
 work runs once that write (or a JSON reply's body) is done
-(``SessionRuntime.record(defer_after_turn=True)``).
+(``InlineTurns.record(hold_after_turn=True)``).
 
 What the runtime noticed reaches the client as response headers (JSON and streams alike), so a
 strict OpenAI client sees an unchanged body: ``X-Refold-Warnings`` carries ``Prepared.warnings``
@@ -48,7 +48,8 @@ upstream response and answers with the storage error; nothing of the turn is sto
 Where the runtime runs. With NORMAL (commits without fsync) and a request body of at most
 64 KiB, steps 1 and 3 first try the runtime's light mode on the event loop itself: the
 known-history fast path, a context below the pre-compaction mark, a store that is free right
-now — small, bounded work, cheaper than a thread hop (see ``SessionRuntime.prepare_history``).
+now — small, bounded work, cheaper than a thread hop (``SessionRuntime.inline``, see
+``refold.runtime.inline``).
 Anything else — a session's first or changed history, a compaction, a busy store, FULL,
 PostgreSQL — runs in a worker thread as before. ``Proxy.light_prepares`` and
 ``worker_prepares`` count which way turns went. The upstream is reached through
@@ -74,6 +75,8 @@ from starlette.types import Receive, Scope, Send
 from refold.errors import Conflict, InvalidInput, RefoldError, UpstreamError
 from refold.llm.failures import bad_response
 from refold.messages.model import Message
+from refold.runtime.prepared import Prepared
+from refold.runtime.session import SessionRuntime
 from refold.server.auth import Tenant
 from refold.server.sessions import SESSION_HEADER, SessionPool, derived_ref
 from refold.server.sse import DONE, EventSplitter, StreamAssembler, parse_chunk
@@ -179,7 +182,7 @@ def _release(proxy: Proxy, lock: asyncio.Lock) -> None:
 class _Turn:
     """One request's state across attempts: the runtime, the body, what went upstream."""
 
-    def __init__(self, proxy: Proxy, tenant: Tenant, rt: Any, body: dict[str, Any],
+    def __init__(self, proxy: Proxy, tenant: Tenant, rt: SessionRuntime, body: dict[str, Any],
                  history: list[Message], raw_size: int = 0) -> None:
         self.proxy = proxy
         self.tenant = tenant
@@ -197,16 +200,16 @@ class _Turn:
 
     @property
     def session_id(self) -> str:
-        return str(self.rt.session_id)
+        return self.rt.session_id
 
     async def _upstream_body(self) -> bytes:
         """Prepare the turn and encode the upstream body: on the event loop when the runtime
         can do it in light mode (a small request on the fast path, see
-        ``SessionRuntime.prepare_history``), else in a worker thread (a long history is
-        megabytes of JSON; a compaction may call a summarizer)."""
+        ``refold.runtime.inline``), else in a worker thread (a long history is megabytes of
+        JSON; a compaction may call a summarizer)."""
         if self.light:
-            prepared = self.rt.prepare_history(self.history, tools=self.body.get("tools"),
-                                               light=True, defer_store=True)
+            prepared = self.rt.inline.prepare(self.history, tools=self.body.get("tools"),
+                                              defer_store=True)
             if prepared is not None:
                 self.proxy.light_prepares += 1
                 return self._encode(prepared)
@@ -216,7 +219,7 @@ class _Turn:
     def _prepare_and_encode(self) -> bytes:
         return self._encode(self.rt.prepare_history(self.history, tools=self.body.get("tools")))
 
-    def _encode(self, prepared: Any) -> bytes:
+    def _encode(self, prepared: Prepared) -> bytes:
         self._note(prepared)
         out = dict(self.body, messages=prepared.messages)  # fresh wire-form dicts already
         out.setdefault("model", self.proxy.default_model)
@@ -231,13 +234,13 @@ class _Turn:
         except UnicodeEncodeError:  # a lone surrogate from the client: escape it
             return json.dumps(out).encode()
 
-    def _note(self, prepared: Any) -> None:
+    def _note(self, prepared: Prepared) -> None:
         for warning in prepared.warnings:
             if warning not in self.warnings:
                 self.warnings.append(warning)
                 log.info("session %s: %s", self.session_id, warning)
         if prepared.tokens_before is not None:
-            self.compacted = (int(prepared.tokens_before), int(prepared.tokens))
+            self.compacted = (prepared.tokens_before, prepared.tokens)
 
     def headers(self) -> dict[str, str]:
         """The response headers of this turn: the session, and what the runtime noticed."""
@@ -252,17 +255,17 @@ class _Turn:
     async def _retry(self, err: UpstreamError, attempt: int) -> bool:
         if attempt + 1 >= self.proxy.max_attempts:
             return False
-        return bool(await anyio.to_thread.run_sync(self.rt.handle_error, err, attempt))
+        return await anyio.to_thread.run_sync(self.rt.handle_error, err, attempt)
 
     # -- the deferred store: the request's messages are written while the upstream works ----
     def _on_sent(self) -> None:
         """The request is on its way upstream: store the messages ``prepare_history`` deferred
         (light mode), overlapping the model's work. A busy store or runtime leaves them to
         ``_settle``; an error is raised there too (this runs inside the upstream client)."""
-        if not self.rt.pending_store:
+        if not self.rt.inline.has_pending:
             return
         try:
-            self._stored = self.rt.store_pending(light=True)
+            self._stored = self.rt.inline.store_pending()
         except Exception as exc:
             self._store_error = exc
         else:
@@ -276,10 +279,10 @@ class _Turn:
         if error is not None:
             raise error
         stored, self._stored = self._stored, None
-        if self.rt.pending_store:
+        if self.rt.inline.has_pending:
             self.proxy.deferred_to_worker += 1
             with anyio.CancelScope(shield=True):
-                stored = await anyio.to_thread.run_sync(lambda: self.rt.store_pending())
+                stored = await anyio.to_thread.run_sync(self.rt.inline.settle)
         self.proxy.voided_requests += stored is False
         return stored is not False
 
@@ -322,8 +325,8 @@ class _Turn:
         else:
             raise _kept_changing(self.session_id)
         message, usage = _reply_of(data)
-        if self.light and self.rt.record(message, usage=usage, model=data.get("model"),
-                                         light=True, defer_after_turn=True):
+        if self.light and self.rt.inline.record(message, usage=usage, model=data.get("model"),
+                                                hold_after_turn=True):
             # memory's after-turn work once the body is sent (a send that fails leaves it to
             # the session's next call)
             return JSONResponse(data, headers=self.headers(), background=BackgroundTask(self.finish))
@@ -353,8 +356,8 @@ class _Turn:
     async def record(self, assembler: StreamAssembler) -> None:
         """Store the streamed reply; memory's after-turn work waits for ``finish()``."""
         message = assembler.message()
-        if self.light and self.rt.record(message, usage=assembler.usage, model=assembler.model,
-                                         light=True, defer_after_turn=True):
+        if self.light and self.rt.inline.record(message, usage=assembler.usage,
+                                                model=assembler.model, hold_after_turn=True):
             return
         await anyio.to_thread.run_sync(
             lambda: self.rt.record(message, usage=assembler.usage, model=assembler.model))

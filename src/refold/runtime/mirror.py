@@ -1,0 +1,195 @@
+"""``SessionMirror``: a runtime's copy of its stored session, kept in step with its own writes.
+
+Two caches, both only ever trusted while the store agrees (see their modules):
+
+- ``chain`` (``refold.runtime.chain.KnownChain``): the stored active chain as the runtime last
+  wrote or synced it, so a re-sent history that starts with it costs O(new messages);
+- ``view`` (``refold.runtime.view.ViewCache``): the projection as last read or written, with a
+  running token sum, so a turn that follows its own writes needs one small ``view_tip`` query
+  (or none: ``confirmed``) instead of re-reading and re-counting the projection.
+
+Every write to the session's messages goes through here, so nothing the runtime did is left
+out of the caches; a write the mirror cannot account for (another writer, a rewind, a
+checkpoint) drops them and the next read is a full one. The mirror never decides anything about
+turns, compaction or memory: that is ``SessionRuntime`` and ``Checkpointer``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+from refold.errors import Conflict, MessageValidationError
+from refold.messages.model import Message, wire_form
+from refold.runtime.chain import KnownChain
+from refold.runtime.view import ViewCache
+from refold.store.base import AppendResult, Store, StoredMessage, Usage, ViewTip
+
+CountFn = Callable[[Message], int]
+ValidateFn = Callable[[list[Message]], list[Message]]
+
+
+def leading_system(history: list[Message]) -> int:
+    """How many system/developer messages ``history`` opens with."""
+    leading = 0
+    while leading < len(history) and isinstance(history[leading], dict) \
+            and history[leading].get("role") in ("system", "developer"):
+        leading += 1
+    return leading
+
+
+class SessionMirror:
+    """The stored session ``session_id`` as this runtime last saw it."""
+
+    def __init__(self, store: Store, session_id: str, base_count: CountFn) -> None:
+        self.store = store
+        self.session_id = session_id
+        self._count = base_count
+        self.chain: KnownChain | None = None  # the stored chain as of our last write (proxy)
+        self.view: ViewCache | None = None  # the projection as of our last read/write
+        # the view, when this turn's own append (expect_last) saw the store end exactly where
+        # it does: current without a ``view_tip`` read; reset at every turn's start
+        self.confirmed: ViewCache | None = None
+        self.view_reads = 0  # full projection reads for a turn (the rest reused ``view``)
+        self.last_reply: tuple[str, int] | None = None  # (session id, seq) of the last record
+
+    # -- state -------------------------------------------------------------------------------
+    def forget(self) -> None:
+        """Drop both caches (a write they cannot account for happened or may happen)."""
+        self.chain = self.view = self.confirmed = None
+
+    def moved_to(self, session_id: str) -> None:
+        """The runtime continues in ``session_id`` (rotation): nothing cached applies."""
+        self.view = None
+        self.session_id = session_id
+
+    def view_is_confirmed(self) -> bool:
+        return self.view is not None and self.view is self.confirmed
+
+    # -- reading -----------------------------------------------------------------------------
+    def current_view(self) -> ViewCache:
+        """The projection as a ``ViewCache``: ours when the store's tip says it is still
+        current (one small query), else a full read (kept when consistent)."""
+        view = self.view
+        if view is not None and view is self.confirmed:
+            return view  # this turn's own append saw the store end here (no read needed)
+        tip = self.store.view_tip(self.session_id)
+        if view is not None and view.session_id == self.session_id and view.current(tip):
+            return view
+        self.view_reads += 1
+        projection = self.store.projection(self.session_id)
+        fresh = ViewCache.of(projection, tip, self._count)
+        self.view = fresh if fresh.trusted else None  # a racing writer: use once, re-read next
+        return fresh
+
+    def recent_rows(self, count: int) -> list[Message] | None:
+        """The last ``count`` active rows up to the reply just recorded, from this turn's
+        confirmed view (copies); None when the view cannot answer (not confirmed this turn, or
+        a checkpoint hides older rows it would need): read the store instead."""
+        view = self.confirmed
+        if view is None or view is not self.view or self.last_reply is None \
+                or self.last_reply != (self.session_id, view.last_seq):
+            return None
+        if len(view.rows) < count and view.checkpoint is not None:
+            return None
+        return [dict(row.message) for row in view.rows[-count:]]
+
+    # -- the known chain (proxy) -------------------------------------------------------------
+    def known_suffix(self, history: list[Message], validate: ValidateFn
+                     ) -> tuple[KnownChain, list[Message], list[Message]] | None:
+        """``history`` as the chain last stored plus new messages: (the chain, the history's
+        leading system messages and the new messages, validated, in wire form). None when the
+        chain is unknown or ``history`` does not start with it, or a new message is invalid
+        (the full path reports that, with the message's real index)."""
+        chain = self.chain
+        if chain is None or chain.session_id != self.session_id:
+            return None
+        leading = leading_system(history)
+        known = chain.known_prefix(history[leading:])
+        if known is None:
+            return None
+        try:
+            valid = [wire_form(m) for m in
+                     validate(history[:leading] + history[leading + known:])]
+        except MessageValidationError:
+            return None
+        return chain, valid[:leading], valid[leading:]
+
+    def append_known(self, chain: KnownChain, suffix: list[Message],
+                     counts: list[int | None]) -> list[StoredMessage] | None:
+        """Append ``suffix`` right after ``chain``'s tip (checked in the write transaction);
+        the appended rows, or None when another writer moved the session (nothing stored)."""
+        try:
+            result = self.store.append_messages(self.session_id, suffix, token_counts=counts,
+                                                expect_last=chain.tip)
+        except Conflict:  # another writer moved the session: sync everything
+            self.chain = None
+            self.view = None
+            return None
+        self.extend_view(result.appended, chain.tip, result.tip)
+        tip = result.appended[-1].identity if result.appended else chain.tip
+        self.chain = chain.extended(suffix, tip)
+        return result.appended
+
+    def sync(self, conversation: list[Message], counts: list[int | None]) -> AppendResult:
+        """The full path: the store finds what of ``conversation`` is new (rewinding a
+        divergent tail); the chain is known again when something was appended."""
+        self.chain = None
+        self.view = None  # the store may rewind: read the projection afresh
+        result = self.store.sync_messages(self.session_id, conversation, token_counts=counts)
+        if result.appended:  # the stored active chain is now exactly ``conversation``
+            self.chain = KnownChain.of(self.session_id, conversation,
+                                       result.appended[-1].identity)
+        return result
+
+    # -- appending -----------------------------------------------------------------------------
+    def append_after_view(self, messages: list[Message], counts: list[int | None],
+                          usage: Usage | None = None) -> AppendResult:
+        """Append after the cached view's tip (so the view can be extended), or, when that is
+        unknown or another writer moved it, wherever the session ends now (view dropped)."""
+        view = self.view
+        if view is not None and view.session_id == self.session_id and view.tip is not None:
+            with contextlib.suppress(Conflict):
+                result = self.store.append_messages(self.session_id, messages,
+                                                    token_counts=counts, expect_last=view.tip,
+                                                    usage=usage)
+                self.extend_view(result.appended, view.tip, result.tip)
+                return result
+        self.view = None
+        return self.store.append_messages(self.session_id, messages, token_counts=counts,
+                                          usage=usage)
+
+    def append_reply(self, message: Message, counts: list[int | None],
+                     usage: Usage | None = None) -> None:
+        """Append the reply (and its usage); keep the known chain only if it still ends where
+        we think."""
+        chain, self.chain = self.chain, None
+        result = None
+        if chain is not None and chain.session_id == self.session_id:
+            try:
+                result = self.store.append_messages(self.session_id, [message],
+                                                    token_counts=counts, expect_last=chain.tip,
+                                                    usage=usage)
+            except Conflict:  # someone else wrote: append where it ends now
+                pass
+            except BaseException:
+                self.chain = chain  # nothing was stored (busy, say): what we knew still holds
+                raise
+            else:
+                self.chain = chain.extended([message], result.appended[-1].identity)
+                self.extend_view(result.appended, chain.tip, result.tip)
+        if result is None:
+            result = self.append_after_view([message], counts, usage)
+        self.last_reply = (self.session_id, result.appended[-1].seq)
+
+    def extend_view(self, rows: list[StoredMessage], expected_tip: str,
+                    store_tip: ViewTip | None = None) -> None:
+        """Rows were appended with ``expect_last=expected_tip``: extend the view if it ended
+        there, else drop it. ``store_tip`` (the append's ``AppendResult.tip``) equal to the
+        extended view confirms it current for the rest of this turn."""
+        view = self.view
+        if view is None or view.session_id != self.session_id or view.tip != expected_tip \
+                or not view.extend(rows, self._count):
+            self.view = self.confirmed = None
+            return
+        self.confirmed = view if store_tip is not None and view.current(store_tip) else None
