@@ -126,8 +126,8 @@ def test_a_bad_value_names_the_setting_and_where_it_came_from(tmp_path: Path) ->
         load_settings({"home": str(tmp_path)}, {"REFOLD_THRESHOLD_PERCENT": "lots"})
     assert "threshold_percent = 'lots'" in str(err.value)
     assert "env REFOLD_THRESHOLD_PERCENT" in str(err.value)
-    with pytest.raises(InvalidInput, match="workers"):
-        load_settings({"home": str(tmp_path)}, {}, sets=["serve.workers=0"])
+    with pytest.raises(InvalidInput, match="header_timeout"):
+        load_settings({"home": str(tmp_path)}, {}, sets=["serve.header_timeout=0"])
 
 
 def test_config_show_prints_values_and_sources_with_secrets_masked(tmp_path: Path) -> None:

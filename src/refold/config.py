@@ -48,6 +48,7 @@ class Settings(BaseModel):
     # upstream LLM (serve / chat / llm summarizer)
     upstream: str | None = None  # OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1
     upstream_api_key: str | None = None
+    upstream_format: str = "openai"  # openai (chat completions) | anthropic (Messages API)
     # summarizer
     summarizer: str = "builtin"  # builtin | llm
     summarizer_url: str | None = None  # defaults to upstream
@@ -60,7 +61,6 @@ class Settings(BaseModel):
     api_keys: list[str] = Field(default_factory=list)  # client keys; empty: no auth
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=0, le=65535)
-    workers: int = Field(default=1, ge=1, le=64)  # serve processes sharing the port
     max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     header_timeout: float = Field(default=10.0, gt=0)  # seconds for a request's headers to arrive
     body_timeout: float = Field(default=30.0, gt=0)  # seconds for a request's whole body to arrive
@@ -79,6 +79,16 @@ class Settings(BaseModel):
     user_char_limit: int = Field(default=1375, gt=0)  # USER.md
     memory_review_every_turns: int = Field(default=10, ge=0)  # 0: never by turns
     memory_review_every_tool_iterations: int = Field(default=15, ge=0)  # 0: never by tool calls
+    # references (refold.references): the directory the proxy lets @file/@folder/@diff/@git
+    # read (None: off in the proxy; `refold chat` and `refold expand` use their working dir)
+    allow_local_refs: Path | None = None
+    # skills (refold.skills): tool iterations between skill reviews (0: no review)
+    skills_creation_nudge_interval: int = 15
+    # cost: per-model prices overriding refold.pricing's table, USD per million tokens:
+    # {"model": {"input": …, "output": …, "cache_read": …, "cache_write": …}}
+    pricing: dict[str, dict[str, float]] = Field(default_factory=dict)
+    # import: the largest transcript `refold import` reads (bytes; 0 = no limit)
+    import_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     # compaction: every field of CompactionPolicy (flat names fold in here)
     compaction: CompactionPolicy = Field(default_factory=CompactionPolicy)
 
@@ -147,7 +157,7 @@ SECTIONS: dict[str, dict[str, str]] = {
                "user_char_limit": "user_char_limit",
                "review_every_turns": "memory_review_every_turns",
                "review_every_tool_iterations": "memory_review_every_tool_iterations"},
-    "serve": {"api_keys": "api_keys", "host": "host", "port": "port", "workers": "workers",
+    "serve": {"api_keys": "api_keys", "host": "host", "port": "port",
               "max_body_bytes": "max_body_bytes", "header_timeout": "header_timeout",
               "body_timeout": "body_timeout", "max_json_depth": "max_json_depth",
               "sqlite_synchronous": "serve_sqlite_synchronous",

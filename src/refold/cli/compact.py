@@ -8,6 +8,7 @@ with ``--rotate``, starts a child session), under the session's compaction lease
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,19 @@ def report_json(report: CompactionReport) -> dict[str, Any]:
     data["anchors"] = list(report.anchors)
     data["warnings"] = list(report.warnings)
     return data
+
+
+def exit_code(report: CompactionReport) -> int:
+    """1 when the result does not fit its target or the compaction aborted (the report says
+    why), else 0: a script or an agent loop must not carry on as if it had worked."""
+    return 1 if report.status == "aborted" or not report.fits else 0
+
+
+def _finish(code: int) -> None:
+    # SystemExit, not click's Exit: ``main`` runs click with standalone_mode=False, where
+    # click turns Exit into a return value that nothing reads
+    if code:
+        sys.exit(code)
 
 
 def _render_compact(value: dict[str, Any]) -> None:
@@ -88,6 +102,7 @@ def compact_cmd(app: AppContext, file: Path, context_length: int, model: str | N
     value = {"messages": [wire_form(m) for m in result.messages],
              "report": report_json(result.report)}
     emit(value, as_json, _render_compact)
+    _finish(exit_code(result.report))
 
 
 def _memory_text(settings: Settings) -> str:
@@ -170,6 +185,7 @@ def sessions_compact_cmd(app: AppContext, session: str, context_length: int | No
              "stored": done.stored, "checkpoint_id": done.checkpoint.id if done.checkpoint
              else None, "note": done.note, "report": report_json(done.report)}
     emit(value, as_json, _render_session_compact)
+    _finish(exit_code(done.report))
 
 
 def _render_session_compact(value: dict[str, Any]) -> None:

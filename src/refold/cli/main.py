@@ -30,10 +30,32 @@ COMMANDS = {
     "mcp": "refold.cli.mcp:mcp_cmd",
     "migrate": "refold.cli.migrate:migrate_cmd",
     "config": "refold.cli.config:config_group",
+    "expand": "refold.cli.expand:expand_cmd",
+    "skills": "refold.cli.skills:skills_group",
 }
 
 
-@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+# what `refold --help` lists, without importing every command (tests/cli/test_cli_lazy.py keeps
+# these equal to the commands' docstrings); a command missing here is imported to describe it
+SUMMARIES = {
+    "chat": "Chat with a model; history, compaction and memory handled by refold.",
+    "compact": 'Compact a transcript FILE (JSON list, {"messages": [...]}, or JSONL).',
+    "context": "Show what fills SESSION's context window (system, memory, summary, tail by role).",
+    "demo": "Replay a scripted agent session and show compaction, memory, search and resume.",
+    "doctor": "Check the installation: versions, SQLite features, paths and database integrity.",
+    "import": 'Import a transcript FILE (JSON list, {"messages": [...]} or JSONL; - for stdin).',
+    "mcp": "Run an MCP server on stdio exposing memory and session_search.",
+    "memory": "Show and edit persistent memory (MEMORY.md, USER.md) and approve staged writes.",
+    "migrate": "Copy every session, message, checkpoint, event and memory document into another "
+               "store.",
+    "search": "Full-text search over every stored message (CJK included).",
+    "serve": "Serve /v1/chat/completions in front of an upstream, with sessions, compaction and "
+             "memory.",
+    "sessions": "List, inspect, export and manage stored sessions.",
+}
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS, summaries=SUMMARIES, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--home", type=click.Path(file_okay=False), envvar=None,
               help="Data directory (default: $REFOLD_HOME or the per-user data dir).")
 @click.option("--db", help="Database: a SQLite path, sqlite:///path or postgresql://… "
@@ -62,7 +84,10 @@ def cli(ctx: click.Context, home: str | None, db: str | None, sets: tuple[str, .
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI and render errors in exactly one place."""
     try:
-        cli.main(args=argv, prog_name="refold", standalone_mode=False)
+        status = cli.main(args=argv, prog_name="refold", standalone_mode=False)
+        # outside standalone mode click *returns* the code of ctx.exit(N) instead of exiting
+        if type(status) is int and status != 0:
+            sys.exit(status)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)

@@ -21,15 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from refold.compaction.prune import exit_status, first_error_line
+from refold.compaction.tools import Effect, annotations_of, tool_effect
 from refold.messages.model import Message, content_text
 
 ARROW = "→"
 _ITEM_KEY = re.compile(r"^(?:[\w.:-]+ )?`([^`]+)` (?:→|->) ")
-_COMMAND_KEYS = ("command", "cmd", "script")
-_PATH_KEYS = ("path", "file_path", "filename", "file", "target", "destination", "source")
 _SKIP_TOOLS = re.compile(r"^(?:memory|todo\w*|session_search|clarify|skill\w*)$", re.IGNORECASE)
-_WRITE_TOOLS = re.compile(r"write|edit|patch|apply|replace|create|insert|update|save|mkdir|mv|"
-                          r"rename|delete|remove|rm", re.IGNORECASE)
 INSPECT = re.compile(
     r"^\s*(?:git\s+(?:status|diff|log|show|branch|blame|ls-files|remote|rev-parse)|ls|cat|"
     r"grep|rg|ag|find|fd|head|tail|wc|less|more|echo|pwd|which|tree|sed\s+-n|awk|du|df|env|"
@@ -38,11 +35,17 @@ _RUNNERS = {"python", "python3", "-m", "uv", "run", "poetry", "pipenv", "npx", "
             "npm", "sudo", "env", "exec", "bundle", "cargo", "go", "dotnet"}
 _PATHLIKE = re.compile(r"^(?:~|\.{1,2})?/?(?:[\w.@+-]+/)*[\w.@+-]+\.[A-Za-z]\w{0,9}$|"
                        r"^(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+/?$")
-_EXIT_ONLY = re.compile(r"^(?:exit(?:ed)?|return ?code|process exited)\W.{0,20}$", re.IGNORECASE)
+_EXIT_ONLY = re.compile(r"^(?:exit(?:ed)?|return ?code|process exited)\W.{0,20}$|"
+                        r"^\[The command completed with exit code -?\d+\.\]$", re.IGNORECASE)
 _PRUNED = re.compile(r"^\[[\w.:-]+\] (?:ran `.*?` )?-> (.*?)(?:; error: (.*))? "
                      r"\(full output in the session ledger\)$", re.DOTALL)
 _PYTEST_E = re.compile(r"^E\s+")  # pytest's marker for assertion lines
 _FIXED_NOISE = re.compile(r"^(?:error|exit \d+)?:?\s*(?:E\s+)?")
+_PASSING = re.compile(r"\b\d+ passed\b|\bpassed\b|^OK\b|\bOK \(|\bsuccess(?:ful(?:ly)?)?\b|"
+                      r"\bPASS(?:ED)?\b|\b0 (?:failed|failures|errors)\b|test result: ok",
+                      re.IGNORECASE)
+_INTERPRETERS = frozenset({"python", "python3", "node", "ruby", "perl", "php", "bash", "sh",
+                          "deno", "bun", "java"})
 _FILTERS = ("-k", "-m", "--filter", "--grep", "-t", "--testNamePattern")
 
 
@@ -99,7 +102,13 @@ class Outcome:
         lead = f"`{self.key}`" if self.tool == "command" else f"{self.tool} `{self.key}`"
         text = f"{lead} {ARROW} {self.detail}"
         if self.ok and self.earlier_error:
-            text += f" (fixed: {_FIXED_NOISE.sub('', self.earlier_error)})"
+            # "fixed" only when the result says checks passed; a script that stopped crashing
+            # may still print the wrong answer
+            words = self.key.split()
+            script = (self.tool == "command" and len(words) > 1 and words[0] in _INTERPRETERS
+                      and not words[1].startswith("-"))  # python x.py, not python -m pytest
+            word = "earlier failure" if script and not _PASSING.search(self.detail) else "fixed"
+            text += f" ({word}: {_FIXED_NOISE.sub('', self.earlier_error)})"
         return text
 
 
@@ -124,7 +133,7 @@ class Activity:
         if old is not None and not old.ok:
             self._forget_failure(old.key)
         if outcome.ok:
-            if old is not None:
+            if old is not None and outcome.tool == "command":  # a retried edit is no fix
                 outcome.earlier_error = old.earlier_error if old.ok else old.detail
             if outcome.tool == "command":
                 self._settle(outcome.key)
@@ -170,27 +179,20 @@ def _result_line(output: str) -> str:
     return line if len(line) <= 120 else line[:119] + "…"
 
 
-def _outcome(name: str, args: dict[str, Any], output: str, position: int) -> Outcome | None:
-    command = next((args[k] for k in _COMMAND_KEYS if isinstance(args.get(k), str)), None)
-    path = next((args[k].strip() for k in _PATH_KEYS if isinstance(args.get(k), str)
-                 and is_path_like(args[k])), None)
-    if command is not None:
-        command = " ".join(command.strip().splitlines()[0].split())[:160] if command.strip() \
-            else ""
-        if not command or INSPECT.match(command):
-            return None
-        key, tool = command, "command"
-    elif path is not None and _WRITE_TOOLS.search(name):
-        key, tool = path, name
-    else:
-        return None
+def _facts(output: str) -> tuple[str | None, str | None, bool]:
+    """(exit status, error line, pruned): an earlier compaction's one-line stand-in is read for
+    its facts, not its wording."""
     pruned = _PRUNED.match(output.strip())
-    if pruned:  # an earlier compaction's one-line stand-in: read its facts, not its wording
-        facts, error = pruned.group(1), pruned.group(2)
-        found = re.search(r"\bexit (-?\d+)", facts)
-        status = found.group(1) if found else None
-    else:
-        status, error = exit_status(output), first_error_line(output)
+    if pruned:
+        found = re.search(r"\bexit (-?\d+)", pruned.group(1))
+        return (found.group(1) if found else None), pruned.group(2), True
+    return exit_status(output), first_error_line(output), False
+
+
+def _command_outcome(command: str, output: str, position: int) -> Outcome | None:
+    if INSPECT.match(command):
+        return None
+    status, error, pruned = _facts(output)
     error = _PYTEST_E.sub("", error) if error else error
     failed = (status not in (None, "0")) or (status is None and error is not None
                                              and len(output) < 4000)
@@ -199,12 +201,28 @@ def _outcome(name: str, args: dict[str, Any], output: str, position: int) -> Out
     else:
         line = "" if pruned else _result_line(output)
         detail = line or (f"exit {status}" if status else "ok")
-    return Outcome(key, tool, not failed, detail, position)
+    return Outcome(command, "command", not failed, detail, position)
 
 
-def scan_activity(turns: Sequence[Message]) -> Activity:
-    """Outcomes, file touches, tool counts and the last todo list of ``turns``, in order."""
+def _outcomes(name: str, effect: Effect, output: str, position: int) -> list[Outcome]:
+    """At most one outcome per command or written path: what a later call is matched on."""
+    if effect.command is not None:
+        found = _command_outcome(effect.command, output, position)
+        return [found] if found is not None else []
+    if effect.failed_write is not None:
+        return [Outcome(p, name, False, f"error: {effect.failed_write}", position)
+                for p in effect.mentions]
+    return [Outcome(p, name, True, effect.action or "written", position) for p in effect.writes]
+
+
+def scan_activity(turns: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None
+                  ) -> Activity:
+    """Outcomes, file touches, tool counts and the last todo list of ``turns``, in order.
+
+    What each call did comes from ``refold.compaction.tools`` (its semantics table, the MCP
+    annotations of ``tools``); an unknown tool only mentions the paths it was given."""
     activity = Activity()
+    notes = annotations_of(tools)
     results = {str(m.get("tool_call_id")): m for m in turns if m.get("role") == "tool"}
     for pos, msg in enumerate(turns):
         for call in msg.get("tool_calls") or []:
@@ -218,12 +236,12 @@ def scan_activity(turns: Sequence[Message]) -> Activity:
                 activity.todos = _todos(args, output) or activity.todos
             if _SKIP_TOOLS.match(name):
                 continue
-            written = _WRITE_TOOLS.search(name) is not None
-            for key in _PATH_KEYS:
-                if isinstance(args.get(key), str):
-                    activity.touch(args[key], "modified" if written else "read", pos)
+            effect = tool_effect(name, args, output, notes)
+            for action, paths in (("read", effect.reads), ("modified", effect.writes),
+                                  ("mentioned", effect.mentions)):
+                for path in paths:
+                    activity.touch(path, action, pos)
             if result is not None:
-                outcome = _outcome(name, args, output, pos)
-                if outcome is not None:
+                for outcome in _outcomes(name, effect, output, pos):
                     activity.record(outcome)
     return activity

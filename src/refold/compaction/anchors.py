@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from refold.compaction.activity import INSPECT
 from refold.compaction.summary import is_summary_message
+from refold.compaction.tools import tool_effect
 from refold.messages.model import Message, content_text
 
 MAX_ANCHOR_CHARS = 200
@@ -55,6 +56,15 @@ _CREDENTIAL = re.compile(r"(?i)\b\w*(?:password|passwd|secret|token|api[_-]?key)
 _LETTER = re.compile(r"[^\W\d_]")
 _LIST_DEBRIS = re.compile(r"^(?:[-*]\s+)+")
 PROSE_KINDS = ("error",)  # kinds taken only from tool outputs and user text, not assistant prose
+# commands written in prose: the first line of a fenced block, or an inline `…` that starts
+# with a common program (``pytest tests/test_x.py -k edge``)
+_FENCED = re.compile(r"```[\w-]*[ \t]*\n[ \t]*([^\n`]{2,200})")
+_INLINE = re.compile(
+    r"`((?:pytest|python3?|pip3?|uv|npm|npx|pnpm|yarn|node|git|make|cargo|go|rustc|gcc|clang|"
+    r"cmake|mvn|gradle|dotnet|docker|kubectl|helm|terraform|curl|ruff|mypy|tox|bash|sh|"
+    r"\./)[ /][^`\n]{1,150})`")
+_PROMPT_LINE = re.compile(r"(?m)^\$ (.*)$")  # a shell transcript's "$ command" lines
+UNREFERENCED_PENALTY = 1.5  # found in one tool output only, never named by anyone
 _NOISE = re.compile(r"^(?:call_|toolu_|chatcmpl-|Traceback \(most recent call last\))")
 
 
@@ -67,17 +77,23 @@ class Anchor:
 
 
 def _command_texts(message: Message) -> Iterable[str]:
+    """Shell command lines the message ran (by the tool table: ``str_replace_editor``'s
+    ``command: view`` is no command), and the queries of search calls."""
     for call in message.get("tool_calls") or []:
-        raw = (call.get("function") or {}).get("arguments") or ""
+        fn = call.get("function") or {}
+        raw = fn.get("arguments") or ""
         try:
             args = json.loads(raw)
         except (ValueError, TypeError):
             continue
-        if isinstance(args, dict):
-            for key in ("command", "cmd", "script", "query"):
-                value = args.get(key)
-                if isinstance(value, str) and value.strip():
-                    yield value.strip().splitlines()[0][:MAX_ANCHOR_CHARS]
+        if not isinstance(args, dict):
+            continue
+        command = tool_effect(str(fn.get("name") or ""), args, "").command
+        if command:
+            yield command[:MAX_ANCHOR_CHARS]
+        query = args.get("query")
+        if isinstance(query, str) and query.strip():
+            yield query.strip().splitlines()[0][:MAX_ANCHOR_CHARS]
 
 
 def _message_text(message: Message) -> str:
@@ -123,13 +139,18 @@ def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
 
     Score = kind weight + recency (0..1) + frequency (up to 1.5) + 1 if the user wrote it,
     minus a penalty growing with how many candidates share its *shape* (digits masked): a
-    hundred ``pytest -k case17``-like commands are worth less, each, than one unique path.
+    hundred ``pytest -k case17``-like commands are worth less, each, than one unique path;
+    minus ``UNREFERENCED_PENALTY`` for what only one tool output printed and nobody named
+    (the file names of an ``ls``, build-log paths). Commands count also when written in
+    prose: a fenced block's first line, an inline `` `pytest tests/x.py -k edge` ``.
     """
     found: dict[str, Anchor] = {}
     counts: dict[str, int] = {}
+    seen_in: dict[str, set[int]] = {}  # positions of the messages that name it
+    named: set[str] = set()  # named outside tool outputs (a call, the user, the assistant)
     total = max(1, len(messages))
 
-    def add(text: str, kind: str, weight: float, position: int) -> None:
+    def add(text: str, kind: str, weight: float, position: int, role: str = "tool") -> None:
         text = _clean(text)
         if kind == "path":  # a sentence's full stop is not part of the path; 116/1 is no path
             text = text.rstrip(".")
@@ -138,6 +159,9 @@ def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
         if len(text) < 3 or _NOISE.match(text) or _CREDENTIAL.search(text):
             return  # a credential is never worth carrying into the summary
         counts[text] = counts.get(text, 0) + 1
+        seen_in.setdefault(text, set()).add(position)
+        if role != "tool":
+            named.add(text)
         recency = position / total  # later mentions matter more
         previous = found.get(text)
         if previous is None or previous.score < weight + recency:
@@ -148,28 +172,36 @@ def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
     for pos, msg in enumerate(messages):
         if is_summary_message(msg):
             continue  # a previous summary's anchors are carried, not re-extracted from markdown
-        bonus = 1.0 if msg.get("role") == "user" else 0.0
+        role = str(msg.get("role"))
+        bonus = 1.0 if role == "user" else 0.0
         for command in _command_texts(msg):  # a look around (grep, git diff) is worth less
-            add(command, "command", 2 if INSPECT.match(command) else 5, pos)
+            add(command, "command", 2 if INSPECT.match(command) else 5, pos, "call")
         text = _message_text(msg)
+        if role in ("user", "assistant"):
+            for pattern in (_FENCED, _INLINE):
+                for found_command in pattern.findall(content_text(msg)[:SCAN_CHARS]):
+                    command = found_command.strip()
+                    add(command, "command", 2 if INSPECT.match(command) else 5, pos, role)
         key = hash(text)
         if not text or (key in scanned and msg.get("role") == "tool"):
             continue  # an identical output was already scanned
         scanned.add(key)
-        for line in text.splitlines():
-            if line.startswith("$ "):
-                add(line[2:], "command", 5 + bonus, pos)
+        if "$ " in text:
+            for line in _PROMPT_LINE.findall(text):
+                add(line, "command", 5 + bonus, pos, role)
         for kind, weight, pattern in _PATTERNS:
             if kind in PROSE_KINDS and msg.get("role") == "assistant":
                 continue  # prose quotes errors mid-sentence; the tool output has them whole
             for match in pattern.finditer(text):
-                add(match.group(0), kind, weight + bonus, pos)
+                add(match.group(0), kind, weight + bonus, pos, role)
     shapes: dict[str, int] = {}
     for text in found:
         shape = _shape(text)
         shapes[shape] = shapes.get(shape, 0) + 1
     return [Anchor(a.text, a.kind, a.score + min(counts[a.text], 5) * 0.3
-                   - 1.5 * math.log2(shapes[_shape(a.text)]), a.first_seen)
+                   - 1.5 * math.log2(shapes[_shape(a.text)])
+                   - (UNREFERENCED_PENALTY if a.text not in named and len(seen_in[a.text]) == 1
+                      and a.kind != "error" else 0.0), a.first_seen)
             for a in found.values()]
 
 

@@ -320,7 +320,7 @@ class BuiltinSummarizer:
         previous = (parse_body(request.previous_summary) if request.previous_summary
                     else SummarySections({}))
         turns = request.turns
-        activity = scan_activity(turns)
+        activity = scan_activity(turns, request.tools)
         said = _statements(turns)
         done, blocked = _progress(previous, activity, said["done"])
         tally = Tally.of_span(turns, activity.tools)

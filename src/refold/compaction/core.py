@@ -36,10 +36,12 @@ from refold.compaction.builtin import BuiltinSummarizer
 from refold.compaction.policy import CompactionPolicy, summary_budget, threshold_for
 from refold.compaction.prune import (
     PruneStats,
+    cut_oversized,
     downgrade_tail,
     prune_outside_tail,
     strip_old_images,
 )
+from refold.compaction.secrets import redact
 from refold.compaction.structure import SYSTEM_ROLES, repair_tool_pairs, split_units
 from refold.compaction.summarizer import Summarizer, SummaryDraft, SummaryRequest
 from refold.compaction.summary import (
@@ -170,12 +172,25 @@ def _order_system_first(messages: Sequence[Message]) -> list[Message]:
     return list(messages[:lead]) + late + rest
 
 
+def _head_end(messages: list[Message], units: Sequence[Any], sys_end: int, head_n: int,
+              budget: int, count: Any) -> int:
+    """The protected head: the first ``head_n`` messages after the system prefix, shrunk (on
+    unit boundaries) while they exceed ``budget`` tokens — a head that is large on its own
+    is summarized rather than left to overflow every later turn (seed 004 §1.4)."""
+    head_end = align_to_units(min(len(messages), sys_end + head_n), units)
+    while head_end > sys_end and sum(count(m) for m in messages[sys_end:head_end]) > budget:
+        head_end = max((u.start for u in units if u.start < head_end), default=sys_end)
+        head_end = max(head_end, sys_end)
+    return head_end
+
+
 def _cut(messages: list[Message], policy: CompactionPolicy, counter: TokenCounter,
-         tail_budget: int, compaction_count: int) -> tuple[int, int, str | None]:
+         tail_budget: int, compaction_count: int, head_budget: int
+         ) -> tuple[int, int, str | None]:
     units = split_units(messages)
     sys_end = system_prefix_end(messages)
     head_n = policy.protect_first_n if compaction_count == 0 else 0
-    head_end = align_to_units(min(len(messages), sys_end + head_n), units)
+    head_end = _head_end(messages, units, sys_end, head_n, head_budget, counter.count_message)
     # an earlier summary is never part of the protected head: it gets updated instead
     for i in range(sys_end, head_end):
         if is_summary_message(messages[i]):
@@ -218,16 +233,36 @@ def _plan(messages: list[Message], policy: CompactionPolicy, counter: TokenCount
     """Pick the largest tail (by budget factor) that leaves room for a summary in ``target``."""
     plan: _Plan | None = None
     base_budget = max(1, int(target * policy.tail_ratio))
+    head_budget = max(1, int(target * policy.protect_first_share))
     for factor in TAIL_FACTORS:
         budget = max(1, int(base_budget * factor))
-        head_end, tail_start, role = _cut(messages, policy, counter, budget, compaction_count)
+        head_end, tail_start, role = _cut(messages, policy, counter, budget, compaction_count,
+                                          head_budget)
         pruned, stats = _prune(messages, head_end, tail_start, policy, counter, budget)
         plan = _Plan(messages, head_end, tail_start, role, pruned, stats, previous[0],
                      previous[1], compaction_count)
         kept = sum(counter.count_message(m) for m in pruned[:head_end] + pruned[tail_start:])
         if kept + policy.summary_min_tokens // 2 + FRAMING_TOKENS <= target:
-            break
+            return plan
     assert plan is not None
+    return _cut_tail(plan, counter, policy, target)
+
+
+def _cut_tail(plan: _Plan, counter: TokenCounter, policy: CompactionPolicy, target: int
+              ) -> _Plan:
+    """When even the smallest tail leaves no room, cut its oversized messages (head and tail
+    kept, a note in between) rather than overflow; the last user and assistant stay whole."""
+    start = plan.tail_start if plan.tail_start > plan.head_end else plan.head_end
+    kept = sum(counter.count_message(m) for m in plan.pruned[:plan.head_end]
+               + plan.pruned[start:])
+    reserve = (max(256, min(policy.summary_min_tokens // 2, target // 4)) + FRAMING_TOKENS
+               if plan.tail_start > plan.head_end else 0)
+    excess = kept + reserve - target
+    if excess > 0:
+        plan.pruned = cut_oversized(plan.pruned, start, excess_tokens=excess,
+                                    count=counter.count_message,
+                                    protected=set(required_indices(plan.messages)),
+                                    stats=plan.stats)
     return plan
 
 
@@ -323,6 +358,11 @@ def compact(messages: Sequence[Message], *, context_length: int,
         target_tokens=target, threshold_tokens=threshold.tokens, fits=before <= target,
         compaction_count=count, warnings=threshold.notes)
     if len(ordered) < policy.min_messages_to_compact:
+        if before > target:
+            common["warnings"] = (*threshold.notes, f"does not fit: {before} tokens for a "
+                                  f"target of {target}, and {len(ordered)} messages are too few "
+                                  "to compact. Use a model with a larger window or shorten "
+                                  "them.")
         return _unchanged(list(messages), "noop", "too few messages to compact", **common)
     plan = _plan(ordered, policy, counter, target, count, (prev_body, prev_anchors))
     plan.notes = provider_notes_of(provider_notes)
@@ -354,10 +394,10 @@ def _finish(plan: _Plan, original: Sequence[Message], summarizer: Summarizer,
                           error_kind=exc.kind, language=language,
                           warnings=(*warnings, str(exc)), **common)
     warnings += more + list(draft.warnings)
-    body = _fit_body(strip_think(draft.body), body_budget, counter, warnings)
-    anchors = select_anchors(extract_anchors(middle), budget_tokens=anchor_budget,
-                             count_text=counter.count_text, carried=plan.previous_anchors,
-                             covered=body)
+    body = redact(_fit_body(strip_think(draft.body), body_budget, counter, warnings))
+    anchors = [redact(a) for a in select_anchors(
+        extract_anchors(middle), budget_tokens=anchor_budget, count_text=counter.count_text,
+        carried=plan.previous_anchors, covered=body)]
     text = wrap_summary(body, anchors, language)
     assembled, role, acked = _assemble(plan, text)
     result, stubs, orphans = repair_tool_pairs(assembled)
@@ -367,11 +407,15 @@ def _finish(plan: _Plan, original: Sequence[Message], summarizer: Summarizer,
     after = _tokens(result, counter, tools)
     common.update(summarizer=draft.summarizer, error_kind=error_kind)
     if after >= before:
+        if before > target:
+            warnings.append(fit_warning(plan, counter, before, target))
         return _unchanged(list(original), "refused",
                           f"compaction would not shrink the context ({before} -> {after} tokens)",
                           language=language, warnings=tuple(warnings), **common)
     fits = after <= target
     reason = "compacted" if fits else _irreducible(plan, counter, after, target)
+    if not fits:
+        warnings.append(fit_warning(plan, counter, after, target))
     common.update(tokens_after=after, fits=fits)
     report = CompactionReport(
         status=status, reason=reason, messages_before=len(original), messages_after=len(result),
@@ -388,10 +432,14 @@ def _pruned_only(plan: _Plan, original: Sequence[Message], counter: TokenCounter
     result, _, _ = repair_tool_pairs(plan.pruned)
     after = _tokens(result, counter, tools)
     if after >= before:
+        if before > target:
+            warnings.append(fit_warning(plan, counter, before, target))
         return _unchanged(list(original), "noop",
                           "nothing to summarize between the protected head and tail",
                           warnings=tuple(warnings), **common)
     fits = after <= target
+    if not fits:
+        warnings.append(fit_warning(plan, counter, after, target))
     common.update(tokens_after=after, fits=fits)
     reason = ("old tool outputs pruned; nothing left to summarize" if fits
               else _irreducible(plan, counter, after, target))
@@ -408,3 +456,15 @@ def _irreducible(plan: _Plan, counter: TokenCounter, after: int, target: int) ->
     tail = sum(counter.count_message(m) for m in plan.pruned[plan.tail_start:])
     return (f"irreducible floor: {after} tokens > target {target} (system+head {head}, "
             f"verbatim tail {tail}); auto-compaction should stop, not loop")
+
+
+def fit_warning(plan: _Plan, counter: TokenCounter, after: int, target: int) -> str:
+    """Why the result does not fit, in plain words (``warnings``; the CLI exits 1 on it)."""
+    system = sum(counter.count_message(m)
+                 for m in plan.pruned[:system_prefix_end(plan.pruned)])
+    head = sum(counter.count_message(m) for m in plan.pruned[:plan.head_end]) - system
+    tail = sum(counter.count_message(m) for m in plan.pruned[plan.tail_start:])
+    return (f"does not fit: {after} tokens for a target of {target}. What must stay takes "
+            f"{system + head + tail}: the system prompt {system}, the protected first messages "
+            f"{head}, the recent messages kept verbatim {tail} (the last user and assistant "
+            "messages are never cut). Use a model with a larger window or start a new session.")

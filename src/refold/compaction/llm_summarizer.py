@@ -22,10 +22,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from refold.compaction.secrets import redact
 from refold.compaction.summarizer import SummaryDraft, SummaryRequest
-from refold.compaction.summary import HEADINGS, strip_think
+from refold.compaction.summary import END_MARKER, HEADINGS, PREFIX, strip_think
 from refold.errors import SummarizerError, UpstreamError
 from refold.llm.client import ChatClient, ChatResult
+from refold.memory.scan import scan
 from refold.messages.model import Message, content_text, wire_form
 
 log = logging.getLogger(__name__)
@@ -92,12 +94,45 @@ def _clip(text: str, limit: int, head: int, tail: int) -> str:
     return text[:head] + f"\n…[{len(text) - head - tail} chars truncated]…\n" + text[-tail:]
 
 
+def clean_input(text: str) -> str:
+    """What a summary model may read of a message: no ``<think>`` blocks, no secrets."""
+    return redact(strip_think(text))
+
+
+def _clean_message(msg: Message) -> Message:
+    """A wire message with its text cleaned (``clean_input``); unchanged ones stay as sent
+    (byte-identical, so a cache-friendly replay keeps its prefix cache)."""
+    content = msg.get("content")
+    if isinstance(content, str):
+        cleaned = clean_input(content)
+        return msg if cleaned == content else {**msg, "content": cleaned}
+    if isinstance(content, list):
+        parts = [{**p, "text": clean_input(p["text"])} if isinstance(p, dict)
+                 and isinstance(p.get("text"), str) else p for p in content]
+        return msg if parts == content else {**msg, "content": parts}
+    return msg
+
+
+def check_output(body: str, language: str) -> str | None:
+    """Why an LLM summary must not be stored (``None`` when it may): a prompt injection the
+    memory scanner finds, or a reply that ignores the template (its headings, no framing)."""
+    reason = scan(body)
+    if reason is not None:
+        return f"it failed the safety scan ({reason})"
+    headings = HEADINGS.get(language, HEADINGS["en"])
+    if headings["goal"] not in body and HEADINGS["en"]["goal"] not in body:
+        return f"it ignored the template (no {headings['goal']!r} heading)"
+    if END_MARKER in body or PREFIX[:40] in body:
+        return "it carries the summary framing itself"
+    return None
+
+
 def serialize_turns(turns: Sequence[Message], max_chars: int) -> str:
     """Labelled text of the span for the summarizer, bounded to ``max_chars``."""
     parts: list[str] = []
     for msg in turns:
         role = str(msg.get("role", "unknown"))
-        text = content_text(msg)
+        text = clean_input(content_text(msg))
         if role == "tool":
             parts.append(f"[TOOL RESULT {msg.get('tool_call_id', '')}]: "
                          + _clip(text, _CONTENT_MAX, _CONTENT_HEAD, _CONTENT_TAIL))
@@ -106,7 +141,7 @@ def serialize_turns(turns: Sequence[Message], max_chars: int) -> str:
         calls = []
         for call in msg.get("tool_calls") or []:
             fn = call.get("function") or {}
-            args = str(fn.get("arguments") or "")
+            args = redact(str(fn.get("arguments") or ""))
             if len(args) > _ARGS_MAX:
                 args = args[:_ARGS_KEEP] + "…"
             calls.append(f"  {fn.get('name', '?')}({args})")
@@ -147,7 +182,7 @@ class LLMSummarizer:
     def build_messages(self, request: SummaryRequest) -> list[Message]:
         instruction = _instruction(request, self.cache_friendly)
         if self.cache_friendly:
-            return [*(wire_form(m) for m in request.prefix),
+            return [*(_clean_message(wire_form(m)) for m in request.prefix),
                     {"role": "user", "content": instruction}]
         # the originals (each clipped) when they fit; the pruned span only when they do not
         turns = serialize_turns(request.turns, self.max_input_chars * 4)
@@ -204,6 +239,10 @@ class LLMSummarizer:
                                         kind="bad_response")
                 warnings.append(f"summary model {model} returned an empty summary")
                 continue
+            problem = check_output(body, request.language)
+            if problem is not None:  # retryable: the builtin summarizer writes it instead
+                raise SummarizerError(f"the summary from {model} was rejected: {problem}",
+                                      retryable=True, kind="rejected")
             return SummaryDraft(body=body, summarizer=f"llm:{model}",
                                 warnings=tuple(warnings), usage=dict(result.usage))
         assert failure is not None

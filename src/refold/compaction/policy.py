@@ -41,6 +41,7 @@ class CompactionPolicy:
     overrides: tuple[ModelOverride, ...] = ()
     # pipeline
     protect_first_n: int = 3
+    protect_first_share: float = 0.25  # ...and at most this share of the target, in tokens
     tail_ratio: float = 0.20  # tail budget as a share of the threshold
     tail_soft_ceiling: float = 1.5
     tail_min_messages: int = 3

@@ -37,6 +37,7 @@ class PruneStats:
     arguments_truncated: int = 0
     tail_downgraded: int = 0
     images_stripped: int = 0
+    messages_cut: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -194,6 +195,37 @@ def downgrade_tail(messages: list[Message], tail_start: int, *, ceiling_tokens: 
         out[i] = {**out[i], "content": one_line_summary(name, args, content_text(out[i]))}
         total -= before - count(out[i])
         stats.tail_downgraded += 1
+    return out
+
+
+CUT_NOTE = "\n[… {cut} of {total} characters cut here to fit the window; the full message " \
+           "is in the session ledger …]\n"
+CUT_MIN_TOKENS = 200  # a cut message keeps at least this much of its head and tail
+
+
+def cut_oversized(messages: list[Message], start: int, *, excess_tokens: int,
+                  count: Callable[[Message], int], protected: set[int], stats: PruneStats
+                  ) -> list[Message]:
+    """Cut the largest text messages from ``start`` on (not ``protected``) to their head and
+    tail with a note in between, until ``excess_tokens`` are gone or nothing is left to cut.
+
+    The last resort before a result that overflows: a 19K-token final tool output kept
+    verbatim in a 16K window is a 400 on every turn. The ledger keeps the whole message.
+    """
+    out = list(messages)
+    sizes = {i: count(out[i]) for i in range(start, len(out))
+             if i not in protected and isinstance(out[i].get("content"), str)}
+    for i in sorted(sizes, key=lambda j: (-sizes[j], j)):
+        if excess_tokens <= 0 or sizes[i] <= 2 * CUT_MIN_TOKENS:
+            break
+        text = out[i]["content"]
+        keep_tokens = max(2 * CUT_MIN_TOKENS, sizes[i] - excess_tokens - 40)
+        keep_chars = int(len(text) * keep_tokens / sizes[i])
+        head, tail = keep_chars * 2 // 3, keep_chars // 3
+        note = CUT_NOTE.format(cut=f"{len(text) - head - tail:,}", total=f"{len(text):,}")
+        out[i] = {**out[i], "content": text[:head] + note + text[len(text) - tail:]}
+        excess_tokens -= sizes[i] - count(out[i])
+        stats.messages_cut += 1
     return out
 
 

@@ -63,6 +63,7 @@ class ReviewReport:
     saved: list[str] = field(default_factory=list)
     staged: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)  # near-duplicates left out, flagged
 
 
 # -- the deterministic extractor -------------------------------------------------------------
@@ -202,6 +203,38 @@ def _transcript(messages: Sequence[Message]) -> str:
     return "\n\n".join(lines)
 
 
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_FILLER = frozenset({"a", "an", "the", "of", "to", "over", "than", "and", "or", "is", "be",
+                     "use", "uses", "using", "output", "user", "prefers", "prefer", "likes",
+                     "not", "no", "correction"})
+DUPLICATE_SHARE = 0.66  # of the shorter entry's words found in the other one
+
+
+def _words(text: str) -> frozenset[str]:
+    """Content words; a CJK run counts per character (no spaces to split on)."""
+    out: set[str] = set()
+    for word in _WORD.findall(text.lower()):
+        if re.match(r"[\u3040-\u30ff\u4e00-\u9fff]", word):
+            out.update(word)
+        elif word not in _FILLER:
+            out.add(word)
+    return frozenset(out)
+
+
+def near_duplicate(content: str, existing: Sequence[str]) -> str | None:
+    """The existing entry ``content`` nearly repeats, if any: most of the shorter one's
+    content words in the other ("Prefers `pytest -q` (quiet) output" and "Prefers pytest -q
+    over verbose output."). A candidate that adds new facts shares too few words."""
+    mine = _words(content)
+    for other in existing:
+        theirs = _words(other)
+        shared = len(mine & theirs)
+        small = min(len(mine), len(theirs))
+        if small and shared >= min(2, small) and shared / small >= DUPLICATE_SHARE:
+            return other
+    return None
+
+
 class MemoryReviewer:
     """Counts turns and runs reviews in the background through a ``MemoryWriter``."""
 
@@ -258,9 +291,22 @@ class MemoryReviewer:
                             getattr(exc, "kind", exc.__class__.__name__))
         return self._review_with_extractor(messages)
 
+    def flush(self, messages: Sequence[Message]) -> ReviewReport:
+        """Review ``messages`` now and wait: before a compaction replaces them, and at session
+        end, so what should be remembered is written (or staged, by the approval mode) before
+        the span leaves the context (seeds 000 §3.2, 002)."""
+        report = self.review(messages)
+        self.reports.append(report)
+        return report
+
     def _review_with_extractor(self, messages: Sequence[Message]) -> ReviewReport:
         report = ReviewReport(mode="extractor")
         for candidate in extract_candidates(messages):
+            live = [e.text for e in self.writer.store.read(candidate.target).entries]
+            twin = near_duplicate(candidate.content, live)
+            if twin is not None:
+                report.duplicates.append(f"{candidate.content} (near-duplicate of: {twin})")
+                continue
             try:
                 result = self.writer.submit(candidate.target,
                                             [make_op("add", content=candidate.content)],

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from refold.errors import InvalidInput, RefoldError, UpstreamError
 from refold.messages.model import Message, content_text, wire_form
+from refold.pricing import usage_cost
 from refold.runtime.checkpointer import Checkpointer
 from refold.runtime.inline import InlineTurns, NeedsWorker
 from refold.runtime.mirror import SessionMirror
@@ -83,6 +84,8 @@ class SessionRuntime:
         self._turn_tool_iterations = 0
         self._recall = ""  # this user turn's recalled-memory block (see refold.runtime.recall)
         self._rotation = Rotation()  # maps a re-sent history onto a compaction child
+        self._refs = host.reference_link()  # @file/@session expansion (None: off)
+        self._show_once = ""  # a note for the next user turn only (the resumed task state)
         self._closed = False
 
     # -- properties ------------------------------------------------------------------------
@@ -308,7 +311,9 @@ class SessionRuntime:
         if light and prompt_tokens >= self.checkpointer.light_limit:
             raise NeedsWorker  # the post-response policy may compact: nothing stored yet
         # the totals move in the reply's own transaction (one commit per record)
-        delta = Usage(prompt_tokens, completion, cached, model=model) \
+        delta = Usage(prompt_tokens, completion, cached, model=model,
+                      cost_usd=usage_cost(model, input_tokens=prompt_tokens,
+                                          output_tokens=completion, cache_read_tokens=cached)) \
             if prompt_tokens or completion else None
         self.mirror.append_reply(message, counts, delta)
         if prompt_tokens and self._last_base_estimate is not None:
@@ -332,6 +337,13 @@ class SessionRuntime:
         users = [m for m in messages if m.get("role") == "user"]
         if users:  # a new user turn: its recall block, fixed for the whole turn
             self._recall = self._host.turn_recall(content_text(users[-1]))
+            if self._show_once:  # placed like recall: this turn's user message, not stored
+                self._recall = "\n\n".join(p for p in (self._show_once, self._recall) if p)
+                self._show_once = ""
+
+    def show_once(self, note: str) -> None:
+        """Show ``note`` to the model with the next user turn (all its tool iterations), once."""
+        self._show_once = note
 
     def _note_system_prompt(self, system: str | None) -> None:
         """Keep the client's system prompt in the ledger as an event when it changes."""
@@ -342,16 +354,19 @@ class SessionRuntime:
             return
         self.store.append_event(self.session_id, "system_prompt", {"text": system})
 
-    def _request(self, view: ViewCache) -> tuple[list[Message], int]:
+    def _request(self, view: ViewCache, light: bool = False) -> tuple[list[Message], int]:
         """The messages to send (fresh wire-form dicts) and the sum of their base counts: O(1)
-        on top of the view's running sum (the system message, the user message recall
-        extends)."""
+        on top of the view's running sum (the system message, the user messages whose
+        references are expanded (``refold.references.link``), the one recall extends)."""
         system = self.system_text()
         lead: list[Message] = [{"role": "system", "content": system}] if system else []
         body = view.tokens + sum(map(self.ops.base_count, lead))
         out = [detached(m) for m in lead] + view.copies()
+        if self._refs is not None:
+            body += self._refs.apply(self.session_id, out, view.rows, block=not light,
+                                     count=self.ops.base_count)
         if self._recall:
-            plain = lead + view.view
+            plain = list(out)
             messages = with_recall(plain, self._recall)
             for index in range(len(plain) - 1, -1, -1):
                 if messages[index] is not plain[index]:
@@ -366,7 +381,7 @@ class SessionRuntime:
         if light and not self.mirror.view_is_confirmed():
             raise NeedsWorker  # the view may need a full read
         view = self.mirror.current_view()
-        messages, body = self._request(view)
+        messages, body = self._request(view, light)
         tokens = self.ops.total_from_base(body, self._tools)
         if light and tokens >= self.checkpointer.light_limit:
             raise NeedsWorker  # nothing decided yet: the worker call redoes it all
@@ -378,6 +393,8 @@ class SessionRuntime:
             messages, body = self._request(view)
             tokens = self.ops.total_from_base(body, self._tools)
         warnings.extend(self.checkpointer.trigger.take_warnings())
+        if self._refs is not None:
+            warnings.extend(self._refs.take_warnings())
         if tokens > self.ops.context_length:
             warnings.append(f"context is {tokens} tokens, over the {self.ops.context_length} "
                             "token window; the provider may reject it")

@@ -34,7 +34,7 @@ from refold.assembly import EngineFactory as SettingsEngines
 from refold.assembly import open_configured_store
 from refold.config import Settings
 from refold.errors import InvalidInput, RefoldError, UpstreamError
-from refold.server import reads
+from refold.server import messages_api, reads, responses_api
 from refold.server.auth import AuthError, KeyRing, Tenant
 from refold.server.completions import Drain, Proxy, chat_completions, parse_json
 from refold.server.edges import (
@@ -60,6 +60,18 @@ class BodyTooLarge(Exception):
         super().__init__(f"request body is larger than {limit} bytes")
         self.size = size
         self.limit = limit
+
+
+def _upstream(settings: Settings, transport: httpx.AsyncBaseTransport | None) -> Any:
+    """The upstream client for ``settings.upstream_format`` (openai | anthropic)."""
+    kind = getattr(settings, "upstream_format", "openai")
+    if kind == "anthropic":
+        from refold.server.anthropic_upstream import AnthropicUpstream
+        return AnthropicUpstream(str(settings.upstream), settings.upstream_api_key,
+                                 transport=transport)
+    if kind != "openai":
+        raise InvalidInput(f"upstream_format must be openai or anthropic, got {kind!r}")
+    return Upstream(str(settings.upstream), settings.upstream_api_key, transport=transport)
 
 
 def _error(err: RefoldError) -> JSONResponse:
@@ -115,8 +127,7 @@ class ProxyApp:
         self._own_store = store is None
         self.store: Store | None = store
         self._engine_factory = engine_factory
-        self.upstream = Upstream(settings.upstream, settings.upstream_api_key,
-                                 transport=upstream_transport)
+        self.upstream = _upstream(settings, upstream_transport)
         self.capacity = capacity
         self.proxy: Proxy | None = None
         self._engines: SettingsEngines | None = None  # built from settings, closed at shutdown
@@ -128,6 +139,7 @@ class ProxyApp:
             self.store = await anyio.to_thread.run_sync(self._open_store)
         factory: EngineFactory
         if self._engine_factory is None:
+            # titles are unique per owner: a tenant's "@session:notes" is its session "notes"
             self._engines = SettingsEngines(self.settings, self.store)
             factory = self._engines
         else:
@@ -186,6 +198,14 @@ class ProxyApp:
 
         return run
 
+    def running_proxy(self) -> Proxy:
+        return self._proxy()
+
+    async def body_of(self, request: Request) -> tuple[Any, int]:
+        """The request's JSON body (size-limited) and its size in bytes."""
+        raw = await read_body(request, self.settings.max_body_bytes)
+        return await parse_json(raw), len(raw)
+
     def _proxy(self) -> Proxy:
         if self.proxy is None:
             raise RefoldError("the server is not started (lifespan did not run)")
@@ -243,6 +263,8 @@ class ProxyApp:
                   methods=["GET"]),
             Route("/v1/refold/search", self.endpoint(self.search), methods=["GET"]),
             Route("/v1/refold/memory", self.endpoint(self.memory), methods=["GET"]),
+            *messages_api.routes(self),
+            *responses_api.routes(self),
         ]
         handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _crash}
         return Starlette(routes=routes, lifespan=self.lifespan, exception_handlers=handlers,

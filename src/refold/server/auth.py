@@ -43,7 +43,9 @@ class KeyRing:
         return not self._keys
 
     def authenticate(self, headers: Mapping[str, str]) -> Tenant:
-        bearer = _bearer(headers.get("authorization", ""))
+        # Anthropic clients send their key as x-api-key (Claude Code with ANTHROPIC_API_KEY)
+        bearer = _bearer(headers.get("authorization", "")) or \
+            (headers.get("x-api-key") or "").strip() or None
         if self.open:
             return Tenant(owner="", bearer=bearer)
         if bearer is None:

@@ -110,10 +110,11 @@ class SessionsMixin(PgCore):
         if title is None:
             return None
         rows = self._lineage_rows(cur, title, owner)
-        if split_lineage_title(title)[1] > 1:  # an explicit "name #N" means that one
-            exact = owner_of_title(title, (o for o, t in rows if t == title))
-            if exact is not None:
-                return self._titled(cur, exact, title)
+        # the session titled exactly so comes first (never a "#N" branch that took its
+        # lineage's next number); a bare name without one means the lineage's newest
+        exact = owner_of_title(title, (o for o, t in rows if t == title))
+        if exact is not None:
+            return self._titled(cur, exact, title)
         whose = owner_of_title(title, (o for o, t in rows if lineage_number(t, title)))
         if whose is None:
             return None

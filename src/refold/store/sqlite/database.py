@@ -348,7 +348,7 @@ def _hint(exc: sqlite3.Error) -> str | None:
     if "locked" in text or "busy" in text:
         return "another process holds the database; retry, or raise the busy timeout"
     if "malformed" in text or "not a database" in text:
-        return "the database file is damaged; run `refold doctor`"
+        return "the database file is damaged; run `refold doctor --repair`"
     if "readonly" in text or "read-only" in text:
         return "the database is read-only; check file permissions"
     return None

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from refold.search.query import ParsedQuery, make_snippet, parse_query
 from refold.store.base import SearchHit, SearchQuery
+from refold.store.sqlite.indexcheck import require_intact_index
 from refold.store.sqlite.state import StateOps
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,8 @@ class SearchOps(StateOps):
         limit = max(1, min(int(query.limit), MAX_LIMIT))
         with self.db.read() as conn:
             rows = self._run(conn, parsed, query, limit)
+            if not rows:  # "no matches" must not hide a damaged index
+                require_intact_index(conn)
             return [self._hit(conn, row, parsed, query) for row in rows]
 
     def _run(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,

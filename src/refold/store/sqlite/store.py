@@ -19,6 +19,7 @@ from refold.errors import InvalidInput
 from refold.store.sqlite import grams
 from refold.store.sqlite.bulk import BulkOps
 from refold.store.sqlite.database import WAL_LIMIT_BYTES, Database, Synchronous
+from refold.store.sqlite.indexcheck import index_gaps
 from refold.store.sqlite.schema import LATEST_VERSION, applied_versions, migrate
 from refold.store.sqlite.search import SearchOps
 
@@ -84,6 +85,8 @@ class SQLiteStore(SearchOps, BulkOps):
             problems += [r for r in rows if r != "ok"]
             problems += [f"foreign key: {r[0]} row {r[1]} -> {r[2]}"
                          for r in conn.execute("PRAGMA foreign_key_check")]
+        with self.db.read() as conn:
+            problems += index_gaps(conn)
         # rank = 1 also compares the external-content index with the messages table.
         checks = (("messages_fts", ", rank", ", 1"), ("messages_trigram", "", ""),
                   ("messages_cjk_grams", "", ""))
@@ -111,6 +114,17 @@ class SQLiteStore(SearchOps, BulkOps):
             conn.execute(f"INSERT INTO {grams.TABLE}({grams.TABLE}) VALUES ('delete-all')")
             grams.backfill(conn)
         log.info("search indexes rebuilt for %s", self.path)
+
+    def backup(self, destination: str) -> None:
+        """A consistent copy of the database at ``destination`` (SQLite's online backup)."""
+        if self.db.memory:
+            raise InvalidInput("an in-memory database has no file to back up")
+        target = sqlite3.connect(destination)
+        try:
+            with self.db.read() as conn:
+                conn.backup(target)
+        finally:
+            target.close()
 
     def info(self) -> dict[str, Any]:
         with self.db.read() as conn:

@@ -1,0 +1,229 @@
+"""What a tool call did, from the tool's known semantics, its arguments and its result.
+
+A summary that calls a file "modified" must be right: a model continuing the work trusts it.
+So nothing is guessed from a tool's name (``str_replace_editor`` contains "replace" also when
+it only views). ``TOOLS`` maps the names of common agent tools to a reader of their calls:
+
+- OpenHands / SWE-agent / Anthropic text editor (``str_replace_editor``,
+  ``str_replace_based_edit_tool``): ``view`` reads; ``create``, ``str_replace``, ``insert``,
+  ``undo_edit`` write — unless the result says the edit failed;
+- shells (``execute_bash``, ``bash``, Claude Code ``Bash``, Codex ``shell`` with an argv list,
+  Hermes ``terminal``…): the command line; files the command writes (redirections, ``tee``,
+  ``sed -i``, ``touch``, ``rm``, ``mv``/``cp`` targets) when it did not fail; keystrokes sent to
+  a running process (``C-c``, ``is_input``) are not commands;
+- Claude Code ``Read``/``Edit``/``Write``/``MultiEdit``/``NotebookEdit``/``Grep``/``Glob``/``LS``;
+  Codex ``apply_patch`` (paths from its ``*** Add/Update/Delete File:`` lines); generic
+  ``read_file``/``write_file``/``edit_file``…; SWE-agent's ``open``/``create``/``edit``/``insert``
+  (the edited file is named by the result's ``[File: X (N lines total)]``);
+- MCP tools by annotation (``readOnlyHint``) in the request's tool definitions;
+- anything else is neutral: its path arguments are only "mentioned".
+
+``register`` adds a tool. Pure: same call, same result.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from refold.compaction.prune import exit_status
+
+PATH_KEYS = ("path", "file_path", "filename", "file", "notebook_path", "target_file")
+_EDITOR_WRITES = frozenset({"create", "str_replace", "insert", "undo_edit", "write", "edit",
+                            "append"})
+_EDITOR_READS = frozenset({"view", "read"})
+_KEYSTROKE = re.compile(r"^(?:C-[a-z]|\^[A-Z]|q|y|n|exit)$")
+_FAILED = re.compile(
+    r"^\s*(?:ERROR\b|Error\b|error:)|<tool_use_error>|No replacement was performed|"
+    r"String to replace not found|did not appear verbatim|No such file or directory|"
+    r"Permission denied|File has not been read yet|Invalid `path`", re.IGNORECASE)
+_PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$|^\*\*\* Move to: (.+)$",
+                         re.MULTILINE)
+_SWE_FILE = re.compile(r"^\[File: (\S+) \(\d+ lines total\)\]", re.MULTILINE)
+_SHELL_SPLIT = re.compile(r"\s*(?:&&|\|\||;|\|)\s*")
+_REDIRECT = re.compile(r"(?<![\d&<>])>>?\s*(?![&\d])([^\s;&|<>()]+)")
+
+
+@dataclass(frozen=True)
+class Effect:
+    """What one call did. ``command`` is a shell command line that ran (first line)."""
+
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+    mentions: tuple[str, ...] = ()
+    command: str | None = None
+    failed_write: str | None = None  # the error line of an edit the tool refused
+    action: str = ""  # edited, created, deleted, … (what a write did, for the summary)
+
+
+Reader = Callable[[dict[str, Any], str], Effect]
+
+
+def _paths(args: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(v.strip() for k in PATH_KEYS if isinstance(v := args.get(k), str) and v.strip())
+
+
+def _failure(output: str) -> str | None:
+    head = output.strip()[:600]
+    match = _FAILED.search(head)
+    if match is None:
+        return None
+    lines = [ln.strip() for ln in head[match.start():].splitlines() if ln.strip()]
+    text = " ".join(lines[:2]) if lines and len(lines[0]) <= 8 else (lines[0] if lines else "")
+    return text[:160] or "error"
+
+
+def _write(paths: tuple[str, ...], output: str, action: str) -> Effect:
+    error = _failure(output)
+    if error is not None:
+        return Effect(mentions=paths, failed_write=error, action=action)
+    return Effect(writes=paths, action=action)
+
+
+def editor(args: dict[str, Any], output: str) -> Effect:
+    """``str_replace_editor``: the ``command`` argument says whether it read or wrote."""
+    sub = str(args.get("command") or "").strip()
+    paths = _paths(args)
+    if sub in _EDITOR_READS:
+        return Effect(reads=paths)
+    if sub in _EDITOR_WRITES:
+        return _write(paths, output, "created" if sub == "create" else "edited")
+    return Effect(mentions=paths)
+
+
+def reader(args: dict[str, Any], output: str) -> Effect:
+    return Effect(reads=_paths(args))
+
+
+def writer(args: dict[str, Any], output: str) -> Effect:
+    return _write(_paths(args), output, "edited")
+
+
+def creator(args: dict[str, Any], output: str) -> Effect:
+    return _write(_paths(args), output, "written")
+
+
+def searcher(args: dict[str, Any], output: str) -> Effect:
+    return Effect(mentions=_paths(args))
+
+
+def neutral(args: dict[str, Any], output: str) -> Effect:
+    return Effect(mentions=_paths(args))
+
+
+def apply_patch(args: dict[str, Any], output: str) -> Effect:
+    """Codex ``apply_patch``: its patch names the files (``*** Update File: x``)."""
+    text = next((v for k in ("input", "patch", "diff") if isinstance(v := args.get(k), str)), "")
+    found = [a or b for a, b in _PATCH_FILE.findall(text)]
+    return _write(tuple(dict.fromkeys([*_paths(args), *(p.strip() for p in found)])), output,
+                  "patched")
+
+
+def swe_agent_edit(args: dict[str, Any], output: str) -> Effect:
+    """SWE-agent ``edit``/``insert``: the open file, named by the result's ``[File: X …]``."""
+    paths = _paths(args) or tuple(_SWE_FILE.findall(output[:400]))[:1]
+    if "Your proposed edit has introduced new syntax error" in output:
+        return Effect(mentions=paths, failed_write="proposed edit had a syntax error",
+                      action="edited")
+    return _write(paths, output, "edited")
+
+
+def shell_command(args: Mapping[str, Any]) -> str | None:
+    """The command line of a shell call (Codex passes an argv list, ``["bash", "-lc", s]``)."""
+    raw = next((args[k] for k in ("command", "cmd", "script") if k in args), None)
+    if isinstance(raw, list) and all(isinstance(w, str) for w in raw):
+        raw = raw[-1] if len(raw) >= 3 and raw[1] in ("-c", "-lc") else " ".join(raw)
+    if not isinstance(raw, str) or not raw.strip() or args.get("is_input") in (True, "true"):
+        return None
+    first = " ".join(raw.strip().splitlines()[0].split())
+    return None if _KEYSTROKE.match(first) else first[:160]
+
+
+def shell_writes(command: str) -> tuple[str, ...]:
+    """Files a shell command line writes: ``> f``, ``>> f``, ``tee f``, ``sed -i … f``,
+    ``touch f``, ``rm f``, the target of ``mv``/``cp``. Best effort, never raises."""
+    found: list[str] = [p for p in _REDIRECT.findall(command) if not p.startswith("/dev/")]
+    for part in _SHELL_SPLIT.split(command):
+        try:
+            words = shlex.split(part)
+        except ValueError:
+            words = part.split()
+        if not words:
+            continue
+        program, rest = words[0].rsplit("/", 1)[-1], [w for w in words[1:] if w != "--"]
+        files = [w for w in rest if not w.startswith("-")]
+        if program == "tee" or program in ("touch", "rm") or (
+                program == "sed" and any(w.startswith("-i") for w in rest)):
+            found += files[1:] if program == "sed" else files
+        elif program in ("mv", "cp") and len(files) >= 2:
+            found.append(files[-1])
+    return tuple(dict.fromkeys(p for p in found if p and "$" not in p and "*" not in p))
+
+
+def shell(args: dict[str, Any], output: str) -> Effect:
+    command = shell_command(args)
+    if command is None:
+        return Effect()
+    status = exit_status(output)
+    failed = status not in (None, "0")
+    full = str(args.get("command") if isinstance(args.get("command"), str) else command)
+    writes = () if failed else shell_writes(full)
+    return Effect(writes=writes, command=command, action="written by a command")
+
+
+TOOLS: dict[str, Reader] = {}
+
+
+def register(reader_: Reader, *names: str) -> None:
+    """Teach the table a tool (names compare case-insensitively)."""
+    for name in names:
+        TOOLS[name.lower()] = reader_
+
+
+register(editor, "str_replace_editor", "str_replace_based_edit_tool", "text_editor")
+register(shell, "execute_bash", "bash", "shell", "terminal", "local_shell", "exec_command",
+         "run_shell_command", "run_terminal_cmd", "container.exec")
+register(reader, "read", "read_file", "view_file", "open_file", "notebookread", "open", "goto",
+         "view")
+register(writer, "edit", "multiedit", "notebookedit", "edit_file", "replace_in_file",
+         "str_replace", "patch", "search_replace", "apply_diff")
+register(creator, "write", "write_file", "create_file", "create", "write_to_file",
+         "append_file", "delete_file")
+register(apply_patch, "apply_patch")
+register(swe_agent_edit, "insert")
+register(searcher, "grep", "glob", "ls", "list_dir", "list_directory", "search_files",
+         "find_file", "search_file", "search_dir", "codebase_search", "file_search")
+
+
+def annotations_of(tools: Sequence[Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:
+    """MCP tool annotations by tool name, from request tool definitions (either level)."""
+    out: dict[str, dict[str, Any]] = {}
+    for tool in tools or ():
+        fn = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+        name = fn.get("name") if isinstance(fn, Mapping) else None
+        notes = (fn.get("annotations") if isinstance(fn, Mapping) else None) \
+            or tool.get("annotations")
+        if isinstance(name, str) and isinstance(notes, Mapping):
+            out[name] = dict(notes)
+    return out
+
+
+def tool_effect(name: str, args: dict[str, Any], output: str,
+                annotations: Mapping[str, Mapping[str, Any]] | None = None) -> Effect:
+    """The effect of one call: the table, else MCP annotations, else neutral."""
+    known = TOOLS.get(name.lower())
+    if name.lower() == "edit" and not _paths(args):  # SWE-agent's edit names no file
+        known = swe_agent_edit
+    if known is not None:
+        return known(args, output)
+    notes = (annotations or {}).get(name)
+    if notes is not None and isinstance(notes.get("readOnlyHint"), bool):
+        return reader(args, output) if notes["readOnlyHint"] else writer(args, output)
+    return neutral(args, output)
+
+
+__all__ = ["TOOLS", "Effect", "annotations_of", "register", "shell_command", "shell_writes",
+           "tool_effect"]
