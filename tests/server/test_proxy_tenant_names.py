@@ -188,7 +188,8 @@ def test_old_tagged_titles_are_migrated_to_the_owner_column(
         titles = {s.id: s.title for s in store.list_sessions(limit=10)}
         assert titles == {"s1": "foo", "s2": "foo #2", "s3": "foo", "s4": "plain @local",
                           "s5": f"bar @{tag_a}"}
-        assert store.resolve_session("foo", owner=alpha).id == "s2"  # latest of its lineage
+        assert store.resolve_session("foo", owner=alpha).id == "s1"  # the exact title
+        assert store.resolve_session("foo #2", owner=alpha).id == "s2"
         assert store.resolve_session("foo", owner=beta).id == "s3"
     finally:
         store.close()

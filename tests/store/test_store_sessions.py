@@ -291,5 +291,6 @@ def test_titles_are_unique_per_owner_not_across_owners(store: Store) -> None:
     with pytest.raises(Conflict):
         store.rename_session(other.id, "plan")  # key-b already has "plan"
     store.rename_session(other.id, "plan #2")
-    assert store.resolve_session("plan", owner="key-b").id == other.id  # latest of lineage
+    assert store.resolve_session("plan", owner="key-b").id == theirs.id  # the exact title
+    assert store.resolve_session("plan #2", owner="key-b").id == other.id
     assert store.resolve_session("plan", owner="key-a").id == mine.id
