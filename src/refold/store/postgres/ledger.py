@@ -355,7 +355,8 @@ class LedgerMixin(PgCore):
                             "OR title LIKE %s ESCAPE '\\'", (base, like_escape(base) + " #%"))
                 clean = next_title_from(base, [r[0] for r in cur.fetchall()])
             elif clean is not None:
-                cur.execute("SELECT id FROM sessions WHERE title = %s", (clean,))
+                cur.execute("SELECT id FROM sessions WHERE owner = %s AND title = %s",
+                            (parent.owner, clean))
                 taken = cur.fetchone()
                 if taken is not None:
                     raise Conflict(f"the title {clean!r} is already used by session {taken[0]}",
