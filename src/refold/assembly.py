@@ -46,10 +46,8 @@ def open_configured_store(settings: Settings, *, sqlite_synchronous: str | None 
 
 
 def compaction_policy(settings: Settings) -> CompactionPolicy:
-    """The compaction policy the settings describe."""
-    from refold.compaction import CompactionPolicy
-
-    return CompactionPolicy(rotate_on_compaction=settings.rotate_on_compaction)
+    """The compaction policy the settings describe (every field is a setting)."""
+    return settings.compaction
 
 
 @dataclass
@@ -86,15 +84,20 @@ def summarizer_setup(settings: Settings, *, choice: str | None = None,
     if not url:
         raise InvalidInput("the llm summarizer needs an endpoint",
                            hint="set REFOLD_SUMMARIZER_URL or REFOLD_UPSTREAM (…/v1)")
-    client = HttpChatClient(url, settings.summarizer_api_key or settings.upstream_api_key)
+    timeout = settings.summarizer_timeout
+    client = HttpChatClient(url, settings.summarizer_api_key or settings.upstream_api_key,
+                            timeout=timeout)
     owned: list[Any] = [client]
     main_client = None
     if settings.upstream and settings.upstream.rstrip("/") != url.rstrip("/"):
-        main_client = HttpChatClient(settings.upstream, settings.upstream_api_key)
+        main_client = HttpChatClient(settings.upstream, settings.upstream_api_key,
+                                     timeout=timeout)
         owned.append(main_client)
     summarizer = build_summarizer("llm", model=model, client=client,
                                   summarizer_model=settings.summarizer_model,
-                                  main_client=main_client)
+                                  main_client=main_client, timeout=timeout,
+                                  cache_friendly=settings.summarizer_cache_friendly,
+                                  abort_on_failure=settings.abort_on_summary_failure)
     return SummarizerSetup(summarizer, client, owned)
 
 
@@ -123,13 +126,16 @@ def tenant_skills(settings: Settings, store: Store | None, owner: str, *,
 
 
 def tenant_memory(settings: Settings, store: Store, owner: str,
-                  chat_client: ChatClient | None) -> MemoryLink:
+                  chat_client: ChatClient | None) -> MemoryLink | None:
     """The tenant's memory: its own files, or its own profile in the database (memory_backend),
     plus the external ``memory_provider`` when one is configured (an instance per tenant).
 
     The local owner uses ``memory_profile``; a client key's tenant gets a profile of its own, so
-    one key's memory never reaches another key's snapshot.
+    one key's memory never reaches another key's snapshot. ``memory_enabled = false``: None
+    (no snapshot, no memory tool, no review).
     """
+    if not settings.memory_enabled:
+        return None
     link = _builtin_memory(settings, store, owner, chat_client)
     if settings.memory_provider:
         from refold.memory.provider import load_provider
@@ -138,24 +144,37 @@ def tenant_memory(settings: Settings, store: Store, owner: str,
     return link
 
 
-def _builtin_memory(settings: Settings, store: Store, owner: str,
-                    chat_client: ChatClient | None) -> MemoryLink:
-    from refold.runtime.memory_link import MemoryLink
-
-    approval = settings.memory_approval
-    # chat_client is the summary endpoint: review asks the summary model it serves
-    review_model = settings.summarizer_model or settings.model
+def _memory_store(settings: Settings, store: Store, owner: str) -> Any:
+    limits = {"memory": settings.memory_char_limit, "user": settings.user_char_limit}
     if settings.memory_backend == "db":
         from refold.memory.db import DBMemoryStore
 
         profile = settings.memory_profile if not owner else f"{settings.memory_profile}:{owner}"
-        return MemoryLink.for_store(DBMemoryStore(store, profile), approval=approval,
-                                    chat_client=chat_client, model=review_model)
+        return DBMemoryStore(store, profile, limits=limits)
     if settings.memory_backend != "file":
         raise InvalidInput(f"unknown memory_backend {settings.memory_backend!r}",
                            hint="use file or db")
-    return MemoryLink.from_dir(tenant_memory_dir(settings, owner), approval=approval,
-                               chat_client=chat_client, model=review_model)
+    from refold.memory import open_file_store
+
+    return open_file_store(tenant_memory_dir(settings, owner), limits=limits)
+
+
+def _builtin_memory(settings: Settings, store: Store, owner: str,
+                    chat_client: ChatClient | None) -> MemoryLink:
+    """The builtin provider over the tenant's memory store, with review at the configured
+    intervals (LLM review over ``chat_client``, the summary endpoint, when there is one)."""
+    from refold.memory.manager import MemoryManager
+    from refold.memory.provider import BuiltinMemoryProvider
+    from refold.memory.review import MemoryReviewer
+    from refold.runtime.memory_link import MemoryLink
+
+    builtin = BuiltinMemoryProvider(_memory_store(settings, store, owner),
+                                    approval=settings.memory_approval)
+    reviewer = MemoryReviewer(
+        builtin.writer, chat=chat_client, model=settings.summarizer_model or settings.model,
+        every_turns=settings.memory_review_every_turns,
+        every_tool_iterations=settings.memory_review_every_tool_iterations)
+    return MemoryLink(MemoryManager(builtin, reviewer=reviewer))
 
 
 def build_engine(settings: Settings, store: Store, setup: SummarizerSetup, *,

@@ -269,3 +269,28 @@ def test_prune_removes_only_old_ended_sessions(store: Store) -> None:
     assert store.get_session(running.id).id == running.id
     with pytest.raises(InvalidInput):
         store.prune_sessions(-1)
+
+
+
+def test_titles_are_unique_per_owner_not_across_owners(store: Store) -> None:
+    from refold.errors import AmbiguousReference, Conflict, NotFound
+
+    mine = store.create_session(title="plan", owner="key-a")
+    theirs = store.create_session(title="plan", owner="key-b")
+    with pytest.raises(Conflict):
+        store.create_session(title="plan", owner="key-a")
+    assert store.resolve_session("plan", owner="key-a").id == mine.id
+    assert store.resolve_session("plan", owner="key-b").id == theirs.id
+    with pytest.raises(NotFound):
+        store.resolve_session("plan", owner="key-c")
+    with pytest.raises(AmbiguousReference, match="--owner"):
+        store.resolve_session("plan")  # the operator, two tenants, no local session
+    local = store.create_session(title="plan")
+    assert store.resolve_session("plan").id == local.id  # the local owner's comes first
+    other = store.create_session(title="other", owner="key-b")
+    with pytest.raises(Conflict):
+        store.rename_session(other.id, "plan")  # key-b already has "plan"
+    store.rename_session(other.id, "plan #2")
+    assert store.resolve_session("plan", owner="key-b").id == theirs.id  # the exact title
+    assert store.resolve_session("plan #2", owner="key-b").id == other.id
+    assert store.resolve_session("plan", owner="key-a").id == mine.id

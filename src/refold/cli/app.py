@@ -87,12 +87,13 @@ class AppContext:
     """What every command gets through ``click.pass_obj``: settings and a lazily opened store."""
 
     flags: dict[str, Any] = field(default_factory=dict)
+    sets: tuple[str, ...] = ()  # --set KEY=VALUE, above the environment, below flags
 
     @cached_property
     def settings(self) -> Settings:
         from refold.config import load_settings
 
-        return load_settings(self.flags)
+        return load_settings(self.flags, os.environ, sets=self.sets)
 
     @cached_property
     def store(self) -> Store:

@@ -161,7 +161,7 @@ def _time_option(_ctx: click.Context, _param: click.Parameter, value: str | None
 def _hit_json(hit: SearchHit) -> dict[str, Any]:
     return {"session_id": hit.session_id, "title": hit.session_title, "seq": hit.seq,
             "role": hit.role, "snippet": hit.snippet, "content": hit.content,
-            "created_at": hit.created_at, "score": hit.score,
+            "created_at": hit.created_at, "score": hit.score, "lineage": list(hit.lineage),
             "window": [_window_json(m) for m in hit.window]}
 
 
@@ -225,16 +225,22 @@ def _render_hits(hits: list[dict[str, Any]], query: str) -> None:
 @click.option("--window", type=click.IntRange(0, 20), default=1, show_default=True,
               help="Surrounding messages returned on each side of a hit.")
 @click.option("--all", "include_inactive", is_flag=True, help="Include rewound messages.")
+@click.option("--mode", type=click.Choice(["fts", "vector", "hybrid"]), default=None,
+              help="Words, meaning (needs refold[embed] and `refold index`) or both fused "
+                   "[default: hybrid once messages are indexed, else fts].")
 @click.option("--json", "as_json", is_flag=True, help="Print hits as JSON.")
 @pass_app
 def search_cmd(app: AppContext, query: str, session_ref: str | None, role: str | None,
                source: str | None, since: float | None, until: float | None, sort: str, limit: int,
-               window: int, include_inactive: bool, as_json: bool) -> None:
-    """Full-text search over every stored message (CJK included)."""
+               window: int, include_inactive: bool, mode: str | None, as_json: bool) -> None:
+    """Search every stored message: a question as you would ask it, in any language."""
+    from refold.search.vectors import hybrid_search, resolve_mode
+
     store = app.store
     session_id = store.resolve_session(session_ref).id if session_ref else None
-    hits = store.search(SearchQuery(
+    request = SearchQuery(
         text=query, session_id=session_id, role=role, source=source,
         since=since, until=until, include_inactive=include_inactive,
-        sort="recency" if sort == "recency" else "relevance", limit=limit, window=window))
+        sort="recency" if sort == "recency" else "relevance", limit=limit, window=window)
+    hits = hybrid_search(store, request, mode=resolve_mode(store, mode))
     emit([_hit_json(h) for h in hits], as_json, lambda rows: _render_hits(rows, query))

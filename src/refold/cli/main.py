@@ -21,6 +21,7 @@ COMMANDS = {
     "import": "refold.cli.ledger:import_cmd",
     "sessions": "refold.cli.sessions:sessions_group",
     "search": "refold.cli.ledger:search_cmd",
+    "index": "refold.cli.index:index_cmd",
     "doctor": "refold.cli.doctor:doctor_cmd",
     "compact": "refold.cli.compact:compact_cmd",
     "context": "refold.cli.compact:context_cmd",
@@ -29,6 +30,7 @@ COMMANDS = {
     "chat": "refold.cli.chat:chat_cmd",
     "mcp": "refold.cli.mcp:mcp_cmd",
     "migrate": "refold.cli.migrate:migrate_cmd",
+    "config": "refold.cli.config:config_group",
     "expand": "refold.cli.expand:expand_cmd",
     "skills": "refold.cli.skills:skills_group",
 }
@@ -59,10 +61,14 @@ SUMMARIES = {
               help="Data directory (default: $REFOLD_HOME or the per-user data dir).")
 @click.option("--db", help="Database: a SQLite path, sqlite:///path or postgresql://… "
                            "(default: $REFOLD_DB or <home>/refold.db).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Set any setting for this run, e.g. --set threshold_percent=0.6 or "
+                   "--set summarizer.timeout=30 (repeatable; `refold config show` lists them).")
 @click.option("-v", "--verbose", count=True, help="Log more (-vv for debug).")
 @click.version_option(__version__, prog_name="refold")
 @click.pass_context
-def cli(ctx: click.Context, home: str | None, db: str | None, verbose: int) -> None:
+def cli(ctx: click.Context, home: str | None, db: str | None, sets: tuple[str, ...],
+        verbose: int) -> None:
     """refold — context and memory for LLM agents.
 
     Keeps an agent's context window fit (compaction), its memory across sessions
@@ -71,7 +77,7 @@ def cli(ctx: click.Context, home: str | None, db: str | None, verbose: int) -> N
     if verbose:
         logging.basicConfig(level=logging.DEBUG if verbose > 1 else logging.INFO,
                             format="%(levelname)s %(name)s: %(message)s")
-    app = AppContext(flags={"home": home, "db": db})
+    app = AppContext(flags={"home": home, "db": db}, sets=sets)
     ctx.obj = app
     ctx.call_on_close(app.close)
 

@@ -18,8 +18,6 @@ from refold.config import Settings
 from refold.errors import InvalidInput
 from refold.store.urls import redact_url
 
-GRACEFUL_SECONDS = 30
-
 
 def _client_keys(env_names: tuple[str, ...]) -> list[str]:
     keys: list[str] = []
@@ -103,6 +101,7 @@ def serve_cmd(app: AppContext, upstream: str | None, upstream_format: str | None
     import uvicorn
 
     from refold.server import create_app
+    from refold.server.runner import uvicorn_config
 
     app.flags.update(upstream=upstream, upstream_format=upstream_format, host=host, port=port,
                      model=model, context_length=context_length, max_body_bytes=max_body_bytes,
@@ -115,13 +114,12 @@ def serve_cmd(app: AppContext, upstream: str | None, upstream_format: str | None
     updates: dict[str, object] = {"api_keys": [*settings.api_keys, *extra_keys]}
     if upstream_api_key_env:
         updates["upstream_api_key"] = os.environ.get(upstream_api_key_env) or None
-    settings = settings.model_copy(update=updates)
+    settings = settings.updated(**updates)
     asgi = create_app(settings)
     sock = bind_socket(settings.host, settings.port)
     click.echo(_banner(settings, sock), err=True)
     warning = _probe(str(settings.upstream), settings.upstream_api_key)
     if warning:
         click.echo(f"warning: {warning}", err=True)
-    config = uvicorn.Config(asgi, log_level=log_level, access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=GRACEFUL_SECONDS)
+    config = uvicorn_config(asgi, settings, log_level=log_level)
     uvicorn.Server(config).run(sockets=[sock])

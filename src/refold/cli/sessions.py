@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import os
 import sys
 from datetime import datetime
 from typing import Any
@@ -86,15 +87,40 @@ def _render_list(rows: list[dict[str, Any]]) -> None:
     console().print(table)
 
 
+def parse_owner(value: str | None) -> str | None:
+    """``--owner``: ``local`` (sessions made without client keys), an owner id as the JSON
+    output shows it (``key-…``), or ``env:VAR`` for the tenant of the client key in $VAR."""
+    if value is None:
+        return None
+    if value == "local":
+        return ""
+    if value.startswith("env:"):
+        from refold.server.auth import owner_for_key
+
+        key = os.environ.get(value[4:], "").strip()
+        if not key:
+            raise InvalidInput(f"--owner {value}: the variable is not set or empty")
+        return owner_for_key(key)
+    if not value.startswith("key-"):
+        raise InvalidInput(f"--owner {value!r}: expected local, key-… or env:VAR")
+    return value
+
+
+OWNER_HELP = ("Only this tenant's sessions: local, an owner id (key-…, as --json shows) or "
+              "env:VAR (the tenant of the client key in $VAR).")
+
+
 @sessions_group.command("list")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
 @click.option("--source", help="Only sessions with this source label.")
+@click.option("--owner", help=OWNER_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print sessions as JSON.")
 @pass_app
-def list_cmd(app: AppContext, limit: int, source: str | None, as_json: bool) -> None:
+def list_cmd(app: AppContext, limit: int, source: str | None, owner: str | None,
+             as_json: bool) -> None:
     """List sessions, newest first, with tokens and cost (the stored cost_usd, else the usage
     priced by refold.pricing and the pricing overrides in refold.toml)."""
-    sessions = app.store.list_sessions(limit=limit, source=source)
+    sessions = app.store.list_sessions(limit=limit, source=source, owner=parse_owner(owner))
     overrides = parse_overrides(app.settings.pricing)
     emit([{**session_json(s), "estimated_cost_usd": _estimate(s, overrides)} for s in sessions],
          as_json, _render_list)
@@ -144,10 +170,12 @@ def _render_show(value: dict[str, Any]) -> None:
 @click.option("--all", "include_inactive", is_flag=True, help="Include rewound messages.")
 @click.option("--limit", type=click.IntRange(min=1), help="At most N messages from the start.")
 @click.option("--tail", type=click.IntRange(min=1), help="Only the last N messages.")
+@click.option("--owner", help=OWNER_HELP.replace("Only this tenant's sessions", "Look in this "
+                                                 "tenant's sessions"))
 @click.option("--json", "as_json", is_flag=True, help="Print the session and messages as JSON.")
 @pass_app
 def show_cmd(app: AppContext, ref: str, include_inactive: bool, limit: int | None,
-             tail: int | None, as_json: bool) -> None:
+             tail: int | None, owner: str | None, as_json: bool) -> None:
     """Show a session's messages (--limit N from the start, --tail N from the end).
 
     Text printed to a terminal has control and escape sequences made visible; --json output
@@ -155,7 +183,7 @@ def show_cmd(app: AppContext, ref: str, include_inactive: bool, limit: int | Non
     if limit is not None and tail is not None:
         raise InvalidInput("--limit and --tail cannot be combined", hint="pick one")
     store = app.store
-    session = store.resolve_session(ref)
+    session = store.resolve_session(ref, owner=parse_owner(owner))
     messages = _window(store, session.id, include_inactive, limit, tail)
     active = sum(1 for m in store.iter_messages(session.id) if m.active)
     counts = {"active": active, "stored": session.message_count,

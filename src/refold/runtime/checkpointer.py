@@ -50,6 +50,9 @@ class Checkpointer:
         self.trigger = host.ops.new_trigger()
         self.precompactor = Precompactor(host.executor)
         self._holder = f"{host.holder}/{id(self):x}"  # this session's compaction lease
+        # (tokens before, after) of a compaction no request reported yet (post-response,
+        # overflow): the proxy's X-Refold-Compacted
+        self.notice: tuple[int, int] | None = None
 
     @property
     def _ops(self) -> ContextOps:
@@ -82,7 +85,8 @@ class Checkpointer:
             self.trigger.note_no_reading()
             return
         if self.trigger.post_response(real_tokens):
-            self._swap_or_compact(self._mirror.current_view().snapshot())
+            if self._swap_or_compact(self._mirror.current_view().snapshot()) is not None:
+                self.notice = (real_tokens, self.measure(self._mirror.read_projection()))
         elif real_tokens >= self._ops.pre_threshold:
             self.maybe_precompact(real_tokens)
 
@@ -91,7 +95,7 @@ class Checkpointer:
         size after), or None when nothing was compacted."""
         if attempt >= MAX_OVERFLOW_ATTEMPTS:
             return None
-        projection = self._host.store.projection(self._session_id)
+        projection = self._mirror.read_projection()
         before = self.measure(projection)
         target = self.trigger.overflow_target(attempt, last_sent or before)
         if target is None:
@@ -105,7 +109,7 @@ class Checkpointer:
 
     def compact(self, *, force: bool) -> Any:
         """Compact now (``/compact``); without ``force`` only over the threshold."""
-        projection = self._host.store.projection(self._session_id)
+        projection = self._mirror.read_projection()
         if not force and self.measure(projection) < self._ops.threshold:
             return None
         self.precompactor.discard()
@@ -119,10 +123,10 @@ class Checkpointer:
             report = self._commit(plan)
             if report is not None:
                 self.precompactor.used += 1
-                after = self.measure(self._host.store.projection(self._session_id))
+                after = self.measure(self._mirror.read_projection())
                 if after < self._ops.threshold:
                     return report
-                projection = self._host.store.projection(self._session_id)
+                projection = self._mirror.read_projection()
             else:
                 self.precompactor.discarded += 1
         return self._compact_now(projection, target_tokens=None)
@@ -237,11 +241,29 @@ class Checkpointer:
 
     # -- inspection --------------------------------------------------------------------------
     def breakdown(self, system_prompt: str | None, snapshot: str) -> dict[str, Any]:
-        """Tokens by part (system, memory, summary, tail by role, tool outputs, tool schemas)."""
-        projection = self._host.store.projection(self._session_id)
-        parts: dict[str, Any] = self._ops.breakdown(projection, system_prompt=system_prompt,
-                                                    snapshot=snapshot, tools=self._tools(),
-                                                    trigger=self.trigger)
-        parts["session_id"] = self._session_id
-        return parts
+        """What fills the window: the parts as ``refold context`` counts them (the one
+        count, ``refold.compaction.session.context_breakdown``: system, memory, summary, head,
+        tools), the tail by role, and the total as really sent (recall included), with the
+        trigger's state."""
+        from refold.compaction.session import context_breakdown  # lazy, as in ContextOps
 
+        ops = self._ops
+        projection = self._mirror.read_projection()
+        found = context_breakdown(projection, context_length=ops.context_length,
+                                  model=ops.model, counter=ops.counter,
+                                  system_prompt=system_prompt, memory=snapshot,
+                                  tools=self._tools(), policy=ops.policy)
+        parts = {k: v for k, v in found.parts.items()
+                 if not k.startswith("tail:") and k != "tool_outputs"}
+        total = self.measure(projection)
+        threshold = ops.threshold
+        return {"session_id": self._session_id, "parts": parts,
+                "tail_by_role": {k[5:]: v for k, v in found.parts.items()
+                                 if k.startswith("tail:")},
+                "tool_outputs": found.parts.get("tool_outputs", 0),
+                "tail_messages": len(projection.messages), "total": total,
+                "threshold": threshold, "context_length": ops.context_length,
+                "checkpoint_id": found.checkpoint_id,
+                "percent_of_window": round(100.0 * total / ops.context_length, 1),
+                "fraction_of_threshold": round(total / threshold, 4) if threshold else 0.0,
+                "auto_compaction": self.trigger.status()}

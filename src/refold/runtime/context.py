@@ -107,33 +107,6 @@ class ContextOps:
 
         return projection_messages(projection, system_text)
 
-    def breakdown(self, projection: Projection, *, system_prompt: str | None, snapshot: str,
-                  tools: Sequence[dict[str, Any]] | None, trigger: Trigger) -> dict[str, Any]:
-        """Tokens by part of the window, for gauges and ``refold context``."""
-        count = self.counter.count_text
-        checkpoint = projection.checkpoint
-        parts: dict[str, int] = {
-            "system": count(system_prompt or ""), "memory": count(snapshot or ""),
-            "summary": count(checkpoint.summary) if checkpoint else 0,
-            "tools": self.counter.count_tools(tools)}
-        by_role: dict[str, int] = {}
-        tool_outputs = 0
-        view = self.build(projection, None)
-        skip = len(view) - len(projection.messages)
-        for message in view[skip:]:
-            n = self.counter.count_message(message)
-            role = str(message.get("role"))
-            by_role[role] = by_role.get(role, 0) + n
-            if role == "tool":
-                tool_outputs += n
-        total = self.count(self.build(projection, _join(system_prompt, snapshot)), tools)
-        return {"parts": parts, "tail_by_role": by_role, "tool_outputs": tool_outputs,
-                "tail_messages": len(projection.messages), "total": total,
-                "threshold": self.threshold, "context_length": self.context_length,
-                "checkpoint_id": checkpoint.id if checkpoint else None,
-                "fraction_of_threshold": round(total / self.threshold, 4) if self.threshold
-                else 0.0, "auto_compaction": trigger.status()}
-
     # -- planning and committing ---------------------------------------------------------------
     def plan(self, projection: Projection, system_text: str | None,
              tools: Sequence[dict[str, Any]] | None, *, trigger: Trigger,
@@ -216,9 +189,3 @@ class ContextOps:
                             "compacting", session_id)
                 return False
             time.sleep(LEASE_POLL_SECONDS)
-
-
-def _join(system_prompt: str | None, snapshot: str) -> str | None:
-    parts = [p for p in (system_prompt, snapshot) if p]
-    return "\n\n".join(parts) if parts else None
-

@@ -31,8 +31,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from refold.errors import InvalidInput, RefoldError, UpstreamError
-from refold.messages.model import Message, content_text, wire_form
+from refold.messages.model import (
+    IDENTITY_KEYS,
+    Message,
+    chain_identities,
+    content_text,
+    wire_form,
+)
 from refold.pricing import usage_cost
+from refold.runtime.branches import Diverge, place
+from refold.runtime.chain import comparable
 from refold.runtime.checkpointer import Checkpointer
 from refold.runtime.inline import InlineTurns, NeedsWorker
 from refold.runtime.mirror import SessionMirror
@@ -40,6 +48,7 @@ from refold.runtime.precompact import Precompactor
 from refold.runtime.prepared import Prepared
 from refold.runtime.recall import with_recall
 from refold.runtime.rotation import Rotation
+from refold.runtime.valid import provider_valid
 from refold.runtime.view import ViewCache, detached
 from refold.store.base import Store, Usage
 
@@ -73,6 +82,7 @@ class SessionRuntime:
         self._system_prompt: str | None = recorded_system_prompt(host.store, session_id)
         self._tools: list[dict[str, Any]] | None = None
         self._lock = threading.RLock()
+        self._root_id = session_id  # the session opened: a derived family's first one
         self.mirror = SessionMirror(host.store, session_id, host.ops.base_count)
         self.checkpointer = Checkpointer(host, self.mirror, self.system_text,
                                          lambda: self._tools, lambda: self._recall)
@@ -169,14 +179,17 @@ class SessionRuntime:
         return True
 
     def prepare_history(self, history: list[Message], *,
-                        tools: list[dict[str, Any]] | None = None) -> Prepared:
-        """Proxy mode: sync the client's whole history (no duplicates), return what to send.
-        (``inline.prepare`` is the same turn for an event loop.)"""
+                        tools: list[dict[str, Any]] | None = None,
+                        diverge: Diverge = "rewind") -> Prepared:
+        """Proxy mode: sync the client's whole history (no duplicates), return what to send —
+        the client's own messages, a stretch already compacted replaced by its checkpoint
+        (``refold.runtime.branches`` says where a history that is not an extension goes:
+        ``diverge``). (``inline.prepare`` is the same turn for an event loop.)"""
         if not isinstance(history, list):
             raise InvalidInput("history must be a list of chat messages")
         self.finish_turn()
         with self._lock:
-            return self._prepare_history_locked(history, tools, False)
+            return self._prepare_history_locked(history, tools, False, diverge=diverge)
 
     def record(self, response: Message, *, usage: dict[str, Any] | None = None,
                model: str | None = None) -> bool:
@@ -214,7 +227,16 @@ class SessionRuntime:
                 return False
             before, after = sizes
             self._last_sent_tokens = after
+            self.checkpointer.notice = (before, after)
             return after < before
+
+    def take_compaction(self) -> tuple[int, int] | None:
+        """(tokens before, tokens after) of a compaction that happened outside ``prepare`` (on
+        the provider's usage after a reply, or after an overflow) and was not reported yet;
+        None when there is none. Reported once; never waits (the proxy asks on its event
+        loop, between its turns of this session)."""
+        notice, self.checkpointer.notice = self.checkpointer.notice, None
+        return notice
 
     def compact(self, *, force: bool = True) -> Any:
         """Compact now (``/compact``); the report, or None when nothing was done. Without
@@ -253,7 +275,7 @@ class SessionRuntime:
     # -- internals (``InlineTurns`` runs these under the lock too) -----------------------------
     def _prepare_history_locked(self, history: list[Message],
                                 tools: list[dict[str, Any]] | None, light: bool,
-                                defer: bool = False) -> Prepared:
+                                defer: bool = False, diverge: Diverge = "rewind") -> Prepared:
         self.inline.flush()
         self.mirror.confirmed = None
         if tools is not None:
@@ -261,7 +283,7 @@ class SessionRuntime:
         history = self._rotation.translate(self.store, self.session_id, history)
         if light and defer and self.inline.defer_known_suffix(history):
             try:
-                return self._prepare_locked(light)
+                return self._prepare_locked(light, client=True)
             except BaseException:
                 # the worker path takes over (or the turn fails): store now, as without defer
                 self.inline.flush()
@@ -269,23 +291,39 @@ class SessionRuntime:
         if not self._sync_known_prefix(history):
             if light:
                 raise NeedsWorker
-            self._sync_history(history)
-        return self._prepare_locked(light)
+            self._sync_history(history, diverge)
+        return self._prepare_locked(light, client=True)
 
-    def _sync_history(self, history: list[Message]) -> None:
-        """The full path: validate, count and hash the whole history; the store finds what is
-        new (rewinding a divergent tail)."""
+    def _sync_history(self, history: list[Message], diverge: Diverge) -> None:
+        """The full path: validate, count and hash the whole history; place it in the ledger
+        (``refold.runtime.branches``: append, branch or rewind), then store what is new."""
         self.mirror.forget()
         valid = [wire_form(m) for m in self.ops.validate(history)]
         system, conversation = split_system(valid)
+        identities = chain_identities(conversation)
+        if conversation:
+            target, changed = place(self.store, self._root_id, self.session_id, identities,
+                                    diverge)
+            if changed:
+                self.precompactor.discard()  # its plan is of a chain no longer this one
+            if target != self.session_id:
+                self._move_to(target)
         self._note_system_prompt(system)
         self._system_prompt = system
         if conversation:
             counts = self.ops.message_counts(conversation)
-            result = self.mirror.sync(conversation, counts)
+            result = self.mirror.sync(conversation, counts, identities[-1])
             self._count_turns([s.message for s in result.appended])
             if result.rewound:
                 self.precompactor.discard()
+
+    def _move_to(self, session_id: str) -> None:
+        """Turns continue in another session of this runtime's family (a branch)."""
+        from refold.compaction.session import recorded_system_prompt  # lazy, as in ContextOps
+
+        self.precompactor.discard()
+        self.mirror.moved_to(session_id)
+        self._system_prompt = recorded_system_prompt(self.store, session_id)
 
     def _sync_known_prefix(self, history: list[Message]) -> bool:
         """The fast path (see ``refold.runtime.chain``): when ``history`` starts with the chain
@@ -372,14 +410,18 @@ class SessionRuntime:
             return
         self.store.append_event(self.session_id, "system_prompt", {"text": system})
 
-    def _request(self, view: ViewCache, light: bool = False) -> tuple[list[Message], int]:
+    def _request(self, view: ViewCache, light: bool = False,
+                 client: bool = False) -> tuple[list[Message], int]:
         """The messages to send (fresh wire-form dicts) and the sum of their base counts: O(1)
         on top of the view's running sum (the system message, the user messages whose
-        references are expanded (``refold.references.link``), the one recall extends)."""
+        references are expanded (``refold.references.link``), the one recall extends). With
+        ``client`` (proxy turns) each tail row goes as the client sent it."""
         system = self.system_text()
         lead: list[Message] = [{"role": "system", "content": system}] if system else []
         body = view.tokens + sum(map(self.ops.base_count, lead))
         out = [detached(m) for m in lead] + view.copies()
+        if client:
+            body += self._as_client_sent(view, out, len(lead))
         if self._refs is not None:
             body += self._refs.apply(self.session_id, out, view.rows, block=not light,
                                      count=self.ops.base_count)
@@ -394,12 +436,46 @@ class SessionRuntime:
                     break
         return out, body
 
-    def _prepare_locked(self, light: bool = False) -> Prepared:
+    def _as_client_sent(self, view: ViewCache, out: list[Message], lead: int) -> int:
+        """Put the client's own form of each tail row into ``out`` where the stored one differs
+        (a reply stored with ``reasoning_content`` that the client re-sent without it, say):
+        identity ignores such keys, the upstream must not. The mirror's chain holds the
+        client's forms (it is rebuilt from the request whenever they differ from it). Returns
+        the change in base tokens."""
+        chain = self.mirror.chain
+        rows = view.rows
+        if chain is None or chain.session_id != self.session_id or not rows:
+            return 0
+        forms: Sequence[Message] = chain.messages
+        pending = self.inline.pending
+        if pending is not None and pending.chain is chain:  # the view has the deferred rows
+            forms = [*forms, *map(comparable, pending.suffix)]
+        elif chain.tip != view.tip:
+            return 0  # the chain does not end where the view does: nothing to align
+        if len(forms) < len(rows):
+            return 0
+        client = forms[len(forms) - len(rows):]
+        offset = lead + len(view.view) - len(rows)
+        delta = 0
+        for j, row in enumerate(rows):
+            sent = client[j]
+            if row.seq in view.overrides or sent == comparable(row.message):
+                continue
+            if view.view[offset - lead + j] != row.message:
+                continue  # the checkpoint merged its summary into this row: keep it
+            if not _same_identity(sent, row.message):
+                continue  # (cannot happen while the chain is current; never send another)
+            replacement = detached(sent)
+            delta += self.ops.base_count(replacement) - self.ops.base_count(out[offset + j])
+            out[offset + j] = replacement
+        return delta
+
+    def _prepare_locked(self, light: bool = False, client: bool = False) -> Prepared:
         warnings: list[str] = []
         if light and not self.mirror.view_is_confirmed():
             raise NeedsWorker  # the view may need a full read
         view = self.mirror.current_view()
-        messages, body = self._request(view, light)
+        messages, body = self._request(view, light, client)
         tokens = self.ops.total_from_base(body, self._tools)
         if light and tokens >= self.checkpointer.light_limit:
             raise NeedsWorker  # nothing decided yet: the worker call redoes it all
@@ -409,7 +485,12 @@ class SessionRuntime:
             # ours, or another compactor's (report None, view dropped): send the latest view
             before = tokens if report is not None else None
             view = self.mirror.current_view()
-            messages, body = self._request(view)
+            messages, body = self._request(view, client=client)
+            tokens = self.ops.total_from_base(body, self._tools)
+        messages, repaired = provider_valid(messages)
+        if repaired is not None:  # rare: recount what is really sent
+            warnings.append(repaired)
+            body = sum(map(self.ops.base_count, messages))
             tokens = self.ops.total_from_base(body, self._tools)
         warnings.extend(self.checkpointer.trigger.take_warnings())
         if self._refs is not None:
@@ -424,6 +505,11 @@ class SessionRuntime:
         return Prepared(messages=messages, tokens=tokens, threshold=self.ops.threshold,
                         context_length=self.ops.context_length, compaction=report,
                         warnings=warnings, tokens_before=before)
+
+
+def _same_identity(a: Message, b: Message) -> bool:
+    """Do ``a`` and ``b`` agree on every key a message's identity hashes?"""
+    return all(a.get(k) == b.get(k) for k in IDENTITY_KEYS)
 
 
 def _normalize_reply(response: Message) -> Message:

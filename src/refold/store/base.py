@@ -206,6 +206,9 @@ class SearchHit:
     score: float
     # the hit and its neighbours (SearchQuery.window each side), in seq order; [] when window=0
     window: list[StoredMessage] = field(default_factory=list)
+    # every session of this lineage holding the same message (forks and compaction children
+    # copy rows), this hit's session first; one hit stands for all of them
+    lineage: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -261,7 +264,10 @@ class Store(Protocol):
     def set_token_counts(self, session_id: str, counts: dict[int, int]) -> None: ...
 
     # -- rewind, fork, lineage -------------------------------------------------------------
-    def rewind(self, session_id: str, from_seq: int) -> RewindRecord: ...
+    def rewind(self, session_id: str, from_seq: int, *,
+               any_role: bool = False) -> RewindRecord: ...
+    # from_seq must be a user message unless ``any_role`` (the proxy rewinding a re-sent
+    # history's stored continuation, which starts with the reply the client did not keep)
     def undo_rewind(self, rewind_id: int) -> RewindRecord: ...
     # Conflict when already undone, or when the session changed after the rewind (rows
     # appended or rewound since), i.e. the restored rows would no longer chain
@@ -289,6 +295,15 @@ class Store(Protocol):
 
     # -- search ----------------------------------------------------------------------------
     def search(self, query: SearchQuery) -> list[SearchHit]: ...
+    # message vectors (refold.search.vectors scores them; appends never write them)
+    def unembedded_messages(self, model: str, *, after_id: int = 0,
+                            limit: int = 256) -> list[tuple[int, str]]: ...
+    def put_vectors(self, model: str, rows: list[tuple[int, bytes]]) -> None: ...
+    def vectors_after(self, model: str, after_id: int = 0,
+                      limit: int = 50_000) -> list[tuple[int, bytes]]: ...
+    # the scored (message id, score) rows passing the query's filters, in order (window=[])
+    def hits_for_ids(self, scored: list[tuple[int, float]],
+                     query: SearchQuery) -> list[SearchHit]: ...
 
     # -- leases (one compactor per session window, across processes and hosts) ------------
     # held until released, ``ttl_seconds`` passed, or the taking process / connection is gone

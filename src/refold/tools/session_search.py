@@ -52,6 +52,9 @@ PARAMETERS: dict[str, Any] = {
         "role": {"type": "string", "enum": ["user", "assistant", "tool", "system"]},
         "limit": {"type": "integer", "description": "Max hits / messages / sessions."},
         "window": {"type": "integer", "description": "Messages shown each side (0-5)."},
+        "search_mode": {"type": "string", "enum": ["fts", "vector", "hybrid"],
+                        "description": "Words, meaning or both (default: hybrid once the "
+                                       "archive is indexed, else fts)."},
         "spill_id": {"type": "string", "description": "Id from a Referenced sessions block."},
         "offset": {"type": "integer", "description": "Character offset to read from (spill)."},
     },
@@ -114,9 +117,16 @@ class SessionSearch:
             raise InvalidInput("mode=search needs a non-empty 'query'")
         limit = arg_int(args, "limit", 8, lo=1, hi=30)
         window = arg_int(args, "window", 2, lo=0, hi=5)
-        hits = self.store.search(SearchQuery(
-            text=query, role=arg_str(args, "role"), owner=self.owner, limit=limit,
-            window=window, exclude_session_id=self.current_session_id))
+        from refold.search.vectors import hybrid_search, resolve_mode
+
+        request = SearchQuery(text=query, role=arg_str(args, "role"), owner=self.owner,
+                              limit=limit, window=window,
+                              exclude_session_id=self.current_session_id)
+        try:
+            mode = resolve_mode(self.store, arg_str(args, "search_mode"))
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from None
+        hits = hybrid_search(self.store, request, mode=mode)
         hits = [h for h in hits if h.session_id != self.current_session_id]
         return {"query": query, "sessions": self._group(hits), "hits": len(hits)}
 
@@ -182,8 +192,11 @@ class SessionSearch:
             group = groups.setdefault(hit.session_id, {
                 "session_id": hit.session_id, "title": hit.session_title,
                 "matches": [], "_rows": {}})
-            group["matches"].append({"seq": hit.seq, "role": hit.role, "snippet": hit.snippet,
-                                     "when": _when(hit.created_at)})
+            match = {"seq": hit.seq, "role": hit.role, "snippet": hit.snippet,
+                     "when": _when(hit.created_at)}
+            if len(hit.lineage) > 1:  # the same message in other sessions of its lineage
+                match["also_in"] = [s for s in hit.lineage if s != hit.session_id]
+            group["matches"].append(match)
             rows: dict[int, dict[str, Any]] = group["_rows"]
             for row in hit.window or []:
                 rows.setdefault(row.seq, _row(row))

@@ -293,7 +293,8 @@ class LedgerMixin(PgCore):
         return [message_from_row(r) for r in earlier + rest]
 
     # -- rewind and fork --------------------------------------------------------------------
-    def rewind(self, session_id: str, from_seq: int) -> RewindRecord:
+    def rewind(self, session_id: str, from_seq: int, *,
+               any_role: bool = False) -> RewindRecord:
         with self._tx("rewind") as cur:
             self._require_session(cur, session_id, lock=True)
             cur.execute("SELECT role, active FROM messages WHERE session_id = %s AND seq = %s",
@@ -301,7 +302,7 @@ class LedgerMixin(PgCore):
             row = cur.fetchone()
             if row is None or not row[1]:
                 raise InvalidInput(f"session {session_id} has no active message {from_seq}")
-            if row[0] != "user":
+            if row[0] != "user" and not any_role:
                 raise InvalidInput(f"message {from_seq} is from the {row[0]}; rewind starts "
                                    "at a user message", hint="give the seq of a user message")
             return self._deactivate(cur, session_id, int(from_seq))
@@ -360,7 +361,8 @@ class LedgerMixin(PgCore):
                             "OR title LIKE %s ESCAPE '\\'", (base, like_escape(base) + " #%"))
                 clean = next_title_from(base, [r[0] for r in cur.fetchall()])
             elif clean is not None:
-                cur.execute("SELECT id FROM sessions WHERE title = %s", (clean,))
+                cur.execute("SELECT id FROM sessions WHERE owner = %s AND title = %s",
+                            (parent.owner, clean))
                 taken = cur.fetchone()
                 if taken is not None:
                     raise Conflict(f"the title {clean!r} is already used by session {taken[0]}",
