@@ -49,9 +49,14 @@ SUMMARIES = {
     "memory": "Show and edit persistent memory (MEMORY.md, USER.md) and approve staged writes.",
     "migrate": "Copy every session, message, checkpoint, event and memory document into another "
                "store.",
-    "search": "Full-text search over every stored message (CJK included).",
-    "serve": "Serve /v1/chat/completions in front of an upstream, with sessions, compaction and "
-             "memory.",
+    "search": "Search every stored message: a question as you would ask it, in any language.",
+    "serve": "Serve the chat completions, Messages and Responses APIs with sessions, compaction "
+             "and memory.",
+    "index": "Embed messages that have no vector yet (resumable), for --mode vector/hybrid.",
+    "config": "Inspect refold's settings (refold.toml, REFOLD_* variables, --set).",
+    "expand": "Expand the @session/@file/@folder/@diff/@staged/@git references in TEXT "
+              "('-': stdin).",
+    "skills": "The skills library: one SKILL.md per kind of task (Claude Code / Hermes format).",
     "sessions": "List, inspect, export and manage stored sessions.",
 }
 

@@ -97,7 +97,7 @@ def serve_cmd(app: AppContext, upstream: str | None, upstream_format: str | None
               model: str | None, context_length: int | None, api_key_envs: tuple[str, ...],
               upstream_api_key_env: str | None, max_body_bytes: int | None,
               allow_local_refs: str | None, log_level: str) -> None:
-    """Serve /v1/chat/completions in front of an upstream, with sessions, compaction and memory."""
+    """Serve the chat completions, Messages and Responses APIs with sessions, compaction and memory."""
     import uvicorn
 
     from refold.server import create_app
