@@ -6,8 +6,11 @@ plans, commits and — with ``rotate_on_compaction`` — rotates (``refold.runti
 What fills the window (``breakdown``) is measured here too, with the same counter and view the
 decisions use.
 
-Committing goes through ``ContextOps.commit`` (the compaction lease); the mirror's view is
-dropped before every commit, so the next read sees the checkpoint.
+Committing goes through ``ContextOps.commit``: a compare-and-set in the store, so a plan lands
+only over the view it was planned from (one compaction per window, whoever else compacts).
+Planning now runs under the session's compaction lease (``ContextOps.take_lease``); contention
+never fails the turn. The mirror's view is dropped before every commit, so the next read sees
+the checkpoint.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class Checkpointer:
         self._recall = recall
         self.trigger = host.ops.new_trigger()
         self.precompactor = Precompactor(host.executor)
+        self._holder = f"{host.holder}/{id(self):x}"  # this session's compaction lease
         # (tokens before, after) of a compaction no request reported yet (post-response,
         # overflow): the proxy's X-Refold-Compacted
         self.notice: tuple[int, int] | None = None
@@ -97,9 +101,11 @@ class Checkpointer:
         if target is None:
             return None
         self.precompactor.discard()
-        if self._compact_now(projection, target_tokens=target) is None:
+        report = self._compact_now(projection, target_tokens=target)
+        after = self.measure(self._host.store.projection(self._session_id))
+        if report is None and after >= before:  # nobody compacted (or not enough)
             return None
-        return before, self.measure(self._mirror.read_projection())
+        return before, after
 
     def compact(self, *, force: bool) -> Any:
         """Compact now (``/compact``); without ``force`` only over the threshold."""
@@ -126,10 +132,11 @@ class Checkpointer:
         return self._compact_now(projection, target_tokens=None)
 
     def _commit(self, plan: Plan) -> Any:
+        """Commit the background plan: the store's compare-and-set drops it when the view moved
+        (another compactor, a rewind) since its snapshot."""
         plan = self._with_provider_notes(plan, validate=True)
         self._mirror.view = None  # a checkpoint is coming: the next turn reads the projection
-        report = self._ops.commit(self._host.store, self._session_id, plan,
-                                  holder=self._host.holder, trigger=self.trigger, validate=True)
+        report = self._ops.commit(self._host.store, self._session_id, plan, trigger=self.trigger)
         if report is None:
             log.info("session %s: background plan outdated, discarded", self._session_id)
         else:
@@ -137,13 +144,30 @@ class Checkpointer:
         return report
 
     def _compact_now(self, projection: Projection, *, target_tokens: int | None) -> Any:
-        plan = self._plan_now(projection, target_tokens)
-        if plan is None:
+        """Plan from the latest view and commit, under the session's compaction lease. Another
+        compactor never fails the turn: when it committed meanwhile and its view fits, that
+        view is used (the mirror's view is dropped, so the caller re-reads it); when it holds
+        the lease too long, the turn goes on uncompacted."""
+        store, session_id = self._host.store, self._session_id
+        seen = projection.checkpoint.id if projection.checkpoint else None
+        if not self._ops.take_lease(store, session_id, self._holder, seen):
+            self._mirror.view = None
             return None
-        self._mirror.view = None  # a checkpoint is coming: the next turn reads the projection
-        report = self._ops.commit(self._host.store, self._session_id, plan,
-                                  holder=self._host.holder, trigger=self.trigger)
-        self._maybe_rotate()
+        try:
+            fresh = store.projection(session_id)
+            if (fresh.checkpoint.id if fresh.checkpoint else None) != seen and \
+                    self.measure(fresh) < (target_tokens or self._ops.threshold):
+                self._mirror.view = None
+                return None  # another compactor did it while we waited for the lease
+            plan = self._plan_now(fresh, target_tokens)
+            if plan is None:
+                return None
+            self._mirror.view = None  # a checkpoint is coming: the next turn reads the projection
+            report = self._ops.commit(store, session_id, plan, trigger=self.trigger)
+        finally:
+            store.release_lease(f"compact:{session_id}", self._holder)
+        if report is not None:
+            self._maybe_rotate()
         return report
 
     def _plan_now(self, projection: Projection, target_tokens: int | None) -> Plan | None:

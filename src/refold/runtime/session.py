@@ -97,6 +97,8 @@ class SessionRuntime:
         self._refs = host.reference_link()  # @file/@session expansion (None: off)
         self._show_once = ""  # a note for the next user turn only (the resumed task state)
         self._closed = False
+        # (messages, last identity) a prepare stored before it failed: its retry stores nothing
+        self._unanswered: tuple[list[Message], str] | None = None
 
     # -- properties ------------------------------------------------------------------------
     @property
@@ -153,12 +155,28 @@ class SessionRuntime:
             if tools is not None:
                 self._tools = tools
             clean = [wire_form(m) for m in self.ops.validate(new_messages)]
-            if clean:
+            if clean and not self._stored_by_failed_prepare(clean):
                 self.mirror.chain = None  # library mode does not track the chain
                 counts = self.ops.message_counts(clean)
-                self.mirror.append_after_view(clean, counts)
+                result = self.mirror.append_after_view(clean, counts)
                 self._count_turns(clean)
-            return self._prepare_locked()
+                self._unanswered = (clean, result.appended[-1].identity)
+            prepared = self._prepare_locked()
+            self._unanswered = None
+            return prepared
+
+    def _stored_by_failed_prepare(self, clean: list[Message]) -> bool:
+        """A retry of a ``prepare`` that stored ``clean`` and then failed (building the request
+        raised): they are stored already and still the session's last rows, so the retry
+        stores nothing again."""
+        unanswered, self._unanswered = self._unanswered, None
+        if unanswered is None or unanswered[0] != clean:
+            return False
+        last = self.store.last_message(self.session_id)
+        if last is None or last.identity != unanswered[1]:
+            return False
+        self._unanswered = unanswered
+        return True
 
     def prepare_history(self, history: list[Message], *,
                         tools: list[dict[str, Any]] | None = None,
@@ -463,8 +481,9 @@ class SessionRuntime:
             raise NeedsWorker  # nothing decided yet: the worker call redoes it all
         report = self.checkpointer.preflight(tokens, view)
         before = None
-        if report is not None:
-            before = tokens
+        if report is not None or self.mirror.view is None:
+            # ours, or another compactor's (report None, view dropped): send the latest view
+            before = tokens if report is not None else None
             view = self.mirror.current_view()
             messages, body = self._request(view, client=client)
             tokens = self.ops.total_from_base(body, self._tools)

@@ -10,6 +10,13 @@ Invariants every backend keeps (the conformance suite in tests/store checks each
   several processes send the same history at once: no duplicate rows, ever. A history that
   diverges from the stored active chain at position k rewinds the stored rows from k on
   (recorded) before appending; a history that is a strict prefix of the stored chain is a no-op.
+- ``add_checkpoint`` moves the view forward only: a checkpoint whose ``tail_start_seq`` is not
+  past the latest one's is refused (Conflict). With ``expect`` it is a compare-and-set inside the
+  insert's transaction: it lands only if the latest checkpoint is still ``expect.checkpoint_id``
+  and the row ``expect.tip_seq`` (the last one the plan saw) is still active, so two compactors
+  planning from the same view never both commit (one compaction per window).
+- A lease dies with its holder: besides its ttl, it lapses as soon as the process (SQLite) or
+  the database connection (PostgreSQL) that took it is gone, so a killed compactor blocks nobody.
 - ``projection`` returns the latest checkpoint and the active messages from its ``tail_start_seq``
   on; its cost does not grow with the number of archived rows before it.
 - Search never raises on user input; rewound (inactive) rows are excluded unless asked for;
@@ -107,6 +114,22 @@ class Checkpoint(CheckpointDraft):
     id: int = 0
     session_id: str = ""
     created_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class CheckpointBase:
+    """What a checkpoint was planned from, for ``add_checkpoint(expect=…)``: the latest
+    checkpoint then and the last active row then. Rows appended after that tip only extend the
+    kept tail; a checkpoint added since, or a rewind of the tip, makes the plan stale."""
+
+    checkpoint_id: int | None  # None: the session had no checkpoint
+    tip_seq: int | None  # None: the view had no active rows
+
+    @classmethod
+    def of(cls, projection: Projection) -> CheckpointBase:
+        checkpoint = projection.checkpoint
+        return cls(checkpoint.id if checkpoint else None,
+                   projection.messages[-1].seq if projection.messages else None)
 
 
 @dataclass(frozen=True)
@@ -257,7 +280,10 @@ class Store(Protocol):
     def next_lineage_title(self, title: str) -> str: ...
 
     # -- checkpoints and the model view -----------------------------------------------------
-    def add_checkpoint(self, session_id: str, draft: CheckpointDraft) -> Checkpoint: ...
+    # ``expect``: commit only if the view is still the one planned from (else Conflict, nothing
+    # written); a draft that does not move the tail start past the latest checkpoint's: Conflict
+    def add_checkpoint(self, session_id: str, draft: CheckpointDraft, *,
+                       expect: CheckpointBase | None = None) -> Checkpoint: ...
     def latest_checkpoint(self, session_id: str) -> Checkpoint | None: ...
     def list_checkpoints(self, session_id: str) -> list[Checkpoint]: ...
     def projection(self, session_id: str) -> Projection: ...
@@ -280,6 +306,7 @@ class Store(Protocol):
                      query: SearchQuery) -> list[SearchHit]: ...
 
     # -- leases (one compactor per session window, across processes and hosts) ------------
+    # held until released, ``ttl_seconds`` passed, or the taking process / connection is gone
     def acquire_lease(self, name: str, holder: str, ttl_seconds: float) -> bool: ...
     def release_lease(self, name: str, holder: str) -> None: ...
 

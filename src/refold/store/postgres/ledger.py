@@ -33,6 +33,7 @@ from refold.messages.model import (
 from refold.store.base import (
     AppendResult,
     Checkpoint,
+    CheckpointBase,
     CheckpointDraft,
     Event,
     Projection,
@@ -55,7 +56,12 @@ from refold.store.postgres.core import (
     session_from_row,
 )
 from refold.store.postgres.sessions import add_usage_in
-from refold.store.rules import check_checkpoint_draft, check_fork_kind, check_restorable
+from refold.store.rules import (
+    check_checkpoint_commit,
+    check_checkpoint_draft,
+    check_fork_kind,
+    check_restorable,
+)
 from refold.store.titles import like_escape, sanitize_title, split_lineage_title
 from refold.store.titles import next_lineage_title as next_title_from
 
@@ -392,10 +398,20 @@ class LedgerMixin(PgCore):
         return int(at_seq)
 
     # -- checkpoints and the model view -----------------------------------------------------
-    def add_checkpoint(self, session_id: str, draft: CheckpointDraft) -> Checkpoint:
+    def add_checkpoint(self, session_id: str, draft: CheckpointDraft, *,
+                       expect: CheckpointBase | None = None) -> Checkpoint:
         check_checkpoint_draft(draft)
         with self._tx("add checkpoint") as cur:
+            # the session's row lock orders this with every writer: check and insert are one step
             self._require_session(cur, session_id, lock=True)
+            latest = self._latest_checkpoint(cur, session_id)
+            tip_active = False
+            if expect is not None and expect.tip_seq is not None:
+                cur.execute("SELECT active FROM messages WHERE session_id = %s AND seq = %s",
+                            (session_id, expect.tip_seq))
+                tip = cur.fetchone()
+                tip_active = tip is not None and bool(tip[0])
+            check_checkpoint_commit(session_id, draft, latest, expect, tip_active)
             cur.execute(f"""INSERT INTO checkpoints (session_id, summary_json, first_seq,
                                 last_seq, tail_start_seq, anchors_json, tokens_before,
                                 tokens_after, summarizer, status, summary_role, details_json,

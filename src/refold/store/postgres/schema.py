@@ -212,6 +212,15 @@ MIGRATIONS += (
     ), backfill=_untag_titles),
 )
 
+MIGRATIONS += (
+    # a lease names the database connection that took it (pid and start of its backend), so
+    # the lease lapses as soon as that connection is gone: a killed holder blocks nobody
+    Migration(6, "lease holder connection", (
+        "ALTER TABLE leases ADD COLUMN backend_pid integer",
+        "ALTER TABLE leases ADD COLUMN backend_start timestamptz",
+    )),
+)
+
 LATEST_VERSION = MIGRATIONS[-1].version
 
 

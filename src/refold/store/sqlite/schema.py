@@ -189,6 +189,12 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "message vectors for vector and hybrid search", _VECTORS),
     Migration(5, "session titles unique per owner; tenant tags removed", _OWNER_TITLES,
               _untag_titles),
+    # a lease names the process that took it, so a killed holder's lease lapses at once
+    Migration(6, "lease holder process", (
+        "ALTER TABLE leases ADD COLUMN host TEXT",
+        "ALTER TABLE leases ADD COLUMN pid INTEGER",
+        "ALTER TABLE leases ADD COLUMN pid_started TEXT",
+    )),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 
