@@ -10,10 +10,16 @@ direct percentile; the proxy process's CPU time per request is read from /proc (
 and proxied runs alternate in ``--rounds`` rounds per level, so a drift in the machine's speed
 lands on both sides. Loops are bounded; the whole bench takes a minute or two.
 
-To compare with another checkout in the same run, put its ``src`` first on PYTHONPATH (the proxy
-subprocess inherits it): ``PYTHONPATH=/path/to/old/src python bench/bench_proxy.py``.
+Variants in the same run (``--variants``, each its own ``refold serve``, alternating with the
+direct runs): ``new`` (this checkout, the lean h1 upstream client), ``httpx`` (this checkout with
+the httpx transport: is the lean client worth its code?), ``old`` (the checkout at ``--old-src``,
+e.g. ``git archive 0d24073 src | tar -x -C /tmp/old`` then ``--old-src /tmp/old/src``). Each
+client re-sends its whole history (2 to 40 messages, ~20 on average). Per variant: added latency
+(percentiles of proxy minus direct), the proxy process's CPU per request (/proc), and requests/s
+per worker (requests ÷ wall time of the variant's runs at that level).
 
-    python bench/bench_proxy.py [--levels 1,10,100] [--requests 400] [--rounds 4]
+    python bench/bench_proxy.py [--levels 1,10] [--requests 400] [--rounds 4]
+                                [--variants new,httpx,old --old-src /tmp/old/src]
                                 [--proxy-cpus 1]
 
 ``--proxy-cpus`` pins the proxy to its own CPUs and the load generator with the scripted
@@ -44,13 +50,22 @@ MAX_TURNS = 20
 BANNER = re.compile(r"http://127\.0\.0\.1:(\d+)/v1")
 
 
-def start_proxy(home: Path, upstream: str,
-                cpus: set[int] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+# runs refold's CLI with the httpx transport preferred (the "httpx" variant)
+HTTPX_LAUNCHER = ("import sys, refold.server.transport as t; t.DEFAULT_TRANSPORT = 'httpx'; "
+                  "from refold.cli.main import main; sys.argv[0] = 'refold'; main()")
+
+
+def start_proxy(home: Path, upstream: str, cpus: set[int] | None = None,
+                variant: str = "new", old_src: str = "") -> tuple[subprocess.Popen[bytes], str]:
+    home.mkdir(parents=True, exist_ok=True)
     log = home / "serve.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("REFOLD_")}
+    if variant == "old":
+        env["PYTHONPATH"] = old_src
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    launch = ["-c", HTTPX_LAUNCHER] if variant == "httpx" else ["-m", "refold.cli.main"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "refold.cli.main", "-v", "--home", str(home), "serve",
+        [sys.executable, *launch, "-v", "--home", str(home), "serve",
          "--upstream", upstream, "--port", "0", "--context-length", "128000"],
         stdout=subprocess.DEVNULL, stderr=log.open("wb"), env=env, preexec_fn=pin)
     deadline = time.monotonic() + 30
@@ -98,19 +113,22 @@ async def conversation(client: httpx.AsyncClient, url: str, worker: int, turns: 
             done += 1
 
 
-async def level(url: str, concurrency: int, turns: int, tag: str,
-                pid: int | None = None) -> tuple[list[tuple[float, float]], float]:
-    """The (TTFB, total) of every request, and process ``pid``'s CPU seconds meanwhile."""
+async def level(url: str, concurrency: int, turns: int, tag: str, pid: int | None = None
+                ) -> tuple[list[tuple[float, float]], float, float]:
+    """The (TTFB, total) of every request, process ``pid``'s CPU seconds meanwhile, and the
+    wall seconds the requests took."""
     out: list[tuple[float, float]] = []
     limits = httpx.Limits(max_connections=concurrency + 10,
                           max_keepalive_connections=concurrency + 10)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
         await conversation(client, url, -1, 1, tag + "-warm", [])  # connections, imports
         cpu = cpu_seconds(pid) if pid else 0.0
+        wall = time.perf_counter()
         await asyncio.gather(*(conversation(client, url, w, turns, tag, out)
                                for w in range(concurrency)))
+        wall = time.perf_counter() - wall
         cpu = cpu_seconds(pid) - cpu if pid else 0.0
-    return out, cpu
+    return out, cpu, wall
 
 
 def cpu_seconds(pid: int) -> float:
@@ -206,18 +224,26 @@ def conversation_turns(engine: Any, conv: int, turns: int, prepare: list[float],
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--levels", default="1,10,100")
+    parser.add_argument("--levels", default="1,10")
     parser.add_argument("--requests", type=int, default=400,
                         help="requests per level and path (split over the clients; at least "
                              f"{MAX_TURNS} per client)")
     parser.add_argument("--rounds", type=int, default=4,
                         help="alternating direct/proxy rounds per level")
+    parser.add_argument("--variants", default="new",
+                        help="proxies to compare in the same run: new, httpx, old")
+    parser.add_argument("--old-src", default="",
+                        help="the src directory of the checkout the 'old' variant runs")
     parser.add_argument("--proxy-cpus", default="",
                         help="pin the proxy to these CPUs (e.g. 1) and this process (load "
                              "generator and scripted upstream) to the others: the proxy's own "
                              "added latency, without competing with the load for cores")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
+    variants = [v for v in args.variants.split(",") if v]
+    if "old" in variants and not Path(args.old_src, "refold").is_dir():
+        raise SystemExit("error: --variants old needs --old-src pointing at a checkout's src "
+                         "(e.g. git archive 0d24073 src | tar -x -C /tmp/old)")
     proxy_cpus = {int(x) for x in args.proxy_cpus.split(",") if x} or None
     if proxy_cpus:
         rest = os.sched_getaffinity(0) - proxy_cpus
@@ -227,50 +253,63 @@ def main() -> None:
         print(f"proxy on CPUs {sorted(proxy_cpus)}, load generator and upstream on {sorted(rest)}")
     reply = ScriptedReply(content=REPLY)
     with tempfile.TemporaryDirectory() as tmp, serve(default=lambda body: reply) as upstream:
-        proc, proxy_url = start_proxy(Path(tmp), upstream.base_url, proxy_cpus)
+        procs: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
         try:
-            print(f"upstream {upstream.base_url} (scripted, loopback); proxy {proxy_url} "
-                  f"(refold serve, SQLite in a temp home); ms; added = proxy - direct")
-            print("conc |  reqs | total p50: direct    proxy    added | total p99: direct    "
-                  "proxy    added | ttfb p50: direct    proxy    added | ttfb p99: direct    "
-                  "proxy    added")
+            for variant in variants:
+                procs[variant] = start_proxy(Path(tmp) / variant, upstream.base_url,
+                                             proxy_cpus, variant, args.old_src)
+            print(f"upstream {upstream.base_url} (scripted, loopback); proxies "
+                  f"{ {v: url for v, (_, url) in procs.items()} } (refold serve, SQLite in a "
+                  "temp home); ms; added = proxy - direct")
+            print("variant conc |  reqs | total p50: direct    proxy    added | total p99: "
+                  "direct    proxy    added | ttfb p50: direct    proxy    added | ttfb p99: "
+                  "direct    proxy    added")
             for concurrency in levels:
-                # direct and proxied runs alternate in rounds, so a drift in the machine's speed
-                # (other tenants, frequency) lands on both sides alike
-                # every client holds at least one whole conversation (MAX_TURNS turns): with
-                # fewer, a level would measure mostly first turns (a session's creation)
-                requests = max(args.requests, concurrency * MAX_TURNS)
-                rounds = max(1, min(args.rounds, requests // (concurrency * MAX_TURNS)))
-                turns = max(1, requests // concurrency // rounds)
-                direct: list[tuple[float, float]] = []
-                proxied: list[tuple[float, float]] = []
-                cpu = 0.0
-                for round_ in range(rounds):
-                    # every conversation opens differently: one that opened like an earlier one
-                    # would land in the same derived session and rewind it (not a normal turn)
-                    tag = f"c{concurrency}-r{round_}"
-                    direct += asyncio.run(level(upstream.base_url, concurrency, turns,
-                                                "direct-" + tag))[0]
-                    out, used = asyncio.run(level(proxy_url, concurrency, turns,
-                                                  "proxy-" + tag, proc.pid))
-                    proxied += out
-                    cpu += used
-                cpu = cpu / len(proxied) * 1000
-                print(report(concurrency, direct, proxied), flush=True)
-                mean_d = statistics.fmean(x[1] for x in direct) * 1000
-                mean_p = statistics.fmean(x[1] for x in proxied) * 1000
-                print(f"       mean total: direct {mean_d:.2f} ms, proxy {mean_p:.2f} ms, "
-                      f"ratio {mean_p / mean_d:.2f}x; proxy process CPU {cpu:.2f} ms/request",
-                      flush=True)
+                run_level(concurrency, args, upstream.base_url, procs)
         finally:
-            proc.terminate()
-            proc.wait(30)
-        # the proxy's own count of how its turns ran (logged at shutdown)
-        for line in (Path(tmp) / "serve.log").read_text(errors="replace").splitlines():
-            if "turns prepared on the event loop" in line:
-                print("proxy:", line.split(": ", 1)[-1], flush=True)
+            for proc, _ in procs.values():
+                proc.terminate()
+                proc.wait(30)
+        for variant in variants:  # the proxy's own count of how its turns ran (at shutdown)
+            log = Path(tmp) / variant / "serve.log"
+            for line in log.read_text(errors="replace").splitlines():
+                if "turns prepared on the event loop" in line:
+                    print(f"proxy {variant}:", line.split(": ", 1)[-1], flush=True)
         for synchronous in ("NORMAL", "FULL"):  # serve's default, then the library's
             print(ledger_costs(Path(tmp), args.requests, synchronous), flush=True)
+
+
+def run_level(concurrency: int, args: argparse.Namespace, direct_url: str,
+              procs: dict[str, tuple[subprocess.Popen[bytes], str]]) -> None:
+    """Direct and every proxy variant at one concurrency, alternating in rounds so a drift in
+    the machine's speed (other tenants, frequency) lands on all sides alike. Every client holds
+    at least one whole conversation (MAX_TURNS turns): with fewer, a level would measure mostly
+    first turns (a session's creation)."""
+    requests = max(args.requests, concurrency * MAX_TURNS)
+    rounds = max(1, min(args.rounds, requests // (concurrency * MAX_TURNS)))
+    turns = max(1, requests // concurrency // rounds)
+    direct: list[tuple[float, float]] = []
+    proxied: dict[str, list[tuple[float, float]]] = {v: [] for v in procs}
+    cpu = dict.fromkeys(procs, 0.0)
+    wall = dict.fromkeys(procs, 0.0)
+    for round_ in range(rounds):
+        # every conversation opens differently (a conversation that opens like an earlier one
+        # is a branch of it: correct, but not the normal turn measured here)
+        tag = f"c{concurrency}-r{round_}"
+        direct += asyncio.run(level(direct_url, concurrency, turns, "direct-" + tag))[0]
+        for variant, (proc, url) in procs.items():
+            out, used, took = asyncio.run(level(url, concurrency, turns,
+                                                f"{variant}-{tag}", proc.pid))
+            proxied[variant] += out
+            cpu[variant] += used
+            wall[variant] += took
+    mean_d = statistics.fmean(x[1] for x in direct) * 1000
+    for variant, out in proxied.items():
+        print(f"{variant:>7} " + report(concurrency, direct, out), flush=True)
+        mean_p = statistics.fmean(x[1] for x in out) * 1000
+        print(f"        mean total: direct {mean_d:.2f} ms, proxy {mean_p:.2f} ms, ratio "
+              f"{mean_p / mean_d:.2f}x; proxy process CPU {cpu[variant] / len(out) * 1000:.2f} "
+              f"ms/request; {len(out) / wall[variant]:.0f} requests/s (one worker)", flush=True)
 
 
 if __name__ == "__main__":

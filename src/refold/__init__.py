@@ -20,6 +20,7 @@ The heavier names (``compact``, ``Engine``, ``MemoryStore``, ...) load on first 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from refold.errors import (
     AmbiguousReference,
@@ -35,12 +36,17 @@ from refold.errors import (
     SummarizerError,
     UpstreamError,
 )
-from refold.store import SearchQuery, Store, open_store
+
+if TYPE_CHECKING:
+    from refold.store import SearchQuery, Store
 
 __version__ = "0.1.0"
 
 # name -> module that defines it; imported on first attribute access (PEP 562)
 _LAZY = {
+    "SearchQuery": "refold.store",
+    "Store": "refold.store",
+    "open_store": "refold.store",
     "compact": "refold.compaction",
     "CompactionPolicy": "refold.compaction",
     "CompactionResult": "refold.compaction",
@@ -73,6 +79,8 @@ def __getattr__(name: str) -> object:
 
 def open(target: str | Path) -> Store:  # noqa: A001 - the library's front door
     """Open a store: a SQLite path / ``sqlite:///…`` URL, or ``postgresql://…``."""
+    from refold.store import open_store
+
     path = str(target)
     if "://" not in path and path != ":memory:":
         path = str(Path(path).expanduser())

@@ -15,6 +15,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,23 +29,25 @@ if TYPE_CHECKING:
     from refold.llm import ChatClient
     from refold.runtime.engine import Engine
     from refold.runtime.memory_link import MemoryLink
+    from refold.skills import SkillLibrary
     from refold.store.base import Store
 
 
-def open_configured_store(settings: Settings, *, sqlite_synchronous: str | None = None) -> Store:
-    """The store ``settings.db_url`` names (the home is created for a SQLite default path)."""
+def open_configured_store(settings: Settings, *, sqlite_synchronous: str | None = None,
+                          create: bool = True) -> Store:
+    """The store ``settings.db_url`` names (the home is created for a SQLite default path).
+    ``create=False`` (read commands): a PostgreSQL schema without refold data is NotFound."""
     from refold.store import open_store
 
     if "://" not in settings.db_url:
         settings.home.mkdir(parents=True, exist_ok=True)
-    return open_store(settings.db_url, sqlite_synchronous=sqlite_synchronous)
+        return open_store(settings.db_url, sqlite_synchronous=sqlite_synchronous)
+    return open_store(settings.db_url, sqlite_synchronous=sqlite_synchronous, create=create)
 
 
 def compaction_policy(settings: Settings) -> CompactionPolicy:
-    """The compaction policy the settings describe."""
-    from refold.compaction import CompactionPolicy
-
-    return CompactionPolicy(rotate_on_compaction=settings.rotate_on_compaction)
+    """The compaction policy the settings describe (every field is a setting)."""
+    return settings.compaction
 
 
 @dataclass
@@ -81,15 +84,20 @@ def summarizer_setup(settings: Settings, *, choice: str | None = None,
     if not url:
         raise InvalidInput("the llm summarizer needs an endpoint",
                            hint="set REFOLD_SUMMARIZER_URL or REFOLD_UPSTREAM (…/v1)")
-    client = HttpChatClient(url, settings.summarizer_api_key or settings.upstream_api_key)
+    timeout = settings.summarizer_timeout
+    client = HttpChatClient(url, settings.summarizer_api_key or settings.upstream_api_key,
+                            timeout=timeout)
     owned: list[Any] = [client]
     main_client = None
     if settings.upstream and settings.upstream.rstrip("/") != url.rstrip("/"):
-        main_client = HttpChatClient(settings.upstream, settings.upstream_api_key)
+        main_client = HttpChatClient(settings.upstream, settings.upstream_api_key,
+                                     timeout=timeout)
         owned.append(main_client)
     summarizer = build_summarizer("llm", model=model, client=client,
                                   summarizer_model=settings.summarizer_model,
-                                  main_client=main_client)
+                                  main_client=main_client, timeout=timeout,
+                                  cache_friendly=settings.summarizer_cache_friendly,
+                                  abort_on_failure=settings.abort_on_summary_failure)
     return SummarizerSetup(summarizer, client, owned)
 
 
@@ -100,14 +108,34 @@ def tenant_memory_dir(settings: Settings, owner: str) -> Path:
     return settings.home / "tenants" / owner / "memories"
 
 
+def tenant_skills(settings: Settings, store: Store | None, owner: str, *,
+                  mode: str | None = None) -> SkillLibrary:
+    """A tenant's skills library: ``<home>/skills`` (a client key's under ``tenants/``), or
+    its own database profile with ``memory_backend = "db"``. ``mode`` defaults to
+    ``memory_approval``."""
+    from refold.skills import DBSkills, FileSkills, SkillLibrary
+
+    mode = mode or settings.memory_approval
+    if settings.memory_backend == "db":
+        if store is None:
+            raise InvalidInput("memory_backend = db keeps skills in the database: open it first")
+        profile = settings.memory_profile if not owner else f"{settings.memory_profile}:{owner}"
+        return SkillLibrary(DBSkills(store, profile), mode=mode)
+    folder = settings.home / "skills" if not owner else settings.home / "tenants" / owner / "skills"
+    return SkillLibrary(FileSkills(folder), mode=mode)
+
+
 def tenant_memory(settings: Settings, store: Store, owner: str,
-                  chat_client: ChatClient | None) -> MemoryLink:
+                  chat_client: ChatClient | None) -> MemoryLink | None:
     """The tenant's memory: its own files, or its own profile in the database (memory_backend),
     plus the external ``memory_provider`` when one is configured (an instance per tenant).
 
     The local owner uses ``memory_profile``; a client key's tenant gets a profile of its own, so
-    one key's memory never reaches another key's snapshot.
+    one key's memory never reaches another key's snapshot. ``memory_enabled = false``: None
+    (no snapshot, no memory tool, no review).
     """
+    if not settings.memory_enabled:
+        return None
     link = _builtin_memory(settings, store, owner, chat_client)
     if settings.memory_provider:
         from refold.memory.provider import load_provider
@@ -116,47 +144,84 @@ def tenant_memory(settings: Settings, store: Store, owner: str,
     return link
 
 
-def _builtin_memory(settings: Settings, store: Store, owner: str,
-                    chat_client: ChatClient | None) -> MemoryLink:
-    from refold.runtime.memory_link import MemoryLink
-
-    approval = settings.memory_approval
-    # chat_client is the summary endpoint: review asks the summary model it serves
-    review_model = settings.summarizer_model or settings.model
+def _memory_store(settings: Settings, store: Store, owner: str) -> Any:
+    limits = {"memory": settings.memory_char_limit, "user": settings.user_char_limit}
     if settings.memory_backend == "db":
         from refold.memory.db import DBMemoryStore
 
         profile = settings.memory_profile if not owner else f"{settings.memory_profile}:{owner}"
-        return MemoryLink.for_store(DBMemoryStore(store, profile), approval=approval,
-                                    chat_client=chat_client, model=review_model)
+        return DBMemoryStore(store, profile, limits=limits)
     if settings.memory_backend != "file":
         raise InvalidInput(f"unknown memory_backend {settings.memory_backend!r}",
                            hint="use file or db")
-    return MemoryLink.from_dir(tenant_memory_dir(settings, owner), approval=approval,
-                               chat_client=chat_client, model=review_model)
+    from refold.memory import open_file_store
+
+    return open_file_store(tenant_memory_dir(settings, owner), limits=limits)
+
+
+def _builtin_memory(settings: Settings, store: Store, owner: str,
+                    chat_client: ChatClient | None) -> MemoryLink:
+    """The builtin provider over the tenant's memory store, with review at the configured
+    intervals (LLM review over ``chat_client``, the summary endpoint, when there is one)."""
+    from refold.memory.manager import MemoryManager
+    from refold.memory.provider import BuiltinMemoryProvider
+    from refold.memory.review import MemoryReviewer
+    from refold.runtime.memory_link import MemoryLink
+
+    builtin = BuiltinMemoryProvider(_memory_store(settings, store, owner),
+                                    approval=settings.memory_approval)
+    reviewer = MemoryReviewer(
+        builtin.writer, chat=chat_client, model=settings.summarizer_model or settings.model,
+        every_turns=settings.memory_review_every_turns,
+        every_tool_iterations=settings.memory_review_every_tool_iterations)
+    return MemoryLink(MemoryManager(builtin, reviewer=reviewer))
 
 
 def build_engine(settings: Settings, store: Store, setup: SummarizerSetup, *,
-                 owner: str = "") -> Engine:
-    """The engine for ``owner`` over ``store``: model budget, summarizer, policy, memory."""
+                 owner: str = "", refs_root: Path | None = None,
+                 session_aliases: Callable[[str, str], str] | None = None) -> Engine:
+    """The engine for ``owner`` over ``store``: model budget, summarizer, policy, memory, and
+    reference expansion (``@session`` among the owner's sessions; the local kinds under
+    ``refs_root``, off when None; ``session_aliases(owner, name)`` is the title a surface
+    stores a named session under)."""
+    from refold.references import local_expander
     from refold.runtime.engine import Engine
 
     memory = tenant_memory(settings, store, owner, setup.client)
+    skills = tenant_skills(settings, store, owner)
+    review = None
+    if settings.skills_creation_nudge_interval > 0:
+        from refold.skills.review import SkillReviewer
+
+        # a review's writes wait for a person (stage) unless writes are blocked altogether
+        mode = "block" if settings.memory_approval == "block" else "stage"
+        review = SkillReviewer(tenant_skills(settings, store, owner, mode=mode),
+                               interval=settings.skills_creation_nudge_interval)
+    aliases = (lambda name: session_aliases(owner, name)) if session_aliases else None
+    references = local_expander(store=store, owner=owner, cwd=refs_root,
+                                spill_dir=settings.home / "spill", deny_roots=[settings.home],
+                                aliases=aliases)
     return Engine(store, model=settings.model, context_length=settings.context_length,
                   owner=owner, memory=memory, chat_client=setup.client,
-                  summarizer=setup.summarizer, policy=compaction_policy(settings))
+                  summarizer=setup.summarizer, policy=compaction_policy(settings),
+                  references=references, skills=skills, skill_review=review)
 
 
 class EngineFactory:
     """Engines per tenant over one store, sharing one summarizer setup (closed by ``close``)."""
 
-    def __init__(self, settings: Settings, store: Store) -> None:
+    def __init__(self, settings: Settings, store: Store, *,
+                 session_aliases: Callable[[str, str], str] | None = None) -> None:
         self.settings = settings
         self.store = store
         self.setup = summarizer_setup(settings)
+        self.session_aliases = session_aliases
 
     def __call__(self, owner: str) -> Engine:
-        return build_engine(self.settings, self.store, self.setup, owner=owner)
+        # a remote client's @file/@folder/@diff/@git read only serve --allow-local-refs DIR
+        return build_engine(self.settings, self.store, self.setup, owner=owner,
+                            refs_root=self.settings.allow_local_refs,
+                            session_aliases=self.session_aliases)
 
     def close(self) -> None:
         self.setup.close()

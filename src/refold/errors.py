@@ -68,6 +68,10 @@ class SearchQueryError(InvalidInput):
     """A search query is empty or could not be sanitized."""
 
 
+class MissingExtra(InvalidInput):
+    """An optional feature whose extra is not installed (the message names the extra)."""
+
+
 class NotFound(RefoldError):
     """Something that was asked for does not exist."""
 
@@ -133,6 +137,8 @@ class UpstreamError(RefoldError):
         self.kind = kind
         self.status = status
         self.body = body
+        # response headers worth passing on (the proxy: Retry-After, x-ratelimit-*)
+        self.headers: dict[str, str] = {}
 
 
 class ContextOverflowError(UpstreamError):

@@ -48,7 +48,8 @@ def test_a_turn_prints_the_reply_and_a_gauge_and_is_stored(tmp_path: Path) -> No
     assert sessions(tmp_path) == [("first", [("user", "hi there"),
                                             ("assistant", "Hello! How can I help?")])]
     assert sent["messages"][0]["role"] == "system"
-    assert {t["function"]["name"] for t in sent["tools"]} == {"session_search", "todo", "memory"}
+    assert {t["function"]["name"] for t in sent["tools"]} == {"session_search", "todo", "memory",
+                                                             "skill_manage"}
 
 
 def test_tool_calls_run_and_the_model_is_called_again(tmp_path: Path) -> None:

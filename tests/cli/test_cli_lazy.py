@@ -33,3 +33,27 @@ def test_unimportable_command_is_a_stand_in() -> None:
     result = runner.invoke(group, ["ghost", "--anything", "x"])
     assert isinstance(result.exception, InvalidInput)
     assert "refold.cli.no_such_module" in str(result.exception)
+
+
+def test_help_imports_no_command_and_summaries_match_the_commands() -> None:
+    """Issue 14 item 8: `refold --help` lists every command from its summary, without
+    importing the command modules; the summaries are the commands' own short help."""
+    import subprocess
+    import sys
+
+    from refold.cli.main import COMMANDS, SUMMARIES
+
+    code = ("import sys; from refold.cli.main import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('refold.cli.') "
+            "and m not in ('refold.cli.main', 'refold.cli.app')), file=sys.stderr)\n"
+            "print('pydantic' in sys.modules, 'rich' in sys.modules, file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.stderr.splitlines()[-2:] == ["[]", "False False"], proc.stderr
+    ctx = click.Context(cli)
+    assert sorted(SUMMARIES) == sorted(COMMANDS)  # every command is listed without an import
+    for name, summary in SUMMARIES.items():
+        command = cli.get_command(ctx, name)
+        assert command is not None and name in COMMANDS
+        assert command.get_short_help_str(200) == summary, name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,7 +45,8 @@ def test_demo_runs_offline_and_leaves_its_home(tmp_path: Path) -> None:
     assert "compacted" in out and "search the archive" in out and "resume" in out
     assert f"demo home: {demo_home}" in out
     # the agent's session_search finds the earlier session (never its own rows)
-    assert "1 hit in “acme-billing: staging setup”" in out
+    # (the question's words are ORed and ranked, so several earlier turns match)
+    assert re.search(r"\b[1-9]\d* hits? in “acme-billing: staging setup”", out), out
     assert "Traceback" not in proc.stderr
 
     store = open_store(str(demo_home / "refold.db"))

@@ -186,3 +186,80 @@ def test_human_output_shows_progress_and_summary(tmp_path: Path) -> None:
     assert result.exit_code == 0, (result.output, result.exception)
     assert "sessions copied" in result.output and "│ 3" in result.output
     assert "verification" in result.output and "ok" in result.output
+
+
+def _home_with_file_memory(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    ok = CliRunner().invoke(cli, ["--home", str(home), "memory", "add", "Deploys go blue/green."])
+    assert ok.exit_code == 0, ok.output
+    ok = CliRunner().invoke(cli, ["--home", str(home), "memory", "add", "-t", "user",
+                                  "Prefers pytest -q."])
+    assert ok.exit_code == 0, ok.output
+    return home
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_file_memory_travels_into_db_memory_and_back(tmp_path: Path, backend: str,
+                                                     request: pytest.FixtureRequest) -> None:
+    home = _home_with_file_memory(tmp_path)
+    target = str(tmp_path / "copy.db") if backend == "sqlite" else request.getfixturevalue(
+        "pg_url")
+    result = CliRunner().invoke(cli, ["--home", str(home), "migrate", "--to", target, "--json"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    report = json.loads(result.output)
+    assert report["memory_files"]["copied"] == {"memory": 1, "user": 1}
+    copy = open_store(target)
+    try:
+        assert [r.text for r in copy.memory_load("default", "memory")[0]] == \
+            ["Deploys go blue/green."]
+        assert [r.text for r in copy.memory_load("default", "user")[0]] == ["Prefers pytest -q."]
+    finally:
+        copy.close()
+    again = json.loads(CliRunner().invoke(
+        cli, ["--home", str(home), "migrate", "--to", target, "--json"]).output)
+    assert again["memory_files"]["copied"] == {} and again["memory_files"]["same"] == [
+        "memory", "user"]
+    fresh = tmp_path / "fresh"
+    back = CliRunner().invoke(cli, ["--home", str(fresh), "migrate", "--from", target,
+                                    "--memory-to-files", "--json"])
+    assert back.exit_code == 0, (back.output, back.exception)
+    assert "Deploys go blue/green." in (fresh / "memories" / "MEMORY.md").read_text("utf-8")
+    assert "Prefers pytest -q." in (fresh / "memories" / "USER.md").read_text("utf-8")
+
+
+def test_memory_copy_never_overwrites_other_entries(tmp_path: Path) -> None:
+    home = _home_with_file_memory(tmp_path)
+    target = tmp_path / "copy.db"
+    store = open_store(str(target))
+    store.memory_save("default", "memory", [MemoryRow("their own note", 1.0, 1.0)], 0)
+    store.close()
+    result = CliRunner().invoke(cli, ["--home", str(home), "migrate", "--to", str(target),
+                                      "--json"])
+    report = json.loads(result.output)
+    assert report["memory_files"]["conflicts"] == ["memory"]
+    store = open_store(str(target))
+    assert [r.text for r in store.memory_load("default", "memory")[0]] == ["their own note"]
+    store.close()
+
+
+def test_the_source_spelled_another_way_is_refused(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "x.db"
+    open_store(str(db)).close()
+    (tmp_path / "link.db").symlink_to(db)
+    for other in (f"sqlite:///{db}", str(tmp_path / "link.db"), f"{tmp_path}/./x.db"):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["migrate", "--from", str(db), "--to", other])
+        assert exit_info.value.code == 2, other
+        assert "name the same store" in capsys.readouterr().err
+
+
+@pytest.mark.postgres
+def test_the_same_postgres_schema_spelled_another_way_is_refused(
+        tmp_path: Path, pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    other = pg_url.replace("127.0.0.1", "localhost")
+    assert other != pg_url
+    with pytest.raises(SystemExit) as exit_info:
+        main(["migrate", "--from", pg_url, "--to", other])
+    assert exit_info.value.code == 2
+    assert "name the same store" in capsys.readouterr().err

@@ -13,6 +13,7 @@ import anyio
 import pytest
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from pydantic import AnyUrl
 
 from refold.store import open_store
 
@@ -57,7 +58,7 @@ def test_no_memory_flag_hides_the_tool(home: Path) -> None:
     names, results = anyio.run(_session, home, [("session_search", {"query": "迁移"}),
                                                 ("session_search", {"mode": "bogus"})],
                                "--no-memory")
-    assert names == ["session_search"]
+    assert names == ["session_search", "skill_manage"]  # skills are not memory: still there
     assert "CONCURRENTLY" in _text(results[0]) and not results[0].isError
     assert results[1].isError and "mode must be one of" in _text(results[1])
 
@@ -95,3 +96,40 @@ def test_memory_refusals_are_tool_errors(home: Path) -> None:
     assert all(r.isError for r in results)
     assert not (home / "memories" / "MEMORY.md").exists() or "ignore previous" not in (
         home / "memories" / "MEMORY.md").read_text(encoding="utf-8")
+
+
+def test_failures_count_per_call_chain_not_forever(home: Path) -> None:
+    """Issue 14: three failed memory calls used to lock the tool until the server restarted;
+    now a successful call ends the chain."""
+    bad = ("memory", {"action": "add", "target": "user", "content": ""})
+    calls = [bad, bad, ("memory", {"action": "add", "target": "user", "content": "Uses uv."}),
+             bad, bad, ("memory", {"action": "add", "target": "user", "content": "Likes tea."})]
+    _, results = anyio.run(_session, home, calls)
+    assert [r.isError for r in results] == [True, True, False, True, True, False], \
+        [_text(r) for r in results]
+    user_md = (home / "memories" / "USER.md").read_text(encoding="utf-8")
+    assert "Uses uv." in user_md and "Likes tea." in user_md
+
+
+async def _resources(home: Path) -> tuple[list[str], str, str]:
+    async with stdio_client(_params(home)) as (read, write), \
+            ClientSession(read, write, read_timeout_seconds=timedelta(seconds=30)) as client:
+        await client.initialize()
+        await client.call_tool("memory", {"action": "add", "target": "memory",
+                                          "content": "The API lives in services/api."})
+        listed = await client.list_resources()
+        snapshot = await client.read_resource(AnyUrl("refold://memory/snapshot"))
+        recent = await client.read_resource(AnyUrl("refold://sessions/recent"))
+    return ([str(r.uri) for r in listed.resources], _contents(snapshot), _contents(recent))
+
+
+def _contents(result: Any) -> str:
+    return "".join(part.text for part in result.contents)
+
+
+def test_resources_serve_the_memory_snapshot_and_recent_sessions(home: Path) -> None:
+    uris, snapshot, recent = anyio.run(_resources, home)
+    assert set(uris) == {"refold://memory/snapshot", "refold://sessions/recent"}
+    assert "The API lives in services/api." in snapshot  # read after the write: current
+    sessions = json.loads(recent)
+    assert sessions[0]["title"] == "migration day" and sessions[0]["messages"] == 4

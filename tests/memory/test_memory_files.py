@@ -188,3 +188,27 @@ def test_threads_in_one_process_lose_nothing(tmp_path: Path) -> None:
     for thread in threads:
         thread.join()
     assert len(mem.read("memory").entries) == 40
+
+
+def test_a_memory_file_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
+    """Issue 14: a MEMORY.md symlink must not put the file it points to into every prompt."""
+    from click.testing import CliRunner
+
+    from refold.cli.main import cli
+    from refold.errors import StorageError
+    from refold.memory.files import open_file_store
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("AWS_SECRET=abc123\n", encoding="utf-8")
+    memories = tmp_path / "home" / "memories"
+    memories.mkdir(parents=True)
+    (memories / "MEMORY.md").symlink_to(secret)
+    store = open_file_store(memories)
+    with pytest.raises(StorageError, match="is a symlink"):
+        store.read("memory")
+    with pytest.raises(StorageError, match="is a symlink"):
+        store.add("memory", "a new note")
+    assert secret.read_text(encoding="utf-8") == "AWS_SECRET=abc123\n"
+    assert (memories / "MEMORY.md").is_symlink()
+    result = CliRunner().invoke(cli, ["--home", str(tmp_path / "home"), "memory", "show"])
+    assert isinstance(result.exception, StorageError) and "abc123" not in result.output

@@ -9,6 +9,7 @@ from typing import Any
 from refold.compaction import CompactionPolicy
 from refold.compaction.session import compact_session
 from refold.runtime import Engine
+from refold.runtime.rotation import EVENT, rotate_session
 from refold.store import Store
 from refold.tools import agent_tools, load_todos
 
@@ -67,3 +68,26 @@ def test_sessions_compact_with_rotate_carries_the_state_events(store: Store) -> 
     assert [e.payload for e in store.list_events(child, "system_prompt")] == [
         {"text": SYSTEM["content"]}]  # only the latest state, once
     assert [e.payload for e in store.list_events(child, "todo")] == [{"todos": TODOS}]
+
+
+def test_the_one_rotation_carries_each_state_event_once(store: Store) -> None:
+    """``rotate_session`` is the one rotation (the runtime's and ``refold sessions compact
+    --rotate``): after a checkpoint, the child gets the compacted view, one rotation record and
+    the latest task state once (the CLI's former second path gave the child them twice)."""
+    session = store.create_session(title="manual", model="gpt-4o-mini")
+    messages: list[dict[str, Any]] = []
+    for i in range(12):
+        messages += [*tool_turn(i), answer(i)]
+    store.append_messages(session.id, messages)
+    store.append_event(session.id, "system_prompt", {"text": SYSTEM["content"]})
+    store.append_event(session.id, "todo", {"todos": TODOS})
+    done = compact_session(store, session.id, context_length=WINDOW, rotate=False,
+                           system_prompt=SYSTEM["content"])
+    assert done.stored
+    child = rotate_session(store, session.id)
+    assert [e.payload for e in store.list_events(child, "system_prompt")] == [
+        {"text": SYSTEM["content"]}]
+    assert [e.payload for e in store.list_events(child, "todo")] == [{"todos": TODOS}]
+    assert len(store.list_events(child, EVENT)) == 1
+    assert store.get_session(session.id).end_reason == "compaction"
+    assert store.resolve_resume(session.id).id == child

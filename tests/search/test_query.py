@@ -90,7 +90,8 @@ def test_matches_expected_rows(fts: sqlite3.Connection) -> None:
 
 @pytest.mark.parametrize(("text", "mode"), [
     ("hello", "fts"), ("部署服务", "trigram"), ("部署", "grams"), ("中", "grams"),
-    ("deploy 部署服务", "trigram"), ("deploy 部署", "trigram"), ("AI 中", "grams"),
+    ("deploy 部署服务", "natural"), ("deploy AND 部署服务", "trigram"),
+    ("deploy AND 部署", "trigram"), ("AI AND 中", "grams"), ("AI 中", "natural"),
     ("中a", "scan"), ("部署 NOT 失败", "grams"),
     ("部署服务 OR 测试用例", "scan"), ("こんにちは", "trigram"), ("한국어", "trigram"),
 ])

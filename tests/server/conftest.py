@@ -16,6 +16,7 @@ import uvicorn
 from refold.cli.serve import bind_socket
 from refold.config import Settings
 from refold.server import create_app
+from refold.server.runner import uvicorn_config
 from refold.store import Store
 from refold.testing import RunningLLM
 
@@ -47,8 +48,8 @@ class Running:
 def run_app(app: Any) -> Iterator[Running]:
     sock = bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
-                                           timeout_graceful_shutdown=10))
+    settings = app.state.proxy_app.settings
+    server = uvicorn.Server(uvicorn_config(app, settings, graceful_seconds=10))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -99,3 +100,15 @@ def start_pg_proxy(tmp_path: Path, postgres_store: Store) -> Iterator[ProxyFacto
     """The same over ``postgres_store`` (a fresh schema)."""
     with _starter(tmp_path / "home", postgres_store) as start:
         yield start
+
+
+@pytest.fixture
+def start_one_proxy(tmp_path: Path) -> Iterator[ProxyFactory]:
+    """A proxy over one SQLite store in serve's default mode, for tests of the HTTP edges that
+    the two ways of running a turn do not change."""
+    from refold.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(str(tmp_path / "refold.db"), synchronous="NORMAL")
+    with _starter(tmp_path / "home", store) as start:
+        yield start
+    store.close()

@@ -25,6 +25,7 @@ from refold.errors import UpstreamError
 from refold.llm.failures import classify_http_error
 from refold.server import h1
 from refold.server.h1 import HIGH_WATER, H1Client, H1Error, lean_client_for
+from refold.server.transport import H1Transport
 from refold.server.upstream import Upstream, UpstreamStream
 from refold.testing import serve
 from refold.testing.llm_server import RunningLLM, ScriptedReply
@@ -820,8 +821,8 @@ def test_upstream_complete_and_stream_on_the_lean_client(llm: RunningLLM) -> Non
         assert isinstance(stream, UpstreamStream)
         raw = b"".join([piece async for piece in stream.chunks()])
         await stream.aclose()
-        assert upstream._lean is not None
-        pooled = len(upstream._lean._idle)
+        assert isinstance(upstream.transport, H1Transport)
+        pooled = upstream.transport.idle_connections
         await upstream.aclose()
         return data, raw, pooled
 
@@ -986,8 +987,8 @@ def test_upstream_stream_without_sse_is_a_bad_response(llm: RunningLLM) -> None:
         # no "stream": true, so the scripted server answers with JSON
         with pytest.raises(UpstreamError) as caught:
             await upstream.open_stream(_completion_body(stream=False), None)
-        assert upstream._lean is not None
-        pooled = len(upstream._lean._idle)
+        assert isinstance(upstream.transport, H1Transport)
+        pooled = upstream.transport.idle_connections
         await upstream.complete(_completion_body(), None)  # and the next call still works
         await upstream.aclose()
         return caught.value, pooled

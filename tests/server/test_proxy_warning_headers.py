@@ -98,7 +98,7 @@ def test_warnings_are_logged_at_info_without_message_content(
 
 
 def test_the_header_value_is_ascii_and_splits_back_into_the_warnings() -> None:
-    rt = SimpleNamespace(session_id="s1")
+    rt = SimpleNamespace(session_id="s1", take_compaction=lambda: None)
     turn = _Turn(proxy=None, tenant=None, rt=rt, body={}, history=[])  # type: ignore[arg-type]
     blocked = "auto-compaction blocked: 2 tries saved < 10%; 摘要 100%"
     notices = [blocked, "summarizer failed\nretrying later", blocked]

@@ -60,11 +60,23 @@ def open_store(url: str, schema: str, start_at: float = 0.0) -> list[int]:
         store.close()
 
 
-def try_lease(url: str, schema: str, name: str, holder: str, start_at: float) -> bool:
+def try_lease(url: str, schema: str, name: str, holder: str, start_at: float,
+              tried_dir: str = "", processes: int = 0) -> bool:
+    """Try to take ``name``, then keep the store (so a lease taken) open until all
+    ``processes`` have tried (each leaves a file in ``tried_dir``): a lease lapses with the
+    connection that took it."""
+    import os
+
     store = _open(url, schema)
     _wait_until(start_at)
     try:
-        return bool(store.acquire_lease(name, holder, 60.0))
+        got = bool(store.acquire_lease(name, holder, 60.0))
+        if tried_dir:
+            open(os.path.join(tried_dir, holder), "w").close()
+            deadline = time.time() + 60
+            while len(os.listdir(tried_dir)) < processes and time.time() < deadline:
+                time.sleep(0.05)
+        return got
     finally:
         store.close()
 

@@ -99,12 +99,14 @@ def test_concurrent_open_applies_each_migration_once(pg_schema: str,
     assert sum(1 for versions in applied if versions) == 1
 
 
-def test_only_one_process_gets_a_lease(pg_schema: str, postgres_url: str) -> None:
+def test_only_one_process_gets_a_lease(pg_schema: str, postgres_url: str,
+                                       tmp_path: Path) -> None:
     workers.open_store(postgres_url, pg_schema)
     start = _soon()
     with _pool() as pool:
         got = pool.starmap(workers.try_lease, [(postgres_url, pg_schema, "compact:s1", f"h{i}",
-                                                start) for i in range(PROCESSES)])
+                                                start, str(tmp_path), PROCESSES)
+                                               for i in range(PROCESSES)])
     assert got.count(True) == 1
 
 

@@ -198,7 +198,7 @@ def test_gram_index_migration_backfills_existing_rows(tmp_path: Path) -> None:
     from refold.store import SearchQuery
 
     with SQLiteStore(path) as store:
-        assert store.info()["schema_version"] == 3
+        assert store.info()["schema_version"] == MIGRATIONS[-1].version
         assert [h.seq for h in store.search(SearchQuery("消息"))] == [1]
         assert [h.seq for h in store.search(SearchQuery("旧"))] == [1]
         assert store.integrity_check() == []
@@ -269,39 +269,35 @@ def test_many_threads_reading_and_writing(sqlite_store: SQLiteStore) -> None:
         sqlite_store.get_messages(session.id)
 
 
-def test_relevance_window_bounds_ranking_but_not_filtering(
-        sqlite_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_relevance_ranks_every_match_not_the_newest(sqlite_store: SQLiteStore) -> None:
+    """No recency window: the best matches win however old they are (issue 12)."""
     from refold.store import SearchQuery
-    from refold.store.sqlite import search
 
-    monkeypatch.setattr(search, "RELEVANCE_WINDOW", 10)
     old = sqlite_store.create_session()
     sqlite_store.append_messages(old.id, [user("kiwi kiwi kiwi kiwi")] * 5)  # best bm25, oldest
     new = sqlite_store.create_session()
     sqlite_store.append_messages(new.id, [user(f"a kiwi in a longer sentence {i}")
                                           for i in range(30)])
     hits = sqlite_store.search(SearchQuery("kiwi", limit=5, window=0))
-    assert len(hits) == 5 and {h.session_id for h in hits} == {new.id}  # newest 10 ranked
-    filtered = sqlite_store.search(SearchQuery("kiwi", session_id=old.id, window=0))
-    assert sorted(h.seq for h in filtered) == [1, 2, 3, 4, 5]  # the fallback ranks everything
+    assert {h.session_id for h in hits} == {old.id}
+    assert [h.seq for h in hits] == [5, 4, 3, 2, 1]  # equal scores: newest first
+    filtered = sqlite_store.search(SearchQuery("kiwi", session_id=new.id, window=0))
+    assert len(filtered) == 20
 
 
-def test_relevance_window_applies_to_the_trigram_index(
-        sqlite_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_trigram_index_ranks_every_match(sqlite_store: SQLiteStore) -> None:
     from refold.store import SearchQuery
-    from refold.store.sqlite import search
 
-    monkeypatch.setattr(search, "RELEVANCE_WINDOW", 10)
     old = sqlite_store.create_session()
     sqlite_store.append_messages(old.id, [user("部署服务部署服务部署服务")] * 5)
     new = sqlite_store.create_session()
     sqlite_store.append_messages(new.id, [user(f"我们今天要部署服务然后休息 {i}")
                                           for i in range(30)])
     hits = sqlite_store.search(SearchQuery("部署服务", limit=5, window=0))
-    assert len(hits) == 5 and {h.session_id for h in hits} == {new.id}
+    assert {h.session_id for h in hits} == {old.id}
     assert all("[部署服务]" in h.snippet for h in hits)
-    filtered = sqlite_store.search(SearchQuery("部署服务", session_id=old.id, window=0))
-    assert sorted(h.seq for h in filtered) == [1, 2, 3, 4, 5]
+    filtered = sqlite_store.search(SearchQuery("部署服务", session_id=new.id, window=0))
+    assert len(filtered) == 20
     assert len(sqlite_store.search(SearchQuery("部署服务 NOT 休息", window=0))) == 5
 
 

@@ -124,9 +124,14 @@ def test_short_cjk_finds_all_of_many(store: Store) -> None:
 
 def test_mixed_latin_and_cjk(filled: tuple[Store, str, str]) -> None:
     store, a, b = filled
-    assert seqs(store, "deploy 部署服务") == [(b, 2)]
-    assert seqs(store, "English 部署") == [(b, 2)]
-    assert seqs(store, "english 中文") == [(b, 2)]
+    assert seqs(store, "deploy AND 部署服务") == [(b, 2)]
+    assert seqs(store, "English AND 部署") == [(b, 2)]
+    assert seqs(store, "english AND 中文") == [(b, 2)]
+    # typed without syntax: ORed, the message holding every term first
+    for text in ("deploy 部署服务", "English 部署", "english 中文"):
+        hits = store.search(SearchQuery(text))
+        assert (hits[0].session_id, hits[0].seq) == (b, 2), text
+    assert len(store.search(SearchQuery("deploy 部署服务"))) == 4  # a1, a2, a3 and b2
     assert seqs(store, "部署 NOT English") == sorted([(a, 3), (a, 4)])
 
 
@@ -198,8 +203,13 @@ def test_forked_copies_are_searchable_in_the_fork(store: Store) -> None:
     s = store.create_session()
     store.append_messages(s.id, [user("walrus 海象动物")])
     fork = store.fork_session(s.id)
-    assert seqs(store, "walrus") == sorted([(s.id, 1), (fork.id, 1)])
-    assert seqs(store, "海象动物") == sorted([(s.id, 1), (fork.id, 1)])
+    for text in ("walrus", "海象动物", "walrus 海象动物"):
+        [hit] = store.search(SearchQuery(text))  # one hit for the message and its copy
+        # the best-ranked copy stands for all (equal scores: the newest, the fork)
+        assert (hit.session_id, hit.seq) == (fork.id, 1), text
+        assert set(hit.lineage) == {s.id, fork.id}
+    assert seqs(store, "walrus", session_id=fork.id) == [(fork.id, 1)]
+    assert seqs(store, "海象动物", session_id=fork.id) == [(fork.id, 1)]
 
 
 def test_or_groups_mixing_scripts(filled: tuple[Store, str, str]) -> None:
@@ -217,6 +227,8 @@ def test_needle_mixing_cjk_and_latin_in_one_word(store: Store) -> None:
     assert seqs(store, "本v2") == [(s.id, 1)]
     assert seqs(store, "本v2", session_id=s.id) == [(s.id, 1)]
     assert seqs(store, "版本v2发布") == [(s.id, 1)]
+    hits = store.search(SearchQuery("版本 发布"))  # ORed terms: the one holding both first
+    assert [h.seq for h in hits] == [1, 2]
 
 
 def test_filters_apply_before_the_limit_on_large_result_sets(store: Store) -> None:
@@ -241,7 +253,9 @@ def test_accents_fold_alike_on_every_backend(store: Store) -> None:
                                  user("plain cafe, resume and Zurich here")])
     assert seqs(store, "cafe") == seqs(store, "café") == [(s.id, 1), (s.id, 3)]
     assert seqs(store, "Zurich") == seqs(store, "zürich") == [(s.id, 1), (s.id, 3)]
-    assert seqs(store, "naive resume") == seqs(store, "naïve résumé") == [(s.id, 2)]
+    assert seqs(store, "naive AND resume") == seqs(store, "naïve AND résumé") == [(s.id, 2)]
+    for text in ("naive resume", "naïve résumé"):
+        assert [h.seq for h in store.search(SearchQuery(text))] == [2, 3], text
     assert seqs(store, '"naive resume"') == [(s.id, 2)]  # a phrase too
     assert seqs(store, "Zür*") == [(s.id, 1), (s.id, 3)]
     assert seqs(store, "ferry") == [(s.id, 2)]

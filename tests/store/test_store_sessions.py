@@ -117,13 +117,33 @@ def test_resolve_prefix_escapes_wildcards(store: Store) -> None:
     assert store.resolve_session("a%").id == "a%b"
 
 
-def test_resolve_title_goes_to_latest_numbered_variant(store: Store) -> None:
-    store.create_session(title="proj")
+def test_resolve_title_exact_first_then_latest_numbered_variant(store: Store) -> None:
+    exact = store.create_session(title="proj")
     store.create_session(title="proj #2")
     latest = store.create_session(title="proj #3")
-    second = store.resolve_session("proj #2")
-    assert store.resolve_session("proj").id == latest.id
-    assert second.title == "proj #2"
+    assert store.resolve_session("proj #2").title == "proj #2"
+    assert store.resolve_session("proj").id == exact.id  # issue 14: exactly that title first
+    store.rename_session(exact.id, "old proj")
+    assert store.resolve_session("proj").id == latest.id  # no "proj" left: the newest variant
+
+
+def test_a_branch_never_takes_over_its_lineage_name(store: Store) -> None:
+    """Issue 14: after a compaction continuation and a --branch fork, ``lin`` is still ``lin``,
+    resume follows the continuation (never the branch) and ``fork lin --at`` works."""
+    from refold.compaction.session import fork_with_state
+
+    lin = store.create_session(title="lin")
+    store.append_messages(lin.id, [user(f"m{i}") for i in range(1, 31)])
+    store.end_session(lin.id, "rotation")
+    cont = store.create_session(title=store.next_lineage_title("lin"), parent_session_id=lin.id,
+                                link_kind="compaction")
+    store.append_messages(cont.id, [user("continued")])
+    branch = fork_with_state(store, lin.id, 5, kind="branch", title=None)
+    assert branch.title == "lin #3" and cont.title == "lin #2"
+    assert store.resolve_session("lin").id == lin.id
+    assert store.resolve_resume(store.resolve_session("lin").id).id == cont.id
+    fork = fork_with_state(store, store.resolve_session("lin").id, 20, kind="fork", title=None)
+    assert len(store.get_messages(fork.id)) == 20
 
 
 def test_resolve_respects_owner(store: Store) -> None:
@@ -249,3 +269,28 @@ def test_prune_removes_only_old_ended_sessions(store: Store) -> None:
     assert store.get_session(running.id).id == running.id
     with pytest.raises(InvalidInput):
         store.prune_sessions(-1)
+
+
+
+def test_titles_are_unique_per_owner_not_across_owners(store: Store) -> None:
+    from refold.errors import AmbiguousReference, Conflict, NotFound
+
+    mine = store.create_session(title="plan", owner="key-a")
+    theirs = store.create_session(title="plan", owner="key-b")
+    with pytest.raises(Conflict):
+        store.create_session(title="plan", owner="key-a")
+    assert store.resolve_session("plan", owner="key-a").id == mine.id
+    assert store.resolve_session("plan", owner="key-b").id == theirs.id
+    with pytest.raises(NotFound):
+        store.resolve_session("plan", owner="key-c")
+    with pytest.raises(AmbiguousReference, match="--owner"):
+        store.resolve_session("plan")  # the operator, two tenants, no local session
+    local = store.create_session(title="plan")
+    assert store.resolve_session("plan").id == local.id  # the local owner's comes first
+    other = store.create_session(title="other", owner="key-b")
+    with pytest.raises(Conflict):
+        store.rename_session(other.id, "plan")  # key-b already has "plan"
+    store.rename_session(other.id, "plan #2")
+    assert store.resolve_session("plan", owner="key-b").id == theirs.id  # the exact title
+    assert store.resolve_session("plan #2", owner="key-b").id == other.id
+    assert store.resolve_session("plan", owner="key-a").id == mine.id

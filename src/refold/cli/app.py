@@ -15,14 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from refold.config import Settings, load_settings
 from refold.errors import InvalidInput, NotFound
-from refold.store import Store, sqlite_file_of
-from refold.store.output import sqlite_files
+
+if TYPE_CHECKING:  # both load on first use: `refold --version` and `--help` never need them
+    from refold.config import Settings
+    from refold.store import Store
 
 # commands that only work on sessions already stored: they never create a database
 READ_COMMANDS = frozenset({"search", "sessions", "context"})
@@ -31,9 +32,26 @@ READ_COMMANDS = frozenset({"search", "sessions", "context"})
 class LazyGroup(click.Group):
     """A click group whose subcommands are ``"module:attribute"`` strings, imported on use."""
 
-    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None,
+                 summaries: dict[str, str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.lazy = dict(lazy or {})
+        # one-line help per lazy command, so `--help` lists them without importing each one
+        # (a test keeps these equal to the commands' own short help)
+        self.summaries = dict(summaries or {})
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in self.summaries and name not in self.commands:
+                rows.append((name, self.summaries[name]))
+                continue
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(formatter.width)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(super().list_commands(ctx)) | set(self.lazy))
@@ -69,10 +87,13 @@ class AppContext:
     """What every command gets through ``click.pass_obj``: settings and a lazily opened store."""
 
     flags: dict[str, Any] = field(default_factory=dict)
+    sets: tuple[str, ...] = ()  # --set KEY=VALUE, above the environment, below flags
 
     @cached_property
     def settings(self) -> Settings:
-        return load_settings(self.flags)
+        from refold.config import load_settings
+
+        return load_settings(self.flags, os.environ, sets=self.sets)
 
     @cached_property
     def store(self) -> Store:
@@ -80,7 +101,8 @@ class AppContext:
         self._check_exists(settings)
         from refold.assembly import open_configured_store
 
-        return open_configured_store(settings)
+        # a read command with a mistyped ?schema= must not create that schema
+        return open_configured_store(settings, create=_invoked_command() not in READ_COMMANDS)
 
     @staticmethod
     def _check_exists(settings: Settings) -> None:
@@ -89,12 +111,12 @@ class AppContext:
         database there (a typo would otherwise look like an empty archive)."""
         if settings.db is None or settings.db.startswith(("postgresql://", "postgres://")):
             return
+        from refold.store import sqlite_file_of
+
         path = sqlite_file_of(settings.db)
         if path == ":memory:" or os.path.exists(path):
             return
-        ctx = click.get_current_context(silent=True)
-        command = ctx.find_root().invoked_subcommand if ctx is not None else None
-        if command in READ_COMMANDS:
+        if _invoked_command() in READ_COMMANDS:
             raise NotFound(f"no database at {path}",
                            hint="check --db / REFOLD_DB; `refold import FILE` creates one")
 
@@ -104,6 +126,9 @@ class AppContext:
         settings = self.settings
         paths = [settings.memories_dir, settings.home / "refold.toml"]
         if "://" not in settings.db_url or settings.db_url.startswith("sqlite://"):
+            from refold.store import sqlite_file_of
+            from refold.store.output import sqlite_files
+
             database = sqlite_file_of(settings.db_url)
             if database != ":memory:":
                 paths += sqlite_files(database)
@@ -112,6 +137,11 @@ class AppContext:
     def close(self) -> None:
         if "store" in self.__dict__:
             self.store.close()
+
+
+def _invoked_command() -> str | None:
+    ctx = click.get_current_context(silent=True)
+    return ctx.find_root().invoked_subcommand if ctx is not None else None
 
 
 pass_app = click.make_pass_decorator(AppContext)

@@ -10,8 +10,10 @@ unknown session) end the command through the CLI's one error renderer.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import click
@@ -56,8 +58,41 @@ def breakdown_line(parts: dict[str, Any]) -> str:
 class Renderer:
     """Turns ``Output`` values into terminal text (rich styles on a TTY, plain text otherwise)."""
 
-    def __init__(self, console: Any) -> None:
+    def __init__(self, console: Any, *, markdown: bool = False) -> None:
         self.console = console
+        self.markdown = markdown  # streamed replies rendered as markdown, live (a terminal)
+        self.status: Any = None  # the "thinking…" spinner of the turn, stopped at first text
+        self._live: Any = None
+        self._streamed: list[str] = []
+
+    # -- streamed replies ----------------------------------------------------------------------
+    def on_text(self, delta: str) -> None:
+        """A content delta of the reply being streamed."""
+        if self.status is not None:
+            self.status.stop()  # one live display at a time: the reply takes over
+            self.status = None
+        self._streamed.append(delta)
+        if not self.markdown:
+            self.console.file.write(delta)
+            self.console.file.flush()
+            return
+        from rich.live import Live
+        from rich.markdown import Markdown
+
+        if self._live is None:
+            self._live = Live(console=self.console, refresh_per_second=12,
+                              vertical_overflow="visible")
+            self._live.start()
+        self._live.update(Markdown("".join(self._streamed)))
+
+    def end_stream(self) -> None:
+        """The streamed reply is complete (or broke off): leave it on the screen."""
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+        elif self._streamed:
+            self.console.file.write("\n")
+        self._streamed = []
 
     def show(self, out: Output) -> None:
         getattr(self, f"_{out.kind}", self._info)(out)
@@ -66,6 +101,9 @@ class Renderer:
         self.console.print(text, style=style, markup=False, highlight=False)
 
     def _reply(self, out: Output) -> None:
+        if out.data.get("streamed"):
+            self.end_stream()  # already on the screen
+            return
         self._print(out.text)
 
     def _tool(self, out: Output) -> None:
@@ -109,6 +147,7 @@ class Renderer:
             self._print(breakdown_line(out.data["breakdown"]))
 
     def error(self, err: RefoldError) -> None:
+        self.end_stream()
         self._print(f"error: {err}", "red")
 
 
@@ -134,7 +173,8 @@ def _engine(app: AppContext) -> tuple[Any, Any]:
     from refold.assembly import build_engine, summarizer_setup
 
     setup = summarizer_setup(app.settings)
-    return build_engine(app.settings, app.store, setup, owner=""), setup
+    # the person at the terminal: @file/@folder/@diff/@git read the working directory
+    return build_engine(app.settings, app.store, setup, owner="", refs_root=Path.cwd()), setup
 
 
 @click.command("chat")
@@ -146,10 +186,16 @@ def _engine(app: AppContext) -> tuple[Any, Any]:
 @click.option("--system", "system_prompt", default=DEFAULT_SYSTEM,
               help="System prompt (default: a short assistant prompt naming the tools).")
 @click.option("--no-tools", is_flag=True, help="Do not offer session_search/memory/todo.")
+@click.option("--upstream-api-key-env", metavar="VAR",
+              help="Read the upstream's API key from env variable VAR "
+                   "(default $REFOLD_UPSTREAM_API_KEY).")
+@click.option("--no-stream", is_flag=True,
+              help="Wait for each whole reply instead of streaming it (markdown on a terminal).")
 @pass_app
 def chat_cmd(app: AppContext, upstream: str | None, model: str | None,
              context_length: int | None, ref: str | None, title: str | None,
-             system_prompt: str, no_tools: bool) -> None:
+             system_prompt: str, no_tools: bool, upstream_api_key_env: str | None,
+             no_stream: bool) -> None:
     """Chat with a model; history, compaction and memory handled by refold. /help for commands."""
     from rich.console import Console
 
@@ -160,13 +206,21 @@ def chat_cmd(app: AppContext, upstream: str | None, model: str | None,
     if not settings.upstream:
         raise InvalidInput("no model endpoint to chat with",
                            hint="pass --upstream URL or set REFOLD_UPSTREAM")
+    if upstream_api_key_env:
+        key = os.environ.get(upstream_api_key_env)
+        if not key:
+            raise InvalidInput(f"${upstream_api_key_env} is not set",
+                               hint="export it, or drop --upstream-api-key-env")
+        settings = settings.model_copy(update={"upstream_api_key": key})
     interactive = sys.stdin.isatty()
-    renderer = Renderer(Console(soft_wrap=True, highlight=False))  # replies wrap in the terminal
+    console = Console(soft_wrap=True, highlight=False)  # replies wrap in the terminal
+    renderer = Renderer(console, markdown=interactive and console.is_terminal)
     engine, setup = _engine(app)
     try:
-        with HttpChatClient(settings.upstream, settings.upstream_api_key) as client:
+        with HttpChatClient(str(settings.upstream), settings.upstream_api_key) as client:
             chat = ChatSession(engine, client, model=settings.model, system_prompt=system_prompt,
-                               use_tools=not no_tools, ref=ref, title=title)
+                               use_tools=not no_tools, ref=ref, title=title,
+                               on_text=None if no_stream else renderer.on_text)
             renderer.show(Output("info", f"{chat.describe()} · {settings.model} at "
                                          f"{settings.upstream} · /help for commands"))
             _loop(chat, renderer, interactive)
@@ -179,6 +233,7 @@ def _loop(chat: ChatSession, renderer: Renderer, interactive: bool) -> None:
     for line in _lines(interactive):
         waiting = renderer.console.status("thinking…") if interactive and \
             not line.startswith("/") else contextlib.nullcontext()
+        renderer.status = waiting if interactive and not line.startswith("/") else None
         try:
             with waiting:
                 for out in chat.handle(line):

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from refold.errors import InvalidInput, UpstreamError
-from refold.llm import ChatClient, ChatResult
+from refold.llm import ChatClient, ChatResult, HttpChatClient
+from refold.llm.stream import stream_completion
 from refold.messages.model import Message, content_text
 from refold.store.base import SearchQuery
 
@@ -56,9 +57,12 @@ class ChatSession:
 
     def __init__(self, engine: Any, client: ChatClient, *, model: str,
                  system_prompt: str | None = DEFAULT_SYSTEM, use_tools: bool = True,
-                 ref: str | None = None, title: str | None = None) -> None:
+                 ref: str | None = None, title: str | None = None,
+                 on_text: Callable[[str], None] | None = None) -> None:
         self.engine = engine
         self.client = client
+        # streaming: each content delta goes to on_text as it arrives (HttpChatClient only)
+        self.on_text = on_text
         self.model = model
         self.system_prompt = system_prompt
         self.use_tools = use_tools
@@ -81,8 +85,11 @@ class ChatSession:
             from refold.tools import agent_tools
 
             # a getter: the tools follow the runtime into a compaction child (rotation)
+            refs = self.engine.references
             self.tools = agent_tools(self.engine.store, session_id=lambda: rt.session_id,
-                                     owner=self.engine.owner, memory=self.engine.memory)
+                                     owner=self.engine.owner, memory=self.engine.memory,
+                                     spill=refs.spill if refs is not None else None,
+                                     skills=self.engine.skills)
         self.last_prepared = None
 
     def describe(self) -> str:
@@ -110,7 +117,7 @@ class ChatSession:
             self.rt.record(result.message, usage=result.usage, model=result.model)
             reply = content_text(result.message)
             if reply:
-                yield Output("reply", reply)
+                yield Output("reply", reply, {"streamed": self._streams()})
             calls = result.message.get("tool_calls") or []
             if not calls or self.tools is None:
                 break
@@ -136,12 +143,19 @@ class ChatSession:
             self.last_prepared = prepared
             self.warnings.extend(prepared.warnings)
             try:
+                if self._streams():
+                    assert self.on_text is not None and isinstance(self.client, HttpChatClient)
+                    return stream_completion(self.client, prepared.messages, model=self.model,
+                                             tools=schemas, on_text=self.on_text)
                 return self.client.complete(prepared.messages, model=self.model, tools=schemas)
             except UpstreamError as err:
                 if attempt >= MAX_OVERFLOW_RETRIES or not self.rt.handle_error(err, attempt):
                     raise
             prepared = self.rt.prepare([], system_prompt=self.system_prompt, tools=schemas)
         raise AssertionError("unreachable: the last attempt raises")
+
+    def _streams(self) -> bool:
+        return self.on_text is not None and isinstance(self.client, HttpChatClient)
 
     def gauge(self) -> Output:
         prepared = self.last_prepared

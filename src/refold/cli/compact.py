@@ -175,13 +175,15 @@ def sessions_compact_cmd(app: AppContext, session: str, context_length: int | No
                            context_length=context_length or settings.context_length,
                            summarizer=make_summarizer(settings, summarizer, model),
                            system_prompt=recorded_system_prompt(app.store, found.id),
-                           rotate=settings.rotate_on_compaction if rotate is None else rotate)
-    if done.rotated_from is not None:  # a proxy client re-sending its history continues there
-        from refold.runtime.rotation import record_rotation
+                           rotate=False)
+    session_id, rotated_from = done.session.id, None
+    if done.stored and (settings.rotate_on_compaction if rotate is None else rotate):
+        # the one rotation (as the runtime's): the child starts with the checkpoint's view,
+        # the rotation is recorded for proxy clients and the task state carried once
+        from refold.runtime.rotation import rotate_session
 
-        record_rotation(app.store, done.rotated_from, done.session.id,
-                        len(app.store.get_messages(done.session.id)))
-    value = {"session_id": done.session.id, "rotated_from": done.rotated_from,
+        session_id, rotated_from = rotate_session(app.store, found.id), found.id
+    value = {"session_id": session_id, "rotated_from": rotated_from,
              "stored": done.stored, "checkpoint_id": done.checkpoint.id if done.checkpoint
              else None, "note": done.note, "report": report_json(done.report)}
     emit(value, as_json, _render_session_compact)

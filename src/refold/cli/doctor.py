@@ -1,7 +1,13 @@
 """``refold doctor``: is this installation healthy? Versions, features, paths, integrity.
 
-Read-only. The report is built as plain data (``--json`` prints it as is); the exit status is 1
-when a check fails (the database cannot be opened or its integrity check reports problems).
+Read-only unless ``--repair``. The report is built as plain data (``--json`` prints it as is);
+the exit status is 1 when a check fails (the database cannot be opened or its integrity check
+reports problems), also after a repair that did not fix everything.
+
+``--repair`` (only when the database check failed) first backs the SQLite file up beside
+itself (``refold.db.bak-<UTC time>``, SQLite's online backup), then rebuilds what derives from
+the stored messages — the search indexes (and on PostgreSQL the message counts) — and checks
+again. It never deletes or rewrites a message.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ import importlib.metadata
 import importlib.util
 import platform
 import sqlite3
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -17,6 +24,7 @@ import click
 from refold import __version__
 from refold.cli.app import AppContext, console, emit, pass_app
 from refold.errors import RefoldError
+from refold.store import sqlite_file_of
 from refold.store.urls import redact_url
 
 # extra name -> modules it brings
@@ -113,13 +121,40 @@ def _render(report: dict[str, Any]) -> None:
             out.print(f"  - {escape(problem)}")
 
 
+def repair(app: AppContext) -> dict[str, Any]:
+    """Back up, then rebuild the derived data; what was done, as plain data."""
+    store = app.store
+    done: dict[str, Any] = {"backup": None, "rebuilt": []}
+    if store.info()["backend"] == "sqlite":
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        destination = f"{sqlite_file_of(app.settings.db_url)}.bak-{stamp}"
+        store.backup(destination)
+        done["backup"] = destination
+    store.rebuild_search_indexes()
+    done["rebuilt"].append("search indexes")
+    return done
+
+
+def _render_repair(done: dict[str, Any]) -> None:
+    where = done["backup"] or "none (PostgreSQL: use pg_dump; only derived data was rebuilt)"
+    click.echo(f"repair: backup {where}; rebuilt {', '.join(done['rebuilt'])}")
+
+
 @click.command("doctor")
+@click.option("--repair", "do_repair", is_flag=True,
+              help="Back up the database, then rebuild the search indexes if a check failed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @pass_app
 @click.pass_context
-def doctor_cmd(ctx: click.Context, app: AppContext, as_json: bool) -> None:
+def doctor_cmd(ctx: click.Context, app: AppContext, do_repair: bool, as_json: bool) -> None:
     """Check the installation: versions, SQLite features, paths and database integrity."""
     report = build_report(app)
+    database = report["database"]
+    if do_repair and not database["ok"] and not database.get("error"):
+        done = repair(app)
+        report = {**build_report(app), "repair": done}
+        if not as_json:
+            _render_repair(done)
     emit(report, as_json, _render)
     if not report["ok"]:
         ctx.exit(1)

@@ -20,8 +20,10 @@ from typing import Any
 import click
 
 from refold.cli.app import AppContext, emit, pass_app
+from refold.cli.terminal import safe_text
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
 from refold.messages import chain_identities, load_anthropic, load_messages, load_messages_file
+from refold.messages.load import Utf8Repair, check_size
 from refold.messages.model import Message
 from refold.store import SearchHit, SearchQuery, Session, Store, StoredMessage
 
@@ -31,13 +33,15 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 # -- import --------------------------------------------------------------------------------------
 
-def _read_transcript(file: str, fmt: str) -> tuple[list[Message], str]:
+def _read_transcript(file: str, fmt: str, max_bytes: int | None,
+                     repair: Utf8Repair) -> tuple[list[Message], str]:
     if file == "-":
-        data = sys.stdin.buffer.read()
+        data = sys.stdin.buffer.read(max_bytes + 1) if max_bytes else sys.stdin.buffer.read()
+        check_size(len(data), max_bytes, "<stdin>")
         if fmt == "anthropic":
-            return load_anthropic(data, source_name="<stdin>"), "stdin"
-        return load_messages(data, source_name="<stdin>"), "stdin"
-    return load_messages_file(file, fmt=fmt), Path(file).stem
+            return load_anthropic(data, source_name="<stdin>", repair=repair), "stdin"
+        return load_messages(data, source_name="<stdin>", repair=repair), "stdin"
+    return load_messages_file(file, fmt=fmt, max_bytes=max_bytes, repair=repair), Path(file).stem
 
 
 def _new_title(store: Store, wanted: str | None) -> str | None:
@@ -104,21 +108,26 @@ def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str |
 
     Messages already stored in the session are skipped, so importing twice is harmless.
     """
-    messages, stem = _read_transcript(file, fmt)
+    repair = Utf8Repair()
+    messages, stem = _read_transcript(file, fmt, app.settings.import_max_bytes or None, repair)
+    if repair.count:
+        click.echo(f"warning: {file}: {repair.describe()}", err=True)
     if not messages:
         raise InvalidInput(f"{file}: no messages to import")
     store = app.store
     session = _target_session(store, session_ref, messages, title=title, default_title=stem,
                               source=source)
     result = store.sync_messages(session.id, messages)
-    report = {"session_id": session.id, "title": store.get_session(session.id).title,
+    report: dict[str, Any] = {"session_id": session.id, "title": store.get_session(session.id).title,
               "appended": len(result.appended), "skipped": result.skipped,
               "rewound": result.rewound}
+    if repair.count:
+        report["utf8_repaired"] = {"count": repair.count, "first_offset": repair.first_offset}
     emit(report, as_json, _render_import)
 
 
 def _render_import(report: dict[str, Any]) -> None:
-    title = f" ({report['title']})" if report["title"] else ""
+    title = f" ({safe_text(report['title'])})" if report["title"] else ""
     line = (f"imported {report['appended']} message(s) into session "
             f"{report['session_id']}{title}; {report['skipped']} already stored")
     if report["rewound"]:
@@ -152,7 +161,7 @@ def _time_option(_ctx: click.Context, _param: click.Parameter, value: str | None
 def _hit_json(hit: SearchHit) -> dict[str, Any]:
     return {"session_id": hit.session_id, "title": hit.session_title, "seq": hit.seq,
             "role": hit.role, "snippet": hit.snippet, "content": hit.content,
-            "created_at": hit.created_at, "score": hit.score,
+            "created_at": hit.created_at, "score": hit.score, "lineage": list(hit.lineage),
             "window": [_window_json(m) for m in hit.window]}
 
 
@@ -195,10 +204,10 @@ def _render_hits(hits: list[dict[str, Any]], query: str) -> None:
     table.add_column("when", no_wrap=True)
     table.add_column("match", overflow="fold", ratio=1)
     for hit in hits:
-        label = hit["title"] or hit["session_id"][:12]
+        label = safe_text(hit["title"] or hit["session_id"][:12])
         when = datetime.fromtimestamp(hit["created_at"]).strftime("%y-%m-%d %H:%M")
         table.add_row(label, str(hit["seq"]), hit["role"], when,
-                      _highlight(hit["snippet"].replace("\n", " "), query))
+                      _highlight(safe_text(hit["snippet"].replace("\n", " ")), query))
     console().print(table)
 
 
@@ -216,16 +225,22 @@ def _render_hits(hits: list[dict[str, Any]], query: str) -> None:
 @click.option("--window", type=click.IntRange(0, 20), default=1, show_default=True,
               help="Surrounding messages returned on each side of a hit.")
 @click.option("--all", "include_inactive", is_flag=True, help="Include rewound messages.")
+@click.option("--mode", type=click.Choice(["fts", "vector", "hybrid"]), default=None,
+              help="Words, meaning (needs refold[embed] and `refold index`) or both fused "
+                   "[default: hybrid once messages are indexed, else fts].")
 @click.option("--json", "as_json", is_flag=True, help="Print hits as JSON.")
 @pass_app
 def search_cmd(app: AppContext, query: str, session_ref: str | None, role: str | None,
                source: str | None, since: float | None, until: float | None, sort: str, limit: int,
-               window: int, include_inactive: bool, as_json: bool) -> None:
-    """Full-text search over every stored message (CJK included)."""
+               window: int, include_inactive: bool, mode: str | None, as_json: bool) -> None:
+    """Search every stored message: a question as you would ask it, in any language."""
+    from refold.search.vectors import hybrid_search, resolve_mode
+
     store = app.store
     session_id = store.resolve_session(session_ref).id if session_ref else None
-    hits = store.search(SearchQuery(
+    request = SearchQuery(
         text=query, session_id=session_id, role=role, source=source,
         since=since, until=until, include_inactive=include_inactive,
-        sort="recency" if sort == "recency" else "relevance", limit=limit, window=window))
+        sort="recency" if sort == "recency" else "relevance", limit=limit, window=window)
+    hits = hybrid_search(store, request, mode=resolve_mode(store, mode))
     emit([_hit_json(h) for h in hits], as_json, lambda rows: _render_hits(rows, query))

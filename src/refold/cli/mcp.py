@@ -7,9 +7,14 @@ Memory writes follow the ``memory_approval`` setting (allow, stage, block).
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import click
 
 from refold.cli.app import AppContext, pass_app
+
+RECENT_SESSIONS = 20
 
 
 @click.command("mcp")
@@ -17,13 +22,59 @@ from refold.cli.app import AppContext, pass_app
 @pass_app
 def mcp_cmd(app: AppContext, no_memory: bool) -> None:
     """Run an MCP server on stdio exposing memory and session_search."""
+    from refold.assembly import tenant_skills
     from refold.mcpserver import run_stdio
+    from refold.references.spill import SpillStore
+    from refold.skills.tool import skill_manage_tool
     from refold.tools import ToolRegistry, memory_tool, session_search_tool
 
-    registry = ToolRegistry([session_search_tool(app.store, owner=None)])
+    spill = SpillStore(app.settings.home / "spill")  # what @session references spilled
+    registry = ToolRegistry([session_search_tool(app.store, owner=None, spill=spill)])
     if not no_memory:
-        # MCP has no turns: a pause of a minute starts a new one for the failure budget
+        # MCP has no turns: a call chain ends at a successful call or a pause of a minute, and
+        # the three-failures stop counts within one chain only
         registry.register(memory_tool(app.settings.memories_dir,
                                       approval=app.settings.memory_approval,
-                                      new_turn_after=60.0))
-    run_stdio(registry)
+                                      new_turn_after=60.0, reset_on_success=True))
+    skills = tenant_skills(app.settings, app.store, "")
+    registry.register(skill_manage_tool(skills))
+    run_stdio(registry, [*_resources(app, memory=not no_memory), *_skill_resources(skills)])
+
+
+def _skill_resources(skills: Any) -> list[Any]:
+    """Each skill as ``skill://NAME`` (its SKILL.md; the list is the one at start-up)."""
+    import functools
+
+    from refold.mcpserver import TextResource
+    from refold.skills.tool import SkillResources
+
+    source = SkillResources(skills)
+    return [TextResource(uri, name, description, "text/markdown",
+                         functools.partial(source.read, uri))
+            for uri, name, description in source.resources()]
+
+
+def _resources(app: AppContext, *, memory: bool) -> list[Any]:
+    from refold.mcpserver import TextResource
+
+    def recent() -> str:
+        sessions = app.store.list_sessions(limit=RECENT_SESSIONS)
+        return json.dumps([{"id": s.id, "title": s.title, "started_at": s.started_at,
+                            "ended_at": s.ended_at, "messages": s.message_count,
+                            "parent_session_id": s.parent_session_id,
+                            "link_kind": s.link_kind} for s in sessions], ensure_ascii=False)
+
+    found = [TextResource("refold://sessions/recent", "recent sessions",
+                          f"The {RECENT_SESSIONS} newest stored sessions (JSON).",
+                          "application/json", recent)]
+    if memory:
+        def snapshot() -> str:
+            from refold.memory.files import open_file_store
+            from refold.memory.snapshot import take_snapshot
+
+            return take_snapshot(open_file_store(app.settings.memories_dir)).text
+
+        found.append(TextResource("refold://memory/snapshot", "memory snapshot",
+                                  "MEMORY.md and USER.md as a new session's system prompt "
+                                  "gets them.", "text/plain", snapshot))
+    return found

@@ -14,7 +14,10 @@ import click
 
 from refold.cli.app import AppContext, console, emit, err_console, pass_app
 from refold.errors import InvalidInput, StorageError
-from refold.store import open_store
+from refold.memory.db import DBBackend
+from refold.memory.files import FileBackend
+from refold.memory.transfer import MemoryTransfer, copy_memory
+from refold.store import Store, open_store
 from refold.store.copy import CopyReport, copy_store
 from refold.store.urls import redact_url
 
@@ -52,43 +55,91 @@ def _render(report: CopyReport, source: str, target: str) -> None:
         out.print(f"  [red]✗[/] {problem}")
 
 
+def _render_files(transfer: MemoryTransfer, where: str) -> None:
+    copied = ", ".join(f"{name} ({n})" for name, n in transfer.copied.items()) or "none"
+    click.echo(f"memory files → {where}: copied {copied}"
+               + (f"; already there: {', '.join(transfer.same)}" if transfer.same else ""))
+    for name in transfer.conflicts:
+        click.echo(f"  kept {name}: the destination already holds other entries "
+                   "(nothing was overwritten)")
+
+
+def _transfer_json(transfer: MemoryTransfer) -> dict[str, Any]:
+    return dataclasses.asdict(transfer)
+
+
 @click.command("migrate")
 @click.option("--from", "source_url", metavar="DB",
               help="Store to copy from: a SQLite path, sqlite:///path or postgresql://… "
                    "(default: the configured --db).")
-@click.option("--to", "target_url", required=True, metavar="DB",
+@click.option("--to", "target_url", metavar="DB",
               help="Store to copy into (created and migrated when new).")
+@click.option("--memory-to-files", is_flag=True,
+              help="Instead: copy the DB memory of --from (profile memory_profile) into the "
+                   "memory files under the data home.")
 @click.option("--no-verify", is_flag=True, help="Skip the verification pass.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @pass_app
-def migrate_cmd(app: AppContext, source_url: str | None, target_url: str, no_verify: bool,
-                as_json: bool) -> None:
+def migrate_cmd(app: AppContext, source_url: str | None, target_url: str | None,
+                memory_to_files: bool, no_verify: bool, as_json: bool) -> None:
     """Copy every session, message, checkpoint, event and memory document into another store.
+
+    File memory (MEMORY.md / USER.md under the data home) is copied into the target's DB memory
+    too; --memory-to-files copies DB memory back into files. A destination that already holds
+    other entries is never overwritten.
 
     Example: refold migrate --from sqlite:///~/refold.db --to postgresql://host/refold
     """
     source_url = source_url or app.settings.db_url
+    if memory_to_files:
+        _memory_to_files(app, source_url, as_json)
+        return
+    if target_url is None:
+        raise InvalidInput("migrate needs --to DB", hint="or --memory-to-files")
     if source_url.strip() == target_url.strip():
         raise InvalidInput("--from and --to name the same store", hint="give two different DBs")
     source = open_store(source_url)
     try:
         target = open_store(target_url)
         try:
-            with _progress_bar(not as_json) as bar:
-                tasks: dict[str, Any] = {}
-
-                def progress(phase: str, done: int, total: int) -> None:
-                    if phase not in tasks:
-                        tasks[phase] = bar.add_task(_PHASES.get(phase, phase), total=total)
-                    bar.update(tasks[phase], completed=done, total=total)
-
-                report = copy_store(source, target, progress=progress, verify=not no_verify)
+            report = _copy(source, target, not as_json, not no_verify)
+            files = copy_memory(FileBackend(app.settings.memories_dir),
+                                DBBackend(target, app.settings.memory_profile))
         finally:
             target.close()
     finally:
         source.close()
-    emit({**dataclasses.asdict(report), "ok": report.ok}, as_json,
-         lambda _: _render(report, redact_url(source_url), redact_url(target_url)))
+    emit({**dataclasses.asdict(report), "ok": report.ok, "memory_files": _transfer_json(files)},
+         as_json, lambda _: _render_all(report, files, source_url, target_url))
     if not report.ok:
         raise StorageError(f"the copy differs from the source in {len(report.mismatches)} "
                            "place(s)", hint="see the list above; the source is unchanged")
+
+
+def _render_all(report: CopyReport, files: MemoryTransfer, source_url: str,
+                target_url: str) -> None:
+    _render(report, redact_url(source_url), redact_url(target_url))
+    _render_files(files, "DB memory")
+
+
+def _copy(source: Store, target: Store, show_progress: bool, verify: bool) -> CopyReport:
+    with _progress_bar(show_progress) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(_PHASES.get(phase, phase), total=total)
+            bar.update(tasks[phase], completed=done, total=total)
+
+        return copy_store(source, target, progress=progress, verify=verify)
+
+
+def _memory_to_files(app: AppContext, source_url: str, as_json: bool) -> None:
+    source = open_store(source_url)
+    try:
+        files = copy_memory(DBBackend(source, app.settings.memory_profile),
+                            FileBackend(app.settings.memories_dir))
+    finally:
+        source.close()
+    emit({"memory_files": _transfer_json(files)}, as_json,
+         lambda _: _render_files(files, str(app.settings.memories_dir)))

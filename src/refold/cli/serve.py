@@ -18,8 +18,6 @@ from refold.config import Settings
 from refold.errors import InvalidInput
 from refold.store.urls import redact_url
 
-GRACEFUL_SECONDS = 30
-
 
 def _client_keys(env_names: tuple[str, ...]) -> list[str]:
     keys: list[str] = []
@@ -74,6 +72,9 @@ def _probe(upstream: str, api_key: str | None) -> str | None:
 @click.command("serve")
 @click.option("--upstream", help="OpenAI-compatible base URL to forward to, e.g. "
                                  "http://127.0.0.1:8000/v1 (or $REFOLD_UPSTREAM).")
+@click.option("--upstream-format", type=click.Choice(["openai", "anthropic"]),
+              help="What the upstream speaks: openai (chat completions, default) or anthropic "
+                   "(the Messages API; base URL like https://api.anthropic.com/v1).")
 @click.option("--host", help="Address to listen on (default 127.0.0.1).")
 @click.option("--port", type=int, help="Port to listen on (default 8765; 0 picks a free one).")
 @click.option("--model", help="Model used when a request names none, and for token counting.")
@@ -85,20 +86,26 @@ def _probe(upstream: str, api_key: str | None) -> str | None:
               help="Read the upstream's API key from env variable VAR "
                    "(default $REFOLD_UPSTREAM_API_KEY).")
 @click.option("--max-body-bytes", type=int, help="Largest accepted request body.")
+@click.option("--allow-local-refs", type=click.Path(file_okay=False, exists=True), metavar="DIR",
+              help="Let @file/@folder/@diff/@staged/@git in requests read DIR (default: off; "
+                   "@session always works, within the caller's own sessions).")
 @click.option("--log-level", default="warning", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @pass_app
-def serve_cmd(app: AppContext, upstream: str | None, host: str | None, port: int | None,
+def serve_cmd(app: AppContext, upstream: str | None, upstream_format: str | None,
+              host: str | None, port: int | None,
               model: str | None, context_length: int | None, api_key_envs: tuple[str, ...],
               upstream_api_key_env: str | None, max_body_bytes: int | None,
-              log_level: str) -> None:
-    """Serve /v1/chat/completions in front of an upstream, with sessions, compaction and memory."""
+              allow_local_refs: str | None, log_level: str) -> None:
+    """Serve the chat completions, Messages and Responses APIs with sessions, compaction and memory."""
     import uvicorn
 
     from refold.server import create_app
+    from refold.server.runner import uvicorn_config
 
-    app.flags.update(upstream=upstream, host=host, port=port, model=model,
-                     context_length=context_length, max_body_bytes=max_body_bytes)
+    app.flags.update(upstream=upstream, upstream_format=upstream_format, host=host, port=port,
+                     model=model, context_length=context_length, max_body_bytes=max_body_bytes,
+                     allow_local_refs=allow_local_refs)
     settings = app.settings
     if not settings.upstream:
         raise InvalidInput("no upstream to forward to",
@@ -107,13 +114,12 @@ def serve_cmd(app: AppContext, upstream: str | None, host: str | None, port: int
     updates: dict[str, object] = {"api_keys": [*settings.api_keys, *extra_keys]}
     if upstream_api_key_env:
         updates["upstream_api_key"] = os.environ.get(upstream_api_key_env) or None
-    settings = settings.model_copy(update=updates)
+    settings = settings.updated(**updates)
     asgi = create_app(settings)
     sock = bind_socket(settings.host, settings.port)
     click.echo(_banner(settings, sock), err=True)
     warning = _probe(str(settings.upstream), settings.upstream_api_key)
     if warning:
         click.echo(f"warning: {warning}", err=True)
-    config = uvicorn.Config(asgi, log_level=log_level, access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=GRACEFUL_SECONDS)
+    config = uvicorn_config(asgi, settings, log_level=log_level)
     uvicorn.Server(config).run(sockets=[sock])

@@ -7,8 +7,10 @@ or plain lines for people. ``compact`` is mounted lazily from ``refold.cli.compa
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
+import os
 import sys
 from datetime import datetime
 from typing import Any
@@ -16,8 +18,10 @@ from typing import Any
 import click
 
 from refold.cli.app import AppContext, LazyGroup, console, emit, pass_app, stdin_is_tty
+from refold.cli.terminal import safe_text
 from refold.errors import InvalidInput, NotFound
 from refold.messages.model import content_text
+from refold.pricing import Price, cost_usd, parse_overrides, price_for
 from refold.store import Session, StoredMessage
 from refold.store.export import write_export
 from refold.store.lifecycle import Lineage, prunable_lineages, prune
@@ -41,7 +45,7 @@ def _when(timestamp: float | None) -> str:
 
 
 def _session_line(session: Session) -> str:
-    title = f" ({session.title})" if session.title else ""
+    title = f" ({safe_text(session.title)})" if session.title else ""
     return f"{session.id}{title} — {session.message_count} message(s)"
 
 
@@ -61,31 +65,75 @@ def _render_list(rows: list[dict[str, Any]]) -> None:
         return
     table = Table()
     has_parent = any(row["parent_session_id"] for row in rows)
-    columns = ["id", "title", "messages", "started", "source"] + (["parent"] if has_parent else [])
+    columns = ["id", "title", "messages", "tokens", "cost", "started", "source"] + (
+        ["parent"] if has_parent else [])
+    numeric = ("messages", "tokens", "cost")
     for column in columns:
         # ids and counts never wrap; the title keeps room to stay readable when narrow
-        table.add_column(column, overflow="fold", no_wrap=column in ("id", "messages"),
+        table.add_column(column, overflow="fold", no_wrap=column in ("id", *numeric),
                          min_width=20 if column == "title" else None,
-                         justify="right" if column == "messages" else "left")
+                         justify="right" if column in numeric else "left")
     for row in rows:
         parent = row["parent_session_id"]
-        cells = [row["id"][:12], row["title"] or "", str(row["message_count"]),
-                 _when(row["started_at"]), row["source"] or ""]
+        tokens = row["input_tokens"] + row["output_tokens"]
+        cost = row["cost_usd"] or row["estimated_cost_usd"]
+        cells = [row["id"][:12], safe_text(row["title"] or ""), str(row["message_count"]),
+                 f"{tokens:,}" if tokens else "",
+                 "?" if cost is None and tokens else f"${cost:.4f}" if cost else "",
+                 _when(row["started_at"]), safe_text(row["source"] or "")]
         if has_parent:
             cells.append(f"{parent[:12]} ({row['link_kind']})" if parent else "")
         table.add_row(*cells)
     console().print(table)
 
 
+def parse_owner(value: str | None) -> str | None:
+    """``--owner``: ``local`` (sessions made without client keys), an owner id as the JSON
+    output shows it (``key-…``), or ``env:VAR`` for the tenant of the client key in $VAR."""
+    if value is None:
+        return None
+    if value == "local":
+        return ""
+    if value.startswith("env:"):
+        from refold.server.auth import owner_for_key
+
+        key = os.environ.get(value[4:], "").strip()
+        if not key:
+            raise InvalidInput(f"--owner {value}: the variable is not set or empty")
+        return owner_for_key(key)
+    if not value.startswith("key-"):
+        raise InvalidInput(f"--owner {value!r}: expected local, key-… or env:VAR")
+    return value
+
+
+OWNER_HELP = ("Only this tenant's sessions: local, an owner id (key-…, as --json shows) or "
+              "env:VAR (the tenant of the client key in $VAR).")
+
+
 @sessions_group.command("list")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
 @click.option("--source", help="Only sessions with this source label.")
+@click.option("--owner", help=OWNER_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print sessions as JSON.")
 @pass_app
-def list_cmd(app: AppContext, limit: int, source: str | None, as_json: bool) -> None:
-    """List sessions, newest first."""
-    sessions = app.store.list_sessions(limit=limit, source=source)
-    emit([session_json(s) for s in sessions], as_json, _render_list)
+def list_cmd(app: AppContext, limit: int, source: str | None, owner: str | None,
+             as_json: bool) -> None:
+    """List sessions, newest first, with tokens and cost (the stored cost_usd, else the usage
+    priced by refold.pricing and the pricing overrides in refold.toml)."""
+    sessions = app.store.list_sessions(limit=limit, source=source, owner=parse_owner(owner))
+    overrides = parse_overrides(app.settings.pricing)
+    emit([{**session_json(s), "estimated_cost_usd": _estimate(s, overrides)} for s in sessions],
+         as_json, _render_list)
+
+
+def _estimate(session: Session, overrides: dict[str, Price]) -> float | None:
+    """The session's usage at the model's price (None: no usage stored or no price known)."""
+    price = price_for(session.model, overrides)
+    if price is None or not (session.input_tokens or session.output_tokens):
+        return None
+    return round(cost_usd(price, input_tokens=session.input_tokens,
+                          output_tokens=session.output_tokens,
+                          cache_read_tokens=session.cache_read_tokens), 6)
 
 
 def _describe(message: dict[str, Any]) -> str:
@@ -103,28 +151,55 @@ def _render_show(value: dict[str, Any]) -> None:
 
     out = console()
     session = value["session"]
-    out.print(f"[bold]{escape(session['title'] or session['id'])}[/bold]  {session['id']}  "
-              f"{session['message_count']} message(s), started {_when(session['started_at'])}")
+    counts = value["counts"]
+    shown = len(value["messages"])
+    out.print(f"[bold]{escape(safe_text(session['title'] or session['id']))}[/bold]  "
+              f"{session['id']}  {counts['active']} active of {counts['stored']} stored "
+              f"message(s), started {_when(session['started_at'])}"
+              + (f"; showing {shown}" if shown < counts["listed"] else ""))
     for row in value["messages"]:
         flag = "" if row["active"] else " [dim](rewound)[/dim]"
         call_id = row["message"].get("tool_call_id")
-        answers = f" ← {escape(str(call_id))}" if call_id else ""
+        answers = f" ← {escape(safe_text(str(call_id)))}" if call_id else ""
         out.print(f"[cyan]#{row['seq']} {row['role']}{answers}[/cyan]{flag}")
-        out.print(escape(_describe(row["message"])), soft_wrap=True)
+        out.print(escape(safe_text(_describe(row["message"]))), soft_wrap=True)
 
 
 @sessions_group.command("show")
 @click.argument("ref", metavar="ID")
 @click.option("--all", "include_inactive", is_flag=True, help="Include rewound messages.")
+@click.option("--limit", type=click.IntRange(min=1), help="At most N messages from the start.")
+@click.option("--tail", type=click.IntRange(min=1), help="Only the last N messages.")
+@click.option("--owner", help=OWNER_HELP.replace("Only this tenant's sessions", "Look in this "
+                                                 "tenant's sessions"))
 @click.option("--json", "as_json", is_flag=True, help="Print the session and messages as JSON.")
 @pass_app
-def show_cmd(app: AppContext, ref: str, include_inactive: bool, as_json: bool) -> None:
-    """Show a session's messages."""
+def show_cmd(app: AppContext, ref: str, include_inactive: bool, limit: int | None,
+             tail: int | None, owner: str | None, as_json: bool) -> None:
+    """Show a session's messages (--limit N from the start, --tail N from the end).
+
+    Text printed to a terminal has control and escape sequences made visible; --json output
+    is the stored text exactly."""
+    if limit is not None and tail is not None:
+        raise InvalidInput("--limit and --tail cannot be combined", hint="pick one")
     store = app.store
-    session = store.resolve_session(ref)
-    messages = store.get_messages(session.id, include_inactive=include_inactive)
-    emit({"session": session_json(session), "messages": [message_json(m) for m in messages]},
-         as_json, _render_show)
+    session = store.resolve_session(ref, owner=parse_owner(owner))
+    messages = _window(store, session.id, include_inactive, limit, tail)
+    active = sum(1 for m in store.iter_messages(session.id) if m.active)
+    counts = {"active": active, "stored": session.message_count,
+              "listed": session.message_count if include_inactive else active}
+    emit({"session": session_json(session), "counts": counts,
+          "messages": [message_json(m) for m in messages]}, as_json, _render_show)
+
+
+def _window(store: Any, session_id: str, include_inactive: bool, limit: int | None,
+            tail: int | None) -> list[StoredMessage]:
+    """The messages to print, without loading a long session whole for a short look."""
+    if tail is None:
+        return store.get_messages(session_id, include_inactive=include_inactive, limit=limit)
+    last: collections.deque[StoredMessage] = collections.deque(maxlen=tail)
+    last.extend(store.iter_messages(session_id, include_inactive=include_inactive))
+    return list(last)
 
 
 @sessions_group.command("export")
@@ -245,6 +320,29 @@ def rewind_cmd(app: AppContext, ref: str, at_seq: int, as_json: bool) -> None:
     emit(dataclasses.asdict(record), as_json, lambda r: click.echo(
         f"rewound {r['count']} message(s) from seq {r['from_seq']} "
         f"(undo: refold sessions undo-rewind {r['id']})"))
+
+
+@sessions_group.command("rewinds")
+@click.argument("ref", metavar="ID")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def rewinds_cmd(app: AppContext, ref: str, as_json: bool) -> None:
+    """List a session's rewinds (their ids are what undo-rewind takes), oldest first."""
+    store = app.store
+    rewinds = store.list_rewinds(store.resolve_session(ref).id)
+    rows = [{**dataclasses.asdict(r.record), "inactive_seqs": list(r.seqs)} for r in rewinds]
+    emit(rows, as_json, _render_rewinds)
+
+
+def _render_rewinds(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        click.echo("no rewinds")
+    for row in rows:
+        state = "undone" if row["undone"] else f"{len(row['inactive_seqs'])} row(s) inactive"
+        click.echo(f"rewind {row['id']}: from seq {row['from_seq']}, {row['count']} message(s), "
+                   f"{_when(row['created_at'])}, {state}"
+                   + ("" if row["undone"] else
+                      f" (undo: refold sessions undo-rewind {row['id']})"))
 
 
 @sessions_group.command("undo-rewind")

@@ -18,6 +18,7 @@ quota, lost network, or a truncated summary (finish_reason=length) →
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -166,13 +167,15 @@ class LLMSummarizer:
 
     def __init__(self, client: ChatClient, model: str, *, main_client: ChatClient | None = None,
                  main_model: str | None = None, cache_friendly: bool = False,
-                 timeout: float = 120.0, max_input_chars: int = 160_000) -> None:
+                 timeout: float = 120.0, max_input_chars: int = 160_000,
+                 abort_on_failure: bool = False) -> None:
         self.client = client
         self.model = model
         self.main_client = main_client
         self.main_model = main_model
         self.cache_friendly = cache_friendly
-        self.timeout = timeout
+        self.timeout = timeout  # for the whole summary: every attempt shares it
+        self.abort_on_failure = abort_on_failure  # any failure aborts (no builtin fallback)
         self.max_input_chars = max_input_chars
         self.name = f"llm:{model}"
 
@@ -195,17 +198,32 @@ class LLMSummarizer:
         return attempts
 
     def _call(self, client: ChatClient, model: str, messages: list[Message],
-              tools: Sequence[dict[str, Any]] | None) -> ChatResult:
+              tools: Sequence[dict[str, Any]] | None, timeout: float) -> ChatResult:
         return client.complete(messages, model=model, tools=tools if self.cache_friendly else None,
-                               timeout=self.timeout)
+                               timeout=timeout)
 
     def summarize(self, request: SummaryRequest) -> SummaryDraft:
+        try:
+            return self._summarize(request)
+        except SummarizerError as exc:
+            if self.abort_on_failure and exc.retryable:
+                raise SummarizerError(f"{exc.message} (abort_on_summary_failure is set: the "
+                                      "transcript is kept as it is)", retryable=False,
+                                      kind=exc.kind) from exc
+            raise
+
+    def _summarize(self, request: SummaryRequest) -> SummaryDraft:
         messages = self.build_messages(request)
         failure: UpstreamError | None = None
         warnings: list[str] = []
+        deadline = time.monotonic() + self.timeout  # a hung endpoint costs timeout, not 2x
         for client, model in self._attempts():
+            left = deadline - time.monotonic()
+            if left <= 0.05:
+                failure = failure or UpstreamError(f"no time left for {model}", kind="timeout")
+                break
             try:
-                result = self._call(client, model, messages, request.tools)
+                result = self._call(client, model, messages, request.tools, left)
             except UpstreamError as exc:
                 log.info("summary model %s failed: %s", model, exc.kind)
                 warnings.append(f"summary model {model} failed ({exc.kind})")

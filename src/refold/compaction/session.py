@@ -10,8 +10,10 @@ The child also gets a copy of the latest task-state events (``STATE_EVENT_KINDS`
 system prompt, the todo list), so it is whole on its own: a resumed child, ``refold context``
 and anything else reading one session's events need not walk the lineage.
 
-A per-session lease (``compact:<session id>``) makes sure two processes never compact the same
-window twice: the loser gets ``Conflict``.
+A per-session lease (``compact:<session id>``) makes sure two processes never plan the same
+window at once (the loser gets ``Conflict``), and the checkpoint is a compare-and-set in the
+store (``add_checkpoint(expect=…)``): it lands only over the view it was planned from, so a
+runtime compacting without this lease cannot slip a second checkpoint over the same window.
 """
 
 from __future__ import annotations
@@ -28,7 +30,14 @@ from refold.compaction.summarizer import Summarizer
 from refold.compaction.summary import SUMMARY_KEY
 from refold.errors import Conflict
 from refold.messages.model import Message, wire_form
-from refold.store.base import Checkpoint, CheckpointDraft, Projection, Session, Store
+from refold.store.base import (
+    Checkpoint,
+    CheckpointBase,
+    CheckpointDraft,
+    Projection,
+    Session,
+    Store,
+)
 from refold.tokens.counter import TokenCounter
 from refold.tokens.models import get_counter
 
@@ -197,7 +206,12 @@ def compact_session(store: Store, session_id: str, *, context_length: int,
             return SessionCompaction(result.report, session, messages=result.messages,
                                      note="the new cut does not map onto the ledger; "
                                           "nothing stored")
-        checkpoint = store.add_checkpoint(session.id, draft)
+        try:
+            checkpoint = store.add_checkpoint(session.id, draft,
+                                              expect=CheckpointBase.of(projection))
+        except Conflict as exc:  # another compactor committed over this view meanwhile
+            return SessionCompaction(result.report, session, messages=result.messages,
+                                     note=exc.message)
         return SessionCompaction(result.report, session, checkpoint=checkpoint, stored=True,
                                  messages=result.messages)
     finally:

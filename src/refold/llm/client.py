@@ -86,6 +86,11 @@ class HttpChatClient:
             raise classify_http_error(response.status_code, response.text)
         return parse_completion(response.text, response.status_code)
 
+    @property
+    def http(self) -> httpx.Client:
+        """The pooled httpx client (``refold.llm.stream`` streams over it)."""
+        return self._http
+
     def close(self) -> None:
         self._http.close()
 

@@ -15,6 +15,8 @@ Blocking store and memory calls run on a worker thread so the stdio loop stays r
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -33,10 +35,27 @@ INSTRUCTIONS = (
     "facts and preferences, and `session_search` to recall earlier work.")
 
 
-def build_server(registry: ToolRegistry) -> Server[Any, Any]:
-    """A low-level MCP server whose tools are ``registry``'s tools."""
+@dataclass(frozen=True)
+class TextResource:
+    """A read-only MCP resource whose text ``read`` produces on each request (so it is current:
+    the memory snapshot after a write, the sessions stored since the server started)."""
+
+    uri: str
+    name: str
+    description: str
+    mime_type: str
+    read: Callable[[], str]
+
+
+def build_server(registry: ToolRegistry,
+                 resources: Sequence[TextResource] = ()) -> Server[Any, Any]:
+    """A low-level MCP server whose tools are ``registry``'s tools and whose resources are
+    ``resources``."""
     server: Server[Any, Any] = Server(SERVER_NAME, version=__version__,
                                       instructions=INSTRUCTIONS)
+    by_uri = {r.uri: r for r in resources}
+    if by_uri:
+        _add_resources(server, by_uri)
 
     @server.list_tools()
     async def list_tools() -> list[types.Tool]:
@@ -55,6 +74,24 @@ def build_server(registry: ToolRegistry) -> Server[Any, Any]:
     return server
 
 
+def _add_resources(server: Server[Any, Any], by_uri: dict[str, TextResource]) -> None:
+    from mcp.server.lowlevel.helper_types import ReadResourceContents
+    from pydantic import AnyUrl
+
+    @server.list_resources()
+    async def list_resources() -> list[types.Resource]:
+        return [types.Resource(uri=AnyUrl(r.uri), name=r.name, description=r.description,
+                               mimeType=r.mime_type) for r in by_uri.values()]
+
+    @server.read_resource()
+    async def read_resource(uri: AnyUrl) -> list[ReadResourceContents]:
+        resource = by_uri.get(str(uri))
+        if resource is None:
+            raise ValueError(f"unknown resource {uri}")  # the SDK answers with an MCP error
+        text = await anyio.to_thread.run_sync(resource.read)
+        return [ReadResourceContents(content=text, mime_type=resource.mime_type)]
+
+
 def _result(text: str, *, error: bool) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
                                 isError=error)
@@ -67,6 +104,6 @@ async def _serve_stdio(server: Server[Any, Any]) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-def run_stdio(registry: ToolRegistry) -> None:
+def run_stdio(registry: ToolRegistry, resources: Sequence[TextResource] = ()) -> None:
     """Serve ``registry`` over this process's stdin/stdout until the client disconnects."""
-    anyio.run(_serve_stdio, build_server(registry))
+    anyio.run(_serve_stdio, build_server(registry, resources))

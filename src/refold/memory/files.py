@@ -14,6 +14,7 @@ Invariants:
   a failed write removes its temp file, so none is ever left behind;
 - the sidecar is written before the file and remembers the previous hash too, so a crash
   between the two writes is not mistaken for an outside edit;
+- a memory file that is a symlink is refused (``StorageError``), never read or written through;
 - drift = the file's bytes match neither hash the sidecar knows (or, with no sidecar, the file
   is not in canonical form); it stays flagged until ``adopt``.
 """
@@ -66,6 +67,15 @@ def atomic_write(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _refuse_symlink(path: Path) -> None:
+    """A memory file goes into every system prompt: a symlink would put whatever file it
+    points to there (and a write would replace the link), so it is refused, not followed."""
+    if path.is_symlink():
+        raise StorageError(f"memory file {path} is a symlink (to {os.readlink(path)}); refold "
+                           "does not follow it",
+                           hint="replace it with a regular file holding the entries")
 
 
 class FileBackend:
@@ -126,6 +136,7 @@ class FileBackend:
 
     def load(self, target: str) -> Loaded:
         path = self.path(target)
+        _refuse_symlink(path)
         raw = self._read_bytes(path)
         meta = self._read_meta(target) or {}
         text = (raw or b"").decode("utf-8", errors="replace")

@@ -10,16 +10,27 @@ list of turns, or JSONL with one turn per line) and converts it with ``from_anth
 
 Every message is checked with ``validate_message``; the first problem raises
 ``MessageValidationError`` naming the line (JSONL, 1-based) or the message index (JSON, 0-based),
-so a caller can refuse the whole file and store nothing partial. Bytes that are not valid UTF-8
-are replaced with U+FFFD (the same documented repair as lone surrogates) and logged as a warning.
+so a caller can refuse the whole file and store nothing partial.
+
+Bad input is refused or repaired, never crashes and never slips through:
+- JSON nested deeper than ``MAX_DEPTH`` levels is refused (``InvalidInput``), however deep;
+- ``NaN``, ``Infinity`` and ``-Infinity`` are refused: they are not JSON, and a transcript that
+  holds them could not be exported as standard JSON again;
+- bytes that are not valid UTF-8 are replaced with U+FFFD (the same documented repair as lone
+  surrogates); an ``Utf8Repair`` passed by the caller receives how many sequences were replaced
+  and the byte offset of the first, and a warning is logged;
+- ``max_bytes`` caps the size of a file (or of stdin read by the CLI) before anything is parsed.
 JSONL files are read line by line, so a large export never needs two copies in memory.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +41,103 @@ from refold.messages.validate import validate_message
 
 log = logging.getLogger(__name__)
 
+MAX_DEPTH = 200  # nesting levels of arrays/objects; real transcripts need fewer than 20
 
-def _decode(data: str | bytes, source_name: str) -> str:
+
+@dataclass
+class Utf8Repair:
+    """What the UTF-8 repair did: sequences replaced with U+FFFD and where the first was."""
+
+    count: int = 0
+    first_offset: int | None = None  # byte offset in the input
+
+    def note(self, offset: int) -> None:
+        self.count += 1
+        if self.first_offset is None:
+            self.first_offset = offset
+
+    def describe(self) -> str:
+        return (f"replaced {self.count} invalid UTF-8 sequence(s) with U+FFFD, the first at "
+                f"byte {self.first_offset}")
+
+
+_ACTIVE: ContextVar[tuple[Utf8Repair, int] | None] = ContextVar("refold_utf8", default=None)
+
+
+def _record(exc: UnicodeError) -> tuple[str, int]:
+    if not isinstance(exc, UnicodeDecodeError):
+        raise exc
+    active = _ACTIVE.get()
+    if active is not None:
+        active[0].note(active[1] + exc.start)
+    return "\ufffd", exc.end
+
+
+codecs.register_error("refold-utf8-repair", _record)
+
+
+def decode_utf8(raw: bytes, repair: Utf8Repair, *, offset: int = 0) -> str:
+    """``raw`` as text, invalid sequences replaced and noted in ``repair`` (offsets from
+    ``offset``); a leading BOM is dropped at offset 0."""
+    token = _ACTIVE.set((repair, offset))
+    try:
+        text = raw.decode("utf-8", "refold-utf8-repair")
+    finally:
+        _ACTIVE.reset(token)
+    return text.removeprefix("\ufeff") if offset == 0 else text
+
+
+def _decode(data: str | bytes, source_name: str, repair: Utf8Repair | None) -> str:
     if isinstance(data, str):
         return data.removeprefix("\ufeff")
+    found = repair if repair is not None else Utf8Repair()
+    before = found.count
+    text = decode_utf8(data, found)
+    _warn_repair(found, before, source_name)
+    return text
+
+
+def _warn_repair(repair: Utf8Repair, before: int, source_name: str) -> None:
+    if repair.count > before:
+        log.warning("%s: %s", source_name, repair.describe())
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON (numbers must be finite)")
+
+
+def _too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def parse_json(text: str, where: str) -> Any:
+    """``json.loads`` that refuses NaN/Infinity and nesting deeper than ``MAX_DEPTH`` with an
+    ``InvalidInput`` naming ``where``; other syntax errors stay ``ValueError`` for the caller."""
     try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        log.warning("%s: invalid UTF-8 replaced with U+FFFD", source_name)
-        return data.decode("utf-8-sig", "replace")
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise _depth_error(where) from None
+    except ValueError as exc:
+        if "not valid JSON (numbers must be finite)" in str(exc):
+            raise InvalidInput(f"{where}: {exc}", hint="replace NaN/Infinity with null or a "
+                               "number") from None
+        raise
+    if _too_deep(value):
+        raise _depth_error(where)
+    return value
+
+
+def _depth_error(where: str) -> InvalidInput:
+    return InvalidInput(f"{where}: JSON nested deeper than {MAX_DEPTH} levels",
+                        hint="a chat transcript never nests this deep; check the file")
 
 
 def _messages_from_document(doc: Any, source_name: str) -> list[Message]:
@@ -88,7 +187,7 @@ def _located(exc: MessageValidationError, prefix: str,
 
 def _parse_line(line: str, lineno: int, source_name: str) -> Message:
     try:
-        item = json.loads(line)
+        item = parse_json(line, f"{source_name} line {lineno}")
     except ValueError as exc:
         raise InvalidInput(f"{source_name} line {lineno}: not valid JSON ({exc})",
                            hint="each line must be one JSON message object") from exc
@@ -107,22 +206,27 @@ def _iter_jsonl(lines: Iterable[str], source_name: str) -> Iterator[Message]:
 def _first_line_is_message(text: str) -> bool:
     first = text.lstrip().split("\n", 1)[0]
     try:
-        item = json.loads(first)
+        item = parse_json(first, "line 1")
     except ValueError:
         return False
     return isinstance(item, dict) and "messages" not in item
 
 
-def load_messages(data: str | bytes, *, source_name: str = "<input>") -> list[Message]:
+def load_messages(data: str | bytes, *, source_name: str = "<input>",
+                  repair: Utf8Repair | None = None) -> list[Message]:
     """Parse and validate a transcript given as text or bytes (see the module docstring)."""
-    text = _decode(data, source_name)
+    text = _decode(data, source_name, repair)
+    return _load_text(text, source_name)
+
+
+def _load_text(text: str, source_name: str) -> list[Message]:
     stripped = text.lstrip()
     if not stripped:
         raise InvalidInput(f"{source_name}: no messages (the input is empty)")
     if stripped[0] == "{" and _first_line_is_message(stripped) and "\n" in stripped.strip():
         return list(_iter_jsonl(text.splitlines(), source_name))
     try:
-        doc = json.loads(text)
+        doc = parse_json(text, source_name)
     except ValueError as exc:
         if stripped[0] == "{" and _first_line_is_message(stripped):
             return list(_iter_jsonl(text.splitlines(), source_name))
@@ -138,22 +242,23 @@ def _json_or_jsonl(text: str, source_name: str) -> Any:
     if not text.strip():
         raise InvalidInput(f"{source_name}: no messages (the input is empty)")
     try:
-        return json.loads(text)
+        return parse_json(text, source_name)
     except ValueError:
         pass
     items = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             try:
-                items.append(json.loads(line))
+                items.append(parse_json(line, f"{source_name} line {lineno}"))
             except ValueError as exc:
                 raise InvalidInput(f"{source_name} line {lineno}: not valid JSON ({exc})") from exc
     return items
 
 
-def load_anthropic(data: str | bytes, *, source_name: str = "<input>") -> list[Message]:
+def load_anthropic(data: str | bytes, *, source_name: str = "<input>",
+                   repair: Utf8Repair | None = None) -> list[Message]:
     """Parse an Anthropic Messages transcript and return it in the OpenAI form, validated."""
-    doc = _json_or_jsonl(_decode(data, source_name), source_name)
+    doc = _json_or_jsonl(_decode(data, source_name, repair), source_name)
     system = None
     if isinstance(doc, dict) and "messages" in doc:
         doc, system = doc["messages"], doc.get("system")
@@ -172,9 +277,9 @@ def load_anthropic(data: str | bytes, *, source_name: str = "<input>") -> list[M
         raise _located(exc, f"{source_name} (after conversion): ", line=None) from exc
 
 
-def _open_text(path: Path) -> Any:
+def _open_binary(path: Path) -> Any:
     try:
-        return path.open("r", encoding="utf-8-sig", errors="replace", newline=None)
+        return path.open("rb")
     except FileNotFoundError as exc:
         raise InvalidInput(f"no such file: {path}", hint="check the path") from exc
     except IsADirectoryError as exc:
@@ -183,35 +288,60 @@ def _open_text(path: Path) -> Any:
         raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
-def load_messages_file(path: str | Path, *, fmt: str = "openai") -> list[Message]:
+def check_size(size: int, max_bytes: int | None, where: str) -> None:
+    """``InvalidInput`` when an input of ``size`` bytes is over the cap."""
+    if max_bytes is not None and size > max_bytes:
+        raise InvalidInput(f"{where} is {size:,} bytes, over the import limit of "
+                           f"{max_bytes:,} bytes",
+                           hint="raise import_max_bytes (refold.toml or REFOLD_IMPORT_MAX_BYTES)"
+                                " or split the file")
+
+
+def load_messages_file(path: str | Path, *, fmt: str = "openai", max_bytes: int | None = None,
+                       repair: Utf8Repair | None = None) -> list[Message]:
     """Load a transcript file; JSONL is streamed line by line, JSON documents read whole.
 
-    ``fmt`` is ``"openai"`` (the default) or ``"anthropic"`` (see ``load_anthropic``).
+    ``fmt`` is ``"openai"`` (the default) or ``"anthropic"`` (see ``load_anthropic``);
+    ``max_bytes`` refuses a larger file before reading it.
     """
     if fmt not in ("openai", "anthropic"):
         raise InvalidInput(f"unknown transcript format {fmt!r}", hint="use openai or anthropic")
     path = Path(path).expanduser()
     if path.is_dir():
         raise InvalidInput(f"{path} is a directory, not a transcript file")
-    with _open_text(path) as fh:
+    found = repair if repair is not None else Utf8Repair()
+    before = found.count
+    with _open_binary(path) as fh:
         try:
+            check_size(path.stat().st_size, max_bytes, str(path))
             if fmt == "anthropic":
-                return load_anthropic(fh.read(), source_name=path.name)
-            return _load_open_file(fh, path.name)
+                return load_anthropic(fh.read(), source_name=path.name, repair=found)
+            return _load_open_file(fh, path.name, found)
         except OSError as exc:
             raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from exc
+        finally:
+            _warn_repair(found, before, path.name)
 
 
-def _load_open_file(fh: Any, source_name: str) -> list[Message]:
+def _load_open_file(fh: Any, source_name: str, repair: Utf8Repair) -> list[Message]:
+    offset = 0
+
+    def text_of(raw: bytes) -> str:
+        nonlocal offset
+        text = decode_utf8(raw, repair, offset=offset)
+        offset += len(raw)
+        return text
+
     skipped = 0
-    head = fh.readline()
+    head = text_of(fh.readline())
     while head and not head.strip():
         skipped += 1
-        head = fh.readline()
+        head = text_of(fh.readline())
     if not (head.lstrip().startswith("{") and _first_line_is_message(head)):
-        return load_messages(head + fh.read(), source_name=source_name)
+        return _load_text(head + text_of(fh.read()), source_name)
     out = [_parse_line(head, skipped + 1, source_name)]
-    for lineno, line in enumerate(fh, start=skipped + 2):
+    for lineno, raw in enumerate(fh, start=skipped + 2):
+        line = text_of(raw)
         if line.strip():
             out.append(_parse_line(line, lineno, source_name))
     return out

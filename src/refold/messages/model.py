@@ -43,7 +43,8 @@ Message = dict[str, Any]
 """What every refold function takes: a ``ChatMessage``-shaped dict."""
 
 # The wire keys that define a message's identity (in-process "_" keys are excluded).
-_IDENTITY_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id")
+IDENTITY_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id")  # what identity hashes
+_IDENTITY_KEYS = IDENTITY_KEYS
 
 
 def wire_form(message: Message) -> Message:

@@ -6,8 +6,11 @@ plans, commits and — with ``rotate_on_compaction`` — rotates (``refold.runti
 What fills the window (``breakdown``) is measured here too, with the same counter and view the
 decisions use.
 
-Committing goes through ``ContextOps.commit`` (the compaction lease); the mirror's view is
-dropped before every commit, so the next read sees the checkpoint.
+Committing goes through ``ContextOps.commit``: a compare-and-set in the store, so a plan lands
+only over the view it was planned from (one compaction per window, whoever else compacts).
+Planning now runs under the session's compaction lease (``ContextOps.take_lease``); contention
+never fails the turn. The mirror's view is dropped before every commit, so the next read sees
+the checkpoint.
 """
 
 from __future__ import annotations
@@ -46,6 +49,10 @@ class Checkpointer:
         self._recall = recall
         self.trigger = host.ops.new_trigger()
         self.precompactor = Precompactor(host.executor)
+        self._holder = f"{host.holder}/{id(self):x}"  # this session's compaction lease
+        # (tokens before, after) of a compaction no request reported yet (post-response,
+        # overflow): the proxy's X-Refold-Compacted
+        self.notice: tuple[int, int] | None = None
 
     @property
     def _ops(self) -> ContextOps:
@@ -78,7 +85,8 @@ class Checkpointer:
             self.trigger.note_no_reading()
             return
         if self.trigger.post_response(real_tokens):
-            self._swap_or_compact(self._mirror.current_view().snapshot())
+            if self._swap_or_compact(self._mirror.current_view().snapshot()) is not None:
+                self.notice = (real_tokens, self.measure(self._mirror.read_projection()))
         elif real_tokens >= self._ops.pre_threshold:
             self.maybe_precompact(real_tokens)
 
@@ -87,19 +95,21 @@ class Checkpointer:
         size after), or None when nothing was compacted."""
         if attempt >= MAX_OVERFLOW_ATTEMPTS:
             return None
-        projection = self._host.store.projection(self._session_id)
+        projection = self._mirror.read_projection()
         before = self.measure(projection)
         target = self.trigger.overflow_target(attempt, last_sent or before)
         if target is None:
             return None
         self.precompactor.discard()
-        if self._compact_now(projection, target_tokens=target) is None:
+        report = self._compact_now(projection, target_tokens=target)
+        after = self.measure(self._host.store.projection(self._session_id))
+        if report is None and after >= before:  # nobody compacted (or not enough)
             return None
-        return before, self.measure(self._host.store.projection(self._session_id))
+        return before, after
 
     def compact(self, *, force: bool) -> Any:
         """Compact now (``/compact``); without ``force`` only over the threshold."""
-        projection = self._host.store.projection(self._session_id)
+        projection = self._mirror.read_projection()
         if not force and self.measure(projection) < self._ops.threshold:
             return None
         self.precompactor.discard()
@@ -113,19 +123,20 @@ class Checkpointer:
             report = self._commit(plan)
             if report is not None:
                 self.precompactor.used += 1
-                after = self.measure(self._host.store.projection(self._session_id))
+                after = self.measure(self._mirror.read_projection())
                 if after < self._ops.threshold:
                     return report
-                projection = self._host.store.projection(self._session_id)
+                projection = self._mirror.read_projection()
             else:
                 self.precompactor.discarded += 1
         return self._compact_now(projection, target_tokens=None)
 
     def _commit(self, plan: Plan) -> Any:
+        """Commit the background plan: the store's compare-and-set drops it when the view moved
+        (another compactor, a rewind) since its snapshot."""
         plan = self._with_provider_notes(plan, validate=True)
         self._mirror.view = None  # a checkpoint is coming: the next turn reads the projection
-        report = self._ops.commit(self._host.store, self._session_id, plan,
-                                  holder=self._host.holder, trigger=self.trigger, validate=True)
+        report = self._ops.commit(self._host.store, self._session_id, plan, trigger=self.trigger)
         if report is None:
             log.info("session %s: background plan outdated, discarded", self._session_id)
         else:
@@ -133,13 +144,30 @@ class Checkpointer:
         return report
 
     def _compact_now(self, projection: Projection, *, target_tokens: int | None) -> Any:
-        plan = self._plan_now(projection, target_tokens)
-        if plan is None:
+        """Plan from the latest view and commit, under the session's compaction lease. Another
+        compactor never fails the turn: when it committed meanwhile and its view fits, that
+        view is used (the mirror's view is dropped, so the caller re-reads it); when it holds
+        the lease too long, the turn goes on uncompacted."""
+        store, session_id = self._host.store, self._session_id
+        seen = projection.checkpoint.id if projection.checkpoint else None
+        if not self._ops.take_lease(store, session_id, self._holder, seen):
+            self._mirror.view = None
             return None
-        self._mirror.view = None  # a checkpoint is coming: the next turn reads the projection
-        report = self._ops.commit(self._host.store, self._session_id, plan,
-                                  holder=self._host.holder, trigger=self.trigger)
-        self._maybe_rotate()
+        try:
+            fresh = store.projection(session_id)
+            if (fresh.checkpoint.id if fresh.checkpoint else None) != seen and \
+                    self.measure(fresh) < (target_tokens or self._ops.threshold):
+                self._mirror.view = None
+                return None  # another compactor did it while we waited for the lease
+            plan = self._plan_now(fresh, target_tokens)
+            if plan is None:
+                return None
+            self._mirror.view = None  # a checkpoint is coming: the next turn reads the projection
+            report = self._ops.commit(store, session_id, plan, trigger=self.trigger)
+        finally:
+            store.release_lease(f"compact:{session_id}", self._holder)
+        if report is not None:
+            self._maybe_rotate()
         return report
 
     def _plan_now(self, projection: Projection, target_tokens: int | None) -> Plan | None:
@@ -213,11 +241,29 @@ class Checkpointer:
 
     # -- inspection --------------------------------------------------------------------------
     def breakdown(self, system_prompt: str | None, snapshot: str) -> dict[str, Any]:
-        """Tokens by part (system, memory, summary, tail by role, tool outputs, tool schemas)."""
-        projection = self._host.store.projection(self._session_id)
-        parts: dict[str, Any] = self._ops.breakdown(projection, system_prompt=system_prompt,
-                                                    snapshot=snapshot, tools=self._tools(),
-                                                    trigger=self.trigger)
-        parts["session_id"] = self._session_id
-        return parts
+        """What fills the window: the parts as ``refold context`` counts them (the one
+        count, ``refold.compaction.session.context_breakdown``: system, memory, summary, head,
+        tools), the tail by role, and the total as really sent (recall included), with the
+        trigger's state."""
+        from refold.compaction.session import context_breakdown  # lazy, as in ContextOps
 
+        ops = self._ops
+        projection = self._mirror.read_projection()
+        found = context_breakdown(projection, context_length=ops.context_length,
+                                  model=ops.model, counter=ops.counter,
+                                  system_prompt=system_prompt, memory=snapshot,
+                                  tools=self._tools(), policy=ops.policy)
+        parts = {k: v for k, v in found.parts.items()
+                 if not k.startswith("tail:") and k != "tool_outputs"}
+        total = self.measure(projection)
+        threshold = ops.threshold
+        return {"session_id": self._session_id, "parts": parts,
+                "tail_by_role": {k[5:]: v for k, v in found.parts.items()
+                                 if k.startswith("tail:")},
+                "tool_outputs": found.parts.get("tool_outputs", 0),
+                "tail_messages": len(projection.messages), "total": total,
+                "threshold": threshold, "context_length": ops.context_length,
+                "checkpoint_id": found.checkpoint_id,
+                "percent_of_window": round(100.0 * total / ops.context_length, 1),
+                "fraction_of_threshold": round(total / threshold, 4) if threshold else 0.0,
+                "auto_compaction": self.trigger.status()}

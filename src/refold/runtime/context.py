@@ -2,8 +2,10 @@
 
 Everything the runtime needs from ``refold.tokens`` and ``refold.compaction`` goes through this
 class — count a request, build the model view from a projection, decide whether to compact,
-plan a checkpoint (pure: may run on a worker thread, touches no store) and commit it (on the
-caller's thread, under the session's compaction lease).
+plan a checkpoint (pure: may run on a worker thread, touches no store) and commit it: a
+compare-and-set in the store (``add_checkpoint(expect=…)``), so a plan lands only over the view
+it was planned from, whoever else — background pre-compaction, another runtime, another
+process — is compacting the same session.
 
 The model view of a stored session is: system text, then the checkpoint (its verbatim head
 messages, its summary — or the summary merged into the first tail message), then the active rows
@@ -15,18 +17,21 @@ end, tail start) back to ledger seqs, so the stored checkpoint reproduces the co
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from refold.errors import Conflict
 from refold.messages.model import Message
-from refold.runtime.precompact import Plan, plan_is_current
+from refold.runtime.precompact import Plan
 from refold.runtime.trigger import Trigger
-from refold.store.base import Projection, Store
+from refold.store.base import CheckpointBase, Projection, Store
 
 log = logging.getLogger(__name__)
 
 PRE_THRESHOLD_FRACTION = 0.85  # start background pre-compaction at 85% of the trigger
+LEASE_WAIT_SECONDS = 10.0  # how long a turn waits for another compactor's checkpoint
+LEASE_POLL_SECONDS = 0.02
 
 
 class ContextOps:
@@ -102,33 +107,6 @@ class ContextOps:
 
         return projection_messages(projection, system_text)
 
-    def breakdown(self, projection: Projection, *, system_prompt: str | None, snapshot: str,
-                  tools: Sequence[dict[str, Any]] | None, trigger: Trigger) -> dict[str, Any]:
-        """Tokens by part of the window, for gauges and ``refold context``."""
-        count = self.counter.count_text
-        checkpoint = projection.checkpoint
-        parts: dict[str, int] = {
-            "system": count(system_prompt or ""), "memory": count(snapshot or ""),
-            "summary": count(checkpoint.summary) if checkpoint else 0,
-            "tools": self.counter.count_tools(tools)}
-        by_role: dict[str, int] = {}
-        tool_outputs = 0
-        view = self.build(projection, None)
-        skip = len(view) - len(projection.messages)
-        for message in view[skip:]:
-            n = self.counter.count_message(message)
-            role = str(message.get("role"))
-            by_role[role] = by_role.get(role, 0) + n
-            if role == "tool":
-                tool_outputs += n
-        total = self.count(self.build(projection, _join(system_prompt, snapshot)), tools)
-        return {"parts": parts, "tail_by_role": by_role, "tool_outputs": tool_outputs,
-                "tail_messages": len(projection.messages), "total": total,
-                "threshold": self.threshold, "context_length": self.context_length,
-                "checkpoint_id": checkpoint.id if checkpoint else None,
-                "fraction_of_threshold": round(total / self.threshold, 4) if self.threshold
-                else 0.0, "auto_compaction": trigger.status()}
-
     # -- planning and committing ---------------------------------------------------------------
     def plan(self, projection: Projection, system_text: str | None,
              tools: Sequence[dict[str, Any]] | None, *, trigger: Trigger,
@@ -169,7 +147,8 @@ class ContextOps:
                     base_checkpoint_id=projection.checkpoint.id if projection.checkpoint
                     else None,
                     summarized=tuple((r.seq, r.identity) for r in rows), report=report,
-                    source=projection, target_tokens=target_tokens)
+                    source=projection, target_tokens=target_tokens,
+                    base=CheckpointBase.of(projection))
 
     @property
     def summarizes_builtin(self) -> bool:
@@ -177,28 +156,36 @@ class ContextOps:
 
         return isinstance(self.summarizer, BuiltinSummarizer)
 
-    def commit(self, store: Store, session_id: str, plan: Plan, *, holder: str,
-               trigger: Trigger, validate: bool = False) -> Any:
-        """Append ``plan``'s checkpoint under the session's lease; its report, or None.
-
-        With ``validate`` the plan is first checked against the ledger (under the lease, so no
-        other compactor can slip in between) and dropped when it no longer matches.
-        """
-        lease = f"compact:{session_id}"
-        if not store.acquire_lease(lease, holder, self.policy.lease_seconds):
-            raise Conflict(f"session {session_id} is being compacted by another process",
-                           hint="retry in a moment")
+    def commit(self, store: Store, session_id: str, plan: Plan, *, trigger: Trigger) -> Any:
+        """Append ``plan``'s checkpoint if the view it was planned from is still the latest; its
+        report, or None when it was dropped (another compactor got there first, or the history
+        was rewound under it): the caller re-reads the view and, if still needed, re-plans."""
         try:
-            if validate and not plan_is_current(store, session_id, plan):
-                return None
-            store.add_checkpoint(session_id, plan.draft)
-        finally:
-            store.release_lease(lease, holder)
+            store.add_checkpoint(session_id, plan.draft, expect=plan.base)
+        except Conflict as exc:
+            log.info("compaction plan dropped: %s", exc.message)
+            return None
         trigger.record(plan.report)
         return plan.report
 
 
-def _join(system_prompt: str | None, snapshot: str) -> str | None:
-    parts = [p for p in (system_prompt, snapshot) if p]
-    return "\n\n".join(parts) if parts else None
-
+    def take_lease(self, store: Store, session_id: str, holder: str,
+                   seen_checkpoint: int | None, *, wait: float | None = None
+                   ) -> bool | None:
+        """The session's compaction lease, so one compactor plans at a time (one summarizer
+        call per window, across processes). True: ours (``release_lease`` it). None: another
+        compactor committed a checkpoint while we waited (re-read the view). False: still held
+        after ``wait`` seconds (go on with the current view). A lease dies with its holder (see
+        the stores), so a killed compactor holds nobody up."""
+        name = f"compact:{session_id}"
+        deadline = time.monotonic() + (LEASE_WAIT_SECONDS if wait is None else wait)
+        while True:
+            if store.acquire_lease(name, holder, self.policy.lease_seconds):
+                return True
+            if store.view_tip(session_id).checkpoint_id != seen_checkpoint:
+                return None
+            if time.monotonic() >= deadline:
+                log.warning("session %s: another compactor holds the lease; going on without "
+                            "compacting", session_id)
+                return False
+            time.sleep(LEASE_POLL_SECONDS)

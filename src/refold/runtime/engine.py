@@ -40,7 +40,11 @@ from refold.store.base import Session, Store
 if TYPE_CHECKING:
     from refold.compaction.policy import CompactionPolicy
     from refold.llm import ChatClient
+    from refold.references import ReferenceExpander
+    from refold.references.link import ReferenceLink
     from refold.runtime.precompact import Plan
+    from refold.skills import SkillLibrary
+    from refold.skills.review import SkillReviewer
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +58,10 @@ class Engine:
                  memory_dir: Path | None = None, memory: Any | None = None,
                  summarizer: Any | None = None, chat_client: ChatClient | None = None,
                  policy: CompactionPolicy | None = None,
-                 background_precompact: bool = True) -> None:
+                 background_precompact: bool = True,
+                 references: ReferenceExpander | None = None,
+                 skills: SkillLibrary | None = None,
+                 skill_review: SkillReviewer | None = None) -> None:
         if context_length <= 0:
             raise InvalidInput(f"context_length must be positive, got {context_length}")
         self.store = store
@@ -62,6 +69,9 @@ class Engine:
         self.owner = owner
         self.chat_client = chat_client
         self.background_precompact = background_precompact
+        self.references = references  # expands @session/@file… in what is sent (None: off)
+        self.skills = skills  # layer 4: its index joins the frozen snapshot
+        self.skill_review = skill_review  # proposes skills after enough tool work
         self.ops = ContextOps(model=model, context_length=context_length, policy=policy,
                               summarizer=summarizer, chat_client=chat_client)
         self.memory: MemoryLink | None = (
@@ -82,6 +92,10 @@ class Engine:
         """Open a runtime: ``new``, ``ref`` (id / prefix / title, resumed), or the latest."""
         session = self._resolve(ref, new=new, title=title, source=source, branch_at=branch_at)
         runtime = SessionRuntime(self, session.id, snapshot=self._render_snapshot())
+        if not new:  # a resumed session sees its open goal, plan and tasks once
+            from refold.tools.todo import load_task_state, render_task_state
+
+            runtime.show_once(render_task_state(load_task_state(self.store, session.id)))
         with self._lock:
             self._open.add(runtime)
         return runtime
@@ -109,8 +123,21 @@ class Engine:
         return self.store.create_session(title=title, source=source, model=self.model,
                                          owner=self.owner)
 
+    def reference_link(self) -> ReferenceLink | None:
+        """A new session runtime's link to the reference expander (None when off)."""
+        if self.references is None:
+            return None
+        from refold.references.link import ReferenceLink
+
+        return ReferenceLink(self.references, self.store,
+                             context_length=self.ops.context_length)
+
     # -- memory -------------------------------------------------------------------------------
     def _render_snapshot(self) -> str:
+        parts = [self._memory_snapshot(), self._skills_index()]
+        return "\n\n".join(p for p in parts if p)
+
+    def _memory_snapshot(self) -> str:
         if self.memory is None:
             return ""
         try:
@@ -119,9 +146,40 @@ class Engine:
             log.warning("memory snapshot failed, continuing without it: %s", exc)
             return ""
 
+    def _skills_index(self) -> str:
+        """Names and descriptions only (progressive disclosure: bodies via skill_manage)."""
+        if self.skills is None:
+            return ""
+        from refold.skills import skills_index
+
+        try:
+            return skills_index(self.skills)
+        except Exception as exc:  # an unreadable library must not stop the session
+            log.warning("skills index failed, continuing without it: %s", exc)
+            return ""
+
+    def _review_skills(self, runtime: SessionRuntime, tool_iterations: int) -> None:
+        """Count the turn's tool work; at the interval, queue a skill review (never waits)."""
+        review = self.skill_review
+        if review is None or self._closing or not review.due(runtime.session_id,
+                                                             tool_iterations):
+            return
+        session_id = runtime.session_id
+
+        def load() -> tuple[str, list[Any]]:  # on the worker: the turn never reads for it
+            title = self.store.get_session(session_id).title or ""
+            return title, [r.message for r in
+                           self.store.get_messages(session_id)[-REVIEW_WINDOW:]]
+
+        self.executor.submit(review.run, load)
+
     def after_turn(self, runtime: SessionRuntime, tool_iterations: int) -> None:
-        """A user turn completed: hand it to memory (sync + background review)."""
-        if self.memory is None or self._closed:
+        """A user turn completed: hand it to memory (sync + background review) and count it
+        for skill review."""
+        if self._closed:
+            return
+        self._review_skills(runtime, tool_iterations)
+        if self.memory is None:
             return
         try:
             # the last 40 active rows up to the reply just stored (the whole ledger would be

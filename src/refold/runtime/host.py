@@ -13,6 +13,7 @@ from refold.runtime.context import ContextOps
 from refold.store.base import Store
 
 if TYPE_CHECKING:
+    from refold.references.link import ReferenceLink
     from refold.runtime.memory_link import MemoryLink
     from refold.runtime.precompact import Plan
     from refold.runtime.session import SessionRuntime
@@ -32,3 +33,4 @@ class RuntimeHost(Protocol):
     def turn_recall(self, user_text: str) -> str: ...
     def pre_compress(self, session_id: str, plan: Plan, *, validate: bool = False) -> str: ...
     def session_closed(self, runtime: SessionRuntime) -> None: ...
+    def reference_link(self) -> ReferenceLink | None: ...  # refold.references (None: off)

@@ -23,7 +23,7 @@ from refold.errors import Conflict, MessageValidationError
 from refold.messages.model import Message, wire_form
 from refold.runtime.chain import KnownChain
 from refold.runtime.view import ViewCache
-from refold.store.base import AppendResult, Store, StoredMessage, Usage, ViewTip
+from refold.store.base import AppendResult, Projection, Store, StoredMessage, Usage, ViewTip
 
 CountFn = Callable[[Message], int]
 ValidateFn = Callable[[list[Message]], list[Message]]
@@ -77,10 +77,22 @@ class SessionMirror:
         if view is not None and view.session_id == self.session_id and view.current(tip):
             return view
         self.view_reads += 1
-        projection = self.store.projection(self.session_id)
+        projection = self.read_projection()
         fresh = ViewCache.of(projection, tip, self._count)
         self.view = fresh if fresh.trusted else None  # a racing writer: use once, re-read next
         return fresh
+
+    def read_projection(self) -> Projection:
+        """The stored projection, its checkpoint applied only while the rows it replaced are
+        still the active chain: a rewind into a compacted stretch (the client went back to an
+        earlier point) leaves the checkpoint summarizing messages the client no longer sends,
+        so then the active rows are served whole (the next compaction plans from them)."""
+        projection = self.store.projection(self.session_id)
+        checkpoint = projection.checkpoint
+        if checkpoint is None or self.store.get_messages(
+                self.session_id, start_seq=checkpoint.last_seq, end_seq=checkpoint.last_seq):
+            return projection
+        return Projection(self.session_id, None, self.store.get_messages(self.session_id))
 
     def recent_rows(self, count: int) -> list[Message] | None:
         """The last ``count`` active rows up to the reply just recorded, from this turn's
@@ -131,15 +143,18 @@ class SessionMirror:
         self.chain = chain.extended(suffix, tip)
         return result.appended
 
-    def sync(self, conversation: list[Message], counts: list[int | None]) -> AppendResult:
-        """The full path: the store finds what of ``conversation`` is new (rewinding a
-        divergent tail); the chain is known again when something was appended."""
+    def sync(self, conversation: list[Message], counts: list[int | None],
+             tip: str) -> AppendResult:
+        """The full path: the store finds what of ``conversation`` (whose last identity is
+        ``tip``) is new (rewinding a divergent tail); the chain is known again when the stored
+        active chain then ends on ``tip`` — it is exactly ``conversation``."""
         self.chain = None
         self.view = None  # the store may rewind: read the projection afresh
         result = self.store.sync_messages(self.session_id, conversation, token_counts=counts)
-        if result.appended:  # the stored active chain is now exactly ``conversation``
-            self.chain = KnownChain.of(self.session_id, conversation,
-                                       result.appended[-1].identity)
+        end = result.appended[-1].identity if result.appended else \
+            self.store.view_tip(self.session_id).last_identity
+        if end == tip:
+            self.chain = KnownChain.of(self.session_id, conversation, tip)
         return result
 
     # -- appending -----------------------------------------------------------------------------

@@ -5,10 +5,11 @@ runtime hands a snapshot of its projection to a ``Precompactor``; a worker threa
 checkpoint draft (the slow part: summarizing) while the agent keeps working. The turn that
 crosses the trigger then only validates and appends the ready draft.
 
-Invariant: a draft is used only if the rows it summarizes are still exactly the rows in the
-ledger (same seqs, same identities, all active) and no other checkpoint was added since its
-snapshot; otherwise it is discarded and the caller compacts synchronously. Messages appended
-after the snapshot are fine: they simply extend the kept tail.
+Invariant: a draft is used only if the view it was planned from is still the latest — no other
+checkpoint was added since its snapshot and the snapshot's last row is still active — which the
+store checks in the insert's own transaction (``add_checkpoint(expect=plan.base)``); otherwise
+it is discarded and the caller compacts synchronously. Messages appended after the snapshot are
+fine: they simply extend the kept tail.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from refold.store.base import CheckpointDraft, Projection, Store
+from refold.store.base import CheckpointBase, CheckpointDraft, Projection, Store
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,8 @@ class Plan:
     # projection, system, tools and target → the same cut, only the summary differs)
     source: Projection | None = None
     target_tokens: int | None = None
+    # the view it was planned from, for the store's compare-and-set (None: commit unchecked)
+    base: CheckpointBase | None = None
 
 
 def plan_is_current(store: Store, session_id: str, plan: Plan) -> bool:

@@ -31,7 +31,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from refold.errors import InvalidInput, RefoldError, UpstreamError
-from refold.messages.model import Message, content_text, wire_form
+from refold.messages.model import (
+    IDENTITY_KEYS,
+    Message,
+    chain_identities,
+    content_text,
+    wire_form,
+)
+from refold.pricing import usage_cost
+from refold.runtime.branches import Diverge, place
+from refold.runtime.chain import comparable
 from refold.runtime.checkpointer import Checkpointer
 from refold.runtime.inline import InlineTurns, NeedsWorker
 from refold.runtime.mirror import SessionMirror
@@ -39,6 +48,7 @@ from refold.runtime.precompact import Precompactor
 from refold.runtime.prepared import Prepared
 from refold.runtime.recall import with_recall
 from refold.runtime.rotation import Rotation
+from refold.runtime.valid import provider_valid
 from refold.runtime.view import ViewCache, detached
 from refold.store.base import Store, Usage
 
@@ -72,6 +82,7 @@ class SessionRuntime:
         self._system_prompt: str | None = recorded_system_prompt(host.store, session_id)
         self._tools: list[dict[str, Any]] | None = None
         self._lock = threading.RLock()
+        self._root_id = session_id  # the session opened: a derived family's first one
         self.mirror = SessionMirror(host.store, session_id, host.ops.base_count)
         self.checkpointer = Checkpointer(host, self.mirror, self.system_text,
                                          lambda: self._tools, lambda: self._recall)
@@ -83,7 +94,11 @@ class SessionRuntime:
         self._turn_tool_iterations = 0
         self._recall = ""  # this user turn's recalled-memory block (see refold.runtime.recall)
         self._rotation = Rotation()  # maps a re-sent history onto a compaction child
+        self._refs = host.reference_link()  # @file/@session expansion (None: off)
+        self._show_once = ""  # a note for the next user turn only (the resumed task state)
         self._closed = False
+        # (messages, last identity) a prepare stored before it failed: its retry stores nothing
+        self._unanswered: tuple[list[Message], str] | None = None
 
     # -- properties ------------------------------------------------------------------------
     @property
@@ -140,22 +155,41 @@ class SessionRuntime:
             if tools is not None:
                 self._tools = tools
             clean = [wire_form(m) for m in self.ops.validate(new_messages)]
-            if clean:
+            if clean and not self._stored_by_failed_prepare(clean):
                 self.mirror.chain = None  # library mode does not track the chain
                 counts = self.ops.message_counts(clean)
-                self.mirror.append_after_view(clean, counts)
+                result = self.mirror.append_after_view(clean, counts)
                 self._count_turns(clean)
-            return self._prepare_locked()
+                self._unanswered = (clean, result.appended[-1].identity)
+            prepared = self._prepare_locked()
+            self._unanswered = None
+            return prepared
+
+    def _stored_by_failed_prepare(self, clean: list[Message]) -> bool:
+        """A retry of a ``prepare`` that stored ``clean`` and then failed (building the request
+        raised): they are stored already and still the session's last rows, so the retry
+        stores nothing again."""
+        unanswered, self._unanswered = self._unanswered, None
+        if unanswered is None or unanswered[0] != clean:
+            return False
+        last = self.store.last_message(self.session_id)
+        if last is None or last.identity != unanswered[1]:
+            return False
+        self._unanswered = unanswered
+        return True
 
     def prepare_history(self, history: list[Message], *,
-                        tools: list[dict[str, Any]] | None = None) -> Prepared:
-        """Proxy mode: sync the client's whole history (no duplicates), return what to send.
-        (``inline.prepare`` is the same turn for an event loop.)"""
+                        tools: list[dict[str, Any]] | None = None,
+                        diverge: Diverge = "rewind") -> Prepared:
+        """Proxy mode: sync the client's whole history (no duplicates), return what to send —
+        the client's own messages, a stretch already compacted replaced by its checkpoint
+        (``refold.runtime.branches`` says where a history that is not an extension goes:
+        ``diverge``). (``inline.prepare`` is the same turn for an event loop.)"""
         if not isinstance(history, list):
             raise InvalidInput("history must be a list of chat messages")
         self.finish_turn()
         with self._lock:
-            return self._prepare_history_locked(history, tools, False)
+            return self._prepare_history_locked(history, tools, False, diverge=diverge)
 
     def record(self, response: Message, *, usage: dict[str, Any] | None = None,
                model: str | None = None) -> bool:
@@ -193,7 +227,16 @@ class SessionRuntime:
                 return False
             before, after = sizes
             self._last_sent_tokens = after
+            self.checkpointer.notice = (before, after)
             return after < before
+
+    def take_compaction(self) -> tuple[int, int] | None:
+        """(tokens before, tokens after) of a compaction that happened outside ``prepare`` (on
+        the provider's usage after a reply, or after an overflow) and was not reported yet;
+        None when there is none. Reported once; never waits (the proxy asks on its event
+        loop, between its turns of this session)."""
+        notice, self.checkpointer.notice = self.checkpointer.notice, None
+        return notice
 
     def compact(self, *, force: bool = True) -> Any:
         """Compact now (``/compact``); the report, or None when nothing was done. Without
@@ -232,7 +275,7 @@ class SessionRuntime:
     # -- internals (``InlineTurns`` runs these under the lock too) -----------------------------
     def _prepare_history_locked(self, history: list[Message],
                                 tools: list[dict[str, Any]] | None, light: bool,
-                                defer: bool = False) -> Prepared:
+                                defer: bool = False, diverge: Diverge = "rewind") -> Prepared:
         self.inline.flush()
         self.mirror.confirmed = None
         if tools is not None:
@@ -240,7 +283,7 @@ class SessionRuntime:
         history = self._rotation.translate(self.store, self.session_id, history)
         if light and defer and self.inline.defer_known_suffix(history):
             try:
-                return self._prepare_locked(light)
+                return self._prepare_locked(light, client=True)
             except BaseException:
                 # the worker path takes over (or the turn fails): store now, as without defer
                 self.inline.flush()
@@ -248,23 +291,39 @@ class SessionRuntime:
         if not self._sync_known_prefix(history):
             if light:
                 raise NeedsWorker
-            self._sync_history(history)
-        return self._prepare_locked(light)
+            self._sync_history(history, diverge)
+        return self._prepare_locked(light, client=True)
 
-    def _sync_history(self, history: list[Message]) -> None:
-        """The full path: validate, count and hash the whole history; the store finds what is
-        new (rewinding a divergent tail)."""
+    def _sync_history(self, history: list[Message], diverge: Diverge) -> None:
+        """The full path: validate, count and hash the whole history; place it in the ledger
+        (``refold.runtime.branches``: append, branch or rewind), then store what is new."""
         self.mirror.forget()
         valid = [wire_form(m) for m in self.ops.validate(history)]
         system, conversation = split_system(valid)
+        identities = chain_identities(conversation)
+        if conversation:
+            target, changed = place(self.store, self._root_id, self.session_id, identities,
+                                    diverge)
+            if changed:
+                self.precompactor.discard()  # its plan is of a chain no longer this one
+            if target != self.session_id:
+                self._move_to(target)
         self._note_system_prompt(system)
         self._system_prompt = system
         if conversation:
             counts = self.ops.message_counts(conversation)
-            result = self.mirror.sync(conversation, counts)
+            result = self.mirror.sync(conversation, counts, identities[-1])
             self._count_turns([s.message for s in result.appended])
             if result.rewound:
                 self.precompactor.discard()
+
+    def _move_to(self, session_id: str) -> None:
+        """Turns continue in another session of this runtime's family (a branch)."""
+        from refold.compaction.session import recorded_system_prompt  # lazy, as in ContextOps
+
+        self.precompactor.discard()
+        self.mirror.moved_to(session_id)
+        self._system_prompt = recorded_system_prompt(self.store, session_id)
 
     def _sync_known_prefix(self, history: list[Message]) -> bool:
         """The fast path (see ``refold.runtime.chain``): when ``history`` starts with the chain
@@ -308,7 +367,9 @@ class SessionRuntime:
         if light and prompt_tokens >= self.checkpointer.light_limit:
             raise NeedsWorker  # the post-response policy may compact: nothing stored yet
         # the totals move in the reply's own transaction (one commit per record)
-        delta = Usage(prompt_tokens, completion, cached, model=model) \
+        delta = Usage(prompt_tokens, completion, cached, model=model,
+                      cost_usd=usage_cost(model, input_tokens=prompt_tokens,
+                                          output_tokens=completion, cache_read_tokens=cached)) \
             if prompt_tokens or completion else None
         self.mirror.append_reply(message, counts, delta)
         if prompt_tokens and self._last_base_estimate is not None:
@@ -332,6 +393,13 @@ class SessionRuntime:
         users = [m for m in messages if m.get("role") == "user"]
         if users:  # a new user turn: its recall block, fixed for the whole turn
             self._recall = self._host.turn_recall(content_text(users[-1]))
+            if self._show_once:  # placed like recall: this turn's user message, not stored
+                self._recall = "\n\n".join(p for p in (self._show_once, self._recall) if p)
+                self._show_once = ""
+
+    def show_once(self, note: str) -> None:
+        """Show ``note`` to the model with the next user turn (all its tool iterations), once."""
+        self._show_once = note
 
     def _note_system_prompt(self, system: str | None) -> None:
         """Keep the client's system prompt in the ledger as an event when it changes."""
@@ -342,16 +410,23 @@ class SessionRuntime:
             return
         self.store.append_event(self.session_id, "system_prompt", {"text": system})
 
-    def _request(self, view: ViewCache) -> tuple[list[Message], int]:
+    def _request(self, view: ViewCache, light: bool = False,
+                 client: bool = False) -> tuple[list[Message], int]:
         """The messages to send (fresh wire-form dicts) and the sum of their base counts: O(1)
-        on top of the view's running sum (the system message, the user message recall
-        extends)."""
+        on top of the view's running sum (the system message, the user messages whose
+        references are expanded (``refold.references.link``), the one recall extends). With
+        ``client`` (proxy turns) each tail row goes as the client sent it."""
         system = self.system_text()
         lead: list[Message] = [{"role": "system", "content": system}] if system else []
         body = view.tokens + sum(map(self.ops.base_count, lead))
         out = [detached(m) for m in lead] + view.copies()
+        if client:
+            body += self._as_client_sent(view, out, len(lead))
+        if self._refs is not None:
+            body += self._refs.apply(self.session_id, out, view.rows, block=not light,
+                                     count=self.ops.base_count)
         if self._recall:
-            plain = lead + view.view
+            plain = list(out)
             messages = with_recall(plain, self._recall)
             for index in range(len(plain) - 1, -1, -1):
                 if messages[index] is not plain[index]:
@@ -361,23 +436,65 @@ class SessionRuntime:
                     break
         return out, body
 
-    def _prepare_locked(self, light: bool = False) -> Prepared:
+    def _as_client_sent(self, view: ViewCache, out: list[Message], lead: int) -> int:
+        """Put the client's own form of each tail row into ``out`` where the stored one differs
+        (a reply stored with ``reasoning_content`` that the client re-sent without it, say):
+        identity ignores such keys, the upstream must not. The mirror's chain holds the
+        client's forms (it is rebuilt from the request whenever they differ from it). Returns
+        the change in base tokens."""
+        chain = self.mirror.chain
+        rows = view.rows
+        if chain is None or chain.session_id != self.session_id or not rows:
+            return 0
+        forms: Sequence[Message] = chain.messages
+        pending = self.inline.pending
+        if pending is not None and pending.chain is chain:  # the view has the deferred rows
+            forms = [*forms, *map(comparable, pending.suffix)]
+        elif chain.tip != view.tip:
+            return 0  # the chain does not end where the view does: nothing to align
+        if len(forms) < len(rows):
+            return 0
+        client = forms[len(forms) - len(rows):]
+        offset = lead + len(view.view) - len(rows)
+        delta = 0
+        for j, row in enumerate(rows):
+            sent = client[j]
+            if row.seq in view.overrides or sent == comparable(row.message):
+                continue
+            if view.view[offset - lead + j] != row.message:
+                continue  # the checkpoint merged its summary into this row: keep it
+            if not _same_identity(sent, row.message):
+                continue  # (cannot happen while the chain is current; never send another)
+            replacement = detached(sent)
+            delta += self.ops.base_count(replacement) - self.ops.base_count(out[offset + j])
+            out[offset + j] = replacement
+        return delta
+
+    def _prepare_locked(self, light: bool = False, client: bool = False) -> Prepared:
         warnings: list[str] = []
         if light and not self.mirror.view_is_confirmed():
             raise NeedsWorker  # the view may need a full read
         view = self.mirror.current_view()
-        messages, body = self._request(view)
+        messages, body = self._request(view, light, client)
         tokens = self.ops.total_from_base(body, self._tools)
         if light and tokens >= self.checkpointer.light_limit:
             raise NeedsWorker  # nothing decided yet: the worker call redoes it all
         report = self.checkpointer.preflight(tokens, view)
         before = None
-        if report is not None:
-            before = tokens
+        if report is not None or self.mirror.view is None:
+            # ours, or another compactor's (report None, view dropped): send the latest view
+            before = tokens if report is not None else None
             view = self.mirror.current_view()
-            messages, body = self._request(view)
+            messages, body = self._request(view, client=client)
+            tokens = self.ops.total_from_base(body, self._tools)
+        messages, repaired = provider_valid(messages)
+        if repaired is not None:  # rare: recount what is really sent
+            warnings.append(repaired)
+            body = sum(map(self.ops.base_count, messages))
             tokens = self.ops.total_from_base(body, self._tools)
         warnings.extend(self.checkpointer.trigger.take_warnings())
+        if self._refs is not None:
+            warnings.extend(self._refs.take_warnings())
         if tokens > self.ops.context_length:
             warnings.append(f"context is {tokens} tokens, over the {self.ops.context_length} "
                             "token window; the provider may reject it")
@@ -388,6 +505,11 @@ class SessionRuntime:
         return Prepared(messages=messages, tokens=tokens, threshold=self.ops.threshold,
                         context_length=self.ops.context_length, compaction=report,
                         warnings=warnings, tokens_before=before)
+
+
+def _same_identity(a: Message, b: Message) -> bool:
+    """Do ``a`` and ``b`` agree on every key a message's identity hashes?"""
+    return all(a.get(k) == b.get(k) for k in IDENTITY_KEYS)
 
 
 def _normalize_reply(response: Message) -> Message:

@@ -26,7 +26,8 @@ SUMMARIZER_KINDS = ("builtin", "llm")
 
 def build_summarizer(kind: str = "builtin", *, model: str, client: ChatClient | None = None,
                      summarizer_model: str | None = None, main_client: ChatClient | None = None,
-                     timeout: float = 120.0) -> Summarizer:
+                     timeout: float = 120.0, cache_friendly: bool = False,
+                     abort_on_failure: bool = False) -> Summarizer:
     """The summarizer for ``kind`` ("builtin" | "llm"); "llm" needs a ``client``."""
     from refold.compaction import BuiltinSummarizer, LLMSummarizer
 
@@ -38,7 +39,8 @@ def build_summarizer(kind: str = "builtin", *, model: str, client: ChatClient | 
         raise InvalidInput("the llm summarizer needs an endpoint",
                            hint="set summarizer_url or upstream (an OpenAI-compatible …/v1 URL)")
     return LLMSummarizer(client, summarizer_model or model, main_client=main_client,
-                         main_model=model, timeout=timeout)
+                         main_model=model, timeout=timeout, cache_friendly=cache_friendly,
+                         abort_on_failure=abort_on_failure)
 
 
 __all__ = ["SUMMARIZER_KINDS", "build_summarizer"]

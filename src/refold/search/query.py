@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from refold.errors import SearchQueryError
 
-QueryMode = Literal["fts", "trigram", "grams", "scan"]
+if TYPE_CHECKING:
+    from refold.search.natural import NaturalPlan
+
+QueryMode = Literal["natural", "fts", "trigram", "grams", "scan"]
 
 MAX_QUERY_CHARS = 1000
 MAX_TERMS = 32
@@ -132,6 +135,7 @@ class ParsedQuery:
 
     raw: str
     groups: tuple[tuple[Term, ...], ...]
+    natural: NaturalPlan | None = None  # set for a sentence-like query (see refold.search.natural)
 
     @property
     def is_empty(self) -> bool:
@@ -147,6 +151,8 @@ class ParsedQuery:
 
     @property
     def mode(self) -> QueryMode:
+        if self.natural is not None:
+            return "natural"
         if not self.has_cjk:
             return "fts"
         if self.trigram_plan() is not None:
@@ -156,6 +162,8 @@ class ParsedQuery:
     def highlight_needles(self) -> list[str]:
         """Positive needles, longest first (for building snippets)."""
         found = {n for t in self.terms if not t.negated for n in t.needles()}
+        if self.natural is not None:
+            found = set(self.natural.needles())
         return sorted(found, key=lambda n: (-len(n), n))
 
     def fts5_expression(self) -> str:
@@ -252,7 +260,9 @@ def _chunk_token(chunk: str) -> Term | str:
     if not words:
         return ""
     prefix = bool(re.search(r"[^\W_]\*+[^\w]*$", chunk))
-    return Term(words, prefix=prefix)
+    # "-word" excludes the word (a power-user form, as in web search); "a-b" stays a phrase.
+    negated = len(chunk) > 1 and chunk[0] == "-" and _WORD.match(chunk, 1) is not None
+    return Term(words, prefix=prefix, negated=negated)
 
 
 def _group(tokens: list[Term | str]) -> tuple[tuple[Term, ...], ...]:
@@ -291,7 +301,20 @@ def parse_query(text: str) -> ParsedQuery:
             if count > MAX_TERMS:
                 break
         kept.append(token)
+    if not is_explicit(kept):
+        from refold.search.natural import natural_plan  # it builds on Term, defined here
+
+        plan = natural_plan([t for t in kept if isinstance(t, Term)])
+        if plan is not None:
+            if plan.single is not None:  # one content term: its exact (AND) form answers it
+                return ParsedQuery(raw=text, groups=((plan.single,),))
+            return ParsedQuery(raw=text, groups=_group(kept), natural=plan)
     return ParsedQuery(raw=text, groups=_group(kept))
+
+
+def is_explicit(tokens: list[Term | str]) -> bool:
+    """True when the user wrote query syntax: quotes, AND/OR/NOT, -word or word*."""
+    return any(isinstance(t, str) or t.quoted or t.prefix or t.negated for t in tokens)
 
 
 def make_snippet(text: str, needles: list[str], *, width: int = 120) -> str:

@@ -25,6 +25,7 @@ import anyio.to_thread
 import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -33,12 +34,19 @@ from refold.assembly import EngineFactory as SettingsEngines
 from refold.assembly import open_configured_store
 from refold.config import Settings
 from refold.errors import InvalidInput, RefoldError, UpstreamError
-from refold.server import reads
+from refold.server import messages_api, reads, responses_api
 from refold.server.auth import AuthError, KeyRing, Tenant
 from refold.server.completions import Drain, Proxy, chat_completions, parse_json
+from refold.server.edges import (
+    RequestIdMiddleware,
+    RequestTimeout,
+    check_depth,
+    current_request_id,
+    too_deep,
+)
 from refold.server.sessions import DEFAULT_CAPACITY, EngineFactory, SessionPool
 from refold.server.upstream import Upstream
-from refold.server.wire import error_body, status_for
+from refold.server.wire import error_body, error_headers, status_for
 from refold.store import Store
 
 log = logging.getLogger(__name__)
@@ -54,23 +62,49 @@ class BodyTooLarge(Exception):
         self.limit = limit
 
 
+def _upstream(settings: Settings, transport: httpx.AsyncBaseTransport | None) -> Any:
+    """The upstream client for ``settings.upstream_format`` (openai | anthropic)."""
+    kind = getattr(settings, "upstream_format", "openai")
+    if kind == "anthropic":
+        from refold.server.anthropic_upstream import AnthropicUpstream
+        return AnthropicUpstream(str(settings.upstream), settings.upstream_api_key,
+                                 transport=transport)
+    if kind != "openai":
+        raise InvalidInput(f"upstream_format must be openai or anthropic, got {kind!r}")
+    return Upstream(str(settings.upstream), settings.upstream_api_key, transport=transport)
+
+
 def _error(err: RefoldError) -> JSONResponse:
     status, body = status_for(err)
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(body, status_code=status, headers=error_headers(err))
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int, timeout: float | None = None) -> bytes:
+    """The whole body, at most ``limit`` bytes, arriving within ``timeout`` seconds."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge(int(declared), limit)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(None, limit)
-        chunks.append(chunk)
+    with anyio.move_on_after(timeout) as scope:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge(None, limit)
+            chunks.append(chunk)
+    if scope.cancelled_caught:
+        raise RequestTimeout(timeout or 0.0)
     return b"".join(chunks)
+
+
+async def parse_body(raw: bytes, max_depth: int) -> Any:
+    """The body as JSON nested at most ``max_depth`` deep (else a 400, never a 500)."""
+    try:
+        body = await parse_json(raw)
+    except RecursionError as exc:
+        raise too_deep(max_depth) from exc
+    check_depth(raw, body, max_depth)
+    return body
 
 
 class ProxyApp:
@@ -93,8 +127,7 @@ class ProxyApp:
         self._own_store = store is None
         self.store: Store | None = store
         self._engine_factory = engine_factory
-        self.upstream = Upstream(settings.upstream, settings.upstream_api_key,
-                                 transport=upstream_transport)
+        self.upstream = _upstream(settings, upstream_transport)
         self.capacity = capacity
         self.proxy: Proxy | None = None
         self._engines: SettingsEngines | None = None  # built from settings, closed at shutdown
@@ -106,6 +139,7 @@ class ProxyApp:
             self.store = await anyio.to_thread.run_sync(self._open_store)
         factory: EngineFactory
         if self._engine_factory is None:
+            # titles are unique per owner: a tenant's "@session:notes" is its session "notes"
             self._engines = SettingsEngines(self.settings, self.store)
             factory = self._engines
         else:
@@ -147,17 +181,30 @@ class ProxyApp:
             except AuthError as exc:
                 return JSONResponse(error_body(str(exc), "invalid_request_error",
                                                "invalid_api_key"), status_code=401)
+            except RequestTimeout as exc:
+                log.info("request %s: %s", current_request_id.get(), exc)
+                return JSONResponse(error_body(str(exc), "invalid_request_error",
+                                               "request_timeout"), status_code=408,
+                                    headers={"connection": "close"})
             except BodyTooLarge as exc:
                 return JSONResponse(error_body(
                     f"{exc}; raise max_body_bytes (REFOLD_MAX_BODY_BYTES) to allow it",
                     "invalid_request_error", "request_too_large"), status_code=413)
             except UpstreamError as exc:
-                log.warning("upstream failure: %s", exc)
+                log.warning("request %s: upstream failure: %s", current_request_id.get(), exc)
                 return _error(exc)
             except RefoldError as exc:
                 return _error(exc)
 
         return run
+
+    def running_proxy(self) -> Proxy:
+        return self._proxy()
+
+    async def body_of(self, request: Request) -> tuple[Any, int]:
+        """The request's JSON body (size-limited) and its size in bytes."""
+        raw = await read_body(request, self.settings.max_body_bytes)
+        return await parse_json(raw), len(raw)
 
     def _proxy(self) -> Proxy:
         if self.proxy is None:
@@ -165,8 +212,8 @@ class ProxyApp:
         return self.proxy
 
     async def completions(self, request: Request, tenant: Tenant) -> Response:
-        raw = await read_body(request, self.settings.max_body_bytes)
-        body = await parse_json(raw)
+        raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout)
+        body = await parse_body(raw, self.settings.max_json_depth)
         return await chat_completions(self._proxy(), tenant, request.headers, body, len(raw))
 
     async def models(self, request: Request, tenant: Tenant) -> Response:
@@ -197,7 +244,8 @@ class ProxyApp:
     async def search(self, request: Request, tenant: Tenant) -> Response:
         limit = reads.parse_limit(request.query_params.get("limit"), 20)
         text = request.query_params.get("q", "")
-        return JSONResponse(await reads.search(self._store(), tenant.owner, text, limit))
+        mode = request.query_params.get("mode") or None
+        return JSONResponse(await reads.search(self._store(), tenant.owner, text, limit, mode))
 
     async def memory(self, request: Request, tenant: Tenant) -> Response:
         return JSONResponse(await reads.memory(self._proxy().pool, tenant.owner))
@@ -216,9 +264,12 @@ class ProxyApp:
                   methods=["GET"]),
             Route("/v1/refold/search", self.endpoint(self.search), methods=["GET"]),
             Route("/v1/refold/memory", self.endpoint(self.memory), methods=["GET"]),
+            *messages_api.routes(self),
+            *responses_api.routes(self),
         ]
         handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _crash}
-        return Starlette(routes=routes, lifespan=self.lifespan, exception_handlers=handlers)
+        return Starlette(routes=routes, lifespan=self.lifespan, exception_handlers=handlers,
+                         middleware=[Middleware(RequestIdMiddleware)])
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -229,9 +280,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _crash(request: Request, exc: Exception) -> Response:
-    log.exception("unexpected error serving %s %s", request.method, request.url.path)
+    log.exception("request %s: unexpected error serving %s %s", current_request_id.get(),
+                  request.method, request.url.path)
     return JSONResponse(error_body(f"internal error in refold: {type(exc).__name__}",
-                                   "server_error", "internal_error"), status_code=500)
+                                   "server_error", "internal_error"), status_code=500,
+                        headers={"x-request-id": current_request_id.get()})
 
 
 def create_app(settings: Settings | None = None, *, store: Store | None = None,
@@ -247,7 +300,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     if settings is None:
         settings = Settings(**fields)
     elif fields:
-        settings = settings.model_copy(update=fields)
+        settings = settings.updated(**fields)
     app = ProxyApp(settings, store=store, upstream_transport=upstream_transport,
                    engine_factory=engine_factory, capacity=capacity)
     starlette = app.build()

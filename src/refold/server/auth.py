@@ -3,7 +3,8 @@
 With no keys configured the proxy is open and every caller is the local owner ``""``. With keys
 configured, a request must carry ``Authorization: Bearer <key>`` for one of them; the key's tenant
 is ``"key-" + sha256(key)[:16]`` — stable across restarts, never the key itself, so neither the
-database nor a log line ever holds a client key. Sessions, search and memory are all scoped to the
+database nor a log line ever holds a client key, and a client key is never sent upstream (the
+upstream key comes only from configuration). Sessions, search and memory are all scoped to the
 tenant: one key never reads another key's data.
 """
 
@@ -18,7 +19,9 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Tenant:
     owner: str  # the store's owner namespace ("" = local, no auth)
-    bearer: str | None  # the raw bearer the client sent (forwarded upstream only in open mode)
+    # what may go upstream as the bearer when refold holds no upstream key: the client's own
+    # bearer in open mode (no client keys: refold is a transparent hop), never a client key
+    bearer: str | None
 
 
 class AuthError(Exception):
@@ -40,7 +43,9 @@ class KeyRing:
         return not self._keys
 
     def authenticate(self, headers: Mapping[str, str]) -> Tenant:
-        bearer = _bearer(headers.get("authorization", ""))
+        # Anthropic clients send their key as x-api-key (Claude Code with ANTHROPIC_API_KEY)
+        bearer = _bearer(headers.get("authorization", "")) or \
+            (headers.get("x-api-key") or "").strip() or None
         if self.open:
             return Tenant(owner="", bearer=bearer)
         if bearer is None:
@@ -52,7 +57,7 @@ class KeyRing:
             matched |= hmac.compare_digest(key, given)
         if not matched:
             raise AuthError("invalid API key")
-        return Tenant(owner=owner_for_key(bearer), bearer=bearer)
+        return Tenant(owner=owner_for_key(bearer), bearer=None)  # a client key stays here
 
 
 def _bearer(value: str) -> str | None:

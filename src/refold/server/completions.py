@@ -75,6 +75,7 @@ from starlette.types import Receive, Scope, Send
 from refold.errors import Conflict, InvalidInput, RefoldError, UpstreamError
 from refold.llm.failures import bad_response
 from refold.messages.model import Message
+from refold.runtime.branches import Diverge
 from refold.runtime.prepared import Prepared
 from refold.runtime.session import SessionRuntime
 from refold.server.auth import Tenant
@@ -163,7 +164,10 @@ async def chat_completions(proxy: Proxy, tenant: Tenant, headers: Mapping[str, s
     handed_off = False
     try:
         rt = await proxy.pool.runtime(tenant.owner, ref)
-        turn = _Turn(proxy, tenant, rt, body, history, raw_size)
+        # a conversation the client named rewinds (reversibly) what it no longer sends; a
+        # derived one branches instead, so it never rewinds another conversation's tail
+        turn = _Turn(proxy, tenant, rt, body, history, raw_size,
+                     diverge="rewind" if headers.get(SESSION_HEADER) else "branch")
         if body.get("stream"):
             upstream = await turn.open_stream()
             handed_off = True  # the stream releases the lock and the drain when it ends
@@ -183,12 +187,14 @@ class _Turn:
     """One request's state across attempts: the runtime, the body, what went upstream."""
 
     def __init__(self, proxy: Proxy, tenant: Tenant, rt: SessionRuntime, body: dict[str, Any],
-                 history: list[Message], raw_size: int = 0) -> None:
+                 history: list[Message], raw_size: int = 0,
+                 diverge: Diverge = "branch") -> None:
         self.proxy = proxy
         self.tenant = tenant
         self.rt = rt
         self.body = body
         self.history = history
+        self.diverge: Diverge = diverge
         self.inject_usage = False
         # small requests may run the runtime on the event loop (light mode); a large body (a
         # big new tool output, say) always goes to a worker thread
@@ -217,7 +223,8 @@ class _Turn:
         return await anyio.to_thread.run_sync(self._prepare_and_encode)
 
     def _prepare_and_encode(self) -> bytes:
-        return self._encode(self.rt.prepare_history(self.history, tools=self.body.get("tools")))
+        return self._encode(self.rt.prepare_history(self.history, tools=self.body.get("tools"),
+                                                    diverge=self.diverge))
 
     def _encode(self, prepared: Prepared) -> bytes:
         self._note(prepared)
@@ -244,6 +251,9 @@ class _Turn:
 
     def headers(self) -> dict[str, str]:
         """The response headers of this turn: the session, and what the runtime noticed."""
+        noticed = self.rt.take_compaction()  # after an overflow, or after a reply
+        if noticed is not None:
+            self.compacted = noticed
         out = {SESSION_HEADER: self.session_id}
         if self.warnings:
             out[WARNINGS_HEADER] = "; ".join(

@@ -31,7 +31,8 @@ def message_json(row: StoredMessage) -> dict[str, Any]:
 def hit_json(hit: SearchHit) -> dict[str, Any]:
     return {"session_id": hit.session_id, "session_title": hit.session_title, "seq": hit.seq,
             "role": hit.role, "snippet": hit.snippet, "created_at": hit.created_at,
-            "score": hit.score, "window": [message_json(m) for m in hit.window]}
+            "score": hit.score, "lineage": list(hit.lineage),
+            "window": [message_json(m) for m in hit.window]}
 
 
 def parse_limit(raw: str | None, default: int) -> int:
@@ -69,11 +70,19 @@ async def get_session(store: Store, owner: str, ref: str, limit: int | None,
     return await anyio.to_thread.run_sync(read)
 
 
-async def search(store: Store, owner: str, text: str, limit: int) -> dict[str, Any]:
+async def search(store: Store, owner: str, text: str, limit: int,
+                 mode: str | None = None) -> dict[str, Any]:
+    """``mode``: fts, vector or hybrid (default: hybrid once the archive is indexed)."""
+    from refold.search.vectors import hybrid_search, resolve_mode
+
     if not text.strip():
         raise InvalidInput("search needs a query: ?q=...")
+    try:
+        chosen = resolve_mode(store, mode)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from None
     query = SearchQuery(text=text, owner=owner, limit=limit)
-    hits = await anyio.to_thread.run_sync(store.search, query)
+    hits = await anyio.to_thread.run_sync(lambda: hybrid_search(store, query, mode=chosen))
     return {"object": "list", "query": text, "data": [hit_json(h) for h in hits]}
 
 

@@ -1,7 +1,9 @@
 """Which session a request belongs to, and the bounded cache of live session runtimes.
 
 A request names its session with ``X-Refold-Session`` (an id, id prefix or title; a name that
-does not exist yet creates a session with that title, tagged with the tenant for client keys). Without the header the session is derived
+does not exist yet creates a session with that title, owned by the tenant: titles are unique per
+owner, so each key has its own names and finds its sessions by them; a name longer than a title
+may be is refused rather than cut). Without the header the session is derived
 from the conversation itself: ``conv-`` + a hash of the tenant, the first system message and the
 first user message, so a client that re-sends its whole history every call lands in the same
 session each time (and after a restart). Two unrelated conversations that open with the very same
@@ -30,8 +32,9 @@ from typing import Any, Protocol
 
 import anyio.to_thread
 
-from refold.errors import AmbiguousReference, Conflict, NotFound
+from refold.errors import Conflict, InvalidInput, NotFound
 from refold.messages.model import Message, canonical_json
+from refold.store.titles import MAX_TITLE_LENGTH, sanitize_title
 
 log = logging.getLogger(__name__)
 
@@ -144,24 +147,26 @@ class SessionPool:
         self._engines.clear()
 
 
-def scoped_title(owner: str, name: str) -> str:
-    """The title a tenant's named session is created with.
-
-    Titles are unique across the whole store; tagging a client key's titles with its tenant
-    keeps two keys from colliding on (or learning about) each other's session names.
-    """
-    return name if not owner else f"{name} @{owner.removeprefix('key-')[:8]}"
+def check_name(ref: str) -> str:
+    """A session name from ``X-Refold-Session`` as its title, or ``InvalidInput``: a name
+    longer than a title may be would be cut, and two long names would share one session."""
+    title = sanitize_title(ref)
+    if title is None:
+        raise InvalidInput("the X-Refold-Session header is empty")
+    if len(" ".join(ref.split())) > MAX_TITLE_LENGTH:
+        raise InvalidInput(f"the X-Refold-Session name is longer than {MAX_TITLE_LENGTH} "
+                           "characters", hint="use a shorter name (or the session id)")
+    return title
 
 
 def _open_or_create(engine: EngineLike, owner: str, ref: str) -> Any:
-    title = scoped_title(owner, ref)
-    for candidate in dict.fromkeys((ref, title)):
-        try:
-            return engine.open_session(candidate, source="serve")
-        except AmbiguousReference:
-            raise  # several sessions match: creating another would hide them
-        except NotFound:
-            continue
+    """The tenant's session named ``ref`` (its engine resolves within its owner only),
+    created with the title ``ref`` when the tenant has none: titles are unique per owner."""
+    title = check_name(ref)
+    try:
+        return engine.open_session(ref, source="serve")
+    except NotFound:
+        pass  # AmbiguousReference propagates: creating another would hide the matches
     log.info("creating session %s", title)
     try:
         return engine.open_session(None, new=True, title=title, source="serve")

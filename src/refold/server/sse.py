@@ -71,6 +71,7 @@ class StreamAssembler:
     content: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     calls: dict[int, _CallParts] = field(default_factory=dict)
+    thinking_blocks: list[dict[str, Any]] = field(default_factory=list)  # signed, whole
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     model: str | None = None
@@ -97,6 +98,8 @@ class StreamAssembler:
                 self.reasoning.append(delta[key])
         for position, call in enumerate(delta.get("tool_calls") or []):
             self._add_call(call, position)
+        if isinstance(delta.get("thinking_blocks"), list):  # LiteLLM's key: Anthropic's blocks
+            self.thinking_blocks.extend(b for b in delta["thinking_blocks"] if isinstance(b, dict))
 
     def _add_call(self, call: dict[str, Any], position: int) -> None:
         index = call.get("index", position)
@@ -124,6 +127,8 @@ class StreamAssembler:
                 for _, p in sorted(self.calls.items())]
         if self.reasoning:
             message["reasoning_content"] = "".join(self.reasoning)
+        if self.thinking_blocks:
+            message["thinking_blocks"] = list(self.thinking_blocks)
         return message
 
 

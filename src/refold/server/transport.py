@@ -1,109 +1,174 @@
-"""The upstream HTTP transport: httpx's own, with a cheaper idle-connection check.
+"""The proxy's one interface to the upstream's HTTP: ``Transport`` and the ``Reply`` it returns.
 
-Why: before every request and after every response, httpcore's pool asks each idle keep-alive
-connection whether the server closed it (``get_extra_info("is_readable")``). On the anyio
-backend each ask rebuilds the stream's whole attribute table — ``getpeername()`` and all — just
-to find the raw socket, then polls it. With tens of pooled connections that was the largest
-single cost of a proxied turn on the event loop (profiled: ~1 ms of CPU per request at 10
-concurrent streams). ``CachedSocketBackend`` wraps the network backend so each stream looks its
-raw socket up once; the readability poll itself is unchanged, so a server-closed connection is
-still noticed before it is reused.
+``Upstream`` speaks to the model API only through a ``Transport``; two implement it:
 
-Only httpx's default transport is touched, through one attribute of httpcore's pool
-(``_network_backend``, stable across httpcore 1.x); if that attribute is missing (another
-httpcore) the transport is used as it is — slower, never wrong. ``Upstream`` mounts it for
-``all://`` instead of passing it as the client's transport, because httpx ignores proxies from
-the environment (HTTPS_PROXY, NO_PROXY…) when given a transport; mounted, they still apply.
+- ``H1Transport``: ``server.h1``'s lean keep-alive HTTP/1.1 client (asyncio protocols and
+  httptools' C parser) — the default, because the proxy's added latency is what every turn
+  pays (``bench/bench_proxy.py`` measures both in the same run: ``--transport``);
+- ``HttpxTransport``: ``httpx.AsyncClient`` — where a proxy from the environment applies to the
+  upstream (HTTP(S)_PROXY, NO_PROXY), httptools is missing, or an httpx transport is injected
+  (tests and benches pass ``httpx.MockTransport`` / ``ASGITransport``).
+
+Both turn every transport failure into the one ``UpstreamError`` taxonomy of ``refold.llm``
+(``timeout`` / ``network``) and never send a request twice (a completion is billed). A
+``Reply`` is a response whose status line and headers arrived; its body is read once, as a
+whole (``read``) or as it comes (``chunks``), and ``aclose`` returns the connection to the pool
+when the body was read to the end (else closes it).
 """
 
 from __future__ import annotations
 
-import logging
-import select
-import socket
-import sys
-import typing
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Protocol
 
-import httpcore
 import httpx
 
-log = logging.getLogger(__name__)
+from refold.errors import UpstreamError
+from refold.llm import classify_transport_error
+from refold.llm.failures import transport_failure
+from refold.server.h1 import H1Client, H1Error, H1Response, lean_client_for
+
+OnSent = Callable[[], None] | None
+# the transport preferred where both apply ("h1" or "httpx"); a process-wide default so a bench
+# can run the same serve with httpx (``bench/bench_proxy.py --variants``)
+DEFAULT_TRANSPORT = "h1"
 
 
-def socket_readable(sock: socket.socket | None) -> bool:
-    """True if a read would not block (data, or the peer's close); a gone socket counts."""
-    fd = None if sock is None else sock.fileno()
-    if fd is None or fd < 0:
-        return True
-    if sys.platform == "win32" or not hasattr(select, "poll"):
-        ready, _, _ = select.select([fd], [], [], 0)
-        return bool(ready)
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(0))
+class Reply(Protocol):
+    """An upstream response whose headers arrived."""
+
+    @property
+    def status_code(self) -> int: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...  # names in lower case
+    def chunks(self) -> AsyncIterator[bytes]: ...  # UpstreamError if the body breaks off
+    async def read(self) -> bytes: ...
+    async def aclose(self) -> None: ...
 
 
-class CachedSocketStream(httpcore.AsyncNetworkStream):
-    """A network stream that remembers its raw socket for ``is_readable``."""
+class Transport(Protocol):
+    """Requests to one upstream base URL (paths are relative to it, e.g. ``/models``)."""
 
-    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
-        self._inner = inner
-        self._socket: socket.socket | None = inner.get_extra_info("socket")
+    name: str  # "h1" or "httpx" (for logs and benches)
 
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return await self._inner.read(max_bytes, timeout)
+    async def request(self, method: str, path: str, headers: dict[str, str],
+                      body: bytes = b"", on_sent: OnSent = None) -> Reply:
+        """Send one request; return once the response headers arrived. ``on_sent()`` (must
+        not raise) runs once the request is on its way — work that may overlap the
+        upstream's — and not at all when no connection could be had."""
+        ...
 
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        await self._inner.write(buffer, timeout)
+    async def aclose(self) -> None: ...
+
+
+class _H1Reply:
+    def __init__(self, response: H1Response, base_url: str) -> None:
+        self._response = response
+        self._base_url = base_url
+        self.status_code = response.status_code
+        self.headers: Mapping[str, str] = response.headers
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for data in self._response.chunks():
+                yield data
+        except H1Error as exc:
+            raise transport_failure(exc.kind, str(exc), self._base_url) from exc
+
+    async def read(self) -> bytes:
+        return b"".join([piece async for piece in self.chunks()])
 
     async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
-                        timeout: float | None = None) -> httpcore.AsyncNetworkStream:
-        return CachedSocketStream(await self._inner.start_tls(ssl_context, server_hostname,
-                                                              timeout))
-
-    def get_extra_info(self, info: str) -> Any:
-        if info == "is_readable":
-            return socket_readable(self._socket)
-        if info == "socket":
-            return self._socket
-        return self._inner.get_extra_info(info)
+        await self._response.aclose()
 
 
-class CachedSocketBackend(httpcore.AsyncNetworkBackend):
-    """Wraps a network backend; every stream it opens is a ``CachedSocketStream``."""
+class H1Transport:
+    """``Transport`` over ``server.h1.H1Client``."""
 
-    def __init__(self, inner: httpcore.AsyncNetworkBackend) -> None:
-        self._inner = inner
+    name = "h1"
 
-    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
-                          local_address: str | None = None,
-                          socket_options: typing.Iterable[Any] | None = None,
-                          ) -> httpcore.AsyncNetworkStream:
-        return CachedSocketStream(await self._inner.connect_tcp(
-            host, port, timeout=timeout, local_address=local_address,
-            socket_options=socket_options))
+    def __init__(self, client: H1Client, base_url: str) -> None:
+        self._client = client
+        self._base_url = base_url
 
-    async def connect_unix_socket(self, path: str, timeout: float | None = None,
-                                  socket_options: typing.Iterable[Any] | None = None,
-                                  ) -> httpcore.AsyncNetworkStream:
-        return CachedSocketStream(await self._inner.connect_unix_socket(
-            path, timeout=timeout, socket_options=socket_options))
+    async def request(self, method: str, path: str, headers: dict[str, str],
+                      body: bytes = b"", on_sent: OnSent = None) -> Reply:
+        try:
+            response = await self._client.request(method, path, headers, body, on_sent)
+        except H1Error as exc:
+            raise transport_failure(exc.kind, str(exc), self._base_url) from exc
+        return _H1Reply(response, self._base_url)
 
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    @property
+    def idle_connections(self) -> int:
+        return len(self._client._idle)
 
 
-def upstream_transport(limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
-    """httpx's default transport with ``limits``, its pool on a ``CachedSocketBackend``."""
-    transport = httpx.AsyncHTTPTransport(limits=limits)
-    pool = getattr(transport, "_pool", None)
-    inner = getattr(pool, "_network_backend", None)
-    if isinstance(inner, httpcore.AsyncNetworkBackend):
-        pool._network_backend = CachedSocketBackend(inner)  # type: ignore[union-attr]
-    else:
-        log.debug("httpcore pool without _network_backend: idle checks stay uncached")
-    return transport
+class _HttpxReply:
+    def __init__(self, response: httpx.Response, base_url: str) -> None:
+        self._response = response
+        self._base_url = base_url
+        self.status_code = response.status_code
+        self.headers: Mapping[str, str] = response.headers
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for data in self._response.aiter_bytes():
+                yield data
+        except httpx.HTTPError as exc:
+            raise classify_transport_error(exc, self._base_url) from exc
+
+    async def read(self) -> bytes:
+        return b"".join([piece async for piece in self.chunks()])
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+class HttpxTransport:
+    """``Transport`` over an ``httpx.AsyncClient`` (proxies from the environment apply)."""
+
+    name = "httpx"
+
+    def __init__(self, base_url: str, *, timeout: httpx.Timeout, limits: httpx.Limits,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self._base_url = base_url
+        self.client = httpx.AsyncClient(transport=transport, timeout=timeout, limits=limits)
+
+    async def request(self, method: str, path: str, headers: dict[str, str],
+                      body: bytes = b"", on_sent: OnSent = None) -> Reply:
+        request = self.client.build_request(method, self._base_url + path,
+                                            content=body or None, headers=headers)
+        if on_sent is not None:
+            on_sent()  # httpx gives no hook once the bytes are out: just before sending
+        try:
+            response = await self.client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise classify_transport_error(exc, self._base_url) from exc
+        return _HttpxReply(response, self._base_url)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def transport_for(base_url: str, *, read_timeout: float, connect_timeout: float,
+                  transport: httpx.AsyncBaseTransport | None = None,
+                  prefer: str | None = None) -> Transport:
+    """The transport for ``base_url``: the lean client where it applies (and ``prefer`` is
+    "h1"), else httpx (an injected ``transport`` always means httpx)."""
+    if transport is None and (prefer or DEFAULT_TRANSPORT) == "h1":
+        lean = lean_client_for(base_url, connect_timeout=connect_timeout,
+                               read_timeout=read_timeout)
+        if lean is not None:
+            return H1Transport(lean, base_url)
+    # many concurrent streams share one pool; keep-alive makes the added latency small
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
+    return HttpxTransport(base_url, timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
+                          limits=limits, transport=transport)
+
+
+__all__ = ["H1Transport", "HttpxTransport", "Reply", "Transport", "UpstreamError",
+           "transport_for"]

@@ -99,6 +99,13 @@ def status_for(err: RefoldError) -> tuple[int, ErrorBody]:
     return 500, error_body(str(err), "server_error", type(err).__name__.lower())
 
 
+def error_headers(err: RefoldError) -> dict[str, str]:
+    """Response headers an error carries to the client: an upstream failure's rate-limit
+    headers (``Retry-After``, ``x-ratelimit-*``), so a client paces itself as it would talking
+    to the upstream directly."""
+    return dict(err.headers) if isinstance(err, UpstreamError) else {}
+
+
 def sse_error(status: int, body: ErrorBody) -> bytes:
     """An error delivered inside an already-started SSE stream (the status line is gone)."""
     payload: dict[str, Any] = {"error": dict(body["error"], status=status)}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from refold.errors import InvalidInput
+from refold.errors import InvalidInput, NotFound
 from refold.store.base import (
     AppendResult,
     Checkpoint,
@@ -26,8 +26,13 @@ from refold.store.base import (
 )
 
 
-def open_store(target: str | Path, *, sqlite_synchronous: str | None = None) -> Store:
+def open_store(target: str | Path, *, sqlite_synchronous: str | None = None,
+               create: bool = True) -> Store:
     """Open (creating and migrating if needed) the store at ``target``.
+
+    ``create=False`` (read-only commands) never creates a store: a PostgreSQL schema, or a
+    SQLite file, that holds no refold data raises ``NotFound`` instead. A PostgreSQL URL without
+    ``?schema=`` names the ``refold`` schema, or ``public`` where an earlier install lives.
 
     ``sqlite_synchronous`` ("FULL", the default, or "NORMAL") applies to SQLite only: FULL
     fsyncs every commit (durable against power loss), NORMAL in WAL mode is durable against a
@@ -41,8 +46,11 @@ def open_store(target: str | Path, *, sqlite_synchronous: str | None = None) -> 
             raise InvalidInput(
                 "the PostgreSQL backend needs psycopg",
                 hint="pip install 'refold[postgres]'") from exc
-        return PostgresStore(text)
+        return PostgresStore(text, create=create)
     path = sqlite_file_of(text)
+    if not create and path != ":memory:" and not Path(path).exists():
+        raise NotFound(f"no database at {path}",
+                       hint="check --db / REFOLD_DB; `refold import FILE` creates one")
     from refold.store.sqlite import SQLiteStore
 
     if sqlite_synchronous is None:

@@ -10,6 +10,13 @@ Invariants every backend keeps (the conformance suite in tests/store checks each
   several processes send the same history at once: no duplicate rows, ever. A history that
   diverges from the stored active chain at position k rewinds the stored rows from k on
   (recorded) before appending; a history that is a strict prefix of the stored chain is a no-op.
+- ``add_checkpoint`` moves the view forward only: a checkpoint whose ``tail_start_seq`` is not
+  past the latest one's is refused (Conflict). With ``expect`` it is a compare-and-set inside the
+  insert's transaction: it lands only if the latest checkpoint is still ``expect.checkpoint_id``
+  and the row ``expect.tip_seq`` (the last one the plan saw) is still active, so two compactors
+  planning from the same view never both commit (one compaction per window).
+- A lease dies with its holder: besides its ttl, it lapses as soon as the process (SQLite) or
+  the database connection (PostgreSQL) that took it is gone, so a killed compactor blocks nobody.
 - ``projection`` returns the latest checkpoint and the active messages from its ``tail_start_seq``
   on; its cost does not grow with the number of archived rows before it.
 - Search never raises on user input; rewound (inactive) rows are excluded unless asked for;
@@ -110,6 +117,22 @@ class Checkpoint(CheckpointDraft):
 
 
 @dataclass(frozen=True)
+class CheckpointBase:
+    """What a checkpoint was planned from, for ``add_checkpoint(expect=…)``: the latest
+    checkpoint then and the last active row then. Rows appended after that tip only extend the
+    kept tail; a checkpoint added since, or a rewind of the tip, makes the plan stale."""
+
+    checkpoint_id: int | None  # None: the session had no checkpoint
+    tip_seq: int | None  # None: the view had no active rows
+
+    @classmethod
+    def of(cls, projection: Projection) -> CheckpointBase:
+        checkpoint = projection.checkpoint
+        return cls(checkpoint.id if checkpoint else None,
+                   projection.messages[-1].seq if projection.messages else None)
+
+
+@dataclass(frozen=True)
 class Projection:
     """The model view: ``checkpoint`` (summary) if any, then ``messages`` (active, from tail)."""
 
@@ -183,6 +206,9 @@ class SearchHit:
     score: float
     # the hit and its neighbours (SearchQuery.window each side), in seq order; [] when window=0
     window: list[StoredMessage] = field(default_factory=list)
+    # every session of this lineage holding the same message (forks and compaction children
+    # copy rows), this hit's session first; one hit stands for all of them
+    lineage: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -238,7 +264,10 @@ class Store(Protocol):
     def set_token_counts(self, session_id: str, counts: dict[int, int]) -> None: ...
 
     # -- rewind, fork, lineage -------------------------------------------------------------
-    def rewind(self, session_id: str, from_seq: int) -> RewindRecord: ...
+    def rewind(self, session_id: str, from_seq: int, *,
+               any_role: bool = False) -> RewindRecord: ...
+    # from_seq must be a user message unless ``any_role`` (the proxy rewinding a re-sent
+    # history's stored continuation, which starts with the reply the client did not keep)
     def undo_rewind(self, rewind_id: int) -> RewindRecord: ...
     # Conflict when already undone, or when the session changed after the rewind (rows
     # appended or rewound since), i.e. the restored rows would no longer chain
@@ -251,7 +280,10 @@ class Store(Protocol):
     def next_lineage_title(self, title: str) -> str: ...
 
     # -- checkpoints and the model view -----------------------------------------------------
-    def add_checkpoint(self, session_id: str, draft: CheckpointDraft) -> Checkpoint: ...
+    # ``expect``: commit only if the view is still the one planned from (else Conflict, nothing
+    # written); a draft that does not move the tail start past the latest checkpoint's: Conflict
+    def add_checkpoint(self, session_id: str, draft: CheckpointDraft, *,
+                       expect: CheckpointBase | None = None) -> Checkpoint: ...
     def latest_checkpoint(self, session_id: str) -> Checkpoint | None: ...
     def list_checkpoints(self, session_id: str) -> list[Checkpoint]: ...
     def projection(self, session_id: str) -> Projection: ...
@@ -263,8 +295,18 @@ class Store(Protocol):
 
     # -- search ----------------------------------------------------------------------------
     def search(self, query: SearchQuery) -> list[SearchHit]: ...
+    # message vectors (refold.search.vectors scores them; appends never write them)
+    def unembedded_messages(self, model: str, *, after_id: int = 0,
+                            limit: int = 256) -> list[tuple[int, str]]: ...
+    def put_vectors(self, model: str, rows: list[tuple[int, bytes]]) -> None: ...
+    def vectors_after(self, model: str, after_id: int = 0,
+                      limit: int = 50_000) -> list[tuple[int, bytes]]: ...
+    # the scored (message id, score) rows passing the query's filters, in order (window=[])
+    def hits_for_ids(self, scored: list[tuple[int, float]],
+                     query: SearchQuery) -> list[SearchHit]: ...
 
     # -- leases (one compactor per session window, across processes and hosts) ------------
+    # held until released, ``ttl_seconds`` passed, or the taking process / connection is gone
     def acquire_lease(self, name: str, holder: str, ttl_seconds: float) -> bool: ...
     def release_lease(self, name: str, holder: str) -> None: ...
 
@@ -293,5 +335,12 @@ class Store(Protocol):
     # -- maintenance -----------------------------------------------------------------------
     def prune_sessions(self, older_than_days: float) -> int: ...  # whole ended lineages; count
     def integrity_check(self) -> list[str]: ...
+    def rebuild_search_indexes(self) -> None:
+        """Rebuild the search indexes (and other derived data) from the stored messages."""
+        ...
+    def backup(self, destination: str) -> None:
+        """A consistent copy of the database file at ``destination`` (InvalidInput where the
+        backend has no file: PostgreSQL, in-memory SQLite)."""
+        ...
     def info(self) -> dict[str, Any]: ...
     def close(self) -> None: ...

@@ -21,9 +21,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
+from refold.errors import InvalidInput
 from refold.messages.model import canonical_json
 from refold.store.base import Session, Store, StoredMessage
 
@@ -74,9 +77,25 @@ def parents_first(sessions: Iterable[Session]) -> list[Session]:
     return ordered
 
 
+def store_identity(store: Store) -> tuple[object, ...]:
+    """What names a store's data, however its URL was spelled: the real path of a SQLite
+    file; server, port, database and schema of a PostgreSQL store."""
+    info = store.info()
+    if info["backend"] == "sqlite":
+        path = str(info["path"])
+        return ("sqlite", id(store)) if path == ":memory:" else ("sqlite", os.path.realpath(path))
+    parts = urlsplit(str(info["url"]))
+    host = parts.hostname or "localhost"
+    host = "127.0.0.1" if host in ("localhost", "::1") else host
+    return ("postgresql", host, parts.port or 5432, parts.path.lstrip("/"), info["schema"])
+
+
 def copy_store(source: Store, target: Store, *, progress: Progress = _quiet,
                verify: bool = True) -> CopyReport:
-    """Copy every session and memory document of ``source`` into ``target``, then verify."""
+    """Copy every session and memory document of ``source`` into ``target``, then verify.
+    ``InvalidInput`` when both name the same data (a copy onto itself proves nothing)."""
+    if store_identity(source) == store_identity(target):
+        raise InvalidInput("--from and --to name the same store", hint="give two different DBs")
     report = CopyReport()
     sessions = parents_first(source.list_sessions(limit=ALL))
     report.sessions_total = len(sessions)

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from refold.errors import Conflict, InvalidInput
 from refold.messages.model import message_identity
-from refold.store.base import CheckpointDraft, RewindRecord, StoredMessage
+from refold.store.base import (
+    Checkpoint,
+    CheckpointBase,
+    CheckpointDraft,
+    RewindRecord,
+    StoredMessage,
+)
 
 FORK_KINDS = ("fork", "branch")
 
@@ -21,6 +27,32 @@ def check_checkpoint_draft(draft: CheckpointDraft) -> None:
             f"tail start {draft.tail_start_seq}); need 1 <= first <= last < tail start")
     if not isinstance(draft.summary, str):
         raise InvalidInput("a checkpoint summary must be text")
+
+
+def check_checkpoint_commit(session_id: str, draft: CheckpointDraft,
+                            latest: Checkpoint | None, expect: CheckpointBase | None,
+                            tip_active: bool) -> None:
+    """Conflict unless ``draft`` may land now (read in the insert's own transaction).
+
+    ``latest`` is the session's latest checkpoint, ``tip_active`` whether the row
+    ``expect.tip_seq`` is still active. A checkpoint moves the view forward only; with
+    ``expect`` the view must still be the one the draft was planned from (compare-and-set).
+    """
+    if expect is not None:
+        latest_id = latest.id if latest else None
+        if latest_id != expect.checkpoint_id:
+            raise Conflict(f"session {session_id} was compacted meanwhile (checkpoint "
+                           f"{latest_id}, planned from {expect.checkpoint_id}); plan dropped",
+                           hint="plan again from the current view", reason="stale")
+        if expect.tip_seq is not None and not tip_active:
+            raise Conflict(f"session {session_id} was rewound past message {expect.tip_seq} "
+                           "after the plan was made; plan dropped",
+                           hint="plan again from the current view", reason="stale")
+    if latest is not None and draft.tail_start_seq <= latest.tail_start_seq:
+        raise Conflict(f"checkpoint would not move session {session_id}'s view forward (tail "
+                       f"start {draft.tail_start_seq}, latest checkpoint keeps from "
+                       f"{latest.tail_start_seq})", hint="plan again from the current view",
+                       reason="backwards")
 
 
 def check_fork_kind(kind: str) -> None:

@@ -113,3 +113,37 @@ def like_escape(text: str, escape: str = "\\") -> str:
     """Escape LIKE wildcards (``%``, ``_``) and the escape char itself, for ``ESCAPE '\\'``."""
     return (text.replace(escape, escape * 2).replace("%", escape + "%")
             .replace("_", escape + "_"))
+
+
+def untagged_title(title: str, owner: str) -> str | None:
+    """The title without the tenant tag older versions added (``"name @8a197f6f"``, and its
+    lineage ``"name @8a197f6f #2"``), or None when ``title`` carries no tag of ``owner``.
+
+    Ownership is a column now (titles are unique per owner); this undoes the old suffix.
+    """
+    if not owner.startswith("key-"):
+        return None
+    tag = " @" + owner.removeprefix("key-")[:8]
+    base, number = split_lineage_title(title)
+    if not base.endswith(tag) or len(base) == len(tag):
+        return None
+    name = base[: -len(tag)]
+    return name if number == 1 and not title.endswith(" #1") else f"{name} #{number}"
+
+
+def owner_of_title(ref: str, owners: Iterable[str]) -> str | None:
+    """Whose session a title names when no owner was given (the operator's CLI): the only
+    owner that has it, or the local owner ``""`` when it is one of them; several tenants and
+    no local session is ``AmbiguousReference`` (the operator passes ``--owner``)."""
+    found = sorted(set(owners))
+    if not found:
+        return None
+    if len(found) == 1:
+        return found[0]
+    if "" in found:
+        return ""
+    from refold.errors import AmbiguousReference
+
+    raise AmbiguousReference(f"the title {ref!r} is used by {len(found)} tenants: "
+                             + ", ".join(found), candidates=found,
+                             hint="pass --owner OWNER (or use the session id)")

@@ -3,6 +3,8 @@
 Import from here in your own tests; nothing in this package reaches the network.
 """
 
+from refold.testing.anthropic_server import AnthropicReply, RunningAnthropic, serve_anthropic
 from refold.testing.llm_server import RunningLLM, ScriptedLLM, ScriptedReply, serve
 
-__all__ = ["RunningLLM", "ScriptedLLM", "ScriptedReply", "serve"]
+__all__ = ["AnthropicReply", "RunningAnthropic", "RunningLLM", "ScriptedLLM", "ScriptedReply",
+           "serve", "serve_anthropic"]

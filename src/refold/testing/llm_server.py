@@ -34,6 +34,7 @@ class ScriptedReply:
     raw_body: bytes | None = None  # send these bytes verbatim (garbage responses)
     drop_connection: bool = False  # close the socket without answering
     chunk_delay: float = 0.0  # pause between streamed chunks
+    headers: dict[str, str] | None = None  # extra response headers (Retry-After on a 429…)
 
 
 Reply = ScriptedReply | str
@@ -122,7 +123,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if reply.status != 200:
             self._json(reply.status, reply.error or {"error": {"message": "scripted error",
-                                                               "type": "server_error"}})
+                                                               "type": "server_error"}},
+                       reply.headers)
             return
         if body.get("stream"):
             self._stream(body, reply)
@@ -187,11 +189,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 
-    def _json(self, status: int, obj: Any) -> None:
-        self._send(status, json.dumps(obj).encode(), "application/json")
+    def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+        self._send(status, json.dumps(obj).encode(), "application/json", headers)
 
-    def _send(self, status: int, data: bytes, ctype: str) -> None:
+    def _send(self, status: int, data: bytes, ctype: str,
+              headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()

@@ -33,12 +33,14 @@ def as_memory_tool(memory: Any, *, approval: str = "allow") -> Any:
 
 
 def memory_tool(memory: Any, *, approval: str = "allow",
-                new_turn_after: float | None = None) -> Tool:
+                new_turn_after: float | None = None, reset_on_success: bool = False) -> Tool:
     """The ``memory`` registry tool over ``memory`` (see ``as_memory_tool``).
 
     An agent loop starts each turn with ``begin_turn()`` (the runtime does it), which resets
     the tool's three-failures-per-turn stop. Surfaces without turns (MCP) pass
-    ``new_turn_after``: a call that many seconds after the previous one starts a new turn.
+    ``new_turn_after``: a call that many seconds after the previous one starts a new turn;
+    with ``reset_on_success`` a successful call ends the chain of failures too, so the stop
+    counts failures per call chain, never for the life of the server.
     """
     tool = as_memory_tool(memory, approval=approval)
     function = tool.schema()["function"]
@@ -49,7 +51,10 @@ def memory_tool(memory: Any, *, approval: str = "allow",
         if new_turn_after is not None and now - last_call[0] >= new_turn_after:
             tool.begin_turn()
         last_call[0] = now
-        return str(tool.handle(args))
+        text = str(tool.handle(args))
+        if reset_on_success and not _failed(text):
+            tool.begin_turn()
+        return text
 
     return Tool(function["name"], function["description"], function["parameters"],
                 handler, failed=_failed)

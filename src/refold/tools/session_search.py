@@ -1,12 +1,13 @@
 """The ``session_search`` tool: an agent's way into its past sessions.
 
-Four modes, all over the ``Store`` Protocol:
+Five modes, all over the ``Store`` Protocol (the last over the references' spill store):
 
 - ``search``: full-text query (English, CJK, 1–2 character CJK too) → hits grouped by session,
   each with an anchored window of the messages around it;
 - ``around``: scroll a window around a message (``session_id`` + ``seq``);
 - ``read``: page through a session from ``start_seq``;
-- ``recent``: browse the most recent sessions.
+- ``recent``: browse the most recent sessions;
+- ``spill``: page through the full text an ``@session`` reference spilled (``spill_id``).
 
 Invariant: the current session's own rows never come back as "history" — search excludes it
 (``SearchQuery.exclude_session_id``), ``recent`` skips it, and ``around``/``read`` refuse it.
@@ -17,23 +18,27 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from refold.errors import InvalidInput
 from refold.messages.model import content_text, searchable_text
 from refold.store.base import SearchHit, SearchQuery, Session, Store, StoredMessage
 from refold.tools.registry import Tool, arg_int, arg_str, to_json
 
+if TYPE_CHECKING:
+    from refold.references.spill import SpillStore
+
 SessionRef = str | Callable[[], str] | None  # a fixed id, or a getter (e.g. lambda: rt.session_id)
 MAX_MESSAGE_CHARS = 800
 MAX_RESULT_CHARS = 16_000
-MODES = ("search", "around", "read", "recent")
+MODES = ("search", "around", "read", "recent", "spill")
 
 DESCRIPTION = (
     "Search and read your past sessions (not the current one). mode=search (default) finds "
     "messages matching `query` (any language) and shows each hit with the messages around it; "
     "mode=around scrolls around message `seq` of `session_id`; mode=read pages through a "
-    "session from `start_seq`; mode=recent lists recent sessions. Use it when the user refers "
+    "session from `start_seq`; mode=recent lists recent sessions; mode=spill pages through a referenced "
+    "session's full text by `spill_id` from `offset`. Use it when the user refers "
     "to earlier work or you need a detail that is no longer in your context.")
 
 PARAMETERS: dict[str, Any] = {
@@ -47,6 +52,11 @@ PARAMETERS: dict[str, Any] = {
         "role": {"type": "string", "enum": ["user", "assistant", "tool", "system"]},
         "limit": {"type": "integer", "description": "Max hits / messages / sessions."},
         "window": {"type": "integer", "description": "Messages shown each side (0-5)."},
+        "search_mode": {"type": "string", "enum": ["fts", "vector", "hybrid"],
+                        "description": "Words, meaning or both (default: hybrid once the "
+                                       "archive is indexed, else fts)."},
+        "spill_id": {"type": "string", "description": "Id from a Referenced sessions block."},
+        "offset": {"type": "integer", "description": "Character offset to read from (spill)."},
     },
     "additionalProperties": False,
 }
@@ -82,10 +92,11 @@ class SessionSearch:
     """The tool's logic, bound to a store, an owner namespace and the current session."""
 
     def __init__(self, store: Store, *, current_session_id: SessionRef = None,
-                 owner: str | None = "") -> None:
+                 owner: str | None = "", spill: SpillStore | None = None) -> None:
         self.store = store
         self._current = current_session_id
         self.owner = owner
+        self.spills = spill  # where @session references keep full texts (mode=spill)
 
     @property
     def current_session_id(self) -> str | None:
@@ -106,9 +117,16 @@ class SessionSearch:
             raise InvalidInput("mode=search needs a non-empty 'query'")
         limit = arg_int(args, "limit", 8, lo=1, hi=30)
         window = arg_int(args, "window", 2, lo=0, hi=5)
-        hits = self.store.search(SearchQuery(
-            text=query, role=arg_str(args, "role"), owner=self.owner, limit=limit,
-            window=window, exclude_session_id=self.current_session_id))
+        from refold.search.vectors import hybrid_search, resolve_mode
+
+        request = SearchQuery(text=query, role=arg_str(args, "role"), owner=self.owner,
+                              limit=limit, window=window,
+                              exclude_session_id=self.current_session_id)
+        try:
+            mode = resolve_mode(self.store, arg_str(args, "search_mode"))
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from None
+        hits = hybrid_search(self.store, request, mode=mode)
         hits = [h for h in hits if h.session_id != self.current_session_id]
         return {"query": query, "sessions": self._group(hits), "hits": len(hits)}
 
@@ -140,6 +158,17 @@ class SessionSearch:
         listed = [s for s in sessions if s.id != self.current_session_id][:limit]
         return {"sessions": [{**_session_head(s), "preview": self._preview(s)} for s in listed]}
 
+    def spill(self, args: dict[str, Any]) -> dict[str, Any]:
+        if self.spills is None:
+            raise InvalidInput("no spilled texts here (no @session reference was expanded)")
+        page = self.spills.read(arg_str(args, "spill_id") or "",
+                               offset=arg_int(args, "offset", 0, lo=0, hi=2**62))
+        out: dict[str, Any] = {"spill_id": page.spill_id, "offset": page.offset,
+                               "total_chars": page.total_chars, "text": page.text}
+        if page.next_offset is not None:
+            out["next_offset"] = page.next_offset
+        return out
+
     # -- helpers -------------------------------------------------------------------------------
     def _session(self, args: dict[str, Any]) -> Session:
         ref = (arg_str(args, "session_id") or "").strip()
@@ -163,8 +192,11 @@ class SessionSearch:
             group = groups.setdefault(hit.session_id, {
                 "session_id": hit.session_id, "title": hit.session_title,
                 "matches": [], "_rows": {}})
-            group["matches"].append({"seq": hit.seq, "role": hit.role, "snippet": hit.snippet,
-                                     "when": _when(hit.created_at)})
+            match = {"seq": hit.seq, "role": hit.role, "snippet": hit.snippet,
+                     "when": _when(hit.created_at)}
+            if len(hit.lineage) > 1:  # the same message in other sessions of its lineage
+                match["also_in"] = [s for s in hit.lineage if s != hit.session_id]
+            group["matches"].append(match)
             rows: dict[int, dict[str, Any]] = group["_rows"]
             for row in hit.window or []:
                 rows.setdefault(row.seq, _row(row))
@@ -197,7 +229,8 @@ class SessionSearch:
 
 
 def session_search_tool(store: Store, *, current_session_id: SessionRef = None,
-                        owner: str | None = "") -> Tool:
+                        owner: str | None = "", spill: SpillStore | None = None) -> Tool:
     """The ``session_search`` tool bound to ``store`` (and the caller's current session)."""
-    logic = SessionSearch(store, current_session_id=current_session_id, owner=owner)
+    logic = SessionSearch(store, current_session_id=current_session_id, owner=owner,
+                          spill=spill)
     return Tool("session_search", DESCRIPTION, PARAMETERS, logic)

@@ -1,8 +1,12 @@
-"""The ``todo`` tool: the agent's task list, kept as ledger events and rebuilt on resume.
+"""The ``todo`` tool: the agent's task state — goal, plan and task list — kept as ledger
+events and rebuilt on resume.
 
-Every change appends one ``todo`` event holding the whole list after the change, so the state is
-the payload of the latest event — along the session's lineage, so a compaction child or a branch
-starts from its parent's list. Nothing is kept in process memory that the ledger does not have.
+Every change appends one ``todo`` event holding the whole state after the change (a full
+snapshot: ``todos``, ``goal``, ``plan``), so the state is the payload of the latest event (the
+latest write wins) — along the session's lineage, so a compaction child or a branch starts from
+its parent's state. Nothing is kept in process memory that the ledger does not have. A resumed
+session shows the model its open task state once (``render_task_state``, placed by the
+runtime on the first user turn after the resume).
 """
 
 from __future__ import annotations
@@ -18,12 +22,15 @@ EVENT_KIND = "todo"
 STATUSES = ("pending", "in_progress", "completed", "cancelled")
 MAX_ITEMS = 50
 MAX_CONTENT = 500
+MAX_GOAL = 1000
+MAX_PLAN = 4000
 
 DESCRIPTION = (
-    "Manage your task list for this session. Call with no arguments to read it. Pass `todos` "
-    "to write: with merge=false (default) the list is replaced; with merge=true items are "
-    "updated by id and new ids appended. Keep exactly one item in_progress while working. "
-    "The list survives context compaction and session resume.")
+    "Manage your task state for this session: the goal, the plan and the task list. Call with "
+    "no arguments to read it. Pass `goal` or `plan` (text) to set them. Pass `todos` to write "
+    "the list: with merge=false (default) it is replaced; with merge=true items are updated by "
+    "id and new ids appended. Keep exactly one item in_progress while working. The state "
+    "survives context compaction and session resume.")
 
 PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -42,20 +49,50 @@ PARAMETERS: dict[str, Any] = {
             },
         },
         "merge": {"type": "boolean", "description": "Update by id instead of replacing."},
+        "goal": {"type": "string", "description": "What this session is for (one or two lines)."},
+        "plan": {"type": "string", "description": "How you intend to get there."},
     },
     "additionalProperties": False,
 }
 
 
-def load_todos(store: Store, session_id: str) -> list[dict[str, str]]:
-    """The current list: the latest ``todo`` event of the session, else of its ancestors."""
+def load_task_state(store: Store, session_id: str) -> dict[str, Any]:
+    """The current state (``todos``, ``goal``, ``plan``): the latest ``todo`` event of the
+    session, else of its ancestors."""
     lineage = [session_id] + [s.id for s in store.ancestors(session_id) if s.id != session_id]
     for sid in lineage:
         events = store.list_events(sid, EVENT_KIND)
         if events:
-            todos = events[-1].payload.get("todos")
-            return [dict(item) for item in todos] if isinstance(todos, list) else []
-    return []
+            payload = events[-1].payload
+            todos = payload.get("todos")
+            return {"todos": [dict(i) for i in todos] if isinstance(todos, list) else [],
+                    "goal": str(payload.get("goal") or ""), "plan": str(payload.get("plan") or "")}
+    return {"todos": [], "goal": "", "plan": ""}
+
+
+def load_todos(store: Store, session_id: str) -> list[dict[str, str]]:
+    """The current list (see ``load_task_state``)."""
+    todos: list[dict[str, str]] = load_task_state(store, session_id)["todos"]
+    return todos
+
+
+def render_task_state(state: dict[str, Any]) -> str:
+    """The open task state as a block for the model ("" when nothing is open: no goal or
+    plan and every item completed or cancelled)."""
+    todos = state.get("todos") or []
+    open_items = [t for t in todos if t.get("status") in ("pending", "in_progress")]
+    if not (state.get("goal") or state.get("plan") or open_items):
+        return ""
+    parts = ["<task-state>", "Your task state from before this session was resumed "
+             "(informational; keep it current with the todo tool):"]
+    if state.get("goal"):
+        parts.append(f"Goal: {state['goal']}")
+    if state.get("plan"):
+        parts.append(f"Plan:\n{state['plan']}")
+    if todos:
+        parts.append("Tasks:\n" + render_todos(todos))
+    parts.append("</task-state>")
+    return "\n".join(parts)
 
 
 def _clean_item(raw: Any, index: int) -> dict[str, str]:
@@ -116,14 +153,23 @@ def todo_tool(store: Store, session_id: str | Callable[[], str]) -> Tool:
 
     def handler(args: dict[str, Any]) -> str:
         sid = session_id() if callable(session_id) else session_id
-        current = load_todos(store, sid)
-        if args.get("todos") is None:
-            return to_json(_summary(current))
-        merge = bool(args.get("merge", False))
-        updated = apply_todos(current, args["todos"], merge)
-        if updated != current:
-            store.append_event(sid, EVENT_KIND, {"todos": updated})
-        return to_json(_summary(updated))
+        state = load_task_state(store, sid)
+        updated = dict(state)
+        if args.get("todos") is not None:
+            updated["todos"] = apply_todos(state["todos"], args["todos"],
+                                           bool(args.get("merge", False)))
+        for key, limit in (("goal", MAX_GOAL), ("plan", MAX_PLAN)):
+            if args.get(key) is not None:
+                if not isinstance(args[key], str):
+                    raise InvalidInput(f"'{key}' must be text")
+                updated[key] = args[key].strip()[:limit]
+        if updated != state:  # a full snapshot: the latest event is the whole state
+            # (an empty goal or plan is left out: a todo-only state keeps its old shape)
+            store.append_event(sid, EVENT_KIND, {k: v for k, v in updated.items()
+                                                 if k == "todos" or v})
+        out = _summary(updated["todos"])
+        out.update(goal=updated["goal"], plan=updated["plan"])
+        return to_json(out)
 
     return Tool("todo", DESCRIPTION, PARAMETERS, handler)
 

@@ -13,9 +13,10 @@ from refold.store.postgres.bulk import BulkMixin
 from refold.store.postgres.coordination import CoordinationMixin
 from refold.store.postgres.search import SearchMixin
 from refold.store.postgres.sessions import SessionsMixin
+from refold.store.postgres.vectors import VectorsMixin
 
 
-class PostgresStore(SessionsMixin, SearchMixin, CoordinationMixin, BulkMixin):
+class PostgresStore(SessionsMixin, SearchMixin, VectorsMixin, CoordinationMixin, BulkMixin):
     """A ``Store`` on PostgreSQL. ``schema`` (or ``?schema=`` in the URL) isolates a tenant or a
     test; ``min_size``/``max_size`` size the pool; ``timeout`` bounds connecting and waiting for
     a pooled connection."""

@@ -22,8 +22,8 @@ class BulkMixin(PgCore):
                        rewinds: Sequence[RewindRows] = ()) -> bool:
         with self._tx("import session") as cur:
             if session.title is not None:
-                cur.execute("SELECT id FROM sessions WHERE title = %s AND id <> %s",
-                            (session.title, session.id))
+                cur.execute("SELECT id FROM sessions WHERE owner = %s AND title = %s "
+                            "AND id <> %s", (session.owner, session.title, session.id))
                 taken = cur.fetchone()
                 if taken is not None:
                     raise Conflict(f"cannot import session {session.id}: its title "

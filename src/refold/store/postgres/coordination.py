@@ -1,10 +1,14 @@
 """Cross-host coordination on PostgreSQL: expiring leases and versioned memory documents.
 
 Invariants:
-- A lease is a row ``(name, holder, expires_at)`` judged by the database clock (``now()``), so
-  hosts with skewed clocks agree. Taking it is one atomic upsert that succeeds only when the
-  row is absent, expired, or already ours (then it is renewed); a crashed holder's lease simply
-  expires. Rows survive connection pooling, unlike session-level advisory locks.
+- A lease is a row ``(name, holder, expires_at, backend_pid, backend_start)`` judged by the
+  database clock (``now()``), so hosts with skewed clocks agree. It is taken on the store's own
+  lease connection (outside the pool, open while the store is), and the row names that
+  connection's backend. Taking it is one atomic upsert that succeeds only when the row is
+  absent, expired, already ours (then it is renewed), or its backend is gone from
+  ``pg_stat_activity``: a killed holder's connection closes, and its lease lapses at once
+  instead of blocking everyone for the ttl. (Where another role's backend start is hidden, its
+  pid alone tells.) Rows survive connection pooling, unlike session-level advisory locks.
 - ``memory_save`` is compare-and-swap on ``version``: the write lands only if the stored version
   is still ``expected_version`` (0: no document yet), else Conflict, so two hosts editing
   MEMORY.md at once never silently overwrite each other.
@@ -12,32 +16,69 @@ Invariants:
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
 
 from refold.errors import Conflict, InvalidInput
 from refold.store.base import MemoryRow
 from refold.store.postgres.codec import decode_json, encode_json
+from refold.store.postgres.connection import translate_errors
 from refold.store.postgres.core import PgCore
+
+_TAKE_LEASE = """
+    INSERT INTO leases (name, holder, expires_at, backend_pid, backend_start)
+    VALUES (%(name)s, %(holder)s, now() + make_interval(secs => %(ttl)s), pg_backend_pid(),
+            (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()))
+    ON CONFLICT (name) DO UPDATE
+        SET holder = excluded.holder, expires_at = excluded.expires_at,
+            backend_pid = excluded.backend_pid, backend_start = excluded.backend_start
+        WHERE leases.holder = excluded.holder
+           OR leases.expires_at <= now()
+           OR (leases.backend_pid IS NOT NULL AND NOT EXISTS (
+                SELECT 1 FROM pg_stat_activity a WHERE a.pid = leases.backend_pid
+                AND (a.backend_start IS NULL OR a.backend_start = leases.backend_start)))
+    RETURNING holder"""
 
 
 class CoordinationMixin(PgCore):
+    _lease_guard = threading.Lock()  # one lease statement at a time on the lease connection
+    _lease_conn: psycopg.Connection[Any] | None = None
+
     def acquire_lease(self, name: str, holder: str, ttl_seconds: float) -> bool:
         if ttl_seconds <= 0:
             raise InvalidInput("a lease needs a positive ttl")
-        with self._tx("acquire lease") as cur:
-            cur.execute("""INSERT INTO leases (name, holder, expires_at)
-                           VALUES (%s, %s, now() + make_interval(secs => %s))
-                           ON CONFLICT (name) DO UPDATE
-                               SET holder = excluded.holder, expires_at = excluded.expires_at
-                               WHERE leases.holder = excluded.holder
-                                  OR leases.expires_at <= now()
-                           RETURNING holder""", (name, holder, float(ttl_seconds)))
-            return cur.fetchone() is not None
+        with self._lease_guard, translate_errors("acquire lease"):
+            conn = self._lease_connection()
+            row = conn.execute(_TAKE_LEASE, {"name": name, "holder": holder,
+                                             "ttl": float(ttl_seconds)}).fetchone()
+            return row is not None
+
+    def _lease_connection(self) -> psycopg.Connection[Any]:
+        """The store's own autocommit connection for taking leases (reopened if it broke: the
+        leases taken on the old one lapse with it, as they would with a crashed process)."""
+        conn = self._lease_conn
+        if conn is None or conn.closed or conn.broken:
+            conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10)
+            conn.execute(sql.SQL("SET search_path TO {}").format(
+                sql.SQL(", ").join(sql.Identifier(s) for s in self._search_path)))
+            self._lease_conn = conn
+        return conn
 
     def release_lease(self, name: str, holder: str) -> None:
         with self._tx("release lease") as cur:
             cur.execute("DELETE FROM leases WHERE name = %s AND holder = %s", (name, holder))
+
+    def close(self) -> None:
+        with self._lease_guard:
+            conn, self._lease_conn = self._lease_conn, None
+        if conn is not None:
+            conn.close()  # its backend ends: leases still held by this store lapse
+        super().close()
 
     def memory_load(self, profile: str, target: str) -> tuple[list[MemoryRow], int]:
         with self._tx("load memory") as cur:

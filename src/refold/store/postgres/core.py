@@ -69,21 +69,46 @@ def event_from_row(row: tuple[Any, ...]) -> Event:
                  created_at=row[4])
 
 
+DEFAULT_SCHEMA = "refold"
+
+
+def _installed(conn: psycopg.Connection[Any], schema: str) -> bool:
+    row = conn.execute("SELECT to_regclass(%s)",
+                       (f"{sql.Identifier(schema).as_string(conn)}.schema_migrations",)).fetchone()
+    return row is not None and row[0] is not None
+
+
+def default_schema(conn: psycopg.Connection[Any]) -> str:
+    """The schema a URL without ``?schema=`` means: ``public`` where an earlier refold installed
+    itself there (it keeps working), else refold's own ``refold`` schema, so a new install never
+    mixes generic table names (``sessions``, ``messages``) into a database's public schema."""
+    return "public" if _installed(conn, "public") else DEFAULT_SCHEMA
+
+
+def require_installed(conn: psycopg.Connection[Any], schema: str, where: str) -> None:
+    """NotFound unless ``schema`` holds a refold store (read commands never create one)."""
+    if not _installed(conn, schema):
+        raise NotFound(f"no refold data in schema {schema!r} at {where}",
+                       hint="check ?schema= in --db / REFOLD_DB; `refold import FILE` creates it")
+
+
 class PgCore:
     """Pool, schema and transactions; the mixins that make up ``PostgresStore`` build on it."""
 
     url: str
 
-    def __init__(self, url: str, *, schema: str | None = None, min_size: int = 1,
-                 max_size: int = 10, timeout: float = 10.0) -> None:
+    def __init__(self, url: str, *, schema: str | None = None, create: bool = True,
+                 min_size: int = 1, max_size: int = 10, timeout: float = 10.0) -> None:
         conninfo, url_schema = split_url(url)
-        self.schema = check_schema_name(schema or url_schema or "public")
-        self.url = with_schema(url, self.schema)
         self._conninfo = conninfo
         with connect(conninfo, timeout=timeout) as conn, translate_errors("cannot open schema"):
+            self.schema = check_schema_name(schema or url_schema or default_schema(conn))
+            if not create:
+                require_installed(conn, self.schema, redact_url(url))
             self._search_path = [self.schema] + [
                 ext for ext in extension_schemas(conn) if ext != self.schema]
             self.applied_migrations = migrate(conn, self.schema, self._search_path)
+        self.url = with_schema(url, self.schema)
         self._pool: psycopg_pool.ConnectionPool = make_pool(
             conninfo, self._search_path, min_size=min_size, max_size=max_size, timeout=timeout)
 
@@ -129,6 +154,23 @@ class PgCore:
             for sid, cid in cur.fetchall():
                 problems.append(f"session {sid}: checkpoint {cid} has an invalid seq range")
         return problems
+
+    def rebuild_search_indexes(self) -> None:
+        """Rebuild the message indexes (GIN word and trigram indexes included) and recount
+        every session's ``message_count`` from its rows. Nothing is lost: both derive from
+        the stored messages."""
+        with self._tx("rebuild search indexes") as cur:
+            cur.execute("REINDEX TABLE messages")
+            cur.execute("""UPDATE sessions s SET message_count = c.n
+                           FROM (SELECT s2.id, count(m.id) AS n FROM sessions s2
+                                 LEFT JOIN messages m ON m.session_id = s2.id
+                                 GROUP BY s2.id) c
+                           WHERE s.id = c.id AND s.message_count <> c.n""")
+        log.info("search indexes rebuilt for schema %s", self.schema)
+
+    def backup(self, destination: str) -> None:
+        raise InvalidInput("refold does not back up PostgreSQL itself",
+                           hint="use pg_dump; the repair only rebuilds derived data")
 
     def info(self) -> dict[str, Any]:
         with self._tx("read store info") as cur:

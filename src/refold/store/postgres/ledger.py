@@ -33,6 +33,7 @@ from refold.messages.model import (
 from refold.store.base import (
     AppendResult,
     Checkpoint,
+    CheckpointBase,
     CheckpointDraft,
     Event,
     Projection,
@@ -55,7 +56,12 @@ from refold.store.postgres.core import (
     session_from_row,
 )
 from refold.store.postgres.sessions import add_usage_in
-from refold.store.rules import check_checkpoint_draft, check_fork_kind, check_restorable
+from refold.store.rules import (
+    check_checkpoint_commit,
+    check_checkpoint_draft,
+    check_fork_kind,
+    check_restorable,
+)
 from refold.store.titles import like_escape, sanitize_title, split_lineage_title
 from refold.store.titles import next_lineage_title as next_title_from
 
@@ -287,7 +293,8 @@ class LedgerMixin(PgCore):
         return [message_from_row(r) for r in earlier + rest]
 
     # -- rewind and fork --------------------------------------------------------------------
-    def rewind(self, session_id: str, from_seq: int) -> RewindRecord:
+    def rewind(self, session_id: str, from_seq: int, *,
+               any_role: bool = False) -> RewindRecord:
         with self._tx("rewind") as cur:
             self._require_session(cur, session_id, lock=True)
             cur.execute("SELECT role, active FROM messages WHERE session_id = %s AND seq = %s",
@@ -295,7 +302,7 @@ class LedgerMixin(PgCore):
             row = cur.fetchone()
             if row is None or not row[1]:
                 raise InvalidInput(f"session {session_id} has no active message {from_seq}")
-            if row[0] != "user":
+            if row[0] != "user" and not any_role:
                 raise InvalidInput(f"message {from_seq} is from the {row[0]}; rewind starts "
                                    "at a user message", hint="give the seq of a user message")
             return self._deactivate(cur, session_id, int(from_seq))
@@ -354,7 +361,8 @@ class LedgerMixin(PgCore):
                             "OR title LIKE %s ESCAPE '\\'", (base, like_escape(base) + " #%"))
                 clean = next_title_from(base, [r[0] for r in cur.fetchall()])
             elif clean is not None:
-                cur.execute("SELECT id FROM sessions WHERE title = %s", (clean,))
+                cur.execute("SELECT id FROM sessions WHERE owner = %s AND title = %s",
+                            (parent.owner, clean))
                 taken = cur.fetchone()
                 if taken is not None:
                     raise Conflict(f"the title {clean!r} is already used by session {taken[0]}",
@@ -390,10 +398,20 @@ class LedgerMixin(PgCore):
         return int(at_seq)
 
     # -- checkpoints and the model view -----------------------------------------------------
-    def add_checkpoint(self, session_id: str, draft: CheckpointDraft) -> Checkpoint:
+    def add_checkpoint(self, session_id: str, draft: CheckpointDraft, *,
+                       expect: CheckpointBase | None = None) -> Checkpoint:
         check_checkpoint_draft(draft)
         with self._tx("add checkpoint") as cur:
+            # the session's row lock orders this with every writer: check and insert are one step
             self._require_session(cur, session_id, lock=True)
+            latest = self._latest_checkpoint(cur, session_id)
+            tip_active = False
+            if expect is not None and expect.tip_seq is not None:
+                cur.execute("SELECT active FROM messages WHERE session_id = %s AND seq = %s",
+                            (session_id, expect.tip_seq))
+                tip = cur.fetchone()
+                tip_active = tip is not None and bool(tip[0])
+            check_checkpoint_commit(session_id, draft, latest, expect, tip_active)
             cur.execute(f"""INSERT INTO checkpoints (session_id, summary_json, first_seq,
                                 last_seq, tail_start_seq, anchors_json, tokens_before,
                                 tokens_after, summarizer, status, summary_role, details_json,

@@ -25,6 +25,7 @@ from psycopg import sql
 
 from refold.errors import MigrationError
 from refold.store.postgres.codec import cjk_gram_list
+from refold.store.titles import untagged_title
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +174,50 @@ MIGRATIONS += (
             hword_part WITH unaccent, refold_porter""",
         "UPDATE messages SET search_text = search_text "
         "WHERE octet_length(search_text) <> char_length(search_text)",
+    )),
+)
+
+MIGRATIONS += (
+    # One vector per message and model (float16 bytes), filled off the append path (vectors.py).
+    Migration(4, "message vectors", (
+        """CREATE TABLE message_vectors (
+               id bigint PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+               model text NOT NULL, vec bytea NOT NULL)""",
+    )),
+)
+
+
+def _untag_titles(conn: psycopg.Connection[Any]) -> None:
+    """Titles older versions tagged with their tenant ("name @8a197f6f") lose the tag, unless
+    the owner already has a session with the plain title (then the tagged one stays)."""
+    rows = conn.execute("SELECT id, owner, title FROM sessions "
+                        "WHERE owner <> '' AND title LIKE '% @%'").fetchall()
+    for session_id, owner, title in rows:
+        plain = untagged_title(title, owner)
+        if plain is None:
+            continue
+        taken = conn.execute("SELECT 1 FROM sessions WHERE owner = %s AND title = %s",
+                             (owner, plain)).fetchone()
+        if taken is None:
+            conn.execute("UPDATE sessions SET title = %s WHERE id = %s", (plain, session_id))
+
+
+MIGRATIONS += (
+    # Titles are unique per owner: a tenant's names are its own, found by that name, and one
+    # tenant cannot take (or learn about) another's.
+    Migration(5, "session titles unique per owner; tenant tags removed", (
+        "DROP INDEX IF EXISTS sessions_title",
+        "CREATE UNIQUE INDEX sessions_owner_title ON sessions (owner, title) "
+        "WHERE title IS NOT NULL",
+    ), backfill=_untag_titles),
+)
+
+MIGRATIONS += (
+    # a lease names the database connection that took it (pid and start of its backend), so
+    # the lease lapses as soon as that connection is gone: a killed holder blocks nobody
+    Migration(6, "lease holder connection", (
+        "ALTER TABLE leases ADD COLUMN backend_pid integer",
+        "ALTER TABLE leases ADD COLUMN backend_start timestamptz",
     )),
 )
 

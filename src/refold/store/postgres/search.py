@@ -22,10 +22,12 @@ tsquery syntax:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
 
+from refold.search.natural import NaturalPlan
 from refold.search.query import (
     TRIGRAM_MIN_CHARS,
     ParsedQuery,
@@ -34,9 +36,11 @@ from refold.search.query import (
     make_snippet,
     parse_query,
 )
+from refold.search.rank import collapse_copies, titles_first
 from refold.store.base import SearchHit, SearchQuery, StoredMessage
 from refold.store.postgres.core import MESSAGE_COLS, Cursor, message_from_row
 from refold.store.postgres.ledger import LedgerMixin
+from refold.store.postgres.natural import ranked_ids
 from refold.store.titles import like_escape
 
 log = logging.getLogger(__name__)
@@ -147,14 +151,35 @@ class SearchMixin(LedgerMixin):
             return []
         limit = max(1, min(int(query.limit), MAX_LIMIT))
         with self._tx("search") as cur:
-            rows = self._search_rows(cur, parsed, query, limit)
-            windows = self._windows(cur, rows, query)
-        return [self._hit(row, parsed, window) for row, window in zip(rows, windows, strict=True)]
+            # Extra rows, so copies collapsing into one hit still leave ``limit`` hits.
+            rows = self._search_rows(cur, parsed, query, limit * 2 + 10)
+            by_key = {(r[1], r[2]): r for r in rows}
+            hits = [self._hit(row, parsed, []) for row in rows]
+            hits = collapse_copies(hits, self._lineage_roots(cur, {h.session_id for h in hits}))
+            hits = titles_first(hits, _title_needles(parsed))[:limit]
+            kept = [by_key[(h.session_id, h.seq)] for h in hits]
+            windows = self._windows(cur, kept, query)
+        return [dataclasses.replace(h, window=w) for h, w in zip(hits, windows, strict=True)]
+
+    def _lineage_roots(self, cur: Cursor, session_ids: set[str]) -> dict[str, str]:
+        """Each session's root ancestor (itself when it has no parent)."""
+        if not session_ids:
+            return {}
+        cur.execute("""WITH RECURSIVE up(start, id, parent, depth) AS (
+                           SELECT id, id, parent_session_id, 0 FROM sessions
+                           WHERE id = ANY(%s::text[])
+                           UNION ALL SELECT up.start, s.id, s.parent_session_id, up.depth + 1
+                           FROM sessions s JOIN up ON s.id = up.parent WHERE up.depth < 1000)
+                       SELECT start, id FROM up WHERE parent IS NULL""", (list(session_ids),))
+        return {str(start): str(root) for start, root in cur.fetchall()}
 
     def _search_rows(self, cur: Cursor, parsed: ParsedQuery, query: SearchQuery,
                      limit: int) -> list[tuple[Any, ...]]:
         where, args = _filters(query)
         mode = parsed.mode
+        if mode == "natural":
+            assert parsed.natural is not None  # mode == "natural" guarantees it
+            return self._natural_rows(cur, parsed.natural, where, args, query, limit)
         if mode == "fts":
             text = tsquery_text(parsed)
             cur.execute("SELECT numnode(to_tsquery('refold_search', %s))", (text,))
@@ -172,6 +197,18 @@ class SearchMixin(LedgerMixin):
         if query.session_id is not None:  # bounded by the session: no chunking needed
             return self._newest(cur, where, args, limit)
         return self._scan_rows(cur, where, args, limit)
+
+    def _natural_rows(self, cur: Cursor, plan: NaturalPlan, where: list[str], args: list[Any],
+                      query: SearchQuery, limit: int) -> list[tuple[Any, ...]]:
+        """A sentence: every match scored in SQL (natural.py), best first, then loaded."""
+        ranked = ranked_ids(cur, plan, where, args, limit, recency=query.sort == "recency")
+        if not ranked:
+            return []
+        cur.execute(f"""SELECT {_HIT_COLS}, 0.0, NULL FROM messages m
+                        JOIN sessions s ON s.id = m.session_id WHERE m.id = ANY(%s)""",
+                    ([i for i, _ in ranked],))
+        loaded = {int(r[0]): r for r in cur.fetchall()}
+        return [(*loaded[i][:8], score, None) for i, score in ranked if i in loaded]
 
     def _newest(self, cur: Cursor, where: list[str], args: list[Any],
                 limit: int) -> list[tuple[Any, ...]]:
@@ -285,3 +322,10 @@ class SearchMixin(LedgerMixin):
                          snippet=snippet or make_snippet(text, parsed.highlight_needles()),
                          content=text, created_at=created_at, score=float(score),
                          window=window)
+
+
+def _title_needles(parsed: ParsedQuery) -> list[str]:
+    """What a session title must hold to rank first: every content term of the query."""
+    if parsed.natural is not None:
+        return parsed.natural.needles()
+    return [n for t in parsed.terms if not t.negated for n in t.needles()]

@@ -2,7 +2,8 @@
 
 Lineage queries are recursive CTEs, so ancestors and descendants cost one round trip however deep
 the chain. Titles are sanitized and numbered by ``refold.store.titles`` (shared with SQLite);
-uniqueness is enforced by a unique index, so two hosts cannot both take "name #3".
+uniqueness per owner is enforced by a unique index on (owner, title), so two hosts cannot both
+take "name #3", and one tenant's titles never block (or reveal) another's.
 
 Same rules as SQLite (the conformance suite pins them): ``resolve_session`` tries the exact id,
 then the title (a plain name means its highest "#N"), then a unique id prefix (LIKE wildcards
@@ -21,6 +22,8 @@ from refold.store.postgres.core import SESSION_COLS, Cursor, PgCore, session_fro
 from refold.store.titles import (
     latest_lineage_title,
     like_escape,
+    lineage_number,
+    owner_of_title,
     sanitize_title,
     split_lineage_title,
 )
@@ -52,7 +55,7 @@ class SessionsMixin(PgCore):
             if parent_session_id is not None:
                 self._require_session(cur, parent_session_id)
             if clean is not None:
-                self._check_title_free(cur, clean)
+                self._check_title_free(cur, clean, owner or "")
             cur.execute(f"""INSERT INTO sessions (id, title, parent_session_id, link_kind, source,
                                 model, owner, started_at)
                             VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
@@ -64,8 +67,10 @@ class SessionsMixin(PgCore):
                 raise Conflict(f"session {sid!r} already exists")
         return session_from_row(row)
 
-    def _check_title_free(self, cur: Cursor, title: str, except_id: str | None = None) -> None:
-        cur.execute("SELECT id FROM sessions WHERE title = %s", (title,))
+    def _check_title_free(self, cur: Cursor, title: str, owner: str,
+                          except_id: str | None = None) -> None:
+        """Titles are unique per owner: another tenant's title never blocks this one."""
+        cur.execute("SELECT id FROM sessions WHERE owner = %s AND title = %s", (owner, title))
         row = cur.fetchone()
         if row is not None and row[0] != except_id:
             raise Conflict(f"the title {title!r} is already used by session {row[0]}",
@@ -92,19 +97,33 @@ class SessionsMixin(PgCore):
         row = cur.fetchone()
         return session_from_row(row) if row else None
 
+    def _lineage_rows(self, cur: Cursor, base: str,
+                      owner: str | None) -> list[tuple[str, str]]:
+        owner_sql = "" if owner is None else " AND owner = %s"
+        cur.execute("SELECT owner, title FROM sessions WHERE (title = %s OR title LIKE %s "
+                    "ESCAPE '\\')" + owner_sql,
+                    (base, like_escape(base) + " #%", *(() if owner is None else (owner,))))
+        return [(r[0], r[1]) for r in cur.fetchall()]
+
     def _by_title(self, cur: Cursor, ref: str, owner: str | None) -> Session | None:
         title = sanitize_title(ref)
         if title is None:
             return None
-        if split_lineage_title(title)[1] > 1:  # an explicit "name #N" means that one
-            cur.execute(f"SELECT {SESSION_COLS} FROM sessions WHERE title = %s", (title,))
-            row = cur.fetchone()
-            if row:
-                return session_from_row(row)
-        latest = latest_lineage_title(title, self._lineage_titles(cur, title, owner))
-        if latest is None:
+        rows = self._lineage_rows(cur, title, owner)
+        # the session titled exactly so comes first (never a "#N" branch that took its
+        # lineage's next number); a bare name without one means the lineage's newest
+        exact = owner_of_title(title, (o for o, t in rows if t == title))
+        if exact is not None:
+            return self._titled(cur, exact, title)
+        whose = owner_of_title(title, (o for o, t in rows if lineage_number(t, title)))
+        if whose is None:
             return None
-        cur.execute(f"SELECT {SESSION_COLS} FROM sessions WHERE title = %s", (latest,))
+        latest = latest_lineage_title(title, (t for o, t in rows if o == whose))
+        return self._titled(cur, whose, latest) if latest is not None else None
+
+    def _titled(self, cur: Cursor, owner: str, title: str) -> Session | None:
+        cur.execute(f"SELECT {SESSION_COLS} FROM sessions WHERE owner = %s AND title = %s",
+                    (owner, title))
         row = cur.fetchone()
         return session_from_row(row) if row else None
 
@@ -158,8 +177,8 @@ class SessionsMixin(PgCore):
         if clean is None:
             raise InvalidInput("a session title cannot be empty")
         with self._tx("rename session") as cur:
-            self._require_session(cur, session_id)
-            self._check_title_free(cur, clean, except_id=session_id)
+            session = self._load_session(cur, session_id)
+            self._check_title_free(cur, clean, session.owner, except_id=session_id)
             cur.execute(f"UPDATE sessions SET title = %s WHERE id = %s RETURNING {SESSION_COLS}",
                         (clean, session_id))
             row = cur.fetchone()

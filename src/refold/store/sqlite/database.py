@@ -24,6 +24,11 @@ Invariants:
   (``bench/bench_proxy.py``). The thread runs a PASSIVE checkpoint (it never blocks readers or
   the writer) a moment after writes, or at once after ``CHECKPOINT_COMMITS`` of them; the
   automatic checkpoint stays on at ``BACKSTOP_PAGES`` in case the thread cannot keep up.
+- The WAL file stays bounded: ``journal_size_limit`` truncates it to ``wal_limit_bytes`` each
+  time the WAL restarts, and when it has grown past that (a long read kept the checkpoint from
+  finishing) the thread runs a TRUNCATE checkpoint with a short busy timeout (a busy database
+  only postpones it). Without this the file keeps its high-water size for ever (a proxy's WAL
+  sat at 63 MiB, 25x its data).
 """
 
 from __future__ import annotations
@@ -45,14 +50,20 @@ MAX_READERS = 4  # read connections per store (file databases)
 CHECKPOINT_DELAY = 0.5  # seconds after a write before the background checkpoint
 CHECKPOINT_COMMITS = 200  # or at once after this many commits
 BACKSTOP_PAGES = 16_000  # SQLite's own automatic checkpoint, if the thread falls behind
+WAL_LIMIT_BYTES = 8 * 1024 * 1024  # the WAL file is truncated back to this
+TRUNCATE_BUSY_MS = 100  # how long a TRUNCATE checkpoint may wait for readers and the writer
 
 
 class Checkpointer:
     """A daemon thread that checkpoints a WAL database on its own connection (see the module
     docstring). ``wrote()`` after each commit; ``stop()`` at close."""
 
-    def __init__(self, path: str, vfs: str | None, busy_timeout_ms: int) -> None:
+    def __init__(self, path: str, vfs: str | None, busy_timeout_ms: int,
+                 wal_limit_bytes: int = WAL_LIMIT_BYTES) -> None:
         self._args = (path, vfs, busy_timeout_ms)
+        self.wal_path = path + "-wal"
+        self.wal_limit_bytes = wal_limit_bytes
+        self.truncations = 0  # TRUNCATE checkpoints that completed (tests and diagnostics)
         self._commits = 0
         self._wake = threading.Event()
         self._stopped = False
@@ -75,6 +86,7 @@ class Checkpointer:
         conn: sqlite3.Connection | None = None
         try:
             conn = Database._connect(*self._args)
+            conn.execute(f"PRAGMA journal_size_limit={int(self.wal_limit_bytes)}")
             while not self._stopped:
                 self._wake.wait(CHECKPOINT_DELAY)
                 self._wake.clear()
@@ -83,11 +95,35 @@ class Checkpointer:
                 self._commits = 0
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                 self.runs += 1
+                if self._wal_size() > self.wal_limit_bytes:
+                    self._truncate(conn)
         except (sqlite3.Error, StorageError) as exc:  # SQLite's backstop checkpoint remains
             log.warning("background WAL checkpoints stopped for %s: %s", self._args[0], exc)
         finally:
             if conn is not None:
                 conn.close()
+
+    def _wal_size(self) -> int:
+        try:
+            return os.path.getsize(self.wal_path)
+        except OSError:
+            return 0
+
+    def _truncate(self, conn: sqlite3.Connection) -> None:
+        """Checkpoint everything and truncate the WAL, waiting at most ``TRUNCATE_BUSY_MS``
+        for readers and the writer; a busy database postpones it to a later run."""
+        conn.execute(f"PRAGMA busy_timeout={TRUNCATE_BUSY_MS}")
+        try:
+            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        except sqlite3.OperationalError as exc:  # busy or locked: try again later
+            log.debug("WAL truncation postponed: %s", exc)
+            busy = 1
+        finally:
+            conn.execute(f"PRAGMA busy_timeout={int(self._args[2])}")
+        if not busy:
+            self.truncations += 1
+        else:
+            self._commits = max(self._commits, 1)  # look again at the next run
 
     def stop(self) -> None:
         self._stopped = True
@@ -101,7 +137,8 @@ class Database:
     """A thread-safe wrapper around one ``sqlite3.Connection`` in autocommit mode."""
 
     def __init__(self, path: str, *, synchronous: Synchronous = "FULL",
-                 busy_timeout_ms: int = 30_000, vfs: str | None = None) -> None:
+                 busy_timeout_ms: int = 30_000, vfs: str | None = None,
+                 wal_limit_bytes: int = WAL_LIMIT_BYTES) -> None:
         self.path = path
         self._lock = threading.RLock()
         self._closed = False
@@ -123,7 +160,8 @@ class Database:
             self.conn.execute("PRAGMA foreign_keys=ON")
             if self.journal_mode == "wal":
                 self.conn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
-                self.checkpointer = Checkpointer(path, vfs, busy_timeout_ms)
+                self.conn.execute(f"PRAGMA journal_size_limit={int(wal_limit_bytes)}")
+                self.checkpointer = Checkpointer(path, vfs, busy_timeout_ms, wal_limit_bytes)
 
     @staticmethod
     def _connect(path: str, vfs: str | None, busy_timeout_ms: int) -> sqlite3.Connection:
@@ -310,7 +348,7 @@ def _hint(exc: sqlite3.Error) -> str | None:
     if "locked" in text or "busy" in text:
         return "another process holds the database; retry, or raise the busy timeout"
     if "malformed" in text or "not a database" in text:
-        return "the database file is damaged; run `refold doctor`"
+        return "the database file is damaged; run `refold doctor --repair`"
     if "readonly" in text or "read-only" in text:
         return "the database is read-only; check file permissions"
     return None

@@ -266,14 +266,15 @@ class LedgerOps(SessionOps):
                              [(int(c), session_id, int(s)) for s, c in counts.items()])
 
     # -- rewind and fork -------------------------------------------------------------------
-    def rewind(self, session_id: str, from_seq: int) -> RewindRecord:
+    def rewind(self, session_id: str, from_seq: int, *,
+               any_role: bool = False) -> RewindRecord:
         with self.db.write() as conn:
             self._session(conn, session_id)
             row = conn.execute("SELECT role, active FROM messages WHERE session_id = ? AND seq = ?",
                                (session_id, int(from_seq))).fetchone()
             if row is None or not row[1]:
                 raise InvalidInput(f"session {session_id} has no active message {from_seq}")
-            if row[0] != "user":
+            if row[0] != "user" and not any_role:
                 raise InvalidInput(f"message {from_seq} is from the {row[0]}; rewind starts "
                                    "at a user message", hint="give the seq of a user message")
             return self._rewind_rows(conn, session_id, int(from_seq))

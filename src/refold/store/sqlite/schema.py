@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from refold.errors import MigrationError
 from refold.store.sqlite import grams
+from refold.store.titles import untagged_title
 
 
 @dataclass(frozen=True)
@@ -153,11 +154,47 @@ _SEARCH = (
     END""",
 )
 
+# One vector per message and model (float16 blobs), filled off the append path (vectors.py).
+_VECTORS = ("CREATE TABLE message_vectors (id INTEGER PRIMARY KEY REFERENCES messages(id) "
+            "ON DELETE CASCADE, model TEXT NOT NULL, vec BLOB NOT NULL)",)
+
+
+def _untag_titles(conn: sqlite3.Connection) -> None:
+    """Titles older versions tagged with their tenant ("name @8a197f6f") lose the tag, unless
+    the owner already has a session with the plain title (then the tagged one stays)."""
+    rows = conn.execute("SELECT id, owner, title FROM sessions "
+                        "WHERE owner <> '' AND title LIKE '% @%'").fetchall()
+    for session_id, owner, title in rows:
+        plain = untagged_title(title, owner)
+        if plain is None:
+            continue
+        taken = conn.execute("SELECT 1 FROM sessions WHERE owner = ? AND title = ?",
+                             (owner, plain)).fetchone()
+        if taken is None:
+            conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (plain, session_id))
+
+
+# Titles are unique per owner: a tenant's names are its own, found by that name, and one
+# tenant cannot take (or learn about) another's.
+_OWNER_TITLES = (
+    "DROP INDEX IF EXISTS sessions_title",
+    "CREATE UNIQUE INDEX sessions_owner_title ON sessions(owner, title) WHERE title IS NOT NULL",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "core ledger tables", _CORE),
     Migration(2, "full-text search indexes and their triggers", _SEARCH),
     Migration(3, "CJK unigram and bigram index for 1-2 character queries", (grams.CREATE,),
               grams.backfill),
+    Migration(4, "message vectors for vector and hybrid search", _VECTORS),
+    Migration(5, "session titles unique per owner; tenant tags removed", _OWNER_TITLES,
+              _untag_titles),
+    # a lease names the process that took it, so a killed holder's lease lapses at once
+    Migration(6, "lease holder process", (
+        "ALTER TABLE leases ADD COLUMN host TEXT",
+        "ALTER TABLE leases ADD COLUMN pid INTEGER",
+        "ALTER TABLE leases ADD COLUMN pid_started TEXT",
+    )),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

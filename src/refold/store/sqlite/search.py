@@ -31,13 +31,15 @@ import time
 from dataclasses import dataclass
 
 from refold.search.query import ParsedQuery, make_snippet, parse_query
+from refold.search.rank import best_first, collapse_copies, titles_first
 from refold.store.base import SearchHit, SearchQuery
+from refold.store.sqlite.indexcheck import require_intact_index
+from refold.store.sqlite.natural import filters, natural_scores
 from refold.store.sqlite.state import StateOps
 
 log = logging.getLogger(__name__)
 
 MAX_LIMIT = 500
-RELEVANCE_WINDOW = 1000  # relevance ranks at most this many newest matches (see _fts)
 BROAD_MATCHES = 100_000  # a term in more messages than this is not ranked by bm25
 BROAD_PROBE_ROWS = 5_000  # newest ids sampled to estimate a term's match count
 SCAN_CHUNK = 50_000
@@ -55,22 +57,6 @@ class _Row:
     title: str | None
     score: float
     snippet: str | None
-
-
-def _filters(query: SearchQuery) -> tuple[str, list[object]]:
-    conds: list[str] = []
-    args: list[object] = []
-    checks: list[tuple[object, str]] = [
-        (query.session_id, "m.session_id = ?"), (query.exclude_session_id, "m.session_id != ?"),
-        (query.role, "m.role = ?"), (query.source, "s.source = ?"), (query.owner, "s.owner = ?"),
-        (query.since, "m.created_at >= ?"), (query.until, "m.created_at <= ?")]
-    for value, cond in checks:
-        if value is not None:
-            conds.append(cond)
-            args.append(value)
-    if not query.include_inactive:
-        conds.append("m.active = 1")
-    return "".join(" AND " + c for c in conds), args
 
 
 def _needs_session(query: SearchQuery) -> bool:
@@ -105,13 +91,38 @@ class SearchOps(StateOps):
             return []
         limit = max(1, min(int(query.limit), MAX_LIMIT))
         with self.db.read() as conn:
-            rows = self._run(conn, parsed, query, limit)
-            return [self._hit(conn, row, parsed, query) for row in rows]
+            # Extra rows, so copies collapsing into one hit still leave ``limit`` hits.
+            rows = self._run(conn, parsed, query, limit * 2 + 10)
+            if not rows:  # "no matches" must not hide a damaged index
+                require_intact_index(conn)
+            hits = [self._hit(row, parsed) for row in rows]
+            hits = collapse_copies(hits, self._lineage_roots(conn, {h.session_id for h in hits}))
+            hits = titles_first(hits, _title_needles(parsed))[:limit]
+            if query.window <= 0:
+                return hits
+            return [dataclasses.replace(h, window=self._around(
+                conn, h.session_id, h.seq, query.window, query.window, query.include_inactive))
+                for h in hits]
+
+    def _lineage_roots(self, conn: sqlite3.Connection, session_ids: set[str]) -> dict[str, str]:
+        """Each session's root ancestor (itself when it has no parent)."""
+        if not session_ids:
+            return {}
+        marks = ",".join("?" * len(session_ids))
+        rows = conn.execute(
+            "WITH RECURSIVE up(start, id, parent, depth) AS ("
+            f"SELECT id, id, parent_session_id, 0 FROM sessions WHERE id IN ({marks}) "
+            "UNION ALL SELECT up.start, s.id, s.parent_session_id, up.depth + 1 FROM sessions s "
+            "JOIN up ON s.id = up.parent WHERE up.depth < 1000) "
+            "SELECT start, id FROM up WHERE parent IS NULL", list(session_ids)).fetchall()
+        return {str(start): str(root) for start, root in rows}
 
     def _run(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
              limit: int) -> list[_Row]:
         mode = parsed.mode
         try:
+            if mode == "natural":
+                return self._natural(conn, parsed, query, limit)
             if mode == "fts":
                 return self._fts(conn, parsed, query, limit)
             if mode == "trigram":
@@ -129,6 +140,24 @@ class SearchOps(StateOps):
                 raise
             log.warning("search query rejected by FTS5 (%s); returning no hits", exc)
             return []
+
+    def _natural(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
+                 limit: int) -> list[_Row]:
+        """A sentence: every matching message scored (natural.py), best first, then loaded."""
+        assert parsed.natural is not None  # mode == "natural" guarantees it
+        scores = natural_scores(conn, parsed.natural, query, limit)
+        if query.sort == "recency":
+            ids = sorted(scores, reverse=True)[:limit]
+        else:
+            ids = best_first(scores, limit)
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        loaded = {r[0]: r for r in conn.execute(
+            f"SELECT {_HIT_COLUMNS} FROM messages m JOIN sessions s ON s.id = m.session_id "
+            f"WHERE m.id IN ({marks})", ids)}
+        rows = [loaded[i] for i in ids if i in loaded]
+        return [_Row(r[0], r[1], r[2], r[3], r[4], r[5], r[6], scores[r[0]], None) for r in rows]
 
     def _union(self, conn: sqlite3.Connection, parts: list[ParsedQuery], query: SearchQuery,
                limit: int) -> list[_Row]:
@@ -185,9 +214,10 @@ class SearchOps(StateOps):
             top = self._top_candidates(conn, table, match, checks, query, limit)
             if top is not None:
                 return top
-        where, args = _filters(query)
+        where, args = filters(query)
         # Selecting rank (bm25) costs O(every match of each term): only when ranking.
-        rank, order = ("f.rank", "f.rank") if query.sort == "relevance" else ("0.0", "f.rowid DESC")
+        rank, order = (("f.rank", "f.rank, f.rowid DESC") if query.sort == "relevance"
+                       else ("0.0", "f.rowid DESC"))
         return conn.execute(
             f"SELECT m.id, {rank} FROM {table} f JOIN messages m ON m.id = f.rowid "
             f"JOIN sessions s ON s.id = m.session_id WHERE {table} MATCH ?{checks[0]}{where} "
@@ -220,25 +250,19 @@ class SearchOps(StateOps):
         message and session before sorting is what made relevance slow on large archives.
         """
         budget = max(60, limit * 3)
-        # bm25 costs ~1.5 µs a match: a word in 60k messages would cost ~90 ms to rank fully.
-        # Rank the newest RELEVANCE_WINDOW matches; rarer queries are ranked over every match.
-        threshold = conn.execute(f"SELECT rowid FROM {table} WHERE {table} MATCH ? "
-                                 "ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-                                 (match, RELEVANCE_WINDOW - 1)).fetchone()
-        floor = int(threshold[0]) if threshold else 0
+        # Ranked over every match (bm25 ~1.5 µs a match); ties go to the newer row.
         candidates = conn.execute(f"SELECT rowid, rank FROM {table} WHERE {table} MATCH ? "
-                                  "AND rowid >= ? ORDER BY rank LIMIT ?",
-                                  (match, floor, budget)).fetchall()
+                                  "ORDER BY rank, rowid DESC LIMIT ?", (match, budget)).fetchall()
         if not candidates:
             return []
-        where, args = _filters(query)
+        where, args = filters(query)
         marks = ",".join("?" * len(candidates))
         join = " JOIN sessions s ON s.id = m.session_id" if _needs_session(query) else ""
         allowed = {r[0] for r in conn.execute(
             f"SELECT m.id FROM messages m{join} WHERE m.id IN ({marks}){checks[0]}{where}",
             [*(c[0] for c in candidates), *checks[1], *args])}
         kept = [(rowid, rank) for rowid, rank in candidates if rowid in allowed][:limit]
-        if len(kept) < limit and (len(candidates) == budget or threshold is not None):
+        if len(kept) < limit and len(candidates) == budget:
             return None
         return kept
 
@@ -246,7 +270,7 @@ class SearchOps(StateOps):
                limit: int) -> list[_Row]:
         plan = parsed.gram_plan()
         assert plan is not None  # mode == "grams" guarantees it
-        where, args = _filters(query)
+        where, args = filters(query)
         checks = [_contains(n) for n in plan.also_contains]
         checks += [_contains(n, True) for n in plan.excludes]
         rows = conn.execute(
@@ -259,7 +283,7 @@ class SearchOps(StateOps):
 
     def _scan(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
               limit: int) -> list[_Row]:
-        where, args = _filters(query)
+        where, args = filters(query)
         predicate, pred_args = _substring_predicate(parsed)
         base = (f"SELECT {_HIT_COLUMNS} FROM messages m JOIN sessions s ON s.id = m.session_id "
                 f"WHERE m.has_cjk = 1 AND {predicate}{where}")
@@ -288,13 +312,16 @@ class SearchOps(StateOps):
                 break
         return found
 
-    def _hit(self, conn: sqlite3.Connection, row: _Row, parsed: ParsedQuery,
-             query: SearchQuery) -> SearchHit:
+    @staticmethod
+    def _hit(row: _Row, parsed: ParsedQuery) -> SearchHit:
         snippet = row.snippet or make_snippet(row.text, parsed.highlight_needles())
-        window = []
-        if query.window > 0:
-            window = self._around(conn, row.session_id, row.seq, query.window, query.window,
-                                  query.include_inactive)
         return SearchHit(session_id=row.session_id, session_title=row.title, seq=row.seq,
                          role=row.role, snippet=snippet, content=row.text,
-                         created_at=row.created_at, score=row.score, window=window)
+                         created_at=row.created_at, score=row.score)
+
+
+def _title_needles(parsed: ParsedQuery) -> list[str]:
+    """What a session title must hold to rank first: every content term of the query."""
+    if parsed.natural is not None:
+        return parsed.natural.needles()
+    return [n for t in parsed.terms if not t.negated for n in t.needles()]

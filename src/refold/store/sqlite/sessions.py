@@ -1,7 +1,9 @@
 """Sessions on SQLite: create, look up, resolve references, rename, delete, usage, lineage.
 
 Invariants:
-- Titles are sanitized (``refold.store.titles``) and unique: taking a used title is a Conflict.
+- Titles are sanitized (``refold.store.titles``) and unique per owner: taking a title the same
+  owner uses is a Conflict; another owner's title never blocks it. Without an owner, a title
+  resolves to the only owner that has it, else the local owner's, else AmbiguousReference.
 - ``resolve_session`` tries, in order: the exact id; the title (a plain ``name`` resolves to the
   highest ``name #N`` of its lineage); a unique id prefix (LIKE wildcards in the reference are
   escaped). Several prefix matches raise AmbiguousReference listing them; none raises NotFound.
@@ -28,7 +30,9 @@ from refold.store.sqlite.rows import SESSION_COLUMNS, to_session
 from refold.store.titles import (
     latest_lineage_title,
     like_escape,
+    lineage_number,
     next_lineage_title,
+    owner_of_title,
     sanitize_title,
     split_lineage_title,
 )
@@ -49,11 +53,13 @@ class SessionOps:
                            hint="`refold sessions list` shows the sessions")
         return to_session(row)
 
-    def _check_title_free(self, conn: sqlite3.Connection, title: str | None,
+    def _check_title_free(self, conn: sqlite3.Connection, title: str | None, owner: str,
                           session_id: str | None = None) -> None:
+        """Titles are unique per owner: another tenant's title never blocks this one."""
         if title is None:
             return
-        row = conn.execute("SELECT id FROM sessions WHERE title = ?", (title,)).fetchone()
+        row = conn.execute("SELECT id FROM sessions WHERE owner = ? AND title = ?",
+                           (owner, title)).fetchone()
         if row is not None and row[0] != session_id:
             raise Conflict(f"the title {title!r} is already used by session {row[0]}",
                            hint="choose another title")
@@ -74,7 +80,7 @@ class SessionOps:
                 raise Conflict(f"a session with id {new_id!r} already exists")
             if parent_session_id is not None:
                 self._session(conn, parent_session_id)
-            self._check_title_free(conn, clean)
+            self._check_title_free(conn, clean, owner or "")
             conn.execute(
                 "INSERT INTO sessions (id, title, parent_session_id, link_kind, source, model, "
                 "owner, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -112,21 +118,35 @@ class SessionOps:
             args.append(owner)
         return [r[0] for r in conn.execute(sql, args)]
 
+    def _lineage_rows(self, conn: sqlite3.Connection, base: str,
+                      owner: str | None) -> list[tuple[str, str]]:
+        sql = "SELECT owner, title FROM sessions WHERE (title = ? OR title LIKE ? ESCAPE '\\')"
+        args: list[object] = [base, like_escape(base) + " #%"]
+        if owner is not None:
+            sql += " AND owner = ?"
+            args.append(owner)
+        return [(r[0], r[1]) for r in conn.execute(sql, args)]
+
     def _by_title(self, conn: sqlite3.Connection, ref: str,
                   owner: str | None) -> Session | None:
         title = sanitize_title(ref)
         if title is None:
             return None
-        if split_lineage_title(title)[1] > 1:  # an explicit "name #N" means that one
-            row = conn.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE title = ?",
-                               (title,)).fetchone()
-            if row:
-                return to_session(row)
-        latest = latest_lineage_title(title, self._lineage_titles(conn, title, owner))
-        if latest is None:
+        rows = self._lineage_rows(conn, title, owner)
+        # the session titled exactly so comes first (never a "#N" branch that took its
+        # lineage's next number); a bare name without one means the lineage's newest
+        exact = owner_of_title(title, (o for o, t in rows if t == title))
+        if exact is not None:
+            return self._titled(conn, exact, title)
+        whose = owner_of_title(title, (o for o, t in rows if lineage_number(t, title)))
+        if whose is None:
             return None
-        row = conn.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE title = ?",
-                           (latest,)).fetchone()
+        latest = latest_lineage_title(title, (t for o, t in rows if o == whose))
+        return self._titled(conn, whose, latest) if latest is not None else None
+
+    def _titled(self, conn: sqlite3.Connection, owner: str, title: str) -> Session | None:
+        row = conn.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE owner = ? AND "
+                           "title = ?", (owner, title)).fetchone()
         return to_session(row) if row else None
 
     def _by_prefix(self, conn: sqlite3.Connection, ref: str, owner: str | None) -> Session:
@@ -165,8 +185,8 @@ class SessionOps:
         if clean is None:
             raise InvalidInput("a session title cannot be empty")
         with self.db.write() as conn:
-            self._session(conn, session_id)
-            self._check_title_free(conn, clean, session_id)
+            session = self._session(conn, session_id)
+            self._check_title_free(conn, clean, session.owner, session_id)
             conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (clean, session_id))
             return self._session(conn, session_id)
 

@@ -6,7 +6,8 @@ Invariants:
 - ``projection`` reads the latest checkpoint by index and then only the active rows from its
   ``tail_start_seq`` on (an index range on (session_id, seq)): its cost follows the tail, never
   the archive before it.
-- A lease is held by one holder until it expires or is released; the same holder re-acquiring
+- A lease is held by one holder until it expires, is released, or the process that took it is
+  gone (its row names host, pid and start time; see ``liveness``); the same holder re-acquiring
   extends it.
 - ``memory_save`` is a compare-and-swap on ``version`` (0 = nothing stored yet): a moved version
   raises Conflict and writes nothing.
@@ -22,13 +23,15 @@ from typing import Any
 from refold.errors import Conflict, InvalidInput
 from refold.store.base import (
     Checkpoint,
+    CheckpointBase,
     CheckpointDraft,
     Event,
     MemoryRow,
     Projection,
     ViewTip,
 )
-from refold.store.rules import check_checkpoint_draft
+from refold.store.rules import check_checkpoint_commit, check_checkpoint_draft
+from refold.store.sqlite import liveness
 from refold.store.sqlite.ledger import LedgerOps
 from refold.store.sqlite.rows import (
     CHECKPOINT_COLUMNS,
@@ -43,10 +46,19 @@ from refold.store.sqlite.rows import (
 class StateOps(LedgerOps):
     """Mixin: checkpoints, projection, events, leases, memory."""
 
-    def add_checkpoint(self, session_id: str, draft: CheckpointDraft) -> Checkpoint:
+    def add_checkpoint(self, session_id: str, draft: CheckpointDraft, *,
+                       expect: CheckpointBase | None = None) -> Checkpoint:
         check_checkpoint_draft(draft)
-        with self.db.write() as conn:
+        with self.db.write() as conn:  # BEGIN IMMEDIATE: the check and the insert are one step
             self._session(conn, session_id)
+            latest = conn.execute(f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints "
+                                  "WHERE session_id = ? ORDER BY id DESC LIMIT 1",
+                                  (session_id,)).fetchone()
+            tip = conn.execute("SELECT active FROM messages WHERE session_id = ? AND seq = ?",
+                               (session_id, expect.tip_seq)).fetchone() \
+                if expect is not None and expect.tip_seq is not None else None
+            check_checkpoint_commit(session_id, draft, to_checkpoint(latest) if latest else None,
+                                    expect, tip is not None and bool(tip[0]))
             cursor = conn.execute(
                 "INSERT INTO checkpoints (session_id, summary, first_seq, last_seq, "
                 "tail_start_seq, anchors, tokens_before, tokens_after, summarizer, status, "
@@ -117,17 +129,23 @@ class StateOps(LedgerOps):
 
     # -- leases ----------------------------------------------------------------------------
     def acquire_lease(self, name: str, holder: str, ttl_seconds: float) -> bool:
+        """Take or renew ``name``: free, expired, ours, or its holder's process is gone."""
         if ttl_seconds <= 0:
             raise InvalidInput("a lease needs a positive ttl")
+        host, pid, started = liveness.me()
         with self.db.write() as conn:
             now = time.time()
-            row = conn.execute("SELECT holder, expires_at FROM leases WHERE name = ?",
-                               (name,)).fetchone()
-            if row is not None and row[0] != holder and row[1] > now:
+            row = conn.execute("SELECT holder, expires_at, host, pid, pid_started FROM leases "
+                               "WHERE name = ?", (name,)).fetchone()
+            if row is not None and row[0] != holder and row[1] > now \
+                    and liveness.alive(row[2], row[3], row[4]):
                 return False
-            conn.execute("INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, ?) "
-                         "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
-                         "expires_at = excluded.expires_at", (name, holder, now + ttl_seconds))
+            conn.execute("INSERT INTO leases (name, holder, expires_at, host, pid, pid_started) "
+                         "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+                         "holder = excluded.holder, expires_at = excluded.expires_at, "
+                         "host = excluded.host, pid = excluded.pid, "
+                         "pid_started = excluded.pid_started",
+                         (name, holder, now + ttl_seconds, host, pid, started))
             return True
 
     def release_lease(self, name: str, holder: str) -> None:

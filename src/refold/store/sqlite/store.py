@@ -18,32 +18,37 @@ from typing import Any
 from refold.errors import InvalidInput
 from refold.store.sqlite import grams
 from refold.store.sqlite.bulk import BulkOps
-from refold.store.sqlite.database import Database, Synchronous
+from refold.store.sqlite.database import WAL_LIMIT_BYTES, Database, Synchronous
+from refold.store.sqlite.indexcheck import index_gaps
 from refold.store.sqlite.schema import LATEST_VERSION, applied_versions, migrate
 from refold.store.sqlite.search import SearchOps
+from refold.store.sqlite.vectors import VectorOps
 
 log = logging.getLogger(__name__)
 
 
-class SQLiteStore(SearchOps, BulkOps):
+class SQLiteStore(SearchOps, VectorOps, BulkOps):
     """The SQLite implementation of ``refold.store.Store``.
 
     ``path`` is a file path or ``":memory:"``. ``synchronous="FULL"`` makes every commit durable
     against power loss (``"NORMAL"`` is durable against process crashes only, and faster).
     ``vfs`` picks an SQLite VFS (e.g. ``"unix-dotfile"`` on filesystems without POSIX locks).
     ``scan_budget_seconds`` caps the exact substring scan used for 1–2 character CJK queries.
+    ``wal_limit_bytes`` bounds the WAL file: it is truncated back to this size whenever it grew
+    past it (a long reader held it) and a checkpoint could complete.
     """
 
     def __init__(self, path: str = ":memory:", *, synchronous: Synchronous = "FULL",
                  busy_timeout_ms: int = 30_000, vfs: str | None = None,
-                 scan_budget_seconds: float = 2.0) -> None:
+                 scan_budget_seconds: float = 2.0,
+                 wal_limit_bytes: int = WAL_LIMIT_BYTES) -> None:
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise InvalidInput(f"unknown synchronous mode {synchronous!r}")
         self.url = path if path == ":memory:" else f"sqlite:///{path}"
         self.path = path
         self.scan_budget_seconds = scan_budget_seconds
         self.db = Database(path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms,
-                           vfs=vfs)
+                           vfs=vfs, wal_limit_bytes=wal_limit_bytes)
         try:
             with self.db.translated():
                 migrate(self.db.conn)
@@ -81,6 +86,8 @@ class SQLiteStore(SearchOps, BulkOps):
             problems += [r for r in rows if r != "ok"]
             problems += [f"foreign key: {r[0]} row {r[1]} -> {r[2]}"
                          for r in conn.execute("PRAGMA foreign_key_check")]
+        with self.db.read() as conn:
+            problems += index_gaps(conn)
         # rank = 1 also compares the external-content index with the messages table.
         checks = (("messages_fts", ", rank", ", 1"), ("messages_trigram", "", ""),
                   ("messages_cjk_grams", "", ""))
@@ -108,6 +115,17 @@ class SQLiteStore(SearchOps, BulkOps):
             conn.execute(f"INSERT INTO {grams.TABLE}({grams.TABLE}) VALUES ('delete-all')")
             grams.backfill(conn)
         log.info("search indexes rebuilt for %s", self.path)
+
+    def backup(self, destination: str) -> None:
+        """A consistent copy of the database at ``destination`` (SQLite's online backup)."""
+        if self.db.memory:
+            raise InvalidInput("an in-memory database has no file to back up")
+        target = sqlite3.connect(destination)
+        try:
+            with self.db.read() as conn:
+                conn.backup(target)
+        finally:
+            target.close()
 
     def info(self) -> dict[str, Any]:
         with self.db.read() as conn:

@@ -1,0 +1,158 @@
+"""``refold skills …``: list, show, add, edit, rm, pending, approve, reject, export.
+
+The person at the terminal is the approver: add/edit/rm write at once (the safety scan and the
+drift rule still apply); ``pending`` / ``approve`` / ``reject`` work the queue the agent's
+``skill_manage`` tool (with ``memory_approval = "stage"``) and the skill review fill. Skills
+live in ``<home>/skills`` (or the database with ``memory_backend = "db"``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from refold.cli.app import AppContext, emit, pass_app
+from refold.errors import InvalidInput
+from refold.skills import SkillLibrary
+
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def _library(app: AppContext) -> SkillLibrary:
+    from refold.assembly import tenant_skills
+
+    store = app.store if app.settings.memory_backend == "db" else None
+    return tenant_skills(app.settings, store, "")
+
+
+def _body(text: str | None, body_file: str | None) -> str | None:
+    if body_file is not None:
+        return sys.stdin.read() if body_file == "-" else Path(body_file).read_text("utf-8")
+    return text
+
+
+@click.group("skills")
+def skills_group() -> None:
+    """The skills library: one SKILL.md per kind of task (Claude Code / Hermes format)."""
+
+
+@skills_group.command("list")
+@_JSON
+@pass_app
+def list_cmd(app: AppContext, as_json: bool) -> None:
+    """Names and descriptions."""
+    skills = [s.to_dict() for s in _library(app).list_skills()]
+    emit(skills, as_json, lambda rows: click.echo("\n".join(
+        f"{r['name']}: {r['description']}" + (f"  [BLOCKED: {r['blocked']}]"
+                                              if r.get("blocked") else "")
+        for r in rows) or "no skills yet"))
+
+
+@skills_group.command("show")
+@click.argument("name")
+@_JSON
+@pass_app
+def show_cmd(app: AppContext, name: str, as_json: bool) -> None:
+    """Print one skill's SKILL.md."""
+    skill = _library(app).view(name)
+    emit({"name": skill.name, "description": skill.description, "body": skill.body},
+         as_json, lambda _: click.echo(skill.render(), nl=False))
+
+
+@skills_group.command("add")
+@click.argument("name")
+@click.option("--description", "-d", required=True, help="One line: when to use it.")
+@click.option("--body", help="The steps (Markdown).")
+@click.option("--body-file", help="Read the body from a file ('-': stdin).")
+@pass_app
+def add_cmd(app: AppContext, name: str, description: str, body: str | None,
+            body_file: str | None) -> None:
+    """Create a skill."""
+    text = _body(body, body_file)
+    if text is None:
+        raise InvalidInput("give --body TEXT or --body-file FILE")
+    click.echo(_library(app).create(name, description, text, origin="user").message)
+
+
+@skills_group.command("edit")
+@click.argument("name")
+@click.option("--old", "old_text", help="A unique piece of the SKILL.md to replace.")
+@click.option("--new", "new_text", default="", help="What replaces it.")
+@click.option("--adopt", is_flag=True, help="Accept an edit made outside refold first.")
+@pass_app
+def edit_cmd(app: AppContext, name: str, old_text: str | None, new_text: str,
+             adopt: bool) -> None:
+    """Patch a skill (--old/--new), or --adopt an outside edit."""
+    library = _library(app)
+    if adopt:
+        library.adopt(name)
+        click.echo(f"adopted the current SKILL.md of {name}")
+    if old_text is not None:
+        click.echo(library.patch(name, old_text, new_text, origin="user").message)
+    elif not adopt:
+        raise InvalidInput("give --old TEXT --new TEXT, or --adopt")
+
+
+@skills_group.command("rm")
+@click.argument("name")
+@pass_app
+def rm_cmd(app: AppContext, name: str) -> None:
+    """Remove a skill (its folder is kept under skills/.trash)."""
+    click.echo(_library(app).delete(name, origin="user").message)
+
+
+@skills_group.command("pending")
+@_JSON
+@pass_app
+def pending_cmd(app: AppContext, as_json: bool) -> None:
+    """Skill writes waiting for approval."""
+    items = _library(app).pending()
+    emit(items, as_json, lambda rows: click.echo("\n".join(
+        f"{i['id']}  {i['op']} {i['name']} (from {i.get('origin', '?')})" for i in rows)
+        or "nothing pending"))
+
+
+@skills_group.command("approve")
+@click.argument("ids", nargs=-1)
+@click.option("--all", "every", is_flag=True)
+@pass_app
+def approve_cmd(app: AppContext, ids: tuple[str, ...], every: bool) -> None:
+    """Apply staged writes."""
+    library = _library(app)
+    for pending_id in _ids(library, ids, every):
+        click.echo(library.approve(pending_id).message)
+
+
+@skills_group.command("reject")
+@click.argument("ids", nargs=-1)
+@click.option("--all", "every", is_flag=True)
+@pass_app
+def reject_cmd(app: AppContext, ids: tuple[str, ...], every: bool) -> None:
+    """Drop staged writes."""
+    library = _library(app)
+    for pending_id in _ids(library, ids, every):
+        item = library.reject(pending_id)
+        click.echo(f"rejected {pending_id} ({item['op']} {item['name']})")
+
+
+def _ids(library: SkillLibrary, ids: tuple[str, ...], every: bool) -> list[str]:
+    if every:
+        return [str(i["id"]) for i in library.pending()]
+    if not ids:
+        raise InvalidInput("name the pending ids (refold skills pending), or pass --all")
+    return list(ids)
+
+
+@skills_group.command("export")
+@click.argument("directory", type=click.Path(file_okay=False))
+@pass_app
+def export_cmd(app: AppContext, directory: str) -> None:
+    """Write the library as DIR/<name>/SKILL.md (load it in Claude Code or Hermes)."""
+    from refold.skills import FileSkills, export_library
+
+    library = _library(app)
+    source = library.backend.directory if isinstance(library.backend, FileSkills) else None
+    names = export_library(library, directory, source_dir=source)
+    click.echo(f"exported {len(names)} skill(s) to {directory}")

@@ -1,0 +1,301 @@
+"""refold as a Hermes-Agent plugin: its context engine, and a memory provider for recall.
+
+Install ``refold[hermes]``; Hermes finds the plugin through the ``hermes_agent.plugins`` entry
+point (``refold = refold.integrations.hermes``) and calls ``register(ctx)``, which registers
+``RefoldContextEngine`` (select it with ``context.engine: refold`` in Hermes' config.yaml).
+Hermes loads memory providers from directories only (``$HERMES_HOME/plugins/<name>/``); a
+one-line ``__init__.py`` there — ``from refold.integrations.hermes import register`` — makes
+``memory.provider: refold`` load ``RefoldMemoryProvider`` through the same ``register``.
+
+Both sides share one refold ``Engine`` per database (default ``$HERMES_HOME/refold/refold.db``;
+the path comes from Hermes' ``hermes_home``, never from the environment) and one refold session
+per Hermes session (titled ``hermes:<session id>``, source ``hermes``):
+
+- every history Hermes hands over (``compress``, ``sync_turn``'s ``messages``,
+  ``on_session_end``) goes through ``SessionRuntime.prepare_history``, which recognizes what
+  is already stored: each message lands in the ledger once, whichever hook saw it first;
+- ``compress`` returns refold's model view after compacting (the checkpoint's kept head and
+  summary, then the tail) behind Hermes' own system message; the full transcript stays in the
+  ledger, searchable with the ``session_search`` tool the engine exposes;
+- ``should_compress`` compares the last real prompt size with refold's threshold (the policy's
+  fraction of ``context_length``); ``threshold_tokens`` reports the same number;
+- the memory provider's ``prefetch`` recalls matching messages of *other* sessions from the
+  ledger (full-text search), the cross-session memory Hermes injects before a turn.
+
+``memory_context`` (text from Hermes' memory providers before a compaction) is not folded into
+refold's summary: refold's builtin summarizer takes no extra text. It is kept as a session
+event (``hermes.memory_context``) so nothing Hermes handed over is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from agent.context_engine import ContextEngine
+from agent.memory_provider import MemoryProvider
+
+from refold.compaction import projection_messages
+from refold.compaction.summary import is_summary_message
+from refold.errors import NotFound, RefoldError
+from refold.messages.model import Message, wire_form
+from refold.runtime.engine import Engine
+from refold.runtime.session import SessionRuntime
+from refold.store import SearchQuery, open_store
+from refold.tools.session_search import session_search_tool
+
+DEFAULT_MODEL = "gpt-4o-mini"
+DEFAULT_CONTEXT = 128_000
+RECALL_HITS = 5
+RECALL_CHARS = 300  # of each recalled message (the whole fact, not the match's snippet)
+
+
+class Backend:
+    """One refold engine over one database, and the runtime of each Hermes session."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.runtimes: dict[str, SessionRuntime] = {}
+        self.lock = threading.RLock()
+
+    def runtime(self, hermes_session: str) -> SessionRuntime:
+        with self.lock:
+            if hermes_session not in self.runtimes:
+                title = f"hermes:{hermes_session}"
+                try:
+                    rt = self.engine.open_session(title)
+                except NotFound:
+                    rt = self.engine.open_session(new=True, title=title, source="hermes")
+                self.runtimes[hermes_session] = rt
+            return self.runtimes[hermes_session]
+
+    def sync(self, hermes_session: str, messages: list[Message]) -> Any:
+        """Store what of ``messages`` is new (re-sent history is recognized): the Prepared."""
+        history = [m for m in messages if isinstance(m, dict) and m.get("role")]
+        with self.lock:
+            rt = self.runtime(hermes_session)
+            return rt.prepare_history(self._expanded(rt, history))
+
+    @staticmethod
+    def _expanded(rt: SessionRuntime, history: list[Message]) -> list[Message]:
+        """After a ``compress`` Hermes carries on with refold's view (head, summary, tail):
+        the stretch behind the summary is put back from the ledger, so the history refold
+        sees is the conversation itself and nothing is stored twice (or as an edit)."""
+        last = max((i for i, m in enumerate(history) if is_summary_message(m)), default=None)
+        if last is None:
+            return history
+        system = [m for m in history[:1] if m.get("role") == "system"]
+        rows = rt.store.get_messages(rt.session_id)
+        tail = rt.store.projection(rt.session_id).messages
+        before = [r.message for r in rows[:len(rows) - len(tail)]]
+        return system + before + history[last + 1:]
+
+    def close(self, hermes_session: str) -> None:
+        with self.lock:
+            rt = self.runtimes.pop(hermes_session, None)
+        if rt is not None:
+            rt.close()
+
+
+_BACKENDS: dict[str, Backend] = {}
+_BACKENDS_LOCK = threading.Lock()
+
+
+def backend_for(db: str, *, model: str = DEFAULT_MODEL,
+                context_length: int = DEFAULT_CONTEXT) -> Backend:
+    """The process's backend for database ``db`` (a path or URL), opened on first use."""
+    with _BACKENDS_LOCK:
+        if db not in _BACKENDS:
+            if "://" not in db:
+                Path(db).parent.mkdir(parents=True, exist_ok=True)
+            engine = Engine(open_store(db), model=model, context_length=context_length,
+                            background_precompact=False)
+            _BACKENDS[db] = Backend(engine)
+        return _BACKENDS[db]
+
+
+def default_db(hermes_home: Any) -> str:
+    home = Path(str(hermes_home)) if hermes_home else Path.home() / ".hermes"
+    return str(home / "refold" / "refold.db")
+
+
+class RefoldContextEngine(ContextEngine):
+    """Hermes' context engine on refold's ledger and compaction (see the module docstring).
+    Pass ``backend`` (tests, embedding) or let ``on_session_start`` open the default one."""
+
+    def __init__(self, backend: Backend | None = None, *, db: str | None = None) -> None:
+        self._backend = backend
+        self._db = db
+        self.session_id: str | None = None
+        if backend is not None:
+            self._adopt(backend)
+
+    @property
+    def name(self) -> str:
+        return "refold"
+
+    def _adopt(self, backend: Backend) -> None:
+        self._backend = backend
+        self.context_length = backend.engine.ops.context_length
+        self.threshold_tokens = int(backend.engine.ops.threshold)
+
+    def backend(self) -> Backend:
+        if self._backend is None:
+            self._adopt(backend_for(self._db or default_db(None)))
+        assert self._backend is not None
+        return self._backend
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def on_session_start(self, session_id: str, **kwargs: Any) -> None:
+        if self._backend is None:
+            self._adopt(backend_for(self._db or default_db(kwargs.get("hermes_home")),
+                                    model=str(kwargs.get("model") or DEFAULT_MODEL),
+                                    context_length=int(kwargs.get("context_length")
+                                                       or DEFAULT_CONTEXT)))
+        self.session_id = session_id
+        self.backend().runtime(session_id)
+
+    def on_session_end(self, session_id: str, messages: list[dict[str, Any]]) -> None:
+        if messages:
+            self.backend().sync(session_id, messages)
+        self.backend().close(session_id)
+
+    def on_session_reset(self) -> None:
+        super().on_session_reset()
+        if self.session_id is not None:
+            self.backend().close(self.session_id)
+        self.session_id = None
+
+    def _session(self) -> str:
+        if self.session_id is None:  # a host that compresses before starting a session
+            self.on_session_start("default")
+        assert self.session_id is not None
+        return self.session_id
+
+    # -- tokens and the trigger -------------------------------------------------------------
+    def update_from_response(self, usage: dict[str, Any]) -> None:
+        self.last_prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        self.last_completion_tokens = int(usage.get("completion_tokens") or 0)
+        self.last_total_tokens = int(usage.get("total_tokens") or
+                                     self.last_prompt_tokens + self.last_completion_tokens)
+
+    def should_compress(self, prompt_tokens: int | None = None) -> bool:
+        tokens = self.last_prompt_tokens if prompt_tokens is None else prompt_tokens
+        return self.threshold_tokens > 0 and tokens >= self.threshold_tokens
+
+    def should_compress_preflight(self, messages: list[dict[str, Any]]) -> bool:
+        return self.should_compress(self.backend().engine.ops.count(messages, None))
+
+    # -- compaction --------------------------------------------------------------------------
+    def compress(self, messages: list[dict[str, Any]], current_tokens: int | None = None,
+                 focus_topic: str | None = None, force: bool = False,
+                 memory_context: str = "") -> list[dict[str, Any]]:
+        session = self._session()
+        backend = self.backend()
+        system = [dict(m) for m in messages[:1] if m.get("role") == "system"]
+        with backend.lock:
+            prepared = backend.sync(session, messages)
+            rt = backend.runtime(session)
+            if memory_context.strip():
+                rt.store.append_event(rt.session_id, "hermes.memory_context",
+                                      {"text": memory_context, "focus": focus_topic})
+            if prepared.tokens_before is None:
+                rt.compact(force=True)
+            view = projection_messages(rt.store.projection(rt.session_id), None)
+        self.compression_count += 1
+        self.last_prompt_tokens = -1  # Hermes' "compressed, awaiting real usage" mark
+        view = [wire_form(m) for m in view]
+        return system + [m for m in view if not system or m.get("role") != "system"]
+
+    def has_content_to_compress(self, messages: list[dict[str, Any]]) -> bool:
+        return sum(1 for m in messages if m.get("role") != "system") > 2
+
+    # -- the session_search tool -------------------------------------------------------------
+    def _search_tool(self) -> Any:
+        backend = self.backend()
+        current = backend.runtimes.get(self.session_id or "")
+        return session_search_tool(backend.engine.store, owner=None,
+                                   current_session_id=current.session_id if current else None)
+
+    def get_tool_schemas(self) -> list[dict[str, Any]]:
+        tool = self._search_tool()
+        return [{"name": tool.name, "description": tool.description,
+                 "parameters": tool.parameters}]
+
+    def handle_tool_call(self, name: str, args: dict[str, Any], **kwargs: Any) -> str:
+        if name != "session_search":
+            return json.dumps({"error": f"unknown refold tool: {name}"})
+        try:
+            return str(self._search_tool().handler(args))
+        except RefoldError as exc:
+            return json.dumps({"error": str(exc)})
+
+
+class RefoldMemoryProvider(MemoryProvider):
+    """Cross-session recall from refold's ledger; each turn stored once (see the module)."""
+
+    def __init__(self, backend: Backend | None = None, *, db: str | None = None) -> None:
+        self._backend = backend
+        self._db = db
+        self.session_id = ""
+
+    @property
+    def name(self) -> str:
+        return "refold"
+
+    def is_available(self) -> bool:
+        return True  # a local database; no credentials, no network
+
+    def initialize(self, session_id: str, **kwargs: Any) -> None:
+        if self._backend is None:
+            self._backend = backend_for(self._db or default_db(kwargs.get("hermes_home")))
+        self.session_id = session_id
+
+    def _current(self) -> str | None:
+        assert self._backend is not None
+        rt = self._backend.runtimes.get(self.session_id)
+        return rt.session_id if rt is not None else None
+
+    def prefetch(self, query: str, *, session_id: str = "") -> str:
+        if self._backend is None or not query.strip():
+            return ""
+        try:
+            hits = self._backend.engine.store.search(SearchQuery(
+                text=query, exclude_session_id=self._current(), limit=RECALL_HITS, window=0))
+        except RefoldError:
+            return ""  # a query the search syntax rejects: no recall, not a failed turn
+        if not hits:
+            return ""
+        lines = [f"- ({h.session_title or h.session_id[:8]}, {h.role}) "
+                 f"{' '.join(h.content.split())[:RECALL_CHARS]}" for h in hits]
+        return "From earlier sessions (refold ledger):\n" + "\n".join(lines)
+
+    def sync_turn(self, user_content: str, assistant_content: str, *, session_id: str = "",
+                  messages: list[dict[str, Any]] | None = None) -> None:
+        if self._backend is None:
+            return
+        session = session_id or self.session_id
+        turn = messages if messages else [{"role": "user", "content": user_content},
+                                          {"role": "assistant", "content": assistant_content}]
+        self._backend.sync(session, turn)
+
+    def get_tool_schemas(self) -> list[dict[str, Any]]:
+        return []  # the context engine brings session_search; one copy of the tool
+
+    def shutdown(self) -> None:
+        if self._backend is not None and self.session_id:
+            self._backend.close(self.session_id)
+
+
+def register(ctx: Any) -> None:
+    """Hermes' plugin hook: refold's context engine, and its memory provider where the
+    context can take one (Hermes' memory-plugin loader)."""
+    if hasattr(ctx, "register_context_engine"):
+        ctx.register_context_engine(RefoldContextEngine())
+    if hasattr(ctx, "register_memory_provider"):
+        ctx.register_memory_provider(RefoldMemoryProvider())
+
+
+__all__ = ["Backend", "RefoldContextEngine", "RefoldMemoryProvider", "backend_for", "register"]

@@ -1,0 +1,96 @@
+"""Token prices per model and what a session's usage costs.
+
+A shipped table of list prices in USD per million tokens — input, output, cache read and
+cache write — for common models; ``refold.toml`` overrides or adds models (``[pricing."name"]``
+with the same four keys). Pure functions: no I/O, no environment.
+
+Usage is counted the OpenAI way: ``input_tokens`` includes the cached prompt tokens, so the
+uncached input is ``input_tokens - cache_read_tokens``. A model is found by its exact name,
+else by the longest table name it starts with (``gpt-4o-mini-2024-07-18`` → ``gpt-4o-mini``),
+else it has no price (``None``: shown as unknown, never as a made-up zero).
+
+The shipped figures are list prices as published by the providers when this table was written;
+they change, which is why overrides exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from refold.errors import InvalidInput
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per million tokens."""
+
+    input: float
+    output: float
+    cache_read: float = 0.0
+    cache_write: float = 0.0
+
+
+PRICES: dict[str, Price] = {
+    "gpt-4o": Price(2.50, 10.00, 1.25),
+    "gpt-4o-mini": Price(0.15, 0.60, 0.075),
+    "gpt-4.1": Price(2.00, 8.00, 0.50),
+    "gpt-4.1-mini": Price(0.40, 1.60, 0.10),
+    "gpt-4.1-nano": Price(0.10, 0.40, 0.025),
+    "o3": Price(2.00, 8.00, 0.50),
+    "o4-mini": Price(1.10, 4.40, 0.275),
+    "claude-opus-4": Price(15.00, 75.00, 1.50, 18.75),
+    "claude-sonnet-4": Price(3.00, 15.00, 0.30, 3.75),
+    "claude-3-5-haiku": Price(0.80, 4.00, 0.08, 1.00),
+    "deepseek-chat": Price(0.27, 1.10, 0.07),
+    "deepseek-reasoner": Price(0.55, 2.19, 0.14),
+}
+
+_KEYS = ("input", "output", "cache_read", "cache_write")
+
+
+def parse_overrides(raw: Mapping[str, Mapping[str, float]]) -> dict[str, Price]:
+    """``{"model": {"input": …, "output": …, …}}`` from settings as prices (InvalidInput on a
+    missing input/output, an unknown key or a negative price)."""
+    out: dict[str, Price] = {}
+    for model, fields in raw.items():
+        unknown = set(fields) - set(_KEYS)
+        if unknown or not {"input", "output"} <= set(fields):
+            raise InvalidInput(f"bad pricing for {model!r}: give input and output (and "
+                               "optionally cache_read, cache_write), USD per million tokens")
+        values = {k: float(fields.get(k, 0.0)) for k in _KEYS}
+        if any(v < 0 for v in values.values()):
+            raise InvalidInput(f"bad pricing for {model!r}: prices cannot be negative")
+        out[model] = Price(**values)
+    return out
+
+
+def price_for(model: str | None, overrides: Mapping[str, Price] | None = None) -> Price | None:
+    """The price of ``model`` (overrides first), or None when it is not known."""
+    if not model:
+        return None
+    table = {**PRICES, **(overrides or {})}
+    if model in table:
+        return table[model]
+    prefixes = [name for name in table if model.startswith(name)]
+    return table[max(prefixes, key=len)] if prefixes else None
+
+
+def cost_usd(price: Price, *, input_tokens: int, output_tokens: int,
+             cache_read_tokens: int = 0, cache_write_tokens: int = 0) -> float:
+    """What the usage costs at ``price``."""
+    uncached = max(0, input_tokens - cache_read_tokens - cache_write_tokens)
+    total = (uncached * price.input + output_tokens * price.output
+             + cache_read_tokens * price.cache_read + cache_write_tokens * price.cache_write)
+    return total / 1_000_000
+
+
+def usage_cost(model: str | None, *, input_tokens: int, output_tokens: int,
+               cache_read_tokens: int = 0,
+               overrides: Mapping[str, Price] | None = None) -> float:
+    """What a reply's usage costs for ``model``; 0.0 when the model has no price."""
+    price = price_for(model, overrides)
+    if price is None:
+        return 0.0
+    return cost_usd(price, input_tokens=input_tokens, output_tokens=output_tokens,
+                    cache_read_tokens=cache_read_tokens)

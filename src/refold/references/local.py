@@ -1,0 +1,121 @@
+"""The local references: ``@file``, ``@folder``, ``@diff``, ``@staged``, ``@git`` and ``@url``.
+
+Each resolves to one block of text or to a refusal (``InvalidInput`` with the reason); the
+caller (``refold.references.expand``) applies the shared budget. Files are read through the
+``FileReader`` seam (at most ``MAX_READ_BYTES``), binary files are named, not inlined, and
+folder listings skip what the path guard would refuse.
+"""
+
+from __future__ import annotations
+
+import re
+
+from refold.errors import InvalidInput
+from refold.references.parse import Reference
+from refold.references.paths import PathGuard
+from refold.references.sources import (
+    MAX_READ_BYTES,
+    FileReader,
+    GitRunner,
+    UrlFetcher,
+    hardened_argv,
+    looks_binary,
+)
+
+MAX_LISTING = 200
+_REV = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/~^@{}:+-]{0,199}$")
+_FENCE = {".py": "python", ".js": "javascript", ".ts": "typescript", ".json": "json",
+          ".md": "markdown", ".sh": "bash", ".yml": "yaml", ".yaml": "yaml", ".toml": "toml",
+          ".rs": "rust", ".go": "go", ".sql": "sql", ".html": "html", ".css": "css"}
+
+
+class LocalReferences:
+    """Resolves local references under ``guard.root``."""
+
+    def __init__(self, guard: PathGuard, files: FileReader, git: GitRunner,
+                 url_fetcher: UrlFetcher | None = None) -> None:
+        self.guard = guard
+        self.files = files
+        self.git = git
+        self.url_fetcher = url_fetcher
+
+    def resolve(self, ref: Reference) -> tuple[str, str]:
+        """(label, body) of ``ref``; ``InvalidInput`` when it is refused or fails."""
+        if ref.kind == "file":
+            return self._file(ref)
+        if ref.kind == "folder":
+            return self._folder(ref)
+        if ref.kind in ("diff", "staged"):
+            options = ["--staged"] if ref.kind == "staged" else []
+            return f"git diff {' '.join(options)}".strip(), self._git("diff", options, [])
+        if ref.kind == "git":
+            return self._revision(ref)
+        if ref.kind == "url":
+            return self._url(ref)
+        raise InvalidInput(f"unsupported reference kind {ref.kind}")
+
+    def _file(self, ref: Reference) -> tuple[str, str]:
+        path = self.guard.resolve(ref.target)
+        if not path.exists():
+            raise InvalidInput("file not found")
+        if not path.is_file():
+            raise InvalidInput("not a file (use @folder: for a directory)")
+        data = self.files.read(path, MAX_READ_BYTES)
+        if looks_binary(data):
+            size = path.stat().st_size
+            return str(path), f"(binary file, {size} bytes; not inlined)"
+        text = data.decode("utf-8", "replace")
+        if ref.line_start is not None:
+            lines = text.splitlines()
+            first, last = ref.line_start, max(ref.line_start, ref.line_end or ref.line_start)
+            if first > len(lines):
+                raise InvalidInput(f"line {first} is past the end ({len(lines)} lines)")
+            text = "\n".join(lines[first - 1:last])
+        fence = _FENCE.get(path.suffix.lower(), "")
+        return str(path), f"```{fence}\n{text.rstrip(chr(10))}\n```"
+
+    def _folder(self, ref: Reference) -> tuple[str, str]:
+        path = self.guard.resolve(ref.target)
+        if not path.is_dir():
+            raise InvalidInput("folder not found" if not path.exists() else "not a folder")
+        lines: list[str] = []
+        hidden = 0
+        for child in self.files.listing(path):
+            resolved = child.resolve()
+            if not self.guard.allowed(resolved):
+                hidden += 1
+                continue
+            if len(lines) >= MAX_LISTING:
+                lines.append("… (more entries not listed)")
+                break
+            lines.append(f"{child.name}/" if child.is_dir() else
+                         f"{child.name} ({child.stat().st_size} bytes)")
+        if hidden:
+            lines.append(f"({hidden} entries withheld: sensitive or outside the directory)")
+        return str(path), "\n".join(lines) or "(empty folder)"
+
+    def _revision(self, ref: Reference) -> tuple[str, str]:
+        target = ref.target or "HEAD"
+        if target.isdigit():  # @git:3 — the last three commits with their patches
+            count = max(1, min(int(target), 10))
+            return f"git log -{count} -p", self._git("log", [f"-{count}", "-p"], [])
+        if not _REV.match(target):
+            raise InvalidInput("not a revision name (letters, digits and ._/~^@{}:+- only)")
+        return f"git show {target}", self._git("show", ["--stat", "-p"], [target])
+
+    def _git(self, command: str, options: list[str], operands: list[str]) -> str:
+        out = self.git.run(hardened_argv(command, options, operands), self.guard.root)
+        return f"```diff\n{out.strip() or '(no output)'}\n```"
+
+    def _url(self, ref: Reference) -> tuple[str, str]:
+        if self.url_fetcher is None:
+            raise InvalidInput("refused: URL fetching is off (the caller did not enable it)")
+        if not re.match(r"^https?://", ref.target, re.IGNORECASE):
+            raise InvalidInput("only http:// and https:// URLs are fetched")
+        text = str(self.url_fetcher(ref.target) or "").strip()
+        if not text:
+            raise InvalidInput("no content")
+        return ref.target, text
+
+
+__all__ = ["LocalReferences"]

@@ -1,0 +1,131 @@
+"""Natural-language queries: a sentence becomes weighted terms, ORed and ranked by BM25.
+
+People and agents ask "When did Caroline go to the support group?"; ANDing every word finds
+nothing, because no message holds them all. A query without explicit syntax (no quotes,
+AND/OR/NOT, ``-word`` or ``word*``; see ``refold.search.query.is_explicit``) goes through here:
+
+- stop words (``refold.search.stopwords``, English/Chinese/Japanese/Korean) are dropped;
+- words of other scripts become word-index terms (the backend stems them: FTS5 porter on SQLite,
+  the Porter configuration on PostgreSQL); a chunk such as ``dotted.names`` stays a phrase;
+- a CJK run is cut at stop words; each piece of 1–4 characters is one exact-substring term
+  (1–2 characters answered by the CJK gram index, 3+ by trigrams, as for explicit queries), a
+  longer piece becomes its overlapping bigrams; a Hangul word loses its particle (``검색을``).
+- ``pairs`` are adjacent content words of the query, for the phrase boost.
+
+The backends OR the terms, weight each by its inverse document frequency (BM25), and boost a
+message holding every term (and, more, one holding an adjacent pair as a phrase).
+Invariant: a sentence whose only content is one term is answered exactly like that term alone
+(``NaturalPlan.single``), so a one-word or one-CJK-word query keeps its exact semantics.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+
+from refold.search.query import _CJK, Term, has_cjk
+from refold.search.stopwords import is_stop_word, split_cjk_stops, strip_korean_particle
+
+MAX_NATURAL_TERMS = 24
+LONG_PIECE = 4  # CJK pieces longer than this are searched as their bigrams
+_RUNS = re.compile(f"({_CJK.pattern}+)")
+_HANGUL = re.compile("[\u1100-\u11ff\u3130-\u318f\ua960-\ua97f\uac00-\ud7af]")
+
+
+@dataclass(frozen=True)
+class NaturalPlan:
+    """The weighted terms of a sentence-like query (weights come from the index: IDF)."""
+
+    words: tuple[Term, ...]  # word-index terms (no CJK), stop words removed
+    cjk: tuple[str, ...]  # exact CJK substrings, each one term
+    pairs: tuple[tuple[str, str], ...] = ()  # adjacent content words (phrase boost)
+    single: Term | None = None  # the only content term, when there is just one
+
+    def needles(self) -> list[str]:
+        """Substrings to highlight in snippets, longest first."""
+        found = {" ".join(t.words) for t in self.words} | set(self.cjk)
+        return sorted(found, key=lambda n: (-len(n), n))
+
+    @property
+    def size(self) -> int:
+        return len(self.words) + len(self.cjk)
+
+
+def _cjk_terms(run: str) -> list[str]:
+    if _HANGUL.search(run):
+        stem = strip_korean_particle(run)
+        return [] if is_stop_word(stem) or is_stop_word(run) else [stem]
+    out: list[str] = []
+    for piece in split_cjk_stops(run):
+        if is_stop_word(piece):
+            continue
+        if len(piece) <= LONG_PIECE:
+            out.append(piece)
+        else:
+            out.extend(piece[i:i + 2] for i in range(len(piece) - 1))
+    return out
+
+
+def _split(term: Term) -> tuple[list[Term], list[str]]:
+    """A parsed term's word-index terms and CJK terms (a word mixing scripts is split)."""
+    if not term.cjk:
+        content = [w for w in term.words if not is_stop_word(w)]
+        return ([term] if content else []), []
+    words: list[Term] = []
+    cjk: list[str] = []
+    for word in term.words:
+        for part in _RUNS.split(word):
+            if not part:
+                continue
+            if has_cjk(part):
+                cjk.extend(_cjk_terms(part))
+            elif not is_stop_word(part):
+                words.append(Term((part,)))
+    return words, cjk
+
+
+_HAN_OR_KATAKANA = re.compile("[\u3400-\u9fff\uf900-\ufaff\u30a0-\u30ff\U00020000-\U0003134f]")
+
+
+def _one_cjk_word(word: str) -> bool:
+    """A lone CJK token read as one word: short, mixing scripts (本v2), or kana/Hangul only
+    (no sentence to cut)."""
+    if not has_cjk(word):
+        return False
+    if _RUNS.sub("", word):
+        return True
+    return len(word) <= LONG_PIECE or _HAN_OR_KATAKANA.search(word) is None \
+        or _HANGUL.search(word) is not None
+
+
+def natural_plan(terms: list[Term]) -> NaturalPlan | None:
+    """The plan for a query of plain terms, or None when every term is a stop word (then the
+    query is answered as typed, so "the" still finds "the")."""
+    if len(terms) == 1 and len(terms[0].words) == 1 and _one_cjk_word(terms[0].words[0]):
+        return None  # one CJK word (目的地, こんにちは): exact, never cut at a stop character
+    words: dict[str, Term] = {}
+    cjk: dict[str, None] = {}
+    order: list[str] = []  # content words in query order (for pairs); "" breaks adjacency
+    for term in terms:
+        more_words, more_cjk = _split(term)
+        if not more_words and not more_cjk:
+            order.append("")
+        for word in more_words:
+            key = " ".join(word.words).lower()
+            words.setdefault(key, word)
+            order.append(key)
+        for piece in more_cjk:
+            cjk.setdefault(piece, None)
+            order.append("")  # CJK pieces break word adjacency
+    if not words and not cjk:
+        return None
+    kept_words = tuple(words.values())[:MAX_NATURAL_TERMS]
+    kept_cjk = tuple(cjk)[:MAX_NATURAL_TERMS - len(kept_words)]
+    if len(kept_words) + len(kept_cjk) == 1:
+        single = kept_words[0] if kept_words else Term((kept_cjk[0],))
+        return NaturalPlan(kept_words, kept_cjk, single=single)
+    pairs = tuple(dict.fromkeys(
+        (a, b) for a, b in itertools.pairwise(order)
+        if a and b and a != b and " " not in a + b))
+    return NaturalPlan(kept_words, kept_cjk, pairs=pairs[:8])

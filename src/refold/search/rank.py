@@ -1,0 +1,83 @@
+"""Ranking pieces both backends share: BM25 weights, the all-terms/phrase boost, recency
+tie-breaks, one hit per message along a lineage, and session titles first.
+
+Pure functions over ids, scores and hits; the backends feed them from their indexes.
+
+- ``bm25`` is Okapi BM25 for a term present once (``tf = 1``): the CJK terms' indexes (the
+  gram index stores each gram once per message) and PostgreSQL's per-term tests give presence,
+  not counts. SQLite's word index uses FTS5's own ``bm25()`` (true term frequencies).
+- ``boosted``: a message holding every term is worth ``1 + BOOST_ALL`` times its score, one
+  holding an adjacent pair of the query's words as a phrase ``BOOST_PHRASE`` more.
+- ``best_first``: score descending, then newest (highest id) first — the same order on both
+  backends, whatever the index returns first.
+- ``collapse_copies``: forks copy rows and compaction children carry rows forward, so one
+  message can exist once per lineage copy. Hits with the same role and text in sessions of the
+  same lineage (same root ancestor) collapse into the best-ranked one, which lists every
+  session holding it (``SearchHit.lineage``).
+- ``titles_first``: hits in sessions whose title holds every query term come first (stable).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+
+from refold.store.base import SearchHit
+
+K1 = 1.2
+B = 0.75
+BOOST_ALL = 0.5
+BOOST_PHRASE = 0.25
+
+
+def idf(total: int, df: int) -> float:
+    """BM25's inverse document frequency (never negative)."""
+    total = max(total, df, 1)
+    return math.log(1.0 + (total - df + 0.5) / (df + 0.5))
+
+
+def presence_weight(length: float, average: float) -> float:
+    """BM25's term-frequency factor for one occurrence in a document of ``length``."""
+    norm = 1.0 - B + B * (length / average if average > 0 else 1.0)
+    return (K1 + 1.0) / (1.0 + K1 * norm)
+
+
+def boosted(score: float, *, has_all: bool, has_phrase: bool) -> float:
+    return score * (1.0 + (BOOST_ALL if has_all else 0.0) + (BOOST_PHRASE if has_phrase else 0.0))
+
+
+def best_first(scores: Mapping[int, float], limit: int) -> list[int]:
+    """Ids by score descending, ties broken by recency (higher id first)."""
+    return sorted(scores, key=lambda i: (-scores[i], -i))[:limit]
+
+
+def collapse_copies(hits: Iterable[SearchHit], roots: Mapping[str, str]) -> list[SearchHit]:
+    """One hit per message per lineage: a copy in another session of the same lineage folds
+    into the first (best-ranked) hit; equal messages within one session stay separate."""
+    kept: dict[tuple[str, str, str], list[int]] = {}
+    out: list[SearchHit] = []
+    for hit in hits:
+        key = (roots.get(hit.session_id, hit.session_id), hit.role, hit.content)
+        slots = kept.setdefault(key, [])
+        target = next((i for i in slots if hit.session_id not in out[i].lineage), None)
+        if target is None:
+            slots.append(len(out))
+            out.append(dataclasses.replace(hit, lineage=(hit.session_id,)))
+        else:
+            first = out[target]
+            out[target] = dataclasses.replace(first, lineage=(*first.lineage, hit.session_id))
+    return out
+
+
+def titles_first(hits: list[SearchHit], needles: list[str]) -> list[SearchHit]:
+    """Hits whose session title holds every needle (case-insensitive) move to the front."""
+    lowered = [n.lower() for n in needles if n]
+    if not lowered:
+        return hits
+
+    def matches(hit: SearchHit) -> bool:
+        title = (hit.session_title or "").lower()
+        return bool(title) and all(n in title for n in lowered)
+
+    return sorted(hits, key=lambda h: not matches(h))

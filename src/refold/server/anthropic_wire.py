@@ -1,0 +1,367 @@
+"""Anthropic Messages on the wire: requests to the chat form, replies and streams back.
+
+refold's turn pipeline speaks chat completions (``server.completions``); ``/v1/messages`` is
+a translation around it, so sessions, compaction, memory, the ledger and tenancy are the same
+code for both APIs. This module is the pure half: no I/O, no app.
+
+- ``chat_request(body)`` checks an Anthropic request and returns the chat-completions body
+  the pipeline takes. ``system`` and ``messages`` go through ``refold.messages.anthropic``.
+  ``cache_control`` markers are taken *off* the blocks first: Claude Code moves its cache
+  breakpoint to the newest message every turn, and a marker inside the content would change a
+  message's identity, so the re-sent history would look edited. The markers ride along in
+  ``PRIVATE`` (with the request fields the chat form has no place for) and an Anthropic
+  upstream puts them back (``server.anthropic_upstream``); an OpenAI-compatible upstream gets
+  neither.
+- ``anthropic_message(completion)`` is a chat completion as an Anthropic ``message``;
+  ``StreamTranslator`` turns the pipeline's ``chat.completion.chunk`` stream into Anthropic's
+  event sequence (``message_start``, ``ping``, ``content_block_start/delta/stop``,
+  ``message_delta``, ``message_stop``; an ``error`` event for a failure mid-stream).
+  ``message_stop`` leaves only with the pipeline's ``[DONE]``, i.e. after the reply is stored.
+- ``anthropic_error(status, openai_body)`` is any refold error in Anthropic's shape.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from refold.errors import InvalidInput, MessageValidationError
+from refold.messages.anthropic import RAW_ARGUMENTS, from_anthropic
+from refold.messages.model import Message
+
+PRIVATE = "_refold_anthropic"  # request side: what an Anthropic upstream needs besides the chat form
+REPLY = "_refold_anthropic_reply"  # reply side: the upstream's own message, passed through
+EVENTS = "_refold_anthropic_events"  # stream side: the upstream's own events, passed through
+
+# fields with a chat-completions equivalent (translated); everything else is Anthropic-only
+_TRANSLATED = {"model", "messages", "system", "max_tokens", "stream", "temperature", "top_p",
+               "stop_sequences", "tools", "tool_choice", "metadata"}
+
+_STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
+                 "function_call": "tool_use", "content_filter": "refusal"}
+FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
+                  "tool_use": "tool_calls", "pause_turn": "stop", "refusal": "content_filter",
+                  "model_context_window_exceeded": "length"}
+
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                403: "permission_error", 404: "not_found_error", 409: "invalid_request_error",
+                413: "request_too_large", 429: "rate_limit_error", 529: "overloaded_error"}
+
+
+# -- requests ----------------------------------------------------------------------------------
+
+@dataclass
+class CacheMarks:
+    """Where the client put ``cache_control``: (turn counted from the end, block index)."""
+
+    messages: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)
+    system: dict[str, Any] | None = None  # the last marker on a system block
+
+    def as_json(self) -> dict[str, Any]:
+        return {"messages": [list(m) for m in self.messages], "system": self.system}
+
+
+def strip_cache_control(body: dict[str, Any]) -> tuple[dict[str, Any], CacheMarks]:
+    """A copy of the request with no ``cache_control`` in system or messages, and where
+    they were."""
+    clean = copy.deepcopy(body)
+    marks = CacheMarks()
+    system = clean.get("system")
+    if isinstance(system, list):
+        for block in system:
+            if isinstance(block, dict) and "cache_control" in block:
+                marks.system = block.pop("cache_control")
+    turns = clean.get("messages") or []
+    for position, turn in enumerate(turns):
+        content = turn.get("content") if isinstance(turn, dict) else None
+        if not isinstance(content, list):
+            continue
+        for index, block in enumerate(content):
+            if isinstance(block, dict) and "cache_control" in block:
+                marks.messages.append((len(turns) - position, index, block.pop("cache_control")))
+    return clean, marks
+
+
+BILLING_PREFIX = "x-anthropic-billing-header:"
+
+
+def split_billing(clean: dict[str, Any]) -> list[dict[str, Any]]:
+    """Take Claude Code's per-request billing block (``x-anthropic-billing-header: …;
+    cch=…``, different in every request) out of ``system``: inside the chat form it would
+    give every request its own derived session and defeat every prefix cache. An Anthropic
+    upstream gets it back, first, as sent."""
+    system = clean.get("system")
+    if not isinstance(system, list):
+        return []
+    head = [b for b in system if isinstance(b, dict)
+            and str(b.get("text", "")).startswith(BILLING_PREFIX)]
+    clean["system"] = [b for b in system if not any(b is h for h in head)]
+    return head
+
+
+def _check(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise InvalidInput("the request body must be a JSON object")
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        raise InvalidInput("model: Field required")
+    if not isinstance(body.get("max_tokens"), int) or isinstance(body["max_tokens"], bool):
+        raise InvalidInput("max_tokens: Field required (an integer)")
+    if not isinstance(body.get("messages"), list) or not body["messages"]:
+        raise InvalidInput("messages: a non-empty list of messages is required")
+    return body
+
+
+def chat_messages(body: dict[str, Any]) -> list[Message]:
+    """The request's system and messages in the chat form (InvalidInput if malformed)."""
+    try:
+        return from_anthropic(body["messages"], system=body.get("system"))
+    except MessageValidationError as exc:
+        raise InvalidInput(f"messages: {exc}") from exc
+
+
+def chat_tools(tools: Any) -> list[dict[str, Any]] | None:
+    """Custom tools as chat-completions functions; server tools (web search, …) have none."""
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise InvalidInput("tools must be a list")
+    out = []
+    for tool in tools:
+        if not isinstance(tool, dict) or "name" not in tool:
+            raise InvalidInput("each tool must be an object with a name")
+        if tool.get("type") not in (None, "custom") or "input_schema" not in tool:
+            continue
+        function = {"name": tool["name"], "parameters": tool["input_schema"]}
+        if tool.get("description"):
+            function["description"] = tool["description"]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice(choice: Any) -> Any:
+    if not isinstance(choice, dict):
+        return None
+    kind = choice.get("type")
+    if kind == "tool":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    return {"auto": "auto", "any": "required", "none": "none"}.get(str(kind))
+
+
+def chat_request(raw: Any, *, anthropic_upstream: bool) -> dict[str, Any]:
+    """The chat-completions body for an Anthropic request (see the module docstring)."""
+    body = _check(raw)
+    clean, marks = strip_cache_control(body)
+    billing = split_billing(clean)
+    out: dict[str, Any] = {"model": body["model"], "messages": chat_messages(clean),
+                           "max_tokens": body["max_tokens"], "stream": bool(body.get("stream"))}
+    if out["stream"]:  # the usage chunk is how message_delta learns its usage
+        out["stream_options"] = {"include_usage": True}
+    for key in ("temperature", "top_p"):
+        if key in body:
+            out[key] = body[key]
+    if body.get("stop_sequences"):
+        out["stop"] = body["stop_sequences"]
+    tools = chat_tools(body.get("tools"))
+    if tools:
+        out["tools"] = tools
+        choice = _tool_choice(body.get("tool_choice"))
+        if choice is not None:
+            out["tool_choice"] = choice
+        if (body.get("tool_choice") or {}).get("disable_parallel_tool_use"):
+            out["parallel_tool_calls"] = False
+    if anthropic_upstream:
+        extra = {k: v for k, v in clean.items() if k not in ("messages", "system", "stream")}
+        out[PRIVATE] = {"request": extra, "marks": marks.as_json(), "system_head": billing}
+    return out
+
+
+# -- replies -----------------------------------------------------------------------------------
+
+def _input(arguments: str) -> dict[str, Any]:
+    if not arguments.strip():
+        return {}
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {RAW_ARGUMENTS: arguments}
+    return value if isinstance(value, dict) else {RAW_ARGUMENTS: arguments}
+
+
+def anthropic_usage(usage: Any) -> dict[str, Any]:
+    """Chat usage as Anthropic's: cached prompt tokens are reported apart from the rest."""
+    usage = usage if isinstance(usage, dict) else {}
+    details = usage.get("prompt_tokens_details") or {}
+    cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+    created = int(usage.get("cache_creation_input_tokens") or 0)
+    return {"input_tokens": max(0, int(usage.get("prompt_tokens") or 0) - cached - created),
+            "output_tokens": int(usage.get("completion_tokens") or 0),
+            "cache_creation_input_tokens": created,
+            "cache_read_input_tokens": cached}
+
+
+def message_id(chat_id: Any) -> str:
+    text = str(chat_id or "")
+    return text if text.startswith("msg_") else "msg_" + (
+        text.removeprefix("chatcmpl-") or uuid.uuid4().hex)
+
+
+def anthropic_message(data: dict[str, Any], model: str) -> dict[str, Any]:
+    """A chat completion (or an Anthropic upstream's own message) as an Anthropic message."""
+    if isinstance(data.get(REPLY), dict):
+        return dict(data[REPLY])
+    choice = (data.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    content: list[dict[str, Any]] = []
+    if message.get("thinking_blocks"):
+        content.extend(message["thinking_blocks"])
+    elif message.get("reasoning_content") or message.get("reasoning"):
+        text = message.get("reasoning_content") or message.get("reasoning")
+        content.append({"type": "thinking", "thinking": text, "signature": ""})
+    text = message.get("content")
+    if isinstance(text, list):
+        text = "".join(str(p.get("text", "")) for p in text if isinstance(p, dict))
+    if text:
+        content.append({"type": "text", "text": text})
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        content.append({"type": "tool_use", "id": call.get("id"), "name": fn.get("name"),
+                        "input": _input(str(fn.get("arguments") or ""))})
+    return {"id": message_id(data.get("id")), "type": "message", "role": "assistant",
+            "model": data.get("model") or model, "content": content,
+            "stop_reason": _STOP_REASONS.get(str(choice.get("finish_reason")), "end_turn"),
+            "stop_sequence": None, "usage": anthropic_usage(data.get("usage"))}
+
+
+# -- streams -----------------------------------------------------------------------------------
+
+def sse(event: str, data: dict[str, Any]) -> bytes:
+    return (f"event: {event}\ndata: ".encode() + json.dumps(data, ensure_ascii=False).encode()
+            + b"\n\n")
+
+
+class StreamTranslator:
+    """Feed ``chat.completion.chunk`` objects; get Anthropic SSE bytes back."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.started = False
+        self.passthrough = False
+        self.block: str | None = None  # "thinking" | "text" | "tool:<n>" while one is open
+        self.index = -1
+        self.stop_reason = "end_turn"
+        self.usage: dict[str, Any] = {}
+        self.held_delta: dict[str, Any] | None = None  # an upstream's own message_delta
+
+    def _start(self, chunk: dict[str, Any]) -> Iterator[bytes]:
+        self.started = True
+        yield sse("message_start", {"type": "message_start", "message": {
+            "id": message_id(chunk.get("id")), "type": "message", "role": "assistant",
+            "model": chunk.get("model") or self.model, "content": [], "stop_reason": None,
+            "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}})
+        yield sse("ping", {"type": "ping"})
+
+    def _open(self, kind: str, block: dict[str, Any]) -> Iterator[bytes]:
+        yield from self._close()
+        self.index += 1
+        self.block = kind
+        yield sse("content_block_start", {"type": "content_block_start", "index": self.index,
+                                          "content_block": block})
+
+    def _close(self) -> Iterator[bytes]:
+        if self.block is not None:
+            yield sse("content_block_stop", {"type": "content_block_stop", "index": self.index})
+            self.block = None
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        return sse("content_block_delta", {"type": "content_block_delta", "index": self.index,
+                                           "delta": delta})
+
+    def chunk(self, chunk: dict[str, Any]) -> bytes:
+        return b"".join(self._feed(chunk))
+
+    def error(self, status: int, body: dict[str, Any]) -> bytes:
+        return error_event(status, body)
+
+    def done(self) -> bytes:
+        """The pipeline stored the reply: close the message."""
+        return b"".join(self._done())
+
+    def _feed(self, chunk: dict[str, Any]) -> Iterator[bytes]:
+        if isinstance(chunk.get(EVENTS), list):  # an Anthropic upstream: its events verbatim
+            self.passthrough = True
+            for event in chunk[EVENTS]:
+                if event.get("type") not in ("message_stop", "message_delta"):
+                    yield sse(str(event.get("type")), event)
+                self._remember(event)
+            return
+        if not self.started:
+            yield from self._start(chunk)
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = anthropic_usage(chunk["usage"])
+        for choice in chunk.get("choices") or []:
+            if isinstance(choice, dict) and choice.get("index", 0) == 0:
+                yield from self._choice(choice)
+
+    def _remember(self, event: dict[str, Any]) -> None:
+        """An upstream's message_delta is held to leave with the stored reply's [DONE]."""
+        if event.get("type") == "message_delta":
+            self.held_delta = event
+
+    def _choice(self, choice: dict[str, Any]) -> Iterator[bytes]:
+        delta = choice.get("delta") or {}
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            if self.block != "thinking":
+                yield from self._open("thinking", {"type": "thinking", "thinking": "",
+                                                   "signature": ""})
+            yield self._delta({"type": "thinking_delta", "thinking": reasoning})
+        if isinstance(delta.get("content"), str) and delta["content"]:
+            if self.block != "text":
+                yield from self._open("text", {"type": "text", "text": ""})
+            yield self._delta({"type": "text_delta", "text": delta["content"]})
+        for position, call in enumerate(delta.get("tool_calls") or []):
+            yield from self._tool_call(call, position)
+        if choice.get("finish_reason"):
+            self.stop_reason = _STOP_REASONS.get(str(choice["finish_reason"]), "end_turn")
+
+    def _tool_call(self, call: dict[str, Any], position: int) -> Iterator[bytes]:
+        kind = f"tool:{call.get('index', position)}"
+        fn = call.get("function") or {}
+        if self.block != kind:
+            yield from self._open(kind, {"type": "tool_use", "id": call.get("id") or "",
+                                         "name": fn.get("name") or "", "input": {}})
+        if fn.get("arguments"):
+            yield self._delta({"type": "input_json_delta", "partial_json": fn["arguments"]})
+
+    def _done(self) -> Iterator[bytes]:
+        if self.passthrough:
+            if self.held_delta is not None:
+                yield sse("message_delta", self.held_delta)
+            yield sse("message_stop", {"type": "message_stop"})
+            return
+        if not self.started:
+            yield from self._start({})
+        yield from self._close()
+        usage = self.usage or anthropic_usage(None)
+        yield sse("message_delta", {"type": "message_delta", "delta": {
+            "stop_reason": self.stop_reason, "stop_sequence": None}, "usage": usage})
+        yield sse("message_stop", {"type": "message_stop"})
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+def anthropic_error(status: int, body: Any) -> dict[str, Any]:
+    """An OpenAI-shaped error body (refold's one renderer) in Anthropic's shape."""
+    detail = body.get("error") if isinstance(body, dict) else None
+    detail = detail if isinstance(detail, dict) else {}
+    kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    message = str(detail.get("message") or f"HTTP {status}")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def error_event(status: int, body: Any) -> bytes:
+    return sse("error", anthropic_error(status, body))

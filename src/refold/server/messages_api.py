@@ -1,0 +1,113 @@
+"""``POST /v1/messages`` and ``POST /v1/messages/count_tokens``: Anthropic Messages on refold.
+
+A Messages request is translated to the chat form (``server.anthropic_wire``) and runs through
+the same turn pipeline as ``/v1/chat/completions`` (``server.rewrite.chat_turn``): the same
+session (``X-Refold-Session``, or derived from the conversation), the same storing of re-sent
+history once, compaction, memory and tenancy. The reply — JSON or a stream — is rendered back
+as Anthropic's, and every error, whatever raised it, leaves in Anthropic's shape
+``{"type": "error", "error": {"type": …, "message": …}}`` (an ``error`` event once a stream
+has started).
+
+With ``upstream_format = "anthropic"`` the upstream is an Anthropic endpoint
+(``server.anthropic_upstream``): what refold does not change (thinking signatures, server tools,
+``cache_control``, ``anthropic-beta``, the upstream's own message and events) passes through.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from refold.errors import InvalidInput
+from refold.server.anthropic_wire import (
+    PRIVATE,
+    StreamTranslator,
+    anthropic_error,
+    anthropic_message,
+    chat_messages,
+    chat_request,
+    chat_tools,
+)
+from refold.server.auth import Tenant
+from refold.server.completions import Proxy
+from refold.server.rewrite import RewrittenStream, chat_turn, reply_json, rewritten_json
+from refold.tokens import get_counter
+
+Handler = Callable[[Request, Tenant], Awaitable[Response]]
+BETA_HEADERS = ("anthropic-beta", "anthropic-version")
+
+
+class Host(Protocol):
+    """What the endpoints need of the app (``server.app.ProxyApp``)."""
+
+    settings: Any
+
+    def endpoint(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]: ...
+    def running_proxy(self) -> Proxy: ...
+    async def body_of(self, request: Request) -> tuple[Any, int]: ...
+
+
+def in_anthropic_shape(run: Callable[[Request], Awaitable[Response]]
+                       ) -> Callable[[Request], Awaitable[Response]]:
+    """Re-render the app's (OpenAI-shaped) error responses — auth, body size, anything the
+    endpoint raised — in Anthropic's shape."""
+    async def wrapped(request: Request) -> Response:
+        response = await run(request)
+        if response.status_code < 400 or not isinstance(response, JSONResponse):
+            return response
+        body = json.loads(bytes(response.body))
+        return JSONResponse(anthropic_error(response.status_code, body),
+                            status_code=response.status_code)
+    return wrapped
+
+
+def routes(host: Host) -> list[Route]:
+    async def messages(request: Request, tenant: Tenant) -> Response:
+        raw, size = await host.body_of(request)
+        return await create_message(host, tenant, request, raw, size)
+
+    async def count_tokens(request: Request, tenant: Tenant) -> Response:
+        raw, _ = await host.body_of(request)
+        return JSONResponse(count_tokens_of(raw, host.settings.model))
+
+    return [
+        Route("/v1/messages", in_anthropic_shape(host.endpoint(messages)), methods=["POST"]),
+        Route("/v1/messages/count_tokens", in_anthropic_shape(host.endpoint(count_tokens)),
+              methods=["POST"]),
+    ]
+
+
+def _anthropic_upstream(host: Host) -> bool:
+    return str(getattr(host.settings, "upstream_format", "openai")) == "anthropic"
+
+
+async def create_message(host: Host, tenant: Tenant, request: Request, raw: Any,
+                         size: int) -> Response:
+    """One Messages turn through the chat-completions pipeline."""
+    passthrough = _anthropic_upstream(host)
+    body = chat_request(raw, anthropic_upstream=passthrough)
+    if passthrough:
+        body[PRIVATE]["headers"] = {k: request.headers[k] for k in BETA_HEADERS
+                                    if k in request.headers}
+    response = await chat_turn(host.running_proxy(), tenant, request.headers, body, size)
+    if body["stream"]:
+        return RewrittenStream(response, StreamTranslator(body["model"]))
+    return rewritten_json(response, anthropic_message(reply_json(response), body["model"]))
+
+
+def count_tokens_of(raw: Any, default_model: str) -> dict[str, int]:
+    """``{"input_tokens": n}`` for a Messages request, counted as refold counts its window."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("messages"), list):
+        raise InvalidInput("messages: a list of messages is required")
+    counter = get_counter(str(raw.get("model") or default_model))
+    messages = chat_messages(raw)
+    return {"input_tokens": counter.count_messages(messages)
+            + counter.count_tools(chat_tools(raw.get("tools")))}
+
+
+__all__ = ["count_tokens_of", "create_message", "in_anthropic_shape", "routes"]

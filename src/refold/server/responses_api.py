@@ -1,0 +1,227 @@
+"""``POST /v1/responses`` and ``GET /v1/responses/{id}``: OpenAI Responses on refold.
+
+A Responses request becomes a chat-completions turn (``server.responses_wire``) through the
+same pipeline as ``/v1/chat/completions``, so sessions, storing history once, compaction,
+memory and tenancy are the same. Errors keep OpenAI's shape (the app's one renderer).
+
+refold is the state store. A stored response (``store`` is true unless the client says
+false) is an event of the session its turn ran in (kind ``refold.response``): its new input
+items, its output items and the response object; its id names that session
+(``resp_<session id>_<random>``), so ``GET`` and ``previous_response_id`` find it with one
+read and only for the tenant that owns the session. A continuation sends only its new input:
+the conversation is rebuilt from the chain of stored responses (their input and output items,
+not their ``instructions``, as the Responses API does) and goes through the pipeline as a
+client re-sending its whole history would, so the ledger recognizes the stored part and
+stores nothing twice. ``store: false`` keeps no response object (the turn's messages still
+go to the ledger as any proxied turn's do); a later ``previous_response_id`` naming it is 404.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import anyio.to_thread
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from refold.errors import InvalidInput, NotFound, RefoldError
+from refold.messages.model import Message
+from refold.messages.responses import input_messages
+from refold.server.auth import Tenant
+from refold.server.completions import Proxy
+from refold.server.responses_wire import (
+    ResponseEvents,
+    Shell,
+    chat_body,
+    output_items,
+    reply_of,
+    usage_of,
+)
+from refold.server.rewrite import (
+    RewrittenStream,
+    chat_turn,
+    reply_json,
+    rewritten_json,
+    session_of,
+)
+from refold.server.wire import status_for
+from refold.store import Store
+
+log = logging.getLogger(__name__)
+
+RESPONSE_EVENT = "refold.response"
+Handler = Callable[[Request, Tenant], Awaitable[Response]]
+
+
+class Host(Protocol):
+    settings: Any
+    store: Store | None
+
+    def endpoint(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]: ...
+    def running_proxy(self) -> Proxy: ...
+    async def body_of(self, request: Request) -> tuple[Any, int]: ...
+
+
+def response_id(session_id: str) -> str:
+    return f"resp_{session_id}_{secrets.token_hex(8)}"
+
+
+def session_of_id(value: str) -> str:
+    if not value.startswith("resp_") or "_" not in value[5:]:
+        raise NotFound(f"no response {value!r}")
+    return value[5:].rsplit("_", 1)[0]
+
+
+class ResponseLog:
+    """Stored responses, read and written through the ledger's session events."""
+
+    def __init__(self, store: Store, owner: str) -> None:
+        self.store = store
+        self.owner = owner
+        self._events: dict[str, dict[str, dict[str, Any]]] = {}
+
+    def _session_records(self, session_id: str) -> dict[str, dict[str, Any]]:
+        if session_id not in self._events:
+            try:
+                session = self.store.get_session(session_id)
+            except NotFound:
+                session = None
+            if session is None or session.owner != self.owner:
+                self._events[session_id] = {}
+            else:
+                self._events[session_id] = {
+                    str(e.payload.get("id")): e.payload
+                    for e in self.store.list_events(session_id, RESPONSE_EVENT)}
+        return self._events[session_id]
+
+    def find(self, value: str) -> dict[str, Any]:
+        record = self._session_records(session_of_id(value)).get(value)
+        if record is None:
+            raise NotFound(f"no response {value!r} (never stored, stored with store=false, "
+                           "or not yours)")
+        return record
+
+    def chain_items(self, value: str) -> list[Any]:
+        """The input and output items of ``value`` and the responses before it, in order."""
+        chain: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        current: str | None = value
+        while current:
+            if current in seen:
+                raise InvalidInput(f"the chain of responses before {value!r} loops")
+            seen.add(current)
+            record = self.find(current)
+            chain.append(record)
+            current = record.get("previous_response_id")
+        items: list[Any] = []
+        for record in reversed(chain):
+            items += list(record.get("input") or []) + list(record["response"]["output"])
+        return items
+
+    def save(self, session_id: str, input_items: list[Any], response: dict[str, Any]) -> None:
+        self.store.append_event(session_id, RESPONSE_EVENT, {
+            "id": response["id"], "previous_response_id": response.get("previous_response_id"),
+            "input": input_items, "response": response})
+
+
+def _items(value: Any) -> list[Any]:
+    return [{"type": "message", "role": "user", "content": value}] \
+        if isinstance(value, str) else list(value)
+
+
+def _check(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise InvalidInput("the request body must be a JSON object")
+    if "input" not in raw:
+        raise InvalidInput("'input' is required: a string or a list of items")
+    previous = raw.get("previous_response_id")
+    if previous is not None and not isinstance(previous, str):
+        raise InvalidInput("previous_response_id must be a string")
+    return raw
+
+
+def _store(host: Host) -> Store:
+    if host.store is None:
+        raise RefoldError("the server is not started (lifespan did not run)")
+    return host.store
+
+
+async def create_response(host: Host, tenant: Tenant, request: Request, raw: Any,
+                          size: int) -> Response:
+    body = _check(raw)
+    log_ = ResponseLog(_store(host), tenant.owner)
+    new_items = _items(body["input"])
+    input_messages(new_items)  # a malformed input is a 400 before anything is read or sent
+    prior: list[Any] = []
+    if body.get("previous_response_id"):
+        prior = await anyio.to_thread.run_sync(log_.chain_items, body["previous_response_id"])
+    messages: list[Message] = input_messages(prior + new_items)
+    if body.get("instructions"):
+        messages.insert(0, {"role": "system", "content": str(body["instructions"])})
+    chat = chat_body(body, messages, host.settings.model)
+    response = await chat_turn(host.running_proxy(), tenant, request.headers, chat, size)
+    session_id = session_of(response) or ""
+    shell = Shell(response_id(session_id), str(chat["model"]), body)
+    keep = body.get("store", True) is not False
+
+    async def save(obj: dict[str, Any]) -> None:
+        if keep:
+            await anyio.to_thread.run_sync(log_.save, session_id, new_items, obj)
+
+    if chat["stream"]:
+        return RewrittenStream(response, _Streamed(ResponseEvents(shell), save))
+    data = reply_json(response)
+    message, finish = reply_of(data)
+    obj = shell.response("completed", output_items(message), usage_of(data.get("usage")), finish)
+    await save(obj)
+    return rewritten_json(response, obj)
+
+
+class _Streamed:
+    """``ResponseEvents`` plus the save of the response before ``response.completed``."""
+
+    def __init__(self, events: ResponseEvents,
+                 save: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        self.events = events
+        self._save = save
+
+    def chunk(self, chunk: dict[str, Any]) -> bytes:
+        return self.events.chunk(chunk)
+
+    def error(self, status: int, body: dict[str, Any]) -> bytes:
+        return self.events.close_items() + self.events.error(status, body)
+
+    def done(self) -> bytes:
+        return self.events.close_items()
+
+    async def finish(self) -> bytes:
+        """After [DONE] (the reply is stored): store the response, then complete it."""
+        try:
+            await self._save(self.events.completed())
+        except RefoldError as err:
+            log.error("storing response %s failed: %s", self.events.shell.id, err)
+            status, body = status_for(err)
+            return self.events.error(status, dict(body))
+        return self.events.done()
+
+
+async def get_response(host: Host, tenant: Tenant, value: str) -> dict[str, Any]:
+    log_ = ResponseLog(_store(host), tenant.owner)
+    record = await anyio.to_thread.run_sync(log_.find, value)
+    return dict(record["response"])
+
+
+def routes(host: Host) -> list[Route]:
+    async def create(request: Request, tenant: Tenant) -> Response:
+        raw, size = await host.body_of(request)
+        return await create_response(host, tenant, request, raw, size)
+
+    async def read(request: Request, tenant: Tenant) -> Response:
+        return JSONResponse(await get_response(host, tenant, request.path_params["id"]))
+
+    return [Route("/v1/responses", host.endpoint(create), methods=["POST"]),
+            Route("/v1/responses/{id}", host.endpoint(read), methods=["GET"])]

@@ -1,0 +1,315 @@
+"""OpenAI Responses on the wire: ``input`` items to the chat form, replies and streams back.
+
+The pure half of ``/v1/responses`` (``server.responses_api`` is the endpoint): like
+``/v1/messages`` it is a translation around the chat-completions turn pipeline.
+
+- ``input_messages(input)``: a string is one user message; items are ``message`` (roles user,
+  system, developer, assistant; ``input_text``/``output_text``/``input_image`` parts),
+  ``function_call`` (consecutive calls join one assistant message), ``function_call_output``
+  (a tool message) and ``reasoning`` (its summary becomes the next assistant message's
+  ``reasoning_content``). ``instructions`` is a system message in front, for this request only
+  (as the Responses API does, it is not carried to a continuation).
+- ``response_object`` builds the ``response`` object from a chat completion; ``ResponseEvents``
+  turns the pipeline's chunk stream into ``response.created``, ``response.in_progress``,
+  ``response.output_item.added``/``done``, ``response.content_part.added``/``done``,
+  ``response.output_text.delta``/``done``, ``response.function_call_arguments.delta``/``done``,
+  ``response.reasoning_summary_text.delta`` and ``response.completed`` (once the reply is
+  stored), or an ``error`` event.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from refold.errors import InvalidInput
+from refold.messages.model import Message
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(12)}"
+
+
+# -- requests ----------------------------------------------------------------------------------
+
+def chat_tools(tools: Any) -> list[dict[str, Any]] | None:
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise InvalidInput("tools must be a list")
+    out = []
+    for tool in tools:
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            kind = tool.get("type") if isinstance(tool, dict) else tool
+            raise InvalidInput(f"tools: only function tools are supported by refold, not {kind!r}")
+        function = {k: tool[k] for k in ("name", "description", "parameters", "strict")
+                    if k in tool}
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice(choice: Any) -> Any:
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    return choice if choice in ("auto", "none", "required") else None
+
+
+def _response_format(text: Any) -> dict[str, Any] | None:
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if not isinstance(fmt, dict) or fmt.get("type") in (None, "text"):
+        return None
+    if fmt.get("type") == "json_object":
+        return {"type": "json_object"}
+    schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
+    return {"type": "json_schema", "json_schema": schema}
+
+
+def chat_body(body: dict[str, Any], messages: list[Message], model: str) -> dict[str, Any]:
+    """The chat-completions body for a Responses request over ``messages``."""
+    out: dict[str, Any] = {"model": body.get("model") or model, "messages": messages,
+                           "stream": bool(body.get("stream"))}
+    if out["stream"]:
+        out["stream_options"] = {"include_usage": True}
+    for key in ("temperature", "top_p", "parallel_tool_calls", "user"):
+        if body.get(key) is not None:
+            out[key] = body[key]
+    if body.get("max_output_tokens") is not None:
+        out["max_tokens"] = body["max_output_tokens"]
+    tools = chat_tools(body.get("tools"))
+    if tools:
+        out["tools"] = tools
+        choice = _tool_choice(body.get("tool_choice"))
+        if choice is not None:
+            out["tool_choice"] = choice
+    effort = (body.get("reasoning") or {}).get("effort") if isinstance(
+        body.get("reasoning"), dict) else None
+    if effort:
+        out["reasoning_effort"] = effort
+    fmt = _response_format(body.get("text"))
+    if fmt is not None:
+        out["response_format"] = fmt
+    return out
+
+
+# -- replies -----------------------------------------------------------------------------------
+
+def usage_of(usage: Any) -> dict[str, Any]:
+    usage = usage if isinstance(usage, dict) else {}
+    prompt = int(usage.get("prompt_tokens") or 0)
+    completion = int(usage.get("completion_tokens") or 0)
+    details = usage.get("prompt_tokens_details") or {}
+    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
+    return {"input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": int(details.get("cached_tokens") or 0)},
+            "output_tokens": completion,
+            "output_tokens_details": {"reasoning_tokens": int(reasoning)},
+            "total_tokens": prompt + completion}
+
+
+def text_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+    return {"type": "message", "id": item_id, "status": status, "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+
+
+def call_item(item_id: str, call: dict[str, Any], status: str = "completed") -> dict[str, Any]:
+    fn = call.get("function") or {}
+    return {"type": "function_call", "id": item_id, "call_id": call.get("id"),
+            "name": fn.get("name"), "arguments": fn.get("arguments") or "", "status": status}
+
+
+def reasoning_item(item_id: str, text: str) -> dict[str, Any]:
+    return {"type": "reasoning", "id": item_id,
+            "summary": [{"type": "summary_text", "text": text}] if text else []}
+
+
+def output_items(message: Message) -> list[dict[str, Any]]:
+    """The output items of an assistant reply, in Responses order."""
+    items = []
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    if reasoning:
+        items.append(reasoning_item(new_id("rs"), str(reasoning)))
+    text = message.get("content")
+    if isinstance(text, list):
+        text = "".join(str(p.get("text", "")) for p in text if isinstance(p, dict))
+    if text:
+        items.append(text_item(new_id("msg"), str(text)))
+    for call in message.get("tool_calls") or []:
+        items.append(call_item(new_id("fc"), call))
+    return items
+
+
+@dataclass
+class Shell:
+    """What a response object says about its request (the same from created to completed)."""
+
+    id: str
+    model: str
+    body: dict[str, Any]
+    created_at: int = field(default_factory=lambda: int(time.time()))
+
+    def response(self, status: str, output: list[dict[str, Any]],
+                 usage: dict[str, Any] | None, finish: str | None = None) -> dict[str, Any]:
+        body = self.body
+        incomplete = {"reason": "max_output_tokens"} if finish == "length" else None
+        return {
+            "id": self.id, "object": "response", "created_at": self.created_at,
+            "status": "incomplete" if incomplete and status == "completed" else status,
+            "error": None, "incomplete_details": incomplete,
+            "instructions": body.get("instructions"), "model": self.model,
+            "output": output, "parallel_tool_calls": body.get("parallel_tool_calls", True),
+            "previous_response_id": body.get("previous_response_id"),
+            "temperature": body.get("temperature"), "top_p": body.get("top_p"),
+            "tool_choice": body.get("tool_choice", "auto"), "tools": body.get("tools") or [],
+            "max_output_tokens": body.get("max_output_tokens"),
+            "metadata": body.get("metadata") or {}, "store": body.get("store", True),
+            "text": body.get("text") or {"format": {"type": "text"}},
+            "reasoning": body.get("reasoning") or {"effort": None, "summary": None},
+            "truncation": body.get("truncation") or "disabled", "usage": usage,
+        }
+
+
+def reply_of(data: dict[str, Any]) -> tuple[Message, str | None]:
+    choice = (data.get("choices") or [{}])[0]
+    message = choice.get("message") if isinstance(choice, dict) else None
+    return (message if isinstance(message, dict) else {"role": "assistant", "content": None},
+            choice.get("finish_reason") if isinstance(choice, dict) else None)
+
+
+# -- streams -----------------------------------------------------------------------------------
+
+class ResponseEvents:
+    """Feed ``chat.completion.chunk`` objects; get Responses SSE events back. ``message()``
+    is the reply assembled so far (what ``response.completed`` reports)."""
+
+    def __init__(self, shell: Shell) -> None:
+        self.shell = shell
+        self.sequence = 0
+        self.started = False
+        self.items: list[dict[str, Any]] = []  # output items, in order
+        self.open: dict[str, Any] | None = None  # the item being streamed
+        self.calls: dict[int, dict[str, Any]] = {}  # chat tool-call index -> its item
+        self.usage: dict[str, Any] | None = None
+        self.finish: str | None = None
+
+    def event(self, kind: str, **fields: Any) -> bytes:
+        data = {"type": kind, "sequence_number": self.sequence, **fields}
+        self.sequence += 1
+        return f"event: {kind}\ndata: ".encode() + json.dumps(data, ensure_ascii=False).encode() \
+            + b"\n\n"
+
+    def _start(self) -> Iterator[bytes]:
+        self.started = True
+        shell = self.shell.response("in_progress", [], None)
+        yield self.event("response.created", response=shell)
+        yield self.event("response.in_progress", response=shell)
+
+    def chunk(self, chunk: dict[str, Any]) -> bytes:
+        return b"".join(self._feed(chunk))
+
+    def _feed(self, chunk: dict[str, Any]) -> Iterator[bytes]:
+        if not self.started:
+            yield from self._start()
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = usage_of(chunk["usage"])
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(reasoning, str) and reasoning:
+                yield from self._reasoning(reasoning)
+            if isinstance(delta.get("content"), str) and delta["content"]:
+                yield from self._text(delta["content"])
+            for position, call in enumerate(delta.get("tool_calls") or []):
+                yield from self._call(call, position)
+            if choice.get("finish_reason"):
+                self.finish = str(choice["finish_reason"])
+
+    def _add(self, item: dict[str, Any]) -> Iterator[bytes]:
+        yield from self._close()
+        self.open = item
+        self.items.append(item)
+        yield self.event("response.output_item.added", output_index=len(self.items) - 1,
+                         item=dict(item, status="in_progress") if "status" in item else item)
+
+    def _reasoning(self, text: str) -> Iterator[bytes]:
+        if self.open is None or self.open["type"] != "reasoning":
+            yield from self._add({"type": "reasoning", "id": new_id("rs"), "summary": []})
+            self.open["summary"].append({"type": "summary_text", "text": ""})  # type: ignore[index]
+        item = self.open
+        assert item is not None
+        item["summary"][0]["text"] += text
+        yield self.event("response.reasoning_summary_text.delta", item_id=item["id"],
+                         output_index=len(self.items) - 1, summary_index=0, delta=text)
+
+    def _text(self, text: str) -> Iterator[bytes]:
+        if self.open is None or self.open["type"] != "message":
+            item = text_item(new_id("msg"), "")
+            item["content"] = []
+            yield from self._add(item)
+            part = {"type": "output_text", "text": "", "annotations": []}
+            item["content"].append(part)
+            yield self.event("response.content_part.added", item_id=item["id"],
+                             output_index=len(self.items) - 1, content_index=0, part=part)
+        current = self.open
+        assert current is not None
+        current["content"][0]["text"] += text
+        yield self.event("response.output_text.delta", item_id=current["id"],
+                         output_index=len(self.items) - 1, content_index=0, delta=text,
+                         logprobs=[])
+
+    def _call(self, call: dict[str, Any], position: int) -> Iterator[bytes]:
+        index = int(call.get("index", position))
+        fn = call.get("function") or {}
+        if index not in self.calls:
+            item = call_item(new_id("fc"), {"id": call.get("id"), "function": {
+                "name": fn.get("name"), "arguments": ""}})
+            self.calls[index] = item
+            yield from self._add(item)
+        item = self.calls[index]
+        if fn.get("arguments"):
+            item["arguments"] += fn["arguments"]
+            yield self.event("response.function_call_arguments.delta", item_id=item["id"],
+                             output_index=self.items.index(item), delta=fn["arguments"])
+
+    def _close(self) -> Iterator[bytes]:
+        item, self.open = self.open, None
+        if item is None:
+            return
+        index = self.items.index(item)
+        if item["type"] == "message":
+            part = item["content"][0]
+            yield self.event("response.output_text.done", item_id=item["id"],
+                             output_index=index, content_index=0, text=part["text"], logprobs=[])
+            yield self.event("response.content_part.done", item_id=item["id"],
+                             output_index=index, content_index=0, part=part)
+        elif item["type"] == "function_call":
+            yield self.event("response.function_call_arguments.done", item_id=item["id"],
+                             output_index=index, arguments=item["arguments"])
+        elif item["type"] == "reasoning" and item["summary"]:
+            yield self.event("response.reasoning_summary_text.done", item_id=item["id"],
+                             output_index=index, summary_index=0,
+                             text=item["summary"][0]["text"])
+        yield self.event("response.output_item.done", output_index=index, item=item)
+
+    def completed(self) -> dict[str, Any]:
+        """The final response object."""
+        return self.shell.response("completed", self.items, self.usage, self.finish)
+
+    def close_items(self) -> bytes:
+        if not self.started:
+            return b"".join(self._start())
+        return b"".join(self._close())
+
+    def done(self) -> bytes:
+        return self.event("response.completed", response=self.completed())
+
+    def error(self, status: int, body: dict[str, Any]) -> bytes:
+        found = body.get("error")
+        detail: dict[str, Any] = found if isinstance(found, dict) else {}
+        return self.event("error", code=detail.get("code"), message=detail.get("message"),
+                          param=None)

@@ -1,0 +1,88 @@
+"""Natural-language search on PostgreSQL: ORed weighted terms ranked by BM25 over every match.
+
+The twin of ``refold.store.sqlite.natural``, in one SQL statement: each term is a condition
+(a word: ``tsv @@ tsquery``, stemmed by the ``refold_search`` configuration; a CJK piece of 1–2
+characters: the gram array; 3+: ``LIKE`` through the trigram index, so CJK terms stay exact
+substrings). Each term weighs its BM25 IDF, counted on the rows the filters allow; a message
+scores the weights of the terms it holds times BM25's length factor for one occurrence
+(PostgreSQL's text search gives presence, not term counts), boosted when it holds every term
+or an adjacent pair of the query's words as a phrase (``refold.search.rank``). Every match is
+scored; ties go to the newest row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from refold.search.natural import NaturalPlan
+from refold.search.query import Term, is_gram_needle
+from refold.search.rank import BOOST_ALL, BOOST_PHRASE, K1, B, idf
+from refold.store.postgres.core import Cursor
+from refold.store.titles import like_escape
+
+
+def _lexeme(word: str) -> str:
+    return f"'{word}'"  # words are letters and digits only (parse_query guarantees it)
+
+
+def _word_condition(term: Term) -> tuple[str, Any]:
+    body = " <-> ".join(_lexeme(w) for w in term.words)
+    return "m.tsv @@ to_tsquery('refold_search', %s)", body
+
+
+def _cjk_condition(piece: str) -> tuple[str, Any]:
+    if is_gram_needle(piece):
+        return "m.cjk_grams @> %s::text[]", [piece]
+    return "m.search_text LIKE %s", "%" + like_escape(piece) + "%"
+
+
+def conditions(plan: NaturalPlan) -> list[tuple[str, Any]]:
+    """One (SQL condition, argument) per term: words first, then CJK pieces."""
+    return [_word_condition(t) for t in plan.words] + [_cjk_condition(p) for p in plan.cjk]
+
+
+def _weights(cur: Cursor, terms: list[tuple[str, Any]], where: list[str],
+             args: list[Any]) -> list[float]:
+    cur.execute("SELECT coalesce(max(id), 0) FROM messages")
+    row = cur.fetchone()
+    total = int(row[0]) if row else 0
+    out = []
+    for sql, arg in terms:
+        cur.execute(f"SELECT count(*) FROM messages m JOIN sessions s ON s.id = m.session_id "
+                    f"WHERE {' AND '.join([sql, *where])}", (arg, *args), prepare=False)
+        found = cur.fetchone()
+        out.append(idf(total, int(found[0]) if found else 0))
+    return out
+
+
+def _average_length(cur: Cursor) -> float:
+    cur.execute("SELECT avg(length(search_text)) FROM (SELECT search_text FROM messages "
+                "ORDER BY id DESC LIMIT 500) t")
+    row = cur.fetchone()
+    return float(row[0]) if row and row[0] else 1.0
+
+
+def ranked_ids(cur: Cursor, plan: NaturalPlan, where: list[str], args: list[Any],
+               limit: int, *, recency: bool) -> list[tuple[int, float]]:
+    """(message id, score) of the best ``limit`` matches (or the newest, ``recency``)."""
+    terms = conditions(plan)
+    weights = _weights(cur, terms, where, args)
+    average = _average_length(cur)
+    held = [f"coalesce(({sql})::int, 0)" for sql, _ in terms]  # cjk_grams is NULL without CJK
+    score = " + ".join(f"{w!r} * {h}" for w, h in zip(weights, held, strict=True))
+    every = " AND ".join(f"({sql})" for sql, _ in terms)
+    boost = f"1 + {BOOST_ALL!r} * coalesce(({every})::int, 0)"
+    term_args = [arg for _, arg in terms]
+    boost_args = list(term_args)
+    if plan.pairs:
+        boost += f" + {BOOST_PHRASE!r} * (m.tsv @@ to_tsquery('refold_search', %s))::int"
+        boost_args.append(" | ".join(f"({_lexeme(a)} <-> {_lexeme(b)})" for a, b in plan.pairs))
+    norm = f"{K1 + 1!r} / (1 + {K1!r} * (1 - {B!r} + {B!r} * length(m.search_text) / {average!r}))"
+    match = " OR ".join(f"({sql})" for sql, _ in terms)
+    order = "m.id DESC" if recency else "score DESC, m.id DESC"
+    cur.execute(f"""SELECT m.id, ({score}) * {norm} * ({boost}) AS score
+                    FROM messages m JOIN sessions s ON s.id = m.session_id
+                    WHERE ({match}){''.join(' AND ' + w for w in where)}
+                    ORDER BY {order} LIMIT %s""",
+                (*term_args, *boost_args, *term_args, *args, limit), prepare=False)
+    return [(int(r[0]), float(r[1])) for r in cur.fetchall()]

@@ -1,0 +1,40 @@
+"""Is a search index missing rows? A cheap check for a search that found nothing.
+
+An FTS5 index can lose rows (a ``delete-all``, a restore of only the main table, a bug) and
+then answers "no matches" for text that is stored: the worst failure for an archive whose
+promise is that nothing is lost. Each index keeps one ``*_docsize`` row per indexed document,
+so comparing those counts with the rows that should be indexed is a couple of ``count(*)``
+reads, paid only when a search comes back empty.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from refold.errors import StorageError
+from refold.store.sqlite import grams
+
+_EXPECTED = (
+    ("messages_fts", "SELECT count(*) FROM messages"),
+    ("messages_trigram", "SELECT count(*) FROM messages WHERE has_cjk = 1"),
+    (grams.TABLE, "SELECT count(*) FROM messages WHERE has_cjk = 1"),
+)
+
+
+def index_gaps(conn: sqlite3.Connection) -> list[str]:
+    """One line per index whose document count differs from the rows it should hold."""
+    gaps = []
+    for table, expected_sql in _EXPECTED:
+        indexed = conn.execute(f"SELECT count(*) FROM {table}_docsize").fetchone()[0]
+        expected = conn.execute(expected_sql).fetchone()[0]
+        if indexed != expected:
+            gaps.append(f"{table} holds {indexed} of {expected} rows")
+    return gaps
+
+
+def require_intact_index(conn: sqlite3.Connection) -> None:
+    """StorageError when an index is missing rows (so an empty answer would be a lie)."""
+    gaps = index_gaps(conn)
+    if gaps:
+        raise StorageError("the search index is damaged (" + "; ".join(gaps) + "), so this "
+                           "search cannot be trusted", hint="run `refold doctor --repair`")

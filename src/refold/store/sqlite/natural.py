@@ -1,0 +1,151 @@
+"""Natural-language search on SQLite: ORed weighted terms ranked by BM25 over every match.
+
+The plan comes from ``refold.search.natural``. Word terms go to ``messages_fts`` as one OR
+expression ranked by FTS5's ``bm25()`` over all its matches (exact; no recency window). CJK
+terms are exact substrings: 1–2 characters through the gram index, 3+ through the trigram
+index, each term's postings scored with BM25 for one occurrence (``refold.search.rank``).
+Scores add; a message holding every term, or an adjacent pair as a phrase, is boosted.
+Filters (session, role, source, owner, time, active) apply inside every index query, so the
+ranking is over the rows the caller may see.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from refold.search.natural import NaturalPlan
+from refold.search.query import is_gram_needle
+from refold.search.rank import boosted, idf, presence_weight
+from refold.store.base import SearchQuery
+
+
+def filters(query: SearchQuery) -> tuple[str, list[object]]:
+    """SQL conditions on ``m`` (and ``s``) for the query's filters, with their arguments."""
+    conds: list[str] = []
+    args: list[object] = []
+    checks: list[tuple[object, str]] = [
+        (query.session_id, "m.session_id = ?"), (query.exclude_session_id, "m.session_id != ?"),
+        (query.role, "m.role = ?"), (query.source, "s.source = ?"), (query.owner, "s.owner = ?"),
+        (query.since, "m.created_at >= ?"), (query.until, "m.created_at <= ?")]
+    for value, cond in checks:
+        if value is not None:
+            conds.append(cond)
+            args.append(value)
+    if not query.include_inactive:
+        conds.append("m.active = 1")
+    return "".join(" AND " + c for c in conds), args
+
+
+def _join(query: SearchQuery) -> str:
+    needs = query.source is not None or query.owner is not None
+    return " JOIN sessions s ON s.id = m.session_id" if needs else ""
+
+
+def _matching(conn: sqlite3.Connection, match: str, among: set[int]) -> set[int]:
+    """The ids among ``among`` that the word index matches for ``match`` (an AND or a phrase:
+    no more rows than its rarest term, so cheaper than testing each candidate)."""
+    rows = conn.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?", (match,))
+    return {int(r[0]) for r in rows} & among
+
+
+def _all_matches(conn: sqlite3.Connection, expr: str, query: SearchQuery) -> dict[int, float]:
+    where, args = filters(query)
+    rows = conn.execute(
+        f"SELECT f.rowid, f.rank FROM messages_fts f JOIN messages m ON m.id = f.rowid"
+        f"{_join(query)} WHERE messages_fts MATCH ?{where}", [expr, *args]).fetchall()
+    return {int(rowid): -float(rank) for rowid, rank in rows}
+
+
+def _best_matches(conn: sqlite3.Connection, expr: str, query: SearchQuery,
+                  budget: int) -> dict[int, float] | None:
+    """The ``budget`` best-ranked matches of the whole index that pass the filters, or None
+    when the filters left too few of them (then every match is scored with the filters).
+
+    FTS5 ranks every match either way; what this saves is joining each one to its message.
+    """
+    rows = conn.execute("SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ? "
+                        "ORDER BY rank LIMIT ?", (expr, budget)).fetchall()
+    if not rows:
+        return {}
+    where, args = filters(query)
+    marks = ",".join("?" * len(rows))
+    allowed = {int(r[0]) for r in conn.execute(
+        f"SELECT m.id FROM messages m{_join(query)} WHERE m.id IN ({marks}){where}",
+        [*(r[0] for r in rows), *args])}
+    kept = {int(i): -float(rank) for i, rank in rows if int(i) in allowed}
+    if len(rows) == budget and len(kept) < max(1, query.limit) * 2 + 10:
+        return None
+    return kept
+
+
+def word_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
+                budget: int | None = None) -> tuple[dict[int, float], set[int], set[int]]:
+    """bm25 of the messages matching any word term (every one, or with ``budget`` the best
+    ``budget`` plus the best ``budget`` holding all terms: the all-terms boost is uniform, so
+    no message left out could outrank those), the ones holding them all, and the ones holding
+    an adjacent pair as a phrase."""
+    if not plan.words:
+        return {}, set(), set()
+    expr = " OR ".join(t.fts5() for t in plan.words)
+    every_expr = " AND ".join(t.fts5() for t in plan.words)
+    scores: dict[int, float] | None = None
+    if budget is not None:
+        scores = _best_matches(conn, expr, query, budget)
+        both = _best_matches(conn, every_expr, query, budget) if scores is not None else None
+        scores = None if both is None or scores is None else {**scores, **both}
+    if scores is None:
+        scores = _all_matches(conn, expr, query)
+    every = set(scores)
+    if len(plan.words) > 1:
+        every = _matching(conn, every_expr, every)
+    phrase: set[int] = set()
+    if plan.pairs:
+        phrase = _matching(conn, " OR ".join(f'"{a} {b}"' for a, b in plan.pairs), set(scores))
+    return scores, every, phrase
+
+
+def _postings(conn: sqlite3.Connection, piece: str, query: SearchQuery,
+              where: str, args: list[object]) -> list[tuple[int, int]]:
+    table = "messages_cjk_grams" if is_gram_needle(piece) else "messages_trigram"
+    return conn.execute(
+        f"SELECT m.id, length(m.text) FROM {table} f JOIN messages m ON m.id = f.rowid"
+        f"{_join(query)} WHERE {table} MATCH ?{where}",
+        ['"' + piece + '"', *args]).fetchall()
+
+
+def cjk_scores(conn: sqlite3.Connection, plan: NaturalPlan,
+               query: SearchQuery) -> tuple[dict[int, float], set[int]]:
+    """BM25 (one occurrence) of every message holding any CJK term, and those holding all."""
+    if not plan.cjk:
+        return {}, set()
+    where, args = filters(query)
+    # The collection size for IDF: the highest id (a count of CJK rows would cost a scan).
+    total = int(conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0])
+    average = float(conn.execute(
+        "SELECT avg(length(text)) FROM (SELECT text FROM messages WHERE has_cjk = 1 "
+        "ORDER BY id DESC LIMIT 500)").fetchone()[0] or 1.0)
+    scores: dict[int, float] = {}
+    counts: dict[int, int] = {}
+    for piece in plan.cjk:
+        rows = _postings(conn, piece, query, where, args)
+        weight = idf(total, len(rows))
+        for rowid, length in rows:
+            scores[rowid] = scores.get(rowid, 0.0) + weight * presence_weight(length, average)
+            counts[rowid] = counts.get(rowid, 0) + 1
+    return scores, {i for i, n in counts.items() if n == len(plan.cjk)}
+
+
+def natural_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
+                   limit: int) -> dict[int, float]:
+    """Matching message ids with their boosted scores: every match, or for a relevance-ranked
+    query of words only, enough of the best ones to hold the true top ``limit``."""
+    budget = max(200, limit * 4) if query.sort == "relevance" and not plan.cjk else None
+    words, every_word, phrase = word_scores(conn, plan, query, budget)
+    cjk, every_cjk = cjk_scores(conn, plan, query)
+    out: dict[int, float] = {}
+    for rowid in words.keys() | cjk.keys():
+        has_all = ((not plan.words or rowid in every_word)
+                   and (not plan.cjk or rowid in every_cjk))
+        out[rowid] = boosted(words.get(rowid, 0.0) + cjk.get(rowid, 0.0),
+                             has_all=has_all, has_phrase=rowid in phrase)
+    return out

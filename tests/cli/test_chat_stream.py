@@ -1,0 +1,74 @@
+"""``refold chat`` streams its replies (markdown on a terminal) and takes an upstream key flag."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from rich.console import Console
+
+from refold.cli.chat import Renderer
+from refold.cli.chat_session import Output
+from refold.cli.main import cli, main
+from refold.testing import ScriptedReply, serve
+
+
+def chat(home: Path, upstream: str, lines: list[str], *extra: str,
+         env: dict[str, str | None] | None = None) -> Result:
+    return CliRunner().invoke(cli, ["--home", str(home), "chat", "--upstream", upstream,
+                                    "--context-length", "100000", "--no-tools", *extra],
+                              input="\n".join(lines) + "\n",
+                              env={"REFOLD_UPSTREAM": None, "REFOLD_UPSTREAM_API_KEY": None,
+                                   **(env or {})}, catch_exceptions=False)
+
+
+def test_replies_stream_and_the_key_flag_reaches_the_upstream(tmp_path: Path) -> None:
+    reply = "Streaming works: " + "word " * 20
+    with serve([reply]) as up:
+        result = chat(tmp_path, up.base_url, ["hi", "/quit"], "--upstream-api-key-env",
+                      "MY_KEY", env={"MY_KEY": "sk-upstream-1"})
+    assert result.exit_code == 0, result.output
+    assert reply.strip() in result.output
+    assert result.output.count("Streaming works") == 1  # streamed once, not printed again
+    assert up.llm.requests[0]["stream"] is True
+    assert up.llm.headers[0]["authorization"] == "Bearer sk-upstream-1"
+
+
+def test_no_stream_waits_for_the_whole_reply(tmp_path: Path) -> None:
+    with serve(["Whole."]) as up:
+        result = chat(tmp_path, up.base_url, ["hi", "/quit"], "--no-stream")
+    assert result.exit_code == 0 and "Whole." in result.output
+    assert "stream" not in up.llm.requests[0]
+
+
+def test_a_missing_key_variable_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("NOPE_KEY", raising=False)
+    with serve([]) as up, pytest.raises(SystemExit) as exited:
+        main(["--home", str(tmp_path), "chat", "--upstream", up.base_url,
+              "--upstream-api-key-env", "NOPE_KEY"])
+    assert exited.value.code == 2
+    assert "error: $NOPE_KEY is not set" in capsys.readouterr().err
+    assert up.llm.requests == []
+
+
+def test_a_stream_that_breaks_off_records_nothing(tmp_path: Path) -> None:
+    with serve([ScriptedReply(status=500), "Second try works."]) as up:
+        result = chat(tmp_path, up.base_url, ["hi", "again", "/quit"])
+    assert result.exit_code == 0
+    assert "error:" in result.output and "Second try works." in result.output
+
+
+def test_markdown_is_rendered_live_on_a_terminal() -> None:
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, width=60, color_system=None)
+    renderer = Renderer(console, markdown=True)
+    for delta in ["# Title\n\n", "Some **bold", "** text and `code`."]:
+        renderer.on_text(delta)
+    renderer.show(Output("reply", "# Title\n\nSome **bold** text and `code`.",
+                         {"streamed": True}))
+    screen = buffer.getvalue()
+    assert "Title" in screen and "bold" in screen
+    assert "**bold**" not in screen and "# Title" not in screen  # rendered, not raw

@@ -1,0 +1,84 @@
+"""Sessions you can address (issue 14): rewinds listed after the fact, ``show --limit/--tail``
+with active counts, and ledger text that cannot drive the terminal (both backends)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner, Result
+
+from refold.cli.main import cli
+from refold.cli.terminal import safe_text
+from refold.store import Store
+
+
+def db_url(store: Store) -> str:
+    schema = getattr(store, "schema", None)
+    if schema is None or "schema=" in store.url:
+        return store.url
+    return f"{store.url}{'&' if '?' in store.url else '?'}schema={schema}"
+
+
+def run(store: Store, home: Path, *args: str) -> Result:
+    result = CliRunner().invoke(cli, ["--home", str(home), "--db", db_url(store), *args])
+    assert result.exit_code == 0, (result.output, result.exception)
+    return result
+
+
+def _session(store: Store, n: int = 10) -> str:
+    session = store.create_session(title="long")
+    store.append_messages(session.id, [
+        {"role": "user" if i % 2 else "assistant", "content": f"message {i}"}
+        for i in range(1, n + 1)])
+    return session.id
+
+
+def test_rewinds_are_listed_after_the_fact(store: Store, tmp_path: Path) -> None:
+    sid = _session(store)
+    record = store.rewind(sid, 7)
+    rows = json.loads(run(store, tmp_path, "sessions", "rewinds", "long", "--json").output)
+    assert [(r["id"], r["from_seq"], r["count"], r["undone"]) for r in rows] == \
+        [(record.id, 7, 4, False)]
+    assert rows[0]["inactive_seqs"] == [7, 8, 9, 10]
+    text = run(store, tmp_path, "sessions", "rewinds", "long").output
+    assert f"undo-rewind {record.id}" in text
+    store.undo_rewind(record.id)
+    again = json.loads(run(store, tmp_path, "sessions", "rewinds", "long", "--json").output)
+    assert again[0]["undone"] is True
+
+
+def test_show_limit_tail_and_active_counts(store: Store, tmp_path: Path) -> None:
+    sid = _session(store)
+    store.rewind(sid, 9)
+    head = json.loads(run(store, tmp_path, "sessions", "show", "long", "--limit", "3",
+                          "--json").output)
+    assert [m["seq"] for m in head["messages"]] == [1, 2, 3]
+    assert head["counts"] == {"active": 8, "stored": 10, "listed": 8}
+    tail = json.loads(run(store, tmp_path, "sessions", "show", "long", "--tail", "2",
+                          "--json").output)
+    assert [m["seq"] for m in tail["messages"]] == [7, 8]
+    every = json.loads(run(store, tmp_path, "sessions", "show", "long", "--tail", "3", "--all",
+                           "--json").output)
+    assert [m["seq"] for m in every["messages"]] == [8, 9, 10]
+    text = run(store, tmp_path, "sessions", "show", "long", "--tail", "2").output
+    assert "8 active of 10 stored" in text and "showing 2" in text and "#1 " not in text
+
+
+def test_terminal_output_neutralizes_control_sequences(store: Store, tmp_path: Path) -> None:
+    hostile = "before\x1b[2J\x1b]0;pwned\x07after\rover \u202eevil"
+    session = store.create_session(title="esc")
+    store.append_messages(session.id, [{"role": "user", "content": hostile}])
+    text = run(store, tmp_path, "sessions", "show", "esc").output
+    assert "\x1b" not in text and "\x07" not in text and "\r" not in text
+    assert "\u202e" not in text
+    assert "before\\x1b[2J\\x1b]0;pwned\\x07after\\x0dover \\u202eevil" in text
+    found = run(store, tmp_path, "search", "pwned").output
+    assert "\x1b" not in found and "\x07" not in found
+    exact = json.loads(run(store, tmp_path, "sessions", "show", "esc", "--json").output)
+    assert exact["messages"][0]["message"]["content"] == hostile  # JSON stays exact
+
+
+def test_safe_text_keeps_newlines_tabs_and_printable_text() -> None:
+    assert safe_text("a\tb\n退款 🙂") == "a\tb\n退款 🙂"
+    assert safe_text("\x9b31m") == "\\x9b31m"

@@ -1,0 +1,79 @@
+"""Cost (issue 14 item 7, the part done): a shipped price table with overrides from
+refold.toml, and ``sessions list`` showing tokens and cost (both backends)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from refold.cli.main import cli
+from refold.errors import InvalidInput
+from refold.pricing import Price, cost_usd, parse_overrides, price_for
+from refold.store import Store
+
+
+def db_url(store: Store) -> str:
+    schema = getattr(store, "schema", None)
+    if schema is None or "schema=" in store.url:
+        return store.url
+    return f"{store.url}{'&' if '?' in store.url else '?'}schema={schema}"
+
+
+def test_price_lookup_exact_then_longest_prefix_and_overrides() -> None:
+    assert price_for("gpt-4o-mini") == Price(0.15, 0.60, 0.075)
+    assert price_for("gpt-4o-mini-2024-07-18") == price_for("gpt-4o-mini")  # not gpt-4o
+    assert price_for("my-local-model") is None and price_for(None) is None
+    mine = parse_overrides({"my-local-model": {"input": 1, "output": 2}})
+    assert price_for("my-local-model", mine) == Price(1.0, 2.0)
+    with pytest.raises(InvalidInput):
+        parse_overrides({"m": {"input": 1}})
+    with pytest.raises(InvalidInput):
+        parse_overrides({"m": {"input": 1, "output": -2}})
+
+
+def test_cached_input_is_priced_at_the_cache_rate() -> None:
+    price = Price(input=2.0, output=8.0, cache_read=0.5)
+    # 1M prompt tokens of which 400k cached, 100k output
+    assert cost_usd(price, input_tokens=1_000_000, output_tokens=100_000,
+                    cache_read_tokens=400_000) == pytest.approx(0.6 * 2 + 0.4 * 0.5 + 0.1 * 8)
+
+
+def test_sessions_list_shows_tokens_and_cost(store: Store, tmp_path: Path) -> None:
+    priced = store.create_session(title="priced", model="gpt-4o")
+    store.add_usage(priced.id, input_tokens=200_000, output_tokens=10_000,
+                    cache_read_tokens=100_000)
+    local = store.create_session(title="local", model="my-local-model")
+    store.add_usage(local.id, input_tokens=1_000_000, output_tokens=0)
+    home = tmp_path / "home"
+    home.mkdir()
+    args = ["--home", str(home), "--db", db_url(store), "sessions", "list"]
+    rows = {r["title"]: r for r in json.loads(CliRunner().invoke(cli, [*args, "--json"]).output)}
+    assert rows["priced"]["estimated_cost_usd"] == pytest.approx(0.1 * 2.5 + 0.1 * 1.25 + 0.1)
+    assert rows["local"]["estimated_cost_usd"] is None
+    (home / "refold.toml").write_text('[pricing."my-local-model"]\ninput = 0.5\noutput = 1.0\n')
+    rows = {r["title"]: r for r in json.loads(CliRunner().invoke(cli, [*args, "--json"]).output)}
+    assert rows["local"]["estimated_cost_usd"] == pytest.approx(0.5)
+    text = CliRunner().invoke(cli, args).output
+    assert "210,000" in text and "$0.4750" in text and "$0.5000" in text
+
+
+def test_recorded_usage_fills_cost_usd(store: Store, tmp_path: Path) -> None:
+    """``cost_usd`` was always 0: a recorded reply's usage is now priced per session."""
+    from refold.runtime import Engine
+
+    engine = Engine(store, model="gpt-4o", context_length=128_000)
+    rt = engine.open_session(new=True)
+    rt.prepare([{"role": "user", "content": "hi"}])
+    rt.record({"role": "assistant", "content": "hello"}, model="gpt-4o",
+              usage={"prompt_tokens": 100_000, "completion_tokens": 10_000,
+                     "prompt_tokens_details": {"cached_tokens": 50_000}})
+    rt.prepare([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+                {"role": "user", "content": "again"}])
+    rt.record({"role": "assistant", "content": "ok"}, model="unknown-model",
+              usage={"prompt_tokens": 1_000, "completion_tokens": 10})
+    session = store.get_session(rt.session_id)
+    assert session.cost_usd == pytest.approx(0.05 * 2.5 + 0.05 * 1.25 + 0.01 * 10)
+    engine.close()

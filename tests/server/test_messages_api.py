@@ -1,0 +1,235 @@
+"""``POST /v1/messages``: the official anthropic SDK against refold serve against a scripted
+OpenAI-compatible upstream, over real sockets; the ledger is read back."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+
+from refold.store import Store
+from refold.testing import ScriptedReply, serve
+
+ProxyFactory = Callable[..., Any]
+MODEL = "claude-scripted"
+
+
+def client(root: str, key: str = "none") -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=root, api_key=key, max_retries=0, timeout=30)
+
+
+def ledger(store: Store) -> list[dict[str, Any]]:
+    sessions = store.list_sessions()
+    assert len(sessions) == 1, [s.title for s in sessions]
+    return [r.message for r in store.get_messages(sessions[0].id)]
+
+
+def test_text_stream_and_continuation_store_the_history_once(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    with serve(["Paris.", "About 2.1 million people live there."]) as up:
+        proxy = start_proxy(up)
+        sdk = client(proxy.root)
+        system = [{"type": "text", "text": "You are terse.",
+                   "cache_control": {"type": "ephemeral"}}]
+        history: list[dict[str, Any]] = [{"role": "user", "content": [
+            {"type": "text", "text": "Capital of France?", "cache_control": {"type": "ephemeral"}}]}]
+        first = sdk.messages.create(model=MODEL, max_tokens=100, system=system,  # type: ignore[arg-type]
+                                    messages=history)  # type: ignore[arg-type]
+        assert first.type == "message" and first.role == "assistant"
+        assert [b.type for b in first.content] == ["text"]
+        assert first.content[0].text == "Paris."  # type: ignore[union-attr]
+        assert first.stop_reason == "end_turn"
+        assert first.usage.input_tokens > 0 and first.usage.output_tokens > 0
+        assert first.usage.cache_read_input_tokens == 0
+        # Claude Code's way: the cache breakpoint moves to the newest message
+        history = [{"role": "user", "content": [{"type": "text", "text": "Capital of France?"}]},
+                   {"role": "assistant", "content": [{"type": "text", "text": "Paris."}]},
+                   {"role": "user", "content": [{"type": "text", "text": "Population?",
+                                                 "cache_control": {"type": "ephemeral"}}]}]
+        with sdk.messages.stream(model=MODEL, max_tokens=100, system=system,  # type: ignore[arg-type]
+                                 messages=history) as stream:  # type: ignore[arg-type]
+            text = "".join(stream.text_stream)
+            final = stream.get_final_message()
+        assert text == "About 2.1 million people live there."
+        assert final.content[0].text == text  # type: ignore[union-attr]
+        assert final.stop_reason == "end_turn" and final.usage.output_tokens > 0
+
+    # the upstream got the chat form: the system first, no cache_control anywhere
+    sent = up.llm.requests[1]
+    assert sent["messages"][0]["role"] == "system"
+    assert "You are terse." in sent["messages"][0]["content"]
+    assert [m["role"] for m in sent["messages"][1:]] == ["user", "assistant", "user"]
+    assert "cache_control" not in json.dumps(sent)
+    assert sent["stream"] is True and sent["max_tokens"] == 100
+    # re-sent history with a moved cache marker is stored once
+    assert [(m["role"], m["content"]) for m in ledger(sqlite_store)] == [
+        ("user", "Capital of France?"), ("assistant", "Paris."), ("user", "Population?"),
+        ("assistant", "About 2.1 million people live there.")]
+
+
+WEATHER = {"name": "get_weather", "description": "Weather for a city",
+           "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
+                            "required": ["city"]}}
+CALL = {"id": "toolu_01", "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_tool_round_trip(start_proxy: ProxyFactory, sqlite_store: Store, stream: bool) -> None:
+    with serve([ScriptedReply(content=None, tool_calls=[CALL]), "It is sunny in Paris."]) as up:
+        proxy = start_proxy(up)
+        sdk = client(proxy.root)
+        history: list[dict[str, Any]] = [{"role": "user", "content": "Weather in Paris?"}]
+        kwargs: dict[str, Any] = {"model": MODEL, "max_tokens": 200, "tools": [WEATHER]}
+        if stream:
+            with sdk.messages.stream(messages=history, **kwargs) as events:  # type: ignore[arg-type]
+                kinds = [e.type for e in events]
+                first = events.get_final_message()
+            assert "input_json" in kinds and kinds[-1] == "message_stop"
+        else:
+            first = sdk.messages.create(messages=history, **kwargs)  # type: ignore[arg-type]
+        assert first.stop_reason == "tool_use"
+        use = first.content[-1]
+        assert use.type == "tool_use" and use.name == "get_weather"
+        assert use.input == {"city": "Paris"} and use.id == "toolu_01"
+        history += [{"role": "assistant", "content": [b.model_dump(exclude_none=True)
+                                                      for b in first.content]},
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                                  "content": "sunny, 24C"}]}]
+        second = sdk.messages.create(messages=history, **kwargs)  # type: ignore[arg-type]
+        assert second.content[0].text == "It is sunny in Paris."  # type: ignore[union-attr]
+
+    tools = up.llm.requests[0]["tools"]
+    assert tools == [{"type": "function", "function": {
+        "name": "get_weather", "parameters": WEATHER["input_schema"],
+        "description": "Weather for a city"}}]
+    assert up.llm.requests[1]["messages"][-1] == {"role": "tool", "tool_call_id": "toolu_01",
+                                                  "content": "sunny, 24C"}
+    rows = ledger(sqlite_store)
+    assert [m["role"] for m in rows] == ["user", "assistant", "tool", "assistant"]
+    assert rows[1]["tool_calls"][0]["function"]["name"] == "get_weather"
+
+
+def test_thinking_and_images_reach_the_upstream_in_chat_form(start_proxy: ProxyFactory) -> None:
+    with serve(["A red dot."]) as up:
+        proxy = start_proxy(up)
+        image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                             "data": "iVBORw0KGgo="}}
+        history = [{"role": "user", "content": [image, {"type": "text", "text": "What is it?"}]}]
+        reply = client(proxy.root).messages.create(model=MODEL, max_tokens=50,
+                                                    messages=history)  # type: ignore[arg-type]
+        assert reply.content[0].text == "A red dot."  # type: ignore[union-attr]
+    parts = up.llm.requests[0]["messages"][-1]["content"]
+    assert parts[0] == {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+
+
+def test_errors_come_in_anthropic_shape(start_proxy: ProxyFactory) -> None:
+    rate = ScriptedReply(status=429, error={"error": {"message": "slow down",
+                                                      "type": "rate_limit_error"}})
+    with serve([rate, rate]) as up:
+        proxy = start_proxy(up, api_keys=["sk-good"])
+        sdk = client(proxy.root, "sk-good")
+        with pytest.raises(anthropic.BadRequestError) as bad:
+            sdk.messages.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                max_tokens=None)  # type: ignore[arg-type]
+        assert bad.value.body["type"] == "error"  # type: ignore[index]
+        assert bad.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+        with pytest.raises(anthropic.AuthenticationError) as auth:
+            client(proxy.root, "sk-bad").messages.create(
+                model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+        assert auth.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
+        with pytest.raises(anthropic.RateLimitError) as limited:
+            sdk.messages.create(model=MODEL, max_tokens=10,
+                                messages=[{"role": "user", "content": "hi"}])
+        assert "slow down" in limited.value.body["error"]["message"]  # type: ignore[index]
+        with pytest.raises(anthropic.RateLimitError), sdk.messages.stream(
+                model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}]) as s:
+            s.get_final_message()  # a stream that fails before it starts
+        raw = httpx.post(proxy.root + "/v1/messages", content=b"{nope",
+                         headers={"x-api-key": "sk-good"})
+        assert raw.status_code == 400 and raw.json()["type"] == "error"
+
+
+def test_a_stream_the_upstream_answers_wrongly_is_an_anthropic_error(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    garbage = ScriptedReply(raw_body=b'{"not": "a stream"}', status=200)
+    with serve([garbage]) as up:
+        proxy = start_proxy(up)
+        with pytest.raises(anthropic.APIStatusError) as failed, client(proxy.root).messages.stream(
+                model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}]) as s:
+            s.get_final_message()
+    assert failed.value.status_code == 502
+    assert failed.value.body["error"]["type"] == "api_error"  # type: ignore[index]
+    assert [m["role"] for m in ledger(sqlite_store)] == ["user"]  # no reply stored
+
+
+def test_a_failure_mid_stream_becomes_an_error_event_and_no_message_stop() -> None:
+    from starlette.responses import Response
+
+    from refold.server.anthropic_wire import StreamTranslator
+    from refold.server.rewrite import RewrittenStream
+    from refold.server.wire import error_body, sse_error
+
+    stream = RewrittenStream(Response(), StreamTranslator(MODEL))
+    chunk = {"id": "chatcmpl-1", "choices": [
+        {"index": 0, "delta": {"content": "Hal"}, "finish_reason": None}]}
+    # what the pipeline sends: a chunk, then (split across writes) its sse_error
+    failure = sse_error(502, error_body("upstream broke off", "upstream_error"))
+    out = stream._translate(b"data: " + json.dumps(chunk).encode() + b"\n\n" + failure[:20])
+    out += stream._translate(failure[20:])
+    events = [e for e in out.decode().split("\n\n") if e]
+    assert [e.split("\n")[0] for e in events] == [
+        "event: message_start", "event: ping", "event: content_block_start",
+        "event: content_block_delta", "event: error"]
+    error = json.loads(events[-1].split("data: ", 1)[1])
+    assert error == {"type": "error", "error": {"type": "api_error",
+                                                "message": "upstream broke off"}}
+
+
+def test_count_tokens(start_proxy: ProxyFactory) -> None:
+    with serve([]) as up:
+        proxy = start_proxy(up)
+        sdk = client(proxy.root)
+        short = sdk.messages.count_tokens(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+        long = sdk.messages.count_tokens(model=MODEL, tools=[WEATHER],  # type: ignore[list-item]
+                                         messages=[{"role": "user", "content": "hi " * 200}])
+    assert 0 < short.input_tokens < long.input_tokens
+    assert up.llm.requests == []  # counted locally
+
+
+def test_tenants_keep_their_own_sessions(start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    with serve(["for a", "for b"]) as up:
+        proxy = start_proxy(up, api_keys=["sk-a", "sk-b"])
+        same = [{"role": "user", "content": "Summarize my notes."}]
+        for key in ("sk-a", "sk-b"):
+            client(proxy.root, key).messages.create(model=MODEL, max_tokens=20,
+                                                     messages=same)  # type: ignore[arg-type]
+        seen = httpx.get(proxy.base_url + "/refold/sessions",
+                         headers={"x-api-key": "sk-a"}).json()["data"]
+    sessions = sqlite_store.list_sessions()
+    assert len(sessions) == 2 and len({s.owner for s in sessions}) == 2
+    assert len(seen) == 1  # key a sees only its own conversation
+
+
+def test_a_long_history_is_compacted_and_the_ledger_keeps_it_all(start_proxy: ProxyFactory,
+                                                                 sqlite_store: Store) -> None:
+    history: list[dict[str, Any]] = []
+    for n in range(30):
+        history += [{"role": "user", "content": f"Question {n}: tell me about topic {n}. "
+                                                + "detail " * 40},
+                    {"role": "assistant", "content": f"Answer {n}: " + "because " * 40}]
+    history.append({"role": "user", "content": "And finally?"})
+    with serve(["Finally, this."]) as up:
+        proxy = start_proxy(up, context_length=3_000)
+        raw = client(proxy.root).messages.with_raw_response.create(
+            model=MODEL, max_tokens=50, messages=history)  # type: ignore[arg-type]
+        reply = raw.parse()
+    assert reply.content[0].text == "Finally, this."  # type: ignore[union-attr]
+    assert raw.headers.get("x-refold-compacted")  # the turn compacted, as chat completions do
+    sent = up.llm.requests[0]["messages"]
+    assert len(sent) < len(history) and sent[-1]["content"] == "And finally?"
+    assert len(ledger(sqlite_store)) == len(history) + 1  # every message kept, and the reply

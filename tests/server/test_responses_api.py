@@ -1,0 +1,156 @@
+"""``/v1/responses``: the official openai SDK's Responses client against refold serve against a
+scripted chat-completions upstream, over real sockets; refold is the state store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from refold.store import Store
+from refold.testing import ScriptedReply, serve
+
+ProxyFactory = Callable[..., Any]
+MODEL = "scripted-model"
+WEATHER = {"type": "function", "name": "get_weather", "description": "Weather for a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                          "required": ["city"]}}
+CALL = {"id": "call_7", "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+
+
+def sdk(base_url: str, key: str = "none") -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=30)
+
+
+def ledger(store: Store) -> list[dict[str, Any]]:
+    sessions = store.list_sessions()
+    assert len(sessions) == 1, [s.title for s in sessions]
+    return [r.message for r in store.get_messages(sessions[0].id)]
+
+
+def test_text_then_continuation_by_previous_response_id(start_proxy: ProxyFactory,
+                                                        sqlite_store: Store) -> None:
+    with serve(["Oslo.", "About 700,000."]) as up:
+        proxy = start_proxy(up)
+        client = sdk(proxy.base_url)
+        first = client.responses.create(model=MODEL, instructions="Be terse.",
+                                        input="Capital of Norway?")
+        assert first.output_text == "Oslo." and first.status == "completed"
+        assert first.usage is not None and first.usage.input_tokens > 0
+        second = client.responses.create(model=MODEL, previous_response_id=first.id,
+                                         instructions="Be terse.", input="Population?")
+        assert second.output_text == "About 700,000."
+        assert second.previous_response_id == first.id
+        fetched = client.responses.retrieve(second.id)
+        assert fetched.output_text == "About 700,000." and fetched.id == second.id
+    sent = up.llm.requests[1]["messages"]
+    assert [(m["role"], m["content"]) for m in sent[1:]] == [
+        ("user", "Capital of Norway?"), ("assistant", "Oslo."), ("user", "Population?")]
+    assert sent[0]["role"] == "system" and "Be terse." in sent[0]["content"]
+    assert [(m["role"], m["content"]) for m in ledger(sqlite_store)] == [
+        ("user", "Capital of Norway?"), ("assistant", "Oslo."), ("user", "Population?"),
+        ("assistant", "About 700,000.")]
+
+
+def test_streamed_text_with_the_sdk_stream_helper(start_proxy: ProxyFactory,
+                                                  sqlite_store: Store) -> None:
+    with serve(["A fjord is a long, narrow inlet."]) as up:
+        proxy = start_proxy(up)
+        client = sdk(proxy.base_url)
+        with client.responses.stream(model=MODEL, input="What is a fjord?") as stream:
+            kinds = []
+            deltas = []
+            for event in stream:
+                kinds.append(event.type)
+                if event.type == "response.output_text.delta":
+                    deltas.append(event.delta)
+            final = stream.get_final_response()
+        assert "".join(deltas) == "A fjord is a long, narrow inlet."
+        assert final.output_text == "A fjord is a long, narrow inlet."
+        assert kinds[:2] == ["response.created", "response.in_progress"]
+        assert kinds[-1] == "response.completed"
+        assert "response.output_item.done" in kinds
+        # the streamed response was stored: a continuation and GET find it
+        again = client.responses.create(model=MODEL, previous_response_id=final.id,
+                                        input="Thanks")
+        assert client.responses.retrieve(final.id).output_text == final.output_text
+        assert again.output_text == "ok"
+    assert [m["role"] for m in ledger(sqlite_store)] == ["user", "assistant", "user",
+                                                         "assistant"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_tool_round_trip_sending_only_the_new_items(start_proxy: ProxyFactory,
+                                                    sqlite_store: Store, stream: bool) -> None:
+    with serve([ScriptedReply(content=None, tool_calls=[CALL]), "Sunny in Oslo."]) as up:
+        proxy = start_proxy(up)
+        client = sdk(proxy.base_url)
+        if stream:
+            with client.responses.stream(model=MODEL, input="Weather in Oslo?",
+                                         tools=[WEATHER]) as events:  # type: ignore[list-item]
+                for _ in events:
+                    pass
+                first = events.get_final_response()
+        else:
+            first = client.responses.create(model=MODEL, input="Weather in Oslo?",
+                                            tools=[WEATHER])  # type: ignore[list-item]
+        calls = [item for item in first.output if item.type == "function_call"]
+        assert len(calls) == 1 and calls[0].name == "get_weather"
+        assert calls[0].call_id == "call_7" and calls[0].arguments == '{"city": "Oslo"}'
+        second = client.responses.create(
+            model=MODEL, previous_response_id=first.id, tools=[WEATHER],  # type: ignore[list-item]
+            input=[{"type": "function_call_output", "call_id": "call_7", "output": "sunny"}])
+        assert second.output_text == "Sunny in Oslo."
+    assert up.llm.requests[0]["tools"][0]["function"]["name"] == "get_weather"
+    assert up.llm.requests[1]["messages"][-2]["tool_calls"][0]["id"] == "call_7"
+    assert up.llm.requests[1]["messages"][-1] == {"role": "tool", "tool_call_id": "call_7",
+                                                  "content": "sunny"}
+    assert [m["role"] for m in ledger(sqlite_store)] == ["user", "assistant", "tool", "assistant"]
+
+
+def test_full_history_as_items_is_stored_once(start_proxy: ProxyFactory,
+                                              sqlite_store: Store) -> None:
+    with serve(["one", "two"]) as up:
+        proxy = start_proxy(up)
+        client = sdk(proxy.base_url)
+        client.responses.create(model=MODEL, input=[{"role": "user", "content": "Count."}],
+                                store=False)
+        client.responses.create(model=MODEL, input=[
+            {"role": "user", "content": "Count."},
+            {"type": "message", "role": "assistant",
+             "content": [{"type": "output_text", "text": "one"}]},
+            {"role": "user", "content": [{"type": "input_text", "text": "Again."}]}])
+    assert [(m["role"], m["content"]) for m in ledger(sqlite_store)] == [
+        ("user", "Count."), ("assistant", "one"), ("user", "Again."), ("assistant", "two")]
+
+
+def test_errors_in_openai_shape(start_proxy: ProxyFactory) -> None:
+    with serve([ScriptedReply(status=429, error={"error": {"message": "slow down",
+                                                           "type": "rate_limit_error"}})]) as up:
+        proxy = start_proxy(up, api_keys=["sk-a", "sk-b"])
+        client = sdk(proxy.base_url, "sk-a")
+        with pytest.raises(openai.RateLimitError):
+            client.responses.create(model=MODEL, input="hi")
+        first = client.responses.create(model=MODEL, input="hi")
+        # another tenant cannot read or continue it; store=false responses are not kept
+        other = sdk(proxy.base_url, "sk-b")
+        with pytest.raises(openai.NotFoundError):
+            other.responses.retrieve(first.id)
+        with pytest.raises(openai.NotFoundError):
+            other.responses.create(model=MODEL, previous_response_id=first.id, input="more")
+        unkept = client.responses.create(model=MODEL, input="hi", store=False)
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(unkept.id)
+        with pytest.raises(openai.BadRequestError) as bad:
+            client.responses.create(model=MODEL, input=[{"type": "item_reference", "id": "x"}])
+        assert "item_reference" in bad.value.message
+        with pytest.raises(openai.BadRequestError):
+            client.responses.create(model=MODEL, input="hi",
+                                    tools=[{"type": "web_search"}])  # type: ignore[list-item]
+        raw = httpx.get(proxy.base_url + "/responses/resp_nope", headers={
+            "Authorization": "Bearer sk-a"})
+        assert raw.status_code == 404 and raw.json()["error"]["type"] == "not_found_error"

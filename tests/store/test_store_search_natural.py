@@ -1,0 +1,142 @@
+"""Conformance: questions typed as sentences, exact ranking, one hit per message (every backend)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from refold.store import SearchQuery, Store
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def top(store: Store, text: str, **kw: Any) -> list[str]:
+    return [h.content for h in store.search(SearchQuery(text, window=0, **kw))]
+
+
+def test_a_question_typed_as_a_sentence_finds_its_answer(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [
+        user("Caroline said she went to the LGBTQ support group on 7 May"),
+        user("Caroline loves painting sunsets"),
+        user("the group chat was noisy today"),
+        user("what did you do when it rained?"),
+    ])
+    hits = top(store, "When did Caroline go to the LGBTQ support group?")
+    assert hits[0].startswith("Caroline said she went to the LGBTQ support group")
+    assert "what did you do when it rained?" not in hits  # only stop words in common
+    assert len(hits) == 3
+
+
+def test_the_message_holding_every_term_ranks_first(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user("postgres replication lag alert"),
+                                 user("replication replication replication"),
+                                 user("the postgres server restarted")])
+    assert top(store, "why is there postgres replication lag")[0] == \
+        "postgres replication lag alert"
+
+
+def test_equal_scores_tie_break_by_recency(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user("kumquat jam"), user("kumquat jam")])
+    hits = store.search(SearchQuery("kumquat jam recipe", window=0))
+    assert [h.seq for h in hits] == [2, 1]
+
+
+def test_ranking_is_exact_over_every_match_not_the_newest(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user("zebra zebra zebra")])  # the best, and the oldest
+    filler = " ".join(f"word{i}" for i in range(40))
+    store.append_messages(s.id, [user(f"one zebra in {filler}") for _ in range(1100)])
+    for text in ("zebra", "where are the zebra herds"):
+        [best] = store.search(SearchQuery(text, limit=1, window=0))
+        assert best.seq == 1, text
+
+
+def test_chinese_japanese_korean_sentences(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user("服务器部署完成，生产环境正常"), user("今天天气很好"),
+                                 user("日本語のテキスト、カタカナ"), user("한국어 문장 검색"),
+                                 user("目的地是上海")])
+    assert top(store, "我们什么时候部署了服务器？")[0] == "服务器部署完成，生产环境正常"
+    assert top(store, "日本語のテキストについて教えて")[0] == "日本語のテキスト、カタカナ"
+    assert top(store, "한국어 문장을 검색했나요")[0] == "한국어 문장 검색"
+    assert top(store, "目的地") == ["目的地是上海"]  # one CJK word stays an exact substring
+    assert top(store, "的") == ["目的地是上海"]  # stop words alone: answered as typed
+
+
+def test_explicit_syntax_keeps_its_meaning(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user("deploy the server"), user("deploy the client"),
+                                 user("server room key"), user("deployment notes")])
+    assert top(store, "deploy -client") == ["deploy the server"]  # porter: deploy≠deployment
+    assert top(store, "deploy AND server") == ["deploy the server"]
+    assert top(store, '"server room"') == ["server room key"]
+    assert sorted(top(store, "deplo*")) == ["deploy the client", "deploy the server",
+                                          "deployment notes"]
+    assert len(top(store, "deploy server")) == 3  # no syntax: ORed
+
+
+def test_sessions_whose_title_matches_rank_first(store: Store) -> None:
+    plans = store.create_session(title="Kiwi harvest plans")
+    other = store.create_session(title="misc")
+    store.append_messages(plans.id, [user("we pick in March, kiwi season")])
+    store.append_messages(other.id, [user("kiwi kiwi kiwi harvest harvest")])
+    hits = store.search(SearchQuery("kiwi harvest", window=0))
+    assert [h.session_id for h in hits] == [plans.id, other.id]
+
+
+def test_a_compaction_child_carrying_a_message_gives_one_hit(store: Store) -> None:
+    parent = store.create_session(title="work")
+    store.append_messages(parent.id, [user("the quokka budget is 40 euros"), user("ok")])
+    child = store.create_session(title="work #2", parent_session_id=parent.id,
+                                 link_kind="compaction")
+    store.append_messages(child.id, [user("the quokka budget is 40 euros")])
+    unrelated = store.create_session()
+    store.append_messages(unrelated.id, [user("the quokka budget is 40 euros")])
+    hits = store.search(SearchQuery("quokka budget", window=0))
+    assert len(hits) == 2  # the lineage's copies fold; another lineage's message stays
+    folded = next(h for h in hits if len(h.lineage) == 2)
+    assert set(folded.lineage) == {parent.id, child.id}
+    assert next(h for h in hits if h is not folded).lineage == (unrelated.id,)
+
+
+def test_a_sentence_honours_filters(store: Store) -> None:
+    a = store.create_session(source="cli")
+    b = store.create_session(source="proxy")
+    store.append_messages(a.id, [user("alpaca wool order")])
+    store.append_messages(b.id, [user("alpaca wool order"), {"role": "assistant",
+                                                            "content": "alpaca shipped"}])
+    q = "where is my alpaca wool"
+    assert [h.session_id for h in store.search(SearchQuery(q, source="proxy"))] == [b.id, b.id]
+    assert [h.role for h in store.search(SearchQuery(q, role="assistant"))] == ["assistant"]
+    assert store.search(SearchQuery(q, since=time.time() + 60)) == []
+
+
+PIECES = st.sampled_from(['"', "AND", "OR", "NOT", "-", "*", "(", ")", "NEAR", "^", ":",
+                          "deploy", "the", "部署", "中", "服务器", "검색을", "\ud800", "-x",
+                          "x*", "", " ", "日本語の", "'", "\\", "%", "_"])
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.lists(PIECES, min_size=1, max_size=10), glue=st.sampled_from(["", " "]))
+def test_operators_in_odd_places_never_raise(store: Store, parts: list[str], glue: str) -> None:
+    from refold.errors import SearchQueryError
+
+    if not store.list_sessions(limit=1):  # the fixture's store lives across examples
+        s = store.create_session()
+        store.append_messages(s.id, [user("deploy the 部署服务器 中 검색"), user("x y z")])
+    text = glue.join(parts)
+    try:
+        hits = store.search(SearchQuery(text, window=0))
+    except SearchQueryError:
+        assert not text.strip()
+    else:
+        assert isinstance(hits, list)
