@@ -36,3 +36,47 @@ def test_an_unreferenced_listing_loses_to_used_paths() -> None:
     chosen = select_anchors(extract_anchors(msgs), budget_tokens=40,
                             count_text=COUNTER.count_text)
     assert "src/core/parser.c" in chosen and "src/core/lexer.c" in chosen, chosen
+
+
+def _text_action(command: str, observation: str) -> list[dict[str, Any]]:
+    """One SWE-agent-style turn: the command in a fenced block, its output as a user message."""
+    return [{"role": "assistant", "content": f"I will look.\n```\n{command}\n```"},
+            {"role": "user", "content": observation}]
+
+
+def test_a_text_action_agents_observation_is_output_not_the_users_words() -> None:
+    cache = "/tmp/pip-ephem-wheel-cache-h335xx/wheels/4d/da/d4/e230bf0a3f16cad5a83d235ac24a34"
+    msgs = [{"role": "user", "content": "Fix the overflow in src/marshmallow/fields.py"},
+            *_text_action("pip install -e .[dev]", f"Stored in directory: {cache}\nok"),
+            *_text_action("open src/marshmallow/fields.py 1474", "[File: fields.py]\n1474: x"),
+            *_text_action("python reproduce.py", f"see https://pip.pypa.io/warnings/venv {cache}")]
+    score = {a.text: a.score for a in extract_anchors(msgs)}
+    printed = max(score[cache], score["https://pip.pypa.io/warnings/venv"])
+    for command in ("pip install -e .[dev]", "open src/marshmallow/fields.py 1474",
+                    "python reproduce.py"):
+        assert score[command] > printed, (command, score)
+    # the person's own first message still counts as theirs: it outranks everything
+    assert score["src/marshmallow/fields.py"] == max(score.values())
+
+
+def test_a_name_printed_by_many_outputs_but_used_by_nobody_ranks_below_commands() -> None:
+    site = "/root/miniconda3/envs/py39/lib/python3.9/site-packages"
+    msgs: list[dict[str, Any]] = []
+    for i, command in enumerate(("pip install attrs", "pip install six", "pip install tox")):
+        call = {"id": f"p{i}", "type": "function", "function": {
+            "name": "execute_bash", "arguments": json.dumps({"command": command})}}
+        msgs += [{"role": "assistant", "content": None, "tool_calls": [call]},
+                 {"role": "tool", "tool_call_id": f"p{i}",
+                  "content": f"Requirement already satisfied in {site} ({i})"}]
+    chosen = select_anchors(extract_anchors(msgs), budget_tokens=25,
+                            count_text=COUNTER.count_text)
+    assert {"pip install attrs", "pip install six", "pip install tox"} <= set(chosen), chosen
+
+
+def test_a_command_anchor_keeps_the_whitespace_it_was_typed_with() -> None:
+    typed = "sed -i '317s/^/\\t      /' src/libponyc/expr/match.c"
+    call = {"id": "s", "type": "function", "function": {
+        "name": "execute_bash", "arguments": json.dumps({"command": typed + "\nmake"})}}
+    msgs: list[dict[str, Any]] = [{"role": "assistant", "content": None, "tool_calls": [call]},
+                                  {"role": "tool", "tool_call_id": "s", "content": ""}]
+    assert typed in {a.text for a in extract_anchors(msgs)}

@@ -143,8 +143,13 @@ class Activity:
 
     def _settle(self, success_key: str) -> None:
         """Drop the open command failures that a success of ``success_key`` resolves."""
-        program = command_shape(success_key)[0]
-        for key in sorted(k for k in self._failing.get(program, ()) if resolves(success_key, k)):
+        program, _, filtered = command_shape(success_key)
+        failing = self._failing.get(program, set())
+        if filtered:  # a filtered success settles only itself: no scan of every failure
+            settled = [success_key] if success_key in failing else []
+        else:
+            settled = sorted(k for k in failing if resolves(success_key, k))
+        for key in settled:
             del self.outcomes[key]
             self._forget_failure(key)
 

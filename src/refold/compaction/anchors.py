@@ -21,6 +21,8 @@ from refold.messages.model import Message, content_text
 
 MAX_ANCHOR_CHARS = 200
 SCAN_CHARS = 8_000  # per message; what the llm summarizer sees of a long output, too
+SCAN_BUDGET_CHARS = 1_000_000  # newest text scanned for every kind (about 250K tokens)
+OLD_HEAD, OLD_TAIL = 200, 400  # what of an older output is scanned for every kind
 
 _EXT = (r"py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonl|yaml|yml|toml|md|rst|txt|rs|go|java|kt|c|h|cc|"
         r"cpp|hpp|cs|sh|bash|zsh|sql|html|css|scss|cfg|ini|conf|lock|log|csv|env|rb|php|swift|"
@@ -64,7 +66,7 @@ _INLINE = re.compile(
     r"cmake|mvn|gradle|dotnet|docker|kubectl|helm|terraform|curl|ruff|mypy|tox|bash|sh|"
     r"\./)[ /][^`\n]{1,150})`")
 _PROMPT_LINE = re.compile(r"(?m)^\$ (.*)$")  # a shell transcript's "$ command" lines
-UNREFERENCED_PENALTY = 1.5  # found in one tool output only, never named by anyone
+UNREFERENCED_PENALTY = 2.0  # found in tool output only, never named by anyone
 _NOISE = re.compile(r"^(?:call_|toolu_|chatcmpl-|Traceback \(most recent call last\))")
 
 
@@ -90,20 +92,33 @@ def _command_texts(message: Message) -> Iterable[str]:
             continue
         command = tool_effect(str(fn.get("name") or ""), args, "").command
         if command:
-            yield command[:MAX_ANCHOR_CHARS]
+            yield _as_typed(command, args.get("command"))[:MAX_ANCHOR_CHARS]
         query = args.get("query")
         if isinstance(query, str) and query.strip():
             yield query.strip().splitlines()[0][:MAX_ANCHOR_CHARS]
 
 
+def _as_typed(command: str, raw: object) -> str:
+    """The command line as the agent typed it (a tab, two spaces), when the tool table's
+    whitespace-normalised key is that line: an anchor is verbatim or useless."""
+    if isinstance(raw, str) and raw.strip():
+        first = raw.strip().splitlines()[0].strip()
+        if " ".join(first.split()) == command:
+            return first
+    return command
+
+
 def _message_text(message: Message) -> str:
     text = content_text(message)
     if len(text) > SCAN_CHARS:  # bounded per message: identifiers sit at the ends of outputs
-        text = text[:SCAN_CHARS // 2] + "\n" + text[-SCAN_CHARS // 2:]
+        text = text[:SCAN_CHARS // 2] + "\n\n" + text[-SCAN_CHARS // 2:]  # no match spans it
     parts = [text]
     for call in message.get("tool_calls") or []:
         parts.append(str((call.get("function") or {}).get("arguments") or ""))
-    return _PRUNE_NOTE.sub("", _undiff("\n".join(parts)))
+    text = "\n\n".join(parts)  # a blank line: no anchor spans two parts
+    if "--- " in text or "+++ " in text or "diff --git" in text:
+        text = _undiff(text)
+    return _PRUNE_NOTE.sub("", text) if "(full output" in text else text
 
 
 def carried_anchor(item: str) -> str:
@@ -134,75 +149,167 @@ def _shape(text: str) -> str:
     return _DIGITS.sub("#", text)
 
 
-def extract_anchors(messages: Sequence[Message]) -> list[Anchor]:
+def _may_match(kind: str, text: str) -> bool:
+    """A cheap necessary condition for ``kind``'s pattern to match ``text`` (substring tests
+    run at memchr speed; the patterns' lookarounds cost far more per character)."""
+    if kind == "error":
+        return any(s in text for s in _ERROR_HINTS)
+    if kind == "url":
+        return "://" in text
+    if kind == "config":
+        return "=" in text or _COLON_DIGIT.search(text) is not None
+    if kind == "version":
+        return _DOT_DIGIT.search(text) is not None
+    return True
+
+
+_ERROR_HINTS = ("Error:", "Exception:", "Exit:", "Failure:", "error", "ERROR", "FAILED", "atal:",
+                "panic:")
+_COLON_DIGIT = re.compile(r":\d")
+_DOT_DIGIT = re.compile(r"\d\.\d")
+_Found = tuple[tuple[str, str, float], ...]  # (raw match, kind, weight) in one text
+
+
+def _scan(text: str, role: str, full: bool) -> _Found:
+    """Candidates in one message's text: every pattern over all of it when ``full``; else
+    errors and URLs over all of it and the other kinds over its first and last lines only
+    (an old output's identifiers sit at its ends: the command echo, the result, the error)."""
+    bonus = 1.0 if role == "user" else 0.0
+    out: list[tuple[str, str, float]] = []
+    if "$ " in text:
+        out += [(line, "command", 5 + bonus) for line in _PROMPT_LINE.findall(text)]
+    ends = text if full or len(text) <= OLD_HEAD + OLD_TAIL else (
+        text[:OLD_HEAD].rsplit("\n", 1)[0] + "\n\n" + text[-OLD_TAIL:].split("\n", 1)[-1])
+    for kind, weight, pattern in _PATTERNS:
+        if kind in PROSE_KINDS and role == "assistant":
+            continue  # prose quotes errors mid-sentence; the tool output has them whole
+        scope = text if kind in _LITE_KINDS else ends
+        if _may_match(kind, scope):
+            out += [(m.group(0), kind, weight + bonus) for m in pattern.finditer(scope)]
+    return tuple(out)
+
+
+_LITE_KINDS = ("error", "url")
+
+
+def _clean_candidate(raw: str, kind: str) -> str | None:
+    text = _clean(raw)
+    if kind == "path":  # a sentence's full stop is not part of the path; 116/1 is no path
+        text = text.rstrip(".")
+        if not _LETTER.search(text.rsplit("/", 1)[-1]):
+            return None
+    if len(text) < 3 or _NOISE.match(text) or _CREDENTIAL.search(text):
+        return None  # a credential is never worth carrying into the summary
+    return text
+
+
+def _is_observation(messages: Sequence[Message], pos: int) -> bool:
+    """A user message that answers a text-action agent's command (SWE-agent, mini-swe-agent
+    send a command in a fenced block and get its output back as the next *user* message): it
+    is tool output, not the person's words, and earns no "named by the user" credit."""
+    if pos == 0 or messages[pos].get("role") != "user":
+        return False
+    before = messages[pos - 1]
+    return (before.get("role") == "assistant" and not before.get("tool_calls")
+            and _FENCED.search(content_text(before)) is not None)
+
+
+def _full_scan_from(messages: Sequence[Message], budget_chars: int) -> int:
+    """The first position whose output is scanned for every kind: the newest messages up to
+    ``budget_chars`` of text. The index holds at most a few hundred anchors, so past a few
+    hundred thousand characters older outputs only contribute what outranks the rest."""
+    used = 0
+    for pos in range(len(messages) - 1, -1, -1):
+        used += len(content_text(messages[pos]))
+        if used > budget_chars:
+            return pos + 1
+    return 0
+
+
+def extract_anchors(messages: Sequence[Message], *, scan_budget_chars: int = SCAN_BUDGET_CHARS
+                    ) -> list[Anchor]:
     """Every candidate anchor in ``messages``, scored; not yet deduplicated by containment.
 
     Score = kind weight + recency (0..1) + frequency (up to 1.5) + 1 if the user wrote it,
     minus a penalty growing with how many candidates share its *shape* (digits masked): a
     hundred ``pytest -k case17``-like commands are worth less, each, than one unique path;
-    minus ``UNREFERENCED_PENALTY`` for what only one tool output printed and nobody named
+    minus ``UNREFERENCED_PENALTY`` for what only tool outputs printed and nobody named
     (the file names of an ``ls``, build-log paths). Commands count also when written in
     prose: a fenced block's first line, an inline `` `pytest tests/x.py -k edge` ``.
+
+    Speed: tool calls, user messages and the newest ``scan_budget_chars`` of text are scanned
+    for every kind; older tool outputs and assistant text for errors and URLs, and for the
+    other kinds only in their first and last lines (``OLD_HEAD``/``OLD_TAIL``). Identical
+    texts are scanned once and raw matches cleaned once.
     """
     found: dict[str, Anchor] = {}
     counts: dict[str, int] = {}
-    seen_in: dict[str, set[int]] = {}  # positions of the messages that name it
     named: set[str] = set()  # named outside tool outputs (a call, the user, the assistant)
     total = max(1, len(messages))
+    cleaned: dict[tuple[str, str], str | None] = {}
 
-    def add(text: str, kind: str, weight: float, position: int, role: str = "tool") -> None:
-        text = _clean(text)
-        if kind == "path":  # a sentence's full stop is not part of the path; 116/1 is no path
-            text = text.rstrip(".")
-            if not _LETTER.search(text.rsplit("/", 1)[-1]):
-                return
-        if len(text) < 3 or _NOISE.match(text) or _CREDENTIAL.search(text):
-            return  # a credential is never worth carrying into the summary
+    def add(raw: str, kind: str, weight: float, position: int, role: str = "tool") -> None:
+        key = (raw, kind)
+        if key not in cleaned:
+            cleaned[key] = _clean_candidate(raw, kind)
+        text = cleaned[key]
+        if text is None:
+            return
         counts[text] = counts.get(text, 0) + 1
-        seen_in.setdefault(text, set()).add(position)
         if role != "tool":
             named.add(text)
-        recency = position / total  # later mentions matter more
+        score = weight + position / total  # later mentions matter more
         previous = found.get(text)
-        if previous is None or previous.score < weight + recency:
-            first = previous.first_seen if previous else position
-            found[text] = Anchor(text, kind, weight + recency, first)
+        if previous is None or previous.score < score:
+            found[text] = Anchor(text, kind, score, previous.first_seen if previous else position)
 
+    full_from = _full_scan_from(messages, scan_budget_chars)
+    scans: dict[tuple[str, str, bool], _Found] = {}
     scanned: set[int] = set()
     for pos, msg in enumerate(messages):
         if is_summary_message(msg):
             continue  # a previous summary's anchors are carried, not re-extracted from markdown
-        role = str(msg.get("role"))
-        bonus = 1.0 if role == "user" else 0.0
+        speaker = str(msg.get("role"))
         for command in _command_texts(msg):  # a look around (grep, git diff) is worth less
             add(command, "command", 2 if INSPECT.match(command) else 5, pos, "call")
         text = _message_text(msg)
-        if role in ("user", "assistant"):
+        if speaker in ("user", "assistant"):
             for pattern in (_FENCED, _INLINE):
                 for found_command in pattern.findall(content_text(msg)[:SCAN_CHARS]):
                     command = found_command.strip()
-                    add(command, "command", 2 if INSPECT.match(command) else 5, pos, role)
+                    add(command, "command", 2 if INSPECT.match(command) else 5, pos, speaker)
+        role = "tool" if _is_observation(messages, pos) else speaker  # who vouches for it
         key = hash(text)
-        if not text or (key in scanned and msg.get("role") == "tool"):
+        if not text or (key in scanned and role == "tool"):
             continue  # an identical output was already scanned
         scanned.add(key)
-        if "$ " in text:
-            for line in _PROMPT_LINE.findall(text):
-                add(line, "command", 5 + bonus, pos, role)
-        for kind, weight, pattern in _PATTERNS:
-            if kind in PROSE_KINDS and msg.get("role") == "assistant":
-                continue  # prose quotes errors mid-sentence; the tool output has them whole
-            for match in pattern.finditer(text):
-                add(match.group(0), kind, weight + bonus, pos, role)
+        scan_key = (text, role, pos >= full_from or role == "user")
+        if scan_key not in scans:
+            scans[scan_key] = _scan(*scan_key)
+        for raw, kind, weight in scans[scan_key]:
+            add(raw, kind, weight, pos, role)
+    return _scored(found, counts, named)
+
+
+def _scored(found: dict[str, Anchor], counts: dict[str, int], named: set[str]
+            ) -> list[Anchor]:
     shapes: dict[str, int] = {}
     for text in found:
         shape = _shape(text)
         shapes[shape] = shapes.get(shape, 0) + 1
     return [Anchor(a.text, a.kind, a.score + min(counts[a.text], 5) * 0.3
                    - 1.5 * math.log2(shapes[_shape(a.text)])
-                   - (UNREFERENCED_PENALTY if a.text not in named and len(seen_in[a.text]) == 1
-                      and a.kind != "error" else 0.0), a.first_seen)
+                   - _unreferenced(a, named), a.first_seen)
             for a in found.values()]
+
+
+def _unreferenced(anchor: Anchor, named: set[str]) -> float:
+    """The penalty for a name only tool outputs printed: nobody ran, wrote or asked for it.
+    Printed again by later outputs (pip's cache and site-packages paths, a DTD URL in every
+    page) it is still noise: repetition only earns back part of it. Errors are exempt."""
+    if anchor.text in named or anchor.kind == "error":
+        return 0.0
+    return UNREFERENCED_PENALTY
 
 
 def select_anchors(candidates: Iterable[Anchor], *, budget_tokens: int,

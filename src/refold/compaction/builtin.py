@@ -204,8 +204,8 @@ def _progress(previous: SummarySections, activity: Activity,
         if key not in keys and not any(resolves(s, key) for s in successes):
             blocked_old.append(item)
     done_old = [i for i in previous.get("done") if item_key(i) not in keys]
-    covered = [t for o in outcomes if o.ok and o.tool == "command"
-               for t in command_shape(o.key)[1]]
+    covered = sorted({t for o in outcomes if o.ok and o.tool == "command"
+                      for t in command_shape(o.key)[1]})  # unique: the check is per statement
     said = [(p, t) for p, t in statements if not any(c in t for c in covered)]  # restatements
     fresh: list[tuple[int, str]] = [(o.position, o.render()) for o in outcomes if o.ok] + said
     done = _dedup(done_old + [t for _, t in sorted(fresh)], _CAPS["done"])

@@ -395,6 +395,12 @@ def _finish(plan: _Plan, original: Sequence[Message], summarizer: Summarizer,
                           warnings=(*warnings, str(exc)), **common)
     warnings += more + list(draft.warnings)
     body = redact(_fit_body(strip_think(draft.body), body_budget, counter, warnings))
+    # what the body left unused goes to the anchors, within the summary's budget; never so
+    # far that a result that fits stops fitting (when the kept floor alone overflows, the
+    # summary has its minimum budget, which it may then use in full)
+    room = target - kept - FRAMING_TOKENS
+    spare = (min(budget, room) if room > 0 else budget) - counter.count_text(body)
+    anchor_budget = max(anchor_budget, min(policy.anchor_max_tokens, spare))
     anchors = [redact(a) for a in select_anchors(
         extract_anchors(middle), budget_tokens=anchor_budget, count_text=counter.count_text,
         carried=plan.previous_anchors, covered=body)]

@@ -23,6 +23,7 @@ it only views). ``TOOLS`` maps the names of common agent tools to a reader of th
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
@@ -142,6 +143,7 @@ def shell_command(args: Mapping[str, Any]) -> str | None:
     return None if _KEYSTROKE.match(first) else first[:160]
 
 
+@functools.lru_cache(maxsize=4096)
 def shell_writes(command: str) -> tuple[str, ...]:
     """Files a shell command line writes: ``> f``, ``>> f``, ``tee f``, ``sed -i … f``,
     ``touch f``, ``rm f``, the target of ``mv``/``cp``. Best effort, never raises."""
