@@ -34,10 +34,10 @@ def home(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _params(home: Path, *extra: str) -> StdioServerParameters:
+def _params(home: Path, *extra: str, cwd: Path | None = None) -> StdioServerParameters:
     return StdioServerParameters(command=sys.executable,
                                  args=["-m", "refold.cli.main", "mcp", *extra],
-                                 env={**os.environ, "REFOLD_HOME": str(home)})
+                                 env={**os.environ, "REFOLD_HOME": str(home)}, cwd=cwd)
 
 
 async def _session(home: Path, calls: list[tuple[str, dict[str, Any]]],
@@ -58,7 +58,8 @@ def test_no_memory_flag_hides_the_tool(home: Path) -> None:
     names, results = anyio.run(_session, home, [("session_search", {"query": "迁移"}),
                                                 ("session_search", {"mode": "bogus"})],
                                "--no-memory")
-    assert names == ["session_search", "skill_manage"]  # skills are not memory: still there
+    # skills and references are not memory: still there
+    assert names == ["session_search", "expand_references", "skill_manage"]
     assert "CONCURRENTLY" in _text(results[0]) and not results[0].isError
     assert results[1].isError and "mode must be one of" in _text(results[1])
 
@@ -133,3 +134,30 @@ def test_resources_serve_the_memory_snapshot_and_recent_sessions(home: Path) -> 
     assert "The API lives in services/api." in snapshot  # read after the write: current
     sessions = json.loads(recent)
     assert sessions[0]["title"] == "migration day" and sessions[0]["messages"] == 4
+
+
+def test_expand_references_attaches_sessions_and_files_and_refuses_what_it_must(
+        home: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Issue 16: MCP clients get the same resolvers as prepare() and `refold expand`."""
+    project = tmp_path_factory.mktemp("project")  # outside the data directory (denied)
+    (project / "app.py").write_text("def charge():\n    return 42\n", encoding="utf-8")
+    (project / ".env").write_text("SECRET=1\n", encoding="utf-8")
+
+    async def run() -> list[Any]:
+        async with stdio_client(_params(home, cwd=project)) as (read, write), \
+                ClientSession(read, write, read_timeout_seconds=timedelta(seconds=30)) as client:
+            await client.initialize()
+            return [await client.call_tool("expand_references", args) for args in (
+                {"text": "see @session:\"migration day\" and @file:app.py:1-2"},
+                {"text": "read @file:.env and @file:../../etc/passwd"},
+                {"text": "   "})]
+
+    attached, refused, empty = anyio.run(run)
+    body = json.loads(_text(attached))
+    assert not attached.isError
+    assert "0042_add_invoice_index" in body["message"] and "return 42" in body["message"]
+    assert [r["status"] for r in body["references"]] == ["attached", "attached"]
+    denied = json.loads(_text(refused))
+    assert "SECRET" not in denied["message"] and len(denied["warnings"]) == 2
+    assert all("refused" in w for w in denied["warnings"]), denied["warnings"]
+    assert empty.isError and "non-empty" in _text(empty)

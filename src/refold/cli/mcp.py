@@ -22,14 +22,22 @@ RECENT_SESSIONS = 20
 @pass_app
 def mcp_cmd(app: AppContext, no_memory: bool) -> None:
     """Run an MCP server on stdio exposing memory and session_search."""
+    from pathlib import Path
+
     from refold.assembly import tenant_skills
     from refold.mcpserver import run_stdio
+    from refold.references import local_expander
     from refold.references.spill import SpillStore
     from refold.skills.tool import skill_manage_tool
     from refold.tools import ToolRegistry, memory_tool, session_search_tool
+    from refold.tools.expand import expand_tool
 
     spill = SpillStore(app.settings.home / "spill")  # what @session references spilled
     registry = ToolRegistry([session_search_tool(app.store, owner=None, spill=spill)])
+    # local references read the directory the MCP client started the server in (its project)
+    expander = local_expander(store=app.store, cwd=Path.cwd(), spill_dir=app.settings.home / "spill",
+                              deny_roots=[app.settings.home])
+    registry.register(expand_tool(expander, context_length=app.settings.context_length))
     if not no_memory:
         # MCP has no turns: a call chain ends at a successful call or a pause of a minute, and
         # the three-failures stop counts within one chain only
