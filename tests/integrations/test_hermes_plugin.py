@@ -175,4 +175,6 @@ def test_hermes_discovers_the_entry_point_declared_in_pyproject(tmp_path: Path) 
     done = subprocess.run([sys.executable, "-c", DISCOVERY, str(tmp_path / "site")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"found": 1, "engine": "refold"}
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    # the probe's entry point, plus refold's own where it is installed with its metadata (CI)
+    assert result["found"] >= 1 and result["engine"] == "refold", result
