@@ -17,31 +17,40 @@ key and the valid ones; ``Settings.source_of(name)`` says where each value came 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
+import math
 import os
 import tomllib
 import typing
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
-
-from refold.compaction.policy import CompactionPolicy
+from refold.compaction.policy import CompactionPolicy, ModelOverride
 from refold.errors import InvalidInput
 
 ENV_PREFIX = "REFOLD_"
 DEFAULT_SOURCE = "default"
 
 
-class Settings(BaseModel):
-    """Every setting a surface can take. Field names map to ``REFOLD_<NAME>`` env variables."""
+def _default_home() -> Path:
+    import platformdirs  # only when no home was given
 
-    model_config = ConfigDict(extra="forbid")
+    return Path(platformdirs.user_data_dir("refold"))
 
-    home: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("refold")))
+
+@dataclass(init=False)
+class Settings:
+    """Every setting a surface can take. Field names map to ``REFOLD_<NAME>`` env variables.
+
+    ``Settings(**values)`` checks and converts each value (text from the environment becomes
+    the field's type) and raises ``BadSetting`` naming the setting; unknown names are an error.
+    Plain Python on purpose: every ``refold`` command loads settings, and this keeps a validation
+    framework off the start-up path. ``BOUNDS`` holds the numeric limits.
+    """
+
+    home: Path = field(default_factory=_default_home)
     db: str | None = None  # database URL or path; default: <home>/refold.db
     model: str = "gpt-4o-mini"
     context_length: int = 128_000
@@ -54,17 +63,17 @@ class Settings(BaseModel):
     summarizer_url: str | None = None  # defaults to upstream
     summarizer_model: str | None = None  # defaults to model
     summarizer_api_key: str | None = None
-    summarizer_timeout: float = Field(default=120.0, gt=0)  # seconds for one summary, all attempts
+    summarizer_timeout: float = 120.0  # seconds for one summary, all attempts
     summarizer_cache_friendly: bool = False  # replay the conversation prefix (prompt caches)
     abort_on_summary_failure: bool = False  # a failed llm summary aborts (no builtin fallback)
     # serve
-    api_keys: list[str] = Field(default_factory=list)  # client keys; empty: no auth
+    api_keys: list[str] = field(default_factory=list)  # client keys; empty: no auth
     host: str = "127.0.0.1"
-    port: int = Field(default=8765, ge=0, le=65535)
-    max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
-    header_timeout: float = Field(default=10.0, gt=0)  # seconds for a request's headers to arrive
-    body_timeout: float = Field(default=30.0, gt=0)  # seconds for a request's whole body to arrive
-    max_json_depth: int = Field(default=100, ge=2)  # deeper request JSON is a 400
+    port: int = 8765
+    max_body_bytes: int = 16 * 1024 * 1024
+    header_timeout: float = 10.0  # seconds for a request's headers to arrive
+    body_timeout: float = 30.0  # seconds for a request's whole body to arrive
+    max_json_depth: int = 100  # deeper request JSON is a 400
     # SQLite commit durability for serve: NORMAL (WAL) survives a proxy crash, not power loss;
     # FULL fsyncs every commit. The library and the other commands always use FULL.
     serve_sqlite_synchronous: str = "NORMAL"
@@ -75,10 +84,10 @@ class Settings(BaseModel):
     memory_profile: str = "default"  # the profile keying memory rows when memory_backend=db
     # an external memory provider (entry point in refold.memory_providers) beside the builtin
     memory_provider: str | None = None
-    memory_char_limit: int = Field(default=2200, gt=0)  # MEMORY.md
-    user_char_limit: int = Field(default=1375, gt=0)  # USER.md
-    memory_review_every_turns: int = Field(default=10, ge=0)  # 0: never by turns
-    memory_review_every_tool_iterations: int = Field(default=15, ge=0)  # 0: never by tool calls
+    memory_char_limit: int = 2200  # MEMORY.md
+    user_char_limit: int = 1375  # USER.md
+    memory_review_every_turns: int = 10  # 0: never by turns
+    memory_review_every_tool_iterations: int = 15  # 0: never by tool calls
     # references (refold.references): the directory the proxy lets @file/@folder/@diff/@git
     # read (None: off in the proxy; `refold chat` and `refold expand` use their working dir)
     allow_local_refs: Path | None = None
@@ -86,29 +95,30 @@ class Settings(BaseModel):
     skills_creation_nudge_interval: int = 15
     # cost: per-model prices overriding refold.pricing's table, USD per million tokens:
     # {"model": {"input": …, "output": …, "cache_read": …, "cache_write": …}}
-    pricing: dict[str, dict[str, float]] = Field(default_factory=dict)
+    pricing: dict[str, dict[str, float]] = field(default_factory=dict)
+    # a session's spend (cost_usd, its summaries and reviews included) past which a turn warns
+    # (budget_action = "warn") or is refused (budget_action = "refuse"); None: no budget
+    session_budget_usd: float | None = None
+    budget_action: str = "warn"  # warn | refuse
     # import: the largest transcript `refold import` reads (bytes; 0 = no limit)
-    import_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    import_max_bytes: int = 64 * 1024 * 1024
     # compaction: every field of CompactionPolicy (flat names fold in here)
-    compaction: CompactionPolicy = Field(default_factory=CompactionPolicy)
+    compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
 
-    _sources: dict[str, str] = PrivateAttr(default_factory=dict)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _fold_compaction(cls, data: Any) -> Any:
-        """``Settings(threshold_percent=0.6)`` means ``compaction.threshold_percent``."""
-        if not isinstance(data, dict):
-            return data
-        flat = {k: data[k] for k in COMPACTION_FIELDS if k in data}
-        if not flat:
-            return data
-        rest = {k: v for k, v in data.items() if k not in flat}
-        base = rest.get("compaction", {})
-        if dataclasses.is_dataclass(base) and not isinstance(base, type):
-            base = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
-        rest["compaction"] = {**base, **flat}
-        return rest
+    def __init__(self, **values: Any) -> None:
+        values = _fold_compaction(values)
+        for name in values:
+            if name not in _FIELD_TYPES:
+                raise _unknown(name, "settings", list(SETTING_NAMES))
+        for spec in dataclasses.fields(self):
+            if spec.name in values:
+                value = _checked(spec.name, _FIELD_TYPES[spec.name], values[spec.name])
+            elif spec.default is not dataclasses.MISSING:
+                value = spec.default
+            else:
+                value = spec.default_factory()  # type: ignore[operator]
+            setattr(self, spec.name, value)
+        self._sources: dict[str, str] = {}
 
     @property
     def db_url(self) -> str:
@@ -140,8 +150,164 @@ class Settings(BaseModel):
         return fresh
 
 
+class BadSetting(InvalidInput):
+    """A setting's value has the wrong type or is out of range."""
+
+    def __init__(self, name: str, given: Any, reason: str) -> None:
+        super().__init__(f"bad setting {name} = {given!r}: {reason}",
+                         hint="check refold.toml, REFOLD_* variables and flags")
+        self.setting, self.given, self.reason = name, given, reason
+
+
+# numeric limits: name -> (lowest, is the lowest allowed itself, highest or None)
+BOUNDS: dict[str, tuple[float, bool, float | None]] = {
+    "summarizer_timeout": (0, False, None), "port": (0, True, 65535),
+    "max_body_bytes": (0, False, None), "header_timeout": (0, False, None),
+    "body_timeout": (0, False, None), "max_json_depth": (2, True, None),
+    "memory_char_limit": (0, False, None), "user_char_limit": (0, False, None),
+    "memory_review_every_turns": (0, True, None),
+    "memory_review_every_tool_iterations": (0, True, None),
+    "import_max_bytes": (0, True, None), "session_budget_usd": (0, True, None),
+}
+CHOICES: dict[str, tuple[str, ...]] = {"budget_action": ("warn", "refuse")}
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _fold_compaction(data: dict[str, Any]) -> dict[str, Any]:
+    """``Settings(threshold_percent=0.6)`` means ``compaction.threshold_percent``."""
+    flat = {k: data[k] for k in COMPACTION_FIELDS if k in data}
+    if not flat:
+        return data
+    rest = {k: v for k, v in data.items() if k not in flat}
+    base = rest.get("compaction", {})
+    if isinstance(base, CompactionPolicy):
+        base = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
+    rest["compaction"] = {**base, **flat}
+    return rest
+
+
+def _checked(name: str, kind: Any, value: Any) -> Any:
+    """``value`` as type ``kind`` (text converted as the environment gives it), or BadSetting."""
+    try:
+        out = _convert(kind, value)
+    except BadSetting:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise BadSetting(name, value, str(exc)) from None
+    if name in BOUNDS and out is not None:
+        low, inclusive, high = BOUNDS[name]
+        if out < low or (out == low and not inclusive) or (high is not None and out > high):
+            ceiling = f" and at most {high:g}" if high is not None else ""
+            raise BadSetting(name, value, f"must be {'at least' if inclusive else 'above'} "
+                                          f"{low:g}{ceiling}")
+    if name in CHOICES and out not in CHOICES[name]:
+        raise BadSetting(name, value, "must be one of " + ", ".join(CHOICES[name]))
+    return out
+
+
+def _convert(kind: Any, value: Any) -> Any:
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if args and type(None) in args:  # X | None
+        if value is None:
+            return None
+        return _convert(next(a for a in args if a is not type(None)), value)
+    if kind is bool:
+        return _to_bool(value)
+    if kind is int:
+        return _to_int(value)
+    if kind is float:
+        return _to_float(value)
+    if kind is str:
+        if not isinstance(value, str):
+            raise TypeError(f"expected text, got {type(value).__name__}")
+        return value
+    if kind is Path:
+        if not isinstance(value, str | Path):
+            raise TypeError(f"expected a path, got {type(value).__name__}")
+        return Path(value)
+    if kind is CompactionPolicy:
+        return _to_policy(value)
+    if kind is ModelOverride:
+        return _to_dataclass(ModelOverride, value)
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            raise TypeError(f"expected a list, got {type(value).__name__}")
+        items = [_convert(args[0], v) for v in value]
+        return items if origin is list else tuple(items)
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise TypeError(f"expected a table, got {type(value).__name__}")
+        return {_convert(args[0], k): _convert(args[1], v) for k, v in value.items()}
+    raise TypeError(f"cannot read a {kind}")  # a field type this module does not know yet
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError("expected true or false")
+
+
+def _to_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise TypeError("expected a whole number, got true/false")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip().replace("_", ""))
+        except ValueError:
+            pass
+    raise ValueError("expected a whole number")
+
+
+def _to_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise TypeError("expected a number, got true/false")
+    try:
+        out = float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        raise ValueError("expected a number") from None
+    if not math.isfinite(out):
+        raise ValueError("expected a finite number")
+    return out
+
+
+def _to_dataclass(cls: Any, value: Any) -> Any:
+    if isinstance(value, cls):
+        return value
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected a table, got {type(value).__name__}")
+    hints = typing.get_type_hints(cls)
+    unknown = sorted(set(value) - set(hints))
+    if unknown:
+        raise ValueError(f"unknown key {unknown[0]!r} (valid: {', '.join(hints)})")
+    return cls(**{k: _convert(hints[k], v) for k, v in value.items()})
+
+
+def _to_policy(value: Any) -> CompactionPolicy:
+    if isinstance(value, CompactionPolicy):
+        return value
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected a table, got {type(value).__name__}")
+    hints = _POLICY_TYPES
+    for key in value:
+        if key not in hints:
+            raise _unknown(str(key), "compaction", list(hints))
+    return CompactionPolicy(**{k: _checked(k, hints[k], v) for k, v in value.items()})
+
+
+_POLICY_TYPES: dict[str, Any] = typing.get_type_hints(CompactionPolicy)
+_FIELD_TYPES: dict[str, Any] = typing.get_type_hints(Settings)
+
+
 COMPACTION_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(CompactionPolicy))
-_OWN_FIELDS = tuple(n for n in Settings.model_fields if n != "compaction")
+_OWN_FIELDS = tuple(f.name for f in dataclasses.fields(Settings) if f.name != "compaction")
 SETTING_NAMES: tuple[str, ...] = (*_OWN_FIELDS, *COMPACTION_FIELDS)
 
 # Tables in refold.toml: short name -> setting. A table also takes the settings' full names.
@@ -162,6 +328,8 @@ SECTIONS: dict[str, dict[str, str]] = {
               "body_timeout": "body_timeout", "max_json_depth": "max_json_depth",
               "sqlite_synchronous": "serve_sqlite_synchronous",
               "upstream": "upstream", "upstream_api_key": "upstream_api_key"},
+    "cost": {"session_budget_usd": "session_budget_usd", "budget_usd": "session_budget_usd",
+             "budget_action": "budget_action", "pricing": "pricing"},
 }
 SECRET_SETTINGS = frozenset({"upstream_api_key", "summarizer_api_key", "api_keys"})
 
@@ -176,30 +344,36 @@ def section_of(name: str) -> str:
 
 def _type_of(name: str) -> Any:
     if name in COMPACTION_FIELDS:
-        return typing.get_type_hints(CompactionPolicy)[name]
-    return Settings.model_fields[name].annotation
+        return _POLICY_TYPES[name]
+    return _FIELD_TYPES[name]
 
 
 def _unknown(key: str, where: str, valid: list[str]) -> InvalidInput:
+    import difflib  # only for the error
+
     close = difflib.get_close_matches(key, valid, n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
     return InvalidInput(f"unknown setting {key!r} in {where}",
                         hint=hint + "valid keys: " + ", ".join(sorted(valid)))
 
 
+_JSON_EXAMPLES = {"overrides": '[{"match": "gpt-4o", "threshold_percent": 0.6}]',
+                  "pricing": '{"my-model": {"input": 0.5, "output": 1.5}}'}
+
+
 # -- values from text (REFOLD_* variables and --set) -----------------------------------------
 def parse_text(name: str, raw: str) -> Any:
-    """A setting's value from text: lists are comma-separated, ``overrides`` is JSON, an
-    optional number takes ``none``; everything else is validated by the model."""
+    """A setting's value from text: lists are comma-separated, ``overrides`` and ``pricing`` are
+    JSON, an optional value takes ``none``; everything else is converted by ``Settings``."""
     kind = _type_of(name)
     origin = typing.get_origin(kind)
     args = typing.get_args(kind)
-    if name == "overrides":
+    if name in _JSON_EXAMPLES:
         try:
             return json.loads(raw)
         except ValueError as exc:
             raise InvalidInput(f"{name}: not JSON: {exc}",
-                               hint='e.g. [{"match": "gpt-4o", "threshold_percent": 0.6}]') from exc
+                               hint="e.g. " + _JSON_EXAMPLES[name]) from exc
     if origin in (list, tuple):
         return [item.strip() for item in raw.split(",") if item.strip()]
     if type(None) in args and raw.strip().lower() in ("none", "null", ""):
@@ -315,18 +489,15 @@ def load_settings(flags: Mapping[str, Any] | None = None,
     values["home"] = home
     try:
         settings = Settings(**values)
-    except ValidationError as exc:
-        raise _bad_value(exc, merged) from exc
+    except BadSetting as exc:
+        raise _bad_value(exc, merged) from None
     settings._sources = {name: where for name, (_, where) in merged.items()}
     return settings
 
 
-def _bad_value(exc: ValidationError, merged: Layer) -> InvalidInput:
-    first = exc.errors()[0]
-    loc = [str(p) for p in first.get("loc", ())]
-    name = loc[1] if loc[:1] == ["compaction"] and len(loc) > 1 else (loc[0] if loc else "?")
-    given, where = merged.get(name, (first.get("input"), "?"))
-    return InvalidInput(f"bad setting {name} = {given!r} (from {where}): {first.get('msg')}",
+def _bad_value(exc: BadSetting, merged: Layer) -> InvalidInput:
+    given, where = merged.get(exc.setting, (exc.given, "?"))
+    return InvalidInput(f"bad setting {exc.setting} = {given!r} (from {where}): {exc.reason}",
                         hint="check refold.toml, REFOLD_* variables and flags")
 
 
@@ -354,5 +525,17 @@ def effective(settings: Settings) -> list[dict[str, Any]]:
              "source": settings.source_of(name)} for name in SETTING_NAMES]
 
 
-__all__ = ["COMPACTION_FIELDS", "ENV_PREFIX", "SECTIONS", "SETTING_NAMES", "Settings",
-           "effective", "load_settings", "parse_text", "section_of", "unknown_env"]
+__all__ = [
+    "BOUNDS",
+    "COMPACTION_FIELDS",
+    "ENV_PREFIX",
+    "SECTIONS",
+    "SETTING_NAMES",
+    "BadSetting",
+    "Settings",
+    "effective",
+    "load_settings",
+    "parse_text",
+    "section_of",
+    "unknown_env",
+]

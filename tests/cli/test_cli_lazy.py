@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 from click.testing import CliRunner
 
@@ -57,3 +59,27 @@ def test_help_imports_no_command_and_summaries_match_the_commands() -> None:
         command = cli.get_command(ctx, name)
         assert command is not None and name in COMMANDS
         assert command.get_short_help_str(200) == summary, name
+
+
+def test_search_by_words_loads_no_numpy_pydantic_rich_or_summarizers(tmp_path: Path) -> None:
+    """Issue 14 item 8: `refold search` on an archive with no vectors stays on the light path:
+    store + search, no NumPy (vectors), no pydantic (settings), no rich (the table), no
+    compaction package (the summarizers and their HTTP client)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "REFOLD_HOME": str(tmp_path)}
+    env.pop("REFOLD_DB", None)
+    sample = os.path.join(os.path.dirname(__file__), "..", "..", "src", "refold", "data",
+                          "sample_session.jsonl")
+    subprocess.run([sys.executable, "-m", "refold.cli.main", "import", sample], env=env,
+                   check=True, capture_output=True, timeout=60)
+    code = ("import sys; from refold.cli.main import main\n"
+            "try:\n    main(['search', 'currency'])\nexcept SystemExit:\n    pass\n"
+            "heavy = ('numpy', 'pydantic', 'rich', 'httpx', 'refold.compaction.core')\n"
+            "print(sorted(m for m in heavy if m in sys.modules), file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert "sample_session" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.stderr.splitlines()[-1] == "[]", proc.stderr

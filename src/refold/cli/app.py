@@ -6,9 +6,7 @@ Commands live in their own modules and are imported only when used (``LazyGroup`
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -148,6 +146,8 @@ pass_app = click.make_pass_decorator(AppContext)
 
 
 def _default(value: Any) -> Any:
+    import dataclasses
+
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     if isinstance(value, set | frozenset | tuple):
@@ -157,6 +157,8 @@ def _default(value: Any) -> Any:
 
 def to_json(value: Any) -> str:
     """JSON for ``--json`` output: dataclasses become objects, non-ASCII kept readable."""
+    import json
+
     return json.dumps(value, default=_default, ensure_ascii=False, indent=2)
 
 

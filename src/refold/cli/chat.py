@@ -211,7 +211,7 @@ def chat_cmd(app: AppContext, upstream: str | None, model: str | None,
         if not key:
             raise InvalidInput(f"${upstream_api_key_env} is not set",
                                hint="export it, or drop --upstream-api-key-env")
-        settings = settings.model_copy(update={"upstream_api_key": key})
+        settings = settings.updated(upstream_api_key=key)
     interactive = sys.stdin.isatty()
     console = Console(soft_wrap=True, highlight=False)  # replies wrap in the terminal
     renderer = Renderer(console, markdown=interactive and console.is_terminal)

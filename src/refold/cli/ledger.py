@@ -170,45 +170,51 @@ def _window_json(stored: StoredMessage) -> dict[str, Any]:
             "message": stored.message}
 
 
-def _highlight(snippet: str, query: str) -> Any:
-    """Rich text with the store's ``[match]`` markers shown in bold.
+def _highlight(snippet: str, query: str) -> str:
+    """The snippet with the store's ``[match]`` markers shown in bold (on a terminal).
 
     Content can hold brackets of its own (``order["id"]``), so a bracketed piece counts as a
     marker only when it shares a word with the query; other brackets are printed as they are.
     """
-    from rich.text import Text
-
     words = {w.casefold() for w in re.findall(r"[^\W_]+", query)}
-    text = Text()
+    out = []
     for i, piece in enumerate(re.split(r"\[([^\[\]]*)\]", snippet)):
         folded = piece.casefold()
         if i % 2 and any(w in folded or folded in w for w in words if folded):
-            text.append(piece, style="bold yellow")
+            out.append(click.style(piece, fg="yellow", bold=True))
         else:
-            text.append(f"[{piece}]" if i % 2 else piece)
-    return text
+            out.append(f"[{piece}]" if i % 2 else piece)
+    return "".join(out)
 
 
 def _render_hits(hits: list[dict[str, Any]], query: str) -> None:
-    from rich.table import Table
-
-    from refold.cli.app import console
-
+    """One line per hit: session, seq, role, time, the matching text. Plain click output (no
+    table library: a search is on the start-up path, and its lines grep well)."""
     if not hits:
         click.echo("no matches")
         return
-    table = Table(show_lines=False)
-    table.add_column("session", max_width=24, overflow="ellipsis", no_wrap=True)
-    table.add_column("seq", justify="right", no_wrap=True)
-    table.add_column("role", no_wrap=True)
-    table.add_column("when", no_wrap=True)
-    table.add_column("match", overflow="fold", ratio=1)
+    rows = []
     for hit in hits:
         label = safe_text(hit["title"] or hit["session_id"][:12])
+        label = label if len(label) <= 24 else label[:23] + "…"
         when = datetime.fromtimestamp(hit["created_at"]).strftime("%y-%m-%d %H:%M")
-        table.add_row(label, str(hit["seq"]), hit["role"], when,
-                      _highlight(safe_text(hit["snippet"].replace("\n", " ")), query))
-    console().print(table)
+        rows.append((label, str(hit["seq"]), hit["role"], when,
+                     _highlight(safe_text(hit["snippet"].replace("\n", " ")), query)))
+    header = ("session", "seq", "role", "when", "match")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    for label, seq, role, when, match in [header, *rows]:
+        click.echo(f"{label:<{widths[0]}}  {seq:>{widths[1]}}  {role:<{widths[2]}}  "
+                   f"{when:<{widths[3]}}  {match}")
+
+
+def _by_words_only(store: Store, mode: str | None) -> bool:
+    """``--mode fts``, or no mode and nothing indexed for the default embedder (what
+    ``resolve_mode`` would then choose) — known without importing the vector module."""
+    if mode is not None:
+        return mode == "fts"
+    from refold.search.modes import EMBED_MODEL, embed_installed
+
+    return not (embed_installed() and store.vectors_after(EMBED_MODEL, 0, limit=1))
 
 
 @click.command("search")
@@ -234,13 +240,16 @@ def search_cmd(app: AppContext, query: str, session_ref: str | None, role: str |
                source: str | None, since: float | None, until: float | None, sort: str, limit: int,
                window: int, include_inactive: bool, mode: str | None, as_json: bool) -> None:
     """Search every stored message: a question as you would ask it, in any language."""
-    from refold.search.vectors import hybrid_search, resolve_mode
-
     store = app.store
     session_id = store.resolve_session(session_ref).id if session_ref else None
     request = SearchQuery(
         text=query, session_id=session_id, role=role, source=source,
         since=since, until=until, include_inactive=include_inactive,
         sort="recency" if sort == "recency" else "relevance", limit=limit, window=window)
-    hits = hybrid_search(store, request, mode=resolve_mode(store, mode))
+    if _by_words_only(store, mode):  # no NumPy, no vectors: the start-up path stays short
+        hits = store.search(request)
+    else:
+        from refold.search.vectors import hybrid_search, resolve_mode
+
+        hits = hybrid_search(store, request, mode=resolve_mode(store, mode))
     emit([_hit_json(h) for h in hits], as_json, lambda rows: _render_hits(rows, query))

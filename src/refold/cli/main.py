@@ -6,7 +6,6 @@ everything else. A traceback means a bug in refold; ``REFOLD_DEBUG=1`` shows it 
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 
@@ -80,6 +79,8 @@ def cli(ctx: click.Context, home: str | None, db: str | None, sets: tuple[str, .
     (MEMORY.md / USER.md) and every message searchable (SQLite or PostgreSQL).
     """
     if verbose:
+        import logging  # only here: every command starts without it
+
         logging.basicConfig(level=logging.DEBUG if verbose > 1 else logging.INFO,
                             format="%(levelname)s %(name)s: %(message)s")
     app = AppContext(flags={"home": home, "db": db}, sets=sets)

@@ -6,28 +6,80 @@
 
 ``compact`` is pure (the summarizer is the only seam that may do I/O); ``Compactor`` and
 ``CompactionGuard`` decide when to run it; ``compact_session`` applies it to a stored session.
+
+The names load on first use (PEP 562), so importing ``refold.compaction.policy`` (settings)
+does not pay for the summarizers and their HTTP client.
 """
 
-from refold.compaction.builtin import BuiltinSummarizer
-from refold.compaction.core import CompactionReport, CompactionResult, compact
-from refold.compaction.engine import (
-    Compactor,
-    compact_for_overflow,
-    complete_with_overflow_recovery,
-)
-from refold.compaction.guard import CompactionGuard, Decision, GuardStatus
-from refold.compaction.llm_summarizer import LLMSummarizer
-from refold.compaction.policy import CompactionPolicy, ModelOverride, Threshold, threshold_for
-from refold.compaction.session import (
-    ContextBreakdown,
-    SessionCompaction,
-    compact_session,
-    context_breakdown,
-    projection_messages,
-)
-from refold.compaction.structure import provider_problems, repair_tool_pairs
-from refold.compaction.summarizer import Summarizer, SummaryDraft, SummaryRequest
-from refold.compaction.summary import END_MARKER, PREFIX, SUMMARY_KEY
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from refold.compaction.builtin import BuiltinSummarizer
+    from refold.compaction.core import CompactionReport, CompactionResult, compact
+    from refold.compaction.engine import (
+        Compactor,
+        compact_for_overflow,
+        complete_with_overflow_recovery,
+    )
+    from refold.compaction.guard import CompactionGuard, Decision, GuardStatus
+    from refold.compaction.llm_summarizer import LLMSummarizer
+    from refold.compaction.policy import CompactionPolicy, ModelOverride, Threshold, threshold_for
+    from refold.compaction.session import (
+        ContextBreakdown,
+        SessionCompaction,
+        compact_session,
+        context_breakdown,
+        projection_messages,
+    )
+    from refold.compaction.structure import provider_problems, repair_tool_pairs
+    from refold.compaction.summarizer import Summarizer, SummaryDraft, SummaryRequest
+    from refold.compaction.summary import END_MARKER, PREFIX, SUMMARY_KEY
+
+# name -> submodule that defines it
+_LAZY = {
+    "BuiltinSummarizer": "refold.compaction.builtin",
+    "CompactionReport": "refold.compaction.core",
+    "CompactionResult": "refold.compaction.core",
+    "compact": "refold.compaction.core",
+    "Compactor": "refold.compaction.engine",
+    "compact_for_overflow": "refold.compaction.engine",
+    "complete_with_overflow_recovery": "refold.compaction.engine",
+    "CompactionGuard": "refold.compaction.guard",
+    "Decision": "refold.compaction.guard",
+    "GuardStatus": "refold.compaction.guard",
+    "LLMSummarizer": "refold.compaction.llm_summarizer",
+    "CompactionPolicy": "refold.compaction.policy",
+    "ModelOverride": "refold.compaction.policy",
+    "Threshold": "refold.compaction.policy",
+    "threshold_for": "refold.compaction.policy",
+    "ContextBreakdown": "refold.compaction.session",
+    "SessionCompaction": "refold.compaction.session",
+    "compact_session": "refold.compaction.session",
+    "context_breakdown": "refold.compaction.session",
+    "projection_messages": "refold.compaction.session",
+    "provider_problems": "refold.compaction.structure",
+    "repair_tool_pairs": "refold.compaction.structure",
+    "Summarizer": "refold.compaction.summarizer",
+    "SummaryDraft": "refold.compaction.summarizer",
+    "SummaryRequest": "refold.compaction.summarizer",
+    "END_MARKER": "refold.compaction.summary",
+    "PREFIX": "refold.compaction.summary",
+    "SUMMARY_KEY": "refold.compaction.summary",
+}
+
+
+def __getattr__(name: str) -> object:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'refold.compaction' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "END_MARKER",

