@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from refold.compaction.policy import CompactionPolicy
     from refold.compaction.summarizer import Summarizer
     from refold.llm import ChatClient
+    from refold.runtime.cost import CostBook
     from refold.runtime.engine import Engine
     from refold.runtime.memory_link import MemoryLink
     from refold.skills import SkillLibrary
@@ -185,9 +186,14 @@ def build_engine(settings: Settings, store: Store, setup: SummarizerSetup, *,
     ``refs_root``, off when None; ``session_aliases(owner, name)`` is the title a surface
     stores a named session under)."""
     from refold.references import local_expander
+    from refold.runtime.cost import MeteredClient
     from refold.runtime.engine import Engine
 
-    memory = tenant_memory(settings, store, owner, setup.client)
+    cost = cost_book(settings, store)
+    # the reviewer's calls are charged to the session whose turn started the review
+    reviewer_client = MeteredClient(setup.client, cost, what="memory review") \
+        if setup.client is not None else None
+    memory = tenant_memory(settings, store, owner, reviewer_client)
     skills = tenant_skills(settings, store, owner)
     review = None
     if settings.skills_creation_nudge_interval > 0:
@@ -204,7 +210,17 @@ def build_engine(settings: Settings, store: Store, setup: SummarizerSetup, *,
     return Engine(store, model=settings.model, context_length=settings.context_length,
                   owner=owner, memory=memory, chat_client=setup.client,
                   summarizer=setup.summarizer, policy=compaction_policy(settings),
-                  references=references, skills=skills, skill_review=review)
+                  references=references, skills=skills, skill_review=review, cost=cost)
+
+
+def cost_book(settings: Settings, store: Store | None) -> CostBook:
+    """Prices (the shipped table + ``pricing`` overrides) and the per-session budget."""
+    from refold.pricing import parse_overrides
+    from refold.runtime.cost import Budget, CostBook
+
+    budget = None if settings.session_budget_usd is None else Budget(
+        settings.session_budget_usd, settings.budget_action)
+    return CostBook(store, overrides=parse_overrides(settings.pricing), budget=budget)
 
 
 class EngineFactory:
@@ -227,5 +243,5 @@ class EngineFactory:
         self.setup.close()
 
 
-__all__ = ["EngineFactory", "SummarizerSetup", "build_engine", "compaction_policy",
+__all__ = ["EngineFactory", "SummarizerSetup", "build_engine", "compaction_policy", "cost_book",
            "open_configured_store", "summarizer_setup", "tenant_memory", "tenant_memory_dir"]

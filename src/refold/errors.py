@@ -16,6 +16,7 @@ catch one family and the CLI and the server each render it in exactly one place.
     ├── MemoryError_                 a memory write was refused (limit, injection scan, approval)
     ├── CompactionError              compaction could not produce a valid, smaller context
     │   └── SummarizerError          a summarizer failed; ``retryable`` says whether to fall back
+    ├── BudgetExceeded               a session reached its cost budget (budget_action = refuse)
     └── UpstreamError                an LLM endpoint failed; ``kind`` classifies it
         └── ContextOverflowError     the provider said the prompt is too long
 
@@ -122,6 +123,10 @@ class SummarizerError(CompactionError):
         super().__init__(message, hint=hint, retryable=retryable, kind=kind)
         self.retryable = retryable
         self.kind = kind
+
+
+class BudgetExceeded(RefoldError):
+    """A session's cost reached ``session_budget_usd`` and ``budget_action`` is refuse."""
 
 
 class UpstreamError(RefoldError):

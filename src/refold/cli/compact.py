@@ -176,6 +176,13 @@ def sessions_compact_cmd(app: AppContext, session: str, context_length: int | No
                            summarizer=make_summarizer(settings, summarizer, model),
                            system_prompt=recorded_system_prompt(app.store, found.id),
                            rotate=False)
+    if done.report.usage:  # the summary model's tokens count against this session
+        from refold.assembly import cost_book
+        from refold.runtime.cost import summarizer_model
+
+        cost_book(settings, app.store).charge(found.id, done.report.usage,
+                                              summarizer_model(done.report.summarizer),
+                                              what="summary")
     session_id, rotated_from = done.session.id, None
     if done.stored and (settings.rotate_on_compaction if rotate is None else rotate):
         # the one rotation (as the runtime's): the child starts with the checkpoint's view,

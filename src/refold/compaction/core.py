@@ -92,6 +92,7 @@ class CompactionReport:
     prune: dict[str, int] = field(default_factory=dict)
     error_kind: str | None = None
     compaction_count: int = 0
+    usage: dict[str, int] = field(default_factory=dict)  # the summary model's (cost accounting)
 
     @property
     def changed(self) -> bool:
@@ -411,7 +412,7 @@ def _finish(plan: _Plan, original: Sequence[Message], summarizer: Summarizer,
         warnings.append(f"tool pairs repaired: {stubs} stub results added, "
                         f"{orphans} orphan results dropped")
     after = _tokens(result, counter, tools)
-    common.update(summarizer=draft.summarizer, error_kind=error_kind)
+    common.update(summarizer=draft.summarizer, error_kind=error_kind, usage=dict(draft.usage))
     if after >= before:
         if before > target:
             warnings.append(fit_warning(plan, counter, before, target))

@@ -15,6 +15,7 @@ safety scan apply. The review has no handle on the session ledger: it never writ
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import re
@@ -264,8 +265,11 @@ class MemoryReviewer:
             return None
         self.turns = self.tool_iterations = 0
         window = list(messages)[-WINDOW_MESSAGES:]
-        thread = threading.Thread(target=self._run, args=(window,), name="refold-memory-review",
-                                  daemon=True)
+        # the caller's context goes along (refold.runtime.cost charges the review's model
+        # calls to the session whose turn started it)
+        context = contextvars.copy_context()
+        thread = threading.Thread(target=context.run, args=(self._run, window),
+                                  name="refold-memory-review", daemon=True)
         self._threads.append(thread)
         thread.start()
         return thread

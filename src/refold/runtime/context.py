@@ -23,6 +23,7 @@ from typing import Any
 
 from refold.errors import Conflict
 from refold.messages.model import Message
+from refold.runtime.cost import CostBook, summarizer_model
 from refold.runtime.precompact import Plan
 from refold.runtime.trigger import Trigger
 from refold.store.base import CheckpointBase, Projection, Store
@@ -38,7 +39,8 @@ class ContextOps:
     """Counting, trigger policy and compaction planning for one model and window."""
 
     def __init__(self, *, model: str, context_length: int, policy: Any | None = None,
-                 summarizer: Any | None = None, chat_client: Any | None = None) -> None:
+                 summarizer: Any | None = None, chat_client: Any | None = None,
+                 cost: CostBook | None = None) -> None:
         from refold.compaction import BuiltinSummarizer, CompactionPolicy, threshold_for
         from refold.tokens import get_counter
 
@@ -47,6 +49,7 @@ class ContextOps:
         self.policy = policy if policy is not None else CompactionPolicy()
         self.summarizer = summarizer if summarizer is not None else BuiltinSummarizer()
         self.chat_client = chat_client
+        self.cost = cost if cost is not None else CostBook()  # prices, budget, aux charges
         self.counter = get_counter(model)
         self.builtin = BuiltinSummarizer()
         self.threshold = threshold_for(self.policy, context_length, model).tokens
@@ -134,6 +137,9 @@ class ContextOps:
                          compaction_count=1 if projection.checkpoint else 0,
                          provider_notes=provider_notes)
         report = result.report
+        if report.usage:  # paid for whether or not the checkpoint is kept
+            self.cost.charge(projection.session_id, report.usage,
+                             summarizer_model(report.summarizer), what="summary")
         draft = None
         if report.changed and report.summary is not None:
             draft = checkpoint_draft(projection, view, result, 1 if system_text else 0)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from refold.errors import InvalidInput, WouldBlock
 from refold.runtime.context import ContextOps
+from refold.runtime.cost import CostBook, paying_for
 from refold.runtime.memory_link import MemoryLink
 from refold.runtime.precompact import plan_is_current
 from refold.runtime.recall import recall_block
@@ -61,7 +62,8 @@ class Engine:
                  background_precompact: bool = True,
                  references: ReferenceExpander | None = None,
                  skills: SkillLibrary | None = None,
-                 skill_review: SkillReviewer | None = None) -> None:
+                 skill_review: SkillReviewer | None = None,
+                 cost: CostBook | None = None) -> None:
         if context_length <= 0:
             raise InvalidInput(f"context_length must be positive, got {context_length}")
         self.store = store
@@ -72,8 +74,9 @@ class Engine:
         self.references = references  # expands @session/@file… in what is sent (None: off)
         self.skills = skills  # layer 4: its index joins the frozen snapshot
         self.skill_review = skill_review  # proposes skills after enough tool work
+        self.cost = cost if cost is not None else CostBook(store)  # prices, budget, charges
         self.ops = ContextOps(model=model, context_length=context_length, policy=policy,
-                              summarizer=summarizer, chat_client=chat_client)
+                              summarizer=summarizer, chat_client=chat_client, cost=self.cost)
         self.memory: MemoryLink | None = (
             MemoryLink.wrap(memory) if memory is not None
             else MemoryLink.from_dir(Path(memory_dir), chat_client=chat_client, model=model)
@@ -178,6 +181,10 @@ class Engine:
         for skill review."""
         if self._closed:
             return
+        with paying_for(runtime.session_id):  # a review this starts is charged to this session
+            self._after_turn(runtime, tool_iterations)
+
+    def _after_turn(self, runtime: SessionRuntime, tool_iterations: int) -> None:
         self._review_skills(runtime, tool_iterations)
         if self.memory is None:
             return

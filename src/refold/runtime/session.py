@@ -38,7 +38,6 @@ from refold.messages.model import (
     content_text,
     wire_form,
 )
-from refold.pricing import usage_cost
 from refold.runtime.branches import Diverge, place
 from refold.runtime.chain import comparable
 from refold.runtime.checkpointer import Checkpointer
@@ -50,7 +49,7 @@ from refold.runtime.recall import with_recall
 from refold.runtime.rotation import Rotation
 from refold.runtime.valid import provider_valid
 from refold.runtime.view import ViewCache, detached
-from refold.store.base import Store, Usage
+from refold.store.base import Store
 
 if TYPE_CHECKING:
     from refold.runtime.context import ContextOps
@@ -367,10 +366,12 @@ class SessionRuntime:
         if light and prompt_tokens >= self.checkpointer.light_limit:
             raise NeedsWorker  # the post-response policy may compact: nothing stored yet
         # the totals move in the reply's own transaction (one commit per record)
-        delta = Usage(prompt_tokens, completion, cached, model=model,
-                      cost_usd=usage_cost(model, input_tokens=prompt_tokens,
-                                          output_tokens=completion, cache_read_tokens=cached)) \
-            if prompt_tokens or completion else None
+        # priced with the user's overrides (refold.runtime.cost); the model named even when the
+        # reply reported no usage
+        delta = self.ops.cost.usage_of({"prompt_tokens": prompt_tokens,
+                                        "completion_tokens": completion,
+                                        "prompt_tokens_details": {"cached_tokens": cached}},
+                                       model)
         self.mirror.append_reply(message, counts, delta)
         if prompt_tokens and self._last_base_estimate is not None:
             self.ops.observe_estimate(self._last_base_estimate, prompt_tokens)
@@ -471,7 +472,7 @@ class SessionRuntime:
         return delta
 
     def _prepare_locked(self, light: bool = False, client: bool = False) -> Prepared:
-        warnings: list[str] = []
+        warnings: list[str] = self._budget_warnings(light)
         if light and not self.mirror.view_is_confirmed():
             raise NeedsWorker  # the view may need a full read
         view = self.mirror.current_view()
@@ -505,6 +506,18 @@ class SessionRuntime:
         return Prepared(messages=messages, tokens=tokens, threshold=self.ops.threshold,
                         context_length=self.ops.context_length, compaction=report,
                         warnings=warnings, tokens_before=before)
+
+
+    def _budget_warnings(self, light: bool) -> list[str]:
+        """The per-session budget (``refold.runtime.cost``): a warning, or ``BudgetExceeded``
+        before anything is sent. It reads the session's stored cost, so light mode hands the
+        turn to a worker when a budget is set."""
+        if self.ops.cost.budget is None:
+            return []
+        if light:
+            raise NeedsWorker
+        warning = self.ops.cost.check_budget(self.store.get_session(self.session_id).cost_usd)
+        return [warning] if warning else []
 
 
 def _same_identity(a: Message, b: Message) -> bool:

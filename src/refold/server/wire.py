@@ -18,6 +18,7 @@ import logging
 from typing import Any, TypedDict
 
 from refold.errors import (
+    BudgetExceeded,
     CompactionError,
     Conflict,
     ContextOverflowError,
@@ -82,6 +83,8 @@ def status_for(err: RefoldError) -> tuple[int, ErrorBody]:
     """The HTTP status and OpenAI-shaped body for any ``RefoldError``."""
     if isinstance(err, UpstreamError):
         return upstream_status(err)
+    if isinstance(err, BudgetExceeded):  # 402: SDKs do not retry it (they retry 429)
+        return 402, error_body(str(err), "insufficient_quota", "session_budget_exceeded")
     if isinstance(err, SummarizerError):
         return 502, error_body(f"refold could not summarize the history: {err}",
                                "upstream_error", "summarizer_failed")
