@@ -312,7 +312,9 @@ SETTING_NAMES: tuple[str, ...] = (*_OWN_FIELDS, *COMPACTION_FIELDS)
 
 # Tables in refold.toml: short name -> setting. A table also takes the settings' full names.
 SECTIONS: dict[str, dict[str, str]] = {
-    "compaction": {name: name for name in COMPACTION_FIELDS},
+    # ``[compaction] enabled`` / ``auto``: the on/off switch of automatic compaction
+    "compaction": {**{name: name for name in COMPACTION_FIELDS}, "enabled": "auto_compact",
+                   "auto": "auto_compact"},
     "summarizer": {"kind": "summarizer", "url": "summarizer_url", "endpoint": "summarizer_url",
                    "model": "summarizer_model", "api_key": "summarizer_api_key",
                    "timeout": "summarizer_timeout", "cache_friendly": "summarizer_cache_friendly",

@@ -28,6 +28,7 @@ from refold.compaction.policy import CompactionPolicy, Threshold, threshold_for
 
 Clock = Callable[[], float]
 HARD_KINDS = frozenset({"auth", "quota", "network", "truncated"})
+AUTO_OFF = "auto-compaction is off (compaction.auto_compact = false)"
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,8 @@ class CompactionGuard:
     def on_overflow(self, attempt: int, tokens: int = 0) -> Decision:
         """The provider said the prompt is too long; ``attempt`` counts from 0."""
         targets = self.policy.overflow_targets
+        if not self.policy.auto_compact:
+            return self._no("overflow", tokens, AUTO_OFF)
         if attempt >= len(targets):
             return self._no("overflow", tokens, f"still too long after {len(targets)} "
                             "compaction attempts")
@@ -153,6 +156,8 @@ class CompactionGuard:
     def _decide(self, entry: str, tokens: int) -> Decision:
         if tokens < self.threshold:
             return self._no(entry, tokens, f"{tokens} tokens < threshold {self.threshold}")
+        if not self.policy.auto_compact:
+            return self._no(entry, tokens, AUTO_OFF)
         now = self.clock()
         if now < self.noop_until:
             return self._no(entry, tokens, "backing off after a no-op compaction")
@@ -165,6 +170,8 @@ class CompactionGuard:
                         self.threshold, probe=probe, use_builtin=self._cooling())
 
     def _blocked(self, now: float) -> tuple[bool, str | None, bool]:
+        if not self.policy.auto_compact:
+            return True, AUTO_OFF, False
         if now < self.cooldown_until and self.cooldown_kind in HARD_KINDS:
             return True, (f"auto-compaction paused: the summary model failed "
                           f"({self.cooldown_kind}); retrying in "

@@ -8,7 +8,8 @@ count at which auto-compaction triggers:
 2. for windows under 512K a raise-only floor applies (0.75) — unless the ratio was set
    explicitly for this model, which is never silently changed;
 3. output tokens are reserved (``window - output_reserve``), as long as the reserve leaves a
-   usable window;
+   usable window (a request's own ``max_tokens`` raises the reserve for that turn: see
+   ``SessionRuntime.output_reserve``);
 4. the trigger never exceeds 85% of the window (and if the floor reached the window, 85% is
    where it triggers);
 5. an absolute cap applies last, except over an explicit per-model ratio (reported instead).
@@ -32,6 +33,9 @@ class ModelOverride:
 @dataclass(frozen=True)
 class CompactionPolicy:
     # trigger
+    # False: nothing compacts on its own (no preflight, post-response, background or overflow
+    # compaction); an explicit compact (``rt.compact()``, ``refold sessions compact``) still does
+    auto_compact: bool = True
     threshold_percent: float = 0.50
     small_window_floor_percent: float = 0.75
     small_window_limit: int = 512_000

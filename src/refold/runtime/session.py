@@ -95,6 +95,9 @@ class SessionRuntime:
         self._rotation = Rotation()  # maps a re-sent history onto a compaction child
         self._refs = host.reference_link()  # @file/@session expansion (None: off)
         self._show_once = ""  # a note for the next user turn only (the resumed task state)
+        # the output tokens the next request asks for (its max_tokens), when above the policy's
+        # output_reserve_tokens: the next prepare compacts so prompt + output fit the window
+        self.output_reserve: int | None = None
         self._closed = False
         # (messages, last identity) a prepare stored before it failed: its retry stores nothing
         self._unanswered: tuple[list[Message], str] | None = None
@@ -478,9 +481,11 @@ class SessionRuntime:
         view = self.mirror.current_view()
         messages, body = self._request(view, light, client)
         tokens = self.ops.total_from_base(body, self._tools)
-        if light and tokens >= self.checkpointer.light_limit:
+        extra = self._reserve_excess()
+        if light and tokens + extra >= self.checkpointer.light_limit:
             raise NeedsWorker  # nothing decided yet: the worker call redoes it all
-        report = self.checkpointer.preflight(tokens, view)
+        self.output_reserve = None
+        report = self.checkpointer.preflight(tokens + extra, view)
         before = None
         if report is not None or self.mirror.view is None:
             # ours, or another compactor's (report None, view dropped): send the latest view
@@ -507,6 +512,17 @@ class SessionRuntime:
                         context_length=self.ops.context_length, compaction=report,
                         warnings=warnings, tokens_before=before)
 
+
+    def _reserve_excess(self) -> int:
+        """How much further a request's own ``output_reserve`` (its ``max_tokens``) lowers the
+        trigger than the policy's reserve does: the preflight acts as if the request were that
+        much bigger, so the prompt plus the output it asks for fits the window."""
+        reserve, window = self.output_reserve, self.ops.context_length
+        if not reserve or reserve <= self.ops.policy.output_reserve_tokens:
+            return 0
+        if window - reserve < window * 0.25:  # as threshold_for: it must leave a usable window
+            return 0
+        return max(0, self.ops.threshold - (window - int(reserve)))
 
     def _budget_warnings(self, light: bool) -> list[str]:
         """The per-session budget (``refold.runtime.cost``): a warning, or ``BudgetExceeded``

@@ -213,6 +213,7 @@ class _Turn:
         can do it in light mode (a small request on the fast path, see
         ``refold.runtime.inline``), else in a worker thread (a long history is megabytes of
         JSON; a compaction may call a summarizer)."""
+        self.rt.output_reserve = requested_output(self.body)
         if self.light:
             prepared = self.rt.inline.prepare(self.history, tools=self.body.get("tools"),
                                               defer_store=True)
@@ -223,6 +224,7 @@ class _Turn:
         return await anyio.to_thread.run_sync(self._prepare_and_encode)
 
     def _prepare_and_encode(self) -> bytes:
+        self.rt.output_reserve = requested_output(self.body)
         return self._encode(self.rt.prepare_history(self.history, tools=self.body.get("tools"),
                                                     diverge=self.diverge))
 
@@ -371,6 +373,16 @@ class _Turn:
             return
         await anyio.to_thread.run_sync(
             lambda: self.rt.record(message, usage=assembler.usage, model=assembler.model))
+
+
+def requested_output(body: dict[str, Any]) -> int | None:
+    """The output tokens a chat body asks for (``max_completion_tokens`` or ``max_tokens``; the
+    Messages and Responses endpoints translate theirs to these), the turn's output reserve."""
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def _kept_changing(session_id: str) -> Conflict:
