@@ -9,8 +9,20 @@ uncached input is ``input_tokens - cache_read_tokens``. A model is found by its 
 else by the longest table name it starts with (``gpt-4o-mini-2024-07-18`` → ``gpt-4o-mini``),
 else it has no price (``None``: shown as unknown, never as a made-up zero).
 
-The shipped figures are list prices as published by the providers when this table was written;
-they change, which is why overrides exist.
+The shipped figures are list prices; they change, which is why overrides exist. Checked on
+2026-12-01 against public copies of the providers' pricing pages (no network from here):
+- OpenAI (gpt-4o, gpt-4o-mini, gpt-4.1*, o3, o4-mini; input / cached input / output): several
+  independent tables in public code and pages agree (e.g. deploybase.ai "OpenAI pricing",
+  March 2026, citing platform.openai.com/docs/pricing; domderen/openai-usage
+  ``model_costs.py`` for the cached rates). o3 is the June 2025 price ($2 / $8), not launch's.
+- Anthropic (Opus 4 / 4.1, Sonnet 4 / 4.5, Haiku 4.5, Haiku 3.5; input / 5-minute cache write /
+  cache hit / output): the prompt-caching pricing table of Anthropic's docs (copy in
+  patrickcarmichael/claude-docs, updated 2025-11-08). Names match by prefix, so
+  ``claude-sonnet-4-5-20250929`` is priced as ``claude-sonnet-4``.
+- DeepSeek (deepseek-chat, deepseek-reasoner, both DeepSeek-V3.2): api-docs.deepseek.com
+  "Models & Pricing" as quoted by benchlm.ai, April 2026: $0.28 input (cache miss), $0.028
+  cache hit, $0.42 output for both (the older $0.27 / $0.55 V3 / R1 rates are gone).
+Not verified here: anything else — add it under ``[pricing."model"]``.
 """
 
 from __future__ import annotations
@@ -39,11 +51,12 @@ PRICES: dict[str, Price] = {
     "gpt-4.1-nano": Price(0.10, 0.40, 0.025),
     "o3": Price(2.00, 8.00, 0.50),
     "o4-mini": Price(1.10, 4.40, 0.275),
-    "claude-opus-4": Price(15.00, 75.00, 1.50, 18.75),
-    "claude-sonnet-4": Price(3.00, 15.00, 0.30, 3.75),
+    "claude-opus-4": Price(15.00, 75.00, 1.50, 18.75),  # also claude-opus-4-1
+    "claude-sonnet-4": Price(3.00, 15.00, 0.30, 3.75),  # also claude-sonnet-4-5
+    "claude-haiku-4-5": Price(1.00, 5.00, 0.10, 1.25),
     "claude-3-5-haiku": Price(0.80, 4.00, 0.08, 1.00),
-    "deepseek-chat": Price(0.27, 1.10, 0.07),
-    "deepseek-reasoner": Price(0.55, 2.19, 0.14),
+    "deepseek-chat": Price(0.28, 0.42, 0.028),
+    "deepseek-reasoner": Price(0.28, 0.42, 0.028),
 }
 
 _KEYS = ("input", "output", "cache_read", "cache_write")

@@ -77,3 +77,13 @@ def test_recorded_usage_fills_cost_usd(store: Store, tmp_path: Path) -> None:
     session = store.get_session(rt.session_id)
     assert session.cost_usd == pytest.approx(0.05 * 2.5 + 0.05 * 1.25 + 0.01 * 10)
     engine.close()
+
+
+def test_the_table_has_the_checked_prices_and_dated_names_match_by_prefix() -> None:
+    """Issue 14 item 7: the shipped figures as checked (see refold.pricing's docstring): the
+    DeepSeek V3.2 rates, Haiku 4.5, and dated model names priced by their family."""
+    assert price_for("deepseek-chat") == Price(0.28, 0.42, 0.028)
+    assert price_for("deepseek-reasoner") == Price(0.28, 0.42, 0.028)
+    assert price_for("claude-haiku-4-5-20251001") == Price(1.00, 5.00, 0.10, 1.25)
+    assert price_for("claude-sonnet-4-5-20250929") == Price(3.00, 15.00, 0.30, 3.75)
+    assert price_for("claude-opus-4-1-20250805") == Price(15.00, 75.00, 1.50, 18.75)
