@@ -268,3 +268,5 @@ def test_settings_convert_text_and_refuse_bad_values_without_a_framework() -> No
             Settings(**bad)
     with pytest.raises(InvalidInput, match="unknown setting 'colour'"):
         Settings(colour="red")
+    shown = repr(Settings(upstream_api_key="sk-secret", api_keys=["client-key"]))
+    assert "sk-secret" not in shown and "client-key" not in shown  # secrets stay out of logs

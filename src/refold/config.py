@@ -56,18 +56,18 @@ class Settings:
     context_length: int = 128_000
     # upstream LLM (serve / chat / llm summarizer)
     upstream: str | None = None  # OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1
-    upstream_api_key: str | None = None
+    upstream_api_key: str | None = field(default=None, repr=False)  # secrets stay out of logs
     upstream_format: str = "openai"  # openai (chat completions) | anthropic (Messages API)
     # summarizer
     summarizer: str = "builtin"  # builtin | llm
     summarizer_url: str | None = None  # defaults to upstream
     summarizer_model: str | None = None  # defaults to model
-    summarizer_api_key: str | None = None
+    summarizer_api_key: str | None = field(default=None, repr=False)
     summarizer_timeout: float = 120.0  # seconds for one summary, all attempts
     summarizer_cache_friendly: bool = False  # replay the conversation prefix (prompt caches)
     abort_on_summary_failure: bool = False  # a failed llm summary aborts (no builtin fallback)
     # serve
-    api_keys: list[str] = field(default_factory=list)  # client keys; empty: no auth
+    api_keys: list[str] = field(default_factory=list, repr=False)  # client keys; empty: no auth
     host: str = "127.0.0.1"
     port: int = 8765
     max_body_bytes: int = 16 * 1024 * 1024
