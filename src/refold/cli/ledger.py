@@ -15,17 +15,18 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from refold.cli.app import AppContext, emit, pass_app
 from refold.cli.terminal import safe_text
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
-from refold.messages import chain_identities, load_anthropic, load_messages, load_messages_file
-from refold.messages.load import Utf8Repair, check_size
-from refold.messages.model import Message
+from refold.messages.model import Message, chain_identities
 from refold.store import SearchHit, SearchQuery, Session, Store, StoredMessage
+
+if TYPE_CHECKING:  # the loaders load with `refold import`, not on `refold search`'s path
+    from refold.messages.load import Utf8Repair
 
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -35,6 +36,8 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 def _read_transcript(file: str, fmt: str, max_bytes: int | None,
                      repair: Utf8Repair) -> tuple[list[Message], str]:
+    from refold.messages.load import check_size, load_anthropic, load_messages, load_messages_file
+
     if file == "-":
         data = sys.stdin.buffer.read(max_bytes + 1) if max_bytes else sys.stdin.buffer.read()
         check_size(len(data), max_bytes, "<stdin>")
@@ -108,6 +111,8 @@ def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str |
 
     Messages already stored in the session are skipped, so importing twice is harmless.
     """
+    from refold.messages.load import Utf8Repair
+
     repair = Utf8Repair()
     messages, stem = _read_transcript(file, fmt, app.settings.import_max_bytes or None, repair)
     if repair.count:
