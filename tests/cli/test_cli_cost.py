@@ -87,3 +87,34 @@ def test_the_table_has_the_checked_prices_and_dated_names_match_by_prefix() -> N
     assert price_for("claude-haiku-4-5-20251001") == Price(1.00, 5.00, 0.10, 1.25)
     assert price_for("claude-sonnet-4-5-20250929") == Price(3.00, 15.00, 0.30, 3.75)
     assert price_for("claude-opus-4-1-20250805") == Price(15.00, 75.00, 1.50, 18.75)
+
+
+def test_sessions_compact_charges_the_summary_to_the_session(store: Store, tmp_path: Path) -> None:
+    """`refold sessions compact` with the llm summarizer: the summary model's usage lands in
+    the compacted session's totals, priced by the refold.toml override (both backends)."""
+    import sys
+
+    from refold.testing import ScriptedReply, serve
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compaction"))
+    from agent_transcript import agent_transcript
+
+    session = store.create_session(title="Login work", model="gpt-4o")
+    store.append_messages(session.id, agent_transcript(40)[1:])
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "refold.toml").write_text('[pricing."aux"]\ninput = 1.0\noutput = 2.0\n')
+    usage = {"prompt_tokens": 30_000, "completion_tokens": 1_000, "total_tokens": 31_000}
+    with serve(default=lambda body: ScriptedReply(content="## Goal\n- fix login",
+                                                  usage=usage)) as up:
+        result = CliRunner().invoke(cli, [
+            "--home", str(home), "--db", db_url(store), "sessions", "compact", session.id,
+            "--context-length", "12000", "--summarizer", "llm", "--json"],
+            env={"REFOLD_SUMMARIZER_URL": up.base_url, "REFOLD_SUMMARIZER_MODEL": "aux",
+                 "REFOLD_UPSTREAM": None})
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["report"]["summarizer"] == "llm:aux"
+    after = store.get_session(session.id)
+    assert after.cost_usd == pytest.approx((30_000 * 1.0 + 1_000 * 2.0) / 1e6)
+    assert (after.input_tokens, after.output_tokens) == (30_000, 1_000)
+    assert after.model == "gpt-4o"
