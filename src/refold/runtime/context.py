@@ -115,7 +115,8 @@ class ContextOps:
              tools: Sequence[dict[str, Any]] | None, *, trigger: Trigger,
              target_tokens: int | None, speculative: bool = False,
              provider_notes: str | Sequence[str] = (), probe: bool = False) -> Plan | None:
-        """A checkpoint draft for ``projection`` (pure; safe on a worker thread).
+        """A checkpoint draft for ``projection`` (safe on a worker thread; its one write is the
+        summary model's usage, charged to the session through ``self.cost``).
 
         A ``speculative`` (background) plan that comes to nothing is not a strike: only a
         summarizer failure, which starts a cooldown, is recorded. ``provider_notes`` (memory

@@ -369,8 +369,7 @@ class SessionRuntime:
         if light and prompt_tokens >= self.checkpointer.light_limit:
             raise NeedsWorker  # the post-response policy may compact: nothing stored yet
         # the totals move in the reply's own transaction (one commit per record)
-        # priced with the user's overrides (refold.runtime.cost); the model named even when the
-        # reply reported no usage
+        # priced with the user's overrides (refold.runtime.cost); None when no usage came
         delta = self.ops.cost.usage_of({"prompt_tokens": prompt_tokens,
                                         "completion_tokens": completion,
                                         "prompt_tokens_details": {"cached_tokens": cached}},
