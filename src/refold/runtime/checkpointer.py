@@ -140,7 +140,7 @@ class Checkpointer:
         if report is None:
             log.info("session %s: background plan outdated, discarded", self._session_id)
         else:
-            self._maybe_rotate()
+            self._committed(plan)
         return report
 
     def _compact_now(self, projection: Projection, *, target_tokens: int | None) -> Any:
@@ -167,7 +167,7 @@ class Checkpointer:
         finally:
             store.release_lease(f"compact:{session_id}", self._holder)
         if report is not None:
-            self._maybe_rotate()
+            self._committed(plan)
         return report
 
     def _plan_now(self, projection: Projection, target_tokens: int | None) -> Plan | None:
@@ -213,6 +213,16 @@ class Checkpointer:
                         self._session_id)
             return plan
         return noted
+
+    def _committed(self, plan: Plan) -> None:
+        """After every checkpoint commit (the one place all three triggers pass): the rows it
+        replaced go to memory review in the background — the whole session when it rotates
+        away — and then, with ``rotate_on_compaction``, the session rotates."""
+        if self._ops.policy.rotate_on_compaction:
+            self._host.memory_flush(self._session_id, None)
+        elif plan.summarized:
+            self._host.memory_flush(self._session_id, plan.summarized[-1][0])
+        self._maybe_rotate()
 
     def _maybe_rotate(self) -> None:
         """With ``rotate_on_compaction``, continue in a child session (Hermes' P-chain)."""
