@@ -150,8 +150,13 @@ class Checkpointer:
         the lease too long, the turn goes on uncompacted."""
         store, session_id = self._host.store, self._session_id
         seen = projection.checkpoint.id if projection.checkpoint else None
-        if not self._ops.take_lease(store, session_id, self._holder, seen):
+        taken = self._ops.take_lease(store, session_id, self._holder, seen)
+        if not taken:
             self._mirror.view = None
+            if taken is False:  # None: another compactor committed meanwhile (not a skip)
+                self.trigger.note_deferred("another compactor has held this session's "
+                                           "compaction lease too long; this request goes "
+                                           "uncompacted")
             return None
         try:
             fresh = store.projection(session_id)
