@@ -194,3 +194,20 @@ def test_a_used_snapshot_stamps_its_entries_last_used(store: Store, tmp_path: Pa
         rt.record({"role": "assistant", "content": "hello"})
     (entry,) = files.read("memory").entries
     assert entry.last_used_at >= before and entry.updated_at < before
+
+
+def test_a_runtime_dropped_without_close_is_flushed_when_the_engine_closes(
+        store: Store, tmp_path: Path) -> None:
+    import gc
+
+    memories = tmp_path / "memories"
+    engine = Engine(store, model="gpt-4o-mini", context_length=32_000, memory_dir=memories)
+    rt = engine.open_session(new=True)
+    session_id = rt.session_id
+    _talk(rt, ["Remember that logs rotate hourly."])
+    del rt  # like a runtime the proxy evicted while a request still held it
+    gc.collect()
+    assert "rotate hourly" not in _texts(memories)
+    engine.close()
+    assert "Logs rotate hourly." in _texts(memories)
+    assert [f["reason"] for f in _flushes(store, session_id)] == ["session_end"]

@@ -40,6 +40,7 @@ DEFAULT_TOOL_ITERATIONS = 15
 MAX_ROUNDS = 4
 WINDOW_MESSAGES = 40
 MAX_ENTRY_CHARS = 240
+MAX_REPORTS = 100
 
 REVIEW_PROMPT = (
     "You are reviewing a finished stretch of conversation to decide what belongs in long-term "
@@ -261,7 +262,7 @@ class MemoryReviewer:
 
     def _run(self, messages: list[Message]) -> None:
         try:
-            self.reports.append(self.review(messages))
+            self._keep(self.review(messages))
         except Exception:  # a background review must never take the process down
             log.exception("background memory review failed")
 
@@ -280,8 +281,12 @@ class MemoryReviewer:
         end, so what should be remembered is written (or staged, by the approval mode) before
         the span leaves the context (seeds 000 §3.2, 002)."""
         report = self.review(messages)
-        self.reports.append(report)
+        self._keep(report)
         return report
+
+    def _keep(self, report: ReviewReport) -> None:
+        self.reports.append(report)
+        del self.reports[:-MAX_REPORTS]  # a long-running proxy keeps only the latest
 
     def _review_with_extractor(self, messages: Sequence[Message]) -> ReviewReport:
         report = ReviewReport(mode="extractor")

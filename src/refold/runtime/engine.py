@@ -101,8 +101,9 @@ class Engine:
         memory, shown = self._memory_snapshot()
         runtime = SessionRuntime(self, session.id, snapshot=self._render_snapshot(memory))
         if self._flush is not None:
-            self._unused[runtime] = shown
-            self._flush.recover(session.id)  # a span a dead process compacted but never flushed
+            with self._lock:
+                self._unused[runtime] = shown
+            self._flush.opened(session.id)  # recovers a span a dead process never flushed
         if not new:  # a resumed session sees its open goal, plan and tasks once
             from refold.tools.todo import load_task_state, render_task_state
 
@@ -281,6 +282,8 @@ class Engine:
         self.executor.shutdown(wait=True)
         for runtime in list(self._open):  # sessions still open end with the engine
             runtime.close()
+        if self._flush is not None:
+            self._flush.close()  # runtimes dropped without close() end here too
         if self.memory is not None:
             try:
                 self.memory.shutdown()

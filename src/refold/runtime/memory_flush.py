@@ -13,14 +13,17 @@ Invariants:
 - the *watermark* is durable: each flush appends a ``memory_flush`` event ``{"through_seq": N}``
   to the session (the ledger's own event log) after the review ran, and the next flush covers the
   active rows after it. A process that dies between the commit and the flush loses nothing: the
-  checkpoint is the durable intent, and ``recover`` (run when a session is opened) flushes any
+  checkpoint is the durable intent, and ``opened`` (run when a session is opened) flushes any
   compacted span the watermark has not reached. A crash between the review's writes and the
   event re-reviews that span once; the reviewer flags what is already stored (near-duplicates)
   instead of adding it again;
 - a rotated child's carried rows (the parent's compacted view) are never re-reviewed: the
   parent is flushed to its end when it rotates;
 - flushes of one session are serialized in the process; a failing reviewer is logged, the
-  watermark stays, and the next flush retries the span.
+  watermark stays, and the next flush retries the span;
+- a session whose runtime was dropped without ``close`` is flushed when the engine closes
+  (``close``); one that dies with its process keeps its unflushed tail until a flush of that
+  session runs again (its next compaction or end).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class MemoryFlush:
         self.executor = executor
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        self._open: set[str] = set()  # sessions opened here whose end was not flushed yet
 
     # -- the triggers --------------------------------------------------------------------------
     def after_checkpoint(self, session_id: str, through_seq: int | None) -> None:
@@ -59,16 +63,31 @@ class MemoryFlush:
 
     def session_end(self, session_id: str) -> None:
         """The session's runtime closed: flush what is left."""
+        with self._guard:
+            self._open.discard(session_id)
         self._queue(session_id, None, "session_end")
 
-    def recover(self, session_id: str) -> None:
-        """On open: a checkpoint whose span was never flushed (the process died) is flushed."""
-        latest = self.store.latest_checkpoint(session_id)
-        if latest is None:
-            return
-        through = latest.tail_start_seq - 1
-        if through > self.watermark(session_id):
-            self._queue(session_id, through, "recovery")
+    def opened(self, session_id: str) -> None:
+        """A runtime opened ``session_id``: remember it for ``close``, and flush a checkpoint's
+        span that was never flushed (the process that compacted it died)."""
+        with self._guard:
+            self._open.add(session_id)
+        try:
+            latest = self.store.latest_checkpoint(session_id)
+            if latest is not None and latest.tail_start_seq - 1 > self.watermark(session_id):
+                self._queue(session_id, latest.tail_start_seq - 1, "recovery")
+        except Exception as exc:  # opening a session never fails for memory upkeep
+            log.warning("session %s: memory flush recovery failed: %s", session_id,
+                        exc.__class__.__name__)
+
+    def close(self) -> None:
+        """The engine closes (its pool already drained): sessions whose runtime was dropped
+        without ``close`` (the proxy evicts a runtime that is in use without closing it) end
+        here, flushed in place."""
+        with self._guard:
+            pending, self._open = sorted(self._open), set()
+        for session_id in pending:
+            self._run(session_id, None, "session_end")
 
     # -- running one --------------------------------------------------------------------------
     def _queue(self, session_id: str, through_seq: int | None, reason: str) -> None:
