@@ -70,7 +70,9 @@ class ReviewReport:
 
 # -- the deterministic extractor -------------------------------------------------------------
 
-_SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]?")
+# a Latin ".", "!" or "?" ends a sentence only before a space or the end, so host names,
+# versions and file names ("demo.internal:8443", "v1.2", "settings.toml") stay whole
+_SENTENCE = re.compile(r"(?:[^.!?。！？\n]|[.!?](?=[^\s.!?]))+[.!?。！？]?")
 _LEAD = r"^\s*(?:(?:ok|okay|also|and|btw|fyi|oh),?\s+)*"
 _EXPLICIT = [
     re.compile(_LEAD + r"(?:(?:could|can|would)\s+you\s+)?(?:please\s+)?(?:remember|don'?t\s+"
