@@ -9,8 +9,10 @@ decisions use.
 Committing goes through ``ContextOps.commit``: a compare-and-set in the store, so a plan lands
 only over the view it was planned from (one compaction per window, whoever else compacts).
 Planning now runs under the session's compaction lease (``ContextOps.take_lease``); contention
-never fails the turn. The mirror's view is dropped before every commit, so the next read sees
-the checkpoint.
+never fails the turn (when another holds it too long, the turn goes on and a warning says so).
+The mirror's view is dropped before every commit, so the next read sees the checkpoint. Every
+successful commit passes ``_committed``: the rows it replaced are queued for memory flush
+(``refold.runtime.memory_flush``), then the session rotates if configured.
 """
 
 from __future__ import annotations

@@ -12,7 +12,9 @@ and queued when a user turn starts (``refold.runtime.recall`` says where it goes
 runs after each completed turn, ``on_pre_compress`` sees the rows a checkpoint is about to
 replace (what it returns is kept in that checkpoint's summary), ``on_session_end`` runs when a runtime is closed (``SessionRuntime.close``, the proxy's
 eviction) and for every runtime still open (still referenced) when the engine closes. A failing
-provider never breaks a turn.
+provider never breaks a turn. The builtin memory's flush (``refold.runtime.memory_flush``) runs
+after every checkpoint commit and session end, on the worker pool; the entries a runtime's
+snapshot shows get their last-used time after its first completed turn.
 
 ``Engine`` is the ``RuntimeHost`` (``refold.runtime.host``) of the runtimes it opens: they see
 it only through that Protocol, so this module imports the runtime and never the other way.
