@@ -50,3 +50,13 @@ def test_different_facts_are_not_duplicates() -> None:
                           ["Use npm, not yarn (user correction)"]) is None
     assert near_duplicate("Staging is wiped every Sunday.",
                           ["Production is backed up every Sunday."]) is None
+
+
+def test_a_dot_inside_a_name_does_not_end_the_sentence() -> None:
+    from refold.memory.review import extract_candidates
+
+    said = ("Remember that the demo server is demo.internal:8443. Also remember: config lives "
+            "in settings.toml. I prefer Node 20.1 over 18.")
+    found = [c.content for c in extract_candidates([{"role": "user", "content": said}])]
+    assert found == ["The demo server is demo.internal:8443.",
+                     "Config lives in settings.toml.", "Prefers Node 20.1 over 18."]

@@ -85,11 +85,16 @@ def test_summary_usage_is_charged_to_the_session_at_the_overridden_price(
         finally:
             engine.close()
             setup.close()
+        # the memory flushes (after the checkpoint, at session end) review with the LLM too
+        reviews = [_kind(b) for b in up.llm.requests].count("review")
+    assert reviews >= 1
     session = store.get_session(rt.session_id)
     summary = (40_000 * 1.0 + 2_000 * 2.0) / 1e6
     reply = (3_000 * 10.0 + 100 * 20.0) / 1e6  # the override, not the shipped 2.50 / 10.00
-    assert session.cost_usd == pytest.approx(summary + reply)
-    assert (session.input_tokens, session.output_tokens) == (43_000, 2_100)
+    review = (10_000 * 1.0 + 500 * 2.0) / 1e6
+    assert session.cost_usd == pytest.approx(summary + reply + reviews * review)
+    assert (session.input_tokens, session.output_tokens) == (
+        43_000 + reviews * 10_000, 2_100 + reviews * 500)
     assert session.model == "gpt-4o"  # the summary's usage does not rename the session's model
 
 
@@ -107,14 +112,15 @@ def test_review_usage_is_charged_to_the_session_whose_turn_started_it(
                       usage={"prompt_tokens": 1_000, "completion_tokens": 10})
             rt.finish_turn(wait=True)
             engine.memory.manager.reviewer.join()
-            kinds = [_kind(b) for b in up.llm.requests]
         finally:
             engine.close()
             setup.close()
-    assert "review" in kinds
+        kinds = [_kind(b) for b in up.llm.requests]
+    # the turn's review, then the session-end flush's (charged to the same session)
+    assert kinds.count("review") == 2
     review = (10_000 * 1.0 + 500 * 2.0) / 1e6  # priced as the review's model (summary-model)
     reply = (1_000 * 10.0 + 10 * 20.0) / 1e6
-    assert store.get_session(rt.session_id).cost_usd == pytest.approx(review + reply)
+    assert store.get_session(rt.session_id).cost_usd == pytest.approx(2 * review + reply)
     assert store.get_session(other.session_id).cost_usd == 0.0
 
 
@@ -154,3 +160,29 @@ def test_usage_shapes_and_summarizer_names() -> None:
     assert unknown is not None and unknown.cost_usd == 0.0 and unknown.input_tokens == 5
     assert summarizer_model("llm:summary-model") == "summary-model"
     assert summarizer_model("builtin") is None
+
+
+def test_a_session_end_memory_flush_is_charged_to_the_session_it_reviewed(
+        store: Store, tmp_path: Path) -> None:
+    # no periodic review: the only review call is the flush when the runtime closes
+    with serve(default=_upstream) as up:
+        engine, setup = _engine(store, tmp_path, up.base_url,
+                                REFOLD_MEMORY_REVIEW_EVERY_TURNS="1000",
+                                REFOLD_CONTEXT_LENGTH="128000")
+        try:
+            other = engine.open_session(new=True)
+            rt = engine.open_session(new=True)
+            rt.prepare([{"role": "user", "content": "Remember that the staging DB is on 5433."}])
+            rt.record({"role": "assistant", "content": "Noted."}, model="gpt-4o",
+                      usage={"prompt_tokens": 1_000, "completion_tokens": 10})
+            rt.finish_turn(wait=True)
+            rt.close()
+        finally:
+            engine.close()
+            setup.close()
+        kinds = [_kind(b) for b in up.llm.requests]
+    assert kinds.count("review") == 1
+    review = (10_000 * 1.0 + 500 * 2.0) / 1e6
+    reply = (1_000 * 10.0 + 10 * 20.0) / 1e6
+    assert store.get_session(rt.session_id).cost_usd == pytest.approx(review + reply)
+    assert store.get_session(other.session_id).cost_usd == 0.0

@@ -66,7 +66,8 @@ def _view_json(store: MemoryStore, target: str) -> dict[str, Any]:
             "usage": {"chars": view.usage.chars, "limit": view.usage.limit,
                       "percent": view.usage.percent},
             "entries": [{"id": e.id, "text": e.text, "blocked": e.blocked,
-                         "created_at": e.created_at, "updated_at": e.updated_at}
+                         "created_at": e.created_at, "updated_at": e.updated_at,
+                         "last_used_at": e.last_used_at or None}
                         for e in view.entries]}
 
 
@@ -108,16 +109,25 @@ def _render_stats(stats: dict[str, dict[str, Any]]) -> None:
     for target, row in stats.items():
         extra = "".join([f", {row['blocked']} blocked" if row["blocked"] else "",
                          ", DRIFT" if row["drift"] else ""])
+        used = _when(row["last_used_at"]) if row["last_used_at"] else "never"
         click.echo(f"{target}: {row['entries']} entries, {row['chars']:,}/{row['limit']:,} chars "
-                   f"({row['percent']}%){extra}")
+                   f"({row['percent']}%){extra}; {len(row['duplicates'])} near-duplicate "
+                   f"pair(s), {len(row['stale'])} stale, {row['never_used']} never used; "
+                   f"last used {used}")
+        if row["consolidate"]:
+            click.echo("  consolidation would help:")
+        for line in row["advice"]:
+            click.echo(f"  - {line}")
 
 
 @memory_group.command("stats")
+@click.option("--stale-days", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="An entry unused (not in a snapshot a turn used) this long is stale.")
 @_JSON
 @pass_app
-def stats_cmd(app: AppContext, as_json: bool) -> None:
-    """Usage per store."""
-    emit(open_memory(app).stats(), as_json, _render_stats)
+def stats_cmd(app: AppContext, stale_days: float, as_json: bool) -> None:
+    """Usage per store, near-duplicates, stale entries, and whether consolidation would help."""
+    emit(open_memory(app).stats(stale_days=stale_days), as_json, _render_stats)
 
 
 @memory_group.command("snapshot")

@@ -19,7 +19,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from refold.errors import Conflict, MemoryError_, RefoldError
@@ -31,6 +31,7 @@ from refold.memory.scan import scan
 log = logging.getLogger(__name__)
 
 MAX_CAS_RETRIES = 50
+DEFAULT_STALE_DAYS = 30.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Entry:
     created_at: float
     updated_at: float
     blocked: str | None = None
+    last_used_at: float = 0.0  # see ``MemoryStore.mark_used`` (0: never used)
 
     def display(self) -> str:
         """The text safe to show a model: blocked entries are replaced by a placeholder."""
@@ -112,20 +114,54 @@ class MemoryStore:
         with self.backend.transaction(target):  # a consistent file + sidecar pair
             loaded = self.backend.load(target)
         entries = [Entry(id=entry_id(r.text), text=r.text, created_at=r.created_at,
-                         updated_at=r.updated_at, blocked=scan(r.text)) for r in loaded.rows]
+                         updated_at=r.updated_at, blocked=scan(r.text),
+                         last_used_at=r.last_used_at) for r in loaded.rows]
         usage = usage_of(target, [r.text for r in loaded.rows], self.limits[target])
         return MemoryView(target=target, location=self.backend.location(target),
                           entries=entries, usage=usage, drift=loaded.drift)
 
-    def stats(self) -> dict[str, dict[str, Any]]:
+    def stats(self, *, stale_days: float = DEFAULT_STALE_DAYS) -> dict[str, dict[str, Any]]:
+        """Per target: usage, blocked entries, drift, and what consolidation would fix
+        (near-duplicate pairs, entries unused for ``stale_days``, the advice when it helps;
+        ``refold.memory.consolidation``)."""
+        from refold.memory.consolidation import consolidation_of
+
         out: dict[str, dict[str, Any]] = {}
         for target in TARGETS:
             view = self.read(target)
             out[target] = {"chars": view.usage.chars, "limit": view.usage.limit,
                            "percent": view.usage.percent, "entries": view.usage.entries,
                            "blocked": sum(e.blocked is not None for e in view.entries),
-                           "drift": view.drift, "location": view.location}
+                           "drift": view.drift, "location": view.location,
+                           **consolidation_of(view, now=self.clock(),
+                                              stale_days=stale_days).to_dict()}
         return out
+
+    def mark_used(self, target: str, texts: Sequence[str], *, now: float | None = None) -> int:
+        """Stamp ``last_used_at`` on the entries whose text is in ``texts`` (entries that were
+        in a frozen snapshot a completed turn sent to the model). Text and ``updated_at`` stay
+        as they are; a drifted store is left alone (its text is not refold's to rewrite).
+        Returns how many entries were stamped."""
+        target = check_target(target)
+        wanted = set(texts)
+        stamp = self.clock() if now is None else now
+        for _attempt in range(MAX_CAS_RETRIES):
+            with self.backend.transaction(target):
+                loaded = self.backend.load(target)
+                if loaded.drift or not wanted:
+                    return 0
+                rows = [replace(r, last_used_at=stamp) if r.text in wanted else r
+                        for r in loaded.rows]
+                hits = sum(r.text in wanted for r in loaded.rows)
+                if not hits:
+                    return 0
+                try:
+                    self.backend.save(target, rows, loaded)
+                    return hits
+                except Conflict as exc:
+                    if not exc.details.get("retry"):
+                        raise
+        raise Conflict(f"memory {target} kept changing underneath; last-used times not stamped")
 
     # -- writes ---------------------------------------------------------------------------
     def add(self, target: str, content: str) -> WriteResult:

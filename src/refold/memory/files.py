@@ -3,8 +3,8 @@
 Layout of a memories directory::
 
     MEMORY.md  USER.md                  entries joined by "\\n§\\n" — nothing else in them
-    .MEMORY.md.meta.json  (…USER…)      sha256 of the bytes refold last wrote, created/updated
-                                        per entry (keyed by the entry's text hash)
+    .MEMORY.md.meta.json  (…USER…)      sha256 of the bytes refold last wrote, created/updated/
+                                        last-used per entry (keyed by the entry's text hash)
     .MEMORY.md.lock  (…USER…)           a filelock per store
     pending.json, .pending.lock         staged writes awaiting approval
     MEMORY.md.bak.<UTC timestamp>       copies taken when an outside edit (drift) was found
@@ -153,8 +153,10 @@ class FileBackend:
     @staticmethod
     def _row(text: str, known: Mapping[str, Any], fallback: float) -> MemoryRow:
         stamps = known.get(_text_key(text))
-        if isinstance(stamps, list) and len(stamps) == 2:
-            return MemoryRow(text=text, created_at=float(stamps[0]), updated_at=float(stamps[1]))
+        if isinstance(stamps, list) and len(stamps) in (2, 3):  # 2: before last-used times
+            used = float(stamps[2]) if len(stamps) == 3 else 0.0
+            return MemoryRow(text=text, created_at=float(stamps[0]), updated_at=float(stamps[1]),
+                             last_used_at=used)
         return MemoryRow(text=text, created_at=fallback, updated_at=fallback)
 
     @staticmethod
@@ -176,7 +178,8 @@ class FileBackend:
         meta = {
             "sha256": _sha(data),
             "prev_sha256": loaded.version,
-            "entries": {_text_key(r.text): [r.created_at, r.updated_at] for r in rows},
+            "entries": {_text_key(r.text): [r.created_at, r.updated_at, r.last_used_at]
+                        for r in rows},
         }
         if loaded.drift:
             meta["drift"] = True  # an add under drift keeps the flag until adopt

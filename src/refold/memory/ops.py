@@ -143,5 +143,6 @@ def _apply_one(work: list[MemoryRow], op: MemoryOp, now: float) -> int:
     if any(row.text == op.content for i, row in enumerate(work) if i != index):
         del work[index]  # the new text already exists: replacing collapses the two
         return 1
-    work[index] = MemoryRow(text=op.content, created_at=old.created_at, updated_at=now)
+    work[index] = MemoryRow(text=op.content, created_at=old.created_at, updated_at=now,
+                            last_used_at=old.last_used_at)
     return 0

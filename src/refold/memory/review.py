@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from refold.errors import RefoldError
 from refold.memory.approval import MemoryWriter
 from refold.memory.ops import make_op
+from refold.memory.similarity import near_duplicate
 from refold.memory.tool import TOOL_NAME, MemoryTool
 from refold.messages.model import Message, content_text
 
@@ -40,6 +41,7 @@ DEFAULT_TOOL_ITERATIONS = 15
 MAX_ROUNDS = 4
 WINDOW_MESSAGES = 40
 MAX_ENTRY_CHARS = 240
+MAX_REPORTS = 100
 
 REVIEW_PROMPT = (
     "You are reviewing a finished stretch of conversation to decide what belongs in long-term "
@@ -69,7 +71,9 @@ class ReviewReport:
 
 # -- the deterministic extractor -------------------------------------------------------------
 
-_SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]?")
+# a Latin ".", "!" or "?" ends a sentence only before a space or the end, so host names,
+# versions and file names ("demo.internal:8443", "v1.2", "settings.toml") stay whole
+_SENTENCE = re.compile(r"(?:[^.!?。！？\n]|[.!?](?=[^\s.!?]))+[.!?。！？]?")
 _LEAD = r"^\s*(?:(?:ok|okay|also|and|btw|fyi|oh),?\s+)*"
 _EXPLICIT = [
     re.compile(_LEAD + r"(?:(?:could|can|would)\s+you\s+)?(?:please\s+)?(?:remember|don'?t\s+"
@@ -193,47 +197,30 @@ def extract_candidates(messages: Sequence[Message]) -> list[Candidate]:
 
 # -- the reviewer ----------------------------------------------------------------------------
 
+TRANSCRIPT_CHARS = 24_000  # what a review sends the model at most (a flushed span can be long)
+_PER_MESSAGE = {"user": 2_000, "assistant": 600}
+
+
 def _transcript(messages: Sequence[Message]) -> str:
-    lines = []
-    for message in messages:
+    """The user and assistant text of ``messages``, each message cut to its share and the
+    whole kept to ``TRANSCRIPT_CHARS`` from the end (the latest words matter most)."""
+    lines: list[str] = []
+    total = 0
+    for message in reversed(messages):
         role = str(message.get("role", ""))
-        if role in ("user", "assistant"):
-            text = content_text(message).strip()
-            if text:
-                lines.append(f"{role.upper()}: {text}")
-    return "\n\n".join(lines)
-
-
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
-_FILLER = frozenset({"a", "an", "the", "of", "to", "over", "than", "and", "or", "is", "be",
-                     "use", "uses", "using", "output", "user", "prefers", "prefer", "likes",
-                     "not", "no", "correction"})
-DUPLICATE_SHARE = 0.66  # of the shorter entry's words found in the other one
-
-
-def _words(text: str) -> frozenset[str]:
-    """Content words; a CJK run counts per character (no spaces to split on)."""
-    out: set[str] = set()
-    for word in _WORD.findall(text.lower()):
-        if re.match(r"[\u3040-\u30ff\u4e00-\u9fff]", word):
-            out.update(word)
-        elif word not in _FILLER:
-            out.add(word)
-    return frozenset(out)
-
-
-def near_duplicate(content: str, existing: Sequence[str]) -> str | None:
-    """The existing entry ``content`` nearly repeats, if any: most of the shorter one's
-    content words in the other ("Prefers `pytest -q` (quiet) output" and "Prefers pytest -q
-    over verbose output."). A candidate that adds new facts shares too few words."""
-    mine = _words(content)
-    for other in existing:
-        theirs = _words(other)
-        shared = len(mine & theirs)
-        small = min(len(mine), len(theirs))
-        if small and shared >= min(2, small) and shared / small >= DUPLICATE_SHARE:
-            return other
-    return None
+        if role not in _PER_MESSAGE:
+            continue
+        text = content_text(message).strip()
+        if not text:
+            continue
+        if len(text) > _PER_MESSAGE[role]:
+            text = text[: _PER_MESSAGE[role]] + " […]"
+        line = f"{role.upper()}: {text}"
+        if total + len(line) > TRANSCRIPT_CHARS:
+            break
+        lines.append(line)
+        total += len(line) + 2
+    return "\n\n".join(reversed(lines))
 
 
 class MemoryReviewer:
@@ -281,7 +268,7 @@ class MemoryReviewer:
 
     def _run(self, messages: list[Message]) -> None:
         try:
-            self.reports.append(self.review(messages))
+            self._keep(self.review(messages))
         except Exception:  # a background review must never take the process down
             log.exception("background memory review failed")
 
@@ -300,14 +287,17 @@ class MemoryReviewer:
         end, so what should be remembered is written (or staged, by the approval mode) before
         the span leaves the context (seeds 000 §3.2, 002)."""
         report = self.review(messages)
-        self.reports.append(report)
+        self._keep(report)
         return report
+
+    def _keep(self, report: ReviewReport) -> None:
+        self.reports.append(report)
+        del self.reports[:-MAX_REPORTS]  # a long-running proxy keeps only the latest
 
     def _review_with_extractor(self, messages: Sequence[Message]) -> ReviewReport:
         report = ReviewReport(mode="extractor")
         for candidate in extract_candidates(messages):
-            live = [e.text for e in self.writer.store.read(candidate.target).entries]
-            twin = near_duplicate(candidate.content, live)
+            twin = near_duplicate(candidate.content, self.known(candidate.target))
             if twin is not None:
                 report.duplicates.append(f"{candidate.content} (near-duplicate of: {twin})")
                 continue
@@ -320,6 +310,15 @@ class MemoryReviewer:
                 continue
             (report.staged if result.staged else report.saved).append(candidate.content)
         return report
+
+    def known(self, target: str) -> list[str]:
+        """What ``target`` holds or will hold: live entries and staged (pending) contents, so
+        a repeated flush never stages the same fact twice."""
+        texts = [e.text for e in self.writer.store.read(target).entries]
+        if self.writer.mode == "stage":
+            texts += [op.content for item in self.writer.pending() if item.target == target
+                      for op in item.ops if op.content]
+        return texts
 
     def _review_with_llm(self, messages: Sequence[Message]) -> ReviewReport:
         assert self.chat is not None
@@ -342,20 +341,44 @@ class MemoryReviewer:
                 convo.append(self._answer(tool, call, report))
         return report
 
-    @staticmethod
-    def _answer(tool: MemoryTool, call: dict[str, Any], report: ReviewReport) -> Message:
+    def _answer(self, tool: MemoryTool, call: dict[str, Any], report: ReviewReport) -> Message:
         function = call.get("function") or {}
+        arguments = function.get("arguments") or "{}"
         if function.get("name") != TOOL_NAME:
             text = json.dumps({"success": False,
                                "error": f"only the memory tool is available in a review, "
                                         f"not {function.get('name')!r}"})
+        elif (twin := self._duplicate_add(arguments)) is not None:
+            report.duplicates.append(twin)
+            text = json.dumps({"success": False, "error": f"near-duplicate of an existing entry "
+                               f"({twin}); not added. To merge, use action 'replace' with "
+                               f"old_text from that entry and the combined content."},
+                              ensure_ascii=False)
         else:
-            text = tool.handle(function.get("arguments") or "{}")
+            text = tool.handle(arguments)
             result = json.loads(text)
             bucket = (report.staged if result.get("staged") else
                       report.saved if result.get("success") else report.refused)
             bucket.append(str(result.get("message") or result.get("error") or ""))
         return {"role": "tool", "tool_call_id": str(call.get("id", "")), "content": text}
+
+    def _duplicate_add(self, arguments: Any) -> str | None:
+        """For a model's ``add`` that nearly repeats a live or staged entry: "<new> (near-
+        duplicate of: <old>)". Replace and remove pass (they are how entries get merged)."""
+        try:
+            args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
+            target = str(args.get("target") or "memory")
+            ops = args.get("operations") or [args]
+            adds = [str(op.get("content") or "") for op in ops
+                    if isinstance(op, dict) and op.get("action") == "add"]
+            known = self.known(target) if adds else []
+        except (ValueError, TypeError, AttributeError, RefoldError):
+            return None  # the tool itself answers malformed calls
+        for content in adds:
+            twin = near_duplicate(content, known) if content.strip() else None
+            if twin is not None:
+                return f"{content} (near-duplicate of: {twin})"
+        return None
 
 
 def _tool_iterations_of_last_turn(messages: Sequence[Message]) -> int:

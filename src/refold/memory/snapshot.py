@@ -42,6 +42,9 @@ class FrozenSnapshot:
     text: str
     usage: tuple[Usage, ...]
     blocked: int  # entries replaced by a [BLOCKED: …] placeholder
+    # (target, entry texts) shown in ``text`` (not blocked): what ``MemoryStore.mark_used``
+    # stamps once a turn has used this snapshot
+    shown: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.text)
@@ -69,6 +72,7 @@ def take_snapshot(store: MemoryStore) -> FrozenSnapshot:
     """Read both stores once and freeze the system-prompt block."""
     sections: list[str] = []
     usages: list[Usage] = []
+    shown: list[tuple[str, tuple[str, ...]]] = []
     blocked = 0
     for target in TARGETS:
         view = store.read(target)
@@ -77,4 +81,6 @@ def take_snapshot(store: MemoryStore) -> FrozenSnapshot:
         section = render_section(target, view.entries, view.usage)
         if section:
             sections.append(section)
-    return FrozenSnapshot(text="\n\n".join(sections), usage=tuple(usages), blocked=blocked)
+            shown.append((target, tuple(e.text for e in view.entries if e.blocked is None)))
+    return FrozenSnapshot(text="\n\n".join(sections), usage=tuple(usages), blocked=blocked,
+                          shown=tuple(shown))

@@ -9,8 +9,10 @@ decisions use.
 Committing goes through ``ContextOps.commit``: a compare-and-set in the store, so a plan lands
 only over the view it was planned from (one compaction per window, whoever else compacts).
 Planning now runs under the session's compaction lease (``ContextOps.take_lease``); contention
-never fails the turn. The mirror's view is dropped before every commit, so the next read sees
-the checkpoint.
+never fails the turn (when another holds it too long, the turn goes on and a warning says so).
+The mirror's view is dropped before every commit, so the next read sees the checkpoint. Every
+successful commit passes ``_committed``: the rows it replaced are queued for memory flush
+(``refold.runtime.memory_flush``), then the session rotates if configured.
 """
 
 from __future__ import annotations
@@ -140,7 +142,7 @@ class Checkpointer:
         if report is None:
             log.info("session %s: background plan outdated, discarded", self._session_id)
         else:
-            self._maybe_rotate()
+            self._committed(plan)
         return report
 
     def _compact_now(self, projection: Projection, *, target_tokens: int | None) -> Any:
@@ -150,8 +152,13 @@ class Checkpointer:
         the lease too long, the turn goes on uncompacted."""
         store, session_id = self._host.store, self._session_id
         seen = projection.checkpoint.id if projection.checkpoint else None
-        if not self._ops.take_lease(store, session_id, self._holder, seen):
+        taken = self._ops.take_lease(store, session_id, self._holder, seen)
+        if not taken:
             self._mirror.view = None
+            if taken is False:  # None: another compactor committed meanwhile (not a skip)
+                self.trigger.note_deferred("another compactor has held this session's "
+                                           "compaction lease too long; this request goes "
+                                           "uncompacted")
             return None
         try:
             fresh = store.projection(session_id)
@@ -167,7 +174,7 @@ class Checkpointer:
         finally:
             store.release_lease(f"compact:{session_id}", self._holder)
         if report is not None:
-            self._maybe_rotate()
+            self._committed(plan)
         return report
 
     def _plan_now(self, projection: Projection, target_tokens: int | None) -> Plan | None:
@@ -213,6 +220,16 @@ class Checkpointer:
                         self._session_id)
             return plan
         return noted
+
+    def _committed(self, plan: Plan) -> None:
+        """After every checkpoint commit (the one place all three triggers pass): the rows it
+        replaced go to memory review in the background — the whole session when it rotates
+        away — and then, with ``rotate_on_compaction``, the session rotates."""
+        if self._ops.policy.rotate_on_compaction:
+            self._host.memory_flush(self._session_id, None)
+        elif plan.summarized:
+            self._host.memory_flush(self._session_id, plan.summarized[-1][0])
+        self._maybe_rotate()
 
     def _maybe_rotate(self) -> None:
         """With ``rotate_on_compaction``, continue in a child session (Hermes' P-chain)."""

@@ -12,7 +12,9 @@ and queued when a user turn starts (``refold.runtime.recall`` says where it goes
 runs after each completed turn, ``on_pre_compress`` sees the rows a checkpoint is about to
 replace (what it returns is kept in that checkpoint's summary), ``on_session_end`` runs when a runtime is closed (``SessionRuntime.close``, the proxy's
 eviction) and for every runtime still open (still referenced) when the engine closes. A failing
-provider never breaks a turn.
+provider never breaks a turn. The builtin memory's flush (``refold.runtime.memory_flush``) runs
+after every checkpoint commit and session end, on the worker pool; the entries a runtime's
+snapshot shows get their last-used time after its first completed turn.
 
 ``Engine`` is the ``RuntimeHost`` (``refold.runtime.host``) of the runtimes it opens: they see
 it only through that Protocol, so this module imports the runtime and never the other way.
@@ -20,6 +22,7 @@ it only through that Protocol, so this module imports the runtime and never the 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -32,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 from refold.errors import InvalidInput, WouldBlock
 from refold.runtime.context import ContextOps
 from refold.runtime.cost import CostBook, paying_for
-from refold.runtime.memory_link import MemoryLink
+from refold.runtime.memory_flush import MemoryFlush
+from refold.runtime.memory_link import MemoryLink, Shown
 from refold.runtime.precompact import plan_is_current
 from refold.runtime.recall import recall_block
 from refold.runtime.session import SessionRuntime
@@ -82,6 +86,11 @@ class Engine:
             else MemoryLink.from_dir(Path(memory_dir), chat_client=chat_client, model=model)
             if memory_dir is not None else None)
         self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="refold-bg")
+        self._flush = (MemoryFlush(store, self.memory, self.executor)
+                       if self.memory is not None else None)
+        # per open runtime: the memory entries its frozen snapshot shows, until a turn uses it
+        self._unused: weakref.WeakKeyDictionary[SessionRuntime, Shown] = \
+            weakref.WeakKeyDictionary()
         self.holder = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._closed = False
         self._closing = False  # close() started (after-turn work still runs until _closed)
@@ -94,7 +103,12 @@ class Engine:
                      branch_at: int | None = None) -> SessionRuntime:
         """Open a runtime: ``new``, ``ref`` (id / prefix / title, resumed), or the latest."""
         session = self._resolve(ref, new=new, title=title, source=source, branch_at=branch_at)
-        runtime = SessionRuntime(self, session.id, snapshot=self._render_snapshot())
+        memory, shown = self._memory_snapshot()
+        runtime = SessionRuntime(self, session.id, snapshot=self._render_snapshot(memory))
+        if self._flush is not None:
+            with self._lock:
+                self._unused[runtime] = shown
+            self._flush.opened(session.id)  # recovers a span a dead process never flushed
         if not new:  # a resumed session sees its open goal, plan and tasks once
             from refold.tools.todo import load_task_state, render_task_state
 
@@ -136,18 +150,28 @@ class Engine:
                              context_length=self.ops.context_length)
 
     # -- memory -------------------------------------------------------------------------------
-    def _render_snapshot(self) -> str:
-        parts = [self._memory_snapshot(), self._skills_index()]
+    def _render_snapshot(self, memory: str) -> str:
+        parts = [memory, self._skills_index()]
         return "\n\n".join(p for p in parts if p)
 
-    def _memory_snapshot(self) -> str:
+    def _memory_snapshot(self) -> tuple[str, Shown]:
         if self.memory is None:
-            return ""
+            return "", ()
         try:
-            return self.memory.snapshot()
+            return self.memory.frozen()
         except Exception as exc:  # a broken memory provider must not stop the session
             log.warning("memory snapshot failed, continuing without it: %s", exc)
-            return ""
+            return "", ()
+
+    def _mark_used(self, runtime: SessionRuntime) -> None:
+        """The runtime's first completed turn used its snapshot: stamp those entries' last-used
+        time on the worker (never on the turn's path)."""
+        with self._lock:
+            shown = self._unused.pop(runtime, ())
+        if shown and self.memory is not None:
+            memory = self.memory
+            with contextlib.suppress(RuntimeError):  # closing: a stamp is a nicety, not data
+                self.executor.submit(_best_effort, memory.mark_used, shown)
 
     def _skills_index(self) -> str:
         """Names and descriptions only (progressive disclosure: bodies via skill_manage)."""
@@ -188,6 +212,7 @@ class Engine:
         self._review_skills(runtime, tool_iterations)
         if self.memory is None:
             return
+        self._mark_used(runtime)
         try:
             # the last 40 active rows up to the reply just stored (the whole ledger would be
             # O(history)): from the runtime's view when it is current, else read; the reply's
@@ -236,11 +261,20 @@ class Engine:
             return ""
 
     def session_closed(self, runtime: SessionRuntime) -> None:
-        """``runtime`` was closed: memory providers hear that its session ended."""
+        """``runtime`` was closed: its unflushed rows go to memory review (background), and
+        memory providers hear that its session ended."""
         with self._lock:
             self._open.discard(runtime)
+        if self._flush is not None:
+            self._flush.session_end(runtime.session_id)
         if self.memory is not None:
             self.memory.session_end()
+
+    def memory_flush(self, session_id: str, through_seq: int | None) -> None:
+        """A checkpoint replaced ``session_id``'s rows up to ``through_seq`` (None: all, it
+        rotated): review them for memory in the background (``refold.runtime.memory_flush``)."""
+        if self._flush is not None:
+            self._flush.after_checkpoint(session_id, through_seq)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def close(self) -> None:
@@ -257,6 +291,8 @@ class Engine:
         self.executor.shutdown(wait=True)
         for runtime in list(self._open):  # sessions still open end with the engine
             runtime.close()
+        if self._flush is not None:
+            self._flush.close()  # runtimes dropped without close() end here too
         if self.memory is not None:
             try:
                 self.memory.shutdown()
@@ -269,3 +305,9 @@ class Engine:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+def _best_effort(job: Any, *args: Any) -> None:
+    try:
+        job(*args)
+    except Exception as exc:  # bookkeeping on the worker; the turn already succeeded
+        log.warning("memory bookkeeping failed: %s", exc.__class__.__name__)

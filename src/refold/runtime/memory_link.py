@@ -12,6 +12,10 @@ manager, which isolates a failing provider, and is guarded again so a foreign ma
 break a turn either): ``queue_recall`` / ``take_recall`` (prefetch on the manager's worker, the
 turn never waits for it), ``pre_compress`` before a checkpoint replaces messages, ``session_end``
 when a session runtime closes. With no external provider they cost nothing.
+
+The builtin side: ``flush`` runs the reviewer over a span now (``refold.runtime.memory_flush``
+decides when), and ``mark_used`` stamps the entries a used snapshot showed — "used" meaning a
+session's first completed turn sent that snapshot to the model.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from typing import Any
 from refold.messages.model import Message
 
 log = logging.getLogger(__name__)
+
+Shown = tuple[tuple[str, tuple[str, ...]], ...]  # (target, entry texts) a snapshot shows
 
 
 class MemoryLink:
@@ -76,9 +82,19 @@ class MemoryLink:
 
     def snapshot(self) -> str:
         """The system-prompt block as of now (the caller freezes it for a session)."""
+        return self.frozen()[0]
+
+    def frozen(self) -> tuple[str, Shown]:
+        """The system-prompt block as of now and the builtin entries it shows, by target (for
+        ``mark_used`` once a turn has used it)."""
         from refold.memory import take_snapshot
 
-        parts = [take_snapshot(self.store).text] if self.store is not None else []
+        shown: Shown = ()
+        parts: list[str] = []
+        if self.store is not None:
+            snap = take_snapshot(self.store)
+            parts.append(snap.text)
+            shown = snap.shown
         external = getattr(self.manager, "external", None)
         if external is not None:
             try:
@@ -86,7 +102,22 @@ class MemoryLink:
             except Exception as exc:  # an external provider never breaks the session
                 log.warning("memory provider %s failed: %s", getattr(external, "name", "?"),
                             exc)
-        return "\n\n".join(p for p in parts if p)
+        return "\n\n".join(p for p in parts if p), shown
+
+    def mark_used(self, shown: Shown) -> None:
+        """A completed turn sent a snapshot showing ``shown``: stamp their last-used time."""
+        for target, texts in shown:
+            self.store.mark_used(target, texts)
+
+    # -- flush (refold.runtime.memory_flush) -------------------------------------------------
+    @property
+    def can_flush(self) -> bool:
+        return getattr(self.manager, "reviewer", None) is not None
+
+    def flush(self, messages: Sequence[Message]) -> Any:
+        """Review ``messages`` now for memory (the reviewer's report; None without one)."""
+        reviewer = getattr(self.manager, "reviewer", None)
+        return reviewer.flush(messages) if reviewer is not None else None
 
     def begin_turn(self) -> None:
         tool = self.memory_tool

@@ -3,6 +3,11 @@
 The guard (preflight, post-response and overflow entry points; strikes, probes, cooldowns) is
 per session, so a thrashing session never blocks another one served by the same engine. The
 lock makes it safe to consult from the session's caller thread and its background planner.
+
+No pause is silent: every compaction that stores nothing (no-op, aborted, refused), every due
+compaction held back (blocked, cooling down, backing off after a no-op) and every deferral
+(``note_deferred``: another compactor holds the lease) leaves a sentence in ``take_warnings``,
+which ``prepare`` puts in ``Prepared.warnings`` (the proxy's ``X-Refold-Warnings``).
 """
 
 from __future__ import annotations
@@ -62,12 +67,26 @@ class Trigger:
         """Compact before sending ``tokens`` (an estimate)? Never on an estimate while a real
         reading is pending — unless the estimate is over the whole window."""
         with self._lock:
-            return self._take(self.guard.preflight(tokens, exact=tokens >= self.context_length))
+            decision = self.guard.preflight(tokens, exact=tokens >= self.context_length)
+            return self._take(self._note_pause(decision))
 
     def post_response(self, prompt_tokens: int) -> bool:
         """Compact after a reply whose real prompt size was ``prompt_tokens``?"""
         with self._lock:
-            return self._take(self.guard.post_response(prompt_tokens))
+            return self._take(self._note_pause(self.guard.post_response(prompt_tokens)))
+
+    def _note_pause(self, decision: Any) -> Any:
+        """A compaction due (over the threshold) but held back by the back-off that follows a
+        no-op compaction is reported on every such turn (the back-off is short): no pause is
+        silent."""
+        remaining = self.guard.noop_until - self.guard.clock()
+        if not (decision.compact or decision.notice or remaining <= 0
+                or decision.tokens < self.guard.threshold):
+            self._warnings.append(
+                f"auto-compaction paused for {int(remaining) + 1} s more after a compaction "
+                f"found nothing to summarize; the context is {decision.tokens} tokens "
+                f"(threshold {self.guard.threshold})")
+        return decision
 
     def _take(self, decision: Any) -> bool:
         # a held-back notice is shown once per kind, not on every call while it lasts
@@ -96,6 +115,9 @@ class Trigger:
         failure is reported to the user with the cooldown it starts (once per cooldown)."""
         with self._lock:
             self.guard.record(report)
+            skipped = self._skipped(report)
+            if skipped:
+                self._warnings.append(skipped)
             if report.status != "fallback":
                 return
             failed = next((w for w in report.warnings if "summarizer failed" in w), None)
@@ -104,6 +126,26 @@ class Trigger:
                 self._cooling_told = self.guard.cooldown_until
                 self._warnings.append(f"{failed}; the summary model is not asked again for "
                                       f"{seconds} s")
+
+    def _skipped(self, report: Any) -> str | None:
+        """The sentence for a compaction that stored nothing (after ``guard.record``)."""
+        status = self.guard.status()
+        if report.status == "noop":
+            seconds = int(max(0.0, self.guard.noop_until - self.guard.clock())) + 1
+            return (f"compaction skipped: {report.reason or 'nothing to summarize'}; "
+                    f"auto-compaction waits {seconds} s before trying again")
+        if report.status == "aborted":
+            why = report.reason or report.error_kind or "the summarizer failed"
+            return (f"compaction aborted: {why}; the transcript is kept as it is; "
+                    f"auto-compaction retries in {int(status.cooldown_remaining)} s")
+        if report.status == "refused":
+            return f"compaction refused: {report.reason or 'it would not shrink the context'}"
+        return None
+
+    def note_deferred(self, reason: str) -> None:
+        """A compaction that was due did not run this turn (``reason`` says why)."""
+        with self._lock:
+            self._warnings.append(f"compaction deferred: {reason}")
 
     def auto_allowed(self) -> bool:
         with self._lock:

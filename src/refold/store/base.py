@@ -216,6 +216,7 @@ class MemoryRow:
     text: str
     created_at: float
     updated_at: float
+    last_used_at: float = 0.0  # last time in a snapshot a turn used (0: never; refold.memory)
 
 
 @runtime_checkable

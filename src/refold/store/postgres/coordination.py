@@ -87,14 +87,16 @@ class CoordinationMixin(PgCore):
             row = cur.fetchone()
         if row is None:
             return [], 0
-        rows = [MemoryRow(text=r["text"], created_at=r["created_at"], updated_at=r["updated_at"])
+        rows = [MemoryRow(text=r["text"], created_at=r["created_at"], updated_at=r["updated_at"],
+                          last_used_at=float(r.get("last_used_at") or 0.0))
                 for r in decode_json(row[0])]
         return rows, int(row[1])
 
     def memory_save(self, profile: str, target: str, rows: Sequence[MemoryRow],
                     expected_version: int) -> int:
         payload = encode_json([{"text": r.text, "created_at": r.created_at,
-                                "updated_at": r.updated_at} for r in rows])
+                                "updated_at": r.updated_at, "last_used_at": r.last_used_at}
+                               for r in rows])
         now = time.time()
         with self._tx("save memory") as cur:
             if expected_version == 0:

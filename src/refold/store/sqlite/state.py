@@ -159,14 +159,16 @@ class StateOps(LedgerOps):
                                (profile, target)).fetchone()
         if row is None:
             return [], 0
-        rows = [MemoryRow(str(r["text"]), float(r["created_at"]), float(r["updated_at"]))
+        rows = [MemoryRow(str(r["text"]), float(r["created_at"]), float(r["updated_at"]),
+                          float(r.get("last_used_at") or 0.0))
                 for r in json.loads(row[0])]
         return rows, int(row[1])
 
     def memory_save(self, profile: str, target: str, rows: Sequence[MemoryRow],
                     expected_version: int) -> int:
         body = encode_json([{"text": r.text, "created_at": r.created_at,
-                             "updated_at": r.updated_at} for r in rows])
+                             "updated_at": r.updated_at, "last_used_at": r.last_used_at}
+                            for r in rows])
         with self.db.write() as conn:
             row = conn.execute("SELECT version FROM memory WHERE profile = ? AND target = ?",
                                (profile, target)).fetchone()

@@ -1,0 +1,144 @@
+"""Memory flush: what a session said is reviewed for memory before it leaves the context.
+
+When a checkpoint is committed (foreground, background pre-compaction, overflow recovery: the
+one commit point, ``Checkpointer._committed``) and when a session ends (``SessionRuntime.close``,
+the proxy's eviction, ``Engine.close`` — which ``refold chat`` calls on exit), the memory
+reviewer (``refold.memory.review.MemoryReviewer.flush``: the LLM reviewer when the engine has a
+chat client, the deterministic extractor otherwise) reads the rows not flushed yet and writes —
+or stages, by the approval mode — what should be remembered (seeds 000 §3.2, 002).
+
+Invariants:
+- a flush never runs on the turn's path: it is queued on the engine's worker pool (inline only
+  when the pool is already shut down, i.e. during ``Engine.close``);
+- the *watermark* is durable: each flush appends a ``memory_flush`` event ``{"through_seq": N}``
+  to the session (the ledger's own event log) after the review ran, and the next flush covers the
+  active rows after it. A process that dies between the commit and the flush loses nothing: the
+  checkpoint is the durable intent, and ``opened`` (run when a session is opened) flushes any
+  compacted span the watermark has not reached. A crash between the review's writes and the
+  event re-reviews that span once; the reviewer flags what is already stored (near-duplicates)
+  instead of adding it again;
+- a rotated child's carried rows (the parent's compacted view) are never re-reviewed: the
+  parent is flushed to its end when it rotates;
+- flushes of one session are serialized in the process; a failing reviewer is logged, the
+  watermark stays, and the next flush retries the span;
+- a session whose runtime was dropped without ``close`` is flushed when the engine closes
+  (``close``); one that dies with its process keeps its unflushed tail until a flush of that
+  session runs again (its next compaction or end).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from refold.runtime.cost import paying_for
+from refold.runtime.rotation import load_info
+from refold.store.base import Store
+
+if TYPE_CHECKING:
+    from refold.runtime.memory_link import MemoryLink
+
+log = logging.getLogger(__name__)
+
+EVENT = "memory_flush"
+
+
+class MemoryFlush:
+    """Flushes of one engine's sessions through its ``MemoryLink``'s reviewer."""
+
+    def __init__(self, store: Store, link: MemoryLink, executor: ThreadPoolExecutor) -> None:
+        self.store = store
+        self.link = link
+        self.executor = executor
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+        self._open: set[str] = set()  # sessions opened here whose end was not flushed yet
+
+    # -- the triggers --------------------------------------------------------------------------
+    def after_checkpoint(self, session_id: str, through_seq: int | None) -> None:
+        """A checkpoint replaced rows up to ``through_seq`` (None: the session rotated away, so
+        all of it): flush them in the background."""
+        self._queue(session_id, through_seq, "compaction")
+
+    def session_end(self, session_id: str) -> None:
+        """The session's runtime closed: flush what is left."""
+        with self._guard:
+            self._open.discard(session_id)
+        self._queue(session_id, None, "session_end")
+
+    def opened(self, session_id: str) -> None:
+        """A runtime opened ``session_id``: remember it for ``close``, and flush a checkpoint's
+        span that was never flushed (the process that compacted it died)."""
+        with self._guard:
+            self._open.add(session_id)
+        try:
+            latest = self.store.latest_checkpoint(session_id)
+            if latest is not None and latest.tail_start_seq - 1 > self.watermark(session_id):
+                self._queue(session_id, latest.tail_start_seq - 1, "recovery")
+        except Exception as exc:  # opening a session never fails for memory upkeep
+            log.warning("session %s: memory flush recovery failed: %s", session_id,
+                        exc.__class__.__name__)
+
+    def close(self) -> None:
+        """The engine closes (its pool already drained): sessions whose runtime was dropped
+        without ``close`` (the proxy evicts a runtime that is in use without closing it) end
+        here, flushed in place."""
+        with self._guard:
+            pending, self._open = sorted(self._open), set()
+        for session_id in pending:
+            self._run(session_id, None, "session_end")
+
+    # -- running one --------------------------------------------------------------------------
+    def _queue(self, session_id: str, through_seq: int | None, reason: str) -> None:
+        if not self.link.can_flush:
+            return
+        try:
+            self.executor.submit(self._run, session_id, through_seq, reason)
+        except RuntimeError:  # the pool is shut down (Engine.close): flush here, once
+            self._run(session_id, through_seq, reason)
+
+    def _run(self, session_id: str, through_seq: int | None, reason: str) -> None:
+        try:
+            self.flush(session_id, through_seq, reason)
+        except Exception as exc:  # background upkeep never takes the process down
+            log.warning("session %s: memory flush (%s) failed: %s", session_id, reason,
+                        exc.__class__.__name__)
+
+    def flush(self, session_id: str, through_seq: int | None, reason: str) -> Any:
+        """Review the unflushed active rows up to ``through_seq`` (None: to the end) now and
+        advance the watermark. The reviewer's report, or None when there was nothing new."""
+        with self._lock_of(session_id):
+            start = max(self.watermark(session_id), self._carried_end(session_id))
+            rows = self.store.get_messages(session_id, start_seq=start + 1, end_seq=through_seq)
+            if not rows:
+                return None
+            with paying_for(session_id):  # an LLM reviewer's usage is this session's cost
+                report = self.link.flush([r.message for r in rows])
+            if report is None:
+                return None
+            self.store.append_event(session_id, EVENT, {
+                "through_seq": rows[-1].seq, "reason": reason, "mode": report.mode,
+                "saved": len(report.saved), "staged": len(report.staged),
+                "duplicates": len(report.duplicates), "refused": len(report.refused)})
+            log.info("session %s: memory flush (%s) through seq %d: %d saved, %d staged",
+                     session_id, reason, rows[-1].seq, len(report.saved), len(report.staged))
+            return report
+
+    def watermark(self, session_id: str) -> int:
+        """The last seq a flush covered (0: none yet)."""
+        seqs = [int(e.payload.get("through_seq") or 0)
+                for e in self.store.list_events(session_id, EVENT)]
+        return max(seqs, default=0)
+
+    def _carried_end(self, session_id: str) -> int:
+        info = load_info(self.store, session_id)
+        if info is None or info.carried <= 0:
+            return 0
+        carried = self.store.get_messages(session_id, include_inactive=True, limit=info.carried)
+        return carried[-1].seq if carried else 0
+
+    def _lock_of(self, session_id: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(session_id, threading.Lock())
