@@ -24,7 +24,7 @@ import tomllib
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
@@ -89,6 +89,15 @@ class Settings(BaseModel):
     pricing: dict[str, dict[str, float]] = Field(default_factory=dict)
     # import: the largest transcript `refold import` reads (bytes; 0 = no limit)
     import_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    # recall (refold.search.recall): past sessions searched with each new user message, the
+    # best snippets put in that turn's request (never stored, never the system prompt)
+    recall_enabled: bool = False
+    recall_max_tokens: int = Field(default=400, gt=0, le=8000)
+    recall_limit: int = Field(default=3, ge=1, le=20)  # snippets at most
+    recall_mode: Literal["fts", "vector", "hybrid"] | None = None  # None: as `refold search`
+    # background embedding (refold.search.indexer, needs refold[embed]): auto keeps vectors
+    # current once `refold index` built them; on always embeds new messages; off never does
+    embed_background: Literal["auto", "on", "off"] = "auto"
     # compaction: every field of CompactionPolicy (flat names fold in here)
     compaction: CompactionPolicy = Field(default_factory=CompactionPolicy)
 
@@ -162,6 +171,9 @@ SECTIONS: dict[str, dict[str, str]] = {
               "body_timeout": "body_timeout", "max_json_depth": "max_json_depth",
               "sqlite_synchronous": "serve_sqlite_synchronous",
               "upstream": "upstream", "upstream_api_key": "upstream_api_key"},
+    "recall": {"enabled": "recall_enabled", "max_tokens": "recall_max_tokens",
+               "limit": "recall_limit", "mode": "recall_mode"},
+    "search": {"embed_background": "embed_background"},
 }
 SECRET_SETTINGS = frozenset({"upstream_api_key", "summarizer_api_key", "api_keys"})
 

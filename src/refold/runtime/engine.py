@@ -14,6 +14,12 @@ replace (what it returns is kept in that checkpoint's summary), ``on_session_end
 eviction) and for every runtime still open (still referenced) when the engine closes. A failing
 provider never breaks a turn.
 
+Past-session recall (``recall=ArchiveRecall(...)``, off by default): each new user message is
+searched in the owner's archive, outside the current session's lineage, and the best snippets
+join that turn's recall block (``archive_recall``; a search, so the proxy runs it off its event
+loop). ``indexer`` (``refold.search.indexer``, owned by the caller) hears of each finished turn so
+new messages are embedded soon, never on the write path.
+
 ``Engine`` is the ``RuntimeHost`` (``refold.runtime.host``) of the runtimes it opens: they see
 it only through that Protocol, so this module imports the runtime and never the other way.
 """
@@ -33,7 +39,7 @@ from refold.errors import InvalidInput, WouldBlock
 from refold.runtime.context import ContextOps
 from refold.runtime.memory_link import MemoryLink
 from refold.runtime.precompact import plan_is_current
-from refold.runtime.recall import recall_block
+from refold.runtime.recall import ARCHIVE_NOTE, recall_block
 from refold.runtime.session import SessionRuntime
 from refold.store.base import Session, Store
 
@@ -43,6 +49,8 @@ if TYPE_CHECKING:
     from refold.references import ReferenceExpander
     from refold.references.link import ReferenceLink
     from refold.runtime.precompact import Plan
+    from refold.search.indexer import BackgroundIndexer
+    from refold.search.recall import ArchiveRecall
     from refold.skills import SkillLibrary
     from refold.skills.review import SkillReviewer
 
@@ -61,7 +69,9 @@ class Engine:
                  background_precompact: bool = True,
                  references: ReferenceExpander | None = None,
                  skills: SkillLibrary | None = None,
-                 skill_review: SkillReviewer | None = None) -> None:
+                 skill_review: SkillReviewer | None = None,
+                 recall: ArchiveRecall | None = None,
+                 indexer: BackgroundIndexer | None = None) -> None:
         if context_length <= 0:
             raise InvalidInput(f"context_length must be positive, got {context_length}")
         self.store = store
@@ -72,6 +82,8 @@ class Engine:
         self.references = references  # expands @session/@file… in what is sent (None: off)
         self.skills = skills  # layer 4: its index joins the frozen snapshot
         self.skill_review = skill_review  # proposes skills after enough tool work
+        self.recall = recall  # past-session recall into each user turn (None: off)
+        self.indexer = indexer  # embeds new messages in the background (None: none)
         self.ops = ContextOps(model=model, context_length=context_length, policy=policy,
                               summarizer=summarizer, chat_client=chat_client)
         self.memory: MemoryLink | None = (
@@ -178,6 +190,8 @@ class Engine:
         for skill review."""
         if self._closed:
             return
+        if self.indexer is not None:
+            self.indexer.nudge()
         self._review_skills(runtime, tool_iterations)
         if self.memory is None:
             return
@@ -211,6 +225,18 @@ class Engine:
         block = recall_block(self.memory.take_recall())
         self.memory.queue_recall(user_text)
         return block
+
+    @property
+    def recalls_archive(self) -> bool:
+        return self.recall is not None and not self._closed
+
+    def archive_recall(self, user_text: str, session_id: str) -> str:
+        """The marked block of past-session snippets for a new user message of ``session_id``
+        ("" when off or nothing relevant); searches the store, so it may wait on it."""
+        if self.recall is None or self._closed:
+            return ""
+        return recall_block(self.recall.text(self.store, user_text, session_id=session_id,
+                                             owner=self.owner), ARCHIVE_NOTE)
 
     def pre_compress(self, session_id: str, plan: Plan, *, validate: bool = False) -> str:
         """``plan``'s checkpoint is about to replace rows: show them to the memory provider
