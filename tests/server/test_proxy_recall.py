@@ -131,3 +131,23 @@ def test_recall_is_off_unless_enabled(start_proxy: ProxyFactory, sqlite_store: S
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
         (body,) = up.llm.requests
     assert body["messages"] == [{"role": "user", "content": QUESTION}]
+
+
+def test_serve_embeds_new_messages_in_the_background(start_proxy: ProxyFactory,
+                                                     sqlite_store: Store) -> None:
+    """``embed_background = "on"``: the proxy's indexer thread embeds what turns stored (the
+    real shipped model), and hybrid becomes the search default once vectors exist."""
+    import time
+
+    from refold.search.indexer import missing_count
+    from refold.search.vectors import E5Embedder, resolve_mode
+
+    with serve(["Port 6543."]) as up:
+        proxy = start_proxy(up, embed_background="on")
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="none", max_retries=0)
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
+        deadline = time.monotonic() + 60  # a hang guard: the loop ends once both are embedded
+        while missing_count(sqlite_store, E5Embedder.model):
+            assert time.monotonic() < deadline, "the background indexer did not catch up"
+            time.sleep(0.02)
+        assert resolve_mode(sqlite_store, None) == "hybrid"
