@@ -89,6 +89,7 @@ def test_every_summarizer_memory_and_serve_key_works_in_its_table(tmp_path: Path
                 value = "refuse"
             if name == "pricing":
                 continue  # a table of tables: tests/cli/test_cli_cost.py
+            value = {"recall_mode": "hybrid", "embed_background": "on"}.get(name, value)
             settings = load_settings({"home": str(tmp_path)}, {}, sets=[
                 f"{section}.{short}={','.join(value) if isinstance(value, list) else value}"])
             assert settings.value_of(name) == value, (section, short)

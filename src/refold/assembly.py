@@ -10,7 +10,9 @@ Invariants:
 - a tenant's memory is its own (its own directory, or its own database profile), so one
   client key's memory never reaches another key's snapshot;
 - every HTTP client built here is owned by the ``SummarizerSetup`` (or ``EngineFactory``) that
-  built it, and closed by its ``close``.
+  built it, and closed by its ``close``;
+- one background indexer per store (``start_indexer``), shared by every tenant's engine and
+  closed by its owner before the store.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ if TYPE_CHECKING:
     from refold.runtime.cost import CostBook
     from refold.runtime.engine import Engine
     from refold.runtime.memory_link import MemoryLink
+    from refold.search.indexer import BackgroundIndexer
+    from refold.search.recall import ArchiveRecall
     from refold.skills import SkillLibrary
     from refold.store.base import Store
 
@@ -178,13 +182,40 @@ def _builtin_memory(settings: Settings, store: Store, owner: str,
     return MemoryLink(MemoryManager(builtin, reviewer=reviewer))
 
 
+def archive_recall(settings: Settings) -> ArchiveRecall | None:
+    """Past-session recall as configured (``[recall]``; None: off, the default)."""
+    if not settings.recall_enabled:
+        return None
+    from refold.search.recall import ArchiveRecall
+
+    return ArchiveRecall(limit=settings.recall_limit, max_tokens=settings.recall_max_tokens,
+                         mode=settings.recall_mode)
+
+
+def start_indexer(settings: Settings, store: Store) -> BackgroundIndexer | None:
+    """The store's background embedding thread, started, or None: ``embed_background`` off,
+    the ``refold[embed]`` extra missing, or ``auto`` and the archive never indexed."""
+    from refold.search.vectors import E5Embedder, embed_available
+
+    if settings.embed_background == "off" or not embed_available():
+        return None
+    if settings.embed_background == "auto" and not store.vectors_after(E5Embedder.model, 0,
+                                                                       limit=1):
+        return None
+    from refold.search.indexer import BackgroundIndexer
+
+    return BackgroundIndexer(store).start()
+
+
 def build_engine(settings: Settings, store: Store, setup: SummarizerSetup, *,
                  owner: str = "", refs_root: Path | None = None,
-                 session_aliases: Callable[[str, str], str] | None = None) -> Engine:
-    """The engine for ``owner`` over ``store``: model budget, summarizer, policy, memory, and
+                 session_aliases: Callable[[str, str], str] | None = None,
+                 indexer: BackgroundIndexer | None = None) -> Engine:
+    """The engine for ``owner`` over ``store``: model budget, summarizer, policy, memory,
     reference expansion (``@session`` among the owner's sessions; the local kinds under
     ``refs_root``, off when None; ``session_aliases(owner, name)`` is the title a surface
-    stores a named session under)."""
+    stores a named session under), past-session recall, and the store's ``indexer`` to nudge
+    after each turn (the caller owns it)."""
     from refold.references import local_expander
     from refold.runtime.cost import MeteredClient
     from refold.runtime.engine import Engine
@@ -210,7 +241,8 @@ def build_engine(settings: Settings, store: Store, setup: SummarizerSetup, *,
     return Engine(store, model=settings.model, context_length=settings.context_length,
                   owner=owner, memory=memory, chat_client=setup.client,
                   summarizer=setup.summarizer, policy=compaction_policy(settings),
-                  references=references, skills=skills, skill_review=review, cost=cost)
+                  references=references, skills=skills, skill_review=review, cost=cost,
+                  recall=archive_recall(settings), indexer=indexer)
 
 
 def cost_book(settings: Settings, store: Store | None) -> CostBook:
@@ -232,16 +264,20 @@ class EngineFactory:
         self.store = store
         self.setup = summarizer_setup(settings)
         self.session_aliases = session_aliases
+        self.indexer = start_indexer(settings, store)
 
     def __call__(self, owner: str) -> Engine:
         # a remote client's @file/@folder/@diff/@git read only serve --allow-local-refs DIR
         return build_engine(self.settings, self.store, self.setup, owner=owner,
                             refs_root=self.settings.allow_local_refs,
-                            session_aliases=self.session_aliases)
+                            session_aliases=self.session_aliases, indexer=self.indexer)
 
     def close(self) -> None:
+        if self.indexer is not None:
+            self.indexer.close()
         self.setup.close()
 
 
-__all__ = ["EngineFactory", "SummarizerSetup", "build_engine", "compaction_policy", "cost_book",
-           "open_configured_store", "summarizer_setup", "tenant_memory", "tenant_memory_dir"]
+__all__ = ["EngineFactory", "SummarizerSetup", "archive_recall", "build_engine",
+           "compaction_policy", "cost_book", "open_configured_store", "start_indexer",
+           "summarizer_setup", "tenant_memory", "tenant_memory_dir"]

@@ -102,6 +102,15 @@ class Settings:
     budget_action: str = "warn"  # warn | refuse
     # import: the largest transcript `refold import` reads (bytes; 0 = no limit)
     import_max_bytes: int = 64 * 1024 * 1024
+    # recall (refold.search.recall): past sessions searched with each new user message, the
+    # best snippets put in that turn's request (never stored, never the system prompt)
+    recall_enabled: bool = False
+    recall_max_tokens: int = 400  # above 0, at most 8000
+    recall_limit: int = 3  # snippets at most (1–20)
+    recall_mode: str | None = None  # fts | vector | hybrid; None: as `refold search`
+    # background embedding (refold.search.indexer, needs refold[embed]): auto keeps vectors
+    # current once `refold index` built them; on always embeds new messages; off never does
+    embed_background: str = "auto"  # auto | on | off
     # compaction: every field of CompactionPolicy (flat names fold in here)
     compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
 
@@ -168,8 +177,11 @@ BOUNDS: dict[str, tuple[float, bool, float | None]] = {
     "memory_review_every_turns": (0, True, None),
     "memory_review_every_tool_iterations": (0, True, None),
     "import_max_bytes": (0, True, None), "session_budget_usd": (0, True, None),
+    "recall_max_tokens": (0, False, 8000), "recall_limit": (1, True, 20),
 }
-CHOICES: dict[str, tuple[str, ...]] = {"budget_action": ("warn", "refuse")}
+CHOICES: dict[str, tuple[str, ...]] = {"budget_action": ("warn", "refuse"),
+                                       "recall_mode": ("fts", "vector", "hybrid"),
+                                       "embed_background": ("auto", "on", "off")}
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
@@ -200,7 +212,7 @@ def _checked(name: str, kind: Any, value: Any) -> Any:
             ceiling = f" and at most {high:g}" if high is not None else ""
             raise BadSetting(name, value, f"must be {'at least' if inclusive else 'above'} "
                                           f"{low:g}{ceiling}")
-    if name in CHOICES and out not in CHOICES[name]:
+    if name in CHOICES and out is not None and out not in CHOICES[name]:
         raise BadSetting(name, value, "must be one of " + ", ".join(CHOICES[name]))
     return out
 
@@ -332,6 +344,9 @@ SECTIONS: dict[str, dict[str, str]] = {
               "upstream": "upstream", "upstream_api_key": "upstream_api_key"},
     "cost": {"session_budget_usd": "session_budget_usd", "budget_usd": "session_budget_usd",
              "budget_action": "budget_action", "pricing": "pricing"},
+    "recall": {"enabled": "recall_enabled", "max_tokens": "recall_max_tokens",
+               "limit": "recall_limit", "mode": "recall_mode"},
+    "search": {"embed_background": "embed_background"},
 }
 SECRET_SETTINGS = frozenset({"upstream_api_key", "summarizer_api_key", "api_keys"})
 

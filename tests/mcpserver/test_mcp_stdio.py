@@ -161,3 +161,20 @@ def test_expand_references_attaches_sessions_and_files_and_refuses_what_it_must(
     assert "SECRET" not in denied["message"] and len(denied["warnings"]) == 2
     assert all("refused" in w for w in denied["warnings"]), denied["warnings"]
     assert empty.isError and "non-empty" in _text(empty)
+
+
+def test_session_search_offers_a_search_mode(home: Path) -> None:
+    async def run() -> tuple[Any, list[Any]]:
+        async with stdio_client(_params(home)) as (read, write), \
+                ClientSession(read, write, read_timeout_seconds=timedelta(seconds=30)) as client:
+            await client.initialize()
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            results = [await client.call_tool("session_search", args) for args in (
+                {"query": "why did the deploy fail", "search_mode": "fts"},
+                {"query": "deploy", "search_mode": "bogus"})]
+            return tools["session_search"].inputSchema, results
+
+    schema, (fts, bad) = anyio.run(run)
+    assert schema["properties"]["search_mode"]["enum"] == ["fts", "vector", "hybrid"]
+    assert "0042_add_invoice_index" in _text(fts) and not fts.isError
+    assert bad.isError and "mode must be one of fts, vector, hybrid" in _text(bad)

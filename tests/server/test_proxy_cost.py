@@ -50,8 +50,11 @@ def test_replies_use_the_pricing_overrides_and_summaries_are_charged(
                     {"role": "assistant", "content": f"noted {i}"}]
     history.append({"role": "user", "content": "And now?"})
     with serve(default=_upstream) as up:
+        # memory off: the flush after the checkpoint would review with the LLM in the
+        # background (charged too: tests/runtime/test_cost.py); here only reply and summary
         proxy = start_proxy(up, context_length=8_000, summarizer="llm",
-                            summarizer_model="summary-model", pricing=PRICING)
+                            summarizer_model="summary-model", pricing=PRICING,
+                            memory_enabled=False)
         sdk(proxy.base_url).chat.completions.create(model="gpt-4o", messages=history)  # type: ignore[arg-type]
     session = _only(sqlite_store)
     summary = (40_000 * 1.0 + 2_000 * 2.0) / 1e6

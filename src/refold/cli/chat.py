@@ -170,11 +170,15 @@ def _lines(interactive: bool) -> Iterator[str]:
 def _engine(app: AppContext) -> tuple[Any, Any]:
     """The chat's engine (summarizer, rotation and memory from settings, as ``serve`` does)
     and the summarizer setup whose clients the caller closes after the engine."""
-    from refold.assembly import build_engine, summarizer_setup
+    from refold.assembly import build_engine, start_indexer, summarizer_setup
 
     setup = summarizer_setup(app.settings)
+    indexer = start_indexer(app.settings, app.store)
+    if indexer is not None:
+        setup.owned.append(indexer)  # closed with the setup, after the engine
     # the person at the terminal: @file/@folder/@diff/@git read the working directory
-    return build_engine(app.settings, app.store, setup, owner="", refs_root=Path.cwd()), setup
+    return build_engine(app.settings, app.store, setup, owner="", refs_root=Path.cwd(),
+                        indexer=indexer), setup
 
 
 @click.command("chat")

@@ -1,7 +1,9 @@
 """``refold index``: embed stored messages for vector and hybrid search (``refold[embed]``).
 
-Appends never embed; this command (or a background indexer) does, oldest missing first, so it
-is resumable: stop it at any point and the next run carries on with what is still missing.
+Appends never embed; this command (or the background indexer of ``refold serve`` / ``refold
+chat``) does, oldest missing first (``refold.search.indexer``), so it is resumable: stop it at
+any point (Ctrl-C included) and the next run carries on with what is still missing, with no
+message embedded twice.
 """
 
 from __future__ import annotations
@@ -21,19 +23,45 @@ from refold.cli.app import AppContext, emit, pass_app
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_app
 def index_cmd(app: AppContext, batch: int, limit: int | None, as_json: bool) -> None:
-    """Embed messages that have no vector yet (resumable), for --mode vector/hybrid."""
-    from refold.search.vectors import VectorIndex, load_embedder
+    """Embed messages that have no vector yet (resumable), for --mode vector/hybrid.
+
+    Shows a progress bar. Stop it any time (Ctrl-C) and run it again to go on: nothing is
+    embedded twice. Once messages are indexed, `refold search` and recall default to
+    --mode hybrid, and serve/chat keep new messages embedded in the background
+    (embed_background = auto).
+    """
+    from refold.search.indexer import backfill, missing_count
+    from refold.search.vectors import load_embedder
 
     store = app.store
-    index = VectorIndex(store, load_embedder())
-    if as_json:
-        done = index.backfill(batch=batch, limit=limit)
-    else:
-        total = int(store.info().get("messages", 0) or 0)  # an upper bound: some may be done
-        bar: Any
-        with click.progressbar(length=limit or max(total, 1), label="embedding",
-                               show_pos=True) as bar:
-            done = index.backfill(batch=batch, limit=limit,
-                                  progress=lambda n: bar.update(n))
-    emit({"embedded": done, "model": index.embedder.model}, as_json,
-         lambda r: click.echo(f"embedded {r['embedded']} messages ({r['model']})"))
+    embedder = load_embedder()
+    missing = missing_count(store, embedder.model)
+    done = 0
+    interrupted = False
+
+    def step(count: int) -> None:
+        nonlocal done
+        done += count
+        if bar is not None:
+            bar.update(count)
+
+    bar: Any = None
+    try:
+        if as_json or not missing:
+            backfill(store, embedder, batch=batch, limit=limit, progress=step)
+        else:
+            with click.progressbar(length=min(missing, limit or missing), label="embedding",
+                                   show_pos=True, show_eta=True) as bar:
+                backfill(store, embedder, batch=batch, limit=limit, progress=step)
+    except KeyboardInterrupt:  # every finished batch is stored; the rest waits for a rerun
+        interrupted = True
+    left = max(missing - done, 0)
+    emit({"embedded": done, "remaining": left, "interrupted": interrupted,
+          "model": embedder.model}, as_json, _render)
+
+
+def _render(result: dict[str, Any]) -> None:
+    line = f"embedded {result['embedded']} messages ({result['model']})"
+    if result["remaining"]:
+        line += f"; {result['remaining']} still missing: run `refold index` again to go on"
+    click.echo(line)

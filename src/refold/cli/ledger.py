@@ -238,7 +238,8 @@ def _by_words_only(store: Store, mode: str | None) -> bool:
 @click.option("--all", "include_inactive", is_flag=True, help="Include rewound messages.")
 @click.option("--mode", type=click.Choice(["fts", "vector", "hybrid"]), default=None,
               help="Words, meaning (needs refold[embed] and `refold index`) or both fused "
-                   "[default: hybrid once messages are indexed, else fts].")
+                   "[default: hybrid when refold[embed] is installed and messages are "
+                   "indexed, else fts].")
 @click.option("--json", "as_json", is_flag=True, help="Print hits as JSON.")
 @pass_app
 def search_cmd(app: AppContext, query: str, session_ref: str | None, role: str | None,

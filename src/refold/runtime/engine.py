@@ -16,6 +16,12 @@ provider never breaks a turn. The builtin memory's flush (``refold.runtime.memor
 after every checkpoint commit and session end, on the worker pool; the entries a runtime's
 snapshot shows get their last-used time after its first completed turn.
 
+Past-session recall (``recall=ArchiveRecall(...)``, off by default): each new user message is
+searched in the owner's archive, outside the current session's lineage, and the best snippets
+join that turn's recall block (``archive_recall``; a search, so the proxy runs it off its event
+loop). ``indexer`` (``refold.search.indexer``, owned by the caller) hears of each finished turn so
+new messages are embedded soon, never on the write path.
+
 ``Engine`` is the ``RuntimeHost`` (``refold.runtime.host``) of the runtimes it opens: they see
 it only through that Protocol, so this module imports the runtime and never the other way.
 """
@@ -38,7 +44,7 @@ from refold.runtime.cost import CostBook, paying_for
 from refold.runtime.memory_flush import MemoryFlush
 from refold.runtime.memory_link import MemoryLink, Shown
 from refold.runtime.precompact import plan_is_current
-from refold.runtime.recall import recall_block
+from refold.runtime.recall import ARCHIVE_NOTE, recall_block
 from refold.runtime.session import SessionRuntime
 from refold.store.base import Session, Store
 
@@ -48,6 +54,8 @@ if TYPE_CHECKING:
     from refold.references import ReferenceExpander
     from refold.references.link import ReferenceLink
     from refold.runtime.precompact import Plan
+    from refold.search.indexer import BackgroundIndexer
+    from refold.search.recall import ArchiveRecall
     from refold.skills import SkillLibrary
     from refold.skills.review import SkillReviewer
 
@@ -67,7 +75,9 @@ class Engine:
                  references: ReferenceExpander | None = None,
                  skills: SkillLibrary | None = None,
                  skill_review: SkillReviewer | None = None,
-                 cost: CostBook | None = None) -> None:
+                 cost: CostBook | None = None,
+                 recall: ArchiveRecall | None = None,
+                 indexer: BackgroundIndexer | None = None) -> None:
         if context_length <= 0:
             raise InvalidInput(f"context_length must be positive, got {context_length}")
         self.store = store
@@ -79,6 +89,8 @@ class Engine:
         self.skills = skills  # layer 4: its index joins the frozen snapshot
         self.skill_review = skill_review  # proposes skills after enough tool work
         self.cost = cost if cost is not None else CostBook(store)  # prices, budget, charges
+        self.recall = recall  # past-session recall into each user turn (None: off)
+        self.indexer = indexer  # embeds new messages in the background (None: none)
         self.ops = ContextOps(model=model, context_length=context_length, policy=policy,
                               summarizer=summarizer, chat_client=chat_client, cost=self.cost)
         self.memory: MemoryLink | None = (
@@ -205,6 +217,8 @@ class Engine:
         for skill review."""
         if self._closed:
             return
+        if self.indexer is not None:
+            self.indexer.nudge()
         with paying_for(runtime.session_id):  # a review this starts is charged to this session
             self._after_turn(runtime, tool_iterations)
 
@@ -243,6 +257,18 @@ class Engine:
         block = recall_block(self.memory.take_recall())
         self.memory.queue_recall(user_text)
         return block
+
+    @property
+    def recalls_archive(self) -> bool:
+        return self.recall is not None and not self._closed
+
+    def archive_recall(self, user_text: str, session_id: str) -> str:
+        """The marked block of past-session snippets for a new user message of ``session_id``
+        ("" when off or nothing relevant); searches the store, so it may wait on it."""
+        if self.recall is None or self._closed:
+            return ""
+        return recall_block(self.recall.text(self.store, user_text, session_id=session_id,
+                                             owner=self.owner), ARCHIVE_NOTE)
 
     def pre_compress(self, session_id: str, plan: Plan, *, validate: bool = False) -> str:
         """``plan``'s checkpoint is about to replace rows: show them to the memory provider

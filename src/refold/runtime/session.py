@@ -92,6 +92,7 @@ class SessionRuntime:
         self.tool_iterations = 0
         self._turn_tool_iterations = 0
         self._recall = ""  # this user turn's recalled-memory block (see refold.runtime.recall)
+        self._recall_query: str | None = None  # a new user message past-session recall awaits
         self._rotation = Rotation()  # maps a re-sent history onto a compaction child
         self._refs = host.reference_link()  # @file/@session expansion (None: off)
         self._show_once = ""  # a note for the next user turn only (the resumed task state)
@@ -396,9 +397,22 @@ class SessionRuntime:
         users = [m for m in messages if m.get("role") == "user"]
         if users:  # a new user turn: its recall block, fixed for the whole turn
             self._recall = self._host.turn_recall(content_text(users[-1]))
+            # past-session recall searches the store: ``_prepare_locked`` adds it (off the
+            # event loop), so a turn that stops here and resumes in a worker still gets it
+            self._recall_query = (content_text(users[-1]) if self._host.recalls_archive
+                                  else None)
             if self._show_once:  # placed like recall: this turn's user message, not stored
                 self._recall = "\n\n".join(p for p in (self._show_once, self._recall) if p)
                 self._show_once = ""
+
+    def _add_archive_recall(self, light: bool) -> None:
+        """The pending user message's past-session recall joins this turn's block (a search:
+        never inline on an event loop)."""
+        if light:
+            raise NeedsWorker
+        query, self._recall_query = self._recall_query, None
+        block = self._host.archive_recall(query or "", self.session_id)
+        self._recall = "\n\n".join(p for p in (self._recall, block) if p)
 
     def show_once(self, note: str) -> None:
         """Show ``note`` to the model with the next user turn (all its tool iterations), once."""
@@ -477,6 +491,8 @@ class SessionRuntime:
         warnings: list[str] = self._budget_warnings(light)
         if light and not self.mirror.view_is_confirmed():
             raise NeedsWorker  # the view may need a full read
+        if self._recall_query is not None:
+            self._add_archive_recall(light)
         view = self.mirror.current_view()
         messages, body = self._request(view, light, client)
         tokens = self.ops.total_from_base(body, self._tools)
