@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 
 from refold.compaction.activity import (
     Activity,
@@ -113,9 +114,34 @@ def is_nudge(text: str) -> bool:
     return match is not None and len(text) - match.end() <= 40
 
 
-def _real_users(messages: Sequence[Message]) -> list[Message]:
+_FENCE_OPEN = re.compile(r"```[\w-]*[ \t]*\n")
+
+
+def observations(messages: Sequence[Message]) -> set[int]:
+    """``id()`` of the user messages that are a text-action agent's observations.
+
+    SWE-agent and mini-swe-agent send each command in a fenced block of a plain assistant
+    message and get its output back as the next *user* message: that is tool output, not a
+    request. Decided for the whole transcript (at least 3 such turns and 80% of the plain
+    assistant turns), so a chat where the assistant once shows a code block keeps its asks.
+    """
+    found: list[int] = []
+    plain = 0
+    for before, after in pairwise(messages):
+        if before.get("role") != "assistant" or before.get("tool_calls"):
+            continue
+        text = content_text(before)
+        if not text.strip():
+            continue
+        plain += 1
+        if after.get("role") == "user" and "```" in text and _FENCE_OPEN.search(text):
+            found.append(id(after))
+    return set(found) if len(found) >= 3 and len(found) >= 0.8 * plain else set()
+
+
+def _real_users(messages: Sequence[Message], skip: set[int] | None = None) -> list[Message]:
     return [m for m in messages if m.get("role") == "user" and not is_summary_message(m)
-            and content_text(m).strip()]
+            and (not skip or id(m) not in skip) and content_text(m).strip()]
 
 
 def _dedup(items: Sequence[str], cap: int) -> list[str]:
@@ -139,14 +165,14 @@ def _labelled(item: str, prefixes: Sequence[str]) -> bool:
     return any(item.startswith((p + " (", p + ":", p + "：", p + " `")) for p in prefixes)
 
 
-def _goal(previous: SummarySections, request: SummaryRequest, labels: dict[str, str]
-          ) -> list[str]:
+def _goal(previous: SummarySections, request: SummaryRequest, labels: dict[str, str],
+          skip: set[int]) -> list[str]:
     current_labels = label_prefixes("current") + label_prefixes("latest")
     originals = [g for g in previous.get("goal")
                  if _strip_label(g, current_labels) is None and not is_nudge(g)][:1]
     previous_current = [c for g in previous.get("goal")
                         if (c := _strip_label(g, current_labels)) and not is_nudge(c)]
-    asks = [_short(content_text(m)) for m in _real_users(request.prefix)]
+    asks = [_short(content_text(m)) for m in _real_users(request.prefix, skip)]
     asks = [a for a in asks if not is_nudge(a)]
     if not originals and asks:
         originals = asks[:1]
@@ -156,13 +182,14 @@ def _goal(previous: SummarySections, request: SummaryRequest, labels: dict[str, 
     return originals
 
 
-def _statements(turns: Sequence[Message]) -> dict[str, list[tuple[int, str]]]:
-    """Sentences of the assistant (decisions, plans, completions) and user notes, by position."""
+def _statements(turns: Sequence[Message], skip: set[int]) -> dict[str, list[tuple[int, str]]]:
+    """Sentences of the assistant (decisions, plans, completions) and user notes, by position
+    (not of a text-action agent's observations, ``skip``)."""
     found: dict[str, list[tuple[int, str]]] = {"decisions": [], "next_steps": [], "done": [],
                                                "critical": []}
     for pos, msg in enumerate(turns):
         role = msg.get("role")
-        if is_summary_message(msg) or role not in ("user", "assistant"):
+        if is_summary_message(msg) or role not in ("user", "assistant") or id(msg) in skip:
             continue
         for sentence in _sentences(content_text(msg)):
             if role == "user":
@@ -178,10 +205,11 @@ def _statements(turns: Sequence[Message]) -> dict[str, list[tuple[int, str]]]:
     return found
 
 
-def _constraints(previous: SummarySections, request: SummaryRequest) -> list[str]:
+def _constraints(previous: SummarySections, request: SummaryRequest, skip: set[int]
+                 ) -> list[str]:
     """From every user message seen so far (the head's first request too)."""
     fresh: list[str] = []
-    for msg in _real_users(request.prefix):
+    for msg in _real_users(request.prefix, skip):
         fresh += [_short(s) for s in _sentences(content_text(msg)) if _CONSTRAINT.search(s)]
     return _dedup(list(previous.get("constraints")) + fresh, _CAPS["constraints"])
 
@@ -213,10 +241,10 @@ def _progress(previous: SummarySections, activity: Activity,
     return done, blocked
 
 
-def _in_progress(previous: SummarySections, turns: Sequence[Message], labels: dict[str, str]
-                 ) -> list[str]:
+def _in_progress(previous: SummarySections, turns: Sequence[Message], labels: dict[str, str],
+                 skip: set[int]) -> list[str]:
     items: list[str] = []
-    users = _real_users(turns)
+    users = _real_users(turns, skip)
     if users and is_nudge(content_text(users[-1])):
         items.append(f"{labels['instruction']}: {_short(content_text(users[-1]), 160)}")
     last = next((m for m in reversed(turns) if m.get("role") == "assistant"
@@ -227,10 +255,10 @@ def _in_progress(previous: SummarySections, turns: Sequence[Message], labels: di
 
 
 def _files(previous: SummarySections, activity: Activity, turns: Sequence[Message],
-           prefix: Sequence[Message], labels: dict[str, str]) -> list[str]:
+           prefix: Sequence[Message], labels: dict[str, str], skip: set[int]) -> list[str]:
     """One line per real path, union of actions, most recently touched first, bounded."""
     in_span = {id(m) for m in turns}
-    earlier = [(-1, m) for m in _real_users(prefix) if id(m) not in in_span]  # the first ask
+    earlier = [(-1, m) for m in _real_users(prefix, skip) if id(m) not in in_span]
     for pos, msg in [*earlier, *enumerate(turns)]:
         if msg.get("role") in ("user", "assistant") and not is_summary_message(msg):
             for match in _PATH_MENTION.finditer(content_text(msg)):
@@ -257,8 +285,8 @@ def _files(previous: SummarySections, activity: Activity, turns: Sequence[Messag
 
 
 def _next_steps(previous: SummarySections, activity: Activity, plans: list[tuple[int, str]],
-                blocked: list[str], turns: Sequence[Message], labels: dict[str, str]
-                ) -> list[str]:
+                blocked: list[str], turns: Sequence[Message], labels: dict[str, str],
+                skip: set[int]) -> list[str]:
     generated = label_prefixes("todo") + label_prefixes("resolve") + label_prefixes("answer")
     continues = {lab["continue"] for lab in LABELS.values()}
     old = [i for i in previous.get("next_steps") if i not in continues]
@@ -274,7 +302,7 @@ def _next_steps(previous: SummarySections, activity: Activity, plans: list[tuple
         stated = [i for i in old if not _labelled(i, generated)]
     fixes = [f"{labels['resolve']} `{key}`" for i in blocked if (key := item_key(i))][-4:]
     items = todos + stated[-3:] + fixes
-    users = _real_users(turns)
+    users = _real_users(turns, skip)
     if users:  # nothing at all after it in the span: the request is still open
         after = turns[max(i for i, m in enumerate(turns) if m is users[-1]) + 1:]
         if not any(m.get("role") == "assistant" for m in after):
@@ -296,10 +324,22 @@ def _critical(previous: SummarySections, notes: list[tuple[int, str]], blocked: 
     return items + tally.render(labels)
 
 
+GOAL_TIGHT_CHARS = 120  # a goal item when nothing else is left to drop
+
+
 def _fit(sections: dict[str, list[str]], language: str, budget: int,
-         count_text: Callable[[str], int]) -> SummarySections:
-    body = render_body(SummarySections({k: tuple(v) for k, v in sections.items()}), language)
-    total = count_text(body)
+         count_text: Callable[[str], int]) -> tuple[SummarySections, bool]:
+    """The sections cut to ``budget``, and whether empty ones are left out: over budget, the
+    "None." headings go first, then the oldest items of the longest sections, and last the
+    goal items are shortened (never dropped)."""
+    def render(omit: bool) -> str:
+        return render_body(SummarySections({k: tuple(v) for k, v in sections.items()}),
+                           language, omit_empty=omit)
+
+    total = count_text(render(False))
+    omit = total > budget
+    if omit:
+        total = count_text(render(True))
     droppable = ("done", "files", "critical", "decisions", "constraints", "next_steps",
                  "blocked", "in_progress")
     while total > budget:
@@ -307,7 +347,11 @@ def _fit(sections: dict[str, list[str]], language: str, budget: int,
         if not sections.get(key):
             break
         total -= count_text(sections[key].pop(0)) + 2
-    return SummarySections({k: tuple(v) for k, v in sections.items()})
+        if not sections[key]:
+            total = count_text(render(True))  # its heading went with its last item
+    if total > budget:
+        sections["goal"] = [_short(g, GOAL_TIGHT_CHARS) for g in sections.get("goal", [])]
+    return SummarySections({k: tuple(v) for k, v in sections.items()}), omit
 
 
 class BuiltinSummarizer:
@@ -321,26 +365,28 @@ class BuiltinSummarizer:
                     else SummarySections({}))
         turns = request.turns
         activity = scan_activity(turns, request.tools)
-        said = _statements(turns)
+        skip = observations(request.prefix)
+        said = _statements(turns, skip)
         done, blocked = _progress(previous, activity, said["done"])
         tally = Tally.of_span(turns, activity.tools)
         sections = {
-            "goal": _goal(previous, request, labels),
-            "constraints": _constraints(previous, request),
+            "goal": _goal(previous, request, labels, skip),
+            "constraints": _constraints(previous, request, skip),
             "done": done,
-            "in_progress": _in_progress(previous, turns, labels),
+            "in_progress": _in_progress(previous, turns, labels, skip),
             "blocked": blocked,
             "decisions": _dedup(list(previous.get("decisions"))
                                 + [t for _, t in said["decisions"]], _CAPS["decisions"]),
-            "files": _files(previous, activity, turns, request.prefix, labels),
+            "files": _files(previous, activity, turns, request.prefix, labels, skip),
             "next_steps": _next_steps(previous, activity, said["next_steps"], blocked, turns,
-                                      labels),
+                                      labels, skip),
             "critical": _critical(previous, said["critical"], blocked, tally, labels,
                                   request.provider_notes),
         }
-        fitted = _fit(sections, request.language, request.budget_tokens,
-                      request.counter.count_text)
-        return SummaryDraft(body=render_body(fitted, request.language), summarizer=self.name)
+        fitted, omit = _fit(sections, request.language, request.budget_tokens,
+                            request.counter.count_text)
+        return SummaryDraft(body=render_body(fitted, request.language, omit_empty=omit),
+                            summarizer=self.name)
 
 
 __all__ = ["BuiltinSummarizer", "is_nudge"]

@@ -383,7 +383,9 @@ def _finish(plan: _Plan, original: Sequence[Message], summarizer: Summarizer,
                + plan.pruned[plan.tail_start:])
     budget = summary_budget(policy, sum(counter.count_message(m) for m in middle))
     budget = max(256, min(budget, target - kept - FRAMING_TOKENS))
-    anchor_budget = min(policy.anchor_max_tokens, int(budget * policy.anchor_share))
+    share = (policy.anchor_share if budget >= policy.tight_summary_tokens
+             else max(policy.anchor_share, policy.anchor_share_tight))
+    anchor_budget = min(policy.anchor_max_tokens, int(budget * share))
     body_budget = max(128, budget - anchor_budget)
     try:
         draft, status, more, error_kind = _summarize(plan, summarizer, fallback, counter, policy,

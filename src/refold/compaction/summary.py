@@ -107,20 +107,27 @@ class SummarySections:
         return self.items.get(key, ())
 
 
-def render_body(sections: SummarySections, language: str) -> str:
-    """Markdown for the template sections (anchors excluded; ``wrap_summary`` adds them)."""
+def render_body(sections: SummarySections, language: str, *, omit_empty: bool = False) -> str:
+    """Markdown for the template sections (anchors excluded; ``wrap_summary`` adds them).
+
+    ``omit_empty``: sections with no items are left out (the goal's heading stays) — for a
+    budget too small to spend on headings that say "None."; ``parse_body`` reads either form.
+    """
     h = HEADINGS.get(language, HEADINGS["en"])
     lines: list[str] = []
 
     def block(key: str) -> None:
-        lines.append(h[key])
         items = sections.get(key)
+        if omit_empty and not items and key != "goal":
+            return
+        lines.append(h[key])
         lines.extend(f"- {item}" for item in items) if items else lines.append(h["none"])
         lines.append("")
 
     block("goal")
     block("constraints")
-    lines.extend([h["progress"], ""])
+    if not omit_empty or any(sections.get(k) for k in ("done", "in_progress", "blocked")):
+        lines.extend([h["progress"], ""])
     for key in ("done", "in_progress", "blocked", "decisions", "files", "next_steps",
                 "critical"):
         block(key)
