@@ -67,6 +67,7 @@ _INLINE = re.compile(
     r"\./)[ /][^`\n]{1,150})`")
 _PROMPT_LINE = re.compile(r"(?m)^\$ (.*)$")  # a shell transcript's "$ command" lines
 UNREFERENCED_PENALTY = 2.0  # found in tool output only, never named by anyone
+PROSE_PATH_PENALTY = 4.0  # "inputting/reading": words a slash joins, no call or output shows it
 _NOISE = re.compile(r"^(?:call_|toolu_|chatcmpl-|Traceback \(most recent call last\))")
 # words that look like a path but name none: "n/a", "w/o", MIME types, "and/or"
 _MIME = re.compile(r"^(?:text|application|image|audio|video|multipart|font|message|model)/"
@@ -77,7 +78,7 @@ _SOURCE_LINE = re.compile(r"^\s*\d+[:|]\s|^\s*(?:except|raise|catch|throw|if|eli
                           r"else|return|assert|def|class|print|log\w*|console\.\w+|self\.\w+)\b")
 _PLACEHOLDER = re.compile(r"<[a-z]+(?:[_ -][a-z]+)+>|<(?:file|path|name|dir|cmd|command|args?|url|"
                           r"n|num|number|line|pattern|query|package)>")
-COMMAND_WEIGHT, INSPECT_WEIGHT = 5.5, 3.0  # a command the agent ran; a look around (grep, ls)
+COMMAND_WEIGHT, INSPECT_WEIGHT = 5.5, 4.0  # a command the agent ran; a look around (grep, ls)
 
 
 @dataclass(frozen=True)
@@ -333,18 +334,19 @@ def _scored(found: dict[str, Anchor], counts: dict[str, int], named: set[str],
 def _unreferenced(anchor: Anchor, named: set[str], shown: set[str]) -> float:
     """The penalty for a name only tool outputs printed: nobody ran, wrote or asked for it.
     Printed again by later outputs (pip's cache and site-packages paths, a DTD URL in every
-    page) it is still noise: repetition only earns back part of it. Errors are exempt. The
-    same penalty for words only prose joined with a slash ("inputting/reading"): no call and
-    no output shows such a path."""
+    page) it is still noise: repetition only earns back part of it. Errors are exempt. Words
+    only prose joined with a slash ("inputting/reading", "start/end") cost more: no call and
+    no output shows such a path, so it is most likely none."""
     if anchor.kind == "error":
         return 0.0
     if anchor.text not in named:
         return UNREFERENCED_PENALTY
     if anchor.kind == "path" and anchor.text not in shown and _bare_words(anchor.text):
-        return UNREFERENCED_PENALTY
+        return PROSE_PATH_PENALTY
     return 0.0
 
 
+ENTRY_TOKENS = 2  # an entry's quotes and separator in the packed index (summary.py)
 LENGTH_COST = 0.015  # score per character past 40: four short anchors outweigh one echo blob
 
 
@@ -395,7 +397,7 @@ def select_anchors(candidates: Iterable[Anchor], *, budget_tokens: int,
         for pick in (containers.get(anchor.text), anchor):
             if pick is None or pick.text in covered or any(pick.text in c.text for c in chosen):
                 continue
-            cost = costs[pick.text] = count_text(pick.text) + 3
+            cost = costs[pick.text] = count_text(pick.text) + ENTRY_TOKENS
             if used + cost > budget_tokens:
                 continue
             # what the new pick contains is carried by it: its cost comes back

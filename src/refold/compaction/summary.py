@@ -153,12 +153,35 @@ def parse_body(body: str) -> SummarySections:
     return SummarySections({k: tuple(v) for k, v in items.items()})
 
 
+ANCHOR_LINE_CHARS = 160  # anchors share a line up to this length ("- `a`, `b`, `c`")
+_PACKED = re.compile(r"`[^`]+`(?:, `[^`]+`)+")
+
+
 def render_anchor_block(anchors: Sequence[str], language: str) -> str:
+    """The anchor index, packed: code-quoted anchors share lines (a token or so less each
+    than one per line); one holding a backtick stands alone, unquoted. ``unwrap_summary``
+    reads it back, in order."""
     if not anchors:
         return ""
     h = HEADINGS.get(language, HEADINGS["en"])
-    return h["anchors"] + "\n" + "\n".join(f"- `{a}`" if "`" not in a else f"- {a}"
-                                            for a in anchors)
+    lines: list[str] = []
+    line: list[str] = []
+    width = 0
+    for anchor in anchors:
+        if "`" in anchor:
+            if line:
+                lines.append("- " + ", ".join(line))
+                line, width = [], 0
+            lines.append(f"- {anchor}")
+            continue
+        if line and width + len(anchor) + 4 > ANCHOR_LINE_CHARS:
+            lines.append("- " + ", ".join(line))
+            line, width = [], 0
+        line.append(f"`{anchor}`")
+        width += len(anchor) + 4
+    if line:
+        lines.append("- " + ", ".join(line))
+    return h["anchors"] + "\n" + "\n".join(lines)
 
 
 def wrap_summary(body: str, anchors: Sequence[str], language: str) -> str:
@@ -204,6 +227,9 @@ def unwrap_summary(text: str) -> tuple[str, list[str]]:
             in_anchors = False
         if in_anchors:
             item = line.strip()[2:] if line.strip().startswith("- ") else line.strip()
+            if _PACKED.fullmatch(item):
+                anchors.extend(part.strip("`") for part in item.split("`, `"))
+                continue
             if item.startswith("`") and item.endswith("`") and len(item) >= 2:
                 item = item[1:-1]
             if item:
