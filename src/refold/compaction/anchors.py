@@ -21,33 +21,52 @@ from refold.messages.model import Message, content_text
 
 MAX_ANCHOR_CHARS = 200
 SCAN_CHARS = 8_000  # per message; what the llm summarizer sees of a long output, too
-SCAN_BUDGET_CHARS = 1_000_000  # newest text scanned for every kind (about 250K tokens)
-OLD_HEAD, OLD_TAIL = 200, 400  # what of an older output is scanned for every kind
+SCAN_BUDGET_CHARS = 200_000  # newest text scanned for every kind (about 50K tokens)
+OLD_HEAD, OLD_TAIL = 160, 240  # what of an older output is scanned for every kind
 
 _EXT = (r"py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonl|yaml|yml|toml|md|rst|txt|rs|go|java|kt|c|h|cc|"
         r"cpp|hpp|cs|sh|bash|zsh|sql|html|css|scss|cfg|ini|conf|lock|log|csv|env|rb|php|swift|"
         r"vue|svelte|proto|graphql|tf|xml|ipynb|gradle|mk|dockerfile")
+_PATH_PARTS = (r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+",
+               rf"\b[\w.-]+\.(?:{_EXT})\b")
+# each part starts with a character class (a leading lookbehind moved after it), so the regex
+# engine skips to candidate characters instead of trying every position: several times faster
+_ID_PARTS = (r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b",
+             r"\b[A-Z][A-Z0-9]{1,9}-\d{1,6}\b", r"(?<![\w#])#\d{2,7}\b",
+             r"[0-9a-f](?<!\w.)[0-9a-f]{6,39}\b",  # a hex run with a digit and a letter
+             r"[a-z](?<![\w.-].)[a-z]{1,11}_[A-Za-z0-9]{8,40}\b(?!\.\w)")
+_HEX_DIGIT, _HEX_LETTER = re.compile(r"\d"), re.compile(r"[a-f]")
+
+
+def _hex_id(text: str) -> bool:
+    return _HEX_DIGIT.search(text) is not None and _HEX_LETTER.search(text) is not None
+
+
 _PATTERNS: tuple[tuple[str, int, re.Pattern[str]], ...] = (
     ("error", 6, re.compile(
         r"(?m)\b[A-Z]\w*(?:Error|Exception|Exit|Failure):[^\n`]{1,160}|"
         r"^[^\n`]{0,40}?\b(?:error(?:\[\w+\])?:|ERROR\b|FAILED\b|[Ff]atal:|panic:)[^\n`]{0,160}")),
     ("url", 5, re.compile(r"\bhttps?://[^\s'\"<>)\]`]+[^\s'\"<>)\]`.,;:]")),
-    ("path", 5, re.compile(
-        rf"(?<![\w/.:-])(?:~|\.{{1,2}})?/?(?:[\w.@+-]+/)+[\w.@+-]+|\b[\w.-]+\.(?:{_EXT})\b")),
-    ("id", 4, re.compile(
-        r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b|"
-        r"\b[A-Z][A-Z0-9]{1,9}-\d{1,6}\b|(?<![\w#])#\d{2,7}\b|"
-        r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b|"
-        r"(?<![\w.-])[a-z]{2,12}_[A-Za-z0-9]{8,40}\b(?!\.\w)")),
+    ("path", 5, re.compile("|".join(_PATH_PARTS))),
+    ("id", 4, re.compile("|".join(_ID_PARTS))),  # run as _PARTS["id"] (with _hex_id)
     ("version", 3, re.compile(r"(?<![\w.])v?\d+\.\d+(?:\.\d+)+(?:[-+][\w.]+)?\b|"
                               r"\bv\d+\.\d+\b")),
     ("number", 3, re.compile(
-        r"(?<![\w.])\$?\d+(?:[.,]\d+)*\s?(?:ms|µs|ns|s|sec|secs|seconds|min|mins|minutes|h|hrs|"
+        r"[$\d](?<![\w.].)(?:(?<=\$)\d+|(?<=\d)\d*)(?:[.,]\d+)*\s?(?:ms|µs|ns|s|sec|secs|seconds|min|mins|minutes|h|hrs|"
         r"hours|days|KB|MB|GB|TB|KiB|MiB|GiB|TiB|kB|B|bytes|%|px|tokens|rps|qps|req/s|USD|EUR|"
-        r"GHz|MHz|°C|x)(?![\w])|(?<![\w.])\$\d+(?:\.\d+)?\b")),
+        r"GHz|MHz|°C|x)(?![\w])|\$(?<![\w.]\$)\d+(?:\.\d+)?\b")),
     ("config", 3, re.compile(r"\b[A-Z][A-Z0-9_]{2,}=[^\s'\"]+|\b(?:localhost|[\w-]+(?:\.[\w-]+)+):"
                              r"\d{2,5}\b")),
 )
+# the path and id alternations split (``_alternatives``), each part with a substring it needs
+_EXT_END = re.compile(rf"\.(?:{_EXT})\b")  # what the second path part needs
+_Part = tuple[re.Pattern[str], "str | re.Pattern[str] | None", Callable[[str], bool] | None]
+_PARTS: dict[str, tuple[_Part, ...]] = {
+    "path": tuple(zip((re.compile(p) for p in _PATH_PARTS), ("/", _EXT_END), (None, None),
+                      strict=True)),
+    "id": tuple(zip((re.compile(p) for p in _ID_PARTS), ("-", "-", "#", None, "_"),
+                    (None, None, None, _hex_id, None), strict=True)),
+}
 _DIGITS = re.compile(r"\d+")
 # unified-diff headers name a file as a/PATH and b/PATH (also inside JSON-escaped patches)
 _DIFF_HEADER = re.compile(r"""((?:^|\n|\\n|")(?:---|\+\+\+) )[ab]/|"""
@@ -195,9 +214,36 @@ def _scan(text: str, role: str, full: bool) -> _Found:
         if kind in PROSE_KINDS and role == "assistant":
             continue  # prose quotes errors mid-sentence; the tool output has them whole
         scope = text if kind in _LITE_KINDS else ends
-        if _may_match(kind, scope):
+        if kind in _PARTS:
+            out += [(raw, kind, weight + bonus) for raw in _alternatives(kind, scope)]
+        elif _may_match(kind, scope):
             out += [(m.group(0), kind, weight + bonus) for m in pattern.finditer(scope)]
     return tuple(out)
+
+
+def _alternatives(kind: str, text: str) -> list[str]:
+    """What ``kind``'s pattern finds in ``text``, from its alternatives (``_PARTS``) run one
+    by one — the regex engine tries a whole alternation at every position, which costs
+    several times more — merged leftmost first, the earlier alternative winning a tie, and
+    overlaps dropped, as one finditer over the alternation yields them."""
+    found: list[tuple[int, int, int, str]] = []
+    for order, (pattern, needs, check) in enumerate(_PARTS[kind]):
+        if needs is _EXT_END:
+            if _EXT_END.search(text) is None:
+                continue  # no file extension anywhere: a literal-led search, near free
+        elif needs is not None and needs not in text:  # type: ignore[operator]
+            continue
+        found += [(m.start(), order, m.end(), m.group(0)) for m in pattern.finditer(text)
+                  if check is None or check(m.group(0))]
+    if len(found) > 1:
+        found.sort()
+    out: list[str] = []
+    end = -1
+    for start, _, stop, raw in found:
+        if start >= end:
+            out.append(raw)
+            end = stop
+    return out
 
 
 _LITE_KINDS = ("error", "url")

@@ -182,23 +182,45 @@ def _goal(previous: SummarySections, request: SummaryRequest, labels: dict[str, 
     return originals
 
 
+STATEMENT_SCAN_CHARS = 400_000  # newest assistant text read for statements (about 100K tokens)
+
+
 def _statements(turns: Sequence[Message], skip: set[int]) -> dict[str, list[tuple[int, str]]]:
     """Sentences of the assistant (decisions, plans, completions) and user notes, by position
-    (not of a text-action agent's observations, ``skip``)."""
+    (not of a text-action agent's observations, ``skip``).
+
+    Speed: a message none of the patterns matches as a whole is not split into sentences
+    (the same result); only the newest ``STATEMENT_SCAN_CHARS`` of assistant text are read —
+    the sections keep the most recent items only (``_CAPS``), and every user message is read.
+    """
     found: dict[str, list[tuple[int, str]]] = {"decisions": [], "next_steps": [], "done": [],
                                                "critical": []}
-    for pos, msg in enumerate(turns):
+    said = (("decisions", _DECISION), ("next_steps", _NEXT), ("done", _DONE))
+    budget = STATEMENT_SCAN_CHARS
+    picked: list[tuple[int, Message, str]] = []
+    for pos in range(len(turns) - 1, -1, -1):
+        msg = turns[pos]
         role = msg.get("role")
-        if is_summary_message(msg) or role not in ("user", "assistant") or id(msg) in skip:
+        if role not in ("user", "assistant") or id(msg) in skip or is_summary_message(msg):
             continue
-        for sentence in _sentences(content_text(msg)):
-            if role == "user":
+        text = content_text(msg)
+        if role == "assistant":
+            if budget <= 0:
+                continue
+            budget -= len(text)
+            if not any(p.search(text) for _, p in said):
+                continue
+        elif not (_REMEMBER.search(text) or _CONFIG.search(text)):
+            continue
+        picked.append((pos, msg, text))
+    for pos, msg, text in reversed(picked):
+        for sentence in _sentences(text):
+            if msg.get("role") == "user":
                 if (_REMEMBER.search(sentence) or _CONFIG.search(sentence)) \
                         and not _SECRET.search(sentence):  # never carry a credential along
                     found["critical"].append((pos, _short(sentence)))
                 continue
-            for key, pattern in (("decisions", _DECISION), ("next_steps", _NEXT),
-                                 ("done", _DONE)):
+            for key, pattern in said:
                 if pattern.search(sentence):
                     found[key].append((pos, _short(sentence)))
                     break
@@ -210,7 +232,9 @@ def _constraints(previous: SummarySections, request: SummaryRequest, skip: set[i
     """From every user message seen so far (the head's first request too)."""
     fresh: list[str] = []
     for msg in _real_users(request.prefix, skip):
-        fresh += [_short(s) for s in _sentences(content_text(msg)) if _CONSTRAINT.search(s)]
+        text = content_text(msg)
+        if _CONSTRAINT.search(text):  # none in the whole message: none in a sentence of it
+            fresh += [_short(s) for s in _sentences(text) if _CONSTRAINT.search(s)]
     return _dedup(list(previous.get("constraints")) + fresh, _CAPS["constraints"])
 
 

@@ -72,6 +72,24 @@ def _language_text(message: Message) -> str:
     return _NOT_PROSE.sub(" ", text)
 
 
+LANGUAGE_SAMPLE_CHARS = 20_000
+
+
+def _newest_text(messages: Sequence[Message], *, users_only: bool) -> str:
+    """The last ``LANGUAGE_SAMPLE_CHARS`` of the messages' prose joined by newlines, reading
+    only as many messages from the end as that takes."""
+    parts: list[str] = []
+    total = 0
+    for message in reversed(messages):
+        if users_only and message.get("role") != "user":
+            continue
+        parts.append(_language_text(message))
+        total += len(parts[-1]) + 1
+        if total > LANGUAGE_SAMPLE_CHARS:
+            break
+    return "\n".join(reversed(parts))[-LANGUAGE_SAMPLE_CHARS:]
+
+
 def detect_language(messages: Sequence[Message]) -> str:
     """"zh", "ja" or "en", from what the user wrote (all messages if there is no user text).
 
@@ -81,10 +99,9 @@ def detect_language(messages: Sequence[Message]) -> str:
     conversation with a Chinese stretch stays English and a mostly-Chinese one full of English
     identifiers is Chinese.
     """
-    texts = [_language_text(m) for m in messages if m.get("role") == "user"]
-    sample = "\n".join(texts)[-20_000:]
+    sample = _newest_text(messages, users_only=True)
     if not sample.strip():
-        sample = "\n".join(_language_text(m) for m in messages)[-20_000:]
+        sample = _newest_text(messages, users_only=False)
     kana, han = len(_KANA.findall(sample)), len(_HAN.findall(sample))
     latin = len(_LATIN.findall(sample))
     if kana + han == 0 or (kana + han) * 2 < latin:
