@@ -60,7 +60,7 @@ _PATTERNS: tuple[tuple[str, int, re.Pattern[str]], ...] = (
 )
 # the path and id alternations split (``_alternatives``), each part with a substring it needs
 _EXT_END = re.compile(rf"\.(?:{_EXT})\b")  # what the second path part needs
-_Part = tuple[re.Pattern[str], "str | re.Pattern[str] | None", Callable[[str], bool] | None]
+_Part = tuple[re.Pattern[str], "str | re.Pattern[str] | None", "Callable[[str], bool] | None"]
 _PARTS: dict[str, tuple[_Part, ...]] = {
     "path": tuple(zip((re.compile(p) for p in _PATH_PARTS), ("/", _EXT_END), (None, None),
                       strict=True)),
@@ -222,16 +222,21 @@ def _scan(text: str, role: str, full: bool) -> _Found:
 
 
 def _alternatives(kind: str, text: str) -> list[str]:
-    """What ``kind``'s pattern finds in ``text``, from its alternatives (``_PARTS``) run one
-    by one — the regex engine tries a whole alternation at every position, which costs
-    several times more — merged leftmost first, the earlier alternative winning a tie, and
-    overlaps dropped, as one finditer over the alternation yields them."""
+    return alternation(_PARTS[kind], text)
+
+
+def alternation(parts: Sequence[_Part], text: str) -> list[str]:
+    """What the alternation of ``parts`` finds in ``text``, from its alternatives run one by
+    one — the regex engine tries a whole alternation at every position, which costs several
+    times more — merged leftmost first, the earlier alternative winning a tie, and overlaps
+    dropped, as one finditer over the alternation yields them. A part runs only when its
+    text has what it needs (a substring, or a literal-led pattern's match)."""
     found: list[tuple[int, int, int, str]] = []
-    for order, (pattern, needs, check) in enumerate(_PARTS[kind]):
-        if needs is _EXT_END:
-            if _EXT_END.search(text) is None:
-                continue  # no file extension anywhere: a literal-led search, near free
-        elif needs is not None and needs not in text:  # type: ignore[operator]
+    for order, (pattern, needs, check) in enumerate(parts):
+        if isinstance(needs, re.Pattern):
+            if needs.search(text) is None:
+                continue  # e.g. no file extension anywhere: a literal-led search, near free
+        elif needs is not None and needs not in text:
             continue
         found += [(m.start(), order, m.end(), m.group(0)) for m in pattern.finditer(text)
                   if check is None or check(m.group(0))]

@@ -39,6 +39,7 @@ from refold.compaction.activity import (
     resolves,
     scan_activity,
 )
+from refold.compaction.anchors import alternation
 from refold.compaction.summarizer import SummaryDraft, SummaryRequest
 from refold.compaction.summary import (
     SummarySections,
@@ -83,9 +84,13 @@ _CONFIG = re.compile(r"\b[A-Z][A-Z0-9_]{2,}=\S+|\b(?:localhost|[\w-]+(?:\.[\w-]+
 _SECRET = re.compile(r"password|passwd|secret|token|api[_-]?key|credential|bearer|密码|口令",
                      re.IGNORECASE)
 _ERRORISH = re.compile(r"\b\w*(?:Error|Exception)\b|^E\s|\bFAILED\b|\b[Ee]rror:")
-_PATH_MENTION = re.compile(r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+\.\w{1,10}\b|"
-                           r"\b[\w-]+\.(?:py|js|ts|tsx|go|rs|java|rb|php|c|h|cpp|json|ya?ml|"
-                           r"toml|md|sql|sh|html|css)\b")
+_MENTION_EXT = (r"\.(?:py|js|ts|tsx|go|rs|java|rb|php|c|h|cpp|json|ya?ml|toml|md|sql|sh|html|"
+                r"css)\b")
+# a path mentioned in prose: one with a folder, or a bare file name of a common kind; run as
+# its two parts (``anchors.alternation``: the same matches, several times faster)
+_PATH_MENTION = (
+    (re.compile(r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+\.\w{1,10}\b"), "/", None),
+    (re.compile(r"\b[\w-]+" + _MENTION_EXT), re.compile(_MENTION_EXT), None))
 _FILE_ITEM = re.compile(r"^`([^`]+)`")
 _ACTIONS = ("modified", "read", "mentioned")
 _CAPS = {"goal": 3, "constraints": 12, "done": 20, "in_progress": 3, "blocked": 10,
@@ -182,7 +187,7 @@ def _goal(previous: SummarySections, request: SummaryRequest, labels: dict[str, 
     return originals
 
 
-STATEMENT_SCAN_CHARS = 400_000  # newest assistant text read for statements (about 100K tokens)
+STATEMENT_SCAN_CHARS = 100_000  # newest assistant text read for statements (about 25K tokens)
 
 
 def _statements(turns: Sequence[Message], skip: set[int]) -> dict[str, list[tuple[int, str]]]:
@@ -285,8 +290,8 @@ def _files(previous: SummarySections, activity: Activity, turns: Sequence[Messag
     earlier = [(-1, m) for m in _real_users(prefix, skip) if id(m) not in in_span]
     for pos, msg in [*earlier, *enumerate(turns)]:
         if msg.get("role") in ("user", "assistant") and not is_summary_message(msg):
-            for match in _PATH_MENTION.finditer(content_text(msg)):
-                activity.touch(match.group(0), "mentioned", pos)
+            for mention in alternation(_PATH_MENTION, content_text(msg)):
+                activity.touch(mention, "mentioned", pos)
     words = {labels_[a]: a for labels_ in LABELS.values() for a in _ACTIONS}
     merged: dict[str, set[str]] = {}
     for path, (_, actions) in sorted(activity.files.items(), key=lambda kv: -kv[1][0]):
