@@ -59,12 +59,17 @@ _PATTERNS: tuple[tuple[str, int, re.Pattern[str]], ...] = (
                              r"\d{2,5}\b")),
 )
 # the path and id alternations split (``_alternatives``), each part with a substring it needs
+# necessary conditions, each led by a rare character: a hex run with a digit and a letter has
+# a digit next to a letter; a token id has "_" and 8 letters or digits
+_HEX_PAIR = re.compile(r"\d(?:[a-f]|(?<=[a-f]\d))")
+_TOKEN_TAIL = re.compile(r"_[A-Za-z0-9]{8}")
 _EXT_END = re.compile(rf"\.(?:{_EXT})\b")  # what the second path part needs
 _Part = tuple[re.Pattern[str], "str | re.Pattern[str] | None", "Callable[[str], bool] | None"]
 _PARTS: dict[str, tuple[_Part, ...]] = {
     "path": tuple(zip((re.compile(p) for p in _PATH_PARTS), ("/", _EXT_END), (None, None),
                       strict=True)),
-    "id": tuple(zip((re.compile(p) for p in _ID_PARTS), ("-", "-", "#", None, "_"),
+    "id": tuple(zip((re.compile(p) for p in _ID_PARTS),
+                    ("-", "-", "#", _HEX_PAIR, _TOKEN_TAIL),
                     (None, None, None, _hex_id, None), strict=True)),
 }
 _DIGITS = re.compile(r"\d+")
