@@ -1,4 +1,4 @@
-"""Public agent trajectories in refold's OpenAI message form, with labels made independently.
+r"""Public agent trajectories in refold's OpenAI message form, with labels made independently.
 
 The data is not in the repository; fetch it with the ``fetch`` tool and copy it to one folder
 (default ``/work/data/trajectories``), laid out as:
@@ -9,6 +9,23 @@ The data is not in the repository; fetch it with the ``fetch`` tool and copy it 
     openhands/*.jsonl|json    All-Hands-AI/OpenHands (MIT outside enterprise/) at 156d0686:
                               evaluation/benchmarks/multi_swe_bench/examples/output.jsonl and
                               tests/runtime/trajs/*.json (never the SWE-bench Verified outputs)
+
+Re-creating it from bare git copies (``fetch`` gives one per repository; each SWE-agent file is
+named ``<its folder>__<its name>``, the folders' names being what tells runs apart)::
+
+    G=SWE-agent+SWE-agent/repo; D=/work/data/trajectories
+    git --git-dir=$G ls-tree -r --name-only 3ea751c0 -- tests/test_data/trajectories \
+        trajectories/demonstrations | grep '\.traj$' | while read p; do
+      git --git-dir=$G show "3ea751c0:$p" > "$D/swe-agent/$(basename "$(dirname "$p")")__$(basename "$p")"
+    done
+    git --git-dir=SWE-agent+mini-swe-agent/repo show a83fcae8:tests/test_data/local.traj.json \
+        > $D/mini-swe-agent/local.traj.json            # and github_issue.traj.json
+    git --git-dir=All-Hands-AI+OpenHands/repo show \
+        156d0686:evaluation/benchmarks/multi_swe_bench/examples/output.jsonl \
+        > $D/openhands/multi_swe_bench_output.jsonl    # and tests/runtime/trajs/*.json
+
+That gives 31 trajectories (22 SWE-agent, 2 mini-swe-agent, 7 OpenHands) and 56 cuts of at
+least 4,000 tokens.
 
 Conversion is faithful: what the model saw, in the roles it saw it. Native tool calls become
 OpenAI ``tool_calls`` with their results as ``tool`` messages (a call whose result was never

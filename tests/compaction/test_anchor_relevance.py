@@ -80,3 +80,59 @@ def test_a_command_anchor_keeps_the_whitespace_it_was_typed_with() -> None:
     msgs: list[dict[str, Any]] = [{"role": "assistant", "content": None, "tool_calls": [call]},
                                   {"role": "tool", "tool_call_id": "s", "content": ""}]
     assert typed in {a.text for a in extract_anchors(msgs)}
+
+
+def _bash(cid: str, command: str, output: str) -> list[dict[str, Any]]:
+    call = {"id": cid, "type": "function", "function": {
+        "name": "execute_bash", "arguments": json.dumps({"command": command})}}
+    return [{"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": cid, "content": output}]
+
+
+def test_a_command_stands_in_for_the_path_it_holds() -> None:
+    msgs: list[dict[str, Any]] = [
+        {"role": "user", "content": "The overflow is in fields.py, please fix it."},
+        *_text_action("open src/marshmallow/fields.py 1474", "[File: fields.py]\n1474: x"),
+    ]
+    chosen = select_anchors(extract_anchors(msgs), budget_tokens=14,
+                            count_text=COUNTER.count_text)
+    # one entry keeps both: the bare name the user ranked high is inside the command
+    assert chosen == ["open src/marshmallow/fields.py 1474"], chosen
+
+
+def test_words_joined_by_a_slash_are_no_paths_and_quoted_source_is_no_error() -> None:
+    msgs: list[dict[str, Any]] = [
+        {"role": "user", "content": "Rounding is n/a for inputting/reading, w/o the "
+                                    "multipart/form-data or text/html parts."},
+        *_bash("v", "sed -n 1485,1488p src/marshmallow/fields.py",
+               "1487:        except OverflowError as error:\n"
+               "    raise ConnectTimeoutError(\nValueError: chr() arg not in range(0x110000)"),
+        *_bash("r", "python reproduce.py", "ok"),
+    ]
+    found = {a.text: a.score for a in extract_anchors(msgs)}
+    for fake in ("n/a", "w/o", "multipart/form-data", "text/html"):
+        assert fake not in found, fake
+    assert not any(t.startswith(("1487:", "raise ")) for t in found), found
+    assert "ValueError: chr() arg not in range(0x110000)" in found
+    # prose-only slash words may name a folder, but rank below what the agent ran
+    assert found["inputting/reading"] < found["python reproduce.py"]
+
+
+def test_a_template_placeholder_is_no_command() -> None:
+    msgs: list[dict[str, Any]] = [
+        {"role": "user", "content": "Write a script and run it with `python <script_name>.py`."},
+        *_text_action("python repro.py", "ok"),
+    ]
+    texts = {a.text for a in extract_anchors(msgs)}
+    assert "python repro.py" in texts and "python <script_name>.py" not in texts
+
+
+def test_a_long_blob_costs_its_length() -> None:
+    blob = "echo '" + "01100110" * 24 + "' | xxd -r -p"
+    msgs: list[dict[str, Any]] = [*_bash("b", blob, "flag"),
+                                  *_bash("c", "file release", "ELF"),
+                                  *_bash("d", "python solve.py", "ok"),
+                                  *_bash("e", "pwd", "/root")]
+    chosen = select_anchors(extract_anchors(msgs), budget_tokens=24,
+                            count_text=COUNTER.count_text)
+    assert "python solve.py" in chosen and "file release" in chosen and blob not in chosen

@@ -270,3 +270,48 @@ def test_newest_tool_output_stays_verbatim_when_the_head_reaches_it() -> None:
     out = compact(msgs, context_length=300, policy=CompactionPolicy(output_reserve_tokens=0),
                   counter=COUNTER)
     assert out.messages[-1]["content"] == body
+
+
+def test_the_anchor_index_is_packed_and_reads_back_in_order() -> None:
+    from refold.compaction.summary import render_anchor_block
+
+    anchors = ["ls -F", "python reproduce.py", "a `quoted` error", *[f"src/m{i}.py" for i in
+                                                                     range(30)]]
+    block = render_anchor_block(anchors, "en")
+    assert "- `ls -F`, `python reproduce.py`" in block and "\n- a `quoted` error\n" in block
+    assert max(len(line) for line in block.splitlines()) <= 170
+    assert unwrap_summary(wrap_summary("## Goal\n- x", anchors, "en"))[1] == anchors
+
+
+def test_a_text_action_agents_observations_are_no_requests() -> None:
+    """SWE-agent's observations come back as user messages: the goal stays the person's ask,
+    and no "Current request" quotes a curl progress meter."""
+    ask = {"role": "user", "content": "Solve the I Got Id web challenge; the flag is flag{...}."}
+    turns: list[dict[str, Any]] = []
+    for i, page in enumerate(("hello.pl", "forms.pl", "file.pl")):
+        turns += [{"role": "assistant", "content": f"Look at {page}.\n```\ncurl "
+                                                   f"http://web:8000/cgi-bin/{page}\n```"},
+                  {"role": "user", "content": f"% Total % Received % Xferd {i} <html>{page}"}]
+    body = BuiltinSummarizer().summarize(_request(turns, prefix=[ask, *turns])).body
+    goal = parse_body(body).get("goal")
+    assert goal == ("Solve the I Got Id web challenge; the flag is flag{...}.",), goal
+    assert "% Total" not in body
+    # a chat whose assistant once shows a code block keeps the person's next ask as theirs
+    chat = [ask, turns[0], {"role": "user", "content": "Thanks. Now write the exploit in "
+                                                       "exploit.py and run it against port 8000."}]
+    goal = parse_body(BuiltinSummarizer().summarize(_request(chat[1:], prefix=chat)).body
+                      ).get("goal")
+    assert any("write the exploit" in g for g in goal), goal
+
+
+def test_a_tight_budget_spends_nothing_on_empty_sections() -> None:
+    turns: list[dict[str, Any]] = [
+        {"role": "user", "content": "Fix the rounding bug in src/marshmallow/fields.py " * 3},
+        call("a", "execute_bash", command="python reproduce.py"),
+        result("a", "344\n[The command completed with exit code 0.]"),
+        {"role": "assistant", "content": "I decided to use round() because int() truncates."}]
+    roomy = BuiltinSummarizer().summarize(_request(turns, budget=2000)).body
+    tight = BuiltinSummarizer().summarize(_request(turns, budget=90)).body
+    assert "None." in roomy and "None." not in tight, tight
+    assert tight.startswith("## Goal\n- Fix the rounding bug")
+    assert COUNTER.count_text(tight) <= 90

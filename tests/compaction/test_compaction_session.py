@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 from agent_transcript import agent_transcript
 
@@ -16,6 +19,7 @@ from refold.compaction.summary import END_MARKER
 from refold.errors import Conflict
 from refold.messages.model import wire_form
 from refold.store import Store
+from refold.tokens import get_counter
 
 POLICY = CompactionPolicy(output_reserve_tokens=0, summary_min_tokens=500)
 SYSTEM = "You are a coding agent."
@@ -139,3 +143,30 @@ def test_two_compactors_at_once_never_compact_the_same_window_twice(store: Store
     assert "stored" in outcomes
     windows = [(c.first_seq, c.last_seq, c.tail_start_seq) for c in store.list_checkpoints(sid)]
     assert len(windows) == len(set(windows)) and len(windows) == outcomes.count("stored")
+
+
+def test_a_cut_message_points_to_its_ledger_row(store: Store) -> None:
+    """Issue 13 §4: the note in an oversized kept message that was cut names its ledger seq."""
+    session = store.create_session(title="Build", model="gpt-4o", source="test")
+    log = "\n".join(f"src/pkg/module_{i}.py:{i}: DeprecationWarning: call {i} is old"
+                    for i in range(1500)) + "\nexit code 2"
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing build."}]
+    for i in range(12):
+        msgs += [{"role": "assistant", "content": f"Part {i}.", "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {
+                "name": "execute_bash", "arguments": json.dumps({"command": f"make p{i}"})}}]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": "ok\n" * 300 + "exit code 0"}]
+    msgs += [{"role": "assistant", "content": "All.", "tool_calls": [
+        {"id": "z", "type": "function", "function": {
+            "name": "execute_bash", "arguments": json.dumps({"command": "make all"})}}]},
+        {"role": "tool", "tool_call_id": "z", "content": log}]
+    store.append_messages(session.id, msgs)
+    rows = store.get_messages(session.id)
+    size = get_counter("gpt-4o").count_messages(msgs)
+    done = compact_session(store, session.id, context_length=size, target_tokens=size // 4)
+    assert done.stored and done.report.prune["messages_cut"] == 1, done.note
+    last = done.messages[-1]["content"]
+    assert f"in the session ledger at seq {rows[-1].seq} of session {session.id} …]" in last
+    assert rows[-1].message["content"] == log  # the row it names holds the whole output
+    view = projection_messages(store.projection(session.id), None)
+    assert view[-1]["content"] == last  # the stored view carries the same pointer

@@ -21,33 +21,57 @@ from refold.messages.model import Message, content_text
 
 MAX_ANCHOR_CHARS = 200
 SCAN_CHARS = 8_000  # per message; what the llm summarizer sees of a long output, too
-SCAN_BUDGET_CHARS = 1_000_000  # newest text scanned for every kind (about 250K tokens)
-OLD_HEAD, OLD_TAIL = 200, 400  # what of an older output is scanned for every kind
+SCAN_BUDGET_CHARS = 200_000  # newest text scanned for every kind (about 50K tokens)
+OLD_HEAD, OLD_TAIL = 160, 240  # what of an older output is scanned for every kind
 
 _EXT = (r"py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonl|yaml|yml|toml|md|rst|txt|rs|go|java|kt|c|h|cc|"
         r"cpp|hpp|cs|sh|bash|zsh|sql|html|css|scss|cfg|ini|conf|lock|log|csv|env|rb|php|swift|"
         r"vue|svelte|proto|graphql|tf|xml|ipynb|gradle|mk|dockerfile")
+_PATH_PARTS = (r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+",
+               rf"\b[\w.-]+\.(?:{_EXT})\b")
+# each part starts with a character class (a leading lookbehind moved after it), so the regex
+# engine skips to candidate characters instead of trying every position: several times faster
+_ID_PARTS = (r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b",
+             r"\b[A-Z][A-Z0-9]{1,9}-\d{1,6}\b", r"(?<![\w#])#\d{2,7}\b",
+             r"[0-9a-f](?<!\w.)[0-9a-f]{6,39}\b",  # a hex run with a digit and a letter
+             r"[a-z](?<![\w.-].)[a-z]{1,11}_[A-Za-z0-9]{8,40}\b(?!\.\w)")
+_HEX_DIGIT, _HEX_LETTER = re.compile(r"\d"), re.compile(r"[a-f]")
+
+
+def _hex_id(text: str) -> bool:
+    return _HEX_DIGIT.search(text) is not None and _HEX_LETTER.search(text) is not None
+
+
 _PATTERNS: tuple[tuple[str, int, re.Pattern[str]], ...] = (
     ("error", 6, re.compile(
         r"(?m)\b[A-Z]\w*(?:Error|Exception|Exit|Failure):[^\n`]{1,160}|"
-        r"^[^\n`]{0,40}?\b(?:error(?:\[\w+\])?:|ERROR|FAILED|[Ff]atal:|panic:)[^\n`]{0,160}")),
+        r"^[^\n`]{0,40}?\b(?:error(?:\[\w+\])?:|ERROR\b|FAILED\b|[Ff]atal:|panic:)[^\n`]{0,160}")),
     ("url", 5, re.compile(r"\bhttps?://[^\s'\"<>)\]`]+[^\s'\"<>)\]`.,;:]")),
-    ("path", 5, re.compile(
-        rf"(?<![\w/.:-])(?:~|\.{{1,2}})?/?(?:[\w.@+-]+/)+[\w.@+-]+|\b[\w.-]+\.(?:{_EXT})\b")),
-    ("id", 4, re.compile(
-        r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b|"
-        r"\b[A-Z][A-Z0-9]{1,9}-\d{1,6}\b|(?<![\w#])#\d{2,7}\b|"
-        r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b|"
-        r"\b[a-z]{2,12}_[A-Za-z0-9]{8,40}\b")),
+    ("path", 5, re.compile("|".join(_PATH_PARTS))),
+    ("id", 4, re.compile("|".join(_ID_PARTS))),  # run as _PARTS["id"] (with _hex_id)
     ("version", 3, re.compile(r"(?<![\w.])v?\d+\.\d+(?:\.\d+)+(?:[-+][\w.]+)?\b|"
                               r"\bv\d+\.\d+\b")),
     ("number", 3, re.compile(
-        r"(?<![\w.])\$?\d+(?:[.,]\d+)*\s?(?:ms|µs|ns|s|sec|secs|seconds|min|mins|minutes|h|hrs|"
+        r"[$\d](?<![\w.].)(?:(?<=\$)\d+|(?<=\d)\d*)(?:[.,]\d+)*\s?(?:ms|µs|ns|s|sec|secs|seconds|min|mins|minutes|h|hrs|"
         r"hours|days|KB|MB|GB|TB|KiB|MiB|GiB|TiB|kB|B|bytes|%|px|tokens|rps|qps|req/s|USD|EUR|"
-        r"GHz|MHz|°C|x)(?![\w])|(?<![\w.])\$\d+(?:\.\d+)?\b")),
+        r"GHz|MHz|°C|x)(?![\w])|\$(?<![\w.]\$)\d+(?:\.\d+)?\b")),
     ("config", 3, re.compile(r"\b[A-Z][A-Z0-9_]{2,}=[^\s'\"]+|\b(?:localhost|[\w-]+(?:\.[\w-]+)+):"
                              r"\d{2,5}\b")),
 )
+# the path and id alternations split (``_alternatives``), each part with a substring it needs
+# necessary conditions, each led by a rare character: a hex run with a digit and a letter has
+# a digit next to a letter; a token id has "_" and 8 letters or digits
+_HEX_PAIR = re.compile(r"\d(?:[a-f]|(?<=[a-f]\d))")
+_TOKEN_TAIL = re.compile(r"_[A-Za-z0-9]{8}")
+_EXT_END = re.compile(rf"\.(?:{_EXT})\b")  # what the second path part needs
+_Part = tuple[re.Pattern[str], "str | re.Pattern[str] | None", "Callable[[str], bool] | None"]
+_PARTS: dict[str, tuple[_Part, ...]] = {
+    "path": tuple(zip((re.compile(p) for p in _PATH_PARTS), ("/", _EXT_END), (None, None),
+                      strict=True)),
+    "id": tuple(zip((re.compile(p) for p in _ID_PARTS),
+                    ("-", "-", "#", _HEX_PAIR, _TOKEN_TAIL),
+                    (None, None, None, _hex_id, None), strict=True)),
+}
 _DIGITS = re.compile(r"\d+")
 # unified-diff headers name a file as a/PATH and b/PATH (also inside JSON-escaped patches)
 _DIFF_HEADER = re.compile(r"""((?:^|\n|\\n|")(?:---|\+\+\+) )[ab]/|"""
@@ -67,7 +91,18 @@ _INLINE = re.compile(
     r"\./)[ /][^`\n]{1,150})`")
 _PROMPT_LINE = re.compile(r"(?m)^\$ (.*)$")  # a shell transcript's "$ command" lines
 UNREFERENCED_PENALTY = 2.0  # found in tool output only, never named by anyone
+PROSE_PATH_PENALTY = 4.0  # "inputting/reading": words a slash joins, no call or output shows it
 _NOISE = re.compile(r"^(?:call_|toolu_|chatcmpl-|Traceback \(most recent call last\))")
+# words that look like a path but name none: "n/a", "w/o", MIME types, "and/or"
+_MIME = re.compile(r"^(?:text|application|image|audio|video|multipart|font|message|model)/"
+                   r"[\w.+-]+$")
+# a line of source code quoted by a viewer or a grep ("1487:   except OverflowError as error:",
+# "    raise ConnectTimeoutError(") is no error the run printed
+_SOURCE_LINE = re.compile(r"^\s*\d+[:|]\s|^\s*(?:except|raise|catch|throw|if|elif|"
+                          r"else|return|assert|def|class|print|log\w*|console\.\w+|self\.\w+)\b")
+_PLACEHOLDER = re.compile(r"<[a-z]+(?:[_ -][a-z]+)+>|<(?:file|path|name|dir|cmd|command|args?|url|"
+                          r"n|num|number|line|pattern|query|package)>")
+COMMAND_WEIGHT, INSPECT_WEIGHT = 5.5, 4.0  # a command the agent ran; a look around (grep, ls)
 
 
 @dataclass(frozen=True)
@@ -184,20 +219,64 @@ def _scan(text: str, role: str, full: bool) -> _Found:
         if kind in PROSE_KINDS and role == "assistant":
             continue  # prose quotes errors mid-sentence; the tool output has them whole
         scope = text if kind in _LITE_KINDS else ends
-        if _may_match(kind, scope):
+        if kind in _PARTS:
+            out += [(raw, kind, weight + bonus) for raw in _alternatives(kind, scope)]
+        elif _may_match(kind, scope):
             out += [(m.group(0), kind, weight + bonus) for m in pattern.finditer(scope)]
     return tuple(out)
 
 
+def _alternatives(kind: str, text: str) -> list[str]:
+    return alternation(_PARTS[kind], text)
+
+
+def alternation(parts: Sequence[_Part], text: str) -> list[str]:
+    """What the alternation of ``parts`` finds in ``text``, from its alternatives run one by
+    one — the regex engine tries a whole alternation at every position, which costs several
+    times more — merged leftmost first, the earlier alternative winning a tie, and overlaps
+    dropped, as one finditer over the alternation yields them. A part runs only when its
+    text has what it needs (a substring, or a literal-led pattern's match)."""
+    found: list[tuple[int, int, int, str]] = []
+    for order, (pattern, needs, check) in enumerate(parts):
+        if isinstance(needs, re.Pattern):
+            if needs.search(text) is None:
+                continue  # e.g. no file extension anywhere: a literal-led search, near free
+        elif needs is not None and needs not in text:
+            continue
+        found += [(m.start(), order, m.end(), m.group(0)) for m in pattern.finditer(text)
+                  if check is None or check(m.group(0))]
+    if len(found) > 1:
+        found.sort()
+    out: list[str] = []
+    end = -1
+    for start, _, stop, raw in found:
+        if start >= end:
+            out.append(raw)
+            end = stop
+    return out
+
+
 _LITE_KINDS = ("error", "url")
+
+
+def _bare_words(path: str) -> bool:
+    """A relative path without a file extension ("src/refold", "n/a", "inputting/reading"):
+    real only when something other than prose shows it (a call, a tool output)."""
+    return not path.startswith(("/", "~", ".")) and "." not in path.rsplit("/", 1)[-1]
 
 
 def _clean_candidate(raw: str, kind: str) -> str | None:
     text = _clean(raw)
     if kind == "path":  # a sentence's full stop is not part of the path; 116/1 is no path
         text = text.rstrip(".")
-        if not _LETTER.search(text.rsplit("/", 1)[-1]):
+        if not _LETTER.search(text.rsplit("/", 1)[-1]) or _MIME.match(text):
             return None
+        if _bare_words(text) and min(len(p) for p in text.split("/")) < 2:
+            return None  # n/a, w/o, I/O
+    elif kind == "error" and _SOURCE_LINE.match(text):
+        return None
+    elif kind == "command" and _PLACEHOLDER.search(text):
+        return None  # "python <script_name>.py" is an instruction's template, not a command
     if len(text) < 3 or _NOISE.match(text) or _CREDENTIAL.search(text):
         return None  # a credential is never worth carrying into the summary
     return text
@@ -245,6 +324,7 @@ def extract_anchors(messages: Sequence[Message], *, scan_budget_chars: int = SCA
     found: dict[str, Anchor] = {}
     counts: dict[str, int] = {}
     named: set[str] = set()  # named outside tool outputs (a call, the user, the assistant)
+    shown: set[str] = set()  # in a tool call or a tool output: no figure of speech
     total = max(1, len(messages))
     cleaned: dict[tuple[str, str], str | None] = {}
 
@@ -258,6 +338,8 @@ def extract_anchors(messages: Sequence[Message], *, scan_budget_chars: int = SCA
         counts[text] = counts.get(text, 0) + 1
         if role != "tool":
             named.add(text)
+        if role in ("tool", "call"):
+            shown.add(text)
         score = weight + position / total  # later mentions matter more
         previous = found.get(text)
         if previous is None or previous.score < score:
@@ -271,13 +353,15 @@ def extract_anchors(messages: Sequence[Message], *, scan_budget_chars: int = SCA
             continue  # a previous summary's anchors are carried, not re-extracted from markdown
         speaker = str(msg.get("role"))
         for command in _command_texts(msg):  # a look around (grep, git diff) is worth less
-            add(command, "command", 2 if INSPECT.match(command) else 5, pos, "call")
+            add(command, "command", INSPECT_WEIGHT if INSPECT.match(command)
+                else COMMAND_WEIGHT, pos, "call")
         text = _message_text(msg)
         if speaker in ("user", "assistant"):
             for pattern in (_FENCED, _INLINE):
                 for found_command in pattern.findall(content_text(msg)[:SCAN_CHARS]):
                     command = found_command.strip()
-                    add(command, "command", 2 if INSPECT.match(command) else 5, pos, speaker)
+                    add(command, "command", INSPECT_WEIGHT if INSPECT.match(command)
+                        else COMMAND_WEIGHT, pos, speaker)
         role = "tool" if _is_observation(messages, pos) else speaker  # who vouches for it
         key = hash(text)
         if not text or (key in scanned and role == "tool"):
@@ -288,28 +372,60 @@ def extract_anchors(messages: Sequence[Message], *, scan_budget_chars: int = SCA
             scans[scan_key] = _scan(*scan_key)
         for raw, kind, weight in scans[scan_key]:
             add(raw, kind, weight, pos, role)
-    return _scored(found, counts, named)
+    return _scored(found, counts, named, shown)
 
 
-def _scored(found: dict[str, Anchor], counts: dict[str, int], named: set[str]
-            ) -> list[Anchor]:
+def _scored(found: dict[str, Anchor], counts: dict[str, int], named: set[str],
+            shown: set[str]) -> list[Anchor]:
     shapes: dict[str, int] = {}
     for text in found:
         shape = _shape(text)
         shapes[shape] = shapes.get(shape, 0) + 1
     return [Anchor(a.text, a.kind, a.score + min(counts[a.text], 5) * 0.3
                    - 1.5 * math.log2(shapes[_shape(a.text)])
-                   - _unreferenced(a, named), a.first_seen)
+                   - _unreferenced(a, named, shown), a.first_seen)
             for a in found.values()]
 
 
-def _unreferenced(anchor: Anchor, named: set[str]) -> float:
+def _unreferenced(anchor: Anchor, named: set[str], shown: set[str]) -> float:
     """The penalty for a name only tool outputs printed: nobody ran, wrote or asked for it.
     Printed again by later outputs (pip's cache and site-packages paths, a DTD URL in every
-    page) it is still noise: repetition only earns back part of it. Errors are exempt."""
-    if anchor.text in named or anchor.kind == "error":
+    page) it is still noise: repetition only earns back part of it. Errors are exempt. Words
+    only prose joined with a slash ("inputting/reading", "start/end") cost more: no call and
+    no output shows such a path, so it is most likely none."""
+    if anchor.kind == "error":
         return 0.0
-    return UNREFERENCED_PENALTY
+    if anchor.text not in named:
+        return UNREFERENCED_PENALTY
+    if anchor.kind == "path" and anchor.text not in shown and _bare_words(anchor.text):
+        return PROSE_PATH_PENALTY
+    return 0.0
+
+
+ENTRY_TOKENS = 2  # an entry's quotes and separator in the packed index (summary.py)
+LENGTH_COST = 0.015  # score per character past 40: four short anchors outweigh one echo blob
+
+
+def _value(anchor: Anchor) -> float:
+    return anchor.score - LENGTH_COST * max(0, len(anchor.text) - 40)
+
+
+CONTAINER_MARGIN = 2.0  # a container this much below the anchor it holds still stands in
+
+
+def _containers(pool: Sequence[Anchor]) -> dict[str, Anchor]:
+    """For an anchor held verbatim in a longer one ranked close to it (``fields.py`` in
+    ``open src/pkg/fields.py 1474``), the longer one: it keeps both for one entry."""
+    joined = "\n".join(a.text for a in pool)
+    out: dict[str, Anchor] = {}
+    for anchor in pool:
+        if joined.count(anchor.text) < 2:
+            continue  # the common case, at C speed
+        held_by = [c for c in pool if c is not anchor and anchor.text in c.text
+                   and _value(c) >= _value(anchor) - CONTAINER_MARGIN]
+        if held_by:
+            out[anchor.text] = max(held_by, key=lambda c: (_value(c), -len(c.text)))
+    return out
 
 
 def select_anchors(candidates: Iterable[Anchor], *, budget_tokens: int,
@@ -326,19 +442,25 @@ def select_anchors(candidates: Iterable[Anchor], *, budget_tokens: int,
     known = {a.text for a in fresh}
     olds = dict.fromkeys(c for c in (carried_anchor(a) for a in carried) if len(c) >= 3)
     pool = fresh + [Anchor(a, "carried", 4.0, -1) for a in olds if a not in known]
-    pool.sort(key=lambda a: (-a.score, len(a.text), a.text))
+    pool.sort(key=lambda a: (-_value(a), len(a.text), a.text))
+    containers = _containers(pool[:budget_tokens // 3 + 64])
     chosen: list[Anchor] = []
+    costs: dict[str, int] = {}
     used = 0
     for anchor in pool:
         if used + 4 > budget_tokens:
             break
-        if anchor.text in covered or any(anchor.text in c.text for c in chosen):
-            continue
-        cost = count_text(anchor.text) + 3
-        if used + cost > budget_tokens:
-            continue
-        chosen.append(anchor)
-        used += cost
+        for pick in (containers.get(anchor.text), anchor):
+            if pick is None or pick.text in covered or any(pick.text in c.text for c in chosen):
+                continue
+            cost = costs[pick.text] = count_text(pick.text) + ENTRY_TOKENS
+            if used + cost > budget_tokens:
+                continue
+            # what the new pick contains is carried by it: its cost comes back
+            inside = [c for c in chosen if c.text in pick.text]
+            chosen = [c for c in chosen if c.text not in pick.text] + [pick]
+            used += cost - sum(costs[c.text] for c in inside)
+            break
     # present in a stable, readable order: by kind group, then first appearance
     order = {"error": 0, "command": 1, "path": 2, "url": 3, "id": 4, "version": 5, "number": 6,
              "config": 7, "carried": 8}

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 
 from refold.compaction.activity import (
     Activity,
@@ -38,6 +39,7 @@ from refold.compaction.activity import (
     resolves,
     scan_activity,
 )
+from refold.compaction.anchors import alternation
 from refold.compaction.summarizer import SummaryDraft, SummaryRequest
 from refold.compaction.summary import (
     SummarySections,
@@ -82,9 +84,13 @@ _CONFIG = re.compile(r"\b[A-Z][A-Z0-9_]{2,}=\S+|\b(?:localhost|[\w-]+(?:\.[\w-]+
 _SECRET = re.compile(r"password|passwd|secret|token|api[_-]?key|credential|bearer|密码|口令",
                      re.IGNORECASE)
 _ERRORISH = re.compile(r"\b\w*(?:Error|Exception)\b|^E\s|\bFAILED\b|\b[Ee]rror:")
-_PATH_MENTION = re.compile(r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+\.\w{1,10}\b|"
-                           r"\b[\w-]+\.(?:py|js|ts|tsx|go|rs|java|rb|php|c|h|cpp|json|ya?ml|"
-                           r"toml|md|sql|sh|html|css)\b")
+_MENTION_EXT = (r"\.(?:py|js|ts|tsx|go|rs|java|rb|php|c|h|cpp|json|ya?ml|toml|md|sql|sh|html|"
+                r"css)\b")
+# a path mentioned in prose: one with a folder, or a bare file name of a common kind; run as
+# its two parts (``anchors.alternation``: the same matches, several times faster)
+_PATH_MENTION = (
+    (re.compile(r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+\.\w{1,10}\b"), "/", None),
+    (re.compile(r"\b[\w-]+" + _MENTION_EXT), re.compile(_MENTION_EXT), None))
 _FILE_ITEM = re.compile(r"^`([^`]+)`")
 _ACTIONS = ("modified", "read", "mentioned")
 _CAPS = {"goal": 3, "constraints": 12, "done": 20, "in_progress": 3, "blocked": 10,
@@ -113,9 +119,34 @@ def is_nudge(text: str) -> bool:
     return match is not None and len(text) - match.end() <= 40
 
 
-def _real_users(messages: Sequence[Message]) -> list[Message]:
+_FENCE_OPEN = re.compile(r"```[\w-]*[ \t]*\n")
+
+
+def observations(messages: Sequence[Message]) -> set[int]:
+    """``id()`` of the user messages that are a text-action agent's observations.
+
+    SWE-agent and mini-swe-agent send each command in a fenced block of a plain assistant
+    message and get its output back as the next *user* message: that is tool output, not a
+    request. Decided for the whole transcript (at least 3 such turns and 80% of the plain
+    assistant turns), so a chat where the assistant once shows a code block keeps its asks.
+    """
+    found: list[int] = []
+    plain = 0
+    for before, after in pairwise(messages):
+        if before.get("role") != "assistant" or before.get("tool_calls"):
+            continue
+        text = content_text(before)
+        if not text.strip():
+            continue
+        plain += 1
+        if after.get("role") == "user" and "```" in text and _FENCE_OPEN.search(text):
+            found.append(id(after))
+    return set(found) if len(found) >= 3 and len(found) >= 0.8 * plain else set()
+
+
+def _real_users(messages: Sequence[Message], skip: set[int] | None = None) -> list[Message]:
     return [m for m in messages if m.get("role") == "user" and not is_summary_message(m)
-            and content_text(m).strip()]
+            and (not skip or id(m) not in skip) and content_text(m).strip()]
 
 
 def _dedup(items: Sequence[str], cap: int) -> list[str]:
@@ -139,14 +170,14 @@ def _labelled(item: str, prefixes: Sequence[str]) -> bool:
     return any(item.startswith((p + " (", p + ":", p + "：", p + " `")) for p in prefixes)
 
 
-def _goal(previous: SummarySections, request: SummaryRequest, labels: dict[str, str]
-          ) -> list[str]:
+def _goal(previous: SummarySections, request: SummaryRequest, labels: dict[str, str],
+          skip: set[int]) -> list[str]:
     current_labels = label_prefixes("current") + label_prefixes("latest")
     originals = [g for g in previous.get("goal")
                  if _strip_label(g, current_labels) is None and not is_nudge(g)][:1]
     previous_current = [c for g in previous.get("goal")
                         if (c := _strip_label(g, current_labels)) and not is_nudge(c)]
-    asks = [_short(content_text(m)) for m in _real_users(request.prefix)]
+    asks = [_short(content_text(m)) for m in _real_users(request.prefix, skip)]
     asks = [a for a in asks if not is_nudge(a)]
     if not originals and asks:
         originals = asks[:1]
@@ -156,33 +187,59 @@ def _goal(previous: SummarySections, request: SummaryRequest, labels: dict[str, 
     return originals
 
 
-def _statements(turns: Sequence[Message]) -> dict[str, list[tuple[int, str]]]:
-    """Sentences of the assistant (decisions, plans, completions) and user notes, by position."""
+STATEMENT_SCAN_CHARS = 100_000  # newest assistant text read for statements (about 25K tokens)
+
+
+def _statements(turns: Sequence[Message], skip: set[int]) -> dict[str, list[tuple[int, str]]]:
+    """Sentences of the assistant (decisions, plans, completions) and user notes, by position
+    (not of a text-action agent's observations, ``skip``).
+
+    Speed: a message none of the patterns matches as a whole is not split into sentences
+    (the same result); only the newest ``STATEMENT_SCAN_CHARS`` of assistant text are read —
+    the sections keep the most recent items only (``_CAPS``), and every user message is read.
+    """
     found: dict[str, list[tuple[int, str]]] = {"decisions": [], "next_steps": [], "done": [],
                                                "critical": []}
-    for pos, msg in enumerate(turns):
+    said = (("decisions", _DECISION), ("next_steps", _NEXT), ("done", _DONE))
+    budget = STATEMENT_SCAN_CHARS
+    picked: list[tuple[int, Message, str]] = []
+    for pos in range(len(turns) - 1, -1, -1):
+        msg = turns[pos]
         role = msg.get("role")
-        if is_summary_message(msg) or role not in ("user", "assistant"):
+        if role not in ("user", "assistant") or id(msg) in skip or is_summary_message(msg):
             continue
-        for sentence in _sentences(content_text(msg)):
-            if role == "user":
+        text = content_text(msg)
+        if role == "assistant":
+            if budget <= 0:
+                continue
+            budget -= len(text)
+            if not any(p.search(text) for _, p in said):
+                continue
+        elif not (_REMEMBER.search(text) or _CONFIG.search(text)):
+            continue
+        picked.append((pos, msg, text))
+    for pos, msg, text in reversed(picked):
+        for sentence in _sentences(text):
+            if msg.get("role") == "user":
                 if (_REMEMBER.search(sentence) or _CONFIG.search(sentence)) \
                         and not _SECRET.search(sentence):  # never carry a credential along
                     found["critical"].append((pos, _short(sentence)))
                 continue
-            for key, pattern in (("decisions", _DECISION), ("next_steps", _NEXT),
-                                 ("done", _DONE)):
+            for key, pattern in said:
                 if pattern.search(sentence):
                     found[key].append((pos, _short(sentence)))
                     break
     return found
 
 
-def _constraints(previous: SummarySections, request: SummaryRequest) -> list[str]:
+def _constraints(previous: SummarySections, request: SummaryRequest, skip: set[int]
+                 ) -> list[str]:
     """From every user message seen so far (the head's first request too)."""
     fresh: list[str] = []
-    for msg in _real_users(request.prefix):
-        fresh += [_short(s) for s in _sentences(content_text(msg)) if _CONSTRAINT.search(s)]
+    for msg in _real_users(request.prefix, skip):
+        text = content_text(msg)
+        if _CONSTRAINT.search(text):  # none in the whole message: none in a sentence of it
+            fresh += [_short(s) for s in _sentences(text) if _CONSTRAINT.search(s)]
     return _dedup(list(previous.get("constraints")) + fresh, _CAPS["constraints"])
 
 
@@ -213,10 +270,10 @@ def _progress(previous: SummarySections, activity: Activity,
     return done, blocked
 
 
-def _in_progress(previous: SummarySections, turns: Sequence[Message], labels: dict[str, str]
-                 ) -> list[str]:
+def _in_progress(previous: SummarySections, turns: Sequence[Message], labels: dict[str, str],
+                 skip: set[int]) -> list[str]:
     items: list[str] = []
-    users = _real_users(turns)
+    users = _real_users(turns, skip)
     if users and is_nudge(content_text(users[-1])):
         items.append(f"{labels['instruction']}: {_short(content_text(users[-1]), 160)}")
     last = next((m for m in reversed(turns) if m.get("role") == "assistant"
@@ -227,14 +284,14 @@ def _in_progress(previous: SummarySections, turns: Sequence[Message], labels: di
 
 
 def _files(previous: SummarySections, activity: Activity, turns: Sequence[Message],
-           prefix: Sequence[Message], labels: dict[str, str]) -> list[str]:
+           prefix: Sequence[Message], labels: dict[str, str], skip: set[int]) -> list[str]:
     """One line per real path, union of actions, most recently touched first, bounded."""
     in_span = {id(m) for m in turns}
-    earlier = [(-1, m) for m in _real_users(prefix) if id(m) not in in_span]  # the first ask
+    earlier = [(-1, m) for m in _real_users(prefix, skip) if id(m) not in in_span]
     for pos, msg in [*earlier, *enumerate(turns)]:
         if msg.get("role") in ("user", "assistant") and not is_summary_message(msg):
-            for match in _PATH_MENTION.finditer(content_text(msg)):
-                activity.touch(match.group(0), "mentioned", pos)
+            for mention in alternation(_PATH_MENTION, content_text(msg)):
+                activity.touch(mention, "mentioned", pos)
     words = {labels_[a]: a for labels_ in LABELS.values() for a in _ACTIONS}
     merged: dict[str, set[str]] = {}
     for path, (_, actions) in sorted(activity.files.items(), key=lambda kv: -kv[1][0]):
@@ -257,8 +314,8 @@ def _files(previous: SummarySections, activity: Activity, turns: Sequence[Messag
 
 
 def _next_steps(previous: SummarySections, activity: Activity, plans: list[tuple[int, str]],
-                blocked: list[str], turns: Sequence[Message], labels: dict[str, str]
-                ) -> list[str]:
+                blocked: list[str], turns: Sequence[Message], labels: dict[str, str],
+                skip: set[int]) -> list[str]:
     generated = label_prefixes("todo") + label_prefixes("resolve") + label_prefixes("answer")
     continues = {lab["continue"] for lab in LABELS.values()}
     old = [i for i in previous.get("next_steps") if i not in continues]
@@ -274,7 +331,7 @@ def _next_steps(previous: SummarySections, activity: Activity, plans: list[tuple
         stated = [i for i in old if not _labelled(i, generated)]
     fixes = [f"{labels['resolve']} `{key}`" for i in blocked if (key := item_key(i))][-4:]
     items = todos + stated[-3:] + fixes
-    users = _real_users(turns)
+    users = _real_users(turns, skip)
     if users:  # nothing at all after it in the span: the request is still open
         after = turns[max(i for i, m in enumerate(turns) if m is users[-1]) + 1:]
         if not any(m.get("role") == "assistant" for m in after):
@@ -296,10 +353,22 @@ def _critical(previous: SummarySections, notes: list[tuple[int, str]], blocked: 
     return items + tally.render(labels)
 
 
+GOAL_TIGHT_CHARS = 120  # a goal item when nothing else is left to drop
+
+
 def _fit(sections: dict[str, list[str]], language: str, budget: int,
-         count_text: Callable[[str], int]) -> SummarySections:
-    body = render_body(SummarySections({k: tuple(v) for k, v in sections.items()}), language)
-    total = count_text(body)
+         count_text: Callable[[str], int]) -> tuple[SummarySections, bool]:
+    """The sections cut to ``budget``, and whether empty ones are left out: over budget, the
+    "None." headings go first, then the oldest items of the longest sections, and last the
+    goal items are shortened (never dropped)."""
+    def render(omit: bool) -> str:
+        return render_body(SummarySections({k: tuple(v) for k, v in sections.items()}),
+                           language, omit_empty=omit)
+
+    total = count_text(render(False))
+    omit = total > budget
+    if omit:
+        total = count_text(render(True))
     droppable = ("done", "files", "critical", "decisions", "constraints", "next_steps",
                  "blocked", "in_progress")
     while total > budget:
@@ -307,7 +376,11 @@ def _fit(sections: dict[str, list[str]], language: str, budget: int,
         if not sections.get(key):
             break
         total -= count_text(sections[key].pop(0)) + 2
-    return SummarySections({k: tuple(v) for k, v in sections.items()})
+        if not sections[key]:
+            total = count_text(render(True))  # its heading went with its last item
+    if total > budget:
+        sections["goal"] = [_short(g, GOAL_TIGHT_CHARS) for g in sections.get("goal", [])]
+    return SummarySections({k: tuple(v) for k, v in sections.items()}), omit
 
 
 class BuiltinSummarizer:
@@ -321,26 +394,28 @@ class BuiltinSummarizer:
                     else SummarySections({}))
         turns = request.turns
         activity = scan_activity(turns, request.tools)
-        said = _statements(turns)
+        skip = observations(request.prefix)
+        said = _statements(turns, skip)
         done, blocked = _progress(previous, activity, said["done"])
         tally = Tally.of_span(turns, activity.tools)
         sections = {
-            "goal": _goal(previous, request, labels),
-            "constraints": _constraints(previous, request),
+            "goal": _goal(previous, request, labels, skip),
+            "constraints": _constraints(previous, request, skip),
             "done": done,
-            "in_progress": _in_progress(previous, turns, labels),
+            "in_progress": _in_progress(previous, turns, labels, skip),
             "blocked": blocked,
             "decisions": _dedup(list(previous.get("decisions"))
                                 + [t for _, t in said["decisions"]], _CAPS["decisions"]),
-            "files": _files(previous, activity, turns, request.prefix, labels),
+            "files": _files(previous, activity, turns, request.prefix, labels, skip),
             "next_steps": _next_steps(previous, activity, said["next_steps"], blocked, turns,
-                                      labels),
+                                      labels, skip),
             "critical": _critical(previous, said["critical"], blocked, tally, labels,
                                   request.provider_notes),
         }
-        fitted = _fit(sections, request.language, request.budget_tokens,
-                      request.counter.count_text)
-        return SummaryDraft(body=render_body(fitted, request.language), summarizer=self.name)
+        fitted, omit = _fit(sections, request.language, request.budget_tokens,
+                            request.counter.count_text)
+        return SummaryDraft(body=render_body(fitted, request.language, omit_empty=omit),
+                            summarizer=self.name)
 
 
 __all__ = ["BuiltinSummarizer", "is_nudge"]

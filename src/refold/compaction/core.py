@@ -50,6 +50,7 @@ from refold.compaction.summary import (
     SUMMARY_KEY,
     detect_language,
     is_summary_message,
+    render_anchor_block,
     strip_think,
     unwrap_summary,
     wrap_summary,
@@ -66,6 +67,7 @@ FRAMING_TOKENS = 160  # prefix + end marker + headings overhead of a wrapped sum
 MAX_PROVIDER_NOTES = 8  # notes a summarizer is given at most (the most recent kept)
 NOTE_MAX_CHARS = 2_000  # one provider note, clipped
 TAIL_FACTORS = (1.0, 0.5, 0.25, 0.0)
+TIGHT_MIN_TOKENS = 96  # body + anchors at least, when less room is left (the framing aside)
 
 
 @dataclass(frozen=True)
@@ -300,6 +302,16 @@ def _fit_body(body: str, budget: int, counter: TokenCounter, warnings: list[str]
     return "\n".join(lines)
 
 
+def _room_for_anchors(plan: _Plan, body: str, language: str, counter: TokenCounter,
+                      tools: Sequence[dict[str, Any]] | None, target: int) -> int | None:
+    """Tokens an anchor index may take without making a result that fits overflow (measured
+    on the result without one, not estimated); None when it does not fit even so."""
+    bare, _, _ = _assemble(plan, wrap_summary(body, [], language))
+    after = _tokens(repair_tool_pairs(bare)[0], counter, tools)
+    heading = counter.count_text(render_anchor_block(["x"], language)) + 2
+    return target - after - heading if after + heading <= target else None
+
+
 ACK = {"user": "Continue from the summary above with the latest request below.",
        "assistant": "Understood. I will use the summary above as background only."}
 
@@ -384,8 +396,15 @@ def _finish(plan: _Plan, original: Sequence[Message], summarizer: Summarizer,
                + plan.pruned[plan.tail_start:])
     budget = summary_budget(policy, sum(counter.count_message(m) for m in middle))
     budget = max(256, min(budget, target - kept - FRAMING_TOKENS))
-    anchor_budget = min(policy.anchor_max_tokens, int(budget * policy.anchor_share))
-    body_budget = max(128, budget - anchor_budget)
+    # the room measured around an empty summary: under the 256-token floor, body and anchors
+    # share what is really there, so a result that can fit does (and keeps its identifiers)
+    room = _room_for_anchors(plan, "", language, counter, tools, target)
+    if room is not None and room < budget:
+        budget = max(TIGHT_MIN_TOKENS, room)
+    share = (policy.anchor_share if budget >= policy.tight_summary_tokens
+             else max(policy.anchor_share, policy.anchor_share_tight))
+    anchor_budget = min(policy.anchor_max_tokens, int(budget * share))
+    body_budget = max(TIGHT_MIN_TOKENS // 2, budget - anchor_budget)
     try:
         draft, status, more, error_kind = _summarize(plan, summarizer, fallback, counter, policy,
                                          body_budget, language, tools)
@@ -399,9 +418,11 @@ def _finish(plan: _Plan, original: Sequence[Message], summarizer: Summarizer,
     # what the body left unused goes to the anchors, within the summary's budget; never so
     # far that a result that fits stops fitting (when the kept floor alone overflows, the
     # summary has its minimum budget, which it may then use in full)
-    room = target - kept - FRAMING_TOKENS
-    spare = (min(budget, room) if room > 0 else budget) - counter.count_text(body)
+    spare = (min(budget, room) if room is not None else budget) - counter.count_text(body)
     anchor_budget = max(anchor_budget, min(policy.anchor_max_tokens, spare))
+    free = _room_for_anchors(plan, body, language, counter, tools, target)
+    if free is not None:  # it fits without anchors: they must not push it over
+        anchor_budget = min(anchor_budget, free)
     anchors = [redact(a) for a in select_anchors(
         extract_anchors(middle), budget_tokens=anchor_budget, count_text=counter.count_text,
         carried=plan.previous_anchors, covered=body)]

@@ -57,6 +57,10 @@ class CompactionPolicy:
     summary_max_tokens: int = 10_000
     anchor_share: float = 0.35  # of the summary budget, at most anchor_max_tokens
     anchor_max_tokens: int = 2_500
+    # a summary budget under this many tokens is tight: paraphrase costs more than it carries
+    # there, so the exact identifiers get a larger (still bounded) share
+    tight_summary_tokens: int = 1_024
+    anchor_share_tight: float = 0.5
     summarizer_input_max_chars: int = 160_000
     min_messages_to_compact: int = 4
     # anti-thrash

@@ -207,6 +207,17 @@ def downgrade_tail(messages: list[Message], tail_start: int, *, ceiling_tokens: 
 
 CUT_NOTE = "\n[… {cut} of {total} characters cut here to fit the window; the full message " \
            "is in the session ledger …]\n"
+_CUT_WHERE = "is in the session ledger …]"
+
+
+def point_cut_note(message: Message, where: str) -> Message:
+    """``message`` with its cut note naming where the whole message is (``where``: "seq 41",
+    "seq 41 of session …"); unchanged when it was not cut."""
+    content = message.get("content")
+    if not isinstance(content, str) or _CUT_WHERE not in content:
+        return message
+    pointed = f"is in the session ledger at {where} …]"
+    return {**message, "content": content.replace(_CUT_WHERE, pointed, 1)}
 CUT_MIN_TOKENS = 200  # a cut message keeps at least this much of its head and tail
 
 

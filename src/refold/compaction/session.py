@@ -26,6 +26,7 @@ from typing import Any
 
 from refold.compaction.core import CompactionReport, CompactionResult, compact
 from refold.compaction.policy import CompactionPolicy, threshold_for
+from refold.compaction.prune import point_cut_note
 from refold.compaction.summarizer import Summarizer
 from refold.compaction.summary import SUMMARY_KEY
 from refold.errors import Conflict
@@ -113,6 +114,28 @@ def _same_row(stored: Message, kept: Message) -> bool:
             and stored.get("tool_call_id") == kept.get("tool_call_id"))
 
 
+def point_cut_notes(projection: Projection, view: Sequence[Message], result: CompactionResult
+                    ) -> CompactionResult:
+    """The result with each cut note in the kept tail naming the ledger row that holds the
+    whole message ("… in the session ledger at seq 41 of session S …]"), so the model (or a
+    person) can fetch it — also from a rotated child, whose own rows are the cut copies."""
+    report, compacted = result.report, result.messages
+    offset = len(view) - len(projection.messages)
+    start = max(report.tail_start, offset)
+    rows = projection.messages[start - offset:]
+    if not rows or len(rows) > len(compacted):
+        return result
+    first = len(compacted) - len(rows)
+    kept = compacted[first:]
+    if not all(_same_row(r.message, m) for r, m in zip(rows, kept, strict=True)):
+        return result  # the tail does not line up with the rows: no pointer beats a wrong one
+    pointed = [point_cut_note(m, f"seq {r.seq} of session {projection.session_id}")
+               for r, m in zip(rows, kept, strict=True)]
+    if all(p is m for p, m in zip(pointed, kept, strict=True)):
+        return result
+    return CompactionResult([*compacted[:first], *pointed], report)
+
+
 def checkpoint_draft(projection: Projection, view: Sequence[Message], result: CompactionResult,
                      system_count: int) -> CheckpointDraft | None:
     """Map a compaction of ``projection_messages(projection)`` back onto ledger seqs.
@@ -196,6 +219,7 @@ def compact_session(store: Store, session_id: str, *, context_length: int,
                          model=model, tools=tools, target_tokens=target_tokens,
                          compaction_count=1 if projection.checkpoint else 0)
         system_count = 1 if system_prompt else 0
+        result = point_cut_notes(projection, view, result)
         if not result.report.changed or result.report.summary is None:
             return SessionCompaction(result.report, session, note=result.report.reason,
                                      messages=result.messages)

@@ -72,6 +72,24 @@ def _language_text(message: Message) -> str:
     return _NOT_PROSE.sub(" ", text)
 
 
+LANGUAGE_SAMPLE_CHARS = 20_000
+
+
+def _newest_text(messages: Sequence[Message], *, users_only: bool) -> str:
+    """The last ``LANGUAGE_SAMPLE_CHARS`` of the messages' prose joined by newlines, reading
+    only as many messages from the end as that takes."""
+    parts: list[str] = []
+    total = 0
+    for message in reversed(messages):
+        if users_only and message.get("role") != "user":
+            continue
+        parts.append(_language_text(message))
+        total += len(parts[-1]) + 1
+        if total > LANGUAGE_SAMPLE_CHARS:
+            break
+    return "\n".join(reversed(parts))[-LANGUAGE_SAMPLE_CHARS:]
+
+
 def detect_language(messages: Sequence[Message]) -> str:
     """"zh", "ja" or "en", from what the user wrote (all messages if there is no user text).
 
@@ -81,10 +99,9 @@ def detect_language(messages: Sequence[Message]) -> str:
     conversation with a Chinese stretch stays English and a mostly-Chinese one full of English
     identifiers is Chinese.
     """
-    texts = [_language_text(m) for m in messages if m.get("role") == "user"]
-    sample = "\n".join(texts)[-20_000:]
+    sample = _newest_text(messages, users_only=True)
     if not sample.strip():
-        sample = "\n".join(_language_text(m) for m in messages)[-20_000:]
+        sample = _newest_text(messages, users_only=False)
     kana, han = len(_KANA.findall(sample)), len(_HAN.findall(sample))
     latin = len(_LATIN.findall(sample))
     if kana + han == 0 or (kana + han) * 2 < latin:
@@ -107,20 +124,27 @@ class SummarySections:
         return self.items.get(key, ())
 
 
-def render_body(sections: SummarySections, language: str) -> str:
-    """Markdown for the template sections (anchors excluded; ``wrap_summary`` adds them)."""
+def render_body(sections: SummarySections, language: str, *, omit_empty: bool = False) -> str:
+    """Markdown for the template sections (anchors excluded; ``wrap_summary`` adds them).
+
+    ``omit_empty``: sections with no items are left out (the goal's heading stays) — for a
+    budget too small to spend on headings that say "None."; ``parse_body`` reads either form.
+    """
     h = HEADINGS.get(language, HEADINGS["en"])
     lines: list[str] = []
 
     def block(key: str) -> None:
-        lines.append(h[key])
         items = sections.get(key)
+        if omit_empty and not items and key != "goal":
+            return
+        lines.append(h[key])
         lines.extend(f"- {item}" for item in items) if items else lines.append(h["none"])
         lines.append("")
 
     block("goal")
     block("constraints")
-    lines.extend([h["progress"], ""])
+    if not omit_empty or any(sections.get(k) for k in ("done", "in_progress", "blocked")):
+        lines.extend([h["progress"], ""])
     for key in ("done", "in_progress", "blocked", "decisions", "files", "next_steps",
                 "critical"):
         block(key)
@@ -146,12 +170,35 @@ def parse_body(body: str) -> SummarySections:
     return SummarySections({k: tuple(v) for k, v in items.items()})
 
 
+ANCHOR_LINE_CHARS = 160  # anchors share a line up to this length ("- `a`, `b`, `c`")
+_PACKED = re.compile(r"`[^`]+`(?:, `[^`]+`)+")
+
+
 def render_anchor_block(anchors: Sequence[str], language: str) -> str:
+    """The anchor index, packed: code-quoted anchors share lines (a token or so less each
+    than one per line); one holding a backtick stands alone, unquoted. ``unwrap_summary``
+    reads it back, in order."""
     if not anchors:
         return ""
     h = HEADINGS.get(language, HEADINGS["en"])
-    return h["anchors"] + "\n" + "\n".join(f"- `{a}`" if "`" not in a else f"- {a}"
-                                            for a in anchors)
+    lines: list[str] = []
+    line: list[str] = []
+    width = 0
+    for anchor in anchors:
+        if "`" in anchor:
+            if line:
+                lines.append("- " + ", ".join(line))
+                line, width = [], 0
+            lines.append(f"- {anchor}")
+            continue
+        if line and width + len(anchor) + 4 > ANCHOR_LINE_CHARS:
+            lines.append("- " + ", ".join(line))
+            line, width = [], 0
+        line.append(f"`{anchor}`")
+        width += len(anchor) + 4
+    if line:
+        lines.append("- " + ", ".join(line))
+    return h["anchors"] + "\n" + "\n".join(lines)
 
 
 def wrap_summary(body: str, anchors: Sequence[str], language: str) -> str:
@@ -197,6 +244,9 @@ def unwrap_summary(text: str) -> tuple[str, list[str]]:
             in_anchors = False
         if in_anchors:
             item = line.strip()[2:] if line.strip().startswith("- ") else line.strip()
+            if _PACKED.fullmatch(item):
+                anchors.extend(part.strip("`") for part in item.split("`, `"))
+                continue
             if item.startswith("`") and item.endswith("`") and len(item) >= 2:
                 item = item[1:-1]
             if item:

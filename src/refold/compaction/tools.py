@@ -143,12 +143,17 @@ def shell_command(args: Mapping[str, Any]) -> str | None:
     return None if _KEYSTROKE.match(first) else first[:160]
 
 
+_WRITER = re.compile(r"(?:^|[\s/(])(?:tee|touch|rm|sed|mv|cp)(?:\s|$)")
+
+
 @functools.lru_cache(maxsize=4096)
 def shell_writes(command: str) -> tuple[str, ...]:
     """Files a shell command line writes: ``> f``, ``>> f``, ``tee f``, ``sed -i … f``,
     ``touch f``, ``rm f``, the target of ``mv``/``cp``. Best effort, never raises."""
     found: list[str] = [p for p in _REDIRECT.findall(command) if not p.startswith("/dev/")]
     for part in _SHELL_SPLIT.split(command):
+        if not _WRITER.search(part):
+            continue  # no program that writes: nothing for shlex to find (the common case)
         try:
             words = shlex.split(part)
         except ValueError:
