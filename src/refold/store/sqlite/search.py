@@ -17,6 +17,9 @@ Paths (chosen by ``ParsedQuery.mode``, see ``refold.search.query``):
   ``limit`` hits are found or ``scan_budget_seconds`` has passed (then the newest hits found so
   far are returned). Within one session the scan is unchunked (bounded by the session).
 
+Every search first indexes the rows appended since the last batch (``indexer.py``: appends
+index off their commit path), so it sees every stored message.
+
 Invariants: user text reaches SQL only as bound parameters or as FTS5 strings built by the
 sanitizer; rewound rows are excluded unless ``include_inactive``; archived rows (before a
 checkpoint) are ordinary rows and stay searchable; at most ``MAX_LIMIT`` hits per query.
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 from refold.search.query import ParsedQuery, make_snippet, parse_query
 from refold.search.rank import best_first, collapse_copies, titles_first
 from refold.store.base import SearchHit, SearchQuery
+from refold.store.sqlite import indexer
 from refold.store.sqlite.indexcheck import require_intact_index
 from refold.store.sqlite.natural import filters, natural_scores
 from refold.store.sqlite.state import StateOps
@@ -90,6 +94,7 @@ class SearchOps(StateOps):
         if parsed.is_empty:
             return []
         limit = max(1, min(int(query.limit), MAX_LIMIT))
+        self.catch_up_index()
         with self.db.read() as conn:
             # Extra rows, so copies collapsing into one hit still leave ``limit`` hits.
             rows = self._run(conn, parsed, query, limit * 2 + 10)
@@ -103,6 +108,15 @@ class SearchOps(StateOps):
             return [dataclasses.replace(h, window=self._around(
                 conn, h.session_id, h.seq, query.window, query.window, query.include_inactive))
                 for h in hits]
+
+    def catch_up_index(self) -> None:
+        """Index the rows stored since the last batch (``indexer.py``), so a search sees every
+        message: one cheap read when nothing is pending, else a short write."""
+        with self.db.read() as conn:
+            if indexer.pending(conn) <= 0:
+                return
+        with self.db.write() as conn:
+            indexer.index_pending(conn)
 
     def _lineage_roots(self, conn: sqlite3.Connection, session_ids: set[str]) -> dict[str, str]:
         """Each session's root ancestor (itself when it has no parent)."""
