@@ -38,7 +38,7 @@ from refold.search.rank import best_first, collapse_copies, titles_first
 from refold.store.base import SearchHit, SearchQuery
 from refold.store.sqlite import indexer
 from refold.store.sqlite.indexcheck import require_intact_index
-from refold.store.sqlite.natural import filters, natural_scores
+from refold.store.sqlite.natural import filters, natural_scores, newest_ids
 from refold.store.sqlite.state import StateOps
 
 log = logging.getLogger(__name__)
@@ -159,10 +159,11 @@ class SearchOps(StateOps):
                  limit: int) -> list[_Row]:
         """A sentence: every matching message scored (natural.py), best first, then loaded."""
         assert parsed.natural is not None  # mode == "natural" guarantees it
-        scores = natural_scores(conn, parsed.natural, query, limit)
-        if query.sort == "recency":
-            ids = sorted(scores, reverse=True)[:limit]
+        if query.sort == "recency":  # newest first: no scores needed (as for explicit queries)
+            ids = newest_ids(conn, parsed.natural, query, limit)
+            scores = dict.fromkeys(ids, 0.0)
         else:
+            scores = natural_scores(conn, parsed.natural, query, limit)
             ids = best_first(scores, limit)
         if not ids:
             return []
