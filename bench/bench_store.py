@@ -307,7 +307,8 @@ def query_sets(store: SQLiteStore, rng: random.Random, n: int) -> dict[str, list
 
 def _raw_baseline(conn: sqlite3.Connection, label: str, text: str) -> None:
     """The same query as bare sqlite3 would ask it: the content words ORed, top 20 by FTS5
-    bm25 (sentences, words); a CJK substring through its index, newest 20."""
+    bm25 (sentences, words); a CJK substring through its index, best or newest 20; a Chinese
+    question's pieces, every posting of each (what ranking their union exactly must read)."""
     from refold.search.query import parse_query
 
     parsed = parse_query(text)
@@ -322,6 +323,11 @@ def _raw_baseline(conn: sqlite3.Connection, label: str, text: str) -> None:
         return
     plan = parsed.natural
     terms = plan.words if plan is not None else tuple(parsed.terms)
+    for piece in plan.cjk if plan is not None else ():
+        # a union ranked exactly needs every posting of every piece: fetch them all
+        table = "messages_cjk_grams" if len(piece) <= 2 else "messages_trigram"
+        conn.execute(f"SELECT rowid FROM {table} WHERE {table} MATCH ?",
+                     ('"' + piece + '"',)).fetchall()
     expr = " OR ".join(t.fts5() for t in terms if not t.cjk)
     if expr:
         conn.execute("SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ? "
