@@ -97,12 +97,14 @@ class SearchOps(StateOps):
         self.catch_up_index()
         with self.db.read() as conn:
             # Extra rows, so copies collapsing into one hit still leave ``limit`` hits.
-            rows = self._run(conn, parsed, query, limit * 2 + 10)
+            rows = self._run(conn, parsed, query, limit * 2 + 10, lazy_snippets=True)
             if not rows:  # "no matches" must not hide a damaged index
                 require_intact_index(conn)
             hits = [self._hit(row, parsed) for row in rows]
             hits = collapse_copies(hits, self._lineage_roots(conn, {h.session_id for h in hits}))
             hits = titles_first(hits, _title_needles(parsed))[:limit]
+            if parsed.mode == "fts":  # FTS5 snippets for the hits returned, not every candidate
+                hits = self._fts_snippets(conn, parsed, rows, hits)
             if query.window <= 0:
                 return hits
             return [dataclasses.replace(h, window=self._around(
@@ -132,13 +134,13 @@ class SearchOps(StateOps):
         return {str(start): str(root) for start, root in rows}
 
     def _run(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
-             limit: int) -> list[_Row]:
+             limit: int, *, lazy_snippets: bool = False) -> list[_Row]:
         mode = parsed.mode
         try:
             if mode == "natural":
                 return self._natural(conn, parsed, query, limit)
             if mode == "fts":
-                return self._fts(conn, parsed, query, limit)
+                return self._fts(conn, parsed, query, limit, snippets=not lazy_snippets)
             if mode == "trigram":
                 return self._trigram(conn, parsed, query, limit)
             if mode == "grams":
@@ -184,12 +186,21 @@ class SearchOps(StateOps):
         return sorted(found.values(), key=lambda r: r.id, reverse=True)[:limit]
 
     def _fts(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
-             limit: int) -> list[_Row]:
-        """Rank ids first (cheap columns only), then load text and snippets for the winners."""
+             limit: int, *, snippets: bool = True) -> list[_Row]:
+        """Rank ids first (cheap columns only), then load text and snippets for the winners
+        (without ``snippets``, the caller asks FTS5 for those of the hits it keeps:
+        ``_fts_snippets``; the rows carry ``""`` until then)."""
         expr = parsed.fts5_expression()
         rows = []
         terms = [t.fts5() for t in parsed.terms if not t.negated]
         ranked = self._ranked(conn, "messages_fts", expr, terms, ("", []), query, limit)
+        if not snippets and ranked:
+            marks = ",".join("?" * len(ranked))
+            loaded = {r[0]: r for r in conn.execute(
+                f"SELECT {_HIT_COLUMNS} FROM messages m JOIN sessions s ON s.id = m.session_id "
+                f"WHERE m.id IN ({marks})", [rowid for rowid, _ in ranked])}
+            return [_Row(r[0], r[1], r[2], r[3], r[4], r[5], r[6], -float(rank), "")
+                    for r, rank in ((loaded[i], rank) for i, rank in ranked if i in loaded)]
         for rowid, rank in ranked:
             r = conn.execute(
                 f"SELECT {_HIT_COLUMNS}, snippet(messages_fts, 0, '[', ']', '…', 24) "
@@ -328,8 +339,31 @@ class SearchOps(StateOps):
         return found
 
     @staticmethod
+    def _fts_snippets(conn: sqlite3.Connection, parsed: ParsedQuery, rows: list[_Row],
+                      hits: list[SearchHit]) -> list[SearchHit]:
+        """The hits with FTS5's snippets (one statement), for rows loaded without them."""
+        ids = {(r.session_id, r.seq): r.id for r in rows if r.snippet == ""}
+        wanted = [ids[(h.session_id, h.seq)] for h in hits if (h.session_id, h.seq) in ids]
+        if not wanted:
+            return hits
+        marks = ",".join("?" * len(wanted))
+        found = {int(r[0]): str(r[1]) for r in conn.execute(
+            "SELECT rowid, snippet(messages_fts, 0, '[', ']', '…', 24) FROM messages_fts "
+            f"WHERE messages_fts MATCH ? AND rowid IN ({marks})",
+            [parsed.fts5_expression(), *wanted])}
+        out = []
+        for hit in hits:
+            rowid = ids.get((hit.session_id, hit.seq))
+            snippet = found.get(rowid) if rowid is not None else None
+            if rowid is not None and snippet is None:  # not matched again: the plain snippet
+                snippet = make_snippet(hit.content, parsed.highlight_needles())
+            out.append(hit if snippet is None else dataclasses.replace(hit, snippet=snippet))
+        return out
+
+    @staticmethod
     def _hit(row: _Row, parsed: ParsedQuery) -> SearchHit:
-        snippet = row.snippet or make_snippet(row.text, parsed.highlight_needles())
+        snippet = row.snippet if row.snippet is not None else make_snippet(
+            row.text, parsed.highlight_needles())
         return SearchHit(session_id=row.session_id, session_title=row.title, seq=row.seq,
                          role=row.role, snippet=snippet, content=row.text,
                          created_at=row.created_at, score=row.score)
