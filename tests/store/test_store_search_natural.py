@@ -155,3 +155,20 @@ def test_operators_in_odd_places_never_raise(store: Store, parts: list[str], glu
         assert not text.strip()
     else:
         assert isinstance(hits, list)
+
+
+def test_many_lineage_copies_still_leave_limit_distinct_hits(store: Store) -> None:
+    root = store.create_session()
+    store.append_messages(root.id, [user("narwhal sighting near the pier")])
+    for _ in range(24):  # 25 copies: more than a search fetches for 3 hits (3 * 2 + 10)
+        store.fork_session(root.id)
+    older = store.create_session()
+    store.append_messages(older.id, [user(f"narwhal note {i}") for i in range(5)])
+    store.append_messages(root.id, [user("narwhal sighting near the pier again")])
+    for text in ("narwhal sighting", "narwhal"):
+        hits = store.search(SearchQuery(text, limit=3, window=0))
+        assert len(hits) == 3, text
+        assert len({h.content for h in hits}) == 3, text  # each copy folded into one hit
+    [pier] = [h for h in store.search(SearchQuery("narwhal sighting", limit=3, window=0))
+              if h.content == "narwhal sighting near the pier"]
+    assert len(pier.lineage) == 25

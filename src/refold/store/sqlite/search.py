@@ -44,6 +44,7 @@ from refold.store.sqlite.state import StateOps
 log = logging.getLogger(__name__)
 
 MAX_LIMIT = 500
+MAX_FETCH = 20_000  # rows fetched at most to fill ``limit`` hits after copies collapse
 BROAD_MATCHES = 100_000  # a term in more messages than this is not ranked by bm25
 BROAD_PROBE_ROWS = 5_000  # newest ids sampled to estimate a term's match count
 SCAN_CHUNK = 50_000
@@ -96,12 +97,19 @@ class SearchOps(StateOps):
         limit = max(1, min(int(query.limit), MAX_LIMIT))
         self.catch_up_index()
         with self.db.read() as conn:
-            # Extra rows, so copies collapsing into one hit still leave ``limit`` hits.
-            rows = self._run(conn, parsed, query, limit * 2 + 10, lazy_snippets=True)
-            if not rows:  # "no matches" must not hide a damaged index
-                require_intact_index(conn)
-            hits = [self._hit(row, parsed) for row in rows]
-            hits = collapse_copies(hits, self._lineage_roots(conn, {h.session_id for h in hits}))
+            # Extra rows, so copies collapsing into one hit still leave ``limit`` hits; more
+            # (4x each time) while copies leave fewer and the index may hold more.
+            fetch = limit * 2 + 10
+            while True:
+                rows = self._run(conn, parsed, query, fetch, lazy_snippets=True)
+                if not rows:  # "no matches" must not hide a damaged index
+                    require_intact_index(conn)
+                hits = [self._hit(row, parsed) for row in rows]
+                hits = collapse_copies(hits, self._lineage_roots(
+                    conn, {h.session_id for h in hits}))
+                if len(hits) >= limit or len(rows) < fetch or fetch >= MAX_FETCH:
+                    break
+                fetch = min(fetch * 4, MAX_FETCH)
             hits = titles_first(hits, _title_needles(parsed))[:limit]
             if parsed.mode == "fts":  # FTS5 snippets for the hits returned, not every candidate
                 hits = self._fts_snippets(conn, parsed, rows, hits)
