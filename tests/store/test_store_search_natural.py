@@ -119,6 +119,21 @@ def test_a_sentence_honours_filters(store: Store) -> None:
     assert store.search(SearchQuery(q, since=time.time() + 60)) == []
 
 
+
+def test_a_sentence_sorted_by_recency_lists_the_newest_matches_of_any_term(store: Store) -> None:
+    s = store.create_session(source="cli")
+    other = store.create_session(source="proxy")
+    store.append_messages(s.id, [user("walrus tusk"), user("nothing here"), user("a walrus"),
+                                 user("部署 finished"), user("tusk polish")])
+    store.append_messages(other.id, [user("walrus again")])
+    hits = store.search(SearchQuery("when did the walrus tusk 部署 happen", sort="recency",
+                                    window=0))
+    assert [(h.session_id, h.seq) for h in hits] == [
+        (other.id, 1), (s.id, 5), (s.id, 4), (s.id, 3), (s.id, 1)]
+    first = store.search(SearchQuery("the walrus tusk", sort="recency", limit=2, window=0,
+                                     source="cli"))
+    assert [h.seq for h in first] == [5, 3]
+
 PIECES = st.sampled_from(['"', "AND", "OR", "NOT", "-", "*", "(", ")", "NEAR", "^", ":",
                           "deploy", "the", "部署", "中", "服务器", "검색을", "\ud800", "-x",
                           "x*", "", " ", "日本語の", "'", "\\", "%", "_"])
@@ -140,3 +155,20 @@ def test_operators_in_odd_places_never_raise(store: Store, parts: list[str], glu
         assert not text.strip()
     else:
         assert isinstance(hits, list)
+
+
+def test_many_lineage_copies_still_leave_limit_distinct_hits(store: Store) -> None:
+    root = store.create_session()
+    store.append_messages(root.id, [user("narwhal sighting near the pier")])
+    for _ in range(24):  # 25 copies: more than a search fetches for 3 hits (3 * 2 + 10)
+        store.fork_session(root.id)
+    older = store.create_session()
+    store.append_messages(older.id, [user(f"narwhal note {i}") for i in range(5)])
+    store.append_messages(root.id, [user("narwhal sighting near the pier again")])
+    for text in ("narwhal sighting", "narwhal"):
+        hits = store.search(SearchQuery(text, limit=3, window=0))
+        assert len(hits) == 3, text
+        assert len({h.content for h in hits}) == 3, text  # each copy folded into one hit
+    [pier] = [h for h in store.search(SearchQuery("narwhal sighting", limit=3, window=0))
+              if h.content == "narwhal sighting near the pier"]
+    assert len(pier.lineage) == 25

@@ -20,6 +20,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Literal, Protocol
 
 import numpy as np
@@ -149,13 +150,16 @@ class VectorIndex:
         self._refresh()
         if not len(self._ids):
             return []
+        # float32 BLAS: NumPy's float16 and int8 products have no BLAS kernel and ran 8x and
+        # 1.5x slower than this at 100k x 384 (bench/bench_store.py --only hybrid)
         scores = self._matrix @ self.embedder.query(_clean(text)).astype(np.float32)
         k = min(k, len(scores))
-        top = np.argpartition(-scores, k - 1)[:k]
+        top = np.argpartition(scores, len(scores) - k)[len(scores) - k:]
         order = sorted(top, key=lambda j: (-float(scores[j]), -int(self._ids[j])))
         return [(int(self._ids[j]), float(scores[j])) for j in order]
 
 
+_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="refold-vector-scan")
 _INDEXES: weakref.WeakKeyDictionary[Store, VectorIndex] = weakref.WeakKeyDictionary()
 _INDEXES_LOCK = threading.Lock()
 
@@ -202,12 +206,15 @@ def hybrid_search(store: Store, query: SearchQuery, *, mode: Mode = "hybrid",
         return store.search(query)
     index = index or index_for(store)
     wide = dataclasses.replace(query, limit=max(CANDIDATES, query.limit * 3), window=0)
-    vector = _vector_hits(store, index, wide)
     if mode == "vector":
-        vector = vector[:query.limit * 2 + 10]
+        vector = _vector_hits(store, index, wide)[:query.limit * 2 + 10]
         fused_hits = collapse_copies(vector, _roots(store, vector))[:query.limit]
     else:
+        # the vector scan (NumPy, which releases the GIL) runs beside the word search (SQLite
+        # releases it too): a hybrid search costs about the slower of the two, not their sum
+        scan = _POOL.submit(_vector_hits, store, index, wide)
         words = store.search(wide)
+        vector = scan.result()
         table = {(h.session_id, h.seq): h for h in [*vector, *words]}
         fused = rrf([[(h.session_id, h.seq) for h in words],
                      [(h.session_id, h.seq) for h in vector]], list(weights), k)

@@ -50,6 +50,7 @@ SCAN_CHUNK = 100_000  # ids per scan step at most
 SCAN_ROW_CAP = 5_000_000  # ids a scan visits at most
 SCAN_TIME_CAP = 2.0  # seconds a scan runs at most (as SQLite's scan budget)
 MAX_LIMIT = 500
+MAX_FETCH = 20_000  # rows fetched at most to fill ``limit`` hits after copies collapse
 RANK_CANDIDATES = 2_000  # newest word matches relevance ranks (as SQLite's window)
 
 _HIT_COLS = "m.id, m.session_id, m.seq, m.role, m.body, m.search_text, m.created_at, s.title"
@@ -151,11 +152,18 @@ class SearchMixin(LedgerMixin):
             return []
         limit = max(1, min(int(query.limit), MAX_LIMIT))
         with self._tx("search") as cur:
-            # Extra rows, so copies collapsing into one hit still leave ``limit`` hits.
-            rows = self._search_rows(cur, parsed, query, limit * 2 + 10)
+            # Extra rows, so copies collapsing into one hit still leave ``limit`` hits; more
+            # (4x each time) while copies leave fewer and the index may hold more.
+            fetch = limit * 2 + 10
+            while True:
+                rows = self._search_rows(cur, parsed, query, fetch)
+                hits = [self._hit(row, parsed, []) for row in rows]
+                hits = collapse_copies(hits, self._lineage_roots(
+                    cur, {h.session_id for h in hits}))
+                if len(hits) >= limit or len(rows) < fetch or fetch >= MAX_FETCH:
+                    break
+                fetch = min(fetch * 4, MAX_FETCH)
             by_key = {(r[1], r[2]): r for r in rows}
-            hits = [self._hit(row, parsed, []) for row in rows]
-            hits = collapse_copies(hits, self._lineage_roots(cur, {h.session_id for h in hits}))
             hits = titles_first(hits, _title_needles(parsed))[:limit]
             kept = [by_key[(h.session_id, h.seq)] for h in hits]
             windows = self._windows(cur, kept, query)

@@ -2,7 +2,7 @@
 
 Invariant: ``import_session`` writes a session with its messages, checkpoints and events in ONE
 write transaction, or nothing; an id that exists already is left untouched (a re-run skips it).
-The FTS triggers index the imported rows like any other; the CJK gram index is fed here.
+The imported rows are indexed like any other (``indexer.py``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 
 from refold.errors import NotFound
 from refold.store.base import Checkpoint, Event, RewindRows, Session, StoredMessage
-from refold.store.sqlite import grams
+from refold.store.sqlite import indexer
 from refold.store.sqlite.database import Database
 from refold.store.sqlite.rows import encode_json, message_columns, to_rewind
 
@@ -52,7 +52,7 @@ class BulkOps:
             self._insert_rows(conn, batch)
             conn.execute("UPDATE sessions SET message_count = ?, last_seq = ? WHERE id = ?",
                          (count, top, session.id))
-            grams.index_session_range(conn, session.id, 0, top)  # the CJK gram index
+            indexer.index_pending(conn)  # an import is bulk work: indexed in its own commit
             conn.executemany(
                 "INSERT INTO checkpoints (session_id, summary, first_seq, last_seq, "
                 "tail_start_seq, anchors, tokens_before, tokens_after, summarizer, status, "

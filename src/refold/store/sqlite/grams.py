@@ -41,8 +41,10 @@ def index_session_range(conn: sqlite3.Connection, session_id: str, first_seq: in
 
 
 def unindex_session(conn: sqlite3.Connection, session_id: str) -> None:
-    """Remove a session's rows from the gram index (before the rows themselves go)."""
-    rows = conn.execute("SELECT id, text FROM messages WHERE session_id = ? AND has_cjk = 1",
+    """Remove a session's indexed rows (at or under the watermark, ``indexer.py``) from the
+    gram index, before the rows themselves go."""
+    rows = conn.execute("SELECT id, text FROM messages WHERE session_id = ? AND has_cjk = 1 "
+                        "AND id <= (SELECT indexed_through FROM search_index_state)",
                         (session_id,)).fetchall()
     conn.executemany(f"INSERT INTO {TABLE}({TABLE}, rowid, grams) VALUES ('delete', ?, ?)",
                      _documents(rows))

@@ -13,11 +13,13 @@ import sqlite3
 
 from refold.errors import StorageError
 from refold.store.sqlite import grams
+from refold.store.sqlite.indexer import WATERMARK
 
+_INDEXED = f"id <= {WATERMARK}"  # the rows the indexes hold (indexer.py)
 _EXPECTED = (
-    ("messages_fts", "SELECT count(*) FROM messages"),
-    ("messages_trigram", "SELECT count(*) FROM messages WHERE has_cjk = 1"),
-    (grams.TABLE, "SELECT count(*) FROM messages WHERE has_cjk = 1"),
+    ("messages_fts", f"SELECT count(*) FROM messages WHERE {_INDEXED}"),
+    ("messages_trigram", f"SELECT count(*) FROM messages WHERE has_cjk = 1 AND {_INDEXED}"),
+    (grams.TABLE, f"SELECT count(*) FROM messages WHERE has_cjk = 1 AND {_INDEXED}"),
 )
 
 

@@ -29,7 +29,7 @@ from refold.errors import Conflict, InvalidInput, MessageValidationError, NotFou
 from refold.messages.model import Message, message_identity, wire_form
 from refold.store.base import AppendResult, RewindRecord, Session, StoredMessage, Usage, ViewTip
 from refold.store.rules import check_fork_kind, check_restorable
-from refold.store.sqlite import grams
+from refold.store.sqlite import indexer
 from refold.store.sqlite.rows import MESSAGE_COLUMNS, message_columns, to_message, to_rewind
 from refold.store.sqlite.sessions import SessionOps, add_usage_in
 from refold.store.titles import sanitize_title
@@ -81,9 +81,12 @@ class LedgerOps(SessionOps):
     def _insert(self, conn: sqlite3.Connection, session: Session | str,
                 messages: Sequence[Message], counts: Sequence[int | None],
                 identities: Sequence[str], last_seq: int | None = None,
-                usage: Usage | None = None) -> list[StoredMessage]:
+                usage: Usage | None = None,
+                indexed_through: int | None = None) -> list[StoredMessage]:
         """Insert the rows after the session's last seq (read unless given) and bump its
-        counters — and its usage totals, in the same UPDATE, when ``usage`` is given."""
+        counters — and its usage totals, in the same UPDATE, when ``usage`` is given. The rows
+        are indexed for search later, in a batch (``indexer.py``; ``indexed_through`` is the
+        watermark when the caller read it already)."""
         session_id = session if isinstance(session, str) else session.id
         if not messages:
             if usage is not None:
@@ -105,10 +108,14 @@ class LedgerOps(SessionOps):
             rows.append((session_id, seq, role, body, text, tool_call_id, count, now,
                          identity, cjk))
             out.append((seq, identity, count))
-        conn.executemany(
-            "INSERT INTO messages (session_id, seq, role, message, text, tool_call_id, "
-            "token_count, created_at, active, identity, has_cjk) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)", rows)
+        insert = ("INSERT INTO messages (session_id, seq, role, message, text, tool_call_id, "
+                  "token_count, created_at, active, identity, has_cjk) "
+                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)")
+        if len(rows) == 1:
+            top = conn.execute(insert, rows[0]).lastrowid
+        else:
+            conn.executemany(insert, rows)
+            top = None
         if usage is None:
             conn.execute("UPDATE sessions SET last_seq = ?, message_count = message_count + ? "
                          "WHERE id = ?", (last_seq + len(rows), len(rows), session_id))
@@ -121,8 +128,7 @@ class LedgerOps(SessionOps):
                 (last_seq + len(rows), len(rows), int(usage.input_tokens),
                  int(usage.output_tokens), int(usage.cache_read_tokens), float(usage.cost_usd),
                  usage.model, session_id))
-        if any(row[-1] for row in rows):
-            grams.index_session_range(conn, session_id, last_seq + 1, last_seq + len(rows))
+        indexer.after_insert(conn, len(rows), top, indexed_through)  # off the commit path unless the tail is long
         # The wire dicts themselves (not a JSON round trip): appending is the hot path.
         return [StoredMessage(session_id, seq, wire_form(message), identity, count, now, True)
                 for (seq, identity, count), message in zip(out, messages, strict=True)]
@@ -133,20 +139,24 @@ class LedgerOps(SessionOps):
                         usage: Usage | None = None) -> AppendResult:
         counts = _check_batch(messages, token_counts)
         with self.db.write() as conn:
-            # the session (NotFound), its last seq and latest checkpoint: one statement
+            # the session (NotFound), its last seq, latest checkpoint and last active message:
+            # one statement (appending is the hot path)
             head = conn.execute(
-                "SELECT last_seq, (SELECT id FROM checkpoints WHERE session_id = ?1 "
-                "ORDER BY id DESC LIMIT 1) FROM sessions WHERE id = ?1",
-                (session_id,)).fetchone()
+                "SELECT s.last_seq, (SELECT id FROM checkpoints WHERE session_id = ?1 "
+                "ORDER BY id DESC LIMIT 1), m.seq, m.identity, (SELECT indexed_through FROM "
+                f"{indexer.STATE}) FROM sessions s LEFT JOIN "
+                "(SELECT seq, identity FROM messages WHERE session_id = ?1 AND active = 1 "
+                "ORDER BY seq DESC LIMIT 1) m WHERE s.id = ?1", (session_id,)).fetchone()
             if head is None:
                 self._session(conn, session_id)  # raises NotFound, worded as everywhere
-            last = self._last_active(conn, session_id)
+            last = (int(head[2]), str(head[3])) if head[2] is not None else None
             if expect_last is not None and (last is None or last[1] != expect_last):
                 raise Conflict(f"session {session_id} changed: its last message is not the "
                                "expected one", hint="sync the whole history instead")
             identities = _identities(messages, last[1] if last else None)
             appended = self._insert(conn, session_id, messages, counts, identities,
-                                    last_seq=int(head[0]), usage=usage)
+                                    last_seq=int(head[0]), usage=usage,
+                                    indexed_through=int(head[4]))
             if expect_last is None:
                 return AppendResult(appended, 0)
             end = (appended[-1].seq, appended[-1].identity) if appended else last
@@ -329,7 +339,7 @@ class LedgerOps(SessionOps):
                 (child.id, parent.id, last)).rowcount
             conn.execute("UPDATE sessions SET last_seq = ?, message_count = ?, fork_seq = ? "
                          "WHERE id = ?", (copied, copied, last, child.id))
-            grams.index_session_range(conn, child.id, 1, copied)
+            indexer.after_insert(conn, copied)
             return self._session(conn, child.id)
 
     def _fork_point(self, conn: sqlite3.Connection, session_id: str, at_seq: int | None) -> int:

@@ -135,6 +135,27 @@ def cjk_scores(conn: sqlite3.Connection, plan: NaturalPlan,
     return scores, {i for i, n in counts.items() if n == len(plan.cjk)}
 
 
+def newest_ids(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
+               limit: int) -> list[int]:
+    """The newest ``limit`` messages holding any term (``sort="recency"``): each index walked
+    newest first and stopped at ``limit`` rows that pass the filters, so the cost follows the
+    limit, not the number of matches (nothing is scored: the order is by id)."""
+    where, args = filters(query)
+    found: set[int] = set()
+    queries: list[tuple[str, str]] = []
+    if plan.words:
+        queries.append(("messages_fts", " OR ".join(t.fts5() for t in plan.words)))
+    for piece in plan.cjk:
+        table = "messages_cjk_grams" if is_gram_needle(piece) else "messages_trigram"
+        queries.append((table, '"' + piece + '"'))
+    for table, match in queries:
+        found.update(int(r[0]) for r in conn.execute(
+            f"SELECT m.id FROM {table} f JOIN messages m ON m.id = f.rowid{_join(query)} "
+            f"WHERE {table} MATCH ?{where} ORDER BY f.rowid DESC LIMIT ?",
+            [match, *args, limit]))
+    return sorted(found, reverse=True)[:limit]
+
+
 def natural_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
                    limit: int) -> dict[int, float]:
     """Matching message ids with their boosted scores: every match, or for a relevance-ranked

@@ -10,7 +10,9 @@ Invariants:
 
 Search indexes: ``messages_fts`` (porter + unicode61, external content = ``messages.text``) holds
 every row; ``messages_trigram`` (trigram, contentless) holds only rows with CJK text
-(``has_cjk = 1``). Triggers keep both in sync inside the writing transaction.
+(``has_cjk = 1``). Since migration 7 rows are indexed in batches off the commit path, up to a
+watermark that search brings up to date first (``indexer.py``); triggers keep deletes and text
+rewrites of indexed rows in sync.
 ``messages_cjk_grams`` (migration 3) indexes CJK letters and letter pairs for 1–2 character
 queries; it is maintained from Python (``grams.py``).
 """
@@ -23,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from refold.errors import MigrationError
-from refold.store.sqlite import grams
+from refold.store.sqlite import grams, indexer
 from refold.store.titles import untagged_title
 
 
@@ -195,6 +197,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         "ALTER TABLE leases ADD COLUMN pid INTEGER",
         "ALTER TABLE leases ADD COLUMN pid_started TEXT",
     )),
+    # appends no longer index inside their commit; a watermark says what the indexes hold
+    Migration(7, "search indexing off the commit path (watermark)", indexer.MIGRATION),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

@@ -17,6 +17,9 @@ Paths (chosen by ``ParsedQuery.mode``, see ``refold.search.query``):
   ``limit`` hits are found or ``scan_budget_seconds`` has passed (then the newest hits found so
   far are returned). Within one session the scan is unchunked (bounded by the session).
 
+Every search first indexes the rows appended since the last batch (``indexer.py``: appends
+index off their commit path), so it sees every stored message.
+
 Invariants: user text reaches SQL only as bound parameters or as FTS5 strings built by the
 sanitizer; rewound rows are excluded unless ``include_inactive``; archived rows (before a
 checkpoint) are ordinary rows and stay searchable; at most ``MAX_LIMIT`` hits per query.
@@ -33,13 +36,15 @@ from dataclasses import dataclass
 from refold.search.query import ParsedQuery, make_snippet, parse_query
 from refold.search.rank import best_first, collapse_copies, titles_first
 from refold.store.base import SearchHit, SearchQuery
+from refold.store.sqlite import indexer
 from refold.store.sqlite.indexcheck import require_intact_index
-from refold.store.sqlite.natural import filters, natural_scores
+from refold.store.sqlite.natural import filters, natural_scores, newest_ids
 from refold.store.sqlite.state import StateOps
 
 log = logging.getLogger(__name__)
 
 MAX_LIMIT = 500
+MAX_FETCH = 20_000  # rows fetched at most to fill ``limit`` hits after copies collapse
 BROAD_MATCHES = 100_000  # a term in more messages than this is not ranked by bm25
 BROAD_PROBE_ROWS = 5_000  # newest ids sampled to estimate a term's match count
 SCAN_CHUNK = 50_000
@@ -90,19 +95,38 @@ class SearchOps(StateOps):
         if parsed.is_empty:
             return []
         limit = max(1, min(int(query.limit), MAX_LIMIT))
+        self.catch_up_index()
         with self.db.read() as conn:
-            # Extra rows, so copies collapsing into one hit still leave ``limit`` hits.
-            rows = self._run(conn, parsed, query, limit * 2 + 10)
-            if not rows:  # "no matches" must not hide a damaged index
-                require_intact_index(conn)
-            hits = [self._hit(row, parsed) for row in rows]
-            hits = collapse_copies(hits, self._lineage_roots(conn, {h.session_id for h in hits}))
+            # Extra rows, so copies collapsing into one hit still leave ``limit`` hits; more
+            # (4x each time) while copies leave fewer and the index may hold more.
+            fetch = limit * 2 + 10
+            while True:
+                rows = self._run(conn, parsed, query, fetch, lazy_snippets=True)
+                if not rows:  # "no matches" must not hide a damaged index
+                    require_intact_index(conn)
+                hits = [self._hit(row, parsed) for row in rows]
+                hits = collapse_copies(hits, self._lineage_roots(
+                    conn, {h.session_id for h in hits}))
+                if len(hits) >= limit or len(rows) < fetch or fetch >= MAX_FETCH:
+                    break
+                fetch = min(fetch * 4, MAX_FETCH)
             hits = titles_first(hits, _title_needles(parsed))[:limit]
+            if parsed.mode == "fts":  # FTS5 snippets for the hits returned, not every candidate
+                hits = self._fts_snippets(conn, parsed, rows, hits)
             if query.window <= 0:
                 return hits
             return [dataclasses.replace(h, window=self._around(
                 conn, h.session_id, h.seq, query.window, query.window, query.include_inactive))
                 for h in hits]
+
+    def catch_up_index(self) -> None:
+        """Index the rows stored since the last batch (``indexer.py``), so a search sees every
+        message: one cheap read when nothing is pending, else a short write."""
+        with self.db.read() as conn:
+            if indexer.pending(conn) <= 0:
+                return
+        with self.db.write() as conn:
+            indexer.index_pending(conn)
 
     def _lineage_roots(self, conn: sqlite3.Connection, session_ids: set[str]) -> dict[str, str]:
         """Each session's root ancestor (itself when it has no parent)."""
@@ -118,13 +142,13 @@ class SearchOps(StateOps):
         return {str(start): str(root) for start, root in rows}
 
     def _run(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
-             limit: int) -> list[_Row]:
+             limit: int, *, lazy_snippets: bool = False) -> list[_Row]:
         mode = parsed.mode
         try:
             if mode == "natural":
                 return self._natural(conn, parsed, query, limit)
             if mode == "fts":
-                return self._fts(conn, parsed, query, limit)
+                return self._fts(conn, parsed, query, limit, snippets=not lazy_snippets)
             if mode == "trigram":
                 return self._trigram(conn, parsed, query, limit)
             if mode == "grams":
@@ -145,10 +169,11 @@ class SearchOps(StateOps):
                  limit: int) -> list[_Row]:
         """A sentence: every matching message scored (natural.py), best first, then loaded."""
         assert parsed.natural is not None  # mode == "natural" guarantees it
-        scores = natural_scores(conn, parsed.natural, query, limit)
-        if query.sort == "recency":
-            ids = sorted(scores, reverse=True)[:limit]
+        if query.sort == "recency":  # newest first: no scores needed (as for explicit queries)
+            ids = newest_ids(conn, parsed.natural, query, limit)
+            scores = dict.fromkeys(ids, 0.0)
         else:
+            scores = natural_scores(conn, parsed.natural, query, limit)
             ids = best_first(scores, limit)
         if not ids:
             return []
@@ -169,12 +194,21 @@ class SearchOps(StateOps):
         return sorted(found.values(), key=lambda r: r.id, reverse=True)[:limit]
 
     def _fts(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
-             limit: int) -> list[_Row]:
-        """Rank ids first (cheap columns only), then load text and snippets for the winners."""
+             limit: int, *, snippets: bool = True) -> list[_Row]:
+        """Rank ids first (cheap columns only), then load text and snippets for the winners
+        (without ``snippets``, the caller asks FTS5 for those of the hits it keeps:
+        ``_fts_snippets``; the rows carry ``""`` until then)."""
         expr = parsed.fts5_expression()
         rows = []
         terms = [t.fts5() for t in parsed.terms if not t.negated]
         ranked = self._ranked(conn, "messages_fts", expr, terms, ("", []), query, limit)
+        if not snippets and ranked:
+            marks = ",".join("?" * len(ranked))
+            loaded = {r[0]: r for r in conn.execute(
+                f"SELECT {_HIT_COLUMNS} FROM messages m JOIN sessions s ON s.id = m.session_id "
+                f"WHERE m.id IN ({marks})", [rowid for rowid, _ in ranked])}
+            return [_Row(r[0], r[1], r[2], r[3], r[4], r[5], r[6], -float(rank), "")
+                    for r, rank in ((loaded[i], rank) for i, rank in ranked if i in loaded)]
         for rowid, rank in ranked:
             r = conn.execute(
                 f"SELECT {_HIT_COLUMNS}, snippet(messages_fts, 0, '[', ']', '…', 24) "
@@ -313,8 +347,31 @@ class SearchOps(StateOps):
         return found
 
     @staticmethod
+    def _fts_snippets(conn: sqlite3.Connection, parsed: ParsedQuery, rows: list[_Row],
+                      hits: list[SearchHit]) -> list[SearchHit]:
+        """The hits with FTS5's snippets (one statement), for rows loaded without them."""
+        ids = {(r.session_id, r.seq): r.id for r in rows if r.snippet == ""}
+        wanted = [ids[(h.session_id, h.seq)] for h in hits if (h.session_id, h.seq) in ids]
+        if not wanted:
+            return hits
+        marks = ",".join("?" * len(wanted))
+        found = {int(r[0]): str(r[1]) for r in conn.execute(
+            "SELECT rowid, snippet(messages_fts, 0, '[', ']', '…', 24) FROM messages_fts "
+            f"WHERE messages_fts MATCH ? AND rowid IN ({marks})",
+            [parsed.fts5_expression(), *wanted])}
+        out = []
+        for hit in hits:
+            rowid = ids.get((hit.session_id, hit.seq))
+            snippet = found.get(rowid) if rowid is not None else None
+            if rowid is not None and snippet is None:  # not matched again: the plain snippet
+                snippet = make_snippet(hit.content, parsed.highlight_needles())
+            out.append(hit if snippet is None else dataclasses.replace(hit, snippet=snippet))
+        return out
+
+    @staticmethod
     def _hit(row: _Row, parsed: ParsedQuery) -> SearchHit:
-        snippet = row.snippet or make_snippet(row.text, parsed.highlight_needles())
+        snippet = row.snippet if row.snippet is not None else make_snippet(
+            row.text, parsed.highlight_needles())
         return SearchHit(session_id=row.session_id, session_title=row.title, seq=row.seq,
                          role=row.role, snippet=snippet, content=row.text,
                          created_at=row.created_at, score=row.score)

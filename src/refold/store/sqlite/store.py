@@ -16,7 +16,7 @@ import sqlite3
 from typing import Any
 
 from refold.errors import InvalidInput
-from refold.store.sqlite import grams
+from refold.store.sqlite import grams, indexer
 from refold.store.sqlite.bulk import BulkOps
 from refold.store.sqlite.database import WAL_LIMIT_BYTES, Database, Synchronous
 from refold.store.sqlite.indexcheck import index_gaps
@@ -81,6 +81,7 @@ class SQLiteStore(SearchOps, VectorOps, BulkOps):
     def integrity_check(self) -> list[str]:
         """Problems found by SQLite, the foreign keys and the FTS indexes ([] when all is well)."""
         problems: list[str] = []
+        self.catch_up_index()  # the FTS5 checks compare the whole table with its index
         with self.db.read() as conn:
             rows = [str(r[0]) for r in conn.execute("PRAGMA integrity_check")]
             problems += [r for r in rows if r != "ok"]
@@ -94,6 +95,7 @@ class SQLiteStore(SearchOps, VectorOps, BulkOps):
         for table, column, value in checks:
             try:
                 with self.db.write() as conn:
+                    indexer.index_pending(conn)
                     conn.execute(f"INSERT INTO {table}({table}{column}) "
                                  f"VALUES ('integrity-check'{value})")
             except Exception as exc:  # any failure here is a finding, not a crash
@@ -114,6 +116,8 @@ class SQLiteStore(SearchOps, VectorOps, BulkOps):
                          "SELECT id, text FROM messages WHERE has_cjk = 1")
             conn.execute(f"INSERT INTO {grams.TABLE}({grams.TABLE}) VALUES ('delete-all')")
             grams.backfill(conn)
+            conn.execute(f"UPDATE {indexer.STATE} SET indexed_through = "
+                         "(SELECT coalesce(max(id), 0) FROM messages) WHERE id = 1")
         log.info("search indexes rebuilt for %s", self.path)
 
     def backup(self, destination: str) -> None:
