@@ -20,7 +20,9 @@ per worker (requests ÷ wall time of the variant's runs at that level).
 
     python bench/bench_proxy.py [--levels 1,10] [--requests 400] [--rounds 4]
                                 [--variants new,httpx,old --old-src /tmp/old/src]
-                                [--proxy-cpus 1]
+                                [--proxy-cpus 1] [--json]
+
+``--json`` runs non-streaming turns (the reply as one JSON body) instead of streams.
 
 ``--proxy-cpus`` pins the proxy to its own CPUs and the load generator with the scripted
 upstream to the rest (Linux), as in a deployment where the model runs elsewhere: the added
@@ -83,10 +85,19 @@ def start_proxy(home: Path, upstream: str, cpus: set[int] | None = None,
     raise SystemExit(f"refold serve did not start:\n{log.read_text(errors='replace')}")
 
 
+STREAM = True  # --json: non-streaming turns instead
+
+
 async def one_turn(client: httpx.AsyncClient, url: str,
                    history: list[dict[str, Any]]) -> tuple[float, float]:
     start = time.perf_counter()
     first = done = 0.0
+    if not STREAM:  # a JSON reply: its first byte is its whole body
+        response = await client.post(url + "/chat/completions", json={
+            "model": "scripted-model", "messages": history})
+        response.raise_for_status()
+        done = time.perf_counter() - start
+        return done, done
     async with client.stream("POST", url + "/chat/completions", json={
             "model": "scripted-model", "messages": history, "stream": True}) as response:
         response.raise_for_status()
@@ -234,11 +245,15 @@ def main() -> None:
                         help="proxies to compare in the same run: new, httpx, old")
     parser.add_argument("--old-src", default="",
                         help="the src directory of the checkout the 'old' variant runs")
+    parser.add_argument("--json", action="store_true",
+                        help="non-streaming turns (a JSON reply) instead of streams")
     parser.add_argument("--proxy-cpus", default="",
                         help="pin the proxy to these CPUs (e.g. 1) and this process (load "
                              "generator and scripted upstream) to the others: the proxy's own "
                              "added latency, without competing with the load for cores")
     args = parser.parse_args()
+    global STREAM
+    STREAM = not args.json
     levels = [int(x) for x in args.levels.split(",")]
     variants = [v for v in args.variants.split(",") if v]
     if "old" in variants and not Path(args.old_src, "refold").is_dir():

@@ -149,3 +149,25 @@ def test_invalid_suffix_names_its_real_index(eng: Engine, store: Store) -> None:
         rt.prepare_history([*history, bot("a1"), user("ok"), {"role": "user", "content": 5}])
     assert caught.value.index == 4
     assert active_chain(store, rt.session_id) == before  # nothing stored
+
+
+def test_known_prefix_fast_and_exact_paths_agree() -> None:
+    """The all-string fast path and the exact comparison accept and refuse the same re-sends,
+    and a chain extended with nested messages keeps its per-message flags aligned."""
+    from refold.runtime.chain import KnownChain
+
+    plain = {"role": "user", "content": "hi"}
+    nested = {"role": "assistant", "content": None,
+              "tool_calls": [{"id": "c1", "type": "function",
+                              "function": {"name": "f", "arguments": "{}"}}]}
+    result = {"role": "tool", "tool_call_id": "c1", "content": "1"}
+    chain = KnownChain.of("s", [plain], "t1").extended([nested, result], "t3")
+    assert chain.plain == (True, False, True)
+    assert chain.known_prefix([dict(plain), dict(nested), dict(result), plain]) == 3
+    # None values and underscore keys are ignored; everything else must match exactly
+    assert chain.known_prefix([{**plain, "name": None, "_x": 1}, nested, result]) == 3
+    assert chain.known_prefix([plain, nested, {**result, "content": 1}]) is None
+    assert chain.known_prefix([{**plain, "content": "hi!"}, nested, result]) is None
+    changed = {**nested, "tool_calls": [{**nested["tool_calls"][0], "id": "c2"}]}
+    assert chain.known_prefix([plain, changed, result]) is None
+    assert chain.known_prefix([plain, nested]) is None  # shorter than the chain

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import re
 import socket
 import time
@@ -188,6 +189,28 @@ def test_request_id_is_echoed_or_generated(proxy_factory: ProxyFactory) -> None:
     assert refused.status_code == 401 and refused.headers["x-request-id"]
     assert junk.headers["x-request-id"] != "bad id\twith spaces"
     assert raw.headers["x-request-id"] == "stream-7"
+    generated = {made.headers["x-request-id"], refused.headers["x-request-id"],
+                 junk.headers["x-request-id"]}
+    assert len(generated) == 3  # each response its own
+
+
+def test_generated_request_ids_are_unique_per_process_and_after_fork() -> None:
+    from refold.server.edges import request_id_of
+
+    ids = {request_id_of([]) for _ in range(1000)}
+    assert len(ids) == 1000 and all(re.fullmatch(r"[0-9a-f]{32}", i) for i in ids)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child (a forked worker) writes its next id and leaves at once
+        os.write(write, request_id_of([]).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    ours = request_id_of([])
+    assert re.fullmatch(r"[0-9a-f]{32}", child)
+    assert child[:16] != ours[:16] and child not in ids  # its own prefix, not a repeat of ours
 
 
 def test_request_id_is_logged_with_an_upstream_failure(proxy_factory: ProxyFactory,

@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from refold.errors import StorageError
+from refold.llm.sse import DONE, EventSplitter, StreamAssembler, parse_chunk
 from refold.server.completions import ProxyStream
-from refold.server.sse import DONE, EventSplitter, StreamAssembler, parse_chunk
 
 
 def _event(obj: object) -> bytes:
@@ -173,3 +173,21 @@ def test_events_after_a_finish_in_an_earlier_read_still_stream_as_they_come() ->
     sent = _pumped(turn, [_event(HELLO), _event(FINISH), b"data: [DONE]\n\n"])
     bodies = [m["body"] for m in sent if m["type"] == "http.response.body"]
     assert bodies == [_event(HELLO), _event(FINISH), b"data: [DONE]\n\n"]
+
+
+def test_event_data_forms() -> None:
+    """One ``data: `` line (the fast path) and every other form read the same payloads."""
+    stream = (b'data: {"a": 1}\n\n'  # the usual event
+              b"data:no-space\n\n"
+              b"data: first\ndata: second\n\n"  # several data lines join with LF
+              b": a comment\ndata: after comment\n\n"
+              b"event: ping\n\n"  # no data at all
+              b"data: \xc3\xa9t\xc3\xa9\n\n"
+              b"data: data: nested\n\n")
+    for size in (1, 3, len(stream)):  # events cut anywhere across reads
+        splitter = EventSplitter()
+        events = [e for i in range(0, len(stream), size) for e in splitter.feed(stream[i:i + size])]
+        assert [e.data for e in events] == ['{"a": 1}', "no-space", "first\nsecond",
+                                            "after comment", None, "été", "data: nested"]
+        assert b"".join(e.raw for e in events) == stream
+        assert splitter.rest() == b""

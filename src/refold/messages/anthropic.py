@@ -83,7 +83,7 @@ def _content_blocks(content: Any, index: int) -> list[Block]:
     return [_part_to_block(p, index) for p in content]
 
 
-def _tool_input(arguments: str) -> dict[str, Any]:
+def tool_input(arguments: str) -> dict[str, Any]:
     if not arguments.strip():
         return {}
     try:
@@ -108,7 +108,7 @@ def _assistant_blocks(message: Message, index: int, drop_unsigned: bool) -> list
     for call in message.get("tool_calls") or []:
         fn = call.get("function") or {}
         blocks.append({"type": "tool_use", "id": call.get("id"), "name": fn.get("name"),
-                       "input": _tool_input(str(fn.get("arguments") or ""))})
+                       "input": tool_input(str(fn.get("arguments") or ""))})
     return blocks
 
 

@@ -58,30 +58,40 @@ def _frozen(message: Message) -> dict[str, Any]:
     return form  # a new dict of immutable values: already a snapshot
 
 
+def _plain(form: dict[str, Any]) -> bool:
+    """Every value a ``str``: then ``==`` with it is JSON-exact (a dict equal to it has the same
+    keys, each value equal to a str, so a str too)."""
+    return all(type(v) is str for v in form.values())
+
+
 @dataclass(frozen=True)
 class KnownChain:
     session_id: str
     messages: tuple[dict[str, Any], ...]
     tip: str  # identity of the last stored active message
+    plain: tuple[bool, ...] = ()  # per message: ``_plain`` (computed once, when it is frozen)
 
     @classmethod
     def of(cls, session_id: str, messages: Sequence[Message], tip: str) -> KnownChain:
-        return cls(session_id, tuple(_frozen(m) for m in messages), tip)
+        forms = tuple(_frozen(m) for m in messages)
+        return cls(session_id, forms, tip, tuple(map(_plain, forms)))
 
     def extended(self, messages: Sequence[Message], tip: str) -> KnownChain:
-        return KnownChain(self.session_id, self.messages + tuple(_frozen(m) for m in messages),
-                          tip)
+        forms = tuple(_frozen(m) for m in messages)
+        return KnownChain(self.session_id, self.messages + forms, tip,
+                          self.plain + tuple(map(_plain, forms)))
 
     def known_prefix(self, conversation: Sequence[Any]) -> int | None:
         """How many leading messages are known (all of the chain), or None if they differ."""
         known = len(self.messages)
         if len(conversation) < known:
             return None
-        for raw, stored in zip(conversation[:known], self.messages, strict=True):
+        plain = self.plain if len(self.plain) == known else (False,) * known
+        for raw, stored, simple in zip(conversation[:known], self.messages, plain, strict=True):
             if type(raw) is not dict:
                 return None
-            if raw == stored and all(type(v) is str for v in raw.values()):
-                continue  # the common case, at C speed: equal dicts of strings are JSON-equal
+            if simple and raw == stored:
+                continue  # the common case, at C speed: equal to a dict of strings is exact
             if not same(comparable(raw), stored):
                 return None
         return known

@@ -476,7 +476,8 @@ class SessionRuntime:
         delta = 0
         for j, row in enumerate(rows):
             sent = client[j]
-            if row.seq in view.overrides or sent == comparable(row.message):
+            if row.seq in view.overrides or sent == row.message \
+                    or sent == comparable(row.message):  # (the first: no copy, usually)
                 continue
             if view.view[offset - lead + j] != row.message:
                 continue  # the checkpoint merged its summary into this row: keep it

@@ -28,9 +28,9 @@ from refold.errors import UpstreamError
 from refold.llm import classify_http_error, classify_transport_error
 from refold.llm.client import json_object
 from refold.llm.failures import bad_response
+from refold.llm.sse import EventSplitter
 from refold.messages.anthropic import from_anthropic, to_anthropic
 from refold.server.anthropic_wire import EVENTS, FINISH_REASONS, PRIVATE, REPLY
-from refold.server.sse import EventSplitter
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from refold.errors import InvalidInput, MessageValidationError
-from refold.messages.anthropic import RAW_ARGUMENTS, from_anthropic
+from refold.messages.anthropic import from_anthropic, tool_input
 from refold.messages.model import Message
+from refold.server.wire import chat_functions
 
 PRIVATE = "_refold_anthropic"  # request side: what an Anthropic upstream needs besides the chat form
 REPLY = "_refold_anthropic_reply"  # reply side: the upstream's own message, passed through
@@ -125,21 +126,18 @@ def chat_messages(body: dict[str, Any]) -> list[Message]:
 
 def chat_tools(tools: Any) -> list[dict[str, Any]] | None:
     """Custom tools as chat-completions functions; server tools (web search, …) have none."""
-    if tools is None:
+    return chat_functions(tools, _function_of)
+
+
+def _function_of(tool: Any) -> dict[str, Any] | None:
+    if not isinstance(tool, dict) or "name" not in tool:
+        raise InvalidInput("each tool must be an object with a name")
+    if tool.get("type") not in (None, "custom") or "input_schema" not in tool:
         return None
-    if not isinstance(tools, list):
-        raise InvalidInput("tools must be a list")
-    out = []
-    for tool in tools:
-        if not isinstance(tool, dict) or "name" not in tool:
-            raise InvalidInput("each tool must be an object with a name")
-        if tool.get("type") not in (None, "custom") or "input_schema" not in tool:
-            continue
-        function = {"name": tool["name"], "parameters": tool["input_schema"]}
-        if tool.get("description"):
-            function["description"] = tool["description"]
-        out.append({"type": "function", "function": function})
-    return out
+    function = {"name": tool["name"], "parameters": tool["input_schema"]}
+    if tool.get("description"):
+        function["description"] = tool["description"]
+    return function
 
 
 def _tool_choice(choice: Any) -> Any:
@@ -181,16 +179,6 @@ def chat_request(raw: Any, *, anthropic_upstream: bool) -> dict[str, Any]:
 
 # -- replies -----------------------------------------------------------------------------------
 
-def _input(arguments: str) -> dict[str, Any]:
-    if not arguments.strip():
-        return {}
-    try:
-        value = json.loads(arguments)
-    except ValueError:
-        return {RAW_ARGUMENTS: arguments}
-    return value if isinstance(value, dict) else {RAW_ARGUMENTS: arguments}
-
-
 def anthropic_usage(usage: Any) -> dict[str, Any]:
     """Chat usage as Anthropic's: cached prompt tokens are reported apart from the rest."""
     usage = usage if isinstance(usage, dict) else {}
@@ -229,7 +217,7 @@ def anthropic_message(data: dict[str, Any], model: str) -> dict[str, Any]:
     for call in message.get("tool_calls") or []:
         fn = call.get("function") or {}
         content.append({"type": "tool_use", "id": call.get("id"), "name": fn.get("name"),
-                        "input": _input(str(fn.get("arguments") or ""))})
+                        "input": tool_input(str(fn.get("arguments") or ""))})
     return {"id": message_id(data.get("id")), "type": "message", "role": "assistant",
             "model": data.get("model") or model, "content": content,
             "stop_reason": _STOP_REASONS.get(str(choice.get("finish_reason")), "end_turn"),

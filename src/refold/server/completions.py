@@ -74,13 +74,13 @@ from starlette.types import Receive, Scope, Send
 
 from refold.errors import Conflict, InvalidInput, RefoldError, UpstreamError
 from refold.llm.failures import bad_response
+from refold.llm.sse import DONE, EventSplitter, StreamAssembler, parse_chunk
 from refold.messages.model import Message
 from refold.runtime.branches import Diverge
 from refold.runtime.prepared import Prepared
 from refold.runtime.session import SessionRuntime
 from refold.server.auth import Tenant
 from refold.server.sessions import SESSION_HEADER, SessionPool, derived_ref
-from refold.server.sse import DONE, EventSplitter, StreamAssembler, parse_chunk
 from refold.server.upstream import Upstream, UpstreamStream
 from refold.server.wire import sse_error, status_for, upstream_status
 

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
 import logging
+import os
 import re
 import uuid
 from typing import Any
@@ -48,12 +50,31 @@ class RequestTimeout(Exception):
 
 
 # -- request ids -----------------------------------------------------------------------------
+class _Ids:
+    """Fresh request ids: a random per-process prefix and a counter (no random read per
+    request); a forked worker draws its own prefix."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.prefix = uuid.uuid4().hex[:16]
+        self.counter = itertools.count(1)
+
+    def next(self) -> str:
+        return f"{self.prefix}{next(self.counter):016x}"
+
+
+_ids = _Ids()
+os.register_at_fork(after_in_child=_ids.reset)
+
+
 def request_id_of(headers: list[tuple[bytes, bytes]]) -> str:
     """The client's ``X-Request-Id`` when it is a sane token, else a fresh one."""
     for name, value in headers:
         if name == REQUEST_ID_HEADER and _SANE_ID.match(value):
             return value.decode("ascii")
-    return uuid.uuid4().hex
+    return _ids.next()
 
 
 class RequestIdMiddleware:

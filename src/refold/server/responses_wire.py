@@ -28,6 +28,7 @@ from typing import Any
 
 from refold.errors import InvalidInput
 from refold.messages.model import Message
+from refold.server.wire import chat_functions
 
 
 def new_id(prefix: str) -> str:
@@ -37,19 +38,14 @@ def new_id(prefix: str) -> str:
 # -- requests ----------------------------------------------------------------------------------
 
 def chat_tools(tools: Any) -> list[dict[str, Any]] | None:
-    if tools is None:
-        return None
-    if not isinstance(tools, list):
-        raise InvalidInput("tools must be a list")
-    out = []
-    for tool in tools:
-        if not isinstance(tool, dict) or tool.get("type") != "function":
-            kind = tool.get("type") if isinstance(tool, dict) else tool
-            raise InvalidInput(f"tools: only function tools are supported by refold, not {kind!r}")
-        function = {k: tool[k] for k in ("name", "description", "parameters", "strict")
-                    if k in tool}
-        out.append({"type": "function", "function": function})
-    return out
+    return chat_functions(tools, _function_of)
+
+
+def _function_of(tool: Any) -> dict[str, Any]:
+    if not isinstance(tool, dict) or tool.get("type") != "function":
+        kind = tool.get("type") if isinstance(tool, dict) else tool
+        raise InvalidInput(f"tools: only function tools are supported by refold, not {kind!r}")
+    return {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
 
 
 def _tool_choice(choice: Any) -> Any:

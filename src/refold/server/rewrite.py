@@ -19,10 +19,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Message as AsgiMessage
 from starlette.types import Receive, Scope, Send
 
+from refold.llm.sse import DONE, EventSplitter, parse_chunk
 from refold.server.auth import Tenant
 from refold.server.completions import Proxy, chat_completions
 from refold.server.sessions import SESSION_HEADER
-from refold.server.sse import DONE, EventSplitter, parse_chunk
 
 
 class StreamRewriter(Protocol):

@@ -61,12 +61,28 @@ class Transport(Protocol):
     async def aclose(self) -> None: ...
 
 
-class _H1Reply:
-    def __init__(self, response: H1Response, base_url: str) -> None:
+class _Reply:
+    """A ``Reply`` over a client's response object: status and headers copied once; each
+    subclass's ``chunks()`` turns its client's own failures into ``UpstreamError``."""
+
+    def __init__(self, response: H1Response | httpx.Response, base_url: str) -> None:
         self._response = response
         self._base_url = base_url
         self.status_code = response.status_code
         self.headers: Mapping[str, str] = response.headers
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        raise NotImplementedError
+
+    async def read(self) -> bytes:
+        return b"".join([piece async for piece in self.chunks()])
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+class _H1Reply(_Reply):
+    _response: H1Response
 
     async def chunks(self) -> AsyncIterator[bytes]:
         try:
@@ -74,12 +90,6 @@ class _H1Reply:
                 yield data
         except H1Error as exc:
             raise transport_failure(exc.kind, str(exc), self._base_url) from exc
-
-    async def read(self) -> bytes:
-        return b"".join([piece async for piece in self.chunks()])
-
-    async def aclose(self) -> None:
-        await self._response.aclose()
 
 
 class H1Transport:
@@ -107,12 +117,8 @@ class H1Transport:
         return len(self._client._idle)
 
 
-class _HttpxReply:
-    def __init__(self, response: httpx.Response, base_url: str) -> None:
-        self._response = response
-        self._base_url = base_url
-        self.status_code = response.status_code
-        self.headers: Mapping[str, str] = response.headers
+class _HttpxReply(_Reply):
+    _response: httpx.Response
 
     async def chunks(self) -> AsyncIterator[bytes]:
         try:
@@ -120,12 +126,6 @@ class _HttpxReply:
                 yield data
         except httpx.HTTPError as exc:
             raise classify_transport_error(exc, self._base_url) from exc
-
-    async def read(self) -> bytes:
-        return b"".join([piece async for piece in self.chunks()])
-
-    async def aclose(self) -> None:
-        await self._response.aclose()
 
 
 class HttpxTransport:

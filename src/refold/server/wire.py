@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Any, TypedDict
 
 from refold.errors import (
@@ -113,3 +114,16 @@ def sse_error(status: int, body: ErrorBody) -> bytes:
     """An error delivered inside an already-started SSE stream (the status line is gone)."""
     payload: dict[str, Any] = {"error": dict(body["error"], status=status)}
     return b"data: " + json.dumps(payload, ensure_ascii=False).encode() + b"\n\n"
+
+
+def chat_functions(tools: Any, convert: Callable[[Any], dict[str, Any] | None]
+                   ) -> list[dict[str, Any]] | None:
+    """A wire format's ``tools`` as chat-completions function tools: None stays None, anything
+    but a list is InvalidInput, and ``convert(tool)`` gives each one's function (None: it has
+    none, e.g. a server tool; it raises InvalidInput for a tool it refuses)."""
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise InvalidInput("tools must be a list")
+    functions = (convert(tool) for tool in tools)
+    return [{"type": "function", "function": f} for f in functions if f is not None]

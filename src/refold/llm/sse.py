@@ -1,15 +1,15 @@
-"""Server-sent events from an upstream: split into events, and fold deltas into one message.
+"""Server-sent events of a chat completion: split into events, and fold deltas into one message.
 
-The proxy forwards a stream event by event as it arrives (never the whole response at once) and,
-on the side, folds each ``chat.completion.chunk`` into the assistant message it spells out —
-content, reasoning and ``tool_calls`` deltas merged by index — so the reply can be recorded when
-the stream ends. Splitting tolerates CRLF and events cut anywhere across network reads.
+The one reader of ``chat.completion.chunk`` streams, for the proxy (``refold.server``: it
+forwards a stream event by event as it arrives and folds the chunks on the side, so the reply
+can be recorded when the stream ends) and for ``refold chat`` (``refold.llm.stream``): content,
+reasoning and ``tool_calls`` deltas merged by index. Splitting tolerates CRLF and events cut
+anywhere across network reads; the common event (one ``data: `` line) costs one slice.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,10 +18,15 @@ from refold.messages.model import Message
 DONE = "[DONE]"
 
 
-@dataclass(frozen=True)
 class Event:
-    raw: bytes  # the event's bytes, normalized to LF and ending with a blank line
-    data: str | None  # the joined ``data:`` payload, if any
+    """One event: ``raw``, its bytes normalized to LF and ending with a blank line, and
+    ``data``, the joined ``data:`` payload (None if it has none)."""
+
+    __slots__ = ("data", "raw")
+
+    def __init__(self, raw: bytes, data: str | None) -> None:
+        self.raw = raw
+        self.data = data
 
 
 class EventSplitter:
@@ -30,19 +35,24 @@ class EventSplitter:
     def __init__(self) -> None:
         self._buffer = b""
 
-    def feed(self, chunk: bytes) -> Iterator[Event]:
-        self._buffer += chunk
-        if b"\r" in self._buffer:
+    def feed(self, chunk: bytes) -> list[Event]:
+        buffer = self._buffer + chunk if self._buffer else chunk
+        if b"\r" in buffer:
             # a CR at the very end may be the first half of a CRLF: keep it for the next feed
-            tail = b"\r" if self._buffer.endswith(b"\r") else b""
-            body = self._buffer[:-1] if tail else self._buffer
-            self._buffer = body.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + tail
+            tail = b"\r" if buffer.endswith(b"\r") else b""
+            body = buffer[:-1] if tail else buffer
+            buffer = body.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + tail
+        events: list[Event] = []
+        start = 0
         while True:
-            end = self._buffer.find(b"\n\n")
+            end = buffer.find(b"\n\n", start)
             if end < 0:
-                return
-            raw, self._buffer = self._buffer[:end + 2], self._buffer[end + 2:]
-            yield Event(raw=raw, data=_data_of(raw))
+                break
+            raw = buffer[start:end + 2]
+            start = end + 2
+            events.append(Event(raw, _data_of(raw)))
+        self._buffer = buffer[start:] if start else buffer
+        return events
 
     def rest(self) -> bytes:
         """Bytes of an unfinished event left when the stream ended."""
@@ -50,6 +60,8 @@ class EventSplitter:
 
 
 def _data_of(raw: bytes) -> str | None:
+    if raw.startswith(b"data: ") and raw.find(b"\n", 6) == len(raw) - 2:
+        return raw[6:-2].decode("utf-8", "replace")  # the usual event: one data line
     lines = [line[5:].removeprefix(b" ") for line in raw.split(b"\n") if line.startswith(b"data:")]
     if not lines:
         return None
