@@ -281,7 +281,8 @@ class SessionRuntime:
         if tools is not None:
             self._tools = tools
         history = self._rotation.translate(self.store, self.session_id, history)
-        if light and defer and self.inline.defer_known_suffix(history):
+        if light and defer and self._store_ends_on_view() \
+                and self.inline.defer_known_suffix(history):
             try:
                 return self._prepare_locked(light, client=True)
             except BaseException:
@@ -293,6 +294,16 @@ class SessionRuntime:
                 raise NeedsWorker
             self._sync_history(history, diverge)
         return self._prepare_locked(light, client=True)
+
+    def _store_ends_on_view(self) -> bool:
+        """Does the stored session still end exactly where the cached view does (one small
+        ``view_tip`` read)? The deferred store sends the request before it stores, so when
+        another process moved the session (another worker served the last turn, or compacted)
+        the request would be void and sent again: a second upstream call for one turn. Seen
+        first, that turn takes the storing path instead and is sent once."""
+        view = self.mirror.view
+        return view is not None and view.session_id == self.session_id \
+            and view.current(self.store.view_tip(self.session_id))
 
     def _sync_history(self, history: list[Message], diverge: Diverge) -> None:
         """The full path: validate, count and hash the whole history; place it in the ledger
