@@ -68,6 +68,7 @@ class Settings(BaseModel):
     # SQLite commit durability for serve: NORMAL (WAL) survives a proxy crash, not power loss;
     # FULL fsyncs every commit. The library and the other commands always use FULL.
     serve_sqlite_synchronous: str = "NORMAL"
+    serve_workers: int = Field(default=1, ge=1)  # processes accepting on serve's one port
     # memory
     memory_enabled: bool = True  # off: no snapshot, no memory tool, no review
     memory_approval: str = "allow"  # allow | stage | block
@@ -160,7 +161,7 @@ SECTIONS: dict[str, dict[str, str]] = {
     "serve": {"api_keys": "api_keys", "host": "host", "port": "port",
               "max_body_bytes": "max_body_bytes", "header_timeout": "header_timeout",
               "body_timeout": "body_timeout", "max_json_depth": "max_json_depth",
-              "sqlite_synchronous": "serve_sqlite_synchronous",
+              "sqlite_synchronous": "serve_sqlite_synchronous", "workers": "serve_workers",
               "upstream": "upstream", "upstream_api_key": "upstream_api_key"},
 }
 SECRET_SETTINGS = frozenset({"upstream_api_key", "summarizer_api_key", "api_keys"})
