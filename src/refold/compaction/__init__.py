@@ -4,17 +4,13 @@
     result = compact(messages, context_length=128_000, model="gpt-4o")
     result.messages, result.report
 
-``compact`` is pure (the summarizer is the only seam that may do I/O); ``Compactor`` and
-``CompactionGuard`` decide when to run it; ``compact_session`` applies it to a stored session.
+``compact`` is pure (the summarizer is the only seam that may do I/O); ``CompactionGuard``
+decides when to run it; ``compact_session`` applies it to a stored session.
 """
 
 from refold.compaction.builtin import BuiltinSummarizer
 from refold.compaction.core import CompactionReport, CompactionResult, compact
-from refold.compaction.engine import (
-    Compactor,
-    compact_for_overflow,
-    complete_with_overflow_recovery,
-)
+from refold.compaction.engine import compact_for_overflow, complete_with_overflow_recovery
 from refold.compaction.guard import CompactionGuard, Decision, GuardStatus
 from refold.compaction.llm_summarizer import LLMSummarizer
 from refold.compaction.policy import CompactionPolicy, ModelOverride, Threshold, threshold_for
@@ -38,7 +34,6 @@ __all__ = [
     "CompactionPolicy",
     "CompactionReport",
     "CompactionResult",
-    "Compactor",
     "ContextBreakdown",
     "Decision",
     "GuardStatus",
