@@ -69,6 +69,8 @@ class Settings(BaseModel):
     # FULL fsyncs every commit. The library and the other commands always use FULL.
     serve_sqlite_synchronous: str = "NORMAL"
     serve_workers: int = Field(default=1, ge=1)  # processes accepting on serve's one port
+    serve_session_cache: int = Field(default=256, ge=1)  # live session runtimes kept (LRU)
+    token_cache_entries: int = Field(default=16_384, ge=0)  # message counts kept (LRU)
     # memory
     memory_enabled: bool = True  # off: no snapshot, no memory tool, no review
     memory_approval: str = "allow"  # allow | stage | block
@@ -162,6 +164,7 @@ SECTIONS: dict[str, dict[str, str]] = {
               "max_body_bytes": "max_body_bytes", "header_timeout": "header_timeout",
               "body_timeout": "body_timeout", "max_json_depth": "max_json_depth",
               "sqlite_synchronous": "serve_sqlite_synchronous", "workers": "serve_workers",
+              "session_cache": "serve_session_cache",
               "upstream": "upstream", "upstream_api_key": "upstream_api_key"},
 }
 SECRET_SETTINGS = frozenset({"upstream_api_key", "summarizer_api_key", "api_keys"})
