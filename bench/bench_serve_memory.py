@@ -97,8 +97,8 @@ def main() -> None:
     reply = "Fine, noted; here is a short answer of a typical length for an agent turn."
     with tempfile.TemporaryDirectory() as tmp, \
             serve(default=lambda body: ScriptedReply(content=reply)) as up:
-        up.llm.requests = _Discard()  # type: ignore[assignment]  # keep the bench's own memory flat
-        up.llm.headers = _Discard()  # type: ignore[assignment]
+        up.llm.requests = _Discard()  # keep the bench's own memory flat
+        up.llm.headers = _Discard()
         home = Path(tmp) / "home"
         proc, url, log = start(home, up.base_url, args.workers, args.sets)
         client = httpx.Client(timeout=120)
@@ -139,7 +139,7 @@ def main() -> None:
                   "1,000 requests")
 
 
-class _Discard(list):  # type: ignore[type-arg]
+class _Discard(list):
     """A list that keeps nothing (the scripted upstream's request log)."""
 
     def append(self, item: object) -> None:
