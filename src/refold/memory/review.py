@@ -19,6 +19,7 @@ import json
 import logging
 import re
 import threading
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ DEFAULT_TURNS = 10
 DEFAULT_TOOL_ITERATIONS = 15
 MAX_ROUNDS = 4
 WINDOW_MESSAGES = 40
+KEPT_REPORTS = 64  # the latest review reports a reviewer keeps
 MAX_ENTRY_CHARS = 240
 
 REVIEW_PROMPT = (
@@ -248,7 +250,9 @@ class MemoryReviewer:
         self.every_tool_iterations = every_tool_iterations
         self.turns = 0
         self.tool_iterations = 0
-        self.reports: list[ReviewReport] = []
+        # the latest reports only, and only live threads: a reviewer lives as long as its
+        # engine (for ``refold serve``, the process), so neither may grow with every review
+        self.reports: deque[ReviewReport] = deque(maxlen=KEPT_REPORTS)
         self._threads: list[threading.Thread] = []
 
     def note_turn(self, messages: Sequence[Message], *,
@@ -264,6 +268,7 @@ class MemoryReviewer:
             return None
         self.turns = self.tool_iterations = 0
         window = list(messages)[-WINDOW_MESSAGES:]
+        self._threads = [t for t in self._threads if t.is_alive()]
         thread = threading.Thread(target=self._run, args=(window,), name="refold-memory-review",
                                   daemon=True)
         self._threads.append(thread)
