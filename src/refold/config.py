@@ -77,6 +77,9 @@ class Settings:
     # SQLite commit durability for serve: NORMAL (WAL) survives a proxy crash, not power loss;
     # FULL fsyncs every commit. The library and the other commands always use FULL.
     serve_sqlite_synchronous: str = "NORMAL"
+    serve_workers: int = 1  # processes accepting on serve's one port
+    serve_session_cache: int = 256  # live session runtimes kept (LRU)
+    token_cache_entries: int = 16_384  # message counts kept (LRU)
     # memory
     memory_enabled: bool = True  # off: no snapshot, no memory tool, no review
     memory_approval: str = "allow"  # allow | stage | block
@@ -178,6 +181,8 @@ BOUNDS: dict[str, tuple[float, bool, float | None]] = {
     "memory_review_every_tool_iterations": (0, True, None),
     "import_max_bytes": (0, True, None), "session_budget_usd": (0, True, None),
     "recall_max_tokens": (0, False, 8000), "recall_limit": (1, True, 20),
+    "serve_workers": (1, True, None), "serve_session_cache": (1, True, None),
+    "token_cache_entries": (0, True, None),
 }
 CHOICES: dict[str, tuple[str, ...]] = {"budget_action": ("warn", "refuse"),
                                        "recall_mode": ("fts", "vector", "hybrid"),
@@ -340,7 +345,8 @@ SECTIONS: dict[str, dict[str, str]] = {
     "serve": {"api_keys": "api_keys", "host": "host", "port": "port",
               "max_body_bytes": "max_body_bytes", "header_timeout": "header_timeout",
               "body_timeout": "body_timeout", "max_json_depth": "max_json_depth",
-              "sqlite_synchronous": "serve_sqlite_synchronous",
+              "sqlite_synchronous": "serve_sqlite_synchronous", "workers": "serve_workers",
+              "session_cache": "serve_session_cache",
               "upstream": "upstream", "upstream_api_key": "upstream_api_key"},
     "cost": {"session_budget_usd": "session_budget_usd", "budget_usd": "session_budget_usd",
              "budget_action": "budget_action", "pricing": "pricing"},

@@ -8,7 +8,7 @@ import pytest
 from agent_transcript import agent_transcript
 
 from refold.compaction.core import CompactionReport
-from refold.compaction.engine import Compactor, compact_for_overflow
+from refold.compaction.engine import compact_for_overflow
 from refold.compaction.guard import CompactionGuard
 from refold.compaction.policy import CompactionPolicy, ModelOverride, threshold_for
 from refold.compaction.structure import provider_problems
@@ -183,24 +183,6 @@ def test_compact_for_overflow_shrinks_then_errors() -> None:
         compact_for_overflow(msgs, 4, context_length=12_000, policy=policy, counter=counter)
 
 
-def test_compactor_drives_guard_and_recompaction() -> None:
-    clock = Clock()
-    compactor = Compactor(context_length=12_000, model="gpt-4o", clock=clock,
-                          policy=CompactionPolicy(output_reserve_tokens=0,
-                                                  summary_min_tokens=500))
-    msgs = agent_transcript(40)
-    out, decision, result = compactor.maybe_compact(msgs)
-    assert decision.compact and result is not None and result.report.status == "ok"
-    assert compactor.compactions == 1
-    out, decision, _ = compactor.maybe_compact(out, reading=2_000)
-    assert not decision.compact and compactor.guard.strikes == 0
-    grown = out + agent_transcript(40)[2:]
-    _out2, decision, result2 = compactor.maybe_compact(grown)
-    assert result2 is not None and result2.report.head_end == 1  # head decayed to system only
-    recovered = compactor.recover_overflow(grown, 3)
-    assert recovered.report.tokens_after <= 4_200 or not recovered.report.fits
-
-
 def test_policy_is_configuration() -> None:
     policy = CompactionPolicy()
     changed = policy.with_overrides(threshold_percent=0.6)
@@ -208,20 +190,3 @@ def test_policy_is_configuration() -> None:
     with pytest.raises(AttributeError):
         policy.threshold_percent = 0.1  # type: ignore[misc]
     assert replace(policy, max_strikes=3).max_strikes == 3
-
-
-def test_compactor_estimate_counts_only_appended_messages() -> None:
-    from refold.tokens import ExactCounter
-
-    counter = ExactCounter("o200k_base")
-    compactor = Compactor(context_length=128_000, counter=counter)
-    msgs = agent_transcript(20)
-    first = compactor.estimate(msgs)
-    assert first == counter.count_messages(msgs)
-    misses = counter.cache_misses
-    msgs.append({"role": "user", "content": "one more"})
-    assert compactor.estimate(msgs) == counter.count_messages(msgs)
-    assert counter.cache_misses == misses + 1
-    replaced = [dict(m) for m in msgs]  # a new list of new objects: counted in full (cached)
-    assert compactor.estimate(replaced) == counter.count_messages(replaced)
-    assert compactor.estimate([]) == counter.count_messages([])

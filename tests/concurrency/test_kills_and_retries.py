@@ -131,3 +131,66 @@ def test_a_held_lease_never_fails_the_turn(opener: Callable[[], Store],
     assert freed.compaction is not None
     contents = Counter(str(r.message.get("content")) for r in store.get_messages(sid))
     assert contents["while held"] == 1 and contents["after release"] == 1
+
+
+def test_a_compaction_that_fails_fails_prepare_before_anything_is_stored(
+        opener: Callable[[], Store], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The new message would take the context over the threshold: ``prepare`` compacts first,
+    then stores. A compaction that fails (the store refusing the checkpoint) fails the call
+    with nothing stored; the retry compacts, stores the message once and sends it."""
+    from refold.errors import StorageError
+
+    store = opener()
+    sid = _long_session(store)
+    rows_before = len(store.get_messages(sid, include_inactive=True))
+    real = store.add_checkpoint
+    failures = iter(range(1))
+
+    def failing(*args: object, **kwargs: object) -> object:
+        if next(failures, None) is not None:
+            raise StorageError("disk I/O error (injected)")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "add_checkpoint", failing)
+    message = {"role": "user", "content": "one more question"}
+    with Engine(store, model="gpt-4o-mini", context_length=WINDOW,
+                background_precompact=False) as engine:
+        rt = engine.open_session(sid)
+        with pytest.raises(StorageError):
+            rt.prepare([message])
+        assert len(store.get_messages(sid, include_inactive=True)) == rows_before
+        prepared = rt.prepare([message])
+    assert prepared.compaction is not None and len(store.list_checkpoints(sid)) == 1
+    assert prepared.messages[-1]["content"] == "one more question"
+    contents = [str(r.message.get("content")) for r in
+                store.get_messages(sid, include_inactive=True)]
+    assert contents.count("one more question") == 1 and len(contents) == rows_before + 1
+
+
+def test_a_background_plan_is_not_made_while_another_compactor_holds_the_lease(
+        opener: Callable[[], Store]) -> None:
+    """Background pre-compaction plans under the session's compaction lease: while another
+    compactor (here: another process's holder) has it, no background summary of the window is
+    made; once it is free, the next plan is made and used."""
+    store = opener()
+    sid = store.create_session(title="background").id
+    lease = f"compact:{sid}"
+    assert store.acquire_lease(lease, "another-process", 60)
+    with Engine(store, model="gpt-4o-mini", context_length=WINDOW) as engine:
+        rt = engine.open_session(sid)
+        i = 0
+        while rt.precompactor.started == 0 and i < 200:
+            rt.prepare([{"role": "user", "content": f"ask {i}\n" + "\n".join(
+                f"line {k}: test_{k} failed in module {i}" for k in range(10))}])
+            rt.record({"role": "assistant", "content": f"answer {i}"})
+            i += 1
+        assert rt.precompactor.started == 1
+        assert rt.precompactor.take(wait=True) is None  # gave up: the lease is held
+        assert store.list_checkpoints(sid) == []
+        store.release_lease(lease, "another-process")
+        rt.checkpointer.maybe_precompact(engine.ops.pre_threshold)
+        assert rt.precompactor.started == 2
+        plan = rt.precompactor.take(wait=True)
+        assert plan is not None and plan.base is not None
+    # the background holder released the lease after planning
+    assert store.acquire_lease(lease, "after", 60)

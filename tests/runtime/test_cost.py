@@ -144,6 +144,9 @@ def test_a_session_budget_warns_or_refuses_the_next_turn(
             else:
                 with pytest.raises(BudgetExceeded, match=r"\$0\.0320.*budget of \$0\.0300"):
                     rt.prepare(turn)
+                # refused before storing: the library's prepare stores and returns, or raises
+                texts = [r.message.get("content") for r in store.get_messages(rt.session_id)]
+                assert texts == ["hi", "hello"]
         finally:
             engine.close()
             setup.close()

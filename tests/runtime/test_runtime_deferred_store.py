@@ -88,13 +88,34 @@ def test_several_new_messages_tool_results_included_are_stored_in_order(
     assert stored == [wire_form(m) for m in history[1:]]
 
 
-def test_another_writer_appending_voids_the_request_and_stores_nothing(
+def test_another_writer_before_the_turn_is_seen_and_nothing_is_deferred(
         engines: list[Engine], normal_store: SQLiteStore) -> None:
+    """The session moved before the turn (another process served the last one): the deferred
+    store is not used (its request would be void, a second upstream call): the turn takes the
+    storing path, here the worker one."""
     rt, history = started_session(normal_store, engines)
     other = SQLiteStore(normal_store.db.path)
     try:
         other.append_messages(rt.session_id, [user("from elsewhere")])
+        assert rt.inline.prepare(history, defer_store=True) is None
+        assert not rt.inline.has_pending
+        again = rt.prepare_history(history)
+        assert again.messages == fresh(rt, normal_store)
+        assert contents(normal_store, rt.session_id) == [
+            ("user", "one"), ("assistant", "first"), ("user", "two")]  # the stray one rewound
+    finally:
+        other.close()
+
+
+def test_another_writer_appending_voids_the_request_and_stores_nothing(
+        engines: list[Engine], normal_store: SQLiteStore) -> None:
+    """The race the tip check cannot close: the other write lands after the request was built
+    on the cached view and before its deferred store."""
+    rt, history = started_session(normal_store, engines)
+    other = SQLiteStore(normal_store.db.path)
+    try:
         assert rt.inline.prepare(history, defer_store=True) is not None
+        other.append_messages(rt.session_id, [user("from elsewhere")])
         assert rt.inline.store_pending() is False  # the tip moved: the request is void
         assert not rt.inline.has_pending
         assert contents(normal_store, rt.session_id)[-1] == ("user", "from elsewhere")
@@ -111,24 +132,24 @@ def test_another_writer_appending_voids_the_request_and_stores_nothing(
 
 def test_another_writer_compacting_voids_the_request_but_keeps_the_messages(
         engines: list[Engine], normal_store: SQLiteStore) -> None:
-    """A checkpoint added elsewhere leaves the tip where it was: the messages are stored (once)
-    but the request, built on the old view, is void; the next prepare sends the compacted
-    view."""
+    """A checkpoint added elsewhere (after the request was built) leaves the tip where it was:
+    the messages are stored (once) but the request, built on the old view, is void; the next
+    prepare sends the compacted view."""
     rt, history = started_session(normal_store, engines)
     for turn in range(3):
         assert rt.inline.prepare(history, defer_store=True) is not None
         assert rt.inline.store_pending() is True
         assert rt.inline.record(bot(f"r{turn}"))
         history += [bot(f"r{turn}"), user(f"q{turn}")]
+    stale = rt.inline.prepare(history, defer_store=True)
+    assert stale is not None
     other = SQLiteStore(normal_store.db.path)
-    try:
+    try:  # lands after the request was built on the cached view, before its store
         other.add_checkpoint(rt.session_id, CheckpointDraft(
             "SUMMARY-BY-OTHER: the first questions were answered", first_seq=1, last_seq=4,
             tail_start_seq=5))
     finally:
         other.close()
-    stale = rt.inline.prepare(history, defer_store=True)
-    assert stale is not None
     assert rt.inline.store_pending() is False
     assert contents(normal_store, rt.session_id)[-1] == ("user", "q2")  # stored, once
     assert stale.messages != fresh(rt, normal_store)  # indeed void

@@ -90,13 +90,13 @@ def test_the_turns_messages_are_stored_before_the_first_reply_byte(
         other.close()
 
 
-def test_another_writer_between_turns_voids_the_deferred_request_and_it_is_redone(
+def test_another_writer_between_turns_is_seen_before_the_request_goes_up(
         start_proxy: ProxyFactory, sqlite_store: SQLiteStore) -> None:
-    """Another process appends to the session between two turns. In light mode the turn was
-    already sent upstream on the cached view: the store notices (the session's tip moved), the
-    proxy drops that upstream request and prepares the turn again from the ledger. The client
-    sees one reply; the ledger holds its history once (the stray message rewound, as a client
-    re-sending a different history always does)."""
+    """Another process appends to the session between two turns (as another worker serving
+    the previous turn does). The deferred store is not used: the session's tip moved, so the
+    request would be void; the turn is prepared from the ledger and sent upstream once (never
+    a second paid call for one turn). The client sees one reply; the ledger holds its history
+    once (the stray message rewound, as a client re-sending a different history always does)."""
     other = SQLiteStore(sqlite_store.db.path)
     try:
         with serve(default=lambda body: ScriptedReply(content="fine")) as up:
@@ -114,9 +114,8 @@ def test_another_writer_between_turns_voids_the_deferred_request_and_it_is_redon
             assert f"requests voided by another writer {voided}" in \
                 proxy.app.state.proxy_app.proxy.summary()
         assert text == "fine"
-        assert voided == (1 if light(sqlite_store) else 0)
-        # light mode: the deferred request, then the one prepared again; threads: one request
-        assert len(sent) == (2 if light(sqlite_store) else 1)
+        assert voided == 0
+        assert len(sent) == 1
         final = [(m["role"], m["content"]) for m in sent[-1]["messages"]]
         assert final == [(m["role"], m["content"]) for m in history]
         assert active(other, session.id) == [(m["role"], m["content"])

@@ -5,51 +5,29 @@ graceful stop (SIGTERM) lets the stream in flight finish and be recorded.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import serve_process  # tests/server is on sys.path (pytest rootdir-relative import)
+from serve_process import CLIENT_TIMEOUT
 
 from refold.store.sqlite import SQLiteStore
 from refold.testing import ScriptedReply, serve
 
-BANNER = re.compile(r"http://127\.0\.0\.1:(\d+)/v1")
 SLOW = ScriptedReply(content="The second answer streams slowly, word after word. " * 8,
                      chunk_delay=0.05)
 
 
 def start_serve(home: Path, upstream: str, *extra: str,
                 env_extra: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
-    log = home / f"serve-{time.monotonic_ns()}.log"
-    home.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REFOLD_")}
-    env.update(env_extra or {})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "refold.cli.main", "--home", str(home), "serve",
-         "--upstream", upstream, "--port", "0", *extra],
-        stdout=subprocess.DEVNULL, stderr=log.open("wb"), env=env)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        match = BANNER.search(log.read_text(errors="replace"))
-        if match:
-            url = f"http://127.0.0.1:{match.group(1)}/v1"
-            try:
-                if httpx.get(url + "/models", timeout=2).status_code in (200, 401):
-                    return proc, url
-            except httpx.HTTPError:
-                pass
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"refold serve did not start: {log.read_text(errors='replace')}")
+    served = serve_process.start_serve(home, upstream, *extra, env_extra=env_extra)
+    return served.proc, served.url
 
 
 def rows(home: Path) -> list[tuple[str, str]]:
@@ -75,12 +53,12 @@ def test_sigkill_mid_stream_loses_no_acknowledged_message(tmp_path: Path) -> Non
         proc, url = start_serve(home, up.base_url)
         try:
             history: list[dict[str, Any]] = [{"role": "user", "content": "first question"}]
-            first = httpx.post(url + "/chat/completions", json={"model": "m",
-                                                                "messages": history})
+            first = httpx.post(url + "/chat/completions", timeout=CLIENT_TIMEOUT,
+                               json={"model": "m", "messages": history})
             assert first.status_code == 200
             history += [{"role": "assistant", "content": "First answer."},
                         {"role": "user", "content": "second question"}]
-            with httpx.stream("POST", url + "/chat/completions", timeout=10, json={
+            with httpx.stream("POST", url + "/chat/completions", timeout=CLIENT_TIMEOUT, json={
                     "model": "m", "messages": history, "stream": True}) as response:
                 assert response.status_code == 200  # the request's messages are acknowledged
                 lines = response.iter_lines()
@@ -98,12 +76,12 @@ def test_sigkill_mid_stream_loses_no_acknowledged_message(tmp_path: Path) -> Non
 
         proc, url = start_serve(home, up.base_url)
         try:  # the client retries its turn: nothing is duplicated
-            again = httpx.post(url + "/chat/completions", json={"model": "m",
-                                                                "messages": history})
+            again = httpx.post(url + "/chat/completions", timeout=CLIENT_TIMEOUT,
+                               json={"model": "m", "messages": history})
             assert again.status_code == 200
         finally:
             proc.send_signal(signal.SIGTERM)
-            proc.wait(20)
+            proc.wait(60)
     assert rows(home) == [("user", "first question"), ("assistant", "First answer."),
                           ("user", "second question"), ("assistant", "Second answer, retried.")]
 
@@ -114,7 +92,7 @@ def test_sigterm_drains_the_stream_in_flight_and_records_it(tmp_path: Path) -> N
     with serve([SLOW]) as up:
         proc, url = start_serve(home, up.base_url)
         try:
-            with httpx.stream("POST", url + "/chat/completions", timeout=10, json={
+            with httpx.stream("POST", url + "/chat/completions", timeout=CLIENT_TIMEOUT, json={
                     "model": "m", "stream": True,
                     "messages": [{"role": "user", "content": "talk slowly"}]}) as response:
                 lines = response.iter_lines()
@@ -123,7 +101,7 @@ def test_sigterm_drains_the_stream_in_flight_and_records_it(tmp_path: Path) -> N
                 tail = list(lines)
             assert "data: [DONE]" in tail
             # uvicorn re-raises the signal after its graceful shutdown
-            assert proc.wait(20) in (0, -signal.SIGTERM)
+            assert proc.wait(60) in (0, -signal.SIGTERM)
         finally:
             proc.kill()
             proc.wait(10)
@@ -165,10 +143,11 @@ def test_serve_takes_client_keys_from_named_env_variables(tmp_path: Path) -> Non
                                 env_extra={"TEAM_KEYS": "k-one,k-two"})
         try:
             body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-            assert httpx.post(url + "/chat/completions", json=body).status_code == 401
-            ok = httpx.post(url + "/chat/completions", json=body,
+            denied = httpx.post(url + "/chat/completions", json=body, timeout=CLIENT_TIMEOUT)
+            assert denied.status_code == 401
+            ok = httpx.post(url + "/chat/completions", json=body, timeout=CLIENT_TIMEOUT,
                             headers={"Authorization": "Bearer k-two"})
             assert ok.status_code == 200
         finally:
             proc.send_signal(signal.SIGTERM)
-            proc.wait(20)
+            proc.wait(60)

@@ -3,6 +3,8 @@
 The listening socket is bound here, before uvicorn starts, so a taken port is one clear error
 line instead of a log dump. SIGINT/SIGTERM shut down gracefully: uvicorn stops accepting, lets
 in-flight turns finish (their replies are recorded), then the app closes engines and the store.
+With ``--workers N`` (N > 1) the socket is shared by N forked worker processes under a
+supervisor (``refold.server.workers``): one port, any worker serves any turn.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import sys
 
 import click
 
@@ -52,8 +55,9 @@ def bind_socket(host: str, port: int) -> socket.socket:
 def _banner(settings: Settings, sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     auth = f"{len(settings.api_keys)} client key(s)" if settings.api_keys else "no client keys"
+    workers = f", {settings.serve_workers} workers" if settings.serve_workers > 1 else ""
     return (f"refold serve: http://{host}:{port}/v1 -> {settings.upstream} "
-            f"(model {settings.model}, {auth}, db {redact_url(settings.db_url)})")
+            f"(model {settings.model}, {auth}, db {redact_url(settings.db_url)}{workers})")
 
 
 def _probe(upstream: str, api_key: str | None) -> str | None:
@@ -89,6 +93,9 @@ def _probe(upstream: str, api_key: str | None) -> str | None:
 @click.option("--allow-local-refs", type=click.Path(file_okay=False, exists=True), metavar="DIR",
               help="Let @file/@folder/@diff/@staged/@git in requests read DIR (default: off; "
                    "@session always works, within the caller's own sessions).")
+@click.option("--workers", type=int,
+              help="Worker processes accepting on the one port (default 1; or "
+                   "$REFOLD_SERVE_WORKERS). Any worker serves any turn: the database is shared.")
 @click.option("--log-level", default="warning", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @pass_app
@@ -96,16 +103,18 @@ def serve_cmd(app: AppContext, upstream: str | None, upstream_format: str | None
               host: str | None, port: int | None,
               model: str | None, context_length: int | None, api_key_envs: tuple[str, ...],
               upstream_api_key_env: str | None, max_body_bytes: int | None,
-              allow_local_refs: str | None, log_level: str) -> None:
+              allow_local_refs: str | None, workers: int | None, log_level: str) -> None:
     """Serve the chat completions, Messages and Responses APIs with sessions, compaction and memory."""
     import uvicorn
 
+    from refold.assembly import open_configured_store
     from refold.server import create_app
-    from refold.server.runner import uvicorn_config
+    from refold.server.runner import GRACEFUL_SECONDS, uvicorn_config
+    from refold.server.workers import Supervisor, check_workers
 
     app.flags.update(upstream=upstream, upstream_format=upstream_format, host=host, port=port,
                      model=model, context_length=context_length, max_body_bytes=max_body_bytes,
-                     allow_local_refs=allow_local_refs)
+                     allow_local_refs=allow_local_refs, serve_workers=workers)
     settings = app.settings
     if not settings.upstream:
         raise InvalidInput("no upstream to forward to",
@@ -115,11 +124,24 @@ def serve_cmd(app: AppContext, upstream: str | None, upstream_format: str | None
     if upstream_api_key_env:
         updates["upstream_api_key"] = os.environ.get(upstream_api_key_env) or None
     settings = settings.updated(**updates)
-    asgi = create_app(settings)
+    count = settings.serve_workers
+    check_workers(count)
+    asgi = create_app(settings)  # checks the settings (workers build their own app)
     sock = bind_socket(settings.host, settings.port)
     click.echo(_banner(settings, sock), err=True)
     warning = _probe(str(settings.upstream), settings.upstream_api_key)
     if warning:
         click.echo(f"warning: {warning}", err=True)
-    config = uvicorn_config(asgi, settings, log_level=log_level)
-    uvicorn.Server(config).run(sockets=[sock])
+    if count == 1:
+        uvicorn.Server(uvicorn_config(asgi, settings, log_level=log_level)).run(sockets=[sock])
+        return
+    del asgi
+    # migrate once here, so the workers opening the store at once never race a migration
+    open_configured_store(settings, sqlite_synchronous=settings.serve_sqlite_synchronous).close()
+
+    def serve_one(listening: socket.socket) -> None:
+        config = uvicorn_config(create_app(settings), settings, log_level=log_level)
+        uvicorn.Server(config).run(sockets=[listening])
+
+    code = Supervisor(count, sock, serve_one, drain_seconds=GRACEFUL_SECONDS).run()
+    sys.exit(code)

@@ -4,8 +4,8 @@
     result = compact(messages, context_length=128_000, model="gpt-4o")
     result.messages, result.report
 
-``compact`` is pure (the summarizer is the only seam that may do I/O); ``Compactor`` and
-``CompactionGuard`` decide when to run it; ``compact_session`` applies it to a stored session.
+``compact`` is pure (the summarizer is the only seam that may do I/O); ``CompactionGuard``
+decides when to run it; ``compact_session`` applies it to a stored session.
 
 The names load on first use (PEP 562), so importing ``refold.compaction.policy`` (settings)
 does not pay for the summarizers and their HTTP client.
@@ -18,11 +18,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from refold.compaction.builtin import BuiltinSummarizer
     from refold.compaction.core import CompactionReport, CompactionResult, compact
-    from refold.compaction.engine import (
-        Compactor,
-        compact_for_overflow,
-        complete_with_overflow_recovery,
-    )
+    from refold.compaction.engine import compact_for_overflow, complete_with_overflow_recovery
     from refold.compaction.guard import CompactionGuard, Decision, GuardStatus
     from refold.compaction.llm_summarizer import LLMSummarizer
     from refold.compaction.policy import CompactionPolicy, ModelOverride, Threshold, threshold_for
@@ -43,7 +39,6 @@ _LAZY = {
     "CompactionReport": "refold.compaction.core",
     "CompactionResult": "refold.compaction.core",
     "compact": "refold.compaction.core",
-    "Compactor": "refold.compaction.engine",
     "compact_for_overflow": "refold.compaction.engine",
     "complete_with_overflow_recovery": "refold.compaction.engine",
     "CompactionGuard": "refold.compaction.guard",
@@ -90,7 +85,6 @@ __all__ = [
     "CompactionPolicy",
     "CompactionReport",
     "CompactionResult",
-    "Compactor",
     "ContextBreakdown",
     "Decision",
     "GuardStatus",

@@ -20,6 +20,7 @@ import json
 import logging
 import re
 import threading
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -40,8 +41,8 @@ DEFAULT_TURNS = 10
 DEFAULT_TOOL_ITERATIONS = 15
 MAX_ROUNDS = 4
 WINDOW_MESSAGES = 40
+KEPT_REPORTS = 64  # the latest review reports a reviewer keeps
 MAX_ENTRY_CHARS = 240
-MAX_REPORTS = 100
 
 REVIEW_PROMPT = (
     "You are reviewing a finished stretch of conversation to decide what belongs in long-term "
@@ -236,7 +237,9 @@ class MemoryReviewer:
         self.every_tool_iterations = every_tool_iterations
         self.turns = 0
         self.tool_iterations = 0
-        self.reports: list[ReviewReport] = []
+        # the latest reports only, and only live threads: a reviewer lives as long as its
+        # engine (for ``refold serve``, the process), so neither may grow with every review
+        self.reports: deque[ReviewReport] = deque(maxlen=KEPT_REPORTS)
         self._threads: list[threading.Thread] = []
 
     def note_turn(self, messages: Sequence[Message], *,
@@ -252,6 +255,7 @@ class MemoryReviewer:
             return None
         self.turns = self.tool_iterations = 0
         window = list(messages)[-WINDOW_MESSAGES:]
+        self._threads = [t for t in self._threads if t.is_alive()]
         # the caller's context goes along (refold.runtime.cost charges the review's model
         # calls to the session whose turn started it)
         context = contextvars.copy_context()
@@ -291,8 +295,7 @@ class MemoryReviewer:
         return report
 
     def _keep(self, report: ReviewReport) -> None:
-        self.reports.append(report)
-        del self.reports[:-MAX_REPORTS]  # a long-running proxy keeps only the latest
+        self.reports.append(report)  # bounded (KEPT_REPORTS): a long-running proxy keeps the latest
 
     def _review_with_extractor(self, messages: Sequence[Message]) -> ReviewReport:
         report = ReviewReport(mode="extractor")

@@ -8,11 +8,12 @@ decisions use.
 
 Committing goes through ``ContextOps.commit``: a compare-and-set in the store, so a plan lands
 only over the view it was planned from (one compaction per window, whoever else compacts).
-Planning now runs under the session's compaction lease (``ContextOps.take_lease``); contention
-never fails the turn (when another holds it too long, the turn goes on and a warning says so).
-The mirror's view is dropped before every commit, so the next read sees the checkpoint. Every
-successful commit passes ``_committed``: the rows it replaced are queued for memory flush
-(``refold.runtime.memory_flush``), then the session rotates if configured.
+Planning runs under the session's compaction lease (``ContextOps.take_lease``), the background
+plan's too (it gives up when the lease is held); contention never fails the turn (when another
+holds it too long, the turn goes on and a warning says so). The mirror's view is dropped before
+every commit, so the next read sees the checkpoint. Every successful commit passes
+``_committed``: the rows it replaced are queued for memory flush (``refold.runtime.memory_flush``),
+then the session rotates if configured.
 """
 
 from __future__ import annotations
@@ -249,10 +250,25 @@ class Checkpointer:
         tools = self._tools()
         trigger = self.trigger
         ops = self._ops
+        store, session_id = self._host.store, self._session_id
+        lease, holder = f"compact:{session_id}", f"{self._holder}/background"
 
         def plan_fn(snapshot: Projection) -> Plan | None:
-            return ops.plan(snapshot, system, tools, trigger=trigger,
-                            target_tokens=None, speculative=True)
+            # planned under the session's compaction lease, like a foreground compaction: while
+            # another compactor (another process, another runtime) plans this window, no
+            # second summary of it is made; one committed since the snapshot makes it stale
+            if not store.acquire_lease(lease, holder, ops.policy.lease_seconds):
+                log.info("session %s: another compactor holds the lease; no background plan",
+                         session_id)
+                return None
+            try:
+                seen = snapshot.checkpoint.id if snapshot.checkpoint else None
+                if store.view_tip(session_id).checkpoint_id != seen:
+                    return None
+                return ops.plan(snapshot, system, tools, trigger=trigger,
+                                target_tokens=None, speculative=True)
+            finally:
+                store.release_lease(lease, holder)
 
         self.precompactor.start(projection, plan_fn)
 

@@ -145,7 +145,13 @@ class SessionRuntime:
     # -- the turn ----------------------------------------------------------------------------
     def prepare(self, new_messages: list[Message], *, system_prompt: str | None = None,
                 tools: list[dict[str, Any]] | None = None) -> Prepared:
-        """Store ``new_messages`` and return the messages to send (compacting first if needed)."""
+        """Store ``new_messages`` and return the messages to send (compacting first if needed).
+
+        It stores and returns, or raises before storing: the messages are validated and the
+        context compacted (when they would take it over the threshold) before they are
+        appended; after the append, a compaction that fails only leaves a warning (the turn
+        goes on the current view). A retry of a call that failed anyway after storing (the
+        store failing to read back, say) stores nothing twice."""
         if not isinstance(new_messages, list):
             raise InvalidInput("new_messages must be a list of chat messages")
         self.finish_turn()
@@ -158,15 +164,49 @@ class SessionRuntime:
             if tools is not None:
                 self._tools = tools
             clean = [wire_form(m) for m in self.ops.validate(new_messages)]
+            budget = self._budget_warnings(False)  # a refusal raises before anything is stored
+            early: tuple[Any, int] | None = None
+            stored = False
             if clean and not self._stored_by_failed_prepare(clean):
                 self.mirror.chain = None  # library mode does not track the chain
                 counts = self.ops.message_counts(clean)
+                early = self._compact_before_storing(clean, counts)  # raises: nothing stored
                 result = self.mirror.append_after_view(clean, counts)
+                stored = True
                 self._count_turns(clean)
                 self._unanswered = (clean, result.appended[-1].identity)
-            prepared = self._prepare_locked()
+            prepared = self._prepare_locked(early=early, stored=stored, budget=budget)
             self._unanswered = None
             return prepared
+
+    def _compact_before_storing(self, clean: list[Message],
+                                counts: list[int | None]) -> tuple[Any, int] | None:
+        """Compact now if the view plus ``clean`` would cross the threshold, so a compaction
+        that fails fails the call before anything is stored (unless ``clean`` outweighs the
+        stored view: then there is too little stored to summarize, and it waits for the append). (the report, the estimate before)
+        when it compacted, else None. The view is read afresh after a compaction, so the
+        append extends it and the request is built without reading the store again. (The
+        cached view serves the estimate unread: the append checks it is still the stored one,
+        and a view moved by another writer is sized again after the append.)"""
+        view = self.mirror.view
+        if view is None or view.session_id != self.session_id:
+            view = self.mirror.current_view()
+        system = self.system_text()
+        body = view.tokens + (self.ops.base_count({"role": "system", "content": system})
+                              if system else 0)
+        adding = sum(c if c is not None else self.ops.base_count(m)
+                     for m, c in zip(clean, counts, strict=True))
+        if adding > view.tokens:
+            # the new messages are most of the context (a first turn, an import): only a
+            # compaction that can include them has enough to summarize, so it runs after the
+            # append (where a failure is a warning, not a lost turn)
+            return None
+        estimate = self.ops.total_from_base(body + adding, self._tools)
+        report = self.checkpointer.preflight(estimate + self._reserve_excess(), view)
+        if report is None and self.mirror.view is not None:
+            return None
+        self.mirror.current_view()  # ours or another compactor's checkpoint: the new view
+        return (report, estimate) if report is not None else None
 
     def _stored_by_failed_prepare(self, clean: list[Message]) -> bool:
         """A retry of a ``prepare`` that stored ``clean`` and then failed (building the request
@@ -284,7 +324,8 @@ class SessionRuntime:
         if tools is not None:
             self._tools = tools
         history = self._rotation.translate(self.store, self.session_id, history)
-        if light and defer and self.inline.defer_known_suffix(history):
+        if light and defer and self._store_ends_on_view() \
+                and self.inline.defer_known_suffix(history):
             try:
                 return self._prepare_locked(light, client=True)
             except BaseException:
@@ -296,6 +337,16 @@ class SessionRuntime:
                 raise NeedsWorker
             self._sync_history(history, diverge)
         return self._prepare_locked(light, client=True)
+
+    def _store_ends_on_view(self) -> bool:
+        """Does the stored session still end exactly where the cached view does (one small
+        ``view_tip`` read)? The deferred store sends the request before it stores, so when
+        another process moved the session (another worker served the last turn, or compacted)
+        the request would be void and sent again: a second upstream call for one turn. Seen
+        first, that turn takes the storing path instead and is sent once."""
+        view = self.mirror.view
+        return view is not None and view.session_id == self.session_id \
+            and view.current(self.store.view_tip(self.session_id))
 
     def _sync_history(self, history: list[Message], diverge: Diverge) -> None:
         """The full path: validate, count and hash the whole history; place it in the ledger
@@ -488,8 +539,15 @@ class SessionRuntime:
             out[offset + j] = replacement
         return delta
 
-    def _prepare_locked(self, light: bool = False, client: bool = False) -> Prepared:
-        warnings: list[str] = self._budget_warnings(light)
+    def _prepare_locked(self, light: bool = False, client: bool = False, *,
+                        early: tuple[Any, int] | None = None, stored: bool = False,
+                        budget: list[str] | None = None) -> Prepared:
+        """The request for the current view. ``early``: the compaction ``prepare`` did before
+        storing (report, tokens before). ``stored``: messages were stored by this call, so it
+        must not fail any more: a compaction failing now leaves a warning instead. ``budget``:
+        the budget's warnings when the caller checked it already (before storing)."""
+        warnings: list[str] = list(budget) if budget is not None else \
+            self._budget_warnings(light)
         if light and not self.mirror.view_is_confirmed():
             raise NeedsWorker  # the view may need a full read
         if self._recall_query is not None:
@@ -501,7 +559,15 @@ class SessionRuntime:
         if light and tokens + extra >= self.checkpointer.light_limit:
             raise NeedsWorker  # nothing decided yet: the worker call redoes it all
         self.output_reserve = None
-        report = self.checkpointer.preflight(tokens + extra, view)
+        try:
+            report = self.checkpointer.preflight(tokens + extra, view)
+        except RefoldError as exc:
+            if not stored:
+                raise
+            log.warning("session %s: compaction failed after the turn was stored: %s",
+                        self.session_id, exc)
+            warnings.append(f"compaction failed, the context was sent uncompacted: {exc}")
+            report = None
         before = None
         if report is not None or self.mirror.view is None:
             # ours, or another compactor's (report None, view dropped): send the latest view
@@ -509,6 +575,8 @@ class SessionRuntime:
             view = self.mirror.current_view()
             messages, body = self._request(view, client=client)
             tokens = self.ops.total_from_base(body, self._tools)
+        if report is None and early is not None:
+            report, before = early  # compacted before the messages were stored
         messages, repaired = provider_valid(messages)
         if repaired is not None:  # rare: recount what is really sent
             warnings.append(repaired)

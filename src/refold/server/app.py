@@ -44,7 +44,7 @@ from refold.server.edges import (
     current_request_id,
     too_deep,
 )
-from refold.server.sessions import DEFAULT_CAPACITY, EngineFactory, SessionPool
+from refold.server.sessions import EngineFactory, SessionPool
 from refold.server.upstream import Upstream
 from refold.server.wire import error_body, error_headers, status_for
 from refold.store import Store
@@ -112,7 +112,7 @@ class ProxyApp:
 
     def __init__(self, settings: Settings, *, store: Store | None,
                  upstream_transport: httpx.AsyncBaseTransport | None,
-                 engine_factory: EngineFactory | None, capacity: int) -> None:
+                 engine_factory: EngineFactory | None, capacity: int | None) -> None:
         if not settings.upstream:
             raise InvalidInput("no upstream configured",
                                hint="pass --upstream URL or set REFOLD_UPSTREAM")
@@ -128,13 +128,16 @@ class ProxyApp:
         self.store: Store | None = store
         self._engine_factory = engine_factory
         self.upstream = _upstream(settings, upstream_transport)
-        self.capacity = capacity
+        self.capacity = capacity if capacity is not None else settings.serve_session_cache
         self.proxy: Proxy | None = None
         self._engines: SettingsEngines | None = None  # built from settings, closed at shutdown
 
     # -- lifecycle -----------------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        from refold.tokens.counter import set_cache_entries
+
+        set_cache_entries(self.settings.token_cache_entries)  # bounded under any load
         if self.store is None:
             self.store = await anyio.to_thread.run_sync(self._open_store)
         factory: EngineFactory
@@ -290,11 +293,12 @@ async def _crash(request: Request, exc: Exception) -> Response:
 def create_app(settings: Settings | None = None, *, store: Store | None = None,
                upstream_transport: httpx.AsyncBaseTransport | None = None,
                engine_factory: EngineFactory | None = None,
-               capacity: int = DEFAULT_CAPACITY, **fields: Any) -> Starlette:
+               capacity: int | None = None, **fields: Any) -> Starlette:
     """The proxy app. Pass ``settings`` (``upstream`` required), or the fields themselves
     (``create_app(upstream="http://…/v1", home=path, api_keys=[...])``); fields given alongside
     ``settings`` override it. ``store`` is borrowed if given (the caller closes it), else
-    ``settings.db_url`` is opened at startup and closed at shutdown. The library reads no
+    ``settings.db_url`` is opened at startup and closed at shutdown. ``capacity``: live session
+    runtimes kept (default ``settings.serve_session_cache``). The library reads no
     environment: ``refold serve`` loads settings (toml, REFOLD_* env, flags) and calls this.
     """
     if settings is None:

@@ -16,8 +16,9 @@ Invariants:
   key are serialized by an ``asyncio.Lock`` held from prepare to record, so a client that sends
   its next turn the moment a stream ends never races the previous turn's record;
 - every call that may block (store, runtime) runs in a worker thread, never on the event loop;
-  the one exception is a runtime's ``light`` mode (see ``SessionRuntime.prepare_history``),
-  which never waits and hands anything unbounded back to a worker thread.
+  the one exception is a runtime's inline fast path (``SessionRuntime.inline``,
+  ``refold.runtime.inline``), which never waits and hands anything unbounded back to a worker
+  thread.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import logging
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import anyio.to_thread
 
@@ -36,26 +37,18 @@ from refold.errors import Conflict, InvalidInput, NotFound
 from refold.messages.model import Message, canonical_json
 from refold.store.titles import MAX_TITLE_LENGTH, sanitize_title
 
+if TYPE_CHECKING:
+    from refold.runtime.session import SessionRuntime
+
 log = logging.getLogger(__name__)
 
 SESSION_HEADER = "x-refold-session"
 DEFAULT_CAPACITY = 256
 
 
-class RuntimeLike(Protocol):
-    session_id: str
-
-    # light=True: bounded work on the event loop, or None/False to say "call me in a thread"
-    def prepare_history(self, history: Sequence[Message], *, tools: Any = None,
-                        light: bool = False) -> Any: ...
-    def record(self, message: Message, *, usage: Any = None, model: str | None = None,
-               light: bool = False) -> Any: ...
-    def handle_error(self, error: Exception, attempt: int) -> bool: ...
-
-
 class EngineLike(Protocol):
     def open_session(self, ref: str | None, *, new: bool = False, title: str | None = None,
-                     source: str | None = None) -> Any: ...
+                     source: str | None = None) -> SessionRuntime: ...
     def close(self) -> None: ...
 
 
@@ -79,7 +72,7 @@ class SessionPool:
         self._engine_factory = engine_factory
         self._engines: dict[str, EngineLike] = {}
         self._engine_lock = asyncio.Lock()
-        self._runtimes: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self._runtimes: OrderedDict[tuple[str, str], SessionRuntime] = OrderedDict()
         self._locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = \
             weakref.WeakValueDictionary()
         self.capacity = capacity
@@ -103,7 +96,7 @@ class SessionPool:
                     self._engines[owner] = engine
         return engine
 
-    async def runtime(self, owner: str, ref: str) -> Any:
+    async def runtime(self, owner: str, ref: str) -> SessionRuntime:
         """The runtime for (owner, ref): cached, or resumed / created in a worker thread.
 
         Call with ``lock(owner, ref)`` held, so two first requests do not both create it.
@@ -125,9 +118,7 @@ class SessionPool:
             lock = self._locks.get(key)
             if lock is not None and lock.locked():
                 continue  # in use: the holder keeps it alive; it is simply not cached any more
-            close = getattr(rt, "close", None)
-            if callable(close):
-                await anyio.to_thread.run_sync(close)
+            await anyio.to_thread.run_sync(rt.close)
 
     def cached(self) -> int:
         return len(self._runtimes)
@@ -138,9 +129,7 @@ class SessionPool:
     def close(self) -> None:
         """Close every runtime and engine (blocking: call after the last request finished)."""
         for rt in self._runtimes.values():
-            close = getattr(rt, "close", None)
-            if callable(close):
-                close()
+            rt.close()
         self._runtimes.clear()
         for engine in self._engines.values():
             engine.close()
@@ -159,7 +148,7 @@ def check_name(ref: str) -> str:
     return title
 
 
-def _open_or_create(engine: EngineLike, owner: str, ref: str) -> Any:
+def _open_or_create(engine: EngineLike, owner: str, ref: str) -> SessionRuntime:
     """The tenant's session named ``ref`` (its engine resolves within its owner only),
     created with the title ``ref`` when the tenant has none: titles are unique per owner."""
     title = check_name(ref)

@@ -23,7 +23,7 @@ MESSAGE_OVERHEAD = 4  # role markers and separators per message (OpenAI's docume
 REPLY_PRIMING = 3  # every reply is primed with <|start|>assistant<|message|>
 IMAGE_TOKENS = 765  # a 1024x1024 high-detail image; a fixed cost, whatever the pixels
 TOOL_SCHEMA_OVERHEAD = 12  # the wrapper text a provider puts around the tools block
-_CACHE_SIZE = 100_000
+DEFAULT_CACHE_ENTRIES = 16_384  # counts kept per counter (LRU); ~4 MiB at most
 
 
 @runtime_checkable
@@ -71,6 +71,9 @@ class MessageCounter:
 
     name = "abstract"
     exact = False
+    # the LRU of message counts holds at most this many entries, for every counter (a long-lived
+    # process counting ever new messages stays bounded; set with ``set_cache_entries``)
+    cache_entries = DEFAULT_CACHE_ENTRIES
 
     def __init__(self, *, image_tokens: int = IMAGE_TOKENS,
                  message_overhead: int = MESSAGE_OVERHEAD) -> None:
@@ -109,7 +112,7 @@ class MessageCounter:
         value = self._uncached_message(message)
         with self._lock:
             self._cache[key] = value
-            if len(self._cache) > _CACHE_SIZE:
+            while len(self._cache) > MessageCounter.cache_entries:
                 self._cache.popitem(last=False)
         return value
 
@@ -126,3 +129,11 @@ class MessageCounter:
                       tools: Sequence[dict[str, Any]] | None = None) -> int:
         """What a whole request costs: messages, reply priming and tool schemas."""
         return self.count_messages(messages) + self.count_tools(tools)
+
+
+def set_cache_entries(entries: int) -> None:
+    """Bound every counter's cache of message counts to ``entries`` (0: no cache). A cache
+    above the new bound shrinks on its next insert."""
+    if entries < 0:
+        raise ValueError("cache entries must be 0 or more")
+    MessageCounter.cache_entries = entries
