@@ -245,13 +245,16 @@ def build(store: SQLiteStore, archive: Archive) -> tuple[dict[tuple[str, int], s
 
 
 def run(archives: list[Archive], modes: list[str], split: str, rrf_k: int,
-        weights: tuple[float, float]) -> tuple[dict[str, dict[str, float]], int, float]:
+        weights: tuple[float, float]) -> tuple[dict[str, dict[str, dict[str, float]]],
+                                                dict[str, int], float]:
+    """Mean scores per split (``dev``/``test`` and ``all``) and mode, question counts per split,
+    and the seconds spent embedding."""
     from rank_bm25 import BM25Okapi
 
     from refold.search.vectors import hybrid_search, index_for
 
-    totals: dict[str, dict[str, float]] = {m: {} for m in modes}
-    counted = 0
+    totals: dict[str, dict[str, dict[str, float]]] = {}
+    counted: dict[str, int] = {}
     embed_seconds = 0.0
     for archive in archives:
         questions = [q for q in archive.questions if split in ("all", q.split)]
@@ -283,11 +286,15 @@ def run(archives: list[Archive], modes: list[str], split: str, rrf_k: int,
                         hits = hybrid_search(store, query, mode=mode, k=rrf_k,  # type: ignore[arg-type]
                                              weights=weights)
                         ranked = [keys.get((h.session_id, h.seq)) for h in hits]
-                    for name, value in score(ranked, question.units).items():
-                        totals[mode][name] = totals[mode].get(name, 0.0) + value
-                counted += 1
+                    for part in {question.split, "all"}:
+                        table = totals.setdefault(part, {}).setdefault(mode, {})
+                        for name, value in score(ranked, question.units).items():
+                            table[name] = table.get(name, 0.0) + value
+                for part in {question.split, "all"}:
+                    counted[part] = counted.get(part, 0) + 1
             store.close()
-    means = {m: {k: v / max(counted, 1) for k, v in t.items()} for m, t in totals.items()}
+    means = {part: {m: {k: v / counted[part] for k, v in t.items()} for m, t in by_mode.items()}
+             for part, by_mode in totals.items()}
     return means, counted, embed_seconds
 
 
@@ -318,19 +325,20 @@ def main() -> None:
     results, counted, embed = run(list(_archives(args)), modes, args.split, rrf_k,
                                   weights)  # type: ignore[arg-type]
     label = f"{args.kind} {args.lang if args.kind == 'memorybank' else args.path.name}"
-    print(f"{label}, split {args.split}: {counted} questions asked verbatim "
-          f"({time.perf_counter() - started:.0f} s, embedding {embed:.0f} s; "
-          f"hybrid k={rrf_k} weights={weights[0]:g},{weights[1]:g})")
-    print(f"  {'mode':7} {'hit@5':>6} {'hit@10':>6} {'MRR':>6} {'cov@10':>6}")
-    for mode, r in results.items():
-        print(f"  {mode:7} {r.get('hit@5', 0):6.3f} {r.get('hit@10', 0):6.3f} "
-              f"{r.get('mrr', 0):6.3f} {r.get('coverage@10', 0):6.3f}")
-    if "bm25" in results:
-        for mode in results:
-            if mode != "bm25":
-                delta = (results[mode]["hit@10"] - results["bm25"]["hit@10"]) * 100
-                print(f"  {mode} vs bm25: hit@10 {delta:+.1f} points")
-
+    print(f"{label}: questions asked verbatim ({time.perf_counter() - started:.0f} s, "
+          f"embedding {embed:.0f} s; hybrid k={rrf_k} weights={weights[0]:g},{weights[1]:g})")
+    for part in ("dev", "test", "all"):
+        if part not in results or (part == "all" and len(results) == 2):
+            continue  # "all" equals the only split present
+        print(f"  split {part}, {counted[part]} questions")
+        print(f"    {'mode':7} {'hit@5':>6} {'hit@10':>6} {'MRR':>6} {'cov@10':>6}")
+        for mode, r in results[part].items():
+            print(f"    {mode:7} {r.get('hit@5', 0):6.3f} {r.get('hit@10', 0):6.3f} "
+                  f"{r.get('mrr', 0):6.3f} {r.get('coverage@10', 0):6.3f}")
+        if "bm25" in results[part]:
+            deltas = [f"{mode} {(r['hit@10'] - results[part]['bm25']['hit@10']) * 100:+.1f}"
+                      for mode, r in results[part].items() if mode != "bm25"]
+            print(f"    hit@10 vs bm25 (points): {', '.join(deltas)}")
 
 if __name__ == "__main__":
     main()
