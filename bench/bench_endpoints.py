@@ -26,9 +26,9 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_proxy import cpu_seconds, start_proxy  # noqa: E402
+from bench_proxy import cpu_seconds, start_proxy
 
-from refold.testing import serve  # noqa: E402
+from refold.testing import serve
 
 REPLY = "Sure. Here is a short answer of about the length agents get back from a model."
 Turn = Callable[[httpx.Client, str, int, int, dict[str, Any]], None]

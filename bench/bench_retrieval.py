@@ -1,21 +1,56 @@
 """Retrieval quality: refold fts / vector / hybrid against a BM25 baseline, questions verbatim.
 
-Run:  python bench/bench_retrieval.py DATA.json [--questions N] [--modes fts,bm25,vector,hybrid]
+Run:
+  python bench/bench_retrieval.py memorybank /work/data/retrieval/memorybank --lang en
+  python bench/bench_retrieval.py memorybank /work/data/retrieval/memorybank --lang cn
+  python bench/bench_retrieval.py longmemeval /work/data/retrieval/longmemeval/pdc_longmemeval_s.json
+  options: --modes bm25,fts,vector,hybrid  --split dev|test|all  --rrf-k 60 --weights 1,1
 
-DATA is a LongMemEval-format file (a JSON list of instances with ``question``,
-``haystack_sessions`` — lists of ``{"role", "content", "has_answer"?}`` turns —,
-``haystack_session_ids`` and ``answer_session_ids``); any public set of long multi-session
-conversations with questions and evidence can be written in that shape. Keep it outside the
-repository (e.g. under /work/data/), and say where it came from when you report figures.
+Data (kept outside the repository; fetch it yourself):
 
-Each instance gets its own fresh SQLite store holding its haystack (one refold session per
-haystack session); the question is asked exactly as written. A hit is relevant when it is an
-evidence turn (``has_answer``), or, for instances without turn labels, a turn of an evidence
-session. Printed per mode: hit@5, hit@10 (a relevant turn in the top k), MRR (first relevant
-rank, over the top 10) and evidence coverage@10 (the share of evidence turns in the top 10).
-The baseline is Okapi BM25 (``rank_bm25``) over the same turns, words lower-cased and split
-on non-letters, CJK text as characters and character pairs. ``vector``/``hybrid`` need the
-``refold[embed]`` extra (every turn is embedded, which takes a while on a small CPU).
+- **MemoryBank** (English and Chinese; github.com/zhongwanjun/MemoryBank-SiliconFriend, MIT,
+  commit cf61c41): 15 users, 10 days of chat each, 100 probing questions per language.
+  ``eval_data/en/memory_bank_en.json``, ``eval_data/en/probing_questions_en.jsonl`` and the
+  ``cn`` pair, copied into one directory::
+
+      git clone https://github.com/zhongwanjun/MemoryBank-SiliconFriend mb
+      cp mb/eval_data/en/*.json* mb/eval_data/cn/*.json* /work/data/retrieval/memorybank/
+
+  The set ships no evidence. ``bench/data/memorybank_evidence.json`` holds it: for each
+  question, the query/response pairs (day and index) stating the answer, labelled by hand from
+  the English text before any retriever ran; Chinese reuses them where the translation is
+  pair-aligned (checked day by day) and lists its own where it is not. Questions with no
+  evidence in the conversation (one in English) are left out.
+- **LongMemEval** format (``question``, ``haystack_sessions`` of ``{"role", "content",
+  "has_answer"?}`` turns, ``haystack_session_ids``, ``answer_session_ids``; MIT,
+  github.com/xiaowu0162/LongMemEval). The official files live on Hugging Face, not GitHub; the
+  one GitHub copy found is a 3-instance excerpt of ``longmemeval_s`` in
+  github.com/MuhammadNoor7/Parallel-Hybrid-Retrieval-Enhancing-Temporal-RAG-via-Concurrent-Graphiti-and-Semantic-Search
+  (MIT, commit 3d2d10e, ``data/longmemeval_s.json``), whose instances carry extra
+  ``questions``/``answers``/``answer_session_ids`` lists (26 questions over 1,218 turns)::
+
+      git clone <that repo> pdc && git -C pdc show 3d2d10e:data/longmemeval_s.json \\
+          > /work/data/retrieval/longmemeval/pdc_longmemeval_s.json
+
+  Both shapes (``question`` or ``questions``) are read.
+
+Layout, as an agent's archive would hold it: MemoryBank is **one archive** with one
+``--source`` per user (one refold session per day, messages user/assistant in order); each
+question is asked verbatim with that user's source as the filter. A LongMemEval instance is
+its own archive (one session per haystack session). Every method ranks the same messages: the
+baseline is Okapi BM25 (``rank_bm25``, default k1/b) over the messages of that source — words
+lower-cased and Porter-stemmed (by SQLite FTS5's own ``porter`` tokenizer, the stemmer of
+refold's index), no stop list; CJK text as its characters plus character bigrams. ``bm25raw``
+is the same without stemming.
+
+Scores over the top 10 messages: hit@5 / hit@10 (an evidence message ranked there), MRR
+(1/rank of the first one) and coverage@10 (the share of the question's evidence units — a
+MemoryBank pair, a LongMemEval ``has_answer`` turn — with a message in the top 10). A unit's
+messages are its user turn and the reply; for LongMemEval questions that only name evidence
+sessions, every turn of those sessions counts and coverage is over sessions.
+
+Splits, for tuning without fooling ourselves: MemoryBank users 0–6 are ``dev`` (tune there),
+7–14 ``test`` (report there); the split is by user, so no conversation is in both.
 """
 
 from __future__ import annotations
@@ -26,128 +61,284 @@ import re
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from refold.search.query import cjk_grams, has_cjk
 from refold.store import SearchQuery
 from refold.store.sqlite import SQLiteStore
 
 K = 10
+DEV_USERS = 7
 _WORD = re.compile(r"[^\W_]+")
+EVIDENCE = Path(__file__).parent / "data" / "memorybank_evidence.json"
 
 
-def load(path: Path) -> list[dict[str, Any]]:
+@dataclass
+class Conversation:
+    source: str
+    sessions: list[list[tuple[str, str, str]]]  # per session: (role, text, unit key)
+
+
+@dataclass
+class Question:
+    text: str
+    source: str
+    units: set[str]  # evidence unit keys
+    split: str
+
+
+@dataclass
+class Archive:
+    conversations: list[Conversation]
+    questions: list[Question] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- data adapters
+
+def memorybank(root: Path, lang: str) -> list[Archive]:
+    bank = root / f"memory_bank_{lang}.json"
+    probes = root / f"probing_questions_{lang}.jsonl"
+    for path in (bank, probes):
+        if not path.exists():
+            sys.exit(f"error: {path} does not exist (see the docstring for where to get it)")
+    users = json.loads(bank.read_text(encoding="utf-8"))
+    asked: dict[str, list[str]] = {}
+    for line in probes.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            asked.update({k.strip(): v for k, v in json.loads(line).items()})
+    labels = json.loads(EVIDENCE.read_text(encoding="utf-8"))
+    english = list(labels["en"])  # user order is the same in both languages
+    archive = Archive([])
+    for n, (name, user) in enumerate(users.items()):
+        source = f"user-{n:02d}"
+        sessions = []
+        for day, pairs in user["history"].items():
+            turns = []
+            for i, pair in enumerate(pairs):
+                key = f"{day[5:]}#{i}"
+                turns.append(("user", str(pair.get("query") or " "), key))
+                turns.append(("assistant", str(pair.get("response") or " "), key))
+            sessions.append(turns)
+        archive.conversations.append(Conversation(source, sessions))
+        evidence = labels["en"][english[n]]
+        overrides = labels["cn_overrides"].get(english[n], {}) if lang == "cn" else {}
+        for q, text in enumerate(asked.get(name.strip(), [])):
+            units = set(overrides.get(str(q), evidence[q] if q < len(evidence) else []))
+            if units:
+                archive.questions.append(Question(text, source, units,
+                                                  "dev" if n < DEV_USERS else "test"))
+    return [archive]
+
+
+def longmemeval(path: Path) -> list[Archive]:
     if not path.exists():
-        sys.exit(f"error: {path} does not exist (a LongMemEval-format JSON file; see --help)")
+        sys.exit(f"error: {path} does not exist (a LongMemEval-format JSON file)")
     data = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(data, list) or not data or "haystack_sessions" not in data[0]:
         sys.exit(f"error: {path} is not a LongMemEval-format list of instances")
-    return data
+    archives = []
+    for n, item in enumerate(data):
+        ids = item.get("haystack_session_ids") or [str(i) for i in
+                                                   range(len(item["haystack_sessions"]))]
+        sessions, labelled = [], []
+        for sid, session in zip(ids, item["haystack_sessions"], strict=False):
+            turns = []
+            for t, turn in enumerate(session):
+                role = turn.get("role") if turn.get("role") in ("user", "assistant") else "user"
+                turns.append((str(role), str(turn.get("content") or " "), f"{sid}#{t}"))
+                if turn.get("has_answer"):
+                    labelled.append(f"{sid}#{t}")
+            sessions.append(turns)
+        source = f"lme-{n:03d}"
+        archive = Archive([Conversation(source, sessions)])
+        texts = item.get("questions") or [item["question"]]
+        answers = item.get("answer_session_ids") or []
+        if answers and isinstance(answers[0], str):
+            answers = [answers]
+        for q, text in enumerate(texts):
+            evidence_sessions = set(answers[q]) if q < len(answers) else set()
+            if q == 0 and labelled:
+                units = set(labelled)
+            else:  # session-level evidence: a unit per session
+                units = {f"{sid}#*" for sid in ids if sid in evidence_sessions}
+            if units and "_abs" not in str(item.get("question_id", "")):
+                archive.questions.append(Question(str(text), source, units, "test"))
+        archives.append(archive)
+    return archives
 
 
-def bm25_tokens(text: str) -> list[str]:
-    words = [w.lower() for w in _WORD.findall(text) if not has_cjk(w)]
-    return words + (cjk_grams(text).split() if has_cjk(text) else [])
+# ---------------------------------------------------------------- baseline
+
+_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
 
 
-def build(store: SQLiteStore, item: dict[str, Any]) -> tuple[list[tuple[str, int]], set[int]]:
-    """Store the haystack; returns every turn's (session, seq) and the relevant turns' indexes."""
-    turns: list[tuple[str, int]] = []
-    relevant: set[int] = set()
-    evidence_sessions = set(item.get("answer_session_ids") or [])
-    labelled = any(t.get("has_answer") for s in item["haystack_sessions"] for t in s)
-    ids = item.get("haystack_session_ids") or [str(i) for i in range(len(item["haystack_sessions"]))]
-    for sid, session in zip(ids, item["haystack_sessions"], strict=False):
-        stored = store.create_session(title=None, source="bench")
-        messages = [{"role": t["role"] if t["role"] in ("user", "assistant") else "user",
-                     "content": str(t.get("content") or " ")} for t in session]
-        store.append_messages(stored.id, messages)
-        for seq, turn in enumerate(session, start=1):
-            if (turn.get("has_answer") if labelled else sid in evidence_sessions):
-                relevant.add(len(turns))
-            turns.append((stored.id, seq))
-    return turns, relevant
+class Porter:
+    """Porter-stemmed words through SQLite's own FTS5 ``porter`` tokenizer (the stemmer refold's
+    index uses; no other package needed): each text goes into an in-memory FTS5 table and its
+    tokens come back, in order, from ``fts5vocab``."""
+
+    def __init__(self) -> None:
+        import sqlite3
+
+        self.db = sqlite3.connect(":memory:")
+        self.db.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter unicode61 "
+                        "remove_diacritics 2')")
+        self.db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)")
+
+    def __call__(self, texts: list[str]) -> list[list[str]]:
+        self.db.execute("DELETE FROM t")
+        self.db.executemany("INSERT INTO t(rowid, x) VALUES (?, ?)",
+                            [(i, _CJK_RUN.sub(" ", t)) for i, t in enumerate(texts)])
+        out: list[list[str]] = [[] for _ in texts]
+        for term, doc, _col, _offset in self.db.execute(
+                "SELECT term, doc, col, offset FROM v ORDER BY doc, offset"):
+            out[int(doc)].append(str(term))
+        return out
 
 
-def score(ranked: list[int], relevant: set[int]) -> dict[str, float]:
+def bm25_tokens(texts: list[str], porter: Porter | None) -> list[list[str]]:
+    """The baseline's tokens: words lower-cased (Porter-stemmed with ``porter``, else split on
+    non-letters), CJK text as characters and character bigrams."""
+    if porter is not None:
+        words = porter(texts)
+    else:
+        words = [[w.lower() for w in _WORD.findall(_CJK_RUN.sub(" ", t))] for t in texts]
+    return [w + (cjk_grams(t).split() if has_cjk(t) else []) for w, t in zip(words, texts,
+                                                                                strict=True)]
+
+
+# ---------------------------------------------------------------- running
+
+def score(ranked: list[str | None], units: set[str]) -> dict[str, float]:
+    """``ranked``: the unit key of each of the top messages (None: not evidence-bearing)."""
+    def relevant(key: str | None) -> bool:
+        return key is not None and (key in units or key.split("#")[0] + "#*" in units)
+
     top = ranked[:K]
-    first = next((r for r, i in enumerate(top) if i in relevant), None)
-    return {"hit@5": float(any(i in relevant for i in top[:5])),
+    first = next((r for r, key in enumerate(top) if relevant(key)), None)
+    found = {key for key in top if key in units}
+    found |= {key.split("#")[0] + "#*" for key in top if key and key.split("#")[0] + "#*" in units}
+    return {"hit@5": float(any(relevant(k) for k in top[:5])),
             "hit@10": float(first is not None),
             "mrr": 0.0 if first is None else 1.0 / (first + 1),
-            "coverage@10": len(relevant & set(top)) / len(relevant) if relevant else 0.0}
+            "coverage@10": len(found) / len(units)}
 
 
-def run(data: list[dict[str, Any]], modes: list[str]) -> dict[str, dict[str, float]]:
+def build(store: SQLiteStore, archive: Archive) -> tuple[dict[tuple[str, int], str],
+                                                         dict[str, list[tuple[str, str]]]]:
+    """Store every conversation; returns (session id, seq) → unit key and, per source, every
+    message as (unit key, text) in store order (the baseline's corpus)."""
+    keys: dict[tuple[str, int], str] = {}
+    corpus: dict[str, list[tuple[str, str]]] = {}
+    for conv in archive.conversations:
+        for turns in conv.sessions:
+            if not turns:
+                continue
+            session = store.create_session(title=None, source=conv.source)
+            store.append_messages(session.id, [{"role": r, "content": t} for r, t, _ in turns])
+            for seq, (_, text, key) in enumerate(turns, start=1):
+                keys[(session.id, seq)] = key
+                corpus.setdefault(conv.source, []).append((key, text))
+    return keys, corpus
+
+
+def run(archives: list[Archive], modes: list[str], split: str, rrf_k: int,
+        weights: tuple[float, float]) -> tuple[dict[str, dict[str, dict[str, float]]],
+                                                dict[str, int], float]:
+    """Mean scores per split (``dev``/``test`` and ``all``) and mode, question counts per split,
+    and the seconds spent embedding."""
     from rank_bm25 import BM25Okapi
 
-    totals: dict[str, dict[str, float]] = {m: {} for m in modes}
-    counted = 0
-    started = time.perf_counter()
-    for n, item in enumerate(data, start=1):
-        with tempfile.TemporaryDirectory() as tmp:
-            store = SQLiteStore(str(Path(tmp) / "q.db"), synchronous="OFF")
-            turns, relevant = build(store, item)
-            if not relevant:
-                store.close()
-                continue  # an abstention question: nothing to find
-            position = {key: i for i, key in enumerate(turns)}
-            texts = [str(t.get("content") or "") for s in item["haystack_sessions"] for t in s]
-            for mode in modes:
-                ranked = (_bm25(BM25Okapi, texts, item["question"]) if mode == "bm25"
-                          else _refold(store, position, item["question"], mode))
-                for key, value in score(ranked, relevant).items():
-                    totals[mode][key] = totals[mode].get(key, 0.0) + value
-            counted += 1
-            store.close()
-        if n % 20 == 0:
-            print(f"  {n} questions, {time.perf_counter() - started:.0f} s", flush=True)
-    return {m: {k: v / max(counted, 1) for k, v in t.items()} | {"questions": counted}
-            for m, t in totals.items()}
-
-
-def _bm25(cls: Any, texts: list[str], question: str) -> list[int]:
-    model = cls([bm25_tokens(t) or ["_"] for t in texts])
-    scores = model.get_scores(bm25_tokens(question))
-    return sorted(range(len(texts)), key=lambda i: (-scores[i], -i))[:K]
-
-
-def _refold(store: SQLiteStore, position: dict[tuple[str, int], int], question: str,
-            mode: str) -> list[int]:
     from refold.search.vectors import hybrid_search, index_for
 
-    query = SearchQuery(question, limit=K, window=0)
-    if mode == "fts":
-        hits = store.search(query)
+    totals: dict[str, dict[str, dict[str, float]]] = {}
+    counted: dict[str, int] = {}
+    embed_seconds = 0.0
+    for archive in archives:
+        questions = [q for q in archive.questions if split in ("all", q.split)]
+        if not questions:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            store = SQLiteStore(str(Path(tmp) / "archive.db"), synchronous="OFF")
+            keys, corpus = build(store, archive)
+            if {"vector", "hybrid"} & set(modes):
+                started = time.perf_counter()
+                index_for(store).backfill(batch=32)
+                embed_seconds += time.perf_counter() - started
+            porter = Porter()
+            models = {(mode, src): BM25Okapi([t or ["_"] for t in bm25_tokens(
+                          [t for _, t in msgs], porter if mode == "bm25" else None)])
+                      for src, msgs in corpus.items()
+                      for mode in modes if mode in ("bm25", "bm25raw")}
+            for question in questions:
+                for mode in modes:
+                    if mode in ("bm25", "bm25raw"):
+                        msgs = corpus[question.source]
+                        tokens = bm25_tokens([question.text], porter if mode == "bm25" else None)
+                        scores = models[(mode, question.source)].get_scores(tokens[0])
+                        order = sorted(range(len(msgs)), key=lambda i: (-scores[i], -i))[:K]
+                        ranked: list[str | None] = [msgs[i][0] for i in order]
+                    else:
+                        query = SearchQuery(question.text, source=question.source, limit=K,
+                                            window=0)
+                        hits = hybrid_search(store, query, mode=mode, k=rrf_k,  # type: ignore[arg-type]
+                                             weights=weights)
+                        ranked = [keys.get((h.session_id, h.seq)) for h in hits]
+                    for part in {question.split, "all"}:
+                        table = totals.setdefault(part, {}).setdefault(mode, {})
+                        for name, value in score(ranked, question.units).items():
+                            table[name] = table.get(name, 0.0) + value
+                for part in {question.split, "all"}:
+                    counted[part] = counted.get(part, 0) + 1
+            store.close()
+    means = {part: {m: {k: v / counted[part] for k, v in t.items()} for m, t in by_mode.items()}
+             for part, by_mode in totals.items()}
+    return means, counted, embed_seconds
+
+
+def _archives(args: argparse.Namespace) -> Iterator[Archive]:
+    if args.kind == "memorybank":
+        yield from memorybank(args.path, args.lang)
     else:
-        index_for(store).backfill(batch=64)
-        hits = hybrid_search(store, query, mode=mode)  # type: ignore[arg-type]
-    return [position[(h.session_id, h.seq)] for h in hits if (h.session_id, h.seq) in position]
+        yield from longmemeval(args.path)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("data", type=Path, help="LongMemEval-format JSON file")
-    parser.add_argument("--questions", type=int, default=0, help="first N instances (0: all)")
-    parser.add_argument("--modes", default="fts,bm25", help="fts,bm25,vector,hybrid")
+    parser.add_argument("kind", choices=["memorybank", "longmemeval"])
+    parser.add_argument("path", type=Path, help="MemoryBank directory or LongMemEval JSON")
+    parser.add_argument("--lang", default="en", choices=["en", "cn"], help="MemoryBank only")
+    parser.add_argument("--modes", default="bm25,fts", help="bm25,bm25raw,fts,vector,hybrid")
+    parser.add_argument("--split", default="all", choices=["dev", "test", "all"])
+    parser.add_argument("--rrf-k", type=int, default=None, help="hybrid RRF k (default: refold's)")
+    parser.add_argument("--weights", default=None, help="hybrid weights fts,vector")
     args = parser.parse_args()
-    data = load(args.data)
-    if args.questions:
-        data = data[:args.questions]
-    modes = [m for m in args.modes.split(",") if m]
-    results = run(data, modes)
-    print(f"{args.data.name}: {len(data)} instances")
-    for mode, r in results.items():
-        print(f"  {mode:7} hit@5 {r.get('hit@5', 0):.3f}  hit@10 {r.get('hit@10', 0):.3f}  "
-              f"MRR {r.get('mrr', 0):.3f}  coverage@10 {r.get('coverage@10', 0):.3f}  "
-              f"({int(r['questions'])} questions with evidence)")
-    if "bm25" in results:
-        for mode in results:
-            if mode != "bm25":
-                delta = (results[mode]["hit@10"] - results["bm25"]["hit@10"]) * 100
-                print(f"  {mode} vs bm25: hit@10 {delta:+.1f} points")
+    from refold.search.vectors import RRF_K, WEIGHTS
 
+    rrf_k = args.rrf_k if args.rrf_k is not None else RRF_K
+    weights = (tuple(float(w) for w in args.weights.split(",")) if args.weights
+               else WEIGHTS)
+    modes = [m for m in args.modes.split(",") if m]
+    started = time.perf_counter()
+    results, counted, embed = run(list(_archives(args)), modes, args.split, rrf_k,
+                                  weights)  # type: ignore[arg-type]
+    label = f"{args.kind} {args.lang if args.kind == 'memorybank' else args.path.name}"
+    print(f"{label}: questions asked verbatim ({time.perf_counter() - started:.0f} s, "
+          f"embedding {embed:.0f} s; hybrid k={rrf_k} weights={weights[0]:g},{weights[1]:g})")
+    for part in ("dev", "test", "all"):
+        if part not in results or (part == "all" and len(results) == 2):
+            continue  # "all" equals the only split present
+        print(f"  split {part}, {counted[part]} questions")
+        print(f"    {'mode':7} {'hit@5':>6} {'hit@10':>6} {'MRR':>6} {'cov@10':>6}")
+        for mode, r in results[part].items():
+            print(f"    {mode:7} {r.get('hit@5', 0):6.3f} {r.get('hit@10', 0):6.3f} "
+                  f"{r.get('mrr', 0):6.3f} {r.get('coverage@10', 0):6.3f}")
+        if "bm25" in results[part]:
+            deltas = [f"{mode} {(r['hit@10'] - results[part]['bm25']['hit@10']) * 100:+.1f}"
+                      for mode, r in results[part].items() if mode != "bm25"]
+            print(f"    hit@10 vs bm25 (points): {', '.join(deltas)}")
 
 if __name__ == "__main__":
     main()

@@ -301,15 +301,49 @@ def parse_query(text: str) -> ParsedQuery:
             if count > MAX_TERMS:
                 break
         kept.append(token)
-    if not is_explicit(kept):
+    sentence = quoted_sentence(clean, kept)
+    if sentence is not None or not is_explicit(kept):
         from refold.search.natural import natural_plan  # it builds on Term, defined here
 
-        plan = natural_plan([t for t in kept if isinstance(t, Term)])
+        plan = natural_plan(sentence if sentence is not None
+                            else [t for t in kept if isinstance(t, Term)])
         if plan is not None:
             if plan.single is not None:  # one content term: its exact (AND) form answers it
                 return ParsedQuery(raw=text, groups=((plan.single,),))
             return ParsedQuery(raw=text, groups=_group(kept), natural=plan)
     return ParsedQuery(raw=text, groups=_group(kept))
+
+
+_SENTENCE_END = re.compile(r"[?？!！。]\s*$")
+QUOTED_PHRASE_WORDS = 4  # a quoted span this long or shorter, inside a sentence, stays a phrase
+
+
+def quoted_sentence(text: str, tokens: list[Term | str]) -> list[Term] | None:
+    """The terms of a sentence that only quotes (no AND/OR/NOT, -word or word*), or None.
+
+    People quote titles inside questions (``I watched "Taxi Driver", what is it about?``) and
+    paste whole questions in quotes; read as syntax, every quoted span would be required and
+    the question would find nothing. Quotes alone stay exact syntax (``"disk full"``, or with
+    one more word); a quoted span with at least two plain words around it gives its words as terms, and
+    (up to four words) itself as a phrase term too; a query that is one
+    quoted span ending like a sentence (``?``, ``!``, ``。``) is read as that sentence.
+    """
+    terms = [t for t in tokens if isinstance(t, Term)]
+    if not any(t.quoted for t in terms) or any(
+            isinstance(t, str) or t.prefix or t.negated for t in tokens):
+        return None
+    plain = [t for t in terms if not t.quoted]
+    if len(plain) < 2:
+        inner = text.strip().strip('"')
+        if plain or len(terms) != 1 or '"' in inner or not _SENTENCE_END.search(inner):
+            return None
+    out: list[Term] = []
+    for term in terms:
+        if term.quoted and len(term.words) > 1 and len(term.words) <= QUOTED_PHRASE_WORDS \
+                and plain:
+            out.append(Term(term.words))  # the phrase, and its words below
+        out.extend(Term((w,)) for w in term.words)
+    return out
 
 
 def is_explicit(tokens: list[Term | str]) -> bool:

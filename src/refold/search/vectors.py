@@ -34,6 +34,7 @@ from refold.store.base import SearchHit, SearchQuery, Store
 Mode = Literal["fts", "vector", "hybrid"]
 MODES: tuple[Mode, ...] = ("fts", "vector", "hybrid")
 RRF_K = 60
+WEIGHTS = (1.0, 1.0)  # RRF weights: words, vectors
 CANDIDATES = 100  # ranks fused from each side
 Vectors = npt.NDArray[np.float32]
 
@@ -198,7 +199,7 @@ def _roots(store: Store, hits: list[SearchHit]) -> dict[str, str]:
 
 def hybrid_search(store: Store, query: SearchQuery, *, mode: Mode = "hybrid",
                   index: VectorIndex | None = None, k: int = RRF_K,
-                  weights: tuple[float, float] = (1.0, 1.0)) -> list[SearchHit]:
+                  weights: tuple[float, float] = WEIGHTS) -> list[SearchHit]:
     """Search ``store`` by words (``fts``), meaning (``vector``) or both fused (``hybrid``)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}")

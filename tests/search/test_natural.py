@@ -1,0 +1,76 @@
+"""Natural-language query plans: quoted titles inside questions, CJK sentences with digits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from refold.search.query import parse_query
+from refold.store import SearchQuery, Store
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def top(store: Store, text: str) -> list[str]:
+    return [h.content for h in store.search(SearchQuery(text, window=0))]
+
+
+def test_a_quoted_title_inside_a_question_is_a_phrase_term_not_a_requirement(
+        store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [
+        user('We saw an art film called "Taxi Driver" tonight'),
+        user("The movie is about a young driver who meets many passengers"),
+        user("my taxi was late"),
+    ])
+    question = 'I shared a film called "Taxi Driver" with you, what is its content?'
+    plan = parse_query(question).natural
+    assert plan is not None and ("taxi", "driver") in [
+        tuple(w.lower() for w in t.words) for t in plan.words]
+    hits = top(store, question)
+    assert hits[0] == 'We saw an art film called "Taxi Driver" tonight'
+    assert len(hits) == 3  # ORed: "film", "driver" and "taxi" reach the others
+
+
+def test_a_whole_question_in_quotes_is_read_as_the_question(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user("I love listening to jazz music"), user("rain again")])
+    assert top(store, '"What type of music do I like to listen to?"') == [
+        "I love listening to jazz music"]
+
+
+def test_quotes_without_a_sentence_stay_exact(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user("server room key"), user("room for the server"),
+                                 user("the server room is cold, key in the drawer")])
+    assert parse_query('"server room"').natural is None
+    assert parse_query('"server room" key').natural is None  # one plain word: still syntax
+    assert parse_query('"server room" -key cold').natural is None  # operators: syntax
+    assert sorted(top(store, '"server room"')) == [
+        "server room key", "the server room is cold, key in the drawer"]
+    assert top(store, '"where is the server room"') == []  # no sentence end: a phrase
+
+
+def test_a_cjk_sentence_with_digits_is_natural_and_finds_the_date(store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user("4月30号我学了一道新菜，回锅肉"), user("5月1号我去跑步了"),
+                                 user("今天天气很好")])
+    plan = parse_query("4月30号我做了一道什么菜？").natural
+    assert plan is not None and "4月30号" in plan.cjk
+    assert top(store, "4月30号我做了一道什么菜？")[0] == "4月30号我学了一道新菜，回锅肉"
+    assert parse_query("本v2").natural is None  # a short mixed word stays one exact term
+    assert top(store, "本v2") == []
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(piece=st.text(alphabet="山水火木金土日月云台", min_size=3, max_size=8))
+def test_a_cjk_piece_in_a_sentence_never_loses_a_message_holding_it(
+        store: Store, piece: str) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user(f"前面{piece}后面"), user("完全无关的句子")])
+    assert f"前面{piece}后面" in top(store, f"我想找{piece}，在哪里？")
