@@ -50,7 +50,8 @@ class Harness:
     def runtime(self, ref: str) -> SessionRuntime:
         if ref not in self.runtimes:
             try:
-                self.runtimes[ref] = self.engine.open_session(ref)
+                # as the proxy opens a name: exact id or title, never an id prefix
+                self.runtimes[ref] = self.engine.open_session(ref, by_prefix=False)
             except Exception:
                 self.runtimes[ref] = self.engine.open_session(new=True, title=ref)
         return self.runtimes[ref]

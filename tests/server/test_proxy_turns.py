@@ -356,3 +356,29 @@ def test_big_and_odd_bodies_pass_through_intact(start_proxy: ProxyFactory,
     assert sent == repaired
     stored = sqlite_store.get_messages(only_session(sqlite_store))[0].message["content"]
     assert stored == repaired
+
+
+def test_a_name_that_is_a_prefix_of_another_sessions_id_gets_its_own_session(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    # found by the property test: `X-Refold-Session: c3` resolved, by id prefix, to another
+    # conversation whose id began with "c3", and rewound that conversation's tail
+    with serve(["4", "Done.", "Four."]) as up:
+        proxy = start_proxy(up)
+        client = sdk(proxy.base_url)
+        first = [{"role": "user", "content": "What is 2+2?"}]
+        r1 = client.chat.completions.with_raw_response.create(
+            model="m", messages=first, extra_headers={"X-Refold-Session": "first"})
+        original = r1.headers["x-refold-session"]
+        client.chat.completions.create(
+            model="m", messages=[*first, {"role": "assistant", "content": "4"},
+                                 {"role": "user", "content": "Now tidy up."}],
+            extra_headers={"X-Refold-Session": "first"})
+        name = original[:4]  # a new conversation named like the start of that id
+        r3 = client.chat.completions.with_raw_response.create(
+            model="m", messages=first, extra_headers={"X-Refold-Session": name})
+        assert up.llm.requests[-1]["messages"] == first  # what this client sent, nothing else
+    assert r3.headers["x-refold-session"] != original
+    assert sqlite_store.resolve_session(name, prefix=False).id == r3.headers["x-refold-session"]
+    assert [t for _, t in roles_and_text(sqlite_store, original)] == [
+        "What is 2+2?", "4", "Now tidy up.", "Done."]  # untouched
+    assert not [r for r in sqlite_store.list_rewinds(original) if r.seqs]

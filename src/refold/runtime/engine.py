@@ -112,9 +112,11 @@ class Engine:
     # -- sessions ------------------------------------------------------------------------------
     def open_session(self, ref: str | None = None, *, new: bool = False,
                      title: str | None = None, source: str | None = None,
-                     branch_at: int | None = None) -> SessionRuntime:
-        """Open a runtime: ``new``, ``ref`` (id / prefix / title, resumed), or the latest."""
-        session = self._resolve(ref, new=new, title=title, source=source, branch_at=branch_at)
+                     branch_at: int | None = None, by_prefix: bool = True) -> SessionRuntime:
+        """Open a runtime: ``new``, ``ref`` (id / prefix / title, resumed), or the latest.
+        ``by_prefix=False``: ``ref`` is a name — an exact id or title, never an id prefix."""
+        session = self._resolve(ref, new=new, title=title, source=source, branch_at=branch_at,
+                                by_prefix=by_prefix)
         memory, shown = self._memory_snapshot()
         runtime = SessionRuntime(self, session.id, snapshot=self._render_snapshot(memory))
         if self._flush is not None:
@@ -130,13 +132,13 @@ class Engine:
         return runtime
 
     def _resolve(self, ref: str | None, *, new: bool, title: str | None, source: str | None,
-                 branch_at: int | None) -> Session:
+                 branch_at: int | None, by_prefix: bool = True) -> Session:
         if new:
             if ref is not None:
                 raise InvalidInput("give either a session reference or new=True, not both")
             return self._create(title, source)
         if ref is not None:
-            session = self.store.resolve_session(ref, owner=self.owner)
+            session = self.store.resolve_session(ref, owner=self.owner, prefix=by_prefix)
         else:
             latest = self.store.list_sessions(limit=1, owner=self.owner)
             if not latest:

@@ -48,7 +48,7 @@ DEFAULT_CAPACITY = 256
 
 class EngineLike(Protocol):
     def open_session(self, ref: str | None, *, new: bool = False, title: str | None = None,
-                     source: str | None = None) -> SessionRuntime: ...
+                     source: str | None = None, by_prefix: bool = True) -> SessionRuntime: ...
     def close(self) -> None: ...
 
 
@@ -150,14 +150,16 @@ def check_name(ref: str) -> str:
 
 def _open_or_create(engine: EngineLike, owner: str, ref: str) -> SessionRuntime:
     """The tenant's session named ``ref`` (its engine resolves within its owner only),
-    created with the title ``ref`` when the tenant has none: titles are unique per owner."""
+    created with the title ``ref`` when the tenant has none: titles are unique per owner.
+    A name matches an exact id or title, never an id prefix: ``X-Refold-Session: c3`` must not
+    land in (and rewind) another conversation whose id happens to start with ``c3``."""
     title = check_name(ref)
     try:
-        return engine.open_session(ref, source="serve")
+        return engine.open_session(ref, source="serve", by_prefix=False)
     except NotFound:
         pass  # AmbiguousReference propagates: creating another would hide the matches
     log.info("creating session %s", title)
     try:
         return engine.open_session(None, new=True, title=title, source="serve")
     except Conflict:  # another process created it a moment ago
-        return engine.open_session(title, source="serve")
+        return engine.open_session(title, source="serve", by_prefix=False)

@@ -80,7 +80,8 @@ class SessionsMixin(PgCore):
         with self._tx("read session") as cur:
             return self._load_session(cur, session_id)
 
-    def resolve_session(self, ref: str, *, owner: str | None = None) -> Session:
+    def resolve_session(self, ref: str, *, owner: str | None = None,
+                        prefix: bool = True) -> Session:
         """Exact id, then title (its latest numbered variant), then a unique id prefix."""
         text = (ref or "").strip()
         if not text:
@@ -90,6 +91,8 @@ class SessionsMixin(PgCore):
             for found in (self._by_id(cur, text), self._by_title(cur, text, owner)):
                 if found is not None and (owner is None or found.owner == owner):
                     return found
+            if not prefix:  # a name (X-Refold-Session): exact id or title only
+                raise NotFound(f"no session with the id or title {text!r}")
             return self._by_prefix(cur, text, owner)
 
     def _by_id(self, cur: Cursor, ref: str) -> Session | None:

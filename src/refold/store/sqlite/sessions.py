@@ -93,7 +93,8 @@ class SessionOps:
         with self.db.read() as conn:
             return self._session(conn, session_id)
 
-    def resolve_session(self, ref: str, *, owner: str | None = None) -> Session:
+    def resolve_session(self, ref: str, *, owner: str | None = None,
+                        prefix: bool = True) -> Session:
         text = (ref or "").strip()
         if not text:
             raise InvalidInput("a session reference cannot be empty",
@@ -102,6 +103,8 @@ class SessionOps:
             for found in (self._by_id(conn, text), self._by_title(conn, text, owner)):
                 if found is not None and (owner is None or found.owner == owner):
                     return found
+            if not prefix:  # a name (X-Refold-Session): exact id or title only
+                raise NotFound(f"no session with the id or title {text!r}")
             return self._by_prefix(conn, text, owner)
 
     def _by_id(self, conn: sqlite3.Connection, ref: str) -> Session | None:
