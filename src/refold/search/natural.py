@@ -21,10 +21,9 @@ Invariant: a sentence whose only content is one term is answered exactly like th
 from __future__ import annotations
 
 import itertools
-import re
 from dataclasses import dataclass
 
-from refold.search.query import _CJK, Term, has_cjk
+from refold.search.query import _CJK, LazyPattern, Term, has_cjk
 from refold.search.stopwords import is_stop_word, split_cjk_stops, strip_korean_particle
 
 MAX_NATURAL_TERMS = 24
@@ -32,9 +31,9 @@ LONG_PIECE = 4  # a lone CJK word up to this long is searched exactly, as typed
 SENTENCE_PIECE = 2  # inside a sentence, CJK pieces longer than this become their bigrams
 SENTENCE_UNIGRAMS = False  # ... and their characters: off, 3x the CPU of a CJK sentence query
 # (measured at 20k messages) for a gain on the dev split that did not hold on the test split
-_RUNS = re.compile(f"({_CJK.pattern}+)")
-_JOINED = re.compile(f"(?:[0-9A-Za-z]+{_CJK.pattern})+[0-9A-Za-z]*")
-_HANGUL = re.compile("[\u1100-\u11ff\u3130-\u318f\ua960-\ua97f\uac00-\ud7af]")
+_RUNS = LazyPattern(f"({_CJK.pattern}+)")
+_JOINED = LazyPattern(f"(?:[0-9A-Za-z]+{_CJK.pattern})+[0-9A-Za-z]*")
+_HANGUL = LazyPattern("[\u1100-\u11ff\u3130-\u318f\ua960-\ua97f\uac00-\ud7af]")
 
 
 @dataclass(frozen=True)
@@ -96,7 +95,7 @@ def _split(term: Term) -> tuple[list[Term], list[str]]:
     return words, cjk
 
 
-_HAN_OR_KATAKANA = re.compile("[\u3400-\u9fff\uf900-\ufaff\u30a0-\u30ff\U00020000-\U0003134f]")
+_HAN_OR_KATAKANA = LazyPattern("[\u3400-\u9fff\uf900-\ufaff\u30a0-\u30ff\U00020000-\U0003134f]")
 
 
 def _one_cjk_word(word: str) -> bool:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from refold.errors import SearchQueryError
 
@@ -58,20 +58,40 @@ _WORD = re.compile(r"[^\W_]+")
 _OPERATORS = frozenset({"AND", "OR", "NOT"})
 
 
-_CJK = re.compile("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES) + "]")
+class LazyPattern:
+    """A regular expression compiled on first use. The CJK character classes cost several
+    milliseconds to compile, which every command importing search would pay at start-up
+    (issue 14: ``refold search`` on a small archive in under 100 ms); an ASCII query never
+    needs them."""
+
+    __slots__ = ("_compiled", "pattern")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self._compiled: re.Pattern[str] | None = None
+
+    def __getattr__(self, name: str) -> Any:  # search, match, findall, split, finditer, sub
+        compiled = self._compiled
+        if compiled is None:
+            compiled = self._compiled = re.compile(self.pattern)
+        return getattr(compiled, name)
+
+
+_CJK = LazyPattern("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES) + "]")
+_FIRST_CJK = _CJK_RANGES[0][0]
 
 
 def is_cjk_char(char: str) -> bool:
     """True for Han, Kana, Hangul and Bopomofo characters (scripts written without spaces)."""
-    return len(char) == 1 and _CJK.match(char) is not None
+    return len(char) == 1 and ord(char) >= _FIRST_CJK and _CJK.match(char) is not None
 
 
 def has_cjk(text: str) -> bool:
     """True when ``text`` contains at least one CJK character."""
-    return _CJK.search(text) is not None
+    return not text.isascii() and _CJK.search(text) is not None
 
 
-_CJK_RUN = re.compile(_CJK.pattern + "+")
+_CJK_RUN = LazyPattern(_CJK.pattern + "+")
 
 
 def _gram_letter(char: str) -> bool:
