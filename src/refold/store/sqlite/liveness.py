@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import functools
 import os
-import socket
 
 
 @functools.cache
 def host_name() -> str:
+    import socket  # on first use: `refold search` never needs it (start-up time)
+
     return socket.gethostname()
 
 

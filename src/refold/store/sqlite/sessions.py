@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import sqlite3
 import time
-import uuid
 
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
 from refold.store.base import Session, Usage
@@ -39,6 +38,12 @@ from refold.store.titles import (
 
 LINK_KINDS = frozenset({"compaction", "branch", "fork"})
 
+
+
+def _new_id() -> str:
+    import uuid  # on first use: importing uuid loads platform (start-up time of read commands)
+
+    return uuid.uuid4().hex
 
 class SessionOps:
     """Mixin: session rows. Needs ``self.db``."""
@@ -74,7 +79,7 @@ class SessionOps:
         if session_id is not None and not str(session_id).strip():
             raise InvalidInput("a session id cannot be empty")
         clean = sanitize_title(title)
-        new_id = session_id or uuid.uuid4().hex
+        new_id = session_id or _new_id()
         with self.db.write() as conn:
             if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (new_id,)).fetchone():
                 raise Conflict(f"a session with id {new_id!r} already exists")
