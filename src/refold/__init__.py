@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from refold._lazy import lazy_names
 from refold.errors import (
     AmbiguousReference,
     CompactionError,
@@ -66,15 +67,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'refold' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY, globals())
 
 
 def open(target: str | Path) -> Store:  # noqa: A001 - the library's front door

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from refold._lazy import lazy_names
+
 if TYPE_CHECKING:
     from refold.compaction.builtin import BuiltinSummarizer
     from refold.compaction.core import CompactionReport, CompactionResult, compact
@@ -65,15 +67,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'refold.compaction' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY, globals())
 
 
 __all__ = [

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from refold._lazy import lazy_names
+
 # eager: the function ``repair`` shares its name with its module, which would shadow a lazy name
 from refold.messages.repair import MISSING_RESULT, RepairChange, RepairResult, repair
 
@@ -59,15 +61,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'refold.messages' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY, globals())
 
 
 __all__ = [
