@@ -188,3 +188,30 @@ def test_extractor_identity_rules_and_noise() -> None:
         ("user", "用户叫小林"),
         ("user", "用户要求：以后先给结论再解释。"),
     ]
+
+
+def test_a_flush_does_not_pay_the_review_model_again_for_rows_a_review_read(
+        tmp_path: Path) -> None:
+    writer = MemoryWriter(open_file_store(tmp_path))
+    with serve(default=lambda body: ScriptedReply(content="nothing to save")) as server:
+        chat = HttpChatClient(server.base_url)
+        reviewer = MemoryReviewer(writer, chat=chat, model="m", every_turns=1)
+        thread = reviewer.note_turn(CHAT)
+        assert thread is not None
+        reviewer.join()
+        calls = len(server.llm.requests)
+        assert calls >= 1 and reviewer.reports[-1].mode == "llm"
+        again = reviewer.flush(CHAT)  # the span a compaction replaces: all of it read already
+        assert again.mode == "reviewed" and len(server.llm.requests) == calls
+        later = [{"role": "user", "content": "Remember that the deploy key lives in vault."},
+                 {"role": "assistant", "content": "Noted."}]
+        fresh = reviewer.flush([*CHAT, *later])  # only the new rows go to the model
+        assert fresh.mode == "llm" and len(server.llm.requests) > calls
+        sent = json.dumps(server.llm.requests[calls]["messages"])
+        assert "deploy key lives in vault" in sent
+        assert content_of_first_user(CHAT) not in sent
+        chat.close()
+
+
+def content_of_first_user(messages: list[Message]) -> str:
+    return next(str(m["content"]) for m in messages if m.get("role") == "user")

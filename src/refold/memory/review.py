@@ -30,7 +30,7 @@ from refold.memory.approval import MemoryWriter
 from refold.memory.ops import make_op
 from refold.memory.similarity import near_duplicate
 from refold.memory.tool import TOOL_NAME, MemoryTool
-from refold.messages.model import Message, content_text
+from refold.messages.model import Message, content_text, message_identity
 
 if TYPE_CHECKING:  # the client module pulls in httpx; the reviewer only calls .complete()
     from refold.llm.client import ChatClient
@@ -42,6 +42,7 @@ DEFAULT_TOOL_ITERATIONS = 15
 MAX_ROUNDS = 4
 WINDOW_MESSAGES = 40
 KEPT_REPORTS = 64  # the latest review reports a reviewer keeps
+KEPT_REVIEWED = 4096  # messages a finished LLM review read, remembered so a flush skips them
 MAX_ENTRY_CHARS = 240
 
 REVIEW_PROMPT = (
@@ -63,7 +64,7 @@ class Candidate:
 
 @dataclass
 class ReviewReport:
-    mode: str  # "llm" | "extractor"
+    mode: str  # "llm" | "extractor" | "reviewed" (a flush of rows a review already read)
     saved: list[str] = field(default_factory=list)
     staged: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
@@ -241,6 +242,10 @@ class MemoryReviewer:
         # engine (for ``refold serve``, the process), so neither may grow with every review
         self.reports: deque[ReviewReport] = deque(maxlen=KEPT_REPORTS)
         self._threads: list[threading.Thread] = []
+        # what finished LLM reviews read (message identities, bounded): a flush of the same
+        # rows would pay the review model again to find what was already written
+        self._reviewed: dict[str, None] = {}
+        self._reviewed_lock = threading.Lock()
 
     def note_turn(self, messages: Sequence[Message], *,
                   tool_iterations: int | None = None) -> threading.Thread | None:
@@ -272,9 +277,23 @@ class MemoryReviewer:
 
     def _run(self, messages: list[Message]) -> None:
         try:
-            self._keep(self.review(messages))
+            report = self.review(messages)
+            self._keep(report)
+            if report.mode == "llm":
+                self._note_reviewed(messages)
         except Exception:  # a background review must never take the process down
             log.exception("background memory review failed")
+
+    def _note_reviewed(self, messages: Sequence[Message]) -> None:
+        with self._reviewed_lock:
+            for message in messages:
+                self._reviewed[message_identity(message, None)] = None
+            while len(self._reviewed) > KEPT_REVIEWED:
+                del self._reviewed[next(iter(self._reviewed))]
+
+    def _not_yet_reviewed(self, messages: Sequence[Message]) -> list[Message]:
+        with self._reviewed_lock:
+            return [m for m in messages if message_identity(m, None) not in self._reviewed]
 
     def review(self, messages: Sequence[Message]) -> ReviewReport:
         """Run one review now (the background thread calls this)."""
@@ -289,9 +308,20 @@ class MemoryReviewer:
     def flush(self, messages: Sequence[Message]) -> ReviewReport:
         """Review ``messages`` now and wait: before a compaction replaces them, and at session
         end, so what should be remembered is written (or staged, by the approval mode) before
-        the span leaves the context (seeds 000 §3.2, 002)."""
+        the span leaves the context (seeds 000 §3.2, 002). With the review model, messages a
+        finished background review already read are left out, and a span holding nothing new
+        costs no call (report mode ``"reviewed"``)."""
+        if self.chat is not None:
+            fresh = self._not_yet_reviewed(messages)
+            if not any(m.get("role") in ("user", "assistant") for m in fresh):
+                report = ReviewReport(mode="reviewed")
+                self._keep(report)
+                return report
+            messages = fresh
         report = self.review(messages)
         self._keep(report)
+        if report.mode == "llm":
+            self._note_reviewed(messages)
         return report
 
     def _keep(self, report: ReviewReport) -> None:
