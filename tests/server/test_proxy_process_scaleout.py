@@ -210,3 +210,26 @@ def test_workers_share_one_port_are_supervised_and_leave_no_orphans(tmp_path: Pa
             for pid in served.workers():
                 if alive(pid):
                     os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_workers_on_postgresql_serve_one_conversation_faithfully(
+        tmp_path: Path, pg_db: str) -> None:
+    home = tmp_path / "home"
+    with serve(default=answer) as up:
+        served = start_serve(home, up.base_url, "--workers", "2", *SMALL_WINDOW,
+                             env_extra={"REFOLD_DB": pg_db})
+        try:
+            wait_for(lambda: len(served.workers()) == 2, "two workers announced")
+            history, sent = converse([served.url], TURNS)  # a new connection per turn
+        finally:
+            code = stop(served)
+        assert code == 0, served.text()
+    from refold.store import open_store
+
+    store = open_store(pg_db)
+    try:
+        check_run(store, up, history, sent)
+    finally:
+        store.close()
