@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable
+from typing import Any
 
 from refold.errors import InvalidInput
 
@@ -147,3 +148,36 @@ def owner_of_title(ref: str, owners: Iterable[str]) -> str | None:
     raise AmbiguousReference(f"the title {ref!r} is used by {len(found)} tenants: "
                              + ", ".join(found), candidates=found,
                              hint="pass --owner OWNER (or use the session id)")
+
+
+def titled_session(title: str, rows: Iterable[tuple[str, str]]) -> tuple[str, str] | None:
+    """Which (owner, title) a title reference opens, given the ``(owner, title)`` rows of its
+    lineage: the session titled exactly so first (never a ``#N`` branch that took its
+    lineage's next number); a bare name without one means the lineage's newest. None: no
+    match. Both stores' ``resolve_session`` use it."""
+    rows = list(rows)
+    exact = owner_of_title(title, (o for o, t in rows if t == title))
+    if exact is not None:
+        return exact, title
+    whose = owner_of_title(title, (o for o, t in rows if lineage_number(t, title)))
+    if whose is None:
+        return None
+    latest = latest_lineage_title(title, (t for o, t in rows if o == whose))
+    return (whose, latest) if latest is not None else None
+
+
+def untag_titles(conn: Any, mark: str) -> None:
+    """Migration 5 on either store (``mark``: its parameter placeholder, ``?`` or ``%s``):
+    titles older versions tagged with their tenant ("name @8a197f6f") lose the tag, unless
+    the owner already has a session with the plain title (then the tagged one stays)."""
+    rows = conn.execute("SELECT id, owner, title FROM sessions "
+                        "WHERE owner <> '' AND title LIKE '% @%'").fetchall()
+    for session_id, owner, title in rows:
+        plain = untagged_title(title, owner)
+        if plain is None:
+            continue
+        taken = conn.execute(f"SELECT 1 FROM sessions WHERE owner = {mark} AND title = {mark}",
+                             (owner, plain)).fetchone()
+        if taken is None:
+            conn.execute(f"UPDATE sessions SET title = {mark} WHERE id = {mark}",
+                         (plain, session_id))

@@ -25,7 +25,7 @@ from psycopg import sql
 
 from refold.errors import MigrationError
 from refold.store.postgres.codec import cjk_gram_list
-from refold.store.titles import untagged_title
+from refold.store.titles import untag_titles
 
 log = logging.getLogger(__name__)
 
@@ -188,18 +188,7 @@ MIGRATIONS += (
 
 
 def _untag_titles(conn: psycopg.Connection[Any]) -> None:
-    """Titles older versions tagged with their tenant ("name @8a197f6f") lose the tag, unless
-    the owner already has a session with the plain title (then the tagged one stays)."""
-    rows = conn.execute("SELECT id, owner, title FROM sessions "
-                        "WHERE owner <> '' AND title LIKE '% @%'").fetchall()
-    for session_id, owner, title in rows:
-        plain = untagged_title(title, owner)
-        if plain is None:
-            continue
-        taken = conn.execute("SELECT 1 FROM sessions WHERE owner = %s AND title = %s",
-                             (owner, plain)).fetchone()
-        if taken is None:
-            conn.execute("UPDATE sessions SET title = %s WHERE id = %s", (plain, session_id))
+    untag_titles(conn, "%s")
 
 
 MIGRATIONS += (

@@ -20,12 +20,10 @@ from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
 from refold.store.base import Session, Usage
 from refold.store.postgres.core import SESSION_COLS, Cursor, PgCore, session_from_row
 from refold.store.titles import (
-    latest_lineage_title,
     like_escape,
-    lineage_number,
-    owner_of_title,
     sanitize_title,
     split_lineage_title,
+    titled_session,
 )
 from refold.store.titles import next_lineage_title as next_title_from
 
@@ -112,17 +110,8 @@ class SessionsMixin(PgCore):
         title = sanitize_title(ref)
         if title is None:
             return None
-        rows = self._lineage_rows(cur, title, owner)
-        # the session titled exactly so comes first (never a "#N" branch that took its
-        # lineage's next number); a bare name without one means the lineage's newest
-        exact = owner_of_title(title, (o for o, t in rows if t == title))
-        if exact is not None:
-            return self._titled(cur, exact, title)
-        whose = owner_of_title(title, (o for o, t in rows if lineage_number(t, title)))
-        if whose is None:
-            return None
-        latest = latest_lineage_title(title, (t for o, t in rows if o == whose))
-        return self._titled(cur, whose, latest) if latest is not None else None
+        found = titled_session(title, self._lineage_rows(cur, title, owner))
+        return self._titled(cur, *found) if found is not None else None
 
     def _titled(self, cur: Cursor, owner: str, title: str) -> Session | None:
         cur.execute(f"SELECT {SESSION_COLS} FROM sessions WHERE owner = %s AND title = %s",

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from refold.errors import MigrationError
 from refold.store.sqlite import grams, indexer
-from refold.store.titles import untagged_title
+from refold.store.titles import untag_titles
 
 
 @dataclass(frozen=True)
@@ -162,18 +162,7 @@ _VECTORS = ("CREATE TABLE message_vectors (id INTEGER PRIMARY KEY REFERENCES mes
 
 
 def _untag_titles(conn: sqlite3.Connection) -> None:
-    """Titles older versions tagged with their tenant ("name @8a197f6f") lose the tag, unless
-    the owner already has a session with the plain title (then the tagged one stays)."""
-    rows = conn.execute("SELECT id, owner, title FROM sessions "
-                        "WHERE owner <> '' AND title LIKE '% @%'").fetchall()
-    for session_id, owner, title in rows:
-        plain = untagged_title(title, owner)
-        if plain is None:
-            continue
-        taken = conn.execute("SELECT 1 FROM sessions WHERE owner = ? AND title = ?",
-                             (owner, plain)).fetchone()
-        if taken is None:
-            conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (plain, session_id))
+    untag_titles(conn, "?")
 
 
 # Titles are unique per owner: a tenant's names are its own, found by that name, and one

@@ -27,13 +27,11 @@ from refold.store.sqlite import grams
 from refold.store.sqlite.database import Database
 from refold.store.sqlite.rows import SESSION_COLUMNS, to_session
 from refold.store.titles import (
-    latest_lineage_title,
     like_escape,
-    lineage_number,
     next_lineage_title,
-    owner_of_title,
     sanitize_title,
     split_lineage_title,
+    titled_session,
 )
 
 LINK_KINDS = frozenset({"compaction", "branch", "fork"})
@@ -140,17 +138,8 @@ class SessionOps:
         title = sanitize_title(ref)
         if title is None:
             return None
-        rows = self._lineage_rows(conn, title, owner)
-        # the session titled exactly so comes first (never a "#N" branch that took its
-        # lineage's next number); a bare name without one means the lineage's newest
-        exact = owner_of_title(title, (o for o, t in rows if t == title))
-        if exact is not None:
-            return self._titled(conn, exact, title)
-        whose = owner_of_title(title, (o for o, t in rows if lineage_number(t, title)))
-        if whose is None:
-            return None
-        latest = latest_lineage_title(title, (t for o, t in rows if o == whose))
-        return self._titled(conn, whose, latest) if latest is not None else None
+        found = titled_session(title, self._lineage_rows(conn, title, owner))
+        return self._titled(conn, *found) if found is not None else None
 
     def _titled(self, conn: sqlite3.Connection, owner: str, title: str) -> Session | None:
         row = conn.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE owner = ? AND "
