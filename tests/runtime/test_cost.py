@@ -98,31 +98,42 @@ def test_summary_usage_is_charged_to_the_session_at_the_overridden_price(
     assert session.model == "gpt-4o"  # the summary's usage does not rename the session's model
 
 
-def test_review_usage_is_charged_to_the_session_whose_turn_started_it(
-        store: Store, tmp_path: Path) -> None:
+REVIEW_COST = (10_000 * 1.0 + 500 * 2.0) / 1e6  # priced as the review's model (summary-model)
+TURN_COST = (1_000 * 10.0 + 10 * 20.0) / 1e6
+
+
+def _one_turn(store: Store, tmp_path: Path, text: str, *,
+              review_every: str) -> tuple[list[str], str, str]:
+    """One user turn in a new session beside an idle one, then the engine closes (a session
+    end). (kinds of the LLM calls made, the session's id, the idle session's id)"""
     with serve(default=_upstream) as up:
         engine, setup = _engine(store, tmp_path, up.base_url,
-                                REFOLD_MEMORY_REVIEW_EVERY_TURNS="1",
+                                REFOLD_MEMORY_REVIEW_EVERY_TURNS=review_every,
                                 REFOLD_CONTEXT_LENGTH="128000")
         try:
             other = engine.open_session(new=True)
             rt = engine.open_session(new=True)
-            rt.prepare([{"role": "user", "content": "I prefer tabs over spaces."}])
+            rt.prepare([{"role": "user", "content": text}])
             rt.record({"role": "assistant", "content": "Noted."}, model="gpt-4o",
                       usage={"prompt_tokens": 1_000, "completion_tokens": 10})
             rt.finish_turn(wait=True)
             engine.memory.manager.reviewer.join()
+            rt.close()
         finally:
             engine.close()
             setup.close()
-        kinds = [_kind(b) for b in up.llm.requests]
+        return [_kind(b) for b in up.llm.requests], rt.session_id, other.session_id
+
+
+def test_review_usage_is_charged_to_the_session_whose_turn_started_it(
+        store: Store, tmp_path: Path) -> None:
+    kinds, session_id, other_id = _one_turn(store, tmp_path, "I prefer tabs over spaces.",
+                                            review_every="1")
     # the turn's review only: the session-end flush finds nothing that review did not read,
     # so it pays the review model nothing again
     assert kinds.count("review") == 1
-    review = (10_000 * 1.0 + 500 * 2.0) / 1e6  # priced as the review's model (summary-model)
-    reply = (1_000 * 10.0 + 10 * 20.0) / 1e6
-    assert store.get_session(rt.session_id).cost_usd == pytest.approx(review + reply)
-    assert store.get_session(other.session_id).cost_usd == 0.0
+    assert store.get_session(session_id).cost_usd == pytest.approx(REVIEW_COST + TURN_COST)
+    assert store.get_session(other_id).cost_usd == 0.0
 
 
 @pytest.mark.parametrize("action", ["warn", "refuse"])
@@ -169,24 +180,8 @@ def test_usage_shapes_and_summarizer_names() -> None:
 def test_a_session_end_memory_flush_is_charged_to_the_session_it_reviewed(
         store: Store, tmp_path: Path) -> None:
     # no periodic review: the only review call is the flush when the runtime closes
-    with serve(default=_upstream) as up:
-        engine, setup = _engine(store, tmp_path, up.base_url,
-                                REFOLD_MEMORY_REVIEW_EVERY_TURNS="1000",
-                                REFOLD_CONTEXT_LENGTH="128000")
-        try:
-            other = engine.open_session(new=True)
-            rt = engine.open_session(new=True)
-            rt.prepare([{"role": "user", "content": "Remember that the staging DB is on 5433."}])
-            rt.record({"role": "assistant", "content": "Noted."}, model="gpt-4o",
-                      usage={"prompt_tokens": 1_000, "completion_tokens": 10})
-            rt.finish_turn(wait=True)
-            rt.close()
-        finally:
-            engine.close()
-            setup.close()
-        kinds = [_kind(b) for b in up.llm.requests]
+    kinds, session_id, other_id = _one_turn(
+        store, tmp_path, "Remember that the staging DB is on 5433.", review_every="1000")
     assert kinds.count("review") == 1
-    review = (10_000 * 1.0 + 500 * 2.0) / 1e6
-    reply = (1_000 * 10.0 + 10 * 20.0) / 1e6
-    assert store.get_session(rt.session_id).cost_usd == pytest.approx(review + reply)
-    assert store.get_session(other.session_id).cost_usd == 0.0
+    assert store.get_session(session_id).cost_usd == pytest.approx(REVIEW_COST + TURN_COST)
+    assert store.get_session(other_id).cost_usd == 0.0
