@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    import logging
 
 
 def lazy_names(package: str, names: Mapping[str, str],
@@ -25,4 +28,27 @@ def lazy_names(package: str, names: Mapping[str, str],
     return __getattr__
 
 
-__all__ = ["lazy_names"]
+class _Logger:
+    """Stands in for ``logging.getLogger(name)`` and imports ``logging`` (5 ms) on first use:
+    modules on the start-up path log only on rare events."""
+
+    __slots__ = ("_logger", "_name")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._logger: Any = None
+
+    def __getattr__(self, attr: str) -> Any:
+        if self._logger is None:
+            import logging
+
+            self._logger = logging.getLogger(self._name)
+        return getattr(self._logger, attr)
+
+
+def logger(name: str) -> logging.Logger:
+    """``logging.getLogger(name)``, with ``logging`` imported when something is first logged."""
+    return cast("logging.Logger", _Logger(name))
+
+
+__all__ = ["lazy_names", "logger"]

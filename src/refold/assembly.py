@@ -18,10 +18,10 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from refold._records import dataclass, field
 from refold.config import Settings
 from refold.errors import InvalidInput
 

@@ -16,17 +16,16 @@ key and the valid ones; ``Settings.source_of(name)`` says where each value came 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
-import tomllib
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from refold import _records as records
+from refold._records import dataclass, field
 from refold.compaction.policy import CompactionPolicy, ModelOverride
 from refold.errors import InvalidInput
 
@@ -122,13 +121,13 @@ class Settings:
         for name in values:
             if name not in _FIELD_TYPES:
                 raise _unknown(name, "settings", list(SETTING_NAMES))
-        for spec in dataclasses.fields(self):
+        for spec in records.fields(self):
             if spec.name in values:
                 value = _checked(spec.name, _FIELD_TYPES[spec.name], values[spec.name])
-            elif spec.default is not dataclasses.MISSING:
+            elif spec.default is not records.MISSING:
                 value = spec.default
             else:
-                value = spec.default_factory()  # type: ignore[operator]
+                value = spec.default_factory()
             setattr(self, spec.name, value)
         self._sources: dict[str, str] = {}
 
@@ -198,7 +197,7 @@ def _fold_compaction(data: dict[str, Any]) -> dict[str, Any]:
     rest = {k: v for k, v in data.items() if k not in flat}
     base = rest.get("compaction", {})
     if isinstance(base, CompactionPolicy):
-        base = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
+        base = {f.name: getattr(base, f.name) for f in records.fields(base)}
     rest["compaction"] = {**base, **flat}
     return rest
 
@@ -323,8 +322,8 @@ _POLICY_TYPES: dict[str, Any] = typing.get_type_hints(CompactionPolicy)
 _FIELD_TYPES: dict[str, Any] = typing.get_type_hints(Settings)
 
 
-COMPACTION_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(CompactionPolicy))
-_OWN_FIELDS = tuple(f.name for f in dataclasses.fields(Settings) if f.name != "compaction")
+COMPACTION_FIELDS: tuple[str, ...] = tuple(f.name for f in records.fields(CompactionPolicy))
+_OWN_FIELDS = tuple(f.name for f in records.fields(Settings) if f.name != "compaction")
 SETTING_NAMES: tuple[str, ...] = (*_OWN_FIELDS, *COMPACTION_FIELDS)
 
 # Tables in refold.toml: short name -> setting. A table also takes the settings' full names.
@@ -451,6 +450,8 @@ def _toml_layer(home: Path) -> Layer:
     path = home / "refold.toml"
     if not path.is_file():
         return {}
+    import tomllib  # only with a settings file: most commands of a new install have none
+
     try:
         with path.open("rb") as fh:
             data = tomllib.load(fh)
@@ -537,7 +538,7 @@ def shown_value(settings: Settings, name: str) -> Any:
     if isinstance(value, Path):
         return str(value)
     if isinstance(value, tuple):
-        return [dataclasses.asdict(v) if dataclasses.is_dataclass(v) and not isinstance(v, type)
+        return [records.asdict(v) if records.is_record(v) and not isinstance(v, type)
                 else v for v in value]
     return value
 

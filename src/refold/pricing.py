@@ -28,8 +28,8 @@ Not verified here: anything else — add it under ``[pricing."model"]``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
+from refold._records import dataclass
 from refold.errors import InvalidInput
 
 

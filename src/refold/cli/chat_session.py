@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
+from refold._records import dataclass, field
 from refold.errors import InvalidInput, UpstreamError
 from refold.llm import ChatClient, ChatResult, HttpChatClient
 from refold.llm.stream import stream_completion

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from refold._records import dataclass, field
 from refold.cli.demo_script import (
     EARLIER_TITLE,
     FAKE_TOOLS,

@@ -15,8 +15,9 @@ real: memory, todo, session_search).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
+
+from refold._records import dataclass, field
 
 PROJECT = "acme-billing"
 

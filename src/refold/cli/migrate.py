@@ -7,11 +7,11 @@ Re-running is safe: what the target has already is skipped and verified again.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import click
 
+from refold import _records as records
 from refold.cli.app import AppContext, console, emit, err_console, pass_app
 from refold.errors import InvalidInput, StorageError
 from refold.memory.db import DBBackend
@@ -65,7 +65,7 @@ def _render_files(transfer: MemoryTransfer, where: str) -> None:
 
 
 def _transfer_json(transfer: MemoryTransfer) -> dict[str, Any]:
-    return dataclasses.asdict(transfer)
+    return records.asdict(transfer)
 
 
 @click.command("migrate")
@@ -109,7 +109,7 @@ def migrate_cmd(app: AppContext, source_url: str | None, target_url: str | None,
             target.close()
     finally:
         source.close()
-    emit({**dataclasses.asdict(report), "ok": report.ok, "memory_files": _transfer_json(files)},
+    emit({**records.asdict(report), "ok": report.ok, "memory_files": _transfer_json(files)},
          as_json, lambda _: _render_all(report, files, source_url, target_url))
     if not report.ok:
         raise StorageError(f"the copy differs from the source in {len(report.mismatches)} "

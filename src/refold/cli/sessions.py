@@ -8,7 +8,6 @@ or plain lines for people. ``compact`` is mounted lazily from ``refold.cli.compa
 from __future__ import annotations
 
 import collections
-import dataclasses
 import json
 import os
 import sys
@@ -17,6 +16,7 @@ from typing import Any
 
 import click
 
+from refold import _records as records
 from refold.cli.app import AppContext, LazyGroup, console, emit, pass_app, stdin_is_tty
 from refold.cli.terminal import safe_text
 from refold.errors import InvalidInput, NotFound
@@ -29,7 +29,7 @@ from refold.store.output import atomic_output
 
 
 def session_json(session: Session) -> dict[str, Any]:
-    return dataclasses.asdict(session)
+    return records.asdict(session)
 
 
 def message_json(stored: StoredMessage) -> dict[str, Any]:
@@ -317,7 +317,7 @@ def rewind_cmd(app: AppContext, ref: str, at_seq: int, as_json: bool) -> None:
     """Mark messages from --at SEQ on inactive (reversible with undo-rewind)."""
     store = app.store
     record = store.rewind(store.resolve_session(ref).id, at_seq)
-    emit(dataclasses.asdict(record), as_json, lambda r: click.echo(
+    emit(records.asdict(record), as_json, lambda r: click.echo(
         f"rewound {r['count']} message(s) from seq {r['from_seq']} "
         f"(undo: refold sessions undo-rewind {r['id']})"))
 
@@ -330,7 +330,7 @@ def rewinds_cmd(app: AppContext, ref: str, as_json: bool) -> None:
     """List a session's rewinds (their ids are what undo-rewind takes), oldest first."""
     store = app.store
     rewinds = store.list_rewinds(store.resolve_session(ref).id)
-    rows = [{**dataclasses.asdict(r.record), "inactive_seqs": list(r.seqs)} for r in rewinds]
+    rows = [{**records.asdict(r.record), "inactive_seqs": list(r.seqs)} for r in rewinds]
     emit(rows, as_json, _render_rewinds)
 
 
@@ -352,7 +352,7 @@ def _render_rewinds(rows: list[dict[str, Any]]) -> None:
 def undo_rewind_cmd(app: AppContext, rewind_id: int, as_json: bool) -> None:
     """Reactivate the messages a rewind (by its id) marked inactive."""
     record = app.store.undo_rewind(rewind_id)
-    emit(dataclasses.asdict(record), as_json, lambda r: click.echo(
+    emit(records.asdict(record), as_json, lambda r: click.echo(
         f"restored {r['count']} message(s) from seq {r['from_seq']}"))
 
 

@@ -17,9 +17,9 @@ import functools
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from refold._records import dataclass, field
 from refold.compaction.prune import exit_status, first_error_line
 from refold.compaction.tools import Effect, annotations_of, tool_effect
 from refold.messages.model import Message, content_text

@@ -12,8 +12,8 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 
+from refold._records import dataclass
 from refold.compaction.activity import INSPECT
 from refold.compaction.summary import is_summary_message
 from refold.compaction.tools import tool_effect

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from refold._records import asdict, dataclass, field
 from refold.compaction.anchors import extract_anchors, select_anchors
 from refold.compaction.boundaries import (
     align_to_units,

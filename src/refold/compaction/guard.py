@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from refold._records import dataclass
 from refold.compaction.core import CompactionReport
 from refold.compaction.policy import CompactionPolicy, Threshold, threshold_for
 

@@ -17,7 +17,7 @@ count at which auto-compaction triggers:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from refold._records import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class CompactionPolicy:
     lease_seconds: float = 300.0
 
     def with_overrides(self, **changes: object) -> CompactionPolicy:
-        return replace(self, **changes)  # type: ignore[arg-type]
+        return replace(self, **changes)
 
     def override_for(self, model: str | None) -> ModelOverride | None:
         if not model:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from refold._records import dataclass
 from refold.messages.model import Message, content_text
 
 IMAGE_PLACEHOLDER = "[image omitted: an older image, not the latest one]"

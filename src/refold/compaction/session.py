@@ -21,9 +21,9 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from refold._records import dataclass, field
 from refold.compaction.core import CompactionReport, CompactionResult, compact
 from refold.compaction.policy import CompactionPolicy, threshold_for
 from refold.compaction.prune import point_cut_note

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from refold._records import dataclass
 from refold.messages.model import Message, tool_call_ids
 
 STUB_RESULT = "[result not kept in this context — see the context summary above]"

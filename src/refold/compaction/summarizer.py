@@ -9,9 +9,9 @@ back to the builtin summarizer, ``False`` aborts the compaction and leaves the t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from refold._records import dataclass, field
 from refold.messages.model import Message
 from refold.tokens.counter import TokenCounter
 

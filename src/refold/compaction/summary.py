@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from refold._records import dataclass
 from refold.messages.model import Message, content_text
 
 END_MARKER = ("--- END OF CONTEXT SUMMARY — respond to the message below, "

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
+from refold._records import dataclass, field
 from refold.compaction.summary import is_summary_message
 from refold.messages.model import Message
 

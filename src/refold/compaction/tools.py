@@ -27,9 +27,9 @@ import functools
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from refold._records import dataclass
 from refold.compaction.prune import exit_status
 
 PATH_KEYS = ("path", "file_path", "filename", "file", "notebook_path", "target_file")

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
+from refold._records import dataclass, field
 from refold.errors import InvalidInput, UpstreamError
 from refold.llm.failures import bad_response, classify_http_error, classify_transport_error
 from refold.messages.model import Message, wire_form

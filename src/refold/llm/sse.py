@@ -10,9 +10,9 @@ anywhere across network reads; the common event (one ``data: `` line) costs one 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
+from refold._records import dataclass, field
 from refold.messages.model import Message
 
 DONE = "[DONE]"

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -24,6 +23,7 @@ import mcp.types as types
 from mcp.server.lowlevel import Server
 
 from refold import __version__
+from refold._records import dataclass
 from refold.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)

@@ -19,9 +19,9 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any
 
+from refold._records import dataclass, field, replace
 from refold.errors import Conflict, MemoryError_, RefoldError
 from refold.memory.backend import Loaded, MemoryBackend
 from refold.memory.entries import DEFAULT_LIMITS, TARGETS, Usage, check_target, usage_of

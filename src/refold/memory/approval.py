@@ -14,9 +14,9 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from refold._records import dataclass
 from refold.errors import Conflict, InvalidInput, MemoryError_, NotFound
 from refold.memory.actions import MAX_CAS_RETRIES, MemoryStore, WriteResult, check_content
 from refold.memory.entries import check_target, preview

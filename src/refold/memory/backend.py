@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import Any, Protocol
 
+from refold._records import dataclass
 from refold.store.base import MemoryRow
 
 

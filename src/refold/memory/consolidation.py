@@ -10,9 +10,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from refold._records import dataclass, field
 from refold.memory.actions import MemoryView
 from refold.memory.entries import preview
 from refold.memory.similarity import duplicate_pairs

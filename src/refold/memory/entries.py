@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
+from refold._records import dataclass
 from refold.errors import InvalidInput
 from refold.store.base import MemoryRow
 

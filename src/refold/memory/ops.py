@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
+from refold._records import dataclass
 from refold.errors import AmbiguousReference, InvalidInput, MemoryError_, NotFound
 from refold.memory.entries import ENTRY_DELIMITER, char_count, preview
 from refold.store.base import MemoryRow

@@ -22,9 +22,9 @@ import re
 import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from refold._records import dataclass, field
 from refold.errors import RefoldError
 from refold.memory.approval import MemoryWriter
 from refold.memory.ops import make_op

@@ -27,8 +27,8 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from refold._records import dataclass
 from refold.memory.actions import Entry, MemoryStore
 from refold.memory.entries import ENTRY_DELIMITER, HEADERS, TARGETS, Usage
 

@@ -9,8 +9,7 @@ wrote on either side is lost. Entry metadata (created/updated times) travels wit
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from refold._records import dataclass, field
 from refold.memory.backend import MemoryBackend
 from refold.memory.entries import TARGETS
 

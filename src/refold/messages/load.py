@@ -30,10 +30,10 @@ import json
 import logging
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from refold._records import dataclass
 from refold.errors import InvalidInput, MessageValidationError
 from refold.messages.anthropic import from_anthropic
 from refold.messages.model import Message

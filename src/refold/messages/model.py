@@ -10,7 +10,6 @@ the identity of the message before it, so the same history always hashes to the 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any, Literal, NotRequired, TypedDict
 
@@ -87,6 +86,8 @@ def message_identity(message: Message, previous_identity: str | None) -> str:
     """Content hash of ``message`` chained to the identity of the message before it."""
     core = {k: message[k] for k in _IDENTITY_KEYS if k in message and message[k] is not None}
     payload = (previous_identity or "") + "\n" + canonical_json(core)
+    import hashlib  # here: its OpenSSL load (4 ms) is not on the path of a search
+
     return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 

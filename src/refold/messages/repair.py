@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from refold._records import dataclass, field
 from refold.messages.model import Message
 
 MISSING_RESULT = "[no result recorded]"

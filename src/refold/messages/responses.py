@@ -18,9 +18,9 @@ content), which the chat form does not have.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
+from refold._records import dataclass, field
 from refold.errors import InvalidInput
 from refold.messages.model import Message, content_text
 

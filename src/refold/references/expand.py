@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from refold._records import dataclass, field
 from refold.errors import InvalidInput, RefoldError
 from refold.messages.model import Message
 from refold.references.budget import (

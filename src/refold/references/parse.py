@@ -14,7 +14,8 @@ Rules that keep ordinary text ordinary:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from refold._records import dataclass
 
 KINDS = ("session", "file", "folder", "diff", "staged", "git", "url")
 LOCAL_KINDS = frozenset({"file", "folder", "diff", "staged", "git", "url"})

@@ -15,8 +15,8 @@ session of another tenant is "unknown", exactly like one that does not exist.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from refold._records import dataclass
 from refold.errors import AmbiguousReference, NotFound
 from refold.messages.model import Message, content_text
 from refold.references.budget import CountFn, cut_to, default_count

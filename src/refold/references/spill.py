@@ -16,9 +16,9 @@ import contextlib
 import os
 import re
 import secrets
-from dataclasses import dataclass
 from pathlib import Path
 
+from refold._records import dataclass
 from refold.errors import InvalidInput, NotFound, StorageError
 
 _ID = re.compile(r"^[0-9a-f]{24}$")

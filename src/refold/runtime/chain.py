@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from refold._records import dataclass
 from refold.messages.model import Message
 
 

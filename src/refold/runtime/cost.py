@@ -26,9 +26,9 @@ import logging
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
+from refold._records import dataclass
 from refold.errors import BudgetExceeded, RefoldError
 from refold.pricing import Price, cost_usd, price_for
 from refold.store.base import Store, Usage

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from refold._records import dataclass
 from refold.errors import Conflict, InvalidInput, WouldBlock
 from refold.messages.model import Message
 from refold.runtime.chain import KnownChain

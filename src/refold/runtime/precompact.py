@@ -19,9 +19,9 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
+from refold._records import dataclass
 from refold.store.base import CheckpointBase, CheckpointDraft, Projection, Store
 
 log = logging.getLogger(__name__)

@@ -8,9 +8,9 @@ the budget it was measured against. ``classify_error`` reuses ``refold.llm``'s c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from refold._records import dataclass, field
 from refold.errors import UpstreamError
 from refold.messages.model import Message
 

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from refold._records import dataclass
 from refold.compaction.session import carry_state_events
 from refold.errors import RefoldError
 from refold.messages.model import Message, message_identity, wire_form

@@ -26,11 +26,11 @@ Invariants:
 from __future__ import annotations
 
 import copy
-import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
+from refold import _records as records
+from refold._records import dataclass, field
 from refold.messages.model import Message, wire_form
 from refold.store.base import Checkpoint, Projection, StoredMessage, ViewTip
 
@@ -100,7 +100,7 @@ class ViewCache:
 
     def snapshot(self) -> Projection:
         """The projection, as ``Store.projection`` would return it, in copies for planners."""
-        rows = [dataclasses.replace(r, message=copy.deepcopy(r.message)) for r in self.rows]
+        rows = [records.replace(r, message=copy.deepcopy(r.message)) for r in self.rows]
         return Projection(self.session_id, copy.deepcopy(self.checkpoint), rows)
 
 

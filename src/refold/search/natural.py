@@ -21,8 +21,8 @@ Invariant: a sentence whose only content is one term is answered exactly like th
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 
+from refold._records import dataclass
 from refold.search.query import _CJK, LazyPattern, Term, has_cjk
 from refold.search.stopwords import is_stop_word, split_cjk_stops, strip_korean_particle
 

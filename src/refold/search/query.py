@@ -25,9 +25,9 @@ Pure and backend-agnostic; SQLite (FTS5) and PostgreSQL both build their SQL fro
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from refold._records import dataclass
 from refold.errors import SearchQueryError
 
 if TYPE_CHECKING:

@@ -19,10 +19,10 @@ Pure functions over ids, scores and hits; the backends feed them from their inde
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 
+from refold import _records as records
 from refold.store.base import SearchHit
 
 K1 = 1.2
@@ -63,10 +63,10 @@ def collapse_copies(hits: Iterable[SearchHit], roots: Mapping[str, str]) -> list
         target = next((i for i in slots if hit.session_id not in out[i].lineage), None)
         if target is None:
             slots.append(len(out))
-            out.append(dataclasses.replace(hit, lineage=(hit.session_id,)))
+            out.append(records.replace(hit, lineage=(hit.session_id,)))
         else:
             first = out[target]
-            out[target] = dataclasses.replace(first, lineage=(*first.lineage, hit.session_id))
+            out[target] = records.replace(first, lineage=(*first.lineage, hit.session_id))
     return out
 
 

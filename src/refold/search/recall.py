@@ -23,8 +23,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
+from refold._records import dataclass, field
 from refold.errors import SearchQueryError
 from refold.search.query import has_cjk, parse_query
 from refold.store.base import SearchHit, SearchQuery, Store

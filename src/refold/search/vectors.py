@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 import weakref
@@ -26,6 +25,7 @@ from typing import Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from refold import _records as records
 from refold.errors import MissingExtra
 from refold.search.modes import EMBED_MODEL
 from refold.search.rank import collapse_copies
@@ -206,7 +206,7 @@ def hybrid_search(store: Store, query: SearchQuery, *, mode: Mode = "hybrid",
     if mode == "fts" or not query.text.strip():
         return store.search(query)
     index = index or index_for(store)
-    wide = dataclasses.replace(query, limit=max(CANDIDATES, query.limit * 3), window=0)
+    wide = records.replace(query, limit=max(CANDIDATES, query.limit * 3), window=0)
     if mode == "vector":
         vector = _vector_hits(store, index, wide)[:query.limit * 2 + 10]
         fused_hits = collapse_copies(vector, _roots(store, vector))[:query.limit]
@@ -220,11 +220,11 @@ def hybrid_search(store: Store, query: SearchQuery, *, mode: Mode = "hybrid",
         fused = rrf([[(h.session_id, h.seq) for h in words],
                      [(h.session_id, h.seq) for h in vector]], list(weights), k)
         order = sorted(fused, key=lambda key: (-fused[key], -table[key].created_at))
-        ranked = [dataclasses.replace(table[key], score=fused[key])
+        ranked = [records.replace(table[key], score=fused[key])
                   for key in order[:query.limit * 2 + 10]]
         fused_hits = collapse_copies(ranked, _roots(store, ranked))[:query.limit]
     if query.window <= 0:
         return fused_hits
-    return [dataclasses.replace(h, window=store.messages_around(
+    return [records.replace(h, window=store.messages_around(
         h.session_id, h.seq, before=query.window, after=query.window,
         include_inactive=query.include_inactive)) for h in fused_hits]

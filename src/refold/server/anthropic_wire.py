@@ -26,9 +26,9 @@ import copy
 import json
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
+from refold._records import dataclass, field
 from refold.errors import InvalidInput, MessageValidationError
 from refold.messages.anthropic import from_anthropic, tool_input
 from refold.messages.model import Message

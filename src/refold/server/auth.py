@@ -13,7 +13,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+
+from refold._records import dataclass
 
 
 @dataclass(frozen=True)

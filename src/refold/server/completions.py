@@ -62,7 +62,6 @@ import asyncio
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -72,6 +71,7 @@ from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
+from refold._records import dataclass
 from refold.errors import Conflict, InvalidInput, RefoldError, UpstreamError
 from refold.llm.failures import bad_response
 from refold.llm.sse import DONE, EventSplitter, StreamAssembler, parse_chunk

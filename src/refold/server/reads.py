@@ -7,11 +7,11 @@ key can neither list nor open nor find another key's sessions. Store calls run i
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import anyio.to_thread
 
+from refold import _records as records
 from refold.errors import InvalidInput, NotFound
 from refold.server.sessions import SessionPool
 from refold.store.base import SearchHit, SearchQuery, Session, Store, StoredMessage
@@ -20,7 +20,7 @@ MAX_LIMIT = 500
 
 
 def session_json(session: Session) -> dict[str, Any]:
-    return dataclasses.asdict(session)
+    return records.asdict(session)
 
 
 def message_json(row: StoredMessage) -> dict[str, Any]:

@@ -23,9 +23,9 @@ import json
 import secrets
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
+from refold._records import dataclass, field
 from refold.errors import InvalidInput
 from refold.messages.model import Message
 from refold.server.wire import chat_functions

@@ -36,8 +36,8 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
+from refold._records import dataclass, field
 from refold.errors import InvalidInput
 
 log = logging.getLogger(__name__)

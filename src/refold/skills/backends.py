@@ -25,13 +25,13 @@ import logging
 import os
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 import filelock
 
+from refold._records import dataclass
 from refold.errors import InvalidInput, StorageError
 from refold.memory.files import atomic_write
 from refold.skills.format import check_name

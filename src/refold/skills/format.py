@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 
+from refold._records import dataclass, field
 from refold.errors import InvalidInput
 
 NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
+from refold._records import dataclass
 from refold.errors import Conflict, InvalidInput, MemoryError_, NotFound
 from refold.memory.approval import check_mode
 from refold.memory.scan import scan

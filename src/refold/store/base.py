@@ -27,9 +27,9 @@ Invariants every backend keeps (the conformance suite in tests/store checks each
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from refold._records import dataclass, field
 from refold.messages.model import Message
 
 LinkKind = Literal["compaction", "branch", "fork"]

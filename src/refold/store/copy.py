@@ -18,14 +18,14 @@ same-backend copies all work. Invariants:
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from refold import _records as records
+from refold._records import dataclass, field
 from refold.errors import InvalidInput
 from refold.messages.model import canonical_json
 from refold.store.base import Session, Store, StoredMessage
@@ -71,7 +71,7 @@ def parents_first(sessions: Iterable[Session]) -> list[Session]:
             node = by_id.get(node.parent_session_id) if node.parent_session_id else None
         for item in reversed(chain):
             if item.parent_session_id is not None and item.parent_session_id not in by_id:
-                item = dataclasses.replace(item, parent_session_id=None, link_kind=None)
+                item = records.replace(item, parent_session_id=None, link_kind=None)
             ordered.append(item)
             placed.add(item.id)
     return ordered
@@ -154,14 +154,14 @@ def session_digest(store: Store, session_id: str) -> tuple[int, str]:
     def feed(value: object) -> None:
         digest.update(canonical_json(value).encode("utf-8", "surrogatepass") + b"\n")
 
-    session = dataclasses.asdict(store.get_session(session_id))
+    session = records.asdict(store.get_session(session_id))
     feed(session)
     count = 0
     for m in store.iter_messages(session_id, include_inactive=True):
         feed([m.seq, m.identity, m.active, m.token_count, m.created_at, m.message])
         count += 1
     for c in store.list_checkpoints(session_id):
-        feed({k: v for k, v in dataclasses.asdict(c).items() if k != "id"})
+        feed({k: v for k, v in records.asdict(c).items() if k != "id"})
     for e in store.list_events(session_id):
         feed([e.kind, e.payload, e.created_at])
     for r in store.list_rewinds(session_id):

@@ -21,9 +21,9 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
 from typing import Any, Literal, TextIO
 
+from refold._records import asdict, dataclass
 from refold.errors import InvalidInput
 from refold.messages.model import content_text, wire_form
 from refold.store.base import Session, Store, StoredMessage

@@ -15,8 +15,8 @@ Backend-agnostic: only ``Store`` methods are used, so both backends prune the sa
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
+from refold._records import dataclass
 from refold.errors import InvalidInput, NotFound
 from refold.store.base import Session, Store
 

@@ -13,9 +13,10 @@ import json
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from refold._records import dataclass, field
 
 
 @dataclass

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from refold._records import dataclass
 from refold.messages.model import Message
 from refold.tokens.counter import MessageCounter
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
+from refold._records import dataclass
 from refold.errors import InvalidInput, RefoldError
 from refold.messages.model import Message
 

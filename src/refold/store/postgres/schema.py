@@ -17,12 +17,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
+from refold._records import dataclass
 from refold.errors import MigrationError
 from refold.store.postgres.codec import cjk_gram_list
 from refold.store.titles import untag_titles

@@ -22,11 +22,11 @@ tsquery syntax:
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from typing import Any
 
+from refold import _records as records
 from refold.search.natural import NaturalPlan
 from refold.search.query import (
     TRIGRAM_MIN_CHARS,
@@ -167,7 +167,7 @@ class SearchMixin(LedgerMixin):
             hits = titles_first(hits, _title_needles(parsed))[:limit]
             kept = [by_key[(h.session_id, h.seq)] for h in hits]
             windows = self._windows(cur, kept, query)
-        return [dataclasses.replace(h, window=w) for h, w in zip(hits, windows, strict=True)]
+        return [records.replace(h, window=w) for h, w in zip(hits, windows, strict=True)]
 
     def _lineage_roots(self, cur: Cursor, session_ids: set[str]) -> dict[str, str]:
         """Each session's root ancestor (itself when it has no parent)."""

@@ -33,7 +33,6 @@ Invariants:
 
 from __future__ import annotations
 
-import logging
 import os
 import sqlite3
 import threading
@@ -41,9 +40,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Literal
 
+from refold._lazy import logger
 from refold.errors import RefoldError, StorageError, WouldBlock
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 MAX_READERS = 4  # read connections per store (file databases)

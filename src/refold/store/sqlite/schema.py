@@ -22,8 +22,8 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from refold._records import dataclass
 from refold.errors import MigrationError
 from refold.store.sqlite import grams, indexer
 from refold.store.titles import untag_titles

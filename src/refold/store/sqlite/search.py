@@ -27,12 +27,12 @@ checkpoint) are ordinary rows and stay searchable; at most ``MAX_LIMIT`` hits pe
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 import sqlite3
 import time
-from dataclasses import dataclass
 
+from refold import _records as records
+from refold._lazy import logger
+from refold._records import dataclass
 from refold.search.query import ParsedQuery, make_snippet, parse_query
 from refold.search.rank import best_first, collapse_copies, titles_first
 from refold.store.base import SearchHit, SearchQuery
@@ -41,7 +41,7 @@ from refold.store.sqlite.indexcheck import require_intact_index
 from refold.store.sqlite.natural import filters, natural_scores, newest_ids
 from refold.store.sqlite.state import StateOps
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 MAX_LIMIT = 500
 MAX_FETCH = 20_000  # rows fetched at most to fill ``limit`` hits after copies collapse
@@ -115,7 +115,7 @@ class SearchOps(StateOps):
                 hits = self._fts_snippets(conn, parsed, rows, hits)
             if query.window <= 0:
                 return hits
-            return [dataclasses.replace(h, window=self._around(
+            return [records.replace(h, window=self._around(
                 conn, h.session_id, h.seq, query.window, query.window, query.include_inactive))
                 for h in hits]
 
@@ -243,7 +243,7 @@ class SearchOps(StateOps):
         (substring tests) with its arguments.
         """
         if query.sort == "relevance" and self._too_broad_to_rank(conn, table, terms):
-            query = dataclasses.replace(query, sort="recency")
+            query = records.replace(query, sort="recency")
         if query.sort == "relevance":
             top = self._top_candidates(conn, table, match, checks, query, limit)
             if top is not None:
@@ -365,7 +365,7 @@ class SearchOps(StateOps):
             snippet = found.get(rowid) if rowid is not None else None
             if rowid is not None and snippet is None:  # not matched again: the plain snippet
                 snippet = make_snippet(hit.content, parsed.highlight_needles())
-            out.append(hit if snippet is None else dataclasses.replace(hit, snippet=snippet))
+            out.append(hit if snippet is None else records.replace(hit, snippet=snippet))
         return out
 
     @staticmethod

@@ -11,10 +11,10 @@ transaction (see ``database.Database``); ``prune_sessions`` removes only ENDED s
 from __future__ import annotations
 
 import contextlib
-import logging
 import sqlite3
 from typing import Any
 
+from refold._lazy import logger
 from refold.errors import InvalidInput
 from refold.store.sqlite import grams, indexer
 from refold.store.sqlite.bulk import BulkOps
@@ -24,7 +24,7 @@ from refold.store.sqlite.schema import LATEST_VERSION, applied_versions, migrate
 from refold.store.sqlite.search import SearchOps
 from refold.store.sqlite.vectors import VectorOps
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 
 class SQLiteStore(SearchOps, VectorOps, BulkOps):

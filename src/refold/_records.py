@@ -1,0 +1,283 @@
+"""``dataclass`` and ``field`` as in the standard library, at a fraction of the cost to define.
+
+``refold search`` defines some thirty dataclasses before it does any work. The standard library
+compiles each generated method with its own ``exec`` (six for a frozen class: about 1 ms a class
+on a slow machine) and imports ``inspect`` (13 ms) to write docstrings: together a third of the
+start-up of a small search. This module writes ``__init__`` in one ``exec`` and the other methods
+as closures over ``operator.attrgetter``, without importing ``dataclasses``.
+
+Semantics are the standard library's for the subset refold uses: ``frozen``, ``init=False``,
+``field(default=..., default_factory=..., repr=False, compare=False)``, ``__post_init__``,
+inheritance from classes made the same way, mutable defaults refused, methods the class body
+defines itself left alone. ``dataclasses.fields``, ``replace``, ``asdict`` and ``is_dataclass``
+work on these classes: their ``__dataclass_fields__`` is built, from the standard library, the
+first time something asks for it. ``replace`` and ``fields`` here do the same without it.
+``tests/test_records.py`` checks every behaviour against ``dataclasses``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from operator import attrgetter
+from typing import Any, TypeVar, dataclass_transform, overload
+
+T = TypeVar("T", bound=type)
+R = TypeVar("R")
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+_FACTORY = object()  # the default of a parameter whose value comes from a default_factory
+
+
+class FrozenInstanceError(AttributeError):
+    """Raised on assigning to or deleting a field of a frozen record (as ``dataclasses``'s)."""
+
+
+class Field:
+    """One field: its name, default or default factory, and whether repr and compare use it."""
+
+    __slots__ = ("compare", "default", "default_factory", "name", "repr", "type")
+
+    def __init__(self, default: Any = MISSING, default_factory: Any = MISSING,
+                 repr: bool = True, compare: bool = True) -> None:
+        if default is not MISSING and default_factory is not MISSING:
+            raise ValueError("cannot specify both default and default_factory")
+        self.name = ""
+        self.type: Any = None
+        self.default = default
+        self.default_factory = default_factory
+        self.repr = repr
+        self.compare = compare
+
+    def __repr__(self) -> str:
+        return f"Field(name={self.name!r}, default={self.default!r})"
+
+
+def field(*, default: Any = MISSING, default_factory: Any = MISSING, repr: bool = True,
+          compare: bool = True) -> Any:
+    """A field with a default, a default factory, or left out of repr or comparisons."""
+    return Field(default, default_factory, repr, compare)
+
+
+@overload
+def dataclass(cls: T, /) -> T: ...
+
+
+@overload
+def dataclass(*, frozen: bool = False, init: bool = True) -> Callable[[T], T]: ...
+
+
+@dataclass_transform(field_specifiers=(field, Field))
+def dataclass(cls: Any = None, /, *, frozen: bool = False, init: bool = True) -> Any:
+    """``@dataclass``, ``@dataclass(frozen=True)`` or ``@dataclass(init=False)``."""
+    def wrap(klass: T) -> T:
+        return _build(klass, frozen=frozen, init=init)
+    return wrap if cls is None else wrap(cls)
+
+
+def fields(obj: Any) -> tuple[Field, ...]:
+    """The fields of a record class or instance, in definition order (bases first)."""
+    try:
+        return obj.__records_fields__
+    except AttributeError:
+        raise TypeError("must be called with a record type or instance") from None
+
+
+def replace(obj: R, /, **changes: Any) -> R:
+    """A copy of the record ``obj`` with ``changes``, through its ``__init__`` (as
+    ``dataclasses.replace``)."""
+    for f in fields(obj):
+        if f.name not in changes:
+            changes[f.name] = getattr(obj, f.name)
+    return obj.__class__(**changes)
+
+
+_MUTABLE = (list, dict, set)
+
+
+def _collect(cls: type) -> tuple[Field, ...]:
+    own = cls.__dict__
+    merged: dict[str, Field] = {}
+    for base in reversed(cls.__mro__[1:]):
+        for f in base.__dict__.get("__records_fields__", ()):
+            merged[f.name] = f
+    for name, annotation in own.get("__annotations__", {}).items():
+        text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+        if text.startswith(("ClassVar", "typing.ClassVar", "InitVar", "dataclasses.")):
+            raise TypeError(f"{cls.__name__}.{name}: ClassVar and InitVar are not supported here")
+        value = own.get(name, MISSING)
+        spec = value if isinstance(value, Field) else Field(default=value)
+        if isinstance(spec.default, _MUTABLE):
+            raise ValueError(f"mutable default {type(spec.default)} for field {name} is not "
+                             "allowed: use default_factory")
+        spec.name, spec.type = name, annotation
+        if isinstance(value, Field):
+            if spec.default is MISSING:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, spec.default)
+        merged[name] = spec
+    seen_default = False
+    for f in merged.values():
+        has_default = f.default is not MISSING or f.default_factory is not MISSING
+        if seen_default and not has_default:
+            raise TypeError(f"non-default argument {f.name!r} follows default argument")
+        seen_default = seen_default or has_default
+    return tuple(merged.values())
+
+
+def _init(cls: type, specs: tuple[Field, ...], frozen: bool) -> Callable[..., None]:
+    env: dict[str, Any] = {"_FACTORY": _FACTORY, "_set": object.__setattr__}
+    params, body = ["self"], []
+    for f in specs:
+        value = f.name
+        if f.default is not MISSING:
+            env[f"_d_{f.name}"] = f.default
+            params.append(f"{f.name}=_d_{f.name}")
+        elif f.default_factory is not MISSING:
+            env[f"_f_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=_FACTORY")
+            value = f"_f_{f.name}() if {f.name} is _FACTORY else {f.name}"
+        else:
+            params.append(f.name)
+        body.append(f" _set(self, {f.name!r}, {value})" if frozen else f" self.{f.name} = {value}")
+    if hasattr(cls, "__post_init__"):
+        body.append(" self.__post_init__()")
+    source = f"def __init__({', '.join(params)}):\n" + ("\n".join(body) or " pass")
+    exec(source, env)
+    return env["__init__"]
+
+
+def _deferred_init(cls: type, specs: tuple[Field, ...], frozen: bool) -> Callable[..., None]:
+    """An ``__init__`` that compiles the real one on the first call and puts it on the class:
+    a class a command never instantiates never pays for the compile (0.1 ms a field or so)."""
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        real = cls.__dict__["__init__"]
+        if real is __init__:
+            real = _init(cls, specs, frozen)
+            real.__qualname__ = f"{cls.__qualname__}.__init__"
+            cls.__init__ = real  # type: ignore[misc]
+        real(self, *args, **kwargs)
+
+    return __init__
+
+
+def _getter(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
+    if not names:
+        return lambda _obj: ()
+    get = attrgetter(*names)
+    return get if len(names) > 1 else lambda obj: (get(obj),)
+
+
+def _build(cls: T, *, frozen: bool, init: bool) -> T:
+    own = cls.__dict__
+    if frozen and ("__setattr__" in own or "__delattr__" in own):
+        raise TypeError(f"cannot overwrite __setattr__ or __delattr__ in frozen {cls.__name__}")
+    specs = _collect(cls)
+    names = frozenset(f.name for f in specs)
+    compared = _getter([f.name for f in specs if f.compare])
+    shown = tuple(f.name for f in specs if f.repr)
+    methods: dict[str, Any] = {}
+    if init:
+        methods["__init__"] = _deferred_init(cls, specs, frozen)
+
+    def __repr__(self: Any) -> str:
+        inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in shown)
+        return f"{self.__class__.__qualname__}({inner})"
+
+    def __eq__(self: Any, other: Any) -> Any:
+        if other.__class__ is self.__class__:
+            return compared(self) == compared(other)
+        return NotImplemented
+
+    methods["__repr__"], methods["__eq__"] = __repr__, __eq__
+    if frozen:
+        def __hash__(self: Any) -> int:
+            return hash(compared(self))
+
+        def __setattr__(self: Any, name: str, value: Any) -> None:
+            if type(self) is cls or name in names:
+                raise FrozenInstanceError(f"cannot assign to field {name!r}")
+            super(cls, self).__setattr__(name, value)  # type: ignore[arg-type]
+
+        def __delattr__(self: Any, name: str) -> None:
+            if type(self) is cls or name in names:
+                raise FrozenInstanceError(f"cannot delete field {name!r}")
+            super(cls, self).__delattr__(name)  # type: ignore[arg-type]
+
+        methods["__hash__"] = __hash__
+        methods["__setattr__"], methods["__delattr__"] = __setattr__, __delattr__
+    elif "__hash__" not in own:
+        methods["__hash__"] = None  # mutable and compared by value: unhashable, as dataclasses
+    for name, fn in methods.items():
+        if name in own and name not in ("__setattr__", "__delattr__"):
+            continue  # the class body's own method wins
+        if fn is not None:
+            fn.__qualname__ = f"{cls.__qualname__}.{name}"
+        setattr(cls, name, fn)
+    cls.__records_fields__ = specs  # type: ignore[attr-defined]
+    cls.__records_frozen__ = frozen  # type: ignore[attr-defined]
+    if init:
+        cls.__match_args__ = tuple(f.name for f in specs)  # type: ignore[attr-defined, misc]
+    cls.__dataclass_fields__ = _StdlibFields()  # type: ignore[attr-defined]
+    return cls
+
+
+class _StdlibFields:
+    """``__dataclass_fields__`` made on first use, so that ``dataclasses.fields``, ``replace``,
+    ``asdict`` and ``is_dataclass`` see a dataclass, without importing ``dataclasses`` before
+    something asks."""
+
+    def __get__(self, obj: Any, owner: type) -> dict[str, Any]:
+        import dataclasses
+
+        made = _stdlib_fields(owner, dataclasses)
+        setattr(owner, "__dataclass_fields__", made)  # noqa: B010 - replaces this descriptor
+        return made
+
+
+def _stdlib_fields(owner: type, dataclasses: Any) -> dict[str, Any]:
+    # a stand-in class the standard library reads the same fields from; generates no methods
+    namespace: dict[str, Any] = {"__annotations__": {}}
+    for f in owner.__records_fields__:  # type: ignore[attr-defined]
+        namespace["__annotations__"][f.name] = f.type
+        given = {"default": f.default, "default_factory": f.default_factory}
+        namespace[f.name] = dataclasses.field(repr=f.repr, compare=f.compare, **{
+            key: value for key, value in given.items() if value is not MISSING})
+    stand_in = type(owner.__name__, (), {**namespace, "__module__": owner.__module__})
+    fixed = dataclasses.dataclass(stand_in, init=False, repr=False, eq=False, match_args=False)
+    return fixed.__dataclass_fields__
+
+
+def is_record(obj: Any) -> bool:
+    """Is ``obj`` a record class or instance made by :func:`dataclass`?"""
+    return hasattr(obj, "__records_fields__")
+
+
+def asdict(obj: Any) -> dict[str, Any]:
+    """A record as a dict, recursing into records, lists, tuples and dicts, other values copied
+    deeply (as ``dataclasses.asdict``)."""
+    if not is_record(obj) or isinstance(obj, type):
+        raise TypeError("asdict() should be called on record instances")
+    return _plain(obj)
+
+
+def _plain(value: Any) -> Any:
+    if is_record(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple keeps its type
+        return type(value)(*[_plain(v) for v in value])
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return type(value)((_plain(k), _plain(v)) for k, v in value.items())
+    import copy
+
+    return copy.deepcopy(value)
