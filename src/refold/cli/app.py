@@ -7,25 +7,17 @@ Commands live in their own modules and are imported only when used (``LazyGroup`
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from refold.errors import InvalidInput, NotFound
+from refold.cli.context import AppContext, to_json
+from refold.errors import InvalidInput
 
 if TYPE_CHECKING:  # both load on first use: `refold --version` and `--help` never need them
-    from refold.config import Settings
-    from refold.store import Store
-
-# commands that only work on sessions already stored: they never create a database
-READ_COMMANDS = frozenset({"search", "sessions", "context"})
-
+    pass
 
 class LazyGroup(click.Group):
     """A click group whose subcommands are ``"module:attribute"`` strings, imported on use."""
@@ -80,86 +72,7 @@ def _unavailable(name: str, exc: ImportError) -> click.Command:
                          short_help=f"(unavailable: cannot import {missing})")
 
 
-@dataclass
-class AppContext:
-    """What every command gets through ``click.pass_obj``: settings and a lazily opened store."""
-
-    flags: dict[str, Any] = field(default_factory=dict)
-    sets: tuple[str, ...] = ()  # --set KEY=VALUE, above the environment, below flags
-
-    @cached_property
-    def settings(self) -> Settings:
-        from refold.config import load_settings
-
-        return load_settings(self.flags, os.environ, sets=self.sets)
-
-    @cached_property
-    def store(self) -> Store:
-        settings = self.settings
-        self._check_exists(settings)
-        from refold.assembly import open_configured_store
-
-        # a read command with a mistyped ?schema= must not create that schema
-        return open_configured_store(settings, create=_invoked_command() not in READ_COMMANDS)
-
-    @staticmethod
-    def _check_exists(settings: Settings) -> None:
-        """A command that only reads existing sessions, given a SQLite path (``--db``,
-        ``REFOLD_DB``) that does not exist, stops with an error instead of creating an empty
-        database there (a typo would otherwise look like an empty archive)."""
-        if settings.db is None or settings.db.startswith(("postgresql://", "postgres://")):
-            return
-        from refold.store import sqlite_file_of
-
-        path = sqlite_file_of(settings.db)
-        if path == ":memory:" or os.path.exists(path):
-            return
-        if _invoked_command() in READ_COMMANDS:
-            raise NotFound(f"no database at {path}",
-                           hint="check --db / REFOLD_DB; `refold import FILE` creates one")
-
-    def protected_paths(self) -> list[Path]:
-        """refold's own files, which no output option may overwrite: the SQLite database and
-        its companions, the memory directory and the settings file."""
-        settings = self.settings
-        paths = [settings.memories_dir, settings.home / "refold.toml"]
-        if "://" not in settings.db_url or settings.db_url.startswith("sqlite://"):
-            from refold.store import sqlite_file_of
-            from refold.store.output import sqlite_files
-
-            database = sqlite_file_of(settings.db_url)
-            if database != ":memory:":
-                paths += sqlite_files(database)
-        return paths
-
-    def close(self) -> None:
-        if "store" in self.__dict__:
-            self.store.close()
-
-
-def _invoked_command() -> str | None:
-    ctx = click.get_current_context(silent=True)
-    return ctx.find_root().invoked_subcommand if ctx is not None else None
-
-
 pass_app = click.make_pass_decorator(AppContext)
-
-
-def _default(value: Any) -> Any:
-    import dataclasses
-
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    return str(value)
-
-
-def to_json(value: Any) -> str:
-    """JSON for ``--json`` output: dataclasses become objects, non-ASCII kept readable."""
-    import json
-
-    return json.dumps(value, default=_default, ensure_ascii=False, indent=2)
 
 
 def emit(value: Any, as_json: bool, render: Callable[[Any], None]) -> None:

@@ -10,26 +10,23 @@ grows, pass ``--session``.
 
 from __future__ import annotations
 
-import re
 import sys
-import time
-from datetime import datetime
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from refold.cli.app import AppContext, emit, pass_app
+from refold.cli.searching import OPTIONS, Option, parse_when, run_search
 from refold.cli.terminal import safe_text
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
 from refold.messages.model import Message, chain_identities
-from refold.store import SearchHit, SearchQuery, Session, Store, StoredMessage
+from refold.store import Session, Store
 
 if TYPE_CHECKING:  # the loaders load with `refold import`, not on `refold search`'s path
     from refold.messages.load import Utf8Repair
 
-_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 # -- import --------------------------------------------------------------------------------------
@@ -144,118 +141,44 @@ def _render_import(report: dict[str, Any]) -> None:
 
 def parse_time(value: str | None, *, now: float | None = None) -> float | None:
     """An ISO date/datetime (local time when naive) or a relative age like 30m, 12h, 7d, 2w."""
-    if value is None:
-        return None
-    text = value.strip()
-    match = _RELATIVE.match(text)
-    if match:
-        return (now if now is not None else time.time()) - \
-            float(match[1]) * _UNIT_SECONDS[match[2]]
     try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        raise click.BadParameter(
-            f"{value!r} is not a date (2026-01-31, 2026-01-31T12:00) or an age (30m, 12h, 7d)"
-        ) from None
+        return parse_when(value, now=now)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def _time_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
     return parse_time(value)
 
 
-def _hit_json(hit: SearchHit) -> dict[str, Any]:
-    return {"session_id": hit.session_id, "title": hit.session_title, "seq": hit.seq,
-            "role": hit.role, "snippet": hit.snippet, "content": hit.content,
-            "created_at": hit.created_at, "score": hit.score, "lineage": list(hit.lineage),
-            "window": [_window_json(m) for m in hit.window]}
+def _click_option(option: Option) -> Callable[[Any], Any]:
+    """The click option for one of ``refold.cli.searching.OPTIONS``."""
+    extra: dict[str, Any] = {}
+    if option.kind == "choice":
+        extra["type"] = click.Choice(list(option.choices))
+    elif option.kind == "int":
+        extra["type"] = click.IntRange(option.low, option.high)
+    elif option.kind == "flag":
+        extra["is_flag"] = True
+    elif option.kind == "time":
+        extra["callback"] = _time_option
+    if option.default is not None and option.kind != "flag":
+        extra["default"] = option.default
+    if option.show_default:
+        extra["show_default"] = True
+    return click.option(option.flag, option.dest, metavar=option.metavar, help=option.help,
+                        **extra)
 
 
-def _window_json(stored: StoredMessage) -> dict[str, Any]:
-    return {"seq": stored.seq, "role": stored.role, "active": stored.active,
-            "message": stored.message}
+def _search_command(fn: Callable[..., None]) -> click.Command:
+    for option in reversed(OPTIONS):  # decorators apply bottom-up; help lists them in order
+        fn = _click_option(option)(fn)
+    return click.command("search")(click.argument("query")(fn))
 
 
-def _highlight(snippet: str, query: str) -> str:
-    """The snippet with the store's ``[match]`` markers shown in bold (on a terminal).
-
-    Content can hold brackets of its own (``order["id"]``), so a bracketed piece counts as a
-    marker only when it shares a word with the query; other brackets are printed as they are.
-    """
-    words = {w.casefold() for w in re.findall(r"[^\W_]+", query)}
-    out = []
-    for i, piece in enumerate(re.split(r"\[([^\[\]]*)\]", snippet)):
-        folded = piece.casefold()
-        if i % 2 and any(w in folded or folded in w for w in words if folded):
-            out.append(click.style(piece, fg="yellow", bold=True))
-        else:
-            out.append(f"[{piece}]" if i % 2 else piece)
-    return "".join(out)
-
-
-def _render_hits(hits: list[dict[str, Any]], query: str) -> None:
-    """One line per hit: session, seq, role, time, the matching text. Plain click output (no
-    table library: a search is on the start-up path, and its lines grep well)."""
-    if not hits:
-        click.echo("no matches")
-        return
-    rows = []
-    for hit in hits:
-        label = safe_text(hit["title"] or hit["session_id"][:12])
-        label = label if len(label) <= 24 else label[:23] + "…"
-        when = datetime.fromtimestamp(hit["created_at"]).strftime("%y-%m-%d %H:%M")
-        rows.append((label, str(hit["seq"]), hit["role"], when,
-                     _highlight(safe_text(hit["snippet"].replace("\n", " ")), query)))
-    header = ("session", "seq", "role", "when", "match")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
-    for label, seq, role, when, match in [header, *rows]:
-        click.echo(f"{label:<{widths[0]}}  {seq:>{widths[1]}}  {role:<{widths[2]}}  "
-                   f"{when:<{widths[3]}}  {match}")
-
-
-def _by_words_only(store: Store, mode: str | None) -> bool:
-    """``--mode fts``, or no mode and nothing indexed for the default embedder (what
-    ``resolve_mode`` would then choose) — known without importing the vector module."""
-    if mode is not None:
-        return mode == "fts"
-    from refold.search.modes import EMBED_MODEL, embed_installed
-
-    return not (embed_installed() and store.vectors_after(EMBED_MODEL, 0, limit=1))
-
-
-@click.command("search")
-@click.argument("query")
-@click.option("--session", "session_ref", metavar="ID", help="Only this session (id/prefix/title).")
-@click.option("--role", type=click.Choice(["system", "developer", "user", "assistant", "tool"]))
-@click.option("--source", help="Only sessions with this source label.")
-@click.option("--since", callback=_time_option,
-              help="Only messages after this time (2026-01-31, 7d, 12h).")
-@click.option("--until", callback=_time_option, help="Only messages before this time.")
-@click.option("--sort", type=click.Choice(["relevance", "recency"]), default="relevance",
-              show_default=True)
-@click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
-@click.option("--window", type=click.IntRange(0, 20), default=1, show_default=True,
-              help="Surrounding messages returned on each side of a hit.")
-@click.option("--all", "include_inactive", is_flag=True, help="Include rewound messages.")
-@click.option("--mode", type=click.Choice(["fts", "vector", "hybrid"]), default=None,
-              help="Words, meaning (needs refold[embed] and `refold index`) or both fused "
-                   "[default: hybrid when refold[embed] is installed and messages are "
-                   "indexed, else fts].")
-@click.option("--json", "as_json", is_flag=True, help="Print hits as JSON.")
+@_search_command
 @pass_app
-def search_cmd(app: AppContext, query: str, session_ref: str | None, role: str | None,
-               source: str | None, since: float | None, until: float | None, sort: str, limit: int,
-               window: int, include_inactive: bool, mode: str | None, as_json: bool) -> None:
+def search_cmd(app: AppContext, query: str, **values: Any) -> None:
     """Search every stored message: a question as you would ask it, in any language."""
-    store = app.store
-    session_id = store.resolve_session(session_ref).id if session_ref else None
-    request = SearchQuery(
-        text=query, session_id=session_id, role=role, source=source,
-        since=since, until=until, include_inactive=include_inactive,
-        sort="recency" if sort == "recency" else "relevance", limit=limit, window=window)
-    if _by_words_only(store, mode):  # no NumPy, no vectors: the start-up path stays short
-        hits = store.search(request)
-    else:
-        from refold.search.vectors import hybrid_search, resolve_mode
-
-        hits = hybrid_search(store, request, mode=resolve_mode(store, mode))
-    emit([_hit_json(h) for h in hits], as_json, lambda rows: _render_hits(rows, query))
+    run_search(app, query, values, click.echo,
+               lambda text: click.style(text, fg="yellow", bold=True))

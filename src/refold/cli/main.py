@@ -1,115 +1,46 @@
-"""The ``refold`` command: global options, the command table, and the one place errors render.
+"""The ``refold`` command's entry point, and the one place errors render.
 
 Every user-facing failure becomes one line on stderr: exit 2 for usage and bad input, 1 for
 everything else. A traceback means a bug in refold; ``REFOLD_DEBUG=1`` shows it for bug reports.
+
+Two command lines run without click, whose import is a third of a small search's start-up:
+``refold --version`` and a plain ``refold search`` (``refold.cli.searching.fast_search``). Every
+other command line, and any search it cannot parse exactly, goes to the click group in
+``refold.cli.commands``, so help and usage errors are click's.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-
-import click
+from typing import Any
 
 from refold import __version__
-from refold.cli.app import AppContext, LazyGroup
 from refold.errors import RefoldError
 
-COMMANDS = {
-    "demo": "refold.cli.demo:demo_cmd",
-    "import": "refold.cli.ledger:import_cmd",
-    "sessions": "refold.cli.sessions:sessions_group",
-    "search": "refold.cli.ledger:search_cmd",
-    "index": "refold.cli.index:index_cmd",
-    "doctor": "refold.cli.doctor:doctor_cmd",
-    "compact": "refold.cli.compact:compact_cmd",
-    "context": "refold.cli.compact:context_cmd",
-    "memory": "refold.cli.memory:memory_group",
-    "serve": "refold.cli.serve:serve_cmd",
-    "chat": "refold.cli.chat:chat_cmd",
-    "mcp": "refold.cli.mcp:mcp_cmd",
-    "migrate": "refold.cli.migrate:migrate_cmd",
-    "config": "refold.cli.config:config_group",
-    "expand": "refold.cli.expand:expand_cmd",
-    "skills": "refold.cli.skills:skills_group",
-}
 
+def __getattr__(name: str) -> Any:  # the group and its tables, for tests and tools that read them
+    if name in ("cli", "COMMANDS", "SUMMARIES"):
+        from refold.cli import commands
 
-# what `refold --help` lists, without importing every command (tests/cli/test_cli_lazy.py keeps
-# these equal to the commands' docstrings); a command missing here is imported to describe it
-SUMMARIES = {
-    "chat": "Chat with a model; history, compaction and memory handled by refold.",
-    "compact": 'Compact a transcript FILE (JSON list, {"messages": [...]}, or JSONL).',
-    "context": "Show what fills SESSION's context window (system, memory, summary, tail by role).",
-    "demo": "Replay a scripted agent session and show compaction, memory, search and resume.",
-    "doctor": "Check the installation: versions, SQLite features, paths and database integrity.",
-    "import": 'Import a transcript FILE (JSON list, {"messages": [...]} or JSONL; - for stdin).',
-    "mcp": "Run an MCP server on stdio exposing memory and session_search.",
-    "memory": "Show and edit persistent memory (MEMORY.md, USER.md) and approve staged writes.",
-    "migrate": "Copy every session, message, checkpoint, event and memory document into another "
-               "store.",
-    "search": "Search every stored message: a question as you would ask it, in any language.",
-    "serve": "Serve the chat completions, Messages and Responses APIs with sessions, compaction "
-             "and memory.",
-    "index": "Embed messages that have no vector yet (resumable), for --mode vector/hybrid.",
-    "config": "Inspect refold's settings (refold.toml, REFOLD_* variables, --set).",
-    "expand": "Expand the @session/@file/@folder/@diff/@staged/@git references in TEXT "
-              "('-': stdin).",
-    "skills": "The skills library: one SKILL.md per kind of task (Claude Code / Hermes format).",
-    "sessions": "List, inspect, export and manage stored sessions.",
-}
-
-
-@click.group(cls=LazyGroup, lazy=COMMANDS, summaries=SUMMARIES, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--home", type=click.Path(file_okay=False), envvar=None,
-              help="Data directory (default: $REFOLD_HOME or the per-user data dir).")
-@click.option("--db", help="Database: a SQLite path, sqlite:///path or postgresql://… "
-                           "(default: $REFOLD_DB or <home>/refold.db).")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="Set any setting for this run, e.g. --set threshold_percent=0.6 or "
-                   "--set summarizer.timeout=30 (repeatable; `refold config show` lists them).")
-@click.option("-v", "--verbose", count=True, help="Log more (-vv for debug).")
-@click.version_option(__version__, prog_name="refold")
-@click.pass_context
-def cli(ctx: click.Context, home: str | None, db: str | None, sets: tuple[str, ...],
-        verbose: int) -> None:
-    """refold — context and memory for LLM agents.
-
-    Keeps an agent's context window fit (compaction), its memory across sessions
-    (MEMORY.md / USER.md) and every message searchable (SQLite or PostgreSQL).
-    """
-    if verbose:
-        import logging  # only here: every command starts without it
-
-        logging.basicConfig(level=logging.DEBUG if verbose > 1 else logging.INFO,
-                            format="%(levelname)s %(name)s: %(message)s")
-    app = AppContext(flags={"home": home, "db": db}, sets=sets)
-    ctx.obj = app
-    ctx.call_on_close(app.close)
+        return getattr(commands, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI and render errors in exactly one place."""
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        status = cli.main(args=argv, prog_name="refold", standalone_mode=False)
-        # outside standalone mode click *returns* the code of ctx.exit(N) instead of exiting
-        if type(status) is int and status != 0:
+        status = _run(args)
+        if status:
             sys.exit(status)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
     except RefoldError as exc:
         if os.environ.get("REFOLD_DEBUG"):
             raise
-        click.echo(f"error: {exc}", err=True)
+        _error(f"error: {exc}")
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
+        _error("interrupted")
         sys.exit(130)
     except BrokenPipeError:
         _silence_stdout()
@@ -126,12 +57,54 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(0)
 
 
+def _run(args: list[str]) -> int:
+    """Run one command line; its exit status."""
+    if args == ["--version"]:
+        sys.stdout.write(f"refold, version {__version__}\n")  # what click's version option says
+        return 0
+    if "search" in args:
+        from refold.cli.searching import fast_search
+
+        fast = fast_search(args)
+        if fast is not None:
+            fast()
+            return 0
+    return _run_click(args)
+
+
+def _run_click(args: list[str]) -> int:
+    import click
+
+    from refold.cli.commands import cli
+
+    try:
+        status = cli.main(args=args, prog_name="refold", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return 2 if isinstance(exc, click.UsageError) else exc.exit_code
+    # outside standalone mode click *returns* the code of ctx.exit(N) instead of exiting
+    return status if type(status) is int else 0
+
+
+def _error(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def _pipe_closed() -> bool:
     """Did click catch EPIPE (the reader of ``refold … | head`` left)? It then swaps stdout
     for its flush-pacifying wrapper (``_PacifyFlushWrapper``; ``PacifyFlushWrapper`` before
     click 8.2)."""
-    wrapper = getattr(click.utils, "_PacifyFlushWrapper", None) \
-        or getattr(click.utils, "PacifyFlushWrapper", None)
+    utils = sys.modules.get("click.utils")
+    if utils is None:
+        return False
+    wrapper = getattr(utils, "_PacifyFlushWrapper", None) \
+        or getattr(utils, "PacifyFlushWrapper", None)
     return isinstance(wrapper, type) and isinstance(sys.stdout, wrapper)
 
 

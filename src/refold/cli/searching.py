@@ -1,0 +1,261 @@
+"""``refold search`` without click: its options, their parsing, the search and its output.
+
+A search is what people run most, often from scripts, and it should answer before they notice a
+start-up: click and what it imports cost a third of a small search. So the options are declared
+once here (``OPTIONS``); ``refold.cli.ledger`` builds the click command from them (help, errors,
+``--help``), and :func:`fast_search` parses a command line itself when it is plain: global
+``--home`` / ``--db`` / ``--set``, ``search``, the query and known options with valid values. Any
+other command line (``--help``, a typo, a bad value, ``-v``) returns None and goes to click, so
+every error message is still click's. ``tests/cli/test_cli_search_fast.py`` checks that both
+paths print the same for the same command line.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from refold._records import dataclass
+from refold.cli.context import AppContext, to_json
+from refold.cli.terminal import safe_text
+
+if TYPE_CHECKING:
+    from refold.store import SearchHit, Store, StoredMessage
+
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of ``refold search``: its flag, the parameter it fills, and its values."""
+
+    flag: str
+    dest: str
+    kind: str = "text"  # text | choice | int | flag | time
+    choices: tuple[str, ...] = ()
+    low: int = 0
+    high: int = 0
+    default: Any = None
+    show_default: bool = False
+    metavar: str | None = None
+    help: str | None = None
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("--session", "session_ref", metavar="ID", help="Only this session (id/prefix/title)."),
+    Option("--role", "role", "choice", ("system", "developer", "user", "assistant", "tool")),
+    Option("--source", "source", help="Only sessions with this source label."),
+    Option("--since", "since", "time", help="Only messages after this time (2026-01-31, 7d, 12h)."),
+    Option("--until", "until", "time", help="Only messages before this time."),
+    Option("--sort", "sort", "choice", ("relevance", "recency"), default="relevance",
+           show_default=True),
+    Option("--limit", "limit", "int", low=1, high=1000, default=20, show_default=True),
+    Option("--window", "window", "int", low=0, high=20, default=1, show_default=True,
+           help="Surrounding messages returned on each side of a hit."),
+    Option("--all", "include_inactive", "flag", default=False, help="Include rewound messages."),
+    Option("--mode", "mode", "choice", ("fts", "vector", "hybrid"),
+           help="Words, meaning (needs refold[embed] and `refold index`) or both fused "
+                "[default: hybrid when refold[embed] is installed and messages are indexed, "
+                "else fts]."),
+    Option("--json", "as_json", "flag", default=False, help="Print hits as JSON."),
+)
+_BY_FLAG = {option.flag: option for option in OPTIONS}
+_GLOBAL = {"--home": "home", "--db": "db", "--set": "sets"}
+
+
+def parse_when(value: str | None, *, now: float | None = None) -> float | None:
+    """An ISO date/datetime (local time when naive) or a relative age like 30m, 12h, 7d, 2w.
+    Raises ValueError with the message the user sees."""
+    if value is None:
+        return None
+    text = value.strip()
+    match = _RELATIVE.match(text)
+    if match:
+        return (now if now is not None else time.time()) - \
+            float(match[1]) * _UNIT_SECONDS[match[2]]
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is not a date (2026-01-31, 2026-01-31T12:00) or an age (30m, 12h, 7d)"
+        ) from None
+
+
+# -- the search and its output -------------------------------------------------------------------
+
+def hit_json(hit: SearchHit) -> dict[str, Any]:
+    return {"session_id": hit.session_id, "title": hit.session_title, "seq": hit.seq,
+            "role": hit.role, "snippet": hit.snippet, "content": hit.content,
+            "created_at": hit.created_at, "score": hit.score, "lineage": list(hit.lineage),
+            "window": [_window_json(m) for m in hit.window]}
+
+
+def _window_json(stored: StoredMessage) -> dict[str, Any]:
+    return {"seq": stored.seq, "role": stored.role, "active": stored.active,
+            "message": stored.message}
+
+
+def highlight(snippet: str, query: str, bold: Callable[[str], str]) -> str:
+    """The snippet with the store's ``[match]`` markers passed through ``bold``.
+
+    Content can hold brackets of its own (``order["id"]``), so a bracketed piece counts as a
+    marker only when it shares a word with the query; other brackets are printed as they are.
+    """
+    words = {w.casefold() for w in re.findall(r"[^\W_]+", query)}
+    out = []
+    for i, piece in enumerate(re.split(r"\[([^\[\]]*)\]", snippet)):
+        folded = piece.casefold()
+        if i % 2 and any(w in folded or folded in w for w in words if folded):
+            out.append(bold(piece))
+        else:
+            out.append(f"[{piece}]" if i % 2 else piece)
+    return "".join(out)
+
+
+def render_hits(hits: list[dict[str, Any]], query: str, echo: Callable[[str], None],
+                bold: Callable[[str], str]) -> None:
+    """One line per hit: session, seq, role, time, the matching text. Plain lines (no table
+    library: a search is on the start-up path, and its lines grep well)."""
+    if not hits:
+        echo("no matches")
+        return
+    rows = []
+    for hit in hits:
+        label = safe_text(hit["title"] or hit["session_id"][:12])
+        label = label if len(label) <= 24 else label[:23] + "…"
+        when = time.strftime("%y-%m-%d %H:%M", time.localtime(hit["created_at"]))
+        rows.append((label, str(hit["seq"]), hit["role"], when,
+                     highlight(safe_text(hit["snippet"].replace("\n", " ")), query, bold)))
+    header = ("session", "seq", "role", "when", "match")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    for label, seq, role, when, match in [header, *rows]:
+        echo(f"{label:<{widths[0]}}  {seq:>{widths[1]}}  {role:<{widths[2]}}  "
+             f"{when:<{widths[3]}}  {match}")
+
+
+def _by_words_only(store: Store, mode: str | None) -> bool:
+    """``--mode fts``, or no mode and nothing indexed for the default embedder (what
+    ``resolve_mode`` would then choose) — known without importing the vector module."""
+    if mode is not None:
+        return mode == "fts"
+    from refold.search.modes import EMBED_MODEL, embed_installed
+
+    return not (embed_installed() and store.vectors_after(EMBED_MODEL, 0, limit=1))
+
+
+def run_search(app: AppContext, query: str, values: dict[str, Any],
+               echo: Callable[[str], None], bold: Callable[[str], str]) -> None:
+    """Search the store for ``query`` with the options' ``values`` and print the hits."""
+    from refold.store import SearchQuery
+
+    store = app.store
+    ref = values["session_ref"]
+    request = SearchQuery(
+        text=query, session_id=store.resolve_session(ref).id if ref else None,
+        role=values["role"], source=values["source"], since=values["since"],
+        until=values["until"], include_inactive=values["include_inactive"],
+        sort="recency" if values["sort"] == "recency" else "relevance", limit=values["limit"],
+        window=values["window"])
+    if _by_words_only(store, values["mode"]):  # no NumPy, no vectors: the start-up path stays short
+        hits = store.search(request)
+    else:
+        from refold.search.vectors import hybrid_search, resolve_mode
+
+        hits = hybrid_search(store, request, mode=resolve_mode(store, values["mode"]))
+    rows = [hit_json(h) for h in hits]
+    if values["as_json"]:
+        echo(to_json(rows))
+    else:
+        render_hits(rows, query, echo, bold)
+
+
+# -- the click-free path ---------------------------------------------------------------------------
+
+def _value(option: Option, text: str) -> Any:
+    """The option's value from ``text``, or raise ValueError (then click says what is wrong)."""
+    if option.kind == "choice" and text not in option.choices:
+        raise ValueError(text)
+    if option.kind == "int":
+        number = int(text)  # click accepts what int() accepts
+        if not option.low <= number <= option.high:
+            raise ValueError(text)
+        return number
+    if option.kind == "time":
+        return parse_when(text)
+    return text
+
+
+def _split(args: Sequence[str], i: int, known: dict[str, Any]) -> tuple[Any, str, int] | None:
+    """The option at ``args[i]``, its text value and the next index; None when not plain."""
+    flag, eq, inline = args[i].partition("=")
+    target = known.get(flag)
+    if target is None:
+        return None
+    if isinstance(target, Option) and target.kind == "flag":
+        return (target, "", i + 1) if not eq else None
+    if eq:
+        return target, inline, i + 1
+    if i + 1 >= len(args):
+        return None
+    return target, args[i + 1], i + 2
+
+
+def fast_search(args: Sequence[str]) -> Callable[[], None] | None:
+    """A runner for a plain ``refold [--home/--db/--set …] search QUERY [options]`` command
+    line, or None when click should handle it."""
+    flags: dict[str, Any] = {"home": None, "db": None}
+    sets: list[str] = []
+    i = 0
+    while i < len(args) and args[i] != "search":
+        step = _split(args, i, _GLOBAL)
+        if step is None:
+            return None
+        dest, text, i = step
+        if dest == "sets":
+            sets.append(text)
+        else:
+            flags[dest] = text
+    values: dict[str, Any] = {option.dest: option.default for option in OPTIONS}
+    query: str | None = None
+    i += 1
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("-") and arg != "-":
+            step = _split(args, i, _BY_FLAG)
+            if step is None:
+                return None
+            option, text, i = step
+            try:
+                values[option.dest] = True if option.kind == "flag" else _value(option, text)
+            except ValueError:
+                return None
+        elif query is None and arg != "-":
+            query, i = arg, i + 1
+        else:
+            return None
+    if query is None or i == 0:
+        return None
+    found: str = query
+
+    def run() -> None:
+        app = AppContext(flags=flags, sets=tuple(sets), command="search")
+        try:
+            run_search(app, found, values, _echo, _bold if sys.stdout.isatty() else str)
+        finally:
+            app.close()
+
+    return run
+
+
+def _echo(text: str) -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _bold(text: str) -> str:
+    return f"\x1b[33m\x1b[1m{text}\x1b[0m"  # what click.style(fg="yellow", bold=True) writes
