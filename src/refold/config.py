@@ -90,6 +90,9 @@ class Settings:
     user_char_limit: int = 1375  # USER.md
     memory_review_every_turns: int = 10  # 0: never by turns
     memory_review_every_tool_iterations: int = 15  # 0: never by tool calls
+    # a session with unflushed rows and no new message for this long counts as ended: `refold
+    # serve` flushes it (its process may have died before the session's end); 0: never
+    memory_flush_idle_minutes: float = 30.0
     # references (refold.references): the directory the proxy lets @file/@folder/@diff/@git
     # read (None: off in the proxy; `refold chat` and `refold expand` use their working dir)
     allow_local_refs: Path | None = None
@@ -178,6 +181,7 @@ BOUNDS: dict[str, tuple[float, bool, float | None]] = {
     "memory_char_limit": (0, False, None), "user_char_limit": (0, False, None),
     "memory_review_every_turns": (0, True, None),
     "memory_review_every_tool_iterations": (0, True, None),
+    "memory_flush_idle_minutes": (0, True, None),
     "import_max_bytes": (0, True, None), "session_budget_usd": (0, True, None),
     "recall_max_tokens": (0, False, 8000), "recall_limit": (1, True, 20),
     "serve_workers": (1, True, None), "serve_session_cache": (1, True, None),
@@ -340,7 +344,8 @@ SECTIONS: dict[str, dict[str, str]] = {
                "provider": "memory_provider", "memory_char_limit": "memory_char_limit",
                "user_char_limit": "user_char_limit",
                "review_every_turns": "memory_review_every_turns",
-               "review_every_tool_iterations": "memory_review_every_tool_iterations"},
+               "review_every_tool_iterations": "memory_review_every_tool_iterations",
+               "flush_idle_minutes": "memory_flush_idle_minutes"},
     "serve": {"api_keys": "api_keys", "host": "host", "port": "port",
               "max_body_bytes": "max_body_bytes", "header_timeout": "header_timeout",
               "body_timeout": "body_timeout", "max_json_depth": "max_json_depth",

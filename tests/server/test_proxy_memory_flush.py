@@ -89,3 +89,26 @@ def test_an_llm_reviewer_on_the_summary_endpoint_flushes_an_evicted_session(
     assert "release branch is cut on Thursdays" in reviews[0]["messages"][-1]["content"]
     assert [t["function"]["name"] for t in reviews[0]["tools"]] == ["memory"]
     assert len(up.llm.requests) == 2  # the main model answered the two turns, nothing else
+
+
+def test_serve_flushes_a_session_a_dead_process_left_unflushed(
+        start_proxy: ProxyFactory, sqlite_store: Store, tmp_path: Path) -> None:
+    from refold.runtime import Engine
+
+    home = tmp_path / "home"
+    dead = Engine(sqlite_store, model="m", context_length=32_000, memory_dir=home / "memories")
+    rt = dead.open_session(new=True, title="from-the-dead")  # an earlier serve, killed
+    rt.prepare([{"role": "user", "content": "Remember that the backup runs at 02:00."}])
+    rt.record({"role": "assistant", "content": "ok"})
+    try:
+        with serve(default=lambda _b: "ok") as up:
+            proxy = start_proxy(up, memory_flush_idle_minutes=0.005)  # idle after 0.3 s
+            client = openai.OpenAI(base_url=proxy.base_url, api_key="none", max_retries=0)
+            _say(client, "live", "Remember that the office closes at six.")
+            _wait_for(lambda: "backup runs at 02:00" in _memory_text(home))
+            assert _flushed(sqlite_store, "from-the-dead")[0]["reason"] == "idle"
+            time.sleep(0.8)  # several sweeps later: the live session is open in the proxy
+            assert _flushed(sqlite_store, "live") == []
+    finally:
+        dead.close()
+    assert _memory_text(home).count("backup runs at 02:00") == 1

@@ -140,6 +140,73 @@ def snapshot_cmd(app: AppContext, as_json: bool) -> None:
          lambda v: click.echo(v["text"] or "(memory is empty)"))
 
 
+_AGE = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def _age(text: str | None, default_minutes: float) -> float:
+    """Seconds of an age such as 30m, 2h, 1d or 0 (None: ``default_minutes``)."""
+    if text is None:
+        return default_minutes * 60.0
+    value = text.strip().lower()
+    unit = _AGE.get(value[-1:], 0) if value else 0
+    try:
+        number = float(value[:-1] if unit else value)
+    except ValueError:
+        number = -1.0
+    if number < 0 or (not unit and number != 0):
+        raise click.BadParameter(f"{text!r} is not an age (0, 90s, 30m, 2h, 1d)",
+                                 param_hint="'--idle'")
+    return number * (unit or 1)
+
+
+def _render_flushed(result: dict[str, Any]) -> None:
+    if not result["flushed"]:
+        click.echo(result["nothing"])
+        return
+    click.echo(f"reviewed {len(result['flushed'])} session(s) for memory:")
+    for item in result["flushed"]:
+        click.echo(f"  {item['id'][:12]}  {item['title'] or ''}")
+
+
+@memory_group.command("flush")
+@click.option("--idle", metavar="AGE", help="Sessions with no new message for this long "
+              "(0, 90s, 30m, 2h; default: memory.flush_idle_minutes, 30m).")
+@click.option("--session", "session_ref", metavar="ID",
+              help="Only this session (id or title), idle or not.")
+@_JSON
+@pass_app
+def flush_cmd(app: AppContext, idle: str | None, session_ref: str | None,
+              as_json: bool) -> None:
+    """Review for memory what idle sessions said and no flush read yet.
+
+    A session's end and each compaction flush it on their own; a process that died before the
+    end (a kill, a crash, a closed terminal) leaves its tail unflushed. `refold serve` sweeps
+    such sessions every few minutes; this runs the same sweep now (for cron, or one session).
+    The approval mode applies to what is written.
+    """
+    settings = app.settings
+    if not settings.memory_enabled:
+        raise InvalidInput("memory is off", hint="set memory.enabled = true")
+    seconds = _age(idle, settings.memory_flush_idle_minutes)
+    from refold.assembly import build_engine, summarizer_setup
+
+    setup = summarizer_setup(settings)
+    engine = build_engine(settings, app.store, setup, owner="")
+    try:
+        if session_ref:
+            session = app.store.resolve_session(session_ref, owner="")
+            ids = [session.id] if engine.flush_session(session.id) else []
+        else:
+            ids = engine.flush_idle_sessions(seconds)
+    finally:
+        engine.close()
+        setup.close()
+    flushed = [{"id": sid, "title": app.store.get_session(sid).title} for sid in ids]
+    nothing = ("nothing new to review in that session" if session_ref else
+               "nothing to review: no session idle that long has messages a flush did not read")
+    emit({"flushed": flushed, "nothing": nothing}, as_json, _render_flushed)
+
+
 # -- writes -----------------------------------------------------------------------------------
 
 @memory_group.command("add")

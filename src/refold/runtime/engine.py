@@ -304,6 +304,22 @@ class Engine:
         if self._flush is not None:
             self._flush.after_checkpoint(session_id, through_seq)
 
+    def flush_idle_sessions(self, idle_seconds: float, *, limit: int = 200) -> list[str]:
+        """Review for memory, now, this owner's sessions that have unflushed rows and no new
+        message for ``idle_seconds`` (a process that died before their end left them so); the
+        ids flushed. Nothing when the engine has no builtin memory flush."""
+        if self._flush is None:
+            return []
+        return self._flush.flush_idle(self.owner, idle_seconds, holder=f"{self.holder}/sweep",
+                                      limit=limit)
+
+    def flush_session(self, session_id: str) -> bool:
+        """Review ``session_id``'s unflushed rows for memory now, idle or not (``refold memory
+        flush --session``). False when there was nothing new (or no builtin memory flush)."""
+        if self._flush is None:
+            return False
+        return self._flush.flush(session_id, None, "requested") is not None
+
     # -- lifecycle ------------------------------------------------------------------------------
     def close(self) -> None:
         """Finish background work (pre-compaction, memory review) and release resources."""

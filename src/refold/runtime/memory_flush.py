@@ -22,14 +22,17 @@ Invariants:
 - flushes of one session are serialized in the process; a failing reviewer is logged, the
   watermark stays, and the next flush retries the span;
 - a session whose runtime was dropped without ``close`` is flushed when the engine closes
-  (``close``); one that dies with its process keeps its unflushed tail until a flush of that
-  session runs again (its next compaction or end).
+  (``close``); one that dies with its process is flushed when it has been idle long enough
+  (``flush_idle``: ``refold serve`` sweeps every few minutes, ``refold memory flush`` on demand),
+  or at its next compaction or end. Across processes the sweep takes a short lease per session,
+  so two sweepers never review one span twice.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EVENT = "memory_flush"
+SWEEP_LEASE_SECONDS = 300.0  # a sweeper that dies holding one blocks that session this long
 
 
 class MemoryFlush:
@@ -89,6 +93,40 @@ class MemoryFlush:
             pending, self._open = sorted(self._open), set()
         for session_id in pending:
             self._run(session_id, None, "session_end")
+
+    def flush_idle(self, owner: str, idle_seconds: float, *, holder: str, limit: int = 200,
+                   now: float | None = None) -> list[str]:
+        """Flush, now, the sessions of ``owner`` (among the ``limit`` started last) whose
+        unflushed rows end with a message older than ``idle_seconds``: their process died, or
+        they were never closed. Sessions open in this engine are left to their own end. The ids
+        flushed, oldest start first."""
+        if not self.link.can_flush:
+            return []
+        cutoff = (time.time() if now is None else now) - max(0.0, idle_seconds)
+        with self._guard:
+            open_here = set(self._open)
+        flushed: list[str] = []
+        for session in reversed(self.store.list_sessions(limit=limit, owner=owner)):
+            if session.id in open_here or session.message_count == 0:
+                continue
+            lease = f"memory-flush:{session.id}"
+            if not self.store.acquire_lease(lease, holder, SWEEP_LEASE_SECONDS):
+                continue  # another process is flushing it
+            try:
+                if self._idle_tail(session.id, cutoff) and \
+                        self.flush(session.id, None, "idle") is not None:
+                    flushed.append(session.id)
+            except Exception as exc:  # one session's failure never stops the sweep
+                log.warning("session %s: idle memory flush failed: %s", session.id,
+                            exc.__class__.__name__)
+            finally:
+                self.store.release_lease(lease, holder)
+        return flushed
+
+    def _idle_tail(self, session_id: str, cutoff: float) -> bool:
+        start = max(self.watermark(session_id), self._carried_end(session_id))
+        last = self.store.get_messages(session_id, start_seq=start + 1)
+        return bool(last) and last[-1].created_at <= cutoff
 
     # -- running one --------------------------------------------------------------------------
     def _queue(self, session_id: str, through_seq: int | None, reason: str) -> None:

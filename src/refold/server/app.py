@@ -16,7 +16,9 @@ engines (which join their background work) and the store.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -107,6 +109,9 @@ async def parse_body(raw: bytes, max_depth: int) -> Any:
     return body
 
 
+SWEEP_SESSIONS = 200  # the sessions started last that each idle-memory sweep looks at
+
+
 class ProxyApp:
     """The state behind the routes; ``build()`` returns the Starlette app."""
 
@@ -153,10 +158,39 @@ class ProxyApp:
         light = bool(getattr(self.store, "commits_are_quick", False))
         self.proxy = Proxy(pool=pool, upstream=self.upstream, default_model=self.settings.model,
                            drain=Drain(), light=light)
+        minutes = self.settings.memory_flush_idle_minutes
+        sweeper = (asyncio.create_task(self._sweep_idle(pool, minutes * 60.0))
+                   if minutes > 0 and self.settings.memory_enabled else None)
         try:
             yield
         finally:
+            if sweeper is not None:
+                sweeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sweeper
             await self.shutdown()
+
+    async def _sweep_idle(self, pool: SessionPool, idle_seconds: float) -> None:
+        """Flush memory for sessions idle ``idle_seconds`` (a serve process that died before
+        their end, or a client that just stopped), every ``idle_seconds / 2`` (at most 5 min),
+        each tenant's with its own engine (its memory)."""
+        interval = min(max(idle_seconds / 2, 0.2), 300.0)
+        store = self.store
+        assert store is not None
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                sessions = await anyio.to_thread.run_sync(
+                    lambda: store.list_sessions(limit=SWEEP_SESSIONS))
+                for owner in sorted({s.owner for s in sessions}):
+                    engine = await pool.engine(owner)
+                    flushed = await anyio.to_thread.run_sync(
+                        functools.partial(engine.flush_idle_sessions, idle_seconds,
+                                          limit=SWEEP_SESSIONS))
+                    if flushed:
+                        log.info("memory flushed for %d idle session(s)", len(flushed))
+            except Exception as exc:  # upkeep: never takes the server down, tries again later
+                log.warning("idle memory sweep failed: %s", exc.__class__.__name__)
 
     def _open_store(self) -> Store:
         return open_configured_store(
