@@ -64,6 +64,16 @@ def test_construction_repr_and_equality_match_the_standard_library(frozen: bool)
         rec(1, nope=2)
 
 
+@pytest.mark.parametrize("frozen", [True, False])
+def test_signatures_match_the_standard_library(frozen: bool) -> None:
+    import inspect
+
+    std, rec = _pair(frozen)
+    assert str(inspect.signature(rec)) == str(inspect.signature(std))  # before any instance
+    rec(1)
+    assert str(inspect.signature(rec)) == str(inspect.signature(std))
+
+
 def test_frozen_records_hash_and_refuse_assignment_as_the_standard_library() -> None:
     std, rec = _pair(True)
     # compare=False: not hashed; a list field makes it unhashable, as in dataclasses

@@ -33,7 +33,14 @@ class _Missing:
 
 
 MISSING: Any = _Missing()
-_FACTORY = object()  # the default of a parameter whose value comes from a default_factory
+class _Factory:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+_FACTORY: Any = _Factory()  # the default of a parameter whose value comes from a default_factory
 
 
 class FrozenInstanceError(AttributeError):
@@ -151,22 +158,46 @@ def _init(cls: type, specs: tuple[Field, ...], frozen: bool) -> Callable[..., No
     if hasattr(cls, "__post_init__"):
         body.append(" self.__post_init__()")
     source = f"def __init__({', '.join(params)}):\n" + ("\n".join(body) or " pass")
-    exec(source, env)
-    return env["__init__"]
+    exec(source, env)  # the source is built above from the class's own field names
+    made: Callable[..., None] = env["__init__"]
+    made.__annotations__ = {**{f.name: f.type for f in specs}, "return": None}
+    return made
 
 
 def _deferred_init(cls: type, specs: tuple[Field, ...], frozen: bool) -> Callable[..., None]:
     """An ``__init__`` that compiles the real one on the first call and puts it on the class:
     a class a command never instantiates never pays for the compile (0.1 ms a field or so)."""
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        real = cls.__dict__["__init__"]
-        if real is __init__:
-            real = _init(cls, specs, frozen)
-            real.__qualname__ = f"{cls.__qualname__}.__init__"
-            cls.__init__ = real  # type: ignore[misc]
-        real(self, *args, **kwargs)
+        _real_init(cls)(self, *args, **kwargs)
 
+    __init__._records_specs = (specs, frozen)  # type: ignore[attr-defined]
     return __init__
+
+
+def _real_init(cls: type) -> Callable[..., None]:
+    """The class's compiled ``__init__``, compiling it now if it is still deferred."""
+    current = cls.__dict__["__init__"]
+    pending = getattr(current, "_records_specs", None)
+    if pending is None:
+        return current
+    real = _init(cls, *pending)
+    real.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = real  # type: ignore[misc]
+    return real
+
+
+class _Signature:
+    """``__signature__`` of a record class, so ``inspect.signature`` shows its fields while
+    ``__init__`` is still deferred."""
+
+    def __get__(self, obj: Any, owner: type) -> Any:
+        if obj is not None or "__records_fields__" not in owner.__dict__ \
+                or "__init__" not in owner.__dict__:
+            return None  # an instance, or a subclass that is not a record: the usual rules
+        import inspect
+
+        signature = inspect.signature(_real_init(owner))
+        return signature.replace(parameters=list(signature.parameters.values())[1:])
 
 
 def _getter(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
@@ -180,6 +211,7 @@ def _build(cls: T, *, frozen: bool, init: bool) -> T:
     own = cls.__dict__
     if frozen and ("__setattr__" in own or "__delattr__" in own):
         raise TypeError(f"cannot overwrite __setattr__ or __delattr__ in frozen {cls.__name__}")
+    own_init = "__init__" in own  # (own is live: read it before the methods go in)
     specs = _collect(cls)
     names = frozenset(f.name for f in specs)
     compared = _getter([f.name for f in specs if f.compare])
@@ -227,6 +259,8 @@ def _build(cls: T, *, frozen: bool, init: bool) -> T:
     if init:
         cls.__match_args__ = tuple(f.name for f in specs)  # type: ignore[attr-defined, misc]
     cls.__dataclass_fields__ = _StdlibFields()  # type: ignore[attr-defined]
+    if init and not own_init:
+        cls.__signature__ = _Signature()  # type: ignore[attr-defined]
     return cls
 
 
