@@ -114,6 +114,39 @@ def test_the_standard_library_reads_refold_records() -> None:
     assert records.asdict(point)["tags"] is not point.tags  # copied, as dataclasses.asdict
 
 
+def test_replace_copies_fields_only_and_runs_what_init_would() -> None:
+    from functools import cached_property
+
+    seen: list[int] = []
+
+    @records.dataclass(frozen=True)
+    class Cached:
+        n: int
+
+        @cached_property
+        def double(self) -> int:
+            return self.n * 2
+
+    @records.dataclass(frozen=True)
+    class Checked:
+        n: int
+
+        def __post_init__(self) -> None:
+            seen.append(self.n)
+
+    first = Cached(2)
+    assert first.double == 4  # cached in the instance's __dict__
+    moved = records.replace(first, n=5)
+    assert (moved.n, moved.double) == (5, 10)  # the cache is not copied
+    assert records.replace(first) == first and records.replace(first) is not first
+    with pytest.raises(TypeError):
+        records.replace(first, nope=1)
+    with pytest.raises(records.FrozenInstanceError):
+        moved.n = 1  # type: ignore[misc]
+    records.replace(Checked(1), n=3)
+    assert seen == [1, 3]  # __post_init__ ran for the copy, as dataclasses.replace does
+
+
 def test_nested_records_and_containers_become_plain_data() -> None:
     @records.dataclass(frozen=True)
     class Inner:

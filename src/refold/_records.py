@@ -98,12 +98,24 @@ def fields(obj: Any) -> tuple[Field, ...]:
 
 
 def replace(obj: R, /, **changes: Any) -> R:
-    """A copy of the record ``obj`` with ``changes``, through its ``__init__`` (as
-    ``dataclasses.replace``)."""
+    """A copy of the record ``obj`` with ``changes`` (as ``dataclasses.replace``).
+
+    When the class's ``__init__`` is the generated one and there is no ``__post_init__``, what
+    ``__init__`` would do is assign each field: the copy then takes the fields' values directly
+    (a search builds hundreds of copies of its hits). Otherwise it goes through ``__init__``."""
+    cls = obj.__class__
+    names = cls.__dict__.get("__records_plain__")
+    if names is not None and names.issuperset(changes):
+        state = obj.__dict__
+        copied = object.__new__(cls)
+        copied.__dict__.update(state if len(state) == len(names)
+                               else {n: state[n] for n in names})
+        copied.__dict__.update(changes)
+        return copied
     for f in fields(obj):
         if f.name not in changes:
             changes[f.name] = getattr(obj, f.name)
-    return obj.__class__(**changes)
+    return cls(**changes)
 
 
 _MUTABLE = (list, dict, set)
@@ -256,6 +268,9 @@ def _build(cls: T, *, frozen: bool, init: bool) -> T:
         setattr(cls, name, fn)
     cls.__records_fields__ = specs  # type: ignore[attr-defined]
     cls.__records_frozen__ = frozen  # type: ignore[attr-defined]
+    # replace() may copy fields directly when __init__ would do nothing but assign them
+    plain = init and not own_init and not hasattr(cls, "__post_init__")
+    cls.__records_plain__ = names if plain else None  # type: ignore[attr-defined]
     if init:
         cls.__match_args__ = tuple(f.name for f in specs)  # type: ignore[attr-defined, misc]
     cls.__dataclass_fields__ = _StdlibFields()  # type: ignore[attr-defined]

@@ -190,11 +190,7 @@ def _vector_hits(store: Store, index: VectorIndex, query: SearchQuery) -> list[S
 
 
 def _roots(store: Store, hits: list[SearchHit]) -> dict[str, str]:
-    roots: dict[str, str] = {}
-    for session_id in {h.session_id for h in hits}:
-        chain = store.ancestors(session_id)
-        roots[session_id] = chain[-1].id if chain else session_id
-    return roots
+    return store.lineage_roots({h.session_id for h in hits})
 
 
 def hybrid_search(store: Store, query: SearchQuery, *, mode: Mode = "hybrid",

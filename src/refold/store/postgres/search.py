@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from refold import _records as records
@@ -168,6 +169,10 @@ class SearchMixin(LedgerMixin):
             kept = [by_key[(h.session_id, h.seq)] for h in hits]
             windows = self._windows(cur, kept, query)
         return [records.replace(h, window=w) for h, w in zip(hits, windows, strict=True)]
+
+    def lineage_roots(self, session_ids: Iterable[str]) -> dict[str, str]:
+        with self._tx("lineage_roots") as cur:
+            return self._lineage_roots(cur, set(session_ids))
 
     def _lineage_roots(self, cur: Cursor, session_ids: set[str]) -> dict[str, str]:
         """Each session's root ancestor (itself when it has no parent)."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterable
 
 from refold import _records as records
 from refold._lazy import logger
@@ -104,7 +105,7 @@ class SearchOps(StateOps):
                 rows = self._run(conn, parsed, query, fetch, lazy_snippets=True)
                 if not rows:  # "no matches" must not hide a damaged index
                     require_intact_index(conn)
-                hits = [self._hit(row, parsed) for row in rows]
+                hits = [self._hit(row) for row in rows]
                 hits = collapse_copies(hits, self._lineage_roots(
                     conn, {h.session_id for h in hits}))
                 if len(hits) >= limit or len(rows) < fetch or fetch >= MAX_FETCH:
@@ -113,6 +114,7 @@ class SearchOps(StateOps):
             hits = titles_first(hits, _title_needles(parsed))[:limit]
             if parsed.mode == "fts":  # FTS5 snippets for the hits returned, not every candidate
                 hits = self._fts_snippets(conn, parsed, rows, hits)
+            hits = _plain_snippets(hits, rows, parsed)  # the same: only for the hits returned
             if query.window <= 0:
                 return hits
             return [records.replace(h, window=self._around(
@@ -127,6 +129,10 @@ class SearchOps(StateOps):
                 return
         with self.db.write() as conn:
             indexer.index_pending(conn)
+
+    def lineage_roots(self, session_ids: Iterable[str]) -> dict[str, str]:
+        with self.db.read() as conn:
+            return self._lineage_roots(conn, set(session_ids))
 
     def _lineage_roots(self, conn: sqlite3.Connection, session_ids: set[str]) -> dict[str, str]:
         """Each session's root ancestor (itself when it has no parent)."""
@@ -369,12 +375,24 @@ class SearchOps(StateOps):
         return out
 
     @staticmethod
-    def _hit(row: _Row, parsed: ParsedQuery) -> SearchHit:
-        snippet = row.snippet if row.snippet is not None else make_snippet(
-            row.text, parsed.highlight_needles())
+    def _hit(row: _Row) -> SearchHit:
+        # a row without a snippet (None) gets its plain one if it is among the hits returned
         return SearchHit(session_id=row.session_id, session_title=row.title, seq=row.seq,
-                         role=row.role, snippet=snippet, content=row.text,
+                         role=row.role, snippet=row.snippet or "", content=row.text,
                          created_at=row.created_at, score=row.score)
+
+
+def _plain_snippets(hits: list[SearchHit], rows: list[_Row],
+                    parsed: ParsedQuery) -> list[SearchHit]:
+    """The hits whose rows carry no snippet (None: sentences, trigram, grams and scans) with
+    the plain highlighted one, computed for these hits only (a hybrid search asks for 100 and
+    keeps a few)."""
+    plain = {(r.session_id, r.seq) for r in rows if r.snippet is None}
+    if not plain:
+        return hits
+    needles = parsed.highlight_needles()
+    return [records.replace(h, snippet=make_snippet(h.content, needles))
+            if (h.session_id, h.seq) in plain else h for h in hits]
 
 
 def _title_needles(parsed: ParsedQuery) -> list[str]:
