@@ -51,6 +51,7 @@ def test_memory_flush_after_a_kill(tmp_path: Path) -> None:
     now = _refold(home, "memory", "flush", "--idle", "0")
     assert now.returncode == 0, now.stderr
     assert "reviewed 1 session(s)" in now.stdout and "killed" in now.stdout
+    assert "1 saved" in now.stdout, now.stdout
     assert "VPN drops at midnight" in _memory(home)
 
     again = _refold(home, "memory", "flush", "--idle", "0", "--json")

@@ -165,7 +165,9 @@ def _render_flushed(result: dict[str, Any]) -> None:
         return
     click.echo(f"reviewed {len(result['flushed'])} session(s) for memory:")
     for item in result["flushed"]:
-        click.echo(f"  {item['id'][:12]}  {item['title'] or ''}")
+        click.echo(f"  {item['id'][:12]}  through seq {item['through_seq']}: "
+                   f"{item['saved']} saved, {item['staged']} staged, "
+                   f"{item['duplicates']} near-duplicate(s) left out  {item['title'] or ''}")
 
 
 @memory_group.command("flush")
@@ -201,7 +203,15 @@ def flush_cmd(app: AppContext, idle: str | None, session_ref: str | None,
     finally:
         engine.close()
         setup.close()
-    flushed = [{"id": sid, "title": app.store.get_session(sid).title} for sid in ids]
+    from refold.runtime.memory_flush import EVENT
+
+    flushed = []
+    for sid in ids:
+        last = app.store.list_events(sid, EVENT)[-1].payload
+        flushed.append({"id": sid, "title": app.store.get_session(sid).title,
+                        "through_seq": last.get("through_seq"), "saved": last.get("saved", 0),
+                        "staged": last.get("staged", 0),
+                        "duplicates": last.get("duplicates", 0)})
     nothing = ("nothing new to review in that session" if session_ref else
                "nothing to review: no session idle that long has messages a flush did not read")
     emit({"flushed": flushed, "nothing": nothing}, as_json, _render_flushed)
