@@ -193,18 +193,18 @@ def archive_recall(settings: Settings) -> ArchiveRecall | None:
 
 
 def start_indexer(settings: Settings, store: Store) -> BackgroundIndexer | None:
-    """The store's background embedding thread, started, or None: ``embed_background`` off,
-    the ``refold[embed]`` extra missing, or ``auto`` and the archive never indexed."""
+    """The store's background embedding thread, started, or None (``embed_background`` off,
+    or the ``refold[embed]`` extra missing). With ``auto`` it waits, without loading the model,
+    until the archive holds vectors of the default model (``refold index`` ran, also later or
+    from another process), then keeps them current."""
     from refold.search.vectors import E5Embedder, embed_available
 
     if settings.embed_background == "off" or not embed_available():
         return None
-    if settings.embed_background == "auto" and not store.vectors_after(E5Embedder.model, 0,
-                                                                       limit=1):
-        return None
     from refold.search.indexer import BackgroundIndexer
 
-    return BackgroundIndexer(store).start()
+    wait = E5Embedder.model if settings.embed_background == "auto" else None
+    return BackgroundIndexer(store, once_indexed=wait).start()
 
 
 def build_engine(settings: Settings, store: Store, setup: SummarizerSetup, *,

@@ -159,6 +159,33 @@ def test_a_failing_batch_pauses_the_indexer_and_loses_nothing(store: Store) -> N
     assert len(ids) == len(set(ids)) == 9 and embedder.calls >= 4
 
 
+def test_auto_indexing_starts_when_the_archive_is_first_indexed(store: Store) -> None:
+    """`refold serve` started before any `refold index`: its indexer waits, embeds nothing and
+    loads no model, and keeps the vectors current once another process indexed the archive."""
+    fill(store, 6)
+    made: list[HashEmbedder] = []
+
+    def embedder() -> HashEmbedder:
+        made.append(HashEmbedder())
+        return made[-1]
+
+    indexer = BackgroundIndexer(store, embedder, batch=4, poll_seconds=0.05,
+                                once_indexed="test-hash").start()
+    try:
+        wait_until(lambda: indexer.idle.is_set())
+        assert not made and missing_count(store, "test-hash") == 6  # waiting, nothing loaded
+        (first, _), = store.unembedded_messages("test-hash", limit=1)
+        store.put_vectors("test-hash", [(first, HashEmbedder().passages(["x"])[0]
+                                          .astype(np.float16).tobytes())])  # `refold index`
+        indexer.nudge()
+        wait_until(lambda: missing_count(store, "test-hash") == 0)
+    finally:
+        indexer.close()
+    assert len(made) == 1 and indexer.embedded == 5
+    ids = vector_ids(store, "test-hash")
+    assert len(ids) == len(set(ids)) == 6
+
+
 def test_an_engine_nudges_its_indexer_after_each_turn(store: Store) -> None:
     embedder = HashEmbedder()
     indexer = BackgroundIndexer(store, lambda: embedder, poll_seconds=60).start()
@@ -180,8 +207,10 @@ def test_start_indexer_follows_embed_background(store: Store, tmp_path: Path,
     from refold.search.vectors import E5Embedder
 
     assert start_indexer(Settings(home=tmp_path, embed_background="off"), store) is None
-    # auto: only once the archive holds vectors of the default model (refold index ran)
-    assert start_indexer(Settings(home=tmp_path), store) is None
+    # auto: a thread that waits, model unloaded, for vectors of the default model
+    waiting = start_indexer(Settings(home=tmp_path), store)
+    assert waiting is not None and waiting.once_indexed == E5Embedder.model
+    waiting.close()
     sid = fill(store, 1)
     (first_id, _), = store.unembedded_messages(E5Embedder.model)
     store.put_vectors(E5Embedder.model, [(first_id, np.zeros(384, np.float16).tobytes())])

@@ -118,8 +118,13 @@ class BackgroundIndexer:
 
     def __init__(self, store: Store, embedder: Callable[[], Embedder] = load_embedder, *,
                  batch: int = BATCH, poll_seconds: float = POLL_SECONDS,
-                 full_pass_seconds: float = FULL_PASS_SECONDS) -> None:
+                 full_pass_seconds: float = FULL_PASS_SECONDS,
+                 once_indexed: str | None = None) -> None:
+        """``once_indexed``: a model name; the thread then waits (one cheap query a poll, the
+        embedder not loaded) until the archive holds a vector of that model — ``refold index``
+        ran, perhaps in another process — and indexes from then on."""
         self.store = store
+        self.once_indexed = once_indexed
         self._make_embedder = embedder
         self.batch = batch
         self.poll_seconds = poll_seconds
@@ -154,8 +159,24 @@ class BackgroundIndexer:
         except Exception:  # a busy store: the next pass scans from 0 again
             return 0
 
+    def _wait_for_vectors(self, model: str) -> bool:
+        """Wait until the store holds a ``model`` vector; False when stopped first."""
+        while not self._stop.is_set():
+            try:
+                if self.store.vectors_after(model, 0, limit=1):
+                    return True
+            except Exception as exc:  # a busy or closing store: look again later
+                log.debug("background indexing waits: %s", exc)
+            self.idle.set()  # nothing to do until then
+            self._wake.wait(self.poll_seconds)
+            self._wake.clear()
+        return False
+
     def _run(self) -> None:
         _lower_priority()
+        if self.once_indexed is not None and not self._wait_for_vectors(self.once_indexed):
+            return
+        self.idle.clear()
         try:
             embedder = self._make_embedder()
         except Exception as exc:  # the extra is missing or broken: no vectors, no harm
