@@ -74,3 +74,20 @@ def test_a_cjk_piece_in_a_sentence_never_loses_a_message_holding_it(
     s = store.create_session()
     store.append_messages(s.id, [user(f"前面{piece}后面"), user("完全无关的句子")])
     assert f"前面{piece}后面" in top(store, f"我想找{piece}，在哪里？")
+
+
+def test_with_a_source_filter_a_word_rare_in_that_source_outweighs_its_common_words(
+        store: Store) -> None:
+    # Two users with the same kind of chat: in each, most messages say they like films and one
+    # names a scene. IDF must be counted over the rows the filter keeps, for the collection
+    # size too; the highest id of the whole archive made every term look rare and the two
+    # common words outweighed the one rare word.
+    for name, copies in (("other", 20), ("me", 1)):
+        s = store.create_session(source=name)
+        for _ in range(copies):
+            store.append_messages(s.id, [user(f"{name}喜欢看电影，周末看了一部{n}号电影")
+                                         for n in range(5)])
+            store.append_messages(s.id, [user(f"{name}觉得那个场景很感人，记住了")])
+    hits = store.search(SearchQuery("我最喜欢的电影场景是哪个？", source="me", window=0))
+    assert hits and hits[0].content == "me觉得那个场景很感人，记住了"
+

@@ -6,6 +6,12 @@ Pure functions over ids, scores and hits; the backends feed them from their inde
 - ``bm25`` is Okapi BM25 for a term present once (``tf = 1``): the CJK terms' indexes (the
   gram index stores each gram once per message) and PostgreSQL's per-term tests give presence,
   not counts. SQLite's word index uses FTS5's own ``bm25()`` (true term frequencies).
+- ``filtered_total``: the collection size that goes with document frequencies counted on the
+  rows a query's filters allow (a source, a session, a tenant). IDF needs both counted over the
+  same collection; the highest id with filtered counts makes every term look rare in a small
+  source and flattens the weights (a common CJK bigram weighed nearly what a rare one did).
+  Counting the filtered rows would cost a scan, so the size is estimated from the terms' own
+  postings: the highest id scaled by the share of their postings the filters keep.
 - ``boosted``: a message holding every term is worth ``1 + BOOST_ALL`` times its score, one
   holding an adjacent pair of the query's words as a phrase ``BOOST_PHRASE`` more.
 - ``best_first``: score descending, then newest (highest id) first — the same order on both
@@ -35,6 +41,15 @@ def idf(total: int, df: int) -> float:
     """BM25's inverse document frequency (never negative)."""
     total = max(total, df, 1)
     return math.log(1.0 + (total - df + 0.5) / (df + 0.5))
+
+
+def filtered_total(total: int, kept: list[int], every: list[int]) -> int:
+    """``total`` (all messages) scaled by ``sum(kept) / sum(every)``: each term's postings
+    with the filters and without them. Unfiltered (``kept == every``) it is ``total``."""
+    found = sum(every)
+    if found <= 0:
+        return total
+    return max(1, max(kept, default=0), round(total * min(1.0, sum(kept) / found)))
 
 
 def presence_weight(length: float, average: float) -> float:

@@ -3,7 +3,8 @@
 The twin of ``refold.store.sqlite.natural``, in one SQL statement: each term is a condition
 (a word: ``tsv @@ tsquery``, stemmed by the ``refold_search`` configuration; a CJK piece of 1–2
 characters: the gram array; 3+: ``LIKE`` through the trigram index, so CJK terms stay exact
-substrings). Each term weighs its BM25 IDF, counted on the rows the filters allow; a message
+substrings). Each term weighs its BM25 IDF, counted on the rows the filters allow (the
+collection size scaled to match: ``rank.filtered_total``); a message
 scores the weights of the terms it holds times BM25's length factor for one occurrence
 (PostgreSQL's text search gives presence, not term counts), boosted when it holds every term
 or an adjacent pair of the query's words as a phrase (``refold.search.rank``). Every match is
@@ -16,7 +17,7 @@ from typing import Any
 
 from refold.search.natural import NaturalPlan
 from refold.search.query import Term, is_gram_needle
-from refold.search.rank import BOOST_ALL, BOOST_PHRASE, K1, B, idf
+from refold.search.rank import BOOST_ALL, BOOST_PHRASE, K1, B, filtered_total, idf
 from refold.store.postgres.core import Cursor
 from refold.store.titles import like_escape
 
@@ -46,13 +47,18 @@ def _weights(cur: Cursor, terms: list[tuple[str, Any]], where: list[str],
     cur.execute("SELECT coalesce(max(id), 0) FROM messages")
     row = cur.fetchone()
     total = int(row[0]) if row else 0
-    out = []
-    for sql, arg in terms:
-        cur.execute(f"SELECT count(*) FROM messages m JOIN sessions s ON s.id = m.session_id "
-                    f"WHERE {' AND '.join([sql, *where])}", (arg, *args), prepare=False)
-        found = cur.fetchone()
-        out.append(idf(total, int(found[0]) if found else 0))
-    return out
+    kept = [_count(cur, sql, arg, where, args) for sql, arg in terms]
+    if any(w != "m.active" for w in where):  # filters narrow the collection: scale its size
+        total = filtered_total(total, kept, [_count(cur, sql, arg, [], []) for sql, arg in terms])
+    return [idf(total, df) for df in kept]
+
+
+def _count(cur: Cursor, sql: str, arg: Any, where: list[str], args: list[Any]) -> int:
+    join = " JOIN sessions s ON s.id = m.session_id" if where else ""
+    cur.execute(f"SELECT count(*) FROM messages m{join} WHERE {' AND '.join([sql, *where])}",
+                (arg, *args), prepare=False)
+    found = cur.fetchone()
+    return int(found[0]) if found else 0
 
 
 def _average_length(cur: Cursor) -> float:

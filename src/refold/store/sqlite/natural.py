@@ -3,7 +3,8 @@
 The plan comes from ``refold.search.natural``. Word terms go to ``messages_fts`` as one OR
 expression ranked by FTS5's ``bm25()`` over all its matches (exact; no recency window). CJK
 terms are exact substrings: 1–2 characters through the gram index, 3+ through the trigram
-index, each term's postings scored with BM25 for one occurrence (``refold.search.rank``).
+index, each term's postings scored with BM25 for one occurrence (``refold.search.rank``), its
+IDF counted on the rows the filters allow (``rank.filtered_total`` for the collection size).
 Scores add; a message holding every term, or an adjacent pair as a phrase, is boosted.
 Filters (session, role, source, owner, time, active) apply inside every index query, so the
 ranking is over the rows the caller may see.
@@ -15,7 +16,7 @@ import sqlite3
 
 from refold.search.natural import NaturalPlan
 from refold.search.query import is_gram_needle
-from refold.search.rank import boosted, idf, presence_weight
+from refold.search.rank import boosted, filtered_total, idf, presence_weight
 from refold.store.base import SearchQuery
 
 
@@ -113,21 +114,38 @@ def _postings(conn: sqlite3.Connection, piece: str, query: SearchQuery,
         ['"' + piece + '"', *args]).fetchall()
 
 
+def where_narrows(query: SearchQuery) -> bool:
+    """True when a filter other than "active rows only" applies."""
+    return any(v is not None for v in (
+        query.session_id, query.exclude_session_id, query.role, query.source, query.owner,
+        query.since, query.until))
+
+
+def _unfiltered_count(conn: sqlite3.Connection, piece: str) -> int:
+    table = "messages_cjk_grams" if is_gram_needle(piece) else "messages_trigram"
+    return int(conn.execute(f"SELECT count(*) FROM {table} WHERE {table} MATCH ?",
+                            ['"' + piece + '"']).fetchone()[0])
+
+
 def cjk_scores(conn: sqlite3.Connection, plan: NaturalPlan,
                query: SearchQuery) -> tuple[dict[int, float], set[int]]:
     """BM25 (one occurrence) of every message holding any CJK term, and those holding all."""
     if not plan.cjk:
         return {}, set()
     where, args = filters(query)
-    # The collection size for IDF: the highest id (a count of CJK rows would cost a scan).
+    # The collection size for IDF: the highest id (a count would cost a scan), scaled to what
+    # the filters keep (rank.filtered_total), as the document frequencies are.
     total = int(conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0])
     average = float(conn.execute(
         "SELECT avg(length(text)) FROM (SELECT text FROM messages WHERE has_cjk = 1 "
         "ORDER BY id DESC LIMIT 500)").fetchone()[0] or 1.0)
     scores: dict[int, float] = {}
     counts: dict[int, int] = {}
-    for piece in plan.cjk:
-        rows = _postings(conn, piece, query, where, args)
+    postings = [_postings(conn, piece, query, where, args) for piece in plan.cjk]
+    kept = [len(rows) for rows in postings]
+    total = filtered_total(total, kept, [
+        _unfiltered_count(conn, piece) for piece in plan.cjk] if where_narrows(query) else kept)
+    for rows in postings:
         weight = idf(total, len(rows))
         for rowid, length in rows:
             scores[rowid] = scores.get(rowid, 0.0) + weight * presence_weight(length, average)
