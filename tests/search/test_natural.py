@@ -91,3 +91,15 @@ def test_with_a_source_filter_a_word_rare_in_that_source_outweighs_its_common_wo
     hits = store.search(SearchQuery("我最喜欢的电影场景是哪个？", source="me", window=0))
     assert hits and hits[0].content == "me觉得那个场景很感人，记住了"
 
+
+def test_a_date_in_a_cjk_question_is_one_term_not_its_digits_and_units(store: Store) -> None:
+    plan = parse_query("在5月4日我向你借了什么书？").natural
+    assert plan is not None and "5月4日" in plan.cjk
+    assert not {"月", "日"} & set(plan.cjk) and not plan.words  # no bare 5, 4, 月, 日
+    year = parse_query("我在2023年5月4日向你借了书").natural
+    assert year is not None and "2023年5月4日" in year.cjk and "日向" not in year.cjk
+    s = store.create_session()
+    store.append_messages(s.id, [user("我借了你那本书，下周还给你"),
+                                 user("上个月5号到4号的日程"), user("今天天气很好"),
+                                 user("明天去跑步")])
+    assert top(store, "在5月4日我向你借了什么书？")[0] == "我借了你那本书，下周还给你"

@@ -10,6 +10,9 @@ AND/OR/NOT, ``-word`` or ``word*``; see ``refold.search.query.is_explicit``) goe
 - a CJK run is cut at stop words; each piece of 1–4 characters is one exact-substring term
   (1–2 characters answered by the CJK gram index, 3+ by trigrams, as for explicit queries), a
   longer piece becomes its overlapping bigrams; a Hangul word loses its particle (``검색을``).
+- digits glued to CJK (``5月6号``, ``2023年5月4日``) are one exact term, the whole span; its
+  bare numbers and the unit letter after each (月, 号, 日) are no terms of their own: alone they
+  match any message with a 5 or a 月 and outranked the words of the question.
 - ``pairs`` are adjacent content words of the query, for the phrase boost.
 
 The backends OR the terms, weight each by its inverse document frequency (BM25), and boost a
@@ -82,16 +85,23 @@ def _split(term: Term) -> tuple[list[Term], list[str]]:
     words: list[Term] = []
     cjk: list[str] = []
     for word in term.words:
-        for part in _RUNS.split(word):
-            if not part:
-                continue
-            if has_cjk(part):
-                cjk.extend(_cjk_terms(part, typed_word=len(term.words) == 1 and part == word))
-            elif not is_stop_word(part):
-                words.append(Term((part,)))
         # "5月6号", "iPhone15发布": letters and digits joined to CJK are one token in the word
         # index and no gram; the joined span (3+ characters) is an exact trigram substring
-        cjk.extend(m.group(0) for m in _JOINED.finditer(word) if len(m.group(0)) >= 3)
+        joined = [m for m in _JOINED.finditer(word) if len(m.group(0)) >= 3]
+        start, after_number = 0, False
+        for part in _RUNS.split(word):
+            end = start + len(part)
+            inside = any(m.start() <= start and end <= m.end() for m in joined)
+            if part and has_cjk(part):
+                if after_number:  # 月, 号, 日 of "5月6号": the joined span holds them
+                    part = part[1:]
+                cjk.extend(_cjk_terms(part, typed_word=len(term.words) == 1 and part == word)
+                           if part else [])
+            elif part and not is_stop_word(part) and not (inside and part.isdigit()):
+                words.append(Term((part,)))  # a bare "5" of a date would match any 5
+            after_number = inside and part.isdigit()
+            start = end
+        cjk.extend(m.group(0) for m in joined)
     return words, cjk
 
 
