@@ -14,6 +14,8 @@ AND/OR/NOT, ``-word`` or ``word*``; see ``refold.search.query.is_explicit``) goe
   bare numbers and the unit letter after each (月, 号, 日) are no terms of their own: alone they
   match any message with a 5 or a 月 and outranked the words of the question.
 - ``pairs`` are adjacent content words of the query, for the phrase boost.
+- ``days`` are the calendar days it names ("on May 2nd", "5月2号"; ``refold.search.dates``):
+  one more term each, whose postings are the messages created that day.
 
 The backends OR the terms, weight each by its inverse document frequency (BM25), and boost a
 message holding every term (and, more, one holding an adjacent pair as a phrase).
@@ -26,6 +28,7 @@ from __future__ import annotations
 import itertools
 
 from refold._records import dataclass
+from refold.search.dates import Day
 from refold.search.query import _CJK, LazyPattern, Term, has_cjk
 from refold.search.stopwords import is_stop_word, split_cjk_stops, strip_korean_particle
 
@@ -47,6 +50,7 @@ class NaturalPlan:
     cjk: tuple[str, ...]  # exact CJK substrings, each one term
     pairs: tuple[tuple[str, str], ...] = ()  # adjacent content words (phrase boost)
     single: Term | None = None  # the only content term, when there is just one
+    days: tuple[Day, ...] = ()  # calendar days the query names (refold.search.dates)
 
     def needles(self) -> list[str]:
         """Substrings to highlight in snippets, longest first."""
@@ -119,9 +123,9 @@ def _one_cjk_word(word: str) -> bool:
         or _HANGUL.search(word) is not None
 
 
-def natural_plan(terms: list[Term]) -> NaturalPlan | None:
+def natural_plan(terms: list[Term], days: tuple[Day, ...] = ()) -> NaturalPlan | None:
     """The plan for a query of plain terms, or None when every term is a stop word (then the
-    query is answered as typed, so "the" still finds "the")."""
+    query is answered as typed, so "the" still finds "the"). ``days`` become terms too."""
     if len(terms) == 1 and len(terms[0].words) == 1 and _one_cjk_word(terms[0].words[0]):
         return None  # one CJK word (目的地, こんにちは): exact, never cut at a stop character
     words: dict[str, Term] = {}
@@ -142,10 +146,10 @@ def natural_plan(terms: list[Term]) -> NaturalPlan | None:
         return None
     kept_words = tuple(words.values())[:MAX_NATURAL_TERMS]
     kept_cjk = tuple(cjk)[:MAX_NATURAL_TERMS - len(kept_words)]
-    if len(kept_words) + len(kept_cjk) == 1:
+    if len(kept_words) + len(kept_cjk) == 1 and not days:
         single = kept_words[0] if kept_words else Term((kept_cjk[0],))
         return NaturalPlan(kept_words, kept_cjk, single=single)
     pairs = tuple(dict.fromkeys(
         (a, b) for a, b in itertools.pairwise(order)
         if a and b and a != b and " " not in a + b))
-    return NaturalPlan(kept_words, kept_cjk, pairs=pairs[:8])
+    return NaturalPlan(kept_words, kept_cjk, pairs=pairs[:8], days=days)

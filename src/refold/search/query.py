@@ -323,10 +323,11 @@ def parse_query(text: str) -> ParsedQuery:
         kept.append(token)
     sentence = quoted_sentence(clean, kept)
     if sentence is not None or not is_explicit(kept):
+        from refold.search.dates import query_days
         from refold.search.natural import natural_plan  # it builds on Term, defined here
 
         plan = natural_plan(sentence if sentence is not None
-                            else [t for t in kept if isinstance(t, Term)])
+                            else [t for t in kept if isinstance(t, Term)], query_days(clean))
         if plan is not None:
             if plan.single is not None:  # one content term: its exact (AND) form answers it
                 return ParsedQuery(raw=text, groups=((plan.single,),))

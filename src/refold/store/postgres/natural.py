@@ -7,14 +7,17 @@ substrings). Each term weighs its BM25 IDF, counted on the rows the filters allo
 collection size scaled to match: ``rank.filtered_total``); a message
 scores the weights of the terms it holds times BM25's length factor for one occurrence
 (PostgreSQL's text search gives presence, not term counts), boosted when it holds every term
-or an adjacent pair of the query's words as a phrase (``refold.search.rank``). Every match is
+or an adjacent pair of the query's words as a phrase (``refold.search.rank``). A day the
+query names is one more term: created that day (``created_at`` is indexed). Every match is
 scored; ties go to the newest row.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from refold.search.dates import day_ranges
 from refold.search.natural import NaturalPlan
 from refold.search.query import Term, is_gram_needle
 from refold.search.rank import BOOST_ALL, BOOST_PHRASE, K1, B, filtered_total, idf
@@ -26,23 +29,43 @@ def _lexeme(word: str) -> str:
     return f"'{word}'"  # words are letters and digits only (parse_query guarantees it)
 
 
-def _word_condition(term: Term) -> tuple[str, Any]:
+def _word_condition(term: Term) -> tuple[str, tuple[Any, ...]]:
     body = " <-> ".join(_lexeme(w) for w in term.words)
-    return "m.tsv @@ to_tsquery('refold_search', %s)", body
+    return "m.tsv @@ to_tsquery('refold_search', %s)", (body,)
 
 
-def _cjk_condition(piece: str) -> tuple[str, Any]:
+def _cjk_condition(piece: str) -> tuple[str, tuple[Any, ...]]:
     if is_gram_needle(piece):
-        return "m.cjk_grams @> %s::text[]", [piece]
-    return "m.search_text LIKE %s", "%" + like_escape(piece) + "%"
+        return "m.cjk_grams @> %s::text[]", ([piece],)
+    return "m.search_text LIKE %s", ("%" + like_escape(piece) + "%",)
 
 
-def conditions(plan: NaturalPlan) -> list[tuple[str, Any]]:
-    """One (SQL condition, argument) per term: words first, then CJK pieces."""
-    return [_word_condition(t) for t in plan.words] + [_cjk_condition(p) for p in plan.cjk]
+def _day_condition(cur: Cursor, plan: NaturalPlan) -> tuple[str, tuple[Any, ...]] | None:
+    """Created on one of the plan's days (the span for days without a year: the first
+    session's start to now, as on SQLite)."""
+    if not plan.days:
+        return None
+    cur.execute("SELECT min(started_at), (SELECT created_at FROM messages ORDER BY id DESC "
+                "LIMIT 1) FROM sessions")
+    row = cur.fetchone()
+    now = time.time()
+    first = float(row[0]) if row and row[0] is not None else now
+    last = max(float(row[1]) if row and row[1] is not None else 0.0, now)
+    ranges = [r for day in plan.days for r in day_ranges(day, first, last)]
+    if not ranges:
+        return None
+    sql = " OR ".join("(m.created_at >= %s AND m.created_at < %s)" for _ in ranges)
+    return f"({sql})", tuple(bound for r in ranges for bound in r)
 
 
-def _weights(cur: Cursor, terms: list[tuple[str, Any]], where: list[str],
+def conditions(cur: Cursor, plan: NaturalPlan) -> list[tuple[str, tuple[Any, ...]]]:
+    """One (SQL condition, arguments) per term: words, CJK pieces, then the days."""
+    out = [_word_condition(t) for t in plan.words] + [_cjk_condition(p) for p in plan.cjk]
+    day = _day_condition(cur, plan)
+    return out if day is None else [*out, day]
+
+
+def _weights(cur: Cursor, terms: list[tuple[str, tuple[Any, ...]]], where: list[str],
              args: list[Any]) -> list[float]:
     cur.execute("SELECT coalesce(max(id), 0) FROM messages")
     row = cur.fetchone()
@@ -50,13 +73,14 @@ def _weights(cur: Cursor, terms: list[tuple[str, Any]], where: list[str],
     kept = [_count(cur, sql, arg, where, args) for sql, arg in terms]
     if any(w != "m.active" for w in where):  # filters narrow the collection: scale its size
         total = filtered_total(total, kept, [_count(cur, sql, arg, [], []) for sql, arg in terms])
-    return [idf(total, df) for df in kept]
+    return [idf(total, df) if df else 0.0 for df in kept]
 
 
-def _count(cur: Cursor, sql: str, arg: Any, where: list[str], args: list[Any]) -> int:
+def _count(cur: Cursor, sql: str, arg: tuple[Any, ...], where: list[str],
+           args: list[Any]) -> int:
     join = " JOIN sessions s ON s.id = m.session_id" if where else ""
     cur.execute(f"SELECT count(*) FROM messages m{join} WHERE {' AND '.join([sql, *where])}",
-                (arg, *args), prepare=False)
+                (*arg, *args), prepare=False)
     found = cur.fetchone()
     return int(found[0]) if found else 0
 
@@ -71,14 +95,16 @@ def _average_length(cur: Cursor) -> float:
 def ranked_ids(cur: Cursor, plan: NaturalPlan, where: list[str], args: list[Any],
                limit: int, *, recency: bool) -> list[tuple[int, float]]:
     """(message id, score) of the best ``limit`` matches (or the newest, ``recency``)."""
-    terms = conditions(plan)
+    terms = conditions(cur, plan)
     weights = _weights(cur, terms, where, args)
+    if plan.days and terms and weights[-1] == 0.0:  # no message from that day: no day term
+        terms, weights = terms[:-1], weights[:-1]
     average = _average_length(cur)
     held = [f"coalesce(({sql})::int, 0)" for sql, _ in terms]  # cjk_grams is NULL without CJK
     score = " + ".join(f"{w!r} * {h}" for w, h in zip(weights, held, strict=True))
     every = " AND ".join(f"({sql})" for sql, _ in terms)
     boost = f"1 + {BOOST_ALL!r} * coalesce(({every})::int, 0)"
-    term_args = [arg for _, arg in terms]
+    term_args = [a for _, arg in terms for a in arg]
     boost_args = list(term_args)
     if plan.pairs:
         boost += f" + {BOOST_PHRASE!r} * (m.tsv @@ to_tsquery('refold_search', %s))::int"

@@ -5,6 +5,7 @@ expression ranked by FTS5's ``bm25()`` over all its matches (exact; no recency w
 terms are exact substrings: 1–2 characters through the gram index, 3+ through the trigram
 index, each term's postings scored with BM25 for one occurrence (``refold.search.rank``), its
 IDF counted on the rows the filters allow (``rank.filtered_total`` for the collection size).
+A day the query names (``plan.days``) is one more term: the messages created on it.
 Scores add; a message holding every term, or an adjacent pair as a phrase, is boosted.
 Filters (session, role, source, owner, time, active) apply inside every index query, so the
 ranking is over the rows the caller may see.
@@ -13,7 +14,9 @@ ranking is over the rows the caller may see.
 from __future__ import annotations
 
 import sqlite3
+import time
 
+from refold.search.dates import day_ranges
 from refold.search.natural import NaturalPlan
 from refold.search.query import is_gram_needle
 from refold.search.rank import boosted, filtered_total, idf, presence_weight
@@ -153,6 +156,48 @@ def cjk_scores(conn: sqlite3.Connection, plan: NaturalPlan,
     return scores, {i for i, n in counts.items() if n == len(plan.cjk)}
 
 
+def _day_span(conn: sqlite3.Connection) -> tuple[float, float]:
+    """The archive's time span for days without a year: first session start to now."""
+    first = conn.execute("SELECT min(started_at) FROM sessions").fetchone()[0]
+    last = conn.execute("SELECT created_at FROM messages ORDER BY id DESC LIMIT 1").fetchone()[0]
+    now = time.time()
+    return float(first if first is not None else now), max(float(last or 0.0), now)
+
+
+def _day_condition(conn: sqlite3.Connection, plan: NaturalPlan) -> tuple[str, list[object]]:
+    """SQL on ``m`` true for a message created on one of the plan's days, with arguments."""
+    first, last = _day_span(conn)
+    ranges = [r for day in plan.days for r in day_ranges(day, first, last)]
+    if not ranges:
+        return "0", []
+    sql = " OR ".join("(m.created_at >= ? AND m.created_at < ?)" for _ in ranges)
+    return f"({sql})", [bound for r in ranges for bound in r]
+
+
+def day_scores(conn: sqlite3.Connection, plan: NaturalPlan,
+               query: SearchQuery) -> dict[int, float]:
+    """BM25 (one occurrence) of every message created on a day the query names, the days
+    together one term (a scan of the rows the filters allow: ``created_at`` has no index)."""
+    if not plan.days:
+        return {}
+    where, args = filters(query)
+    condition, bounds = _day_condition(conn, plan)
+    rows = conn.execute(f"SELECT m.id, length(m.text) FROM messages m{_join(query)} "
+                        f"WHERE {condition}{where}", [*bounds, *args]).fetchall()
+    if not rows:
+        return {}
+    total = int(conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0])
+    if where_narrows(query):
+        every = conn.execute(f"SELECT count(*) FROM messages m WHERE {condition}",
+                             bounds).fetchone()[0]
+        total = filtered_total(total, [len(rows)], [int(every)])
+    average = float(conn.execute(
+        "SELECT avg(length(text)) FROM (SELECT text FROM messages "
+        "ORDER BY id DESC LIMIT 500)").fetchone()[0] or 1.0)
+    weight = idf(total, len(rows))
+    return {int(i): weight * presence_weight(length, average) for i, length in rows}
+
+
 def newest_ids(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
                limit: int) -> list[int]:
     """The newest ``limit`` messages holding any term (``sort="recency"``): each index walked
@@ -171,6 +216,11 @@ def newest_ids(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
             f"SELECT m.id FROM {table} f JOIN messages m ON m.id = f.rowid{_join(query)} "
             f"WHERE {table} MATCH ?{where} ORDER BY f.rowid DESC LIMIT ?",
             [match, *args, limit]))
+    if plan.days:
+        condition, bounds = _day_condition(conn, plan)
+        found.update(int(r[0]) for r in conn.execute(
+            f"SELECT m.id FROM messages m{_join(query)} WHERE {condition}{where} "
+            "ORDER BY m.id DESC LIMIT ?", [*bounds, *args, limit]))
     return sorted(found, reverse=True)[:limit]
 
 
@@ -178,13 +228,15 @@ def natural_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQue
                    limit: int) -> dict[int, float]:
     """Matching message ids with their boosted scores: every match, or for a relevance-ranked
     query of words only, enough of the best ones to hold the true top ``limit``."""
-    budget = max(200, limit * 4) if query.sort == "relevance" and not plan.cjk else None
+    budget = (max(200, limit * 4) if query.sort == "relevance" and not plan.cjk
+              and not plan.days else None)
     words, every_word, phrase = word_scores(conn, plan, query, budget)
     cjk, every_cjk = cjk_scores(conn, plan, query)
+    days = day_scores(conn, plan, query)
     out: dict[int, float] = {}
-    for rowid in words.keys() | cjk.keys():
+    for rowid in words.keys() | cjk.keys() | days.keys():
         has_all = ((not plan.words or rowid in every_word)
-                   and (not plan.cjk or rowid in every_cjk))
-        out[rowid] = boosted(words.get(rowid, 0.0) + cjk.get(rowid, 0.0),
+                   and (not plan.cjk or rowid in every_cjk) and (not days or rowid in days))
+        out[rowid] = boosted(words.get(rowid, 0.0) + cjk.get(rowid, 0.0) + days.get(rowid, 0.0),
                              has_all=has_all, has_phrase=rowid in phrase)
     return out

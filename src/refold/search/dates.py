@@ -1,0 +1,94 @@
+"""Calendar days named in a question: "on May 2nd", "5月2号", "2023年5月4日", "5월 2일".
+
+People ask a memory about a day ("在5月2号我为什么烦恼？", "What did I watch on May 2nd?").
+The messages of that day rarely repeat its date, so its words find nothing or only noise; the
+ledger knows when each message was written. ``query_days`` reads the days a query names;
+``day_ranges`` turns one into the [start, end) timestamps of that local calendar day in each
+year the archive spans (every year between ``first`` and ``last`` when the year is not given).
+A backend treats a day as one more term of a natural-language query: its postings are the
+messages created that day, weighed by IDF like any term, so it ranks and never filters.
+
+Pure functions; local time is the process's, the same clock ``created_at`` was stamped with.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+from refold._records import dataclass
+
+_MONTHS = {name: n for n, names in enumerate((
+    "jan january", "feb february", "mar march", "apr april", "may", "jun june", "jul july",
+    "aug august", "sep sept september", "oct october", "nov november", "dec december"),
+    start=1) for name in names.split()}
+_MONTH = "(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\b\.?"
+_ORDINAL = r"(\d{1,2})(?:st|nd|rd|th)?"
+_YEAR = r"(?:,?\s+(\d{4}))?"
+_PATTERNS = (  # (regex, group of year, month, day); a month group may be a name
+    (re.compile(r"(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月\s*(\d{1,2})\s*[日号號]"), (1, 2, 3)),
+    (re.compile(r"(?:(\d{4})\s*년\s*)?(\d{1,2})\s*월\s*(\d{1,2})\s*일"), (1, 2, 3)),
+    (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), (1, 2, 3)),
+    (re.compile(rf"\b{_MONTH}\s+(?:the\s+)?{_ORDINAL}\b{_YEAR}", re.IGNORECASE), (3, 1, 2)),
+    (re.compile(rf"\b{_ORDINAL}\s+(?:of\s+)?{_MONTH}{_YEAR}", re.IGNORECASE), (3, 2, 1)),
+)
+MAX_DAYS = 4
+
+
+@dataclass(frozen=True)
+class Day:
+    """A calendar day; ``year`` None when the query left it out."""
+
+    month: int
+    day: int
+    year: int | None = None
+
+
+def _number(text: str | None) -> int | None:
+    if text is None:
+        return None
+    return _MONTHS[text.lower()] if text.lower() in _MONTHS else int(text)
+
+
+def query_days(text: str) -> tuple[Day, ...]:
+    """The valid calendar days ``text`` names, in order, each once (at most ``MAX_DAYS``)."""
+    found: list[tuple[int, Day]] = []
+    taken: list[tuple[int, int]] = []
+    for pattern, (y, m, d) in _PATTERNS:
+        for match in pattern.finditer(text):
+            if any(lo < match.end() and match.start() < hi for lo, hi in taken):
+                continue
+            year, month, day = (_number(match.group(y)), _number(match.group(m)),
+                                _number(match.group(d)))
+            if month is None or day is None or not _valid(year or 2000, month, day) \
+                    or match.group(m) == "may":  # "I may 2 go": the verb, not the month
+                continue
+            taken.append(match.span())
+            found.append((match.start(), Day(month, day, year)))
+    days = dict.fromkeys(day for _, day in sorted(found, key=lambda f: f[0]))
+    return tuple(days)[:MAX_DAYS]
+
+
+def _valid(year: int, month: int, day: int) -> bool:
+    try:
+        dt.date(year, month, day)
+    except ValueError:
+        return False
+    return True
+
+
+def day_ranges(day: Day, first: float, last: float) -> list[tuple[float, float]]:
+    """[start, end) timestamps of ``day`` in local time: its year, or each year from the one
+    of ``first`` to the one of ``last`` (at most 50, newest first)."""
+    if day.year is not None:
+        years = [day.year]
+    else:
+        low = dt.datetime.fromtimestamp(max(first, 0)).year
+        high = dt.datetime.fromtimestamp(max(last, first, 0)).year
+        years = list(range(high, max(low, high - 49) - 1, -1))
+    out = []
+    for year in years:
+        if _valid(year, day.month, day.day):
+            start = dt.datetime(year, day.month, day.day)
+            out.append((start.timestamp(), (start + dt.timedelta(days=1)).timestamp()))
+    return out

@@ -1,0 +1,69 @@
+"""Days named in a question ("on May 2nd", "5月2号") rank the messages written on that day."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+from refold.search.dates import Day, day_ranges, query_days
+from refold.store import SearchQuery, Store
+
+
+def test_query_days_reads_chinese_japanese_korean_english_and_iso_dates() -> None:
+    assert query_days("在5月2号我为什么烦恼？") == (Day(5, 2),)
+    assert query_days("我在2023年5月4日向你借了书") == (Day(5, 4, 2023),)
+    assert query_days("5월 2일에 뭐 했어?") == (Day(5, 2),)
+    assert query_days("On May 2nd, which movie did I watch?") == (Day(5, 2),)
+    assert query_days("the 3rd of Sept. 2021 and April 30th") == (Day(9, 3, 2021), Day(4, 30))
+    assert query_days("backup of 2024-01-31") == (Day(1, 31, 2024),)
+    # not dates: the verb "may", impossible days, bare numbers
+    assert query_days("I may 2 go") == () and query_days("May I ask?") == ()
+    assert query_days("February 30th, 2月30日") == () and query_days("port 8080 on 5") == ()
+
+
+def test_day_ranges_cover_the_local_day_in_each_year_of_the_span() -> None:
+    first = dt.datetime(2022, 6, 1).timestamp()
+    last = dt.datetime(2024, 1, 1).timestamp()
+    ranges = day_ranges(Day(5, 2), first, last)
+    assert [dt.datetime.fromtimestamp(a).date() for a, _ in ranges] == [
+        dt.date(2024, 5, 2), dt.date(2023, 5, 2), dt.date(2022, 5, 2)]
+    assert all(b - a in (82_800, 86_400, 90_000) for a, b in ranges)  # a day (DST: ±1 h)
+    assert len(day_ranges(Day(5, 2, 1999), first, last)) == 1  # a given year is that year
+    assert day_ranges(Day(2, 29), first, dt.datetime(2023, 12, 31).timestamp()) == []
+
+
+def _dated(store: Store, day: dt.date, texts: list[str], source: str) -> None:
+    """A session written at noon of ``day`` (imported as stored, since appends stamp now)."""
+    draft = store.create_session(source=source)
+    store.append_messages(draft.id, [{"role": "user", "content": t} for t in texts])
+    noon = dt.datetime(day.year, day.month, day.day, 12).timestamp()
+    session = dataclasses.replace(store.get_session(draft.id), id=f"{source}-{day}",
+                                  started_at=noon)
+    messages = [dataclasses.replace(m, session_id=session.id, created_at=noon + m.seq)
+                for m in store.get_messages(draft.id)]
+    assert store.import_session(session, iter(messages), [], [])
+    store.delete_session(draft.id)
+
+
+def _top(store: Store, text: str, **filters: Any) -> list[str]:
+    return [h.content for h in store.search(SearchQuery(text, window=0, **filters))]
+
+
+def test_a_question_naming_a_day_finds_what_was_said_that_day(store: Store) -> None:
+    # The messages of a day never repeat its date, nor here the question's words; the ledger
+    # knows when they were written.
+    _dated(store, dt.date(2023, 5, 1), ["今天和朋友去爬山了", "I went hiking with friends"], "me")
+    _dated(store, dt.date(2023, 5, 2), ["我的朋友要搬到另一个城市，我很失落",
+                                       "My best friend is moving away, I feel lost"], "me")
+    _dated(store, dt.date(2023, 5, 3), ["听音乐会好一点", "music helps"], "me")
+    _dated(store, dt.date(2023, 5, 2), ["别人的五月二日"], "other")
+    assert _top(store, "在5月2号我很烦恼，我因为什么事而烦恼？", source="me") == [
+        "我的朋友要搬到另一个城市，我很失落", "My best friend is moving away, I feel lost"]
+    assert set(_top(store, "On May 2nd, I was very upset. What caused my distress?",
+                    source="me")) == {"我的朋友要搬到另一个城市，我很失落",
+                                      "My best friend is moving away, I feel lost"}
+    # a day ranks, it never filters: a word of the question still finds its message
+    assert _top(store, "5月3号以后我去爬山了吗？", source="me")[:2] == [
+        "今天和朋友去爬山了", "听音乐会好一点"]
+    assert _top(store, "在6月9号我很烦恼，为什么烦恼？", source="me") == []  # no such day
