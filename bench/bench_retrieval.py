@@ -5,6 +5,7 @@ Run:
   python bench/bench_retrieval.py memorybank /work/data/retrieval/memorybank --lang cn
   python bench/bench_retrieval.py longmemeval /work/data/retrieval/longmemeval/pdc_longmemeval_s.json
   options: --modes bm25,fts,vector,hybrid  --split dev|test|all  --rrf-k 60 --weights 1,1
+           --undated
 
 Data (kept outside the repository; fetch it yourself):
 
@@ -32,11 +33,18 @@ Data (kept outside the repository; fetch it yourself):
       git clone <that repo> pdc && git -C pdc show 3d2d10e:data/longmemeval_s.json \\
           > /work/data/retrieval/longmemeval/pdc_longmemeval_s.json
 
-  Both shapes (``question`` or ``questions``) are read.
+  Both shapes (``question`` or ``questions``) are read. Its sessions are not dated here.
+
+No second Chinese or Japanese set is used: the one found with questions and evidence labels
+(PerLTQA, github.com/Elvin-Yiming-Du/PerLTQA, Chinese) is CC BY-NC 4.0, not permissive.
 
 Layout, as an agent's archive would hold it: MemoryBank is **one archive** with one
-``--source`` per user (one refold session per day, messages user/assistant in order); each
-question is asked verbatim with that user's source as the filter. A LongMemEval instance is
+``--source`` per user (one refold session per day, messages user/assistant in order, each
+session and its messages dated at noon local time of its day, as a ledger written that day
+holds them; ``--undated`` stores them at import time instead); each question is asked
+verbatim with that user's source as the filter. About a third of the questions name a day
+("On May 2nd, …", "在5月2号…"); refold ranks the messages written that day as one more term
+(``refold.search.dates``), which the BM25 baseline, reading text only, cannot. A LongMemEval instance is
 its own archive (one session per haystack session). Every method ranks the same messages: the
 baseline is Okapi BM25 (``rank_bm25``, default k1/b) over the messages of that source — words
 lower-cased and Porter-stemmed (by SQLite FTS5's own ``porter`` tokenizer, the stemmer of
@@ -56,6 +64,7 @@ Splits, for tuning without fooling ourselves: MemoryBank users 0–6 are ``dev``
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import re
 import sys
@@ -79,6 +88,7 @@ EVIDENCE = Path(__file__).parent / "data" / "memorybank_evidence.json"
 class Conversation:
     source: str
     sessions: list[list[tuple[str, str, str]]]  # per session: (role, text, unit key)
+    dates: list[str] = field(default_factory=list)  # per session: its day (YYYY-MM-DD), if known
 
 
 @dataclass
@@ -113,15 +123,16 @@ def memorybank(root: Path, lang: str) -> list[Archive]:
     archive = Archive([])
     for n, (name, user) in enumerate(users.items()):
         source = f"user-{n:02d}"
-        sessions = []
+        sessions, dates = [], []
         for day, pairs in user["history"].items():
+            dates.append(day)
             turns = []
             for i, pair in enumerate(pairs):
                 key = f"{day[5:]}#{i}"
                 turns.append(("user", str(pair.get("query") or " "), key))
                 turns.append(("assistant", str(pair.get("response") or " "), key))
             sessions.append(turns)
-        archive.conversations.append(Conversation(source, sessions))
+        archive.conversations.append(Conversation(source, sessions, dates))
         evidence = labels["en"][english[n]]
         overrides = labels["cn_overrides"].get(english[n], {}) if lang == "cn" else {}
         for q, text in enumerate(asked.get(name.strip(), [])):
@@ -226,18 +237,31 @@ def score(ranked: list[str | None], units: set[str]) -> dict[str, float]:
             "coverage@10": len(found) / len(units)}
 
 
-def build(store: SQLiteStore, archive: Archive) -> tuple[dict[tuple[str, int], str],
-                                                         dict[str, list[tuple[str, str]]]]:
-    """Store every conversation; returns (session id, seq) → unit key and, per source, every
-    message as (unit key, text) in store order (the baseline's corpus)."""
+def _stamp(store: SQLiteStore, session_id: str, day: str) -> None:
+    """Date a stored session and its messages to noon (local time) of ``day``, as an archive
+    written on that day holds them."""
+    when = datetime.datetime.strptime(day[:10], "%Y-%m-%d").replace(hour=12).timestamp()
+    with store.db.write() as conn:
+        conn.execute("UPDATE sessions SET started_at = ? WHERE id = ?", (when, session_id))
+        conn.execute("UPDATE messages SET created_at = ? + seq WHERE session_id = ?",
+                     (when, session_id))
+
+
+def build(store: SQLiteStore, archive: Archive, *, dated: bool = True
+          ) -> tuple[dict[tuple[str, int], str], dict[str, list[tuple[str, str]]]]:
+    """Store every conversation (dated by its sessions' days unless ``dated`` is False);
+    returns (session id, seq) → unit key and, per source, every message as (unit key, text)
+    in store order (the baseline's corpus)."""
     keys: dict[tuple[str, int], str] = {}
     corpus: dict[str, list[tuple[str, str]]] = {}
     for conv in archive.conversations:
-        for turns in conv.sessions:
+        for n, turns in enumerate(conv.sessions):
             if not turns:
                 continue
             session = store.create_session(title=None, source=conv.source)
             store.append_messages(session.id, [{"role": r, "content": t} for r, t, _ in turns])
+            if dated and n < len(conv.dates):
+                _stamp(store, session.id, conv.dates[n])
             for seq, (_, text, key) in enumerate(turns, start=1):
                 keys[(session.id, seq)] = key
                 corpus.setdefault(conv.source, []).append((key, text))
@@ -245,7 +269,7 @@ def build(store: SQLiteStore, archive: Archive) -> tuple[dict[tuple[str, int], s
 
 
 def run(archives: list[Archive], modes: list[str], split: str, rrf_k: int,
-        weights: tuple[float, float]) -> tuple[dict[str, dict[str, dict[str, float]]],
+        weights: tuple[float, float], dated: bool = True) -> tuple[dict[str, dict[str, dict[str, float]]],
                                                 dict[str, int], float]:
     """Mean scores per split (``dev``/``test`` and ``all``) and mode, question counts per split,
     and the seconds spent embedding."""
@@ -262,7 +286,7 @@ def run(archives: list[Archive], modes: list[str], split: str, rrf_k: int,
             continue
         with tempfile.TemporaryDirectory() as tmp:
             store = SQLiteStore(str(Path(tmp) / "archive.db"), synchronous="OFF")
-            keys, corpus = build(store, archive)
+            keys, corpus = build(store, archive, dated=dated)
             if {"vector", "hybrid"} & set(modes):
                 started = time.perf_counter()
                 index_for(store).backfill(batch=32)
@@ -314,6 +338,8 @@ def main() -> None:
     parser.add_argument("--split", default="all", choices=["dev", "test", "all"])
     parser.add_argument("--rrf-k", type=int, default=None, help="hybrid RRF k (default: refold's)")
     parser.add_argument("--weights", default=None, help="hybrid weights fts,vector")
+    parser.add_argument("--undated", action="store_true",
+                        help="store every message at import time, not on its session's day")
     args = parser.parse_args()
     from refold.search.vectors import RRF_K, WEIGHTS
 
@@ -323,8 +349,9 @@ def main() -> None:
     modes = [m for m in args.modes.split(",") if m]
     started = time.perf_counter()
     results, counted, embed = run(list(_archives(args)), modes, args.split, rrf_k,
-                                  weights)  # type: ignore[arg-type]
+                                  weights, not args.undated)  # type: ignore[arg-type]
     label = f"{args.kind} {args.lang if args.kind == 'memorybank' else args.path.name}"
+    label += " (undated)" if args.undated else ""
     print(f"{label}: questions asked verbatim ({time.perf_counter() - started:.0f} s, "
           f"embedding {embed:.0f} s; hybrid k={rrf_k} weights={weights[0]:g},{weights[1]:g})")
     for part in ("dev", "test", "all"):
