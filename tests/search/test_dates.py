@@ -67,3 +67,16 @@ def test_a_question_naming_a_day_finds_what_was_said_that_day(store: Store) -> N
     assert _top(store, "5月3号以后我去爬山了吗？", source="me")[:2] == [
         "今天和朋友去爬山了", "听音乐会好一点"]
     assert _top(store, "在6月9号我很烦恼，为什么烦恼？", source="me") == []  # no such day
+
+
+def test_the_messages_of_a_day_are_found_through_an_index_not_a_scan(sqlite_store: Any) -> None:
+    from refold.search.query import parse_query
+    from refold.store.sqlite.natural import _day_condition
+
+    plan = parse_query("what did I say on May 2nd?").natural
+    assert plan is not None and plan.days
+    with sqlite_store.db.read() as conn:
+        condition, bounds = _day_condition(conn, plan)
+        steps = " ".join(str(r[-1]) for r in conn.execute(
+            f"EXPLAIN QUERY PLAN SELECT m.id FROM messages m WHERE {condition}", bounds))
+    assert "messages_created" in steps, steps

@@ -188,6 +188,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     )),
     # appends no longer index inside their commit; a watermark says what the indexes hold
     Migration(7, "search indexing off the commit path (watermark)", indexer.MIGRATION),
+    # a day a question names ranks the messages created that day (refold.search.dates)
+    Migration(8, "messages by creation time", (
+        "CREATE INDEX IF NOT EXISTS messages_created ON messages(created_at)",)),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 
