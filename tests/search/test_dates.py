@@ -80,3 +80,8 @@ def test_the_messages_of_a_day_are_found_through_an_index_not_a_scan(sqlite_stor
         steps = " ".join(str(r[-1]) for r in conn.execute(
             f"EXPLAIN QUERY PLAN SELECT m.id FROM messages m WHERE {condition}", bounds))
     assert "messages_created" in steps, steps
+
+
+def test_a_question_naming_a_day_on_an_empty_archive_finds_nothing(store: Store) -> None:
+    assert _top(store, "在5月2号我很烦恼，为什么？") == []
+    assert _top(store, "What did I say on May 2nd?") == []

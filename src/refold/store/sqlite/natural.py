@@ -158,8 +158,8 @@ def cjk_scores(conn: sqlite3.Connection, plan: NaturalPlan,
 
 def _day_span(conn: sqlite3.Connection) -> tuple[float, float]:
     """The archive's time span for days without a year: first session start to now."""
-    first = conn.execute("SELECT min(started_at) FROM sessions").fetchone()[0]
-    last = conn.execute("SELECT created_at FROM messages ORDER BY id DESC LIMIT 1").fetchone()[0]
+    first, last = conn.execute("SELECT min(started_at), (SELECT created_at FROM messages "
+                               "ORDER BY id DESC LIMIT 1) FROM sessions").fetchone()
     now = time.time()
     return float(first if first is not None else now), max(float(last or 0.0), now)
 
