@@ -6,6 +6,9 @@ import dataclasses
 import datetime as dt
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from refold.search.dates import Day, day_ranges, query_days
 from refold.store import SearchQuery, Store
 
@@ -20,6 +23,17 @@ def test_query_days_reads_chinese_japanese_korean_english_and_iso_dates() -> Non
     # not dates: the verb "may", impossible days, bare numbers
     assert query_days("I may 2 go") == () and query_days("May I ask?") == ()
     assert query_days("February 30th, 2月30日") == () and query_days("port 8080 on 5") == ()
+    assert query_days("0000年5月2日") == () and query_days("9999-12-31") == ()
+
+
+@given(st.lists(st.sampled_from(["0", "1", "2", "9", "99", "0000", "9999", "2024", "年", "月",
+                                  "日", "号", "월", "일", "-", " ", "May", "Sept.", "31st", "of",
+                                  ","]), max_size=12),
+       st.floats(min_value=-1e12, max_value=1e12))
+def test_any_date_like_text_reads_without_error(parts: list[str], when: float) -> None:
+    for day in query_days("".join(parts)):
+        for start, end in day_ranges(day, when, when):
+            assert start < end
 
 
 def test_day_ranges_cover_the_local_day_in_each_year_of_the_span() -> None:

@@ -60,7 +60,8 @@ def query_days(text: str) -> tuple[Day, ...]:
                 continue
             year, month, day = (_number(match.group(y)), _number(match.group(m)),
                                 _number(match.group(d)))
-            if month is None or day is None or not _valid(year or 2000, month, day) \
+            if month is None or day is None \
+                    or not _valid(2000 if year is None else year, month, day) \
                     or match.group(m) == "may":  # "I may 2 go": the verb, not the month
                 continue
             taken.append(match.span())
@@ -69,12 +70,24 @@ def query_days(text: str) -> tuple[Day, ...]:
     return tuple(days)[:MAX_DAYS]
 
 
+YEARS = (1900, 2999)  # a year outside is not read as a date (nor overflows a timestamp)
+
+
 def _valid(year: int, month: int, day: int) -> bool:
+    if not YEARS[0] <= year <= YEARS[1]:
+        return False
     try:
         dt.date(year, month, day)
     except ValueError:
         return False
     return True
+
+
+def _year(timestamp: float) -> int:
+    try:
+        return dt.datetime.fromtimestamp(max(timestamp, 0.0)).year
+    except (OverflowError, OSError, ValueError):  # a stored time beyond what the OS converts
+        return YEARS[1]
 
 
 def day_ranges(day: Day, first: float, last: float) -> list[tuple[float, float]]:
@@ -83,8 +96,8 @@ def day_ranges(day: Day, first: float, last: float) -> list[tuple[float, float]]
     if day.year is not None:
         years = [day.year]
     else:
-        low = dt.datetime.fromtimestamp(max(first, 0)).year
-        high = dt.datetime.fromtimestamp(max(last, first, 0)).year
+        low = max(_year(first), YEARS[0])
+        high = min(_year(max(last, first)), YEARS[1])
         years = list(range(high, max(low, high - 49) - 1, -1))
     out = []
     for year in years:
