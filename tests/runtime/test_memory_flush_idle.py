@@ -124,3 +124,25 @@ def test_flush_session_reviews_one_session_idle_or_not(store: Store, tmp_path: P
         other.close()
         first.close()
     assert "port 5433" in _texts(memories)
+
+
+def test_a_long_lived_engine_keeps_no_state_per_session_it_flushed(store: Store,
+                                                                   tmp_path: Path) -> None:
+    """A proxy sees a new session every request: flushing them must not grow the engine (a
+    lock per session did)."""
+    from refold.runtime.memory_flush import LOCK_STRIPES
+
+    engine = _engine(store, tmp_path / "memories")
+    try:
+        for i in range(LOCK_STRIPES * 3):
+            rt = engine.open_session(new=True)
+            _talk(rt, f"hello {i}")
+            rt.close()
+        flush = engine._flush
+        assert flush is not None
+        engine.executor.submit(lambda: None).result()  # queued flushes are done
+        sizes = {name: len(value) for name, value in vars(flush).items()
+                 if isinstance(value, dict | set | list | tuple)}
+        assert sizes and max(sizes.values()) <= LOCK_STRIPES, sizes
+    finally:
+        engine.close()

@@ -106,3 +106,16 @@ def test_calibration_does_not_scale_exact_counters() -> None:
     before = counter.count_messages(msgs)
     counter.observe_usage(msgs, before * 2)
     assert counter.count_messages(msgs) == before
+
+
+def test_calibrations_stay_bounded_when_clients_send_many_model_names() -> None:
+    from refold.tokens.calibration import MAX_MODELS, Calibration
+
+    calibration = Calibration()
+    for i in range(MAX_MODELS * 4):
+        calibration.observe(f"client-model-{i}", 100, 150)
+    calibration.observe("client-model-0", 100, 150)  # seen again: the newest now
+    assert len(calibration._states) == MAX_MODELS
+    assert "client-model-0" in calibration._states
+    assert f"client-model-{MAX_MODELS * 4 - 1}" in calibration._states
+    assert "client-model-1" not in calibration._states  # the oldest went

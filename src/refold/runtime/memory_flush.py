@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +47,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EVENT = "memory_flush"
-SWEEP_LEASE_SECONDS = 300.0  # a sweeper that dies holding one blocks that session this long
+SWEEP_LEASE_SECONDS = 300.0
+LOCK_STRIPES = 64  # flushes of one session are serialized by one of this many locks  # a sweeper that dies holding one blocks that session this long
 
 
 class MemoryFlush:
@@ -56,7 +58,10 @@ class MemoryFlush:
         self.store = store
         self.link = link
         self.executor = executor
-        self._locks: dict[str, threading.Lock] = {}
+        # striped, not one per session: a long-lived proxy sees a new session every request,
+        # and a lock per session it ever flushed grew without bound (two sessions sharing a
+        # stripe only wait for each other's background flush)
+        self._locks = tuple(threading.Lock() for _ in range(LOCK_STRIPES))
         self._guard = threading.Lock()
         self._open: set[str] = set()  # sessions opened here whose end was not flushed yet
 
@@ -178,5 +183,4 @@ class MemoryFlush:
         return carried[-1].seq if carried else 0
 
     def _lock_of(self, session_id: str) -> threading.Lock:
-        with self._guard:
-            return self._locks.setdefault(session_id, threading.Lock())
+        return self._locks[zlib.crc32(session_id.encode("utf-8", "surrogatepass")) % LOCK_STRIPES]

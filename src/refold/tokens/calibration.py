@@ -18,6 +18,7 @@ from refold.tokens.counter import MessageCounter
 
 MIN_RATIO = 0.5
 MAX_RATIO = 3.0
+MAX_MODELS = 256  # calibrations kept (the names come from requests: bounded)
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,10 @@ class Calibration:
             else:
                 ratio = current.ratio + self.smoothing * (sample - current.ratio)
                 state = CalibrationState(ratio, current.samples + 1)
-            self._states[key] = state
+            self._states.pop(key, None)
+            self._states[key] = state  # newest last: the oldest model goes past the bound
+            while len(self._states) > MAX_MODELS:  # model names come from clients
+                del self._states[next(iter(self._states))]
             return state
 
     def ratio(self, model: str) -> float:
