@@ -14,6 +14,7 @@ Pure functions; local time is the process's, the same clock ``created_at`` was s
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 
 from refold._records import dataclass
@@ -25,13 +26,23 @@ _MONTHS = {name: n for n, names in enumerate((
 _MONTH = "(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\b\.?"
 _ORDINAL = r"(\d{1,2})(?:st|nd|rd|th)?"
 _YEAR = r"(?:,?\s+(\d{4}))?"
-_PATTERNS = (  # (regex, group of year, month, day); a month group may be a name
-    (re.compile(r"(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月\s*(\d{1,2})\s*[日号號]"), (1, 2, 3)),
-    (re.compile(r"(?:(\d{4})\s*년\s*)?(\d{1,2})\s*월\s*(\d{1,2})\s*일"), (1, 2, 3)),
-    (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), (1, 2, 3)),
-    (re.compile(rf"\b{_MONTH}\s+(?:the\s+)?{_ORDINAL}\b{_YEAR}", re.IGNORECASE), (3, 1, 2)),
-    (re.compile(rf"\b{_ORDINAL}\s+(?:of\s+)?{_MONTH}{_YEAR}", re.IGNORECASE), (3, 2, 1)),
-)
+
+
+@functools.cache
+def _patterns() -> tuple[tuple[re.Pattern[str], tuple[int, int, int]], ...]:
+    """(regex, group of year, month, day); a month group may be a name. Compiled on the first
+    query holding a digit: a search without one (and ``refold search``'s start-up) never pays
+    for them."""
+    return (
+        (re.compile(r"(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月\s*(\d{1,2})\s*[日号號]"), (1, 2, 3)),
+        (re.compile(r"(?:(\d{4})\s*년\s*)?(\d{1,2})\s*월\s*(\d{1,2})\s*일"), (1, 2, 3)),
+        (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), (1, 2, 3)),
+        (re.compile(rf"\b{_MONTH}\s+(?:the\s+)?{_ORDINAL}\b{_YEAR}", re.IGNORECASE),
+         (3, 1, 2)),
+        (re.compile(rf"\b{_ORDINAL}\s+(?:of\s+)?{_MONTH}{_YEAR}", re.IGNORECASE), (3, 2, 1)),
+    )
+
+
 MAX_DAYS = 4
 
 
@@ -52,9 +63,11 @@ def _number(text: str | None) -> int | None:
 
 def query_days(text: str) -> tuple[Day, ...]:
     """The valid calendar days ``text`` names, in order, each once (at most ``MAX_DAYS``)."""
+    if not any(ch.isdigit() for ch in text):  # every form holds the day's number
+        return ()
     found: list[tuple[int, Day]] = []
     taken: list[tuple[int, int]] = []
-    for pattern, (y, m, d) in _PATTERNS:
+    for pattern, (y, m, d) in _patterns():
         for match in pattern.finditer(text):
             if any(lo < match.end() and match.start() < hi for lo, hi in taken):
                 continue
