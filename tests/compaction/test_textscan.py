@@ -125,3 +125,35 @@ def test_config_check_answers_as_the_single_pattern(text: str) -> None:
        .map("".join))
 def test_latin_sentence_split_is_the_general_split(text: str) -> None:
     assert builtin._LATIN_SENTENCE.split(text) == builtin._SENTENCE.split(text)
+
+
+PATH_BEFORE = (r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+",  # before ``++``
+               r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+\.\w{1,10}\b")
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts)
+def test_possessive_folder_names_match_as_before(text: str) -> None:
+    for before, now in zip(PATH_BEFORE, (anchors._PATH_PARTS[0], builtin._PATH_MENTION[0]),
+                           strict=True):
+        after = now if isinstance(now, str) else now.pattern.pattern
+        assert "++" in after
+        assert [m.span() for m in re.finditer(before, text)] == \
+            [m.span() for m in re.finditer(after, text)]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(("a", "b ", "\n", "\r", "\r\n", "\x0b", "\u2028", "  ", "exit 0",
+                                 "exit code 3\n", "[The command completed with exit code 1.]")),
+                max_size=12).map("".join))
+def test_last_line_from_the_tail_is_the_last_line_of_the_whole(output: str) -> None:
+    from refold.compaction import activity
+
+    whole = next((ln.strip() for ln in reversed(output.splitlines())
+                  if ln.strip() and not activity._EXIT_ONLY.match(ln.strip())), "")
+    saved = activity.RESULT_TAIL_CHARS
+    activity.RESULT_TAIL_CHARS = 7  # tails cut inside lines and inside \r\n
+    try:
+        assert activity._last_line(output) == whole
+    finally:
+        activity.RESULT_TAIL_CHARS = saved

@@ -28,7 +28,9 @@ OLD_HEAD, OLD_TAIL = 160, 240  # what of an older output is scanned for every ki
 _EXT = (r"py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonl|yaml|yml|toml|md|rst|txt|rs|go|java|kt|c|h|cc|"
         r"cpp|hpp|cs|sh|bash|zsh|sql|html|css|scss|cfg|ini|conf|lock|log|csv|env|rb|php|swift|"
         r"vue|svelte|proto|graphql|tf|xml|ipynb|gradle|mk|dockerfile")
-_PATH_PARTS = (r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+",
+# a folder name is taken whole (``++``): giving a character back cannot make a "/" follow it,
+# and the regex engine no longer tries every shorter one (the same matches, faster)
+_PATH_PARTS = (r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]++/)+[\w.@+-]+",
                rf"\b[\w.-]+\.(?:{_EXT})\b")
 # each part starts with a character class (a leading lookbehind moved after it), so the regex
 # engine skips to candidate characters instead of trying every position: several times faster

@@ -96,7 +96,8 @@ _MENTION_EXT = (r"\.(?:py|js|ts|tsx|go|rs|java|rb|php|c|h|cpp|json|ya?ml|toml|md
 # a path mentioned in prose: one with a folder, or a bare file name of a common kind; run as
 # its two parts over all messages at once (``textscan``: the same matches, far faster)
 _PATH_MENTION = (
-    Rule(re.compile(r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+\.\w{1,10}\b"), "/"),
+    Rule(re.compile(r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]++/)+[\w.@+-]+\.\w{1,10}\b"),
+         "/"),  # ``++``: as in ``anchors._PATH_PARTS``
     Rule(re.compile(r"\b[\w-]+" + _MENTION_EXT), re.compile(_MENTION_EXT)))
 _FILE_ITEM = re.compile(r"^`([^`]+)`")
 _ACTIONS = ("modified", "read", "mentioned")

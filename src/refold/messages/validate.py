@@ -46,7 +46,7 @@ PART_TYPES: dict[str, frozenset[str]] = {
 
 def repair_text(text: str) -> str:
     """``text`` with lone surrogates replaced by U+FFFD (valid surrogate pairs are joined)."""
-    if not _SURROGATE.search(text):
+    if text.isascii() or not _SURROGATE.search(text):
         return text
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
