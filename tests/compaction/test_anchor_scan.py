@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from refold.compaction.anchors import extract_anchors
 from refold.compaction.prune import exit_status, first_error_line
 
@@ -84,3 +87,24 @@ def test_the_budget_the_body_leaves_unused_goes_to_the_anchors() -> None:
     assert len(made) > 30  # more than Done lists (20): the rest must be anchors
     missing = [c for c in made if c not in report.summary]
     assert not missing, missing
+
+
+_STATUS_PIECES = ("exit", "Exit", "EXIT", "exited with code", " code", " status", "return code",
+                  "returncode", '"exit_code"', ": ", "=", "-", "1", "23", " ", "\n", "x", "_",
+                  "é", "İ", "Error", "KeyError", "error", "ERROR", "FAILED", "Fatal", "fatal",
+                  "panic", "Exception", "ValueException", "a", "Z", "9", ".", "中")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(_STATUS_PIECES), max_size=16).map("".join))
+def test_exit_status_and_error_line_scan_from_the_first_hint_as_from_the_start(out: str) -> None:
+    from refold.compaction import prune
+
+    found = prune._EXIT.findall(out[-4000:].lower())  # the whole-tail scan they replaced
+    assert exit_status(out) == (found[-1] if found else None)
+    match = prune._ERROR_WORD.search(out)
+    line = None
+    if match:
+        start, end = out.rfind("\n", 0, match.start()) + 1, out.find("\n", match.end())
+        line = out[start:end if end >= 0 else len(out)].strip()[:160]
+    assert first_error_line(out) == line

@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from refold.compaction.activity import INSPECT
 from refold.compaction.summary import is_summary_message
@@ -302,7 +303,7 @@ def extract_anchors(messages: Sequence[Message], *, scan_budget_chars: int = SCA
     texts are scanned once, all texts in one pass per pattern over the lines that can hold a
     match (``textscan``), and raw matches cleaned once.
     """
-    found: dict[str, Anchor] = {}
+    best: dict[str, list[Any]] = {}  # text → [kind, score, first seen] of its best mention
     counts: dict[str, int] = {}
     named: set[str] = set()  # named outside tool outputs (a call, the user, the assistant)
     shown: set[str] = set()  # in a tool call or a tool output: no figure of speech
@@ -322,9 +323,11 @@ def extract_anchors(messages: Sequence[Message], *, scan_budget_chars: int = SCA
         if role in ("tool", "call"):
             shown.add(text)
         score = weight + position / total  # later mentions matter more
-        previous = found.get(text)
-        if previous is None or previous.score < score:
-            found[text] = Anchor(text, kind, score, previous.first_seen if previous else position)
+        record = best.get(text)
+        if record is None:
+            best[text] = [kind, score, position]
+        elif record[1] < score:
+            record[0], record[1] = kind, score
 
     full_from = _full_scan_from(messages, scan_budget_chars)
     keys: dict[_ScanKey, int] = {}  # each distinct scan, in order
@@ -357,6 +360,7 @@ def extract_anchors(messages: Sequence[Message], *, scan_budget_chars: int = SCA
             add(command, "command", weight, pos, who)
         for raw, kind, weight in scans[scan] if scan >= 0 else ():
             add(raw, kind, weight, pos, role)
+    found = {text: Anchor(text, kind, score, first) for text, (kind, score, first) in best.items()}
     return _scored(found, counts, named, shown)
 
 
