@@ -188,14 +188,14 @@ def _labelled(item: str, prefixes: Sequence[str]) -> bool:
     return any(item.startswith((p + " (", p + ":", p + "：", p + " `")) for p in prefixes)
 
 
-def _goal(previous: SummarySections, request: SummaryRequest, labels: dict[str, str],
-          skip: set[int]) -> list[str]:
+def _goal(previous: SummarySections, users: Sequence[Message], labels: dict[str, str]
+          ) -> list[str]:
     current_labels = label_prefixes("current") + label_prefixes("latest")
     originals = [g for g in previous.get("goal")
                  if _strip_label(g, current_labels) is None and not is_nudge(g)][:1]
     previous_current = [c for g in previous.get("goal")
                         if (c := _strip_label(g, current_labels)) and not is_nudge(c)]
-    asks = [_short(content_text(m)) for m in _real_users(request.prefix, skip)]
+    asks = [_short(content_text(m)) for m in users]
     asks = [a for a in asks if not is_nudge(a)]
     if not originals and asks:
         originals = asks[:1]
@@ -250,11 +250,10 @@ def _statements(turns: Sequence[Message], skip: set[int]) -> dict[str, list[tupl
     return found
 
 
-def _constraints(previous: SummarySections, request: SummaryRequest, skip: set[int]
-                 ) -> list[str]:
+def _constraints(previous: SummarySections, users: Sequence[Message]) -> list[str]:
     """From every user message seen so far (the head's first request too)."""
     fresh: list[str] = []
-    for msg in _real_users(request.prefix, skip):
+    for msg in users:
         text = content_text(msg)
         if _CONSTRAINT.search(text):  # none in the whole message: none in a sentence of it
             fresh += [_short(s) for s in _sentences(text) if _CONSTRAINT.search(s)]
@@ -289,9 +288,8 @@ def _progress(previous: SummarySections, activity: Activity,
 
 
 def _in_progress(previous: SummarySections, turns: Sequence[Message], labels: dict[str, str],
-                 skip: set[int]) -> list[str]:
+                 users: Sequence[Message]) -> list[str]:
     items: list[str] = []
-    users = _real_users(turns, skip)
     if users and is_nudge(content_text(users[-1])):
         items.append(f"{labels['instruction']}: {_short(content_text(users[-1]), 160)}")
     last = next((m for m in reversed(turns) if m.get("role") == "assistant"
@@ -302,10 +300,10 @@ def _in_progress(previous: SummarySections, turns: Sequence[Message], labels: di
 
 
 def _files(previous: SummarySections, activity: Activity, turns: Sequence[Message],
-           prefix: Sequence[Message], labels: dict[str, str], skip: set[int]) -> list[str]:
+           prefix_users: Sequence[Message], labels: dict[str, str]) -> list[str]:
     """One line per real path, union of actions, most recently touched first, bounded."""
     in_span = {id(m) for m in turns}
-    earlier = [(-1, m) for m in _real_users(prefix, skip) if id(m) not in in_span]
+    earlier = [(-1, m) for m in prefix_users if id(m) not in in_span]
     spoken = [(pos, content_text(msg)) for pos, msg in [*earlier, *enumerate(turns)]
               if msg.get("role") in ("user", "assistant") and not is_summary_message(msg)]
     mentioned = Joined([text for _, text in spoken]).find(_PATH_MENTION)
@@ -335,7 +333,7 @@ def _files(previous: SummarySections, activity: Activity, turns: Sequence[Messag
 
 def _next_steps(previous: SummarySections, activity: Activity, plans: list[tuple[int, str]],
                 blocked: list[str], turns: Sequence[Message], labels: dict[str, str],
-                skip: set[int]) -> list[str]:
+                users: Sequence[Message]) -> list[str]:
     generated = label_prefixes("todo") + label_prefixes("resolve") + label_prefixes("answer")
     continues = {lab["continue"] for lab in LABELS.values()}
     old = [i for i in previous.get("next_steps") if i not in continues]
@@ -351,7 +349,6 @@ def _next_steps(previous: SummarySections, activity: Activity, plans: list[tuple
         stated = [i for i in old if not _labelled(i, generated)]
     fixes = [f"{labels['resolve']} `{key}`" for i in blocked if (key := item_key(i))][-4:]
     items = todos + stated[-3:] + fixes
-    users = _real_users(turns, skip)
     if users:  # nothing at all after it in the span: the request is still open
         after = turns[max(i for i, m in enumerate(turns) if m is users[-1]) + 1:]
         if not any(m.get("role") == "assistant" for m in after):
@@ -415,20 +412,21 @@ class BuiltinSummarizer:
         turns = request.turns
         activity = scan_activity(turns, request.tools)
         skip = observations(request.prefix)
+        users, span_users = _real_users(request.prefix, skip), _real_users(turns, skip)
         said = _statements(turns, skip)
         done, blocked = _progress(previous, activity, said["done"])
         tally = Tally.of_span(turns, activity.tools)
         sections = {
-            "goal": _goal(previous, request, labels, skip),
-            "constraints": _constraints(previous, request, skip),
+            "goal": _goal(previous, users, labels),
+            "constraints": _constraints(previous, users),
             "done": done,
-            "in_progress": _in_progress(previous, turns, labels, skip),
+            "in_progress": _in_progress(previous, turns, labels, span_users),
             "blocked": blocked,
             "decisions": _dedup(list(previous.get("decisions"))
                                 + [t for _, t in said["decisions"]], _CAPS["decisions"]),
-            "files": _files(previous, activity, turns, request.prefix, labels, skip),
+            "files": _files(previous, activity, turns, users, labels),
             "next_steps": _next_steps(previous, activity, said["next_steps"], blocked, turns,
-                                      labels, skip),
+                                      labels, span_users),
             "critical": _critical(previous, said["critical"], blocked, tally, labels,
                                   request.provider_notes),
         }
