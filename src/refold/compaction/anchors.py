@@ -193,7 +193,8 @@ def _shape(text: str) -> str:
     return _DIGITS.sub("#", text)
 
 
-_Found = tuple[tuple[str, str, float], ...]  # (raw match, kind, weight) in one text
+# what one text holds: (kind, weight, raw matches) per kind that matched, in scan order
+_Found = tuple[tuple[str, float, list[str]], ...]
 _LITE_KINDS = ("error", "url")
 _ScanKey = tuple[str, str, bool]  # (text, role, scanned in full)
 
@@ -232,10 +233,8 @@ def _scan_all(keys: Sequence[_ScanKey]) -> list[_Found]:
     out: list[_Found] = []
     for i, (_, role, _) in enumerate(keys):
         bonus = 1.0 if role == "user" else 0.0
-        items = [(line, "command", 5 + bonus) for line in prompts[i]]
-        for kind, base, raws in found:
-            if raws[i]:
-                items += [(raw, kind, base + bonus) for raw in raws[i]]
+        items = [("command", 5 + bonus, prompts[i])] if prompts[i] else []
+        items += [(kind, base + bonus, raws[i]) for kind, base, raws in found if raws[i]]
         out.append(tuple(items))
     return out
 
@@ -308,26 +307,27 @@ def extract_anchors(messages: Sequence[Message], *, scan_budget_chars: int = SCA
     named: set[str] = set()  # named outside tool outputs (a call, the user, the assistant)
     shown: set[str] = set()  # in a tool call or a tool output: no figure of speech
     total = max(1, len(messages))
-    cleaned: dict[tuple[str, str], str | None] = {}
+    cleaned: dict[str, dict[str, str | None]] = {}  # kind → raw match → cleaned (or None)
 
-    def add(raw: str, kind: str, weight: float, position: int, role: str = "tool") -> None:
-        key = (raw, kind)
-        if key not in cleaned:
-            cleaned[key] = _clean_candidate(raw, kind)
-        text = cleaned[key]
-        if text is None:
-            return
-        counts[text] = counts.get(text, 0) + 1
-        if role != "tool":
-            named.add(text)
-        if role in ("tool", "call"):
-            shown.add(text)
+    def add(raws: Sequence[str], kind: str, weight: float, position: int,
+            role: str = "tool") -> None:
+        memo = cleaned.setdefault(kind, {})
         score = weight + position / total  # later mentions matter more
-        record = best.get(text)
-        if record is None:
-            best[text] = [kind, score, position]
-        elif record[1] < score:
-            record[0], record[1] = kind, score
+        is_named, is_shown = role != "tool", role in ("tool", "call")
+        for raw in raws:
+            text = memo[raw] if raw in memo else memo.setdefault(raw, _clean_candidate(raw, kind))
+            if text is None:
+                continue
+            counts[text] = counts.get(text, 0) + 1
+            if is_named:
+                named.add(text)
+            if is_shown:
+                shown.add(text)
+            record = best.get(text)
+            if record is None:
+                best[text] = [kind, score, position]
+            elif record[1] < score:
+                record[0], record[1] = kind, score
 
     full_from = _full_scan_from(messages, scan_budget_chars)
     keys: dict[_ScanKey, int] = {}  # each distinct scan, in order
@@ -357,9 +357,9 @@ def extract_anchors(messages: Sequence[Message], *, scan_budget_chars: int = SCA
     scans = _scan_all(list(keys))
     for pos, commands, role, scan in steps:
         for command, weight, who in commands:
-            add(command, "command", weight, pos, who)
-        for raw, kind, weight in scans[scan] if scan >= 0 else ():
-            add(raw, kind, weight, pos, role)
+            add((command,), "command", weight, pos, who)
+        for kind, weight, raws in scans[scan] if scan >= 0 else ():
+            add(raws, kind, weight, pos, role)
     found = {text: Anchor(text, kind, score, first) for text, (kind, score, first) in best.items()}
     return _scored(found, counts, named, shown)
 
