@@ -108,3 +108,34 @@ def test_exit_status_and_error_line_scan_from_the_first_hint_as_from_the_start(o
         start, end = out.rfind("\n", 0, match.start()) + 1, out.find("\n", match.end())
         line = out[start:end if end >= 0 else len(out)].strip()[:160]
     assert first_error_line(out) == line
+
+
+def test_a_compaction_tokenizes_each_message_once_even_past_the_counter_cache() -> None:
+    from refold.compaction import compact
+    from refold.tokens import ExactCounter
+    from refold.tokens.counter import MessageCounter, set_cache_entries
+
+    class Recording(ExactCounter):
+        def __init__(self) -> None:
+            super().__init__("o200k_base")
+            self.seen: list[int] = []
+
+        def _uncached_message(self, message: dict[str, Any]) -> int:
+            self.seen.append(id(message))
+            return super()._uncached_message(message)
+
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are a build agent."}]
+    for i in range(60):
+        msgs += [{"role": "user", "content": f"step {i}: build target {i} " + "x " * 40},
+                 {"role": "assistant", "content": f"target {i} built in out/t{i}.o"}]
+    saved = MessageCounter.cache_entries
+    set_cache_entries(0)  # no cache of its own: every count would tokenize again
+    try:
+        counter = Recording()
+        result = compact(msgs, context_length=8_000, counter=counter, model="gpt-4o")
+    finally:
+        set_cache_entries(saved)
+    assert result.report.status == "ok"
+    originals = {id(m) for m in msgs}
+    counted = [i for i in counter.seen if i in originals]
+    assert counted and len(counted) == len(set(counted))  # each input message once

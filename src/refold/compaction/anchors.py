@@ -18,7 +18,7 @@ from typing import Any
 from refold.compaction.activity import INSPECT
 from refold.compaction.summary import is_summary_message
 from refold.compaction.textscan import Joined, Rule
-from refold.compaction.tools import tool_effect
+from refold.compaction.tools import call_command
 from refold.messages.model import Message, content_text
 
 MAX_ANCHOR_CHARS = 200
@@ -134,7 +134,7 @@ def _command_texts(message: Message) -> Iterable[str]:
             continue
         if not isinstance(args, dict):
             continue
-        command = tool_effect(str(fn.get("name") or ""), args, "").command
+        command = call_command(str(fn.get("name") or ""), args)
         if command:
             yield _as_typed(command, args.get("command"))[:MAX_ANCHOR_CHARS]
         query = args.get("query")
