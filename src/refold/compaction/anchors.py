@@ -77,7 +77,8 @@ _RULES: dict[str, tuple[Rule, ...]] = {
         _ID_PARTS, (re.compile(r"-[0-9a-f]{4}-"), re.compile(r"-\d"), re.compile(r"#\d\d"),
                     None, _TOKEN_TAIL),  # a hex run: its class is its own trigger
         (None, None, None, _hex_id, None), strict=True)),
-    "version": (Rule(_PATTERNS[4][2], re.compile(r"\.\d")),),
+    # three dotted numbers (1.2.3), or "v" and a number (v2.0)
+    "version": (Rule(_PATTERNS[4][2], re.compile(r"\.\d+\.\d|v\d")),),
     "number": (Rule(_PATTERNS[5][2], None, digit_lines=True),),
     "config": (Rule(_PATTERNS[6][2], re.compile(r"=(?<=[A-Z0-9_]=)|:\d\d")),),
 }
