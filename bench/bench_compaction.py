@@ -3,6 +3,12 @@ identifier retention, and the estimate's accuracy. Prints figures; asserts nothi
 
     python bench/bench_compaction.py            # everything (about a minute on 2 cores)
     python bench/bench_compaction.py --quick    # smaller sizes
+    python bench/bench_compaction.py --scaling-only [--replay [DIR]]
+
+The scaling transcript is synthetic (a coding agent's rounds: a prose or code request, a
+pytest call, 30 lines of its output); ``--replay`` builds it from real public trajectories
+instead (``bench/trajectories.py``: the ones with native tool calls, about 100K tokens, played
+one after another, each copy's texts tagged with its run so no output repeats verbatim).
 
 Baselines are measured in the same run (for scaling: one pass reading every message and the
 exact token count of the same transcript, and the first size; 100 messages for per-turn
@@ -69,6 +75,33 @@ def transcript(target_tokens: int, counter: ExactCounter) -> list[Message]:
     return msgs
 
 
+def replayed(target_tokens: int, counter: ExactCounter, root: Path) -> list[Message]:
+    """The trajectories with tool calls, one after another until ``target_tokens``."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from trajectories import load_all
+
+    runs = [t.messages for t in load_all(root) if any(m.get("tool_calls") for m in t.messages)]
+    msgs: list[Message] = [{"role": "system", "content": "You are a coding agent."}]
+    total, k = 0, 0
+    while total < target_tokens:
+        for m in (m for run in runs for m in run if m["role"] != "system"):
+            m = dict(m)
+            if isinstance(m.get("content"), str) and m["content"]:
+                m["content"] = f"[run {k}] {m['content']}"
+            if m.get("tool_calls"):
+                m["tool_calls"] = [{**c, "id": f"{c['id']}_{k}"} for c in m["tool_calls"]]
+            if m.get("tool_call_id"):
+                m["tool_call_id"] = f"{m['tool_call_id']}_{k}"
+            msgs.append(m)
+            total += counter.count_message(m)
+            if total >= target_tokens:
+                break
+        k += 1
+    return msgs
+
+
 def timed(fn: Callable[[], Any], repeat: int = 1) -> tuple[float, Any]:
     best, value = float("inf"), None
     for _ in range(repeat):
@@ -85,14 +118,16 @@ def cpu_timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.process_time() - start, value
 
 
-def bench_scaling(sizes: list[int]) -> None:
+def bench_scaling(sizes: list[int], replay: Path | None = None) -> None:
+    source = f"replayed trajectories from {replay}" if replay else "synthetic rounds"
     print("\n== compaction CPU vs transcript size (builtin summarizer, o200k, cold caches; "
-          "CPU seconds) ==")
+          f"CPU seconds; {source}) ==")
     print(f"{'tokens':>10} {'messages':>9} {'iterate s':>9} {'count s':>8} {'compact s':>10} "
           f"{'s per 1M':>9} {'x count':>8} {'vs first':>8}  result")
     base_rate = None
     for size in sizes:
-        msgs = transcript(size, ExactCounter("o200k_base"))
+        msgs = (replayed(size, ExactCounter("o200k_base"), replay) if replay
+                else transcript(size, ExactCounter("o200k_base")))
         counter = ExactCounter("o200k_base")  # fresh: no cached counts
         # the trivial baseline: one pass that reads every message's text
         iterate_s, _ = cpu_timed(lambda m=msgs: sum(len(content_text(x)) for x in m))
@@ -293,10 +328,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--scaling-only", action="store_true",
                         help="only the CPU-vs-size table")
+    parser.add_argument("--replay", nargs="?", type=Path, const=Path("/work/data/trajectories"),
+                        help="scale real trajectories (bench/trajectories.py) instead")
     args = parser.parse_args()
     sizes = [100_000, 1_000_000] if args.quick else [100_000, 1_000_000, 5_000_000]
     if args.scaling_only:
-        bench_scaling(sizes)
+        bench_scaling(sizes, args.replay)
         return
     bench_estimate()
     bench_tokenizer(2.0 if args.quick else 8.0)
@@ -304,7 +341,7 @@ def main() -> None:
     bench_retention(1200)
     bench_per_turn(200)
     bench_list_turn(50)
-    bench_scaling(sizes)
+    bench_scaling(sizes, args.replay)
 
 
 if __name__ == "__main__":

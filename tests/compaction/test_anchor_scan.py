@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from refold.compaction.anchors import extract_anchors
 from refold.compaction.prune import exit_status, first_error_line
 
@@ -84,3 +87,55 @@ def test_the_budget_the_body_leaves_unused_goes_to_the_anchors() -> None:
     assert len(made) > 30  # more than Done lists (20): the rest must be anchors
     missing = [c for c in made if c not in report.summary]
     assert not missing, missing
+
+
+_STATUS_PIECES = ("exit", "Exit", "EXIT", "exited with code", " code", " status", "return code",
+                  "returncode", '"exit_code"', ": ", "=", "-", "1", "23", " ", "\n", "x", "_",
+                  "é", "İ", "Error", "KeyError", "error", "ERROR", "FAILED", "Fatal", "fatal",
+                  "panic", "Exception", "ValueException", "a", "Z", "9", ".", "中")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(_STATUS_PIECES), max_size=16).map("".join))
+def test_exit_status_and_error_line_scan_from_the_first_hint_as_from_the_start(out: str) -> None:
+    from refold.compaction import prune
+
+    found = prune._EXIT.findall(out[-4000:].lower())  # the whole-tail scan they replaced
+    assert exit_status(out) == (found[-1] if found else None)
+    match = prune._ERROR_WORD.search(out)
+    line = None
+    if match:
+        start, end = out.rfind("\n", 0, match.start()) + 1, out.find("\n", match.end())
+        line = out[start:end if end >= 0 else len(out)].strip()[:160]
+    assert first_error_line(out) == line
+
+
+def test_a_compaction_tokenizes_each_message_once_even_past_the_counter_cache() -> None:
+    from refold.compaction import compact
+    from refold.tokens import ExactCounter
+    from refold.tokens.counter import MessageCounter, set_cache_entries
+
+    class Recording(ExactCounter):
+        def __init__(self) -> None:
+            super().__init__("o200k_base")
+            self.seen: list[int] = []
+
+        def _uncached_message(self, message: dict[str, Any]) -> int:
+            self.seen.append(id(message))
+            return super()._uncached_message(message)
+
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are a build agent."}]
+    for i in range(60):
+        msgs += [{"role": "user", "content": f"step {i}: build target {i} " + "x " * 40},
+                 {"role": "assistant", "content": f"target {i} built in out/t{i}.o"}]
+    saved = MessageCounter.cache_entries
+    set_cache_entries(0)  # no cache of its own: every count would tokenize again
+    try:
+        counter = Recording()
+        result = compact(msgs, context_length=8_000, counter=counter, model="gpt-4o")
+    finally:
+        set_cache_entries(saved)
+    assert result.report.status == "ok"
+    originals = {id(m) for m in msgs}
+    counted = [i for i in counter.seen if i in originals]
+    assert counted and len(counted) == len(set(counted))  # each input message once

@@ -106,3 +106,12 @@ def test_lone_surrogates_are_replaced_not_stored() -> None:
     for message in out:
         str(message["content"]).encode("utf-8")
     assert repair_text("plain") == "plain"
+
+
+def test_clean_messages_come_back_as_they_are_and_only_dirty_ones_are_copied() -> None:
+    clean = {"role": "assistant", "content": "naïve café", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "t", "arguments": "{}"}}]}
+    dirty = {"role": "user", "content": "ok", "name": "x\udc00"}
+    out = validate_messages([clean, dirty])
+    assert out[0] is clean  # nothing to repair: no copy
+    assert out[1] is not dirty and out[1]["name"] == "x\ufffd" and dirty["name"] == "x\udc00"

@@ -177,17 +177,36 @@ def _todos(args: dict[str, Any], output: str) -> list[tuple[str, str]] | None:
     return None
 
 
+RESULT_TAIL_CHARS = 2_000  # what of an output is split first when looking for its last line
+
+
+def _last_of(lines: list[str]) -> str | None:
+    return next((ln.strip() for ln in reversed(lines)
+                 if ln.strip() and not _EXIT_ONLY.match(ln.strip())), None)
+
+
+def _last_line(output: str) -> str:
+    """The last line that is not blank and not only an exit status. A long output's tail is
+    split first: past the tail's first line break its lines are the output's own
+    (``splitlines`` of a suffix differs only in the line it starts inside)."""
+    tail = output[-RESULT_TAIL_CHARS:]
+    if len(tail) < len(output):
+        found = _last_of(tail.splitlines()[1:])
+        if found is not None:
+            return found
+    return _last_of(output.splitlines()) or ""
+
+
 def _result_line(output: str) -> str:
-    line = next((ln.strip() for ln in reversed(output.splitlines())
-                 if ln.strip() and not _EXIT_ONLY.match(ln.strip())), "")
-    line = " ".join(line.split())
+    line = " ".join(_last_line(output).split())
     return line if len(line) <= 120 else line[:119] + "…"
 
 
 def _facts(output: str) -> tuple[str | None, str | None, bool]:
     """(exit status, error line, pruned): an earlier compaction's one-line stand-in is read for
     its facts, not its wording."""
-    pruned = _PRUNED.match(output.strip())
+    pruned = _PRUNED.match(output.strip()) if "(full output in the session ledger)" in output \
+        else None
     if pruned:
         found = re.search(r"\bexit (-?\d+)", pruned.group(1))
         return (found.group(1) if found else None), pruned.group(2), True

@@ -12,11 +12,13 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from refold._records import dataclass
 from refold.compaction.activity import INSPECT
 from refold.compaction.summary import is_summary_message
-from refold.compaction.tools import tool_effect
+from refold.compaction.textscan import Joined, Rule
+from refold.compaction.tools import call_command
 from refold.messages.model import Message, content_text
 
 MAX_ANCHOR_CHARS = 200
@@ -27,7 +29,9 @@ OLD_HEAD, OLD_TAIL = 160, 240  # what of an older output is scanned for every ki
 _EXT = (r"py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonl|yaml|yml|toml|md|rst|txt|rs|go|java|kt|c|h|cc|"
         r"cpp|hpp|cs|sh|bash|zsh|sql|html|css|scss|cfg|ini|conf|lock|log|csv|env|rb|php|swift|"
         r"vue|svelte|proto|graphql|tf|xml|ipynb|gradle|mk|dockerfile")
-_PATH_PARTS = (r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+",
+# a folder name is taken whole (``++``): giving a character back cannot make a "/" follow it,
+# and the regex engine no longer tries every shorter one (the same matches, faster)
+_PATH_PARTS = (r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]++/)+[\w.@+-]+",
                rf"\b[\w.-]+\.(?:{_EXT})\b")
 # each part starts with a character class (a leading lookbehind moved after it), so the regex
 # engine skips to candidate characters instead of trying every position: several times faster
@@ -58,19 +62,25 @@ _PATTERNS: tuple[tuple[str, int, re.Pattern[str]], ...] = (
     ("config", 3, re.compile(r"\b[A-Z][A-Z0-9_]{2,}=[^\s'\"]+|\b(?:localhost|[\w-]+(?:\.[\w-]+)+):"
                              r"\d{2,5}\b")),
 )
-# the path and id alternations split (``_alternatives``), each part with a substring it needs
-# necessary conditions, each led by a rare character: a hex run with a digit and a letter has
-# a digit next to a letter; a token id has "_" and 8 letters or digits
-_HEX_PAIR = re.compile(r"\d(?:[a-f]|(?<=[a-f]\d))")
+# each kind's pattern as ``textscan`` rules: the path and id alternations split into their
+# alternatives, each with a trigger found inside every match of it (a literal where one
+# exists), so the regex engine runs only over the lines that can hold a match
 _TOKEN_TAIL = re.compile(r"_[A-Za-z0-9]{8}")
 _EXT_END = re.compile(rf"\.(?:{_EXT})\b")  # what the second path part needs
-_Part = tuple[re.Pattern[str], "str | re.Pattern[str] | None", "Callable[[str], bool] | None"]
-_PARTS: dict[str, tuple[_Part, ...]] = {
-    "path": tuple(zip((re.compile(p) for p in _PATH_PARTS), ("/", _EXT_END), (None, None),
-                      strict=True)),
-    "id": tuple(zip((re.compile(p) for p in _ID_PARTS),
-                    ("-", "-", "#", _HEX_PAIR, _TOKEN_TAIL),
-                    (None, None, None, _hex_id, None), strict=True)),
+_ERROR_HINTS = ("Error:", "Exception:", "Exit:", "Failure:", "error", "ERROR", "FAILED", "atal:",
+                "panic:")
+_RULES: dict[str, tuple[Rule, ...]] = {
+    "error": (Rule(_PATTERNS[0][2], _ERROR_HINTS),),
+    "url": (Rule(_PATTERNS[1][2], "://"),),
+    "path": (Rule(re.compile(_PATH_PARTS[0]), "/"), Rule(re.compile(_PATH_PARTS[1]), _EXT_END)),
+    "id": tuple(Rule(re.compile(part), trigger, check) for part, trigger, check in zip(
+        _ID_PARTS, (re.compile(r"-[0-9a-f]{4}-"), re.compile(r"-\d"), re.compile(r"#\d\d"),
+                    None, _TOKEN_TAIL),  # a hex run: its class is its own trigger
+        (None, None, None, _hex_id, None), strict=True)),
+    # three dotted numbers (1.2.3), or "v" and a number (v2.0)
+    "version": (Rule(_PATTERNS[4][2], re.compile(r"\.\d+\.\d|v\d")),),
+    "number": (Rule(_PATTERNS[5][2], None, digit_lines=True),),
+    "config": (Rule(_PATTERNS[6][2], re.compile(r"=(?<=[A-Z0-9_]=)|:\d\d")),),
 }
 _DIGITS = re.compile(r"\d+")
 # unified-diff headers name a file as a/PATH and b/PATH (also inside JSON-escaped patches)
@@ -89,7 +99,7 @@ _INLINE = re.compile(
     r"`((?:pytest|python3?|pip3?|uv|npm|npx|pnpm|yarn|node|git|make|cargo|go|rustc|gcc|clang|"
     r"cmake|mvn|gradle|dotnet|docker|kubectl|helm|terraform|curl|ruff|mypy|tox|bash|sh|"
     r"\./)[ /][^`\n]{1,150})`")
-_PROMPT_LINE = re.compile(r"(?m)^\$ (.*)$")  # a shell transcript's "$ command" lines
+_PROMPT_LINE = Rule(re.compile(r"(?m)^\$ (.*)$"), "$ ", group=1)  # "$ command" lines
 UNREFERENCED_PENALTY = 2.0  # found in tool output only, never named by anyone
 PROSE_PATH_PENALTY = 4.0  # "inputting/reading": words a slash joins, no call or output shows it
 _NOISE = re.compile(r"^(?:call_|toolu_|chatcmpl-|Traceback \(most recent call last\))")
@@ -125,7 +135,7 @@ def _command_texts(message: Message) -> Iterable[str]:
             continue
         if not isinstance(args, dict):
             continue
-        command = tool_effect(str(fn.get("name") or ""), args, "").command
+        command = call_command(str(fn.get("name") or ""), args)
         if command:
             yield _as_typed(command, args.get("command"))[:MAX_ANCHOR_CHARS]
         query = args.get("query")
@@ -184,79 +194,50 @@ def _shape(text: str) -> str:
     return _DIGITS.sub("#", text)
 
 
-def _may_match(kind: str, text: str) -> bool:
-    """A cheap necessary condition for ``kind``'s pattern to match ``text`` (substring tests
-    run at memchr speed; the patterns' lookarounds cost far more per character)."""
-    if kind == "error":
-        return any(s in text for s in _ERROR_HINTS)
-    if kind == "url":
-        return "://" in text
-    if kind == "config":
-        return "=" in text or _COLON_DIGIT.search(text) is not None
-    if kind == "version":
-        return _DOT_DIGIT.search(text) is not None
-    return True
-
-
-_ERROR_HINTS = ("Error:", "Exception:", "Exit:", "Failure:", "error", "ERROR", "FAILED", "atal:",
-                "panic:")
-_COLON_DIGIT = re.compile(r":\d")
-_DOT_DIGIT = re.compile(r"\d\.\d")
-_Found = tuple[tuple[str, str, float], ...]  # (raw match, kind, weight) in one text
-
-
-def _scan(text: str, role: str, full: bool) -> _Found:
-    """Candidates in one message's text: every pattern over all of it when ``full``; else
-    errors and URLs over all of it and the other kinds over its first and last lines only
-    (an old output's identifiers sit at its ends: the command echo, the result, the error)."""
-    bonus = 1.0 if role == "user" else 0.0
-    out: list[tuple[str, str, float]] = []
-    if "$ " in text:
-        out += [(line, "command", 5 + bonus) for line in _PROMPT_LINE.findall(text)]
-    ends = text if full or len(text) <= OLD_HEAD + OLD_TAIL else (
-        text[:OLD_HEAD].rsplit("\n", 1)[0] + "\n\n" + text[-OLD_TAIL:].split("\n", 1)[-1])
-    for kind, weight, pattern in _PATTERNS:
-        if kind in PROSE_KINDS and role == "assistant":
-            continue  # prose quotes errors mid-sentence; the tool output has them whole
-        scope = text if kind in _LITE_KINDS else ends
-        if kind in _PARTS:
-            out += [(raw, kind, weight + bonus) for raw in _alternatives(kind, scope)]
-        elif _may_match(kind, scope):
-            out += [(m.group(0), kind, weight + bonus) for m in pattern.finditer(scope)]
-    return tuple(out)
-
-
-def _alternatives(kind: str, text: str) -> list[str]:
-    return alternation(_PARTS[kind], text)
-
-
-def alternation(parts: Sequence[_Part], text: str) -> list[str]:
-    """What the alternation of ``parts`` finds in ``text``, from its alternatives run one by
-    one — the regex engine tries a whole alternation at every position, which costs several
-    times more — merged leftmost first, the earlier alternative winning a tie, and overlaps
-    dropped, as one finditer over the alternation yields them. A part runs only when its
-    text has what it needs (a substring, or a literal-led pattern's match)."""
-    found: list[tuple[int, int, int, str]] = []
-    for order, (pattern, needs, check) in enumerate(parts):
-        if isinstance(needs, re.Pattern):
-            if needs.search(text) is None:
-                continue  # e.g. no file extension anywhere: a literal-led search, near free
-        elif needs is not None and needs not in text:
-            continue
-        found += [(m.start(), order, m.end(), m.group(0)) for m in pattern.finditer(text)
-                  if check is None or check(m.group(0))]
-    if len(found) > 1:
-        found.sort()
-    out: list[str] = []
-    end = -1
-    for start, _, stop, raw in found:
-        if start >= end:
-            out.append(raw)
-            end = stop
-    return out
-
-
+# what one text holds: (kind, weight, raw matches) per kind that matched, in scan order
+_Found = tuple[tuple[str, float, list[str]], ...]
 _LITE_KINDS = ("error", "url")
+_ScanKey = tuple[str, str, bool]  # (text, role, scanned in full)
+
+
+def _ends(text: str, full: bool) -> str:
+    """What of a text the heavier kinds read: all of it when ``full``, else its first and last
+    lines (an old output's identifiers sit at its ends: the command echo, the result, the
+    error)."""
+    if full or len(text) <= OLD_HEAD + OLD_TAIL:
+        return text
+    return text[:OLD_HEAD].rsplit("\n", 1)[0] + "\n\n" + text[-OLD_TAIL:].split("\n", 1)[-1]
+
+
+def _scan_all(keys: Sequence[_ScanKey]) -> list[_Found]:
+    """Candidates in each (text, role, full) text: every pattern over all of it when ``full``;
+    else errors and URLs over all of it and the other kinds over its ends (``_ends``). All
+    texts at once (``textscan.Joined``: the matches of one finditer per text and pattern)."""
+    texts = [text for text, _, _ in keys]
+    scoped = [_ends(text, full) for text, _, full in keys]
+    spoken = [i for i, (_, role, _) in enumerate(keys) if role != "assistant"]
+    joined = {(True, False): Joined(texts)}  # by (every line, not in assistant text)
+    found: list[tuple[str, float, list[list[str]]]] = []
+    for kind, weight, _ in _PATTERNS:
+        lite, prose = kind in _LITE_KINDS, kind in PROSE_KINDS  # prose: not in assistant text
+        scope = texts if lite else scoped
+        if (lite, prose) not in joined:
+            joined[(lite, prose)] = Joined([scope[i] for i in spoken] if prose else scope)
+        raws = joined[(lite, prose)].find(_RULES[kind])
+        if prose:  # prose quotes errors mid-sentence; the tool output has them whole
+            every: list[list[str]] = [[] for _ in keys]
+            for i, raw in zip(spoken, raws, strict=True):
+                every[i] = raw
+            raws = every
+        found.append((kind, weight, raws))
+    prompts = joined[(True, False)].find((_PROMPT_LINE,))
+    out: list[_Found] = []
+    for i, (_, role, _) in enumerate(keys):
+        bonus = 1.0 if role == "user" else 0.0
+        items = [("command", 5 + bonus, prompts[i])] if prompts[i] else []
+        items += [(kind, base + bonus, raws[i]) for kind, base, raws in found if raws[i]]
+        out.append(tuple(items))
+    return out
 
 
 def _bare_words(path: str) -> bool:
@@ -319,59 +300,68 @@ def extract_anchors(messages: Sequence[Message], *, scan_budget_chars: int = SCA
     Speed: tool calls, user messages and the newest ``scan_budget_chars`` of text are scanned
     for every kind; older tool outputs and assistant text for errors and URLs, and for the
     other kinds only in their first and last lines (``OLD_HEAD``/``OLD_TAIL``). Identical
-    texts are scanned once and raw matches cleaned once.
+    texts are scanned once, all texts in one pass per pattern over the lines that can hold a
+    match (``textscan``), and raw matches cleaned once.
     """
-    found: dict[str, Anchor] = {}
+    best: dict[str, list[Any]] = {}  # text → [kind, score, first seen] of its best mention
     counts: dict[str, int] = {}
     named: set[str] = set()  # named outside tool outputs (a call, the user, the assistant)
     shown: set[str] = set()  # in a tool call or a tool output: no figure of speech
     total = max(1, len(messages))
-    cleaned: dict[tuple[str, str], str | None] = {}
+    cleaned: dict[str, dict[str, str | None]] = {}  # kind → raw match → cleaned (or None)
 
-    def add(raw: str, kind: str, weight: float, position: int, role: str = "tool") -> None:
-        key = (raw, kind)
-        if key not in cleaned:
-            cleaned[key] = _clean_candidate(raw, kind)
-        text = cleaned[key]
-        if text is None:
-            return
-        counts[text] = counts.get(text, 0) + 1
-        if role != "tool":
-            named.add(text)
-        if role in ("tool", "call"):
-            shown.add(text)
+    def add(raws: Sequence[str], kind: str, weight: float, position: int,
+            role: str = "tool") -> None:
+        memo = cleaned.setdefault(kind, {})
         score = weight + position / total  # later mentions matter more
-        previous = found.get(text)
-        if previous is None or previous.score < score:
-            found[text] = Anchor(text, kind, score, previous.first_seen if previous else position)
+        is_named, is_shown = role != "tool", role in ("tool", "call")
+        for raw in raws:
+            text = memo[raw] if raw in memo else memo.setdefault(raw, _clean_candidate(raw, kind))
+            if text is None:
+                continue
+            counts[text] = counts.get(text, 0) + 1
+            if is_named:
+                named.add(text)
+            if is_shown:
+                shown.add(text)
+            record = best.get(text)
+            if record is None:
+                best[text] = [kind, score, position]
+            elif record[1] < score:
+                record[0], record[1] = kind, score
 
     full_from = _full_scan_from(messages, scan_budget_chars)
-    scans: dict[tuple[str, str, bool], _Found] = {}
+    keys: dict[_ScanKey, int] = {}  # each distinct scan, in order
+    steps: list[tuple[int, list[tuple[str, float, str]], str, int]] = []
     scanned: set[int] = set()
     for pos, msg in enumerate(messages):
         if is_summary_message(msg):
             continue  # a previous summary's anchors are carried, not re-extracted from markdown
         speaker = str(msg.get("role"))
-        for command in _command_texts(msg):  # a look around (grep, git diff) is worth less
-            add(command, "command", INSPECT_WEIGHT if INSPECT.match(command)
-                else COMMAND_WEIGHT, pos, "call")
+        # (command, weight, who): a look around (grep, git diff) is worth less
+        commands = [(command, INSPECT_WEIGHT if INSPECT.match(command) else COMMAND_WEIGHT,
+                     "call") for command in _command_texts(msg)]
         text = _message_text(msg)
         if speaker in ("user", "assistant"):
             for pattern in (_FENCED, _INLINE):
                 for found_command in pattern.findall(content_text(msg)[:SCAN_CHARS]):
                     command = found_command.strip()
-                    add(command, "command", INSPECT_WEIGHT if INSPECT.match(command)
-                        else COMMAND_WEIGHT, pos, speaker)
+                    commands.append((command, INSPECT_WEIGHT if INSPECT.match(command)
+                                     else COMMAND_WEIGHT, speaker))
         role = "tool" if _is_observation(messages, pos) else speaker  # who vouches for it
         key = hash(text)
-        if not text or (key in scanned and role == "tool"):
-            continue  # an identical output was already scanned
-        scanned.add(key)
-        scan_key = (text, role, pos >= full_from or role == "user")
-        if scan_key not in scans:
-            scans[scan_key] = _scan(*scan_key)
-        for raw, kind, weight in scans[scan_key]:
-            add(raw, kind, weight, pos, role)
+        scan = -1
+        if text and not (key in scanned and role == "tool"):  # identical outputs: read once
+            scanned.add(key)
+            scan = keys.setdefault((text, role, pos >= full_from or role == "user"), len(keys))
+        steps.append((pos, commands, role, scan))
+    scans = _scan_all(list(keys))
+    for pos, commands, role, scan in steps:
+        for command, weight, who in commands:
+            add((command,), "command", weight, pos, who)
+        for kind, weight, raws in scans[scan] if scan >= 0 else ():
+            add(raws, kind, weight, pos, role)
+    found = {text: Anchor(text, kind, score, first) for text, (kind, score, first) in best.items()}
     return _scored(found, counts, named, shown)
 
 

@@ -58,7 +58,7 @@ from refold.compaction.summary import (
 from refold.errors import InvalidInput, SummarizerError
 from refold.messages.model import Message, content_text
 from refold.messages.validate import validate_messages
-from refold.tokens.counter import TokenCounter
+from refold.tokens.counter import REPLY_PRIMING, MessageCounter, TokenCounter
 from refold.tokens.models import get_counter
 
 log = logging.getLogger(__name__)
@@ -226,6 +226,40 @@ def _prune(messages: list[Message], head_end: int, tail_start: int, policy: Comp
     return out, stats
 
 
+class _CountedOnce:
+    """``counter``, counting each message object once per compaction: the plan, the budget and
+    the report ask again for the same messages, and past the counter's own cache (16,384
+    messages) every ask would tokenize anew. ``count_messages`` sums the memo only where the
+    counter's is that sum (``MessageCounter``'s invariant); compaction never mutates a message
+    it has counted (it copies)."""
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self.inner = counter
+        self.name, self.exact = counter.name, counter.exact
+        self._counts: dict[int, tuple[Message, int]] = {}  # id → (the message, its count)
+        self._sums = isinstance(counter, MessageCounter) and \
+            type(counter).count_messages is MessageCounter.count_messages
+
+    def count_text(self, text: str) -> int:
+        return self.inner.count_text(text)
+
+    def count_tools(self, tools: Sequence[dict[str, Any]] | None) -> int:
+        return self.inner.count_tools(tools)
+
+    def count_message(self, message: Message) -> int:
+        known = self._counts.get(id(message))
+        if known is not None and known[0] is message:
+            return known[1]
+        count = self.inner.count_message(message)
+        self._counts[id(message)] = (message, count)
+        return count
+
+    def count_messages(self, messages: Sequence[Message]) -> int:
+        if not self._sums:
+            return self.inner.count_messages(messages)
+        return sum(self.count_message(m) for m in messages) + REPLY_PRIMING
+
+
 def _tokens(messages: Sequence[Message], counter: TokenCounter,
             tools: Sequence[dict[str, Any]] | None) -> int:
     return counter.count_messages(messages) + counter.count_tools(tools)
@@ -356,7 +390,7 @@ def compact(messages: Sequence[Message], *, context_length: int,
     """
     messages = validate_input(messages, context_length)
     policy = policy or CompactionPolicy()
-    counter = counter or get_counter(model)
+    counter = _CountedOnce(counter or get_counter(model))
     summarizer = summarizer or BuiltinSummarizer()
     fallback = fallback or BuiltinSummarizer()
     threshold = threshold_for(policy, context_length, model)

@@ -73,14 +73,31 @@ def argument_gist(arguments: str, limit: int = 80) -> str:
 
 def exit_status(output: str) -> str | None:
     """The exit status an output reports (last mention wins), as text."""
-    found = _EXIT.findall(output[-4000:].lower())
+    tail = output[-4000:].lower()
+    # every mention starts at "exit" or "return" (a quote before "exit_code"): none before the
+    # first of them, so the scan starts there (the same matches; this pattern's first letters
+    # are common ones, so skipping the text before is most of its cost)
+    starts = [at for at in (tail.find("exit"), tail.find("return")) if at >= 0]
+    if not starts:
+        return None
+    found = _EXIT.findall(tail, max(0, min(starts) - 1))
     return found[-1] if found else None
 
 
+def _word_start(text: str, pos: int) -> int:
+    """Where the run of word characters (``\\w``) that ends before ``pos`` starts."""
+    while pos > 0 and (text[pos - 1].isalnum() or text[pos - 1] == "_"):
+        pos -= 1
+    return pos
+
+
 def first_error_line(output: str) -> str | None:
-    if not any(word in output for word in _ERROR_HINTS):
+    hits = [at for at in (output.find(word) for word in _ERROR_HINTS) if at >= 0]
+    if not hits:
         return None  # substring tests first: most outputs name no error at all
-    match = _ERROR_WORD.search(output)
+    # a match holds a hint and starts at it or earlier in the same word: none starts before
+    # the word of the first hint (the same match, without trying every position before it)
+    match = _ERROR_WORD.search(output, _word_start(output, min(hits)))
     if not match:
         return None
     start = output.rfind("\n", 0, match.start()) + 1

@@ -232,5 +232,12 @@ def tool_effect(name: str, args: dict[str, Any], output: str,
     return neutral(args, output)
 
 
-__all__ = ["TOOLS", "Effect", "annotations_of", "register", "shell_command", "shell_writes",
-           "tool_effect"]
+def call_command(name: str, args: dict[str, Any]) -> str | None:
+    """``tool_effect(name, args, "").command``, without reading what a shell call writes."""
+    if TOOLS.get(name.lower()) is shell:
+        return shell_command(args)
+    return tool_effect(name, args, "").command
+
+
+__all__ = ["TOOLS", "Effect", "annotations_of", "call_command", "register", "shell_command",
+           "shell_writes", "tool_effect"]

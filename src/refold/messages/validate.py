@@ -46,7 +46,7 @@ PART_TYPES: dict[str, frozenset[str]] = {
 
 def repair_text(text: str) -> str:
     """``text`` with lone surrogates replaced by U+FFFD (valid surrogate pairs are joined)."""
-    if not _SURROGATE.search(text):
+    if text.isascii() or not _SURROGATE.search(text):
         return text
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
@@ -63,6 +63,17 @@ def _repair_value(value: Any) -> Any:
         same = all(pairs.get(k) is v for k, v in value.items())
         return value if same else pairs
     return value
+
+
+def _needs_repair(value: Any) -> bool:
+    """Whether ``_repair_value`` would change anything in ``value``."""
+    if isinstance(value, str):
+        return repair_text(value) is not value
+    if isinstance(value, list):
+        return any(_needs_repair(v) for v in value)
+    if isinstance(value, dict):
+        return any(_needs_repair(k) or _needs_repair(v) for k, v in value.items())
+    return False
 
 
 def _fail(problem: str, index: int | None, field: str, hint: str | None = None) -> NoReturn:
@@ -188,6 +199,8 @@ def validate_message(message: Any, index: int | None = None) -> Message:
     _check_content(message, role, index)
     _check_tool_calls(message, role, index)
     _check_scalars(message, role, index)
+    if not _needs_repair(message):
+        return message  # what _repair_value returns then, without copying on the way
     repaired: Message = _repair_value(message)
     return repaired
 

@@ -1,0 +1,159 @@
+"""``textscan`` finds what the plain regex calls would (issue 13, deliverable 8: its speed
+shortcuts must not change a single anchor): every rule refold runs through ``Joined`` against
+one ``finditer`` per text, the alternatives of a kind against the merge they replaced, every
+``Caseless`` against its pattern's own ``search``, and the Latin sentence split against the
+general one."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from refold.compaction import anchors, builtin
+from refold.compaction.textscan import Caseless, Joined, Rule, trigger_lines
+
+# pieces that make the patterns match, nearly match and fail at a boundary
+PIECES = ("/", "./", "../", "~/", "a/b", "src/app.py", "x.py", ".py", "README.md", "tests/", "::",
+          "http://", "https://h.io/a?b=1", "://", "Error:", "KeyError: 'x'", "error:",
+          "error[E0308]:", "ERROR", "FAILED", "fatal:", "Fatal:", "panic:", "Exception:",
+          "SystemExit:", "Failure:", "v1.2.3", "1.2", "3.10.4-rc1", "v2.0", "12", "4447", "0.5",
+          "1,024", "$5", "$12.50", "ms", " ms", "MB", "%", "req/s", "°C", "x", "s", "sec",
+          "PAY-1234", "AB-12", "#123", "#9", "deadbeef1", "0a1b2c3d4e", "a1", "f00d",
+          "123e4567-e89b-12d3-a456-426614174000", "sk_live_ABCDEFGH1234", "tok_abcdefgh",
+          "API_URL=http://x", "HOST=a", "localhost:8080", "db.local:5432", ":80", "=", "-", "_",
+          "$ ", "$ make test", "```\n", "`", "'", '"', "(", ")", "[", "]", "<", ">", ",", ";",
+          ".", ":", "@", "+", " ", "  ", "\t", "\n", "\n\n", "\r\n", "word", "Word", "the",
+          "é", "中文", "µs", "İ", "ı", "ſ", "K")
+texts = st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
+
+
+def _plain(text: str, rule: Rule) -> list[str]:
+    return [m.group(rule.group) for m in rule.pattern.finditer(text)
+            if rule.check is None or rule.check(m.group(0))]
+
+
+def _merged(text: str, rules: Sequence[Rule]) -> list[str]:
+    """What ``anchors.alternation`` did per text before ``Joined``: the alternatives' finditer
+    results merged leftmost first, the earlier winning a tie, overlaps dropped."""
+    found = sorted((m.start(), order, m.end(), m.group(0)) for order, rule in enumerate(rules)
+                   for m in rule.pattern.finditer(text)
+                   if rule.check is None or rule.check(m.group(0)))
+    out, end = [], -1
+    for start, _, stop, raw in found:
+        if start >= end:
+            out.append(raw)
+            end = stop
+    return out
+
+
+RULES = [rule for kind in anchors._RULES.values() for rule in kind] + [
+    anchors._PROMPT_LINE, *builtin._PATH_MENTION]
+KINDS = [*anchors._RULES.values(), builtin._PATH_MENTION]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(texts, min_size=1, max_size=6))
+def test_joined_rules_find_what_finditer_finds_in_each_text(batch: list[str]) -> None:
+    joined = Joined(batch)
+    for rule in RULES:
+        assert joined.find((rule,)) == [_plain(t, rule) for t in batch], rule.pattern.pattern
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(texts, min_size=1, max_size=6))
+def test_joined_alternatives_merge_as_the_per_text_merge_did(batch: list[str]) -> None:
+    joined = Joined(batch)
+    for rules in KINDS:
+        assert joined.find(rules) == [_merged(t, rules) for t in batch]
+
+
+def test_a_number_may_continue_on_the_next_line_after_a_digit() -> None:
+    rule = anchors._RULES["number"][0]
+    text = "took 12\nms and then 4\n\nms; line\n7 s"
+    assert Joined([text, "5\nMB"]).find((rule,)) == [_plain(text, rule), ["5\nMB"]]
+    assert trigger_lines("a\nb 1\nc\nd", re.compile(r"\d"), digit_lines=True) == [(2, 7)]
+    assert trigger_lines("a\nb/c\nd/\ne", "/") == [(2, 8)]  # adjacent lines merged
+    assert trigger_lines("no trigger here", ("x", "/")) == []
+
+
+WORD_PIECES = ("must", "MUST", "Must", "mustn't", "don't", "do not", "DO  NOT", "should",
+               "shouldn't", "only", "commonly", "keep", "Keep", "kept", "at most", "at least",
+               "remember", "note that", "important", "unimportant", "next", "I'll", "i'll",
+               "I will", "follow-up", "follow up", "switch to", "switched to", "decided",
+               "done", "passed", "fixed", "port 5432", "PORT 80", "port", "必须", "不要", "记住",
+               "下一步", "决定", "完了", "muſt", "ſhould", "İmportant", "ımportant", "K", "eep",
+               " ", "\n", ".", ",", "'", "_", "a", "x1")
+word_texts = st.lists(st.sampled_from(WORD_PIECES), max_size=12).map("".join)
+CASELESS = [builtin._CONSTRAINT, builtin._DONE, builtin._DECISION, builtin._NEXT,
+            builtin._REMEMBER, builtin._CONFIG_PORT]
+
+
+@settings(max_examples=400, deadline=None)
+@given(word_texts)
+def test_caseless_searches_as_its_pattern(text: str) -> None:
+    for caseless in CASELESS:
+        fast, slow = caseless.search(text), caseless.pattern.search(text)
+        assert (fast and fast.span()) == (slow and slow.span()), (caseless.pattern, text)
+
+
+def test_caseless_is_the_ignorecase_alternation_it_replaced() -> None:
+    words = Caseless(r"must|should(?:n't)?|follow[- ]up", r"必须|不要")
+    assert words.pattern.pattern == r"\b(?:must|should(?:n't)?|follow[- ]up)\b|必须|不要"
+    assert words.pattern.flags & re.IGNORECASE
+    assert words.words == ("must", "should", "follow")
+    assert words.search("You MUST not") and words.search("muſt")  # ſ folds to s
+    assert not words.search("mustard") and not words.may_match("nothing here")
+
+
+CONFIG = re.compile(r"\b[A-Z][A-Z0-9_]{2,}=\S+|\b(?:localhost|[\w-]+(?:\.[\w-]+)+):\d{2,5}\b|"
+                    r"\bport \d{2,5}\b|端口\s*\d{2,5}", re.IGNORECASE)  # the one it replaced
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(PIECES + WORD_PIECES + ("端口 80", "端口")), max_size=20)
+       .map("".join))
+def test_config_check_answers_as_the_single_pattern(text: str) -> None:
+    assert builtin._has_config(text) == (CONFIG.search(text) is not None)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(("a", "bc", " ", ".", "!", "?", ";", "\n", "\t", "\r", "\x0b",
+                                 "\u2028", "\x85", "\u3000", "x. ", "ok.\n\n")), max_size=30)
+       .map("".join))
+def test_latin_sentence_split_is_the_general_split(text: str) -> None:
+    assert builtin._LATIN_SENTENCE.split(text) == builtin._SENTENCE.split(text)
+
+
+PATH_BEFORE = (r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+",  # before ``++``
+               r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+\.\w{1,10}\b")
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts)
+def test_possessive_folder_names_match_as_before(text: str) -> None:
+    for before, now in zip(PATH_BEFORE, (anchors._PATH_PARTS[0], builtin._PATH_MENTION[0]),
+                           strict=True):
+        after = now if isinstance(now, str) else now.pattern.pattern
+        assert "++" in after
+        assert [m.span() for m in re.finditer(before, text)] == \
+            [m.span() for m in re.finditer(after, text)]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(("a", "b ", "\n", "\r", "\r\n", "\x0b", "\u2028", "  ", "exit 0",
+                                 "exit code 3\n", "[The command completed with exit code 1.]")),
+                max_size=12).map("".join))
+def test_last_line_from_the_tail_is_the_last_line_of_the_whole(output: str) -> None:
+    from refold.compaction import activity
+
+    whole = next((ln.strip() for ln in reversed(output.splitlines())
+                  if ln.strip() and not activity._EXIT_ONLY.match(ln.strip())), "")
+    saved = activity.RESULT_TAIL_CHARS
+    activity.RESULT_TAIL_CHARS = 7  # tails cut inside lines and inside \r\n
+    try:
+        assert activity._last_line(output) == whole
+    finally:
+        activity.RESULT_TAIL_CHARS = saved
