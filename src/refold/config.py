@@ -16,6 +16,7 @@ key and the valid ones; ``Settings.source_of(name)`` says where each value came 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -122,11 +123,11 @@ class Settings:
     def __init__(self, **values: Any) -> None:
         values = _fold_compaction(values)
         for name in values:
-            if name not in _FIELD_TYPES:
+            if name not in _OWN_NAMES:
                 raise _unknown(name, "settings", list(SETTING_NAMES))
         for spec in records.fields(self):
             if spec.name in values:
-                value = _checked(spec.name, _FIELD_TYPES[spec.name], values[spec.name])
+                value = _checked(spec.name, _field_types()[spec.name], values[spec.name])
             elif spec.default is not records.MISSING:
                 value = spec.default
             else:
@@ -315,19 +316,28 @@ def _to_policy(value: Any) -> CompactionPolicy:
         return value
     if not isinstance(value, Mapping):
         raise TypeError(f"expected a table, got {type(value).__name__}")
-    hints = _POLICY_TYPES
+    hints = _policy_types()
     for key in value:
         if key not in hints:
             raise _unknown(str(key), "compaction", list(hints))
     return CompactionPolicy(**{k: _checked(k, hints[k], v) for k, v in value.items()})
 
 
-_POLICY_TYPES: dict[str, Any] = typing.get_type_hints(CompactionPolicy)
-_FIELD_TYPES: dict[str, Any] = typing.get_type_hints(Settings)
+@functools.cache
+def _policy_types() -> dict[str, Any]:
+    """The policy's field types (evaluated on first use: a command given no setting, such as
+    a plain ``refold search``, never needs them)."""
+    return typing.get_type_hints(CompactionPolicy)
+
+
+@functools.cache
+def _field_types() -> dict[str, Any]:
+    return typing.get_type_hints(Settings)
 
 
 COMPACTION_FIELDS: tuple[str, ...] = tuple(f.name for f in records.fields(CompactionPolicy))
 _OWN_FIELDS = tuple(f.name for f in records.fields(Settings) if f.name != "compaction")
+_OWN_NAMES = frozenset(f.name for f in records.fields(Settings))
 SETTING_NAMES: tuple[str, ...] = (*_OWN_FIELDS, *COMPACTION_FIELDS)
 
 # Tables in refold.toml: short name -> setting. A table also takes the settings' full names.
@@ -371,8 +381,8 @@ def section_of(name: str) -> str:
 
 def _type_of(name: str) -> Any:
     if name in COMPACTION_FIELDS:
-        return _POLICY_TYPES[name]
-    return _FIELD_TYPES[name]
+        return _policy_types()[name]
+    return _field_types()[name]
 
 
 def _unknown(key: str, where: str, valid: list[str]) -> InvalidInput:

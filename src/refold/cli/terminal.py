@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 _BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-_UNSAFE = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]")
+_UNSAFE = f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]"
 
 
 def _visible(match: re.Match[str]) -> str:
@@ -23,4 +23,4 @@ def _visible(match: re.Match[str]) -> str:
 
 def safe_text(text: str) -> str:
     """``text`` with control characters (but newline and tab) shown as escapes."""
-    return _UNSAFE.sub(_visible, text)
+    return re.sub(_UNSAFE, _visible, text)  # re's own cache: compiled once, on first use
