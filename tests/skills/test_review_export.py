@@ -142,3 +142,18 @@ def test_the_cli(tmp_path: Path, monkeypatch: object) -> None:
     bad = CliRunner().invoke(cli, ["--home", str(home), "skills", "show", "../x"])
     assert bad.exit_code != 0 and "bad skill name" in str(bad.exception)
     assert run("add", "x", "-d", "d").exit_code != 0
+
+
+def test_the_reviewer_keeps_no_count_per_session_it_has_nothing_for(tmp_path: Path) -> None:
+    """A proxy sees a new session every request: counts stay bounded (one per session ever
+    seen grew without end)."""
+    from refold.skills.review import MAX_COUNTED
+
+    review = SkillReviewer(open_skills(tmp_path), interval=3)
+    for i in range(MAX_COUNTED * 2):
+        assert review.due(f"quiet-{i}", 0) is False
+        assert review.due(f"busy-{i}", 1) is False
+    assert len(review._counts) == MAX_COUNTED
+    assert review.due(f"busy-{MAX_COUNTED * 2 - 1}", 2) is True  # the newest are kept: 1 + 2
+    assert review.due("fresh", 2) is False and review.due("fresh", 1) is True
+    assert review.due("fresh", 2) is False  # counting starts over after a review

@@ -51,6 +51,9 @@ def _slug(title: str) -> str:
     return f"lessons-{slug}" if slug else "lessons"
 
 
+MAX_COUNTED = 4096  # sessions whose tool iterations are counted at once (the oldest drop out)
+
+
 class SkillReviewer:
     """Counts tool iterations per session and proposes skills when the interval is reached."""
 
@@ -65,11 +68,13 @@ class SkillReviewer:
         if self.interval <= 0:
             return False
         with self._lock:
-            count = self._counts.get(session_id, 0) + tool_iterations
+            count = self._counts.pop(session_id, 0) + tool_iterations
             if count < self.interval:
-                self._counts[session_id] = count
+                if count:  # a session with nothing counted keeps no entry (a proxy sees many)
+                    self._counts[session_id] = count  # (re-inserted: the newest last)
+                    while len(self._counts) > MAX_COUNTED:
+                        del self._counts[next(iter(self._counts))]
                 return False
-            self._counts[session_id] = 0
             return True
 
     def review(self, title: str, messages: Sequence[Message]) -> SkillWrite | None:
