@@ -79,6 +79,10 @@ class Settings:
     serve_sqlite_synchronous: str = "NORMAL"
     serve_workers: int = 1  # processes accepting on serve's one port
     serve_session_cache: int = 256  # live session runtimes kept (LRU)
+    # glibc malloc arenas for `refold serve` (0: glibc's default, 8 per core): each thread that
+    # allocates may get its own arena, and a proxy's many threads then held ever more freed
+    # memory (RSS +1.5 MiB per 1,000 new conversations; with 2 arenas +0.4, with 1 +0.2)
+    serve_malloc_arenas: int = 2
     token_cache_entries: int = 16_384  # message counts kept (LRU)
     # memory
     memory_enabled: bool = True  # off: no snapshot, no memory tool, no review
@@ -186,6 +190,7 @@ BOUNDS: dict[str, tuple[float, bool, float | None]] = {
     "import_max_bytes": (0, True, None), "session_budget_usd": (0, True, None),
     "recall_max_tokens": (0, False, 8000), "recall_limit": (1, True, 20),
     "serve_workers": (1, True, None), "serve_session_cache": (1, True, None),
+    "serve_malloc_arenas": (0, True, None),
     "token_cache_entries": (0, True, None),
 }
 CHOICES: dict[str, tuple[str, ...]] = {"budget_action": ("warn", "refuse"),
@@ -360,7 +365,7 @@ SECTIONS: dict[str, dict[str, str]] = {
               "max_body_bytes": "max_body_bytes", "header_timeout": "header_timeout",
               "body_timeout": "body_timeout", "max_json_depth": "max_json_depth",
               "sqlite_synchronous": "serve_sqlite_synchronous", "workers": "serve_workers",
-              "session_cache": "serve_session_cache",
+              "session_cache": "serve_session_cache", "malloc_arenas": "serve_malloc_arenas",
               "upstream": "upstream", "upstream_api_key": "upstream_api_key"},
     "cost": {"session_budget_usd": "session_budget_usd", "budget_usd": "session_budget_usd",
              "budget_action": "budget_action", "pricing": "pricing"},

@@ -70,3 +70,4 @@ def test_memory_flush_bad_input(tmp_path: Path) -> None:
     assert missing.returncode != 0 and missing.stderr.startswith("error:")
     off = _refold(home, "--set", "memory.enabled=false", "memory", "flush")
     assert off.returncode != 0 and "memory is off" in off.stderr
+

@@ -52,6 +52,25 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def limit_malloc_arenas(arenas: int) -> bool:
+    """Cap glibc's malloc arenas for this process and the workers it forks (``mallopt``,
+    before the server's threads start). No-op (False) with 0, off glibc, or when
+    ``MALLOC_ARENA_MAX`` is set in the environment (the user's choice wins)."""
+    if arenas <= 0 or os.environ.get("MALLOC_ARENA_MAX") or not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return bool(libc.mallopt(M_ARENA_MAX, int(arenas)))
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt): nothing to cap
+        return False
+
+
+M_ARENA_MAX = -8  # glibc's mallopt parameter number
+
+
 def _banner(settings: Settings, sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     auth = f"{len(settings.api_keys)} client key(s)" if settings.api_keys else "no client keys"
@@ -124,6 +143,7 @@ def serve_cmd(app: AppContext, upstream: str | None, upstream_format: str | None
     if upstream_api_key_env:
         updates["upstream_api_key"] = os.environ.get(upstream_api_key_env) or None
     settings = settings.updated(**updates)
+    limit_malloc_arenas(settings.serve_malloc_arenas)  # before any thread of the server
     count = settings.serve_workers
     check_workers(count)
     asgi = create_app(settings)  # checks the settings (workers build their own app)
