@@ -204,6 +204,31 @@ def test_inheritance_post_init_and_own_methods() -> None:
     assert pickle.loads(pickle.dumps(Pickled(4, ["x"]))) == Pickled(4, ["x"])
 
 
+def test_hash_with_an_own_eq_follows_the_standard_library() -> None:
+    made = []
+    for deco in (dataclasses.dataclass, records.dataclass):
+        @deco(frozen=True)
+        class Keyed:
+            key: str
+            note: str = ""
+
+            def __eq__(self, other: object) -> bool:
+                return type(other) is type(self) and other.key == self.key  # type: ignore[attr-defined]
+
+        @deco(frozen=True)
+        class Hashed:
+            key: str
+
+            def __hash__(self) -> int:
+                return 7
+        made.append((Keyed, Hashed))
+    for keyed, hashed in made:
+        assert hash(keyed("a", "x")) == hash(keyed("a", "x"))  # generated: the fields' tuple
+        assert keyed("a", "x") == keyed("a", "y")  # the class's own __eq__
+        assert hash(hashed("z")) == 7  # the class's own __hash__
+    assert hash(made[0][0]("a", "x")) == hash(made[1][0]("a", "x"))
+
+
 def test_init_false_keeps_the_class_init_and_the_fields() -> None:
     @records.dataclass(init=False)
     class Settings:

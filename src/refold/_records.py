@@ -224,6 +224,11 @@ def _build(cls: T, *, frozen: bool, init: bool) -> T:
     if frozen and ("__setattr__" in own or "__delattr__" in own):
         raise TypeError(f"cannot overwrite __setattr__ or __delattr__ in frozen {cls.__name__}")
     own_init = "__init__" in own  # (own is live: read it before the methods go in)
+    # what the class body defined itself; a body defining __eq__ gets __hash__ = None from
+    # Python, which (as for dataclasses) does not count as a __hash__ of its own
+    body = set(own)
+    if own.get("__hash__", MISSING) is None and "__eq__" in own:
+        body.discard("__hash__")
     specs = _collect(cls)
     names = frozenset(f.name for f in specs)
     compared = _getter([f.name for f in specs if f.compare])
@@ -258,10 +263,10 @@ def _build(cls: T, *, frozen: bool, init: bool) -> T:
 
         methods["__hash__"] = __hash__
         methods["__setattr__"], methods["__delattr__"] = __setattr__, __delattr__
-    elif "__hash__" not in own:
+    elif "__hash__" not in body:
         methods["__hash__"] = None  # mutable and compared by value: unhashable, as dataclasses
     for name, fn in methods.items():
-        if name in own and name not in ("__setattr__", "__delattr__"):
+        if name in body and name not in ("__setattr__", "__delattr__"):
             continue  # the class body's own method wins
         if fn is not None:
             fn.__qualname__ = f"{cls.__qualname__}.{name}"
