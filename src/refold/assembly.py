@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from refold._records import dataclass, field
 from refold.config import Settings
-from refold.errors import InvalidInput
+from refold.errors import InvalidInput, StorageError
 
 if TYPE_CHECKING:
     from refold.compaction.policy import CompactionPolicy
@@ -38,6 +38,18 @@ if TYPE_CHECKING:
     from refold.store.base import Store
 
 
+def make_home(home: Path) -> None:
+    """Create the data directory; a clear error (not a traceback) when it cannot be one."""
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise InvalidInput(f"the refold home {home} is a file, not a directory",
+                           hint="pass --home DIR or set REFOLD_HOME to a directory") from None
+    except OSError as exc:
+        raise StorageError(f"cannot create the refold home {home}: {exc.strerror or exc}",
+                           hint="check its permissions, or pass --home DIR") from None
+
+
 def open_configured_store(settings: Settings, *, sqlite_synchronous: str | None = None,
                           create: bool = True) -> Store:
     """The store ``settings.db_url`` names (the home is created for a SQLite default path).
@@ -45,7 +57,7 @@ def open_configured_store(settings: Settings, *, sqlite_synchronous: str | None 
     from refold.store import open_store
 
     if "://" not in settings.db_url:
-        settings.home.mkdir(parents=True, exist_ok=True)
+        make_home(settings.home)
         return open_store(settings.db_url, sqlite_synchronous=sqlite_synchronous)
     return open_store(settings.db_url, sqlite_synchronous=sqlite_synchronous, create=create)
 

@@ -124,3 +124,17 @@ def test_a_search_and_version_start_without_click_or_dataclasses(home: Path) -> 
                               env=env, timeout=60)
         assert proc.stdout, proc.stderr
         assert proc.stderr.splitlines()[-1] == "[]", proc.stderr
+
+
+def test_a_home_that_is_a_file_is_a_clear_error_on_every_path(tmp_path: Path) -> None:
+    home = tmp_path / "not-a-dir"
+    home.write_text("x")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REFOLD_")}
+    for argv, extra in ((["--home", str(home), "search", "x"], {}),
+                        (["search", "x"], {"REFOLD_HOME": str(home)}),
+                        (["sessions", "list"], {"REFOLD_HOME": str(home)})):
+        proc = subprocess.run([sys.executable, "-m", "refold.cli.main", *argv],
+                              capture_output=True, text=True, timeout=60, env={**env, **extra})
+        assert proc.returncode == 2, proc.stderr
+        assert "is a file, not a directory" in proc.stderr and "Traceback" not in proc.stderr
+    assert home.read_text() == "x"
