@@ -239,7 +239,7 @@ def fast_search(args: Sequence[str]) -> Callable[[], None] | None:
             query, i = arg, i + 1
         else:
             return None
-    if query is None or i == 0:
+    if query is None:
         return None
     found: str = query
 

@@ -129,9 +129,12 @@ class MemoryFlush:
         return flushed
 
     def _idle_tail(self, session_id: str, cutoff: float) -> bool:
-        start = max(self.watermark(session_id), self._carried_end(session_id))
-        last = self.store.get_messages(session_id, start_seq=start + 1)
-        return bool(last) and last[-1].created_at <= cutoff
+        """Does the session end, before ``cutoff``, with active rows no flush read yet? One
+        row read: the flush itself reads the span."""
+        last = self.store.last_message(session_id)
+        if last is None or last.created_at > cutoff:
+            return False
+        return last.seq > max(self.watermark(session_id), self._carried_end(session_id))
 
     # -- running one --------------------------------------------------------------------------
     def _queue(self, session_id: str, through_seq: int | None, reason: str) -> None:
