@@ -13,7 +13,9 @@ lands on both sides. Loops are bounded; the whole bench takes a minute or two.
 Variants in the same run (``--variants``, each its own ``refold serve``, alternating with the
 direct runs): ``new`` (this checkout, the lean h1 upstream client), ``httpx`` (this checkout with
 the httpx transport: is the lean client worth its code?), ``old`` (the checkout at ``--old-src``,
-e.g. ``git archive 0d24073 src | tar -x -C /tmp/old`` then ``--old-src /tmp/old/src``). Each
+e.g. ``git archive 0d24073 src | tar -x -C /tmp/old`` then ``--old-src /tmp/old/src``),
+``floor`` (``bench/proxy_floor.py``: the same uvicorn and h1 client forwarding the bytes unread,
+no JSON, no ledger: the stack's own cost, below which no change to refold can go). Each
 client re-sends its whole history (2 to 40 messages, ~20 on average). Per variant: added latency
 (percentiles of proxy minus direct), the proxy process's CPU per request (/proc), and requests/s
 per worker (requests ÷ wall time of the variant's runs at that level).
@@ -66,10 +68,12 @@ def start_proxy(home: Path, upstream: str, cpus: set[int] | None = None,
         env["PYTHONPATH"] = old_src
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     launch = ["-c", HTTPX_LAUNCHER] if variant == "httpx" else ["-m", "refold.cli.main"]
-    proc = subprocess.Popen(
-        [sys.executable, *launch, "-v", "--home", str(home), "serve",
-         "--upstream", upstream, "--port", "0", "--context-length", "128000"],
-        stdout=subprocess.DEVNULL, stderr=log.open("wb"), env=env, preexec_fn=pin)
+    command = [sys.executable, *launch, "-v", "--home", str(home), "serve",
+               "--upstream", upstream, "--port", "0", "--context-length", "128000"]
+    if variant == "floor":  # the same server stack forwarding bytes unread (proxy_floor.py)
+        command = [sys.executable, str(Path(__file__).with_name("proxy_floor.py")), upstream]
+    proc = subprocess.Popen(command, stdout=log.open("ab"), stderr=log.open("ab"), env=env,
+                            preexec_fn=pin)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         match = BANNER.search(log.read_text(errors="replace"))
@@ -242,7 +246,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4,
                         help="alternating direct/proxy rounds per level")
     parser.add_argument("--variants", default="new",
-                        help="proxies to compare in the same run: new, httpx, old")
+                        help="proxies to compare in the same run: new, httpx, old, floor (the same "
+                             "server stack forwarding bytes unread: bench/proxy_floor.py)")
     parser.add_argument("--old-src", default="",
                         help="the src directory of the checkout the 'old' variant runs")
     parser.add_argument("--json", action="store_true",

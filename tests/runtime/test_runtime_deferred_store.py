@@ -107,6 +107,62 @@ def test_another_writer_before_the_turn_is_seen_and_nothing_is_deferred(
         other.close()
 
 
+def _tip_reads(store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    reads: list[str] = []
+    real = store.view_tip
+    monkeypatch.setattr(store, "view_tip", lambda sid: reads.append(sid) or real(sid))
+    return reads
+
+
+def test_a_turn_after_our_own_commit_reads_no_tip(
+        engines: list[Engine], normal_store: SQLiteStore,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing committed since this runtime's own last append (the store's commit mark is
+    unchanged): the deferred turn needs no ``view_tip`` read, and is still exact."""
+    rt, history = started_session(normal_store, engines)
+    reads = _tip_reads(normal_store, monkeypatch)
+    for turn in range(3):
+        prepared = rt.inline.prepare(history, defer_store=True)
+        assert prepared is not None and rt.inline.has_pending
+        assert rt.inline.store_pending() is True
+        assert prepared.messages == fresh(rt, normal_store)
+        assert rt.inline.record(bot(f"r{turn}")) is True
+        history += [bot(f"r{turn}"), user(f"q{turn}")]
+    assert reads == []
+
+
+def test_a_write_in_this_process_between_turns_is_seen(
+        engines: list[Engine], normal_store: SQLiteStore) -> None:
+    """The same connection wrote to the session (another runtime or endpoint of this process):
+    the mark moved, so the tip is read, the move is seen, and nothing is deferred."""
+    rt, history = started_session(normal_store, engines)
+    normal_store.append_messages(rt.session_id, [user("from this process")])
+    assert rt.inline.prepare(history, defer_store=True) is None
+    assert not rt.inline.has_pending
+    again = rt.prepare_history(history)
+    assert again.messages == fresh(rt, normal_store)
+
+
+def test_another_process_writing_elsewhere_costs_one_tip_read(
+        engines: list[Engine], normal_store: SQLiteStore,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process committed to another session: the mark moved, the tip is read once,
+    and as this session did not move the turn is still deferred."""
+    rt, history = started_session(normal_store, engines)
+    other = SQLiteStore(normal_store.db.path)
+    try:
+        elsewhere = other.create_session(title="elsewhere")
+        other.append_messages(elsewhere.id, [user("unrelated")])
+        reads = _tip_reads(normal_store, monkeypatch)
+        prepared = rt.inline.prepare(history, defer_store=True)
+        assert prepared is not None and rt.inline.has_pending
+        assert reads == [rt.session_id]
+        assert rt.inline.store_pending() is True
+        assert prepared.messages == fresh(rt, normal_store)
+    finally:
+        other.close()
+
+
 def test_another_writer_appending_voids_the_request_and_stores_nothing(
         engines: list[Engine], normal_store: SQLiteStore) -> None:
     """The race the tip check cannot close: the other write lands after the request was built

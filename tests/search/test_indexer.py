@@ -186,6 +186,29 @@ def test_auto_indexing_starts_when_the_archive_is_first_indexed(store: Store) ->
     assert len(ids) == len(set(ids)) == 6
 
 
+def test_waiting_for_a_first_index_ignores_nudges(store: Store,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writes bring no vectors: while the archive has none, a nudge per write (a proxy under
+    load) must not cost a query each; the wait polls on its timer, and close ends it."""
+    fill(store, 3)
+    indexer = BackgroundIndexer(store, HashEmbedder, poll_seconds=60,
+                                once_indexed="test-hash").start()
+    try:
+        wait_until(lambda: indexer.idle.is_set())
+        looked: list[int] = []
+        real = store.vectors_after
+        monkeypatch.setattr(store, "vectors_after",
+                            lambda *a, **k: looked.append(1) or real(*a, **k))
+        for _ in range(50):
+            indexer.nudge()
+        time.sleep(0.3)
+        assert looked == []
+    finally:
+        started = time.monotonic()
+        indexer.close()
+    assert time.monotonic() - started < 5 and not indexer._thread.is_alive()
+
+
 def test_an_engine_nudges_its_indexer_after_each_turn(store: Store) -> None:
     embedder = HashEmbedder()
     indexer = BackgroundIndexer(store, lambda: embedder, poll_seconds=60).start()

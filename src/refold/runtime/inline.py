@@ -172,6 +172,7 @@ class InlineTurns:
             view.rows[-pending.count:] = rows
             view.tip = rows[-1].identity
             mirror.confirmed = view if tip is not None and view.current(tip) else None
+            mirror.mark_confirmed()
         else:  # rows landed after a rewound stretch (other seqs), or the request is void
             mirror.view = mirror.confirmed = None
         return exact

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from typing import Any
 
-from refold.errors import Conflict, MessageValidationError
+from refold.errors import Conflict, MessageValidationError, WouldBlock
 from refold.messages.model import Message, wire_form
 from refold.runtime.chain import KnownChain
 from refold.runtime.view import ViewCache
@@ -50,6 +51,9 @@ class SessionMirror:
         # the view, when this turn's own append (expect_last) saw the store end exactly where
         # it does: current without a ``view_tip`` read; reset at every turn's start
         self.confirmed: ViewCache | None = None
+        # (the store's commit mark, the view and its tip) when our own append confirmed the
+        # view: while the store says nothing was committed since, it is still current
+        self._marked: tuple[object, ViewCache, tuple[Any, ...]] | None = None
         self.view_reads = 0  # full projection reads for a turn (the rest reused ``view``)
         self.last_reply: tuple[str, int] | None = None  # (session id, seq) of the last record
 
@@ -57,6 +61,7 @@ class SessionMirror:
     def forget(self) -> None:
         """Drop both caches (a write they cannot account for happened or may happen)."""
         self.chain = self.view = self.confirmed = None
+        self._marked = None
 
     def moved_to(self, session_id: str) -> None:
         """The runtime continues in ``session_id`` (rotation): nothing cached applies."""
@@ -65,6 +70,27 @@ class SessionMirror:
 
     def view_is_confirmed(self) -> bool:
         return self.view is not None and self.view is self.confirmed
+
+    def mark_confirmed(self) -> None:
+        """``confirmed`` was just set by this thread's append: remember the store's mark of
+        that commit (stores without marks: nothing to remember)."""
+        view = self.confirmed
+        mark_of = getattr(self.store, "commit_mark", None)
+        mark = mark_of() if view is not None and mark_of is not None else None
+        self._marked = None if mark is None or view is None else (mark, view, _state(view))
+
+    def unchanged_view(self) -> bool:
+        """True when ``view`` is the one our last append confirmed, unchanged, and nothing at
+        all was committed to the store since (one cheap check instead of a ``view_tip``
+        read). False: unknown — read the tip."""
+        marked, view = self._marked, self.view
+        if marked is None or view is None or marked[1] is not view or _state(view) != marked[2]:
+            return False
+        unchanged = getattr(self.store, "unchanged_since", None)
+        try:
+            return unchanged is not None and bool(unchanged(marked[0]))
+        except WouldBlock:  # the writer is busy: the tip read (a reader) may still be free
+            return False
 
     # -- reading -----------------------------------------------------------------------------
     def current_view(self) -> ViewCache:
@@ -208,3 +234,8 @@ class SessionMirror:
             self.view = self.confirmed = None
             return
         self.confirmed = view if store_tip is not None and view.current(store_tip) else None
+        self.mark_confirmed()
+
+
+def _state(view: ViewCache) -> tuple[Any, ...]:
+    return (view.session_id, view.last_seq, view.tip, view.checkpoint_id, len(view.rows))

@@ -345,8 +345,9 @@ class SessionRuntime:
         the request would be void and sent again: a second upstream call for one turn. Seen
         first, that turn takes the storing path instead and is sent once."""
         view = self.mirror.view
-        return view is not None and view.session_id == self.session_id \
-            and view.current(self.store.view_tip(self.session_id))
+        if view is None or view.session_id != self.session_id:
+            return False
+        return self.mirror.unchanged_view() or view.current(self.store.view_tip(self.session_id))
 
     def _sync_history(self, history: list[Message], diverge: Diverge) -> None:
         """The full path: validate, count and hash the whole history; place it in the ledger

@@ -160,7 +160,9 @@ class BackgroundIndexer:
             return 0
 
     def _wait_for_vectors(self, model: str) -> bool:
-        """Wait until the store holds a ``model`` vector; False when stopped first."""
+        """Wait until the store holds a ``model`` vector; False when stopped first. One query
+        a poll: a ``nudge`` (this process wrote messages, which brings no vectors) does not
+        wake it — under a proxy's load that was one more query per write."""
         while not self._stop.is_set():
             try:
                 if self.store.vectors_after(model, 0, limit=1):
@@ -168,8 +170,7 @@ class BackgroundIndexer:
             except Exception as exc:  # a busy or closing store: look again later
                 log.debug("background indexing waits: %s", exc)
             self.idle.set()  # nothing to do until then
-            self._wake.wait(self.poll_seconds)
-            self._wake.clear()
+            self._stop.wait(self.poll_seconds)
         return False
 
     def _run(self) -> None:

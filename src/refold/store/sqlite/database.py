@@ -305,9 +305,39 @@ class Database:
                 raise
             finally:
                 self._writer_thread = None
+            # read before COMMIT: while this transaction holds the write lock no other
+            # connection can commit, so the mark is exactly "the database after this commit"
+            mark = self._mark()
             self.conn.execute("COMMIT")
+            self._local.mark = mark
             if self.checkpointer is not None:
                 self.checkpointer.wrote()
+
+    def _mark(self) -> tuple[int, int]:
+        """(``PRAGMA data_version``, ``total_changes``) of the writer connection: the first
+        moves when another connection (another process) commits, the second when a statement
+        on this one changes rows. Equal marks: nothing was written in between."""
+        version = int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+        return version, self.conn.total_changes
+
+    def last_commit_mark(self) -> tuple[int, int] | None:
+        """The mark (``_mark``) of the last write transaction this thread committed."""
+        mark: tuple[int, int] | None = getattr(self._local, "mark", None)
+        return mark
+
+    def unchanged_since(self, mark: tuple[int, int] | None) -> bool:
+        """True when nothing has been committed to the database since the commit that gave
+        ``mark`` (``last_commit_mark``), by this process or any other. Non-blocking mode: the
+        writer connection busy raises ``WouldBlock``."""
+        if mark is None:
+            return False
+        self._acquire()
+        try:
+            with self.translated():
+                self._check_open()
+                return self._mark() == mark
+        finally:
+            self._lock.release()
 
     def _begin_immediate(self) -> None:
         nowait = bool(getattr(self._local, "nowait", False)) and not self.memory

@@ -71,6 +71,15 @@ class SQLiteStore(SearchOps, VectorOps, BulkOps):
         """Within it (this thread), a call that would wait raises ``WouldBlock`` instead."""
         return self.db.nonblocking()
 
+    def commit_mark(self) -> object | None:
+        """An opaque mark of the database right after this thread's last commit."""
+        return self.db.last_commit_mark()
+
+    def unchanged_since(self, mark: object | None) -> bool:
+        """Nothing committed since ``commit_mark()`` gave ``mark`` (any connection, any
+        process): what was read or written then is still what is stored."""
+        return self.db.unchanged_since(mark)  # type: ignore[arg-type]
+
     def prune_sessions(self, older_than_days: float) -> int:
         """Delete whole lineages that ended more than ``older_than_days`` ago (see
         ``refold.store.lifecycle``); returns how many sessions went."""
