@@ -6,6 +6,9 @@ import asyncio
 import json
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from refold.errors import StorageError
 from refold.llm.sse import DONE, EventSplitter, StreamAssembler, parse_chunk
 from refold.server.completions import ProxyStream
@@ -80,6 +83,44 @@ def test_parse_chunk_refuses_non_objects() -> None:
     assert parse_chunk("not json") is None
     assert parse_chunk("[1, 2]") is None
     assert parse_chunk('{"a": 1}') == {"a": 1}
+
+
+def _by_loads(data: str) -> Any:
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(
+    st.text(),
+    st.recursive(st.none() | st.booleans() | st.floats() | st.text(), lambda inner:
+                 st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+                 max_leaves=8).map(json.dumps),
+    st.tuples(st.sampled_from(["", " ", "\n", "x", "}", "{}"]),
+              st.dictionaries(st.text(), st.integers(), max_size=3).map(json.dumps),
+              st.sampled_from(["", " ", "\n", "x", "}", "{}"])).map("".join)))
+def test_parse_chunk_says_what_json_loads_says(data: str) -> None:
+    """The scanner shortcut: any text gives what ``json.loads`` gives (whitespace around a
+    value, trailing garbage, two values, NaN, non-objects, lone surrogates)."""
+    assert repr(parse_chunk(data)) == repr(_by_loads(data))
+
+
+def test_text_only_deltas_take_the_short_path_and_others_still_fold() -> None:
+    asm = StreamAssembler()
+    for delta in ({"role": "assistant", "content": ""}, {"content": "a"},
+                  {"content": "b", "reasoning_content": "r"},
+                  {"content": "c", "tool_calls": [{"index": 0, "id": "t", "function": {
+                      "name": "f", "arguments": "{}"}}]},
+                  {"role": "assistant", "content": "d", "thinking_blocks": [{"type": "x"}]}):
+        asm.add({"choices": [{"index": 0, "delta": delta}]})
+    assert asm.message() == {
+        "role": "assistant", "content": "abcd", "reasoning_content": "r",
+        "tool_calls": [{"id": "t", "type": "function", "function": {"name": "f",
+                                                                  "arguments": "{}"}}],
+        "thinking_blocks": [{"type": "x"}]}
 
 
 # -- how ProxyStream frames the end of a stream ---------------------------------------------------
