@@ -222,6 +222,9 @@ def bm25_tokens(texts: list[str], porter: Porter | None) -> list[list[str]]:
 
 # ---------------------------------------------------------------- running
 
+MISSES = False  # --misses
+
+
 def score(ranked: list[str | None], units: set[str]) -> dict[str, float]:
     """``ranked``: the unit key of each of the top messages (None: not evidence-bearing)."""
     def relevant(key: str | None) -> bool:
@@ -310,6 +313,8 @@ def run(archives: list[Archive], modes: list[str], split: str, rrf_k: int,
                         hits = hybrid_search(store, query, mode=mode, k=rrf_k,  # type: ignore[arg-type]
                                              weights=weights)
                         ranked = [keys.get((h.session_id, h.seq)) for h in hits]
+                    if MISSES and not score(ranked, question.units)["hit@10"]:
+                        print(f"  miss [{mode}, {question.split}] {question.text}")
                     for part in {question.split, "all"}:
                         table = totals.setdefault(part, {}).setdefault(mode, {})
                         for name, value in score(ranked, question.units).items():
@@ -338,9 +343,13 @@ def main() -> None:
     parser.add_argument("--split", default="all", choices=["dev", "test", "all"])
     parser.add_argument("--rrf-k", type=int, default=None, help="hybrid RRF k (default: refold's)")
     parser.add_argument("--weights", default=None, help="hybrid weights fts,vector")
+    parser.add_argument("--misses", action="store_true",
+                        help="print each question a mode misses at hit@10")
     parser.add_argument("--undated", action="store_true",
                         help="store every message at import time, not on its session's day")
     args = parser.parse_args()
+    global MISSES
+    MISSES = args.misses
     from refold.search.vectors import RRF_K, WEIGHTS
 
     rrf_k = args.rrf_k if args.rrf_k is not None else RRF_K
