@@ -26,7 +26,7 @@ PIECES = ("/", "./", "../", "~/", "a/b", "src/app.py", "x.py", ".py", "README.md
           "API_URL=http://x", "HOST=a", "localhost:8080", "db.local:5432", ":80", "=", "-", "_",
           "$ ", "$ make test", "```\n", "`", "'", '"', "(", ")", "[", "]", "<", ">", ",", ";",
           ".", ":", "@", "+", " ", "  ", "\t", "\n", "\n\n", "\r\n", "word", "Word", "the",
-          "é", "中文", "µs", "İ", "ı", "ſ", "K")
+          "é", "中文", "µs", "İ", "ı", "ſ", "K", "٣", "５", "\u00a0", "\x1c", "ab12", "9f")
 texts = st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
 
 
