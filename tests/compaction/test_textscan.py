@@ -79,6 +79,16 @@ def test_a_number_may_continue_on_the_next_line_after_a_digit() -> None:
     assert trigger_lines("no trigger here", ("x", "/")) == []
 
 
+def test_a_spaceless_rule_reads_a_line_between_the_spaces_around_its_triggers() -> None:
+    text = "ab cd/e f/g h\nx\ny/z\n  q/"
+    assert trigger_lines(text, "/", spaceless=True) == [(3, 11), (16, 19), (22, 24)]
+    assert trigger_lines(text, re.compile("/[a-z]"), spaceless=True) == [(3, 11), (16, 19)]
+    assert trigger_lines(text, ("/", "x"), spaceless=True) == [(3, 11), (14, 15), (16, 19),
+                                                               (22, 24)]
+    assert all(rule.spaceless != (kind in ("error", "number"))
+               for kind, rules in anchors._RULES.items() for rule in rules)
+
+
 WORD_PIECES = ("must", "MUST", "Must", "mustn't", "don't", "do not", "DO  NOT", "should",
                "shouldn't", "only", "commonly", "keep", "Keep", "kept", "at most", "at least",
                "remember", "note that", "important", "unimportant", "next", "I'll", "i'll",

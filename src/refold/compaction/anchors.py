@@ -82,18 +82,22 @@ _NUMBER_END = re.compile(
 # "error:" and "error[" (error[E0308]:), not "error": a word prose and logs use far more often
 _ERROR_HINTS = ("Error:", "Exception:", "Exit:", "Failure:", "error:", "error[", "ERROR",
                 "FAILED", "atal:", "panic:")
+# all but errors and numbers hold no space (``spaceless``: a line is read between the spaces
+# around its triggers), and none of their triggers a newline
 _RULES: dict[str, tuple[Rule, ...]] = {
     "error": (Rule(_PATTERNS[0][2], _ERROR_HINTS),),
-    "url": (Rule(_PATTERNS[1][2], "://"),),
-    "path": (Rule(re.compile(_PATH_PARTS[0]), "/"), Rule(re.compile(_PATH_PARTS[1]), _EXT_END)),
-    "id": tuple(Rule(re.compile(part), trigger, check) for part, trigger, check in zip(
+    "url": (Rule(_PATTERNS[1][2], "://", spaceless=True),),
+    "path": (Rule(re.compile(_PATH_PARTS[0]), "/", spaceless=True),
+             Rule(re.compile(_PATH_PARTS[1]), _EXT_END, spaceless=True)),
+    "id": tuple(Rule(re.compile(part), trigger, check, spaceless=True)
+                for part, trigger, check in zip(
         _ID_PARTS, (re.compile(r"-[0-9a-f]{4}-"), re.compile(r"-\d"), re.compile(r"#\d\d"),
                     _HEX_PAIR, _TOKEN_TAIL),
         (None, None, None, _hex_id, None), strict=True)),
     # three dotted numbers (1.2.3), or "v" and a number (v2.0)
-    "version": (Rule(_PATTERNS[4][2], re.compile(r"\.\d+\.\d|v\d")),),
+    "version": (Rule(_PATTERNS[4][2], re.compile(r"\.\d+\.\d|v\d"), spaceless=True),),
     "number": (Rule(_PATTERNS[5][2], _NUMBER_END, digit_lines=True),),
-    "config": (Rule(_PATTERNS[6][2], re.compile(r"=(?<=[A-Z0-9_]=)|:\d\d")),),
+    "config": (Rule(_PATTERNS[6][2], re.compile(r"=(?<=[A-Z0-9_]=)|:\d\d"), spaceless=True),),
 }
 _DIGITS = re.compile(r"\d+")
 # unified-diff headers name a file as a/PATH and b/PATH (also inside JSON-escaped patches)

@@ -95,10 +95,10 @@ _MENTION_EXT = (r"\.(?:py|js|ts|tsx|go|rs|java|rb|php|c|h|cpp|json|ya?ml|toml|md
                 r"css)\b")
 # a path mentioned in prose: one with a folder, or a bare file name of a common kind; run as
 # its two parts over all messages at once (``textscan``: the same matches, far faster)
-_PATH_MENTION = (
+_PATH_MENTION = (  # no space in either (``textscan``: ``spaceless``)
     Rule(re.compile(r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]++/)+[\w.@+-]+\.\w{1,10}\b"),
-         "/"),  # ``++``: as in ``anchors._PATH_PARTS``
-    Rule(re.compile(r"\b[\w-]+" + _MENTION_EXT), re.compile(_MENTION_EXT)))
+         "/", spaceless=True),  # ``++``: as in ``anchors._PATH_PARTS``
+    Rule(re.compile(r"\b[\w-]+" + _MENTION_EXT), re.compile(_MENTION_EXT), spaceless=True))
 _FILE_ITEM = re.compile(r"^`([^`]+)`")
 _ACTIONS = ("modified", "read", "mentioned")
 _CAPS = {"goal": 3, "constraints": 12, "done": 20, "in_progress": 3, "blocked": 10,

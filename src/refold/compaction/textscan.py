@@ -8,11 +8,18 @@ each pattern runs only over the lines where its *trigger* occurs, a cheap patter
 finds at the speed of a literal or a character class.
 
 A ``Rule`` is sound (the same matches as ``pattern.finditer`` over each text) when:
-1. every match of ``pattern`` contains a position where ``trigger`` matches;
+1. every match of ``pattern`` that passes ``check`` contains a position where ``trigger``
+   matches;
 2. no match spans a newline (``digit_lines``: none but one that directly follows a digit, and
    none spans a blank line), so matches stay inside lines and never join two texts;
 3. ``pattern`` treats the end of the string as it treats a newline: it ends in ``\\b``,
    lookaheads, ``$`` with ``re.MULTILINE``, or classes that cannot match a newline.
+A ``spaceless`` rule reads less of each line: from just after the last space before the line's
+first trigger to the first space from its last one. Sound when, besides: no match holds a space
+(so none crosses either cut, and every match lies between them: it holds a trigger and no
+space); ``pattern`` treats the end of the string as it treats a space (no ``$``); no trigger
+match holds a newline (each line's last one is looked for inside the line). A lookbehind or a
+``\\b`` at the start still sees the text before it: ``finditer(text, pos)`` does not cut there.
 ``Caseless`` is the second shortcut: a case-insensitive pattern of words (``re.IGNORECASE``
 disables the engine's literal and character-set skipping, so it runs at a few MB/s) searched
 only when a lowercased copy of the text holds one of its words, a substring test.
@@ -41,6 +48,7 @@ class Rule:
     check: Callable[[str], bool] | None = None  # a match counts only when this holds
     digit_lines: bool = False  # a match may go on over a newline right after a digit
     group: int = 0  # what a match yields
+    spaceless: bool = False  # no match holds a space: read lines between spaces (above)
 
 
 def _occurrences(text: str, trigger: str | tuple[str, ...] | re.Pattern[str]
@@ -67,19 +75,43 @@ def _occurrences(text: str, trigger: str | tuple[str, ...] | re.Pattern[str]
     return next_literal
 
 
+def _last_in_line(text: str, trigger: str | tuple[str, ...] | re.Pattern[str], first: int,
+                  end: int) -> int:
+    """Where the last trigger match starting in ``[first, end)`` starts (one is at ``first``;
+    none holds a newline, so none ends past ``end``)."""
+    if isinstance(trigger, re.Pattern):
+        search, last = trigger.search, first
+        while (found := search(text, last + 1, end + 1)) is not None and found.start() < end:
+            last = found.start()  # (up to the newline: what a lookahead there sees stays)
+        return last
+    return max(text.rfind(lit, first, end) for lit in
+               ((trigger,) if isinstance(trigger, str) else trigger))
+
+
 def trigger_lines(text: str, trigger: str | tuple[str, ...] | re.Pattern[str] | None,
-                  digit_lines: bool = False) -> list[tuple[int, int]]:
+                  digit_lines: bool = False, spaceless: bool = False
+                  ) -> list[tuple[int, int]]:
     """``[start, end)`` ranges of whole lines where ``trigger`` occurs, adjacent ones merged
-    (``end`` is a newline's index or ``len(text)``); None: the whole text."""
+    (``end`` is a newline's index or ``len(text)``); None: the whole text. ``spaceless``: each
+    line's range cut to the spaces around its triggers (the module docstring), none merged."""
     size = len(text)
     if trigger is None:
         return [(0, size)] if size else []
+    assert not (spaceless and digit_lines), "a match over two lines holds no space"
     spans: list[tuple[int, int]] = []
     occurrence, pos = _occurrences(text, trigger), 0
     while (found := occurrence(pos)) is not None:
         start = text.rfind("\n", 0, found[0]) + 1
         end = text.find("\n", found[1] - 1)
         end = size if end < 0 else end
+        if spaceless:
+            last = (text.rfind(trigger, found[0], end) if isinstance(trigger, str)
+                    else _last_in_line(text, trigger, found[0], end))
+            cut = text.find(" ", last, end)
+            spans.append((max(start, text.rfind(" ", start, found[0]) + 1),
+                          end if cut < 0 else cut))
+            pos = end + 1
+            continue
         while digit_lines and 0 < end < size and text[end - 1].isdecimal():
             end = text.find("\n", end + 1)  # the match may go on on the next line
             end = size if end < 0 else end
@@ -111,7 +143,8 @@ class Joined:
         text = self.text
         for order, rule in enumerate(rules):
             finditer, check, group = rule.pattern.finditer, rule.check, rule.group
-            for start, end in trigger_lines(text, rule.trigger, rule.digit_lines):
+            for start, end in trigger_lines(text, rule.trigger, rule.digit_lines,
+                                            rule.spaceless):
                 found += [(m.start(), order, m.end(), m.group(group))
                           for m in finditer(text, start, end)
                           if check is None or check(m.group(0))]
