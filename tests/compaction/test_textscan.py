@@ -107,6 +107,7 @@ def test_caseless_searches_as_its_pattern(text: str) -> None:
     for caseless in CASELESS:
         fast, slow = caseless.search(text), caseless.pattern.search(text)
         assert (fast and fast.span()) == (slow and slow.span()), (caseless.pattern, text)
+        assert fast is None or (fast.string is text and fast.group() == slow.group())
 
 
 def test_caseless_is_the_ignorecase_alternation_it_replaced() -> None:

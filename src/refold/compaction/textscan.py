@@ -202,7 +202,25 @@ class Caseless:
         return self.any_word.search(_lowered(text)) is not None
 
     def search(self, text: str) -> re.Match[str] | None:
+        if text.isascii():
+            return self._search_ascii(text, _lowered(text))
         return self.pattern.search(text) if self.may_match(text) else None
+
+    def _search_ascii(self, text: str, lowered: str) -> re.Match[str] | None:
+        """An ASCII text lowercases in place, and a match can only start where the copy holds
+        a word's beginning (the literals are not ASCII): the pattern tried there (``match``,
+        one attempt each, leftmost first) finds what its ``search`` finds, without scanning
+        the text case-insensitively."""
+        first: re.Match[str] | None = None
+        for word in self.words:
+            at = lowered.find(word)
+            while at >= 0 and (first is None or at < first.start()):
+                found = self.pattern.match(text, at)
+                if found is not None:
+                    first = found
+                    break
+                at = lowered.find(word, at + 1)
+        return first
 
 
 __all__ = ["JOIN", "Caseless", "Joined", "Rule", "trigger_lines"]
