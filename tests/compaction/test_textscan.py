@@ -138,6 +138,33 @@ def test_latin_sentence_split_is_the_general_split(text: str) -> None:
     assert builtin._LATIN_SENTENCE.split(text) == builtin._SENTENCE.split(text)
 
 
+def _sentences(text: str) -> list[str]:
+    """The sentence split ``builtin._sentence_spans`` replaced (without places)."""
+    split = (builtin._SENTENCE.split if any(c in text for c in builtin._CJK_STOPS)
+             else builtin._LATIN_SENTENCE.split)
+    out = [s.strip() for s in split(text) if len(s.strip()) > 3]
+    return [s for s in out if s.count("(") == s.count(")") and s.count("（") == s.count("）")]
+
+
+sentence_texts = st.lists(st.sampled_from(
+    (*WORD_PIECES, "port 5432", "A=b", "x:80", "端口 80", "(", ")", "（", "）", "!", "?", ";",
+     "。", "！", "\n\n", "  ", ". ", "\t", "\u3000", "\x85")),
+    max_size=30).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(sentence_texts)
+def test_sentences_are_placed_and_only_those_holding_a_start_can_match(text: str) -> None:
+    spans = builtin._sentence_spans(text)
+    assert [s for _, s in spans] == _sentences(text)
+    assert all(text[at:at + len(s)] == s for at, s in spans)
+    for caseless in CASELESS:
+        assert [s for s in builtin._holding(spans, (caseless.starts(text),))
+                if caseless.search(s)] == [s for _, s in spans if caseless.search(s)]
+    assert [s for s in builtin._holding(spans, (builtin._config_starts(text),))
+            if builtin._has_config(s)] == [s for _, s in spans if builtin._has_config(s)]
+
+
 PATH_BEFORE = (r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+",  # before ``++``
                r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+\.\w{1,10}\b")
 

@@ -28,6 +28,7 @@ Same input → same bytes: no clock, no randomness, no dict-order surprises.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from itertools import pairwise
 
@@ -111,12 +112,56 @@ def _short(text: str, limit: int = ITEM_CHARS) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def _sentences(text: str) -> list[str]:
-    """Sentences of ``text``; fragments cut inside brackets ("…; the table was removed).")
-    are dropped rather than quoted out of context."""
-    split = _SENTENCE.split if any(c in text for c in _CJK_STOPS) else _LATIN_SENTENCE.split
-    out = [s.strip() for s in split(text) if len(s.strip()) > 3]
-    return [s for s in out if s.count("(") == s.count(")") and s.count("（") == s.count("）")]
+# the sentence splits with the separators kept (a group), so each sentence's place is counted
+_SENTENCE_CUT = re.compile(f"({_SENTENCE.pattern})")
+_LATIN_SENTENCE_CUT = re.compile(f"({_LATIN_SENTENCE.pattern})")
+
+
+def _sentence_spans(text: str) -> list[tuple[int, str]]:
+    """Sentences of ``text``, each with where it starts in ``text``; fragments cut inside
+    brackets ("…; the table was removed).") are dropped rather than quoted out of context."""
+    cut = _SENTENCE_CUT if any(c in text for c in _CJK_STOPS) else _LATIN_SENTENCE_CUT
+    parts = cut.split(text)  # piece, separator, piece, …, piece
+    out: list[tuple[int, str]] = []
+    pos = 0
+    for k in range(0, len(parts), 2):
+        piece = parts[k]
+        sentence = piece.strip()
+        if len(sentence) > 3 and sentence.count("(") == sentence.count(")") \
+                and sentence.count("（") == sentence.count("）"):
+            out.append((pos + len(piece) - len(piece.lstrip()), sentence))
+        pos += len(piece) + (len(parts[k + 1]) if k + 1 < len(parts) else 0)
+    return out
+
+
+def _holding(spans: Sequence[tuple[int, str]], starts: Sequence[list[int] | None]
+             ) -> list[str]:
+    """The sentences (``_sentence_spans``) where one of ``starts`` lies: positions in the
+    text where a pattern's match can start (``Caseless.starts``; None: anywhere). A sentence
+    is a slice of the text, so one holding none of them cannot match: it is not tried."""
+    if any(at is None for at in starts):
+        return [sentence for _, sentence in spans]
+    at = sorted(p for found in starts if found for p in found)
+    out: list[str] = []
+    for start, sentence in spans:
+        i = bisect_left(at, start)
+        if i < len(at) and at[i] < start + len(sentence):
+            out.append(sentence)
+    return out
+
+
+def _config_starts(text: str) -> list[int] | None:
+    """Where ``_has_config`` finds what it needs in an ASCII text ("=", ":" and two digits,
+    "port "), as ``Caseless.starts``; None for any other text (端口)."""
+    if not text.isascii():
+        return None
+    out = [found.start() for found in _COLON_DIGITS.finditer(text)]
+    out += _CONFIG_PORT.starts(text) or []
+    at = text.find("=")
+    while at >= 0:
+        out.append(at)
+        at = text.find("=", at + 1)
+    return out
 
 
 def _has_config(text: str) -> bool:
@@ -208,12 +253,17 @@ def _goal(previous: SummarySections, users: Sequence[Message], labels: dict[str,
 STATEMENT_SCAN_CHARS = 100_000  # newest assistant text read for statements (about 25K tokens)
 
 
-def _statements(turns: Sequence[Message], skip: set[int]) -> dict[str, list[tuple[int, str]]]:
+Spans = Callable[[str], list[tuple[int, str]]]  # ``_sentence_spans``, maybe memoized
+
+
+def _statements(turns: Sequence[Message], skip: set[int], split: Spans = _sentence_spans
+                ) -> dict[str, list[tuple[int, str]]]:
     """Sentences of the assistant (decisions, plans, completions) and user notes, by position
     (not of a text-action agent's observations, ``skip``).
 
     Speed: a message none of the patterns matches as a whole is not split into sentences
-    (the same result); only the newest ``STATEMENT_SCAN_CHARS`` of assistant text are read —
+    (the same result), and in one that is, only the sentences where a pattern can match are
+    tried (``_holding``); only the newest ``STATEMENT_SCAN_CHARS`` of assistant text are read —
     the sections keep the most recent items only (``_CAPS``), and every user message is read.
     """
     found: dict[str, list[tuple[int, str]]] = {"decisions": [], "next_steps": [], "done": [],
@@ -237,12 +287,13 @@ def _statements(turns: Sequence[Message], skip: set[int]) -> dict[str, list[tupl
             continue
         picked.append((pos, msg, text))
     for pos, msg, text in reversed(picked):
-        for sentence in _sentences(text):
-            if msg.get("role") == "user":
+        if msg.get("role") == "user":
+            for sentence in _holding(split(text), (_REMEMBER.starts(text), _config_starts(text))):
                 if (_REMEMBER.search(sentence) or _has_config(sentence)) \
                         and not _SECRET.search(sentence):  # never carry a credential along
                     found["critical"].append((pos, _short(sentence)))
-                continue
+            continue
+        for sentence in _holding(split(text), [p.starts(text) for _, p in said]):
             for key, pattern in said:
                 if pattern.search(sentence):
                     found[key].append((pos, _short(sentence)))
@@ -250,13 +301,15 @@ def _statements(turns: Sequence[Message], skip: set[int]) -> dict[str, list[tupl
     return found
 
 
-def _constraints(previous: SummarySections, users: Sequence[Message]) -> list[str]:
+def _constraints(previous: SummarySections, users: Sequence[Message],
+                 split: Spans = _sentence_spans) -> list[str]:
     """From every user message seen so far (the head's first request too)."""
     fresh: list[str] = []
     for msg in users:
         text = content_text(msg)
         if _CONSTRAINT.search(text):  # none in the whole message: none in a sentence of it
-            fresh += [_short(s) for s in _sentences(text) if _CONSTRAINT.search(s)]
+            fresh += [_short(s) for s in _holding(split(text), (_CONSTRAINT.starts(text),))
+                      if _CONSTRAINT.search(s)]
     return _dedup(list(previous.get("constraints")) + fresh, _CAPS["constraints"])
 
 
@@ -413,12 +466,19 @@ class BuiltinSummarizer:
         activity = scan_activity(turns, request.tools)
         skip = observations(request.prefix)
         users, span_users = _real_users(request.prefix, skip), _real_users(turns, skip)
-        said = _statements(turns, skip)
+        spans: dict[str, list[tuple[int, str]]] = {}  # user messages are split twice
+
+        def split(text: str) -> list[tuple[int, str]]:
+            if text not in spans:
+                spans[text] = _sentence_spans(text)
+            return spans[text]
+
+        said = _statements(turns, skip, split)
         done, blocked = _progress(previous, activity, said["done"])
         tally = Tally.of_span(turns, activity.tools)
         sections = {
             "goal": _goal(previous, users, labels),
-            "constraints": _constraints(previous, users),
+            "constraints": _constraints(previous, users, split),
             "done": done,
             "in_progress": _in_progress(previous, turns, labels, span_users),
             "blocked": blocked,

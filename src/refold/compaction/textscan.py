@@ -206,6 +206,21 @@ class Caseless:
             return self._search_ascii(text, _lowered(text))
         return self.pattern.search(text) if self.may_match(text) else None
 
+    def starts(self, text: str) -> list[int] | None:
+        """Where in ``text`` a match can start, in order (``_search_ascii``: where the
+        lowercased copy holds a word's beginning); None for a text that is not ASCII."""
+        if not text.isascii():
+            return None
+        lowered = _lowered(text)
+        out: list[int] = []
+        for word in self.words:
+            at = lowered.find(word)
+            while at >= 0:
+                out.append(at)
+                at = lowered.find(word, at + 1)
+        out.sort()
+        return out
+
     def _search_ascii(self, text: str, lowered: str) -> re.Match[str] | None:
         """An ASCII text lowercases in place, and a match can only start where the copy holds
         a word's beginning (the literals are not ASCII): the pattern tried there (``match``,
