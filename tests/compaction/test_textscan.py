@@ -139,7 +139,7 @@ def test_latin_sentence_split_is_the_general_split(text: str) -> None:
 
 
 def _sentences(text: str) -> list[str]:
-    """The sentence split ``builtin._sentence_spans`` replaced (without places)."""
+    """The sentence split ``builtin._sentences`` of ``builtin._pieces`` replaced."""
     split = (builtin._SENTENCE.split if any(c in text for c in builtin._CJK_STOPS)
              else builtin._LATIN_SENTENCE.split)
     out = [s.strip() for s in split(text) if len(s.strip()) > 3]
@@ -155,14 +155,15 @@ sentence_texts = st.lists(st.sampled_from(
 @settings(max_examples=400, deadline=None)
 @given(sentence_texts)
 def test_sentences_are_placed_and_only_those_holding_a_start_can_match(text: str) -> None:
-    spans = builtin._sentence_spans(text)
-    assert [s for _, s in spans] == _sentences(text)
-    assert all(text[at:at + len(s)] == s for at, s in spans)
+    pieces = builtin._pieces(text)
+    assert all(text[at:at + len(piece)] == piece for piece, at in zip(*pieces, strict=True))
+    every = builtin._sentences(pieces)
+    assert every == _sentences(text)
     for caseless in CASELESS:
-        assert [s for s in builtin._holding(spans, (caseless.starts(text),))
-                if caseless.search(s)] == [s for _, s in spans if caseless.search(s)]
-    assert [s for s in builtin._holding(spans, (builtin._config_starts(text),))
-            if builtin._has_config(s)] == [s for _, s in spans if builtin._has_config(s)]
+        assert [s for s in builtin._sentences(pieces, (caseless.starts(text),))
+                if caseless.search(s)] == [s for s in every if caseless.search(s)]
+    assert [s for s in builtin._sentences(pieces, (builtin._config_starts(text),))
+            if builtin._has_config(s)] == [s for s in every if builtin._has_config(s)]
 
 
 PATH_BEFORE = (r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+",  # before ``++``

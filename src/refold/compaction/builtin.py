@@ -28,9 +28,9 @@ Same input → same bytes: no clock, no randomness, no dict-order surprises.
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
-from collections.abc import Callable, Sequence
-from itertools import pairwise
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Sequence
+from itertools import accumulate, pairwise
 
 from refold.compaction.activity import (
     Activity,
@@ -112,40 +112,35 @@ def _short(text: str, limit: int = ITEM_CHARS) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-# the sentence splits with the separators kept (a group), so each sentence's place is counted
+# the sentence splits with the separators kept (a group), so where each piece starts is counted
 _SENTENCE_CUT = re.compile(f"({_SENTENCE.pattern})")
 _LATIN_SENTENCE_CUT = re.compile(f"({_LATIN_SENTENCE.pattern})")
+Pieces = tuple[list[str], list[int]]  # a text's sentence split, and where each piece starts
 
 
-def _sentence_spans(text: str) -> list[tuple[int, str]]:
-    """Sentences of ``text``, each with where it starts in ``text``; fragments cut inside
-    brackets ("…; the table was removed).") are dropped rather than quoted out of context."""
+def _pieces(text: str) -> Pieces:
+    """The pieces ``_SENTENCE.split(text)`` (or the Latin one) returns, and their places."""
     cut = _SENTENCE_CUT if any(c in text for c in _CJK_STOPS) else _LATIN_SENTENCE_CUT
     parts = cut.split(text)  # piece, separator, piece, …, piece
-    out: list[tuple[int, str]] = []
-    pos = 0
-    for k in range(0, len(parts), 2):
-        piece = parts[k]
-        sentence = piece.strip()
+    ends = list(accumulate(map(len, parts)))
+    return parts[::2], [0, *ends[1::2]]
+
+
+def _sentences(pieces: Pieces, starts: Sequence[list[int] | None] = (None,)) -> list[str]:
+    """Sentences of a text (its ``_pieces``); fragments cut inside brackets ("…; the table
+    was removed).") are dropped rather than quoted out of context. Only the ones in a piece
+    where one of ``starts`` lies: places in the text where a pattern's match can start
+    (``Caseless.starts``; None: anywhere). A sentence is a slice of the text, so one holding
+    none of them cannot match: it is not even cut out."""
+    texts, at = pieces
+    chosen: Iterable[int] = range(len(texts))
+    if all(found is not None for found in starts):
+        chosen = sorted({bisect_right(at, p) - 1 for found in starts if found for p in found})
+    out: list[str] = []
+    for k in chosen:
+        sentence = texts[k].strip()
         if len(sentence) > 3 and sentence.count("(") == sentence.count(")") \
                 and sentence.count("（") == sentence.count("）"):
-            out.append((pos + len(piece) - len(piece.lstrip()), sentence))
-        pos += len(piece) + (len(parts[k + 1]) if k + 1 < len(parts) else 0)
-    return out
-
-
-def _holding(spans: Sequence[tuple[int, str]], starts: Sequence[list[int] | None]
-             ) -> list[str]:
-    """The sentences (``_sentence_spans``) where one of ``starts`` lies: positions in the
-    text where a pattern's match can start (``Caseless.starts``; None: anywhere). A sentence
-    is a slice of the text, so one holding none of them cannot match: it is not tried."""
-    if any(at is None for at in starts):
-        return [sentence for _, sentence in spans]
-    at = sorted(p for found in starts if found for p in found)
-    out: list[str] = []
-    for start, sentence in spans:
-        i = bisect_left(at, start)
-        if i < len(at) and at[i] < start + len(sentence):
             out.append(sentence)
     return out
 
@@ -253,17 +248,17 @@ def _goal(previous: SummarySections, users: Sequence[Message], labels: dict[str,
 STATEMENT_SCAN_CHARS = 100_000  # newest assistant text read for statements (about 25K tokens)
 
 
-Spans = Callable[[str], list[tuple[int, str]]]  # ``_sentence_spans``, maybe memoized
+Split = Callable[[str], Pieces]  # ``_pieces``, maybe memoized
 
 
-def _statements(turns: Sequence[Message], skip: set[int], split: Spans = _sentence_spans
+def _statements(turns: Sequence[Message], skip: set[int], split: Split = _pieces
                 ) -> dict[str, list[tuple[int, str]]]:
     """Sentences of the assistant (decisions, plans, completions) and user notes, by position
     (not of a text-action agent's observations, ``skip``).
 
     Speed: a message none of the patterns matches as a whole is not split into sentences
     (the same result), and in one that is, only the sentences where a pattern can match are
-    tried (``_holding``); only the newest ``STATEMENT_SCAN_CHARS`` of assistant text are read —
+    tried (``_sentences``); only the newest ``STATEMENT_SCAN_CHARS`` of assistant text are read —
     the sections keep the most recent items only (``_CAPS``), and every user message is read.
     """
     found: dict[str, list[tuple[int, str]]] = {"decisions": [], "next_steps": [], "done": [],
@@ -288,12 +283,13 @@ def _statements(turns: Sequence[Message], skip: set[int], split: Spans = _senten
         picked.append((pos, msg, text))
     for pos, msg, text in reversed(picked):
         if msg.get("role") == "user":
-            for sentence in _holding(split(text), (_REMEMBER.starts(text), _config_starts(text))):
+            for sentence in _sentences(split(text),
+                                       (_REMEMBER.starts(text), _config_starts(text))):
                 if (_REMEMBER.search(sentence) or _has_config(sentence)) \
                         and not _SECRET.search(sentence):  # never carry a credential along
                     found["critical"].append((pos, _short(sentence)))
             continue
-        for sentence in _holding(split(text), [p.starts(text) for _, p in said]):
+        for sentence in _sentences(split(text), [p.starts(text) for _, p in said]):
             for key, pattern in said:
                 if pattern.search(sentence):
                     found[key].append((pos, _short(sentence)))
@@ -302,13 +298,13 @@ def _statements(turns: Sequence[Message], skip: set[int], split: Spans = _senten
 
 
 def _constraints(previous: SummarySections, users: Sequence[Message],
-                 split: Spans = _sentence_spans) -> list[str]:
+                 split: Split = _pieces) -> list[str]:
     """From every user message seen so far (the head's first request too)."""
     fresh: list[str] = []
     for msg in users:
         text = content_text(msg)
         if _CONSTRAINT.search(text):  # none in the whole message: none in a sentence of it
-            fresh += [_short(s) for s in _holding(split(text), (_CONSTRAINT.starts(text),))
+            fresh += [_short(s) for s in _sentences(split(text), (_CONSTRAINT.starts(text),))
                       if _CONSTRAINT.search(s)]
     return _dedup(list(previous.get("constraints")) + fresh, _CAPS["constraints"])
 
@@ -466,12 +462,12 @@ class BuiltinSummarizer:
         activity = scan_activity(turns, request.tools)
         skip = observations(request.prefix)
         users, span_users = _real_users(request.prefix, skip), _real_users(turns, skip)
-        spans: dict[str, list[tuple[int, str]]] = {}  # user messages are split twice
+        pieces: dict[str, Pieces] = {}  # user messages are split twice
 
-        def split(text: str) -> list[tuple[int, str]]:
-            if text not in spans:
-                spans[text] = _sentence_spans(text)
-            return spans[text]
+        def split(text: str) -> Pieces:
+            if text not in pieces:
+                pieces[text] = _pieces(text)
+            return pieces[text]
 
         said = _statements(turns, skip, split)
         done, blocked = _progress(previous, activity, said["done"])
