@@ -196,3 +196,22 @@ def test_last_line_from_the_tail_is_the_last_line_of_the_whole(output: str) -> N
         assert activity._last_line(output) == whole
     finally:
         activity.RESULT_TAIL_CHARS = saved
+
+
+FAILED = re.compile(  # the single IGNORECASE search ``tools._failure_at`` replaced
+    r"^\s*(?:ERROR\b|Error\b|error:)|<tool_use_error>|No replacement was performed|"
+    r"String to replace not found|did not appear verbatim|No such file or directory|"
+    r"Permission denied|File has not been read yet|Invalid `path`", re.IGNORECASE)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(("error", "ERROR", "Error:", "errors", " ", "\n", "\t", "x",
+                                 "Permission DENIED", "<TOOL_USE_ERROR>", "invalid `PATH`",
+                                 "no such file", "No such file or directory", "İ", "ſ", "K",
+                                 "did not appear verbatım", "File has not been read yet")),
+                max_size=10).map("".join))
+def test_failure_is_found_where_the_ignorecase_search_finds_it(head: str) -> None:
+    from refold.compaction import tools
+
+    found = FAILED.search(head)
+    assert tools._failure_at(head) == (found and found.start())
