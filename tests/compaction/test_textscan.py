@@ -148,21 +148,24 @@ def _sentences(text: str) -> list[str]:
 
 sentence_texts = st.lists(st.sampled_from(
     (*WORD_PIECES, "port 5432", "A=b", "x:80", "端口 80", "(", ")", "（", "）", "!", "?", ";",
-     "。", "！", "\n\n", "  ", ". ", "\t", "\u3000", "\x85")),
+     "。", "！", "\n\n", "  ", ". ", "\t", "\u3000", "\x85", "；", "-", "don", "t")),
     max_size=30).map("".join)
 
 
 @settings(max_examples=400, deadline=None)
 @given(sentence_texts)
-def test_sentences_are_placed_and_only_those_holding_a_start_can_match(text: str) -> None:
+def test_sentences_are_placed_and_match_where_their_text_does(text: str) -> None:
     pieces = builtin._pieces(text)
     assert all(text[at:at + len(piece)] == piece for piece, at in zip(*pieces, strict=True))
-    every = builtin._sentences(pieces)
+    every = [s for _, s in builtin._sentences(pieces)]
     assert every == _sentences(text)
+    assert all(text[at:at + len(s)] == s for at, s in builtin._sentences(pieces))
     for caseless in CASELESS:
-        assert [s for s in builtin._sentences(pieces, (caseless.starts(text),))
-                if caseless.search(s)] == [s for s in every if caseless.search(s)]
-    assert [s for s in builtin._sentences(pieces, (builtin._config_starts(text),))
+        at, matches = builtin._finder(caseless, text)
+        assert builtin._found(caseless, text, at) == (caseless.search(text) is not None)
+        assert [place[1] for place in builtin._sentences(pieces, (at,)) if matches(place)] \
+            == [s for s in every if caseless.search(s)]
+    assert [s for _, s in builtin._sentences(pieces, (builtin._config_starts(text),))
             if builtin._has_config(s)] == [s for s in every if builtin._has_config(s)]
 
 

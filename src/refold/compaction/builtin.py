@@ -28,7 +28,7 @@ Same input → same bytes: no clock, no randomness, no dict-order surprises.
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from itertools import accumulate, pairwise
 
@@ -126,23 +126,49 @@ def _pieces(text: str) -> Pieces:
     return parts[::2], [0, *ends[1::2]]
 
 
-def _sentences(pieces: Pieces, starts: Sequence[list[int] | None] = (None,)) -> list[str]:
-    """Sentences of a text (its ``_pieces``); fragments cut inside brackets ("…; the table
-    was removed).") are dropped rather than quoted out of context. Only the ones in a piece
-    where one of ``starts`` lies: places in the text where a pattern's match can start
-    (``Caseless.starts``; None: anywhere). A sentence is a slice of the text, so one holding
-    none of them cannot match: it is not even cut out."""
+Placed = tuple[int, str]  # a sentence and where it starts in its text
+
+
+def _sentences(pieces: Pieces, starts: Sequence[list[int] | None] = (None,)) -> list[Placed]:
+    """Sentences of a text (its ``_pieces``), each with where it starts; fragments cut inside
+    brackets ("…; the table was removed).") are dropped rather than quoted out of context.
+    Only the ones in a piece where one of ``starts`` lies: places in the text where a
+    pattern's match can start (``Caseless.starts``, ``hits``; None: anywhere). A sentence is
+    a slice of the text, so one holding none of them cannot match: it is not even cut out."""
     texts, at = pieces
     chosen: Iterable[int] = range(len(texts))
     if all(found is not None for found in starts):
         chosen = sorted({bisect_right(at, p) - 1 for found in starts if found for p in found})
-    out: list[str] = []
+    out: list[Placed] = []
     for k in chosen:
-        sentence = texts[k].strip()
+        piece = texts[k]
+        sentence = piece.strip()
         if len(sentence) > 3 and sentence.count("(") == sentence.count(")") \
                 and sentence.count("（") == sentence.count("）"):
-            out.append(sentence)
+            out.append((at[k] + len(piece) - len(piece.lstrip()), sentence))
     return out
+
+
+def _holds(hits: list[int], place: Placed) -> bool:
+    """Whether a sentence holds one of ``hits`` (``Caseless.hits`` in its text)."""
+    i = bisect_left(hits, place[0])
+    return i < len(hits) and hits[i] < place[0] + len(place[1])
+
+
+def _finder(words: Caseless, text: str) -> tuple[list[int] | None, Callable[[Placed], bool]]:
+    """Where in ``text`` to look, and whether a sentence of it matches ``words``. In an ASCII
+    text: its hits, and whether the sentence holds one — a sentence lies between whitespace
+    (or ends after 。！？；), which no word crosses and ``\\b`` reads as a string's ends, so it
+    matches exactly where its text does. Another text: anywhere, and the sentence's search."""
+    hits = words.hits(text)
+    if hits is None:
+        return None, lambda place: words.search(place[1]) is not None
+    return hits, lambda place: _holds(hits, place)
+
+
+def _found(words: Caseless, text: str, hits: list[int] | None) -> bool:
+    """Whether ``words`` matches ``text`` (``_finder``'s hits, or None)."""
+    return bool(hits) if hits is not None else words.search(text) is not None
 
 
 def _config_starts(text: str) -> list[int] | None:
@@ -265,7 +291,8 @@ def _statements(turns: Sequence[Message], skip: set[int], split: Split = _pieces
                                                "critical": []}
     said = (("decisions", _DECISION), ("next_steps", _NEXT), ("done", _DONE))
     budget = STATEMENT_SCAN_CHARS
-    picked: list[tuple[int, Message, str]] = []
+    picked: list[tuple[int, str, str, list[tuple[list[int] | None, Callable[[Placed], bool]]]]] \
+        = []
     for pos in range(len(turns) - 1, -1, -1):
         msg = turns[pos]
         role = msg.get("role")
@@ -276,23 +303,28 @@ def _statements(turns: Sequence[Message], skip: set[int], split: Split = _pieces
             if budget <= 0:
                 continue
             budget -= len(text)
-            if not any(p.search(text) for _, p in said):
+            finders = [_finder(p, text) for _, p in said]
+            if not any(_found(p, text, at) for (_, p), (at, _) in zip(said, finders,
+                                                                       strict=True)):
                 continue
-        elif not (_REMEMBER.search(text) or _has_config(text)):
-            continue
-        picked.append((pos, msg, text))
-    for pos, msg, text in reversed(picked):
-        if msg.get("role") == "user":
-            for sentence in _sentences(split(text),
-                                       (_REMEMBER.starts(text), _config_starts(text))):
-                if (_REMEMBER.search(sentence) or _has_config(sentence)) \
+        else:
+            finders = [_finder(_REMEMBER, text)]
+            if not (_found(_REMEMBER, text, finders[0][0]) or _has_config(text)):
+                continue
+        picked.append((pos, str(role), text, finders))
+    for pos, role, text, finders in reversed(picked):
+        if role == "user":
+            (at, remembers), = finders
+            for place in _sentences(split(text), (at, _config_starts(text))):
+                sentence = place[1]
+                if (remembers(place) or _has_config(sentence)) \
                         and not _SECRET.search(sentence):  # never carry a credential along
                     found["critical"].append((pos, _short(sentence)))
             continue
-        for sentence in _sentences(split(text), [p.starts(text) for _, p in said]):
-            for key, pattern in said:
-                if pattern.search(sentence):
-                    found[key].append((pos, _short(sentence)))
+        for place in _sentences(split(text), [at for at, _ in finders]):
+            for (key, _), (_, matches) in zip(said, finders, strict=True):
+                if matches(place):
+                    found[key].append((pos, _short(place[1])))
                     break
     return found
 
@@ -303,9 +335,10 @@ def _constraints(previous: SummarySections, users: Sequence[Message],
     fresh: list[str] = []
     for msg in users:
         text = content_text(msg)
-        if _CONSTRAINT.search(text):  # none in the whole message: none in a sentence of it
-            fresh += [_short(s) for s in _sentences(split(text), (_CONSTRAINT.starts(text),))
-                      if _CONSTRAINT.search(s)]
+        at, matches = _finder(_CONSTRAINT, text)
+        if _found(_CONSTRAINT, text, at):  # none in the whole message: none in a sentence
+            fresh += [_short(place[1]) for place in _sentences(split(text), (at,))
+                      if matches(place)]
     return _dedup(list(previous.get("constraints")) + fresh, _CAPS["constraints"])
 
 

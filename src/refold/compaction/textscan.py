@@ -221,6 +221,15 @@ class Caseless:
         out.sort()
         return out
 
+    def hits(self, text: str) -> list[int] | None:
+        """Where in an ASCII text the pattern matches (``match`` at each of ``starts``), in
+        order: ``search`` finds the first; None for a text that is not ASCII."""
+        starts = self.starts(text)
+        if starts is None:
+            return None
+        match = self.pattern.match
+        return [at for at in dict.fromkeys(starts) if match(text, at) is not None]
+
     def _search_ascii(self, text: str, lowered: str) -> re.Match[str] | None:
         """An ASCII text lowercases in place, and a match can only start where the copy holds
         a word's beginning (the literals are not ASCII): the pattern tried there (``match``,
