@@ -136,6 +136,7 @@ def test_config_check_answers_as_the_single_pattern(text: str) -> None:
        .map("".join))
 def test_latin_sentence_split_is_the_general_split(text: str) -> None:
     assert builtin._LATIN_SENTENCE.split(text) == builtin._SENTENCE.split(text)
+    assert builtin._pieces(text)[0] == builtin._LATIN_SENTENCE.split(text)  # no CJK stops
 
 
 def _sentences(text: str) -> list[str]:

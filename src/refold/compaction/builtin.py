@@ -112,18 +112,31 @@ def _short(text: str, limit: int = ITEM_CHARS) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-# the sentence splits with the separators kept (a group), so where each piece starts is counted
+# the sentence split with its separators kept (a group), so where each piece starts is counted
 _SENTENCE_CUT = re.compile(f"({_SENTENCE.pattern})")
-_LATIN_SENTENCE_CUT = re.compile(f"({_LATIN_SENTENCE.pattern})")
+# where ``_LATIN_SENTENCE`` splits, found from the character before: a stop, whose whitespace
+# run it is (the match without the stop), or a newline that starts a run of newlines (a stop
+# before one is met first). Stops and newlines are fewer than the whitespace it is led by.
+_LATIN_CUT = re.compile(r"[.!?;\n](?:(?<=\n)\n*|\s+)")
 Pieces = tuple[list[str], list[int]]  # a text's sentence split, and where each piece starts
 
 
 def _pieces(text: str) -> Pieces:
-    """The pieces ``_SENTENCE.split(text)`` (or the Latin one) returns, and their places."""
-    cut = _SENTENCE_CUT if any(c in text for c in _CJK_STOPS) else _LATIN_SENTENCE_CUT
-    parts = cut.split(text)  # piece, separator, piece, …, piece
-    ends = list(accumulate(map(len, parts)))
-    return parts[::2], [0, *ends[1::2]]
+    """The pieces ``_SENTENCE.split(text)`` returns (``_LATIN_SENTENCE``'s without a Chinese
+    or Japanese stop), and where each starts."""
+    if any(c in text for c in _CJK_STOPS):
+        parts = _SENTENCE_CUT.split(text)  # piece, separator, piece, …, piece
+        ends = list(accumulate(map(len, parts)))
+        return parts[::2], [0, *ends[1::2]]
+    pieces, starts, pos = [], [], 0
+    for cut in _LATIN_CUT.finditer(text):
+        end = cut.start() if text[cut.start()] == "\n" else cut.start() + 1
+        pieces.append(text[pos:end])
+        starts.append(pos)
+        pos = cut.end()
+    pieces.append(text[pos:])
+    starts.append(pos)
+    return pieces, starts
 
 
 Placed = tuple[int, str]  # a sentence and where it starts in its text
