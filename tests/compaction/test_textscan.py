@@ -64,6 +64,22 @@ def test_joined_rules_find_what_finditer_finds_in_each_text(batch: list[str]) ->
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(texts, min_size=1, max_size=6))
+def test_a_dense_regex_trigger_reads_the_rest_whole_and_finds_the_same(batch: list[str]) -> None:
+    from refold.compaction import textscan
+
+    saved = textscan.DENSE_LINES, textscan.DENSE_GAP
+    textscan.DENSE_LINES, textscan.DENSE_GAP = 2, 40  # small texts get dense
+    try:
+        assert trigger_lines("a1\nxx\nb2\nc3\nd4", re.compile(r"\d")) == [(0, 2), (6, 14)]
+        joined = Joined(batch)
+        for rule in RULES:
+            assert joined.find((rule,)) == [_plain(t, rule) for t in batch], rule.pattern.pattern
+    finally:
+        textscan.DENSE_LINES, textscan.DENSE_GAP = saved
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(texts, min_size=1, max_size=6))
 def test_joined_alternatives_merge_as_the_per_text_merge_did(batch: list[str]) -> None:
     joined = Joined(batch)
     for rules in KINDS:

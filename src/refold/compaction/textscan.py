@@ -79,13 +79,21 @@ def _last_in_line(text: str, trigger: str | tuple[str, ...] | re.Pattern[str], f
                   end: int) -> int:
     """Where the last trigger match starting in ``[first, end)`` starts (one is at ``first``;
     none holds a newline, so none ends past ``end``)."""
-    if isinstance(trigger, re.Pattern):
-        search, last = trigger.search, first
-        while (found := search(text, last + 1, end + 1)) is not None and found.start() < end:
-            last = found.start()  # (up to the newline: what a lookahead there sees stays)
-        return last
-    return max(text.rfind(lit, first, end) for lit in
-               ((trigger,) if isinstance(trigger, str) else trigger))
+    if isinstance(trigger, str):
+        return text.rfind(trigger, first, end)
+    if isinstance(trigger, tuple):
+        return max(text.rfind(lit, first, end) for lit in trigger)
+    search, last = trigger.search, first
+    while (found := search(text, last + 1, end + 1)) is not None and found.start() < end:
+        last = found.start()  # (up to the newline: what a lookahead there sees stays)
+    return last
+
+
+# A regex trigger on nearly every line costs more, a search per line, than its pattern does
+# reading the text whole: once DENSE_LINES trigger lines are found fewer than DENSE_GAP
+# characters apart on average (since the text's start), the rest is read whole (whole lines:
+# as sound).
+DENSE_LINES, DENSE_GAP = 64, 100
 
 
 def trigger_lines(text: str, trigger: str | tuple[str, ...] | re.Pattern[str] | None,
@@ -93,21 +101,23 @@ def trigger_lines(text: str, trigger: str | tuple[str, ...] | re.Pattern[str] | 
                   ) -> list[tuple[int, int]]:
     """``[start, end)`` ranges of whole lines where ``trigger`` occurs, adjacent ones merged
     (``end`` is a newline's index or ``len(text)``); None: the whole text. ``spaceless``: each
-    line's range cut to the spaces around its triggers (the module docstring), none merged."""
+    line's range cut at the spaces around its triggers (the module docstring), none merged."""
     size = len(text)
     if trigger is None:
         return [(0, size)] if size else []
     assert not (spaceless and digit_lines), "a match over two lines holds no space"
     spans: list[tuple[int, int]] = []
     occurrence, pos = _occurrences(text, trigger), 0
+    literal, lines = not isinstance(trigger, re.Pattern), 0
     while (found := occurrence(pos)) is not None:
         start = text.rfind("\n", 0, found[0]) + 1
         end = text.find("\n", found[1] - 1)
         end = size if end < 0 else end
-        if spaceless:
-            last = (text.rfind(trigger, found[0], end) if isinstance(trigger, str)
-                    else _last_in_line(text, trigger, found[0], end))
-            cut = text.find(" ", last, end)
+        lines += 1
+        if not literal and lines >= DENSE_LINES and end < lines * DENSE_GAP:
+            end = size
+        elif spaceless:
+            cut = text.find(" ", _last_in_line(text, trigger, found[0], end), end)
             spans.append((max(start, text.rfind(" ", start, found[0]) + 1),
                           end if cut < 0 else cut))
             pos = end + 1
