@@ -26,7 +26,7 @@ PIECES = ("/", "./", "../", "~/", "a/b", "src/app.py", "x.py", ".py", "README.md
           "API_URL=http://x", "HOST=a", "localhost:8080", "db.local:5432", ":80", "=", "-", "_",
           "$ ", "$ make test", "```\n", "`", "'", '"', "(", ")", "[", "]", "<", ">", ",", ";",
           ".", ":", "@", "+", " ", "  ", "\t", "\n", "\n\n", "\r\n", "word", "Word", "the",
-          "é", "中文", "µs", "İ", "ı", "ſ", "K")
+          "é", "中文", "µs", "İ", "ı", "ſ", "K", "٣", "５", "\u00a0", "\x1c", "ab12", "9f")
 texts = st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
 
 
@@ -64,6 +64,22 @@ def test_joined_rules_find_what_finditer_finds_in_each_text(batch: list[str]) ->
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(texts, min_size=1, max_size=6))
+def test_a_dense_regex_trigger_reads_the_rest_whole_and_finds_the_same(batch: list[str]) -> None:
+    from refold.compaction import textscan
+
+    saved = textscan.DENSE_LINES, textscan.DENSE_GAP
+    textscan.DENSE_LINES, textscan.DENSE_GAP = 2, 40  # small texts get dense
+    try:
+        assert trigger_lines("a1\nxx\nb2\nc3\nd4", re.compile(r"\d")) == [(0, 2), (6, 14)]
+        joined = Joined(batch)
+        for rule in RULES:
+            assert joined.find((rule,)) == [_plain(t, rule) for t in batch], rule.pattern.pattern
+    finally:
+        textscan.DENSE_LINES, textscan.DENSE_GAP = saved
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(texts, min_size=1, max_size=6))
 def test_joined_alternatives_merge_as_the_per_text_merge_did(batch: list[str]) -> None:
     joined = Joined(batch)
     for rules in KINDS:
@@ -77,6 +93,16 @@ def test_a_number_may_continue_on_the_next_line_after_a_digit() -> None:
     assert trigger_lines("a\nb 1\nc\nd", re.compile(r"\d"), digit_lines=True) == [(2, 7)]
     assert trigger_lines("a\nb/c\nd/\ne", "/") == [(2, 8)]  # adjacent lines merged
     assert trigger_lines("no trigger here", ("x", "/")) == []
+
+
+def test_a_spaceless_rule_reads_a_line_between_the_spaces_around_its_triggers() -> None:
+    text = "ab cd/e f/g h\nx\ny/z\n  q/"
+    assert trigger_lines(text, "/", spaceless=True) == [(3, 11), (16, 19), (22, 24)]
+    assert trigger_lines(text, re.compile("/[a-z]"), spaceless=True) == [(3, 11), (16, 19)]
+    assert trigger_lines(text, ("/", "x"), spaceless=True) == [(3, 11), (14, 15), (16, 19),
+                                                               (22, 24)]
+    assert all(rule.spaceless != (kind in ("error", "number"))
+               for kind, rules in anchors._RULES.items() for rule in rules)
 
 
 WORD_PIECES = ("must", "MUST", "Must", "mustn't", "don't", "do not", "DO  NOT", "should",
@@ -97,6 +123,7 @@ def test_caseless_searches_as_its_pattern(text: str) -> None:
     for caseless in CASELESS:
         fast, slow = caseless.search(text), caseless.pattern.search(text)
         assert (fast and fast.span()) == (slow and slow.span()), (caseless.pattern, text)
+        assert fast is None or (fast.string is text and fast.group() == slow.group())
 
 
 def test_caseless_is_the_ignorecase_alternation_it_replaced() -> None:
@@ -125,6 +152,38 @@ def test_config_check_answers_as_the_single_pattern(text: str) -> None:
        .map("".join))
 def test_latin_sentence_split_is_the_general_split(text: str) -> None:
     assert builtin._LATIN_SENTENCE.split(text) == builtin._SENTENCE.split(text)
+    assert builtin._pieces(text)[0] == builtin._LATIN_SENTENCE.split(text)  # no CJK stops
+
+
+def _sentences(text: str) -> list[str]:
+    """The sentence split ``builtin._sentences`` of ``builtin._pieces`` replaced."""
+    split = (builtin._SENTENCE.split if any(c in text for c in builtin._CJK_STOPS)
+             else builtin._LATIN_SENTENCE.split)
+    out = [s.strip() for s in split(text) if len(s.strip()) > 3]
+    return [s for s in out if s.count("(") == s.count(")") and s.count("（") == s.count("）")]
+
+
+sentence_texts = st.lists(st.sampled_from(
+    (*WORD_PIECES, "port 5432", "A=b", "x:80", "端口 80", "(", ")", "（", "）", "!", "?", ";",
+     "。", "！", "\n\n", "  ", ". ", "\t", "\u3000", "\x85", "；", "-", "don", "t")),
+    max_size=30).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(sentence_texts)
+def test_sentences_are_placed_and_match_where_their_text_does(text: str) -> None:
+    pieces = builtin._pieces(text)
+    assert all(text[at:at + len(piece)] == piece for piece, at in zip(*pieces, strict=True))
+    every = [s for _, s in builtin._sentences(pieces)]
+    assert every == _sentences(text)
+    assert all(text[at:at + len(s)] == s for at, s in builtin._sentences(pieces))
+    for caseless in CASELESS:
+        at, matches = builtin._finder(caseless, text)
+        assert builtin._found(caseless, text, at) == (caseless.search(text) is not None)
+        assert [place[1] for place in builtin._sentences(pieces, (at,)) if matches(place)] \
+            == [s for s in every if caseless.search(s)]
+    assert [s for _, s in builtin._sentences(pieces, (builtin._config_starts(text),))
+            if builtin._has_config(s)] == [s for s in every if builtin._has_config(s)]
 
 
 PATH_BEFORE = (r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+",  # before ``++``
@@ -157,3 +216,22 @@ def test_last_line_from_the_tail_is_the_last_line_of_the_whole(output: str) -> N
         assert activity._last_line(output) == whole
     finally:
         activity.RESULT_TAIL_CHARS = saved
+
+
+FAILED = re.compile(  # the single IGNORECASE search ``tools._failure_at`` replaced
+    r"^\s*(?:ERROR\b|Error\b|error:)|<tool_use_error>|No replacement was performed|"
+    r"String to replace not found|did not appear verbatim|No such file or directory|"
+    r"Permission denied|File has not been read yet|Invalid `path`", re.IGNORECASE)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(("error", "ERROR", "Error:", "errors", " ", "\n", "\t", "x",
+                                 "Permission DENIED", "<TOOL_USE_ERROR>", "invalid `PATH`",
+                                 "no such file", "No such file or directory", "İ", "ſ", "K",
+                                 "did not appear verbatım", "File has not been read yet")),
+                max_size=10).map("".join))
+def test_failure_is_found_where_the_ignorecase_search_finds_it(head: str) -> None:
+    from refold.compaction import tools
+
+    found = FAILED.search(head)
+    assert tools._failure_at(head) == (found and found.start())

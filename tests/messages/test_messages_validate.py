@@ -115,3 +115,13 @@ def test_clean_messages_come_back_as_they_are_and_only_dirty_ones_are_copied() -
     out = validate_messages([clean, dirty])
     assert out[0] is clean  # nothing to repair: no copy
     assert out[1] is not dirty and out[1]["name"] == "x\ufffd" and dirty["name"] == "x\udc00"
+
+
+@pytest.mark.parametrize("value", [
+    "plain", "naïve", "a\ud800", ["x", ["y", {"k": "\udc00"}]], {"k\ud800": "v"},
+    {"a": [1, None, {"b": ("t\ud800",)}]}, {"a": [{"b": [[["deep \ud83d\ude00"]]]}]},
+    [], {}, 3.5, None,
+])
+def test_the_repair_check_agrees_with_the_repair(value: Any) -> None:
+    from refold.messages.validate import _needs_repair, _repair_value
+    assert _needs_repair(value) == (_repair_value(value) is not value)

@@ -40,6 +40,8 @@ _ID_PARTS = (r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"
              r"[0-9a-f](?<!\w.)[0-9a-f]{6,39}\b",  # a hex run with a digit and a letter
              r"[a-z](?<![\w.-].)[a-z]{1,11}_[A-Za-z0-9]{8,40}\b(?!\.\w)")
 _HEX_DIGIT, _HEX_LETTER = re.compile(r"\d"), re.compile(r"[a-f]")
+_UNITS = (r"ms|µs|ns|s|sec|secs|seconds|min|mins|minutes|h|hrs|hours|days|KB|MB|GB|TB|KiB|MiB|"
+          r"GiB|TiB|kB|B|bytes|%|px|tokens|rps|qps|req/s|USD|EUR|GHz|MHz|°C|x")
 
 
 def _hex_id(text: str) -> bool:
@@ -56,9 +58,8 @@ _PATTERNS: tuple[tuple[str, int, re.Pattern[str]], ...] = (
     ("version", 3, re.compile(r"(?<![\w.])v?\d+\.\d+(?:\.\d+)+(?:[-+][\w.]+)?\b|"
                               r"\bv\d+\.\d+\b")),
     ("number", 3, re.compile(
-        r"[$\d](?<![\w.].)(?:(?<=\$)\d+|(?<=\d)\d*)(?:[.,]\d+)*\s?(?:ms|µs|ns|s|sec|secs|seconds|min|mins|minutes|h|hrs|"
-        r"hours|days|KB|MB|GB|TB|KiB|MiB|GiB|TiB|kB|B|bytes|%|px|tokens|rps|qps|req/s|USD|EUR|"
-        r"GHz|MHz|°C|x)(?![\w])|\$(?<![\w.]\$)\d+(?:\.\d+)?\b")),
+        rf"[$\d](?<![\w.].)(?:(?<=\$)\d+|(?<=\d)\d*)(?:[.,]\d+)*\s?(?:{_UNITS})(?![\w])|"
+        r"\$(?<![\w.]\$)\d+(?:\.\d+)?\b")),
     ("config", 3, re.compile(r"\b[A-Z][A-Z0-9_]{2,}=[^\s'\"]+|\b(?:localhost|[\w-]+(?:\.[\w-]+)+):"
                              r"\d{2,5}\b")),
 )
@@ -67,20 +68,36 @@ _PATTERNS: tuple[tuple[str, int, re.Pattern[str]], ...] = (
 # exists), so the regex engine runs only over the lines that can hold a match
 _TOKEN_TAIL = re.compile(r"_[A-Za-z0-9]{8}")
 _EXT_END = re.compile(rf"\.(?:{_EXT})\b")  # what the second path part needs
-_ERROR_HINTS = ("Error:", "Exception:", "Exit:", "Failure:", "error", "ERROR", "FAILED", "atal:",
-                "panic:")
+# The two kinds with no literal to look for run over the lines of a pattern led by [0-9]: the
+# regex engine tries a pattern at each character its first class holds, and digits are rare
+# next to [0-9a-f] or \d (a Unicode category, slow to test at every character). A hex run
+# with a digit and a letter (what ``_hex_id`` keeps) has a digit next to a letter; a number
+# ends in a digit followed by its unit's first character, or is "$" and a digit.
+# [\x80-\U0010ffff] stands in for the digits \d finds beyond ASCII (٣, ５).
+_HEX_PAIR = re.compile(r"[0-9](?:[a-f]|(?<=[a-f].))")
+_DIGIT = r"0-9\x80-\U0010ffff"
+_NUMBER_END = re.compile(
+    rf"[{_DIGIT}](?:\s?[{re.escape(''.join(sorted({u[0] for u in _UNITS.split('|')})))}]|"
+    r"(?<=\$.))")
+# "error:" and "error[" (error[E0308]:), not "error": a word prose and logs use far more often
+_ERROR_HINTS = ("Error:", "Exception:", "Exit:", "Failure:", "error:", "error[", "ERROR",
+                "FAILED", "atal:", "panic:")
+# all but errors and numbers hold no space (``spaceless``: a line is read between the spaces
+# around its triggers), and none of their triggers a newline
 _RULES: dict[str, tuple[Rule, ...]] = {
     "error": (Rule(_PATTERNS[0][2], _ERROR_HINTS),),
-    "url": (Rule(_PATTERNS[1][2], "://"),),
-    "path": (Rule(re.compile(_PATH_PARTS[0]), "/"), Rule(re.compile(_PATH_PARTS[1]), _EXT_END)),
-    "id": tuple(Rule(re.compile(part), trigger, check) for part, trigger, check in zip(
+    "url": (Rule(_PATTERNS[1][2], "://", spaceless=True),),
+    "path": (Rule(re.compile(_PATH_PARTS[0]), "/", spaceless=True),
+             Rule(re.compile(_PATH_PARTS[1]), _EXT_END, spaceless=True)),
+    "id": tuple(Rule(re.compile(part), trigger, check, spaceless=True)
+                for part, trigger, check in zip(
         _ID_PARTS, (re.compile(r"-[0-9a-f]{4}-"), re.compile(r"-\d"), re.compile(r"#\d\d"),
-                    None, _TOKEN_TAIL),  # a hex run: its class is its own trigger
+                    _HEX_PAIR, _TOKEN_TAIL),
         (None, None, None, _hex_id, None), strict=True)),
     # three dotted numbers (1.2.3), or "v" and a number (v2.0)
-    "version": (Rule(_PATTERNS[4][2], re.compile(r"\.\d+\.\d|v\d")),),
-    "number": (Rule(_PATTERNS[5][2], None, digit_lines=True),),
-    "config": (Rule(_PATTERNS[6][2], re.compile(r"=(?<=[A-Z0-9_]=)|:\d\d")),),
+    "version": (Rule(_PATTERNS[4][2], re.compile(r"\.\d+\.\d|v\d"), spaceless=True),),
+    "number": (Rule(_PATTERNS[5][2], _NUMBER_END, digit_lines=True),),
+    "config": (Rule(_PATTERNS[6][2], re.compile(r"=(?<=[A-Z0-9_]=)|:\d\d"), spaceless=True),),
 }
 _DIGITS = re.compile(r"\d+")
 # unified-diff headers name a file as a/PATH and b/PATH (also inside JSON-escaped patches)

@@ -28,8 +28,9 @@ Same input → same bytes: no clock, no randomness, no dict-order surprises.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from itertools import pairwise
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Sequence
+from itertools import accumulate, pairwise
 
 from refold.compaction.activity import (
     Activity,
@@ -95,10 +96,10 @@ _MENTION_EXT = (r"\.(?:py|js|ts|tsx|go|rs|java|rb|php|c|h|cpp|json|ya?ml|toml|md
                 r"css)\b")
 # a path mentioned in prose: one with a folder, or a bare file name of a common kind; run as
 # its two parts over all messages at once (``textscan``: the same matches, far faster)
-_PATH_MENTION = (
+_PATH_MENTION = (  # no space in either (``textscan``: ``spaceless``)
     Rule(re.compile(r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]++/)+[\w.@+-]+\.\w{1,10}\b"),
-         "/"),  # ``++``: as in ``anchors._PATH_PARTS``
-    Rule(re.compile(r"\b[\w-]+" + _MENTION_EXT), re.compile(_MENTION_EXT)))
+         "/", spaceless=True),  # ``++``: as in ``anchors._PATH_PARTS``
+    Rule(re.compile(r"\b[\w-]+" + _MENTION_EXT), re.compile(_MENTION_EXT), spaceless=True))
 _FILE_ITEM = re.compile(r"^`([^`]+)`")
 _ACTIONS = ("modified", "read", "mentioned")
 _CAPS = {"goal": 3, "constraints": 12, "done": 20, "in_progress": 3, "blocked": 10,
@@ -111,12 +112,90 @@ def _short(text: str, limit: int = ITEM_CHARS) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def _sentences(text: str) -> list[str]:
-    """Sentences of ``text``; fragments cut inside brackets ("…; the table was removed).")
-    are dropped rather than quoted out of context."""
-    split = _SENTENCE.split if any(c in text for c in _CJK_STOPS) else _LATIN_SENTENCE.split
-    out = [s.strip() for s in split(text) if len(s.strip()) > 3]
-    return [s for s in out if s.count("(") == s.count(")") and s.count("（") == s.count("）")]
+# the sentence split with its separators kept (a group), so where each piece starts is counted
+_SENTENCE_CUT = re.compile(f"({_SENTENCE.pattern})")
+# where ``_LATIN_SENTENCE`` splits, found from the character before: a stop, whose whitespace
+# run it is (the match without the stop), or a newline that starts a run of newlines (a stop
+# before one is met first). Stops and newlines are fewer than the whitespace it is led by.
+_LATIN_CUT = re.compile(r"[.!?;\n](?:(?<=\n)\n*|\s+)")
+Pieces = tuple[list[str], list[int]]  # a text's sentence split, and where each piece starts
+
+
+def _pieces(text: str) -> Pieces:
+    """The pieces ``_SENTENCE.split(text)`` returns (``_LATIN_SENTENCE``'s without a Chinese
+    or Japanese stop), and where each starts."""
+    if any(c in text for c in _CJK_STOPS):
+        parts = _SENTENCE_CUT.split(text)  # piece, separator, piece, …, piece
+        ends = list(accumulate(map(len, parts)))
+        return parts[::2], [0, *ends[1::2]]
+    pieces, starts, pos = [], [], 0
+    for cut in _LATIN_CUT.finditer(text):
+        end = cut.start() if text[cut.start()] == "\n" else cut.start() + 1
+        pieces.append(text[pos:end])
+        starts.append(pos)
+        pos = cut.end()
+    pieces.append(text[pos:])
+    starts.append(pos)
+    return pieces, starts
+
+
+Placed = tuple[int, str]  # a sentence and where it starts in its text
+
+
+def _sentences(pieces: Pieces, starts: Sequence[list[int] | None] = (None,)) -> list[Placed]:
+    """Sentences of a text (its ``_pieces``), each with where it starts; fragments cut inside
+    brackets ("…; the table was removed).") are dropped rather than quoted out of context.
+    Only the ones in a piece where one of ``starts`` lies: places in the text where a
+    pattern's match can start (``Caseless.starts``, ``hits``; None: anywhere). A sentence is
+    a slice of the text, so one holding none of them cannot match: it is not even cut out."""
+    texts, at = pieces
+    chosen: Iterable[int] = range(len(texts))
+    if all(found is not None for found in starts):
+        chosen = sorted({bisect_right(at, p) - 1 for found in starts if found for p in found})
+    out: list[Placed] = []
+    for k in chosen:
+        piece = texts[k]
+        sentence = piece.strip()
+        if len(sentence) > 3 and sentence.count("(") == sentence.count(")") \
+                and sentence.count("（") == sentence.count("）"):
+            out.append((at[k] + len(piece) - len(piece.lstrip()), sentence))
+    return out
+
+
+def _holds(hits: list[int], place: Placed) -> bool:
+    """Whether a sentence holds one of ``hits`` (``Caseless.hits`` in its text)."""
+    i = bisect_left(hits, place[0])
+    return i < len(hits) and hits[i] < place[0] + len(place[1])
+
+
+def _finder(words: Caseless, text: str) -> tuple[list[int] | None, Callable[[Placed], bool]]:
+    """Where in ``text`` to look, and whether a sentence of it matches ``words``. In an ASCII
+    text: its hits, and whether the sentence holds one — a sentence lies between whitespace
+    (or ends after 。！？；), which no word crosses and ``\\b`` reads as a string's ends, so it
+    matches exactly where its text does. Another text: anywhere, and the sentence's search."""
+    hits = words.hits(text)
+    if hits is None:
+        return None, lambda place: words.search(place[1]) is not None
+    return hits, lambda place: _holds(hits, place)
+
+
+def _found(words: Caseless, text: str, hits: list[int] | None) -> bool:
+    """Whether ``words`` matches ``text`` (``_finder``'s hits, or None)."""
+    return bool(hits) if hits is not None else words.search(text) is not None
+
+
+def _config_starts(text: str) -> list[int] | None:
+    """Where ``_has_config`` finds what it needs in an ASCII text ("=", ":" and two digits,
+    "port "), as ``Caseless.starts``; None for any other text (端口)."""
+    if not text.isascii():
+        return None
+    out = [found.start() for found in _COLON_DIGITS.finditer(text)]
+    out += _CONFIG_PORT.starts(text) or []
+    at = text.find("=")
+    while at >= 0:
+        out.append(at)
+        at = text.find("=", at + 1)
+    return out
 
 
 def _has_config(text: str) -> bool:
@@ -208,19 +287,25 @@ def _goal(previous: SummarySections, users: Sequence[Message], labels: dict[str,
 STATEMENT_SCAN_CHARS = 100_000  # newest assistant text read for statements (about 25K tokens)
 
 
-def _statements(turns: Sequence[Message], skip: set[int]) -> dict[str, list[tuple[int, str]]]:
+Split = Callable[[str], Pieces]  # ``_pieces``, maybe memoized
+
+
+def _statements(turns: Sequence[Message], skip: set[int], split: Split = _pieces
+                ) -> dict[str, list[tuple[int, str]]]:
     """Sentences of the assistant (decisions, plans, completions) and user notes, by position
     (not of a text-action agent's observations, ``skip``).
 
     Speed: a message none of the patterns matches as a whole is not split into sentences
-    (the same result); only the newest ``STATEMENT_SCAN_CHARS`` of assistant text are read —
+    (the same result), and in one that is, only the sentences where a pattern can match are
+    tried (``_sentences``); only the newest ``STATEMENT_SCAN_CHARS`` of assistant text are read —
     the sections keep the most recent items only (``_CAPS``), and every user message is read.
     """
     found: dict[str, list[tuple[int, str]]] = {"decisions": [], "next_steps": [], "done": [],
                                                "critical": []}
     said = (("decisions", _DECISION), ("next_steps", _NEXT), ("done", _DONE))
     budget = STATEMENT_SCAN_CHARS
-    picked: list[tuple[int, Message, str]] = []
+    picked: list[tuple[int, str, str, list[tuple[list[int] | None, Callable[[Placed], bool]]]]] \
+        = []
     for pos in range(len(turns) - 1, -1, -1):
         msg = turns[pos]
         role = msg.get("role")
@@ -231,32 +316,42 @@ def _statements(turns: Sequence[Message], skip: set[int]) -> dict[str, list[tupl
             if budget <= 0:
                 continue
             budget -= len(text)
-            if not any(p.search(text) for _, p in said):
+            finders = [_finder(p, text) for _, p in said]
+            if not any(_found(p, text, at) for (_, p), (at, _) in zip(said, finders,
+                                                                       strict=True)):
                 continue
-        elif not (_REMEMBER.search(text) or _has_config(text)):
-            continue
-        picked.append((pos, msg, text))
-    for pos, msg, text in reversed(picked):
-        for sentence in _sentences(text):
-            if msg.get("role") == "user":
-                if (_REMEMBER.search(sentence) or _has_config(sentence)) \
+        else:
+            finders = [_finder(_REMEMBER, text)]
+            if not (_found(_REMEMBER, text, finders[0][0]) or _has_config(text)):
+                continue
+        picked.append((pos, str(role), text, finders))
+    for pos, role, text, finders in reversed(picked):
+        if role == "user":
+            (at, remembers), = finders
+            for place in _sentences(split(text), (at, _config_starts(text))):
+                sentence = place[1]
+                if (remembers(place) or _has_config(sentence)) \
                         and not _SECRET.search(sentence):  # never carry a credential along
                     found["critical"].append((pos, _short(sentence)))
-                continue
-            for key, pattern in said:
-                if pattern.search(sentence):
-                    found[key].append((pos, _short(sentence)))
+            continue
+        for place in _sentences(split(text), [at for at, _ in finders]):
+            for (key, _), (_, matches) in zip(said, finders, strict=True):
+                if matches(place):
+                    found[key].append((pos, _short(place[1])))
                     break
     return found
 
 
-def _constraints(previous: SummarySections, users: Sequence[Message]) -> list[str]:
+def _constraints(previous: SummarySections, users: Sequence[Message],
+                 split: Split = _pieces) -> list[str]:
     """From every user message seen so far (the head's first request too)."""
     fresh: list[str] = []
     for msg in users:
         text = content_text(msg)
-        if _CONSTRAINT.search(text):  # none in the whole message: none in a sentence of it
-            fresh += [_short(s) for s in _sentences(text) if _CONSTRAINT.search(s)]
+        at, matches = _finder(_CONSTRAINT, text)
+        if _found(_CONSTRAINT, text, at):  # none in the whole message: none in a sentence
+            fresh += [_short(place[1]) for place in _sentences(split(text), (at,))
+                      if matches(place)]
     return _dedup(list(previous.get("constraints")) + fresh, _CAPS["constraints"])
 
 
@@ -413,12 +508,19 @@ class BuiltinSummarizer:
         activity = scan_activity(turns, request.tools)
         skip = observations(request.prefix)
         users, span_users = _real_users(request.prefix, skip), _real_users(turns, skip)
-        said = _statements(turns, skip)
+        pieces: dict[str, Pieces] = {}  # user messages are split twice
+
+        def split(text: str) -> Pieces:
+            if text not in pieces:
+                pieces[text] = _pieces(text)
+            return pieces[text]
+
+        said = _statements(turns, skip, split)
         done, blocked = _progress(previous, activity, said["done"])
         tally = Tally.of_span(turns, activity.tools)
         sections = {
             "goal": _goal(previous, users, labels),
-            "constraints": _constraints(previous, users),
+            "constraints": _constraints(previous, users, split),
             "done": done,
             "in_progress": _in_progress(previous, turns, labels, span_users),
             "blocked": blocked,

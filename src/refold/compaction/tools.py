@@ -37,10 +37,13 @@ _EDITOR_WRITES = frozenset({"create", "str_replace", "insert", "undo_edit", "wri
                             "append"})
 _EDITOR_READS = frozenset({"view", "read"})
 _KEYSTROKE = re.compile(r"^(?:C-[a-z]|\^[A-Z]|q|y|n|exit)$")
-_FAILED = re.compile(
-    r"^\s*(?:ERROR\b|Error\b|error:)|<tool_use_error>|No replacement was performed|"
-    r"String to replace not found|did not appear verbatim|No such file or directory|"
-    r"Permission denied|File has not been read yet|Invalid `path`", re.IGNORECASE)
+_FAILED_PHRASES = ("<tool_use_error>", "No replacement was performed",
+                   "String to replace not found", "did not appear verbatim",
+                   "No such file or directory", "Permission denied", "File has not been read yet",
+                   "Invalid `path`")
+_FAILED = re.compile(r"^\s*(?:ERROR\b|Error\b|error:)|" + "|".join(map(re.escape, _FAILED_PHRASES)),
+                     re.IGNORECASE)
+_FAILED_LOWER = tuple(phrase.lower() for phrase in _FAILED_PHRASES)
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$|^\*\*\* Move to: (.+)$",
                          re.MULTILINE)
 _SWE_FILE = re.compile(r"^\[File: (\S+) \(\d+ lines total\)\]", re.MULTILINE)
@@ -67,12 +70,26 @@ def _paths(args: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(v.strip() for k in PATH_KEYS if isinstance(v := args.get(k), str) and v.strip())
 
 
+def _failure_at(head: str) -> int | None:
+    """Where ``_FAILED.search(head)`` matches. In an ASCII text (which lowercases in place)
+    without a match at its start, that is where its lowercased copy first holds a phrase:
+    substring tests instead of an IGNORECASE scan, which the regex engine runs slowly."""
+    if not head.isascii():
+        found = _FAILED.search(head)
+        return None if found is None else found.start()
+    if _FAILED.match(head) is not None:
+        return 0
+    lowered = head.lower()
+    at = [i for phrase in _FAILED_LOWER if (i := lowered.find(phrase)) >= 0]
+    return min(at) if at else None
+
+
 def _failure(output: str) -> str | None:
     head = output.strip()[:600]
-    match = _FAILED.search(head)
-    if match is None:
+    start = _failure_at(head)
+    if start is None:
         return None
-    lines = [ln.strip() for ln in head[match.start():].splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in head[start:].splitlines() if ln.strip()]
     text = " ".join(lines[:2]) if lines and len(lines[0]) <= 8 else (lines[0] if lines else "")
     return text[:160] or "error"
 

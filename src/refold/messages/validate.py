@@ -66,13 +66,24 @@ def _repair_value(value: Any) -> Any:
 
 
 def _needs_repair(value: Any) -> bool:
-    """Whether ``_repair_value`` would change anything in ``value``."""
+    """Whether ``_repair_value`` would change anything in ``value``: a string holding a
+    surrogate (``repair_text`` returns a new string for exactly those). Plain loops with the
+    strings tested in place, not ``any()`` over generators: it runs on every message."""
     if isinstance(value, str):
-        return repair_text(value) is not value
-    if isinstance(value, list):
-        return any(_needs_repair(v) for v in value)
+        return not value.isascii() and _SURROGATE.search(value) is not None
     if isinstance(value, dict):
-        return any(_needs_repair(k) or _needs_repair(v) for k, v in value.items())
+        for key in value:  # (a list or a dict is never a key)
+            if isinstance(key, str) and not key.isascii() and _SURROGATE.search(key):
+                return True
+        value = value.values()
+    elif not isinstance(value, list):
+        return False
+    for item in value:
+        if isinstance(item, str):
+            if not item.isascii() and _SURROGATE.search(item) is not None:
+                return True
+        elif isinstance(item, (list, dict)) and _needs_repair(item):
+            return True
     return False
 
 
