@@ -10,7 +10,7 @@ anywhere across network reads; the common event (one ``data: `` line) costs one 
 from __future__ import annotations
 
 import json
-import json.scanner
+from collections.abc import Callable
 from typing import Any
 
 from refold._records import dataclass, field
@@ -150,7 +150,8 @@ class StreamAssembler:
 
 # the json module's own scanner (its C one where built): ``json.loads`` minus its Python-level
 # wrapping, which is a third of the cost of a small chunk (a long reply is hundreds of them)
-_scan = json.scanner.make_scanner(json.JSONDecoder())
+_scan: Callable[[str, int], tuple[Any, int]] = (
+    json.JSONDecoder().scan_once)  # type: ignore[attr-defined]  # (typeshed omits it)
 
 
 def parse_chunk(data: str) -> dict[str, Any] | None:
