@@ -250,6 +250,9 @@ def main() -> None:
                              "server stack forwarding bytes unread: bench/proxy_floor.py)")
     parser.add_argument("--old-src", default="",
                         help="the src directory of the checkout the 'old' variant runs")
+    parser.add_argument("--reply-chars", type=int, default=0,
+                        help="a longer reply of this many characters (the scripted upstream "
+                             "streams 16 a chunk: 3200 gives 200 chunks); default: a short one")
     parser.add_argument("--json", action="store_true",
                         help="non-streaming turns (a JSON reply) instead of streams")
     parser.add_argument("--proxy-cpus", default="",
@@ -271,6 +274,11 @@ def main() -> None:
             raise SystemExit("--proxy-cpus leaves no CPU for the load generator")
         os.sched_setaffinity(0, rest)
         print(f"proxy on CPUs {sorted(proxy_cpus)}, load generator and upstream on {sorted(rest)}")
+    global REPLY
+    if args.reply_chars > 0:  # prose of the length asked for (the clients re-send it too)
+        prose = ("The function reads the config file, validates each entry and returns a list "
+                 "of parsed settings; errors are collected and reported together at the end. ")
+        REPLY = (prose * (args.reply_chars // len(prose) + 1))[:args.reply_chars]
     reply = ScriptedReply(content=REPLY)
     with tempfile.TemporaryDirectory() as tmp, serve(default=lambda body: reply) as upstream:
         procs: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
