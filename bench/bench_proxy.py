@@ -22,9 +22,11 @@ per worker (requests ÷ wall time of the variant's runs at that level).
 
     python bench/bench_proxy.py [--levels 1,10] [--requests 400] [--rounds 4]
                                 [--variants new,httpx,old --old-src /tmp/old/src]
-                                [--proxy-cpus 1] [--json]
+                                [--proxy-cpus 1] [--json] [--reply-chars 3200]
 
 ``--json`` runs non-streaming turns (the reply as one JSON body) instead of streams.
+``--reply-chars N`` makes the scripted reply N characters long (16 a chunk): what a
+long streamed answer costs per chunk.
 
 ``--proxy-cpus`` pins the proxy to its own CPUs and the load generator with the scripted
 upstream to the rest (Linux), as in a deployment where the model runs elsewhere: the added
