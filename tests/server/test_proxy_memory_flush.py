@@ -105,7 +105,9 @@ def test_serve_flushes_a_session_a_dead_process_left_unflushed(
             proxy = start_proxy(up, memory_flush_idle_minutes=0.005)  # idle after 0.3 s
             client = openai.OpenAI(base_url=proxy.base_url, api_key="none", max_retries=0)
             _say(client, "live", "Remember that the office closes at six.")
-            _wait_for(lambda: "backup runs at 02:00" in _memory_text(home))
+            # the flush event is recorded after the memory writes: wait for it, then both hold
+            _wait_for(lambda: bool(_flushed(sqlite_store, "from-the-dead")))
+            assert "backup runs at 02:00" in _memory_text(home)
             assert _flushed(sqlite_store, "from-the-dead")[0]["reason"] == "idle"
             time.sleep(0.8)  # several sweeps later: the live session is open in the proxy
             assert _flushed(sqlite_store, "live") == []
