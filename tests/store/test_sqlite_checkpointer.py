@@ -239,3 +239,43 @@ def test_everything_written_survives_close_and_reopen(tmp_path: Path) -> None:
             assert reopened.get_session(session_id).message_count == per_writer
     finally:
         reopened.close()
+
+
+
+def wal_restarts(path: Path) -> int:
+    """The WAL header's salt-1: SQLite adds one to it each time the log starts over."""
+    with open(f"{path}-wal", "rb") as wal:
+        return int.from_bytes(wal.read(20)[16:20], "big")
+
+
+def test_the_log_starts_over_although_the_background_pass_left_frames_behind(
+        tmp_path: Path) -> None:
+    """Under a steady load a commit lands during nearly every background pass, so the pass
+    alone never left the log complete and the WAL never restarted: it grew without end and
+    every commit extended the file. The writer now completes each pass after its next commit.
+    Here a reader's snapshot keeps the pass from copying the last frames, as such a commit
+    would."""
+    path = tmp_path / "refold.db"
+    store = migrated(path)
+    reader = sqlite3.connect(path, isolation_level=None)  # another process, reading
+    try:
+        cp = checkpointer_of(store)
+        s = store.create_session()
+        for i in range(20):
+            store.append_messages(s.id, [user(f"m{i}")])
+        wait_for(lambda: cp.runs > 0, "a background checkpoint ran")
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM messages").fetchone() == (20,)
+        runs = cp.runs
+        for i in range(5):
+            store.append_messages(s.id, [user(f"during the read {i}")])
+        wait_for(lambda: cp.runs > runs, "a pass ran while the reader held its snapshot")
+        reader.execute("COMMIT")  # the read ends; the frames after its snapshot are not copied
+        before = wal_restarts(path)
+        store.append_messages(s.id, [user("the writer completes the pass after this one")])
+        store.append_messages(s.id, [user("so this write starts the log over")])
+        assert wal_restarts(path) == before + 1
+        assert len(store.get_messages(s.id)) == 27
+    finally:
+        reader.close()
+        store.close()

@@ -24,6 +24,13 @@ Invariants:
   (``bench/bench_proxy.py``). The thread runs a PASSIVE checkpoint (it never blocks readers or
   the writer) a moment after writes, or at once after ``CHECKPOINT_COMMITS`` of them; the
   automatic checkpoint stays on at ``BACKSTOP_PAGES`` in case the thread cannot keep up.
+- The WAL restarts from its start only after a *complete* checkpoint. Under a steady write load
+  a commit lands during nearly every background pass, so the log grew for ever and every commit
+  extended the file (on ext4 a fdatasync that also journals the new size: about 1.5-2x the cost
+  of overwriting frames in place). So after each background pass the writer itself, right after
+  its next commit, checkpoints the few frames committed meanwhile (``finish_checkpoint``; the
+  bulk was copied already, this one is small): the log is then complete and the next write
+  transaction starts it over.
 - The WAL file stays bounded: ``journal_size_limit`` truncates it to ``wal_limit_bytes`` each
   time the WAL restarts, and when it has grown past that (a long read kept the checkpoint from
   finishing) the thread runs a TRUNCATE checkpoint with a short busy timeout (a busy database
@@ -65,13 +72,16 @@ class Checkpointer:
         self.wal_limit_bytes = wal_limit_bytes
         self.truncations = 0  # TRUNCATE checkpoints that completed (tests and diagnostics)
         self._commits = 0
+        self._finish = False  # a background pass ran: the writer completes it (module doc)
         self._wake = threading.Event()
         self._stopped = False
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self.runs = 0  # checkpoints done (tests and diagnostics)
 
-    def wrote(self) -> None:
+    def wrote(self) -> bool:
+        """Count a commit (starting the thread on the first); True when the writer should now
+        complete the last background pass (``Database.finish_checkpoint``)."""
         self._commits += 1
         if self._thread is None:
             with self._start_lock:
@@ -81,6 +91,10 @@ class Checkpointer:
                     self._thread.start()
         if self._commits >= CHECKPOINT_COMMITS:
             self._wake.set()
+        if self._finish:
+            self._finish = False
+            return True
+        return False
 
     def _run(self) -> None:
         conn: sqlite3.Connection | None = None
@@ -94,6 +108,7 @@ class Checkpointer:
                     continue
                 self._commits = 0
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                self._finish = True
                 self.runs += 1
                 if self._wal_size() > self.wal_limit_bytes:
                     self._truncate(conn)
@@ -310,8 +325,19 @@ class Database:
             mark = self._mark()
             self.conn.execute("COMMIT")
             self._local.mark = mark
-            if self.checkpointer is not None:
-                self.checkpointer.wrote()
+            if self.checkpointer is not None and self.checkpointer.wrote():
+                self._finish_checkpoint()
+
+    def _finish_checkpoint(self) -> None:
+        """On the writer connection, outside any transaction and under the writer lock (no
+        commit of this process can land meanwhile): checkpoint the frames committed since the
+        background pass, so the next write transaction restarts the log (module doc). PASSIVE
+        never waits: another checkpoint running, or a reader on an old snapshot, just leaves
+        it for the next pass."""
+        try:
+            self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        except sqlite3.OperationalError as exc:  # busy: the next pass completes it
+            log.debug("WAL checkpoint after the background pass postponed: %s", exc)
 
     def _mark(self) -> tuple[int, int]:
         """(``PRAGMA data_version``, ``total_changes``) of the writer connection: the first
