@@ -248,34 +248,62 @@ def wal_restarts(path: Path) -> int:
         return int.from_bytes(wal.read(20)[16:20], "big")
 
 
-def test_the_log_starts_over_although_the_background_pass_left_frames_behind(
-        tmp_path: Path) -> None:
-    """Under a steady load a commit lands during nearly every background pass, so the pass
-    alone never left the log complete and the WAL never restarted: it grew without end and
-    every commit extended the file. The writer now completes each pass after its next commit.
-    Here a reader's snapshot keeps the pass from copying the last frames, as such a commit
-    would."""
+
+def test_the_log_starts_over_although_the_first_pass_left_frames_behind(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a steady load a commit lands during nearly every background pass, so one pass
+    never left the log complete and the WAL never restarted: it grew without end and every
+    commit extended the file. Each run now ends with a short second pass under the writer
+    lock. Here a reader's snapshot keeps the first pass from copying the last frames, as such
+    a commit would, and ends before the second."""
     path = tmp_path / "refold.db"
     store = migrated(path)
-    reader = sqlite3.connect(path, isolation_level=None)  # another process, reading
+    reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
         cp = checkpointer_of(store)
         s = store.create_session()
         for i in range(20):
             store.append_messages(s.id, [user(f"m{i}")])
         wait_for(lambda: cp.runs > 0, "a background checkpoint ran")
+        finish = cp._finish
+        finished = threading.Event()
+
+        def the_read_ends_between_the_passes(conn: sqlite3.Connection) -> None:
+            if reader.in_transaction:
+                reader.execute("COMMIT")
+            finish(conn)
+            finished.set()
+
+        monkeypatch.setattr(cp, "_finish", the_read_ends_between_the_passes)
         reader.execute("BEGIN")
         assert reader.execute("SELECT count(*) FROM messages").fetchone() == (20,)
-        runs = cp.runs
         for i in range(5):
             store.append_messages(s.id, [user(f"during the read {i}")])
-        wait_for(lambda: cp.runs > runs, "a pass ran while the reader held its snapshot")
-        reader.execute("COMMIT")  # the read ends; the frames after its snapshot are not copied
+        wait_for(finished.is_set, "a run with its second pass")
         before = wal_restarts(path)
-        store.append_messages(s.id, [user("the writer completes the pass after this one")])
-        store.append_messages(s.id, [user("so this write starts the log over")])
+        store.append_messages(s.id, [user("this write starts the log over")])
         assert wal_restarts(path) == before + 1
-        assert len(store.get_messages(s.id)) == 27
+        assert len(store.get_messages(s.id)) == 26
     finally:
         reader.close()
+        store.close()
+
+
+def test_a_long_write_transaction_postpones_the_second_pass_without_stalling_the_thread(
+        tmp_path: Path) -> None:
+    path = tmp_path / "refold.db"
+    store = migrated(path)
+    try:
+        cp = checkpointer_of(store)
+        s = store.create_session()
+        store.append_messages(s.id, [user("before the long transaction")])
+        runs = cp.runs
+        with store.db.write() as conn:  # holds the writer lock all along
+            conn.execute("UPDATE sessions SET title = 'long' WHERE id = ?", (s.id,))
+            wait_for(lambda: cp.runs > runs, "a run that gave up waiting for the writer lock")
+        store.append_messages(s.id, [user("after it")])
+        assert [m.message["content"] for m in store.get_messages(s.id)] == [
+            "before the long transaction", "after it"]
+        assert store.get_session(s.id).title == "long"
+    finally:
         store.close()

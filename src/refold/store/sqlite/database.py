@@ -27,10 +27,12 @@ Invariants:
 - The WAL restarts from its start only after a *complete* checkpoint. Under a steady write load
   a commit lands during nearly every background pass, so the log grew for ever and every commit
   extended the file (on ext4 a fdatasync that also journals the new size: about 1.5-2x the cost
-  of overwriting frames in place). So after each background pass the writer itself, right after
-  its next commit, checkpoints the few frames committed meanwhile (``finish_checkpoint``; the
-  bulk was copied already, this one is small): the log is then complete and the next write
-  transaction starts it over.
+  of overwriting frames in place). So after each pass the thread runs a second, short one
+  holding the writer lock (no commit of this process can land during it; the lock is taken with
+  a short timeout, and a long write transaction just postpones it): it copies the few frames
+  committed during the first, the log is then complete and the next write transaction starts it
+  over. The writer never checkpoints itself: on ``refold serve``'s event loop that would block
+  the loop on the database file's fsync.
 - The WAL file stays bounded: ``journal_size_limit`` truncates it to ``wal_limit_bytes`` each
   time the WAL restarts, and when it has grown past that (a long read kept the checkpoint from
   finishing) the thread runs a TRUNCATE checkpoint with a short busy timeout (a busy database
@@ -58,7 +60,8 @@ CHECKPOINT_DELAY = 0.5  # seconds after a write before the background checkpoint
 CHECKPOINT_COMMITS = 200  # or at once after this many commits
 BACKSTOP_PAGES = 16_000  # SQLite's own automatic checkpoint, if the thread falls behind
 WAL_LIMIT_BYTES = 8 * 1024 * 1024  # the WAL file is truncated back to this
-TRUNCATE_BUSY_MS = 100  # how long a TRUNCATE checkpoint may wait for readers and the writer
+TRUNCATE_BUSY_MS = 100
+FINISH_LOCK_WAIT = 0.05  # seconds the finishing pass waits for the writer lock, else next run  # how long a TRUNCATE checkpoint may wait for readers and the writer
 
 
 class Checkpointer:
@@ -66,22 +69,21 @@ class Checkpointer:
     docstring). ``wrote()`` after each commit; ``stop()`` at close."""
 
     def __init__(self, path: str, vfs: str | None, busy_timeout_ms: int,
-                 wal_limit_bytes: int = WAL_LIMIT_BYTES) -> None:
+                 wal_limit_bytes: int = WAL_LIMIT_BYTES,
+                 writer_lock: threading.RLock | None = None) -> None:
         self._args = (path, vfs, busy_timeout_ms)
+        self._writer_lock = writer_lock  # held for the finishing pass (module doc)
         self.wal_path = path + "-wal"
         self.wal_limit_bytes = wal_limit_bytes
         self.truncations = 0  # TRUNCATE checkpoints that completed (tests and diagnostics)
         self._commits = 0
-        self._finish = False  # a background pass ran: the writer completes it (module doc)
         self._wake = threading.Event()
         self._stopped = False
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self.runs = 0  # checkpoints done (tests and diagnostics)
 
-    def wrote(self) -> bool:
-        """Count a commit (starting the thread on the first); True when the writer should now
-        complete the last background pass (``Database.finish_checkpoint``)."""
+    def wrote(self) -> None:
         self._commits += 1
         if self._thread is None:
             with self._start_lock:
@@ -91,10 +93,6 @@ class Checkpointer:
                     self._thread.start()
         if self._commits >= CHECKPOINT_COMMITS:
             self._wake.set()
-        if self._finish:
-            self._finish = False
-            return True
-        return False
 
     def _run(self) -> None:
         conn: sqlite3.Connection | None = None
@@ -108,7 +106,7 @@ class Checkpointer:
                     continue
                 self._commits = 0
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                self._finish = True
+                self._finish(conn)
                 self.runs += 1
                 if self._wal_size() > self.wal_limit_bytes:
                     self._truncate(conn)
@@ -117,6 +115,18 @@ class Checkpointer:
         finally:
             if conn is not None:
                 conn.close()
+
+    def _finish(self, conn: sqlite3.Connection) -> None:
+        """The short second pass, under the writer lock (module doc). PASSIVE never waits: a
+        reader on an old snapshot, or another process's commit, leaves the rest to the next
+        run."""
+        lock = self._writer_lock
+        if lock is None or not lock.acquire(timeout=FINISH_LOCK_WAIT):
+            return
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        finally:
+            lock.release()
 
     def _wal_size(self) -> int:
         try:
@@ -176,7 +186,8 @@ class Database:
             if self.journal_mode == "wal":
                 self.conn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
                 self.conn.execute(f"PRAGMA journal_size_limit={int(wal_limit_bytes)}")
-                self.checkpointer = Checkpointer(path, vfs, busy_timeout_ms, wal_limit_bytes)
+                self.checkpointer = Checkpointer(path, vfs, busy_timeout_ms, wal_limit_bytes,
+                                                 writer_lock=self._lock)
 
     @staticmethod
     def _connect(path: str, vfs: str | None, busy_timeout_ms: int) -> sqlite3.Connection:
@@ -325,19 +336,8 @@ class Database:
             mark = self._mark()
             self.conn.execute("COMMIT")
             self._local.mark = mark
-            if self.checkpointer is not None and self.checkpointer.wrote():
-                self._finish_checkpoint()
-
-    def _finish_checkpoint(self) -> None:
-        """On the writer connection, outside any transaction and under the writer lock (no
-        commit of this process can land meanwhile): checkpoint the frames committed since the
-        background pass, so the next write transaction restarts the log (module doc). PASSIVE
-        never waits: another checkpoint running, or a reader on an old snapshot, just leaves
-        it for the next pass."""
-        try:
-            self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        except sqlite3.OperationalError as exc:  # busy: the next pass completes it
-            log.debug("WAL checkpoint after the background pass postponed: %s", exc)
+            if self.checkpointer is not None:
+                self.checkpointer.wrote()
 
     def _mark(self) -> tuple[int, int]:
         """(``PRAGMA data_version``, ``total_changes``) of the writer connection: the first
