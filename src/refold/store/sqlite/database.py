@@ -60,8 +60,8 @@ CHECKPOINT_DELAY = 0.5  # seconds after a write before the background checkpoint
 CHECKPOINT_COMMITS = 200  # or at once after this many commits
 BACKSTOP_PAGES = 16_000  # SQLite's own automatic checkpoint, if the thread falls behind
 WAL_LIMIT_BYTES = 8 * 1024 * 1024  # the WAL file is truncated back to this
-TRUNCATE_BUSY_MS = 100
-FINISH_LOCK_WAIT = 0.05  # seconds the finishing pass waits for the writer lock, else next run  # how long a TRUNCATE checkpoint may wait for readers and the writer
+TRUNCATE_BUSY_MS = 100  # how long a TRUNCATE checkpoint may wait for readers and the writer
+FINISH_LOCK_WAIT = 0.05  # seconds the finishing pass waits for the writer lock, else next run
 
 
 class Checkpointer:
