@@ -1,6 +1,6 @@
 """A fresh ``refold serve`` builds what its first request needs while it waits for it: the open
-proxy's engine (the first request of a fresh serve took ~1 s, the tokenizer's vocabulary alone
-~0.45 s), or with client keys the tokenizer every tenant's engine shares. Nothing is stored."""
+proxy's engine (the first request of a fresh serve took ~0.7 s, the tokenizer's vocabulary
+alone ~0.45 s), or with client keys the tokenizer every tenant's engine shares. Nothing is stored."""
 
 from __future__ import annotations
 
