@@ -25,6 +25,9 @@ from refold.cli.app import AppContext, emit, pass_app
 def index_cmd(app: AppContext, batch: int, limit: int | None, as_json: bool) -> None:
     """Embed messages that have no vector yet (resumable), for --mode vector/hybrid.
 
+    First (SQLite) it brings the word index that ranks sentence queries on large archives up
+    to date; searches do that one chunk at a time otherwise.
+
     Shows a progress bar. Stop it any time (Ctrl-C) and run it again to go on: nothing is
     embedded twice. Once messages are indexed, `refold search` and recall default to
     --mode hybrid, and serve/chat keep new messages embedded in the background
@@ -34,6 +37,16 @@ def index_cmd(app: AppContext, batch: int, limit: int | None, as_json: bool) -> 
     from refold.search.vectors import load_embedder
 
     store = app.store
+    seal = getattr(store, "seal_word_index", None)  # SQLite: the word impact index first
+    if seal is not None:
+        if as_json:
+            seal()
+        else:
+            with click.progressbar(length=1, label="word index", show_pos=True) as words:
+                def sealed(done: int, total: int) -> None:
+                    words.length = total
+                    words.update(done - words.pos)
+                seal(sealed)
     embedder = load_embedder()
     missing = missing_count(store, embedder.model)
     done = 0

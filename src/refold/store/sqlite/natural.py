@@ -9,18 +9,34 @@ A day the query names (``plan.days``) is one more term: the messages created on 
 Scores add; a message holding every term, or an adjacent pair as a phrase, is boosted.
 Filters (session, role, source, owner, time, active) apply inside every index query, so the
 ranking is over the rows the caller may see.
+
+On an archive of ``wordindex.MIN_ROWS`` messages or more, ``fast_scores`` takes the word terms
+from the word impact index (``wordindex.py``: FTS5's own ``bm25()``, to the bit, for every
+message at once) and tests the filters and the phrase boost only on the messages that can
+still be among the best; FTS5 answers whatever the index cannot.
 """
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import time
+from typing import Any
 
 from refold.search.dates import day_ranges
 from refold.search.natural import NaturalPlan
 from refold.search.query import is_gram_needle
-from refold.search.rank import boosted, filtered_total, idf, presence_weight
+from refold.search.rank import (
+    BOOST_ALL,
+    BOOST_PHRASE,
+    boosted,
+    filtered_total,
+    idf,
+    presence_weight,
+)
 from refold.store.base import SearchQuery
+from refold.store.sqlite import wordindex
+from refold.store.sqlite.indexer import watermark
 
 
 def filters(query: SearchQuery) -> tuple[str, list[object]]:
@@ -225,11 +241,17 @@ def newest_ids(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
 
 
 def natural_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
-                   limit: int) -> dict[int, float]:
-    """Matching message ids with their boosted scores: every match, or for a relevance-ranked
-    query of words only, enough of the best ones to hold the true top ``limit``."""
+                   limit: int, *, scan: bool = False) -> dict[int, float]:
+    """Matching message ids with their boosted scores: enough of the best ones to hold the
+    true top ``limit`` (the word impact index, or FTS5 for a relevance-ranked query of words
+    only), else every match. ``scan``: FTS5 over every match (the reference the tests hold
+    the faster paths to)."""
+    if not scan:
+        fast = fast_scores(conn, plan, query, limit)
+        if fast is not None:
+            return fast
     budget = (max(200, limit * 4) if query.sort == "relevance" and not plan.cjk
-              and not plan.days else None)
+              and not plan.days and not scan else None)
     words, every_word, phrase = word_scores(conn, plan, query, budget)
     cjk, every_cjk = cjk_scores(conn, plan, query)
     days = day_scores(conn, plan, query)
@@ -240,3 +262,128 @@ def natural_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQue
         out[rowid] = boosted(words.get(rowid, 0.0) + cjk.get(rowid, 0.0) + days.get(rowid, 0.0),
                              has_all=has_all, has_phrase=rowid in phrase)
     return out
+
+
+MAX_FAST_FETCH = 20_000  # candidates the word impact index widens to before leaving it to FTS5
+
+
+def _allowed(conn: sqlite3.Connection, ids: list[int], query: SearchQuery) -> set[int]:
+    where, args = filters(query)
+    out: set[int] = set()
+    for start in range(0, len(ids), 900):
+        part = ids[start:start + 900]
+        marks = ",".join("?" * len(part))
+        out.update(int(r[0]) for r in conn.execute(
+            f"SELECT m.id FROM messages m{_join(query)} WHERE m.id IN ({marks}){where}",
+            [*part, *args]))
+    return out
+
+
+def _phrases(conn: sqlite3.Connection, plan: NaturalPlan, ids: list[int]) -> set[int]:
+    """The ids among ``ids`` holding an adjacent pair of the query's words as a phrase
+    (tokenized by FTS5 in memory: the word index's own phrase test, on these rows only)."""
+    if not plan.pairs or not ids:
+        return set()
+    match = " OR ".join(f'"{a} {b}"' for a, b in plan.pairs)
+    if len(ids) > 2000:
+        return _matching(conn, match, set(ids))
+    rows: list[tuple[int, str]] = []
+    for start in range(0, len(ids), 900):
+        part = ids[start:start + 900]
+        marks = ",".join("?" * len(part))
+        rows.extend(conn.execute(f"SELECT id, text FROM messages WHERE id IN ({marks})", part))
+    return wordindex.tokenizer().matching(rows, match)
+
+
+def _merged(np: Any, words: wordindex.WordScores, plan: NaturalPlan, cjk: dict[int, float],
+            every_cjk: set[int], days: dict[int, float]) -> tuple[Any, Any, Any]:
+    """Word, CJK and day scores over one id space: (total, holds every term, matches any)."""
+    size = max(len(words.raw), max(cjk, default=-1) + 1, max(days, default=-1) + 1)
+    total = np.zeros(size)
+    total[:len(words.raw)] = words.raw
+    held = np.zeros(size, dtype=bool)
+    held[:len(words.count)] = words.count == len(plan.words)
+    matched = np.zeros(size, dtype=bool)
+    matched[:len(words.count)] = words.count > 0
+    for extra in (cjk, days):  # (words + cjk) + days, as natural_scores adds them
+        if extra:
+            ids = np.fromiter(extra.keys(), dtype=np.int64, count=len(extra))
+            total[ids] = total[ids] + np.fromiter(extra.values(), dtype=np.float64,
+                                                  count=len(extra))
+            matched[ids] = True
+    if plan.cjk:
+        keep = np.zeros(size, dtype=bool)
+        if every_cjk:
+            keep[np.fromiter(every_cjk, dtype=np.int64, count=len(every_cjk))] = True
+        held &= keep
+    if days:
+        keep = np.zeros(size, dtype=bool)
+        keep[np.fromiter(days.keys(), dtype=np.int64, count=len(days))] = True
+        held &= keep
+    return total, held, matched
+
+
+def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
+                limit: int) -> dict[int, float] | None:
+    """``natural_scores`` through the word impact index (``wordindex.py``): the same scores
+    for the messages that can be among the best ``limit``, or None when the index cannot
+    answer (then FTS5 does).
+
+    Every message's word score comes from the index at once; CJK and day terms add theirs as
+    on the FTS5 path. The phrase boost is tested only where it could matter: with ``lower``
+    a message's score without it and ``upper`` with it, the ``limit``-th best ``lower`` is a
+    bar no message whose ``upper`` is under it can reach, so only the rest are loaded."""
+    if not plan.words or any(len(t.words) != 1 or t.prefix for t in plan.words):
+        return None
+    through = watermark(conn)
+    words = wordindex.word_scores(conn, [t.words[0] for t in plan.words], through)
+    if words is None:
+        return None
+    import numpy as np
+
+    cjk, every_cjk = cjk_scores(conn, plan, query)
+    days = day_scores(conn, plan, query)
+    terms = len(plan.words)
+    top = 1.0 + BOOST_ALL + (BOOST_PHRASE if plan.pairs else 0.0)  # the largest boost
+    if cjk or days:
+        total, held, matched = _merged(np, words, plan, cjk, every_cjk, days)
+    else:  # words only: no pass over the id space beyond the index's own
+        total, held, matched = words.raw, words.count == terms, None
+
+    def lower(ids: Any) -> Any:
+        return total[ids] * np.where(held[ids], 1.0 + BOOST_ALL, 1.0)
+
+    def upper(ids: Any) -> Any:
+        if not plan.pairs:
+            return lower(ids)
+        return total[ids] * np.where(held[ids], 1.0 + BOOST_ALL + BOOST_PHRASE,
+                                     1.0 + BOOST_PHRASE)
+
+    def kth(values: Any, k: int) -> float:
+        return -math.inf if len(values) < k else float(np.partition(values, -k)[-k])
+
+    want = max(1, limit)
+    while True:
+        seed = words.seed if matched is None else None
+        if seed is not None and len(seed) >= want:
+            bar = kth(lower(seed), want)  # a lower bound of the want-th best score
+            # every message whose boosted score can reach the bar (a hair wider than the
+            # division: the exact test on the boosted scores follows)
+            candidates = np.flatnonzero(total >= bar / top * (1.0 - 1e-9))
+        else:
+            candidates = np.flatnonzero(matched if matched is not None else words.count > 0)
+            bar = -math.inf
+        bar = max(bar, kth(lower(candidates), want))
+        chosen = candidates[upper(candidates) >= bar]
+        ids = [int(i) for i in chosen]
+        allowed = _allowed(conn, ids, query)
+        kept = [i for i in ids if i in allowed]
+        phrase = _phrases(conn, plan, kept)
+        out = {i: boosted(float(total[i]), has_all=bool(held[i]), has_phrase=i in phrase)
+               for i in kept}
+        if len(out) >= limit and sorted(out.values())[-limit] >= bar:
+            return out
+        everything = int(np.count_nonzero(matched if matched is not None else words.count))
+        if len(chosen) == everything or want >= MAX_FAST_FETCH:
+            return out if len(chosen) == everything else None
+        want = min(want * 4, MAX_FAST_FETCH)

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from refold._records import dataclass
 from refold.errors import MigrationError
-from refold.store.sqlite import grams, indexer
+from refold.store.sqlite import grams, indexer, wordindex
 from refold.store.titles import untag_titles
 
 
@@ -191,6 +191,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     # a day a question names ranks the messages created that day (refold.search.dates)
     Migration(8, "messages by creation time", (
         "CREATE INDEX IF NOT EXISTS messages_created ON messages(created_at)",)),
+    # sentence queries scored from postings NumPy reads at once (wordindex.py)
+    Migration(9, "word impact index", wordindex.MIGRATION),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

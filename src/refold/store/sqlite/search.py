@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from refold import _records as records
 from refold._lazy import logger
@@ -37,7 +37,7 @@ from refold._records import dataclass
 from refold.search.query import ParsedQuery, make_snippet, parse_query
 from refold.search.rank import best_first, collapse_copies, titles_first
 from refold.store.base import SearchHit, SearchQuery
-from refold.store.sqlite import indexer
+from refold.store.sqlite import indexer, wordindex
 from refold.store.sqlite.indexcheck import require_intact_index
 from refold.store.sqlite.natural import filters, natural_scores, newest_ids
 from refold.store.sqlite.state import StateOps
@@ -125,10 +125,30 @@ class SearchOps(StateOps):
         """Index the rows stored since the last batch (``indexer.py``), so a search sees every
         message: one cheap read when nothing is pending, else a short write."""
         with self.db.read() as conn:
-            if indexer.pending(conn) <= 0:
+            if indexer.pending(conn) <= 0 and not wordindex.needs_work(
+                    conn, indexer.watermark(conn)):
                 return
         with self.db.write() as conn:
             indexer.index_pending(conn)
+            through = indexer.watermark(conn)
+            if wordindex.needs_work(conn, through):  # at most one chunk (~0.1-0.4 s)
+                wordindex.maintain(conn, through, 1)
+
+    def seal_word_index(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Seal every complete chunk of the word impact index (``wordindex.py``), one
+        transaction a chunk; returns how many were sealed. ``progress(done, total)``."""
+        with self.db.write() as conn:
+            indexer.index_pending(conn, seal=0)  # the FTS5 indexes first: chunks seal under them
+            todo = wordindex.unsealed(conn, indexer.watermark(conn))
+        done = 0
+        while True:
+            with self.db.write() as conn:
+                sealed = wordindex.maintain(conn, indexer.watermark(conn), 1)
+            if not sealed:
+                return done
+            done += sealed
+            if progress is not None:
+                progress(done, max(todo, done))
 
     def lineage_roots(self, session_ids: Iterable[str]) -> dict[str, str]:
         with self.db.read() as conn:

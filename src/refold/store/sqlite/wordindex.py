@@ -1,0 +1,494 @@
+"""The word impact index: exact BM25 over every match of a sentence query, without FTS5's scan.
+
+FTS5 ranks an OR query by walking every posting of every term and calling ``bm25()`` on each
+matching row: at a million messages a question of common words costs tens of milliseconds, a
+real sentence hundreds. This index holds the same postings in a form NumPy scores at once.
+
+Layout (migration 9):
+
+- ``word_postings(term, chunk, ids, tfs, lens)``: for each FTS5 token (as the word index's
+  tokenizer emits it: porter, unicode61, diacritics removed) and each *sealed chunk* of
+  ``CHUNK`` message ids, the ids holding it (uint16 offsets in the chunk), their term
+  frequencies (uint16) and their lengths in tokens (uint32), little-endian.
+- ``word_index_state``: how many chunks are sealed (``chunks``: ids below
+  ``chunks * CHUNK``), their rows and tokens, and ``tail_gen``, bumped when a row above them
+  changes.
+- ``word_changes``: the old text of every row of a sealed chunk deleted or rewritten since it
+  was sealed, or NULL for a row inserted there (an id reused after the newest rows were
+  deleted; SQL triggers); ``maintain`` takes the old postings out and puts the new ones in.
+
+A chunk is sealed by ``maintain`` (from ``indexer.index_pending``, inside the writer's
+transaction) once every id in it is under the FTS5 watermark. The rows above the sealed
+chunks (the *tail*: under ``CHUNK`` rows plus the unindexed batch, when caught up) are
+tokenized per process into an in-memory FTS5 table (``Tail``), kept in step by id and
+``tail_gen``. Tokens always come from SQLite's own FTS5 tokenizer on the same configuration,
+in memory, so the terms and counts are FTS5's.
+
+The scoring is FTS5's ``bm25()`` to the bit: the same collection size and average length (read
+from the FTS5 index's own totals record), the same document frequencies (sealed postings plus
+tail), the same expression evaluated in the same order in float64, so ranks match the word
+index's. The fast path is used only when that holds; otherwise (NumPy missing, a word that is
+not one token, changes not yet folded in, a tail too long, totals that disagree) search takes
+the FTS5 path, which gives the same answer slower.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import os
+import sqlite3
+import sys
+import threading
+from array import array
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+CHUNK = 4096  # message ids per sealed chunk
+MAX_TAIL = 3 * CHUNK  # ids above the sealed chunks the per-process tail may hold
+MIN_ROWS = 8 * CHUNK  # below this FTS5 answers in a few ms: no NumPy, no sealing on search
+TOKENIZE = "porter unicode61 remove_diacritics 2"  # messages_fts's tokenizer (schema.py)
+K1 = 1.2
+B = 0.75
+STATE = "word_index_state"
+_BIG = sys.byteorder == "big"
+
+MIGRATION = (
+    """CREATE TABLE word_postings (
+        term TEXT NOT NULL, chunk INTEGER NOT NULL,
+        ids BLOB NOT NULL, tfs BLOB NOT NULL, lens BLOB NOT NULL,
+        PRIMARY KEY (term, chunk)) WITHOUT ROWID""",
+    f"""CREATE TABLE {STATE} (
+        id INTEGER PRIMARY KEY CHECK (id = 1), chunks INTEGER NOT NULL,
+        rows INTEGER NOT NULL, tokens INTEGER NOT NULL, tail_gen INTEGER NOT NULL)""",
+    # tail_gen starts at random: a database recreated at the same path is never mistaken
+    # for the one a process's tail was filled from
+    f"INSERT INTO {STATE} VALUES (1, 0, 0, 0, abs(random() % 1000000000))",
+    "CREATE TABLE word_changes (seq INTEGER PRIMARY KEY, id INTEGER NOT NULL, text TEXT)",
+    # an id under the sealed chunks reused after the newest rows were deleted
+    f"""CREATE TRIGGER word_index_insert AFTER INSERT ON messages
+        WHEN new.id < (SELECT chunks FROM {STATE}) * {CHUNK} BEGIN
+        INSERT INTO word_changes (id, text) VALUES (new.id, NULL);
+    END""",
+    f"""CREATE TRIGGER word_index_delete AFTER DELETE ON messages BEGIN
+        INSERT INTO word_changes (id, text) SELECT old.id, old.text
+            WHERE old.id < (SELECT chunks FROM {STATE}) * {CHUNK};
+        UPDATE {STATE} SET tail_gen = tail_gen + 1 WHERE old.id >= chunks * {CHUNK};
+    END""",
+    f"""CREATE TRIGGER word_index_update AFTER UPDATE OF text ON messages
+        WHEN old.text IS NOT new.text BEGIN
+        INSERT INTO word_changes (id, text) SELECT old.id, old.text
+            WHERE old.id < (SELECT chunks FROM {STATE}) * {CHUNK};
+        UPDATE {STATE} SET tail_gen = tail_gen + 1 WHERE old.id >= chunks * {CHUNK};
+    END""",
+)
+
+
+# -- tokens, from SQLite's own tokenizer --------------------------------------------------------
+class Tokenizer:
+    """FTS5's tokens for texts: an in-memory FTS5 table with the word index's tokenizer. One
+    per process (``tokenizer()``); every use holds its lock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        self.conn.execute(f"CREATE VIRTUAL TABLE scratch USING fts5(text, content='', "
+                          f"tokenize='{TOKENIZE}')")
+        self.conn.execute("CREATE VIRTUAL TABLE scratch_terms USING fts5vocab(scratch, 'instance')")
+        self.words: dict[str, tuple[str, ...]] = {}
+
+    def counts(self, rows: Iterable[tuple[int, str | None]]) -> list[tuple[str, int, int]]:
+        """(term, id, count) for the rows' texts, by term then id."""
+        with self.lock:
+            conn = self.conn
+            conn.execute("BEGIN")
+            try:
+                conn.executemany("INSERT INTO scratch(rowid, text) VALUES (?, ?)",
+                                 ((i, t or "") for i, t in rows))
+                out = conn.execute("SELECT term, doc, count(*) FROM scratch_terms "
+                                   "GROUP BY term, doc").fetchall()
+                conn.execute("INSERT INTO scratch(scratch) VALUES ('delete-all')")
+            finally:
+                conn.execute("COMMIT")
+            return out
+
+    def matching(self, rows: Iterable[tuple[int, str | None]], match: str) -> set[int]:
+        """The ids among ``rows`` whose text matches the FTS5 expression ``match``."""
+        with self.lock:
+            conn = self.conn
+            conn.execute("BEGIN")
+            try:
+                conn.executemany("INSERT INTO scratch(rowid, text) VALUES (?, ?)",
+                                 ((i, t or "") for i, t in rows))
+                out = {int(r[0]) for r in conn.execute(
+                    "SELECT rowid FROM scratch WHERE scratch MATCH ?", (match,))}
+                conn.execute("INSERT INTO scratch(scratch) VALUES ('delete-all')")
+            finally:
+                conn.execute("COMMIT")
+            return out
+
+    def word(self, word: str) -> tuple[str, ...]:
+        """The tokens FTS5 makes of one query word, in order (cached)."""
+        found = self.words.get(word)
+        if found is not None:
+            return found
+        with self.lock:
+            conn = self.conn
+            conn.execute("BEGIN")
+            try:
+                conn.execute("INSERT INTO scratch(rowid, text) VALUES (1, ?)", (word,))
+                tokens = tuple(str(r[0]) for r in conn.execute(
+                    "SELECT term FROM scratch_terms ORDER BY offset"))
+                conn.execute("INSERT INTO scratch(scratch) VALUES ('delete-all')")
+            finally:
+                conn.execute("COMMIT")
+        if len(self.words) > 50_000:
+            self.words.clear()
+        self.words[word] = tokens
+        return tokens
+
+
+_TOKENIZER: Tokenizer | None = None
+_TOKENIZER_LOCK = threading.Lock()
+
+
+def tokenizer() -> Tokenizer:
+    global _TOKENIZER
+    with _TOKENIZER_LOCK:
+        if _TOKENIZER is None:
+            _TOKENIZER = Tokenizer()
+        return _TOKENIZER
+
+
+# -- SQLite varints (FTS5's totals record and docsize rows) --------------------------------------
+def varints(data: bytes) -> list[int]:
+    out: list[int] = []
+    i = 0
+    while i < len(data):
+        value = 0
+        for n in range(9):
+            byte = data[i]
+            i += 1
+            if n == 8:
+                value = (value << 8) | byte
+                break
+            value = (value << 7) | (byte & 0x7F)
+            if byte < 0x80:
+                break
+        out.append(value)
+    return out
+
+
+def fts_totals(conn: sqlite3.Connection, table: str = "messages_fts") -> tuple[int, int]:
+    """(rows, tokens) the FTS5 index counts (its averages record, what ``bm25()`` reads)."""
+    row = conn.execute(f"SELECT block FROM {table}_data WHERE id = 1").fetchone()
+    if row is None or not row[0]:
+        return 0, 0
+    values = varints(bytes(row[0]))
+    return values[0], (values[1] if len(values) > 1 else 0)
+
+
+def doc_lengths(conn: sqlite3.Connection, low: int, high: int) -> dict[int, int]:
+    """Tokens per message for ids in [low, high] (FTS5's docsize rows)."""
+    return {int(i): varints(bytes(sz))[0] if sz else 0 for i, sz in conn.execute(
+        "SELECT id, sz FROM messages_fts_docsize WHERE id >= ? AND id <= ?", (low, high))}
+
+
+def _lengths_of(conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for start in range(0, len(ids), 500):
+        part = ids[start:start + 500]
+        marks = ",".join("?" * len(part))
+        out.update((int(i), varints(bytes(sz))[0] if sz else 0) for i, sz in conn.execute(
+            f"SELECT id, sz FROM messages_fts_docsize WHERE id IN ({marks})", list(part)))
+    return out
+
+
+# -- blobs -------------------------------------------------------------------------------------
+def _pack(typecode: str, values: Iterable[int]) -> bytes:
+    arr = array(typecode, values)
+    if _BIG:
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def _unpack(typecode: str, blob: bytes) -> array[int]:
+    arr = array(typecode)
+    arr.frombytes(blob)
+    if _BIG:
+        arr.byteswap()
+    return arr
+
+
+# -- maintenance (inside the writer's transaction) ----------------------------------------------
+def state(conn: sqlite3.Connection) -> tuple[int, int, int, int]:
+    row = conn.execute(f"SELECT chunks, rows, tokens, tail_gen FROM {STATE} WHERE id = 1").fetchone()
+    return int(row[0]), int(row[1]), int(row[2]), int(row[3])
+
+
+def _seal(conn: sqlite3.Connection, chunk: int) -> None:
+    """Write the postings of one chunk (every id in it is under the FTS5 watermark)."""
+    low, high = chunk * CHUNK, (chunk + 1) * CHUNK - 1
+    rows = conn.execute("SELECT id, text FROM messages WHERE id >= ? AND id <= ?",
+                        (low, high)).fetchall()
+    lengths = doc_lengths(conn, low, high)
+    counts = tokenizer().counts(rows)
+    batch: list[tuple[str, int, bytes, bytes, bytes]] = []
+    i = 0
+    while i < len(counts):
+        term = counts[i][0]
+        j = i
+        while j < len(counts) and counts[j][0] == term:
+            j += 1
+        group = counts[i:j]
+        batch.append((term, chunk, _pack("H", (d - low for _, d, _ in group)),
+                      _pack("H", (min(c, 0xFFFF) for _, _, c in group)),
+                      _pack("I", (min(lengths.get(d, 0), 0xFFFFFFFF) for _, d, _ in group))))
+        i = j
+    conn.executemany("INSERT OR REPLACE INTO word_postings VALUES (?, ?, ?, ?, ?)", batch)
+    conn.execute(f"UPDATE {STATE} SET chunks = ?, rows = rows + ?, tokens = tokens + ?, "
+                 "tail_gen = tail_gen + 1 WHERE id = 1",
+                 (chunk + 1, len(rows), sum(lengths.get(i, 0) for i, _ in rows)))
+
+
+def _edit(conn: sqlite3.Connection, term: str, chunk: int, doc: int,
+          entry: tuple[int, int] | None) -> None:
+    """Set (tf, length) of ``doc`` in one postings row, or remove it (``entry`` None)."""
+    row = conn.execute("SELECT ids, tfs, lens FROM word_postings WHERE term = ? AND chunk = ?",
+                       (term, chunk)).fetchone()
+    ids, tfs, lens = ((_unpack("H", row[0]), _unpack("H", row[1]), _unpack("I", row[2]))
+                      if row else (array("H"), array("H"), array("I")))
+    offset = doc - chunk * CHUNK
+    at = bisect.bisect_left(ids, offset)
+    present = at < len(ids) and ids[at] == offset
+    if present:
+        del ids[at], tfs[at], lens[at]
+    if entry is not None:
+        ids.insert(at, offset)
+        tfs.insert(at, min(entry[0], 0xFFFF))
+        lens.insert(at, min(entry[1], 0xFFFFFFFF))
+    if not ids:
+        conn.execute("DELETE FROM word_postings WHERE term = ? AND chunk = ?", (term, chunk))
+        return
+    conn.execute("INSERT OR REPLACE INTO word_postings VALUES (?, ?, ?, ?, ?)",
+                 (term, chunk, _pack("H", ids), _pack("H", tfs), _pack("I", lens)))
+
+
+def _apply_changes(conn: sqlite3.Connection, indexed_through: int) -> None:
+    """Fold the rows of sealed chunks inserted, deleted or rewritten since they were sealed
+    (``word_changes``) into the postings. What the index holds for an id is what its first
+    change since found (the old text, or nothing for an insert), so per id: that text's
+    entries out, the current row's in. A row not yet under the FTS5 watermark waits."""
+    changes = conn.execute("SELECT seq, id, text FROM word_changes ORDER BY seq").fetchall()
+    if not changes:
+        return
+    first: dict[int, str | None] = {}
+    for _seq, doc, old_text in changes:
+        first.setdefault(int(doc), old_text)
+    tok = tokenizer()
+    rows_delta = tokens_delta = 0
+    done: list[int] = []
+    for doc, old_text in first.items():
+        current = conn.execute("SELECT text FROM messages WHERE id = ?", (doc,)).fetchone()
+        if current is not None and doc > indexed_through:
+            continue  # FTS5 has not indexed it yet
+        chunk = doc // CHUNK
+        if old_text is not None:
+            old = tok.counts([(doc, old_text)])
+            for term, _, _ in old:
+                _edit(conn, term, chunk, doc, None)
+            rows_delta -= 1
+            tokens_delta -= sum(c for _, _, c in old)
+        if current is not None:
+            length = doc_lengths(conn, doc, doc).get(doc, 0)
+            for term, _, count in tok.counts([(doc, current[0])]):
+                _edit(conn, term, chunk, doc, (count, length))
+            rows_delta += 1
+            tokens_delta += length
+        done.append(doc)
+    for start in range(0, len(done), 900):
+        part = done[start:start + 900]
+        conn.execute(f"DELETE FROM word_changes WHERE id IN ({','.join('?' * len(part))})",
+                     part)
+    conn.execute(f"UPDATE {STATE} SET rows = rows + ?, tokens = tokens + ? WHERE id = 1",
+                 (rows_delta, tokens_delta))
+
+
+def maintain(conn: sqlite3.Connection, indexed_through: int, budget: int | None = 1) -> int:
+    """Fold pending changes in and seal up to ``budget`` complete chunks (None: all) under
+    ``indexed_through``; returns how many were sealed. Inside a write transaction."""
+    _apply_changes(conn, indexed_through)
+    chunks = state(conn)[0]
+    sealed = 0
+    while (chunks + 1) * CHUNK - 1 <= indexed_through and (budget is None or sealed < budget):
+        _seal(conn, chunks)
+        chunks += 1
+        sealed += 1
+    return sealed
+
+
+def unsealed(conn: sqlite3.Connection, indexed_through: int) -> int:
+    """Complete chunks under the watermark not sealed yet."""
+    return max(0, (indexed_through + 1) // CHUNK - state(conn)[0])
+
+
+def needs_work(conn: sqlite3.Connection, indexed_through: int) -> bool:
+    """True when ``maintain`` has changes to fold in, or (on an archive of ``MIN_ROWS`` or
+    more) a chunk to seal."""
+    if bool(conn.execute("SELECT EXISTS (SELECT 1 FROM word_changes)").fetchone()[0]):
+        return True
+    return indexed_through >= MIN_ROWS and bool(unsealed(conn, indexed_through))
+
+
+# -- the per-process tail ------------------------------------------------------------------------
+class Tail:
+    """Postings of the rows above the sealed chunks, for one database file: an in-memory FTS5
+    table filled from the ledger, extended as the watermark moves, refilled when the sealed
+    chunks or ``tail_gen`` change."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        self.conn.execute(f"CREATE VIRTUAL TABLE tail USING fts5(text, content='', "
+                          f"tokenize='{TOKENIZE}')")
+        self.conn.execute("CREATE VIRTUAL TABLE tail_terms USING fts5vocab(tail, 'instance')")
+        self.key: tuple[int, int, int] | None = None  # (file, chunks, tail_gen) it holds
+        self.through = -1  # highest id loaded
+        self.lengths: dict[int, int] = {}
+
+    def sync(self, db: sqlite3.Connection, file: int, chunks: int, gen: int,
+             indexed_through: int) -> None:
+        """Hold exactly the indexed rows with ids in [chunks * CHUNK, indexed_through]."""
+        low = chunks * CHUNK
+        if self.key != (file, chunks, gen) or self.through > indexed_through:
+            self.conn.execute("INSERT INTO tail(tail) VALUES ('delete-all')")
+            self.key, self.through, self.lengths = (file, chunks, gen), low - 1, {}
+        if indexed_through <= self.through:
+            return
+        rows = db.execute("SELECT id, text FROM messages WHERE id > ? AND id <= ?",
+                          (self.through, indexed_through)).fetchall()
+        self.conn.execute("BEGIN")
+        try:
+            self.conn.executemany("INSERT INTO tail(rowid, text) VALUES (?, ?)",
+                                  ((i, t or "") for i, t in rows))
+        finally:
+            self.conn.execute("COMMIT")
+        self.lengths.update(doc_lengths(db, self.through + 1, indexed_through))
+        self.through = indexed_through
+
+    def postings(self, term: str) -> list[tuple[int, int]]:
+        return [(int(d), int(c)) for d, c in self.conn.execute(
+            "SELECT doc, count(*) FROM tail_terms WHERE term = ? GROUP BY doc", (term,))]
+
+    def totals(self) -> tuple[int, int]:
+        return len(self.lengths), sum(self.lengths.values())
+
+
+_TAILS: dict[str, Tail] = {}
+_TAILS_LOCK = threading.Lock()
+
+
+def tail_for(path: str) -> Tail:
+    with _TAILS_LOCK:
+        tail = _TAILS.get(path)
+        if tail is None:
+            if len(_TAILS) > 16:
+                _TAILS.clear()
+            tail = _TAILS[path] = Tail()
+        return tail
+
+
+# -- scoring -------------------------------------------------------------------------------------
+def _numpy() -> Any:
+    try:
+        import numpy
+    except ImportError:  # pragma: no cover - numpy ships with refold's dependencies
+        return None
+    return numpy
+
+
+def database_path(conn: sqlite3.Connection) -> str | None:
+    row = conn.execute("PRAGMA database_list").fetchone()
+    return str(row[2]) if row and row[2] else None
+
+
+class WordScores:
+    """BM25 of every message holding any of the terms, as FTS5 ranks them: ``raw`` over the
+    id space (float64), ``count`` of terms held, and ``ids`` of the rarest term's postings."""
+
+    def __init__(self, raw: Any, count: Any, seed: Any) -> None:
+        self.raw, self.count, self.seed = raw, count, seed
+
+
+def word_scores(conn: sqlite3.Connection, words: Sequence[str],
+                indexed_through: int) -> WordScores | None:
+    """FTS5 ``bm25()`` of the OR of ``words`` (single-token words, in query order) for every
+    message, or None when this index cannot answer exactly (then use FTS5)."""
+    if indexed_through < MIN_ROWS or not words:
+        return None
+    np = _numpy()
+    path = database_path(conn)
+    if np is None or path is None:
+        return None
+    if conn.execute("SELECT EXISTS (SELECT 1 FROM word_changes)").fetchone()[0]:
+        return None
+    chunks, rows, tokens, gen = state(conn)
+    if indexed_through - chunks * CHUNK >= MAX_TAIL:
+        return None
+    tok = tokenizer()
+    terms: list[str] = []
+    for word in words:
+        made = tok.word(word)
+        if len(made) != 1:
+            return None
+        terms.append(made[0])
+    total_rows, total_tokens = fts_totals(conn)
+    tail = tail_for(path)
+    with tail.lock:
+        try:
+            file = os.stat(path).st_ino
+        except OSError:
+            return None
+        tail.sync(conn, file, chunks, gen, indexed_through)
+        tail_rows, tail_tokens = tail.totals()
+        if total_rows != rows + tail_rows or total_tokens != tokens + tail_tokens \
+                or total_rows <= 0:
+            return None
+        tail_postings = {t: tail.postings(t) for t in dict.fromkeys(terms)}
+        tail_lengths = tail.lengths
+    avgdl = float(total_tokens) / float(total_rows)
+    all_ids, all_w, seed = [], [], None
+    size = max(indexed_through, 0) + 1
+    for term in terms:
+        parts = conn.execute("SELECT chunk, ids, tfs, lens FROM word_postings WHERE term = ? "
+                             "ORDER BY chunk", (term,)).fetchall()
+        sizes = np.fromiter((len(p[1]) // 2 for p in parts), dtype=np.int64, count=len(parts))
+        bases = np.fromiter((int(p[0]) * CHUNK for p in parts), dtype=np.int64, count=len(parts))
+        term_ids = (np.frombuffer(b"".join(p[1] for p in parts), dtype="<u2").astype(np.int64)
+                    + np.repeat(bases, sizes))
+        tf = np.frombuffer(b"".join(p[2] for p in parts), dtype="<u2").astype(np.float64)
+        dl = np.frombuffer(b"".join(p[3] for p in parts), dtype="<u4").astype(np.float64)
+        extra = tail_postings[term]
+        if extra:
+            term_ids = np.concatenate([term_ids, np.array([d for d, _ in extra], dtype=np.int64)])
+            tf = np.concatenate([tf, np.array([c for _, c in extra], dtype=np.float64)])
+            dl = np.concatenate([dl, np.array([tail_lengths.get(d, 0) for d, _ in extra],
+                                              dtype=np.float64)])
+        if not len(term_ids):
+            continue
+        hits = len(term_ids)
+        idf = math.log((total_rows - hits + 0.5) / (hits + 0.5))
+        if idf <= 0.0:
+            idf = 1e-6
+        # fts5_aux.c fts5Bm25Function, term for term and in its order of operations
+        weight = idf * ((tf * (K1 + 1.0)) / (tf + K1 * (1 - B + B * dl / avgdl)))
+        all_ids.append(term_ids)
+        all_w.append(weight)
+        if hits and (seed is None or hits < len(seed)):
+            seed = term_ids
+    if not all_ids:
+        return WordScores(np.zeros(size), np.zeros(size, dtype=np.int64), np.zeros(0, np.int64))
+    flat = np.concatenate(all_ids)
+    raw = np.bincount(flat, weights=np.concatenate(all_w), minlength=size)
+    count = np.bincount(flat, minlength=size)
+    return WordScores(raw, count, seed)

@@ -1,0 +1,194 @@
+"""The word impact index (``store/sqlite/wordindex.py``) answers sentence queries exactly as
+FTS5 over every match does: the same ids in the same order with the same scores, bit for bit,
+through sealing, the per-process tail, deletes, rewrites, filters and a second process."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from refold.search.query import parse_query
+from refold.search.rank import best_first
+from refold.store.base import SearchQuery
+from refold.store.sqlite import wordindex
+from refold.store.sqlite.natural import fast_scores, natural_scores
+from refold.store.sqlite.store import SQLiteStore
+
+VOCAB = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "running", "runs", "ran", "file", "files", "object", "objects", "return", "returned", "name", "names", "caroline", "support", "group", "groups", "went", "talked", "talking", "deploy", "deployment", "build", "builds", "failed", "failure", "cache", "cached", "cafe", "café", "naïve", "résumé", "the", "of", "to", "is", "a", "and", "in", "that", "it"]
+QUESTIONS = ["when did caroline go to the support group", "running file object",
+             "alpha beta", "what was the name of the deployment that failed",
+             "why is the cache so slow", "café résumé", "returned objects and names",
+             "talking about groups of files", "theta eta running deploy",
+             "build failure on 5月6号 部署"]
+
+
+def text(rng: random.Random) -> str:
+    words = [rng.choice(VOCAB) for _ in range(rng.choice((1, 3, 8, 20, 60)))]
+    if rng.random() < 0.05:
+        words.append("部署失败了")
+    return " ".join(words)
+
+
+def fill(store: SQLiteStore, rng: random.Random, sessions: int, per: int) -> list[str]:
+    ids = []
+    for _ in range(sessions):
+        session = store.create_session(source=rng.choice(("a", "b")))
+        store.append_messages(session.id, [
+            {"role": rng.choice(("user", "assistant")), "content": text(rng)}
+            for _ in range(per)])
+        ids.append(session.id)
+    return ids
+
+
+def compare(store: SQLiteStore, question: str, limit: int = 20, **filters: object) -> int:
+    """Assert the index's best ``limit`` equal FTS5's; returns how many there were."""
+    plan = parse_query(question).natural
+    assert plan is not None
+    query = SearchQuery(question, limit=limit, **filters)  # type: ignore[arg-type]
+    with store.db.read() as conn:
+        fast = fast_scores(conn, plan, query, limit)
+        assert fast is not None, "the index must answer this query"
+        reference = natural_scores(conn, plan, query, limit, scan=True)
+    got = [(i, fast[i]) for i in best_first(fast, limit)]
+    want = [(i, reference[i]) for i in best_first(reference, limit)]
+    assert got == want
+    return len(want)
+
+
+@pytest.fixture(autouse=True)
+def small_archives_use_the_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wordindex, "MIN_ROWS", 0)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SQLiteStore:
+    return SQLiteStore(str(tmp_path / "refold.db"))
+
+
+def test_sealed_chunks_and_tail_rank_exactly_as_fts5(store: SQLiteStore) -> None:
+    rng = random.Random(7)
+    fill(store, rng, 5, 2000)  # 10,000 rows: two sealed chunks and a tail
+    with store.db.read() as conn:
+        assert wordindex.state(conn)[0] == 0  # appends seal nothing
+    store.catch_up_index()  # a search seals one chunk
+    with store.db.read() as conn:
+        assert wordindex.state(conn)[0] == 1
+    assert store.seal_word_index() == 1
+    with store.db.read() as conn:
+        chunks, rows, _, _ = wordindex.state(conn)
+    assert chunks == 2 and rows == 2 * wordindex.CHUNK - 1  # ids start at 1
+    found = sum(compare(store, q) for q in QUESTIONS)
+    assert found > 100
+    for q in QUESTIONS[:4]:
+        compare(store, q, limit=1)
+        compare(store, q, limit=300)
+
+
+def test_appends_deletes_and_rewrites_stay_exact(store: SQLiteStore) -> None:
+    rng = random.Random(11)
+    sessions = fill(store, rng, 6, 1500)
+    store.seal_word_index()
+    for q in QUESTIONS[:3]:
+        compare(store, q)
+    # a session in the sealed chunks goes, a rewind, a message rewritten in place
+    store.delete_session(sessions[1])
+    with store.db.write() as conn:
+        conn.execute("UPDATE messages SET text = 'caroline caroline support' WHERE id = 10")
+        conn.execute("UPDATE messages SET text = 'alpha' WHERE id = 8500")  # the tail
+    store.rewind(sessions[0], 100)
+    fill(store, rng, 1, 700)
+    for q in QUESTIONS:
+        compare(store, q)
+    with store.db.read() as conn:
+        assert not conn.execute("SELECT count(*) FROM word_changes").fetchone()[0]
+    hits = store.search(SearchQuery("caroline support", limit=1))
+    assert hits and hits[0].content == "caroline caroline support"
+
+
+def test_ids_reused_under_the_sealed_chunks(store: SQLiteStore) -> None:
+    rng = random.Random(13)
+    sessions = fill(store, rng, 3, 3000)
+    store.seal_word_index()  # chunks 0 and 1 sealed: ids up to 8191
+    store.delete_session(sessions[2])  # ids 6001-9000: the newest rows go
+    with store.db.read() as conn:
+        assert conn.execute("SELECT max(id) FROM messages").fetchone()[0] == 6000
+    fill(store, rng, 1, 500)  # ids 6001-6500 again, inside sealed chunk 1
+    for q in QUESTIONS[:5]:
+        compare(store, q)
+    with store.db.read() as conn:
+        assert not conn.execute("SELECT count(*) FROM word_changes").fetchone()[0]
+
+
+def test_filters_take_the_best_allowed(store: SQLiteStore) -> None:
+    rng = random.Random(5)
+    sessions = fill(store, rng, 4, 2500)
+    store.seal_word_index()
+    compare(store, "caroline support group", source="b")
+    compare(store, "running file object", session_id=sessions[2])
+    compare(store, "alpha beta", role="assistant")
+    compare(store, "theta deploy", exclude_session_id=sessions[0])
+
+
+def test_a_second_process_sees_the_first_ones_writes(tmp_path: Path) -> None:
+    path = str(tmp_path / "refold.db")
+    one, two = SQLiteStore(path), SQLiteStore(path)
+    rng = random.Random(2)
+    fill(one, rng, 3, 3000)
+    one.seal_word_index()
+    compare(two, "caroline support")  # two fills its tail
+    fill(one, rng, 1, 200)
+    with one.db.write() as conn:
+        conn.execute("DELETE FROM messages WHERE id = 9000")
+    one.catch_up_index()
+    compare(two, "caroline support")
+    compare(two, "alpha beta gamma")
+
+
+def test_an_archive_with_a_long_unsealed_tail_uses_fts5_until_sealed(tmp_path: Path) -> None:
+    path = tmp_path / "refold.db"
+    store = SQLiteStore(str(path))
+    fill(store, random.Random(3), 5, 3000)  # more rows above the sealed chunks than MAX_TAIL
+    plan = parse_query("caroline support").natural
+    assert plan is not None
+    with store.db.read() as conn:
+        assert fast_scores(conn, plan, SearchQuery("caroline support"), 20) is None
+    assert store.seal_word_index() == 3
+    compare(store, "caroline support")
+
+
+def test_small_archives_never_load_the_index(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wordindex, "MIN_ROWS", 8 * wordindex.CHUNK)
+    store = SQLiteStore(str(tmp_path / "refold.db"))
+    fill(store, random.Random(4), 3, 3000)
+    store.search(SearchQuery("caroline support"))  # a search seals nothing here
+    with store.db.read() as conn:
+        assert wordindex.state(conn)[0] == 0
+        assert fast_scores(conn, parse_query("caroline support").natural,  # type: ignore[arg-type]
+                           SearchQuery("caroline support"), 20) is None
+
+
+def test_words_fts5_splits_use_fts5(store: SQLiteStore) -> None:
+    fill(store, random.Random(1), 1, 500)
+    plan = parse_query("what about dotted.names and e-mail").natural
+    assert plan is not None
+    with store.db.read() as conn:
+        # "dotted.names" is a phrase term; "e-mail" two tokens: FTS5 answers
+        assert fast_scores(conn, plan, SearchQuery("x"), 20) is None
+
+
+def test_tokens_are_fts5s() -> None:
+    tok = wordindex.tokenizer()
+    assert tok.word("Running") == ("run",)
+    assert tok.word("café") == ("cafe",)
+    assert tok.word("e-mail") == ("e", "mail")
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5(text, tokenize='porter unicode61 "
+                 "remove_diacritics 2')")
+    conn.execute("INSERT INTO t VALUES ('Deployments were running')")
+    conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
+    assert [r[0] for r in conn.execute("SELECT term FROM v ORDER BY offset")] == [
+        tok.word(w)[0] for w in ("Deployments", "were", "running")]
