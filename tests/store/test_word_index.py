@@ -61,6 +61,7 @@ def compare(store: SQLiteStore, question: str, limit: int = 20, **filters: objec
 @pytest.fixture(autouse=True)
 def small_archives_use_the_index(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(wordindex, "MIN_ROWS", 0)
+    monkeypatch.setattr(wordindex, "SEGMENT", 2)  # merges at 2 chunks: the tests cross them
 
 
 @pytest.fixture
@@ -79,7 +80,9 @@ def test_sealed_chunks_and_tail_rank_exactly_as_fts5(store: SQLiteStore) -> None
     assert store.seal_word_index() == 1
     with store.db.read() as conn:
         chunks, rows, _, _ = wordindex.state(conn)
-    assert chunks == 2 and rows == 2 * wordindex.CHUNK - 1  # ids start at 1
+        assert chunks == 2 and rows == 2 * wordindex.CHUNK - 1  # ids start at 1
+        # chunks 0 and 1 merged: one row a term, keyed by chunk 0
+        assert {r[0] for r in conn.execute("SELECT DISTINCT chunk FROM word_postings")} == {0}
     found = sum(compare(store, q) for q in QUESTIONS)
     assert found > 100
     for q in QUESTIONS[:4]:
@@ -171,13 +174,23 @@ def test_small_archives_never_load_the_index(tmp_path: Path,
                            SearchQuery("caroline support"), 20) is None
 
 
-def test_words_fts5_splits_use_fts5(store: SQLiteStore) -> None:
-    fill(store, random.Random(1), 1, 500)
-    plan = parse_query("what about dotted.names and e-mail").natural
-    assert plan is not None
-    with store.db.read() as conn:
-        # "dotted.names" is a phrase term; "e-mail" two tokens: FTS5 answers
-        assert fast_scores(conn, plan, SearchQuery("x"), 20) is None
+def test_words_fts5_splits_into_a_phrase(store: SQLiteStore) -> None:
+    rng = random.Random(1)
+    fill(store, rng, 2, 3000)
+    session = store.create_session()
+    store.append_messages(session.id, [
+        {"role": "user", "content": "e-mail the e mail e-mail: mail e e-mail"},
+        {"role": "user", "content": "os.path.join and os path join, os.path"},
+        {"role": "user", "content": "mail e"}])
+    store.seal_word_index()
+    # "dotted.names" is a phrase term; "e-mail" two tokens, a phrase: counted as FTS5 counts
+    for q in ("what about dotted.names and e-mail", "send the e-mail via os.path.join",
+              "os.path for caroline", "café e-mail support"):
+        compare(store, q)
+    with store.db.write() as conn:
+        conn.execute("UPDATE messages SET text = 'e mail e mail e mail' WHERE id = 5")
+    store.catch_up_index()  # what every search does first: the rewrite is folded in
+    compare(store, "the e-mail and mail")
 
 
 def test_tokens_are_fts5s() -> None:
@@ -192,3 +205,30 @@ def test_tokens_are_fts5s() -> None:
     conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
     assert [r[0] for r in conn.execute("SELECT term FROM v ORDER BY offset")] == [
         tok.word(w)[0] for w in ("Deployments", "were", "running")]
+
+
+def compare_term(store: SQLiteStore, word: str, limit: int = 20, **filters: object) -> int:
+    """A one-word query: the index's ranked ids equal FTS5's ``ORDER BY rank, rowid DESC``."""
+    parsed = parse_query(word)
+    query = SearchQuery(word, limit=limit, **filters)  # type: ignore[arg-type]
+    with store.db.read() as conn:
+        fast = store._indexed(conn, parsed, query, limit)
+        assert fast is not None, "the index must answer this query"
+        reference = store._ranked(conn, "messages_fts", parsed.fts5_expression(),
+                                  [t.fts5() for t in parsed.terms], ("", []), query, limit)
+    assert fast == reference
+    return len(fast)
+
+
+def test_one_word_queries_rank_as_fts5(store: SQLiteStore) -> None:
+    rng = random.Random(17)
+    sessions = fill(store, rng, 5, 2000)
+    store.seal_word_index()
+    assert sum(compare_term(store, w) for w in ("caroline", "deployment", "café", "failed")) \
+        == 80
+    compare_term(store, "caroline", limit=500)
+    compare_term(store, "runs", source="a")
+    compare_term(store, "deploy", session_id=sessions[3])
+    compare_term(store, "e-mail")  # no match: an empty list from both
+    hits = store.search(SearchQuery("caroline", limit=5))
+    assert len(hits) == 5 and all("caroline" in h.content for h in hits)

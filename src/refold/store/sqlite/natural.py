@@ -333,10 +333,11 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     on the FTS5 path. The phrase boost is tested only where it could matter: with ``lower``
     a message's score without it and ``upper`` with it, the ``limit``-th best ``lower`` is a
     bar no message whose ``upper`` is under it can reach, so only the rest are loaded."""
-    if not plan.words or any(len(t.words) != 1 or t.prefix for t in plan.words):
+    if not plan.words or any(t.prefix for t in plan.words):
         return None
     through = watermark(conn)
-    words = wordindex.word_scores(conn, [t.words[0] for t in plan.words], through)
+    words = wordindex.word_scores(conn, [(" ".join(t.words), t.fts5()) for t in plan.words],
+                                  through)
     if words is None:
         return None
     import numpy as np
@@ -348,15 +349,18 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     if cjk or days:
         total, held, matched = _merged(np, words, plan, cjk, every_cjk, days)
     else:  # words only: no pass over the id space beyond the index's own
-        total, held, matched = words.raw, words.count == terms, None
+        total, held, matched = words.raw, None, None
+
+    def holds(ids: Any) -> Any:
+        return held[ids] if held is not None else words.count[ids] == terms
 
     def lower(ids: Any) -> Any:
-        return total[ids] * np.where(held[ids], 1.0 + BOOST_ALL, 1.0)
+        return total[ids] * np.where(holds(ids), 1.0 + BOOST_ALL, 1.0)
 
     def upper(ids: Any) -> Any:
         if not plan.pairs:
             return lower(ids)
-        return total[ids] * np.where(held[ids], 1.0 + BOOST_ALL + BOOST_PHRASE,
+        return total[ids] * np.where(holds(ids), 1.0 + BOOST_ALL + BOOST_PHRASE,
                                      1.0 + BOOST_PHRASE)
 
     def kth(values: Any, k: int) -> float:
@@ -379,7 +383,8 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
         allowed = _allowed(conn, ids, query)
         kept = [i for i in ids if i in allowed]
         phrase = _phrases(conn, plan, kept)
-        out = {i: boosted(float(total[i]), has_all=bool(held[i]), has_phrase=i in phrase)
+        every = dict(zip(ids, holds(chosen).tolist(), strict=True))
+        out = {i: boosted(float(total[i]), has_all=every[i], has_phrase=i in phrase)
                for i in kept}
         if len(out) >= limit and sorted(out.values())[-limit] >= bar:
             return out

@@ -227,7 +227,9 @@ class SearchOps(StateOps):
         expr = parsed.fts5_expression()
         rows = []
         terms = [t.fts5() for t in parsed.terms if not t.negated]
-        ranked = self._ranked(conn, "messages_fts", expr, terms, ("", []), query, limit)
+        ranked = self._indexed(conn, parsed, query, limit)
+        if ranked is None:
+            ranked = self._ranked(conn, "messages_fts", expr, terms, ("", []), query, limit)
         if not snippets and ranked:
             marks = ",".join("?" * len(ranked))
             loaded = {r[0]: r for r in conn.execute(
@@ -244,6 +246,38 @@ class SearchOps(StateOps):
             if r is not None:
                 rows.append(_Row(r[0], r[1], r[2], r[3], r[4], r[5], r[6], -float(rank), r[7]))
         return rows
+
+    def _indexed(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
+                 limit: int) -> list[tuple[int, float]] | None:
+        """A one-term query ranked from the word impact index (``wordindex.py``): the same
+        hits and ranks as ``_ranked`` gives, or None when the index cannot answer, the term
+        is too broad to rank (then by recency, as ``_ranked`` does) or the sort is recency."""
+        if query.sort != "relevance" or len(parsed.terms) != 1:
+            return None
+        term = parsed.terms[0]
+        if term.negated or term.prefix or term.cjk:
+            return None
+        through = indexer.watermark(conn)
+        if through < wordindex.MIN_ROWS or self._too_broad_to_rank(
+                conn, "messages_fts", [term.fts5()]):
+            return None
+        want = max(60, limit * 3)
+        while True:
+            best = wordindex.best_of_term(conn, " ".join(term.words), term.fts5(), through, want)
+            if best is None:
+                return None
+            where, args = filters(query)
+            join = " JOIN sessions s ON s.id = m.session_id" if _needs_session(query) else ""
+            marks = ",".join("?" * len(best))
+            allowed = {r[0] for r in conn.execute(
+                f"SELECT m.id FROM messages m{join} WHERE m.id IN ({marks}){where}",
+                [*(i for i, _ in best), *args])} if best else set()
+            kept = [(i, rank) for i, rank in best if i in allowed][:limit]
+            if len(kept) >= limit or len(best) < want:
+                return kept
+            if want >= MAX_FETCH:
+                return None
+            want = min(want * 4, MAX_FETCH)
 
     def _trigram(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
                  limit: int) -> list[_Row]:

@@ -8,8 +8,10 @@ Layout (migration 9):
 
 - ``word_postings(term, chunk, ids, tfs, lens)``: for each FTS5 token (as the word index's
   tokenizer emits it: porter, unicode61, diacritics removed) and each *sealed chunk* of
-  ``CHUNK`` message ids, the ids holding it (uint16 offsets in the chunk), their term
-  frequencies (uint16) and their lengths in tokens (uint32), little-endian.
+  ``CHUNK`` message ids, the ids holding it (uint16 offsets from the chunk's first id), their
+  term frequencies (uint16) and their lengths in tokens (uint32), little-endian. Once the
+  ``SEGMENT`` chunks of a segment are all sealed, each term's rows of it merge into one, keyed
+  by the segment's first chunk (``row_chunk``): a term at a million messages is ~30 rows.
 - ``word_index_state``: how many chunks are sealed (``chunks``: ids below
   ``chunks * CHUNK``), their rows and tokens, and ``tail_gen``, bumped when a row above them
   changes.
@@ -45,6 +47,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 CHUNK = 4096  # message ids per sealed chunk
+SEGMENT = 16  # sealed chunks merged into one row per term once all 16 are sealed (uint16 ids)
 MAX_TAIL = 3 * CHUNK  # ids above the sealed chunks the per-process tail may hold
 MIN_ROWS = 8 * CHUNK  # below this FTS5 answers in a few ms: no NumPy, no sealing on search
 TOKENIZE = "porter unicode61 remove_diacritics 2"  # messages_fts's tokenizer (schema.py)
@@ -58,6 +61,7 @@ MIGRATION = (
         term TEXT NOT NULL, chunk INTEGER NOT NULL,
         ids BLOB NOT NULL, tfs BLOB NOT NULL, lens BLOB NOT NULL,
         PRIMARY KEY (term, chunk)) WITHOUT ROWID""",
+    "CREATE INDEX word_postings_chunk ON word_postings(chunk)",
     f"""CREATE TABLE {STATE} (
         id INTEGER PRIMARY KEY CHECK (id = 1), chunks INTEGER NOT NULL,
         rows INTEGER NOT NULL, tokens INTEGER NOT NULL, tail_gen INTEGER NOT NULL)""",
@@ -126,6 +130,31 @@ class Tokenizer:
             finally:
                 conn.execute("COMMIT")
             return out
+
+    def phrase_counts(self, rows: Iterable[tuple[int, str | None]],
+                      tokens: Sequence[str]) -> dict[int, int]:
+        """How often the token sequence ``tokens`` occurs in each row's text (overlaps
+        counted, as FTS5 counts a phrase's instances)."""
+        with self.lock:
+            conn = self.conn
+            conn.execute("BEGIN")
+            try:
+                conn.executemany("INSERT INTO scratch(rowid, text) VALUES (?, ?)",
+                                 ((i, t or "") for i, t in rows))
+                at: dict[str, dict[int, set[int]]] = {}
+                for token in dict.fromkeys(tokens):
+                    found: dict[int, set[int]] = {}
+                    for doc, offset in conn.execute(
+                            "SELECT doc, offset FROM scratch_terms WHERE term = ?", (token,)):
+                        found.setdefault(int(doc), set()).add(int(offset))
+                    at[token] = found
+                conn.execute("INSERT INTO scratch(scratch) VALUES ('delete-all')")
+            finally:
+                conn.execute("COMMIT")
+        first = at[tokens[0]]
+        return {doc: sum(1 for p in starts if all(
+                    p + i in at[t].get(doc, ()) for i, t in enumerate(tokens)))
+                for doc, starts in first.items()}
 
     def word(self, word: str) -> tuple[str, ...]:
         """The tokens FTS5 makes of one query word, in order (cached)."""
@@ -249,11 +278,44 @@ def _seal(conn: sqlite3.Connection, chunk: int) -> None:
     conn.execute(f"UPDATE {STATE} SET chunks = ?, rows = rows + ?, tokens = tokens + ?, "
                  "tail_gen = tail_gen + 1 WHERE id = 1",
                  (chunk + 1, len(rows), sum(lengths.get(i, 0) for i, _ in rows)))
+    if (chunk + 1) % SEGMENT == 0:
+        _merge(conn, chunk + 1 - SEGMENT)
+
+
+def row_chunk(chunk: int, sealed: int) -> int:
+    """The key of the row holding chunk ``chunk``'s postings, ``sealed`` chunks being sealed."""
+    start = chunk - chunk % SEGMENT
+    return start if start + SEGMENT <= sealed else chunk
+
+
+def _merge(conn: sqlite3.Connection, start: int) -> None:
+    """Merge the rows of the ``SEGMENT`` chunks from ``start`` into one per term."""
+    import numpy as np
+
+    rows = conn.execute("SELECT term, chunk, ids, tfs, lens FROM word_postings "
+                        "WHERE chunk >= ? AND chunk < ? ORDER BY term, chunk",
+                        (start, start + SEGMENT)).fetchall()
+    merged: list[tuple[str, int, bytes, bytes, bytes]] = []
+    i = 0
+    while i < len(rows):
+        j = i
+        while j < len(rows) and rows[j][0] == rows[i][0]:
+            j += 1
+        group = rows[i:j]
+        ids = np.concatenate([np.frombuffer(r[2], dtype="<u2").astype("<u4")
+                              + (int(r[1]) - start) * CHUNK for r in group]).astype("<u2")
+        merged.append((rows[i][0], start, ids.tobytes(), b"".join(r[3] for r in group),
+                       b"".join(r[4] for r in group)))
+        i = j
+    conn.execute("DELETE FROM word_postings WHERE chunk >= ? AND chunk < ?",
+                 (start, start + SEGMENT))
+    conn.executemany("INSERT INTO word_postings VALUES (?, ?, ?, ?, ?)", merged)
 
 
 def _edit(conn: sqlite3.Connection, term: str, chunk: int, doc: int,
           entry: tuple[int, int] | None) -> None:
-    """Set (tf, length) of ``doc`` in one postings row, or remove it (``entry`` None)."""
+    """Set (tf, length) of ``doc`` in the postings row keyed ``chunk``, or remove it
+    (``entry`` None)."""
     row = conn.execute("SELECT ids, tfs, lens FROM word_postings WHERE term = ? AND chunk = ?",
                        (term, chunk)).fetchone()
     ids, tfs, lens = ((_unpack("H", row[0]), _unpack("H", row[1]), _unpack("I", row[2]))
@@ -286,13 +348,14 @@ def _apply_changes(conn: sqlite3.Connection, indexed_through: int) -> None:
     for _seq, doc, old_text in changes:
         first.setdefault(int(doc), old_text)
     tok = tokenizer()
+    sealed = state(conn)[0]
     rows_delta = tokens_delta = 0
     done: list[int] = []
     for doc, old_text in first.items():
         current = conn.execute("SELECT text FROM messages WHERE id = ?", (doc,)).fetchone()
         if current is not None and doc > indexed_through:
             continue  # FTS5 has not indexed it yet
-        chunk = doc // CHUNK
+        chunk = row_chunk(doc // CHUNK, sealed)
         if old_text is not None:
             old = tok.counts([(doc, old_text)])
             for term, _, _ in old:
@@ -420,11 +483,67 @@ class WordScores:
         self.raw, self.count, self.seed = raw, count, seed
 
 
-def word_scores(conn: sqlite3.Connection, words: Sequence[str],
-                indexed_through: int) -> WordScores | None:
-    """FTS5 ``bm25()`` of the OR of ``words`` (single-token words, in query order) for every
-    message, or None when this index cannot answer exactly (then use FTS5)."""
-    if indexed_through < MIN_ROWS or not words:
+def _postings(np: Any, conn: sqlite3.Connection, term: str, tail: list[tuple[int, int]],
+              tail_lengths: dict[int, int]) -> tuple[Any, Any, Any]:
+    """One token's (ids int64, tf float64, lengths float64), sealed chunks then the tail."""
+    parts = conn.execute("SELECT chunk, ids, tfs, lens FROM word_postings WHERE term = ? "
+                         "ORDER BY chunk", (term,)).fetchall()
+    sizes = np.fromiter((len(p[1]) // 2 for p in parts), dtype=np.int64, count=len(parts))
+    bases = np.fromiter((int(p[0]) * CHUNK for p in parts), dtype=np.int64, count=len(parts))
+    ids = (np.frombuffer(b"".join(p[1] for p in parts), dtype="<u2").astype(np.int64)
+           + np.repeat(bases, sizes))
+    tf = np.frombuffer(b"".join(p[2] for p in parts), dtype="<u2").astype(np.float64)
+    dl = np.frombuffer(b"".join(p[3] for p in parts), dtype="<u4").astype(np.float64)
+    if tail:
+        ids = np.concatenate([ids, np.array([d for d, _ in tail], dtype=np.int64)])
+        tf = np.concatenate([tf, np.array([c for _, c in tail], dtype=np.float64)])
+        dl = np.concatenate([dl, np.array([tail_lengths.get(d, 0) for d, _ in tail],
+                                          dtype=np.float64)])
+    return ids, tf, dl
+
+
+PHRASE_RECOUNT = 300  # phrase matches whose count needs their text re-tokenized, at most
+
+
+def _phrase(np: Any, conn: sqlite3.Connection, match: str, tokens: tuple[str, ...],
+            arrays: list[tuple[Any, Any, Any]]) -> tuple[Any, Any, Any] | None:
+    """A phrase term's postings: the rows FTS5 matches for it, each with the phrase's count
+    (1 where a token occurs once; else counted from the row's tokens), or None if too many
+    rows need counting."""
+    matched = np.array(sorted(int(r[0]) for r in conn.execute(
+        "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?", (match,))), dtype=np.int64)
+    if not len(matched):
+        return matched, np.zeros(0), np.zeros(0)
+    least = None
+    dl = None
+    for ids, tf, lengths in arrays:
+        at = np.minimum(np.searchsorted(ids, matched), max(len(ids) - 1, 0))
+        if not len(ids) or not np.array_equal(ids[at], matched):
+            return None  # the index and FTS5 disagree: let FTS5 answer
+        least = tf[at] if least is None else np.minimum(least, tf[at])
+        dl = lengths[at] if dl is None else dl
+    assert least is not None and dl is not None
+    counts = np.ones(len(matched))
+    recount = np.flatnonzero(least > 1)
+    if len(recount) > PHRASE_RECOUNT:
+        return None
+    if len(recount):
+        ids = [int(i) for i in matched[recount]]
+        marks = ",".join("?" * len(ids))
+        rows = conn.execute(f"SELECT id, text FROM messages WHERE id IN ({marks})",
+                            ids).fetchall()
+        found = tokenizer().phrase_counts(rows, tokens)
+        counts[recount] = [float(found.get(i, 0)) for i in ids]
+    keep = counts > 0
+    return matched[keep], counts[keep], dl[keep]
+
+
+def term_weights(conn: sqlite3.Connection, terms: Sequence[tuple[str, str]],
+                 indexed_through: int) -> list[tuple[Any, Any]] | None:
+    """Each term's (ids, bm25 weights) as FTS5's ``bm25()`` of the OR of ``terms`` ((text,
+    its FTS5 string) each, in query order) adds them up, or None when this index cannot
+    answer exactly (then FTS5 does)."""
+    if indexed_through < MIN_ROWS or not terms:
         return None
     np = _numpy()
     path = database_path(conn)
@@ -436,12 +555,9 @@ def word_scores(conn: sqlite3.Connection, words: Sequence[str],
     if indexed_through - chunks * CHUNK >= MAX_TAIL:
         return None
     tok = tokenizer()
-    terms: list[str] = []
-    for word in words:
-        made = tok.word(word)
-        if len(made) != 1:
-            return None
-        terms.append(made[0])
+    made = [tok.word(text) for text, _ in terms]
+    if any(not m for m in made):
+        return None
     total_rows, total_tokens = fts_totals(conn)
     tail = tail_for(path)
     with tail.lock:
@@ -454,41 +570,68 @@ def word_scores(conn: sqlite3.Connection, words: Sequence[str],
         if total_rows != rows + tail_rows or total_tokens != tokens + tail_tokens \
                 or total_rows <= 0:
             return None
-        tail_postings = {t: tail.postings(t) for t in dict.fromkeys(terms)}
-        tail_lengths = tail.lengths
+        tail_postings = {t: tail.postings(t) for m in made for t in m}
+        tail_lengths = dict(tail.lengths)
     avgdl = float(total_tokens) / float(total_rows)
-    all_ids, all_w, seed = [], [], None
-    size = max(indexed_through, 0) + 1
-    for term in terms:
-        parts = conn.execute("SELECT chunk, ids, tfs, lens FROM word_postings WHERE term = ? "
-                             "ORDER BY chunk", (term,)).fetchall()
-        sizes = np.fromiter((len(p[1]) // 2 for p in parts), dtype=np.int64, count=len(parts))
-        bases = np.fromiter((int(p[0]) * CHUNK for p in parts), dtype=np.int64, count=len(parts))
-        term_ids = (np.frombuffer(b"".join(p[1] for p in parts), dtype="<u2").astype(np.int64)
-                    + np.repeat(bases, sizes))
-        tf = np.frombuffer(b"".join(p[2] for p in parts), dtype="<u2").astype(np.float64)
-        dl = np.frombuffer(b"".join(p[3] for p in parts), dtype="<u4").astype(np.float64)
-        extra = tail_postings[term]
-        if extra:
-            term_ids = np.concatenate([term_ids, np.array([d for d, _ in extra], dtype=np.int64)])
-            tf = np.concatenate([tf, np.array([c for _, c in extra], dtype=np.float64)])
-            dl = np.concatenate([dl, np.array([tail_lengths.get(d, 0) for d, _ in extra],
-                                              dtype=np.float64)])
-        if not len(term_ids):
-            continue
-        hits = len(term_ids)
+    loaded: dict[str, tuple[Any, Any, Any]] = {}
+
+    def load(token: str) -> tuple[Any, Any, Any]:
+        if token not in loaded:
+            loaded[token] = _postings(np, conn, token, tail_postings[token], tail_lengths)
+        return loaded[token]
+
+    out: list[tuple[Any, Any]] = []
+    for (_, match), term_tokens in zip(terms, made, strict=True):
+        if len(term_tokens) == 1:
+            ids, tf, dl = load(term_tokens[0])
+        else:
+            phrase = _phrase(np, conn, match, term_tokens, [load(t) for t in term_tokens])
+            if phrase is None:
+                return None
+            ids, tf, dl = phrase
+        hits = len(ids)
         idf = math.log((total_rows - hits + 0.5) / (hits + 0.5))
         if idf <= 0.0:
             idf = 1e-6
         # fts5_aux.c fts5Bm25Function, term for term and in its order of operations
-        weight = idf * ((tf * (K1 + 1.0)) / (tf + K1 * (1 - B + B * dl / avgdl)))
-        all_ids.append(term_ids)
-        all_w.append(weight)
-        if hits and (seed is None or hits < len(seed)):
-            seed = term_ids
-    if not all_ids:
-        return WordScores(np.zeros(size), np.zeros(size, dtype=np.int64), np.zeros(0, np.int64))
-    flat = np.concatenate(all_ids)
-    raw = np.bincount(flat, weights=np.concatenate(all_w), minlength=size)
-    count = np.bincount(flat, minlength=size)
+        out.append((ids, idf * ((tf * (K1 + 1.0)) / (tf + K1 * (1 - B + B * dl / avgdl)))))
+    return out
+
+
+def word_scores(conn: sqlite3.Connection, terms: Sequence[tuple[str, str]],
+                indexed_through: int) -> WordScores | None:
+    """FTS5 ``bm25()`` of the OR of ``terms`` for every message (``term_weights``)."""
+    weights = term_weights(conn, terms, indexed_through)
+    if weights is None:
+        return None
+    import numpy as np
+
+    size = max(indexed_through, 0) + 1
+    present = [(ids, w) for ids, w in weights if len(ids)]
+    count = np.zeros(size, dtype=np.uint8)  # terms held (at most MAX_NATURAL_TERMS = 24)
+    if not present:
+        return WordScores(np.zeros(size), count, np.zeros(0, np.int64))
+    raw = np.bincount(np.concatenate([ids for ids, _ in present]),
+                      weights=np.concatenate([w for _, w in present]), minlength=size)
+    for ids, _ in present:  # a term's ids are distinct: one increment each
+        count[ids] += 1
+    seed = min((ids for ids, _ in present), key=len)
     return WordScores(raw, count, seed)
+
+
+def best_of_term(conn: sqlite3.Connection, text: str, match: str, indexed_through: int,
+                 limit: int) -> list[tuple[int, float]] | None:
+    """(id, FTS5 rank) of the best ``limit`` matches of one term, ordered as FTS5's
+    ``ORDER BY rank, rowid DESC`` orders them, or None (then FTS5 answers)."""
+    weights = term_weights(conn, [(text, match)], indexed_through)
+    if weights is None:
+        return None
+    import numpy as np
+
+    ids, scores = weights[0]
+    if len(ids) > limit:
+        bar = np.partition(scores, -limit)[-limit]
+        keep = scores >= bar
+        ids, scores = ids[keep], scores[keep]
+    order = np.lexsort((-ids, -scores))[:limit]
+    return [(int(i), -float(v)) for i, v in zip(ids[order], scores[order], strict=True)]
