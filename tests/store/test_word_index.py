@@ -232,3 +232,47 @@ def test_one_word_queries_rank_as_fts5(store: SQLiteStore) -> None:
     compare_term(store, "e-mail")  # no match: an empty list from both
     hits = store.search(SearchQuery("caroline", limit=5))
     assert len(hits) == 5 and all("caroline" in h.content for h in hits)
+
+
+ZH = "我们 昨天 部署 了 新的 服务器 然后 测试 失败 了 因为 缓存 没有 清理 数据库 迁移 完成".split()
+
+
+def zh_text(rng: random.Random) -> str:
+    return "".join(rng.choice(ZH) for _ in range(rng.choice((2, 5, 12, 40))))
+
+
+def test_chinese_questions_rank_as_before(store: SQLiteStore) -> None:
+    from refold.store.sqlite.natural import cjk_best
+
+    rng = random.Random(23)
+    sessions = []
+    for _ in range(3):
+        session = store.create_session()
+        store.append_messages(session.id, [
+            {"role": "user", "content": zh_text(rng) if rng.random() < 0.7 else text(rng)}
+            for _ in range(1500)])
+        sessions.append(session.id)
+    store.rewind(sessions[1], 700)
+    store.delete_session(sessions[2])
+    with store.db.write() as conn:
+        conn.execute("UPDATE messages SET text = '部署部署失败' WHERE id = 3")
+        conn.execute("UPDATE messages SET text = 'no longer chinese' WHERE id = 4")
+    store.catch_up_index()
+    with store.db.read() as conn:  # the narrow table holds exactly the indexed CJK rows
+        want = conn.execute("SELECT id, length(text), active FROM messages WHERE has_cjk = 1 "
+                            "ORDER BY id").fetchall()
+        assert conn.execute("SELECT id, chars, active FROM cjk_lengths ORDER BY id"
+                            ).fetchall() == want
+    for question in ("我们什么时候部署了服务器？", "测试为什么失败了", "缓存清理了吗",
+                     "数据库迁移完成了吗"):
+        for include_inactive in (False, True):
+            query = SearchQuery(question, include_inactive=include_inactive)
+            plan = parse_query(question).natural
+            assert plan is not None and plan.cjk and not plan.words
+            with store.db.read() as conn:
+                fast = cjk_best(conn, plan, query, 20)
+                assert fast is not None
+                reference = natural_scores(conn, plan, query, 20, scan=True)
+            assert [(i, fast[i]) for i in best_first(fast, 20)] == \
+                [(i, reference[i]) for i in best_first(reference, 20)]
+            assert len(fast) >= 20

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from refold.store.sqlite import grams, wordindex
+from refold.store.sqlite import cjklen, grams, wordindex
 
 INLINE_ROWS = 16  # a call storing at least this many rows (an import) indexes them in its commit
 TAIL_ROWS = 256  # the unindexed tail is indexed once it is this long
@@ -91,6 +91,7 @@ def index_pending(conn: sqlite3.Connection, seal: int | None = 0) -> int:
                  "WHERE id > ? AND id <= ? AND has_cjk = 1", span)
     grams.index_rows(conn, conn.execute("SELECT id, text FROM messages WHERE id > ? AND id <= ? "
                                         "AND has_cjk = 1", span).fetchall())
+    cjklen.index_rows(conn, low, high)
     conn.execute(f"UPDATE {STATE} SET indexed_through = ? WHERE id = 1", (high,))
     wordindex.maintain(conn, high, seal)
     return high - low

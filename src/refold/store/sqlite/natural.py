@@ -29,13 +29,15 @@ from refold.search.query import is_gram_needle
 from refold.search.rank import (
     BOOST_ALL,
     BOOST_PHRASE,
+    K1,
+    B,
     boosted,
     filtered_total,
     idf,
     presence_weight,
 )
 from refold.store.base import SearchQuery
-from refold.store.sqlite import wordindex
+from refold.store.sqlite import cjklen, wordindex
 from refold.store.sqlite.indexer import watermark
 
 
@@ -127,6 +129,11 @@ def word_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
 def _postings(conn: sqlite3.Connection, piece: str, query: SearchQuery,
               where: str, args: list[object]) -> list[tuple[int, int]]:
     table = "messages_cjk_grams" if is_gram_needle(piece) else "messages_trigram"
+    if not where_narrows(query):  # lengths and the active flag from the narrow table
+        active = "" if query.include_inactive else " AND l.active = 1"
+        return conn.execute(
+            f"SELECT l.id, l.chars FROM {table} f JOIN {cjklen.TABLE} l ON l.id = f.rowid "
+            f"WHERE {table} MATCH ?{active}", ['"' + piece + '"']).fetchall()
     return conn.execute(
         f"SELECT m.id, length(m.text) FROM {table} f JOIN messages m ON m.id = f.rowid"
         f"{_join(query)} WHERE {table} MATCH ?{where}",
@@ -146,6 +153,50 @@ def _unfiltered_count(conn: sqlite3.Connection, piece: str) -> int:
                             ['"' + piece + '"']).fetchone()[0])
 
 
+def _cjk_collection(conn: sqlite3.Connection) -> tuple[int, float]:
+    """The collection size for CJK IDF (the highest id: a count would cost a scan; scaled by
+    ``rank.filtered_total`` under filters) and the average length of the newest 500 CJK
+    messages."""
+    total = int(conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0])
+    average = float(conn.execute(
+        f"SELECT avg(chars) FROM (SELECT chars FROM {cjklen.TABLE} "
+        "ORDER BY id DESC LIMIT 500)").fetchone()[0] or 1.0)
+    return total, average
+
+
+def cjk_best(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
+             limit: int) -> dict[int, float] | None:
+    """``natural_scores`` of a CJK-only question (no words, no days, no filter narrowing it)
+    on a large archive, with NumPy: the same scores as ``cjk_scores`` and the boost give, for
+    the messages at or above the ``limit``-th best. None: not such a question."""
+    if plan.words or plan.days or not plan.cjk or where_narrows(query):
+        return None
+    if watermark(conn) < wordindex.MIN_ROWS:
+        return None
+    import numpy as np
+
+    total, average = _cjk_collection(conn)
+    postings = [_postings(conn, piece, query, "", []) for piece in plan.cjk]
+    present = [rows for rows in postings if rows]
+    if not present:
+        return {}
+    ids = np.concatenate([np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+                          for rows in present])
+    parts = []
+    for rows in present:
+        chars = np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
+        norm = 1.0 - B + B * (chars / average)  # rank.presence_weight, elementwise
+        parts.append(idf(total, len(rows)) * ((K1 + 1.0) / (1.0 + K1 * norm)))
+    docs, inverse = np.unique(ids, return_inverse=True)
+    scores = np.bincount(inverse, weights=np.concatenate(parts), minlength=len(docs))
+    every = np.bincount(inverse, minlength=len(docs)) == len(plan.cjk)
+    final = scores * np.where(every, 1.0 + BOOST_ALL, 1.0)  # rank.boosted, no phrase
+    if len(final) > limit:
+        keep = final >= np.partition(final, -limit)[-limit]
+        docs, final = docs[keep], final[keep]
+    return dict(zip(docs.tolist(), final.tolist(), strict=True))
+
+
 def cjk_scores(conn: sqlite3.Connection, plan: NaturalPlan,
                query: SearchQuery) -> tuple[dict[int, float], set[int]]:
     """BM25 (one occurrence) of every message holding any CJK term, and those holding all."""
@@ -154,10 +205,7 @@ def cjk_scores(conn: sqlite3.Connection, plan: NaturalPlan,
     where, args = filters(query)
     # The collection size for IDF: the highest id (a count would cost a scan), scaled to what
     # the filters keep (rank.filtered_total), as the document frequencies are.
-    total = int(conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0])
-    average = float(conn.execute(
-        "SELECT avg(length(text)) FROM (SELECT text FROM messages WHERE has_cjk = 1 "
-        "ORDER BY id DESC LIMIT 500)").fetchone()[0] or 1.0)
+    total, average = _cjk_collection(conn)
     scores: dict[int, float] = {}
     counts: dict[int, int] = {}
     postings = [_postings(conn, piece, query, where, args) for piece in plan.cjk]
@@ -248,6 +296,8 @@ def natural_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQue
     the faster paths to)."""
     if not scan:
         fast = fast_scores(conn, plan, query, limit)
+        if fast is None:
+            fast = cjk_best(conn, plan, query, limit)
         if fast is not None:
             return fast
     budget = (max(200, limit * 4) if query.sort == "relevance" and not plan.cjk

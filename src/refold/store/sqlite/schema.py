@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from refold._records import dataclass
 from refold.errors import MigrationError
-from refold.store.sqlite import grams, indexer, wordindex
+from refold.store.sqlite import cjklen, grams, indexer, wordindex
 from refold.store.titles import untag_titles
 
 
@@ -193,6 +193,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         "CREATE INDEX IF NOT EXISTS messages_created ON messages(created_at)",)),
     # sentence queries scored from postings NumPy reads at once (wordindex.py)
     Migration(9, "word impact index", wordindex.MIGRATION),
+    # CJK postings weighed by length without reading the message rows (cjklen.py)
+    Migration(10, "CJK message lengths", cjklen.MIGRATION),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 
