@@ -510,8 +510,9 @@ def _phrase(np: Any, conn: sqlite3.Connection, match: str, tokens: tuple[str, ..
     """A phrase term's postings: the rows FTS5 matches for it, each with the phrase's count
     (1 where a token occurs once; else counted from the row's tokens), or None if too many
     rows need counting."""
-    matched = np.array(sorted(int(r[0]) for r in conn.execute(
-        "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?", (match,))), dtype=np.int64)
+    rows = conn.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
+                        "ORDER BY rowid", (match,)).fetchall()  # FTS5's own order: no sort
+    matched = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     if not len(matched):
         return matched, np.zeros(0), np.zeros(0)
     least = None
