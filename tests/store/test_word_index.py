@@ -234,7 +234,7 @@ def test_one_word_queries_rank_as_fts5(store: SQLiteStore) -> None:
     assert len(hits) == 5 and all("caroline" in h.content for h in hits)
 
 
-ZH = "我们 昨天 部署 了 新的 服务器 然后 测试 失败 了 因为 缓存 没有 清理 数据库 迁移 完成".split()
+ZH = ["我们", "昨天", "部署", "了", "新的", "服务器", "然后", "测试", "失败", "了", "因为", "缓存", "没有", "清理", "数据库", "迁移", "完成"]
 
 
 def zh_text(rng: random.Random) -> str:
@@ -276,3 +276,27 @@ def test_chinese_questions_rank_as_before(store: SQLiteStore) -> None:
             assert [(i, fast[i]) for i in best_first(fast, 20)] == \
                 [(i, reference[i]) for i in best_first(reference, 20)]
             assert len(fast) >= 20
+
+
+def test_wide_counts_and_lengths(store: SQLiteStore) -> None:
+    """A word 300 times in one message (a count over one byte) and a message of 70,000
+    tokens (a length over two bytes): stored wide, merged, edited, ranked exactly."""
+    rng = random.Random(29)
+    session = store.create_session()
+    rows = [{"role": "user", "content": text(rng)} for _ in range(9000)]
+    rows[100] = {"role": "user", "content": "caroline " * 300 + "support"}
+    rows[5000] = {"role": "user", "content": " ".join(rng.choice(VOCAB) for _ in range(70_000))}
+    store.append_messages(session.id, rows)
+    store.seal_word_index()  # chunks 0 and 1, merged (SEGMENT is 2 here)
+    with store.db.read() as conn:
+        widths = {(len(t) // (len(i) // 2), len(n) // (len(i) // 2)) for i, t, n in
+                  conn.execute("SELECT ids, tfs, lens FROM word_postings")}
+    assert (2, 4) in widths and (1, 2) in widths
+    for q in ("caroline support group", "running file object", "alpha beta"):
+        compare(store, q)
+    compare_term(store, "caroline")
+    with store.db.write() as conn:  # the long message rewritten short: its rows narrow again
+        conn.execute("UPDATE messages SET text = 'caroline support' WHERE id = 5001")
+    store.catch_up_index()
+    compare(store, "caroline support group")
+    compare_term(store, "caroline")

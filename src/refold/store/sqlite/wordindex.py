@@ -9,7 +9,8 @@ Layout (migration 9):
 - ``word_postings(term, chunk, ids, tfs, lens)``: for each FTS5 token (as the word index's
   tokenizer emits it: porter, unicode61, diacritics removed) and each *sealed chunk* of
   ``CHUNK`` message ids, the ids holding it (uint16 offsets from the chunk's first id), their
-  term frequencies (uint16) and their lengths in tokens (uint32), little-endian. Once the
+  term frequencies (uint8, or uint16 in a row where one exceeds 255) and their lengths in
+  tokens (uint16, or uint32), little-endian. Once the
   ``SEGMENT`` chunks of a segment are all sealed, each term's rows of it merge into one, keyed
   by the segment's first chunk (``row_chunk``): a term at a million messages is ~30 rows.
 - ``word_index_state``: how many chunks are sealed (``chunks``: ids below
@@ -249,6 +250,31 @@ def _unpack(typecode: str, blob: bytes) -> array[int]:
     return arr
 
 
+# Term frequencies are one byte each when all fit (nearly always), else two; lengths two bytes,
+# else four. A row's blob length over its number of ids tells which.
+TFS = ("B", "H")
+LENS = ("H", "I")
+_DTYPES = {"B": "<u1", "H": "<u2", "I": "<u4"}
+
+
+def _narrow(kinds: tuple[str, str], values: Sequence[int]) -> bytes:
+    small, wide = kinds
+    limit = (1 << (8 * array(small).itemsize)) - 1
+    if max(values, default=0) <= limit:
+        return _pack(small, values)
+    top = (1 << (8 * array(wide).itemsize)) - 1
+    return _pack(wide, [min(v, top) for v in values])
+
+
+def _width(kinds: tuple[str, str], blob: bytes, count: int) -> str:
+    return kinds[0] if len(blob) == count * array(kinds[0]).itemsize else kinds[1]
+
+
+def _widened(np: Any, kinds: tuple[str, str], blob: bytes, count: int) -> Any:
+    """A blob as a NumPy array of its own width."""
+    return np.frombuffer(blob, dtype=_DTYPES[_width(kinds, blob, count)])
+
+
 # -- maintenance (inside the writer's transaction) ----------------------------------------------
 def state(conn: sqlite3.Connection) -> tuple[int, int, int, int]:
     row = conn.execute(f"SELECT chunks, rows, tokens, tail_gen FROM {STATE} WHERE id = 1").fetchone()
@@ -270,9 +296,9 @@ def _seal(conn: sqlite3.Connection, chunk: int) -> None:
         while j < len(counts) and counts[j][0] == term:
             j += 1
         group = counts[i:j]
-        batch.append((term, chunk, _pack("H", (d - low for _, d, _ in group)),
-                      _pack("H", (min(c, 0xFFFF) for _, _, c in group)),
-                      _pack("I", (min(lengths.get(d, 0), 0xFFFFFFFF) for _, d, _ in group))))
+        batch.append((term, chunk, _pack("H", [d - low for _, d, _ in group]),
+                      _narrow(TFS, [c for _, _, c in group]),
+                      _narrow(LENS, [lengths.get(d, 0) for _, d, _ in group])))
         i = j
     conn.executemany("INSERT OR REPLACE INTO word_postings VALUES (?, ?, ?, ?, ?)", batch)
     conn.execute(f"UPDATE {STATE} SET chunks = ?, rows = rows + ?, tokens = tokens + ?, "
@@ -304,8 +330,13 @@ def _merge(conn: sqlite3.Connection, start: int) -> None:
         group = rows[i:j]
         ids = np.concatenate([np.frombuffer(r[2], dtype="<u2").astype("<u4")
                               + (int(r[1]) - start) * CHUNK for r in group]).astype("<u2")
-        merged.append((rows[i][0], start, ids.tobytes(), b"".join(r[3] for r in group),
-                       b"".join(r[4] for r in group)))
+        tfs = np.concatenate([_widened(np, TFS, r[3], len(r[2]) // 2).astype("<u2")
+                              for r in group])
+        lens = np.concatenate([_widened(np, LENS, r[4], len(r[2]) // 2).astype("<u4")
+                               for r in group])
+        merged.append((rows[i][0], start, ids.tobytes(),
+                       (tfs.astype("<u1") if tfs.max() <= 0xFF else tfs).tobytes(),
+                       (lens.astype("<u2") if lens.max() <= 0xFFFF else lens).tobytes()))
         i = j
     conn.execute("DELETE FROM word_postings WHERE chunk >= ? AND chunk < ?",
                  (start, start + SEGMENT))
@@ -318,8 +349,13 @@ def _edit(conn: sqlite3.Connection, term: str, chunk: int, doc: int,
     (``entry`` None)."""
     row = conn.execute("SELECT ids, tfs, lens FROM word_postings WHERE term = ? AND chunk = ?",
                        (term, chunk)).fetchone()
-    ids, tfs, lens = ((_unpack("H", row[0]), _unpack("H", row[1]), _unpack("I", row[2]))
-                      if row else (array("H"), array("H"), array("I")))
+    if row:
+        count = len(row[0]) // 2
+        ids = _unpack("H", row[0])
+        tfs = array("I", _unpack(_width(TFS, row[1], count), row[1]))
+        lens = array("I", _unpack(_width(LENS, row[2], count), row[2]))
+    else:
+        ids, tfs, lens = array("H"), array("I"), array("I")
     offset = doc - chunk * CHUNK
     at = bisect.bisect_left(ids, offset)
     present = at < len(ids) and ids[at] == offset
@@ -333,7 +369,7 @@ def _edit(conn: sqlite3.Connection, term: str, chunk: int, doc: int,
         conn.execute("DELETE FROM word_postings WHERE term = ? AND chunk = ?", (term, chunk))
         return
     conn.execute("INSERT OR REPLACE INTO word_postings VALUES (?, ?, ?, ?, ?)",
-                 (term, chunk, _pack("H", ids), _pack("H", tfs), _pack("I", lens)))
+                 (term, chunk, _pack("H", ids), _narrow(TFS, tfs), _narrow(LENS, lens)))
 
 
 def _apply_changes(conn: sqlite3.Connection, indexed_through: int) -> None:
@@ -492,8 +528,13 @@ def _postings(np: Any, conn: sqlite3.Connection, term: str, tail: list[tuple[int
     bases = np.fromiter((int(p[0]) * CHUNK for p in parts), dtype=np.int64, count=len(parts))
     ids = (np.frombuffer(b"".join(p[1] for p in parts), dtype="<u2").astype(np.int64)
            + np.repeat(bases, sizes))
-    tf = np.frombuffer(b"".join(p[2] for p in parts), dtype="<u2").astype(np.float64)
-    dl = np.frombuffer(b"".join(p[3] for p in parts), dtype="<u4").astype(np.float64)
+    if parts:
+        tf = np.concatenate([_widened(np, TFS, p[2], len(p[1]) // 2).astype(np.float64)
+                             for p in parts])
+        dl = np.concatenate([_widened(np, LENS, p[3], len(p[1]) // 2).astype(np.float64)
+                             for p in parts])
+    else:
+        tf, dl = np.zeros(0), np.zeros(0)
     if tail:
         ids = np.concatenate([ids, np.array([d for d, _ in tail], dtype=np.int64)])
         tf = np.concatenate([tf, np.array([c for _, c in tail], dtype=np.float64)])
