@@ -13,7 +13,7 @@ import pytest
 from refold.search.query import parse_query
 from refold.search.rank import best_first
 from refold.store.base import SearchQuery
-from refold.store.sqlite import wordindex
+from refold.store.sqlite import indexer, wordindex
 from refold.store.sqlite.natural import fast_scores, natural_scores
 from refold.store.sqlite.store import SQLiteStore
 
@@ -300,3 +300,27 @@ def test_wide_counts_and_lengths(store: SQLiteStore) -> None:
     store.catch_up_index()
     compare(store, "caroline support group")
     compare_term(store, "caroline")
+
+
+def test_a_chunk_changed_while_it_was_tokenized_is_not_written(store: SQLiteStore) -> None:
+    fill(store, random.Random(31), 2, 3000)
+    store.seal_word_index()
+    with store.db.read() as conn:
+        assert wordindex.state(conn)[0] == 1
+    fill(store, random.Random(32), 1, 3000)  # chunk 1 complete now
+    store.catch_up_index()  # a search seals chunk 1
+    with store.db.read() as conn:
+        sealed = wordindex.state(conn)[0]
+    assert sealed == 2
+    fill(store, random.Random(33), 1, 4000)  # chunk 2 complete, not sealed yet
+    with store.db.write() as conn:
+        indexer.index_pending(conn)
+    with store.db.read() as conn:
+        plan = wordindex.prepare_seal(conn)
+    assert plan is not None and plan.chunk == 2
+    with store.db.write() as conn:  # a writer deletes a row of chunk 2 meanwhile
+        conn.execute("DELETE FROM messages WHERE id = 9000")
+    with store.db.write() as conn:
+        assert not wordindex.commit_seal(conn, plan)
+    assert store.seal_word_index() == 1
+    compare(store, "caroline support group")

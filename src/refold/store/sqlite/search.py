@@ -129,10 +129,21 @@ class SearchOps(StateOps):
                     conn, indexer.watermark(conn)):
                 return
         with self.db.write() as conn:
-            indexer.index_pending(conn)
+            indexer.index_pending(conn)  # and folds word-index changes in
             through = indexer.watermark(conn)
-            if wordindex.needs_work(conn, through):  # at most one chunk (~0.1-0.4 s)
-                wordindex.maintain(conn, through, 1)
+            seal = wordindex.needs_work(conn, through)
+        if seal:  # one chunk: tokenized without the writer lock, then written
+            self._seal_one()
+
+    def _seal_one(self) -> bool:
+        """Seal the next word-index chunk; False when none is complete (or another process
+        changed it meanwhile: the next search tries again)."""
+        with self.db.read() as conn:
+            plan = wordindex.prepare_seal(conn)
+        if plan is None:
+            return False
+        with self.db.write() as conn:
+            return wordindex.commit_seal(conn, plan)
 
     def seal_word_index(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Seal every complete chunk of the word impact index (``wordindex.py``), one
@@ -140,13 +151,15 @@ class SearchOps(StateOps):
         with self.db.write() as conn:
             indexer.index_pending(conn, seal=0)  # the FTS5 indexes first: chunks seal under them
             todo = wordindex.unsealed(conn, indexer.watermark(conn))
-        done = 0
+        done = failed = 0
         while True:
-            with self.db.write() as conn:
-                sealed = wordindex.maintain(conn, indexer.watermark(conn), 1)
-            if not sealed:
-                return done
-            done += sealed
+            if not self._seal_one():
+                with self.db.read() as conn:
+                    if not wordindex.unsealed(conn, indexer.watermark(conn)) or failed > 3:
+                        return done
+                failed += 1  # a writer changed the chunk meanwhile: prepare it again
+                continue
+            done += 1
             if progress is not None:
                 progress(done, max(todo, done))
 

@@ -37,7 +37,6 @@ the FTS5 path, which gives the same answer slower.
 
 from __future__ import annotations
 
-import bisect
 import math
 import os
 import sqlite3
@@ -46,6 +45,8 @@ import threading
 from array import array
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+from refold._records import dataclass
 
 CHUNK = 4096  # message ids per sealed chunk
 SEGMENT = 16  # sealed chunks merged into one row per term once all 16 are sealed (uint16 ids)
@@ -281,9 +282,26 @@ def state(conn: sqlite3.Connection) -> tuple[int, int, int, int]:
     return int(row[0]), int(row[1]), int(row[2]), int(row[3])
 
 
-def _seal(conn: sqlite3.Connection, chunk: int) -> None:
-    """Write the postings of one chunk (every id in it is under the FTS5 watermark)."""
-    low, high = chunk * CHUNK, (chunk + 1) * CHUNK - 1
+@dataclass(frozen=True)
+class Sealing:
+    """One chunk's postings, tokenized from a read snapshot (no lock held), to be written by
+    ``commit_seal`` if nothing the chunk holds changed since (``tail_gen``)."""
+
+    chunk: int
+    tail_gen: int
+    postings: tuple[tuple[str, int, bytes, bytes, bytes], ...]
+    rows: int
+    tokens: int
+
+
+def prepare_seal(conn: sqlite3.Connection) -> Sealing | None:
+    """The next chunk's postings, or None when it is not complete under the watermark."""
+    chunks, _, _, gen = state(conn)
+    through = int(conn.execute("SELECT indexed_through FROM search_index_state "
+                               "WHERE id = 1").fetchone()[0])
+    if (chunks + 1) * CHUNK - 1 > through:
+        return None
+    low, high = chunks * CHUNK, (chunks + 1) * CHUNK - 1
     rows = conn.execute("SELECT id, text FROM messages WHERE id >= ? AND id <= ?",
                         (low, high)).fetchall()
     lengths = doc_lengths(conn, low, high)
@@ -296,16 +314,34 @@ def _seal(conn: sqlite3.Connection, chunk: int) -> None:
         while j < len(counts) and counts[j][0] == term:
             j += 1
         group = counts[i:j]
-        batch.append((term, chunk, _pack("H", [d - low for _, d, _ in group]),
+        batch.append((term, chunks, _pack("H", [d - low for _, d, _ in group]),
                       _narrow(TFS, [c for _, _, c in group]),
                       _narrow(LENS, [lengths.get(d, 0) for _, d, _ in group])))
         i = j
-    conn.executemany("INSERT OR REPLACE INTO word_postings VALUES (?, ?, ?, ?, ?)", batch)
+    return Sealing(chunks, gen, tuple(batch), len(rows), sum(lengths.get(i, 0) for i, _ in rows))
+
+
+def commit_seal(conn: sqlite3.Connection, plan: Sealing) -> bool:
+    """Write a prepared chunk (inside a write transaction); False, writing nothing, when the
+    sealed chunks or a row above them changed since it was prepared."""
+    chunks, _, _, gen = state(conn)
+    if (chunks, gen) != (plan.chunk, plan.tail_gen):
+        return False
+    conn.executemany("INSERT OR REPLACE INTO word_postings VALUES (?, ?, ?, ?, ?)",
+                     plan.postings)
     conn.execute(f"UPDATE {STATE} SET chunks = ?, rows = rows + ?, tokens = tokens + ?, "
                  "tail_gen = tail_gen + 1 WHERE id = 1",
-                 (chunk + 1, len(rows), sum(lengths.get(i, 0) for i, _ in rows)))
-    if (chunk + 1) % SEGMENT == 0:
-        _merge(conn, chunk + 1 - SEGMENT)
+                 (plan.chunk + 1, plan.rows, plan.tokens))
+    if (plan.chunk + 1) % SEGMENT == 0:
+        _merge(conn, plan.chunk + 1 - SEGMENT)
+    return True
+
+
+def _seal(conn: sqlite3.Connection, chunk: int) -> None:
+    """Seal chunk ``chunk`` now (inside a write transaction: nothing can change meanwhile)."""
+    plan = prepare_seal(conn)
+    assert plan is not None and plan.chunk == chunk
+    assert commit_seal(conn, plan)
 
 
 def row_chunk(chunk: int, sealed: int) -> int:
@@ -343,70 +379,81 @@ def _merge(conn: sqlite3.Connection, start: int) -> None:
     conn.executemany("INSERT INTO word_postings VALUES (?, ?, ?, ?, ?)", merged)
 
 
-def _edit(conn: sqlite3.Connection, term: str, chunk: int, doc: int,
-          entry: tuple[int, int] | None) -> None:
-    """Set (tf, length) of ``doc`` in the postings row keyed ``chunk``, or remove it
-    (``entry`` None)."""
+def _rewrite(np: Any, conn: sqlite3.Connection, term: str, key: int, drop: set[int],
+             put: dict[int, tuple[int, int]]) -> None:
+    """One postings row with the offsets in ``drop`` taken out and ``put`` (offset: (count,
+    length)) set; the row goes when nothing is left."""
     row = conn.execute("SELECT ids, tfs, lens FROM word_postings WHERE term = ? AND chunk = ?",
-                       (term, chunk)).fetchone()
+                       (term, key)).fetchone()
     if row:
         count = len(row[0]) // 2
-        ids = _unpack("H", row[0])
-        tfs = array("I", _unpack(_width(TFS, row[1], count), row[1]))
-        lens = array("I", _unpack(_width(LENS, row[2], count), row[2]))
+        ids = np.frombuffer(row[0], dtype="<u2").astype(np.int64)
+        tfs = _widened(np, TFS, row[1], count).astype(np.int64)
+        lens = _widened(np, LENS, row[2], count).astype(np.int64)
     else:
-        ids, tfs, lens = array("H"), array("I"), array("I")
-    offset = doc - chunk * CHUNK
-    at = bisect.bisect_left(ids, offset)
-    present = at < len(ids) and ids[at] == offset
-    if present:
-        del ids[at], tfs[at], lens[at]
-    if entry is not None:
-        ids.insert(at, offset)
-        tfs.insert(at, min(entry[0], 0xFFFF))
-        lens.insert(at, min(entry[1], 0xFFFFFFFF))
-    if not ids:
-        conn.execute("DELETE FROM word_postings WHERE term = ? AND chunk = ?", (term, chunk))
+        ids = tfs = lens = np.zeros(0, dtype=np.int64)
+    gone = drop | put.keys()
+    if gone and len(ids):
+        keep = ~np.isin(ids, np.fromiter(gone, dtype=np.int64, count=len(gone)))
+        ids, tfs, lens = ids[keep], tfs[keep], lens[keep]
+    if put:
+        ids = np.concatenate([ids, np.fromiter(put.keys(), dtype=np.int64, count=len(put))])
+        tfs = np.concatenate([tfs, np.array([v[0] for v in put.values()], dtype=np.int64)])
+        lens = np.concatenate([lens, np.array([v[1] for v in put.values()], dtype=np.int64)])
+        order = np.argsort(ids, kind="stable")
+        ids, tfs, lens = ids[order], tfs[order], lens[order]
+    if not len(ids):
+        conn.execute("DELETE FROM word_postings WHERE term = ? AND chunk = ?", (term, key))
         return
     conn.execute("INSERT OR REPLACE INTO word_postings VALUES (?, ?, ?, ?, ?)",
-                 (term, chunk, _pack("H", ids), _narrow(TFS, tfs), _narrow(LENS, lens)))
+                 (term, key, _pack("H", ids.tolist()), _narrow(TFS, tfs.tolist()),
+                  _narrow(LENS, lens.tolist())))
 
 
 def _apply_changes(conn: sqlite3.Connection, indexed_through: int) -> None:
     """Fold the rows of sealed chunks inserted, deleted or rewritten since they were sealed
     (``word_changes``) into the postings. What the index holds for an id is what its first
     change since found (the old text, or nothing for an insert), so per id: that text's
-    entries out, the current row's in. A row not yet under the FTS5 watermark waits."""
+    entries out, the current row's in; every postings row touched is rewritten once. A row
+    not yet under the FTS5 watermark waits."""
     changes = conn.execute("SELECT seq, id, text FROM word_changes ORDER BY seq").fetchall()
     if not changes:
         return
+    import numpy as np
+
     first: dict[int, str | None] = {}
     for _seq, doc, old_text in changes:
         first.setdefault(int(doc), old_text)
-    tok = tokenizer()
+    current: dict[int, str] = {}
+    docs = list(first)
+    for start in range(0, len(docs), 900):
+        part = docs[start:start + 900]
+        current.update((int(i), t) for i, t in conn.execute(
+            f"SELECT id, text FROM messages WHERE id IN ({','.join('?' * len(part))})", part))
+    ready = [d for d in docs if d not in current or d <= indexed_through]
+    if not ready:
+        return
     sealed = state(conn)[0]
-    rows_delta = tokens_delta = 0
-    done: list[int] = []
-    for doc, old_text in first.items():
-        current = conn.execute("SELECT text FROM messages WHERE id = ?", (doc,)).fetchone()
-        if current is not None and doc > indexed_through:
-            continue  # FTS5 has not indexed it yet
-        chunk = row_chunk(doc // CHUNK, sealed)
-        if old_text is not None:
-            old = tok.counts([(doc, old_text)])
-            for term, _, _ in old:
-                _edit(conn, term, chunk, doc, None)
-            rows_delta -= 1
-            tokens_delta -= sum(c for _, _, c in old)
-        if current is not None:
-            length = doc_lengths(conn, doc, doc).get(doc, 0)
-            for term, _, count in tok.counts([(doc, current[0])]):
-                _edit(conn, term, chunk, doc, (count, length))
-            rows_delta += 1
-            tokens_delta += length
-        done.append(doc)
-    for start in range(0, len(done), 900):
-        part = done[start:start + 900]
+    tok = tokenizer()
+    old = tok.counts([(d, first[d]) for d in ready if first[d] is not None])
+    new = tok.counts([(d, current[d]) for d in ready if d in current])
+    lengths = _lengths_of(conn, [d for d in ready if d in current])
+    edits: dict[tuple[str, int], tuple[set[int], dict[int, tuple[int, int]]]] = {}
+    for term, doc, _ in old:
+        key = row_chunk(int(doc) // CHUNK, sealed)
+        edits.setdefault((term, key), (set(), {}))[0].add(int(doc) - key * CHUNK)
+    for term, doc, count in new:
+        key = row_chunk(int(doc) // CHUNK, sealed)
+        edits.setdefault((term, key), (set(), {}))[1][int(doc) - key * CHUNK] = (
+            int(count), lengths.get(int(doc), 0))
+    for (term, key), (drop, put) in edits.items():
+        _rewrite(np, conn, term, key, drop, put)
+    rows_delta = sum(1 for d in ready if d in current) - sum(
+        1 for d in ready if first[d] is not None)
+    tokens_delta = sum(lengths.get(d, 0) for d in ready if d in current) - sum(
+        int(c) for _, _, c in old)
+    for start in range(0, len(ready), 900):
+        part = ready[start:start + 900]
         conn.execute(f"DELETE FROM word_changes WHERE id IN ({','.join('?' * len(part))})",
                      part)
     conn.execute(f"UPDATE {STATE} SET rows = rows + ?, tokens = tokens + ? WHERE id = 1",
