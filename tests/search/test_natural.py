@@ -103,3 +103,17 @@ def test_a_date_in_a_cjk_question_is_one_term_not_its_digits_and_units(store: St
                                  user("上个月5号到4号的日程"), user("今天天气很好"),
                                  user("明天去跑步")])
     assert top(store, "在5月4日我向你借了什么书？")[0] == "我借了你那本书，下周还给你"
+
+
+def test_a_contraction_in_the_stop_list_is_dropped_not_searched_as_a_phrase(
+        store: Store) -> None:
+    """"don't" is split at its apostrophe into the phrase "don t"; it is a stop word."""
+    for question in ("I don't know why the build failed", "why won't the build start",
+                     "the build isn't running"):
+        plan = parse_query(question).natural
+        assert plan is not None
+        assert all(t.words[-1] != "t" for t in plan.words), plan
+    s = store.create_session()
+    store.append_messages(s.id, [user("don't panic, I don't know, don't ask"),
+                                 user("the build failed on the runner")])
+    assert top(store, "I don't know why the build failed")[0] == "the build failed on the runner"

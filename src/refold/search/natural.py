@@ -84,6 +84,8 @@ def _cjk_terms(run: str, typed_word: bool = False) -> list[str]:
 def _split(term: Term) -> tuple[list[Term], list[str]]:
     """A parsed term's word-index terms and CJK terms (a word mixing scripts is split)."""
     if not term.cjk:
+        if len(term.words) > 1 and is_stop_word("'".join(term.words)):
+            return [], []  # a contraction the query split at its apostrophe: don't, isn't
         content = [w for w in term.words if not is_stop_word(w)]
         return ([term] if content else []), []
     words: list[Term] = []
