@@ -324,3 +324,17 @@ def test_a_chunk_changed_while_it_was_tokenized_is_not_written(store: SQLiteStor
         assert not wordindex.commit_seal(conn, plan)
     assert store.seal_word_index() == 1
     compare(store, "caroline support group")
+
+
+def test_doctor_repair_empties_the_index_and_it_seals_again(store: SQLiteStore) -> None:
+    fill(store, random.Random(41), 3, 3000)
+    store.seal_word_index()
+    with store.db.write() as conn:  # damage: a term's postings lost
+        conn.execute("DELETE FROM word_postings WHERE term = (SELECT min(term) FROM word_postings)")
+    store.rebuild_search_indexes()
+    with store.db.read() as conn:
+        assert wordindex.state(conn)[:3] == (0, 0, 0)
+        assert not conn.execute("SELECT count(*) FROM word_postings").fetchone()[0]
+    assert store.seal_word_index() == 2
+    for q in QUESTIONS[:4]:
+        compare(store, q)

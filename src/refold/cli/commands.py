@@ -47,7 +47,7 @@ SUMMARIES = {
     "search": "Search every stored message: a question as you would ask it, in any language.",
     "serve": "Serve the chat completions, Messages and Responses APIs with sessions, compaction "
              "and memory.",
-    "index": "Embed messages that have no vector yet (resumable), for --mode vector/hybrid.",
+    "index": "Seal the word index, then embed messages with no vector yet (resumable).",
     "config": "Inspect refold's settings (refold.toml, REFOLD_* variables, --set).",
     "expand": "Expand the @session/@file/@folder/@diff/@staged/@git references in TEXT "
               "('-': stdin).",

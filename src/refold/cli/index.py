@@ -23,10 +23,10 @@ from refold.cli.app import AppContext, emit, pass_app
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_app
 def index_cmd(app: AppContext, batch: int, limit: int | None, as_json: bool) -> None:
-    """Embed messages that have no vector yet (resumable), for --mode vector/hybrid.
+    """Seal the word index, then embed messages that have no vector yet (resumable).
 
-    First (SQLite) it brings the word index that ranks sentence queries on large archives up
-    to date; searches do that one chunk at a time otherwise.
+    The word index (SQLite) ranks sentence queries on large archives; searches seal it one
+    block of 4,096 messages at a time otherwise. The embeddings serve --mode vector/hybrid.
 
     Shows a progress bar. Stop it any time (Ctrl-C) and run it again to go on: nothing is
     embedded twice. Once messages are indexed, `refold search` and recall default to
@@ -38,15 +38,16 @@ def index_cmd(app: AppContext, batch: int, limit: int | None, as_json: bool) -> 
 
     store = app.store
     seal = getattr(store, "seal_word_index", None)  # SQLite: the word impact index first
+    sealed = 0
     if seal is not None:
         if as_json:
-            seal()
+            sealed = seal()
         else:
             with click.progressbar(length=1, label="word index", show_pos=True) as words:
-                def sealed(done: int, total: int) -> None:
+                def step_words(done: int, total: int) -> None:
                     words.length = total
                     words.update(done - words.pos)
-                seal(sealed)
+                sealed = seal(step_words)
     embedder = load_embedder()
     missing = missing_count(store, embedder.model)
     done = 0
@@ -70,11 +71,13 @@ def index_cmd(app: AppContext, batch: int, limit: int | None, as_json: bool) -> 
         interrupted = True
     left = max(missing - done, 0)
     emit({"embedded": done, "remaining": left, "interrupted": interrupted,
-          "model": embedder.model}, as_json, _render)
+          "model": embedder.model, "word_blocks_sealed": sealed}, as_json, _render)
 
 
 def _render(result: dict[str, Any]) -> None:
     line = f"embedded {result['embedded']} messages ({result['model']})"
+    if result.get("word_blocks_sealed"):
+        line = f"sealed {result['word_blocks_sealed']} word-index blocks; " + line
     if result["remaining"]:
         line += f"; {result['remaining']} still missing: run `refold index` again to go on"
     click.echo(line)

@@ -40,3 +40,10 @@ def index_rows(conn: sqlite3.Connection, low: int, high: int) -> None:
     """Add the CJK rows with ids in (low, high] (being indexed now)."""
     conn.execute(f"INSERT OR REPLACE INTO {TABLE} SELECT id, length(text), active FROM messages "
                  "WHERE id > ? AND id <= ? AND has_cjk = 1", (low, high))
+
+
+def rebuild(conn: sqlite3.Connection) -> None:
+    """Refill the table from the messages under the watermark (``refold doctor --repair``)."""
+    conn.execute(f"DELETE FROM {TABLE}")
+    conn.execute(f"INSERT INTO {TABLE} SELECT id, length(text), active FROM messages "
+                 f"WHERE has_cjk = 1 AND id <= {_WATERMARK}")

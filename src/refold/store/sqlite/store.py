@@ -16,7 +16,7 @@ from typing import Any
 
 from refold._lazy import logger
 from refold.errors import InvalidInput
-from refold.store.sqlite import grams, indexer
+from refold.store.sqlite import cjklen, grams, indexer, wordindex
 from refold.store.sqlite.bulk import BulkOps
 from refold.store.sqlite.database import WAL_LIMIT_BYTES, Database, Synchronous
 from refold.store.sqlite.indexcheck import index_gaps
@@ -112,11 +112,12 @@ class SQLiteStore(SearchOps, VectorOps, BulkOps):
         return problems
 
     def rebuild_search_indexes(self) -> None:
-        """Rebuild the three search indexes from the messages table (repair after damage).
+        """Rebuild the search indexes from the messages table (repair after damage).
 
         SQLite-only maintenance (``integrity_check`` reports the damage this repairs): the
         word index is rebuilt from its external content; the contentless trigram and gram
-        indexes are emptied and refilled from the CJK rows. One transaction.
+        indexes are emptied and refilled from the CJK rows, the CJK lengths too; the word
+        impact index is emptied, to be sealed again. One transaction.
         """
         with self.db.write() as conn:
             conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
@@ -127,6 +128,8 @@ class SQLiteStore(SearchOps, VectorOps, BulkOps):
             grams.backfill(conn)
             conn.execute(f"UPDATE {indexer.STATE} SET indexed_through = "
                          "(SELECT coalesce(max(id), 0) FROM messages) WHERE id = 1")
+            cjklen.rebuild(conn)
+            wordindex.reset(conn)  # sealed again by searches, or all at once by `refold index`
         log.info("search indexes rebuilt for %s", self.path)
 
     def backup(self, destination: str) -> None:

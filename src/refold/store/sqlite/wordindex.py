@@ -473,6 +473,14 @@ def maintain(conn: sqlite3.Connection, indexed_through: int, budget: int | None 
     return sealed
 
 
+def reset(conn: sqlite3.Connection) -> None:
+    """Empty the index (``refold doctor --repair``); it seals again from the first chunk."""
+    conn.execute("DELETE FROM word_postings")
+    conn.execute("DELETE FROM word_changes")
+    conn.execute(f"UPDATE {STATE} SET chunks = 0, rows = 0, tokens = 0, "
+                 "tail_gen = tail_gen + 1 WHERE id = 1")
+
+
 def unsealed(conn: sqlite3.Connection, indexed_through: int) -> int:
     """Complete chunks under the watermark not sealed yet."""
     return max(0, (indexed_through + 1) // CHUNK - state(conn)[0])
