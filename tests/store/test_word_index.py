@@ -338,3 +338,18 @@ def test_doctor_repair_empties_the_index_and_it_seals_again(store: SQLiteStore) 
     assert store.seal_word_index() == 2
     for q in QUESTIONS[:4]:
         compare(store, q)
+
+
+def test_a_lost_cjk_length_is_reported_and_repaired(store: SQLiteStore) -> None:
+    from refold.store.sqlite.indexcheck import index_gaps
+
+    session = store.create_session()
+    store.append_messages(session.id, [{"role": "user", "content": "部署失败了"} for _ in range(20)])
+    store.catch_up_index()
+    with store.db.write() as conn:
+        conn.execute("DELETE FROM cjk_lengths WHERE id = 3")
+    with store.db.read() as conn:
+        assert index_gaps(conn) == ["cjk_lengths holds 19 of 20 rows"]
+    store.rebuild_search_indexes()
+    with store.db.read() as conn:
+        assert index_gaps(conn) == []

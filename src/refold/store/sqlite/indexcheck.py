@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 
 from refold.errors import StorageError
-from refold.store.sqlite import grams
+from refold.store.sqlite import cjklen, grams
 from refold.store.sqlite.indexer import WATERMARK
 
 _INDEXED = f"id <= {WATERMARK}"  # the rows the indexes hold (indexer.py)
@@ -26,8 +26,9 @@ _EXPECTED = (
 def index_gaps(conn: sqlite3.Connection) -> list[str]:
     """One line per index whose document count differs from the rows it should hold."""
     gaps = []
-    for table, expected_sql in _EXPECTED:
-        indexed = conn.execute(f"SELECT count(*) FROM {table}_docsize").fetchone()[0]
+    for table, expected_sql in (*_EXPECTED, (cjklen.TABLE, _EXPECTED[1][1])):
+        counted = table if table == cjklen.TABLE else f"{table}_docsize"
+        indexed = conn.execute(f"SELECT count(*) FROM {counted}").fetchone()[0]
         expected = conn.execute(expected_sql).fetchone()[0]
         if indexed != expected:
             gaps.append(f"{table} holds {indexed} of {expected} rows")
