@@ -13,7 +13,7 @@ import pytest
 from refold.search.query import parse_query
 from refold.search.rank import best_first
 from refold.store.base import SearchQuery
-from refold.store.sqlite import indexer, wordindex
+from refold.store.sqlite import cjklen, indexer, wordindex
 from refold.store.sqlite.natural import fast_scores, natural_scores
 from refold.store.sqlite.store import SQLiteStore
 
@@ -263,19 +263,37 @@ def test_chinese_questions_rank_as_before(store: SQLiteStore) -> None:
                             "ORDER BY id").fetchall()
         assert conn.execute("SELECT id, chars, active FROM cjk_lengths ORDER BY id"
                             ).fetchall() == want
-    for question in ("我们什么时候部署了服务器？", "测试为什么失败了", "缓存清理了吗",
-                     "数据库迁移完成了吗"):
-        for include_inactive in (False, True):
-            query = SearchQuery(question, include_inactive=include_inactive)
-            plan = parse_query(question).natural
-            assert plan is not None and plan.cjk and not plan.words
-            with store.db.read() as conn:
-                fast = cjk_best(conn, plan, query, 20)
-                assert fast is not None
-                reference = natural_scores(conn, plan, query, 20, scan=True)
-            assert [(i, fast[i]) for i in best_first(fast, 20)] == \
-                [(i, reference[i]) for i in best_first(reference, 20)]
-            assert len(fast) >= 20
+
+    def same_as_the_dict_path() -> None:
+        for question in ("我们什么时候部署了服务器？", "测试为什么失败了", "缓存清理了吗",
+                         "数据库迁移完成了吗"):
+            for include_inactive in (False, True):
+                query = SearchQuery(question, include_inactive=include_inactive)
+                plan = parse_query(question).natural
+                assert plan is not None and plan.cjk and not plan.words
+                with store.db.read() as conn:
+                    fast = cjk_best(conn, plan, query, 20)
+                    assert fast is not None
+                    reference = natural_scores(conn, plan, query, 20, scan=True)
+                assert [(i, fast[i]) for i in best_first(fast, 20)] == \
+                    [(i, reference[i]) for i in best_first(reference, 20)]
+                assert len(fast) >= 20
+
+    same_as_the_dict_path()  # the first question joins in SQL, the rest use the NumPy copy
+    store.rewind(sessions[0], 1200)  # active flags change: the copy reloads
+    same_as_the_dict_path()
+    session = store.create_session()  # rows added above: the copy extends
+    store.append_messages(session.id, [{"role": "user", "content": zh_text(rng)}
+                                       for _ in range(400)])
+    store.catch_up_index()
+    same_as_the_dict_path()
+    with store.db.read() as conn:
+        path = wordindex.database_path(conn)
+        assert path is not None
+        copy = cjklen.lengths_for(path).current(conn, path)
+        assert copy is not None
+        assert copy.ids.tolist() == [r[0] for r in conn.execute(
+            "SELECT id FROM cjk_lengths ORDER BY id")]
 
 
 def test_wide_counts_and_lengths(store: SQLiteStore) -> None:

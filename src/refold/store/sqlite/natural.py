@@ -176,17 +176,29 @@ def cjk_best(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     import numpy as np
 
     total, average = _cjk_collection(conn)
-    postings = [_postings(conn, piece, query, "", []) for piece in plan.cjk]
-    present = [rows for rows in postings if rows]
+    path = wordindex.database_path(conn)
+    copy = cjklen.lengths_for(path).current(conn, path) if path else None
+    present: list[tuple[Any, Any]] = []  # (ids, lengths) of each piece with postings
+    for piece in plan.cjk:
+        if copy is None:
+            rows = _postings(conn, piece, query, "", [])
+            found = (np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
+                     np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows)))
+        else:  # the index's rowids, looked up in this process's copy of cjk_lengths
+            table = "messages_cjk_grams" if is_gram_needle(piece) else "messages_trigram"
+            rows = conn.execute(f"SELECT rowid FROM {table} WHERE {table} MATCH ? "
+                                "ORDER BY rowid", ['"' + piece + '"']).fetchall()
+            found = copy.lookup(np.fromiter((r[0] for r in rows), dtype=np.int64,
+                                            count=len(rows)), query.include_inactive)
+        if len(found[0]):
+            present.append(found)
     if not present:
         return {}
-    ids = np.concatenate([np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-                          for rows in present])
+    ids = np.concatenate([found[0] for found in present])
     parts = []
-    for rows in present:
-        chars = np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
+    for found_ids, chars in present:
         norm = 1.0 - B + B * (chars / average)  # rank.presence_weight, elementwise
-        parts.append(idf(total, len(rows)) * ((K1 + 1.0) / (1.0 + K1 * norm)))
+        parts.append(idf(total, len(found_ids)) * ((K1 + 1.0) / (1.0 + K1 * norm)))
     docs, inverse = np.unique(ids, return_inverse=True)
     scores = np.bincount(inverse, weights=np.concatenate(parts), minlength=len(docs))
     every = np.bincount(inverse, minlength=len(docs)) == len(plan.cjk)
