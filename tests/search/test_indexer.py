@@ -114,7 +114,8 @@ def test_refold_index_interrupted_then_resumed(tmp_path: Path,
     interrupting = HashEmbedder(interrupt_on_call=3)  # Ctrl-C during the third batch
     monkeypatch.setattr("refold.search.vectors.load_embedder", lambda: interrupting)
     first = cli_index(tmp_path, "--batch", "8", "--json")
-    assert first == {"embedded": 16, "remaining": 34, "interrupted": True, "model": "test-hash"}
+    assert first == {"embedded": 16, "remaining": 34, "interrupted": True, "model": "test-hash",
+                     "word_blocks_sealed": 0}  # 50 messages: no word-index block complete
     monkeypatch.setattr("refold.search.vectors.load_embedder", HashEmbedder)
     second = cli_index(tmp_path, "--batch", "8")
     assert "embedding" in second["text"]  # the progress bar's label

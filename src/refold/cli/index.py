@@ -23,7 +23,7 @@ from refold.cli.app import AppContext, emit, pass_app
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_app
 def index_cmd(app: AppContext, batch: int, limit: int | None, as_json: bool) -> None:
-    """Seal the word index, then embed messages that have no vector yet (resumable).
+    """Seal the word index, then embed messages with no vector yet (resumable).
 
     The word index (SQLite) ranks sentence queries on large archives; searches seal it one
     block of 4,096 messages at a time otherwise. The embeddings serve --mode vector/hybrid.
