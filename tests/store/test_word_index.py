@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -371,3 +372,15 @@ def test_a_lost_cjk_length_is_reported_and_repaired(store: SQLiteStore) -> None:
     store.rebuild_search_indexes()
     with store.db.read() as conn:
         assert index_gaps(conn) == []
+
+
+def test_a_failed_tokenizer_use_leaves_no_rows_behind() -> None:
+    tok = wordindex.tokenizer()
+
+    def rows() -> Iterator[tuple[int, str]]:
+        yield 1, "caroline caroline"
+        raise RuntimeError("a text source that fails midway")
+
+    with pytest.raises(RuntimeError):
+        tok.counts(rows())
+    assert tok.counts([(7, "support")]) == [("support", 7, 1)]

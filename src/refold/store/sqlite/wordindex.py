@@ -43,7 +43,8 @@ import sqlite3
 import sys
 import threading
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from refold._records import dataclass
@@ -103,56 +104,54 @@ class Tokenizer:
         self.conn.execute("CREATE VIRTUAL TABLE scratch_terms USING fts5vocab(scratch, 'instance')")
         self.words: dict[str, tuple[str, ...]] = {}
 
+    @contextmanager
+    def scratch(self) -> Iterator[sqlite3.Connection]:
+        """The scratch table in one transaction, committed empty (each use ends with its
+        ``delete-all``) or rolled back: no row of a failed use is seen by the next."""
+        with self.lock:
+            self.conn.execute("BEGIN")
+            try:
+                yield self.conn
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+
     def counts(self, rows: Iterable[tuple[int, str | None]]) -> list[tuple[str, int, int]]:
         """(term, id, count) for the rows' texts, by term then id."""
-        with self.lock:
-            conn = self.conn
-            conn.execute("BEGIN")
-            try:
-                conn.executemany("INSERT INTO scratch(rowid, text) VALUES (?, ?)",
-                                 ((i, t or "") for i, t in rows))
-                out = conn.execute("SELECT term, doc, count(*) FROM scratch_terms "
-                                   "GROUP BY term, doc").fetchall()
-                conn.execute("INSERT INTO scratch(scratch) VALUES ('delete-all')")
-            finally:
-                conn.execute("COMMIT")
-            return out
+        with self.scratch() as conn:
+            conn.executemany("INSERT INTO scratch(rowid, text) VALUES (?, ?)",
+                             ((i, t or "") for i, t in rows))
+            out = conn.execute("SELECT term, doc, count(*) FROM scratch_terms "
+                               "GROUP BY term, doc").fetchall()
+            conn.execute("INSERT INTO scratch(scratch) VALUES ('delete-all')")
+        return out
 
     def matching(self, rows: Iterable[tuple[int, str | None]], match: str) -> set[int]:
         """The ids among ``rows`` whose text matches the FTS5 expression ``match``."""
-        with self.lock:
-            conn = self.conn
-            conn.execute("BEGIN")
-            try:
-                conn.executemany("INSERT INTO scratch(rowid, text) VALUES (?, ?)",
-                                 ((i, t or "") for i, t in rows))
-                out = {int(r[0]) for r in conn.execute(
-                    "SELECT rowid FROM scratch WHERE scratch MATCH ?", (match,))}
-                conn.execute("INSERT INTO scratch(scratch) VALUES ('delete-all')")
-            finally:
-                conn.execute("COMMIT")
-            return out
+        with self.scratch() as conn:
+            conn.executemany("INSERT INTO scratch(rowid, text) VALUES (?, ?)",
+                             ((i, t or "") for i, t in rows))
+            out = {int(r[0]) for r in conn.execute(
+                "SELECT rowid FROM scratch WHERE scratch MATCH ?", (match,))}
+            conn.execute("INSERT INTO scratch(scratch) VALUES ('delete-all')")
+        return out
 
     def phrase_counts(self, rows: Iterable[tuple[int, str | None]],
                       tokens: Sequence[str]) -> dict[int, int]:
         """How often the token sequence ``tokens`` occurs in each row's text (overlaps
         counted, as FTS5 counts a phrase's instances)."""
-        with self.lock:
-            conn = self.conn
-            conn.execute("BEGIN")
-            try:
-                conn.executemany("INSERT INTO scratch(rowid, text) VALUES (?, ?)",
-                                 ((i, t or "") for i, t in rows))
-                at: dict[str, dict[int, set[int]]] = {}
-                for token in dict.fromkeys(tokens):
-                    found: dict[int, set[int]] = {}
-                    for doc, offset in conn.execute(
-                            "SELECT doc, offset FROM scratch_terms WHERE term = ?", (token,)):
-                        found.setdefault(int(doc), set()).add(int(offset))
-                    at[token] = found
-                conn.execute("INSERT INTO scratch(scratch) VALUES ('delete-all')")
-            finally:
-                conn.execute("COMMIT")
+        with self.scratch() as conn:
+            conn.executemany("INSERT INTO scratch(rowid, text) VALUES (?, ?)",
+                             ((i, t or "") for i, t in rows))
+            at: dict[str, dict[int, set[int]]] = {}
+            for token in dict.fromkeys(tokens):
+                found: dict[int, set[int]] = {}
+                for doc, offset in conn.execute(
+                        "SELECT doc, offset FROM scratch_terms WHERE term = ?", (token,)):
+                    found.setdefault(int(doc), set()).add(int(offset))
+                at[token] = found
+            conn.execute("INSERT INTO scratch(scratch) VALUES ('delete-all')")
         first = at[tokens[0]]
         return {doc: sum(1 for p in starts if all(
                     p + i in at[t].get(doc, ()) for i, t in enumerate(tokens)))
@@ -163,16 +162,11 @@ class Tokenizer:
         found = self.words.get(word)
         if found is not None:
             return found
-        with self.lock:
-            conn = self.conn
-            conn.execute("BEGIN")
-            try:
-                conn.execute("INSERT INTO scratch(rowid, text) VALUES (1, ?)", (word,))
-                tokens = tuple(str(r[0]) for r in conn.execute(
-                    "SELECT term FROM scratch_terms ORDER BY offset"))
-                conn.execute("INSERT INTO scratch(scratch) VALUES ('delete-all')")
-            finally:
-                conn.execute("COMMIT")
+        with self.scratch() as conn:
+            conn.execute("INSERT INTO scratch(rowid, text) VALUES (1, ?)", (word,))
+            tokens = tuple(str(r[0]) for r in conn.execute(
+                "SELECT term FROM scratch_terms ORDER BY offset"))
+            conn.execute("INSERT INTO scratch(scratch) VALUES ('delete-all')")
         if len(self.words) > 50_000:
             self.words.clear()
         self.words[word] = tokens
@@ -521,14 +515,19 @@ class Tail:
             return
         rows = db.execute("SELECT id, text FROM messages WHERE id > ? AND id <= ?",
                           (self.through, indexed_through)).fetchall()
+        lengths = doc_lengths(db, self.through + 1, indexed_through)
+        key, self.key = self.key, None  # until the rows are in: interrupted, it refills
         self.conn.execute("BEGIN")
         try:
             self.conn.executemany("INSERT INTO tail(rowid, text) VALUES (?, ?)",
                                   ((i, t or "") for i, t in rows))
-        finally:
-            self.conn.execute("COMMIT")
-        self.lengths.update(doc_lengths(db, self.through + 1, indexed_through))
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+        self.lengths.update(lengths)
         self.through = indexed_through
+        self.key = key
 
     def postings(self, term: str) -> list[tuple[int, int]]:
         return [(int(d), int(c)) for d, c in self.conn.execute(
