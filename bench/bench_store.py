@@ -452,6 +452,7 @@ def bench_hybrid(cache: Path, total: int, queries: int) -> None:
     size = os.path.getsize(path)
     print(f"hybrid over {store.info()['messages']:,} messages: {filled:,} vectors stored in "
           f"{time.perf_counter() - start:.1f} s (db now {size / 1e6:.0f} MB)")
+    store.seal_word_index()  # as `refold index` does (else the first searches each seal one)
     texts = query_sets(store, random.Random(3), queries)["sentence (en)"]
     index.nearest("warm", 1)  # loads the vectors into memory once, as a long-lived process does
     timings = []
