@@ -132,6 +132,10 @@ def test_filters_take_the_best_allowed(store: SQLiteStore) -> None:
     store.seal_word_index()
     compare(store, "caroline support group", source="b")
     compare(store, "running file object", session_id=sessions[2])
+    store.rewind(sessions[1], 2000, any_role=True)
+    compare(store, "caroline support group", session_id=sessions[1], role="user")
+    compare(store, "caroline support group", session_id=sessions[1], include_inactive=True)
+    compare(store, "caroline support group", session_id=sessions[1], limit=400)
     compare(store, "alpha beta", role="assistant")
     compare(store, "theta deploy", exclude_session_id=sessions[0])
 

@@ -428,6 +428,20 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     def kth(values: Any, k: int) -> float:
         return -math.inf if len(values) < k else float(np.partition(values, -k)[-k])
 
+    if query.session_id is not None:  # one session: score exactly the rows it allows
+        where, args = filters(query)
+        rows = conn.execute(f"SELECT m.id FROM messages m{_join(query)} WHERE 1{where}",
+                            args).fetchall()
+        inside = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        inside = inside[inside < len(total)]
+        candidates = inside[(matched[inside] if matched is not None
+                             else words.count[inside] > 0)]
+        bar = kth(lower(candidates), max(1, limit))
+        chosen = [int(i) for i in candidates[upper(candidates) >= bar]]
+        phrase = _phrases(conn, plan, chosen)
+        every = dict(zip(chosen, holds(np.array(chosen, dtype=np.int64)).tolist(), strict=True))
+        return {i: boosted(float(total[i]), has_all=every[i], has_phrase=i in phrase)
+                for i in chosen}
     want = max(1, limit)
     while True:
         seed = words.seed if matched is None else None
