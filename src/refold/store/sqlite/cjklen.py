@@ -23,6 +23,8 @@ import sqlite3
 import threading
 from typing import Any
 
+from refold.store.sqlite.wordindex import per_file
+
 TABLE = "cjk_lengths"
 _WATERMARK = "(SELECT indexed_through FROM search_index_state WHERE id = 1)"
 
@@ -123,14 +125,7 @@ class Lengths:
 
 
 _COPIES: dict[str, Lengths] = {}
-_COPIES_LOCK = threading.Lock()
 
 
 def lengths_for(path: str) -> Lengths:
-    with _COPIES_LOCK:
-        found = _COPIES.get(path)
-        if found is None:
-            if len(_COPIES) > 16:
-                _COPIES.clear()
-            found = _COPIES[path] = Lengths()
-        return found
+    return per_file(_COPIES, path, Lengths)

@@ -149,7 +149,7 @@ class SearchOps(StateOps):
         """Seal every complete chunk of the word impact index (``wordindex.py``), one
         transaction a chunk; returns how many were sealed. ``progress(done, total)``."""
         with self.db.write() as conn:
-            indexer.index_pending(conn, seal=0)  # the FTS5 indexes first: chunks seal under them
+            indexer.index_pending(conn)  # the FTS5 indexes first: chunks seal under them
             todo = wordindex.unsealed(conn, indexer.watermark(conn))
         done = failed = 0
         while True:

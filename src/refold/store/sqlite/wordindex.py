@@ -18,10 +18,12 @@ Layout (migration 9):
   changes.
 - ``word_changes``: the old text of every row of a sealed chunk deleted or rewritten since it
   was sealed, or NULL for a row inserted there (an id reused after the newest rows were
-  deleted; SQL triggers); ``maintain`` takes the old postings out and puts the new ones in.
+  deleted; SQL triggers); ``fold_changes`` (from ``indexer.index_pending``) takes the old
+  postings out and puts the new ones in.
 
-A chunk is sealed by ``maintain`` (from ``indexer.index_pending``, inside the writer's
-transaction) once every id in it is under the FTS5 watermark. The rows above the sealed
+A chunk is sealed once every id in it is under the FTS5 watermark: ``prepare_seal`` tokenizes
+it from a read snapshot, ``commit_seal`` writes it if nothing changed since (a search seals
+one, ``refold index`` all; appends and imports never). The rows above the sealed
 chunks (the *tail*: under ``CHUNK`` rows plus the unindexed batch, when caught up) are
 tokenized per process into an in-memory FTS5 table (``Tail``), kept in step by id and
 ``tail_gen``. Tokens always come from SQLite's own FTS5 tokenizer on the same configuration,
@@ -30,8 +32,9 @@ in memory, so the terms and counts are FTS5's.
 The scoring is FTS5's ``bm25()`` to the bit: the same collection size and average length (read
 from the FTS5 index's own totals record), the same document frequencies (sealed postings plus
 tail), the same expression evaluated in the same order in float64, so ranks match the word
-index's. The fast path is used only when that holds; otherwise (NumPy missing, a word that is
-not one token, changes not yet folded in, a tail too long, totals that disagree) search takes
+index's. The fast path is used only when that holds; otherwise (NumPy missing, a phrase term
+with too many repeated tokens to count, changes not yet folded in, a tail too long, totals
+that disagree) search takes
 the FTS5 path, which gives the same answer slower.
 """
 
@@ -43,9 +46,9 @@ import sqlite3
 import sys
 import threading
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from refold._records import dataclass
 
@@ -58,6 +61,7 @@ K1 = 1.2
 B = 0.75
 STATE = "word_index_state"
 _BIG = sys.byteorder == "big"
+T = TypeVar("T")
 
 MIGRATION = (
     """CREATE TABLE word_postings (
@@ -92,16 +96,37 @@ MIGRATION = (
 
 
 # -- tokens, from SQLite's own tokenizer --------------------------------------------------------
+def memory_fts(table: str) -> sqlite3.Connection:
+    """An in-memory connection holding a contentless FTS5 ``table`` with the word index's
+    tokenizer and ``<table>_terms``, its per-instance vocabulary."""
+    conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    conn.execute(f"CREATE VIRTUAL TABLE {table} USING fts5(text, content='', "
+                 f"tokenize='{TOKENIZE}')")
+    conn.execute(f"CREATE VIRTUAL TABLE {table}_terms USING fts5vocab({table}, 'instance')")
+    return conn
+
+
+_PER_FILE_LOCK = threading.Lock()
+
+
+def per_file(copies: dict[str, T], path: str, make: Callable[[], T]) -> T:
+    """The process's one ``copies[path]`` (made on first use; at most 16 files kept)."""
+    with _PER_FILE_LOCK:
+        found = copies.get(path)
+        if found is None:
+            if len(copies) > 16:
+                copies.clear()
+            found = copies[path] = make()
+        return found
+
+
 class Tokenizer:
     """FTS5's tokens for texts: an in-memory FTS5 table with the word index's tokenizer. One
     per process (``tokenizer()``); every use holds its lock."""
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self.conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-        self.conn.execute(f"CREATE VIRTUAL TABLE scratch USING fts5(text, content='', "
-                          f"tokenize='{TOKENIZE}')")
-        self.conn.execute("CREATE VIRTUAL TABLE scratch_terms USING fts5vocab(scratch, 'instance')")
+        self.conn = memory_fts("scratch")
         self.words: dict[str, tuple[str, ...]] = {}
 
     @contextmanager
@@ -237,14 +262,6 @@ def _pack(typecode: str, values: Iterable[int]) -> bytes:
     return arr.tobytes()
 
 
-def _unpack(typecode: str, blob: bytes) -> array[int]:
-    arr = array(typecode)
-    arr.frombytes(blob)
-    if _BIG:
-        arr.byteswap()
-    return arr
-
-
 # Term frequencies are one byte each when all fit (nearly always), else two; lengths two bytes,
 # else four. A row's blob length over its number of ids tells which.
 TFS = ("B", "H")
@@ -331,13 +348,6 @@ def commit_seal(conn: sqlite3.Connection, plan: Sealing) -> bool:
     return True
 
 
-def _seal(conn: sqlite3.Connection, chunk: int) -> None:
-    """Seal chunk ``chunk`` now (inside a write transaction: nothing can change meanwhile)."""
-    plan = prepare_seal(conn)
-    assert plan is not None and plan.chunk == chunk
-    assert commit_seal(conn, plan)
-
-
 def row_chunk(chunk: int, sealed: int) -> int:
     """The key of the row holding chunk ``chunk``'s postings, ``sealed`` chunks being sealed."""
     start = chunk - chunk % SEGMENT
@@ -404,7 +414,7 @@ def _rewrite(np: Any, conn: sqlite3.Connection, term: str, key: int, drop: set[i
                   _narrow(LENS, lens.tolist())))
 
 
-def _apply_changes(conn: sqlite3.Connection, indexed_through: int) -> None:
+def fold_changes(conn: sqlite3.Connection, indexed_through: int) -> None:
     """Fold the rows of sealed chunks inserted, deleted or rewritten since they were sealed
     (``word_changes``) into the postings. What the index holds for an id is what its first
     change since found (the old text, or nothing for an insert), so per id: that text's
@@ -454,19 +464,6 @@ def _apply_changes(conn: sqlite3.Connection, indexed_through: int) -> None:
                  (rows_delta, tokens_delta))
 
 
-def maintain(conn: sqlite3.Connection, indexed_through: int, budget: int | None = 1) -> int:
-    """Fold pending changes in and seal up to ``budget`` complete chunks (None: all) under
-    ``indexed_through``; returns how many were sealed. Inside a write transaction."""
-    _apply_changes(conn, indexed_through)
-    chunks = state(conn)[0]
-    sealed = 0
-    while (chunks + 1) * CHUNK - 1 <= indexed_through and (budget is None or sealed < budget):
-        _seal(conn, chunks)
-        chunks += 1
-        sealed += 1
-    return sealed
-
-
 def reset(conn: sqlite3.Connection) -> None:
     """Empty the index (``refold doctor --repair``); it seals again from the first chunk."""
     conn.execute("DELETE FROM word_postings")
@@ -481,7 +478,7 @@ def unsealed(conn: sqlite3.Connection, indexed_through: int) -> int:
 
 
 def needs_work(conn: sqlite3.Connection, indexed_through: int) -> bool:
-    """True when ``maintain`` has changes to fold in, or (on an archive of ``MIN_ROWS`` or
+    """True when ``fold_changes`` has changes to fold in, or (on an archive of ``MIN_ROWS`` or
     more) a chunk to seal."""
     if bool(conn.execute("SELECT EXISTS (SELECT 1 FROM word_changes)").fetchone()[0]):
         return True
@@ -496,10 +493,7 @@ class Tail:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self.conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-        self.conn.execute(f"CREATE VIRTUAL TABLE tail USING fts5(text, content='', "
-                          f"tokenize='{TOKENIZE}')")
-        self.conn.execute("CREATE VIRTUAL TABLE tail_terms USING fts5vocab(tail, 'instance')")
+        self.conn = memory_fts("tail")
         self.key: tuple[int, int, int] | None = None  # (file, chunks, tail_gen) it holds
         self.through = -1  # highest id loaded
         self.lengths: dict[int, int] = {}
@@ -538,17 +532,10 @@ class Tail:
 
 
 _TAILS: dict[str, Tail] = {}
-_TAILS_LOCK = threading.Lock()
 
 
 def tail_for(path: str) -> Tail:
-    with _TAILS_LOCK:
-        tail = _TAILS.get(path)
-        if tail is None:
-            if len(_TAILS) > 16:
-                _TAILS.clear()
-            tail = _TAILS[path] = Tail()
-        return tail
+    return per_file(_TAILS, path, Tail)
 
 
 # -- scoring -------------------------------------------------------------------------------------
