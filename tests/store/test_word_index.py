@@ -112,6 +112,43 @@ def test_appends_deletes_and_rewrites_stay_exact(store: SQLiteStore) -> None:
     assert hits and hits[0].content == "caroline caroline support"
 
 
+def test_the_phrase_test_reads_only_rows_that_can_place(store: SQLiteStore,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows holding both words of a pair, adjacent or not, compete for the phrase boost: the
+    best come out exactly as FTS5 ranks them, and rows that cannot reach the top are never
+    read for the phrase test (nor rows lacking one of the pair's words)."""
+    from refold.store.sqlite import natural
+
+    rng = random.Random(23)
+    session = store.create_session()
+    rows = []
+    for n in range(6000):
+        filler = " ".join(rng.choice(VOCAB[:12]) for _ in range(rng.choice((2, 6, 15))))
+        long = " ".join(rng.choice(VOCAB[:12]) for _ in range(15))
+        kind = n % 20
+        rows.append({"role": "user", "content": (
+            f"{long} support group {long}" if kind == 0 else
+            f"support {long} group" if kind == 1 else
+            "support support support" if kind == 2 else  # a high score, but no "group"
+            f"group {filler}" if kind == 3 else filler)})
+    store.append_messages(session.id, rows)
+    store.seal_word_index()
+    read: list[int] = []
+    phrases = natural._phrases
+    monkeypatch.setattr(natural, "_phrases",
+                        lambda conn, plan, ids: read.extend(ids) or phrases(conn, plan, ids))
+    for limit in (1, 20, 200):
+        read.clear()
+        compare(store, "the support group", limit=limit)
+        plan = parse_query("the support group").natural
+        assert plan is not None and plan.pairs
+        with store.db.read() as conn:
+            both = {int(r[0]) for r in conn.execute(
+                "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'support AND group'")}
+        assert read and set(read) <= both  # a row without both words cannot hold the phrase
+        assert len(read) < len(both)  # ... and most of those cannot place
+
+
 def test_ids_reused_under_the_sealed_chunks(store: SQLiteStore) -> None:
     rng = random.Random(13)
     sessions = fill(store, rng, 3, 3000)
@@ -135,6 +172,7 @@ def test_filters_take_the_best_allowed(store: SQLiteStore) -> None:
     store.rewind(sessions[1], 2000, any_role=True)
     compare(store, "caroline support group", session_id=sessions[1], role="user")
     compare(store, "caroline support group", session_id=sessions[1], include_inactive=True)
+    compare(store, "caroline support group", include_inactive=True)  # rewound rows count too
     compare(store, "caroline support group", session_id=sessions[1], limit=400)
     compare(store, "alpha beta", role="assistant")
     compare(store, "theta deploy", exclude_session_id=sessions[0])

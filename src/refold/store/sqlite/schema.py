@@ -195,6 +195,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "word impact index", wordindex.MIGRATION),
     # CJK postings weighed by length without reading the message rows (cjklen.py)
     Migration(10, "CJK message lengths", cjklen.MIGRATION),
+    # the rewound rows among a search's candidates, without reading each candidate's row
+    Migration(11, "inactive messages by id", (
+        "CREATE INDEX IF NOT EXISTS messages_inactive ON messages(id) WHERE active = 0",)),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

@@ -554,10 +554,21 @@ def database_path(conn: sqlite3.Connection) -> str | None:
 
 class WordScores:
     """BM25 of every message holding any of the terms, as FTS5 ranks them: ``raw`` over the
-    id space (float64), ``count`` of terms held, and ``ids`` of the rarest term's postings."""
+    id space (float64), ``count`` of terms held, ``seed`` the rarest term's postings, and
+    ``held`` each term's matching ids (ascending), in the order of the terms."""
 
-    def __init__(self, raw: Any, count: Any, seed: Any) -> None:
-        self.raw, self.count, self.seed = raw, count, seed
+    def __init__(self, raw: Any, count: Any, seed: Any, held: Sequence[Any] = ()) -> None:
+        self.raw, self.count, self.seed, self.held = raw, count, seed, list(held)
+
+    def holding(self, term: int, ids: Any) -> Any:
+        """Which of ``ids`` hold term number ``term`` (a boolean array)."""
+        import numpy as np
+
+        have = self.held[term]
+        if not len(have):
+            return np.zeros(len(ids), dtype=bool)
+        at = np.minimum(np.searchsorted(have, ids), len(have) - 1)
+        return have[at] == ids
 
 
 def _postings(np: Any, conn: sqlite3.Connection, term: str, tail: list[tuple[int, int]],
@@ -692,14 +703,15 @@ def word_scores(conn: sqlite3.Connection, terms: Sequence[tuple[str, str]],
     size = max(indexed_through, 0) + 1
     present = [(ids, w) for ids, w in weights if len(ids)]
     count = np.zeros(size, dtype=np.uint8)  # terms held (at most MAX_NATURAL_TERMS = 24)
+    held = [ids for ids, _ in weights]
     if not present:
-        return WordScores(np.zeros(size), count, np.zeros(0, np.int64))
+        return WordScores(np.zeros(size), count, np.zeros(0, np.int64), held)
     raw = np.bincount(np.concatenate([ids for ids, _ in present]),
                       weights=np.concatenate([w for _, w in present]), minlength=size)
     for ids, _ in present:  # a term's ids are distinct: one increment each
         count[ids] += 1
     seed = min((ids for ids, _ in present), key=len)
-    return WordScores(raw, count, seed)
+    return WordScores(raw, count, seed, held)
 
 
 def best_of_term(conn: sqlite3.Connection, text: str, match: str, indexed_through: int,
