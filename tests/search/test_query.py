@@ -141,6 +141,23 @@ def test_snippet_brackets_matches() -> None:
     assert make_snippet("部署服务器", ["部署"]) == "[部署]服务器"
 
 
+def test_snippet_shows_where_most_of_the_question_is() -> None:
+    # a test log: the first "fail" is a banner; the line naming the error holds every word
+    text = ("." * 200 + "\n===== FAILURES =====\n" + "def test_load(): pass\n" * 20
+            + "E   ModuleNotFoundError: No module named 'imp'\n" + "z" * 400)
+    snippet = make_snippet(text, ["fail", "module", "named", "imp"])
+    assert "No [module] [named] '[imp]'" in snippet
+    assert "[FAIL]URES" not in snippet
+    # a tie keeps the earliest window
+    assert make_snippet("deploy " + "x" * 300 + " deploy", ["deploy"]).startswith("[deploy]")
+
+
+def test_snippet_of_a_long_output_with_many_matches() -> None:
+    text = "the cache missed again; " * 20_000 + "cache hit rate fell after the deploy"
+    snippet = make_snippet(text, ["cache", "deploy", "rate"])
+    assert "[rate]" in snippet or "[deploy]" in snippet  # the window holding more needles
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=60))
 def test_any_text_parses_and_is_valid_fts5(text: str) -> None:

@@ -373,9 +373,12 @@ def is_explicit(tokens: list[Term | str]) -> bool:
 
 
 def make_snippet(text: str, needles: list[str], *, width: int = 120) -> str:
-    """A ~``width``-character excerpt around the first match, matches wrapped in ``[...]``.
+    """A ~``width``-character excerpt around the matches, matches wrapped in ``[...]``.
 
-    Matching is case-insensitive; without any match the start of the text is returned.
+    The excerpt is the window holding the most different needles (then the most matches; the
+    earliest on a tie): for a question, the line that answers it rather than the first place
+    one of its words occurs. Matching is case-insensitive; without any match the start of the
+    text is returned.
     """
     lowered = text.lower()
     if len(lowered) != len(text):  # a few characters change length when lowered
@@ -383,12 +386,11 @@ def make_snippet(text: str, needles: list[str], *, width: int = 120) -> str:
     spans = _match_spans(lowered, [n.lower() for n in needles if n])
     if not spans:
         return _clip(text, 0, width)
-    first = spans[0][0]
-    start = max(0, first - width // 3)
+    start = max(0, _best_window(spans, width) - width // 3)
     end = min(len(text), start + width)
     pieces: list[str] = ["…" if start > 0 else ""]
     cursor = start
-    for lo, hi in spans:
+    for lo, hi, _ in spans:
         if lo < cursor or hi > end:
             continue
         pieces.append(text[cursor:lo] + "[" + text[lo:hi] + "]")
@@ -397,14 +399,45 @@ def make_snippet(text: str, needles: list[str], *, width: int = 120) -> str:
     return "".join(pieces).replace("\n", " ")
 
 
-def _match_spans(lowered: str, needles: list[str]) -> list[tuple[int, int]]:
-    spans: list[tuple[int, int]] = []
-    for needle in sorted(set(needles), key=len, reverse=True):
-        start = lowered.find(needle)
-        while start != -1:
+MAX_SNIPPET_SPANS = 2000  # matches of each needle weighed (a long tool output): a rare
+# needle's matches are all seen however often a common one occurs
+
+
+def _best_window(spans: list[tuple[int, int, int]], width: int) -> int:
+    """Where the best window's first match starts: the window opening ``width // 3`` before a
+    match and ``width`` long that holds the most different needles, then the most matches."""
+    reach = width - width // 3  # how far after its first match a window goes
+    held: dict[int, int] = {}  # needle -> matches inside the window
+    best, best_key, right = spans[0][0], (0, 0), 0
+    for left, (lo, _, _) in enumerate(spans):
+        while right < len(spans) and spans[right][1] <= lo + reach:
+            held[spans[right][2]] = held.get(spans[right][2], 0) + 1
+            right += 1
+        key = (len(held), right - left)
+        if key > best_key:
+            best, best_key = lo, key
+        if right > left:  # the window moves past this match
+            needle = spans[left][2]
+            held[needle] -= 1
+            if not held[needle]:
+                del held[needle]
+        else:
+            right = left + 1
+    return best
+
+
+def _match_spans(lowered: str, needles: list[str]) -> list[tuple[int, int, int]]:
+    """(start, end, which needle) of every match, longest needles first where they overlap."""
+    spans: list[tuple[int, int, int]] = []
+    taken = bytearray(len(lowered))  # characters a longer needle's match holds already
+    for number, needle in enumerate(sorted(set(needles), key=len, reverse=True)):
+        start, found = lowered.find(needle), 0
+        while start != -1 and found < MAX_SNIPPET_SPANS:
             end = start + len(needle)
-            if not any(lo < end and start < hi for lo, hi in spans):
-                spans.append((start, end))
+            if not any(taken[start:end]):
+                spans.append((start, end, number))
+                taken[start:end] = b"\x01" * (end - start)
+                found += 1
             start = lowered.find(needle, end)
     return sorted(spans)
 
