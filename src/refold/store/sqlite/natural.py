@@ -337,9 +337,9 @@ def _allowed(conn: sqlite3.Connection, ids: list[int], query: SearchQuery) -> se
     if not ids:
         return set()
     where, args = filters(query)
-    if not args and not _join(query):
-        if not where:  # include_inactive and nothing else: every indexed id is a message
-            return set(ids)
+    if not where:  # include_inactive and nothing else: every indexed id is a message
+        return set(ids)
+    if where == " AND m.active = 1" and not args:
         rewound = conn.execute(
             "SELECT id FROM messages INDEXED BY messages_inactive "
             "WHERE active = 0 AND id BETWEEN ? AND ?", (min(ids), max(ids)))
