@@ -152,6 +152,18 @@ def test_snippet_shows_where_most_of_the_question_is() -> None:
     assert make_snippet("deploy " + "x" * 300 + " deploy", ["deploy"]).startswith("[deploy]")
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=400), st.lists(st.text(min_size=0, max_size=6), max_size=5),
+       st.integers(min_value=1, max_value=200))
+def test_snippet_of_any_text_is_an_excerpt_of_it(text: str, needles: list[str],
+                                                 width: int) -> None:
+    snippet = make_snippet(text, needles, width=width)
+    plain = snippet.replace("[", "").replace("]", "").strip("…")
+    source = text.replace("\n", " ").replace("[", "").replace("]", "")
+    assert plain in source  # the excerpt is the text's own, brackets and ellipses aside
+    assert len(plain) <= width
+
+
 def test_snippet_of_a_long_output_with_many_matches() -> None:
     text = "the cache missed again; " * 20_000 + "cache hit rate fell after the deploy"
     snippet = make_snippet(text, ["cache", "deploy", "rate"])
