@@ -426,3 +426,16 @@ def test_a_failed_tokenizer_use_leaves_no_rows_behind() -> None:
     with pytest.raises(RuntimeError):
         tok.counts(rows())
     assert tok.counts([(7, "support")]) == [("support", 7, 1)]
+
+
+def test_which_ids_hold_a_term_whatever_order_its_postings_come_in() -> None:
+    import numpy as np
+
+    scores = wordindex.WordScores(np.zeros(10), np.zeros(10, dtype=np.uint8),
+                                  np.zeros(0, dtype=np.int64),
+                                  [np.array([5, 1, 3]), np.array([2, 4]),
+                                   np.zeros(0, dtype=np.int64)])
+    asked = np.array([1, 2, 3, 5, 9])
+    assert scores.holding(0, asked).tolist() == [True, False, True, True, False]
+    assert scores.holding(1, asked).tolist() == [False, True, False, False, False]
+    assert scores.holding(2, asked).tolist() == [False] * 5

@@ -525,7 +525,8 @@ class Tail:
 
     def postings(self, term: str) -> list[tuple[int, int]]:
         return [(int(d), int(c)) for d, c in self.conn.execute(
-            "SELECT doc, count(*) FROM tail_terms WHERE term = ? GROUP BY doc", (term,))]
+            "SELECT doc, count(*) FROM tail_terms WHERE term = ? GROUP BY doc ORDER BY doc",
+            (term,))]
 
     def totals(self) -> tuple[int, int]:
         return len(self.lengths), sum(self.lengths.values())
@@ -559,11 +560,17 @@ class WordScores:
 
     def __init__(self, raw: Any, count: Any, seed: Any, held: Sequence[Any] = ()) -> None:
         self.raw, self.count, self.seed, self.held = raw, count, seed, list(held)
+        self._ascending: set[int] = set()  # terms whose ids were checked ascending
 
     def holding(self, term: int, ids: Any) -> Any:
         """Which of ``ids`` hold term number ``term`` (a boolean array)."""
         import numpy as np
 
+        if term not in self._ascending:  # postings come ascending; checked once, not trusted
+            have = self.held[term]
+            if len(have) > 1 and not bool(np.all(have[1:] > have[:-1])):
+                self.held[term] = np.unique(have)
+            self._ascending.add(term)
         have = self.held[term]
         if not len(have):
             return np.zeros(len(ids), dtype=bool)
