@@ -139,6 +139,8 @@ def test_snippet_brackets_matches() -> None:
     assert snippet.startswith("…") and snippet.endswith("…")
     assert make_snippet("no match here", ["zzz"]) == "no match here"
     assert make_snippet("部署服务器", ["部署"]) == "[部署]服务器"
+    # touching matches (CJK bigrams) read as one
+    assert make_snippet("デプロイが失敗した", ["デプ", "ロイ", "失敗"]) == "[デプロイ]が[失敗]した"
 
 
 def test_snippet_shows_where_most_of_the_question_is() -> None:
