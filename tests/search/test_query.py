@@ -141,6 +141,7 @@ def test_snippet_brackets_matches() -> None:
     assert make_snippet("部署服务器", ["部署"]) == "[部署]服务器"
     # touching matches (CJK bigrams) read as one
     assert make_snippet("デプロイが失敗した", ["デプ", "ロイ", "失敗"]) == "[デプロイ]が[失敗]した"
+    assert make_snippet("部署部署", ["部署"]) == "[部署][部署]"  # repeats stay apart
 
 
 def test_snippet_shows_where_most_of_the_question_is() -> None:

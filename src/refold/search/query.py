@@ -388,17 +388,19 @@ def make_snippet(text: str, needles: list[str], *, width: int = 120) -> str:
         return _clip(text, 0, width)
     start = max(0, _best_window(spans, width) - width // 3)
     end = min(len(text), start + width)
-    shown: list[list[int]] = []  # the matches inside the excerpt, touching ones joined
-    for lo, hi, _ in spans:
+    # the matches inside the excerpt; touching matches of different needles are joined
+    # ("[デプ][ロイ]" reads as "[デプロイ]"), repeats of one needle stay apart
+    shown: list[list[int]] = []  # [start, end, needle of the last part]
+    for lo, hi, needle in spans:
         if lo < start or hi > end:
             continue
-        if shown and lo == shown[-1][1]:  # "[デプ][ロイ]" reads as "[デプロイ]"
-            shown[-1][1] = hi
+        if shown and lo == shown[-1][1] and needle != shown[-1][2]:
+            shown[-1][1:] = [hi, needle]
         else:
-            shown.append([lo, hi])
+            shown.append([lo, hi, needle])
     pieces: list[str] = ["…" if start > 0 else ""]
     cursor = start
-    for lo, hi in shown:
+    for lo, hi, _ in shown:
         pieces.append(text[cursor:lo] + "[" + text[lo:hi] + "]")
         cursor = hi
     pieces.append(text[cursor:end] + ("…" if end < len(text) else ""))
