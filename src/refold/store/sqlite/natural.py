@@ -329,7 +329,7 @@ def natural_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQue
 MAX_FAST_FETCH = 20_000  # candidates the word impact index widens to before leaving it to FTS5
 
 
-def _allowed(conn: sqlite3.Connection, ids: list[int], query: SearchQuery) -> set[int]:
+def allowed_ids(conn: sqlite3.Connection, ids: list[int], query: SearchQuery) -> set[int]:
     """The ids among ``ids`` that pass the query's filters. With no filter but the default
     (active rows only) the rewound rows are read from their own small index, not each
     candidate's row: on a cold cache that is a page read or two instead of one per
@@ -493,11 +493,9 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
         candidates = inside[(matched[inside] if matched is not None
                              else words.count[inside] > 0)]
         bar = kth(lower(candidates), max(1, limit))
-        chosen = [int(i) for i in candidates[upper(candidates) >= bar]]
-        phrase = _phrases(conn, plan, chosen)
-        every = dict(zip(chosen, holds(np.array(chosen, dtype=np.int64)).tolist(), strict=True))
-        return {i: boosted(float(total[i]), has_all=every[i], has_phrase=i in phrase)
-                for i in chosen}
+        chosen = candidates[upper(candidates) >= bar]
+        return _best_boosted(conn, plan, chosen, total[chosen], holds(chosen), upper(chosen),
+                             limit)
     want = max(1, limit)
     while True:
         seed = words.seed if matched is None else None
@@ -512,7 +510,7 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
         bar = max(bar, kth(lower(candidates), want))
         chosen = candidates[upper(candidates) >= bar]
         ids = [int(i) for i in chosen]
-        allowed = _allowed(conn, ids, query)
+        allowed = allowed_ids(conn, ids, query)
         kept = chosen[np.fromiter((i in allowed for i in ids), dtype=bool, count=len(ids))]
         out = _best_boosted(conn, plan, kept, total[kept], holds(kept), upper(kept), limit)
         if len(out) >= limit and sorted(out.values())[-limit] >= bar:

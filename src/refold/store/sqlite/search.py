@@ -39,7 +39,7 @@ from refold.search.rank import best_first, collapse_copies, titles_first
 from refold.store.base import SearchHit, SearchQuery
 from refold.store.sqlite import indexer, wordindex
 from refold.store.sqlite.indexcheck import require_intact_index
-from refold.store.sqlite.natural import filters, natural_scores, newest_ids
+from refold.store.sqlite.natural import allowed_ids, filters, natural_scores, newest_ids
 from refold.store.sqlite.state import StateOps
 
 log = logger(__name__)
@@ -279,12 +279,7 @@ class SearchOps(StateOps):
             best = wordindex.best_of_term(conn, " ".join(term.words), term.fts5(), through, want)
             if best is None:
                 return None
-            where, args = filters(query)
-            join = " JOIN sessions s ON s.id = m.session_id" if _needs_session(query) else ""
-            marks = ",".join("?" * len(best))
-            allowed = {r[0] for r in conn.execute(
-                f"SELECT m.id FROM messages m{join} WHERE m.id IN ({marks}){where}",
-                [*(i for i, _ in best), *args])} if best else set()
+            allowed = allowed_ids(conn, [i for i, _ in best], query)
             kept = [(i, rank) for i, rank in best if i in allowed][:limit]
             if len(kept) >= limit or len(best) < want:
                 return kept
