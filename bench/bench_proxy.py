@@ -15,7 +15,11 @@ direct runs): ``new`` (this checkout, the lean h1 upstream client), ``httpx`` (t
 the httpx transport: is the lean client worth its code?), ``old`` (the checkout at ``--old-src``,
 e.g. ``git archive 0d24073 src | tar -x -C /tmp/old`` then ``--old-src /tmp/old/src``),
 ``floor`` (``bench/proxy_floor.py``: the same uvicorn and h1 client forwarding the bytes unread,
-no JSON, no ledger: the stack's own cost, below which no change to refold can go). Each
+no JSON, no ledger: the stack's own cost, below which no change to refold can go),
+``ledger-floor`` (``bench/proxy_ledger_floor.py``: the floor plus the least a recording proxy
+must do, plainly: JSON decode and re-encode of the body, raw sqlite3 inserts of the new
+messages and of the assembled reply in two WAL commits, SSE events decoded; the gap to ``new``
+is refold's own work beyond that). Each
 client re-sends its whole history (2 to 40 messages, ~20 on average). Per variant: added latency
 (percentiles of proxy minus direct), the proxy process's CPU per request (/proc), and requests/s
 per worker (requests ÷ wall time of the variant's runs at that level).
@@ -74,6 +78,9 @@ def start_proxy(home: Path, upstream: str, cpus: set[int] | None = None,
                "--upstream", upstream, "--port", "0", "--context-length", "128000"]
     if variant == "floor":  # the same server stack forwarding bytes unread (proxy_floor.py)
         command = [sys.executable, str(Path(__file__).with_name("proxy_floor.py")), upstream]
+    if variant == "ledger-floor":  # plus the least a recording proxy does (its module doc)
+        command = [sys.executable, str(Path(__file__).with_name("proxy_ledger_floor.py")),
+                   upstream, str(home / "ledger-floor.db")]
     proc = subprocess.Popen(command, stdout=log.open("ab"), stderr=log.open("ab"), env=env,
                             preexec_fn=pin)
     deadline = time.monotonic() + 30
@@ -249,7 +256,9 @@ def main() -> None:
                         help="alternating direct/proxy rounds per level")
     parser.add_argument("--variants", default="new",
                         help="proxies to compare in the same run: new, httpx, old, floor (the same "
-                             "server stack forwarding bytes unread: bench/proxy_floor.py)")
+                             "server stack forwarding bytes unread: bench/proxy_floor.py), "
+                             "ledger-floor (the floor plus the least a recording proxy does: "
+                             "bench/proxy_ledger_floor.py)")
     parser.add_argument("--old-src", default="",
                         help="the src directory of the checkout the 'old' variant runs")
     parser.add_argument("--reply-chars", type=int, default=0,
@@ -291,7 +300,7 @@ def main() -> None:
             print(f"upstream {upstream.base_url} (scripted, loopback); proxies "
                   f"{ {v: url for v, (_, url) in procs.items()} } (refold serve, SQLite in a "
                   "temp home); ms; added = proxy - direct")
-            print("variant conc |  reqs | total p50: direct    proxy    added | total p99: "
+            print("     variant conc |  reqs | total p50: direct    proxy    added | total p99: "
                   "direct    proxy    added | ttfb p50: direct    proxy    added | ttfb p99: "
                   "direct    proxy    added")
             for concurrency in levels:
@@ -335,9 +344,9 @@ def run_level(concurrency: int, args: argparse.Namespace, direct_url: str,
             wall[variant] += took
     mean_d = statistics.fmean(x[1] for x in direct) * 1000
     for variant, out in proxied.items():
-        print(f"{variant:>7} " + report(concurrency, direct, out), flush=True)
+        print(f"{variant:>12} " + report(concurrency, direct, out), flush=True)
         mean_p = statistics.fmean(x[1] for x in out) * 1000
-        print(f"        mean total: direct {mean_d:.2f} ms, proxy {mean_p:.2f} ms, ratio "
+        print(f"             mean total: direct {mean_d:.2f} ms, proxy {mean_p:.2f} ms, ratio "
               f"{mean_p / mean_d:.2f}x; proxy process CPU {cpu[variant] / len(out) * 1000:.2f} "
               f"ms/request; {len(out) / wall[variant]:.0f} requests/s (one worker)", flush=True)
 
