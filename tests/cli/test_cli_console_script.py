@@ -157,3 +157,20 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(
     err = proc.stderr.read().decode()
     assert code == 0, err
     assert err == ""
+
+
+def test_a_table_written_to_a_pipe_keeps_every_column_and_whole_cells(
+        refold, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Piped or redirected (``refold sessions list > sessions.txt``), rich laid tables out in
+    80 columns: the title wrapped over three lines and the source column was dropped."""
+    title = "acme-billing: fix the 3.12 test suite, add the CSV export and the invoice totals"
+    assert refold("import", str(SAMPLE), "--title", title, "--source",
+                  "a-long-source-label").returncode == 0
+    monkeypatch.delenv("COLUMNS", raising=False)
+    listed = refold("sessions", "list")
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert "source" in lines[1] and "started" in lines[1]
+    (row,) = [line for line in lines if title in line]  # the whole title, on one line
+    assert "a-long-source-label" in row and "36" in row
+    assert len(lines) == 5  # top rule, header, rule, the one row, bottom rule

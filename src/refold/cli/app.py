@@ -7,6 +7,7 @@ Commands live in their own modules and are imported only when used (``LazyGroup`
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -83,10 +84,19 @@ def emit(value: Any, as_json: bool, render: Callable[[Any], None]) -> None:
         render(value)
 
 
-def console() -> Any:
+PIPED_WIDTH = 4096  # a table's width when stdout is a pipe or a file (its natural width)
+
+
+def console(*, piped_width: int | None = PIPED_WIDTH) -> Any:
     """A rich Console on stdout (imported lazily: rich is only needed for human output).
     A closed pipe (``refold … | head``) ends the command quietly with status 0, as for plain
-    output (``main``), instead of rich's own exit with status 1."""
+    output (``main``), instead of rich's own exit with status 1.
+
+    Written to a pipe or a file (and with no ``COLUMNS`` set), rich would lay tables out in 80
+    columns: cells wrapped and cut, whole columns dropped (``refold sessions list > file`` lost
+    its ``source`` column). There a table gets ``piped_width`` columns instead, which it does
+    not fill: it keeps its natural width, one line per row. None: rich's own choice (the
+    demo's full-width rules)."""
     from rich.console import Console
 
     class PipeConsole(Console):
@@ -94,7 +104,10 @@ def console() -> Any:
             self.quiet = True
             raise BrokenPipeError("the reader of the output went away")
 
-    return PipeConsole(soft_wrap=False, highlight=False)
+    width = None
+    if piped_width is not None and not sys.stdout.isatty() and not os.environ.get("COLUMNS"):
+        width = piped_width
+    return PipeConsole(soft_wrap=False, highlight=False, width=width)
 
 
 def err_console() -> Any:

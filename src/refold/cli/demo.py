@@ -45,7 +45,7 @@ def demo_cmd(app: AppContext, demo_home: str | None, fast: bool, context_length:
     from refold.store import open_store
     from refold.testing import serve
 
-    out = console()
+    out = console(piped_width=None)  # full-width rules, as rich lays them out
     home = _demo_home(demo_home)
     _write_settings(home, context_length)
     turns = build_script()
