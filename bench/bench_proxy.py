@@ -12,7 +12,8 @@ lands on both sides. Loops are bounded; the whole bench takes a minute or two.
 
 Variants in the same run (``--variants``, each its own ``refold serve``, alternating with the
 direct runs): ``new`` (this checkout, the lean h1 upstream client), ``httpx`` (this checkout with
-the httpx transport: is the lean client worth its code?), ``old`` (the checkout at ``--old-src``,
+the httpx transport: is the lean client worth its code?), ``asyncio`` (this checkout on
+asyncio's own event loop even where uvloop is installed, as ``refold[server]`` alone runs), ``old`` (the checkout at ``--old-src``,
 e.g. ``git archive 0d24073 src | tar -x -C /tmp/old`` then ``--old-src /tmp/old/src``),
 ``floor`` (``bench/proxy_floor.py``: the same uvicorn and h1 client forwarding the bytes unread,
 no JSON, no ledger: the stack's own cost, below which no change to refold can go),
@@ -60,6 +61,12 @@ MAX_TURNS = 20
 BANNER = re.compile(r"http://127\.0\.0\.1:(\d+)/v1")
 
 
+# runs refold's CLI with uvicorn on asyncio's own event loop even where uvloop is installed
+# (the "asyncio" variant: what refold[server] alone gives, without uvloop)
+ASYNCIO_LAUNCHER = ("import sys, refold.server.runner as r; made = r.uvicorn_config; "
+                    "r.uvicorn_config = lambda *a, **k: (lambda c: (setattr(c, 'loop', "
+                    "'asyncio'), c)[1])(made(*a, **k)); import refold.cli.serve; "
+                    "from refold.cli.main import main; sys.argv[0] = 'refold'; main()")
 # runs refold's CLI with the httpx transport preferred (the "httpx" variant)
 HTTPX_LAUNCHER = ("import sys, refold.server.transport as t; t.DEFAULT_TRANSPORT = 'httpx'; "
                   "from refold.cli.main import main; sys.argv[0] = 'refold'; main()")
@@ -73,7 +80,8 @@ def start_proxy(home: Path, upstream: str, cpus: set[int] | None = None,
     if variant == "old":
         env["PYTHONPATH"] = old_src
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-    launch = ["-c", HTTPX_LAUNCHER] if variant == "httpx" else ["-m", "refold.cli.main"]
+    launch = (["-c", HTTPX_LAUNCHER] if variant == "httpx"
+              else ["-c", ASYNCIO_LAUNCHER] if variant == "asyncio" else ["-m", "refold.cli.main"])
     command = [sys.executable, *launch, "-v", "--home", str(home), "serve",
                "--upstream", upstream, "--port", "0", "--context-length", "128000"]
     if variant == "floor":  # the same server stack forwarding bytes unread (proxy_floor.py)
@@ -255,7 +263,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4,
                         help="alternating direct/proxy rounds per level")
     parser.add_argument("--variants", default="new",
-                        help="proxies to compare in the same run: new, httpx, old, floor (the same "
+                        help="proxies to compare in the same run: new, httpx, asyncio, old, floor (the same "
                              "server stack forwarding bytes unread: bench/proxy_floor.py), "
                              "ledger-floor (the floor plus the least a recording proxy does: "
                              "bench/proxy_ledger_floor.py)")

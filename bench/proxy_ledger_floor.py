@@ -21,13 +21,13 @@ the gap between ``ledger-floor`` and ``new`` is refold's own overhead.
 from __future__ import annotations
 
 import json
-import socket
 import sqlite3
 import sys
 from typing import Any
 
 import uvicorn
 
+from refold.cli.serve import bind_socket
 from refold.server.h1 import H1Client
 
 
@@ -102,8 +102,10 @@ def make_app(upstream: str, db_path: str) -> Any:
 
 def main() -> None:
     upstream, db_path = sys.argv[1], sys.argv[2]
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    # refold serve's own socket: created as TCP, so asyncio sets TCP_NODELAY on what it accepts
+    # (a bare socket.socket() has proto 0, and without uvloop every reply then waited ~40 ms
+    # for the client's delayed ACK)
+    sock = bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
     print(f"floor: http://127.0.0.1:{port}/v1", flush=True)
     config = uvicorn.Config(make_app(upstream, db_path), http="httptools", log_level="warning",
