@@ -65,6 +65,16 @@ def test_demo_runs_offline_and_leaves_its_home(tmp_path: Path) -> None:
     memory = "".join(p.read_text(encoding="utf-8")
                      for p in (demo_home / "memories").glob("*.md"))
     assert "pytest -q" in memory and "用中文回答" in memory
+    # the background review re-reads what the agent already saved: it leaves those out
+    # (it used to add "Prefers pytest -q over verbose output." beside the agent's entry)
+    from refold.memory.files import open_file_store
+    from refold.memory.similarity import duplicate_pairs
+
+    files = open_file_store(demo_home / "memories")
+    for target in ("memory", "user"):
+        texts = [entry.text for entry in files.read(target).entries]
+        assert texts and duplicate_pairs(texts) == [], texts
+    assert "near-duplicates left out" in out
 
 
 def test_demo_refuses_a_home_with_data(tmp_path: Path) -> None:

@@ -25,6 +25,10 @@ SAME = [
     ("Uses pnpm for installs", "Always uses pnpm to install packages"),
     ("The staging database listens on port 5433.", "Staging database listens on port 5433"),
     ("用户喜欢简短的回答", "用户喜欢简短回答"),
+    # the demo's background review saved this beside the agent's own entry: the framing words
+    # ("for the future", "our", "so", "here") made the two look different
+    ("For the future: our CI runs with -W error, so deprecation warnings are failures here.",
+     "acme-billing: CI runs pytest with -W error — deprecation warnings fail the build."),
 ]
 DIFFERENT = [
     ("Prefers tabs over spaces.", "Prefers pytest -q output"),
@@ -35,6 +39,8 @@ DIFFERENT = [
     ("用户喜欢深色主题", "用户喜欢简短的回答"),
     ("Prefers pytest -q", "Uses pytest-xdist for parallel tests"),
     ("Name: Alice", "Works at Acme"),
+    ("Staging is on port 5433", "Staging uses port 5434"),  # another number: another fact
+    ("Retries 3 times with backoff", "Retries 5 times with backoff"),
 ]
 
 
@@ -46,6 +52,21 @@ def test_near_duplicates_match(a: str, b: str) -> None:
 @pytest.mark.parametrize(("a", "b"), DIFFERENT)
 def test_unrelated_entries_do_not_match(a: str, b: str) -> None:
     assert near_duplicate(a, [b]) is None and near_duplicate(b, [a]) is None
+
+
+def test_repeating_one_clause_of_an_entry_is_a_duplicate_but_saying_more_is_not() -> None:
+    """The demo's agent saved "Prefers `pytest -q` (quiet) output; wants minimal diffs." and
+    its background review then added "Prefers pytest -q over verbose output." beside it."""
+    entry = "Prefers `pytest -q` (quiet) output; wants minimal diffs."
+    assert near_duplicate("Prefers pytest -q over verbose output.", [entry]) == entry
+    assert near_duplicate("Wants minimal diffs", [entry]) == entry
+    # the candidate holds a fact the entry lacks: it is not a repeat of it
+    assert near_duplicate(entry, ["Prefers pytest -q over verbose output."]) is None
+    assert near_duplicate("Wants minimal diffs and signed commits", [entry]) is None
+    # one clause with the same words but another number is another fact
+    assert near_duplicate("Staging port is 5433", ["Staging on port 5433; prod on 5432"]) \
+        == "Staging on port 5433; prod on 5432"
+    assert near_duplicate("Staging port is 5434", ["Staging on port 5433; prod on 5432"]) is None
 
 
 def test_duplicate_pairs_finds_only_the_pair() -> None:

@@ -189,13 +189,23 @@ def _print_event(out: Console, kind: str, data: dict[str, Any], state: dict[str,
 
 
 def _review(out: Console, runner: Any) -> None:
-    """What the background memory review (every 10 user turns) saved on its own."""
+    """What the background memory review (every 10 user turns) saved on its own, and what it
+    left out as a near-duplicate of an entry already saved."""
     reviewer = getattr(getattr(runner.engine.memory, "manager", None), "reviewer", None)
+    seen: set[str] = set()  # a later review reads some of the same turns again
     for report in getattr(reviewer, "reports", []):
         runner.stats.review_writes += len(report.saved)
+        duplicates = [text for text in report.duplicates if text not in seen]
+        seen.update(duplicates)
+        runner.stats.review_duplicates += len(duplicates)
         for text in report.saved:
             out.print(Text.assemble(("    ✎ memory ", "green"), ("(background review) ", "bold"),
                                     (str(text), "italic")),
+                      no_wrap=True, overflow="ellipsis", crop=True)
+        for text in duplicates:
+            out.print(Text.assemble(("    ≈ memory ", "dim"),
+                                    ("(background review, already saved) ", "bold"),
+                                    (str(text), "dim italic")),
                       no_wrap=True, overflow="ellipsis", crop=True)
 
 
@@ -354,7 +364,9 @@ def _summary(out: Console, stats: Any, store: Any, session_id: str, home: Path) 
         ("prompt tokens sent", f"{stats.tokens_sent:,}"),
         ("…without compaction", f"{stats.tokens_without_refold:,} ({pct}% saved)"),
         ("memory writes (agent + background review)",
-         f"{stats.memory_writes} + {stats.review_writes}"),
+         f"{stats.memory_writes} + {stats.review_writes}"
+         + (f" ({stats.review_duplicates} near-duplicates left out)"
+            if stats.review_duplicates else "")),
         ("overflow retries", f"{stats.retries}"),
         ("elapsed", f"{stats.elapsed:.1f} s"),
     ]

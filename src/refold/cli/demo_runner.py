@@ -52,6 +52,7 @@ class DemoStats:
     peak_tokens: int = 0
     memory_writes: int = 0
     review_writes: int = 0
+    review_duplicates: int = 0  # near-duplicates the background review left out
     retries: int = 0
     precomputed: int = 0
     started: float = field(default_factory=time.perf_counter)
