@@ -178,3 +178,20 @@ def test_session_search_offers_a_search_mode(home: Path) -> None:
     assert schema["properties"]["search_mode"]["enum"] == ["fts", "vector", "hybrid"]
     assert "0042_add_invoice_index" in _text(fts) and not fts.isError
     assert bad.isError and "mode must be one of fts, vector, hybrid" in _text(bad)
+
+
+def test_the_server_exits_quietly_when_the_client_closes(home: Path, tmp_path: Path) -> None:
+    """The client ends the session (closes stdin): ``refold mcp`` exits without a traceback
+    (the mcp package closes stdout on the way out; a last flush of it raised ValueError)."""
+    errors = tmp_path / "stderr.txt"
+
+    async def run() -> None:
+        with errors.open("w", encoding="utf-8") as errlog:
+            async with stdio_client(_params(home), errlog=errlog) as (read, write), \
+                    ClientSession(read, write) as client:
+                await client.initialize()
+                await client.call_tool("session_search", {"query": "migration"})
+
+    anyio.run(run)  # stdio_client waits for the child to exit (it has written its stderr)
+    text = errors.read_text(encoding="utf-8")
+    assert "Traceback" not in text and "Error" not in text, text

@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(0)
         raise
     try:
-        sys.stdout.flush()
+        if not sys.stdout.closed:  # `refold mcp`: the mcp package closed it on the way out
+            sys.stdout.flush()
     except BrokenPipeError:  # `refold … | head` closed the pipe: not an error
         _silence_stdout()
     sys.exit(0)
