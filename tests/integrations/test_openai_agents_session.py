@@ -4,6 +4,7 @@ client talking to a scripted server over a socket; the ledger is read back (both
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -98,6 +99,29 @@ def test_get_items_pop_and_clear_are_reversible(engine: Engine, store: Store) ->
     assert len(after_pop) == 2 and cleared == []
     sid = store.list_sessions()[0].id
     assert len(store.get_messages(sid, include_inactive=True)) == 3  # rewound, not deleted
+
+
+def test_pop_item_after_a_run_pops_the_reply_then_the_question(engine: Engine,
+                                                                 store: Store) -> None:
+    """After ``Runner.run`` the last item is the model's reply: pop_item returns it (it used
+    to raise InvalidInput, "rewind starts at a user message"), then the question before it."""
+    with serve(["Foggy in Lima."]) as up:
+        session = RefoldSession("undo", engine)
+        (result,) = run_all(agent_for(up), ["Weather in Lima?"], session)
+    assert result.final_output == "Foggy in Lima."
+
+    async def pops() -> tuple[Any, Any, Any, list[Any]]:
+        reply = await session.pop_item()
+        question = await session.pop_item()
+        return reply, question, await session.pop_item(), await session.get_items()
+
+    reply, question, nothing, left = asyncio.run(pops())
+    assert reply["role"] == "assistant" and "Foggy in Lima." in json.dumps(reply)
+    assert question == {"role": "user", "content": "Weather in Lima?"}
+    assert nothing is None and left == []
+    sid = store.list_sessions()[0].id
+    assert [m.message["role"] for m in store.get_messages(sid, include_inactive=True)] == [
+        "user", "assistant"]  # rewound, not deleted
 
 
 def test_compaction_decides_what_get_items_returns(store: Store) -> None:

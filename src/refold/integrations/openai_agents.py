@@ -112,7 +112,8 @@ class RefoldSession(SessionABC):
         last = runtime.store.last_message(runtime.session_id)
         if last is None:
             return None
-        runtime.store.rewind(runtime.session_id, last.seq)
+        # the last item of a run is the model's reply: any role pops (reversibly)
+        runtime.store.rewind(runtime.session_id, last.seq, any_role=True)
         items = to_items([last.message])
         return items[-1] if items else None
 
@@ -120,7 +121,7 @@ class RefoldSession(SessionABC):
         runtime = self.runtime()
         rows = runtime.store.get_messages(runtime.session_id)
         if rows:
-            runtime.store.rewind(runtime.session_id, rows[0].seq)
+            runtime.store.rewind(runtime.session_id, rows[0].seq, any_role=True)
 
 
 def _plain(item: Any) -> Any:
