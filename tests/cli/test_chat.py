@@ -99,6 +99,21 @@ def test_resume_continues_the_same_session(tmp_path: Path) -> None:
     assert title == "keep" and len(rows) == 4
 
 
+def test_context_of_a_resumed_session_counts_the_tools_before_the_first_turn(
+        tmp_path: Path) -> None:
+    """/context right after --session counted no tool schemas (the runtime learnt them from
+    the first request): "tools 0 = 49 tokens" while the next request carried 1.4k."""
+    with serve(default=lambda body: "fine") as up:
+        chat(tmp_path, up.base_url, ["one"], "--title", "keep")
+        result = chat(tmp_path, up.base_url, ["/context", "two", "/context"],
+                      "--session", "keep")
+    assert result.exit_code == 0, result.output
+    before, after = re.findall(r"tools (\S+) .*= (\S+) tokens", result.output)
+    assert before[0] not in ("0", "") and before[0] == after[0]  # the same schemas, counted
+    total = float(before[1].rstrip("k")) * (1000 if before[1].endswith("k") else 1)
+    assert total > 500  # the schemas of session_search, memory and todo are in it
+
+
 def test_overflow_compacts_and_retries_in_chat(tmp_path: Path) -> None:
     filler = "The build log said: step N compiled module alpha beta gamma delta. " * 12
     lines = [f"note {i}: " + filler.replace("N", str(i)) for i in range(30)]

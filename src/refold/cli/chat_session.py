@@ -90,6 +90,7 @@ class ChatSession:
                                      owner=self.engine.owner, memory=self.engine.memory,
                                      spill=refs.spill if refs is not None else None,
                                      skills=self.engine.skills)
+            rt.use_tools(self.tools.schemas())  # /context before the first turn counts them
         self.last_prepared = None
 
     def describe(self) -> str:

@@ -288,6 +288,13 @@ class SessionRuntime:
             self.inline.flush()
             return self.checkpointer.compact(force=force)
 
+    def use_tools(self, tools: list[dict[str, Any]] | None) -> None:
+        """The tool schemas the next requests will carry, known before the first of them
+        (``prepare(tools=…)`` sets them too): a resumed session's ``context_breakdown`` and
+        ``compact`` count them before any turn, as the request will."""
+        with self._lock:
+            self._tools = tools
+
     # -- inspection --------------------------------------------------------------------------
     def context_breakdown(self) -> dict[str, Any]:
         """Tokens by part (system, memory, summary, tail by role, tool outputs, tool schemas)."""
