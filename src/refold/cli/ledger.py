@@ -11,6 +11,7 @@ grows, pass ``--session``.
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,8 @@ def _read_transcript(file: str, fmt: str, max_bytes: int | None,
                      repair: Utf8Repair) -> tuple[list[Message], str]:
     from refold.messages.load import check_size, load_anthropic, load_messages, load_messages_file
 
+    if fmt in AGENT_FORMATS:
+        return _read_agent_log(file, fmt, max_bytes, repair), Path(file).stem
     if file == "-":
         data = sys.stdin.buffer.read(max_bytes + 1) if max_bytes else sys.stdin.buffer.read()
         check_size(len(data), max_bytes, "<stdin>")
@@ -42,6 +45,38 @@ def _read_transcript(file: str, fmt: str, max_bytes: int | None,
             return load_anthropic(data, source_name="<stdin>", repair=repair), "stdin"
         return load_messages(data, source_name="<stdin>", repair=repair), "stdin"
     return load_messages_file(file, fmt=fmt, max_bytes=max_bytes, repair=repair), Path(file).stem
+
+
+AGENT_FORMATS = ("claude-code", "codex")  # refold.messages.agent_logs (not imported here)
+AGENT_NAMES = {"claude-code": "Claude Code", "codex": "Codex"}
+
+
+def _read_agent_log(file: str, fmt: str, max_bytes: int | None,
+                    repair: Utf8Repair) -> list[Message]:
+    from refold.messages.agent_logs import describe_skipped
+    from refold.messages.load import load_agent_log
+
+    if file == "-":
+        raise InvalidInput(f"--format {fmt} reads a file, not stdin",
+                           hint="give the transcript's path")
+    found = load_agent_log(file, fmt, max_bytes=max_bytes, repair=repair)
+    left_out = describe_skipped(Counter(found.skipped))
+    if left_out:  # the agent's bookkeeping, not turns its model saw: said, not hidden
+        click.echo(f"{file}: read as a {AGENT_NAMES[fmt]} transcript; left out "
+                   f"{left_out}", err=True)
+    return found.messages
+
+
+def _format_of(file: str, fmt: str | None) -> str:
+    """``--format``, or when it is not given the agent format the file's first line shows
+    (``claude-code``, ``codex``), else ``openai``."""
+    if fmt is not None:
+        return fmt
+    if file != "-":
+        from refold.messages.load import sniff_agent_log
+
+        return sniff_agent_log(file) or "openai"
+    return "openai"
 
 
 def _new_title(store: Store, wanted: str | None) -> str | None:
@@ -93,24 +128,34 @@ def _create(store: Store, session_id: str, title: str | None, source: str, *,
 @click.option("--session", "session_ref", metavar="ID",
               help="Append to this session (id, id prefix or title); created when missing.")
 @click.option("--title", help="Title for a newly created session (default: the file name).")
-@click.option("--source", default="import", show_default=True,
-              help="Source label stored with a new session.")
-@click.option("--format", "fmt", type=click.Choice(["openai", "anthropic"]), default="openai",
-              show_default=True, help="Message format of FILE (anthropic: Messages API turns).")
+@click.option("--source", default=None,
+              help="Source label stored with a new session (default: import, or claude-code / "
+                   "codex for their transcripts).")
+@click.option("--format", "fmt",
+              type=click.Choice(["openai", "anthropic", *AGENT_FORMATS]), default=None,
+              help="Format of FILE: openai messages, anthropic (Messages API turns), "
+                   "claude-code or codex (the transcripts they keep). Default: claude-code or "
+                   "codex when the file is one of theirs, else openai.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_app
 def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str | None,
-               source: str, fmt: str, as_json: bool) -> None:
+               source: str | None, fmt: str | None, as_json: bool) -> None:
     """Import a transcript FILE (JSON list, {"messages": [...]} or JSONL; - for stdin).
 
     Anthropic Messages transcripts ({"system", "messages"}) import with --format anthropic;
-    they are stored in the OpenAI form like everything else.
+    they are stored in the OpenAI form like everything else. Claude Code's transcripts
+    (~/.claude/projects/*/*.jsonl) and Codex's (~/.codex/sessions/**/rollout-*.jsonl) are
+    recognised and read as the turns their model saw; what they hold besides (progress,
+    notices, metadata) is left out, and how much is said on stderr.
 
     Messages already stored in the session are skipped, so importing twice is harmless.
     """
     from refold.messages.load import Utf8Repair
 
     repair = Utf8Repair()
+    fmt = _format_of(file, fmt)
+    if source is None:
+        source = fmt if fmt in AGENT_FORMATS else "import"
     messages, stem = _read_transcript(file, fmt, app.settings.import_max_bytes or None, repair)
     if repair.count:
         click.echo(f"warning: {file}: {repair.describe()}", err=True)

@@ -7,6 +7,9 @@ Accepted inputs (format detected from the content, not the file name):
 
 ``load_anthropic`` reads the Anthropic Messages form instead (``{"system", "messages"}``, a
 list of turns, or JSONL with one turn per line) and converts it with ``from_anthropic``.
+``load_agent_log`` reads the transcripts Claude Code and Codex keep (``refold.messages.
+agent_logs``); ``sniff_agent_log`` tells whether a file is one. A last line that is not
+complete JSON there (the agent was still writing it) is left out and counted, not refused.
 
 Every message is checked with ``validate_message``; the first problem raises
 ``MessageValidationError`` naming the line (JSONL, 1-based) or the message index (JSON, 0-based),
@@ -275,6 +278,79 @@ def load_anthropic(data: str | bytes, *, source_name: str = "<input>",
         return [validate_message(m, i) for i, m in enumerate(converted)]
     except MessageValidationError as exc:
         raise _located(exc, f"{source_name} (after conversion): ", line=None) from exc
+
+
+def sniff_agent_log(path: str | Path) -> str | None:
+    """``claude-code`` or ``codex`` when the file's first line is a record of theirs."""
+    from refold.messages.agent_logs import detect
+
+    try:
+        with open(Path(path).expanduser(), "rb") as fh:
+            first = fh.readline(1 << 20).decode("utf-8", "replace")
+    except OSError:
+        return None
+    try:
+        return detect(json.loads(first)) if first.strip().startswith("{") else None
+    except ValueError:
+        return None
+
+
+@dataclass
+class AgentLog:
+    """An agent's transcript read as chat messages, and what was left out (kind -> count)."""
+
+    messages: list[Message]
+    skipped: dict[str, int]
+
+
+def load_agent_log(path: str | Path, fmt: str, *, max_bytes: int | None = None,
+                   repair: Utf8Repair | None = None) -> AgentLog:
+    """Read a Claude Code or Codex transcript file (``fmt``) as validated chat messages."""
+    from refold.messages.agent_logs import agent_messages
+
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise InvalidInput(f"{path} is a directory, not a transcript file")
+    found = repair if repair is not None else Utf8Repair()
+    before = found.count
+    records: list[Any] = []
+    unfinished = 0
+    offset = 0
+    with _open_binary(path) as fh:
+        try:
+            check_size(path.stat().st_size, max_bytes, str(path))
+            lines = fh.readlines()
+        except OSError as exc:
+            raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        for lineno, raw in enumerate(lines, start=1):
+            line = decode_utf8(raw, found, offset=offset)
+            offset += len(raw)
+            if not line.strip():
+                continue
+            try:
+                records.append(parse_json(line, f"{path.name} line {lineno}"))
+            except ValueError as exc:
+                if lineno == len(lines) and not raw.endswith(b"\n"):
+                    unfinished += 1  # the agent was writing it: a documented repair
+                    continue
+                raise InvalidInput(f"{path.name} line {lineno}: not valid JSON ({exc})",
+                                   hint=f"is it a {fmt} transcript?") from exc
+    finally:
+        _warn_repair(found, before, path.name)
+    try:
+        converted, skipped = agent_messages(fmt, records)
+    except MessageValidationError as exc:
+        raise _located(exc, f"{path.name} ({fmt}): ", line=None) from exc
+    except InvalidInput as exc:  # a Responses item of a Codex rollout refold cannot read
+        raise InvalidInput(f"{path.name} ({fmt}): {exc.message}", hint=exc.hint) from exc
+    if unfinished:
+        skipped["unfinished last line"] += unfinished
+    try:
+        messages = [validate_message(m, i) for i, m in enumerate(converted)]
+    except MessageValidationError as exc:
+        raise _located(exc, f"{path.name} (after reading it as {fmt}): ", line=None) from exc
+    return AgentLog(messages, dict(skipped))
 
 
 def _open_binary(path: Path) -> Any:

@@ -1,0 +1,205 @@
+"""The transcripts other coding agents keep on disk, read as the turns their model saw.
+
+**Claude Code** (``~/.claude/projects/<project>/<session>.jsonl``): one record per line. Records
+of type ``user`` and ``assistant`` carry an Anthropic Messages API message in ``message``; the
+rest (``summary``, ``progress``, ``system`` notices, ``file-history-snapshot``,
+``queue-operation``…) is the tool's own bookkeeping and is left out. Claude Code writes one API
+reply as several records, one per content block under the same ``message.id``, and writes the
+result of each tool call in a user record as soon as the call ran, between those blocks. The
+records are joined back into the turns the API saw: the reply with all its blocks, then one user
+turn with all its results. Records of a subagent (``isSidechain``) inside a main transcript are
+another conversation and are left out; a file that holds only them (``subagents/agent-*.jsonl``)
+is read as that conversation. A record written twice (the same ``uuid``) is read once.
+
+**Codex** (``~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl``): lines ``{"timestamp", "type",
+"payload"}``. The payloads of ``response_item`` lines are Responses API items and become chat
+messages as ``/v1/responses`` input does (``message``, ``function_call``,
+``function_call_output``, ``reasoning``); Codex's own tools are calls too: ``custom_tool_call``
+(its input kept as ``{"input": …}``) and ``local_shell_call`` (its action as the arguments),
+with their outputs. ``session_meta``, ``turn_context``, ``event_msg`` and ``compacted`` lines,
+and items with no chat form (web searches, ghost snapshots, encrypted compactions), are left
+out. Older rollouts hold the items themselves, one per line, after a line of session metadata.
+
+Both readers return what they left out, by kind, so the caller can say so: nothing is dropped
+without a word.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from refold.errors import InvalidInput
+from refold.messages.model import Message
+
+AGENT_FORMATS = ("claude-code", "codex")
+
+_CODEX_ITEMS = frozenset({"message", "function_call", "function_call_output", "reasoning",
+                          "custom_tool_call", "custom_tool_call_output", "local_shell_call",
+                          "web_search_call", "ghost_snapshot", "compaction",
+                          "compaction_summary"})
+_CODEX_LINES = frozenset({"session_meta", "response_item", "turn_context", "event_msg",
+                          "compacted"})
+_CLAUDE_CODE_MARKS = ("uuid", "sessionId", "parentUuid", "leafUuid")
+_CLAUDE_CODE_BOOKKEEPING = frozenset({"file-history-snapshot", "summary", "progress",
+                                      "queue-operation"})
+
+
+def detect(record: Any) -> str | None:
+    """``claude-code`` or ``codex`` when a record of a JSONL file is one of theirs (an OpenAI
+    or Anthropic message never looks like either: it has a top-level ``role``), else None."""
+    if not isinstance(record, dict) or "role" in record:
+        return None
+    kind = record.get("type")
+    if kind in _CODEX_LINES and ("payload" in record or kind == "session_meta"):
+        return "codex"
+    if any(mark in record for mark in _CLAUDE_CODE_MARKS) or kind in _CLAUDE_CODE_BOOKKEEPING:
+        return "claude-code"
+    return None
+
+
+def claude_code_turns(records: Sequence[Any]) -> tuple[list[dict[str, Any]], Counter[str]]:
+    """Anthropic turns (``{"role", "content"}``) of a Claude Code transcript, and the kinds of
+    records left out with their counts (see the module docstring)."""
+    skipped: Counter[str] = Counter()
+    messages = [r for r in records if isinstance(r, dict) and r.get("type") in ("user",
+                "assistant") and isinstance(r.get("message"), dict)]
+    chat = {id(r) for r in messages}
+    main_line = any(not r.get("isSidechain") for r in messages)
+    turns: list[dict[str, Any]] = []
+    reply: dict[str, Any] | None = None  # the assistant turn being joined
+    reply_id: Any = None
+    results: list[Any] = []  # tool results written while the reply's calls ran
+    seen: set[str] = set()
+
+    def close_reply() -> None:
+        nonlocal reply, reply_id
+        if reply is not None:
+            turns.append(reply)
+        if results:  # in the order of the calls (Claude Code writes them as they finish)
+            order = {b.get("id"): n for n, b in enumerate(reply["content"] if reply else [])
+                     if isinstance(b, dict) and b.get("type") == "tool_use"}
+            results.sort(key=lambda b: order.get(b.get("tool_use_id"), len(order)))
+            turns.append({"role": "user", "content": list(results)})
+            results.clear()
+        reply, reply_id = None, None
+
+    for record in records:
+        kind = record.get("type") if isinstance(record, dict) else None
+        if id(record) not in chat:
+            skipped[str(kind or "unknown")] += 1
+            continue
+        if main_line and record.get("isSidechain"):
+            skipped["subagent"] += 1
+            continue
+        uuid = record.get("uuid")
+        if isinstance(uuid, str):
+            if uuid in seen:
+                skipped["repeated"] += 1
+                continue
+            seen.add(uuid)
+        message = record["message"]
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content}] \
+            if isinstance(content, str) else []
+        # an interrupted turn leaves empty text blocks, which providers refuse
+        blocks = [b for b in blocks if not (isinstance(b, dict) and b.get("type") == "text"
+                                            and not str(b.get("text") or "").strip())]
+        if not blocks:
+            skipped["empty"] += 1
+            continue
+        if kind == "assistant":
+            message_id = message.get("id")
+            if reply is not None and message_id is not None and message_id == reply_id:
+                reply["content"].extend(blocks)
+                continue
+            close_reply()
+            reply, reply_id = {"role": "assistant", "content": list(blocks)}, message_id
+            continue
+        if reply is not None and blocks and all(
+                isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks):
+            results.extend(blocks)
+            continue
+        close_reply()
+        turns.append({"role": "user", "content": content if isinstance(content, str)
+                      else list(blocks)})
+    close_reply()
+    return turns, skipped
+
+
+def codex_items(records: Sequence[Any]) -> tuple[list[dict[str, Any]], Counter[str]]:
+    """Responses API items of a Codex rollout, Codex's own tool calls made function calls,
+    and the kinds of lines and items left out with their counts."""
+    skipped: Counter[str] = Counter()
+    items: list[dict[str, Any]] = []
+    for number, record in enumerate(records):
+        if not isinstance(record, dict):
+            skipped["unknown"] += 1
+            continue
+        kind = record.get("type")
+        if kind in _CODEX_LINES:
+            if kind != "response_item":
+                skipped[str(kind)] += 1
+                continue
+            item = record.get("payload")
+        elif kind in _CODEX_ITEMS:
+            item = record  # an older rollout: the item itself
+        elif number == 0 and kind is None:
+            skipped["session_meta"] += 1  # an older rollout's first line
+            continue
+        else:
+            skipped[str(kind or "unknown")] += 1
+            continue
+        converted = _codex_item(item)
+        if converted is None:
+            skipped[str(item.get("type") if isinstance(item, dict) else "unknown")] += 1
+        else:
+            items.append(converted)
+    return items, skipped
+
+
+def _codex_item(item: Any) -> dict[str, Any] | None:
+    if not isinstance(item, dict):
+        return None
+    kind = item.get("type")
+    if kind in ("message", "function_call", "function_call_output", "reasoning"):
+        return item
+    if kind == "custom_tool_call":
+        return {"type": "function_call", "call_id": item.get("call_id"),
+                "name": item.get("name"),
+                "arguments": json.dumps({"input": item.get("input", "")}, ensure_ascii=False)}
+    if kind == "custom_tool_call_output":
+        return {"type": "function_call_output", "call_id": item.get("call_id"),
+                "output": item.get("output", "")}
+    if kind == "local_shell_call":
+        return {"type": "function_call", "call_id": item.get("call_id") or item.get("id"),
+                "name": "local_shell",
+                "arguments": json.dumps(item.get("action") or {}, ensure_ascii=False)}
+    return None
+
+
+def describe_skipped(skipped: Counter[str]) -> str:
+    """"12 progress, 3 system" (most first), or "" when nothing was left out."""
+    return ", ".join(f"{count} {kind}" for kind, count in skipped.most_common())
+
+
+def agent_messages(fmt: str, records: Sequence[Any]) -> tuple[list[Message], Counter[str]]:
+    """Chat messages (OpenAI form, not yet validated) of an agent's transcript records."""
+    if fmt == "claude-code":
+        from refold.messages.anthropic import from_anthropic
+
+        turns, skipped = claude_code_turns(records)
+        return from_anthropic(turns), skipped
+    if fmt == "codex":
+        from refold.messages.responses import input_messages
+
+        items, skipped = codex_items(records)
+        return (input_messages(items) if items else []), skipped
+    raise InvalidInput(f"unknown agent transcript format {fmt!r}",
+                       hint=f"use one of {', '.join(AGENT_FORMATS)}")
+
+
+__all__ = ["AGENT_FORMATS", "agent_messages", "claude_code_turns", "codex_items", "describe_skipped",
+           "detect"]

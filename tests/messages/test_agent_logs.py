@@ -1,0 +1,223 @@
+"""Claude Code and Codex transcripts read as the turns their model saw (``refold import``).
+
+The Claude Code records below have the shapes of real transcripts (checked against public ones:
+marot/spotter's test/fixtures/transcripts, MIT): one API reply split over several records with
+the same ``message.id``, each tool result written between them as its call finished, parallel
+results in the order they finished, bookkeeping lines (``progress``, ``file-history-snapshot``,
+``system``), an interrupted turn's empty text. The Codex lines follow ``codex-rs/protocol``'s
+``ResponseItem`` and rollout line shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from refold.compaction.structure import provider_problems
+from refold.errors import InvalidInput
+from refold.messages.agent_logs import detect
+from refold.messages.load import load_agent_log, sniff_agent_log
+from refold.store import open_store
+
+
+def _cc(kind: str, uuid: str, message: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"parentUuid": None, "isSidechain": False, "userType": "external", "cwd": "/p",
+            "sessionId": "s-1", "version": "2.1.38", "type": kind, "message": message,
+            "uuid": uuid, "timestamp": "2026-02-11T20:36:45.693Z", **extra}
+
+
+def _reply(uuid: str, mid: str, *blocks: dict[str, Any]) -> dict[str, Any]:
+    return _cc("assistant", uuid, {"id": mid, "type": "message", "role": "assistant",
+                                   "model": "claude-opus-4", "content": list(blocks)})
+
+
+def _result(uuid: str, call: str, text: str) -> dict[str, Any]:
+    return _cc("user", uuid, {"role": "user", "content": [
+        {"tool_use_id": call, "type": "tool_result", "content": text}]},
+        toolUseResult={"stdout": text})
+
+
+def _use(call: str, name: str, **args: Any) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call, "name": name, "input": args}
+
+
+CLAUDE_CODE = [
+    {"type": "file-history-snapshot", "messageId": "m0", "snapshot": {}, "isSnapshotUpdate": False},
+    _cc("progress", "p1", {}, data={"type": "hook_progress"}) | {"message": None},
+    _cc("user", "u1", {"role": "user", "content": "The invoice totals test fails on 3.12"}),
+    _reply("a1", "msg_A", {"type": "text", "text": "\n\n"}),
+    _reply("a2", "msg_A", {"type": "thinking", "thinking": "Run the tests first.",
+                           "signature": "sig"}),
+    _reply("a3", "msg_A", _use("toolu_1", "Bash", command="pytest -q tests/test_totals.py")),
+    _reply("a4", "msg_A", _use("toolu_2", "Read", file_path="/p/src/totals.py")),
+    _result("r2", "toolu_2", "def total(lines): ..."),  # the second call finished first
+    _result("r1", "toolu_1", "FAILED tests/test_totals.py::test_rounding"),
+    _reply("a5", "msg_B", {"type": "text", "text": "The rounding uses float; I will fix it."}),
+    _reply("a6", "msg_B", _use("toolu_3", "Edit", file_path="/p/src/totals.py")),
+    _result("r3", "toolu_3", "The file /p/src/totals.py has been updated."),
+    _reply("a7", "msg_B", _use("toolu_4", "Bash", command="pytest -q")),
+    _result("r4", "toolu_4", "12 passed"),
+    _result("r4", "toolu_4", "12 passed"),  # written twice (the same uuid): read once
+    {"parentUuid": "r4", "type": "system", "subtype": "turn_duration", "uuid": "sys1"},
+    _cc("user", "u2", {"role": "user", "content": [{"type": "text", "text": ""}]}),
+    _cc("user", "side1", {"role": "user", "content": "a subagent's own prompt"},
+        isSidechain=True),
+    _cc("user", "u3", {"role": "user", "content": "Thanks. Commit it."}),
+    _reply("a8", "msg_C", {"type": "text", "text": "Committed as 4f2a9c1."}),
+]
+
+
+def _write_jsonl(path: Path, records: list[Any], tail: str = "") -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + tail, encoding="utf-8")
+    return path
+
+
+def test_a_claude_code_transcript_becomes_the_turns_the_api_saw(tmp_path: Path) -> None:
+    log = load_agent_log(_write_jsonl(tmp_path / "s.jsonl", CLAUDE_CODE), "claude-code")
+    roles = [(m["role"], [c["id"] for c in m.get("tool_calls") or []], m.get("tool_call_id"))
+             for m in log.messages]
+    assert roles == [
+        ("user", [], None),
+        ("assistant", ["toolu_1", "toolu_2"], None),  # one reply, however many records
+        ("tool", [], "toolu_1"), ("tool", [], "toolu_2"),  # in the order of the calls
+        ("assistant", ["toolu_3", "toolu_4"], None),
+        ("tool", [], "toolu_3"), ("tool", [], "toolu_4"),
+        ("user", [], None), ("assistant", [], None)]
+    first = log.messages[1]
+    assert first["reasoning_content"] == "Run the tests first."
+    assert json.loads(first["tool_calls"][0]["function"]["arguments"]) == {
+        "command": "pytest -q tests/test_totals.py"}
+    assert log.messages[2]["content"] == "FAILED tests/test_totals.py::test_rounding"
+    assert log.messages[-2]["content"] == "Thanks. Commit it."
+    for provider in ("openai", "anthropic"):
+        assert provider_problems(log.messages, provider) == []
+    assert log.skipped == {"progress": 1, "file-history-snapshot": 1, "system": 1,
+                           "repeated": 1, "empty": 2, "subagent": 1}
+
+
+def test_a_subagent_file_alone_is_that_conversation(tmp_path: Path) -> None:
+    side = [_cc("user", "x1", {"role": "user", "content": "Find the config loader"},
+                isSidechain=True),
+            _reply("x2", "msg_X", {"type": "text", "text": "It is in src/config.py."})
+            | {"isSidechain": True}]
+    log = load_agent_log(_write_jsonl(tmp_path / "agent-a1.jsonl", side), "claude-code")
+    assert [m["role"] for m in log.messages] == ["user", "assistant"]
+
+
+def test_an_unfinished_last_line_is_left_out_and_said_but_a_broken_one_inside_is_refused(
+        tmp_path: Path) -> None:
+    path = _write_jsonl(tmp_path / "live.jsonl", CLAUDE_CODE, tail='{"parentUuid": "a8", "ty')
+    log = load_agent_log(path, "claude-code")
+    assert log.skipped["unfinished last line"] == 1 and len(log.messages) == 9
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(json.dumps(CLAUDE_CODE[2]) + "\n{not json\n" + json.dumps(CLAUDE_CODE[3])
+                      + "\n", encoding="utf-8")
+    with pytest.raises(InvalidInput, match="line 2: not valid JSON"):
+        load_agent_log(broken, "claude-code")
+
+
+def _codex(kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+    return {"timestamp": "2026-01-02T14:58:23.000Z", "type": kind, "payload": payload}
+
+
+CODEX = [
+    _codex("session_meta", {"id": "019b7f37", "cwd": "/p", "cli_version": "0.65.0"}),
+    _codex("response_item", {"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "<environment_context>cwd /p</environment_context>"}]}),
+    _codex("response_item", {"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "Why does the build fail?"}]}),
+    _codex("event_msg", {"type": "user_message", "message": "Why does the build fail?"}),
+    _codex("turn_context", {"model": "gpt-5-codex"}),
+    _codex("response_item", {"type": "reasoning", "summary": [
+        {"type": "summary_text", "text": "Look at the build log."}], "encrypted_content": "x"}),
+    _codex("response_item", {"type": "function_call", "name": "shell",
+                             "arguments": '{"command": ["make"]}', "call_id": "call_1"}),
+    _codex("response_item", {"type": "function_call_output", "call_id": "call_1",
+                             "output": "error: missing header foo.h"}),
+    _codex("response_item", {"type": "custom_tool_call", "call_id": "call_2",
+                             "name": "apply_patch", "input": "*** Begin Patch\n..."}),
+    _codex("response_item", {"type": "custom_tool_call_output", "call_id": "call_2",
+                             "output": "Done!"}),
+    _codex("response_item", {"type": "local_shell_call", "call_id": "call_3",
+                             "status": "completed",
+                             "action": {"type": "exec", "command": ["make", "test"]}}),
+    _codex("response_item", {"type": "function_call_output", "call_id": "call_3",
+                             "output": [{"type": "input_text", "text": "all tests pass"}]}),
+    _codex("response_item", {"type": "web_search_call", "status": "completed",
+                             "action": {"type": "search", "query": "foo.h"}}),
+    _codex("response_item", {"type": "message", "role": "assistant", "content": [
+        {"type": "output_text", "text": "The header was missing; the build passes now."}]}),
+    _codex("compacted", {"message": "summary"}),
+]
+
+
+def test_a_codex_rollout_becomes_chat_messages(tmp_path: Path) -> None:
+    log = load_agent_log(_write_jsonl(tmp_path / "rollout-1.jsonl", CODEX), "codex")
+    shape = [(m["role"], [c["function"]["name"] for c in m.get("tool_calls") or []])
+             for m in log.messages]
+    assert shape == [("user", []), ("user", []),
+                     ("assistant", ["shell"]), ("tool", []),
+                     ("assistant", ["apply_patch"]), ("tool", []),
+                     ("assistant", ["local_shell"]), ("tool", []),
+                     ("assistant", [])]
+    assert log.messages[2]["reasoning_content"] == "Look at the build log."
+    patch = log.messages[4]["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(patch) == {"input": "*** Begin Patch\n..."}
+    assert log.messages[7]["content"] == "all tests pass"
+    assert provider_problems(log.messages, "openai") == []
+    assert log.skipped == {"session_meta": 1, "event_msg": 1, "turn_context": 1,
+                           "web_search_call": 1, "compacted": 1}
+
+
+def test_an_older_codex_rollout_holds_the_items_themselves(tmp_path: Path) -> None:
+    old = [{"id": "019a", "timestamp": "2025-05-01T10:00:00Z", "instructions": None}]
+    old += [r["payload"] for r in CODEX if r["type"] == "response_item"]
+    log = load_agent_log(_write_jsonl(tmp_path / "rollout-old.jsonl", old), "codex")
+    assert len(log.messages) == 9 and log.skipped == {"session_meta": 1, "web_search_call": 1}
+
+
+def test_detection_never_takes_a_chat_message_for_an_agent_record(tmp_path: Path) -> None:
+    assert detect(CLAUDE_CODE[0]) == "claude-code" and detect(CLAUDE_CODE[2]) == "claude-code"
+    assert detect(CODEX[0]) == "codex" and detect(CODEX[1]) == "codex"
+    assert detect({"role": "user", "content": "hi", "uuid": "x"}) is None
+    assert detect({"role": "assistant", "type": "message", "content": []}) is None
+    plain = _write_jsonl(tmp_path / "plain.jsonl", [{"role": "user", "content": "hi"}])
+    assert sniff_agent_log(plain) is None
+    assert sniff_agent_log(tmp_path / "missing.jsonl") is None
+
+
+def _refold(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "refold.cli.main", "--home", str(home), *args],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_refold_import_recognises_both_and_a_second_import_stores_nothing(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    cc = _write_jsonl(tmp_path / "9f3c.jsonl", CLAUDE_CODE)
+    codex = _write_jsonl(tmp_path / "rollout-2026-01-02.jsonl", CODEX)
+    first = _refold(home, "import", str(cc))
+    assert first.returncode == 0, first.stderr
+    assert "read as a Claude Code transcript; left out" in first.stderr
+    assert "imported 9 message(s)" in first.stdout
+    again = _refold(home, "import", str(cc))
+    assert "imported 0 message(s)" in again.stdout and "9 already stored" in again.stdout
+    assert _refold(home, "import", str(codex)).returncode == 0
+    found = _refold(home, "search", "which header was missing?", "--json")
+    assert found.returncode == 0, found.stderr
+    hits = json.loads(found.stdout)
+    assert hits[0]["title"] == "rollout-2026-01-02" and "foo.h" in hits[0]["snippet"]
+    store = open_store(str(home / "refold.db"))
+    try:
+        sources = sorted((s.source, s.message_count) for s in store.list_sessions())
+    finally:
+        store.close()
+    assert sources == [("claude-code", 9), ("codex", 9)]
+    # asked for explicitly as plain messages, it is refused with the line that is not one
+    strict = _refold(home, "import", str(cc), "--format", "openai")
+    assert strict.returncode == 2 and "line 1" in strict.stderr and "Traceback" not in strict.stderr
