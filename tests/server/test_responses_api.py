@@ -151,6 +151,12 @@ def test_errors_in_openai_shape(start_proxy: ProxyFactory) -> None:
         with pytest.raises(openai.BadRequestError):
             client.responses.create(model=MODEL, input="hi",
                                     tools=[{"type": "web_search"}])  # type: ignore[list-item]
+        # a reasoning item whose summary is not a list: a 400 naming it (it was a 500)
+        with pytest.raises(openai.BadRequestError) as bad:
+            client.responses.create(model=MODEL, input=[
+                {"type": "reasoning", "id": "rs_1", "summary": 1},  # type: ignore[list-item]
+                {"role": "user", "content": "hi"}])
+        assert "summary" in bad.value.message
         raw = httpx.get(proxy.base_url + "/responses/resp_nope", headers={
             "Authorization": "Bearer sk-a"})
         assert raw.status_code == 404 and raw.json()["error"]["type"] == "not_found_error"

@@ -103,7 +103,10 @@ class _Builder:
             self.messages.append({"role": "tool", "tool_call_id": str(item.get("call_id")),
                                   "content": _output_text(item.get("output"))})
         elif kind == "reasoning":
-            texts = [str(s.get("text", "")) for s in item.get("summary") or []
+            summary = item.get("summary") or []
+            if not isinstance(summary, list):
+                raise InvalidInput(f"input[{index}].summary must be a list of summary parts")
+            texts = [str(s.get("text", "")) for s in summary
                      if isinstance(s, dict) and s.get("text")]
             if texts:
                 self.reasoning.append("\n".join(texts))
