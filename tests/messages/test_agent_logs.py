@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from refold.compaction.structure import provider_problems
-from refold.errors import InvalidInput
+from refold.errors import InvalidInput, RefoldError
 from refold.messages.agent_logs import detect
 from refold.messages.load import load_agent_log, sniff_agent_log
 from refold.store import open_store
@@ -221,3 +223,30 @@ def test_refold_import_recognises_both_and_a_second_import_stores_nothing(
     # asked for explicitly as plain messages, it is refused with the line that is not one
     strict = _refold(home, "import", str(cc), "--format", "openai")
     assert strict.returncode == 2 and "line 1" in strict.stderr and "Traceback" not in strict.stderr
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from(
+        ["", "x", "user", "assistant", "tool_use", "tool_result", "text", "message", "reasoning",
+         "function_call", "function_call_output", "custom_tool_call", "local_shell_call",
+         "response_item", "session_meta", "m1", "c1"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(
+        ["type", "role", "content", "message", "payload", "id", "uuid", "isSidechain", "text",
+         "summary", "call_id", "name", "arguments", "output", "input", "tool_use_id", "action"]),
+        inner, max_size=5),
+    max_leaves=12)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=st.lists(_JSON, min_size=1, max_size=6),
+       fmt=st.sampled_from(["claude-code", "codex"]))
+def test_any_records_read_or_give_a_clear_error(tmp_path_factory: pytest.TempPathFactory,
+                                                 records: list[Any], fmt: str) -> None:
+    """Whatever the lines hold: messages, or a RefoldError (never a TypeError, a 500)."""
+    path = tmp_path_factory.mktemp("fuzz") / "t.jsonl"
+    _write_jsonl(path, records)
+    try:
+        log = load_agent_log(path, fmt)
+    except RefoldError:
+        return
+    assert all(isinstance(m, dict) and m.get("role") for m in log.messages)

@@ -52,12 +52,18 @@ def detect(record: Any) -> str | None:
     or Anthropic message never looks like either: it has a top-level ``role``), else None."""
     if not isinstance(record, dict) or "role" in record:
         return None
-    kind = record.get("type")
+    kind = _kind(record)
     if kind in _CODEX_LINES and ("payload" in record or kind == "session_meta"):
         return "codex"
     if any(mark in record for mark in _CLAUDE_CODE_MARKS) or kind in _CLAUDE_CODE_BOOKKEEPING:
         return "claude-code"
     return None
+
+
+def _kind(record: dict[str, Any]) -> str | None:
+    """A record's ``type`` when it is a string (anything else is no known kind)."""
+    kind = record.get("type")
+    return kind if isinstance(kind, str) else None
 
 
 def claude_code_turns(records: Sequence[Any]) -> tuple[list[dict[str, Any]], Counter[str]]:
@@ -79,15 +85,15 @@ def claude_code_turns(records: Sequence[Any]) -> tuple[list[dict[str, Any]], Cou
         if reply is not None:
             turns.append(reply)
         if results:  # in the order of the calls (Claude Code writes them as they finish)
-            order = {b.get("id"): n for n, b in enumerate(reply["content"] if reply else [])
+            order = {str(b.get("id")): n for n, b in enumerate(reply["content"] if reply else [])
                      if isinstance(b, dict) and b.get("type") == "tool_use"}
-            results.sort(key=lambda b: order.get(b.get("tool_use_id"), len(order)))
+            results.sort(key=lambda b: order.get(str(b.get("tool_use_id")), len(order)))
             turns.append({"role": "user", "content": list(results)})
             results.clear()
         reply, reply_id = None, None
 
     for record in records:
-        kind = record.get("type") if isinstance(record, dict) else None
+        kind = _kind(record) if isinstance(record, dict) else None
         if id(record) not in chat:
             skipped[str(kind or "unknown")] += 1
             continue
@@ -138,7 +144,7 @@ def codex_items(records: Sequence[Any]) -> tuple[list[dict[str, Any]], Counter[s
         if not isinstance(record, dict):
             skipped["unknown"] += 1
             continue
-        kind = record.get("type")
+        kind = _kind(record)
         if kind in _CODEX_LINES:
             if kind != "response_item":
                 skipped[str(kind)] += 1
@@ -154,7 +160,7 @@ def codex_items(records: Sequence[Any]) -> tuple[list[dict[str, Any]], Counter[s
             continue
         converted = _codex_item(item)
         if converted is None:
-            skipped[str(item.get("type") if isinstance(item, dict) else "unknown")] += 1
+            skipped[(_kind(item) if isinstance(item, dict) else None) or "unknown"] += 1
         else:
             items.append(converted)
     return items, skipped
@@ -163,7 +169,7 @@ def codex_items(records: Sequence[Any]) -> tuple[list[dict[str, Any]], Counter[s
 def _codex_item(item: Any) -> dict[str, Any] | None:
     if not isinstance(item, dict):
         return None
-    kind = item.get("type")
+    kind = _kind(item)
     if kind in ("message", "function_call", "function_call_output", "reasoning"):
         return item
     if kind == "custom_tool_call":
