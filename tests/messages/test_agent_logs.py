@@ -250,3 +250,34 @@ def test_any_records_read_or_give_a_clear_error(tmp_path_factory: pytest.TempPat
     except RefoldError:
         return
     assert all(isinstance(m, dict) and m.get("role") for m in log.messages)
+
+
+@pytest.mark.parametrize("fmt", ["claude-code", "codex"])
+def test_a_transcript_that_grew_is_imported_into_its_session_again(tmp_path: Path,
+                                                                    fmt: str) -> None:
+    """A nightly `refold import` of every transcript: the file of a session that went on since
+    holds its old turns and new ones. Its own conversation id names the session, so the old
+    turns are found and only the new ones stored (the content-derived id of other imports
+    would have made a second session holding everything again)."""
+    home = tmp_path / "home"
+    records = CLAUDE_CODE if fmt == "claude-code" else CODEX
+    path = tmp_path / "live.jsonl"
+    _write_jsonl(path, records[:-1])
+    first = _refold(home, "import", str(path))
+    assert first.returncode == 0, first.stderr
+    _write_jsonl(path, records + ([_cc("user", "u9", {"role": "user", "content": "And push it."})]
+                                  if fmt == "claude-code" else
+                                  [_codex("response_item", {"type": "message", "role": "user",
+                                          "content": [{"type": "input_text",
+                                                       "text": "And push it."}]})]))
+    grown = _refold(home, "import", str(path), "--json")
+    assert grown.returncode == 0, grown.stderr
+    report = json.loads(grown.stdout)
+    assert report["rewound"] == 0 and report["appended"] in (1, 2) and report["skipped"] >= 7
+    store = open_store(str(home / "refold.db"))
+    try:
+        (session,) = store.list_sessions()
+        texts = [m.message.get("content") for m in store.get_messages(session.id)]
+    finally:
+        store.close()
+    assert session.id == report["session_id"] and texts[-1] == "And push it."

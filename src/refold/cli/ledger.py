@@ -33,18 +33,22 @@ if TYPE_CHECKING:  # the loaders load with `refold import`, not on `refold searc
 # -- import --------------------------------------------------------------------------------------
 
 def _read_transcript(file: str, fmt: str, max_bytes: int | None,
-                     repair: Utf8Repair) -> tuple[list[Message], str]:
+                     repair: Utf8Repair) -> tuple[list[Message], str, str | None]:
+    """The messages, the default title and, for an agent's transcript, the session id its
+    own conversation id gives (None: the content decides)."""
     from refold.messages.load import check_size, load_anthropic, load_messages, load_messages_file
 
     if fmt in AGENT_FORMATS:
-        return _read_agent_log(file, fmt, max_bytes, repair), Path(file).stem
+        messages, key = _read_agent_log(file, fmt, max_bytes, repair)
+        return messages, Path(file).stem, key
     if file == "-":
         data = sys.stdin.buffer.read(max_bytes + 1) if max_bytes else sys.stdin.buffer.read()
         check_size(len(data), max_bytes, "<stdin>")
         if fmt == "anthropic":
-            return load_anthropic(data, source_name="<stdin>", repair=repair), "stdin"
-        return load_messages(data, source_name="<stdin>", repair=repair), "stdin"
-    return load_messages_file(file, fmt=fmt, max_bytes=max_bytes, repair=repair), Path(file).stem
+            return load_anthropic(data, source_name="<stdin>", repair=repair), "stdin", None
+        return load_messages(data, source_name="<stdin>", repair=repair), "stdin", None
+    return (load_messages_file(file, fmt=fmt, max_bytes=max_bytes, repair=repair),
+            Path(file).stem, None)
 
 
 AGENT_FORMATS = ("claude-code", "codex")  # refold.messages.agent_logs (not imported here)
@@ -52,7 +56,7 @@ AGENT_NAMES = {"claude-code": "Claude Code", "codex": "Codex"}
 
 
 def _read_agent_log(file: str, fmt: str, max_bytes: int | None,
-                    repair: Utf8Repair) -> list[Message]:
+                    repair: Utf8Repair) -> tuple[list[Message], str | None]:
     from refold.messages.agent_logs import describe_skipped
     from refold.messages.load import load_agent_log
 
@@ -64,7 +68,12 @@ def _read_agent_log(file: str, fmt: str, max_bytes: int | None,
     if left_out:  # the agent's bookkeeping, not turns its model saw: said, not hidden
         click.echo(f"{file}: read as a {AGENT_NAMES[fmt]} transcript; left out "
                    f"{left_out}", err=True)
-    return found.messages
+    key = None
+    if found.native_id:  # the same conversation, however much it grew: the same session
+        import hashlib
+
+        key = hashlib.sha256(f"{fmt}:{found.native_id}".encode()).hexdigest()[:32]
+    return found.messages, key
 
 
 def _format_of(file: str, fmt: str | None) -> str:
@@ -89,8 +98,10 @@ def _new_title(store: Store, wanted: str | None) -> str | None:
 
 
 def _target_session(store: Store, ref: str | None, messages: list[Message], *,
-                    title: str | None, default_title: str, source: str) -> Session:
-    """The session given by ``--session`` (created when missing), or the content-derived one."""
+                    title: str | None, default_title: str, source: str,
+                    key: str | None = None) -> Session:
+    """The session given by ``--session`` (created when missing), else the one ``key`` names
+    (an agent's own conversation id), else the content-derived one."""
     if ref is not None:
         try:
             return store.resolve_session(ref)
@@ -99,7 +110,7 @@ def _target_session(store: Store, ref: str | None, messages: list[Message], *,
         except NotFound:
             session_id = ref.strip()
     else:
-        session_id = chain_identities(messages)[-1]
+        session_id = key or chain_identities(messages)[-1]
         try:
             return store.get_session(session_id)
         except NotFound:
@@ -146,7 +157,8 @@ def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str |
     they are stored in the OpenAI form like everything else. Claude Code's transcripts
     (~/.claude/projects/*/*.jsonl) and Codex's (~/.codex/sessions/**/rollout-*.jsonl) are
     recognised and read as the turns their model saw; what they hold besides (progress,
-    notices, metadata) is left out, and how much is said on stderr.
+    notices, metadata) is left out, and how much is said on stderr. Their own conversation id
+    names the session: importing the file again after it grew adds only the new turns.
 
     Messages already stored in the session are skipped, so importing twice is harmless.
     """
@@ -156,14 +168,15 @@ def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str |
     fmt = _format_of(file, fmt)
     if source is None:
         source = fmt if fmt in AGENT_FORMATS else "import"
-    messages, stem = _read_transcript(file, fmt, app.settings.import_max_bytes or None, repair)
+    messages, stem, key = _read_transcript(file, fmt, app.settings.import_max_bytes or None,
+                                           repair)
     if repair.count:
         click.echo(f"warning: {file}: {repair.describe()}", err=True)
     if not messages:
         raise InvalidInput(f"{file}: no messages to import")
     store = app.store
     session = _target_session(store, session_ref, messages, title=title, default_title=stem,
-                              source=source)
+                              source=source, key=key)
     result = store.sync_messages(session.id, messages)
     report: dict[str, Any] = {"session_id": session.id, "title": store.get_session(session.id).title,
               "appended": len(result.appended), "skipped": result.skipped,

@@ -191,6 +191,27 @@ def describe_skipped(skipped: Counter[str]) -> str:
     return ", ".join(f"{count} {kind}" for kind, count in skipped.most_common())
 
 
+def native_session_id(fmt: str, records: Sequence[Any]) -> str | None:
+    """The agent's own id of the conversation: Claude Code's ``sessionId`` (of its first
+    message record; a resumed session's file starts with the records it continues), Codex's
+    ``session_meta`` id. A transcript that grew keeps it, so a re-import finds its session."""
+    for record in records:
+        if not isinstance(record, dict):
+            continue
+        if fmt == "claude-code" and _kind(record) in ("user", "assistant"):
+            found = record.get("sessionId")
+        elif fmt == "codex" and _kind(record) == "session_meta":
+            payload = record.get("payload")
+            found = payload.get("id") if isinstance(payload, dict) else None
+        elif fmt == "codex" and record is records[0] and _kind(record) is None:
+            found = record.get("id")  # an older rollout's first line
+        else:
+            continue
+        if isinstance(found, str) and found.strip():
+            return found.strip()
+    return None
+
+
 def agent_messages(fmt: str, records: Sequence[Any]) -> tuple[list[Message], Counter[str]]:
     """Chat messages (OpenAI form, not yet validated) of an agent's transcript records."""
     if fmt == "claude-code":
@@ -208,4 +229,4 @@ def agent_messages(fmt: str, records: Sequence[Any]) -> tuple[list[Message], Cou
 
 
 __all__ = ["AGENT_FORMATS", "agent_messages", "claude_code_turns", "codex_items", "describe_skipped",
-           "detect"]
+           "detect", "native_session_id"]

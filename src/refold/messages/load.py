@@ -301,12 +301,13 @@ class AgentLog:
 
     messages: list[Message]
     skipped: dict[str, int]
+    native_id: str | None = None  # the agent's own id of the conversation (see native_session_id)
 
 
 def load_agent_log(path: str | Path, fmt: str, *, max_bytes: int | None = None,
                    repair: Utf8Repair | None = None) -> AgentLog:
     """Read a Claude Code or Codex transcript file (``fmt``) as validated chat messages."""
-    from refold.messages.agent_logs import agent_messages
+    from refold.messages.agent_logs import agent_messages, native_session_id
 
     path = Path(path).expanduser()
     if path.is_dir():
@@ -350,7 +351,7 @@ def load_agent_log(path: str | Path, fmt: str, *, max_bytes: int | None = None,
         messages = [validate_message(m, i) for i, m in enumerate(converted)]
     except MessageValidationError as exc:
         raise _located(exc, f"{path.name} (after reading it as {fmt}): ", line=None) from exc
-    return AgentLog(messages, dict(skipped))
+    return AgentLog(messages, dict(skipped), native_session_id(fmt, records))
 
 
 def _open_binary(path: Path) -> Any:
