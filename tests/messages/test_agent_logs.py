@@ -281,3 +281,27 @@ def test_a_transcript_that_grew_is_imported_into_its_session_again(tmp_path: Pat
     finally:
         store.close()
     assert session.id == report["session_id"] and texts[-1] == "And push it."
+
+
+def test_a_subagent_file_is_its_own_session_and_never_rewinds_its_parent(tmp_path: Path) -> None:
+    """A subagent's file (subagents/agent-*.jsonl) carries its parent's sessionId: imported
+    after the parent it rewound the parent's 293 messages (a real transcript), now it is a
+    session of its own."""
+    home = tmp_path / "home"
+    main = _write_jsonl(tmp_path / "s-1.jsonl", CLAUDE_CODE)
+    side = _write_jsonl(tmp_path / "agent-a77.jsonl", [
+        _cc("user", "x1", {"role": "user", "content": "Find the config loader"},
+            isSidechain=True, agentId="a77"),
+        _reply("x2", "msg_X", {"type": "text", "text": "It is in src/config.py."})
+        | {"isSidechain": True, "agentId": "a77"}])
+    assert _refold(home, "import", str(main)).returncode == 0
+    report = json.loads(_refold(home, "import", str(side), "--json").stdout)
+    assert report["rewound"] == 0 and report["appended"] == 2
+    again = json.loads(_refold(home, "import", str(side), "--json").stdout)
+    assert again["session_id"] == report["session_id"] and again["appended"] == 0
+    store = open_store(str(home / "refold.db"))
+    try:
+        counts = sorted(s.message_count for s in store.list_sessions())
+    finally:
+        store.close()
+    assert counts == [2, 9]

@@ -194,12 +194,18 @@ def describe_skipped(skipped: Counter[str]) -> str:
 def native_session_id(fmt: str, records: Sequence[Any]) -> str | None:
     """The agent's own id of the conversation: Claude Code's ``sessionId`` (of its first
     message record; a resumed session's file starts with the records it continues), Codex's
-    ``session_meta`` id. A transcript that grew keeps it, so a re-import finds its session."""
+    ``session_meta`` id. A transcript that grew keeps it, so a re-import finds its session. A
+    Claude Code subagent's records carry their parent's ``sessionId``: theirs is that with the
+    ``agentId`` (None without one: the content decides)."""
     for record in records:
         if not isinstance(record, dict):
             continue
         if fmt == "claude-code" and _kind(record) in ("user", "assistant"):
             found = record.get("sessionId")
+            if record.get("isSidechain"):  # a subagent's file holds its parent's sessionId
+                agent = record.get("agentId")
+                found = f"{found}/agent-{agent}" if isinstance(found, str) and isinstance(
+                    agent, str) and agent.strip() else None
         elif fmt == "codex" and _kind(record) == "session_meta":
             payload = record.get("payload")
             found = payload.get("id") if isinstance(payload, dict) else None
