@@ -205,3 +205,29 @@ def test_scan_never_raises(text: str) -> None:
 def test_scan_never_raises_on_attack_vocabulary(words: list[str]) -> None:
     result = scan(" ".join(words))
     assert result is None or isinstance(result, str)
+
+
+@pytest.mark.parametrize("text", [
+    "The user's AWS key is AKIA" + "IOSFODNN7EXAMPLE",
+    "GitHub token: ghp_" + "a1B2c3D4e5F6g7H8i9J0" * 2,
+    "use sk-ant-" + "api03-" + "x" * 30 + " for the eval runs",
+    "deploy with postgres://app:hunter2@db.internal/prod",
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----",
+])
+def test_a_literal_credential_is_refused(text: str) -> None:
+    """Memory is sent with every later request, to every provider: a pasted key must not be
+    kept there (the scanner looked only for injection and exfiltration)."""
+    reason = scan(text)
+    assert reason is not None and reason.startswith("credential:"), reason
+
+
+@pytest.mark.parametrize("text", [
+    "Secrets: kept in Vault, never in the repo",
+    "The API key lives in $OPENAI_API_KEY; never paste it",
+    "Uses sk-learn 1.5 and numpy",
+    "max_tokens = 4096; token budget per turn 2k",
+    "The staging DB is postgres://db.internal:5433/app (user app)",
+    "Rotate the AWS keys every 90 days",
+])
+def test_notes_about_credentials_pass(text: str) -> None:
+    assert scan(text) is None, scan(text)

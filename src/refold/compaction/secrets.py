@@ -38,6 +38,22 @@ _KEYLIKE = re.compile("(" + _NAME.format(words=r"token|api[_-]?key|apikey|access
                       re.IGNORECASE)
 
 
+def credential_in(text: str) -> str | None:
+    """What literal credential ``text`` holds, by its unmistakable forms only (a provider's
+    token or key, a private key block, a password inside a URL), or None. The name-based
+    forms ``redact`` also replaces (``secret: …``) are left out: "Secrets: kept in Vault" is a
+    fine note, not a secret."""
+    if not text:
+        return None
+    if _PRIVATE_KEY.search(text):
+        return "a private key"
+    if _TOKENS.search(text):
+        return "an API key or token"
+    if _URL_PASSWORD.search(text):
+        return "a password in a URL"
+    return None
+
+
 def redact(text: str) -> str:
     """``text`` with credentials replaced by ``[REDACTED]``."""
     if not text:
@@ -51,4 +67,4 @@ def redact(text: str) -> str:
     return text
 
 
-__all__ = ["MARK", "redact"]
+__all__ = ["MARK", "credential_in", "redact"]

@@ -1,7 +1,10 @@
-"""The memory safety scanner: prompt injection, role hijack, exfiltration, invisible unicode.
+"""The memory safety scanner: prompt injection, role hijack, exfiltration, invisible unicode,
+literal credentials.
 
 Memory enters the system prompt of every later session, so a poisoned entry is a persistent
-injection. ``scan(text)`` returns a short reason ("prompt injection: ignore previous
+injection, and a key pasted into it goes to the provider with every request: a literal
+credential (a provider's token or key, a private key block, a password in a URL; the forms of
+``refold.compaction.secrets.credential_in``) is refused as well. ``scan(text)`` returns a short reason ("prompt injection: ignore previous
 instructions") or None. It runs on every write and on every load (snapshot rendering).
 
 How it looks at text (each view catches a different obfuscation):
@@ -164,11 +167,19 @@ def _scan_views(text: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=4096)  # pure; entries are rescanned on every read and snapshot
+def _credential_reason(text: str) -> str | None:
+    """A literal credential: memory is sent with every later request, to every provider."""
+    from refold.compaction.secrets import credential_in
+
+    found = credential_in(text)
+    return f"credential: {found} (memory is sent with every request)" if found else None
+
+
 def scan(text: str) -> str | None:
     """Why ``text`` must not enter a system prompt, or None when it looks safe."""
     if len(text) > MAX_SCAN_CHARS:
         return f"too large to scan ({len(text):,} characters)"
-    reason = invisible_reason(text) or _scan_views(text)
+    reason = invisible_reason(text) or _credential_reason(text) or _scan_views(text)
     if reason:
         return reason
     for payload in _decoded_payloads(text):
