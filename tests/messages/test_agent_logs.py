@@ -305,3 +305,43 @@ def test_a_subagent_file_is_its_own_session_and_never_rewinds_its_parent(tmp_pat
     finally:
         store.close()
     assert counts == [2, 9]
+
+
+def _linked(records: list[dict[str, Any]], parents: dict[str, str | None]) -> list[dict[str, Any]]:
+    return [dict(r, parentUuid=parents.get(r["uuid"])) for r in records]
+
+
+def test_an_edited_turn_keeps_the_branch_the_conversation_ended_on(tmp_path: Path) -> None:
+    """The user went back and asked again: the file holds both branches, linked by parentUuid.
+    The conversation as it ended is read (the model never saw the QuickSort branch beside the
+    MergeSort one); the abandoned branch is counted. Parallel calls are sibling records of one
+    reply: both stay, with their results."""
+    records = [
+        _cc("user", "u1", {"role": "user", "content": "Implement a sort"}),
+        _reply("a1", "msg_1", {"type": "text", "text": "Which one?"}),
+        _cc("user", "u2a", {"role": "user", "content": "QuickSort"}),
+        _reply("a2a", "msg_2a", {"type": "text", "text": "Here is QuickSort."}),
+        _cc("user", "u2b", {"role": "user", "content": "Actually MergeSort, it must be stable"}),
+        _reply("a2b", "msg_2b", _use("toolu_x", "Write", file_path="merge.py")),
+        _reply("a2c", "msg_2b", _use("toolu_y", "Write", file_path="test_merge.py")),
+        _result("rx", "toolu_x", "written merge.py"),
+        _result("ry", "toolu_y", "written test_merge.py"),
+        _reply("a3", "msg_3", {"type": "text", "text": "MergeSort and its test are written."}),
+    ]
+    parents = {"a1": "u1", "u2a": "a1", "a2a": "u2a", "u2b": "a1", "a2b": "u2b",
+               "a2c": "a2b", "rx": "a2b", "ry": "a2c", "a3": "ry"}
+    path = _write_jsonl(tmp_path / "fork.jsonl", _linked(records, parents))
+    log = load_agent_log(path, "claude-code")
+    texts = [m.get("content") for m in log.messages]
+    assert "QuickSort" not in texts and "Here is QuickSort." not in texts
+    assert [m["role"] for m in log.messages] == ["user", "assistant", "user", "assistant", "tool",
+                                                 "tool", "assistant"]
+    assert [c["id"] for c in log.messages[3]["tool_calls"]] == ["toolu_x", "toolu_y"]
+    assert log.skipped["other branch"] == 2
+    assert provider_problems(log.messages, "anthropic") == []
+    # links that do not lead back to the first record (a broken chain): every record counts
+    broken = dict(parents, a1="nowhere")
+    log = load_agent_log(_write_jsonl(tmp_path / "broken.jsonl", _linked(records, broken)),
+                         "claude-code")
+    assert "QuickSort" in [m.get("content") for m in log.messages]
+    assert "other branch" not in log.skipped

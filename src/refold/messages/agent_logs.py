@@ -9,7 +9,11 @@ result of each tool call in a user record as soon as the call ran, between those
 records are joined back into the turns the API saw: the reply with all its blocks, then one user
 turn with all its results. Records of a subagent (``isSidechain``) inside a main transcript are
 another conversation and are left out; a file that holds only them (``subagents/agent-*.jsonl``)
-is read as that conversation. A record written twice (the same ``uuid``) is read once.
+is read as that conversation. A record written twice (the same ``uuid``) is read once. When the
+user went back and edited or rewound a turn, the file holds both branches: the records are
+linked by ``parentUuid``, and the conversation as it ended (the chain back from its last record,
+with the results of the calls made on it) is what is read; the abandoned branch is left out and
+counted as ``other branch``.
 
 **Codex** (``~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl``): lines ``{"timestamp", "type",
 "payload"}``. The payloads of ``response_item`` lines are Responses API items and become chat
@@ -66,6 +70,46 @@ def _kind(record: dict[str, Any]) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
+def _active_branch(records: Sequence[Any], chat: list[dict[str, Any]]) -> set[int] | None:
+    """The chat records (by ``id()``) of the conversation as it ended: the chain of
+    ``parentUuid`` links from the last chat record back to the first (across the compaction
+    boundary's ``logicalParentUuid``), with every block of the replies on it (parallel calls
+    are sibling records) and the results of their calls. None when the chain does not lead
+    back to the first chat record (no links, or links broken): then every record counts, in
+    file order."""
+    parent: dict[str, Any] = {}
+    for record in records:
+        if isinstance(record, dict) and isinstance(record.get("uuid"), str):
+            link = record.get("parentUuid") or record.get("logicalParentUuid")
+            parent[record["uuid"]] = link if isinstance(link, str) else None
+    if not chat or not all(isinstance(r.get("uuid"), str) for r in (chat[0], chat[-1])):
+        return None
+    path: set[str] = set()
+    node: str | None = chat[-1]["uuid"]
+    while node is not None and node not in path:
+        path.add(node)
+        node = parent.get(node)
+    if chat[0]["uuid"] not in path:
+        return None
+
+    def reply_id(record: dict[str, Any]) -> str | None:
+        found = record["message"].get("id") if record.get("type") == "assistant" else None
+        return found if isinstance(found, str) else None
+
+    replies = {reply_id(r) for r in chat if r.get("uuid") in path} - {None}
+    keep = {id(r) for r in chat if r.get("uuid") in path or reply_id(r) in replies}
+    calls = {str(b.get("id")) for r in chat if id(r) in keep and r.get("type") == "assistant"
+             for b in (r["message"].get("content") or [])
+             if isinstance(b, dict) and b.get("type") == "tool_use"}
+    for record in chat:
+        content = record["message"].get("content")
+        if id(record) not in keep and isinstance(content, list) and content and all(
+                isinstance(b, dict) and b.get("type") == "tool_result"
+                and str(b.get("tool_use_id")) in calls for b in content):
+            keep.add(id(record))
+    return keep
+
+
 def claude_code_turns(records: Sequence[Any]) -> tuple[list[dict[str, Any]], Counter[str]]:
     """Anthropic turns (``{"role", "content"}``) of a Claude Code transcript, and the kinds of
     records left out with their counts (see the module docstring)."""
@@ -74,6 +118,8 @@ def claude_code_turns(records: Sequence[Any]) -> tuple[list[dict[str, Any]], Cou
                 "assistant") and isinstance(r.get("message"), dict)]
     chat = {id(r) for r in messages}
     main_line = any(not r.get("isSidechain") for r in messages)
+    branch = _active_branch(records, [r for r in messages
+                                      if not (main_line and r.get("isSidechain"))])
     turns: list[dict[str, Any]] = []
     reply: dict[str, Any] | None = None  # the assistant turn being joined
     reply_id: Any = None
@@ -99,6 +145,9 @@ def claude_code_turns(records: Sequence[Any]) -> tuple[list[dict[str, Any]], Cou
             continue
         if main_line and record.get("isSidechain"):
             skipped["subagent"] += 1
+            continue
+        if branch is not None and id(record) not in branch:
+            skipped["other branch"] += 1  # a turn the user went back on (edit, rewind)
             continue
         uuid = record.get("uuid")
         if isinstance(uuid, str):
