@@ -223,6 +223,7 @@ def test_refold_import_recognises_both_and_a_second_import_stores_nothing(
     # asked for explicitly as plain messages, it is refused with the line that is not one
     strict = _refold(home, "import", str(cc), "--format", "openai")
     assert strict.returncode == 2 and "line 1" in strict.stderr and "Traceback" not in strict.stderr
+    assert "--format claude-code" in strict.stderr  # the hint says what it is
 
 
 _JSON = st.recursive(

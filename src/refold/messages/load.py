@@ -197,7 +197,14 @@ def _parse_line(line: str, lineno: int, source_name: str) -> Message:
     try:
         return validate_message(item, None)
     except MessageValidationError as exc:
-        raise _located(exc, f"{source_name} line {lineno}: ", line=lineno) from exc
+        located = _located(exc, f"{source_name} line {lineno}: ", line=lineno)
+        from refold.messages.agent_logs import detect
+
+        agent = detect(item)
+        if agent is not None:  # e.g. a Claude Code transcript piped in, or --format openai
+            located.hint = (f"it looks like a {agent} transcript: import the file with "
+                            f"--format {agent}")
+        raise located from exc
 
 
 def _iter_jsonl(lines: Iterable[str], source_name: str) -> Iterator[Message]:
