@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refold.memory.scan import MAX_SCAN_CHARS, invisible_reason, scan
+from refold.memory.scan import MAX_SCAN_CHARS, invisible_reason, scan, scan_entry
 
 CORPORA = Path(__file__).parent / "corpora"
 ATTACKS: list[str] = json.loads((CORPORA / "injections.json").read_text(encoding="utf-8"))
@@ -217,7 +217,7 @@ def test_scan_never_raises_on_attack_vocabulary(words: list[str]) -> None:
 def test_a_literal_credential_is_refused(text: str) -> None:
     """Memory is sent with every later request, to every provider: a pasted key must not be
     kept there (the scanner looked only for injection and exfiltration)."""
-    reason = scan(text)
+    reason = scan_entry(text)
     assert reason is not None and reason.startswith("credential:"), reason
 
 
@@ -230,4 +230,11 @@ def test_a_literal_credential_is_refused(text: str) -> None:
     "Rotate the AWS keys every 90 days",
 ])
 def test_notes_about_credentials_pass(text: str) -> None:
-    assert scan(text) is None, scan(text)
+    assert scan_entry(text) is None, scan_entry(text)
+
+
+def test_a_skill_may_show_an_example_key() -> None:
+    """Skills and summaries use ``scan``: a SKILL.md that shows AWS's documented example key is
+    not an injection; only memory refuses literal credentials."""
+    text = "Configure the CLI:\n    aws configure  # key id: AKIA" + "IOSFODNN7EXAMPLE"
+    assert scan(text) is None and scan_entry(text) is not None

@@ -26,7 +26,7 @@ from refold.errors import Conflict, MemoryError_, RefoldError
 from refold.memory.backend import Loaded, MemoryBackend
 from refold.memory.entries import DEFAULT_LIMITS, TARGETS, Usage, check_target, usage_of
 from refold.memory.ops import MemoryOp, apply_ops, entry_id, make_op
-from refold.memory.scan import scan
+from refold.memory.scan import scan_entry
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class WriteResult:
 def check_content(op: MemoryOp) -> None:
     """Refuse content the scanner objects to (MemoryError_ with the reason)."""
     if op.action in ("add", "replace"):
-        reason = scan(op.content)
+        reason = scan_entry(op.content)
         if reason:
             raise MemoryError_(f"refused: {reason}",
                                hint="memory enters every future system prompt; rewrite the note "
@@ -114,7 +114,7 @@ class MemoryStore:
         with self.backend.transaction(target):  # a consistent file + sidecar pair
             loaded = self.backend.load(target)
         entries = [Entry(id=entry_id(r.text), text=r.text, created_at=r.created_at,
-                         updated_at=r.updated_at, blocked=scan(r.text),
+                         updated_at=r.updated_at, blocked=scan_entry(r.text),
                          last_used_at=r.last_used_at) for r in loaded.rows]
         usage = usage_of(target, [r.text for r in loaded.rows], self.limits[target])
         return MemoryView(target=target, location=self.backend.location(target),
@@ -213,7 +213,7 @@ class MemoryStore:
 
     def _display(self, loaded: Loaded) -> list[str]:
         return [Entry(id=entry_id(r.text), text=r.text, created_at=r.created_at,
-                      updated_at=r.updated_at, blocked=scan(r.text)).display()
+                      updated_at=r.updated_at, blocked=scan_entry(r.text)).display()
                 for r in loaded.rows]
 
     def _refuse_drift(self, target: str) -> None:

@@ -1,11 +1,12 @@
-"""The memory safety scanner: prompt injection, role hijack, exfiltration, invisible unicode,
-literal credentials.
+"""The memory safety scanner: prompt injection, role hijack, exfiltration, invisible unicode.
 
 Memory enters the system prompt of every later session, so a poisoned entry is a persistent
-injection, and a key pasted into it goes to the provider with every request: a literal
-credential (a provider's token or key, a private key block, a password in a URL; the forms of
-``refold.compaction.secrets.credential_in``) is refused as well. ``scan(text)`` returns a short reason ("prompt injection: ignore previous
-instructions") or None. It runs on every write and on every load (snapshot rendering).
+injection. ``scan(text)`` returns a short reason ("prompt injection: ignore previous
+instructions") or None. It runs on every write and on every load (snapshot rendering), and on
+skills and LLM summaries too. A memory entry is also refused when it holds a literal credential
+(``scan_entry``: a provider's token or key, a private key block, a password in a URL, the forms
+of ``refold.compaction.secrets.credential_in``): a key pasted into memory would go to the
+provider with every request. Skills are not held to that: their documents show example keys.
 
 How it looks at text (each view catches a different obfuscation):
 - the raw text: invisible code points (zero-width, bidi overrides, tag characters); a zero-width
@@ -175,11 +176,18 @@ def _credential_reason(text: str) -> str | None:
     return f"credential: {found} (memory is sent with every request)" if found else None
 
 
+def scan_entry(text: str) -> str | None:
+    """``scan`` for a memory entry: a literal credential is refused too."""
+    if len(text) > MAX_SCAN_CHARS:
+        return scan(text)
+    return _credential_reason(text) or scan(text)
+
+
 def scan(text: str) -> str | None:
     """Why ``text`` must not enter a system prompt, or None when it looks safe."""
     if len(text) > MAX_SCAN_CHARS:
         return f"too large to scan ({len(text):,} characters)"
-    reason = invisible_reason(text) or _credential_reason(text) or _scan_views(text)
+    reason = invisible_reason(text) or _scan_views(text)
     if reason:
         return reason
     for payload in _decoded_payloads(text):
