@@ -91,9 +91,13 @@ def check_content(op: MemoryOp) -> None:
     if op.action in ("add", "replace"):
         reason = scan_entry(op.content)
         if reason:
-            raise MemoryError_(f"refused: {reason}",
-                               hint="memory enters every future system prompt; rewrite the note "
-                                    "without instructions to the model or secrets", reason=reason)
+            hint = ("memory enters every future system prompt; rewrite the note without "
+                    "instructions to the model or secrets")
+            if reason.startswith("credential:"):
+                hint = ("keep the secret where it lives (an environment variable, a secrets "
+                        "manager) and note only where to find it, e.g. 'the key is in "
+                        "$OPENAI_API_KEY'")
+            raise MemoryError_(f"refused: {reason}", hint=hint, reason=reason)
 
 
 class MemoryStore:
