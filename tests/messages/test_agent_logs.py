@@ -216,10 +216,16 @@ def test_refold_import_recognises_both_and_a_second_import_stores_nothing(
     assert hits[0]["title"] == "rollout-2026-01-02" and "foo.h" in hits[0]["snippet"]
     store = open_store(str(home / "refold.db"))
     try:
-        sources = sorted((s.source, s.message_count) for s in store.list_sessions())
+        sessions = store.list_sessions()
+        sources = sorted((s.source, s.message_count) for s in sessions)
+        times = {s.source: {m.created_at for m in store.get_messages(s.id)} for s in sessions}
     finally:
         store.close()
     assert sources == [("claude-code", 9), ("codex", 9)]
+    # when each turn was said, from the records' timestamps (not when it was imported)
+    assert times == {"claude-code": {1770842205.693}, "codex": {1767365903.0}}
+    recent = _refold(home, "search", "which header was missing?", "--since", "7d", "--json")
+    assert recent.returncode == 0 and json.loads(recent.stdout) == []
     # asked for explicitly as plain messages, it is refused with the line that is not one
     strict = _refold(home, "import", str(cc), "--format", "openai")
     assert strict.returncode == 2 and "line 1" in strict.stderr and "Traceback" not in strict.stderr

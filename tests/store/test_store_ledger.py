@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -299,3 +300,27 @@ def test_fork_rejects_bad_input(store: Store) -> None:
         store.fork_session(parent.id, kind="compaction")
     with pytest.raises(NotFound):
         store.fork_session("ghost")
+
+
+def test_sync_keeps_the_times_an_import_states(store: Store) -> None:
+    """An imported past conversation keeps when it was said (``refold search --since``, the
+    "when" column); a bad stated time costs the time, never the message."""
+    session = store.create_session()
+    said = [1_700_000_000.0, 1_700_000_060.5, None, float("nan"), 4e12, "yesterday"]
+    history = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}"}
+               for i in range(len(said))]
+    before = time.time()
+    result = store.sync_messages(session.id, history, created_at=said)  # type: ignore[arg-type]
+    after = time.time()
+    rows = store.get_messages(session.id)
+    assert [r.created_at for r in rows[:2]] == [1_700_000_000.0, 1_700_000_060.5]
+    assert all(before <= r.created_at <= after for r in rows[2:])  # None, NaN, future, text
+    assert [r.created_at for r in result.appended] == [r.created_at for r in rows]
+    # a second sync stores nothing and changes no time; the new message gets its own
+    again = store.sync_messages(session.id, [*history, {"role": "user", "content": "more"}],
+                                created_at=[*said, 1_700_000_500.0])  # type: ignore[list-item]
+    assert len(again.appended) == 1 and again.appended[0].created_at == 1_700_000_500.0
+    assert [r.created_at for r in store.get_messages(session.id)][:2] == [1_700_000_000.0,
+                                                                          1_700_000_060.5]
+    with pytest.raises(InvalidInput, match="2 times for 1 messages"):
+        store.sync_messages(session.id, history[:1], created_at=[1.0, 2.0])

@@ -32,31 +32,31 @@ if TYPE_CHECKING:  # the loaders load with `refold import`, not on `refold searc
 
 # -- import --------------------------------------------------------------------------------------
 
-def _read_transcript(file: str, fmt: str, max_bytes: int | None,
-                     repair: Utf8Repair) -> tuple[list[Message], str, str | None]:
+def _read_transcript(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repair
+                     ) -> tuple[list[Message], str, str | None, list[float | None] | None]:
     """The messages, the default title and, for an agent's transcript, the session id its
-    own conversation id gives (None: the content decides)."""
+    own conversation id gives (None: the content decides) and when each message was said."""
     from refold.messages.load import check_size, load_anthropic, load_messages, load_messages_file
 
     if fmt in AGENT_FORMATS:
-        messages, key = _read_agent_log(file, fmt, max_bytes, repair)
-        return messages, Path(file).stem, key
+        messages, key, times = _read_agent_log(file, fmt, max_bytes, repair)
+        return messages, Path(file).stem, key, times
     if file == "-":
         data = sys.stdin.buffer.read(max_bytes + 1) if max_bytes else sys.stdin.buffer.read()
         check_size(len(data), max_bytes, "<stdin>")
         if fmt == "anthropic":
-            return load_anthropic(data, source_name="<stdin>", repair=repair), "stdin", None
-        return load_messages(data, source_name="<stdin>", repair=repair), "stdin", None
+            return load_anthropic(data, source_name="<stdin>", repair=repair), "stdin", None, None
+        return load_messages(data, source_name="<stdin>", repair=repair), "stdin", None, None
     return (load_messages_file(file, fmt=fmt, max_bytes=max_bytes, repair=repair),
-            Path(file).stem, None)
+            Path(file).stem, None, None)
 
 
 AGENT_FORMATS = ("claude-code", "codex")  # refold.messages.agent_logs (not imported here)
 AGENT_NAMES = {"claude-code": "Claude Code", "codex": "Codex"}
 
 
-def _read_agent_log(file: str, fmt: str, max_bytes: int | None,
-                    repair: Utf8Repair) -> tuple[list[Message], str | None]:
+def _read_agent_log(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repair
+                    ) -> tuple[list[Message], str | None, list[float | None] | None]:
     from refold.messages.agent_logs import describe_skipped
     from refold.messages.load import load_agent_log
 
@@ -73,7 +73,7 @@ def _read_agent_log(file: str, fmt: str, max_bytes: int | None,
         import hashlib
 
         key = hashlib.sha256(f"{fmt}:{found.native_id}".encode()).hexdigest()[:32]
-    return found.messages, key
+    return found.messages, key, found.times
 
 
 def _format_of(file: str, fmt: str | None) -> str:
@@ -168,8 +168,8 @@ def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str |
     fmt = _format_of(file, fmt)
     if source is None:
         source = fmt if fmt in AGENT_FORMATS else "import"
-    messages, stem, key = _read_transcript(file, fmt, app.settings.import_max_bytes or None,
-                                           repair)
+    messages, stem, key, times = _read_transcript(
+        file, fmt, app.settings.import_max_bytes or None, repair)
     if repair.count:
         click.echo(f"warning: {file}: {repair.describe()}", err=True)
     if not messages:
@@ -177,7 +177,7 @@ def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str |
     store = app.store
     session = _target_session(store, session_ref, messages, title=title, default_title=stem,
                               source=source, key=key)
-    result = store.sync_messages(session.id, messages)
+    result = store.sync_messages(session.id, messages, created_at=times)
     report: dict[str, Any] = {"session_id": session.id, "title": store.get_session(session.id).title,
               "appended": len(result.appended), "skipped": result.skipped,
               "rewound": result.rewound}

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from refold.errors import InvalidInput
@@ -124,6 +125,7 @@ def claude_code_turns(records: Sequence[Any]) -> tuple[list[dict[str, Any]], Cou
     reply: dict[str, Any] | None = None  # the assistant turn being joined
     reply_id: Any = None
     results: list[Any] = []  # tool results written while the reply's calls ran
+    results_at: list[float | None] = [None]  # when the first of them was written
     seen: set[str] = set()
 
     def close_reply() -> None:
@@ -134,7 +136,7 @@ def claude_code_turns(records: Sequence[Any]) -> tuple[list[dict[str, Any]], Cou
             order = {str(b.get("id")): n for n, b in enumerate(reply["content"] if reply else [])
                      if isinstance(b, dict) and b.get("type") == "tool_use"}
             results.sort(key=lambda b: order.get(str(b.get("tool_use_id")), len(order)))
-            turns.append({"role": "user", "content": list(results)})
+            turns.append({"role": "user", "content": list(results), "at": results_at[0]})
             results.clear()
         reply, reply_id = None, None
 
@@ -171,24 +173,30 @@ def claude_code_turns(records: Sequence[Any]) -> tuple[list[dict[str, Any]], Cou
                 reply["content"].extend(blocks)
                 continue
             close_reply()
-            reply, reply_id = {"role": "assistant", "content": list(blocks)}, message_id
+            reply, reply_id = {"role": "assistant", "content": list(blocks),
+                               "at": record_time(record)}, message_id
             continue
         if reply is not None and blocks and all(
                 isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks):
+            if not results:
+                results_at[0] = record_time(record)
             results.extend(blocks)
             continue
         close_reply()
         turns.append({"role": "user", "content": content if isinstance(content, str)
-                      else list(blocks)})
+                      else list(blocks), "at": record_time(record)})
     close_reply()
     return turns, skipped
 
 
-def codex_items(records: Sequence[Any]) -> tuple[list[dict[str, Any]], Counter[str]]:
+def codex_items(records: Sequence[Any]
+                ) -> tuple[list[dict[str, Any]], list[float | None], Counter[str]]:
     """Responses API items of a Codex rollout, Codex's own tool calls made function calls,
-    and the kinds of lines and items left out with their counts."""
+    each item's time (its line's timestamp), and the kinds of lines and items left out with
+    their counts."""
     skipped: Counter[str] = Counter()
     items: list[dict[str, Any]] = []
+    times: list[float | None] = []
     for number, record in enumerate(records):
         if not isinstance(record, dict):
             skipped["unknown"] += 1
@@ -212,7 +220,8 @@ def codex_items(records: Sequence[Any]) -> tuple[list[dict[str, Any]], Counter[s
             skipped[(_kind(item) if isinstance(item, dict) else None) or "unknown"] += 1
         else:
             items.append(converted)
-    return items, skipped
+            times.append(record_time(record))
+    return items, times, skipped
 
 
 def _codex_item(item: Any) -> dict[str, Any] | None:
@@ -267,21 +276,46 @@ def native_session_id(fmt: str, records: Sequence[Any]) -> str | None:
     return None
 
 
-def agent_messages(fmt: str, records: Sequence[Any]) -> tuple[list[Message], Counter[str]]:
-    """Chat messages (OpenAI form, not yet validated) of an agent's transcript records."""
+def record_time(record: Any) -> float | None:
+    """A record's ``timestamp`` (ISO 8601, as both agents write it) in seconds since the
+    epoch, or None."""
+    stamp = record.get("timestamp") if isinstance(record, dict) else None
+    if not isinstance(stamp, str) or not stamp:
+        return None
+    try:
+        when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def agent_messages(fmt: str, records: Sequence[Any]
+                   ) -> tuple[list[Message], list[float | None], Counter[str]]:
+    """Chat messages (OpenAI form, not yet validated) of an agent's transcript records, when
+    each was said (the record's timestamp; None where it has none), and what was left out."""
     if fmt == "claude-code":
         from refold.messages.anthropic import from_anthropic
 
         turns, skipped = claude_code_turns(records)
-        return from_anthropic(turns), skipped
+        messages: list[Message] = []
+        times: list[float | None] = []
+        for turn in turns:  # turn by turn: from_anthropic keeps no state between turns
+            converted = from_anthropic([{"role": turn["role"], "content": turn["content"]}])
+            messages += converted
+            times += [turn.get("at")] * len(converted)
+        return messages, times, skipped
     if fmt == "codex":
         from refold.messages.responses import input_messages
 
-        items, skipped = codex_items(records)
-        return (input_messages(items) if items else []), skipped
+        items, item_times, skipped = codex_items(records)
+        origins: list[int] = []
+        messages = input_messages(items, origins) if items else []
+        return messages, [item_times[i] for i in origins], skipped
     raise InvalidInput(f"unknown agent transcript format {fmt!r}",
                        hint=f"use one of {', '.join(AGENT_FORMATS)}")
 
 
 __all__ = ["AGENT_FORMATS", "agent_messages", "claude_code_turns", "codex_items", "describe_skipped",
-           "detect", "native_session_id"]
+           "detect", "native_session_id", "record_time"]

@@ -309,6 +309,7 @@ class AgentLog:
     messages: list[Message]
     skipped: dict[str, int]
     native_id: str | None = None  # the agent's own id of the conversation (see native_session_id)
+    times: list[float | None] | None = None  # when each message was said (its record's time)
 
 
 def load_agent_log(path: str | Path, fmt: str, *, max_bytes: int | None = None,
@@ -347,7 +348,7 @@ def load_agent_log(path: str | Path, fmt: str, *, max_bytes: int | None = None,
     finally:
         _warn_repair(found, before, path.name)
     try:
-        converted, skipped = agent_messages(fmt, records)
+        converted, times, skipped = agent_messages(fmt, records)
     except MessageValidationError as exc:
         raise _located(exc, f"{path.name} ({fmt}): ", line=None) from exc
     except InvalidInput as exc:  # a Responses item of a Codex rollout refold cannot read
@@ -358,7 +359,7 @@ def load_agent_log(path: str | Path, fmt: str, *, max_bytes: int | None = None,
         messages = [validate_message(m, i) for i, m in enumerate(converted)]
     except MessageValidationError as exc:
         raise _located(exc, f"{path.name} (after reading it as {fmt}): ", line=None) from exc
-    return AgentLog(messages, dict(skipped), native_session_id(fmt, records))
+    return AgentLog(messages, dict(skipped), native_session_id(fmt, records), times)
 
 
 def _open_binary(path: Path) -> Any:

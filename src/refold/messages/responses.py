@@ -115,15 +115,21 @@ class _Builder:
                                "by refold")
 
 
-def input_messages(value: Any) -> list[Message]:
-    """The chat-form messages of a Responses ``input``."""
+def input_messages(value: Any, origins: list[int] | None = None) -> list[Message]:
+    """The chat-form messages of a Responses ``input``. With ``origins`` (a list), the index
+    of the item each message began with is appended to it, one per message."""
     if isinstance(value, str):
+        if origins is not None:
+            origins.append(0)
         return [{"role": "user", "content": value}]
     if not isinstance(value, list) or not value:
         raise InvalidInput("input must be a string or a non-empty list of items")
     builder = _Builder()
     for index, item in enumerate(value):
+        before = len(builder.messages)
         builder.add(item, index)
+        if origins is not None:
+            origins.extend([index] * (len(builder.messages) - before))
     return builder.messages
 
 

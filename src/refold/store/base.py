@@ -26,10 +26,12 @@ Invariants every backend keeps (the conformance suite in tests/store checks each
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from refold._records import dataclass, field
+from refold.errors import InvalidInput
 from refold.messages.model import Message
 
 LinkKind = Literal["compaction", "branch", "fork"]
@@ -255,8 +257,11 @@ class Store(Protocol):
                         token_counts: Sequence[int | None] | None = None,
                         expect_last: str | None = None,
                         usage: Usage | None = None) -> AppendResult: ...
+    # ``created_at``: when each message was said (seconds since the epoch; None: now), for an
+    # import of a past conversation (``message_times`` checks them)
     def sync_messages(self, session_id: str, history: Sequence[Message], *,
-                      token_counts: Sequence[int | None] | None = None) -> AppendResult: ...
+                      token_counts: Sequence[int | None] | None = None,
+                      created_at: Sequence[float | None] | None = None) -> AppendResult: ...
     def get_messages(self, session_id: str, *, include_inactive: bool = False,
                      start_seq: int | None = None, end_seq: int | None = None,
                      limit: int | None = None) -> list[StoredMessage]: ...
@@ -350,3 +355,23 @@ class Store(Protocol):
         ...
     def info(self) -> dict[str, Any]: ...
     def close(self) -> None: ...
+
+
+MAX_FUTURE_SECONDS = 86_400.0  # a stated time later than this past now is taken for a mistake
+
+
+def message_times(created_at: Sequence[float | None] | None, count: int,
+                  now: float) -> list[float]:
+    """One ``created_at`` per message for ``sync_messages``: each stated time that is a finite
+    number from 1970 to a day from now, else ``now`` (an import's bad timestamp costs its
+    time, never the message). InvalidInput when the lengths differ."""
+    if created_at is None:
+        return [now] * count
+    if isinstance(created_at, str | bytes) or len(created_at) != count:
+        raise InvalidInput(f"{len(created_at)} times for {count} messages")
+    out = []
+    for value in created_at:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) \
+            and math.isfinite(value) and 0 <= value <= now + MAX_FUTURE_SECONDS
+        out.append(float(value) if ok else now)  # type: ignore[arg-type]
+    return out

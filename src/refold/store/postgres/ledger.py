@@ -42,6 +42,7 @@ from refold.store.base import (
     StoredMessage,
     Usage,
     ViewTip,
+    message_times,
 )
 from refold.store.postgres.codec import cjk_gram_list, clean_text, encode_json
 from refold.store.postgres.core import (
@@ -95,20 +96,23 @@ class LedgerMixin(PgCore):
     # -- writing ----------------------------------------------------------------------------
     def _insert(self, cur: Cursor, session_id: str, messages: list[Message],
                 identities: list[str], counts: Sequence[int | None] | None,
-                first_seq: int, created_at: float) -> list[StoredMessage]:
+                first_seq: int, created_at: float | Sequence[float]) -> list[StoredMessage]:
+        """Insert the rows from ``first_seq``; ``created_at`` one time for all, or one each."""
+        times = [float(created_at)] * len(messages) if isinstance(created_at, int | float) \
+            else list(created_at)
         rows = []
         for i, message in enumerate(messages):
             count = counts[i] if counts is not None else None
             text = clean_text(searchable_text(message))
             rows.append((session_id, first_seq + i, str(message["role"]), encode_json(message),
-                         identities[i], count, created_at, text, cjk_gram_list(text)))
+                         identities[i], count, times[i], text, cjk_gram_list(text)))
         cur.executemany("""INSERT INTO messages (session_id, seq, role, body, identity,
                                 token_count, created_at, search_text, cjk_grams)
                            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)""", rows)
         cur.execute("UPDATE sessions SET message_count = message_count + %s WHERE id = %s",
                     (len(rows), session_id))
         return [StoredMessage(session_id, first_seq + i, m, identities[i],
-                              counts[i] if counts is not None else None, created_at, True)
+                              counts[i] if counts is not None else None, times[i], True)
                 for i, m in enumerate(messages)]
 
     def _tip(self, cur: Cursor, session_id: str) -> tuple[int, str | None]:
@@ -154,8 +158,12 @@ class LedgerMixin(PgCore):
         return AppendResult(appended=stored, skipped=0, tip=ViewTip(end[0], end[1], checkpoint))
 
     def sync_messages(self, session_id: str, history: Sequence[Message], *,
-                      token_counts: Sequence[int | None] | None = None) -> AppendResult:
+                      token_counts: Sequence[int | None] | None = None,
+                      created_at: Sequence[float | None] | None = None) -> AppendResult:
         clean = _check_messages(history, token_counts)
+        now = time.time()
+        times = message_times(created_at, len(clean), now) if created_at is not None \
+            else [now] * len(clean)
         identities = chain_identities(clean)
         with self._tx("sync messages") as cur:
             self._require_session(cur, session_id, lock=True)
@@ -166,7 +174,7 @@ class LedgerMixin(PgCore):
             new = clean[matched:]
             counts = token_counts[matched:] if token_counts is not None else None
             stored = self._insert(cur, session_id, new, identities[matched:], counts, top + 1,
-                                  time.time()) if new else []
+                                  times[matched:]) if new else []
         return AppendResult(appended=stored, skipped=matched, rewound=rewound)
 
     def _match_prefix(self, cur: Cursor, session_id: str, identities: list[str],

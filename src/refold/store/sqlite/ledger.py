@@ -27,7 +27,15 @@ from collections.abc import Iterator, Sequence
 
 from refold.errors import Conflict, InvalidInput, MessageValidationError, NotFound
 from refold.messages.model import Message, message_identity, wire_form
-from refold.store.base import AppendResult, RewindRecord, Session, StoredMessage, Usage, ViewTip
+from refold.store.base import (
+    AppendResult,
+    RewindRecord,
+    Session,
+    StoredMessage,
+    Usage,
+    ViewTip,
+    message_times,
+)
 from refold.store.rules import check_fork_kind, check_restorable
 from refold.store.sqlite import indexer
 from refold.store.sqlite.rows import MESSAGE_COLUMNS, message_columns, to_message, to_rewind
@@ -82,7 +90,8 @@ class LedgerOps(SessionOps):
                 messages: Sequence[Message], counts: Sequence[int | None],
                 identities: Sequence[str], last_seq: int | None = None,
                 usage: Usage | None = None,
-                indexed_through: int | None = None) -> list[StoredMessage]:
+                indexed_through: int | None = None,
+                times: Sequence[float] | None = None) -> list[StoredMessage]:
         """Insert the rows after the session's last seq (read unless given) and bump its
         counters — and its usage totals, in the same UPDATE, when ``usage`` is given. The rows
         are indexed for search later, in a batch (``indexer.py``; ``indexed_through`` is the
@@ -100,14 +109,15 @@ class LedgerOps(SessionOps):
         for offset, (message, count, identity) in enumerate(zip(messages, counts, identities,
                                                                strict=True)):
             seq = last_seq + 1 + offset
+            when = times[offset] if times is not None else now
             try:
                 role, body, text, tool_call_id, cjk = message_columns(message)
             except (TypeError, ValueError) as exc:  # not JSON-serializable
                 raise MessageValidationError(f"cannot be stored as JSON: {exc}",
                                              index=offset) from exc
-            rows.append((session_id, seq, role, body, text, tool_call_id, count, now,
+            rows.append((session_id, seq, role, body, text, tool_call_id, count, when,
                          identity, cjk))
-            out.append((seq, identity, count))
+            out.append((seq, identity, count, when))
         insert = ("INSERT INTO messages (session_id, seq, role, message, text, tool_call_id, "
                   "token_count, created_at, active, identity, has_cjk) "
                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)")
@@ -130,8 +140,8 @@ class LedgerOps(SessionOps):
                  usage.model, session_id))
         indexer.after_insert(conn, len(rows), top, indexed_through)  # off the commit path unless the tail is long
         # The wire dicts themselves (not a JSON round trip): appending is the hot path.
-        return [StoredMessage(session_id, seq, wire_form(message), identity, count, now, True)
-                for (seq, identity, count), message in zip(out, messages, strict=True)]
+        return [StoredMessage(session_id, seq, wire_form(message), identity, count, when, True)
+                for (seq, identity, count, when), message in zip(out, messages, strict=True)]
 
     def append_messages(self, session_id: str, messages: Sequence[Message], *,
                         token_counts: Sequence[int | None] | None = None,
@@ -165,14 +175,18 @@ class LedgerOps(SessionOps):
             return AppendResult(appended, 0, tip=tip)
 
     def sync_messages(self, session_id: str, history: Sequence[Message], *,
-                      token_counts: Sequence[int | None] | None = None) -> AppendResult:
+                      token_counts: Sequence[int | None] | None = None,
+                      created_at: Sequence[float | None] | None = None) -> AppendResult:
         counts = _check_batch(history, token_counts)
+        times = message_times(created_at, len(history), time.time()) \
+            if created_at is not None else None
         identities = _identities(history, None)
         with self.db.write() as conn:
             session = self._session(conn, session_id)
             keep, rewound = self._common_prefix(conn, session_id, identities)
             appended = self._insert(conn, session, history[keep:], counts[keep:],
-                                    identities[keep:])
+                                    identities[keep:],
+                                    times=times[keep:] if times is not None else None)
             return AppendResult(appended, keep, rewound)
 
     def _common_prefix(self, conn: sqlite3.Connection, session_id: str,
