@@ -199,8 +199,18 @@ def test_garbage_and_bad_bodies_are_openai_shaped_400s(start_proxy: ProxyFactory
     with serve([]) as up:
         proxy = start_proxy(up)
         url = proxy.base_url + "/chat/completions"
-        for body in (b"{not json", b"[]", b'{"messages": []}', b'{"messages": [{"content": 1}]}'):
+        hi = b'"messages": [{"role": "user", "content": "hi"}]'
+        for body in (b"{not json", b"[]", b'{"messages": []}', b'{"messages": [{"content": 1}]}',
+                     # these were 500s (a TypeError deep in the turn), found by fuzzing
+                     b'{"model": "m", "tools": 5, ' + hi + b"}",
+                     b'{"model": "m", "tools": [5], ' + hi + b"}",
+                     b'{"model": {"name": "m"}, ' + hi + b"}"):
             response = httpx.post(url, content=body)
+            assert response.status_code == 400, body
+            assert response.json()["error"]["type"] == "invalid_request_error"
+        for body in (b'{"model": "m", "input": 5}', b'{"model": "m", "input": null}',
+                     b'{"model": 5, "input": "hi"}'):
+            response = httpx.post(proxy.base_url + "/responses", content=body)
             assert response.status_code == 400, body
             assert response.json()["error"]["type"] == "invalid_request_error"
         missing = httpx.get(proxy.root + "/v1/nothing-here")

@@ -144,6 +144,12 @@ def check_body(body: Any) -> list[Message]:
     """The request's messages, or InvalidInput saying what is wrong."""
     if not isinstance(body, dict):
         raise InvalidInput("the request body must be a JSON object")
+    if body.get("model") is not None and not isinstance(body["model"], str):
+        raise InvalidInput("'model' must be a string (the model's name)")
+    tools = body.get("tools")
+    if tools is not None and not (isinstance(tools, list)
+                                  and all(isinstance(t, dict) for t in tools)):
+        raise InvalidInput("'tools' must be a list of tool objects")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidInput("'messages' must be a non-empty list of chat messages")

@@ -129,8 +129,11 @@ class ResponseLog:
 
 
 def _items(value: Any) -> list[Any]:
-    return [{"type": "message", "role": "user", "content": value}] \
-        if isinstance(value, str) else list(value)
+    if isinstance(value, str):
+        return [{"type": "message", "role": "user", "content": value}]
+    if not isinstance(value, list):
+        raise InvalidInput("'input' must be a string or a list of items")
+    return list(value)
 
 
 def _check(raw: Any) -> dict[str, Any]:
@@ -138,6 +141,8 @@ def _check(raw: Any) -> dict[str, Any]:
         raise InvalidInput("the request body must be a JSON object")
     if "input" not in raw:
         raise InvalidInput("'input' is required: a string or a list of items")
+    if raw.get("model") is not None and not isinstance(raw["model"], str):
+        raise InvalidInput("'model' must be a string (the model's name)")
     previous = raw.get("previous_response_id")
     if previous is not None and not isinstance(previous, str):
         raise InvalidInput("previous_response_id must be a string")
