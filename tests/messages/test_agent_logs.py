@@ -352,3 +352,27 @@ def test_an_edited_turn_keeps_the_branch_the_conversation_ended_on(tmp_path: Pat
                          "claude-code")
     assert "QuickSort" in [m.get("content") for m in log.messages]
     assert "other branch" not in log.skipped
+
+
+def test_a_directory_imports_every_transcript_and_a_bad_file_does_not_stop_the_rest(
+        tmp_path: Path) -> None:
+    """`refold import ~/.claude/projects`: one session per file, whatever its format; a file
+    that fails is reported, the others are imported, the exit status says one failed."""
+    home, folder = tmp_path / "home", tmp_path / "projects"
+    (folder / "proj-a").mkdir(parents=True)
+    (folder / "proj-b").mkdir()
+    _write_jsonl(folder / "proj-a" / "s-1.jsonl", CLAUDE_CODE)
+    _write_jsonl(folder / "proj-b" / "rollout-1.jsonl", CODEX)
+    _write_jsonl(folder / "plain.jsonl", [{"role": "user", "content": "a plain transcript"}])
+    (folder / "proj-b" / "broken.jsonl").write_text("{not json\n", encoding="utf-8")
+    (folder / "empty.jsonl").write_text("", encoding="utf-8")
+    first = _refold(home, "import", str(folder))
+    assert first.returncode == 1, first.stderr
+    assert "3 of 4 file(s) imported: 19 message(s) stored" in first.stdout
+    assert "broken.jsonl" in first.stderr and "Traceback" not in first.stderr
+    again = _refold(home, "import", str(folder), "--json")
+    reports = json.loads(again.stdout)
+    assert [r.get("appended") for r in reports if "error" not in r] == [0, 0, 0]
+    assert sum("error" in r for r in reports) == 1
+    named = _refold(home, "import", str(folder), "--title", "x")
+    assert named.returncode == 2 and "a directory holds many" in named.stderr

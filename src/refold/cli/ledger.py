@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from refold.cli.app import AppContext, emit, pass_app
+from refold.cli.context import to_json
 from refold.cli.searching import OPTIONS, Option, parse_when, run_search
 from refold.cli.terminal import safe_text
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
@@ -151,7 +152,8 @@ def _create(store: Store, session_id: str, title: str | None, source: str, *,
 @pass_app
 def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str | None,
                source: str | None, fmt: str | None, as_json: bool) -> None:
-    """Import a transcript FILE (JSON list, {"messages": [...]} or JSONL; - for stdin).
+    """Import a transcript FILE (JSON list, {"messages": [...]} or JSONL; - for stdin), or
+    every .jsonl under a directory (one session each).
 
     Anthropic Messages transcripts ({"system", "messages"}) import with --format anthropic;
     they are stored in the OpenAI form like everything else. Claude Code's transcripts
@@ -162,6 +164,18 @@ def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str |
 
     Messages already stored in the session are skipped, so importing twice is harmless.
     """
+    if file != "-" and Path(file).expanduser().is_dir():
+        if session_ref is not None or title is not None:
+            raise InvalidInput("--session and --title name one session; a directory holds many",
+                               hint="import its files one by one to name their sessions")
+        _import_directory(app, Path(file).expanduser(), source, fmt, as_json)
+        return
+    emit(_import_one(app, file, session_ref, title, source, fmt), as_json, _render_import)
+
+
+def _import_one(app: AppContext, file: str, session_ref: str | None, title: str | None,
+                source: str | None, fmt: str | None) -> dict[str, Any]:
+    """Import one transcript file (or stdin); its report."""
     from refold.messages.load import Utf8Repair
 
     repair = Utf8Repair()
@@ -178,12 +192,48 @@ def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str |
     session = _target_session(store, session_ref, messages, title=title, default_title=stem,
                               source=source, key=key)
     result = store.sync_messages(session.id, messages, created_at=times)
-    report: dict[str, Any] = {"session_id": session.id, "title": store.get_session(session.id).title,
-              "appended": len(result.appended), "skipped": result.skipped,
-              "rewound": result.rewound}
+    report: dict[str, Any] = {"session_id": session.id,
+                              "title": store.get_session(session.id).title,
+                              "appended": len(result.appended), "skipped": result.skipped,
+                              "rewound": result.rewound}
     if repair.count:
         report["utf8_repaired"] = {"count": repair.count, "first_offset": repair.first_offset}
-    emit(report, as_json, _render_import)
+    return report
+
+
+def _import_directory(app: AppContext, directory: Path, source: str | None, fmt: str | None,
+                      as_json: bool) -> None:
+    """Every ``*.jsonl`` under ``directory`` (Claude Code's projects folder, Codex's sessions),
+    one session each; a file that fails is reported and the rest go on. Exit status 1 when
+    any failed."""
+    from refold.errors import RefoldError
+
+    files = sorted(p for p in directory.rglob("*.jsonl") if p.is_file() and p.stat().st_size)
+    if not files:
+        raise InvalidInput(f"{directory}: no non-empty .jsonl transcripts in it")
+    reports: list[dict[str, Any]] = []
+    failed = 0
+    for path in files:
+        try:
+            report = _import_one(app, str(path), None, None, source, fmt)
+        except RefoldError as exc:
+            failed += 1
+            click.echo(f"error: {exc}", err=True)
+            reports.append({"file": str(path), "error": str(exc)})
+            continue
+        reports.append({"file": str(path), **report})
+        if not as_json:
+            _render_import(report)
+    done = [r for r in reports if "error" not in r]
+    if as_json:
+        click.echo(to_json(reports))
+    else:
+        click.echo(f"{len(done)} of {len(files)} file(s) imported: "
+                   f"{sum(r['appended'] for r in done)} message(s) stored, "
+                   f"{sum(r['skipped'] for r in done)} already stored"
+                   + (f"; {failed} failed (above)" if failed else ""))
+    if failed:
+        sys.exit(1)
 
 
 def _render_import(report: dict[str, Any]) -> None:
