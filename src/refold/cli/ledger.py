@@ -188,6 +188,10 @@ def _import_one(app: AppContext, file: str, session_ref: str | None, title: str 
         click.echo(f"warning: {file}: {repair.describe()}", err=True)
     if not messages:
         raise InvalidInput(f"{file}: no messages to import")
+    if fmt in AGENT_FORMATS:  # an agent's file is named by a uuid: its first request reads better
+        from refold.messages.agent_logs import agent_title
+
+        stem = agent_title(messages) or stem
     store = app.store
     session = _target_session(store, session_ref, messages, title=title, default_title=stem,
                               source=source, key=key)

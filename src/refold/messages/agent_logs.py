@@ -244,6 +244,30 @@ def _codex_item(item: Any) -> dict[str, Any] | None:
     return None
 
 
+TITLE_CHARS = 60
+
+
+def agent_title(messages: Sequence[Message]) -> str | None:
+    """A readable title for an imported agent session: its first user request, cut at a word
+    near ``TITLE_CHARS`` — not the text the agent wraps around it (``<command-name>``,
+    ``<environment_context>``, a "Caveat:" notice). None when there is none (the file's name
+    is used)."""
+    from refold.messages.model import content_text
+
+    for message in messages:
+        if message.get("role") != "user":
+            continue
+        text = " ".join(content_text(message).split())
+        if not text or text.startswith("<") or text.startswith("Caveat:") or \
+                text.startswith("[Request interrupted"):
+            continue
+        if len(text) <= TITLE_CHARS:
+            return text
+        cut = text[:TITLE_CHARS].rsplit(" ", 1)[0] or text[:TITLE_CHARS]
+        return cut.rstrip(" ,.;:") + "…"
+    return None
+
+
 def describe_skipped(skipped: Counter[str]) -> str:
     """"12 progress, 3 system" (most first), or "" when nothing was left out."""
     return ", ".join(f"{count} {kind}" for kind, count in skipped.most_common())
@@ -317,5 +341,5 @@ def agent_messages(fmt: str, records: Sequence[Any]
                        hint=f"use one of {', '.join(AGENT_FORMATS)}")
 
 
-__all__ = ["AGENT_FORMATS", "agent_messages", "claude_code_turns", "codex_items", "describe_skipped",
+__all__ = ["AGENT_FORMATS", "agent_messages", "agent_title", "claude_code_turns", "codex_items", "describe_skipped",
            "detect", "native_session_id", "record_time"]
