@@ -22,6 +22,7 @@ from typing import Any
 from refold._records import dataclass, field
 from refold.errors import InvalidInput, RefoldError
 from refold.messages.model import Message
+from refold.messages.validate import repair_text
 from refold.references.budget import (
     ATTACH_HARD_SHARE,
     ATTACH_SOFT_SHARE,
@@ -104,7 +105,10 @@ class ReferenceExpander:
         """``text`` with its references resolved (unchanged when it has none)."""
         if context_length <= 0:
             raise InvalidInput("context_length must be positive")
-        refs = parse_references(text)
+        # a lone surrogate (JSON allows "\ud800") names no file or session, and could not be
+        # encoded where paths and counts need UTF-8: references are read from a repaired copy;
+        # the message itself goes on as sent
+        refs = parse_references(repair_text(text))
         if not refs:
             return Expansion(text, text)
         report: list[Attached] = []

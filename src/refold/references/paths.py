@@ -55,7 +55,10 @@ class PathGuard:
         """The absolute, symlink-free path of ``target``, or ``PathRefused``."""
         if not target or "\x00" in target:
             raise PathRefused("empty or malformed path")
-        typed = Path(target).expanduser()
+        try:
+            typed = Path(target).expanduser()
+        except RuntimeError as exc:  # "~someone" for a user this machine does not know
+            raise PathRefused(f"no such home directory in {target!r}") from exc
         lexical = typed if typed.is_absolute() else self.root / typed
         self._deny(Path(os.path.normpath(lexical)))
         resolved = lexical.resolve()
