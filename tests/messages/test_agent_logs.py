@@ -392,3 +392,16 @@ def test_an_agent_session_is_titled_by_its_first_request() -> None:
     assert title is not None and title.endswith("…") and len(title) <= 61
     assert title.startswith("Work on bead spotter-a0y. Run bd show")
     assert agent_title([{"role": "assistant", "content": "hi"}]) is None
+
+
+def test_odd_ids_and_times_in_a_record_cost_nothing_but_themselves(tmp_path: Path) -> None:
+    """A lone surrogate in the agent's session id and in the text, and a timestamp that is not
+    one: the message is imported (text repaired to U+FFFD, time = the import's)."""
+    path = tmp_path / "odd.jsonl"
+    path.write_text(json.dumps({"type": "user", "uuid": "u1", "sessionId": "bad\ud800id",
+                                "timestamp": "garbage",
+                                "message": {"role": "user", "content": "hi \ud800 there"}})
+                    + "\n", encoding="utf-8")
+    done = _refold(tmp_path / "home", "import", str(path), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["appended"] == 1

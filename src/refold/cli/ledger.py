@@ -73,7 +73,8 @@ def _read_agent_log(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repa
     if found.native_id:  # the same conversation, however much it grew: the same session
         import hashlib
 
-        key = hashlib.sha256(f"{fmt}:{found.native_id}".encode()).hexdigest()[:32]
+        key = hashlib.sha256(f"{fmt}:{found.native_id}".encode("utf-8", "surrogatepass")
+                             ).hexdigest()[:32]
     return found.messages, key, found.times
 
 
