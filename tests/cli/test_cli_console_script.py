@@ -174,3 +174,13 @@ def test_a_table_written_to_a_pipe_keeps_every_column_and_whole_cells(
     (row,) = [line for line in lines if title in line]  # the whole title, on one line
     assert "a-long-source-label" in row and "36" in row
     assert len(lines) == 5  # top rule, header, rule, the one row, bottom rule
+
+
+def test_vector_mode_on_an_archive_never_indexed_says_so(refold) -> None:  # type: ignore[no-untyped-def]
+    """--mode vector on an archive `refold index` never ran on found nothing, silently."""
+    assert refold("import", str(SAMPLE)).returncode == 0
+    found = refold("search", "--mode", "vector", "how do we round currency?")
+    assert found.returncode == 0, found.stderr
+    assert "no message has a vector yet" in found.stderr and "refold index" in found.stderr
+    plain = refold("search", "currency")  # the default mode says nothing
+    assert plain.returncode == 0 and "vector" not in plain.stderr
