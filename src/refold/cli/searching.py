@@ -165,10 +165,11 @@ def run_search(app: AppContext, query: str, values: dict[str, Any],
     if _by_words_only(store, values["mode"]):  # no NumPy, no vectors: the start-up path stays short
         hits = store.search(request)
     else:
-        from refold.search.vectors import E5Embedder, hybrid_search, resolve_mode
+        from refold.search.vectors import E5Embedder, embed_available, hybrid_search, resolve_mode
 
         mode = resolve_mode(store, values["mode"])
-        if mode != "fts" and not store.vectors_after(E5Embedder.model, 0, limit=1):
+        if mode != "fts" and embed_available() \
+                and not store.vectors_after(E5Embedder.model, 0, limit=1):
             # asked for by name on an archive never indexed: say why it finds nothing by meaning
             sys.stderr.write(f"warning: no message has a vector yet, so --mode {mode} finds "
                              "nothing by meaning (run `refold index` once; new messages are "
