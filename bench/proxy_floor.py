@@ -20,24 +20,33 @@ from refold.cli.serve import bind_socket
 from refold.server.h1 import H1Client
 
 
+async def read_request(scope: dict[str, Any], receive: Any, send: Any) -> tuple[str, bytes] | None:
+    """The request's path (without /v1) and body; None when it was answered here (a GET: the
+    bench's readiness probe lists no models)."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    if scope["method"] == "GET":
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": b'{"object":"list","data":[]}'})
+        return None
+    return scope["path"].removeprefix("/v1"), body
+
+
 def make_app(upstream: str) -> Any:
     client = H1Client(upstream)
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        path = scope["path"].removeprefix("/v1")
-        if scope["method"] == "GET":
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-type", b"application/json")]})
-            await send({"type": "http.response.body", "body": b'{"object":"list","data":[]}'})
+        request = await read_request(scope, receive, send)
+        if request is None:
             return
+        path, body = request
         reply = await client.request("POST", path, {"Content-Type": "application/json"}, body)
         await send({"type": "http.response.start", "status": reply.status_code,
                     "headers": [(b"content-type", reply.headers.get(

@@ -26,6 +26,7 @@ import sys
 from typing import Any
 
 import uvicorn
+from proxy_floor import read_request  # the same request reading as the floor
 
 from refold.cli.serve import bind_socket
 from refold.server.h1 import H1Client
@@ -50,18 +51,10 @@ def make_app(upstream: str, db_path: str) -> Any:
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        path = scope["path"].removeprefix("/v1")
-        if scope["method"] == "GET":
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-type", b"application/json")]})
-            await send({"type": "http.response.body", "body": b'{"object":"list","data":[]}'})
+        got = await read_request(scope, receive, send)
+        if got is None:
             return
+        path, body = got
         request = json.loads(body)
         messages = request["messages"]
         opening = json.dumps(messages[:2])
