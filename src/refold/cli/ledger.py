@@ -23,6 +23,7 @@ from refold.cli.context import to_json
 from refold.cli.searching import OPTIONS, Option, parse_when, run_search
 from refold.cli.terminal import safe_text
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
+from refold.messages.agent_logs import AGENT_FORMATS
 from refold.messages.model import Message, chain_identities
 from refold.store import Session, Store
 
@@ -52,7 +53,6 @@ def _read_transcript(file: str, fmt: str, max_bytes: int | None, repair: Utf8Rep
             Path(file).stem, None, None)
 
 
-AGENT_FORMATS = ("claude-code", "codex")  # refold.messages.agent_logs (not imported here)
 AGENT_NAMES = {"claude-code": "Claude Code", "codex": "Codex"}
 
 
