@@ -405,3 +405,104 @@ def test_odd_ids_and_times_in_a_record_cost_nothing_but_themselves(tmp_path: Pat
     done = _refold(tmp_path / "home", "import", str(path), "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["appended"] == 1
+
+
+def _spent(mid: str, output: int, *, cached: int = 0, written: int = 0) -> dict[str, Any]:
+    return {"input_tokens": 3, "cache_creation_input_tokens": written,
+            "cache_read_input_tokens": cached, "output_tokens": output,
+            "service_tier": "standard"}
+
+
+def _with_usage(record: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+    return {**record, "message": {**record["message"], "usage": usage}}
+
+
+def test_each_claude_code_reply_is_charged_once_with_its_last_records_usage(
+        tmp_path: Path) -> None:
+    """Claude Code writes one API reply as several records, each with the usage so far (the
+    output count grows; real transcripts: 10, 10, …, 441). The reply is charged once, with
+    the last; a subagent's records and an interrupted reply (nothing left to read) are not
+    lost or double-counted: the latter is charged to the reply before it."""
+    records = [
+        _cc("user", "u1", {"role": "user", "content": "Fix the rounding"}),
+        _with_usage(_reply("a1", "msg_A", {"type": "text", "text": "Looking."}),
+                    _spent("msg_A", 10, cached=100, written=50)),
+        _with_usage(_reply("a2", "msg_A", _use("toolu_1", "Bash", command="pytest")),
+                    _spent("msg_A", 441, cached=100, written=50)),
+        _result("r1", "toolu_1", "1 failed"),
+        _with_usage(_reply("a3", "msg_B", {"type": "text", "text": "Fixed."}),
+                    _spent("msg_B", 20, cached=150)),
+        _with_usage(_cc("assistant", "side", {"id": "msg_S", "role": "assistant",
+                                              "model": "claude-opus-4",
+                                              "content": [{"type": "text", "text": "sub"}]},
+                        isSidechain=True), _spent("msg_S", 999)),
+        _cc("user", "u2", {"role": "user", "content": "Thanks"}),
+        _with_usage(_reply("a4", "msg_C", {"type": "text", "text": "  "}),  # interrupted
+                    _spent("msg_C", 7)),
+    ]
+    log = load_agent_log(_write_jsonl(tmp_path / "s.jsonl", records), "claude-code")
+    assert [m["role"] for m in log.messages] == ["user", "assistant", "tool", "assistant",
+                                                 "user"]
+    assert log.spend is not None
+    outputs = [[u["output_tokens"] for u, _ in calls] for calls in log.spend]
+    assert outputs == [[], [441], [], [20, 7], []]
+    assert {model for calls in log.spend for _, model in calls} == {"claude-opus-4"}
+
+
+def test_a_codex_rollout_charges_each_reported_call_once(tmp_path: Path) -> None:
+    """Codex reports each model call in a ``token_count`` event after its items, and repeats
+    the event (same totals) when only its rate limits changed: counted once, on the message
+    the call wrote, with the model of the turn."""
+    def count(last: int, total: int) -> dict[str, Any]:
+        return _codex("event_msg", {"type": "token_count", "info": {
+            "total_token_usage": {"input_tokens": total, "output_tokens": 10},
+            "last_token_usage": {"input_tokens": last, "cached_input_tokens": last // 2,
+                                 "output_tokens": 5, "reasoning_output_tokens": 2}}})
+    records = [*CODEX[:7], count(1000, 1000), count(1000, 1000), *CODEX[7:-2],
+               CODEX[-2], count(1200, 2200)]
+    log = load_agent_log(_write_jsonl(tmp_path / "rollout-u.jsonl", records), "codex")
+    assert log.spend is not None and len(log.spend) == len(log.messages)
+    charged = [(n, u["prompt_tokens"], u["prompt_tokens_details"]["cached_tokens"], model)
+               for n, calls in enumerate(log.spend) for u, model in calls]
+    last = len(log.messages) - 1
+    assert [c[1:] for c in charged] == [(1000, 500, "gpt-5-codex"), (1200, 600, "gpt-5-codex")]
+    assert log.messages[charged[0][0]]["role"] == "assistant"  # the call's own message
+    assert charged[1][0] == last and log.messages[last]["role"] == "assistant"
+
+
+def test_import_adds_an_agents_token_use_once_and_a_grown_file_only_its_new_calls(
+        tmp_path: Path) -> None:
+    """`refold sessions list` showed imported Claude Code sessions with no tokens and no cost.
+    Now their usage is added in the import's own transaction, for the messages it stores: a
+    second import adds nothing, a grown file only the new reply."""
+    home = tmp_path / "home"
+    first = [
+        _cc("user", "u1", {"role": "user", "content": "Fix the rounding"}),
+        _with_usage(_reply("a1", "msg_A", {"type": "text", "text": "Fixed it."}),
+                    _spent("msg_A", 400, cached=1000, written=200)),
+    ]
+    path = _write_jsonl(tmp_path / "s-usage.jsonl", first)
+
+    def totals() -> tuple[int, int, int, float, str | None]:
+        store = open_store(str(home / "refold.db"))
+        try:
+            (s,) = store.list_sessions()
+        finally:
+            store.close()
+        return s.input_tokens, s.output_tokens, s.cache_read_tokens, s.cost_usd, s.model
+
+    for _ in range(2):
+        done = _refold(home, "import", str(path))
+        assert done.returncode == 0, done.stderr
+        tokens_in, tokens_out, cached, cost, model = totals()
+        # input counts the cached and written parts, as refold counts a proxied reply's
+        assert (tokens_in, tokens_out, cached, model) == (1203, 400, 1000, "claude-opus-4")
+        # claude-opus-4 at $15 / $75 / $1.50 cache read / $18.75 cache write per million
+        assert cost == pytest.approx((3 * 15 + 400 * 75 + 1000 * 1.5 + 200 * 18.75) / 1e6)
+    _write_jsonl(path, [*first, _cc("user", "u2", {"role": "user", "content": "Push it"}),
+                        _with_usage(_reply("a2", "msg_B", {"type": "text", "text": "Pushed."}),
+                                    _spent("msg_B", 30, cached=1400))])
+    assert _refold(home, "import", str(path)).returncode == 0
+    assert totals()[:3] == (1203 + 1403, 430, 2400)
+    listed = _refold(home, "sessions", "list", "--json")
+    assert json.loads(listed.stdout)[0]["input_tokens"] == 2606

@@ -324,3 +324,28 @@ def test_sync_keeps_the_times_an_import_states(store: Store) -> None:
                                                                           1_700_000_060.5]
     with pytest.raises(InvalidInput, match="2 times for 1 messages"):
         store.sync_messages(session.id, history[:1], created_at=[1.0, 2.0])
+
+
+def test_sync_adds_the_usage_of_the_messages_it_appends_and_no_more(store: Store) -> None:
+    """An import states what each message's model calls used; the session's totals grow by
+    the appended messages' share, in the same transaction, so a re-import adds nothing."""
+    from refold.store.base import Usage
+
+    session = store.create_session()
+    history = [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"},
+               {"role": "user", "content": "q2"}, {"role": "assistant", "content": "a2"}]
+    spent: list[Usage | None] = [None, Usage(100, 10, 40, 0.5, "m-1"), None,
+                                 Usage(200, 20, 80, 0.25, "m-2")]
+    store.sync_messages(session.id, history[:2], usage=spent[:2])
+    for _ in range(2):  # the grown history twice: the second time nothing is appended
+        store.sync_messages(session.id, history, usage=spent)
+        got = store.get_session(session.id)
+        assert (got.input_tokens, got.output_tokens, got.cache_read_tokens, got.model) == (
+            300, 30, 120, "m-2")
+        assert got.cost_usd == pytest.approx(0.75)
+    with pytest.raises(InvalidInput, match="1 usage entries for 4 messages"):
+        store.sync_messages(session.id, history, usage=spent[:1])
+    with pytest.raises(InvalidInput, match="Usage records"):
+        store.sync_messages(session.id, [*history, {"role": "user", "content": "q3"}],
+                            usage=[*spent, {"input_tokens": 1}])  # type: ignore[list-item]
+    assert len(store.get_messages(session.id)) == 4  # a refused call stored nothing

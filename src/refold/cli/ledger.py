@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from refold._records import dataclass
 from refold.cli.app import AppContext, emit, pass_app
 from refold.cli.context import to_json
 from refold.cli.searching import OPTIONS, Option, parse_when, run_search
@@ -26,38 +27,52 @@ from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
 from refold.messages.agent_logs import AGENT_FORMATS
 from refold.messages.model import Message, chain_identities
 from refold.store import Session, Store
+from refold.store.base import Usage
 
 if TYPE_CHECKING:  # the loaders load with `refold import`, not on `refold search`'s path
-    from refold.messages.load import Utf8Repair
-
+    from refold.messages.load import AgentLog, Utf8Repair
 
 
 # -- import --------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Transcript:
+    """A file read for import: its messages, the default title, and for an agent's transcript
+    the session its own conversation id names (None: the content decides), when each message
+    was said, and the usage of the model calls behind each."""
+
+    messages: list[Message]
+    stem: str
+    key: str | None = None
+    times: list[float | None] | None = None
+    spend: list[list[tuple[dict[str, Any], str | None]]] | None = None
+
+
 def _read_transcript(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repair
-                     ) -> tuple[list[Message], str, str | None, list[float | None] | None]:
-    """The messages, the default title and, for an agent's transcript, the session id its
-    own conversation id gives (None: the content decides) and when each message was said."""
+                     ) -> Transcript:
+    """``file`` read as ``fmt`` (see ``Transcript``)."""
     from refold.messages.load import check_size, load_anthropic, load_messages, load_messages_file
 
     if fmt in AGENT_FORMATS:
-        messages, key, times = _read_agent_log(file, fmt, max_bytes, repair)
-        return messages, Path(file).stem, key, times
+        found = _read_agent_log(file, fmt, max_bytes, repair)
+        return Transcript(found.messages, Path(file).stem, _session_key(fmt, found.native_id),
+                          found.times, found.spend)
     if file == "-":
         data = sys.stdin.buffer.read(max_bytes + 1) if max_bytes else sys.stdin.buffer.read()
         check_size(len(data), max_bytes, "<stdin>")
         if fmt == "anthropic":
-            return load_anthropic(data, source_name="<stdin>", repair=repair), "stdin", None, None
-        return load_messages(data, source_name="<stdin>", repair=repair), "stdin", None, None
-    return (load_messages_file(file, fmt=fmt, max_bytes=max_bytes, repair=repair),
-            Path(file).stem, None, None)
+            return Transcript(load_anthropic(data, source_name="<stdin>", repair=repair),
+                              "stdin")
+        return Transcript(load_messages(data, source_name="<stdin>", repair=repair), "stdin")
+    return Transcript(load_messages_file(file, fmt=fmt, max_bytes=max_bytes, repair=repair),
+                      Path(file).stem)
 
 
 AGENT_NAMES = {"claude-code": "Claude Code", "codex": "Codex"}
 
 
 def _read_agent_log(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repair
-                    ) -> tuple[list[Message], str | None, list[float | None] | None]:
+                    ) -> AgentLog:
     from refold.messages.agent_logs import describe_skipped
     from refold.messages.load import load_agent_log
 
@@ -69,13 +84,40 @@ def _read_agent_log(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repa
     if left_out:  # the agent's bookkeeping, not turns its model saw: said, not hidden
         click.echo(f"{file}: read as a {AGENT_NAMES[fmt]} transcript; left out "
                    f"{left_out}", err=True)
-    key = None
-    if found.native_id:  # the same conversation, however much it grew: the same session
-        import hashlib
+    return found
 
-        key = hashlib.sha256(f"{fmt}:{found.native_id}".encode("utf-8", "surrogatepass")
-                             ).hexdigest()[:32]
-    return found.messages, key, found.times
+
+def _session_key(fmt: str, native_id: str | None) -> str | None:
+    """The session an agent's conversation id names (the same conversation, however much it
+    grew: the same session)."""
+    if not native_id:
+        return None
+    import hashlib
+
+    return hashlib.sha256(f"{fmt}:{native_id}".encode("utf-8", "surrogatepass")
+                          ).hexdigest()[:32]
+
+
+def _priced(app: AppContext, spend: list[list[tuple[dict[str, Any], str | None]]] | None
+            ) -> list[Usage | None] | None:
+    """Each message's model calls as session totals, priced as refold prices replies (the
+    shipped table and the ``pricing`` overrides; an unknown model costs nothing)."""
+    if not spend or not any(spend):
+        return None
+    from refold.assembly import cost_book
+
+    book = cost_book(app.settings, None)
+    out: list[Usage | None] = []
+    for calls in spend:
+        priced = [u for u in (book.usage_of(usage, model) for usage, model in calls)
+                  if u is not None]
+        models = [u.model for u in priced if u.model]
+        out.append(Usage(sum(u.input_tokens for u in priced),
+                         sum(u.output_tokens for u in priced),
+                         sum(u.cache_read_tokens for u in priced),
+                         sum(u.cost_usd for u in priced), models[-1] if models else None)
+                   if priced else None)
+    return out
 
 
 def _format_of(file: str, fmt: str | None) -> str:
@@ -183,8 +225,8 @@ def _import_one(app: AppContext, file: str, session_ref: str | None, title: str 
     fmt = _format_of(file, fmt)
     if source is None:
         source = fmt if fmt in AGENT_FORMATS else "import"
-    messages, stem, key, times = _read_transcript(
-        file, fmt, app.settings.import_max_bytes or None, repair)
+    read = _read_transcript(file, fmt, app.settings.import_max_bytes or None, repair)
+    messages, stem, key = read.messages, read.stem, read.key
     if repair.count:
         click.echo(f"warning: {file}: {repair.describe()}", err=True)
     if not messages:
@@ -196,7 +238,8 @@ def _import_one(app: AppContext, file: str, session_ref: str | None, title: str 
     store = app.store
     session = _target_session(store, session_ref, messages, title=title, default_title=stem,
                               source=source, key=key)
-    result = store.sync_messages(session.id, messages, created_at=times)
+    result = store.sync_messages(session.id, messages, created_at=read.times,
+                                 usage=_priced(app, read.spend))
     report: dict[str, Any] = {"session_id": session.id,
                               "title": store.get_session(session.id).title,
                               "appended": len(result.appended), "skipped": result.skipped,

@@ -127,6 +127,8 @@ def claude_code_turns(records: Sequence[Any]) -> tuple[list[dict[str, Any]], Cou
     results: list[Any] = []  # tool results written while the reply's calls ran
     results_at: list[float | None] = [None]  # when the first of them was written
     seen: set[str] = set()
+    spent: dict[Any, Spend] = {}  # reply id -> its usage (the last record's: it grows)
+    unplaced: list[tuple[Any, dict[str, Any]]] = []  # (reply id, the reply before it)
 
     def close_reply() -> None:
         nonlocal reply, reply_id
@@ -158,6 +160,10 @@ def claude_code_turns(records: Sequence[Any]) -> tuple[list[dict[str, Any]], Cou
                 continue
             seen.add(uuid)
         message = record["message"]
+        if kind == "assistant" and isinstance(message.get("usage"), dict):
+            model = message.get("model")
+            spent[message.get("id") or id(record)] = (
+                message["usage"], model if isinstance(model, str) else None)
         content = message.get("content")
         blocks = content if isinstance(content, list) else [{"type": "text", "text": content}] \
             if isinstance(content, str) else []
@@ -166,6 +172,10 @@ def claude_code_turns(records: Sequence[Any]) -> tuple[list[dict[str, Any]], Cou
                                             and not str(b.get("text") or "").strip())]
         if not blocks:
             skipped["empty"] += 1
+            before = reply if reply is not None else next(
+                (t for t in reversed(turns) if t["role"] == "assistant"), None)
+            if kind == "assistant" and message.get("id") != reply_id and before is not None:
+                unplaced.append((message.get("id") or id(record), before))
             continue
         if kind == "assistant":
             message_id = message.get("id")
@@ -174,7 +184,9 @@ def claude_code_turns(records: Sequence[Any]) -> tuple[list[dict[str, Any]], Cou
                 continue
             close_reply()
             reply, reply_id = {"role": "assistant", "content": list(blocks),
-                               "at": record_time(record)}, message_id
+                               "at": record_time(record), "spent": [],
+                               "reply_id": message_id if message_id is not None
+                               else id(record)}, message_id
             continue
         if reply is not None and blocks and all(
                 isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks):
@@ -186,23 +198,51 @@ def claude_code_turns(records: Sequence[Any]) -> tuple[list[dict[str, Any]], Cou
         turns.append({"role": "user", "content": content if isinstance(content, str)
                       else list(blocks), "at": record_time(record)})
     close_reply()
+    _place_spend(turns, spent, unplaced)
     return turns, skipped
 
 
+Spend = tuple[dict[str, Any], str | None]  # one model call's usage (as the API gave it), model
+
+
+def _place_spend(turns: list[dict[str, Any]], spent: dict[Any, Spend],
+                 unplaced: list[tuple[Any, dict[str, Any]]]) -> None:
+    """Each reply turn's ``spent``: its call's usage; a call whose reply had nothing left to
+    read (an interrupted turn) is charged to the reply before it."""
+    for turn in turns:
+        if turn["role"] == "assistant" and turn.get("reply_id") in spent:
+            turn["spent"].append(spent.pop(turn["reply_id"]))
+    for key, before in unplaced:
+        if key in spent:
+            before["spent"].append(spent.pop(key))
+
+
 def codex_items(records: Sequence[Any]
-                ) -> tuple[list[dict[str, Any]], list[float | None], Counter[str]]:
+                ) -> tuple[list[dict[str, Any]], list[float | None], Counter[str],
+                           dict[int, list[Spend]]]:
     """Responses API items of a Codex rollout, Codex's own tool calls made function calls,
-    each item's time (its line's timestamp), and the kinds of lines and items left out with
-    their counts."""
+    each item's time (its line's timestamp), the kinds of lines and items left out with
+    their counts, and the model calls' usage by the item before which it was reported."""
     skipped: Counter[str] = Counter()
     items: list[dict[str, Any]] = []
     times: list[float | None] = []
+    spent: dict[int, list[Spend]] = {}
+    model: str | None = None
+    total: Any = None  # the running total the last usage report gave
     for number, record in enumerate(records):
         if not isinstance(record, dict):
             skipped["unknown"] += 1
             continue
         kind = _kind(record)
         if kind in _CODEX_LINES:
+            if kind == "turn_context":
+                payload = record.get("payload")
+                found = payload.get("model") if isinstance(payload, dict) else None
+                model = found if isinstance(found, str) and found else model
+            elif kind == "event_msg":
+                usage, total = _codex_usage(record.get("payload"), total)
+                if usage is not None and items:
+                    spent.setdefault(len(items) - 1, []).append((usage, model))
             if kind != "response_item":
                 skipped[str(kind)] += 1
                 continue
@@ -221,7 +261,29 @@ def codex_items(records: Sequence[Any]
         else:
             items.append(converted)
             times.append(record_time(record))
-    return items, times, skipped
+    return items, times, skipped, spent
+
+
+def _codex_usage(payload: Any, total: Any) -> tuple[dict[str, Any] | None, Any]:
+    """A ``token_count`` event's last call as OpenAI chat usage (Codex's input counts its
+    cached part, its output the reasoning), and the running total it reports. Codex repeats
+    the event (a rate-limit update carries the same totals): a total seen last time adds
+    nothing."""
+    info = payload.get("info") if isinstance(payload, dict) and \
+        payload.get("type") == "token_count" else None
+    if not isinstance(info, dict):
+        return None, total
+    last, running = info.get("last_token_usage"), info.get("total_token_usage")
+    if not isinstance(last, dict) or (running is not None and running == total):
+        return None, total
+
+    def num(key: str) -> int:
+        value = last.get(key)
+        return int(value) if isinstance(value, int | float) and value > 0 else 0
+
+    return ({"prompt_tokens": num("input_tokens"), "completion_tokens": num("output_tokens"),
+             "prompt_tokens_details": {"cached_tokens": num("cached_input_tokens")}},
+            running if running is not None else total)
 
 
 def _codex_item(item: Any) -> dict[str, Any] | None:
@@ -316,30 +378,48 @@ def record_time(record: Any) -> float | None:
 
 
 def agent_messages(fmt: str, records: Sequence[Any]
-                   ) -> tuple[list[Message], list[float | None], Counter[str]]:
+                   ) -> tuple[list[Message], list[float | None], Counter[str], list[list[Spend]]]:
     """Chat messages (OpenAI form, not yet validated) of an agent's transcript records, when
-    each was said (the record's timestamp; None where it has none), and what was left out."""
+    each was said (the record's timestamp; None where it has none), what was left out, and
+    the usage of the model calls that wrote each (a reply's call on the reply's first
+    message; empty for the rest)."""
     if fmt == "claude-code":
         from refold.messages.anthropic import from_anthropic
 
         turns, skipped = claude_code_turns(records)
         messages: list[Message] = []
         times: list[float | None] = []
+        spend: list[list[Spend]] = []
+        carried: list[Spend] = []  # a reply that became no message: charged to the next one
         for turn in turns:  # turn by turn: from_anthropic keeps no state between turns
             converted = from_anthropic([{"role": turn["role"], "content": turn["content"]}])
+            carried += turn.get("spent") or []
             messages += converted
             times += [turn.get("at")] * len(converted)
-        return messages, times, skipped
+            spend += [[] for _ in converted]
+            if converted and carried:
+                spend[len(messages) - len(converted)] += carried
+                carried = []
+        if carried and spend:
+            spend[-1] += carried
+        return messages, times, skipped, spend
     if fmt == "codex":
+        from bisect import bisect_right
+
         from refold.messages.responses import input_messages
 
-        items, item_times, skipped = codex_items(records)
+        items, item_times, skipped, by_item = codex_items(records)
         origins: list[int] = []
         messages = input_messages(items, origins) if items else []
-        return messages, [item_times[i] for i in origins], skipped
+        spend = [[] for _ in messages]
+        for item, calls in sorted(by_item.items()):  # on the message the item is part of
+            at = bisect_right(origins, item) - 1
+            if spend:
+                spend[max(at, 0)] += calls
+        return messages, [item_times[i] for i in origins], skipped, spend
     raise InvalidInput(f"unknown agent transcript format {fmt!r}",
                        hint=f"use one of {', '.join(AGENT_FORMATS)}")
 
 
-__all__ = ["AGENT_FORMATS", "agent_messages", "agent_title", "claude_code_turns", "codex_items", "describe_skipped",
-           "detect", "native_session_id", "record_time"]
+__all__ = ["AGENT_FORMATS", "Spend", "agent_messages", "agent_title", "claude_code_turns",
+           "codex_items", "describe_skipped", "detect", "native_session_id", "record_time"]

@@ -310,6 +310,9 @@ class AgentLog:
     skipped: dict[str, int]
     native_id: str | None = None  # the agent's own id of the conversation (see native_session_id)
     times: list[float | None] | None = None  # when each message was said (its record's time)
+    # per message, the usage of the model calls that wrote it ((usage as the API gave it,
+    # model) each; see agent_logs.agent_messages)
+    spend: list[list[tuple[dict[str, Any], str | None]]] | None = None
 
 
 def load_agent_log(path: str | Path, fmt: str, *, max_bytes: int | None = None,
@@ -348,7 +351,7 @@ def load_agent_log(path: str | Path, fmt: str, *, max_bytes: int | None = None,
     finally:
         _warn_repair(found, before, path.name)
     try:
-        converted, times, skipped = agent_messages(fmt, records)
+        converted, times, skipped, spend = agent_messages(fmt, records)
     except MessageValidationError as exc:
         raise _located(exc, f"{path.name} ({fmt}): ", line=None) from exc
     except InvalidInput as exc:  # a Responses item of a Codex rollout refold cannot read
@@ -359,7 +362,7 @@ def load_agent_log(path: str | Path, fmt: str, *, max_bytes: int | None = None,
         messages = [validate_message(m, i) for i, m in enumerate(converted)]
     except MessageValidationError as exc:
         raise _located(exc, f"{path.name} (after reading it as {fmt}): ", line=None) from exc
-    return AgentLog(messages, dict(skipped), native_session_id(fmt, records), times)
+    return AgentLog(messages, dict(skipped), native_session_id(fmt, records), times, spend)
 
 
 def _open_binary(path: Path) -> Any:

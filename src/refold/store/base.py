@@ -258,10 +258,13 @@ class Store(Protocol):
                         expect_last: str | None = None,
                         usage: Usage | None = None) -> AppendResult: ...
     # ``created_at``: when each message was said (seconds since the epoch; None: now), for an
-    # import of a past conversation (``message_times`` checks them)
+    # import of a past conversation (``message_times`` checks them). ``usage``: per message,
+    # what the model calls that wrote it used; the appended messages' usage is added to the
+    # session's totals in the same transaction (``appended_usage``), so a re-import adds none
     def sync_messages(self, session_id: str, history: Sequence[Message], *,
                       token_counts: Sequence[int | None] | None = None,
-                      created_at: Sequence[float | None] | None = None) -> AppendResult: ...
+                      created_at: Sequence[float | None] | None = None,
+                      usage: Sequence[Usage | None] | None = None) -> AppendResult: ...
     def get_messages(self, session_id: str, *, include_inactive: bool = False,
                      start_seq: int | None = None, end_seq: int | None = None,
                      limit: int | None = None) -> list[StoredMessage]: ...
@@ -358,6 +361,26 @@ class Store(Protocol):
 
 
 MAX_FUTURE_SECONDS = 86_400.0  # a stated time later than this past now is taken for a mistake
+
+
+def appended_usage(usage: Sequence[Usage | None] | None, count: int,
+                   first_new: int) -> Usage | None:
+    """The sum of ``usage`` (one entry per message of a history of ``count``) over the messages
+    from ``first_new`` on, the last model named among them kept; None when there is none.
+    InvalidInput when the lengths differ."""
+    if usage is None:
+        return None
+    if isinstance(usage, str | bytes) or len(usage) != count:
+        raise InvalidInput(f"{len(usage)} usage entries for {count} messages")
+    new = [u for u in usage[first_new:] if u is not None]
+    if not new:
+        return None
+    if any(not isinstance(u, Usage) for u in new):
+        raise InvalidInput("usage entries must be Usage records or None")
+    models = [u.model for u in new if u.model]
+    return Usage(sum(u.input_tokens for u in new), sum(u.output_tokens for u in new),
+                 sum(u.cache_read_tokens for u in new), sum(u.cost_usd for u in new),
+                 models[-1] if models else None)
 
 
 def message_times(created_at: Sequence[float | None] | None, count: int,

@@ -42,6 +42,7 @@ from refold.store.base import (
     StoredMessage,
     Usage,
     ViewTip,
+    appended_usage,
     message_times,
 )
 from refold.store.postgres.codec import cjk_gram_list, clean_text, encode_json
@@ -159,8 +160,10 @@ class LedgerMixin(PgCore):
 
     def sync_messages(self, session_id: str, history: Sequence[Message], *,
                       token_counts: Sequence[int | None] | None = None,
-                      created_at: Sequence[float | None] | None = None) -> AppendResult:
+                      created_at: Sequence[float | None] | None = None,
+                      usage: Sequence[Usage | None] | None = None) -> AppendResult:
         clean = _check_messages(history, token_counts)
+        appended_usage(usage, len(clean), 0)  # the lengths checked before the write
         now = time.time()
         times = message_times(created_at, len(clean), now) if created_at is not None \
             else [now] * len(clean)
@@ -175,6 +178,9 @@ class LedgerMixin(PgCore):
             counts = token_counts[matched:] if token_counts is not None else None
             stored = self._insert(cur, session_id, new, identities[matched:], counts, top + 1,
                                   times[matched:]) if new else []
+            spent = appended_usage(usage, len(clean), matched)
+            if spent is not None and stored:
+                add_usage_in(cur, session_id, spent)
         return AppendResult(appended=stored, skipped=matched, rewound=rewound)
 
     def _match_prefix(self, cur: Cursor, session_id: str, identities: list[str],

@@ -34,6 +34,7 @@ from refold.store.base import (
     StoredMessage,
     Usage,
     ViewTip,
+    appended_usage,
     message_times,
 )
 from refold.store.rules import check_fork_kind, check_restorable
@@ -176,10 +177,12 @@ class LedgerOps(SessionOps):
 
     def sync_messages(self, session_id: str, history: Sequence[Message], *,
                       token_counts: Sequence[int | None] | None = None,
-                      created_at: Sequence[float | None] | None = None) -> AppendResult:
+                      created_at: Sequence[float | None] | None = None,
+                      usage: Sequence[Usage | None] | None = None) -> AppendResult:
         counts = _check_batch(history, token_counts)
         times = message_times(created_at, len(history), time.time()) \
             if created_at is not None else None
+        appended_usage(usage, len(history), 0)  # the lengths checked before the write
         identities = _identities(history, None)
         with self.db.write() as conn:
             session = self._session(conn, session_id)
@@ -187,6 +190,9 @@ class LedgerOps(SessionOps):
             appended = self._insert(conn, session, history[keep:], counts[keep:],
                                     identities[keep:],
                                     times=times[keep:] if times is not None else None)
+            spent = appended_usage(usage, len(history), keep)
+            if spent is not None and appended:
+                add_usage_in(conn, session_id, spent)
             return AppendResult(appended, keep, rewound)
 
     def _common_prefix(self, conn: sqlite3.Connection, session_id: str,
