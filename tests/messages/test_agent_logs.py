@@ -504,5 +504,8 @@ def test_import_adds_an_agents_token_use_once_and_a_grown_file_only_its_new_call
                                     _spent("msg_B", 30, cached=1400))])
     assert _refold(home, "import", str(path)).returncode == 0
     assert totals()[:3] == (1203 + 1403, 430, 2400)
-    listed = _refold(home, "sessions", "list", "--json")
-    assert json.loads(listed.stdout)[0]["input_tokens"] == 2606
+    listed = json.loads(_refold(home, "sessions", "list", "--json").stdout)
+    assert listed[0]["input_tokens"] == 2606
+    # begun when its first message was said (listed among the others by that, not by when
+    # it was imported)
+    assert listed[0]["started_at"] == 1770842205.693

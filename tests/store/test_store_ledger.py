@@ -349,3 +349,16 @@ def test_sync_adds_the_usage_of_the_messages_it_appends_and_no_more(store: Store
         store.sync_messages(session.id, [*history, {"role": "user", "content": "q3"}],
                             usage=[*spent, {"input_tokens": 1}])  # type: ignore[list-item]
     assert len(store.get_messages(session.id)) == 4  # a refused call stored nothing
+
+
+def test_a_session_can_begin_when_its_imported_conversation_did(store: Store) -> None:
+    """``create_session(started_at=)`` for an imported past conversation; a time that is no
+    time (NaN, far future, negative) costs the time (now), never the session."""
+    old = store.create_session(started_at=1_700_000_000.0)
+    assert store.get_session(old.id).started_at == 1_700_000_000.0
+    before = time.time()
+    for bad in (float("nan"), 4e12, -5.0):
+        made = store.create_session(started_at=bad)
+        assert before <= made.started_at <= time.time()
+    listed = [s.id for s in store.list_sessions()]
+    assert listed[-1] == old.id  # newest first: the old conversation sorts last

@@ -143,7 +143,7 @@ def _new_title(store: Store, wanted: str | None) -> str | None:
 
 def _target_session(store: Store, ref: str | None, messages: list[Message], *,
                     title: str | None, default_title: str, source: str,
-                    key: str | None = None) -> Session:
+                    key: str | None = None, started_at: float | None = None) -> Session:
     """The session given by ``--session`` (created when missing), else the one ``key`` names
     (an agent's own conversation id), else the content-derived one."""
     if ref is not None:
@@ -160,14 +160,16 @@ def _target_session(store: Store, ref: str | None, messages: list[Message], *,
         except NotFound:
             pass
     return _create(store, session_id, title or _new_title(store, default_title), source,
-                   keep_title=bool(title))
+                   keep_title=bool(title), started_at=started_at)
 
 
 def _create(store: Store, session_id: str, title: str | None, source: str, *,
-            keep_title: bool) -> Session:
-    """Create the session; if a concurrent import created it first, use that one."""
+            keep_title: bool, started_at: float | None = None) -> Session:
+    """Create the session (begun when its first message was said, if the transcript says);
+    if a concurrent import created it first, use that one."""
     try:
-        return store.create_session(session_id=session_id, title=title, source=source)
+        return store.create_session(session_id=session_id, title=title, source=source,
+                                    started_at=started_at)
     except Conflict as conflict:
         try:
             return store.get_session(session_id)
@@ -175,7 +177,7 @@ def _create(store: Store, session_id: str, title: str | None, source: str, *,
             if keep_title:  # the title the user asked for is taken: say so
                 raise conflict from None
     # only the default title was taken meanwhile; an untitled session is fine
-    return store.create_session(session_id=session_id, source=source)
+    return store.create_session(session_id=session_id, source=source, started_at=started_at)
 
 
 @click.command("import")
@@ -236,8 +238,9 @@ def _import_one(app: AppContext, file: str, session_ref: str | None, title: str 
 
         stem = agent_title(messages) or stem
     store = app.store
+    said = [t for t in read.times or () if t is not None]
     session = _target_session(store, session_ref, messages, title=title, default_title=stem,
-                              source=source, key=key)
+                              source=source, key=key, started_at=min(said) if said else None)
     result = store.sync_messages(session.id, messages, created_at=read.times,
                                  usage=_priced(app, read.spend))
     report: dict[str, Any] = {"session_id": session.id,

@@ -27,6 +27,7 @@ Invariants every backend keeps (the conformance suite in tests/store checks each
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -228,10 +229,13 @@ class Store(Protocol):
     url: str
 
     # -- sessions -------------------------------------------------------------------------
+    # ``started_at``: when the conversation began (an import of a past one; ``started``
+    # checks it), else now
     def create_session(self, *, title: str | None = None, source: str | None = None,
                        model: str | None = None, parent_session_id: str | None = None,
                        link_kind: str | None = None, owner: str = "",
-                       session_id: str | None = None) -> Session: ...
+                       session_id: str | None = None,
+                       started_at: float | None = None) -> Session: ...
     def get_session(self, session_id: str) -> Session: ...
     def resolve_session(self, ref: str, *, owner: str | None = None,
                         prefix: bool = True) -> Session: ...
@@ -381,6 +385,13 @@ def appended_usage(usage: Sequence[Usage | None] | None, count: int,
     return Usage(sum(u.input_tokens for u in new), sum(u.output_tokens for u in new),
                  sum(u.cache_read_tokens for u in new), sum(u.cost_usd for u in new),
                  models[-1] if models else None)
+
+
+def started(started_at: float | None) -> float:
+    """A session's start: ``started_at`` when it is a plausible time (as ``message_times``
+    checks one), else now."""
+    now = time.time()
+    return message_times([started_at], 1, now)[0]
 
 
 def message_times(created_at: Sequence[float | None] | None, count: int,

@@ -17,7 +17,7 @@ import time
 import uuid
 
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
-from refold.store.base import Session, Usage
+from refold.store.base import Session, Usage, started
 from refold.store.postgres.core import SESSION_COLS, Cursor, PgCore, session_from_row
 from refold.store.titles import (
     like_escape,
@@ -38,7 +38,8 @@ class SessionsMixin(PgCore):
     def create_session(self, *, title: str | None = None, source: str | None = None,
                        model: str | None = None, parent_session_id: str | None = None,
                        link_kind: str | None = None, owner: str = "",
-                       session_id: str | None = None) -> Session:
+                       session_id: str | None = None,
+                       started_at: float | None = None) -> Session:
         if link_kind is not None and link_kind not in LINK_KINDS:
             raise InvalidInput(f"unknown link kind {link_kind!r}",
                                hint="use one of: " + ", ".join(LINK_KINDS))
@@ -59,7 +60,7 @@ class SessionsMixin(PgCore):
                             VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
                             ON CONFLICT (id) DO NOTHING RETURNING {SESSION_COLS}""",
                         (sid, clean, parent_session_id, link_kind if parent_session_id else None,
-                         source, model, owner or "", time.time()))
+                         source, model, owner or "", started(started_at)))
             row = cur.fetchone()
             if row is None:
                 raise Conflict(f"session {sid!r} already exists")

@@ -22,7 +22,7 @@ import sqlite3
 import time
 
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
-from refold.store.base import Session, Usage
+from refold.store.base import Session, Usage, started
 from refold.store.sqlite import grams
 from refold.store.sqlite.database import Database
 from refold.store.sqlite.rows import SESSION_COLUMNS, to_session
@@ -70,7 +70,8 @@ class SessionOps:
     def create_session(self, *, title: str | None = None, source: str | None = None,
                        model: str | None = None, parent_session_id: str | None = None,
                        link_kind: str | None = None, owner: str = "",
-                       session_id: str | None = None) -> Session:
+                       session_id: str | None = None,
+                       started_at: float | None = None) -> Session:
         if link_kind is not None and link_kind not in LINK_KINDS:
             raise InvalidInput(f"unknown link kind {link_kind!r}",
                                hint="use compaction, branch or fork")
@@ -89,7 +90,7 @@ class SessionOps:
                 "owner, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (new_id, clean, parent_session_id,
                  link_kind if parent_session_id is not None else None,
-                 source, model, owner or "", time.time()))
+                 source, model, owner or "", started(started_at)))
             return self._session(conn, new_id)
 
     def get_session(self, session_id: str) -> Session:
