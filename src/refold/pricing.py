@@ -6,7 +6,8 @@ with the same four keys). Pure functions: no I/O, no environment.
 
 Usage is counted the OpenAI way: ``input_tokens`` includes the cached prompt tokens, so the
 uncached input is ``input_tokens - cache_read_tokens``. A model is found by its exact name,
-else by the longest table name it starts with (``gpt-4o-mini-2024-07-18`` → ``gpt-4o-mini``),
+else by the longest table name it starts with, up to a separator (``gpt-4o-mini-2024-07-18`` →
+``gpt-4o-mini``; ``gpt-5.2`` is not ``gpt-5``),
 else it has no price (``None``: shown as unknown, never as a made-up zero).
 
 The shipped figures are list prices; they change, which is why overrides exist. Checked on
@@ -22,6 +23,17 @@ The shipped figures are list prices; they change, which is why overrides exist. 
 - DeepSeek (deepseek-chat, deepseek-reasoner, both DeepSeek-V3.2): api-docs.deepseek.com
   "Models & Pricing" as quoted by benchlm.ai, April 2026: $0.28 input (cache miss), $0.028
   cache hit, $0.42 output for both (the older $0.27 / $0.55 V3 / R1 rates are gone).
+- Claude Opus 4.5 and 4.6 ($5 input, $25 output; 5-minute cache write 1.25x, cache hit 0.1x):
+  deploybase.ai "Claude API pricing" (March 2026) and markaicode's Opus 4.5 / GPT-5 comparison
+  (February 2026, cache write $6.25) agree; Opus 4 / 4.1 keep $15 / $75.
+- GPT-5 family (gpt-5 $1.25 / cached $0.125 / $10, gpt-5-mini $0.25 / $0.025 / $2, gpt-5-nano
+  $0.05 / $0.005 / $0.40; ``gpt-5-codex`` is priced as gpt-5): crazyrouter.com "GPT-5 pricing"
+  (April 2026) and markaicode (February 2026). Later point releases (``gpt-5.1``, ``gpt-5.2``…)
+  are priced differently and are not in the table (a name matches a table name only up to a
+  ``-``, ``@``, ``:``, ``/`` or ``_``, so ``gpt-5.2`` is not taken for ``gpt-5``).
+- Gemini 2.5 (Pro $1.25 / $10 for prompts up to 200K tokens, Flash $0.30 / $2.50, Flash-Lite
+  $0.10 / $0.40; cached input at 10%): deploybase.ai "Gemini API pricing 2026", citing Google's
+  pricing page (March 2026). Longer Pro prompts cost more than this table says.
 Not verified here: anything else — add it under ``[pricing."model"]``.
 """
 
@@ -51,15 +63,36 @@ PRICES: dict[str, Price] = {
     "gpt-4.1-nano": Price(0.10, 0.40, 0.025),
     "o3": Price(2.00, 8.00, 0.50),
     "o4-mini": Price(1.10, 4.40, 0.275),
+    "gpt-5": Price(1.25, 10.00, 0.125),  # also gpt-5-codex
+    "gpt-5-mini": Price(0.25, 2.00, 0.025),
+    "gpt-5-nano": Price(0.05, 0.40, 0.005),
     "claude-opus-4": Price(15.00, 75.00, 1.50, 18.75),  # also claude-opus-4-1
+    "claude-opus-4-5": Price(5.00, 25.00, 0.50, 6.25),
+    "claude-opus-4-6": Price(5.00, 25.00, 0.50, 6.25),
     "claude-sonnet-4": Price(3.00, 15.00, 0.30, 3.75),  # also claude-sonnet-4-5
     "claude-haiku-4-5": Price(1.00, 5.00, 0.10, 1.25),
     "claude-3-5-haiku": Price(0.80, 4.00, 0.08, 1.00),
     "deepseek-chat": Price(0.28, 0.42, 0.028),
     "deepseek-reasoner": Price(0.28, 0.42, 0.028),
+    "gemini-2.5-pro": Price(1.25, 10.00, 0.125),
+    "gemini-2.5-flash": Price(0.30, 2.50, 0.03),
+    "gemini-2.5-flash-lite": Price(0.10, 0.40, 0.01),
 }
+_NAME_ENDS = "-@:/_"  # what may follow a table name in a model name it prices
 
 _KEYS = ("input", "output", "cache_read", "cache_write")
+MAX_TOKENS = 10**12  # a count above this in one usage report is garbage, not tokens
+
+
+def token_count(value: object) -> int:
+    """A usage report's count as tokens: a finite number from 0 to ``MAX_TOKENS`` (floored),
+    else 0 — a provider's or a transcript's odd value (a string, NaN, infinity, 1e300) costs
+    that count, never the reply or the import."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    if value != value or not 0 < value <= MAX_TOKENS:  # NaN, negative, infinite, absurd
+        return 0
+    return int(value)
 
 
 def parse_overrides(raw: Mapping[str, Mapping[str, float]]) -> dict[str, Price]:
@@ -85,7 +118,8 @@ def price_for(model: str | None, overrides: Mapping[str, Price] | None = None) -
     table = {**PRICES, **(overrides or {})}
     if model in table:
         return table[model]
-    prefixes = [name for name in table if model.startswith(name)]
+    prefixes = [name for name in table if model.startswith(name)
+                and model[len(name)] in _NAME_ENDS]
     return table[max(prefixes, key=len)] if prefixes else None
 
 

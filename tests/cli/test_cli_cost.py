@@ -118,3 +118,17 @@ def test_sessions_compact_charges_the_summary_to_the_session(store: Store, tmp_p
     assert after.cost_usd == pytest.approx((30_000 * 1.0 + 1_000 * 2.0) / 1e6)
     assert (after.input_tokens, after.output_tokens) == (30_000, 1_000)
     assert after.model == "gpt-4o"
+
+
+def test_newer_models_have_their_own_prices_and_a_point_release_is_not_its_base() -> None:
+    """Opus 4.5 / 4.6 were priced as Opus 4 (3x too much; real Claude Code transcripts use
+    claude-opus-4-6); Codex and Gemini CLI sessions had no price. A table name prices a model
+    only up to a separator, so a later point release is unknown, never another's price."""
+    assert price_for("claude-opus-4-6") == Price(5.00, 25.00, 0.50, 6.25)
+    assert price_for("claude-opus-4-5-20251101") == price_for("claude-opus-4-5")
+    assert price_for("claude-opus-4-1-20250805") == Price(15.00, 75.00, 1.50, 18.75)
+    assert price_for("gpt-5-codex") == price_for("gpt-5") == Price(1.25, 10.00, 0.125)
+    assert price_for("gpt-5-mini-2025-08-07") == Price(0.25, 2.00, 0.025)
+    assert price_for("gpt-5.2") is None and price_for("gpt-4oo") is None
+    assert price_for("gemini-2.5-flash-lite-preview-09-2025") == Price(0.10, 0.40, 0.01)
+    assert price_for("gemini-2.5-pro") == Price(1.25, 10.00, 0.125)

@@ -126,3 +126,30 @@ def test_budget_refuse_is_an_anthropic_error_for_the_anthropic_sdk(
     body = refused.value.body
     assert isinstance(body, dict) and body.get("type") == "error", body
     assert "budget of $0.0300" in body["error"]["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_reply_with_nonsense_usage_is_answered_and_stored(
+        start_proxy: ProxyFactory, sqlite_store: Store, stream: bool) -> None:
+    """An upstream (or a buggy gateway) reporting 1e300 prompt tokens and "many" completion
+    tokens: the count is not tokens, so it counts nothing — the reply still reaches the client
+    and the ledger (it was a 500, "internal error in refold: OverflowError", the reply lost:
+    1e300 overflowed SQLite's INTEGER while recording it)."""
+    nonsense = {"prompt_tokens": 1e300, "completion_tokens": "many", "total_tokens": -5,
+                "prompt_tokens_details": {"cached_tokens": 10**40}}
+    with serve(default=lambda body: ScriptedReply(content="fine", usage=nonsense)) as up:
+        proxy = start_proxy(up, pricing=PRICING)
+        client = sdk(proxy.base_url)
+        messages: list[Any] = [{"role": "user", "content": "hi"}]
+        if stream:
+            chunks = client.chat.completions.create(model="gpt-4o", messages=messages,
+                                                    stream=True)
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        else:
+            text = client.chat.completions.create(model="gpt-4o", messages=messages
+                                                  ).choices[0].message.content or ""
+    assert text == "fine"
+    session = _only(sqlite_store)
+    stored = [m.message["content"] for m in sqlite_store.get_messages(session.id)]
+    assert stored == ["hi", "fine"]
+    assert (session.input_tokens, session.output_tokens, session.cache_read_tokens) == (0, 0, 0)

@@ -41,6 +41,7 @@ from refold.compaction import projection_messages
 from refold.compaction.summary import is_summary_message
 from refold.errors import NotFound, RefoldError
 from refold.messages.model import Message, wire_form
+from refold.pricing import token_count
 from refold.runtime.engine import Engine
 from refold.runtime.session import SessionRuntime
 from refold.store import SearchQuery, open_store
@@ -176,10 +177,10 @@ class RefoldContextEngine(ContextEngine):
 
     # -- tokens and the trigger -------------------------------------------------------------
     def update_from_response(self, usage: dict[str, Any]) -> None:
-        self.last_prompt_tokens = int(usage.get("prompt_tokens") or 0)
-        self.last_completion_tokens = int(usage.get("completion_tokens") or 0)
-        self.last_total_tokens = int(usage.get("total_tokens") or
-                                     self.last_prompt_tokens + self.last_completion_tokens)
+        self.last_prompt_tokens = token_count(usage.get("prompt_tokens"))
+        self.last_completion_tokens = token_count(usage.get("completion_tokens"))
+        self.last_total_tokens = token_count(usage.get("total_tokens")) or (
+            self.last_prompt_tokens + self.last_completion_tokens)
 
     def should_compress(self, prompt_tokens: int | None = None) -> bool:
         tokens = self.last_prompt_tokens if prompt_tokens is None else prompt_tokens

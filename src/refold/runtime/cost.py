@@ -30,7 +30,7 @@ from typing import Any
 
 from refold._records import dataclass
 from refold.errors import BudgetExceeded, RefoldError
-from refold.pricing import Price, cost_usd, price_for
+from refold.pricing import Price, cost_usd, price_for, token_count
 from refold.store.base import Store, Usage
 
 log = logging.getLogger(__name__)
@@ -63,12 +63,11 @@ def _tokens(usage: Mapping[str, Any]) -> tuple[int, int, int, int]:
     """(input incl. cached, output, cache read, cache write) from an OpenAI-shaped or an
     Anthropic-shaped usage object."""
     def num(key: str) -> int:
-        value = usage.get(key)
-        return int(value) if isinstance(value, int | float) and value > 0 else 0
+        return token_count(usage.get(key))
 
     details = usage.get("prompt_tokens_details")
     cached = num("cache_read_input_tokens") or (
-        int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0)
+        token_count(details.get("cached_tokens")) if isinstance(details, dict) else 0)
     written = num("cache_creation_input_tokens")
     if "prompt_tokens" in usage or "completion_tokens" in usage:
         return num("prompt_tokens"), num("completion_tokens"), cached, written

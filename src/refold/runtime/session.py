@@ -38,6 +38,7 @@ from refold.messages.model import (
     content_text,
     wire_form,
 )
+from refold.pricing import token_count
 from refold.runtime.branches import Diverge, place
 from refold.runtime.chain import comparable
 from refold.runtime.checkpointer import Checkpointer
@@ -645,4 +646,4 @@ def _normalize_reply(response: Message) -> Message:
 
 
 def _int(value: Any) -> int:
-    return int(value) if isinstance(value, int | float) and value > 0 else 0
+    return token_count(value)

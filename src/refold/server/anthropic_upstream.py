@@ -30,6 +30,7 @@ from refold.llm.client import json_object
 from refold.llm.failures import bad_response
 from refold.llm.sse import EventSplitter
 from refold.messages.anthropic import from_anthropic, to_anthropic
+from refold.pricing import token_count
 from refold.server.anthropic_wire import EVENTS, FINISH_REASONS, PRIVATE, REPLY
 
 log = logging.getLogger(__name__)
@@ -109,10 +110,10 @@ def anthropic_request(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, s
 
 def chat_usage(usage: Any) -> dict[str, Any]:
     usage = usage if isinstance(usage, dict) else {}
-    read = int(usage.get("cache_read_input_tokens") or 0)
-    created = int(usage.get("cache_creation_input_tokens") or 0)
-    prompt = int(usage.get("input_tokens") or 0) + read + created
-    completion = int(usage.get("output_tokens") or 0)
+    read = token_count(usage.get("cache_read_input_tokens"))
+    created = token_count(usage.get("cache_creation_input_tokens"))
+    prompt = token_count(usage.get("input_tokens")) + read + created
+    completion = token_count(usage.get("output_tokens"))
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion, "prompt_tokens_details": {"cached_tokens": read},
             "cache_creation_input_tokens": created}

@@ -32,6 +32,7 @@ from refold._records import dataclass, field
 from refold.errors import InvalidInput, MessageValidationError
 from refold.messages.anthropic import from_anthropic, tool_input
 from refold.messages.model import Message
+from refold.pricing import token_count
 from refold.server.wire import chat_functions
 
 PRIVATE = "_refold_anthropic"  # request side: what an Anthropic upstream needs besides the chat form
@@ -183,10 +184,10 @@ def anthropic_usage(usage: Any) -> dict[str, Any]:
     """Chat usage as Anthropic's: cached prompt tokens are reported apart from the rest."""
     usage = usage if isinstance(usage, dict) else {}
     details = usage.get("prompt_tokens_details") or {}
-    cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
-    created = int(usage.get("cache_creation_input_tokens") or 0)
-    return {"input_tokens": max(0, int(usage.get("prompt_tokens") or 0) - cached - created),
-            "output_tokens": int(usage.get("completion_tokens") or 0),
+    cached = token_count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+    created = token_count(usage.get("cache_creation_input_tokens"))
+    return {"input_tokens": max(0, token_count(usage.get("prompt_tokens")) - cached - created),
+            "output_tokens": token_count(usage.get("completion_tokens")),
             "cache_creation_input_tokens": created,
             "cache_read_input_tokens": cached}
 

@@ -28,6 +28,7 @@ from typing import Any
 from refold._records import dataclass, field
 from refold.errors import InvalidInput
 from refold.messages.model import Message
+from refold.pricing import token_count
 from refold.server.wire import chat_functions
 
 
@@ -95,14 +96,16 @@ def chat_body(body: dict[str, Any], messages: list[Message], model: str) -> dict
 
 def usage_of(usage: Any) -> dict[str, Any]:
     usage = usage if isinstance(usage, dict) else {}
-    prompt = int(usage.get("prompt_tokens") or 0)
-    completion = int(usage.get("completion_tokens") or 0)
-    details = usage.get("prompt_tokens_details") or {}
-    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
+    prompt = token_count(usage.get("prompt_tokens"))
+    completion = token_count(usage.get("completion_tokens"))
+    details = usage.get("prompt_tokens_details")
+    details = details if isinstance(details, dict) else {}
+    spent = usage.get("completion_tokens_details")
+    reasoning = token_count(spent.get("reasoning_tokens")) if isinstance(spent, dict) else 0
     return {"input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": int(details.get("cached_tokens") or 0)},
+            "input_tokens_details": {"cached_tokens": token_count(details.get("cached_tokens"))},
             "output_tokens": completion,
-            "output_tokens_details": {"reasoning_tokens": int(reasoning)},
+            "output_tokens_details": {"reasoning_tokens": reasoning},
             "total_tokens": prompt + completion}
 
 
