@@ -1,6 +1,7 @@
-"""Read every Claude Code or Codex transcript under DIR as ``refold import`` does and check it.
+"""Read every Claude Code, Codex or Gemini CLI transcript under DIR as ``refold import`` does
+and check it.
 
-    python bench/check_agent_logs.py DIR [--format claude-code|codex]
+    python bench/check_agent_logs.py DIR [--format claude-code|codex|gemini]
 
 Prints, per file and in all: messages, tool calls, tool results, and the pairing and role
 problems each provider would refuse (``provider_problems``), plus what was left out. Public
@@ -17,22 +18,23 @@ from pathlib import Path
 
 from refold.compaction.structure import provider_problems
 from refold.errors import RefoldError
+from refold.messages.agent_logs import AGENT_FORMATS
 from refold.messages.load import load_agent_log, sniff_agent_log
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("dir", type=Path)
-    parser.add_argument("--format", choices=["claude-code", "codex"], default=None)
+    parser.add_argument("--format", choices=list(AGENT_FORMATS), default=None)
     args = parser.parse_args()
     totals: Counter[str] = Counter()
     left_out: Counter[str] = Counter()
-    for path in sorted(args.dir.rglob("*.jsonl")):
-        if not path.stat().st_size:
+    for path in sorted(args.dir.rglob("*.json*")):
+        if path.suffix not in (".json", ".jsonl") or not path.stat().st_size:
             continue
         fmt = args.format or sniff_agent_log(path)
         if fmt is None:
-            print(f"{path}: not a Claude Code or Codex transcript, skipped")
+            print(f"{path}: not an agent's transcript, skipped")
             continue
         try:
             log = load_agent_log(path, fmt)

@@ -237,17 +237,19 @@ _JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from(
         ["", "x", "user", "assistant", "tool_use", "tool_result", "text", "message", "reasoning",
          "function_call", "function_call_output", "custom_tool_call", "local_shell_call",
-         "response_item", "session_meta", "m1", "c1"]),
+         "response_item", "session_meta", "m1", "c1", "gemini", "token_count"]),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(
         ["type", "role", "content", "message", "payload", "id", "uuid", "isSidechain", "text",
-         "summary", "call_id", "name", "arguments", "output", "input", "tool_use_id", "action"]),
+         "summary", "call_id", "name", "arguments", "output", "input", "tool_use_id", "action",
+         "toolCalls", "tokens", "args", "result", "functionResponse", "response", "usage",
+         "info", "last_token_usage", "thoughts", "projectHash", "messages"]),
         inner, max_size=5),
     max_leaves=12)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=st.lists(_JSON, min_size=1, max_size=6),
-       fmt=st.sampled_from(["claude-code", "codex"]))
+       fmt=st.sampled_from(["claude-code", "codex", "gemini"]))
 def test_any_records_read_or_give_a_clear_error(tmp_path_factory: pytest.TempPathFactory,
                                                  records: list[Any], fmt: str) -> None:
     """Whatever the lines hold: messages, or a RefoldError (never a TypeError, a 500)."""
@@ -509,3 +511,109 @@ def test_import_adds_an_agents_token_use_once_and_a_grown_file_only_its_new_call
     # begun when its first message was said (listed among the others by that, not by when
     # it was imported)
     assert listed[0]["started_at"] == 1770842205.693
+
+
+def _gem(mid: str, kind: str, content: Any, **extra: Any) -> dict[str, Any]:
+    return {"id": mid, "timestamp": "2025-12-06T15:00:10.000Z", "type": kind,
+            "content": content, **extra}
+
+
+GEMINI_HEADER = {"sessionId": "gem-001", "projectHash": "ab" * 32,
+                 "startTime": "2025-12-06T15:00:00.000Z",
+                 "lastUpdated": "2025-12-06T15:05:00.000Z"}
+GEMINI = [
+    _gem("g1", "user", "Change the port in config.json to 9000"),
+    _gem("g2", "gemini", "I'll read it first.", model="gemini-2.5-pro",
+         thoughts=[{"subject": "Plan", "description": "read, then edit"}],
+         tokens={"input": 100, "output": 50, "cached": 40, "thoughts": 15, "tool": 20,
+                 "total": 185},
+         toolCalls=[
+             {"id": "read_file-1", "name": "read_file", "args": {"file_path": "config.json"},
+              "status": "success", "result": [{"functionResponse": {
+                  "id": "read_file-1", "name": "read_file",
+                  "response": {"output": '{"port": 8080}'}}}]},
+             {"id": "replace-1", "name": "replace", "args": {"old": "8080", "new": "9000"},
+              "status": "error", "result": [{"functionResponse": {
+                  "id": "replace-1", "name": "replace",
+                  "response": {"error": "0 occurrences found"}}}]}]),
+    _gem("g3", "info", "Request cancelled."),
+    _gem("g4", "user", [{"text": "Try again"}]),
+    _gem("g5", "gemini", "Done: the port is 9000.", model="gemini-2.5-pro",
+         tokens={"input": 300, "output": 20, "cached": 100, "thoughts": 0, "tool": 0}),
+]
+
+
+@pytest.mark.parametrize("layout", ["document", "jsonl"])
+def test_a_gemini_cli_session_becomes_the_turns_its_model_saw(tmp_path: Path,
+                                                              layout: str) -> None:
+    """Gemini CLI keeps a session as one JSON document (``session-*.json``); a JSONL copy
+    (the header line, then one message per line) reads the same. Tool calls and their results
+    live inside the reply: they become tool calls followed by results, in call order; the
+    CLI's notices and the reply's thought summaries are left out and counted."""
+    if layout == "document":
+        path = tmp_path / "session-2025-12-06T15-00-gem00001.json"
+        path.write_text(json.dumps({**GEMINI_HEADER, "messages": GEMINI}, indent=2),
+                        encoding="utf-8")
+    else:
+        path = _write_jsonl(tmp_path / "gem.jsonl", [GEMINI_HEADER, *GEMINI])
+    assert sniff_agent_log(path) == "gemini"  # not Claude Code, whose records carry sessionId
+    log = load_agent_log(path, "gemini")
+    shape = [(m["role"], m.get("tool_call_id"), [c["id"] for c in m.get("tool_calls") or []])
+             for m in log.messages]
+    assert shape == [("user", None, []), ("assistant", None, ["read_file-1", "replace-1"]),
+                     ("tool", "read_file-1", []), ("tool", "replace-1", []),
+                     ("user", None, []), ("assistant", None, [])]
+    assert log.messages[3]["content"] == "0 occurrences found"  # the error is what it said
+    assert json.loads(log.messages[1]["tool_calls"][1]["function"]["arguments"]) == {
+        "old": "8080", "new": "9000"}
+    assert log.skipped == {"thoughts": 1, "info": 1} and log.native_id == "gem-001"
+    assert provider_problems(log.messages, "openai") == []
+    assert provider_problems(log.messages, "anthropic") == []
+    assert log.spend is not None
+    usage = [(u["prompt_tokens"], u["completion_tokens"],
+              u["prompt_tokens_details"]["cached_tokens"], model)
+             for calls in log.spend for u, model in calls]
+    # the prompt with the tool-use prompt; the output with the thinking (billed as output)
+    assert usage == [(120, 65, 40, "gemini-2.5-pro"), (300, 20, 100, "gemini-2.5-pro")]
+
+
+def test_refold_import_reads_gemini_sessions_in_a_directory_and_skips_prompt_histories(
+        tmp_path: Path) -> None:
+    """`refold import ~/.gemini/tmp` finds the session documents (not the CLI's other .json
+    files); `refold import ~/.codex` skips Codex's prompt history instead of failing on it,
+    and importing that file alone says what it is."""
+    home = tmp_path / "home"
+    chats = tmp_path / "tmp" / ("ab" * 32) / "chats"
+    chats.mkdir(parents=True)
+    (chats / "session-2025-12-06T15-00-gem00001.json").write_text(
+        json.dumps({**GEMINI_HEADER, "messages": GEMINI}, indent=2), encoding="utf-8")
+    (chats.parent / "logs.json").write_text(json.dumps(
+        [{"sessionId": "gem-001", "messageId": 0, "type": "user", "message": "hi"}]))
+    history = _write_jsonl(tmp_path / "tmp" / "history.jsonl", [
+        {"session_id": "c-1", "ts": 1759848400, "text": "list the project structure"}])
+    done = _refold(home, "import", str(tmp_path / "tmp"))
+    assert done.returncode == 0, done.stderr
+    assert "1 of 1 file(s) imported: 6 message(s) stored" in done.stdout
+    assert "prompt history" in done.stderr and "Traceback" not in done.stderr
+    listed = json.loads(_refold(home, "sessions", "list", "--json").stdout)
+    assert [(s["source"], s["title"], s["input_tokens"], s["model"]) for s in listed] == [
+        ("gemini", "Change the port in config.json to 9000", 420, "gemini-2.5-pro")]
+    alone = _refold(home, "import", str(history))
+    assert alone.returncode == 2 and "Codex's prompt history" in alone.stderr
+    assert "~/.codex/sessions" in alone.stderr and "Traceback" not in alone.stderr
+
+
+def test_odd_usage_in_a_transcript_counts_nothing_and_costs_no_message(tmp_path: Path) -> None:
+    """A transcript's usage is data like any other: 1e300, NaN-like strings, negative counts
+    add nothing (1e300 overflowed SQLite's INTEGER and failed the import)."""
+    home = tmp_path / "home"
+    path = _write_jsonl(tmp_path / "odd.jsonl", [
+        _cc("user", "u1", {"role": "user", "content": "hi"}),
+        _with_usage(_reply("a1", "msg_A", {"type": "text", "text": "hello"}),
+                    {"input_tokens": 1e300, "output_tokens": "many",
+                     "cache_read_input_tokens": -4, "cache_creation_input_tokens": 10**40})])
+    done = _refold(home, "import", str(path), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["appended"] == 2
+    listed = json.loads(_refold(home, "sessions", "list", "--json").stdout)
+    assert (listed[0]["input_tokens"], listed[0]["output_tokens"]) == (0, 0)

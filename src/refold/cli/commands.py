@@ -40,7 +40,7 @@ SUMMARIES = {
     "demo": "Replay a scripted agent session and show compaction, memory, search and resume.",
     "doctor": "Check the installation: versions, SQLite features, paths and database integrity.",
     "import": 'Import a transcript FILE (JSON list, {"messages": [...]} or JSONL; - for stdin), '
-              'or every .jsonl under a directory (one session each).',
+              'or every transcript under a directory (one session each).',
     "mcp": "Run an MCP server on stdio exposing memory and session_search.",
     "memory": "Show and edit persistent memory (MEMORY.md, USER.md) and approve staged writes.",
     "migrate": "Copy every session, message, checkpoint, event and memory document into another "

@@ -24,7 +24,7 @@ from refold.cli.context import to_json
 from refold.cli.searching import OPTIONS, Option, parse_when, run_search
 from refold.cli.terminal import safe_text
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
-from refold.messages.agent_logs import AGENT_FORMATS
+from refold.messages.agent_logs import AGENT_FORMATS, AGENT_NAMES
 from refold.messages.model import Message, chain_identities
 from refold.store import Session, Store
 from refold.store.base import Usage
@@ -68,7 +68,6 @@ def _read_transcript(file: str, fmt: str, max_bytes: int | None, repair: Utf8Rep
                       Path(file).stem)
 
 
-AGENT_NAMES = {"claude-code": "Claude Code", "codex": "Codex"}
 
 
 def _read_agent_log(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repair
@@ -120,9 +119,22 @@ def _priced(app: AppContext, spend: list[list[tuple[dict[str, Any], str | None]]
     return out
 
 
+def _refuse_prompt_history(file: str) -> None:
+    """An agent's prompt history (what the user typed, no replies) is not a transcript: said
+    plainly instead of a field error on its first line."""
+    from refold.messages.load import sniff_prompt_history
+
+    agent = sniff_prompt_history(file)
+    if agent is not None:
+        where = "~/.claude/projects" if agent == "Claude Code" else "~/.codex/sessions"
+        raise InvalidInput(f"{file} is {agent}'s prompt history (what was typed, without the "
+                           "replies), not a conversation transcript",
+                           hint=f"import the conversations under {where} instead")
+
+
 def _format_of(file: str, fmt: str | None) -> str:
-    """``--format``, or when it is not given the agent format the file's first line shows
-    (``claude-code``, ``codex``), else ``openai``."""
+    """``--format``, or when it is not given the agent format the file shows (``claude-code``,
+    ``codex``, ``gemini``), else ``openai``."""
     if fmt is not None:
         return fmt
     if file != "-":
@@ -186,24 +198,25 @@ def _create(store: Store, session_id: str, title: str | None, source: str, *,
               help="Append to this session (id, id prefix or title); created when missing.")
 @click.option("--title", help="Title for a newly created session (default: the file name).")
 @click.option("--source", default=None,
-              help="Source label stored with a new session (default: import, or claude-code / "
-                   "codex for their transcripts).")
+              help="Source label stored with a new session (default: import, or claude-code, "
+                   "codex or gemini for their transcripts).")
 @click.option("--format", "fmt",
               type=click.Choice(["openai", "anthropic", *AGENT_FORMATS]), default=None,
               help="Format of FILE: openai messages, anthropic (Messages API turns), "
-                   "claude-code or codex (the transcripts they keep). Default: claude-code or "
-                   "codex when the file is one of theirs, else openai.")
+                   "claude-code, codex or gemini (the transcripts those agents keep). "
+                   "Default: the agent's format when the file is one of theirs, else openai.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_app
 def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str | None,
                source: str | None, fmt: str | None, as_json: bool) -> None:
     """Import a transcript FILE (JSON list, {"messages": [...]} or JSONL; - for stdin), or
-    every .jsonl under a directory (one session each).
+    every transcript under a directory (one session each).
 
     Anthropic Messages transcripts ({"system", "messages"}) import with --format anthropic;
     they are stored in the OpenAI form like everything else. Claude Code's transcripts
-    (~/.claude/projects/*/*.jsonl) and Codex's (~/.codex/sessions/**/rollout-*.jsonl) are
-    recognised and read as the turns their model saw; what they hold besides (progress,
+    (~/.claude/projects/*/*.jsonl), Codex's (~/.codex/sessions/**/rollout-*.jsonl) and
+    Gemini CLI's (~/.gemini/tmp/*/chats/session-*.json) are recognised and read as the turns
+    their model saw, with the tokens each call used; what they hold besides (progress,
     notices, metadata) is left out, and how much is said on stderr. Their own conversation id
     names the session: importing the file again after it grew adds only the new turns.
 
@@ -224,6 +237,8 @@ def _import_one(app: AppContext, file: str, session_ref: str | None, title: str 
     from refold.messages.load import Utf8Repair
 
     repair = Utf8Repair()
+    if fmt is None and file != "-":
+        _refuse_prompt_history(file)
     fmt = _format_of(file, fmt)
     if source is None:
         source = fmt if fmt in AGENT_FORMATS else "import"
@@ -254,14 +269,24 @@ def _import_one(app: AppContext, file: str, session_ref: str | None, title: str 
 
 def _import_directory(app: AppContext, directory: Path, source: str | None, fmt: str | None,
                       as_json: bool) -> None:
-    """Every ``*.jsonl`` under ``directory`` (Claude Code's projects folder, Codex's sessions),
-    one session each; a file that fails is reported and the rest go on. Exit status 1 when
-    any failed."""
+    """Every ``*.jsonl`` under ``directory`` (Claude Code's projects folder, Codex's sessions)
+    and every Gemini CLI session ``.json``, one session each; a file that fails is reported
+    and the rest go on. Exit status 1 when any failed."""
     from refold.errors import RefoldError
+    from refold.messages.load import sniff_agent_log, sniff_prompt_history
 
-    files = sorted(p for p in directory.rglob("*.jsonl") if p.is_file() and p.stat().st_size)
+    found = sorted(p for p in directory.rglob("*.json*") if p.suffix in (".jsonl", ".json")
+                   and p.is_file() and p.stat().st_size
+                   # a .json file only when it is a Gemini CLI session (not a settings file)
+                   and (p.suffix == ".jsonl" or sniff_agent_log(p) == "gemini"))
+    histories = [p for p in found if p.suffix == ".jsonl" and sniff_prompt_history(p)]
+    for path in histories:  # ~/.codex/history.jsonl under ~/.codex: not a conversation
+        click.echo(f"{path}: skipped, {sniff_prompt_history(path)}'s prompt history (no "
+                   "replies), not a transcript", err=True)
+    files = [p for p in found if p not in histories]
     if not files:
-        raise InvalidInput(f"{directory}: no non-empty .jsonl transcripts in it")
+        raise InvalidInput(f"{directory}: no non-empty .jsonl transcripts (or Gemini CLI "
+                           "session .json files) in it")
     reports: list[dict[str, Any]] = []
     failed = 0
     for path in files:

@@ -24,7 +24,15 @@ with their outputs. ``session_meta``, ``turn_context``, ``event_msg`` and ``comp
 and items with no chat form (web searches, ghost snapshots, encrypted compactions), are left
 out. Older rollouts hold the items themselves, one per line, after a line of session metadata.
 
-Both readers return what they left out, by kind, so the caller can say so: nothing is dropped
+**Gemini CLI** (``~/.gemini/tmp/<project hash>/chats/session-*.json``): one JSON document,
+``{"sessionId", "projectHash", "startTime", "messages": [...]}``, or the same as JSONL (the
+header line, then one message per line). A ``user`` message is a request; a ``gemini`` message
+is a reply, its ``toolCalls`` (``id``, ``name``, ``args``, and the ``result`` parts the tool
+answered with) become tool calls followed by their results, its ``tokens`` the call's usage.
+``info``, ``warning`` and ``error`` messages are the CLI's notices and are left out, and so are
+a reply's ``thoughts`` (summaries of its reasoning, never sent back to the model).
+
+The readers return what they left out, by kind, so the caller can say so: nothing is dropped
 without a word.
 """
 
@@ -38,8 +46,10 @@ from typing import Any
 
 from refold.errors import InvalidInput
 from refold.messages.model import Message
+from refold.pricing import token_count
 
-AGENT_FORMATS = ("claude-code", "codex")
+AGENT_FORMATS = ("claude-code", "codex", "gemini")
+AGENT_NAMES = {"claude-code": "Claude Code", "codex": "Codex", "gemini": "Gemini CLI"}
 
 _CODEX_ITEMS = frozenset({"message", "function_call", "function_call_output", "reasoning",
                           "custom_tool_call", "custom_tool_call_output", "local_shell_call",
@@ -52,14 +62,31 @@ _CLAUDE_CODE_BOOKKEEPING = frozenset({"file-history-snapshot", "summary", "progr
                                       "queue-operation"})
 
 
+def prompt_history(record: Any) -> str | None:
+    """The agent whose prompt history a record is a line of (Claude Code's
+    ``~/.claude/history.jsonl``: ``display``, ``pastedContents``; Codex's
+    ``~/.codex/history.jsonl``: ``session_id``, ``ts``, ``text``): what the user typed, with no
+    replies — not a conversation to import. None for anything else."""
+    if not isinstance(record, dict) or "role" in record or "type" in record:
+        return None
+    if "display" in record and "pastedContents" in record:
+        return "Claude Code"
+    if {"session_id", "ts", "text"} <= record.keys():
+        return "Codex"
+    return None
+
+
 def detect(record: Any) -> str | None:
     """``claude-code`` or ``codex`` when a record of a JSONL file is one of theirs (an OpenAI
     or Anthropic message never looks like either: it has a top-level ``role``), else None."""
-    if not isinstance(record, dict) or "role" in record:
+    if not isinstance(record, dict) or "role" in record or prompt_history(record):
         return None
     kind = _kind(record)
     if kind in _CODEX_LINES and ("payload" in record or kind == "session_meta"):
         return "codex"
+    if kind == "gemini" or "projectHash" in record or (
+            "sessionId" in record and isinstance(record.get("messages"), list)):
+        return "gemini"  # before Claude Code's marks: Gemini's records carry a sessionId too
     if any(mark in record for mark in _CLAUDE_CODE_MARKS) or kind in _CLAUDE_CODE_BOOKKEEPING:
         return "claude-code"
     return None
@@ -217,6 +244,115 @@ def _place_spend(turns: list[dict[str, Any]], spent: dict[Any, Spend],
             before["spent"].append(spent.pop(key))
 
 
+def gemini_messages(records: Sequence[Any]) -> tuple[
+        list[Message], list[float | None], Counter[str], list[list[Spend]]]:
+    """Chat messages of a Gemini CLI session's records (its header, then its messages), when
+    each was said, what was left out, and each reply's usage (see the module docstring)."""
+    skipped: Counter[str] = Counter()
+    messages: list[Message] = []
+    times: list[float | None] = []
+    spend: list[list[Spend]] = []
+
+    def add(message: Message, at: float | None, spent: list[Spend] | None = None) -> None:
+        messages.append(message)
+        times.append(at)
+        spend.append(spent or [])
+
+    for record in records:
+        if not isinstance(record, dict):
+            skipped["unknown"] += 1
+            continue
+        kind = _kind(record)
+        at = record_time(record)
+        if kind is None and ("projectHash" in record or "startTime" in record):
+            continue  # the session's header: its id and start, no turn
+        if kind == "user":
+            text = _gemini_text(record.get("content"))
+            if text.strip():
+                add({"role": "user", "content": text}, at)
+            else:
+                skipped["empty"] += 1
+            continue
+        if kind != "gemini":
+            skipped[str(kind or "unknown")] += 1  # info, warning, error: the CLI's notices
+            continue
+        thoughts = record.get("thoughts")
+        if isinstance(thoughts, list) and thoughts:
+            skipped["thoughts"] += len(thoughts)
+        calls = [c for c in record.get("toolCalls") or [] if isinstance(c, dict)] \
+            if isinstance(record.get("toolCalls"), list) else []
+        text = _gemini_text(record.get("content"))
+        if not text.strip() and not calls:
+            skipped["empty"] += 1
+            continue
+        reply: Message = {"role": "assistant", "content": text or None}
+        ids = []
+        if calls:
+            tool_calls = []
+            for n, call in enumerate(calls):
+                call_id = call.get("id") if isinstance(call.get("id"), str) and call.get(
+                    "id") else f"{record.get('id') or 'gemini'}-{n}"
+                ids.append(call_id)
+                args = call.get("args")
+                tool_calls.append({"id": call_id, "type": "function", "function": {
+                    "name": str(call.get("name") or "tool"),
+                    "arguments": json.dumps(args if isinstance(args, dict) else {},
+                                            ensure_ascii=False)}})
+            reply["tool_calls"] = tool_calls
+        tokens = record.get("tokens")
+        model = record.get("model")
+        add(reply, at, [(_gemini_usage(tokens), model if isinstance(model, str) else None)]
+            if isinstance(tokens, dict) else None)
+        for call_id, call in zip(ids, calls, strict=True):
+            output = _gemini_result(call.get("result"))
+            if output is None:
+                continue  # no answer recorded: refold marks the call when it sends it
+            add({"role": "tool", "tool_call_id": call_id, "content": output},
+                record_time(call) or at)
+    return messages, times, skipped, spend
+
+
+def _gemini_text(content: Any) -> str:
+    """A Gemini message's text: a string, or the text of its parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, dict):
+        content = [content]
+    if isinstance(content, list):
+        return "\n".join(str(p["text"]) for p in content
+                         if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def _gemini_result(result: Any) -> str | None:
+    """What a tool answered (the ``response`` of its ``functionResponse`` parts: its output,
+    else its error, else the response as JSON), or None when nothing was recorded."""
+    parts = result if isinstance(result, list) else [result] if isinstance(result, dict) \
+        else []
+    out = []
+    for part in parts:
+        response = part.get("functionResponse") if isinstance(part, dict) else None
+        body = response.get("response") if isinstance(response, dict) else None
+        if isinstance(body, dict):
+            found = body.get("output", body.get("error"))
+            out.append(found if isinstance(found, str) else json.dumps(
+                body if found is None else found, ensure_ascii=False))
+        elif isinstance(part, dict) and isinstance(part.get("text"), str):
+            out.append(part["text"])
+    return "\n".join(out) if out else None
+
+
+def _gemini_usage(tokens: dict[str, Any]) -> dict[str, Any]:
+    """Gemini's per-reply counts as chat usage: the prompt with the tool-use prompt, the
+    output with the thinking (billed as output), the cached part of the prompt."""
+    def num(key: str) -> int:
+        return token_count(tokens.get(key))
+
+    return {"prompt_tokens": num("input") + num("tool"),
+            "completion_tokens": num("output") + num("thoughts"),
+            "prompt_tokens_details": {"cached_tokens": num("cached")}}
+
+
 def codex_items(records: Sequence[Any]
                 ) -> tuple[list[dict[str, Any]], list[float | None], Counter[str],
                            dict[int, list[Spend]]]:
@@ -278,8 +414,7 @@ def _codex_usage(payload: Any, total: Any) -> tuple[dict[str, Any] | None, Any]:
         return None, total
 
     def num(key: str) -> int:
-        value = last.get(key)
-        return int(value) if isinstance(value, int | float) and value > 0 else 0
+        return token_count(last.get(key))
 
     return ({"prompt_tokens": num("input_tokens"), "completion_tokens": num("output_tokens"),
              "prompt_tokens_details": {"cached_tokens": num("cached_input_tokens")}},
@@ -355,6 +490,8 @@ def native_session_id(fmt: str, records: Sequence[Any]) -> str | None:
             found = payload.get("id") if isinstance(payload, dict) else None
         elif fmt == "codex" and record is records[0] and _kind(record) is None:
             found = record.get("id")  # an older rollout's first line
+        elif fmt == "gemini":
+            found = record.get("sessionId")
         else:
             continue
         if isinstance(found, str) and found.strip():
@@ -417,9 +554,12 @@ def agent_messages(fmt: str, records: Sequence[Any]
             if spend:
                 spend[max(at, 0)] += calls
         return messages, [item_times[i] for i in origins], skipped, spend
+    if fmt == "gemini":
+        return gemini_messages(records)
     raise InvalidInput(f"unknown agent transcript format {fmt!r}",
                        hint=f"use one of {', '.join(AGENT_FORMATS)}")
 
 
-__all__ = ["AGENT_FORMATS", "Spend", "agent_messages", "agent_title", "claude_code_turns",
-           "codex_items", "describe_skipped", "detect", "native_session_id", "record_time"]
+__all__ = ["AGENT_FORMATS", "AGENT_NAMES", "Spend", "agent_messages", "agent_title", "claude_code_turns",
+           "codex_items", "describe_skipped", "detect", "gemini_messages", "native_session_id",
+           "prompt_history", "record_time"]

@@ -287,18 +287,43 @@ def load_anthropic(data: str | bytes, *, source_name: str = "<input>",
         raise _located(exc, f"{source_name} (after conversion): ", line=None) from exc
 
 
-def sniff_agent_log(path: str | Path) -> str | None:
-    """``claude-code`` or ``codex`` when the file's first line is a record of theirs."""
-    from refold.messages.agent_logs import detect
+SNIFF_DOCUMENT_BYTES = 64 << 20  # a .json document read whole to see whether it is a session
+
+
+def sniff_prompt_history(path: str | Path) -> str | None:
+    """The agent (``Claude Code``, ``Codex``) whose prompt history file this is, else None
+    (``agent_logs.prompt_history``)."""
+    from refold.messages.agent_logs import prompt_history
 
     try:
         with open(Path(path).expanduser(), "rb") as fh:
+            return prompt_history(json.loads(fh.readline(1 << 20).decode("utf-8", "replace")))
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def sniff_agent_log(path: str | Path) -> str | None:
+    """``claude-code``, ``codex`` or ``gemini`` when the file's first line is a record of
+    theirs, or (a ``.json`` file) the whole document is a Gemini CLI session."""
+    from refold.messages.agent_logs import detect
+
+    path = Path(path).expanduser()
+    try:
+        with open(path, "rb") as fh:
             first = fh.readline(1 << 20).decode("utf-8", "replace")
     except OSError:
         return None
     try:
         return detect(json.loads(first)) if first.strip().startswith("{") else None
     except ValueError:
+        pass
+    if path.suffix.lower() != ".json" or not first.strip().startswith("{"):
+        return None
+    try:  # a pretty-printed document (Gemini CLI writes its sessions so)
+        if path.stat().st_size > SNIFF_DOCUMENT_BYTES:
+            return None
+        return detect(json.loads(path.read_bytes().decode("utf-8", "replace")))
+    except (OSError, ValueError, RecursionError):
         return None
 
 
@@ -317,7 +342,8 @@ class AgentLog:
 
 def load_agent_log(path: str | Path, fmt: str, *, max_bytes: int | None = None,
                    repair: Utf8Repair | None = None) -> AgentLog:
-    """Read a Claude Code or Codex transcript file (``fmt``) as validated chat messages."""
+    """Read a Claude Code, Codex or Gemini CLI transcript file (``fmt``) as validated chat
+    messages."""
     from refold.messages.agent_logs import agent_messages, native_session_id
 
     path = Path(path).expanduser()
@@ -334,6 +360,11 @@ def load_agent_log(path: str | Path, fmt: str, *, max_bytes: int | None = None,
             lines = fh.readlines()
         except OSError as exc:
             raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from exc
+    document = _session_document(lines, found, path.name) if fmt == "gemini" else None
+    if document is not None:  # one JSON document: its header, then its messages
+        records = [{k: v for k, v in document.items() if k != "messages"},
+                   *document["messages"]]
+        lines = []
     try:
         for lineno, raw in enumerate(lines, start=1):
             line = decode_utf8(raw, found, offset=offset)
@@ -363,6 +394,26 @@ def load_agent_log(path: str | Path, fmt: str, *, max_bytes: int | None = None,
     except MessageValidationError as exc:
         raise _located(exc, f"{path.name} (after reading it as {fmt}): ", line=None) from exc
     return AgentLog(messages, dict(skipped), native_session_id(fmt, records), times, spend)
+
+
+def _session_document(lines: list[bytes], repair: Utf8Repair, name: str
+                      ) -> dict[str, Any] | None:
+    """The file as one JSON object holding a ``messages`` list (a Gemini CLI session), or None
+    (then it is read as JSONL)."""
+    data = b"".join(lines)
+    if not data.lstrip().startswith(b"{"):
+        return None
+    trial = Utf8Repair()  # merged into ``repair`` only if it is read so (else lines note it)
+    try:
+        doc = parse_json(decode_utf8(data, trial), name)
+    except ValueError:
+        return None  # not one document: lines
+    if not (isinstance(doc, dict) and isinstance(doc.get("messages"), list)):
+        return None
+    if trial.count:
+        repair.count += trial.count - 1
+        repair.note(trial.first_offset or 0)
+    return doc
 
 
 def _open_binary(path: Path) -> Any:
