@@ -123,12 +123,21 @@ def price_for(model: str | None, overrides: Mapping[str, Price] | None = None) -
     return table[max(prefixes, key=len)] if prefixes else None
 
 
+LONG_CACHE_WRITE = 2.0  # Anthropic's 1-hour cache writes cost twice the base input price
+
+
 def cost_usd(price: Price, *, input_tokens: int, output_tokens: int,
-             cache_read_tokens: int = 0, cache_write_tokens: int = 0) -> float:
-    """What the usage costs at ``price``."""
+             cache_read_tokens: int = 0, cache_write_tokens: int = 0,
+             long_cache_write_tokens: int = 0) -> float:
+    """What the usage costs at ``price``. ``long_cache_write_tokens``: how many of the cache
+    writes were 1-hour ones (Claude Code writes those), at ``LONG_CACHE_WRITE`` times the input
+    price instead of ``cache_write`` (only where the price has a cache-write rate)."""
     uncached = max(0, input_tokens - cache_read_tokens - cache_write_tokens)
+    long = min(max(0, long_cache_write_tokens), cache_write_tokens) if price.cache_write else 0
     total = (uncached * price.input + output_tokens * price.output
-             + cache_read_tokens * price.cache_read + cache_write_tokens * price.cache_write)
+             + cache_read_tokens * price.cache_read
+             + (cache_write_tokens - long) * price.cache_write
+             + long * price.input * LONG_CACHE_WRITE)
     return total / 1_000_000
 
 

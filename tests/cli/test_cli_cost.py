@@ -132,3 +132,17 @@ def test_newer_models_have_their_own_prices_and_a_point_release_is_not_its_base(
     assert price_for("gpt-5.2") is None and price_for("gpt-4oo") is None
     assert price_for("gemini-2.5-flash-lite-preview-09-2025") == Price(0.10, 0.40, 0.01)
     assert price_for("gemini-2.5-pro") == Price(1.25, 10.00, 0.125)
+
+
+def test_one_hour_cache_writes_cost_twice_the_input_price() -> None:
+    opus = Price(5.00, 25.00, 0.50, 6.25)
+    base = cost_usd(opus, input_tokens=3_000, output_tokens=0, cache_write_tokens=3_000)
+    assert base == pytest.approx(3_000 * 6.25 / 1e6)
+    mixed = cost_usd(opus, input_tokens=3_000, output_tokens=0, cache_write_tokens=3_000,
+                     long_cache_write_tokens=2_000)
+    assert mixed == pytest.approx((1_000 * 6.25 + 2_000 * 10.0) / 1e6)
+    # never more long writes than writes; a price without a write rate has no such split
+    assert cost_usd(opus, input_tokens=10, output_tokens=0, cache_write_tokens=10,
+                    long_cache_write_tokens=99) == pytest.approx(10 * 10.0 / 1e6)
+    assert cost_usd(Price(1.0, 2.0), input_tokens=10, output_tokens=0, cache_write_tokens=10,
+                    long_cache_write_tokens=10) == 0.0

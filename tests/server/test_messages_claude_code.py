@@ -224,3 +224,33 @@ def test_refold_serve_with_upstream_format_anthropic_as_a_process(tmp_path: Path
     # the retried message once per branch: a retry without a session header is recorded as a
     # branch sharing the common prefix (issue 11, "the request is the truth")
     assert chains and all(chain == ["user", "assistant"] for chain in chains)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_cache_writes_from_an_anthropic_upstream_are_priced_as_writes(
+        start_proxy: ProxyFactory, sqlite_store: Store, stream: bool) -> None:
+    """Claude Code's prompt is mostly cache writes and reads. Cache writes were priced as
+    plain input (the usage the runtime priced had lost them); now a 5-minute write is priced
+    at the model's write rate and a 1-hour one (what Claude Code writes) at twice its input
+    price, as Anthropic bills them."""
+    usage = {"input_tokens": 10, "output_tokens": 100, "cache_read_input_tokens": 1_000,
+             "cache_creation_input_tokens": 3_000,
+             "cache_creation": {"ephemeral_5m_input_tokens": 1_000,
+                                "ephemeral_1h_input_tokens": 2_000}}
+    with serve_anthropic([AnthropicReply(usage=usage)]) as up:
+        proxy = start_proxy(up.base_url, upstream_format="anthropic",
+                            upstream_api_key="sk-upstream",
+                            pricing={MODEL: {"input": 10.0, "output": 50.0, "cache_read": 1.0,
+                                             "cache_write": 12.5}})
+        sdk = anthropic.Anthropic(base_url=proxy.root, api_key="k", max_retries=0, timeout=30)
+        if stream:
+            with sdk.messages.stream(model=MODEL, max_tokens=64,
+                                     messages=[{"role": "user", "content": "hi"}]) as events:
+                events.get_final_message()
+        else:
+            sdk.messages.create(model=MODEL, max_tokens=64,
+                                messages=[{"role": "user", "content": "hi"}])
+    (session,) = sqlite_store.list_sessions()
+    assert (session.input_tokens, session.cache_read_tokens) == (4_010, 1_000)
+    expected = (10 * 10.0 + 100 * 50.0 + 1_000 * 1.0 + 1_000 * 12.5 + 2_000 * 20.0) / 1e6
+    assert session.cost_usd == pytest.approx(expected)

@@ -59,9 +59,9 @@ class Budget:
     action: str = "warn"
 
 
-def _tokens(usage: Mapping[str, Any]) -> tuple[int, int, int, int]:
-    """(input incl. cached, output, cache read, cache write) from an OpenAI-shaped or an
-    Anthropic-shaped usage object."""
+def _tokens(usage: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
+    """(input incl. cached, output, cache read, cache write, of which 1-hour writes) from an
+    OpenAI-shaped or an Anthropic-shaped usage object."""
     def num(key: str) -> int:
         return token_count(usage.get(key))
 
@@ -69,10 +69,12 @@ def _tokens(usage: Mapping[str, Any]) -> tuple[int, int, int, int]:
     cached = num("cache_read_input_tokens") or (
         token_count(details.get("cached_tokens")) if isinstance(details, dict) else 0)
     written = num("cache_creation_input_tokens")
+    split = usage.get("cache_creation")  # Anthropic: {"ephemeral_5m_…", "ephemeral_1h_…"}
+    long = token_count(split.get("ephemeral_1h_input_tokens")) if isinstance(split, dict) else 0
     if "prompt_tokens" in usage or "completion_tokens" in usage:
-        return num("prompt_tokens"), num("completion_tokens"), cached, written
+        return num("prompt_tokens"), num("completion_tokens"), cached, written, long
     # Anthropic counts input without the cached parts
-    return num("input_tokens") + cached + written, num("output_tokens"), cached, written
+    return num("input_tokens") + cached + written, num("output_tokens"), cached, written, long
 
 
 def summarizer_model(summarizer: str) -> str | None:
@@ -100,13 +102,13 @@ class CostBook:
         """``usage`` as session totals to add, priced for ``model`` (None when empty)."""
         if not usage:
             return None
-        input_tokens, output, cached, written = _tokens(usage)
+        input_tokens, output, cached, written, long = _tokens(usage)
         if not (input_tokens or output):
             return None
         price = self.price(model)
         cost = 0.0 if price is None else cost_usd(
             price, input_tokens=input_tokens, output_tokens=output, cache_read_tokens=cached,
-            cache_write_tokens=written)
+            cache_write_tokens=written, long_cache_write_tokens=long)
         return Usage(input_tokens, output, cached, cost_usd=cost, model=model)
 
     def charge(self, session_id: str, usage: Mapping[str, Any] | None, model: str | None,

@@ -433,7 +433,11 @@ class SessionRuntime:
         # priced with the user's overrides (refold.runtime.cost); None when no usage came
         delta = self.ops.cost.usage_of({"prompt_tokens": prompt_tokens,
                                         "completion_tokens": completion,
-                                        "prompt_tokens_details": {"cached_tokens": cached}},
+                                        "prompt_tokens_details": {"cached_tokens": cached},
+                                        # an Anthropic upstream's cache writes, priced as such
+                                        "cache_creation_input_tokens": _int(
+                                            usage.get("cache_creation_input_tokens")),
+                                        "cache_creation": usage.get("cache_creation")},
                                        model)
         self.mirror.append_reply(message, counts, delta)
         if prompt_tokens and self._last_base_estimate is not None:

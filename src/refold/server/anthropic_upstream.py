@@ -114,9 +114,14 @@ def chat_usage(usage: Any) -> dict[str, Any]:
     created = token_count(usage.get("cache_creation_input_tokens"))
     prompt = token_count(usage.get("input_tokens")) + read + created
     completion = token_count(usage.get("output_tokens"))
-    return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion, "prompt_tokens_details": {"cached_tokens": read},
-            "cache_creation_input_tokens": created}
+    out = {"prompt_tokens": prompt, "completion_tokens": completion,
+           "total_tokens": prompt + completion, "prompt_tokens_details": {"cached_tokens": read},
+           "cache_creation_input_tokens": created}
+    split = usage.get("cache_creation")
+    if isinstance(split, dict):  # 5-minute and 1-hour writes: priced apart (refold.pricing)
+        out["cache_creation"] = {k: token_count(split.get(k)) for k in (
+            "ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")}
+    return out
 
 
 def chat_completion(message: dict[str, Any], passthrough: bool) -> dict[str, Any]:
