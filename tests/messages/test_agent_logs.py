@@ -617,3 +617,23 @@ def test_odd_usage_in_a_transcript_counts_nothing_and_costs_no_message(tmp_path:
     assert json.loads(done.stdout)["appended"] == 2
     listed = json.loads(_refold(home, "sessions", "list", "--json").stdout)
     assert (listed[0]["input_tokens"], listed[0]["output_tokens"]) == (0, 0)
+
+
+def test_two_imports_of_one_transcript_at_once_count_its_usage_once(tmp_path: Path) -> None:
+    """Two `refold import` processes on the same file at the same moment (a cron job and a
+    user): one session, each message once, its tokens once."""
+    home = tmp_path / "home"
+    path = _write_jsonl(tmp_path / "s-race.jsonl", [
+        _cc("user", "u1", {"role": "user", "content": "Fix the rounding"}),
+        _with_usage(_reply("a1", "msg_A", {"type": "text", "text": "Fixed it."}),
+                    _spent("msg_A", 400, cached=1000, written=200))])
+    command = [sys.executable, "-m", "refold.cli.main", "--home", str(home), "import",
+               str(path)]
+    runs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for _ in range(2)]
+    for run in runs:
+        _, err = run.communicate(timeout=60)
+        assert run.returncode == 0, err
+    listed = json.loads(_refold(home, "sessions", "list", "--json").stdout)
+    assert [(s["message_count"], s["input_tokens"], s["output_tokens"]) for s in listed] == [
+        (2, 1203, 400)]
