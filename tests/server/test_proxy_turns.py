@@ -392,3 +392,20 @@ def test_a_name_that_is_a_prefix_of_another_sessions_id_gets_its_own_session(
     assert [t for _, t in roles_and_text(sqlite_store, original)] == [
         "What is 2+2?", "4", "Now tidy up.", "Done."]  # untouched
     assert not [r for r in sqlite_store.list_rewinds(original) if r.seqs]
+
+
+@pytest.mark.parametrize("messages", [
+    [{"role": "system", "content": ""}],
+    [{"role": "system", "content": ""}, {"role": "system", "content": ""}],
+])
+def test_a_request_of_only_empty_system_messages_goes_upstream_as_sent(
+        start_proxy: Any, messages: list[dict[str, Any]]) -> None:
+    """refold leaves an empty system prompt out; a request holding nothing else went upstream
+    as ``messages: []``, which providers refuse — a different request from the client's. What
+    was sent goes on as sent (the upstream answers it, or refuses it, as it would have)."""
+    with serve(default=lambda body: ScriptedReply(content="ok")) as up:
+        proxy = start_proxy(up, memory_enabled=False)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="none", max_retries=0)
+        reply = client.chat.completions.create(model="m", messages=messages)  # type: ignore[arg-type]
+        assert reply.choices[0].message.content == "ok"
+        assert up.llm.requests[-1]["messages"] == messages

@@ -237,6 +237,9 @@ class _Turn:
     def _encode(self, prepared: Prepared) -> bytes:
         self._note(prepared)
         out = dict(self.body, messages=prepared.messages)  # fresh wire-form dicts already
+        if not prepared.messages and self.body.get("messages"):
+            # only empty system messages, which refold leaves out: not a request of nothing
+            out["messages"] = self.body["messages"]
         out.setdefault("model", self.proxy.default_model)
         if out.get("stream"):
             options = dict(out.get("stream_options") or {})
