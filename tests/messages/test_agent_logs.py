@@ -557,6 +557,10 @@ def test_a_gemini_cli_session_becomes_the_turns_its_model_saw(tmp_path: Path,
     else:
         path = _write_jsonl(tmp_path / "gem.jsonl", [GEMINI_HEADER, *GEMINI])
     assert sniff_agent_log(path) == "gemini"  # not Claude Code, whose records carry sessionId
+    headerless = _write_jsonl(tmp_path / "no-header.jsonl",
+                              [{**GEMINI[0], "sessionId": "gem-001"}, *GEMINI[1:]])
+    assert sniff_agent_log(headerless) == "gemini"
+    assert all(detect(r) == "claude-code" for r in CLAUDE_CODE[2:4])  # theirs stay theirs
     log = load_agent_log(path, "gemini")
     shape = [(m["role"], m.get("tool_call_id"), [c["id"] for c in m.get("tool_calls") or []])
              for m in log.messages]

@@ -68,8 +68,6 @@ def _read_transcript(file: str, fmt: str, max_bytes: int | None, repair: Utf8Rep
                       Path(file).stem)
 
 
-
-
 def _read_agent_log(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repair
                     ) -> AgentLog:
     from refold.messages.agent_logs import describe_skipped

@@ -77,16 +77,21 @@ def prompt_history(record: Any) -> str | None:
 
 
 def detect(record: Any) -> str | None:
-    """``claude-code`` or ``codex`` when a record of a JSONL file is one of theirs (an OpenAI
-    or Anthropic message never looks like either: it has a top-level ``role``), else None."""
+    """``claude-code``, ``codex`` or ``gemini`` when a record (a JSONL line, or a Gemini
+    session document) is one of theirs (an OpenAI or Anthropic message never looks like any of
+    them: it has a top-level ``role``), else None."""
     if not isinstance(record, dict) or "role" in record or prompt_history(record):
         return None
     kind = _kind(record)
     if kind in _CODEX_LINES and ("payload" in record or kind == "session_meta"):
         return "codex"
     if kind == "gemini" or "projectHash" in record or (
-            "sessionId" in record and isinstance(record.get("messages"), list)):
-        return "gemini"  # before Claude Code's marks: Gemini's records carry a sessionId too
+            "sessionId" in record and isinstance(record.get("messages"), list)) or (
+            kind in ("user", "info", "warning", "error") and "sessionId" in record
+            and "message" not in record and "uuid" not in record):
+        # before Claude Code's marks: Gemini's records carry a sessionId too (Claude Code's
+        # carry theirs with a uuid and the API message under "message")
+        return "gemini"
     if any(mark in record for mark in _CLAUDE_CODE_MARKS) or kind in _CLAUDE_CODE_BOOKKEEPING:
         return "claude-code"
     return None
@@ -560,6 +565,6 @@ def agent_messages(fmt: str, records: Sequence[Any]
                        hint=f"use one of {', '.join(AGENT_FORMATS)}")
 
 
-__all__ = ["AGENT_FORMATS", "AGENT_NAMES", "Spend", "agent_messages", "agent_title", "claude_code_turns",
-           "codex_items", "describe_skipped", "detect", "gemini_messages", "native_session_id",
-           "prompt_history", "record_time"]
+__all__ = ["AGENT_FORMATS", "AGENT_NAMES", "Spend", "agent_messages", "agent_title",
+           "claude_code_turns", "codex_items", "describe_skipped", "detect", "gemini_messages",
+           "native_session_id", "prompt_history", "record_time"]
