@@ -27,7 +27,7 @@ from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
 from refold.messages.agent_logs import AGENT_FORMATS, AGENT_NAMES
 from refold.messages.model import Message, chain_identities
 from refold.store import Session, Store
-from refold.store.base import Usage
+from refold.store.base import Usage, usage_sum
 
 if TYPE_CHECKING:  # the loaders load with `refold import`, not on `refold search`'s path
     from refold.messages.load import AgentLog, Utf8Repair
@@ -104,17 +104,8 @@ def _priced(app: AppContext, spend: list[list[tuple[dict[str, Any], str | None]]
     from refold.assembly import cost_book
 
     book = cost_book(app.settings, None)
-    out: list[Usage | None] = []
-    for calls in spend:
-        priced = [u for u in (book.usage_of(usage, model) for usage, model in calls)
-                  if u is not None]
-        models = [u.model for u in priced if u.model]
-        out.append(Usage(sum(u.input_tokens for u in priced),
-                         sum(u.output_tokens for u in priced),
-                         sum(u.cache_read_tokens for u in priced),
-                         sum(u.cost_usd for u in priced), models[-1] if models else None)
-                   if priced else None)
-    return out
+    return [usage_sum([u for u in (book.usage_of(usage, model) for usage, model in calls)
+                       if u is not None]) for calls in spend]
 
 
 def _refuse_prompt_history(file: str) -> None:

@@ -377,13 +377,18 @@ def appended_usage(usage: Sequence[Usage | None] | None, count: int,
     if isinstance(usage, str | bytes) or len(usage) != count:
         raise InvalidInput(f"{len(usage)} usage entries for {count} messages")
     new = [u for u in usage[first_new:] if u is not None]
-    if not new:
-        return None
     if any(not isinstance(u, Usage) for u in new):
         raise InvalidInput("usage entries must be Usage records or None")
-    models = [u.model for u in new if u.model]
-    return Usage(sum(u.input_tokens for u in new), sum(u.output_tokens for u in new),
-                 sum(u.cache_read_tokens for u in new), sum(u.cost_usd for u in new),
+    return usage_sum(new)
+
+
+def usage_sum(usages: Sequence[Usage]) -> Usage | None:
+    """The totals of ``usages``, the last model named among them kept; None when empty."""
+    if not usages:
+        return None
+    models = [u.model for u in usages if u.model]
+    return Usage(sum(u.input_tokens for u in usages), sum(u.output_tokens for u in usages),
+                 sum(u.cache_read_tokens for u in usages), sum(u.cost_usd for u in usages),
                  models[-1] if models else None)
 
 
