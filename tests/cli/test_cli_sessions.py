@@ -157,3 +157,18 @@ def test_export_json_markdown_lineage_and_archived(run: Run, sid: str) -> None:
     plain = ok(run("sessions", "export", sid)).splitlines()
     archived = ok(run("sessions", "export", sid, "--archived")).splitlines()
     assert len(plain) < len(archived) == 36
+
+
+def test_show_and_search_name_each_speaker_of_a_group_chat(run: Run, tmp_path: Path) -> None:
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text(
+        json.dumps({"role": "user", "name": "Caroline",
+                    "content": "I went to a support group yesterday"}) + "\n"
+        + json.dumps({"role": "assistant", "name": "Melanie",
+                      "content": "That's great, Caroline!"}) + "\n", encoding="utf-8")
+    ok(run("import", str(chat), "--title", "group chat"))
+    shown = ok(run("sessions", "show", "group chat"))
+    assert "#1 user (Caroline)" in shown and "#2 assistant (Melanie)" in shown
+    [hit, *_] = ok_json(run("search", "What did Caroline say about the support group?",
+                            "--json"))
+    assert hit["seq"] == 1 and hit["content"].startswith("Caroline: I went")

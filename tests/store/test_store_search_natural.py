@@ -172,3 +172,24 @@ def test_many_lineage_copies_still_leave_limit_distinct_hits(store: Store) -> No
     [pier] = [h for h in store.search(SearchQuery("narwhal sighting", limit=3, window=0))
               if h.content == "narwhal sighting near the pier"]
     assert len(pier.lineage) == 25
+
+
+def test_a_speakers_name_is_searchable_and_leads_the_hit(store: Store) -> None:
+    """A group chat imported with each speaker as the message's ``name``: a question naming
+    the speaker finds what that speaker said, and the hit says who said it."""
+    s = store.create_session()
+    store.append_messages(s.id, [
+        {"role": "user", "name": "Caroline", "content": "I went to the support group today"},
+        {"role": "assistant", "name": "Melanie", "content": "the support group sounds great"},
+        {"role": "user", "name": " ", "content": "a support group of another kind"},
+        {"role": "user", "content": "nothing like that here"},
+    ])
+    hits = store.search(SearchQuery("What did Caroline say about the support group?",
+                                    window=0))
+    assert hits[0].content == "Caroline: I went to the support group today"
+    assert hits[0].seq == 1
+    assert {h.content for h in hits[1:]} == {"Melanie: the support group sounds great",
+                                             "a support group of another kind"}
+    # the stored message is the one sent: the name stays a field, not part of the content
+    assert store.projection(s.id).messages[0].message == {
+        "role": "user", "name": "Caroline", "content": "I went to the support group today"}

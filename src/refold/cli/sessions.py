@@ -161,7 +161,10 @@ def _render_show(value: dict[str, Any]) -> None:
         flag = "" if row["active"] else " [dim](rewound)[/dim]"
         call_id = row["message"].get("tool_call_id")
         answers = f" ← {escape(safe_text(str(call_id)))}" if call_id else ""
-        out.print(f"[cyan]#{row['seq']} {row['role']}{answers}[/cyan]{flag}")
+        name = row["message"].get("name")
+        speaker = f" ({escape(safe_text(name.strip()))})" if isinstance(name, str) \
+            and name.strip() else ""
+        out.print(f"[cyan]#{row['seq']} {row['role']}{speaker}{answers}[/cyan]{flag}")
         out.print(escape(safe_text(_describe(row["message"]))), soft_wrap=True)
 
 

@@ -69,8 +69,13 @@ def content_text(message: Message) -> str:
 
 
 def searchable_text(message: Message) -> str:
-    """Text worth indexing: content plus tool-call names and arguments."""
+    """Text worth indexing: content plus tool-call names and arguments. A participant's
+    ``name`` (a group chat's speaker, an old function result's function) leads it, "Caroline:
+    I went ...", so a question naming a speaker finds what that speaker said."""
+    name = message.get("name")
     parts = [content_text(message)]
+    if isinstance(name, str) and name.strip():
+        parts[0] = f"{name.strip()}: {parts[0]}"
     for call in message.get("tool_calls") or []:
         fn = call.get("function") or {}
         parts.append(f"{fn.get('name', '')} {fn.get('arguments', '')}")
