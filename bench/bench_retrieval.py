@@ -4,6 +4,7 @@ Run:
   python bench/bench_retrieval.py memorybank /work/data/retrieval/memorybank --lang en
   python bench/bench_retrieval.py memorybank /work/data/retrieval/memorybank --lang cn
   python bench/bench_retrieval.py longmemeval /work/data/retrieval/longmemeval/pdc_longmemeval_s.json
+  python bench/bench_retrieval.py realtalk /work/data/retrieval/realtalk [--names]
   options: --modes bm25,fts,vector,hybrid  --split dev|test|all  --rrf-k 60 --weights 1,1
            --undated
 
@@ -34,6 +35,14 @@ Data (kept outside the repository; fetch it yourself):
           > /work/data/retrieval/longmemeval/pdc_longmemeval_s.json
 
   Both shapes (``question`` or ``questions``) are read. Its sessions are not dated here.
+- **REALTALK** (github.com/danny911kr/REALTALK, commit b903e06; the repository states no
+  licence, so it is only read here, never copied in): 10 real 21-day messaging-app chats
+  between two people, 8,944 messages, 728 questions with evidence message ids (726 with
+  evidence), in LoCoMo's layout. Only ``data/Chat_*.json``; its ``data/locomo/`` is LoCoMo,
+  which is reserved for acceptance and never read::
+
+      git clone https://github.com/danny911kr/REALTALK rt && mkdir -p /work/data/retrieval/realtalk
+      cp rt/data/Chat_*.json /work/data/retrieval/realtalk/
 
 No second Chinese or Japanese set is used: the one found with questions and evidence labels
 (PerLTQA, github.com/Elvin-Yiming-Du/PerLTQA, Chinese) is CC BY-NC 4.0, not permissive.
@@ -89,6 +98,8 @@ class Conversation:
     source: str
     sessions: list[list[tuple[str, str, str]]]  # per session: (role, text, unit key)
     dates: list[str] = field(default_factory=list)  # per session: its day (YYYY-MM-DD), if known
+    times: list[list[float]] = field(default_factory=list)  # per session: each turn's time
+    names: list[list[str]] = field(default_factory=list)  # per session: each turn's speaker
 
 
 @dataclass
@@ -180,6 +191,52 @@ def longmemeval(path: Path) -> list[Archive]:
     return archives
 
 
+def realtalk(root: Path, names: bool) -> list[Archive]:
+    """REALTALK (github.com/danny911kr/REALTALK, commit b903e06): 10 real 21-day chats between
+    two people, ``data/Chat_*.json`` (LoCoMo's layout: ``session_N`` lists of ``{speaker,
+    clean_text, date_time, dia_id}``, ``qa`` with ``evidence`` dia ids). One source per chat,
+    one session per ``session_N``; the first speaker is the user, the other the assistant;
+    each message dated by its own ``date_time``. With ``names`` each message carries its
+    speaker as its ``name`` (refold indexes it as "Emi: ..."; the baseline reads the same
+    text). Chats 1-5 are
+    ``dev``, 6-10 ``test``. The repository's ``data/locomo/`` copy is LoCoMo: not read."""
+    files = sorted(root.glob("Chat_*.json"), key=lambda p: int(p.name.split("_")[1]))
+    if not files:
+        sys.exit(f"error: no Chat_*.json in {root} (see the docstring for where to get it)")
+    archive = Archive([])
+    for path in files:
+        number = int(path.name.split("_")[1])
+        data = json.loads(path.read_text(encoding="utf-8"))
+        first = str(data.get("name", {}).get("speaker_1", "")).strip().lower()
+        source = f"chat-{number:02d}"
+        sessions, dates, times, who = [], [], [], []
+        n = 1
+        while isinstance(data.get(f"session_{n}"), list):
+            turns, stamps, speakers = [], [], []
+            for turn in data[f"session_{n}"]:
+                text = str(turn.get("clean_text") or "").strip()
+                if turn.get("blip_caption"):
+                    text = f"{text} [shares a photo: {turn['blip_caption']}]".strip()
+                speaker = str(turn.get("speaker") or "").strip()
+                role = "user" if speaker.lower() == first else "assistant"
+                turns.append((role, text or " ", str(turn.get("dia_id"))))
+                speakers.append(speaker if names else "")
+                stamps.append(datetime.datetime.strptime(
+                    str(turn["date_time"]), "%d.%m.%Y, %H:%M:%S").timestamp())
+            sessions.append(turns)
+            times.append(stamps)
+            who.append(speakers)
+            dates.append(datetime.date.fromtimestamp(stamps[0]).isoformat() if stamps else "")
+            n += 1
+        archive.conversations.append(Conversation(source, sessions, dates, times, who))
+        for qa in data.get("qa", []):
+            units = {str(e) for e in qa.get("evidence") or []}
+            if units and qa.get("question"):
+                archive.questions.append(Question(str(qa["question"]), source, units,
+                                                  "dev" if number <= 5 else "test"))
+    return [archive]
+
+
 # ---------------------------------------------------------------- baseline
 
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
@@ -261,13 +318,27 @@ def build(store: SQLiteStore, archive: Archive, *, dated: bool = True
         for n, turns in enumerate(conv.sessions):
             if not turns:
                 continue
+            speakers = conv.names[n] if n < len(conv.names) else []
+            if len(speakers) != len(turns):
+                speakers = [""] * len(turns)
             session = store.create_session(title=None, source=conv.source)
-            store.append_messages(session.id, [{"role": r, "content": t} for r, t, _ in turns])
-            if dated and n < len(conv.dates):
+            store.append_messages(session.id, [
+                {"role": r, "content": t, **({"name": who} if who else {})}
+                for (r, t, _), who in zip(turns, speakers, strict=True)])
+            if dated and n < len(conv.times) and len(conv.times[n]) == len(turns):
+                with store.db.write() as conn:
+                    conn.execute("UPDATE sessions SET started_at = ? WHERE id = ?",
+                                 (conv.times[n][0], session.id))
+                    conn.executemany("UPDATE messages SET created_at = ? WHERE session_id = ? "
+                                     "AND seq = ?", [(t, session.id, seq) for seq, t in
+                                                     enumerate(conv.times[n], start=1)])
+            elif dated and n < len(conv.dates):
                 _stamp(store, session.id, conv.dates[n])
-            for seq, (_, text, key) in enumerate(turns, start=1):
+            for seq, ((_, text, key), who) in enumerate(zip(turns, speakers, strict=True),
+                                                        start=1):
                 keys[(session.id, seq)] = key
-                corpus.setdefault(conv.source, []).append((key, text))
+                corpus.setdefault(conv.source, []).append((key, f"{who}: {text}" if who
+                                                           else text))
     return keys, corpus
 
 
@@ -290,7 +361,7 @@ def run(archives: list[Archive], modes: list[str], split: str, rrf_k: int,
         with tempfile.TemporaryDirectory() as tmp:
             store = SQLiteStore(str(Path(tmp) / "archive.db"), synchronous="OFF")
             keys, corpus = build(store, archive, dated=dated)
-            if {"vector", "hybrid"} & set(modes):
+            if any(m.startswith(("vector", "hybrid")) for m in modes):
                 started = time.perf_counter()
                 index_for(store).backfill(batch=32)
                 embed_seconds += time.perf_counter() - started
@@ -310,8 +381,12 @@ def run(archives: list[Archive], modes: list[str], split: str, rrf_k: int,
                     else:
                         query = SearchQuery(question.text, source=question.source, limit=K,
                                             window=0)
-                        hits = hybrid_search(store, query, mode=mode, k=rrf_k,  # type: ignore[arg-type]
-                                             weights=weights)
+                        kind, k, w = mode, rrf_k, weights
+                        if mode.startswith("hybrid:"):  # hybrid:K:W1:W2, a grid point
+                            kind, k_text, w1, w2 = mode.split(":")
+                            k, w = int(k_text), (float(w1), float(w2))
+                        hits = hybrid_search(store, query, mode=kind, k=k,  # type: ignore[arg-type]
+                                             weights=w)
                         ranked = [keys.get((h.session_id, h.seq)) for h in hits]
                     if MISSES and not score(ranked, question.units)["hit@10"]:
                         print(f"  miss [{mode}, {question.split}] {question.text}")
@@ -330,16 +405,22 @@ def run(archives: list[Archive], modes: list[str], split: str, rrf_k: int,
 def _archives(args: argparse.Namespace) -> Iterator[Archive]:
     if args.kind == "memorybank":
         yield from memorybank(args.path, args.lang)
+    elif args.kind == "realtalk":
+        yield from realtalk(args.path, args.names)
     else:
         yield from longmemeval(args.path)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("kind", choices=["memorybank", "longmemeval"])
-    parser.add_argument("path", type=Path, help="MemoryBank directory or LongMemEval JSON")
+    parser.add_argument("kind", choices=["memorybank", "longmemeval", "realtalk"])
+    parser.add_argument("path", type=Path, help="MemoryBank or REALTALK directory, or LongMemEval JSON")
+    parser.add_argument("--names", action="store_true",
+                        help="REALTALK: each message carries its speaker as its name")
     parser.add_argument("--lang", default="en", choices=["en", "cn"], help="MemoryBank only")
-    parser.add_argument("--modes", default="bm25,fts", help="bm25,bm25raw,fts,vector,hybrid")
+    parser.add_argument("--modes", default="bm25,fts",
+                        help="bm25,bm25raw,fts,vector,hybrid; hybrid:K:W1:W2 is hybrid with "
+                             "RRF k=K and weights W1 (words), W2 (vectors), for tuning")
     parser.add_argument("--split", default="all", choices=["dev", "test", "all"])
     parser.add_argument("--rrf-k", type=int, default=None, help="hybrid RRF k (default: refold's)")
     parser.add_argument("--weights", default=None, help="hybrid weights fts,vector")
@@ -361,6 +442,7 @@ def main() -> None:
                                   weights, not args.undated)  # type: ignore[arg-type]
     label = f"{args.kind} {args.lang if args.kind == 'memorybank' else args.path.name}"
     label += " (undated)" if args.undated else ""
+    label += " (speakers as message names)" if args.names else ""
     print(f"{label}: questions asked verbatim ({time.perf_counter() - started:.0f} s, "
           f"embedding {embed:.0f} s; hybrid k={rrf_k} weights={weights[0]:g},{weights[1]:g})")
     for part in ("dev", "test", "all"):

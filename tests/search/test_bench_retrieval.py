@@ -55,3 +55,39 @@ def test_longmemeval_turn_and_session_evidence(bench: ModuleType, tmp_path: Path
     assert first.units == {"s2#0"}  # has_answer labels the first question's turns
     assert second.units == {"s1#*"}  # the others only name sessions
     assert [len(s) for s in archive.conversations[0].sessions] == [2, 1]
+
+
+def test_realtalk_sessions_speakers_times_and_evidence(bench: ModuleType, tmp_path: Path) -> None:
+    chat = {"name": {"speaker_1": "Emi", "speaker_2": "elise"},
+            "session_1": [
+                {"clean_text": "Hey! How are you?", "speaker": "Emi", "dia_id": "D1:1",
+                 "date_time": "29.12.2023, 22:42:04"},
+                {"clean_text": "Look", "speaker": "elise", "dia_id": "D1:2",
+                 "date_time": "30.12.2023, 00:32:20", "blip_caption": "a bar with stools"}],
+            "session_1_date_time": "29.12.2023, 22:42:04",
+            "qa": [{"question": "Where was Elise?", "evidence": ["D1:2"], "category": 1},
+                   {"question": "No evidence?", "evidence": [], "category": 3}]}
+    for number in (1, 6):
+        (tmp_path / f"Chat_{number}_Emi_Elise.json").write_text(json.dumps(chat), "utf-8")
+    (tmp_path / "locomo").mkdir()  # the repository's LoCoMo copy: never read
+    (tmp_path / "locomo" / "Chat_1_X_Y.json").write_text("not json", "utf-8")
+    [archive] = bench.realtalk(tmp_path, names=True)
+    first, sixth = archive.conversations
+    assert (first.source, sixth.source) == ("chat-01", "chat-06")
+    assert first.sessions == [[("user", "Hey! How are you?", "D1:1"),
+                               ("assistant", "Look [shares a photo: a bar with stools]", "D1:2")]]
+    assert first.names == [["Emi", "elise"]] and first.dates == ["2023-12-29"]
+    assert first.times[0][1] - first.times[0][0] == 6616  # each turn at its own time
+    assert [(q.source, q.units, q.split) for q in archive.questions] == [
+        ("chat-01", {"D1:2"}, "dev"), ("chat-06", {"D1:2"}, "test")]
+    [unnamed] = bench.realtalk(tmp_path, names=False)
+    assert unnamed.conversations[0].names == [["", ""]]
+    from refold.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(str(tmp_path / "a.db"))
+    keys, corpus = bench.build(store, archive)
+    assert corpus["chat-01"][1] == ("D1:2", "elise: Look [shares a photo: a bar with stools]")
+    [hit] = store.search(bench.SearchQuery("where was elise", source="chat-06", window=0))
+    assert keys[(hit.session_id, hit.seq)] == "D1:2"
+    assert hit.created_at == sixth.times[0][1]
+    store.close()
