@@ -26,9 +26,24 @@ def test_query_days_reads_chinese_japanese_korean_english_and_iso_dates() -> Non
     assert query_days("0000年5月2日") == () and query_days("9999-12-31") == ()
 
 
+def test_query_days_reads_dotted_and_slashed_numeric_dates() -> None:
+    # day.month.year as dotted dates are written; year first with any one separator
+    assert query_days("What class did Kevin have on 21.01.2024?") == (Day(1, 21, 2024),)
+    assert query_days("the 5.1.2024 meeting") == (Day(1, 5, 2024),)
+    assert query_days("on 2024/01/21 and 2024.1.5") == (Day(1, 21, 2024), Day(1, 5, 2024))
+    # slashed: month/day/year, day/month/year when only that is a day, both when both are
+    assert query_days("due 01/21/2024") == query_days("due 21/01/2024") == (Day(1, 21, 2024),)
+    assert query_days("on 03/04/2024") == (Day(3, 4, 2024), Day(4, 3, 2024))
+    # not dates: a two-digit year ("11/22/63" is a novel), mixed separators, parts of longer
+    # numbers, impossible days
+    assert query_days('reading "11/22/63" by Stephen King') == ()
+    assert query_days("2024-01/21") == () and query_days("version 1.2.2000.1") == ()
+    assert query_days("1/2/2024/5") == () and query_days("31.02.2024, 13/13/2024") == ()
+
+
 @given(st.lists(st.sampled_from(["0", "1", "2", "9", "99", "0000", "9999", "2024", "年", "月",
                                   "日", "号", "월", "일", "-", " ", "May", "Sept.", "31st", "of",
-                                  ","]), max_size=12),
+                                  ",", ".", "/"]), max_size=12),
        st.floats(min_value=-1e12, max_value=1e12))
 def test_any_date_like_text_reads_without_error(parts: list[str], when: float) -> None:
     for day in query_days("".join(parts)):

@@ -1,4 +1,5 @@
-"""Calendar days named in a question: "on May 2nd", "5月2号", "2023年5月4日", "5월 2일".
+"""Calendar days named in a question: "on May 2nd", "5月2号", "2023年5月4日", "5월 2일",
+"2024-01-21", "21.01.2024", "01/21/2024".
 
 People ask a memory about a day ("在5月2号我为什么烦恼？", "What did I watch on May 2nd?").
 The messages of that day rarely repeat its date, so its words find nothing or only noise; the
@@ -36,7 +37,12 @@ def _patterns() -> tuple[tuple[re.Pattern[str], tuple[int, int, int]], ...]:
     return (
         (re.compile(r"(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月\s*(\d{1,2})\s*[日号號]"), (1, 2, 3)),
         (re.compile(r"(?:(\d{4})\s*년\s*)?(\d{1,2})\s*월\s*(\d{1,2})\s*일"), (1, 2, 3)),
-        (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), (1, 2, 3)),
+        (re.compile(r"\b(\d{4})([-/.])(\d{1,2})\2(\d{1,2})\b"), (1, 3, 4)),
+        # 21.01.2024: day.month.year, as dotted dates are written (Europe, Russia)
+        (re.compile(r"(?<![\d.])(\d{1,2})\.(\d{1,2})\.(\d{4})(?![\d]|\.\d)"), (3, 2, 1)),
+        # 01/21/2024 or 21/01/2024: month/day/year, or day/month/year where that is the only
+        # valid reading; both days when both are (03/04/2024)
+        (re.compile(r"(?<![\d/])(\d{1,2})/(\d{1,2})/(\d{4})(?![\d]|/\d)"), (3, 1, 2)),
         (re.compile(rf"\b{_MONTH}\s+(?:the\s+)?{_ORDINAL}\b{_YEAR}", re.IGNORECASE),
          (3, 1, 2)),
         (re.compile(rf"\b{_ORDINAL}\s+(?:of\s+)?{_MONTH}{_YEAR}", re.IGNORECASE), (3, 2, 1)),
@@ -73,12 +79,17 @@ def query_days(text: str) -> tuple[Day, ...]:
                 continue
             year, month, day = (_number(match.group(y)), _number(match.group(m)),
                                 _number(match.group(d)))
-            if month is None or day is None \
-                    or not _valid(2000 if year is None else year, month, day) \
-                    or match.group(m) == "may":  # "I may 2 go": the verb, not the month
+            if month is None or day is None or match.group(m) == "may":  # "I may 2 go"
+                continue
+            readings = [(month, day)]
+            if "/" in match.group(0) and year is not None and (y, m, d) == (3, 1, 2):
+                readings.append((day, month))  # day/month/year, the other slashed reading
+            readings = [(mo, da) for mo, da in readings
+                        if _valid(2000 if year is None else year, mo, da)]
+            if not readings:
                 continue
             taken.append(match.span())
-            found.append((match.start(), Day(month, day, year)))
+            found.extend((match.start(), Day(mo, da, year)) for mo, da in readings)
     days = dict.fromkeys(day for _, day in sorted(found, key=lambda f: f[0]))
     return tuple(days)[:MAX_DAYS]
 
