@@ -179,3 +179,48 @@ def test_create_falls_back_to_a_session_created_concurrently(tmp_path: Path) -> 
             _create(store, "s3", "taken", "import", keep_title=True)
     finally:
         store.close()
+
+
+def test_import_dates_a_chat_export_by_its_own_times(run: Run, tmp_path: Path) -> None:
+    """A chat export whose messages say when they were written: the ledger dates them so, a
+    message without a time of its own takes the one before it, the keys stay in the stored
+    message, and a question naming the day ranks that day's messages."""
+    import datetime as dt
+
+    may8 = dt.datetime(2023, 5, 8, 13, 56).timestamp()
+    lines = [{"role": "user", "name": "Caroline", "timestamp": "2023-05-08T13:56:00",
+              "content": "I went to the support group yesterday"},
+             {"role": "assistant", "name": "Melanie", "content": "How was it?"},
+             {"role": "user", "created_at": int((may8 + 86400) * 1000),  # milliseconds
+              "content": "Painting with the kids today"}]
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text("".join(json.dumps(m) + "\n" for m in lines), encoding="utf-8")
+    report = ok_json(run("import", str(chat), "--json"))
+    shown = ok_json(run("sessions", "show", report["session_id"], "--json"))
+    assert [m["created_at"] for m in shown["messages"]] == [may8, may8, may8 + 86400]
+    assert shown["session"]["started_at"] == may8
+    assert shown["messages"][0]["message"]["timestamp"] == "2023-05-08T13:56:00"
+    hits = ok_json(run("search", "what did Caroline do on 9 May 2023?", "--json"))
+    assert hits[0]["seq"] == 3
+    # no time of its own anywhere (a duration is not a date): stamped at import, as before
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(json.dumps({"role": "user", "content": "hi", "time": 0.53}) + "\n",
+                     encoding="utf-8")
+    before = dt.datetime.now().timestamp()
+    report = ok_json(run("import", str(plain), "--json"))
+    [message] = ok_json(run("sessions", "show", report["session_id"], "--json"))["messages"]
+    assert message["created_at"] >= before - 1
+
+
+def test_message_time_reads_numbers_strings_and_iso_dates() -> None:
+    from refold.messages.load import message_time
+
+    assert message_time({"created_at": 1683554200}) == 1683554200.0
+    assert message_time({"timestamp": 1683554200500}) == 1683554200.5  # milliseconds
+    assert message_time({"time": " 1683554200 "}) == 1683554200.0
+    assert message_time({"date": "2023-05-08T13:56:00Z"}) == 1683554160.0
+    assert message_time({"datetime": "2023-05-08T15:56:00+02:00"}) == 1683554160.0
+    for bad in (True, 0.53, -5, 1e30, float("nan"), float("inf"), "yesterday", "13:56",
+                "9999-01-01", [1], {"a": 1}, ""):
+        assert message_time({"timestamp": bad}) is None, bad
+    assert message_time({"role": "user"}) is None

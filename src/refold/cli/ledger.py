@@ -51,7 +51,13 @@ class Transcript:
 def _read_transcript(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repair
                      ) -> Transcript:
     """``file`` read as ``fmt`` (see ``Transcript``)."""
-    from refold.messages.load import check_size, load_anthropic, load_messages, load_messages_file
+    from refold.messages.load import (
+        check_size,
+        load_anthropic,
+        load_messages,
+        load_messages_file,
+        message_times,
+    )
 
     if fmt in AGENT_FORMATS:
         found = _read_agent_log(file, fmt, max_bytes, repair)
@@ -63,9 +69,12 @@ def _read_transcript(file: str, fmt: str, max_bytes: int | None, repair: Utf8Rep
         if fmt == "anthropic":
             return Transcript(load_anthropic(data, source_name="<stdin>", repair=repair),
                               "stdin")
-        return Transcript(load_messages(data, source_name="<stdin>", repair=repair), "stdin")
-    return Transcript(load_messages_file(file, fmt=fmt, max_bytes=max_bytes, repair=repair),
-                      Path(file).stem)
+        loaded = load_messages(data, source_name="<stdin>", repair=repair)
+        return Transcript(loaded, "stdin", times=message_times(loaded))
+    loaded = load_messages_file(file, fmt=fmt, max_bytes=max_bytes, repair=repair)
+    # a chat export's own times date its messages (OpenAI form keeps each message's keys)
+    return Transcript(loaded, Path(file).stem,
+                      times=message_times(loaded) if fmt == "openai" else None)
 
 
 def _read_agent_log(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repair
@@ -208,6 +217,10 @@ def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str |
     their model saw, with the tokens each call used; what they hold besides (progress,
     notices, metadata) is left out, and how much is said on stderr. Their own conversation id
     names the session: importing the file again after it grew adds only the new turns.
+
+    A message's own time (created_at, timestamp, time or date: epoch seconds or
+    milliseconds, or ISO 8601; local time without a zone) dates it in the ledger, and a
+    message's name (a group chat's speaker) is searchable.
 
     Messages already stored in the session are skipped, so importing twice is harmless.
     """

@@ -427,6 +427,62 @@ def _open_binary(path: Path) -> Any:
         raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
+TIME_KEYS = ("created_at", "timestamp", "time", "date", "datetime", "created")
+EARLIEST, LATEST = 1e8, 32503680000.0  # 1973 to 3000: outside, a "time" is not a date (a
+# tool result's "time": 0.53 is how long it took)
+
+
+def message_time(message: Message) -> float | None:
+    """When a message of a chat export says it was written: its first of ``TIME_KEYS`` that
+    holds seconds since the epoch (milliseconds when the number is that large), as a number or
+    a numeric string, or an ISO 8601 date or time ("2023-05-08T13:56:00Z"; one without a zone
+    is local time, the clock search reads days in). None for anything else."""
+    for key in TIME_KEYS:
+        value = message.get(key)
+        if value is None:
+            continue
+        if isinstance(value, str):
+            text = value.strip()
+            try:
+                value = float(text)
+            except ValueError:
+                import datetime as dt
+
+                try:
+                    when = dt.datetime.fromisoformat(text.replace("Z", "+00:00")
+                                                     if text.endswith("Z") else text)
+                    return _plausible(when.timestamp())
+                except (ValueError, OverflowError, OSError):
+                    return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        seconds = float(value)
+        if seconds > LATEST:
+            seconds /= 1000.0  # JavaScript's Date.now(): milliseconds
+        return _plausible(seconds)
+    return None
+
+
+def _plausible(seconds: float) -> float | None:
+    return seconds if EARLIEST < seconds < LATEST else None  # NaN and infinities fail too
+
+
+def message_times(messages: list[Message]) -> list[float | None] | None:
+    """When each message was written, for an import: its ``message_time``; one without a time
+    of its own was written with the one before it (the first ones, with the first that says).
+    None when no message says."""
+    times = [message_time(m) for m in messages]
+    known = [t for t in times if t is not None]
+    if not known:
+        return None
+    last = known[0]
+    out: list[float | None] = []
+    for when in times:
+        last = when if when is not None else last
+        out.append(last)
+    return out
+
+
 def check_size(size: int, max_bytes: int | None, where: str) -> None:
     """``InvalidInput`` when an input of ``size`` bytes is over the cap."""
     if max_bytes is not None and size > max_bytes:
