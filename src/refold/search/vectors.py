@@ -33,7 +33,7 @@ from refold.store.base import SearchHit, SearchQuery, Store
 
 Mode = Literal["fts", "vector", "hybrid"]
 MODES: tuple[Mode, ...] = ("fts", "vector", "hybrid")
-RRF_K = 60
+RRF_K = 10  # tuned on the dev splits of bench/bench_retrieval.py (REALTALK, MemoryBank)
 WEIGHTS = (1.0, 1.0)  # RRF weights: words, vectors
 CANDIDATES = 100  # ranks fused from each side
 Vectors = npt.NDArray[np.float32]
