@@ -36,3 +36,13 @@ def test_recall_gives_nothing_when_nothing_matches(store: Store) -> None:
     assert recall_text(store, "quantum chromodynamics lecture", current_session_id=None) == ""
     assert recall_text(store, "   ", current_session_id=None) == ""
     assert recall_text(store, "\ud800 *** AND", current_session_id=None) == ""
+
+
+def test_recall_skips_the_same_question_asked_before_by_a_named_speaker(store: Store) -> None:
+    past = store.create_session(title="group chat")
+    store.append_messages(past.id, [
+        {"role": "user", "name": "Caroline", "content": "which port does staging use?"},
+        {"role": "assistant", "name": "bot", "content": "staging uses port 6543"}])
+    text = recall_text(store, "which port does staging use?", current_session_id=None)
+    assert "bot: staging uses port 6543" in text  # who said it comes along
+    assert "Caroline" not in text  # the question itself, asked again, is not an answer

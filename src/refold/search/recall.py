@@ -111,8 +111,10 @@ def recall_text(store: Store, message: str, *, current_session_id: str | None,
     relevant = _relevance_check(message)
     pieces: list[str] = []
     budget = max_tokens - estimate_tokens(RECALL_HEADER) - 1  # the newline after it
+    asked = message.strip()
     for hit in hits:
-        if hit.content.strip() == message.strip() or not relevant(hit.content) or (
+        said = hit.content.strip()  # "Caroline: ..." when the message had a name
+        if said == asked or said.endswith(": " + asked) or not relevant(hit.content) or (
                 family is not None and any(root(s) == family
                                            for s in (hit.session_id, *hit.lineage))):
             continue  # never this conversation's lineage; never the very message being asked
