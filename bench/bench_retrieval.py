@@ -343,10 +343,12 @@ def build(store: SQLiteStore, archive: Archive, *, dated: bool = True
 
 
 def run(archives: list[Archive], modes: list[str], split: str, rrf_k: int,
-        weights: tuple[float, float], dated: bool = True) -> tuple[dict[str, dict[str, dict[str, float]]],
-                                                dict[str, int], float]:
+        weights: tuple[float, float], dated: bool = True, whole: bool = False
+        ) -> tuple[dict[str, dict[str, dict[str, float]]], dict[str, int], float]:
     """Mean scores per split (``dev``/``test`` and ``all``) and mode, question counts per split,
-    and the seconds spent embedding."""
+    and the seconds spent embedding. ``whole``: each question is asked of the whole archive
+    (no source filter; the baseline ranks every message of it) and only its own source's
+    evidence counts."""
     from rank_bm25 import BM25Okapi
 
     from refold.search.vectors import hybrid_search, index_for
@@ -365,12 +367,20 @@ def run(archives: list[Archive], modes: list[str], split: str, rrf_k: int,
                 started = time.perf_counter()
                 index_for(store).backfill(batch=32)
                 embed_seconds += time.perf_counter() - started
+            if whole:  # one corpus; a unit key names its source ("chat-01|D1:6")
+                source_of = {sid: store.get_session(sid).source for sid, _ in keys}
+                keys = {at: f"{source_of[at[0]]}|{key}" for at, key in keys.items()}
+                corpus = {"*": [(f"{src}|{key}", text) for src, msgs in corpus.items()
+                                for key, text in msgs]}
             porter = Porter()
             models = {(mode, src): BM25Okapi([t or ["_"] for t in bm25_tokens(
                           [t for _, t in msgs], porter if mode == "bm25" else None)])
                       for src, msgs in corpus.items()
                       for mode in modes if mode in ("bm25", "bm25raw")}
             for question in questions:
+                if whole:
+                    question = Question(question.text, "*", {f"{question.source}|{u}" for u
+                                                             in question.units}, question.split)
                 for mode in modes:
                     if mode in ("bm25", "bm25raw"):
                         msgs = corpus[question.source]
@@ -379,8 +389,8 @@ def run(archives: list[Archive], modes: list[str], split: str, rrf_k: int,
                         order = sorted(range(len(msgs)), key=lambda i: (-scores[i], -i))[:K]
                         ranked: list[str | None] = [msgs[i][0] for i in order]
                     else:
-                        query = SearchQuery(question.text, source=question.source, limit=K,
-                                            window=0)
+                        query = SearchQuery(question.text, limit=K, window=0,
+                                            source=None if whole else question.source)
                         kind, k, w = mode, rrf_k, weights
                         if mode.startswith("hybrid:"):  # hybrid:K:W1:W2, a grid point
                             kind, k_text, w1, w2 = mode.split(":")
@@ -426,6 +436,8 @@ def main() -> None:
     parser.add_argument("--weights", default=None, help="hybrid weights fts,vector")
     parser.add_argument("--misses", action="store_true",
                         help="print each question a mode misses at hit@10")
+    parser.add_argument("--whole", action="store_true",
+                        help="ask each question of the whole archive, not its own source")
     parser.add_argument("--undated", action="store_true",
                         help="store every message at import time, not on its session's day")
     args = parser.parse_args()
@@ -439,9 +451,10 @@ def main() -> None:
     modes = [m for m in args.modes.split(",") if m]
     started = time.perf_counter()
     results, counted, embed = run(list(_archives(args)), modes, args.split, rrf_k,
-                                  weights, not args.undated)  # type: ignore[arg-type]
+                                  weights, not args.undated, args.whole)  # type: ignore[arg-type]
     label = f"{args.kind} {args.lang if args.kind == 'memorybank' else args.path.name}"
     label += " (undated)" if args.undated else ""
+    label += " (whole archive, no source filter)" if args.whole else ""
     label += " (speakers as message names)" if args.names else ""
     print(f"{label}: questions asked verbatim ({time.perf_counter() - started:.0f} s, "
           f"embedding {embed:.0f} s; hybrid k={rrf_k} weights={weights[0]:g},{weights[1]:g})")

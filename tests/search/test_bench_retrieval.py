@@ -91,3 +91,29 @@ def test_realtalk_sessions_speakers_times_and_evidence(bench: ModuleType, tmp_pa
     assert keys[(hit.session_id, hit.seq)] == "D1:2"
     assert hit.created_at == sixth.times[0][1]
     store.close()
+
+
+def test_whole_archive_questions_count_only_their_own_sources_evidence(
+        bench: ModuleType, tmp_path: Path) -> None:
+    def chat(text: str) -> dict[str, object]:
+        return {"name": {"speaker_1": "A", "speaker_2": "B"},
+                "session_1": [{"clean_text": "hello", "speaker": "A", "dia_id": "D1:1",
+                               "date_time": "29.12.2023, 22:42:04"},
+                              {"clean_text": text, "speaker": "B", "dia_id": "D1:2",
+                               "date_time": "29.12.2023, 22:43:04"}],
+                "qa": [{"question": "where is the red kayak kept?", "evidence": ["D1:2"]}]}
+    # chat 1's answer is elsewhere; chat 6 holds the words at the same dia id
+    (tmp_path / "Chat_1_A_B.json").write_text(json.dumps(chat("in the garage")), "utf-8")
+    (tmp_path / "Chat_6_A_B.json").write_text(json.dumps(chat("the red kayak is kept "
+                                                              "in the shed")), "utf-8")
+    archives = bench.realtalk(tmp_path, names=False)
+    filtered, _, _ = bench.run(archives, ["bm25", "fts"], "all", 10, (1.0, 1.0))
+    whole, counted, _ = bench.run(archives, ["bm25", "fts"], "all", 10, (1.0, 1.0),
+                                  whole=True)
+    assert counted["all"] == 2
+    for mode in ("bm25", "fts"):
+        # chat 6's question finds its answer either way; chat 1's finds nothing in its own
+        # chat, and asked of the whole archive finds chat 6's D1:2, which is not its evidence
+        # (the same dia id in another chat must not count)
+        assert filtered["all"][mode]["hit@10"] == 0.5
+        assert whole["all"][mode]["hit@10"] == 0.5 and whole["all"][mode]["mrr"] == 0.5
