@@ -386,7 +386,8 @@ def run(archives: list[Archive], modes: list[str], split: str, rrf_k: int,
                         msgs = corpus[question.source]
                         tokens = bm25_tokens([question.text], porter if mode == "bm25" else None)
                         scores = models[(mode, question.source)].get_scores(tokens[0])
-                        order = sorted(range(len(msgs)), key=lambda i: (-scores[i], -i))[:K]
+                        order = sorted((i for i in range(len(msgs)) if scores[i] > 0),
+                                       key=lambda i: (-scores[i], -i))[:K]  # matches only
                         ranked: list[str | None] = [msgs[i][0] for i in order]
                     else:
                         query = SearchQuery(question.text, limit=K, window=0,

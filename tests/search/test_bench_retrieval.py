@@ -97,13 +97,15 @@ def test_whole_archive_questions_count_only_their_own_sources_evidence(
         bench: ModuleType, tmp_path: Path) -> None:
     def chat(text: str) -> dict[str, object]:
         return {"name": {"speaker_1": "A", "speaker_2": "B"},
-                "session_1": [{"clean_text": "hello", "speaker": "A", "dia_id": "D1:1",
-                               "date_time": "29.12.2023, 22:42:04"},
-                              {"clean_text": text, "speaker": "B", "dia_id": "D1:2",
-                               "date_time": "29.12.2023, 22:43:04"}],
+                "session_1": [{"clean_text": text, "speaker": "B", "dia_id": "D1:2",
+                               "date_time": "29.12.2023, 22:43:04"}] + [
+                    {"clean_text": filler, "speaker": "A", "dia_id": f"D1:{n}",
+                     "date_time": "29.12.2023, 22:44:04"}
+                    for n, filler in enumerate(["hello", "good morning", "see you", "nice day",
+                                                "how are you"], start=3)],
                 "qa": [{"question": "where is the red kayak kept?", "evidence": ["D1:2"]}]}
     # chat 1's answer is elsewhere; chat 6 holds the words at the same dia id
-    (tmp_path / "Chat_1_A_B.json").write_text(json.dumps(chat("in the garage")), "utf-8")
+    (tmp_path / "Chat_1_A_B.json").write_text(json.dumps(chat("garage")), "utf-8")
     (tmp_path / "Chat_6_A_B.json").write_text(json.dumps(chat("the red kayak is kept "
                                                               "in the shed")), "utf-8")
     archives = bench.realtalk(tmp_path, names=False)
