@@ -220,7 +220,38 @@ def test_message_time_reads_numbers_strings_and_iso_dates() -> None:
     assert message_time({"time": " 1683554200 "}) == 1683554200.0
     assert message_time({"date": "2023-05-08T13:56:00Z"}) == 1683554160.0
     assert message_time({"datetime": "2023-05-08T15:56:00+02:00"}) == 1683554160.0
+    # as people and chat apps write dates, local time
+    import datetime as dt
+
+    may8 = dt.datetime(2023, 5, 8).timestamp()
+    assert message_time({"timestamp": "1:56 pm on 8 May, 2023"}) == may8 + 13 * 3600 + 56 * 60
+    assert message_time({"date": "8 May, 2023"}) == may8
+    assert message_time({"time": "08.05.2023, 14:30"}) == may8 + 14.5 * 3600
+    assert message_time({"time": "2023年5月8日 14:30"}) == may8 + 14.5 * 3600
+    assert message_time({"time": "12:30 am on 8 May 2023"}) == may8 + 1800
     for bad in (True, 0.53, -5, 1e30, float("nan"), float("inf"), "yesterday", "13:56",
-                "9999-01-01", [1], {"a": 1}, ""):
+                "9999-01-01", [1], {"a": 1}, "",
+                "03/04/2024",  # two readings: which day is not known
+                "May 8th",  # no year
+                "13:56 pm on 8 May 2023", "25:00 on 8 May 2023", "8 May 2023 10:61"):
         assert message_time({"timestamp": bad}) is None, bad
     assert message_time({"role": "user"}) is None
+
+
+@pytest.mark.parametrize("key", ["timestamp", "date"])
+def test_message_time_of_any_text_is_a_plausible_time_or_none(key: str) -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from refold.messages.load import EARLIEST, LATEST, message_time
+
+    parts = st.sampled_from(["1:56", " pm", " on ", "8", " May", ", ", "2023", "31.12.9999",
+                             "年", "月", "日", "/", ".", ":", "99", "0", "am", "12", "T", "Z"])
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.one_of(st.text(), st.lists(parts, max_size=10).map("".join)))
+    def check(text: str) -> None:
+        found = message_time({key: text})
+        assert found is None or EARLIEST < found < LATEST
+
+    check()

@@ -435,8 +435,9 @@ EARLIEST, LATEST = 1e8, 32503680000.0  # 1973 to 3000: outside, a "time" is not 
 def message_time(message: Message) -> float | None:
     """When a message of a chat export says it was written: its first of ``TIME_KEYS`` that
     holds seconds since the epoch (milliseconds when the number is that large), as a number or
-    a numeric string, or an ISO 8601 date or time ("2023-05-08T13:56:00Z"; one without a zone
-    is local time, the clock search reads days in). None for anything else."""
+    a numeric string, an ISO 8601 date or time ("2023-05-08T13:56:00Z"; one without a zone
+    is local time, the clock search reads days in), or a date as people write it
+    (``_written_time``: "1:56 pm on 8 May, 2023"). None for anything else."""
     for key in TIME_KEYS:
         value = message.get(key)
         if value is None:
@@ -451,8 +452,11 @@ def message_time(message: Message) -> float | None:
                 try:
                     when = dt.datetime.fromisoformat(text.replace("Z", "+00:00")
                                                      if text.endswith("Z") else text)
+                except ValueError:
+                    return _written_time(text)
+                try:
                     return _plausible(when.timestamp())
-                except (ValueError, OverflowError, OSError):
+                except (OverflowError, OSError):
                     return None
         if isinstance(value, bool) or not isinstance(value, int | float):
             return None
@@ -461,6 +465,45 @@ def message_time(message: Message) -> float | None:
             seconds /= 1000.0  # JavaScript's Date.now(): milliseconds
         return _plausible(seconds)
     return None
+
+
+_CLOCK = None  # re.Pattern of a time of day ("1:56 pm", "14:30:05"), compiled on first use
+
+
+def _written_time(text: str) -> float | None:
+    """A date as people and chat apps write it ("8 May, 2023", "1:56 pm on 8 May, 2023",
+    "08.05.2023, 14:30", "2023年5月8日"), local time: the one calendar day it names, with
+    the year (``refold.search.dates`` reads it), at its time of day if it gives one. None when
+    it names no day, a day without its year, or two readings (03/04/2024)."""
+    global _CLOCK
+    import datetime as dt
+    import re
+
+    from refold.search.dates import query_days
+
+    days = query_days(text)
+    if len(days) != 1 or days[0].year is None:
+        return None
+    if _CLOCK is None:
+        _CLOCK = re.compile(r"(?<![\d.:/])(\d{1,2}):(\d{2})(?::(\d{2}))?\s*([ap]\.?m\b\.?)?",
+                            re.IGNORECASE)
+    hour = minute = second = 0
+    clock = _CLOCK.search(text)
+    if clock:
+        hour, minute, second = int(clock[1]), int(clock[2]), int(clock[3] or 0)
+        half = (clock[4] or "").lower().replace(".", "")
+        if half and not 1 <= hour <= 12:
+            return None
+        if half:
+            hour = hour % 12 + (12 if half == "pm" else 0)
+        if hour > 23 or minute > 59 or second > 59:
+            return None
+    day = days[0]
+    try:
+        return _plausible(dt.datetime(day.year or 0, day.month, day.day, hour, minute,
+                                      second).timestamp())
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 def _plausible(seconds: float) -> float | None:
