@@ -219,8 +219,9 @@ def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str |
     names the session: importing the file again after it grew adds only the new turns.
 
     A message's own time (created_at, timestamp, time or date: epoch seconds or
-    milliseconds, or ISO 8601; local time without a zone) dates it in the ledger, and a
-    message's name (a group chat's speaker) is searchable.
+    milliseconds, ISO 8601, or as people write it, "1:56 pm on 8 May, 2023"; local time
+    without a zone) dates it in the ledger, and a message's name (a group chat's speaker) is
+    searchable.
 
     Messages already stored in the session are skipped, so importing twice is harmless.
     """
