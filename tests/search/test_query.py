@@ -189,3 +189,19 @@ def test_any_text_parses_and_is_valid_fts5(text: str) -> None:
         if plan is not None:
             conn.execute("CREATE VIRTUAL TABLE g USING fts5(x, tokenize='trigram')")
             conn.execute("SELECT rowid FROM g WHERE g MATCH ?", (plan.match,))
+
+
+def test_snippet_edges_fall_between_words() -> None:
+    text = ("I am doing zumba toning and the other is a body sculpting class. I am taking the "
+            "zumba class just for fun, I know it really wont do anything for my body")
+    for needle in ("class", "sculpting", "fun"):
+        snippet = make_snippet(text, [needle], width=60)
+        inner = snippet.strip("…").replace("[", "").replace("]", "")
+        assert inner in text and f"[{needle}]" in snippet
+        words = text.split()
+        assert inner.split()[0] in words and inner.split()[-1].rstrip(".,") in \
+            [w.rstrip(".,") for w in words], snippet  # no cut word at either edge
+        assert not snippet.startswith("… ") and not snippet.endswith(" …")
+    # text without spaces near the edge keeps the plain window
+    chinese = "我今天去了图书馆看书然后去公园散步最后回家做饭吃饭睡觉" * 5
+    assert "[公园]" in make_snippet(chinese, ["公园"], width=30)

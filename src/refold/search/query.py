@@ -386,8 +386,10 @@ def make_snippet(text: str, needles: list[str], *, width: int = 120) -> str:
     spans = _match_spans(lowered, [n.lower() for n in needles if n])
     if not spans:
         return _clip(text, 0, width)
-    start = max(0, _best_window(spans, width) - width // 3)
+    best = _best_window(spans, width)
+    start = max(0, best - width // 3)
     end = min(len(text), start + width)
+    start, end = _word_edges(text, start, end, best)
     # the matches inside the excerpt; touching matches of different needles are joined
     # ("[デプ][ロイ]" reads as "[デプロイ]"), repeats of one needle stay apart
     shown: list[list[int]] = []  # [start, end, needle of the last part]
@@ -403,8 +405,28 @@ def make_snippet(text: str, needles: list[str], *, width: int = 120) -> str:
     for lo, hi, _ in shown:
         pieces.append(text[cursor:lo] + "[" + text[lo:hi] + "]")
         cursor = hi
-    pieces.append(text[cursor:end] + ("…" if end < len(text) else ""))
-    return "".join(pieces).replace("\n", " ")
+    tail = text[cursor:end]
+    pieces.append(tail.rstrip() + "…" if end < len(text) else tail)
+    excerpt = "".join(pieces).replace("\n", " ")
+    return "…" + excerpt[1:].lstrip() if start > 0 else excerpt
+
+
+SNAP = 16  # characters an excerpt's edge may move to fall between words
+
+
+def _word_edges(text: str, start: int, end: int, keep: int) -> tuple[int, int]:
+    """``[start, end)`` moved, by at most ``SNAP`` characters, so neither edge cuts a word
+    ("…oning and" becomes "…and"); the match at ``keep`` stays inside. Text without spaces
+    near an edge (Chinese, Japanese, a long token) keeps that edge."""
+    if 0 < start < len(text) and not text[start - 1].isspace() and not text[start].isspace():
+        space = text.find(" ", start, min(start + SNAP, keep))
+        if space != -1:
+            start = space + 1
+    if start < end < len(text) and not text[end - 1].isspace() and not text[end].isspace():
+        space = text.rfind(" ", max(end - SNAP, keep + 1, start), end)
+        if space != -1:
+            end = space
+    return start, end
 
 
 MAX_SNIPPET_SPANS = 2000  # matches of each needle weighed (a long tool output): a rare
