@@ -389,7 +389,8 @@ def make_snippet(text: str, needles: list[str], *, width: int = 120) -> str:
     best = _best_window(spans, width)
     start = max(0, best - width // 3)
     end = min(len(text), start + width)
-    start, end = _word_edges(text, start, end, best)
+    best_end = max(hi for lo, hi, _ in spans if lo == best)
+    start, end = _word_edges(text, start, end, best, best_end)
     # the matches inside the excerpt; touching matches of different needles are joined
     # ("[デプ][ロイ]" reads as "[デプロイ]"), repeats of one needle stay apart
     shown: list[list[int]] = []  # [start, end, needle of the last part]
@@ -414,16 +415,17 @@ def make_snippet(text: str, needles: list[str], *, width: int = 120) -> str:
 SNAP = 16  # characters an excerpt's edge may move to fall between words
 
 
-def _word_edges(text: str, start: int, end: int, keep: int) -> tuple[int, int]:
+def _word_edges(text: str, start: int, end: int, keep: int, keep_end: int
+                ) -> tuple[int, int]:
     """``[start, end)`` moved, by at most ``SNAP`` characters, so neither edge cuts a word
-    ("…oning and" becomes "…and"); the match at ``keep`` stays inside. Text without spaces
-    near an edge (Chinese, Japanese, a long token) keeps that edge."""
+    ("…oning and" becomes "…and"); the match ``[keep, keep_end)`` stays as inside as it was.
+    Text without spaces near an edge (Chinese, Japanese, a long token) keeps that edge."""
     if 0 < start < len(text) and not text[start - 1].isspace() and not text[start].isspace():
         space = text.find(" ", start, min(start + SNAP, keep))
         if space != -1:
             start = space + 1
     if start < end < len(text) and not text[end - 1].isspace() and not text[end].isspace():
-        space = text.rfind(" ", max(end - SNAP, keep + 1, start), end)
+        space = text.rfind(" ", max(end - SNAP, keep_end, start), end)
         if space != -1:
             end = space
     return start, end
