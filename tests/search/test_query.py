@@ -202,6 +202,14 @@ def test_snippet_edges_fall_between_words() -> None:
         assert inner.split()[0] in words and inner.split()[-1].rstrip(".,") in \
             [w.rstrip(".,") for w in words], snippet  # no cut word at either edge
         assert not snippet.startswith("… ") and not snippet.endswith(" …")
+    # a line break is a word's edge too, and a long code token is passed whole
+    log = ("E   ModuleNotFoundError: No module named 'imp'\n\n" + "=" * 28
+           + " short test summary info " + "=" * 28 + "\nFAILED tests/test_config.py::test_x")
+    snippet = make_snippet(log, ["test", "fail"])
+    assert "…mp'" not in snippet and not snippet.startswith("… "), snippet
+    code = "from distutils.version import LooseVersion — ModuleNotFoundError: No module named"
+    snippet = make_snippet("x " * 40 + code, ["modulenotfounderror"], width=60)
+    assert "istutils" not in snippet or "distutils" in snippet, snippet
     # text without spaces near the edge keeps the plain window
     chinese = "我今天去了图书馆看书然后去公园散步最后回家做饭吃饭睡觉" * 5
     assert "[公园]" in make_snippet(chinese, ["公园"], width=30)

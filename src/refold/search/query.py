@@ -412,7 +412,7 @@ def make_snippet(text: str, needles: list[str], *, width: int = 120) -> str:
     return "…" + excerpt[1:].lstrip() if start > 0 else excerpt
 
 
-SNAP = 16  # characters an excerpt's edge may move to fall between words
+SNAP = 24  # characters an excerpt's edge may move to fall between words
 
 
 def _word_edges(text: str, start: int, end: int, keep: int, keep_end: int
@@ -421,12 +421,14 @@ def _word_edges(text: str, start: int, end: int, keep: int, keep_end: int
     ("…oning and" becomes "…and"); the match ``[keep, keep_end)`` stays as inside as it was.
     Text without spaces near an edge (Chinese, Japanese, a long token) keeps that edge."""
     if 0 < start < len(text) and not text[start - 1].isspace() and not text[start].isspace():
-        space = text.find(" ", start, min(start + SNAP, keep))
-        if space != -1:
+        space = next((i for i in range(start, min(start + SNAP, keep)) if text[i].isspace()),
+                     None)
+        if space is not None:
             start = space + 1
     if start < end < len(text) and not text[end - 1].isspace() and not text[end].isspace():
-        space = text.rfind(" ", max(end - SNAP, keep_end, start), end)
-        if space != -1:
+        space = next((i for i in range(end - 1, max(end - SNAP, keep_end, start) - 1, -1)
+                      if text[i].isspace()), None)
+        if space is not None:
             end = space
     return start, end
 
