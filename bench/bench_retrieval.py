@@ -4,7 +4,8 @@ Run:
   python bench/bench_retrieval.py memorybank /work/data/retrieval/memorybank --lang en
   python bench/bench_retrieval.py memorybank /work/data/retrieval/memorybank --lang cn
   python bench/bench_retrieval.py longmemeval /work/data/retrieval/longmemeval/pdc_longmemeval_s.json
-  python bench/bench_retrieval.py realtalk /work/data/retrieval/realtalk [--names]
+  python bench/bench_retrieval.py realtalk /work/data/retrieval/realtalk [--names] [--whole]
+  any of them with --postgres postgresql://127.0.0.1:5432/test (a new schema, dropped after)
   options: --modes bm25,fts,vector,hybrid  --split dev|test|all  --rrf-k 60 --weights 1,1
            --undated
 
@@ -84,7 +85,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from refold.search.query import cjk_grams, has_cjk
-from refold.store import SearchQuery
+from refold.store import SearchQuery, Store
 from refold.store.sqlite import SQLiteStore
 
 K = 10
@@ -297,21 +298,17 @@ def score(ranked: list[str | None], units: set[str]) -> dict[str, float]:
             "coverage@10": len(found) / len(units)}
 
 
-def _stamp(store: SQLiteStore, session_id: str, day: str) -> None:
-    """Date a stored session and its messages to noon (local time) of ``day``, as an archive
-    written on that day holds them."""
-    when = datetime.datetime.strptime(day[:10], "%Y-%m-%d").replace(hour=12).timestamp()
-    with store.db.write() as conn:
-        conn.execute("UPDATE sessions SET started_at = ? WHERE id = ?", (when, session_id))
-        conn.execute("UPDATE messages SET created_at = ? + seq WHERE session_id = ?",
-                     (when, session_id))
+def _noon(day: str) -> float:
+    """Noon (local time) of ``day``: when an archive written that day holds its messages."""
+    return datetime.datetime.strptime(day[:10], "%Y-%m-%d").replace(hour=12).timestamp()
 
 
-def build(store: SQLiteStore, archive: Archive, *, dated: bool = True
+def build(store: Store, archive: Archive, *, dated: bool = True
           ) -> tuple[dict[tuple[str, int], str], dict[str, list[tuple[str, str]]]]:
-    """Store every conversation (dated by its sessions' days unless ``dated`` is False);
-    returns (session id, seq) → unit key and, per source, every message as (unit key, text)
-    in store order (the baseline's corpus)."""
+    """Store every conversation through the Store API, as an import does (each message at its
+    own time, else its session's day at noon plus a second a message; at import time unless
+    ``dated``); returns (session id, seq) → unit key and, per source, every message as (unit
+    key, text) in store order (the baseline's corpus)."""
     keys: dict[tuple[str, int], str] = {}
     corpus: dict[str, list[tuple[str, str]]] = {}
     for conv in archive.conversations:
@@ -321,19 +318,16 @@ def build(store: SQLiteStore, archive: Archive, *, dated: bool = True
             speakers = conv.names[n] if n < len(conv.names) else []
             if len(speakers) != len(turns):
                 speakers = [""] * len(turns)
-            session = store.create_session(title=None, source=conv.source)
-            store.append_messages(session.id, [
-                {"role": r, "content": t, **({"name": who} if who else {})}
-                for (r, t, _), who in zip(turns, speakers, strict=True)])
+            times: list[float | None] | None = None
             if dated and n < len(conv.times) and len(conv.times[n]) == len(turns):
-                with store.db.write() as conn:
-                    conn.execute("UPDATE sessions SET started_at = ? WHERE id = ?",
-                                 (conv.times[n][0], session.id))
-                    conn.executemany("UPDATE messages SET created_at = ? WHERE session_id = ? "
-                                     "AND seq = ?", [(t, session.id, seq) for seq, t in
-                                                     enumerate(conv.times[n], start=1)])
-            elif dated and n < len(conv.dates):
-                _stamp(store, session.id, conv.dates[n])
+                times = list(conv.times[n])
+            elif dated and n < len(conv.dates) and conv.dates[n]:
+                times = [_noon(conv.dates[n]) + seq for seq in range(1, len(turns) + 1)]
+            session = store.create_session(title=None, source=conv.source,
+                                           started_at=times[0] if times else None)
+            store.sync_messages(session.id, [
+                {"role": r, "content": t, **({"name": who} if who else {})}
+                for (r, t, _), who in zip(turns, speakers, strict=True)], created_at=times)
             for seq, ((_, text, key), who) in enumerate(zip(turns, speakers, strict=True),
                                                         start=1):
                 keys[(session.id, seq)] = key
@@ -342,8 +336,20 @@ def build(store: SQLiteStore, archive: Archive, *, dated: bool = True
     return keys, corpus
 
 
+def _open_store(tmp: str, postgres: str | None) -> Store:
+    """A fresh archive: SQLite in ``tmp``, or a new schema on the PostgreSQL at ``postgres``."""
+    if postgres is None:
+        return SQLiteStore(str(Path(tmp) / "archive.db"), synchronous="OFF")
+    import uuid
+
+    from refold.store.postgres import PostgresStore
+
+    return PostgresStore(postgres, schema=f"bench_{uuid.uuid4().hex[:12]}")
+
+
 def run(archives: list[Archive], modes: list[str], split: str, rrf_k: int,
-        weights: tuple[float, float], dated: bool = True, whole: bool = False
+        weights: tuple[float, float], dated: bool = True, whole: bool = False,
+        postgres: str | None = None
         ) -> tuple[dict[str, dict[str, dict[str, float]]], dict[str, int], float]:
     """Mean scores per split (``dev``/``test`` and ``all``) and mode, question counts per split,
     and the seconds spent embedding. ``whole``: each question is asked of the whole archive
@@ -361,7 +367,7 @@ def run(archives: list[Archive], modes: list[str], split: str, rrf_k: int,
         if not questions:
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            store = SQLiteStore(str(Path(tmp) / "archive.db"), synchronous="OFF")
+            store = _open_store(tmp, postgres)
             keys, corpus = build(store, archive, dated=dated)
             if any(m.startswith(("vector", "hybrid")) for m in modes):
                 started = time.perf_counter()
@@ -407,6 +413,8 @@ def run(archives: list[Archive], modes: list[str], split: str, rrf_k: int,
                             table[name] = table.get(name, 0.0) + value
                 for part in {question.split, "all"}:
                     counted[part] = counted.get(part, 0) + 1
+            if postgres is not None:
+                store.drop_schema()  # type: ignore[attr-defined]
             store.close()
     means = {part: {m: {k: v / counted[part] for k, v in t.items()} for m, t in by_mode.items()}
              for part, by_mode in totals.items()}
@@ -437,6 +445,9 @@ def main() -> None:
     parser.add_argument("--weights", default=None, help="hybrid weights fts,vector")
     parser.add_argument("--misses", action="store_true",
                         help="print each question a mode misses at hit@10")
+    parser.add_argument("--postgres", metavar="URL", default=None,
+                        help="build each archive in a new schema on this PostgreSQL (dropped "
+                             "after), not in SQLite")
     parser.add_argument("--whole", action="store_true",
                         help="ask each question of the whole archive, not its own source")
     parser.add_argument("--undated", action="store_true",
@@ -452,10 +463,12 @@ def main() -> None:
     modes = [m for m in args.modes.split(",") if m]
     started = time.perf_counter()
     results, counted, embed = run(list(_archives(args)), modes, args.split, rrf_k,
-                                  weights, not args.undated, args.whole)  # type: ignore[arg-type]
+                                  weights, not args.undated, args.whole,
+                                  args.postgres)  # type: ignore[arg-type]
     label = f"{args.kind} {args.lang if args.kind == 'memorybank' else args.path.name}"
     label += " (undated)" if args.undated else ""
     label += " (whole archive, no source filter)" if args.whole else ""
+    label += " (PostgreSQL)" if args.postgres else ""
     label += " (speakers as message names)" if args.names else ""
     print(f"{label}: questions asked verbatim ({time.perf_counter() - started:.0f} s, "
           f"embedding {embed:.0f} s; hybrid k={rrf_k} weights={weights[0]:g},{weights[1]:g})")

@@ -93,8 +93,7 @@ def test_realtalk_sessions_speakers_times_and_evidence(bench: ModuleType, tmp_pa
     store.close()
 
 
-def test_whole_archive_questions_count_only_their_own_sources_evidence(
-        bench: ModuleType, tmp_path: Path) -> None:
+def _two_chats(tmp_path: Path) -> None:
     def chat(text: str) -> dict[str, object]:
         return {"name": {"speaker_1": "A", "speaker_2": "B"},
                 "session_1": [{"clean_text": text, "speaker": "B", "dia_id": "D1:2",
@@ -108,6 +107,11 @@ def test_whole_archive_questions_count_only_their_own_sources_evidence(
     (tmp_path / "Chat_1_A_B.json").write_text(json.dumps(chat("garage")), "utf-8")
     (tmp_path / "Chat_6_A_B.json").write_text(json.dumps(chat("the red kayak is kept "
                                                               "in the shed")), "utf-8")
+
+
+def test_whole_archive_questions_count_only_their_own_sources_evidence(
+        bench: ModuleType, tmp_path: Path) -> None:
+    _two_chats(tmp_path)
     archives = bench.realtalk(tmp_path, names=False)
     filtered, _, _ = bench.run(archives, ["bm25", "fts"], "all", 10, (1.0, 1.0))
     whole, counted, _ = bench.run(archives, ["bm25", "fts"], "all", 10, (1.0, 1.0),
@@ -119,3 +123,17 @@ def test_whole_archive_questions_count_only_their_own_sources_evidence(
         # (the same dia id in another chat must not count)
         assert filtered["all"][mode]["hit@10"] == 0.5
         assert whole["all"][mode]["hit@10"] == 0.5 and whole["all"][mode]["mrr"] == 0.5
+
+
+def test_the_bench_builds_the_same_archive_on_postgres(bench: ModuleType, tmp_path: Path,
+                                                      postgres_url: str) -> None:
+    """Through the Store API only, so PostgreSQL holds the archive as SQLite does (its schema
+    dropped after)."""
+    _two_chats(tmp_path)
+    archives = bench.realtalk(tmp_path, names=True)
+    on_sqlite, _, _ = bench.run(archives, ["fts"], "all", 10, (1.0, 1.0), whole=True)
+    on_postgres, counted, _ = bench.run(archives, ["fts"], "all", 10, (1.0, 1.0), whole=True,
+                                        postgres=postgres_url)
+    assert counted["all"] == 2
+    assert on_postgres == on_sqlite
+    assert on_postgres["all"]["fts"]["hit@10"] == 0.5
