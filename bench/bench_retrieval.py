@@ -368,54 +368,58 @@ def run(archives: list[Archive], modes: list[str], split: str, rrf_k: int,
             continue
         with tempfile.TemporaryDirectory() as tmp:
             store = _open_store(tmp, postgres)
-            keys, corpus = build(store, archive, dated=dated)
-            if any(m.startswith(("vector", "hybrid")) for m in modes):
-                started = time.perf_counter()
-                index_for(store).backfill(batch=32)
-                embed_seconds += time.perf_counter() - started
-            if whole:  # one corpus; a unit key names its source ("chat-01|D1:6")
-                source_of = {sid: store.get_session(sid).source for sid, _ in keys}
-                keys = {at: f"{source_of[at[0]]}|{key}" for at, key in keys.items()}
-                corpus = {"*": [(f"{src}|{key}", text) for src, msgs in corpus.items()
-                                for key, text in msgs]}
-            porter = Porter()
-            models = {(mode, src): BM25Okapi([t or ["_"] for t in bm25_tokens(
-                          [t for _, t in msgs], porter if mode == "bm25" else None)])
-                      for src, msgs in corpus.items()
-                      for mode in modes if mode in ("bm25", "bm25raw")}
-            for question in questions:
-                if whole:
-                    question = Question(question.text, "*", {f"{question.source}|{u}" for u
-                                                             in question.units}, question.split)
-                for mode in modes:
-                    if mode in ("bm25", "bm25raw"):
-                        msgs = corpus[question.source]
-                        tokens = bm25_tokens([question.text], porter if mode == "bm25" else None)
-                        scores = models[(mode, question.source)].get_scores(tokens[0])
-                        order = sorted((i for i in range(len(msgs)) if scores[i] > 0),
-                                       key=lambda i: (-scores[i], -i))[:K]  # matches only
-                        ranked: list[str | None] = [msgs[i][0] for i in order]
-                    else:
-                        query = SearchQuery(question.text, limit=K, window=0,
-                                            source=None if whole else question.source)
-                        kind, k, w = mode, rrf_k, weights
-                        if mode.startswith("hybrid:"):  # hybrid:K:W1:W2, a grid point
-                            kind, k_text, w1, w2 = mode.split(":")
-                            k, w = int(k_text), (float(w1), float(w2))
-                        hits = hybrid_search(store, query, mode=kind, k=k,  # type: ignore[arg-type]
-                                             weights=w)
-                        ranked = [keys.get((h.session_id, h.seq)) for h in hits]
-                    if MISSES and not score(ranked, question.units)["hit@10"]:
-                        print(f"  miss [{mode}, {question.split}] {question.text}")
+            try:
+                keys, corpus = build(store, archive, dated=dated)
+                if any(m.startswith(("vector", "hybrid")) for m in modes):
+                    started = time.perf_counter()
+                    index_for(store).backfill(batch=32)
+                    embed_seconds += time.perf_counter() - started
+                if whole:  # one corpus; a unit key names its source ("chat-01|D1:6")
+                    source_of = {sid: store.get_session(sid).source for sid, _ in keys}
+                    keys = {at: f"{source_of[at[0]]}|{key}" for at, key in keys.items()}
+                    corpus = {"*": [(f"{src}|{key}", text) for src, msgs in corpus.items()
+                                    for key, text in msgs]}
+                porter = Porter()
+                models = {(mode, src): BM25Okapi([t or ["_"] for t in bm25_tokens(
+                              [t for _, t in msgs], porter if mode == "bm25" else None)])
+                          for src, msgs in corpus.items()
+                          for mode in modes if mode in ("bm25", "bm25raw")}
+                for question in questions:
+                    if whole:
+                        units = {f"{question.source}|{u}" for u in question.units}
+                        question = Question(question.text, "*", units, question.split)
+                    for mode in modes:
+                        if mode in ("bm25", "bm25raw"):
+                            msgs = corpus[question.source]
+                            tokens = bm25_tokens([question.text],
+                                                 porter if mode == "bm25" else None)
+                            scores = models[(mode, question.source)].get_scores(tokens[0])
+                            order = sorted((i for i in range(len(msgs)) if scores[i] > 0),
+                                           key=lambda i: (-scores[i], -i))[:K]  # matches only
+                            ranked: list[str | None] = [msgs[i][0] for i in order]
+                        else:
+                            query = SearchQuery(question.text, limit=K, window=0,
+                                                source=None if whole else question.source)
+                            kind, k, w = mode, rrf_k, weights
+                            if mode.startswith("hybrid:"):  # hybrid:K:W1:W2, a grid point
+                                kind, k_text, w1, w2 = mode.split(":")
+                                k, w = int(k_text), (float(w1), float(w2))
+                            hits = hybrid_search(
+                                store, query, mode=kind, k=k,  # type: ignore[arg-type]
+                                weights=w)
+                            ranked = [keys.get((h.session_id, h.seq)) for h in hits]
+                        if MISSES and not score(ranked, question.units)["hit@10"]:
+                            print(f"  miss [{mode}, {question.split}] {question.text}")
+                        for part in {question.split, "all"}:
+                            table = totals.setdefault(part, {}).setdefault(mode, {})
+                            for name, value in score(ranked, question.units).items():
+                                table[name] = table.get(name, 0.0) + value
                     for part in {question.split, "all"}:
-                        table = totals.setdefault(part, {}).setdefault(mode, {})
-                        for name, value in score(ranked, question.units).items():
-                            table[name] = table.get(name, 0.0) + value
-                for part in {question.split, "all"}:
-                    counted[part] = counted.get(part, 0) + 1
-            if postgres is not None:
-                store.drop_schema()  # type: ignore[attr-defined]
-            store.close()
+                        counted[part] = counted.get(part, 0) + 1
+            finally:  # a failed run leaves no schema behind
+                if postgres is not None:
+                    store.drop_schema()  # type: ignore[attr-defined]
+                store.close()
     means = {part: {m: {k: v / counted[part] for k, v in t.items()} for m, t in by_mode.items()}
              for part, by_mode in totals.items()}
     return means, counted, embed_seconds
