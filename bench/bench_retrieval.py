@@ -375,7 +375,7 @@ def run(archives: list[Archive], modes: list[str], split: str, rrf_k: int,
                     index_for(store).backfill(batch=32)
                     embed_seconds += time.perf_counter() - started
                 if whole:  # one corpus; a unit key names its source ("chat-01|D1:6")
-                    source_of = {sid: store.get_session(sid).source for sid, _ in keys}
+                    source_of = {sid: store.get_session(sid).source for sid in {s for s, _ in keys}}
                     keys = {at: f"{source_of[at[0]]}|{key}" for at, key in keys.items()}
                     corpus = {"*": [(f"{src}|{key}", text) for src, msgs in corpus.items()
                                     for key, text in msgs]}

@@ -29,8 +29,10 @@ JSONL files are read line by line, so a large export never needs two copies in m
 from __future__ import annotations
 
 import codecs
+import functools
 import json
 import logging
+import re
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
@@ -450,8 +452,7 @@ def message_time(message: Message) -> float | None:
                 import datetime as dt
 
                 try:
-                    when = dt.datetime.fromisoformat(text.replace("Z", "+00:00")
-                                                     if text.endswith("Z") else text)
+                    when = dt.datetime.fromisoformat(text)  # "Z" too, since Python 3.11
                 except ValueError:
                     return _written_time(text)
                 try:
@@ -467,7 +468,11 @@ def message_time(message: Message) -> float | None:
     return None
 
 
-_CLOCK = None  # re.Pattern of a time of day ("1:56 pm", "14:30:05"), compiled on first use
+@functools.cache
+def _clock() -> re.Pattern[str]:
+    """A time of day ("1:56 pm", "14:30:05"), compiled on first use."""
+    return re.compile(r"(?<![\d.:/])(\d{1,2}):(\d{2})(?::(\d{2}))?\s*([ap]\.?m\b\.?)?",
+                      re.IGNORECASE)
 
 
 def _written_time(text: str) -> float | None:
@@ -475,20 +480,15 @@ def _written_time(text: str) -> float | None:
     "08.05.2023, 14:30", "2023年5月8日"), local time: the one calendar day it names, with
     the year (``refold.search.dates`` reads it), at its time of day if it gives one. None when
     it names no day, a day without its year, or two readings (03/04/2024)."""
-    global _CLOCK
     import datetime as dt
-    import re
 
     from refold.search.dates import query_days
 
     days = query_days(text)
     if len(days) != 1 or days[0].year is None:
         return None
-    if _CLOCK is None:
-        _CLOCK = re.compile(r"(?<![\d.:/])(\d{1,2}):(\d{2})(?::(\d{2}))?\s*([ap]\.?m\b\.?)?",
-                            re.IGNORECASE)
     hour = minute = second = 0
-    clock = _CLOCK.search(text)
+    clock = _clock().search(text)
     if clock:
         hour, minute, second = int(clock[1]), int(clock[2]), int(clock[3] or 0)
         half = (clock[4] or "").lower().replace(".", "")
