@@ -159,3 +159,36 @@ def test_a_failing_provider_never_breaks_a_turn(store: Store) -> None:
         assert store.list_checkpoints(rt.session_id)  # compaction went on
         rt.close()
     assert store.get_session(rt.session_id).message_count == 12 * 4
+
+
+def test_background_review_counts_each_sessions_own_turns(store: Store) -> None:
+    """One engine serves many conversations (``refold serve``): each session's turns count
+    toward its own review, so a session is reviewed after its own 10th turn with its own words,
+    and another session's turns never start (or shift) its review."""
+    from refold.memory.review import MemoryReviewer
+
+    memory = in_memory_store()
+    builtin = BuiltinMemoryProvider(memory)
+    reviewer = MemoryReviewer(builtin.writer, every_turns=10)
+    manager = MemoryManager(builtin, reviewer=reviewer)
+    with Engine(store, model="gpt-4o-mini", context_length=32_000, memory=manager,
+                background_precompact=False) as engine:
+        first, second = engine.open_session(new=True), engine.open_session(new=True)
+        for turn in range(1, 10):  # interleaved: 18 turns in all, 9 of each
+            first.prepare([user(f"Remember that build {turn} of the API passed.")])
+            first.record({"role": "assistant", "content": "Noted."})
+            second.prepare([user(f"Question {turn} about the weather?")])
+            second.record({"role": "assistant", "content": "Sunny."})
+        reviewer.join()
+        assert not reviewer.reports  # neither session reached its own 10 turns
+        assert reviewer.counts(first.session_id) == (9, 0)
+        assert reviewer.counts(second.session_id) == (9, 0)
+        first.prepare([user("Remember that the staging database listens on port 5433.")])
+        first.record({"role": "assistant", "content": "Noted."})
+        reviewer.join()
+        assert len(reviewer.reports) == 1  # the first session's 10th turn, its own words
+        saved = [e.text for e in memory.read("memory").entries]
+        assert any("port 5433" in text for text in saved), saved
+        assert not any("weather" in text for text in saved)
+        assert reviewer.counts(first.session_id) == (0, 0)
+        assert reviewer.counts(second.session_id) == (9, 0)  # untouched by the other's review

@@ -70,7 +70,8 @@ class ReviewRecorder:
     def __init__(self) -> None:
         self.turns: list[list[dict[str, Any]]] = []
 
-    def sync_turn(self, messages: list[dict[str, Any]], *, tool_iterations: int) -> None:
+    def sync_turn(self, messages: list[dict[str, Any]], *, tool_iterations: int,
+                  session_id: str = "") -> None:
         self.turns.append([dict(m) for m in messages])
 
     def shutdown(self) -> None:

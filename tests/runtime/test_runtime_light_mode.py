@@ -470,7 +470,8 @@ class TurnLog:
     def __init__(self) -> None:
         self.turns: list[int] = []
 
-    def sync_turn(self, messages: list[dict[str, Any]], *, tool_iterations: int) -> None:
+    def sync_turn(self, messages: list[dict[str, Any]], *, tool_iterations: int,
+                  session_id: str = "") -> None:
         self.turns.append(len(messages))
 
     def shutdown(self) -> None:

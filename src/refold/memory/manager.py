@@ -183,9 +183,9 @@ class MemoryManager:
         return "\n\n".join(texts)
 
     def sync_turn(self, messages: Sequence[Message], *,
-                  tool_iterations: int | None = None) -> None:
-        """After a turn: providers sync on the worker (in place for one that sets
-        ``sync_inline``); the reviewer counts the turn."""
+                  tool_iterations: int | None = None, session_id: str = "") -> None:
+        """After a turn of ``session_id``: providers sync on the worker (in place for one that
+        sets ``sync_inline``); the reviewer counts the turn toward that session's review."""
         snapshot = list(messages)
         for provider in self.providers:
             job = partial(self._guard, provider, "sync_turn", partial(provider.sync_turn, snapshot),
@@ -195,7 +195,8 @@ class MemoryManager:
             else:
                 self._worker.submit(job)
         if self.reviewer is not None:
-            self.reviewer.note_turn(snapshot, tool_iterations=tool_iterations)
+            self.reviewer.note_turn(snapshot, tool_iterations=tool_iterations,
+                                    session_id=session_id)
 
     def on_pre_compress(self, messages: Sequence[Message]) -> str:
         """What the providers want kept in the summary: their non-empty returns joined by a

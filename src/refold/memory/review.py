@@ -1,7 +1,8 @@
 """Background memory review: every N user turns or M tool iterations, decide what to save.
 
-``MemoryReviewer.note_turn(messages)`` counts; when a threshold is reached it starts a review of
-the recent messages on a daemon thread and returns at once — the main turn never waits.
+``MemoryReviewer.note_turn(messages, session_id=…)`` counts that session's turns (each session
+of an engine on its own, as the skill reviewer counts); when one reaches a threshold it starts a
+review of its recent messages on a daemon thread and returns at once — the turn never waits.
 - With a ``ChatClient`` it asks the model, offering only the ``memory`` tool, for a few rounds;
   a call to any other tool is answered with an error. If the model endpoint fails, the review
   falls back to the deterministic extractor.
@@ -43,6 +44,7 @@ MAX_ROUNDS = 4
 WINDOW_MESSAGES = 40
 KEPT_REPORTS = 64  # the latest review reports a reviewer keeps
 KEPT_REVIEWED = 4096  # messages a finished LLM review read, remembered so a flush skips them
+MAX_COUNTED = 4096  # sessions whose turns are counted at once (the least recent drop out)
 MAX_ENTRY_CHARS = 240
 
 REVIEW_PROMPT = (
@@ -236,8 +238,10 @@ class MemoryReviewer:
         self.model = model or "default"
         self.every_turns = every_turns
         self.every_tool_iterations = every_tool_iterations
-        self.turns = 0
-        self.tool_iterations = 0
+        # (user turns, tool iterations) since each session's last review: an engine serves
+        # many sessions (``refold serve``), and each one's turns count toward its own review
+        self._counts: dict[str, tuple[int, int]] = {}
+        self._counts_lock = threading.Lock()
         # the latest reports only, and only live threads: a reviewer lives as long as its
         # engine (for ``refold serve``, the process), so neither may grow with every review
         self.reports: deque[ReviewReport] = deque(maxlen=KEPT_REPORTS)
@@ -247,18 +251,32 @@ class MemoryReviewer:
         self._reviewed: dict[str, None] = {}
         self._reviewed_lock = threading.Lock()
 
-    def note_turn(self, messages: Sequence[Message], *,
-                  tool_iterations: int | None = None) -> threading.Thread | None:
-        """Count one user turn; start a background review when a threshold is reached."""
-        self.turns += 1
-        self.tool_iterations += (tool_iterations if tool_iterations is not None
-                                 else _tool_iterations_of_last_turn(messages))
-        due_turns = self.every_turns > 0 and self.turns >= self.every_turns
-        due_tools = (self.every_tool_iterations > 0
-                     and self.tool_iterations >= self.every_tool_iterations)
-        if not (due_turns or due_tools):
-            return None
-        self.turns = self.tool_iterations = 0
+    @property
+    def turns(self) -> int:
+        """User turns counted since the last review (of the session ``""``)."""
+        return self.counts()[0]
+
+    def counts(self, session_id: str = "") -> tuple[int, int]:
+        """(user turns, tool iterations) counted for ``session_id`` since its last review."""
+        with self._counts_lock:
+            return self._counts.get(session_id, (0, 0))
+
+    def note_turn(self, messages: Sequence[Message], *, tool_iterations: int | None = None,
+                  session_id: str = "") -> threading.Thread | None:
+        """Count one user turn of ``session_id`` (``messages``: that session's recent rows);
+        start a background review of them when that session reached a threshold."""
+        iterations = (tool_iterations if tool_iterations is not None
+                      else _tool_iterations_of_last_turn(messages))
+        with self._counts_lock:
+            turns, tools = self._counts.pop(session_id, (0, 0))
+            turns, tools = turns + 1, tools + iterations
+            due_turns = self.every_turns > 0 and turns >= self.every_turns
+            due_tools = self.every_tool_iterations > 0 and tools >= self.every_tool_iterations
+            if not (due_turns or due_tools):
+                self._counts[session_id] = (turns, tools)  # re-inserted: the newest last
+                while len(self._counts) > MAX_COUNTED:  # a proxy sees many sessions
+                    del self._counts[next(iter(self._counts))]
+                return None
         window = list(messages)[-WINDOW_MESSAGES:]
         self._threads = [t for t in self._threads if t.is_alive()]
         # the caller's context goes along (refold.runtime.cost charges the review's model

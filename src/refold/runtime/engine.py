@@ -235,7 +235,8 @@ class Engine:
             # seq is known unless the session rotated since
             cached = runtime.recent_rows(REVIEW_WINDOW)
             if cached is not None:
-                self.memory.after_turn(cached, tool_iterations=tool_iterations)
+                self.memory.after_turn(cached, tool_iterations=tool_iterations,
+                                       session_id=runtime.session_id)
                 return
             known = runtime.last_reply
             if known is not None and known[0] == runtime.session_id:
@@ -245,7 +246,8 @@ class Engine:
                 seq = last.seq if last is not None else None
             rows = [] if seq is None else self.store.messages_around(
                 runtime.session_id, seq, before=REVIEW_WINDOW - 1, after=0)
-            self.memory.after_turn([r.message for r in rows], tool_iterations=tool_iterations)
+            self.memory.after_turn([r.message for r in rows], tool_iterations=tool_iterations,
+                                   session_id=runtime.session_id)
         except WouldBlock:
             raise  # a light-mode caller hands the turn to a thread (SessionRuntime.record)
         except Exception as exc:  # review is best effort; the turn already succeeded

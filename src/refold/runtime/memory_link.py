@@ -124,9 +124,12 @@ class MemoryLink:
         if tool is not None:
             tool.begin_turn()
 
-    def after_turn(self, messages: Sequence[Message], *, tool_iterations: int) -> None:
-        """A user turn completed: providers sync and the reviewer counts it (background)."""
-        self.manager.sync_turn(list(messages), tool_iterations=tool_iterations)
+    def after_turn(self, messages: Sequence[Message], *, tool_iterations: int,
+                   session_id: str = "") -> None:
+        """A user turn of ``session_id`` completed: providers sync and the reviewer counts it
+        toward that session's review (background)."""
+        self.manager.sync_turn(list(messages), tool_iterations=tool_iterations,
+                               session_id=session_id)
 
     # -- external provider hooks -------------------------------------------------------------
     @property
