@@ -117,3 +117,24 @@ def test_a_contraction_in_the_stop_list_is_dropped_not_searched_as_a_phrase(
     store.append_messages(s.id, [user("don't panic, I don't know, don't ask"),
                                  user("the build failed on the runner")])
     assert top(store, "I don't know why the build failed")[0] == "the build failed on the runner"
+
+
+def test_full_width_input_finds_what_agents_wrote_in_ascii(store: Store) -> None:
+    """An input method types full-width letters and digits (ＡＰＩ, ５４３３) and half-width
+    katakana; agents write ASCII. A question searches both forms, so it finds either."""
+    s = store.create_session()
+    store.append_messages(s.id, [
+        user("The staging database listens on port 5433."),
+        user("APIキーは環境変数に入れてください"),
+        user("テスト環境は毎晩リセットされます"),
+        user("production port: ５４３２"),  # written full-width: found as typed, too
+        user("unrelated note about lunch"),
+    ])
+    assert top(store, "５４３３") == ["The staging database listens on port 5433."]
+    assert top(store, "which port is ５４３３?")[0] == "The staging database listens on port 5433."
+    assert "APIキーは環境変数に入れてください" in top(store, "ＡＰＩキーはどこ？")
+    assert top(store, "ﾃｽﾄ環境")[0] == "テスト環境は毎晩リセットされます"  # (環境 reaches another)
+    assert top(store, "５４３２") == ["production port: ５４３２"]
+    # explicit syntax is searched as typed: refold adds no folded form (PostgreSQL's own text
+    # search folds full-width characters; SQLite's FTS5 does not)
+    assert parse_query('"５４３３"').natural is None

@@ -25,6 +25,7 @@ Pure and backend-agnostic; SQLite (FTS5) and PostgreSQL both build their SQL fro
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import TYPE_CHECKING, Any, Literal
 
 from refold._records import dataclass
@@ -326,13 +327,32 @@ def parse_query(text: str) -> ParsedQuery:
         from refold.search.dates import query_days
         from refold.search.natural import natural_plan  # it builds on Term, defined here
 
-        plan = natural_plan(sentence if sentence is not None
-                            else [t for t in kept if isinstance(t, Term)], query_days(clean))
+        terms = sentence if sentence is not None else [t for t in kept if isinstance(t, Term)]
+        plan = natural_plan(terms + _width_variants(clean, terms), query_days(clean))
         if plan is not None:
             if plan.single is not None:  # one content term: its exact (AND) form answers it
                 return ParsedQuery(raw=text, groups=((plan.single,),))
             return ParsedQuery(raw=text, groups=_group(kept), natural=plan)
     return ParsedQuery(raw=text, groups=_group(kept))
+
+
+def _width_variants(text: str, terms: list[Term]) -> list[Term]:
+    """The terms of ``text`` in Unicode's compatibility form (NFKC) that its own terms lack:
+    full-width letters and digits as an input method types them (``ＡＰＩ``, ``５４１０``),
+    half-width katakana (``ｶﾀｶﾅ``), ligatures. Agents write ``API`` and ``5410``; the index
+    keeps each message as written, so a question searches both forms (its own, for a message
+    written full-width, and the folded one). Only for queries read as sentences: explicit syntax
+    is searched as typed."""
+    folded = unicodedata.normalize("NFKC", text)
+    if folded == text:
+        return []
+    have = {t.words for t in terms}
+    out: list[Term] = []
+    for token in _tokens(folded[:MAX_QUERY_CHARS]):
+        if isinstance(token, Term) and not token.negated and token.words not in have:
+            have.add(token.words)
+            out.append(Term(token.words, token.prefix, False, token.quoted))
+    return out[:MAX_TERMS]
 
 
 _SENTENCE_END = re.compile(r"[?？!！。]\s*$")
