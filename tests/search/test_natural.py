@@ -138,3 +138,43 @@ def test_full_width_input_finds_what_agents_wrote_in_ascii(store: Store) -> None
     # explicit syntax is searched as typed: refold adds no folded form (PostgreSQL's own text
     # search folds full-width characters; SQLite's FTS5 does not)
     assert parse_query('"５４３３"').natural is None
+
+
+def test_an_ascii_word_glued_inside_cjk_text_is_found(store: Store) -> None:
+    """Chinese and Japanese write ASCII words and numbers straight against their text
+    (用pytest跑, 端口是5433, APIキー): the word index keeps such a run as one token, so a
+    question for the bare word also looks for it, as a whole word, inside CJK messages."""
+    s = store.create_session()
+    other = store.create_session()
+    store.append_messages(s.id, [
+        user("用pytest跑一下测试"),
+        user("端口是5433。"),
+        user("APIキーは環境変数に入れてください"),
+        user("run pytest please"),
+        user("mypytest is another tool"),
+        user("用 pytest 跑"),  # a token of its own: scored once, as a word
+    ])
+    store.append_messages(other.id, [user("另一个会话也用pytest")])
+    assert set(top(store, "pytest")) == {"用pytest跑一下测试", "run pytest please",
+                                          "用 pytest 跑", "另一个会话也用pytest"}
+    assert "用pytest跑一下测试" in top(store, "how do I run pytest?")
+    assert top(store, "pytest 测试")[0] == "用pytest跑一下测试"
+    assert top(store, "5433") == ["端口是5433。"]
+    assert top(store, "which port is 5433?") == ["端口是5433。"]
+    assert top(store, "api") == ["APIキーは環境変数に入れてください"]  # any case
+    assert top(store, "543") == [] and top(store, "pyt") == []  # whole words only
+    # filters hold for the glued messages too
+    assert [h.content for h in store.search(SearchQuery("pytest", session_id=other.id))] == [
+        "另一个会话也用pytest"]
+    # explicit syntax is searched as typed
+    assert top(store, '"pytest" AND please') == ["run pytest please"]
+
+
+def test_a_glued_word_adds_nothing_to_a_message_holding_it_as_a_word(
+        sqlite_store: Store) -> None:
+    s = sqlite_store.create_session()
+    sqlite_store.append_messages(s.id, [user("用 pytest 跑"), user("run pytest please"),
+                                        user("用pytest跑一下测试")])
+    scores = {h.content: h.score for h in sqlite_store.search(SearchQuery("pytest", window=0))}
+    assert scores["用 pytest 跑"] == scores["run pytest please"]  # both three words, once each
+    assert len(scores) == 3

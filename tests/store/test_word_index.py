@@ -46,7 +46,8 @@ def fill(store: SQLiteStore, rng: random.Random, sessions: int, per: int) -> lis
 
 def compare(store: SQLiteStore, question: str, limit: int = 20, **filters: object) -> int:
     """Assert the index's best ``limit`` equal FTS5's; returns how many there were."""
-    plan = parse_query(question).natural
+    parsed = parse_query(question)
+    plan = parsed.natural or parsed.glued  # (a lone word also found glued in CJK text)
     assert plan is not None
     query = SearchQuery(question, limit=limit, **filters)  # type: ignore[arg-type]
     with store.db.read() as conn:
@@ -439,3 +440,18 @@ def test_which_ids_hold_a_term_whatever_order_its_postings_come_in() -> None:
     assert scores.holding(0, asked).tolist() == [True, False, True, True, False]
     assert scores.holding(1, asked).tolist() == [False, True, False, False, False]
     assert scores.holding(2, asked).tolist() == [False] * 5
+
+
+def test_glued_words_in_cjk_text_score_the_same_on_the_index_and_fts5(
+        store: SQLiteStore) -> None:
+    rng = random.Random(5)
+    fill(store, rng, 3, 1500)
+    s = store.create_session()
+    store.append_messages(s.id, [
+        {"role": "user", "content": f"第{n}次用pytest跑{'测试' * (n % 3)}"} for n in range(40)])
+    store.append_messages(s.id, [{"role": "user", "content": "caroline 用 pytest 跑"}])
+    store.seal_word_index()
+    for question in ("pytest", "did caroline run pytest?", "pytest support group"):
+        plan = parse_query(question).natural or parse_query(question).glued
+        assert plan is not None and "pytest" in plan.glued
+        compare(store, question)

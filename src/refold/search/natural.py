@@ -26,6 +26,7 @@ Invariant: a sentence whose only content is one term is answered exactly like th
 from __future__ import annotations
 
 import itertools
+import re
 
 from refold._records import dataclass
 from refold.search.dates import Day
@@ -51,6 +52,7 @@ class NaturalPlan:
     pairs: tuple[tuple[str, str], ...] = ()  # adjacent content words (phrase boost)
     single: Term | None = None  # the only content term, when there is just one
     days: tuple[Day, ...] = ()  # calendar days the query names (refold.search.dates)
+    glued: tuple[str, ...] = ()  # words also looked for glued inside CJK text (glued_words)
 
     def needles(self) -> list[str]:
         """Substrings to highlight in snippets, longest first."""
@@ -150,8 +152,38 @@ def natural_plan(terms: list[Term], days: tuple[Day, ...] = ()) -> NaturalPlan |
     kept_cjk = tuple(cjk)[:MAX_NATURAL_TERMS - len(kept_words)]
     if len(kept_words) + len(kept_cjk) == 1 and not days:
         single = kept_words[0] if kept_words else Term((kept_cjk[0],))
-        return NaturalPlan(kept_words, kept_cjk, single=single)
+        return NaturalPlan(kept_words, kept_cjk, single=single, glued=glued_words(kept_words))
     pairs = tuple(dict.fromkeys(
         (a, b) for a, b in itertools.pairwise(order)
         if a and b and a != b and " " not in a + b))
-    return NaturalPlan(kept_words, kept_cjk, pairs=pairs[:8], days=days)
+    return NaturalPlan(kept_words, kept_cjk, pairs=pairs[:8], days=days,
+                       glued=glued_words(kept_words))
+
+
+GLUED_CHARS = 3  # the trigram index finds substrings this long or longer
+
+
+def glued_words(words: tuple[Term, ...]) -> tuple[str, ...]:
+    """The plain ASCII words among ``words`` (3+ letters or digits, no prefix) that a Chinese
+    or Japanese message may hold glued to its CJK text, as in ``用pytest跑一下`` or
+    ``端口是5433``: the word index keeps such a run as one token, so the backends also look
+    for these words as substrings of CJK messages (the trigram index holds only those)."""
+    out = [t.words[0] for t in words
+           if len(t.words) == 1 and not t.prefix and not t.negated
+           and len(t.words[0]) >= GLUED_CHARS and t.words[0].isascii() and t.words[0].isalnum()]
+    return tuple(dict.fromkeys(out))
+
+
+def glued_pattern(word: str) -> re.Pattern[str]:
+    """``word`` as a whole ASCII word, any case: no ASCII letter or digit on either side (a
+    CJK character or punctuation may be)."""
+    return re.compile(rf"(?<![0-9A-Za-z]){re.escape(word)}(?![0-9A-Za-z])", re.IGNORECASE)
+
+
+def glued_alone(plan: NaturalPlan) -> NaturalPlan | None:
+    """For a one-word query (``plan.single``) that may be glued inside CJK text, the plan that
+    searches the word both ways (the backends use it when the archive holds it glued), else
+    None: the word is answered exactly, as typed."""
+    if plan.single is None or not plan.glued:
+        return None
+    return NaturalPlan((plan.single,), (), glued=plan.glued)

@@ -157,6 +157,9 @@ class ParsedQuery:
     raw: str
     groups: tuple[tuple[Term, ...], ...]
     natural: NaturalPlan | None = None  # set for a sentence-like query (see refold.search.natural)
+    # a one-word query's plan that also finds the word glued inside CJK text; the backend uses
+    # it (as ``natural``) when the archive holds the word that way (``natural.glued_alone``)
+    glued: NaturalPlan | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -331,7 +334,9 @@ def parse_query(text: str) -> ParsedQuery:
         plan = natural_plan(terms + _width_variants(clean, terms), query_days(clean))
         if plan is not None:
             if plan.single is not None:  # one content term: its exact (AND) form answers it
-                return ParsedQuery(raw=text, groups=((plan.single,),))
+                from refold.search.natural import glued_alone
+
+                return ParsedQuery(raw=text, groups=((plan.single,),), glued=glued_alone(plan))
             return ParsedQuery(raw=text, groups=_group(kept), natural=plan)
     return ParsedQuery(raw=text, groups=_group(kept))
 

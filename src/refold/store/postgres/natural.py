@@ -15,6 +15,7 @@ scored; ties go to the newest row.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from refold.search.dates import day_ranges
@@ -65,15 +66,42 @@ def conditions(cur: Cursor, plan: NaturalPlan) -> list[tuple[str, tuple[Any, ...
     return out if day is None else [*out, day]
 
 
+def _glued_condition(word: str) -> tuple[str, tuple[Any, ...]]:
+    """A CJK message holding ``word`` glued to its text (``用pytest跑``: one token in ``tsv``),
+    as a whole ASCII word, and not as a token of its own (then the word's own term has it)."""
+    return ("(m.cjk_grams IS NOT NULL AND m.search_text ILIKE %s AND m.search_text ~* %s "
+            "AND NOT m.tsv @@ to_tsquery('refold_search', %s))",
+            ("%" + like_escape(word) + "%", f"(^|[^0-9A-Za-z]){word}([^0-9A-Za-z]|$)",
+             _lexeme(word)))  # (a glued word is ASCII letters and digits: nothing to escape)
+
+
+def glued_exists(cur: Cursor, words: tuple[str, ...]) -> bool:
+    """Does some CJK message hold one of ``words`` glued to its CJK text?"""
+    if not words:
+        return False
+    parts = [_glued_condition(word) for word in words]
+    cur.execute(f"SELECT EXISTS (SELECT 1 FROM messages m WHERE "
+                f"{' OR '.join(sql for sql, _ in parts)})",
+                tuple(a for _, arg in parts for a in arg), prepare=False)
+    row = cur.fetchone()
+    return bool(row and row[0])
+
+
 def _weights(cur: Cursor, terms: list[tuple[str, tuple[Any, ...]]], where: list[str],
-             args: list[Any]) -> list[float]:
+             args: list[Any], glued: Sequence[tuple[int, tuple[str, tuple[Any, ...]]]] = ()
+             ) -> tuple[list[float], list[float]]:
+    """Each term's IDF, and each glued condition's: the IDF of its word (``terms`` index) over
+    the messages holding it either way."""
     cur.execute("SELECT coalesce(max(id), 0) FROM messages")
     row = cur.fetchone()
     total = int(row[0]) if row else 0
     kept = [_count(cur, sql, arg, where, args) for sql, arg in terms]
+    more = [_count(cur, sql, arg, where, args) for _, (sql, arg) in glued]
     if any(w != "m.active" for w in where):  # filters narrow the collection: scale its size
         total = filtered_total(total, kept, [_count(cur, sql, arg, [], []) for sql, arg in terms])
-    return [idf(total, df) if df else 0.0 for df in kept]
+    return ([idf(total, df) if df else 0.0 for df in kept],
+            [idf(total, kept[i] + df) if df else 0.0
+             for (i, _), df in zip(glued, more, strict=True)])
 
 
 def _count(cur: Cursor, sql: str, arg: tuple[Any, ...], where: list[str],
@@ -96,21 +124,27 @@ def ranked_ids(cur: Cursor, plan: NaturalPlan, where: list[str], args: list[Any]
                limit: int, *, recency: bool) -> list[tuple[int, float]]:
     """(message id, score) of the best ``limit`` matches (or the newest, ``recency``)."""
     terms = conditions(cur, plan)
-    weights = _weights(cur, terms, where, args)
+    number = {" ".join(t.words): n for n, t in enumerate(plan.words)}
+    glued = [(number[w], _glued_condition(w)) for w in plan.glued if w in number] \
+        if glued_exists(cur, plan.glued) else []  # (an archive without CJK: none, at once)
+    weights, glued_weights = _weights(cur, terms, where, args, glued)
     if plan.days and terms and weights[-1] == 0.0:  # no message from that day: no day term
         terms, weights = terms[:-1], weights[:-1]
     average = _average_length(cur)
-    held = [f"coalesce(({sql})::int, 0)" for sql, _ in terms]  # cjk_grams is NULL without CJK
+    every = " AND ".join(f"({sql})" for sql, _ in terms)  # (a glued word holds no term)
+    every_args = [a for _, arg in terms for a in arg]
+    scored = [*terms, *(cond for _, cond in glued)]  # the glued: one occurrence of its word
+    weights = [*weights, *glued_weights]
+    held = [f"coalesce(({sql})::int, 0)" for sql, _ in scored]  # cjk_grams is NULL without CJK
     score = " + ".join(f"{w!r} * {h}" for w, h in zip(weights, held, strict=True))
-    every = " AND ".join(f"({sql})" for sql, _ in terms)
     boost = f"1 + {BOOST_ALL!r} * coalesce(({every})::int, 0)"
-    term_args = [a for _, arg in terms for a in arg]
-    boost_args = list(term_args)
+    term_args = [a for _, arg in scored for a in arg]
+    boost_args = list(every_args)
     if plan.pairs:
         boost += f" + {BOOST_PHRASE!r} * (m.tsv @@ to_tsquery('refold_search', %s))::int"
         boost_args.append(" | ".join(f"({_lexeme(a)} <-> {_lexeme(b)})" for a, b in plan.pairs))
     norm = f"{K1 + 1!r} / (1 + {K1!r} * (1 - {B!r} + {B!r} * length(m.search_text) / {average!r}))"
-    match = " OR ".join(f"({sql})" for sql, _ in terms)
+    match = " OR ".join(f"({sql})" for sql, _ in scored)
     order = "m.id DESC" if recency else "score DESC, m.id DESC"
     cur.execute(f"""SELECT m.id, ({score}) * {norm} * ({boost}) AS score
                     FROM messages m JOIN sessions s ON s.id = m.session_id

@@ -41,7 +41,7 @@ from refold.search.rank import collapse_copies, titles_first
 from refold.store.base import SearchHit, SearchQuery, StoredMessage
 from refold.store.postgres.core import MESSAGE_COLS, Cursor, message_from_row
 from refold.store.postgres.ledger import LedgerMixin
-from refold.store.postgres.natural import ranked_ids
+from refold.store.postgres.natural import glued_exists, ranked_ids
 from refold.store.titles import like_escape
 
 log = logging.getLogger(__name__)
@@ -153,6 +153,9 @@ class SearchMixin(LedgerMixin):
             return []
         limit = max(1, min(int(query.limit), MAX_LIMIT))
         with self._tx("search") as cur:
+            if parsed.glued is not None and glued_exists(cur, parsed.glued.glued):
+                # one word some CJK message holds glued to its text: searched both ways
+                parsed = records.replace(parsed, natural=parsed.glued)
             # Extra rows, so copies collapsing into one hit still leave ``limit`` hits; more
             # (4x each time) while copies leave fewer and the index may hold more.
             fetch = limit * 2 + 10

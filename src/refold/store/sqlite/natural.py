@@ -21,11 +21,12 @@ from __future__ import annotations
 import math
 import sqlite3
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from refold.search.dates import day_ranges
-from refold.search.natural import NaturalPlan
-from refold.search.query import is_gram_needle
+from refold.search.natural import NaturalPlan, glued_pattern
+from refold.search.query import Term, is_gram_needle
 from refold.search.rank import (
     BOOST_ALL,
     BOOST_PHRASE,
@@ -232,6 +233,73 @@ def cjk_scores(conn: sqlite3.Connection, plan: NaturalPlan,
     return scores, {i for i, n in counts.items() if n == len(plan.cjk)}
 
 
+def glued_exists(conn: sqlite3.Connection, words: Sequence[str]) -> bool:
+    """Does some CJK message hold one of ``words`` as a substring (``natural.glued_words``)?
+    One indexed lookup each; the trigram index holds CJK messages only, so an archive without
+    CJK answers at once."""
+    if not words:
+        return False
+    return conn.execute("SELECT 1 FROM messages_trigram WHERE messages_trigram MATCH ? LIMIT 1",
+                        [" OR ".join('"' + w + '"' for w in words)]).fetchone() is not None
+
+
+def glued_scores(conn: sqlite3.Connection, words: Sequence[str], query: SearchQuery,
+                 token_df: Callable[[str], int],
+                 tokens_among: Callable[[str, list[int]], set[int]]) -> dict[int, float]:
+    """The CJK messages holding a query word glued to their CJK text (``用pytest跑``, which the
+    word index keeps as one token), each scored for that word as one occurrence (BM25: the
+    word's IDF over every message holding it either way, the length factor of a CJK term).
+    A message the word index already matches for the word (``tokens_among``) is left out: it
+    is scored as a word. ``token_df(word)``: how many messages hold it as a word."""
+    if not glued_exists(conn, words):  # (one lookup for all of them: usually none is)
+        return {}
+    where, args = filters(query)
+    out: dict[int, float] = {}
+    total, average = 0, 0.0
+    for word in words:
+        rows = _postings(conn, word, query, where, args)
+        if not rows:
+            continue
+        as_token = tokens_among(word, [int(r[0]) for r in rows])
+        rows = [r for r in rows if int(r[0]) not in as_token]
+        rows = _whole_word(conn, word, rows)
+        if not rows:
+            continue
+        if not total:
+            total, average = _cjk_collection(conn)
+        weight = idf(total, token_df(word) + len(rows))
+        for rowid, length in rows:
+            out[int(rowid)] = out.get(int(rowid), 0.0) + weight * presence_weight(length, average)
+    return out
+
+
+def _whole_word(conn: sqlite3.Connection, word: str,
+                rows: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The ``rows`` whose text holds ``word`` as a whole ASCII word (``用pytest跑``, not the
+    ``pyt`` of ``pytest``): a glued word is a word, as the word index reads words."""
+    if not rows:
+        return rows
+    pattern = glued_pattern(word)
+    holding: set[int] = set()
+    ids = [int(r[0]) for r in rows]
+    for start in range(0, len(ids), 900):
+        part = ids[start:start + 900]
+        marks = ",".join("?" * len(part))
+        holding.update(int(i) for i, text in conn.execute(
+            f"SELECT id, text FROM messages WHERE id IN ({marks})", part)
+            if text and pattern.search(text))
+    return [r for r in rows if int(r[0]) in holding]
+
+
+def _fts_df(conn: sqlite3.Connection, word: str) -> int:
+    return int(conn.execute("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?",
+                            (Term((word,)).fts5(),)).fetchone()[0])
+
+
+def _fts_tokens_among(conn: sqlite3.Connection, word: str, ids: list[int]) -> set[int]:
+    return _matching(conn, Term((word,)).fts5(), set(ids))
+
+
 def _day_span(conn: sqlite3.Connection) -> tuple[float, float]:
     """The archive's time span for days without a year: first session start to now."""
     first, last = conn.execute("SELECT min(started_at), (SELECT created_at FROM messages "
@@ -316,6 +384,8 @@ def natural_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQue
               and not plan.days and not scan else None)
     words, every_word, phrase = word_scores(conn, plan, query, budget)
     cjk, every_cjk = cjk_scores(conn, plan, query)
+    cjk = _plus(cjk, glued_scores(conn, plan.glued, query, lambda w: _fts_df(conn, w),
+                                  lambda w, ids: _fts_tokens_among(conn, w, ids)))
     days = day_scores(conn, plan, query)
     out: dict[int, float] = {}
     for rowid in words.keys() | cjk.keys() | days.keys():
@@ -323,6 +393,16 @@ def natural_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQue
                    and (not plan.cjk or rowid in every_cjk) and (not days or rowid in days))
         out[rowid] = boosted(words.get(rowid, 0.0) + cjk.get(rowid, 0.0) + days.get(rowid, 0.0),
                              has_all=has_all, has_phrase=rowid in phrase)
+    return out
+
+
+def _plus(scores: dict[int, float], more: dict[int, float]) -> dict[int, float]:
+    """``scores`` with ``more`` added (a new dict when ``more`` has anything)."""
+    if not more:
+        return scores
+    out = dict(scores)
+    for rowid, score in more.items():
+        out[rowid] = out.get(rowid, 0.0) + score
     return out
 
 
@@ -445,6 +525,15 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     import numpy as np
 
     cjk, every_cjk = cjk_scores(conn, plan, query)
+    if plan.glued:  # the index's own postings say who holds each word as a token
+        number = {" ".join(t.words): n for n, t in enumerate(plan.words)}
+
+        def among(word: str, ids: list[int]) -> set[int]:
+            found = np.asarray(ids, dtype=np.int64)
+            return set(found[words.holding(number[word], found)].tolist())
+
+        cjk = _plus(cjk, glued_scores(conn, plan.glued, query,
+                                      lambda w: len(words.held[number[w]]), among))
     days = day_scores(conn, plan, query)
     terms = len(plan.words)
     top = 1.0 + BOOST_ALL + (BOOST_PHRASE if plan.pairs else 0.0)  # the largest boost

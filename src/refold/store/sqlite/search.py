@@ -39,7 +39,13 @@ from refold.search.rank import best_first, collapse_copies, titles_first
 from refold.store.base import SearchHit, SearchQuery
 from refold.store.sqlite import indexer, wordindex
 from refold.store.sqlite.indexcheck import require_intact_index
-from refold.store.sqlite.natural import allowed_ids, filters, natural_scores, newest_ids
+from refold.store.sqlite.natural import (
+    allowed_ids,
+    filters,
+    glued_exists,
+    natural_scores,
+    newest_ids,
+)
 from refold.store.sqlite.state import StateOps
 
 log = logger(__name__)
@@ -98,6 +104,9 @@ class SearchOps(StateOps):
         limit = max(1, min(int(query.limit), MAX_LIMIT))
         self.catch_up_index()
         with self.db.read() as conn:
+            if parsed.glued is not None and glued_exists(conn, parsed.glued.glued):
+                # one word some CJK message holds glued to its text: searched both ways
+                parsed = records.replace(parsed, natural=parsed.glued)
             # Extra rows, so copies collapsing into one hit still leave ``limit`` hits; more
             # (4x each time) while copies leave fewer and the index may hold more.
             fetch = limit * 2 + 10
