@@ -26,7 +26,6 @@ Invariant: a sentence whose only content is one term is answered exactly like th
 from __future__ import annotations
 
 import itertools
-import re
 
 from refold._records import dataclass
 from refold.search.dates import Day
@@ -172,12 +171,6 @@ def glued_words(words: tuple[Term, ...]) -> tuple[str, ...]:
            if len(t.words) == 1 and not t.prefix and not t.negated
            and len(t.words[0]) >= GLUED_CHARS and t.words[0].isascii() and t.words[0].isalnum()]
     return tuple(dict.fromkeys(out))
-
-
-def glued_pattern(word: str) -> re.Pattern[str]:
-    """``word`` as a whole ASCII word, any case: no ASCII letter or digit on either side (a
-    CJK character or punctuation may be)."""
-    return re.compile(rf"(?<![0-9A-Za-z]){re.escape(word)}(?![0-9A-Za-z])", re.IGNORECASE)
 
 
 def glued_alone(plan: NaturalPlan) -> NaturalPlan | None:

@@ -18,6 +18,7 @@ still be among the best; FTS5 answers whatever the index cannot.
 
 from __future__ import annotations
 
+import heapq
 import math
 import sqlite3
 import time
@@ -25,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from refold.search.dates import day_ranges
-from refold.search.natural import NaturalPlan, glued_pattern
+from refold.search.natural import NaturalPlan
 from refold.search.query import Term, is_gram_needle
 from refold.search.rank import (
     BOOST_ALL,
@@ -257,12 +258,11 @@ def glued_scores(conn: sqlite3.Connection, words: Sequence[str], query: SearchQu
     out: dict[int, float] = {}
     total, average = 0, 0.0
     for word in words:
-        rows = _postings(conn, word, query, where, args)
+        rows = _glued_rows(conn, word, query, where, args)
         if not rows:
             continue
         as_token = tokens_among(word, [int(r[0]) for r in rows])
         rows = [r for r in rows if int(r[0]) not in as_token]
-        rows = _whole_word(conn, word, rows)
         if not rows:
             continue
         if not total:
@@ -273,22 +273,28 @@ def glued_scores(conn: sqlite3.Connection, words: Sequence[str], query: SearchQu
     return out
 
 
-def _whole_word(conn: sqlite3.Connection, word: str,
-                rows: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The ``rows`` whose text holds ``word`` as a whole ASCII word (``用pytest跑``, not the
-    ``pyt`` of ``pytest``): a glued word is a word, as the word index reads words."""
-    if not rows:
-        return rows
-    pattern = glued_pattern(word)
-    holding: set[int] = set()
-    ids = [int(r[0]) for r in rows]
-    for start in range(0, len(ids), 900):
-        part = ids[start:start + 900]
-        marks = ",".join("?" * len(part))
-        holding.update(int(i) for i, text in conn.execute(
-            f"SELECT id, text FROM messages WHERE id IN ({marks})", part)
-            if text and pattern.search(text))
-    return [r for r in rows if int(r[0]) in holding]
+def _glued_rows(conn: sqlite3.Connection, word: str, query: SearchQuery,
+                where: str, args: list[object]) -> list[tuple[int, int]]:
+    """(id, length) of the CJK messages holding ``word`` as a whole ASCII word, any case
+    (``用pytest跑``, not the ``pyt`` of ``pytest``): the trigram index finds the substring, a
+    GLOB on the text (padded, so its edges count as word edges) the word edges."""
+    match, edges = '"' + word + '"', f"*[^0-9a-z]{word.lower()}[^0-9a-z]*"
+    text = "(' ' || lower(m.text) || ' ') GLOB ?"
+    if not where_narrows(query):  # lengths and the active flag from the narrow table
+        active = "" if query.include_inactive else " AND l.active = 1"
+        return conn.execute(
+            f"SELECT l.id, l.chars FROM messages_trigram f JOIN {cjklen.TABLE} l ON l.id = f.rowid "
+            f"JOIN messages m ON m.id = f.rowid WHERE messages_trigram MATCH ?{active} AND {text} "
+            "ORDER BY f.rowid DESC LIMIT ?", [match, edges, MAX_GLUED]).fetchall()
+    return conn.execute(
+        f"SELECT m.id, length(m.text) FROM messages_trigram f JOIN messages m ON m.id = f.rowid"
+        f"{_join(query)} WHERE messages_trigram MATCH ?{where} AND {text} "
+        "ORDER BY f.rowid DESC LIMIT ?", [match, *args, edges, MAX_GLUED]).fetchall()
+
+
+MAX_GLUED = 2000  # the newest CJK messages holding a glued word that a search scores (each
+# costs a read of its text; a word glued in more messages than this is common enough that the
+# newest ones hold the best matches)
 
 
 def _fts_df(conn: sqlite3.Connection, word: str) -> int:
@@ -462,18 +468,29 @@ def _best_boosted(conn: sqlite3.Connection, plan: NaturalPlan, ids: Any, scores:
     that cannot place are never read."""
     import numpy as np
 
+    if not plan.pairs:  # no phrase to test: every exact score at once (rank.boosted)
+        final = scores * np.where(every, 1.0 + BOOST_ALL, 1.0)
+        if len(final) > limit:  # the limit-th best and every score tied with it
+            keep = final >= np.partition(final, -limit)[-limit]
+            ids, final = ids[keep], final[keep]
+        return dict(zip([int(i) for i in ids], final.tolist(), strict=True))
     order = np.argsort(-upper, kind="stable")
     out: dict[int, float] = {}
+    best: list[float] = []  # the limit best exact scores so far (a min-heap)
     step = max(PHRASE_BATCH, limit)
     for start in range(0, len(order), step):
-        if len(out) >= limit and float(upper[order[start]]) < sorted(out.values())[-limit]:
+        if len(best) >= limit and float(upper[order[start]]) < best[0]:
             break  # nothing left can reach the limit-th best (ties go on: recency breaks them)
         part = order[start:start + step]
         batch = [int(i) for i in ids[part]]
         phrase = _phrases(conn, plan, batch)
         for i, score, all_terms in zip(batch, scores[part].tolist(), every[part].tolist(),
                                        strict=True):
-            out[i] = boosted(score, has_all=all_terms, has_phrase=i in phrase)
+            out[i] = exact = boosted(score, has_all=all_terms, has_phrase=i in phrase)
+            if len(best) < limit:
+                heapq.heappush(best, exact)
+            elif exact > best[0]:
+                heapq.heapreplace(best, exact)
     return out
 
 
