@@ -55,6 +55,7 @@ _CJK_RANGES = (
     (0xFF66, 0xFF9D),    # half-width Katakana
     (0x20000, 0x3134F),  # CJK extensions B–G
 )
+CJK_CLASS = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES)  # inside [...]
 _WORD = re.compile(r"[^\W_]+")
 _OPERATORS = frozenset({"AND", "OR", "NOT"})
 
@@ -78,7 +79,7 @@ class LazyPattern:
         return getattr(compiled, name)
 
 
-_CJK = LazyPattern("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES) + "]")
+_CJK = LazyPattern("[" + CJK_CLASS + "]")
 _FIRST_CJK = _CJK_RANGES[0][0]
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from refold.search.dates import day_ranges
 from refold.search.natural import NaturalPlan
-from refold.search.query import Term, is_gram_needle
+from refold.search.query import CJK_CLASS, Term, is_gram_needle
 from refold.search.rank import BOOST_ALL, BOOST_PHRASE, K1, B, filtered_total, idf
 from refold.store.postgres.core import Cursor
 from refold.store.titles import like_escape
@@ -67,12 +67,15 @@ def conditions(cur: Cursor, plan: NaturalPlan) -> list[tuple[str, tuple[Any, ...
 
 
 def _glued_condition(word: str) -> tuple[str, tuple[Any, ...]]:
-    """A CJK message holding ``word`` glued to its text (``用pytest跑``: one token in ``tsv``),
-    as a whole ASCII word, and not as a token of its own (then the word's own term has it)."""
+    """A CJK message holding ``word`` glued to a CJK letter (``用pytest跑``: one token in
+    ``tsv``), as a whole ASCII word in any case, and not also as a token of its own (then the
+    word's own term scores it)."""
+    edge = "[^0-9A-Za-z]"
+    glued = (f"[{CJK_CLASS}]{word}({edge}|$)|(^|{edge}){word}[{CJK_CLASS}]")
     return ("(m.cjk_grams IS NOT NULL AND m.search_text ILIKE %s AND m.search_text ~* %s "
             "AND NOT m.tsv @@ to_tsquery('refold_search', %s))",
-            ("%" + like_escape(word) + "%", f"(^|[^0-9A-Za-z]){word}([^0-9A-Za-z]|$)",
-             _lexeme(word)))  # (a glued word is ASCII letters and digits: nothing to escape)
+            ("%" + like_escape(word) + "%", glued, _lexeme(word)))
+    # (a glued word is ASCII letters and digits: nothing in it to escape)
 
 
 def glued_exists(cur: Cursor, words: tuple[str, ...]) -> bool:

@@ -27,7 +27,7 @@ from typing import Any
 
 from refold.search.dates import day_ranges
 from refold.search.natural import NaturalPlan
-from refold.search.query import Term, is_gram_needle
+from refold.search.query import CJK_CLASS, Term, is_gram_needle
 from refold.search.rank import (
     BOOST_ALL,
     BOOST_PHRASE,
@@ -234,14 +234,21 @@ def cjk_scores(conn: sqlite3.Connection, plan: NaturalPlan,
     return scores, {i for i, n in counts.items() if n == len(plan.cjk)}
 
 
+def _in_cjk_text(conn: sqlite3.Connection, words: Sequence[str]) -> bool:
+    """Does some CJK message hold one of ``words`` at all? One indexed lookup for them all;
+    the trigram index holds CJK messages only, so an archive without CJK answers at once."""
+    return bool(words) and conn.execute(
+        "SELECT 1 FROM messages_trigram WHERE messages_trigram MATCH ? LIMIT 1",
+        [" OR ".join('"' + w + '"' for w in words)]).fetchone() is not None
+
+
 def glued_exists(conn: sqlite3.Connection, words: Sequence[str]) -> bool:
-    """Does some CJK message hold one of ``words`` as a substring (``natural.glued_words``)?
-    One indexed lookup each; the trigram index holds CJK messages only, so an archive without
-    CJK answers at once."""
-    if not words:
+    """Does some CJK message hold one of ``words`` glued to its CJK text
+    (``natural.glued_words``)?"""
+    if not _in_cjk_text(conn, words):
         return False
-    return conn.execute("SELECT 1 FROM messages_trigram WHERE messages_trigram MATCH ? LIMIT 1",
-                        [" OR ".join('"' + w + '"' for w in words)]).fetchone() is not None
+    everything = SearchQuery(" ".join(words), include_inactive=True)
+    return any(_glued_rows(conn, w, everything, "", [], 1) for w in words)
 
 
 def glued_scores(conn: sqlite3.Connection, words: Sequence[str], query: SearchQuery,
@@ -252,7 +259,7 @@ def glued_scores(conn: sqlite3.Connection, words: Sequence[str], query: SearchQu
     word's IDF over every message holding it either way, the length factor of a CJK term).
     A message the word index already matches for the word (``tokens_among``) is left out: it
     is scored as a word. ``token_df(word)``: how many messages hold it as a word."""
-    if not glued_exists(conn, words):  # (one lookup for all of them: usually none is)
+    if not _in_cjk_text(conn, words):
         return {}
     where, args = filters(query)
     out: dict[int, float] = {}
@@ -274,22 +281,26 @@ def glued_scores(conn: sqlite3.Connection, words: Sequence[str], query: SearchQu
 
 
 def _glued_rows(conn: sqlite3.Connection, word: str, query: SearchQuery,
-                where: str, args: list[object]) -> list[tuple[int, int]]:
-    """(id, length) of the CJK messages holding ``word`` as a whole ASCII word, any case
-    (``用pytest跑``, not the ``pyt`` of ``pytest``): the trigram index finds the substring, a
-    GLOB on the text (padded, so its edges count as word edges) the word edges."""
-    match, edges = '"' + word + '"', f"*[^0-9a-z]{word.lower()}[^0-9a-z]*"
-    text = "(' ' || lower(m.text) || ' ') GLOB ?"
+                where: str, args: list[object], limit: int | None = None
+                ) -> list[tuple[int, int]]:
+    """(id, length) of the CJK messages holding ``word`` glued to a CJK letter, as a whole
+    ASCII word in any case (``用pytest跑`` and ``pytest跑``, not ``用 pytest 跑``, a word of its
+    own, nor the ``pyt`` of ``pytest``): the trigram index finds the substring, GLOB on the
+    text its edges (the text padded, so its ends count as edges)."""
+    match = '"' + word + '"'
+    low = word.lower()
+    glued = (f"*[{CJK_CLASS}]{low}[^0-9a-z]*", f"*[^0-9a-z]{low}[{CJK_CLASS}]*")
+    text = "((' ' || lower(m.text) || ' ') GLOB ? OR (' ' || lower(m.text) || ' ') GLOB ?)"
     if not where_narrows(query):  # lengths and the active flag from the narrow table
         active = "" if query.include_inactive else " AND l.active = 1"
         return conn.execute(
             f"SELECT l.id, l.chars FROM messages_trigram f JOIN {cjklen.TABLE} l ON l.id = f.rowid "
             f"JOIN messages m ON m.id = f.rowid WHERE messages_trigram MATCH ?{active} AND {text} "
-            "ORDER BY f.rowid DESC LIMIT ?", [match, edges, MAX_GLUED]).fetchall()
+            "ORDER BY f.rowid DESC LIMIT ?", [match, *glued, limit or MAX_GLUED]).fetchall()
     return conn.execute(
         f"SELECT m.id, length(m.text) FROM messages_trigram f JOIN messages m ON m.id = f.rowid"
         f"{_join(query)} WHERE messages_trigram MATCH ?{where} AND {text} "
-        "ORDER BY f.rowid DESC LIMIT ?", [match, *args, edges, MAX_GLUED]).fetchall()
+        "ORDER BY f.rowid DESC LIMIT ?", [match, *args, *glued, limit or MAX_GLUED]).fetchall()
 
 
 MAX_GLUED = 2000  # the newest CJK messages holding a glued word that a search scores (each
