@@ -370,8 +370,9 @@ def search_cmd(app: AppContext, query: str, **values: Any) -> None:
 
     Its words rank the messages holding any of them (BM25; stop words left out, words
     stemmed, Chinese, Japanese and Korean matched as exact substrings, full-width ＡＰＩ or
-    ５４３３ also as API and 5433), a day it names ("May 2nd", "21.01.2024", "5月2号") ranks
-    that day's messages, and a session whose title
+    ５４３３ also as API and 5433, pytest also where CJK text holds it glued: 用pytest跑), a
+    day it names ("May 2nd", "21.01.2024", "5月2号") ranks that day's messages, and a
+    session whose title
     matches comes first. Explicit syntax means exactly what it says: "a phrase", a AND b,
     a OR b, -b or NOT b, deplo* (prefix).
     """
