@@ -208,6 +208,32 @@ def test_upgrade_from_version_2_folds_accents_of_old_rows(postgres_url: str) -> 
         store.close()
 
 
+def test_upgrade_to_version_7_finds_words_glued_in_old_cjk_rows(postgres_url: str) -> None:
+    """CJK rows written before migration 7 get their glued ASCII words (``~pytest``) added to
+    their grams, so the bare word finds them."""
+    from refold.store.postgres import PostgresStore
+    from refold.store.postgres.codec import cjk_gram_list
+    from refold.store.postgres.schema import MIGRATIONS, extension_schemas, migrate
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    old_grams = [g for g in cjk_gram_list("用pytest跑一下") or [] if not g.startswith("~")]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        path = [schema, *extension_schemas(conn)]
+        assert migrate(conn, schema, path, MIGRATIONS[:6]) == [1, 2, 3, 4, 5, 6]
+        conn.execute("INSERT INTO sessions (id, started_at) VALUES ('old', 0)")
+        conn.execute("INSERT INTO messages (session_id, seq, role, body, identity, created_at, "
+                     "search_text, cjk_grams) VALUES ('old', 1, 'user', '{}', 'x', 0, "
+                     "'用pytest跑一下', %s)", (old_grams,))
+    store = PostgresStore(postgres_url, schema=schema)
+    try:
+        assert store.applied_migrations == [7]
+        assert [(h.session_id, h.seq) for h in store.search(SearchQuery("pytest"))] == [
+            ("old", 1)]
+    finally:
+        store.drop_schema()
+        store.close()
+
+
 def test_gram_index_serves_short_cjk_queries(postgres_store: Any, postgres_url: str) -> None:
     with psycopg.connect(postgres_url) as conn:
         conn.execute(f'SET search_path TO "{postgres_store.schema}", public')

@@ -173,6 +173,29 @@ def glued_words(words: tuple[Term, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
+GLUED_MARK = "~"  # a glued word's entry among a message's CJK grams (PostgreSQL): "~pytest"
+_ASCII_RUN = LazyPattern("[0-9A-Za-z]+")
+MAX_GLUED_PER_MESSAGE = 64
+
+
+def glued_in(text: str) -> list[str]:
+    """The ASCII words of ``text`` glued to a CJK letter (``用pytest跑`` → ``pytest``),
+    lower-cased, 3 to 64 characters, at most ``MAX_GLUED_PER_MESSAGE``: what a query word is
+    matched against as ``glued_words`` (the same definition as SQLite's GLOB test)."""
+    out: dict[str, None] = {}
+    for run in _ASCII_RUN.finditer(text):
+        start, end = run.span()
+        if not GLUED_CHARS <= end - start <= 64:
+            continue
+        before = text[start - 1] if start else ""
+        after = text[end] if end < len(text) else ""
+        if (before and _CJK.match(before)) or (after and _CJK.match(after)):
+            out[run.group(0).lower()] = None
+            if len(out) >= MAX_GLUED_PER_MESSAGE:
+                break
+    return list(out)
+
+
 def glued_alone(plan: NaturalPlan) -> NaturalPlan | None:
     """For a one-word query (``plan.single``) that may be glued inside CJK text, the plan that
     searches the word both ways (the backends use it when the archive holds it glued), else

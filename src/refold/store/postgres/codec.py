@@ -16,6 +16,7 @@ import json
 import re
 from typing import Any
 
+from refold.search.natural import GLUED_MARK, glued_in
 from refold.search.query import cjk_grams
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -44,6 +45,10 @@ def clean_text(text: str) -> str:
 
 
 def cjk_gram_list(text: str) -> list[str] | None:
-    """The CJK unigrams and bigrams of ``text`` for the gram index; None when it has none."""
+    """The CJK unigrams and bigrams of ``text`` for the gram index, and each ASCII word glued
+    to its CJK text as ``~word`` (``用pytest跑``: ``~pytest``; ``refold.search.natural.glued_in``);
+    None when it has no CJK."""
     grams = cjk_grams(text)
-    return grams.split(" ") if grams else None
+    if not grams:
+        return None
+    return grams.split(" ") + [GLUED_MARK + word for word in glued_in(text)]

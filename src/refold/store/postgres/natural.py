@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from refold.search.dates import day_ranges
-from refold.search.natural import NaturalPlan
-from refold.search.query import CJK_CLASS, Term, is_gram_needle
+from refold.search.natural import GLUED_MARK, NaturalPlan
+from refold.search.query import Term, is_gram_needle
 from refold.search.rank import BOOST_ALL, BOOST_PHRASE, K1, B, filtered_total, idf
 from refold.store.postgres.core import Cursor
 from refold.store.titles import like_escape
@@ -68,24 +68,25 @@ def conditions(cur: Cursor, plan: NaturalPlan) -> list[tuple[str, tuple[Any, ...
 
 def _glued_condition(word: str) -> tuple[str, tuple[Any, ...]]:
     """A CJK message holding ``word`` glued to a CJK letter (``用pytest跑``: one token in
-    ``tsv``), as a whole ASCII word in any case, and not also as a token of its own (then the
-    word's own term scores it)."""
-    edge = "[^0-9A-Za-z]"
-    glued = (f"[{CJK_CLASS}]{word}({edge}|$)|(^|{edge}){word}[{CJK_CLASS}]")
-    return ("(m.cjk_grams IS NOT NULL AND m.search_text ILIKE %s AND m.search_text ~* %s "
-            "AND NOT m.tsv @@ to_tsquery('refold_search', %s))",
-            ("%" + like_escape(word) + "%", glued, _lexeme(word)))
-    # (a glued word is ASCII letters and digits: nothing in it to escape)
+    ``tsv``; its grams hold ``~pytest``, ``codec.cjk_gram_list``), and not also as a token of
+    its own (then the word's own term scores it)."""
+    return ("(m.cjk_grams @> %s::text[] AND NOT m.tsv @@ to_tsquery('refold_search', %s))",
+            ([GLUED_MARK + word.lower()], _lexeme(word)))
+
+
+def _glued_marks(words: Sequence[str]) -> list[str]:
+    return [GLUED_MARK + word.lower() for word in words]
 
 
 def glued_exists(cur: Cursor, words: tuple[str, ...]) -> bool:
-    """Does some CJK message hold one of ``words`` glued to its CJK text?"""
+    """Does some CJK message hold one of ``words`` glued to its CJK text? (One lookup in the
+    grams' GIN index.)"""
     if not words:
         return False
-    parts = [_glued_condition(word) for word in words]
-    cur.execute(f"SELECT EXISTS (SELECT 1 FROM messages m WHERE "
-                f"{' OR '.join(sql for sql, _ in parts)})",
-                tuple(a for _, arg in parts for a in arg), prepare=False)
+    # a count, not EXISTS: under EXISTS (LIMIT 1) the planner bets on a sequential scan
+    # finding a row at once, which reads the whole table when none is there
+    cur.execute("SELECT count(*) FROM messages m WHERE m.cjk_grams && %s::text[]",
+                (_glued_marks(words),), prepare=False)
     row = cur.fetchone()
     return bool(row and row[0])
 
@@ -147,11 +148,16 @@ def ranked_ids(cur: Cursor, plan: NaturalPlan, where: list[str], args: list[Any]
         boost += f" + {BOOST_PHRASE!r} * (m.tsv @@ to_tsquery('refold_search', %s))::int"
         boost_args.append(" | ".join(f"({_lexeme(a)} <-> {_lexeme(b)})" for a, b in plan.pairs))
     norm = f"{K1 + 1!r} / (1 + {K1!r} * (1 - {B!r} + {B!r} * length(m.search_text) / {average!r}))"
-    match = " OR ".join(f"({sql})" for sql, _ in scored)
+    # which rows to score: every term's condition; for the glued words, only their index
+    # lookup (the grams' GIN index; the scores above leave out a row holding one as a token)
+    match = " OR ".join([*(f"({sql})" for sql, _ in terms),
+                         *(["m.cjk_grams && %s::text[]"] if glued else [])])
+    match_args = [*(a for _, arg in terms for a in arg),
+                  *([_glued_marks([w for w in plan.glued if w in number])] if glued else [])]
     order = "m.id DESC" if recency else "score DESC, m.id DESC"
     cur.execute(f"""SELECT m.id, ({score}) * {norm} * ({boost}) AS score
                     FROM messages m JOIN sessions s ON s.id = m.session_id
                     WHERE ({match}){''.join(' AND ' + w for w in where)}
                     ORDER BY {order} LIMIT %s""",
-                (*term_args, *boost_args, *term_args, *args, limit), prepare=False)
+                (*term_args, *boost_args, *match_args, *args, limit), prepare=False)
     return [(int(r[0]), float(r[1])) for r in cur.fetchall()]
