@@ -303,7 +303,7 @@ def _glued_rows(conn: sqlite3.Connection, word: str, query: SearchQuery,
         "ORDER BY f.rowid DESC LIMIT ?", [match, *args, *glued, limit or MAX_GLUED]).fetchall()
 
 
-MAX_GLUED = 2000  # the newest CJK messages holding a glued word that a search scores (each
+MAX_GLUED = 500  # the newest CJK messages holding a glued word that a search scores (each
 # costs a read of its text; a word glued in more messages than this is common enough that the
 # newest ones hold the best matches)
 
