@@ -170,6 +170,17 @@ def test_an_ascii_word_glued_inside_cjk_text_is_found(store: Store) -> None:
     assert top(store, '"pytest" AND please') == ["run pytest please"]
 
 
+def test_a_glued_word_written_full_width_or_before_a_korean_particle_is_found(
+        store: Store) -> None:
+    s = store.create_session()
+    store.append_messages(s.id, [user("ＡＰＩキーを設定してください"), user("ａｐｉの説明です"),
+                                 user("API를 사용해서 배포했어요"), user("nothing here")])
+    want = ["API를 사용해서 배포했어요", "ａｐｉの説明です", "ＡＰＩキーを設定してください"]
+    assert sorted(top(store, "API")) == sorted(want)
+    assert sorted(top(store, "ＡＰＩ")) == sorted(want)
+    assert sorted(top(store, "where do I set the api?")) == sorted(want)
+
+
 def test_a_glued_word_adds_nothing_to_a_message_holding_it_as_a_word(
         sqlite_store: Store) -> None:
     s = sqlite_store.create_session()

@@ -26,6 +26,7 @@ Invariant: a sentence whose only content is one term is answered exactly like th
 from __future__ import annotations
 
 import itertools
+import unicodedata
 
 from refold._records import dataclass
 from refold.search.dates import Day
@@ -174,23 +175,32 @@ def glued_words(words: tuple[Term, ...]) -> tuple[str, ...]:
 
 
 GLUED_MARK = "~"  # a glued word's entry among a message's CJK grams (PostgreSQL): "~pytest"
-_ASCII_RUN = LazyPattern("[0-9A-Za-z]+")
+FULL_WIDTH = "０-９Ａ-Ｚａ-ｚ"  # full-width digits and letters, inside [...]
+_ALNUM_RUN = LazyPattern(f"[0-9A-Za-z{FULL_WIDTH}]+")
 MAX_GLUED_PER_MESSAGE = 64
 
 
+def full_width(word: str) -> str:
+    """``word`` (ASCII letters and digits) in full-width forms, as an input method types it."""
+    return "".join(chr(ord(c) + 0xFEE0) for c in word)
+
+
 def glued_in(text: str) -> list[str]:
-    """The ASCII words of ``text`` glued to a CJK letter (``用pytest跑`` → ``pytest``),
-    lower-cased, 3 to 64 characters, at most ``MAX_GLUED_PER_MESSAGE``: what a query word is
-    matched against as ``glued_words`` (the same definition as SQLite's GLOB test)."""
+    """The words of ASCII or full-width letters and digits that ``text`` holds glued to a CJK
+    letter (``用pytest跑``, ``ＡＰＩキー``), in ASCII lower case, 3 to 64 characters, at most
+    ``MAX_GLUED_PER_MESSAGE``: what a query word is matched against (``glued_words``; the same
+    definition as SQLite's GLOB test)."""
     out: dict[str, None] = {}
-    for run in _ASCII_RUN.finditer(text):
+    for run in _ALNUM_RUN.finditer(text):
         start, end = run.span()
         if not GLUED_CHARS <= end - start <= 64:
             continue
         before = text[start - 1] if start else ""
         after = text[end] if end < len(text) else ""
         if (before and _CJK.match(before)) or (after and _CJK.match(after)):
-            out[run.group(0).lower()] = None
+            word = unicodedata.normalize("NFKC", run.group(0)).lower()
+            if word.isascii() and word.isalnum():  # (one script per word: not ＡＰＩkey)
+                out[word] = None
             if len(out) >= MAX_GLUED_PER_MESSAGE:
                 break
     return list(out)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from refold.search.dates import day_ranges
-from refold.search.natural import NaturalPlan
+from refold.search.natural import FULL_WIDTH, NaturalPlan, full_width
 from refold.search.query import CJK_CLASS, Term, is_gram_needle
 from refold.search.rank import (
     BOOST_ALL,
@@ -235,11 +235,12 @@ def cjk_scores(conn: sqlite3.Connection, plan: NaturalPlan,
 
 
 def _in_cjk_text(conn: sqlite3.Connection, words: Sequence[str]) -> bool:
-    """Does some CJK message hold one of ``words`` at all? One indexed lookup for them all;
-    the trigram index holds CJK messages only, so an archive without CJK answers at once."""
+    """Does some CJK message hold one of ``words`` (ASCII or full-width) at all? One indexed
+    lookup for them all; the trigram index holds CJK messages only, so an archive without CJK
+    answers at once."""
     return bool(words) and conn.execute(
         "SELECT 1 FROM messages_trigram WHERE messages_trigram MATCH ? LIMIT 1",
-        [" OR ".join('"' + w + '"' for w in words)]).fetchone() is not None
+        [" OR ".join(f'"{w}" OR "{full_width(w)}"' for w in words)]).fetchone() is not None
 
 
 def glued_exists(conn: sqlite3.Connection, words: Sequence[str]) -> bool:
@@ -283,24 +284,28 @@ def glued_scores(conn: sqlite3.Connection, words: Sequence[str], query: SearchQu
 def _glued_rows(conn: sqlite3.Connection, word: str, query: SearchQuery,
                 where: str, args: list[object], limit: int | None = None
                 ) -> list[tuple[int, int]]:
-    """(id, length) of the CJK messages holding ``word`` glued to a CJK letter, as a whole
-    ASCII word in any case (``用pytest跑`` and ``pytest跑``, not ``用 pytest 跑``, a word of its
-    own, nor the ``pyt`` of ``pytest``): the trigram index finds the substring, GLOB on the
-    text its edges (the text padded, so its ends count as edges)."""
-    match = '"' + word + '"'
-    low = word.lower()
-    glued = (f"*[{CJK_CLASS}]{low}[^0-9a-z]*", f"*[^0-9a-z]{low}[{CJK_CLASS}]*")
-    text = "((' ' || lower(m.text) || ' ') GLOB ? OR (' ' || lower(m.text) || ' ') GLOB ?)"
+    """(id, length) of the newest CJK messages holding ``word`` glued to a CJK letter, as a
+    whole word, in ASCII any case or full-width (``用pytest跑``, ``pytest跑``, ``ＡＰＩキー``;
+    not ``用 pytest 跑``, a word of its own, nor the ``pyt`` of ``pytest``): the trigram index
+    finds the substring, GLOB on the text its edges (the text padded: its ends are edges)."""
+    edge = f"[^0-9a-z{FULL_WIDTH}]"
+    cjk = f"[{CJK_CLASS}]"
+    low, wide = word.lower(), (full_width(word.lower()), full_width(word.upper()))
+    patterns = [f"*{cjk}{low}{edge}*", f"*{edge}{low}{cjk}*",
+                *(p for form in wide for p in (f"*{cjk}{form}{edge}*", f"*{edge}{form}{cjk}*"))]
+    padded = "(' ' || lower(m.text) || ' ')"  # lower(): ASCII only, so full-width stays
+    text = "(" + " OR ".join([f"{padded} GLOB ?"] * len(patterns)) + ")"
+    match = f'"{word}" OR "{full_width(word)}"'
     if not where_narrows(query):  # lengths and the active flag from the narrow table
         active = "" if query.include_inactive else " AND l.active = 1"
         return conn.execute(
             f"SELECT l.id, l.chars FROM messages_trigram f JOIN {cjklen.TABLE} l ON l.id = f.rowid "
             f"JOIN messages m ON m.id = f.rowid WHERE messages_trigram MATCH ?{active} AND {text} "
-            "ORDER BY f.rowid DESC LIMIT ?", [match, *glued, limit or MAX_GLUED]).fetchall()
+            "ORDER BY f.rowid DESC LIMIT ?", [match, *patterns, limit or MAX_GLUED]).fetchall()
     return conn.execute(
         f"SELECT m.id, length(m.text) FROM messages_trigram f JOIN messages m ON m.id = f.rowid"
         f"{_join(query)} WHERE messages_trigram MATCH ?{where} AND {text} "
-        "ORDER BY f.rowid DESC LIMIT ?", [match, *args, *glued, limit or MAX_GLUED]).fetchall()
+        "ORDER BY f.rowid DESC LIMIT ?", [match, *args, *patterns, limit or MAX_GLUED]).fetchall()
 
 
 MAX_GLUED = 500  # the newest CJK messages holding a glued word that a search scores (each
