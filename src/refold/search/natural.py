@@ -13,6 +13,9 @@ AND/OR/NOT, ``-word`` or ``word*``; see ``refold.search.query.is_explicit``) goe
 - digits glued to CJK (``5月6号``, ``2023年5月4日``) are one exact term, the whole span; its
   bare numbers and the unit letter after each (月, 号, 日) are no terms of their own: alone they
   match any message with a 5 or a 月 and outranked the words of the question.
+- a plain word of 3+ ASCII letters or digits (``glued``) is also looked for where Chinese,
+  Japanese or Korean text holds it without spaces (``用pytest跑``, ``ＡＰＩキー``, ``API를``),
+  which the word index keeps as one token with its neighbours (``glued_words``, ``glued_in``).
 - ``pairs`` are adjacent content words of the query, for the phrase boost.
 - ``days`` are the calendar days it names ("on May 2nd", "5月2号"; ``refold.search.dates``):
   one more term each, whose postings are the messages created that day.
@@ -164,10 +167,10 @@ GLUED_CHARS = 3  # the trigram index finds substrings this long or longer
 
 
 def glued_words(words: tuple[Term, ...]) -> tuple[str, ...]:
-    """The plain ASCII words among ``words`` (3+ letters or digits, no prefix) that a Chinese
-    or Japanese message may hold glued to its CJK text, as in ``用pytest跑一下`` or
-    ``端口是5433``: the word index keeps such a run as one token, so the backends also look
-    for these words as substrings of CJK messages (the trigram index holds only those)."""
+    """The plain ASCII words among ``words`` (3+ letters or digits, no prefix) that a CJK
+    message may hold glued to its text, as in ``用pytest跑一下``, ``端口是5433`` or (full-width)
+    ``ＡＰＩキー``: the word index keeps such a run as one token, so the backends also look for
+    these words as whole words beside a CJK letter in CJK messages (``glued_in``)."""
     out = [t.words[0] for t in words
            if len(t.words) == 1 and not t.prefix and not t.negated
            and len(t.words[0]) >= GLUED_CHARS and t.words[0].isascii() and t.words[0].isalnum()]
