@@ -38,3 +38,15 @@ def acking_writer(path: str, session_id: str, ack_path: str, batch: int) -> None
 
 if __name__ == "__main__":  # pragma: no cover - manual use
     acking_writer(*sys.argv[1:4], int(sys.argv[4]))
+
+
+def open_at(path: str, start: float) -> str:
+    """Open (and so create) the store at ``path`` at wall time ``start``; "" or the error."""
+    import time
+
+    time.sleep(max(0.0, start - time.time()))
+    try:
+        SQLiteStore(path).close()
+    except Exception as exc:  # reported to the test, which names it
+        return f"{type(exc).__name__}: {exc}"
+    return ""

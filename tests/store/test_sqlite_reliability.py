@@ -110,3 +110,20 @@ def test_importing_the_same_history_twice_leaves_the_same_rows(tmp_path: Path) -
     assert (len(first.appended), first.skipped) == (25, 0)
     assert (second.appended, second.skipped, second.rewound) == ([], 25, 0)
     assert [m.message for m in rows] == history
+
+
+def test_processes_opening_one_new_database_at_once_all_open_it(tmp_path: Path) -> None:
+    """Two ``refold`` processes starting on a fresh home at the same moment: switching the new
+    file to WAL answered "database is locked" at once in one of them (9 of 80 openings by two
+    processes), without waiting for the busy timeout."""
+    import time
+
+    with CTX.Pool(4) as pool:
+        for round_ in range(6):
+            path = str(tmp_path / f"new-{round_}.db")
+            start = time.time() + 0.5
+            errors = pool.starmap(sqlite_workers.open_at, [(path, start)] * 4)
+            assert errors == [""] * 4, errors
+            store = SQLiteStore(path)
+            assert store.db.journal_mode == "wal"
+            store.close()

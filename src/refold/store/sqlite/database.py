@@ -45,6 +45,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Literal
@@ -212,14 +213,32 @@ class Database:
         if self.memory:
             return "memory"
         with self.translated():
-            mode = str(self.conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
+            mode = self._pragma_waiting("PRAGMA journal_mode=WAL")
             if mode == "wal":
                 return mode
             log.warning("cannot use WAL for %s (journal_mode stays %r); falling back to a "
                         "rollback journal: concurrent readers will wait for writers",
                         self.path, mode)
-            mode = str(self.conn.execute("PRAGMA journal_mode=DELETE").fetchone()[0]).lower()
+            mode = self._pragma_waiting("PRAGMA journal_mode=DELETE")
             return mode
+
+    def _pragma_waiting(self, pragma: str) -> str:
+        """Run a journal-mode ``pragma`` and return its answer, waiting up to the busy timeout:
+        switching the mode needs the database to itself, and SQLite answers "database is
+        locked" at once, without its busy handler, while another process opens the same new
+        file (two ``refold`` processes starting on a fresh home: 9 of 80 openings failed)."""
+        deadline = time.monotonic() + self._busy_timeout_ms / 1000
+        pause = 0.005
+        while True:
+            try:
+                return str(self.conn.execute(pragma).fetchone()[0]).lower()
+            except sqlite3.OperationalError as exc:
+                text = str(exc).lower()
+                if ("locked" not in text and "busy" not in text) \
+                        or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
 
     @contextmanager
     def translated(self) -> Iterator[None]:
