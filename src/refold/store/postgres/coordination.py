@@ -33,7 +33,7 @@ from refold.store.postgres.core import PgCore
 _TAKE_LEASE = """
     INSERT INTO leases (name, holder, expires_at, backend_pid, backend_start)
     VALUES (%(name)s, %(holder)s, now() + make_interval(secs => %(ttl)s), pg_backend_pid(),
-            (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()))
+            %(started)s)
     ON CONFLICT (name) DO UPDATE
         SET holder = excluded.holder, expires_at = excluded.expires_at,
             backend_pid = excluded.backend_pid, backend_start = excluded.backend_start
@@ -48,6 +48,7 @@ _TAKE_LEASE = """
 class CoordinationMixin(PgCore):
     _lease_guard = threading.Lock()  # one lease statement at a time on the lease connection
     _lease_conn: psycopg.Connection[Any] | None = None
+    _lease_backend_start: Any = None  # pg_stat_activity.backend_start of the lease connection
 
     def acquire_lease(self, name: str, holder: str, ttl_seconds: float) -> bool:
         if ttl_seconds <= 0:
@@ -55,7 +56,8 @@ class CoordinationMixin(PgCore):
         with self._lease_guard, translate_errors("acquire lease"):
             conn = self._lease_connection()
             row = conn.execute(_TAKE_LEASE, {"name": name, "holder": holder,
-                                             "ttl": float(ttl_seconds)}).fetchone()
+                                             "ttl": float(ttl_seconds),
+                                             "started": self._lease_backend_start}).fetchone()
             return row is not None
 
     def _lease_connection(self) -> psycopg.Connection[Any]:
@@ -66,6 +68,13 @@ class CoordinationMixin(PgCore):
             conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10)
             conn.execute(sql.SQL("SET search_path TO {}").format(
                 sql.SQL(", ").join(sql.Identifier(s) for s in self._search_path)))
+            # this backend's start, read once in a statement of its own: read inside the lease
+            # statement, it fixed that statement's view of pg_stat_activity (one snapshot a
+            # transaction) before waiting on a rival's new lease, whose backend it then did not
+            # see — and took the lease as lapsed (two holders, seen under load)
+            found = conn.execute("SELECT backend_start FROM pg_stat_activity "
+                                 "WHERE pid = pg_backend_pid()").fetchone()
+            self._lease_backend_start = found[0] if found else None
             self._lease_conn = conn
         return conn
 
