@@ -183,9 +183,13 @@ def test_a_glued_word_written_full_width_or_before_a_korean_particle_is_found(
 
 def test_a_glued_word_adds_nothing_to_a_message_holding_it_as_a_word(
         sqlite_store: Store) -> None:
+    """A message holding the word both glued (``用pytest跑``) and as a word of its own scores
+    it once, as a word: the same as a message of as many words holding it once."""
     s = sqlite_store.create_session()
-    sqlite_store.append_messages(s.id, [user("用 pytest 跑"), user("run pytest please"),
+    sqlite_store.append_messages(s.id, [user("pytest 用pytest跑"), user("pytest again"),
+                                        user("用 pytest 跑"), user("run pytest please"),
                                         user("用pytest跑一下测试")])
     scores = {h.content: h.score for h in sqlite_store.search(SearchQuery("pytest", window=0))}
-    assert scores["用 pytest 跑"] == scores["run pytest please"]  # both three words, once each
-    assert len(scores) == 3
+    assert scores["pytest 用pytest跑"] == scores["pytest again"]  # two words each, once each
+    assert scores["用 pytest 跑"] == scores["run pytest please"]  # three words each
+    assert len(scores) == 5

@@ -71,7 +71,7 @@ def _glued_condition(word: str) -> tuple[str, tuple[Any, ...]]:
     ``tsv``; its grams hold ``~pytest``, ``codec.cjk_gram_list``), and not also as a token of
     its own (then the word's own term scores it)."""
     return ("(m.cjk_grams @> %s::text[] AND NOT m.tsv @@ to_tsquery('refold_search', %s))",
-            ([GLUED_MARK + word.lower()], _lexeme(word)))
+            (_glued_marks([word]), _lexeme(word)))
 
 
 def _glued_marks(words: Sequence[str]) -> list[str]:
@@ -129,8 +129,9 @@ def ranked_ids(cur: Cursor, plan: NaturalPlan, where: list[str], args: list[Any]
     """(message id, score) of the best ``limit`` matches (or the newest, ``recency``)."""
     terms = conditions(cur, plan)
     number = {" ".join(t.words): n for n, t in enumerate(plan.words)}
-    glued = [(number[w], _glued_condition(w)) for w in plan.glued if w in number] \
+    glued_words = [w for w in plan.glued if w in number] \
         if glued_exists(cur, plan.glued) else []  # (an archive without CJK: none, at once)
+    glued = [(number[w], _glued_condition(w)) for w in glued_words]
     weights, glued_weights = _weights(cur, terms, where, args, glued)
     if plan.days and terms and weights[-1] == 0.0:  # no message from that day: no day term
         terms, weights = terms[:-1], weights[:-1]
@@ -153,7 +154,7 @@ def ranked_ids(cur: Cursor, plan: NaturalPlan, where: list[str], args: list[Any]
     match = " OR ".join([*(f"({sql})" for sql, _ in terms),
                          *(["m.cjk_grams && %s::text[]"] if glued else [])])
     match_args = [*(a for _, arg in terms for a in arg),
-                  *([_glued_marks([w for w in plan.glued if w in number])] if glued else [])]
+                  *([_glued_marks(glued_words)] if glued else [])]
     order = "m.id DESC" if recency else "score DESC, m.id DESC"
     cur.execute(f"""SELECT m.id, ({score}) * {norm} * ({boost}) AS score
                     FROM messages m JOIN sessions s ON s.id = m.session_id
