@@ -317,3 +317,48 @@ def test_what_a_real_hermes_agent_wrote_imports_provider_valid(run: Run, tmp_pat
         "name": "terminal", "arguments": json.dumps({"command": "echo port 5433 busy"})}}]
     for provider in ("openai", "anthropic"):
         assert provider_problems(messages, provider) == []
+
+
+COMPACTING_AGENT = """
+import os, sys
+from pathlib import Path
+os.environ["HERMES_HOME"] = sys.argv[1]
+from hermes_state import SessionDB
+from run_agent import AIAgent
+from refold.testing import ScriptedReply, serve
+with serve(default=lambda body: ScriptedReply(content=f"Reply {len(body['messages'])}.")) as up:
+    agent = AIAgent(base_url=up.base_url, api_key="sk-test", model="gpt-4o-mini",
+                    quiet_mode=True, session_db=SessionDB(db_path=Path(sys.argv[1]) / "state.db"),
+                    skip_context_files=True, skip_memory=True, enabled_toolsets=["terminal"],
+                    max_iterations=3)
+    agent.compression_in_place = sys.argv[2] == "in-place"
+    history = None
+    for turn in range(12):
+        history = agent.run_conversation(f"Question {turn} about the deploy",
+                                         conversation_history=history)["messages"]
+    compacted = agent._compress_context(history, None, force=True)[0]
+    agent.run_conversation("After the compaction", conversation_history=compacted)
+"""
+
+
+@pytest.mark.parametrize("mode", ["in-place", "rotation"])
+def test_a_real_hermes_compaction_imports_the_conversation_once(
+        run: Run, tmp_path: Path, mode: str) -> None:
+    """Hermes' own compressor (its summary model unreachable, so its fallback marker) writes its
+    head, summary and tail; the import holds each turn once, the summary nowhere."""
+    hermes_home = tmp_path / ".hermes"
+    hermes_home.mkdir()
+    done = subprocess.run([sys.executable, "-c", COMPACTING_AGENT, str(hermes_home), mode],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = run("import", str(hermes_home), "--json")
+    reports = ok_json(result)
+    assert "1 compaction summary" in result.stderr
+    turns = [text for report in reports for role, text in said(tmp_path, report["session_id"])
+             if role == "user"]
+    assert turns == [f"Question {turn} about the deploy" for turn in range(12)] + [
+        "After the compaction"]
+    replies = [text for report in reports for role, text in said(tmp_path, report["session_id"])
+               if role == "assistant"]
+    assert len(replies) == 13 and not any("CONTEXT COMPACTION" in r for r in replies)
+    assert [r["appended"] for r in reports] == ([26] if mode == "in-place" else [24, 2])
