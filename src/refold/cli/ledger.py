@@ -199,13 +199,14 @@ def _create(store: Store, session_id: str, title: str | None, source: str, *,
 @click.option("--title", help="Title for a newly created session (default: the file name).")
 @click.option("--source", default=None,
               help="Source label stored with a new session (default: import, or claude-code, "
-                   "codex or gemini for their transcripts).")
+                   "codex, gemini, hermes or opencode for their sessions).")
 @click.option("--format", "fmt",
-              type=click.Choice(["openai", "anthropic", *AGENT_FORMATS, "hermes"]),
+              type=click.Choice(["openai", "anthropic", *AGENT_FORMATS, "hermes", "opencode"]),
               default=None,
               help="Format of FILE: openai messages, anthropic (Messages API turns), "
                    "claude-code, codex or gemini (the transcripts those agents keep), hermes "
-                   "(Hermes-Agent's state.db, every session in it). "
+                   "or opencode (Hermes-Agent's state.db, OpenCode's opencode.db: every "
+                   "session in it). "
                    "Default: the agent's format when the file is one of theirs, else openai.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_app
@@ -221,9 +222,10 @@ def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str |
     their model saw, with the tokens each call used; what they hold besides (progress,
     notices, metadata) is left out, and how much is said on stderr. Their own conversation id
     names the session: importing the file again after it grew adds only the new turns.
-    Hermes-Agent's session database (~/.hermes/state.db, or ~/.hermes) imports every session
-    in it, turns summarized away by its compactions included, rewound turns and its own
-    summaries left out; it is only read.
+    Hermes-Agent's session database (~/.hermes/state.db, or ~/.hermes) and OpenCode's
+    (~/.local/share/opencode/opencode.db, or that folder) import every session in them,
+    turns summarized away by their compactions included, rewound turns and their own
+    summaries left out; they are only read.
 
     A message's own time (created_at, timestamp, time or date: epoch seconds or
     milliseconds, ISO 8601, or as people write it, "1:56 pm on 8 May, 2023"; local time
@@ -238,15 +240,17 @@ def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str |
                                hint="import its files one by one to name their sessions")
         _import_directory(app, Path(file).expanduser(), source, fmt, as_json)
         return
-    if fmt == "hermes" or (fmt is None and file != "-" and _sqlite_file(file)):
-        if file == "-":
-            raise InvalidInput("--format hermes reads Hermes-Agent's state.db, not stdin",
-                               hint="give its path: refold import ~/.hermes/state.db")
+    database = _database_format(file, fmt)
+    if database is not None:
+        from refold.cli.databases import AGENT_DATABASES, import_database
+
         if session_ref is not None or title is not None:
-            raise InvalidInput("--session and --title name one session; Hermes-Agent's "
-                               "state.db holds many (each is imported as its own session)")
-        reports = _import_hermes(app, Path(file).expanduser(), source)
-        _emit_reports(reports, as_json, f"{len(reports)} Hermes-Agent session(s) imported")
+            raise InvalidInput(f"--session and --title name one session; "
+                               f"{AGENT_DATABASES[database].agent}'s database holds many "
+                               "(each is imported as its own session)")
+        reports = import_database(app, Path(file).expanduser(), database, source)
+        _emit_reports(reports, as_json, f"{len(reports)} {AGENT_DATABASES[database].agent} "
+                      "session(s) imported")
         return
     emit(_import_one(app, file, session_ref, title, source, fmt), as_json, _render_import)
 
@@ -290,18 +294,19 @@ def _import_one(app: AppContext, file: str, session_ref: str | None, title: str 
 def _import_directory(app: AppContext, directory: Path, source: str | None, fmt: str | None,
                       as_json: bool) -> None:
     """Every ``*.jsonl`` under ``directory`` (Claude Code's projects folder, Codex's sessions),
-    every Gemini CLI session ``.json`` and every Hermes-Agent ``state.db``, one session each
-    (a Hermes database: each of its sessions); a file that fails is reported and the rest go
-    on. Exit status 1 when any failed."""
+    every Gemini CLI session ``.json``, one session each, and every Hermes-Agent ``state.db``
+    and OpenCode ``opencode.db`` (each of their sessions); a file that fails is reported and
+    the rest go on. Exit status 1 when any failed."""
+    from refold.cli.databases import database_kind, import_database
     from refold.errors import RefoldError
-    from refold.messages.hermes_state import is_state_db
     from refold.messages.load import sniff_agent_log, sniff_prompt_history
 
     found = sorted(p for p in directory.rglob("*.json*") if p.suffix in (".jsonl", ".json")
                    and p.is_file() and p.stat().st_size
                    # a .json file only when it is a Gemini CLI session (not a settings file)
                    and (p.suffix == ".jsonl" or sniff_agent_log(p) == "gemini"))
-    databases = sorted(p for p in directory.rglob("*.db") if p.is_file() and is_state_db(p))
+    databases = {p: kind for p in sorted(directory.rglob("*.db"))
+                 if p.is_file() and (kind := database_kind(p)) is not None}
     histories = [p for p in found if p.suffix == ".jsonl" and sniff_prompt_history(p)]
     for path in histories:  # ~/.codex/history.jsonl under ~/.codex: not a conversation
         click.echo(f"{path}: skipped, {sniff_prompt_history(path)}'s prompt history (no "
@@ -309,12 +314,14 @@ def _import_directory(app: AppContext, directory: Path, source: str | None, fmt:
     files = [p for p in found if p not in histories]
     if not files and not databases:
         raise InvalidInput(f"{directory}: no non-empty .jsonl transcripts (or Gemini CLI "
-                           "session .json files, or Hermes-Agent's state.db) in it")
+                           "session .json files, or Hermes-Agent's or OpenCode's database) "
+                           "in it")
     reports: list[dict[str, Any]] = []
     for path in [*files, *databases]:
         try:
             if path in databases:
-                got = [{"file": str(path), **r} for r in _import_hermes(app, path, source)]
+                got = [{"file": str(path), **r}
+                       for r in import_database(app, path, databases[path], source)]
             else:
                 got = [{"file": str(path), **_import_one(app, str(path), None, None, source,
                                                           fmt)}]
@@ -349,105 +356,20 @@ def _emit_reports(reports: list[dict[str, Any]], as_json: bool, lead: str, *,
                + (f"; {failed} failed (above)" if failed else ""))
 
 
-def _sqlite_file(file: str) -> bool:
-    """True for a SQLite database: Hermes-Agent's state.db, else a clear refusal (a database
-    is no transcript, and its bytes must not be read as one)."""
-    from refold.messages.hermes_state import is_sqlite, is_state_db
+def _database_format(file: str, fmt: str | None) -> str | None:
+    """``hermes`` or ``opencode`` when FILE is read as that agent's database (by ``--format``,
+    or by what the file is); None for a transcript."""
+    from refold.cli.databases import AGENT_DATABASES, sniff_database
 
-    path = Path(file).expanduser()
-    if not path.is_file() or not is_sqlite(path):
-        return False
-    if not is_state_db(path):
-        raise InvalidInput(f"{file} is a SQLite database, not a transcript (the database "
-                           "refold reads is Hermes-Agent's ~/.hermes/state.db)",
-                           hint="export the conversation as JSON or JSONL to import it")
-    return True
-
-
-def _import_hermes(app: AppContext, path: Path, source: str | None) -> list[dict[str, Any]]:
-    """Every session of a Hermes-Agent ``state.db`` (``refold.messages.hermes_state``), each
-    in the session its Hermes id names: importing again after Hermes went on stores only what
-    is new. Sessions without a message are passed over. One report per session imported."""
-    from refold.messages.agent_logs import agent_title, describe_skipped
-    from refold.messages.hermes_state import read_state
-
-    store = app.store
-    reports: list[dict[str, Any]] = []
-    left_out: Counter[str] = Counter()
-    placed: dict[str, str] = {}  # Hermes session id -> the refold session that holds it
-    for found in read_state(path):
-        left_out += found.skipped
-        if not found.messages:
-            continue
-        plugin = _plugin_session(store, found.native_id)
-        if plugin is not None:  # refold's Hermes plugin keeps it already: never a second copy
-            left_out["session refold's Hermes plugin keeps"] += 1
-            reports.append({"session_id": plugin.id, "title": plugin.title,
-                            "hermes_session": found.native_id, "appended": 0, "skipped": 0,
-                            "rewound": 0, "kept_by_plugin": True})
-            placed[found.native_id] = plugin.id
-            continue
-        key = _session_key("hermes", found.native_id)
-        assert key is not None  # a Hermes session always has an id
-        parent = placed.get(found.parent_id or "")  # parents come first (read_state)
-        said = [t for t in found.times if t is not None]
-        try:
-            session = store.get_session(key)
-        except NotFound:
-            title = found.title or _lineage_title(store, parent, found.link_kind) or \
-                agent_title(found.messages) or f"hermes {found.native_id}"
-            session = _create(store, key, _new_title(store, title), source or "hermes",
-                              keep_title=False, started_at=found.started_at or (
-                                  min(said) if said else None), model=found.model,
-                              parent_session_id=parent if found.link_kind else None,
-                              link_kind=found.link_kind if parent else None)
-        usage = [None] * (len(found.messages) - 1) + [_hermes_spend(session, found.totals,
-                                                                   found.model)]
-        placed[found.native_id] = session.id
-        result = store.sync_messages(session.id, found.messages, created_at=found.times,
-                                     usage=usage if usage[-1] is not None else None)
-        reports.append({"session_id": session.id, "title": store.get_session(session.id).title,
-                        "hermes_session": found.native_id, "appended": len(result.appended),
-                        "skipped": result.skipped, "rewound": result.rewound})
-    if not reports:
-        raise InvalidInput(f"{path}: Hermes-Agent's database holds no session with a message")
-    if left_out:
-        click.echo(f"{path}: read as Hermes-Agent's session database; left out "
-                   f"{describe_skipped(left_out)}", err=True)
-    return reports
-
-
-def _plugin_session(store: Store, hermes_id: str) -> Session | None:
-    """The session refold's Hermes plugin (``refold.integrations.hermes``) stored this Hermes
-    session in, titled ``hermes:<id>``, if any."""
-    try:
-        return store.resolve_session(f"hermes:{hermes_id}", prefix=False)
-    except (NotFound, AmbiguousReference):
-        return None
-
-
-def _lineage_title(store: Store, parent: str | None, link_kind: str | None) -> str | None:
-    """A compaction child continues its parent's conversation: its title is the parent's (the
-    store numbers it along the lineage, "… #2")."""
-    if parent is None or link_kind != "compaction":
-        return None
-    try:
-        return store.get_session(parent).title
-    except NotFound:
-        return None
-
-
-def _hermes_spend(session: Session, totals: dict[str, Any], model: str | None) -> Usage | None:
-    """What Hermes counted for a session beyond what its refold session holds already (added
-    with the messages a re-import stores, so it is counted once)."""
-    grown = Usage(max(0, totals["input_tokens"] - session.input_tokens),
-                  max(0, totals["output_tokens"] - session.output_tokens),
-                  max(0, totals["cache_read_tokens"] - session.cache_read_tokens),
-                  max(0.0, totals["cost_usd"] - session.cost_usd), model)
-    if not (grown.input_tokens or grown.output_tokens or grown.cache_read_tokens
-            or grown.cost_usd):
-        return None
-    return grown
+    if fmt in AGENT_DATABASES:
+        if file == "-":
+            raise InvalidInput(f"--format {fmt} reads {AGENT_DATABASES[fmt].agent}'s "
+                               "database, not stdin",
+                               hint=f"give its path: refold import {AGENT_DATABASES[fmt].where}")
+        return fmt
+    if fmt is None and file != "-":
+        return sniff_database(Path(file).expanduser())
+    return None
 
 
 def _render_import(report: dict[str, Any]) -> None:

@@ -53,21 +53,24 @@ _MESSAGE_COLUMNS = ("id", "session_id", "role", "content", "tool_call_id", "tool
 
 
 @dataclass
-class HermesSession:
-    """One Hermes session as said: its messages (OpenAI form, validated), when each was said,
-    what was left out by kind, and the session's own totals."""
+class AgentSession:
+    """One session an agent's database holds, as said: its messages (OpenAI form, validated),
+    when each was said, what was left out by kind, and what its model calls used — the
+    session's own totals (``totals``: input/output/cache-read tokens, cost_usd), or each
+    message's calls (``spend``: (usage, model) pairs, priced as refold prices replies)."""
 
     native_id: str
     source: str | None
     model: str | None
     title: str | None
     started_at: float | None
-    parent_id: str | None  # the Hermes session it continues, when it is a rotation or branch
+    parent_id: str | None  # the session it continues, when it is a rotation or branch
     link_kind: str | None  # "compaction" | "branch" | None
     messages: list[Message] = field(default_factory=list)
     times: list[float | None] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
-    totals: dict[str, Any] = field(default_factory=dict)  # input/output/cache_read, cost_usd
+    totals: dict[str, Any] = field(default_factory=dict)
+    spend: list[list[tuple[dict[str, Any], str | None]]] | None = None
 
 
 def is_state_db(path: str | Path) -> bool:
@@ -94,7 +97,7 @@ def is_sqlite(path: str | Path) -> bool:
         return False
 
 
-def read_state(path: str | Path) -> list[HermesSession]:
+def read_state(path: str | Path) -> list[AgentSession]:
     """Every session of a Hermes ``state.db`` (see the module doc), parents before children."""
     try:
         with closing(_connect(path)) as conn:
@@ -108,7 +111,7 @@ def read_state(path: str | Path) -> list[HermesSession]:
     by_session: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         by_session.setdefault(str(row["session_id"]), []).append(row)
-    out: list[HermesSession] = []
+    out: list[AgentSession] = []
     said: dict[str, list[dict[str, Any]]] = {}  # each session's lineage, as read (for copies)
     for info in _parents_first(sessions):
         session = _session_of(info, sessions)
@@ -175,7 +178,7 @@ def _parents_first(sessions: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _session_of(info: dict[str, Any], sessions: dict[str, dict[str, Any]]) -> HermesSession:
+def _session_of(info: dict[str, Any], sessions: dict[str, dict[str, Any]]) -> AgentSession:
     parent = info.get("parent_session_id")
     parent = str(parent) if parent and str(parent) in sessions else None
     link = None
@@ -193,7 +196,7 @@ def _session_of(info: dict[str, Any], sessions: dict[str, dict[str, Any]]) -> He
               "cost_usd": float(cost) if isinstance(cost, int | float) and 0 <= cost < 1e9
               else 0.0}
     title = info.get("title")
-    return HermesSession(
+    return AgentSession(
         native_id=str(info["id"]), source=_text(info.get("source")),
         model=_text(info.get("model")), title=_text(title),
         started_at=_seconds(info.get("started_at")), parent_id=parent, link_kind=link,
@@ -351,4 +354,4 @@ def _text(value: Any) -> str | None:
     return value.strip() or None if isinstance(value, str) else None
 
 
-__all__ = ["HermesSession", "is_sqlite", "is_state_db", "read_state"]
+__all__ = ["AgentSession", "is_sqlite", "is_state_db", "read_state"]

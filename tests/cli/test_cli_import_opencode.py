@@ -1,0 +1,121 @@
+"""``refold import`` of OpenCode's ``opencode.db``: a database OpenCode 1.18 itself wrote
+(``data/README.md`` says how), with a bash call, a refused read, a subagent and two automatic
+compactions."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from refold.cli.main import cli
+from refold.compaction.structure import provider_problems
+from refold.store.sqlite import SQLiteStore
+
+Run = Callable[..., Result]
+FIXTURE = Path(__file__).with_name("data") / "opencode.db"
+MAIN, SUBAGENT = "ses_db7a57b10ffetVrv60SWYDF1vE", "ses_db7a55aa3ffezJ2qbcO1H9Z9lr"
+
+
+@pytest.fixture
+def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
+    for name in ("REFOLD_HOME", "REFOLD_DB"):
+        monkeypatch.delenv(name, raising=False)
+
+    def invoke(*args: str) -> Result:
+        return CliRunner().invoke(cli, ["--home", str(tmp_path / "home"), *args])
+    return invoke
+
+
+@pytest.fixture
+def opencode_db(tmp_path: Path) -> Path:
+    """A copy (the import only reads, but a test may change its copy as OpenCode would)."""
+    folder = tmp_path / "opencode"
+    folder.mkdir()
+    return Path(shutil.copy(FIXTURE, folder / "opencode.db"))
+
+
+def ok_json(result: Result) -> Any:
+    assert result.exit_code == 0, (result.output, result.exception)
+    return json.loads(result.stdout)
+
+
+def stored(tmp_path: Path, session_id: str) -> list[dict[str, Any]]:
+    store = SQLiteStore(str(tmp_path / "home" / "refold.db"))
+    try:
+        return [m.message for m in store.get_messages(session_id)]
+    finally:
+        store.close()
+
+
+def test_every_turn_its_model_saw_imports_and_its_compactions_do_not(
+        run: Run, tmp_path: Path, opencode_db: Path) -> None:
+    result = run("import", str(opencode_db), "--json")
+    reports = ok_json(result)
+    assert [(r["opencode_session"], r["appended"]) for r in reports] == [
+        (MAIN, 30), (SUBAGENT, 2)]
+    assert "left out 2 compaction request, 2 compaction summary" in result.stderr
+    messages = stored(tmp_path, reports[0]["session_id"])
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    assert users[:3] == ['"Why does the deploy fail? check the port"',
+                         '"now read the config file"', '"please ask a subagent about 5434"']
+    assert users[-1] == '"so which port now?"'
+    assert sum("long answer about the pipeline part" in u for u in users) == 6
+    bash, result_of_bash = messages[1], messages[2]
+    assert bash["tool_calls"] == [{"id": "call_port", "type": "function", "function": {
+        "name": "bash", "arguments": json.dumps({"command": "echo port 5433 busy",
+                                                 "description": "check port"})}}]
+    assert result_of_bash == {"role": "tool", "tool_call_id": "call_port",
+                              "content": "port 5433 busy\n"}
+    refused = next(m for m in messages if m.get("tool_call_id") == "call_read")
+    assert refused["content"] == "The user rejected permission to use this specific tool call."
+    # OpenCode's compaction summaries (its title call's text here) are nowhere
+    assert not any(m["role"] == "assistant" and m.get("content") == "Deploy port check"
+                   for m in messages)
+    for provider in ("openai", "anthropic"):
+        assert provider_problems(messages, provider) == []
+    assert stored(tmp_path, reports[1]["session_id"]) == [
+        {"role": "user", "content": "Is port 5434 free? Report briefly."},
+        {"role": "assistant", "content": "Subagent report: 5434 is free."}]
+
+
+def test_the_tokens_equal_opencodes_own_totals_and_count_once(
+        run: Run, opencode_db: Path) -> None:
+    ok_json(run("import", str(opencode_db), "--json"))
+    again = ok_json(run("import", str(opencode_db), "--json"))
+    assert [(r["appended"], r["skipped"]) for r in again] == [(0, 30), (0, 2)]
+    with sqlite3.connect(opencode_db) as conn:
+        own = dict(conn.execute("SELECT title, tokens_input + tokens_output FROM session"))
+    sessions = ok_json(run("sessions", "list", "--json"))
+    assert {s["title"]: s["input_tokens"] + s["output_tokens"] for s in sessions} == own
+    assert {s["source"] for s in sessions} == {"opencode"}
+
+
+def test_turns_taken_back_by_a_revert_are_left_out(
+        run: Run, tmp_path: Path, opencode_db: Path) -> None:
+    with sqlite3.connect(opencode_db) as conn:  # what OpenCode's /undo leaves: a revert point
+        conn.execute("UPDATE session SET revert = ? WHERE id = ?",
+                     (json.dumps({"messageID": "msg_2485b0578001eZ0Y0naBotSfDH"}), MAIN))
+    result = run("import", str(opencode_db), "--json")
+    reports = ok_json(result)
+    assert reports[0]["appended"] == 24
+    assert "8 reverted" in result.stderr
+    users = [m["content"] for m in stored(tmp_path, reports[0]["session_id"])
+             if m["role"] == "user"]
+    assert users[-1].startswith("Continue if you have next steps")
+    assert not any("part 6" in u for u in users)
+
+
+def test_its_folder_imports_and_search_finds_what_was_said(
+        run: Run, opencode_db: Path) -> None:
+    result = run("import", str(opencode_db.parent))
+    assert result.exit_code == 0, result.output
+    assert "1 of 1 file(s) imported: 32 message(s) stored, 0 already stored" in result.stdout
+    hits = ok_json(run("search", "which port did the subagent say was free?", "--json"))
+    assert any("5434 is free" in h["content"] for h in hits[:3])
