@@ -171,3 +171,65 @@ def test_known_prefix_fast_and_exact_paths_agree() -> None:
     changed = {**nested, "tool_calls": [{**nested["tool_calls"][0], "id": "c2"}]}
     assert chain.known_prefix([plain, changed, result]) is None
     assert chain.known_prefix([plain, nested]) is None  # shorter than the chain
+
+
+CALL = {"id": "call_1", "type": "function",
+        "function": {"name": "bash", "arguments": '{"command": "ls", "n": 1}'}}
+
+
+def resent_call(**changes: Any) -> dict[str, Any]:
+    """The stored reply as an AI-SDK client re-sends it, with ``changes`` to its call."""
+    function = {"name": "bash", "arguments": '{"n":1,"command":"ls"}', **changes.pop("fn", {})}
+    return {"role": "assistant", "content": "",
+            "tool_calls": [{"id": "call_1", "type": "function", "function": function,
+                            **changes}]}
+
+
+def test_a_reply_resent_in_another_spelling_is_the_stored_reply(
+        eng: Engine, counting: CountingStore, store: Store) -> None:
+    rt = eng.open_session(new=True)
+    history: list[dict[str, Any]] = [user("list files")]
+    rt.prepare_history(history)
+    rt.record({"role": "assistant", "content": None, "tool_calls": [CALL]})
+    history += [resent_call(), {"role": "tool", "tool_call_id": "call_1", "content": "a b"}]
+    prepared = rt.prepare_history(history)
+    assert counting.syncs == 1  # the fast path took it: nothing diverged
+    assert prepared.messages[1]["tool_calls"] == [CALL]  # the reply as the model wrote it
+    rows = store.get_messages(rt.session_id)
+    assert [(r.role, r.message.get("tool_calls")) for r in rows] == [
+        ("user", None), ("assistant", [CALL]), ("tool", None)]
+
+
+def test_a_resent_reply_is_matched_on_the_full_path_too(
+        eng: Engine, counting: CountingStore, store: Store) -> None:
+    rt = eng.open_session(new=True)
+    rt.prepare_history([user("list files")])
+    rt.record({"role": "assistant", "content": None, "tool_calls": [CALL]})
+    later = eng.open_session(rt.session_id)  # another runtime (a restart): no known chain
+    history = [user("list files"), resent_call(),
+               {"role": "tool", "tool_call_id": "call_1", "content": "a b"}]
+    later.prepare_history(history)
+    rows = store.get_messages(rt.session_id, include_inactive=True)
+    assert [(r.role, r.active) for r in rows] == [
+        ("user", True), ("assistant", True), ("tool", True)]
+    assert rows[1].message["tool_calls"] == [CALL]
+
+
+@pytest.mark.parametrize("changes", [
+    {"fn": {"arguments": '{"n":2,"command":"ls"}'}},  # another value
+    {"fn": {"arguments": '{"n":1,"command":"ls","x":0}'}},  # another argument
+    {"fn": {"name": "sh"}},  # another tool
+    {"id": "call_2"},  # another call
+], ids=["value", "argument", "tool", "call-id"])
+def test_a_reply_that_says_something_else_is_not_taken_for_the_stored_one(
+        eng: Engine, counting: CountingStore, store: Store, changes: dict[str, Any]) -> None:
+    rt = eng.open_session(new=True)
+    rt.prepare_history([user("list files")])
+    rt.record({"role": "assistant", "content": None, "tool_calls": [CALL]})
+    other = resent_call(**changes)
+    history = [user("list files"), other, {"role": "tool", "tool_call_id": "call_1",
+                                           "content": "a b"}]
+    rt.prepare_history(history)
+    assert counting.syncs == 2  # a divergence: the full path placed it
+    assert [r.message.get("tool_calls") for r in store.get_messages(rt.session_id)][1] == \
+        other["tool_calls"]

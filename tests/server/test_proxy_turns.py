@@ -409,3 +409,41 @@ def test_a_request_of_only_empty_system_messages_goes_upstream_as_sent(
         reply = client.chat.completions.create(model="m", messages=messages)  # type: ignore[arg-type]
         assert reply.choices[0].message.content == "ok"
         assert up.llm.requests[-1]["messages"] == messages
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_client_that_reserializes_the_reply_it_got_continues_the_same_session(
+        start_proxy: ProxyFactory, sqlite_store: Store, stream: bool) -> None:
+    """Clients on the Vercel AI SDK (OpenCode among them) re-send a tool-calling reply with
+    ``content: ""`` and its arguments re-serialized (``{"a":1}`` for the model's ``{"a": 1}``),
+    without the keys they do not know. Before, each such turn diverged from the stored reply:
+    every tool turn forked a branch session holding a copy of the whole conversation."""
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "bash", "arguments": '{"command": "ls -la", "timeout": 5}'}}
+    as_resent = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "bash", "arguments": '{"timeout":5,"command":"ls -la"}'}}]}
+    with serve([ScriptedReply(content=None, tool_calls=[call]), "Two files.",
+                ScriptedReply(content=None, tool_calls=[call]), "Still two."]) as up:
+        proxy = start_proxy(up)
+        history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "list the files"}]
+        for turn in range(4):
+            body = {"model": "m", "messages": history, "stream": stream}
+            response = httpx.post(proxy.base_url + "/chat/completions", json=body, timeout=30)
+            assert response.status_code == 200, response.text
+            if turn in (0, 2):
+                history += [as_resent, {"role": "tool", "tool_call_id": "call_1",
+                                        "content": "a.txt b.txt"}]
+            elif turn == 1:
+                history += [{"role": "assistant", "content": "Two files."},
+                            {"role": "user", "content": "and now?"}]
+        # the upstream got the whole conversation each time, the call's arguments the same
+        sent = up.llm.requests[-1]["messages"]
+        assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "assistant",
+                                            "user", "assistant", "tool"]
+        assert json.loads(sent[2]["tool_calls"][0]["function"]["arguments"]) == {
+            "command": "ls -la", "timeout": 5}
+    rows = sqlite_store.get_messages(only_session(sqlite_store), include_inactive=True)
+    assert [(r.role, r.active) for r in rows] == [
+        ("user", True), ("assistant", True), ("tool", True), ("assistant", True),
+        ("user", True), ("assistant", True), ("tool", True), ("assistant", True)]

@@ -15,6 +15,8 @@ Invariants:
   None-valued keys ignored at the top level (neither reaches the identity, and validation reads
   a None key as a missing one), every other value by type and value (``1``, ``1.0`` and ``True``
   differ, as their JSON does) — so a prefix that matches would hash to the same identities;
+  with one exception: a stored tool-calling reply re-sent in another spelling (``resent``) is
+  that stored reply — the chain keeps the stored form, and the request is built from it;
 - the stored forms are deep copies of the containers (strings are immutable and shared, not
   copied): a caller mutating its message dicts later cannot alter them.
 
@@ -24,7 +26,9 @@ that first carried each message); the proxy's LRU of runtimes bounds how many ar
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,6 +53,56 @@ def same(a: Any, b: Any) -> bool:
     if kind is float:
         return repr(a) == repr(b)
     return bool(a == b)
+
+
+def resent_form(form: dict[str, Any]) -> dict[str, Any]:
+    """A ``comparable`` form as clients re-send a reply they were given, whatever they changed
+    of its representation: a tool-calling reply's empty content (``""`` or none), each call's
+    arguments as JSON values (``{"a":1}`` is ``{"a": 1}``), and of each call only its id, type
+    and function name — the keys clients on the Vercel AI SDK (OpenCode, …) keep. What the model
+    said is all there: only its spelling is set aside."""
+    calls = form.get("tool_calls")
+    if form.get("role") != "assistant" or not isinstance(calls, list) or not calls:
+        return form
+    out = dict(form, tool_calls=[_call_core(c) for c in calls])
+    if out.get("content") == "":
+        del out["content"]
+    return out
+
+
+def _call_core(call: Any) -> Any:
+    if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+        return call
+    function = call["function"]
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        with contextlib.suppress(ValueError):  # not JSON: compared as written
+            arguments = json.loads(arguments)
+    return {"id": call.get("id"), "type": call.get("type") or "function",
+            "function": {"name": function.get("name"), "arguments": arguments}}
+
+
+def resent(raw: dict[str, Any], stored: dict[str, Any]) -> bool:
+    """True when ``raw`` is ``stored`` (a ``comparable`` form) as a client re-sent it
+    (``resent_form``): the same reply, to be matched to the stored row, never stored again."""
+    if raw.get("role") != "assistant" or not stored.get("tool_calls"):
+        return False
+    return same(resent_form(comparable(raw)), resent_form(stored))
+
+
+def adopt_stored(conversation: list[Message], stored: Sequence[Message]) -> list[Message]:
+    """``conversation`` with each reply that re-sends the stored one at its place (``resent``)
+    replaced by the stored form, along the prefix the two share: so its identities are the
+    stored ones, and a re-spelled reply neither diverges from the ledger nor is stored twice."""
+    out = list(conversation)
+    for index, (raw, row) in enumerate(zip(conversation, stored, strict=False)):
+        form = comparable(row)
+        if same(comparable(raw), form):
+            continue
+        if not resent(raw, form):
+            break
+        out[index] = row
+    return out
 
 
 def _frozen(message: Message) -> dict[str, Any]:
@@ -92,6 +146,6 @@ class KnownChain:
                 return None
             if simple and raw == stored:
                 continue  # the common case, at C speed: equal to a dict of strings is exact
-            if not same(comparable(raw), stored):
+            if not same(comparable(raw), stored) and not resent(raw, stored):
                 return None
         return known

@@ -40,7 +40,7 @@ from refold.messages.model import (
 )
 from refold.pricing import token_count
 from refold.runtime.branches import Diverge, place
-from refold.runtime.chain import comparable
+from refold.runtime.chain import adopt_stored, comparable
 from refold.runtime.checkpointer import Checkpointer
 from refold.runtime.inline import InlineTurns, NeedsWorker
 from refold.runtime.mirror import SessionMirror
@@ -363,6 +363,9 @@ class SessionRuntime:
         self.mirror.forget()
         valid = [wire_form(m) for m in self.ops.validate(history)]
         system, conversation = split_system(valid)
+        if any(m.get("tool_calls") for m in conversation):  # a reply re-sent in another spelling
+            conversation = adopt_stored(conversation, [
+                r.message for r in self.store.get_messages(self.session_id)])
         identities = chain_identities(conversation)
         if conversation:
             target, changed = place(self.store, self._root_id, self.session_id, identities,
