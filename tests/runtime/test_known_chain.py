@@ -15,7 +15,7 @@ import pytest
 from refold.errors import MessageValidationError
 from refold.messages.model import chain_identities
 from refold.runtime import Engine
-from refold.runtime.chain import same
+from refold.runtime.chain import resent, same
 from refold.store import Store
 
 
@@ -233,3 +233,27 @@ def test_a_reply_that_says_something_else_is_not_taken_for_the_stored_one(
     assert counting.syncs == 2  # a divergence: the full path placed it
     assert [r.message.get("tool_calls") for r in store.get_messages(rt.session_id)][1] == \
         other["tool_calls"]
+
+
+def test_a_reply_resent_stripped_and_without_its_reasoning_is_the_stored_reply(
+        eng: Engine, counting: CountingStore, store: Store) -> None:
+    """Hermes keeps a reply without its surrounding white space; many clients drop the
+    reasoning. Neither is an edit, on the full path too (a new runtime: no known chain)."""
+    rt = eng.open_session(new=True)
+    rt.prepare_history([user("one")])
+    rt.record({"role": "assistant", "content": "Sure.\n", "reasoning_content": "think"})
+    rt.prepare_history([user("one"), bot("Sure."), user("two")])
+    rt.record({"role": "assistant", "content": None, "tool_calls": [CALL]})
+    later = eng.open_session(rt.session_id)
+    history = [user("one"), bot("Sure."), user("two"), resent_call(),
+               {"role": "tool", "tool_call_id": "call_1", "content": "a b"}]
+    prepared = later.prepare_history(history)
+    rows = store.get_messages(rt.session_id, include_inactive=True)
+    assert [(r.role, r.active) for r in rows] == [
+        ("user", True), ("assistant", True), ("user", True), ("assistant", True),
+        ("tool", True)]
+    assert rows[1].message["content"] == "Sure.\n"
+    assert not any("reasoning_content" in m for m in prepared.messages)  # not sent back
+    assert resent(bot(" Sure.\n"), bot("Sure."))  # its spelling only
+    assert not resent(bot("Sure"), bot("Sure."))  # not what it says
+    assert not resent(user("one "), user("one"))  # a user's text is compared as typed

@@ -15,8 +15,8 @@ Invariants:
   None-valued keys ignored at the top level (neither reaches the identity, and validation reads
   a None key as a missing one), every other value by type and value (``1``, ``1.0`` and ``True``
   differ, as their JSON does) — so a prefix that matches would hash to the same identities;
-  with one exception: a stored tool-calling reply re-sent in another spelling (``resent``) is
-  that stored reply — the chain keeps the stored form, and the request is built from it;
+  with one exception: a stored reply re-sent in another spelling (``resent``) is that stored
+  reply — the chain keeps the stored form, and the request is built from it;
 - the stored forms are deep copies of the containers (strings are immutable and shared, not
   copied): a caller mutating its message dicts later cannot alter them.
 
@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from refold._records import dataclass
-from refold.messages.model import Message
+from refold.messages.model import IDENTITY_KEYS, Message
 
 
 def comparable(message: dict[str, Any]) -> dict[str, Any]:
@@ -56,17 +56,26 @@ def same(a: Any, b: Any) -> bool:
 
 
 def resent_form(form: dict[str, Any]) -> dict[str, Any]:
-    """A ``comparable`` form as clients re-send a reply they were given, whatever they changed
-    of its representation: a tool-calling reply's empty content (``""`` or none), each call's
-    arguments as JSON values (``{"a":1}`` is ``{"a": 1}``), and of each call only its id, type
-    and function name — the keys clients on the Vercel AI SDK (OpenCode, …) keep. What the model
-    said is all there: only its spelling is set aside."""
-    calls = form.get("tool_calls")
-    if form.get("role") != "assistant" or not isinstance(calls, list) or not calls:
+    """A reply's ``comparable`` form as clients re-send a reply they were given, whatever they
+    changed of its spelling: its text without surrounding white space (Hermes strips it), empty
+    text as none (``""`` beside tool calls: the Vercel AI SDK's, OpenCode's), no calls as none,
+    each call's arguments as JSON values (``{"a":1}`` is ``{"a": 1}``) and of each call only
+    its id, type and function name. What the model said is all there: only its spelling is set
+    aside. Any other message is compared as it is."""
+    if form.get("role") != "assistant":
         return form
-    out = dict(form, tool_calls=[_call_core(c) for c in calls])
-    if out.get("content") == "":
-        del out["content"]
+    out = dict(form)
+    content = out.get("content")
+    if isinstance(content, str):
+        if content.strip():
+            out["content"] = content.strip()
+        else:
+            del out["content"]
+    calls = out.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        out["tool_calls"] = [_call_core(c) for c in calls]
+    elif calls == []:
+        del out["tool_calls"]
     return out
 
 
@@ -83,26 +92,32 @@ def _call_core(call: Any) -> Any:
 
 
 def resent(raw: dict[str, Any], stored: dict[str, Any]) -> bool:
-    """True when ``raw`` is ``stored`` (a ``comparable`` form) as a client re-sent it
+    """True when ``raw`` is the reply ``stored`` (a ``comparable`` form) as a client re-sent it
     (``resent_form``): the same reply, to be matched to the stored row, never stored again."""
-    if raw.get("role") != "assistant" or not stored.get("tool_calls"):
+    if raw.get("role") != "assistant" or stored.get("role") != "assistant":
         return False
     return same(resent_form(comparable(raw)), resent_form(stored))
 
 
 def adopt_stored(conversation: list[Message], stored: Sequence[Message]) -> list[Message]:
     """``conversation`` with each reply that re-sends the stored one at its place (``resent``)
-    replaced by the stored form, along the prefix the two share: so its identities are the
-    stored ones, and a re-spelled reply neither diverges from the ledger nor is stored twice."""
+    spelled as stored, along the prefix the two share by identity: so its identities are the
+    stored ones, and a re-spelled reply neither diverges from the ledger nor is stored twice.
+    Only the identity's fields take the stored spelling; the rest (its reasoning, say) stays
+    as the client sent it."""
     out = list(conversation)
     for index, (raw, row) in enumerate(zip(conversation, stored, strict=False)):
-        form = comparable(row)
-        if same(comparable(raw), form):
+        mine, theirs = _identity_core(raw), _identity_core(row)
+        if same(mine, theirs):
             continue
-        if not resent(raw, form):
+        if not resent(mine, theirs):
             break
-        out[index] = row
+        out[index] = {**{k: v for k, v in raw.items() if k not in IDENTITY_KEYS}, **theirs}
     return out
+
+
+def _identity_core(message: Message) -> dict[str, Any]:
+    return {k: message[k] for k in IDENTITY_KEYS if message.get(k) is not None}
 
 
 def _frozen(message: Message) -> dict[str, Any]:

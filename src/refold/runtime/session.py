@@ -363,7 +363,7 @@ class SessionRuntime:
         self.mirror.forget()
         valid = [wire_form(m) for m in self.ops.validate(history)]
         system, conversation = split_system(valid)
-        if any(m.get("tool_calls") for m in conversation):  # a reply re-sent in another spelling
+        if any(m.get("role") == "assistant" for m in conversation):  # a reply re-spelled?
             conversation = adopt_stored(conversation, [
                 r.message for r in self.store.get_messages(self.session_id)])
         identities = chain_identities(conversation)
