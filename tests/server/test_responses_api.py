@@ -148,9 +148,10 @@ def test_errors_in_openai_shape(start_proxy: ProxyFactory) -> None:
         with pytest.raises(openai.BadRequestError) as bad:
             client.responses.create(model=MODEL, input=[{"type": "item_reference", "id": "x"}])
         assert "item_reference" in bad.value.message
-        with pytest.raises(openai.BadRequestError):
-            client.responses.create(model=MODEL, input="hi",
-                                    tools=[{"type": "web_search"}])  # type: ignore[list-item]
+        with pytest.raises(openai.BadRequestError) as bad:  # a tool refold cannot translate
+            client.responses.create(model=MODEL, input="hi", tools=[
+                {"type": "custom", "name": "apply_patch"}])  # type: ignore[list-item]
+        assert "'custom'" in bad.value.message
         # a reasoning item whose summary is not a list: a 400 naming it (it was a 500)
         with pytest.raises(openai.BadRequestError) as bad:
             client.responses.create(model=MODEL, input=[
@@ -160,3 +161,27 @@ def test_errors_in_openai_shape(start_proxy: ProxyFactory) -> None:
         raw = httpx.get(proxy.base_url + "/responses/resp_nope", headers={
             "Authorization": "Bearer sk-a"})
         assert raw.status_code == 404 and raw.json()["error"]["type"] == "not_found_error"
+
+
+def test_codex_tools_a_namespace_and_a_hosted_search_go_upstream_as_functions(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """Codex (0.171) sends its sub-agent tools grouped in a ``namespace`` tool and the hosted
+    ``web_search`` with its own functions: all of it was a 400, so Codex could not work through
+    refold. The namespace's functions join the others; the hosted search, which a
+    chat-completions upstream cannot run, is left out."""
+    tools = [WEATHER,
+             {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents.",
+              "tools": [{"type": "function", "name": "spawn_agent", "strict": False,
+                         "parameters": {"type": "object", "properties": {}}}]},
+             {"type": "web_search", "external_web_access": True}]
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "spawn_agent", "arguments": "{}"}}
+    with serve([ScriptedReply(content=None, tool_calls=[call])]) as up:
+        proxy = start_proxy(up)
+        response = httpx.post(proxy.base_url + "/responses", timeout=30, json={
+            "model": MODEL, "input": "start a helper", "tools": tools, "stream": False})
+        assert response.status_code == 200, response.text
+        sent = [t["function"]["name"] for t in up.llm.requests[0]["tools"]]
+    assert sent == ["get_weather", "spawn_agent"]
+    assert [(i["type"], i.get("name")) for i in response.json()["output"]] == [
+        ("function_call", "spawn_agent")]

@@ -38,14 +38,37 @@ def new_id(prefix: str) -> str:
 
 # -- requests ----------------------------------------------------------------------------------
 
+# tools the Responses API runs itself; a chat-completions upstream has none of them to run
+HOSTED_TOOLS = frozenset({"web_search", "web_search_preview", "file_search", "code_interpreter",
+                          "computer_use_preview", "computer_use", "image_generation", "mcp",
+                          "local_shell", "tool_search"})
+
+
 def chat_tools(tools: Any) -> list[dict[str, Any]] | None:
+    """Function tools, those grouped in a ``namespace`` tool (Codex groups its sub-agent tools
+    so) among them; the hosted tools (``HOSTED_TOOLS``: web search, …) are left out, as
+    ``/v1/messages`` leaves out Anthropic's server tools — the upstream could not run them."""
+    if isinstance(tools, list):
+        tools = [inner for tool in tools for inner in _flat(tool)]
     return chat_functions(tools, _function_of)
 
 
-def _function_of(tool: Any) -> dict[str, Any]:
-    if not isinstance(tool, dict) or tool.get("type") != "function":
-        kind = tool.get("type") if isinstance(tool, dict) else tool
-        raise InvalidInput(f"tools: only function tools are supported by refold, not {kind!r}")
+def _flat(tool: Any) -> list[Any]:
+    if isinstance(tool, dict) and tool.get("type") == "namespace":
+        inner = tool.get("tools")
+        if not isinstance(inner, list):
+            raise InvalidInput("tools: a namespace tool needs a list of 'tools'")
+        return [t for t in inner if not (isinstance(t, dict) and t.get("type") == "namespace")]
+    return [tool]
+
+
+def _function_of(tool: Any) -> dict[str, Any] | None:
+    kind = tool.get("type") if isinstance(tool, dict) else tool
+    if kind in HOSTED_TOOLS:
+        return None
+    if not isinstance(tool, dict) or kind != "function":
+        raise InvalidInput(f"tools: refold takes function tools (and namespaces of them), "
+                           f"not {kind!r}")
     return {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
 
 
