@@ -121,7 +121,11 @@ def test_from_anthropic_tool_result_variants_and_errors() -> None:
     assert out[3] == {"role": "tool", "tool_call_id": "u1", "content": "boom\n[image]"}
     assert out[4] == {"role": "user", "content": "next"}
     with pytest.raises(MessageValidationError, match="message 0, field 'role'"):
-        from_anthropic([{"role": "system", "content": "x"}])
+        from_anthropic([{"role": "developer", "content": "x"}])
+    # a system turn inside the conversation (Claude Code 2.1 sends its environment so)
+    assert from_anthropic([{"role": "user", "content": "hi"}, {"role": "system", "content": [
+        {"type": "text", "text": "env"}]}]) == [{"role": "user", "content": "hi"},
+                                               {"role": "system", "content": "env"}]
     with pytest.raises(MessageValidationError, match=r"message 0.*'server_tool_use'"):
         from_anthropic([{"role": "user", "content": [{"type": "server_tool_use"}]}])
 

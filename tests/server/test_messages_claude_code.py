@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import pytest
 
 from refold.store import Store
@@ -254,3 +255,31 @@ def test_cache_writes_from_an_anthropic_upstream_are_priced_as_writes(
     assert (session.input_tokens, session.cache_read_tokens) == (4_010, 1_000)
     expected = (10 * 10.0 + 100 * 50.0 + 1_000 * 1.0 + 1_000 * 12.5 + 2_000 * 20.0) / 1e6
     assert session.cost_usd == pytest.approx(expected)
+
+
+def test_a_system_turn_inside_the_conversation_as_claude_code_2_1_sends_it(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """Claude Code 2.1.332 puts its environment block in ``messages`` as a ``system`` turn
+    after the first user turn; refold refused every such request with a 400 ("Anthropic role
+    must be user or assistant"), so Claude Code could not work through it at all."""
+    environment = {"role": "system", "content": [
+        {"type": "text", "text": "# Environment\n - Primary working directory: /repo"}]}
+    with serve(["Listing.", "You're welcome."]) as up:
+        proxy = start_proxy(up)
+        history: list[dict[str, Any]] = [user(REMINDER, "list the files"), environment]
+        # the SDK's types have no system turn: the requests go as Claude Code sends them
+        for follow_up in ("thanks", None):
+            response = httpx.post(proxy.root + "/v1/messages", timeout=30, json={
+                "model": MODEL, "max_tokens": 1024, "system": system("aaa1"),
+                "tools": [BASH], "messages": history})
+            assert response.status_code == 200, response.text
+            history += [{"role": "assistant", "content": response.json()["content"]}]
+            if follow_up:
+                history.append(user(follow_up))
+        sent = up.llm.requests[-1]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "system", "assistant", "user"]
+    assert sent[2]["content"] == "# Environment\n - Primary working directory: /repo"
+    sessions = sqlite_store.list_sessions()
+    assert len(sessions) == 1
+    assert [r.role for r in sqlite_store.get_messages(sessions[0].id)] == [
+        "user", "system", "assistant", "user", "assistant"]

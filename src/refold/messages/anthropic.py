@@ -270,10 +270,12 @@ def from_anthropic(messages: Sequence[dict[str, Any]], *,
         if not isinstance(turn, dict):
             raise MessageValidationError("an Anthropic message must be an object", index=index)
         role, content = turn.get("role"), turn.get("content")
-        if role not in ("user", "assistant"):
-            raise MessageValidationError(f"Anthropic role must be user or assistant, not "
-                                         f"{role!r}", index=index, field="role")
-        if isinstance(content, str):
+        if role not in ("user", "assistant", "system"):
+            raise MessageValidationError(f"Anthropic role must be user, assistant or system, "
+                                         f"not {role!r}", index=index, field="role")
+        if role == "system":  # a system turn inside the conversation (Claude Code 2.1 sends one)
+            out.append({"role": "system", "content": _system_text(content)})
+        elif isinstance(content, str):
             out.append({"role": role, "content": content})
         elif not isinstance(content, list) or not all(isinstance(b, dict) for b in content):
             raise MessageValidationError("content must be a string or a list of block objects",
