@@ -22,7 +22,7 @@ from refold._records import dataclass
 from refold.cli.app import AppContext
 from refold.cli.ledger import _create, _new_title, _priced, _session_key
 from refold.errors import AmbiguousReference, InvalidInput, NotFound
-from refold.messages.hermes_state import AgentSession, is_sqlite
+from refold.messages.agent_db import AgentSession, is_sqlite
 from refold.store import Session, Store
 from refold.store.base import Usage
 

@@ -31,17 +31,15 @@ import json
 import sqlite3
 from collections import Counter
 from collections.abc import Sequence
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from refold._records import dataclass, field
-from refold.errors import InvalidInput, MessageValidationError
+from refold.errors import MessageValidationError
+from refold.messages.agent_db import AgentSession, columns, holds, read_only
 from refold.messages.model import Message
 from refold.messages.validate import validate_message
 from refold.pricing import token_count
 
-SQLITE_HEADER = b"SQLite format 3\x00"
 JSON_PREFIX = "\x00json:"
 SUMMARY_MARKERS = ("[CONTEXT COMPACTION", "[CONTEXT SUMMARY]:")
 ROLES = frozenset({"system", "user", "assistant", "tool"})
@@ -52,62 +50,19 @@ _MESSAGE_COLUMNS = ("id", "session_id", "role", "content", "tool_call_id", "tool
                     "reasoning", "reasoning_content", "timestamp", "active", "compacted")
 
 
-@dataclass
-class AgentSession:
-    """One session an agent's database holds, as said: its messages (OpenAI form, validated),
-    when each was said, what was left out by kind, and what its model calls used — the
-    session's own totals (``totals``: input/output/cache-read tokens, cost_usd), or each
-    message's calls (``spend``: (usage, model) pairs, priced as refold prices replies)."""
-
-    native_id: str
-    source: str | None
-    model: str | None
-    title: str | None
-    started_at: float | None
-    parent_id: str | None  # the session it continues, when it is a rotation or branch
-    link_kind: str | None  # "compaction" | "branch" | None
-    messages: list[Message] = field(default_factory=list)
-    times: list[float | None] = field(default_factory=list)
-    skipped: Counter[str] = field(default_factory=Counter)
-    totals: dict[str, Any] = field(default_factory=dict)
-    spend: list[list[tuple[dict[str, Any], str | None]]] | None = None
+SCHEMA = {"sessions": {"id", "source", "started_at"},
+          "messages": {"session_id", "role", "content", "timestamp"}}
 
 
 def is_state_db(path: str | Path) -> bool:
     """True when ``path`` is a SQLite file holding Hermes' ``sessions`` and ``messages``."""
-    try:
-        if not is_sqlite(path):
-            return False
-        with closing(_connect(path)) as conn:
-            return _has_schema(conn)
-    except (OSError, sqlite3.Error, InvalidInput):
-        return False
-
-
-def _has_schema(conn: sqlite3.Connection) -> bool:
-    return _columns(conn, "sessions") >= {"id", "source", "started_at"} and \
-        _columns(conn, "messages") >= {"session_id", "role", "content", "timestamp"}
-
-
-def is_sqlite(path: str | Path) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(16) == SQLITE_HEADER
-    except OSError:
-        return False
+    return holds(path, SCHEMA)
 
 
 def read_state(path: str | Path) -> list[AgentSession]:
     """Every session of a Hermes ``state.db`` (see the module doc), parents before children."""
-    try:
-        with closing(_connect(path)) as conn:
-            if not _has_schema(conn):
-                raise sqlite3.DatabaseError("it has no Hermes sessions and messages tables")
-            sessions = _session_rows(conn)
-            rows = _message_rows(conn)
-    except sqlite3.Error as exc:
-        raise InvalidInput(f"{path}: cannot read it as Hermes-Agent's session database: {exc}",
-                           hint="is it ~/.hermes/state.db? It is only read, never written") from None
+    sessions, rows = read_only(path, SCHEMA, "Hermes-Agent", "~/.hermes/state.db",
+                               lambda conn: (_session_rows(conn), _message_rows(conn)))
     by_session: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         by_session.setdefault(str(row["session_id"]), []).append(row)
@@ -128,23 +83,10 @@ def read_state(path: str | Path) -> list[AgentSession]:
 
 
 # -- the file ------------------------------------------------------------------------------------
-def _connect(path: str | Path) -> sqlite3.Connection:
-    resolved = Path(path).expanduser().resolve()
-    if not resolved.is_file():
-        raise InvalidInput(f"{path}: no such file")
-    conn = sqlite3.connect(f"{resolved.as_uri()}?mode=ro", uri=True, timeout=5.0)
-    conn.row_factory = sqlite3.Row
-    return conn
-
-
-def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
-    return {str(r[1]) for r in conn.execute(f"PRAGMA table_info({table})")}
-
-
 def _select(conn: sqlite3.Connection, table: str, wanted: Sequence[str], tail: str
             ) -> list[dict[str, Any]]:
     """``wanted`` columns of ``table`` (NULL for those this Hermes version lacks)."""
-    have = _columns(conn, table)
+    have = columns(conn, table)
     listed = ", ".join(c if c in have else f"NULL AS {c}" for c in wanted)
     return [dict(r) for r in conn.execute(f"SELECT {listed} FROM {table} {tail}")]
 
@@ -354,4 +296,4 @@ def _text(value: Any) -> str | None:
     return value.strip() or None if isinstance(value, str) else None
 
 
-__all__ = ["AgentSession", "is_sqlite", "is_state_db", "read_state"]
+__all__ = ["is_state_db", "read_state"]

@@ -26,12 +26,11 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import Counter
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from refold.errors import InvalidInput, MessageValidationError
-from refold.messages.hermes_state import AgentSession, is_sqlite
+from refold.errors import MessageValidationError
+from refold.messages.agent_db import AgentSession, holds, read_only
 from refold.messages.model import Message
 from refold.messages.validate import validate_message
 from refold.pricing import token_count
@@ -39,57 +38,36 @@ from refold.pricing import token_count
 Spend = tuple[dict[str, Any], str | None]
 
 
+SCHEMA = {"session": {"id", "parent_id", "title", "time_created"},
+          "message": {"id", "session_id", "data"}, "part": {"message_id", "data"}}
+
+
 def is_opencode_db(path: str | Path) -> bool:
     """True when ``path`` is a SQLite file holding OpenCode's sessions, messages and parts."""
-    try:
-        if not is_sqlite(path):
-            return False
-        with closing(_connect(path)) as conn:
-            return _has_schema(conn)
-    except (OSError, sqlite3.Error, InvalidInput):
-        return False
+    return holds(path, SCHEMA)
 
 
 def read_opencode(path: str | Path) -> list[AgentSession]:
     """Every session of an OpenCode ``opencode.db`` (see the module doc), oldest first."""
-    try:
-        with closing(_connect(path)) as conn:
-            if not _has_schema(conn):
-                raise sqlite3.DatabaseError("it has no OpenCode session, message and part tables")
-            sessions = [dict(r) for r in conn.execute(
-                "SELECT id, parent_id, title, time_created, revert FROM session "
-                "ORDER BY time_created, id")]
-            messages = [dict(r) for r in conn.execute(
-                "SELECT id, session_id, time_created, data FROM message "
-                "ORDER BY time_created, id")]
-            parts: dict[str, list[Any]] = {}
-            for row in conn.execute("SELECT message_id, data FROM part ORDER BY id"):
-                parts.setdefault(str(row[0]), []).append(_json(row[1]))
-    except sqlite3.Error as exc:
-        raise InvalidInput(f"{path}: cannot read it as OpenCode's session database: {exc}",
-                           hint="is it ~/.local/share/opencode/opencode.db? It is only read"
-                           ) from None
+    sessions, messages, parts = read_only(
+        path, SCHEMA, "OpenCode", "~/.local/share/opencode/opencode.db", _rows)
     by_session: dict[str, list[dict[str, Any]]] = {}
     for message in messages:
         by_session.setdefault(str(message["session_id"]), []).append(message)
     return [_session(info, by_session.get(str(info["id"]), []), parts) for info in sessions]
 
 
-def _connect(path: str | Path) -> sqlite3.Connection:
-    resolved = Path(path).expanduser().resolve()
-    if not resolved.is_file():
-        raise InvalidInput(f"{path}: no such file")
-    conn = sqlite3.connect(f"{resolved.as_uri()}?mode=ro", uri=True, timeout=5.0)
-    conn.row_factory = sqlite3.Row
-    return conn
-
-
-def _has_schema(conn: sqlite3.Connection) -> bool:
-    def columns(table: str) -> set[str]:
-        return {str(r[1]) for r in conn.execute(f"PRAGMA table_info({table})")}
-    return columns("session") >= {"id", "parent_id", "title", "time_created"} and \
-        columns("message") >= {"id", "session_id", "data"} and \
-        columns("part") >= {"message_id", "data"}
+def _rows(conn: sqlite3.Connection) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
+                                             dict[str, list[Any]]]:
+    sessions = [dict(r) for r in conn.execute(
+        "SELECT id, parent_id, title, time_created, revert FROM session "
+        "ORDER BY time_created, id")]
+    messages = [dict(r) for r in conn.execute(
+        "SELECT id, session_id, time_created, data FROM message ORDER BY time_created, id")]
+    parts: dict[str, list[Any]] = {}
+    for row in conn.execute("SELECT message_id, data FROM part ORDER BY id"):
+        parts.setdefault(str(row[0]), []).append(_json(row[1]))
+    return sessions, messages, parts
 
 
 def _json(raw: Any) -> Any:
