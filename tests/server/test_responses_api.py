@@ -182,6 +182,9 @@ def test_codex_tools_a_namespace_and_a_hosted_search_go_upstream_as_functions(
             "model": MODEL, "input": "start a helper", "tools": tools, "stream": False})
         assert response.status_code == 200, response.text
         sent = [t["function"]["name"] for t in up.llm.requests[0]["tools"]]
+        odd = httpx.post(proxy.base_url + "/responses", timeout=30, json={
+            "model": MODEL, "input": "hi", "tools": [["web_search"]]})
+        assert odd.status_code == 400, odd.text  # not a 500: the tool's type is no name
     assert sent == ["get_weather", "spawn_agent"]
     assert [(i["type"], i.get("name")) for i in response.json()["output"]] == [
         ("function_call", "spawn_agent")]

@@ -64,7 +64,7 @@ def _flat(tool: Any) -> list[Any]:
 
 def _function_of(tool: Any) -> dict[str, Any] | None:
     kind = tool.get("type") if isinstance(tool, dict) else tool
-    if kind in HOSTED_TOOLS:
+    if isinstance(kind, str) and kind in HOSTED_TOOLS:
         return None
     if not isinstance(tool, dict) or kind != "function":
         raise InvalidInput(f"tools: refold takes function tools (and namespaces of them), "
