@@ -190,3 +190,18 @@ def test_policy_is_configuration() -> None:
     with pytest.raises(AttributeError):
         policy.threshold_percent = 0.1  # type: ignore[misc]
     assert replace(policy, max_strikes=3).max_strikes == 3
+
+
+def test_a_noop_back_off_lifts_once_the_context_grew_by_the_tail_budget() -> None:
+    """A no-op (nothing between the protected head and tail) at 900 tokens: the next turns
+    hold off only while the context has not grown by the tail budget (20% of the threshold,
+    here 150 of 750): an agent's quick tool turns would otherwise outgrow the window inside
+    the 60 s back-off, as OpenCode's did through refold serve."""
+    clock = Clock()
+    guard = _guard(clock)
+    assert guard.preflight(900).compact
+    guard.record(_report(status="noop"))
+    assert not guard.preflight(950).compact  # grown by less than the tail: still nothing new
+    assert not guard.post_response(1049).compact
+    decision = guard.post_response(1050)  # grown by the tail budget: the middle has turns
+    assert decision.compact, decision.reason

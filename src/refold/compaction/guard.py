@@ -10,7 +10,11 @@ Anti-thrash, per session:
   (irreducible floor) blocks at once — auto-compaction stops instead of looping;
 - ``max_strikes`` (2) strikes block auto-compaction; after ``probe_after_seconds`` (300) one
   probe is allowed: effective → unblocked, ineffective → blocked again;
-- a structural no-op (too few messages) backs off for a while without a strike;
+- a structural no-op (too few messages, nothing between the protected head and tail) backs off
+  without a strike, for ``error_cooldown_seconds`` or until the context has grown by the tail
+  budget past the size that no-op saw, whichever comes first: by then the turns the tail
+  protected have moved into the middle, so there is something to summarize (an agent's quick
+  tool turns could otherwise outgrow the window inside the back-off);
 - summarizer failures start cooldowns: timeouts 60 → 300 → 900 s, other retryable errors 60 s
   (the builtin summarizer is used meanwhile); auth/quota/lost network/truncation 600 s ("no
   provider": auto-compaction waits, since falling back would ignore the configured abort).
@@ -24,11 +28,12 @@ from collections.abc import Callable
 
 from refold._records import dataclass
 from refold.compaction.core import CompactionReport
-from refold.compaction.policy import CompactionPolicy, Threshold, threshold_for
+from refold.compaction.policy import CompactionPolicy, Threshold, tail_budget, threshold_for
 
 Clock = Callable[[], float]
 HARD_KINDS = frozenset({"auth", "quota", "network", "truncated"})
 AUTO_OFF = "auto-compaction is off (compaction.auto_compact = false)"
+NOOP_BACKOFF = "backing off after a no-op compaction"
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,8 @@ class CompactionGuard:
         self.cooldown_kind: str | None = None
         self.timeout_streak = 0
         self.noop_until = 0.0
+        self.noop_tokens = 0  # the context size the last no-op was decided at (0: not known)
+        self.decided_tokens = 0  # the context size the last compaction was decided at
         self.pending_reading = False
         self.awaiting_effect = False
         self.probing = False
@@ -125,6 +132,7 @@ class CompactionGuard:
         now = self.clock()
         if report.status == "noop":
             self.noop_until = now + self.policy.error_cooldown_seconds
+            self.noop_tokens = self.decided_tokens
             return
         if report.status == "refused":
             self._strike(report.reason)
@@ -141,6 +149,10 @@ class CompactionGuard:
             self._strike(report.reason)
             return
         self.awaiting_effect = True
+
+    def noop_lifts_at(self) -> int:
+        """The context size at which a no-op's back-off lifts before its time is up."""
+        return self.noop_tokens + tail_budget(self.policy, self.threshold)
 
     def status(self) -> GuardStatus:
         now = self.clock()
@@ -159,13 +171,14 @@ class CompactionGuard:
         if not self.policy.auto_compact:
             return self._no(entry, tokens, AUTO_OFF)
         now = self.clock()
-        if now < self.noop_until:
-            return self._no(entry, tokens, "backing off after a no-op compaction")
+        if now < self.noop_until and (not self.noop_tokens or tokens < self.noop_lifts_at()):
+            return self._no(entry, tokens, NOOP_BACKOFF)
         blocked, reason, probe = self._blocked(now)
         if blocked:
             return self._no(entry, tokens, reason or "blocked", notice=reason)
         if probe:
             self.probing = True
+        self.decided_tokens = tokens
         return Decision(True, entry, f"{tokens} tokens ≥ threshold {self.threshold}", tokens,
                         self.threshold, probe=probe, use_builtin=self._cooling())
 

@@ -17,6 +17,7 @@ import threading
 from typing import Any
 
 from refold.compaction import CompactionGuard, CompactionPolicy
+from refold.compaction.guard import NOOP_BACKOFF
 
 
 class Trigger:
@@ -80,11 +81,11 @@ class Trigger:
         no-op compaction is reported on every such turn (the back-off is short): no pause is
         silent."""
         remaining = self.guard.noop_until - self.guard.clock()
-        if not (decision.compact or decision.notice or remaining <= 0
-                or decision.tokens < self.guard.threshold):
+        if decision.reason == NOOP_BACKOFF:
             self._warnings.append(
-                f"auto-compaction paused for {int(remaining) + 1} s more after a compaction "
-                f"found nothing to summarize; the context is {decision.tokens} tokens "
+                f"auto-compaction paused for {int(remaining) + 1} s more (or until the context "
+                f"reaches {self.guard.noop_lifts_at()} tokens) after a compaction found nothing "
+                f"to summarize; the context is {decision.tokens} tokens "
                 f"(threshold {self.guard.threshold})")
         return decision
 
@@ -133,7 +134,8 @@ class Trigger:
         if report.status == "noop":
             seconds = int(max(0.0, self.guard.noop_until - self.guard.clock())) + 1
             return (f"compaction skipped: {report.reason or 'nothing to summarize'}; "
-                    f"auto-compaction waits {seconds} s before trying again")
+                    f"auto-compaction waits {seconds} s before trying again, or until the "
+                    f"context reaches {self.guard.noop_lifts_at()} tokens")
         if report.status == "aborted":
             why = report.reason or report.error_kind or "the summarizer failed"
             return (f"compaction aborted: {why}; the transcript is kept as it is; "
