@@ -122,3 +122,22 @@ def test_exit_code_is_1_when_the_compaction_aborted() -> None:
     assert exit_code(out.report) == 1
     fine = compact(msgs, context_length=size, target_tokens=size // 2)
     assert fine.report.fits and exit_code(fine.report) == 0
+
+
+def test_the_floor_names_the_tool_definitions_it_holds() -> None:
+    """An agent's tool schemas go with every request (OpenCode's ten took ~5K tokens of a 12K
+    window through refold serve): a floor that left them out did not add up to what it said
+    could not be cut."""
+    tools = [{"type": "function", "function": {
+        "name": f"tool_{i}", "description": "Run a long described operation. " * 60,
+        "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}}
+        for i in range(6)]
+    msgs = agent_session(rounds=6)
+    schemas = COUNTER.count_tools(tools)
+    size = COUNTER.count_messages(msgs) + schemas
+    out = compact(msgs, context_length=size, target_tokens=schemas + 200, model="gpt-4o",
+                  tools=tools)
+    assert not out.report.fits
+    assert f"tool definitions {schemas}" in out.report.reason, out.report.reason
+    assert any(f"the tool definitions sent with every request {schemas}" in w
+               for w in out.report.warnings), out.report.warnings

@@ -470,14 +470,14 @@ def _finish(plan: _Plan, original: Sequence[Message], summarizer: Summarizer,
     common.update(summarizer=draft.summarizer, error_kind=error_kind, usage=dict(draft.usage))
     if after >= before:
         if before > target:
-            warnings.append(fit_warning(plan, counter, before, target))
+            warnings.append(fit_warning(plan, counter, before, target, tools))
         return _unchanged(list(original), "refused",
                           f"compaction would not shrink the context ({before} -> {after} tokens)",
                           language=language, warnings=tuple(warnings), **common)
     fits = after <= target
-    reason = "compacted" if fits else _irreducible(plan, counter, after, target)
+    reason = "compacted" if fits else _irreducible(plan, counter, after, target, tools)
     if not fits:
-        warnings.append(fit_warning(plan, counter, after, target))
+        warnings.append(fit_warning(plan, counter, after, target, tools))
     common.update(tokens_after=after, fits=fits)
     report = CompactionReport(
         status=status, reason=reason, messages_before=len(original), messages_after=len(result),
@@ -495,16 +495,16 @@ def _pruned_only(plan: _Plan, original: Sequence[Message], counter: TokenCounter
     after = _tokens(result, counter, tools)
     if after >= before:
         if before > target:
-            warnings.append(fit_warning(plan, counter, before, target))
+            warnings.append(fit_warning(plan, counter, before, target, tools))
         return _unchanged(list(original), "noop",
                           "nothing to summarize between the protected head and tail",
                           warnings=tuple(warnings), **common)
     fits = after <= target
     if not fits:
-        warnings.append(fit_warning(plan, counter, after, target))
+        warnings.append(fit_warning(plan, counter, after, target, tools))
     common.update(tokens_after=after, fits=fits)
     reason = ("old tool outputs pruned; nothing left to summarize" if fits
-              else _irreducible(plan, counter, after, target))
+              else _irreducible(plan, counter, after, target, tools))
     report = CompactionReport(
         status="pruned", reason=reason,
         messages_before=len(original), messages_after=len(result), head_end=plan.head_end,
@@ -513,20 +513,27 @@ def _pruned_only(plan: _Plan, original: Sequence[Message], counter: TokenCounter
     return CompactionResult(result, report)
 
 
-def _irreducible(plan: _Plan, counter: TokenCounter, after: int, target: int) -> str:
+def _irreducible(plan: _Plan, counter: TokenCounter, after: int, target: int,
+                 tools: Sequence[dict[str, Any]] | None) -> str:
     head = sum(counter.count_message(m) for m in plan.pruned[:plan.head_end])
     tail = sum(counter.count_message(m) for m in plan.pruned[plan.tail_start:])
+    schemas = counter.count_tools(tools)
     return (f"irreducible floor: {after} tokens > target {target} (system+head {head}, "
-            f"verbatim tail {tail}); auto-compaction should stop, not loop")
+            f"verbatim tail {tail}" + (f", tool definitions {schemas}" if schemas else "")
+            + "); auto-compaction should stop, not loop")
 
 
-def fit_warning(plan: _Plan, counter: TokenCounter, after: int, target: int) -> str:
+def fit_warning(plan: _Plan, counter: TokenCounter, after: int, target: int,
+                tools: Sequence[dict[str, Any]] | None = None) -> str:
     """Why the result does not fit, in plain words (``warnings``; the CLI exits 1 on it)."""
     system = sum(counter.count_message(m)
                  for m in plan.pruned[:system_prefix_end(plan.pruned)])
     head = sum(counter.count_message(m) for m in plan.pruned[:plan.head_end]) - system
     tail = sum(counter.count_message(m) for m in plan.pruned[plan.tail_start:])
+    schemas = counter.count_tools(tools)
+    listed = f", the tool definitions sent with every request {schemas}" if schemas else ""
     return (f"does not fit: {after} tokens for a target of {target}. What must stay takes "
-            f"{system + head + tail}: the system prompt {system}, the protected first messages "
-            f"{head}, the recent messages kept verbatim {tail} (the last user and assistant "
-            "messages are never cut). Use a model with a larger window or start a new session.")
+            f"{system + head + tail + schemas}: the system prompt {system}, the protected first "
+            f"messages {head}, the recent messages kept verbatim {tail} (the last user and "
+            f"assistant messages are never cut){listed}. Use a model with a larger window or "
+            "start a new session.")
