@@ -119,3 +119,12 @@ def test_its_folder_imports_and_search_finds_what_was_said(
     assert "1 of 1 file(s) imported: 32 message(s) stored, 0 already stored" in result.stdout
     hits = ok_json(run("search", "which port did the subagent say was free?", "--json"))
     assert any("5434 is free" in h["content"] for h in hits[:3])
+
+
+def test_a_folder_with_format_opencode_imports_only_its_databases(
+        run: Run, opencode_db: Path) -> None:
+    shutil.copy(Path(__file__).resolve().parents[2] / "src" / "refold" / "data"
+                / "sample_session.jsonl", opencode_db.parent / "notes.jsonl")
+    reports = ok_json(run("import", str(opencode_db.parent), "--format", "opencode", "--json"))
+    assert {r["file"] for r in reports} == {str(opencode_db)}
+    assert [r["appended"] for r in reports] == [30, 2]

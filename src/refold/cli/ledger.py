@@ -312,6 +312,9 @@ def _import_directory(app: AppContext, directory: Path, source: str | None, fmt:
         click.echo(f"{path}: skipped, {sniff_prompt_history(path)}'s prompt history (no "
                    "replies), not a transcript", err=True)
     files = [p for p in found if p not in histories]
+    if fmt in ("hermes", "opencode"):  # --format names one agent's databases: only those
+        files = []
+        databases = {p: kind for p, kind in databases.items() if kind == fmt}
     if not files and not databases:
         raise InvalidInput(f"{directory}: no non-empty .jsonl transcripts (or Gemini CLI "
                            "session .json files, or Hermes-Agent's or OpenCode's database) "
