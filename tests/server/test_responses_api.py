@@ -3,6 +3,7 @@ scripted chat-completions upstream, over real sockets; refold is the state store
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -186,5 +187,27 @@ def test_codex_tools_a_namespace_and_a_hosted_search_go_upstream_as_functions(
             "model": MODEL, "input": "hi", "tools": [["web_search"]]})
         assert odd.status_code == 400, odd.text  # not a 500: the tool's type is no name
     assert sent == ["get_weather", "spawn_agent"]
-    assert [(i["type"], i.get("name")) for i in response.json()["output"]] == [
-        ("function_call", "spawn_agent")]
+    # the call goes back with its namespace: Codex finds the tool by it ("unsupported call:
+    # session_search" for refold's own MCP tools without it)
+    assert [(i["type"], i.get("name"), i.get("namespace")) for i in response.json()["output"]
+            ] == [("function_call", "spawn_agent", "multi_agent_v1")]
+
+
+def test_a_streamed_call_of_a_namespaced_tool_carries_its_namespace(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    tools = [WEATHER, {"type": "namespace", "name": "mcp__refold", "description": "refold",
+                       "tools": [{"type": "function", "name": "session_search",
+                                  "parameters": {"type": "object", "properties": {}}}]}]
+    calls = [{"id": "call_1", "type": "function",
+              "function": {"name": "session_search", "arguments": '{"query": "port"}'}},
+             {"id": "call_2", "type": "function",
+              "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]
+    with serve([ScriptedReply(content=None, tool_calls=calls)]) as up:
+        proxy = start_proxy(up)
+        with httpx.stream("POST", proxy.base_url + "/responses", timeout=30, json={
+                "model": MODEL, "input": "find it", "tools": tools, "stream": True}) as stream:
+            events = [json.loads(line[6:]) for line in stream.iter_lines()
+                      if line.startswith("data: ")]
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert [(i["name"], i.get("namespace")) for i in done] == [
+        ("session_search", "mcp__refold"), ("get_weather", None)]

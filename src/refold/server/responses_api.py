@@ -37,6 +37,7 @@ from refold.server.responses_wire import (
     ResponseEvents,
     Shell,
     chat_body,
+    namespaces,
     output_items,
     reply_of,
     usage_of,
@@ -170,7 +171,8 @@ async def create_response(host: Host, tenant: Tenant, request: Request, raw: Any
     chat = chat_body(body, messages, host.settings.model)
     response = await chat_turn(host.running_proxy(), tenant, request.headers, chat, size)
     session_id = session_of(response) or ""
-    shell = Shell(response_id(session_id), str(chat["model"]), body)
+    shell = Shell(response_id(session_id), str(chat["model"]), body,
+                  spaces=namespaces(body.get("tools")))
     keep = body.get("store", True) is not False
 
     async def save(obj: dict[str, Any]) -> None:
@@ -181,7 +183,8 @@ async def create_response(host: Host, tenant: Tenant, request: Request, raw: Any
         return RewrittenStream(response, _Streamed(ResponseEvents(shell), save))
     data = reply_json(response)
     message, finish = reply_of(data)
-    obj = shell.response("completed", output_items(message), usage_of(data.get("usage")), finish)
+    obj = shell.response("completed", output_items(message, shell.spaces),
+                         usage_of(data.get("usage")), finish)
     await save(obj)
     return rewritten_json(response, obj)
 

@@ -53,6 +53,22 @@ def chat_tools(tools: Any) -> list[dict[str, Any]] | None:
     return chat_functions(tools, _function_of)
 
 
+def namespaces(tools: Any) -> dict[str, str]:
+    """The namespace each function a request grouped in a ``namespace`` tool belongs to, by
+    the function's name: a call to it goes back with its ``namespace``, which is how the
+    client finds the tool (Codex answers "unsupported call" without it; its MCP servers' tools
+    come so, ``mcp__<server>``)."""
+    out: dict[str, str] = {}
+    for tool in tools if isinstance(tools, list) else []:
+        if not (isinstance(tool, dict) and tool.get("type") == "namespace"
+                and isinstance(tool.get("name"), str) and isinstance(tool.get("tools"), list)):
+            continue
+        for inner in tool["tools"]:
+            if isinstance(inner, dict) and isinstance(inner.get("name"), str):
+                out.setdefault(inner["name"], tool["name"])
+    return out
+
+
 def _flat(tool: Any) -> list[Any]:
     if isinstance(tool, dict) and tool.get("type") == "namespace":
         inner = tool.get("tools")
@@ -137,10 +153,18 @@ def text_item(item_id: str, text: str, status: str = "completed") -> dict[str, A
             "content": [{"type": "output_text", "text": text, "annotations": []}]}
 
 
-def call_item(item_id: str, call: dict[str, Any], status: str = "completed") -> dict[str, Any]:
+def call_item(item_id: str, call: dict[str, Any], status: str = "completed",
+              spaces: dict[str, str] | None = None) -> dict[str, Any]:
+    """A ``function_call`` item; with its ``namespace`` when the request grouped the function
+    in one (``spaces``, from ``namespaces``)."""
     fn = call.get("function") or {}
-    return {"type": "function_call", "id": item_id, "call_id": call.get("id"),
+    item = {"type": "function_call", "id": item_id, "call_id": call.get("id"),
             "name": fn.get("name"), "arguments": fn.get("arguments") or "", "status": status}
+    name = fn.get("name")
+    space = (spaces or {}).get(name) if isinstance(name, str) else None
+    if space is not None:
+        item["namespace"] = space
+    return item
 
 
 def reasoning_item(item_id: str, text: str) -> dict[str, Any]:
@@ -148,7 +172,8 @@ def reasoning_item(item_id: str, text: str) -> dict[str, Any]:
             "summary": [{"type": "summary_text", "text": text}] if text else []}
 
 
-def output_items(message: Message) -> list[dict[str, Any]]:
+def output_items(message: Message, spaces: dict[str, str] | None = None
+                 ) -> list[dict[str, Any]]:
     """The output items of an assistant reply, in Responses order."""
     items = []
     reasoning = message.get("reasoning_content") or message.get("reasoning")
@@ -160,7 +185,7 @@ def output_items(message: Message) -> list[dict[str, Any]]:
     if text:
         items.append(text_item(new_id("msg"), str(text)))
     for call in message.get("tool_calls") or []:
-        items.append(call_item(new_id("fc"), call))
+        items.append(call_item(new_id("fc"), call, spaces=spaces))
     return items
 
 
@@ -172,6 +197,7 @@ class Shell:
     model: str
     body: dict[str, Any]
     created_at: int = field(default_factory=lambda: int(time.time()))
+    spaces: dict[str, str] = field(default_factory=dict)  # function -> its namespace
 
     def response(self, status: str, output: list[dict[str, Any]],
                  usage: dict[str, Any] | None, finish: str | None = None) -> dict[str, Any]:
@@ -289,7 +315,7 @@ class ResponseEvents:
         fn = call.get("function") or {}
         if index not in self.calls:
             item = call_item(new_id("fc"), {"id": call.get("id"), "function": {
-                "name": fn.get("name"), "arguments": ""}})
+                "name": fn.get("name"), "arguments": ""}}, spaces=self.shell.spaces)
             self.calls[index] = item
             yield from self._add(item)
         item = self.calls[index]
