@@ -143,9 +143,10 @@ def _report(kind: str, found: AgentSession, session: Session, result: Any) -> di
 
 def _plugin_session(store: Store, hermes_id: str) -> Session | None:
     """The session refold's Hermes plugin (``refold.integrations.hermes``) stored this Hermes
-    session in, titled ``hermes:<id>``, if any."""
+    session in, titled ``hermes:<id>``, if any: the local user's, as the import's own are (a
+    tenant of ``refold serve`` with that title is someone else's)."""
     try:
-        return store.resolve_session(f"hermes:{hermes_id}", prefix=False)
+        return store.resolve_session(f"hermes:{hermes_id}", owner="", prefix=False)
     except (NotFound, AmbiguousReference):
         return None
 
