@@ -362,3 +362,16 @@ def test_a_real_hermes_compaction_imports_the_conversation_once(
                if role == "assistant"]
     assert len(replies) == 13 and not any("CONTEXT COMPACTION" in r for r in replies)
     assert [r["appended"] for r in reports] == ([26] if mode == "in-place" else [24, 2])
+
+
+def test_a_serve_tenants_session_with_the_plugins_title_is_not_the_plugins(
+        run: Run, tmp_path: Path) -> None:
+    state = tmp_path / "state.db"
+    hermes_db(state)
+    store = SQLiteStore(str(tmp_path / "home" / "refold.db"))
+    try:
+        store.create_session(title="hermes:s1", source="serve", owner="tenant-b")
+    finally:
+        store.close()
+    reports = ok_json(run("import", str(state), "--json"))
+    assert [(r["appended"], r.get("kept_by_plugin")) for r in reports] == [(10, None), (2, None)]
