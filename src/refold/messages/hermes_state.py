@@ -178,14 +178,16 @@ def _read_rows(rows: list[dict[str, Any]], lineage: list[dict[str, Any]],
 def _compaction_copies(whole: list[dict[str, Any]], summary: int, drop: set[int]) -> set[int]:
     """Positions of the head copied just before ``whole[summary]`` and the tail copied just
     after it: exact repeats, in order, of the conversation's first messages and of the
-    messages that preceded that head."""
+    messages that preceded that head. Each run is found by aligning its first message with
+    the places it occurs (longest first), so a long session costs no more than its repeats."""
     said = [at for at in range(summary) if at not in drop]
     keys = [_key(whole[at]) for at in said]
     head = 0  # the longest run ending just before the summary that repeats the first messages
-    for size in range(len(said) // 2, 0, -1):
-        if keys[-size:] == keys[:size]:
-            head = size
-            break
+    if keys:
+        for start in range((len(keys) + 1) // 2, len(keys)):
+            if keys[start] == keys[0] and keys[start:] == keys[:len(keys) - start]:
+                head = len(keys) - start
+                break
     before = keys[:len(keys) - head]  # what was said before that head
     after = []
     for at in range(summary + 1, len(whole)):
@@ -193,10 +195,14 @@ def _compaction_copies(whole: list[dict[str, Any]], summary: int, drop: set[int]
             break
         after.append(at)
     tail = 0  # the longest run just after the summary that repeats the end of ``before``
-    for size in range(min(len(after), len(before)), 0, -1):
-        if [_key(whole[at]) for at in after[:size]] == before[-size:]:
-            tail = size
-            break
+    if after and before:
+        first = _key(whole[after[0]])
+        for start in range(max(0, len(before) - len(after)), len(before)):
+            size = len(before) - start
+            if before[start] == first and \
+                    [_key(whole[at]) for at in after[:size]] == before[start:]:
+                tail = size
+                break
     return set(said[len(said) - head:]) | set(after[:tail])
 
 
