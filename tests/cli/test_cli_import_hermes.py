@@ -245,16 +245,19 @@ def test_an_older_hermes_schema_without_the_newer_columns_imports(
         INSERT INTO messages (session_id, role, content, timestamp)
             VALUES ('old', 'user', 'remind me to renew the passport', 1700000001),
                    ('old', 'assistant', 'Noted: renew the passport.', 1700000002),
-                   ('old', 'session_meta', '{}', 1700000003);
+                   ('old', 'session_meta', '{}', 1700000003),
+                   ('gone', 'user', 'a session whose row was deleted', 1700000004);
     """)
     conn.commit()
     conn.close()
     result = run("import", str(state), "--json")
     reports = ok_json(result)
-    assert reports[0]["appended"] == 2 and "1 session_meta row" in result.stderr
-    sessions = ok_json(run("sessions", "list", "--json"))
-    assert sessions[0]["title"] == "remind me to renew the passport"
-    assert sessions[0]["started_at"] == pytest.approx(1700000000)
+    assert [r["appended"] for r in reports] == [2, 1] and "1 session_meta row" in result.stderr
+    sessions = {s["title"]: s for s in ok_json(run("sessions", "list", "--json"))}
+    assert sessions["remind me to renew the passport"]["started_at"] == pytest.approx(1700000000)
+    # a message whose session row is gone is imported all the same, as its own session
+    assert sessions["a session whose row was deleted"]["started_at"] == pytest.approx(
+        1700000004)
 
 
 def test_a_session_refolds_hermes_plugin_keeps_is_not_copied(run: Run, tmp_path: Path) -> None:

@@ -66,6 +66,8 @@ def read_state(path: str | Path) -> list[AgentSession]:
     by_session: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         by_session.setdefault(str(row["session_id"]), []).append(row)
+    for sid in by_session:  # messages whose session row is gone were said all the same
+        sessions.setdefault(sid, {"id": sid})
     out: list[AgentSession] = []
     said: dict[str, list[dict[str, Any]]] = {}  # each session's lineage, as read (for copies)
     for info in _parents_first(sessions):
@@ -241,6 +243,9 @@ def _message_of(row: dict[str, Any], skipped: Counter[str]) -> Message | None:
     except MessageValidationError:
         pass
     message["content"] = _flat(message["content"])  # parts refold cannot take: their text
+    if not message["content"] and role == "user":
+        skipped["unreadable row"] += 1
+        return None
     try:
         return validate_message(message)
     except MessageValidationError:
