@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from refold._records import dataclass, field
 from refold.errors import InvalidInput
+from refold.messages.agent_logs import Spend
 from refold.messages.model import Message
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -42,7 +43,7 @@ class AgentSession:
     times: list[float | None] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
     totals: dict[str, Any] = field(default_factory=dict)
-    spend: list[list[tuple[dict[str, Any], str | None]]] | None = None
+    spend: list[list[Spend]] | None = None
 
 
 def is_sqlite(path: str | Path) -> bool:

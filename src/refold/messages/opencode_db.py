@@ -31,12 +31,10 @@ from typing import Any
 
 from refold.errors import MessageValidationError
 from refold.messages.agent_db import AgentSession, holds, read_only
+from refold.messages.agent_logs import Spend
 from refold.messages.model import Message
 from refold.messages.validate import validate_message
 from refold.pricing import token_count
-
-Spend = tuple[dict[str, Any], str | None]
-
 
 SCHEMA = {"session": {"id", "parent_id", "title", "time_created"},
           "message": {"id", "session_id", "data"}, "part": {"message_id", "data"}}
