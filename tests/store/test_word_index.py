@@ -134,6 +134,8 @@ def test_the_phrase_test_reads_only_rows_that_can_place(store: SQLiteStore,
             f"group {filler}" if kind == 3 else filler)})
     store.append_messages(session.id, rows)
     store.seal_word_index()
+    # the text test (the pair's postings would be few enough here to ask FTS5 instead)
+    monkeypatch.setattr(natural, "phrase_by_index", lambda postings, candidates, limit: False)
     read: list[int] = []
     phrases = natural._phrases
     monkeypatch.setattr(natural, "_phrases",
@@ -148,6 +150,39 @@ def test_the_phrase_test_reads_only_rows_that_can_place(store: SQLiteStore,
                 "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'support AND group'")}
         assert read and set(read) <= both  # a row without both words cannot hold the phrase
         assert len(read) < len(both)  # ... and most of those cannot place
+
+
+def test_the_phrase_test_through_the_index_reads_no_text_and_ranks_the_same(
+        store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the pair words' postings are few, one FTS5 phrase query tests every candidate:
+    no candidate's text is read, and the best come out as the text test and FTS5 give them."""
+    from refold.store.sqlite import natural
+
+    rng = random.Random(5)
+    fill(store, rng, 4, 2500)
+    store.seal_word_index()
+    read: list[int] = []
+    phrases = natural._phrases
+    monkeypatch.setattr(natural, "_phrases",
+                        lambda conn, plan, ids: read.extend(ids) or phrases(conn, plan, ids))
+    results = {}
+    for path in (True, False):
+        monkeypatch.setattr(natural, "phrase_by_index",
+                            lambda postings, candidates, limit, path=path: path)
+        read.clear()
+        results[path] = [compare(store, q, limit=limit) for q in QUESTIONS
+                         for limit in (1, 20, 200)]
+        assert bool(read) is (not path)  # the index path reads no row's text
+    assert results[True] == results[False] and sum(results[True]) > 100
+
+
+def test_the_phrase_test_asks_the_index_when_its_words_are_rare() -> None:
+    from refold.store.sqlite.natural import phrase_by_index
+
+    assert phrase_by_index(3_000, candidates=5_000, limit=20)  # ~11 pages against ~60
+    assert not phrase_by_index(300_000, candidates=5_000, limit=20)  # ~300 pages
+    assert not phrase_by_index(30_000, candidates=3, limit=20)  # three rows: read them
+    assert not phrase_by_index(None, candidates=5_000, limit=20)  # unknown postings
 
 
 def test_ids_reused_under_the_sealed_chunks(store: SQLiteStore) -> None:

@@ -473,23 +473,58 @@ def _phrases(conn: sqlite3.Connection, plan: NaturalPlan, ids: list[int]) -> set
 
 
 PHRASE_BATCH = 40  # rows read per step of the phrase test, best upper bound first
+# The phrase test asks the FTS5 index (one phrase query over every candidate) instead of
+# reading candidates' text when its words' postings are few enough: it reads about
+# 8 + postings / 1000 pages (cold) where the text test reads ~1.5 pages a row, at least a
+# batch of rows; measured at a million messages, bench/bench_store.py
+PHRASE_INDEX_PAGES = 8.0
+PHRASE_INDEX_POSTINGS_PER_PAGE = 1000.0
+PHRASE_TEXT_PAGES_PER_ROW = 1.5
+
+
+def phrase_by_index(phrase_postings: int | None, candidates: int, limit: int) -> bool:
+    """Is one FTS5 phrase query over all the candidates cheaper than reading the text of the
+    first batch of them? ``phrase_postings``: the pair words' document counts added up (None:
+    unknown, a pair word that is not a term of its own)."""
+    if phrase_postings is None:
+        return False
+    rows = min(candidates, max(PHRASE_BATCH, limit))
+    index_pages = PHRASE_INDEX_PAGES + phrase_postings / PHRASE_INDEX_POSTINGS_PER_PAGE
+    return index_pages < rows * PHRASE_TEXT_PAGES_PER_ROW
+
+
+def _top_exact(ids: Any, final: Any, limit: int) -> dict[int, float]:
+    """The ``limit`` best of exact scores ``final`` and every score tied with the last."""
+    import numpy as np
+
+    if len(final) > limit:
+        keep = final >= np.partition(final, -limit)[-limit]
+        ids, final = ids[keep], final[keep]
+    return dict(zip([int(i) for i in ids], final.tolist(), strict=True))
 
 
 def _best_boosted(conn: sqlite3.Connection, plan: NaturalPlan, ids: Any, scores: Any,
-                  every: Any, upper: Any, limit: int) -> dict[int, float]:
+                  every: Any, upper: Any, limit: int,
+                  phrase_postings: int | None = None) -> dict[int, float]:
     """The boosted scores of ``ids`` (their word scores, whether each holds every term, and
     each one's score if it held a phrase too), exact for every id that can be among the best
     ``limit``. The phrase test reads each row's text, so the rows go best upper bound first and
     stop once the ``limit``-th exact score is above every bound left: on a cold cache the rows
-    that cannot place are never read."""
+    that cannot place are never read. When the pair words' postings are few
+    (``phrase_by_index``), one FTS5 phrase query answers for every candidate instead."""
     import numpy as np
 
     if not plan.pairs:  # no phrase to test: every exact score at once (rank.boosted)
-        final = scores * np.where(every, 1.0 + BOOST_ALL, 1.0)
-        if len(final) > limit:  # the limit-th best and every score tied with it
-            keep = final >= np.partition(final, -limit)[-limit]
-            ids, final = ids[keep], final[keep]
-        return dict(zip([int(i) for i in ids], final.tolist(), strict=True))
+        return _top_exact(ids, scores * np.where(every, 1.0 + BOOST_ALL, 1.0), limit)
+    if phrase_by_index(phrase_postings, len(ids), limit):
+        listed = [int(i) for i in ids]
+        match = " OR ".join(f'"{a} {b}"' for a, b in plan.pairs)
+        held = _matching(conn, match, set(listed))
+        in_phrase = np.fromiter((i in held for i in listed), dtype=bool, count=len(listed))
+        # rank.boosted elementwise, in its order of operations
+        final = scores * (1.0 + np.where(every, BOOST_ALL, 0.0)
+                          + np.where(in_phrase, BOOST_PHRASE, 0.0))
+        return _top_exact(ids, final, limit)
     order = np.argsort(-upper, kind="stable")
     out: dict[int, float] = {}
     best: list[float] = []  # the limit best exact scores so far (a min-heap)
@@ -603,6 +638,11 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
             np.where(every, 1.0 + BOOST_ALL + BOOST_PHRASE, 1.0 + BOOST_PHRASE),
             np.where(every, 1.0 + BOOST_ALL, 1.0))
 
+    pair_terms = {n for pair in pairs for n in pair}
+    phrase_postings: int | None = None  # the pair words' postings (phrase_by_index)
+    if pair_terms and None not in pair_terms:
+        phrase_postings = sum(len(words.held[n]) for n in pair_terms if n is not None)
+
     def kth(values: Any, k: int) -> float:
         return -math.inf if len(values) < k else float(np.partition(values, -k)[-k])
 
@@ -617,7 +657,7 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
         bar = kth(lower(candidates), max(1, limit))
         chosen = candidates[upper(candidates) >= bar]
         return _best_boosted(conn, plan, chosen, total[chosen], holds(chosen), upper(chosen),
-                             limit)
+                             limit, phrase_postings)
     want = max(1, limit)
     while True:
         seed = words.seed if matched is None else None
@@ -634,7 +674,8 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
         ids = [int(i) for i in chosen]
         allowed = allowed_ids(conn, ids, query)
         kept = chosen[np.fromiter((i in allowed for i in ids), dtype=bool, count=len(ids))]
-        out = _best_boosted(conn, plan, kept, total[kept], holds(kept), upper(kept), limit)
+        out = _best_boosted(conn, plan, kept, total[kept], holds(kept), upper(kept), limit,
+                            phrase_postings)
         if len(out) >= limit and sorted(out.values())[-limit] >= bar:
             return out
         everything = int(np.count_nonzero(matched if matched is not None else words.count))
