@@ -24,6 +24,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from refold.errors import Conflict, InvalidInput, MessageValidationError, NotFound
 from refold.messages.model import Message, message_identity, wire_form
@@ -279,15 +280,45 @@ class LedgerOps(SessionOps):
 
     def _around(self, conn: sqlite3.Connection, session_id: str, seq: int, before: int,
                 after: int, include_inactive: bool) -> list[StoredMessage]:
-        active = "" if include_inactive else " AND active = 1"
-        base = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?{active}"
-        earlier = conn.execute(base + " AND seq < ? ORDER BY seq DESC LIMIT ?",
-                               (session_id, seq, max(0, before))).fetchall()
-        rest = conn.execute(base + " AND seq >= ? ORDER BY seq LIMIT ?",
-                            (session_id, seq, max(0, after) + 1)).fetchall()
-        if rest and rest[0][1] != seq:  # the row itself is hidden: keep ``after`` rows only
-            rest = rest[:max(0, after)]
-        return [to_message(r) for r in reversed(earlier)] + [to_message(r) for r in rest]
+        return (_earlier(conn, session_id, seq, before, include_inactive)
+                + _from(conn, session_id, seq, after, include_inactive))
+
+    def _around_id(self, conn: sqlite3.Connection, message_id: int | None, session_id: str,
+                   seq: int, before: int, after: int,
+                   include_inactive: bool) -> list[StoredMessage]:
+        """``_around`` for a message whose row id is known, read from the rows stored next to
+        it (a session's messages are usually stored together, so they share its page): on a
+        cold cache a search's windows then cost no index lookups. A side the neighbourhood
+        cannot settle (a seq missing from it before enough rows are found: the session's
+        start or end, or rows stored elsewhere) is asked of the index as ``_around`` does."""
+        if message_id is None:
+            return self._around(conn, session_id, seq, before, after, include_inactive)
+        span = max(before, after) + 1  # one more each side: room for a row of another session
+        by_seq = {int(r[1]): r for r in conn.execute(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id BETWEEN ? AND ? "
+            "AND +session_id = ?", (message_id - span, message_id + span, session_id))}  # rowid range
+
+        def walk(start: int, step: int, want: int) -> list[tuple[Any, ...]] | None:
+            found: list[tuple[Any, ...]] = []
+            at = start
+            while len(found) < want:
+                row = by_seq.get(at)
+                if row is None:
+                    return None  # not settled here
+                if include_inactive or row[6]:
+                    found.append(row)
+                at += step
+            return found
+
+        earlier = walk(seq - 1, -1, max(0, before))
+        own = by_seq.get(seq)
+        later = walk(seq + 1, 1, max(0, after))
+        out = (_earlier(conn, session_id, seq, before, include_inactive) if earlier is None
+               else [to_message(r) for r in reversed(earlier)])
+        if own is None or later is None:
+            return out + _from(conn, session_id, seq, after, include_inactive)
+        shown = [own] if include_inactive or own[6] else []
+        return out + [to_message(r) for r in shown + later]
 
     def set_token_counts(self, session_id: str, counts: dict[int, int]) -> None:
         with self.db.write() as conn:
@@ -371,3 +402,26 @@ class LedgerOps(SessionOps):
         if row is None:
             raise InvalidInput(f"session {session_id} has no active message {at_seq} to fork at")
         return int(at_seq)
+
+
+def _earlier(conn: sqlite3.Connection, session_id: str, seq: int, count: int,
+             include_inactive: bool) -> list[StoredMessage]:
+    """The ``count`` messages before ``seq`` in ``session_id`` (active ones only unless
+    ``include_inactive``), in seq order."""
+    active = "" if include_inactive else " AND active = 1"
+    rows = conn.execute(f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?{active} "
+                        "AND seq < ? ORDER BY seq DESC LIMIT ?",
+                        (session_id, seq, max(0, count))).fetchall()
+    return [to_message(r) for r in reversed(rows)]
+
+
+def _from(conn: sqlite3.Connection, session_id: str, seq: int, count: int,
+          include_inactive: bool) -> list[StoredMessage]:
+    """The message at ``seq`` (when shown) and the ``count`` after it, in seq order."""
+    active = "" if include_inactive else " AND active = 1"
+    rows = conn.execute(f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?{active} "
+                        "AND seq >= ? ORDER BY seq LIMIT ?",
+                        (session_id, seq, max(0, count) + 1)).fetchall()
+    if rows and rows[0][1] != seq:  # the row itself is hidden: keep ``count`` rows only
+        rows = rows[:max(0, count)]
+    return [to_message(r) for r in rows]

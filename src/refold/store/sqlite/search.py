@@ -126,9 +126,10 @@ class SearchOps(StateOps):
             hits = _plain_snippets(hits, rows, parsed)  # the same: only for the hits returned
             if query.window <= 0:
                 return hits
-            return [records.replace(h, window=self._around(
-                conn, h.session_id, h.seq, query.window, query.window, query.include_inactive))
-                for h in hits]
+            row_ids = {(r.session_id, r.seq): r.id for r in rows}
+            return [records.replace(h, window=self._around_id(
+                conn, row_ids.get((h.session_id, h.seq)), h.session_id, h.seq, query.window,
+                query.window, query.include_inactive)) for h in hits]
 
     def catch_up_index(self) -> None:
         """Index the rows stored since the last batch (``indexer.py``), so a search sees every
