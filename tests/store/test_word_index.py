@@ -185,6 +185,45 @@ def test_the_phrase_test_asks_the_index_when_its_words_are_rare() -> None:
     assert not phrase_by_index(None, candidates=5_000, limit=20)  # unknown postings
 
 
+def test_a_first_search_over_a_long_tail_reads_only_the_rows_its_words_match(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process's first search over a long unsealed tail (a CLI search) tokenizes only the
+    tail rows FTS5 matches for its words, with the same ranks as the filled tail gives; the
+    next search fills the tail; a disagreement between FTS5 and the tokenizer falls back."""
+    path = str(tmp_path / "refold.db")
+    store = SQLiteStore(path)
+    rng = random.Random(17)
+    fill(store, rng, 3, 2000)  # one sealed chunk, a tail of ~1,900 rows
+    store.seal_word_index()
+    with store.db.read() as conn:
+        chunks = wordindex.state(conn)[0]
+        assert chunks == 1 and indexer.watermark(conn) - chunks * wordindex.CHUNK > 1000
+    tokenized: list[int] = []
+    real_counts = wordindex.Tokenizer.term_counts
+
+    def counting(self: wordindex.Tokenizer, rows: list[tuple[int, str]],
+                 terms: object) -> dict[str, dict[int, int]]:
+        rows = list(rows)
+        tokenized.append(len(rows))
+        return real_counts(self, rows, terms)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(wordindex.Tokenizer, "term_counts", counting)
+    question = "what about theta and zeta"
+    wordindex._TAILS.clear()  # a new process
+    first = compare(store, question)
+    tail = wordindex.tail_for(path)
+    assert tokenized and 0 < tokenized[0] < 1000  # the matching rows, not the whole tail
+    assert tail.through < 0  # not filled
+    again = compare(store, question)  # the second search fills the tail: the same answer
+    assert again == first and tail.through > 0
+    # FTS5 matching a row the tokenizer does not count: the whole tail is read instead
+    wordindex._TAILS.clear()
+    monkeypatch.setattr(wordindex.Tokenizer, "term_counts",
+                        lambda self, rows, terms: {t: {} for t in terms})
+    assert compare(store, question) == first
+    assert wordindex.tail_for(path).through > 0
+
+
 def test_ids_reused_under_the_sealed_chunks(store: SQLiteStore) -> None:
     rng = random.Random(13)
     sessions = fill(store, rng, 3, 3000)

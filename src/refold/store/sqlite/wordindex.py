@@ -152,6 +152,18 @@ class Tokenizer:
             conn.execute("INSERT INTO scratch(scratch) VALUES ('delete-all')")
         return out
 
+    def term_counts(self, rows: Iterable[tuple[int, str | None]],
+                    terms: Iterable[str]) -> dict[str, dict[int, int]]:
+        """How often each of ``terms`` (tokens) occurs in each row's text: {term: {id: n}}."""
+        with self.scratch() as conn:
+            conn.executemany("INSERT INTO scratch(rowid, text) VALUES (?, ?)",
+                             ((i, t or "") for i, t in rows))
+            out = {term: {int(d): int(n) for d, n in conn.execute(
+                       "SELECT doc, count(*) FROM scratch_terms WHERE term = ? GROUP BY doc",
+                       (term,))} for term in dict.fromkeys(terms)}
+            conn.execute("INSERT INTO scratch(scratch) VALUES ('delete-all')")
+        return out
+
     def matching(self, rows: Iterable[tuple[int, str | None]], match: str) -> set[int]:
         """The ids among ``rows`` whose text matches the FTS5 expression ``match``."""
         with self.scratch() as conn:
@@ -497,6 +509,10 @@ class Tail:
         self.key: tuple[int, int, int] | None = None  # (file, chunks, tail_gen) it holds
         self.through = -1  # highest id loaded
         self.lengths: dict[int, int] = {}
+        self.skipped: tuple[int, int, int] | None = None  # a key answered without filling
+
+    def filled_for(self, file: int, chunks: int, gen: int) -> bool:
+        return self.key == (file, chunks, gen)
 
     def sync(self, db: sqlite3.Connection, file: int, chunks: int, gen: int,
              indexed_through: int) -> None:
@@ -537,6 +553,39 @@ _TAILS: dict[str, Tail] = {}
 
 def tail_for(path: str) -> Tail:
     return per_file(_TAILS, path, Tail)
+
+
+LAZY_TAIL = 512  # tail rows above which a process's first search reads only the matching ones
+
+
+def query_tail(conn: sqlite3.Connection, terms: Sequence[tuple[str, str]],
+               tokens: Sequence[str], low: int, through: int
+               ) -> tuple[dict[str, list[tuple[int, int]]], dict[int, int]] | None:
+    """What ``Tail`` would hold for one query, without tokenizing the whole tail: each
+    single-token term's (id, count) from the rows in [low, through] that FTS5 matches for it
+    (their text tokenized here), and the tail's lengths from FTS5's docsize rows. None when a
+    row FTS5 matches does not hold the token (then the whole tail is read, as before)."""
+    lengths = doc_lengths(conn, low, through)
+    matched: dict[str, list[int]] = {}
+    for (_, match), token in zip(terms, tokens, strict=True):
+        if token not in matched:
+            matched[token] = [int(r[0]) for r in conn.execute(
+                "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? AND rowid >= ? "
+                "AND rowid <= ? ORDER BY rowid", (match, low, through))]
+    ids = sorted({i for found in matched.values() for i in found})
+    rows: list[tuple[int, str | None]] = []
+    for start in range(0, len(ids), 900):
+        part = ids[start:start + 900]
+        rows.extend(conn.execute(f"SELECT id, text FROM messages WHERE id IN "
+                                 f"({','.join('?' * len(part))})", part))
+    counts = tokenizer().term_counts(rows, matched) if rows else {}
+    postings: dict[str, list[tuple[int, int]]] = {}
+    for token, found in matched.items():
+        held = counts.get(token, {})
+        if len(held) != len(found) or any(i not in held for i in found):
+            return None
+        postings[token] = [(i, held[i]) for i in found]
+    return postings, lengths
 
 
 # -- scoring -------------------------------------------------------------------------------------
@@ -661,18 +710,30 @@ def term_weights(conn: sqlite3.Connection, terms: Sequence[tuple[str, str]],
         return None
     total_rows, total_tokens = fts_totals(conn)
     tail = tail_for(path)
+    low = chunks * CHUNK
     with tail.lock:
         try:
             file = os.stat(path).st_ino
         except OSError:
             return None
-        tail.sync(conn, file, chunks, gen, indexed_through)
-        tail_rows, tail_tokens = tail.totals()
+        key = (file, chunks, gen)
+        once = None
+        # A process's first search over a long tail (a CLI search) reads the tail rows its
+        # terms match instead of tokenizing every one; a second search fills the tail.
+        if not tail.filled_for(*key) and tail.skipped != key \
+                and indexed_through - low + 1 > LAZY_TAIL and all(len(m) == 1 for m in made):
+            once = query_tail(conn, terms, [m[0] for m in made], low, indexed_through)
+        if once is not None:
+            tail.skipped = key
+            tail_postings, tail_lengths = once
+        else:
+            tail.sync(conn, file, chunks, gen, indexed_through)
+            tail_postings = {t: tail.postings(t) for m in made for t in m}
+            tail_lengths = dict(tail.lengths)
+        tail_rows, tail_tokens = len(tail_lengths), sum(tail_lengths.values())
         if total_rows != rows + tail_rows or total_tokens != tokens + tail_tokens \
                 or total_rows <= 0:
             return None
-        tail_postings = {t: tail.postings(t) for m in made for t in m}
-        tail_lengths = dict(tail.lengths)
     avgdl = float(total_tokens) / float(total_rows)
     loaded: dict[str, tuple[Any, Any, Any]] = {}
 
