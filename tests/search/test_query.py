@@ -213,3 +213,11 @@ def test_snippet_edges_fall_between_words() -> None:
     # text without spaces near the edge keeps the plain window
     chinese = "我今天去了图书馆看书然后去公园散步最后回家做饭吃饭睡觉" * 5
     assert "[公园]" in make_snippet(chinese, ["公园"], width=30)
+
+
+@pytest.mark.parametrize("text", ["*data*", "**data**", "(*data*)", "*data*."])
+def test_markdown_emphasis_is_the_plain_word(text: str) -> None:
+    parsed = parse_query(text)
+    assert [(t.words, t.prefix) for g in parsed.groups for t in g] == [(("data",), False)]
+    assert parse_query(f"what is {text} in the pyc file?").natural is not None  # a sentence
+    assert parse_query("data*").groups[0][0].prefix  # a trailing star alone is a prefix

@@ -83,6 +83,21 @@ def test_explicit_syntax_keeps_its_meaning(store: Store) -> None:
     assert len(top(store, "deploy server")) == 3  # no syntax: ORed
 
 
+def test_markdown_emphasis_in_a_question_is_a_plain_word(store: Store) -> None:
+    """``*word*`` and ``**word**`` (pasted from an agent's answer) are emphasis, not the
+    prefix operator: the question stays a sentence and finds its answer (it was an AND of
+    every word, stop words included, and found nothing)."""
+    s = store.create_session()
+    store.append_messages(s.id, [user("the data is the contents of the pyc file"),
+                                 user("a pyc file is compiled bytecode"),
+                                 user("nothing to see here")])
+    assert top(store, "what about *data* is the contents of the pyc file.?")[0] == \
+        "the data is the contents of the pyc file"
+    assert top(store, "which **pyc** file had the contents?")[:2] == [
+        "the data is the contents of the pyc file", "a pyc file is compiled bytecode"]
+    assert sorted(top(store, "com*")) == ["a pyc file is compiled bytecode"]  # still a prefix
+
+
 def test_sessions_whose_title_matches_rank_first(store: Store) -> None:
     plans = store.create_session(title="Kiwi harvest plans")
     other = store.create_session(title="misc")

@@ -11,7 +11,8 @@ Pure and backend-agnostic; SQLite (FTS5) and PostgreSQL both build their SQL fro
   as a phrase; ``"quoted text"`` is a phrase; an unterminated quote is ignored.
 - ``AND`` / ``OR`` / ``NOT`` (upper case, as in FTS5) are operators only where they make sense:
   a dangling, leading or doubled operator is dropped (``hello AND`` = ``hello``,
-  ``a AND OR b`` = ``a OR b``). ``word*`` keeps prefix matching.
+  ``a AND OR b`` = ``a OR b``). ``word*`` keeps prefix matching; ``*word*`` and
+  ``**word**`` are Markdown emphasis, the plain word.
 - ``mode`` says which index can answer: ``"fts"`` (word index: no CJK in the query),
   ``"trigram"`` (CJK present, single group, at least one needle of 3+ characters to match on),
   ``"grams"`` (single group whose needles are all shorter than 3 characters, at least one of
@@ -278,13 +279,18 @@ def _tokens(text: str) -> list[Term | str]:
     return [t for t in out if t != ""]
 
 
+_EMPHASIS = re.compile(r"[^\w]*\*")
+
+
 def _chunk_token(chunk: str) -> Term | str:
     if chunk in _OPERATORS:
         return chunk
     words = tuple(_WORD.findall(chunk))
     if not words:
         return ""
-    prefix = bool(re.search(r"[^\W_]\*+[^\w]*$", chunk))
+    # "word*" is a prefix; "*word*" or "**word**" is Markdown emphasis (pasted from an agent's
+    # answer or a note), a plain word: an asterisk before the first letter says which
+    prefix = bool(re.search(r"[^\W_]\*+[^\w]*$", chunk)) and not _EMPHASIS.match(chunk)
     # "-word" excludes the word (a power-user form, as in web search); "a-b" stays a phrase.
     negated = len(chunk) > 1 and chunk[0] == "-" and _WORD.match(chunk, 1) is not None
     return Term(words, prefix=prefix, negated=negated)
