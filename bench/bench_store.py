@@ -13,7 +13,9 @@ Run:  python bench/bench_store.py [--messages 1000000] [--cache DIR] [--only app
   questions around corpus words, opening words of stored sentences as questions, Chinese
   questions, single words, the 10 commonest words, CJK 1-4 characters; each next to the same
   query as bare sqlite3 asks it (``_raw_baseline``), and ``--cold`` first searches in fresh
-  processes with the file's pages dropped from the page cache (posix_fadvise). "Warm" means
+  processes with the file's pages dropped from the page cache (posix_fadvise), then again on
+  a copy with ``--cold-tail`` more messages stored but not sealed (the tail a fresh process's
+  first search covers between two seals). "Warm" means
   the file is in the OS page cache: it is read through once first (an earlier run's cold
   phase leaves it evicted, which made "warm" figures depend on what ran before). Targets for
   sentences: p50 < 10 ms, p95 < 25 ms at 1M. Default SearchQuery (limit 20, window 1).
@@ -38,7 +40,7 @@ from typing import Any
 
 from refold.messages.model import message_identity
 from refold.store import CheckpointDraft, SearchQuery
-from refold.store.sqlite import SQLiteStore
+from refold.store.sqlite import SQLiteStore, indexer, wordindex
 from refold.store.sqlite.rows import message_columns
 
 SYLLABLES = ["ka", "to", "re", "mi", "lan", "dor", "sel", "vi", "con", "fig", "ser", "ver",
@@ -404,7 +406,8 @@ def bench_cold(path: Path, texts: list[str]) -> None:
               flush=True)
 
 
-def bench_search(cache: Path, total: int, queries: int, cold: int) -> None:
+def bench_search(cache: Path, total: int, queries: int, cold: int,
+                 cold_tail: int = 0) -> None:
     path = corpus_path(cache, total)
     store = SQLiteStore(str(path), synchronous="NORMAL")
     store.search(SearchQuery("warm"))  # migrates and indexes once, if needed
@@ -444,6 +447,42 @@ def bench_search(cache: Path, total: int, queries: int, cold: int) -> None:
     if cold:
         bench_cold(path, sets["sentence (en)"][:cold])
     store.close()
+    if cold and cold_tail:
+        bench_cold_tail(path, cold_tail, sets["sentence (en)"][:cold])
+
+
+def bench_cold_tail(path: Path, extra: int, texts: list[str]) -> None:
+    """The cold figures again on a copy of the corpus with ``extra`` more messages stored and
+    indexed but not sealed into the word index (an archive between two seals: the tail a
+    fresh process's first search must cover). The messages are the corpus's own texts."""
+    import shutil
+
+    copy = path.with_name(path.stem + f"-tail{extra}.db")
+    shutil.copyfile(path, copy)
+    try:
+        store = SQLiteStore(str(copy), synchronous="NORMAL")
+        with store.db.read() as conn:
+            chunks = wordindex.state(conn)[0]
+            top = int(conn.execute("SELECT max(id) FROM messages").fetchone()[0])
+            rows = [r[0] for r in conn.execute(
+                "SELECT text FROM messages WHERE id % 97 = 0 LIMIT ?", (extra,))]
+        session = store.create_session(title="tail").id
+        for start in range(0, len(rows), 500):
+            store.append_messages(session, [{"role": "user", "content": t}
+                                            for t in rows[start:start + 500]])
+        store.catch_up_index()
+        with store.db.read() as conn:
+            tail = indexer.watermark(conn) - wordindex.state(conn)[0] * wordindex.CHUNK + 1
+            resealed = wordindex.state(conn)[0] != chunks
+        store.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        store.close()
+        print(f"  a copy with {len(rows):,} more messages after id {top:,}: an unsealed tail of "
+              f"{tail:,} rows{' (a chunk was sealed on the way)' if resealed else ''}",
+              flush=True)
+        bench_cold(copy, texts)
+    finally:
+        for name in (copy, Path(str(copy) + "-wal"), Path(str(copy) + "-shm")):
+            name.unlink(missing_ok=True)
 
 
 # -- projection --------------------------------------------------------------------------------
@@ -581,6 +620,9 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--cold", type=int, default=30,
                         help="cold-cache searches (each in a fresh process)")
+    parser.add_argument("--cold-tail", type=int, default=3000,
+                        help="the cold searches again on a copy with this many more messages "
+                             "unsealed (0: skip)")
     parser.add_argument("--cold-one", nargs=4, metavar=("DB", "QUERY", "NEXT", "PRELOAD"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--only", default="append,import,projection,search",
@@ -597,7 +639,8 @@ def main() -> None:
             ("append", lambda: bench_append(Path(tmp), args.appends)),
             ("import", lambda: bench_import(Path(tmp), args.import_messages)),
             ("projection", lambda: bench_projection(Path(tmp), args.archive)),
-            ("search", lambda: bench_search(args.cache, args.messages, args.queries, args.cold)),
+            ("search", lambda: bench_search(args.cache, args.messages, args.queries, args.cold,
+                                                args.cold_tail)),
             ("hybrid", lambda: bench_hybrid(args.cache, args.hybrid_messages, args.queries)),
         ])
         for name, step in steps:

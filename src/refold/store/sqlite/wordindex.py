@@ -555,7 +555,7 @@ def tail_for(path: str) -> Tail:
     return per_file(_TAILS, path, Tail)
 
 
-LAZY_TAIL = 512  # tail rows above which a process's first search reads only the matching ones
+LAZY_TAIL = 1024  # tail rows above which a process's first search reads only the matching ones
 
 
 def query_tail(conn: sqlite3.Connection, terms: Sequence[tuple[str, str]],
