@@ -544,9 +544,6 @@ class Tail:
             "SELECT doc, count(*) FROM tail_terms WHERE term = ? GROUP BY doc ORDER BY doc",
             (term,))]
 
-    def totals(self) -> tuple[int, int]:
-        return len(self.lengths), sum(self.lengths.values())
-
 
 _TAILS: dict[str, Tail] = {}
 
