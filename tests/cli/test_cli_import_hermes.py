@@ -12,20 +12,17 @@ import json
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from import_cli import Run, cli_on_home, ok_json, stored_messages
 
-from refold.cli.main import cli
 from refold.compaction.structure import provider_problems
 from refold.errors import InvalidInput
 from refold.messages.model import content_text
 from refold.store.sqlite import SQLiteStore
 
-Run = Callable[..., Result]
 SUMMARY = ("[CONTEXT COMPACTION — REFERENCE ONLY] Earlier turns were compacted into the summary "
            "below.\n## Goal\nfix the deploy port")
 SHOT = [{"type": "text", "text": "看这个截图"},
@@ -34,27 +31,13 @@ SHOT = [{"type": "text", "text": "看这个截图"},
 
 @pytest.fixture
 def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
-    for name in ("REFOLD_HOME", "REFOLD_DB"):
-        monkeypatch.delenv(name, raising=False)
-
-    def invoke(*args: str) -> Result:
-        return CliRunner().invoke(cli, ["--home", str(tmp_path / "home"), *args])
-    return invoke
-
-
-def ok_json(result: Result) -> Any:
-    assert result.exit_code == 0, (result.output, result.exception)
-    return json.loads(result.stdout)
+    return cli_on_home(tmp_path, monkeypatch)
 
 
 def said(tmp_path: Path, session_id: str) -> list[tuple[str, str]]:
     """(role, text) of every stored message of a session."""
-    store = SQLiteStore(str(tmp_path / "home" / "refold.db"))
-    try:
-        return [(m.role, content_text(m.message) or "<calls>" if m.message.get("tool_calls")
-                 else content_text(m.message)) for m in store.get_messages(session_id)]
-    finally:
-        store.close()
+    return [(m.role, content_text(m.message) or "<calls>" if m.message.get("tool_calls")
+             else content_text(m.message)) for m in stored_messages(tmp_path, session_id)]
 
 
 HERMES = """

@@ -7,30 +7,21 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from import_cli import Run, cli_on_home, ok_json, stored_messages
 
-from refold.cli.main import cli
 from refold.compaction.structure import provider_problems
-from refold.store.sqlite import SQLiteStore
 
-Run = Callable[..., Result]
 FIXTURE = Path(__file__).with_name("data") / "opencode.db"
 MAIN, SUBAGENT = "ses_db7a57b10ffetVrv60SWYDF1vE", "ses_db7a55aa3ffezJ2qbcO1H9Z9lr"
 
 
 @pytest.fixture
 def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
-    for name in ("REFOLD_HOME", "REFOLD_DB"):
-        monkeypatch.delenv(name, raising=False)
-
-    def invoke(*args: str) -> Result:
-        return CliRunner().invoke(cli, ["--home", str(tmp_path / "home"), *args])
-    return invoke
+    return cli_on_home(tmp_path, monkeypatch)
 
 
 @pytest.fixture
@@ -41,17 +32,8 @@ def opencode_db(tmp_path: Path) -> Path:
     return Path(shutil.copy(FIXTURE, folder / "opencode.db"))
 
 
-def ok_json(result: Result) -> Any:
-    assert result.exit_code == 0, (result.output, result.exception)
-    return json.loads(result.stdout)
-
-
 def stored(tmp_path: Path, session_id: str) -> list[dict[str, Any]]:
-    store = SQLiteStore(str(tmp_path / "home" / "refold.db"))
-    try:
-        return [m.message for m in store.get_messages(session_id)]
-    finally:
-        store.close()
+    return [m.message for m in stored_messages(tmp_path, session_id)]
 
 
 def test_every_turn_its_model_saw_imports_and_its_compactions_do_not(
