@@ -131,3 +131,42 @@ def test_prune_asks_before_deleting_and_names_what_goes(store: Store, tmp_path: 
     done = json.loads(ok(run(home, "sessions", "prune", "--older-than", "0", "--yes", "--json",
                              db=db)))
     assert done["deleted_sessions"] == 3 and store.list_sessions() == []
+
+
+def test_export_through_a_symlink_replaces_its_target_and_keeps_the_link(
+        home: Path, tmp_path: Path) -> None:
+    target = tmp_path / "target.jsonl"
+    target.write_text("old\n", encoding="utf-8")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    ok(run(home, "sessions", "export", _sid(home), "-o", str(link), "--force"))
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    lines = target.read_text(encoding="utf-8").splitlines()
+    assert len(lines) > 1 and all(json.loads(line)["role"] for line in lines)
+
+
+def test_export_to_a_device_writes_it_and_leaves_it_a_device(home: Path) -> None:
+    devnull = Path(os.devnull)
+    before = devnull.stat().st_mode
+    result = run(home, "sessions", "export", _sid(home), "-o", os.devnull)  # no --force needed
+    assert "wrote" in ok(result)
+    assert devnull.stat().st_mode == before and not devnull.is_file()
+
+
+def test_export_dash_is_standard_output(home: Path, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    out = ok(run(home, "sessions", "export", _sid(home), "-o", "-"))
+    assert not (tmp_path / "-").exists()
+    roles = [json.loads(line)["role"] for line in out.splitlines()]
+    assert len(roles) > 2 and "assistant" in roles
+
+
+def test_export_refuses_a_skill_file(home: Path) -> None:
+    ok(run(home, "skills", "add", "deploy-app", "-d", "How to deploy", "--body", "Run make."))
+    skill = home / "skills" / "deploy-app" / "SKILL.md"
+    before = skill.read_bytes()
+    result = run(home, "sessions", "export", _sid(home), "-o", str(skill), "--force")
+    assert isinstance(result.exception, InvalidInput) and "refold's own file" in str(
+        result.exception)
+    assert skill.read_bytes() == before

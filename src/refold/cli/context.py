@@ -60,9 +60,10 @@ class AppContext:
 
     def protected_paths(self) -> list[Path]:
         """refold's own files, which no output option may overwrite: the SQLite database and
-        its companions, the memory directory and the settings file."""
+        its companions, the memory and skills directories (tenants' too) and the settings file."""
         settings = self.settings
-        paths = [settings.memories_dir, settings.home / "refold.toml"]
+        paths = [settings.memories_dir, settings.home / "skills", settings.home / "tenants",
+                 settings.home / "refold.toml"]
         if "://" not in settings.db_url or settings.db_url.startswith("sqlite://"):
             from refold.store import sqlite_file_of
             from refold.store.output import sqlite_files

@@ -212,19 +212,21 @@ def _window(store: Any, session_id: str, include_inactive: bool, limit: int | No
               help="jsonl: one OpenAI message per line; json: sessions with metadata; md.")
 @click.option("--lineage", is_flag=True, help="Export the whole lineage, oldest first.")
 @click.option("--archived", is_flag=True, help="Include rewound (inactive) messages.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Write to this file (-: standard output).")
 @click.option("--force", is_flag=True, help="Replace an existing --output file.")
 @pass_app
 def export_cmd(app: AppContext, ref: str, fmt: str, lineage: bool, archived: bool,
                output: str | None, force: bool) -> None:
     """Export a session as JSONL (one OpenAI message per line), JSON or Markdown.
 
-    With -o the export goes to a temporary file renamed over FILE only when complete; refold's
-    own files (database, memory, settings) are refused, an existing FILE needs --force."""
+    With -o the export goes to a temporary file renamed over FILE only when complete (through a
+    symlink, the file it points to; a terminal or pipe is written directly); refold's own files
+    (database, memory, skills, settings) are refused, an existing FILE needs --force."""
     store = app.store
     session = store.resolve_session(ref)
     kind = "markdown" if fmt == "md" else fmt
-    if output is None:
+    if output is None or output == "-":  # "-": standard output, as `refold import -` reads stdin
         write_export(store, session.id, sys.stdout, kind,
                      lineage=lineage, include_inactive=archived)
         return

@@ -8,12 +8,18 @@ a failed or interrupted write leaves an existing file exactly as it was. It refu
   companions, memory files, settings), compared after resolving symlinks and by inode, so
   ``-o ~/.local/share/refold/refold.db`` or ``-o memories/MEMORY.md`` can never truncate them;
 - an existing file unless ``force`` (a mistyped path must not replace a user's file silently).
+
+A symlink is written through: the file it points to is replaced, the link stays (renaming over
+the link itself would turn ``-o /dev/stdout`` into a regular file in ``/dev``). A target that is
+not a regular file (a terminal, a pipe, ``/dev/null``: nothing there to lose) is written to
+directly, with no temporary file, and needs no ``force``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -49,6 +55,23 @@ def is_protected(target: Path, protected: Iterable[Path]) -> Path | None:
     return None
 
 
+# a process's own open files: whatever they lead to, the caller's descriptor is the output
+_DESCRIPTORS = ("/dev/stdout", "/dev/stderr", "/dev/fd/", "/proc/self/fd/")
+
+
+def is_stream(target: Path) -> bool:
+    """True when ``target`` is one of the process's descriptors (``/dev/stdout``, even when the
+    shell sent it to a file) or exists, through symlinks, as neither a regular file nor a
+    directory: a terminal, a pipe, a socket, a device such as ``/dev/null``."""
+    if str(target).startswith(_DESCRIPTORS):
+        return True
+    try:
+        mode = target.stat().st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def check_output_path(target: Path, protected: Iterable[Path], *, force: bool) -> None:
     """``InvalidInput`` unless ``target`` may be written (see the module docstring)."""
     guarded = is_protected(target, protected)
@@ -57,7 +80,7 @@ def check_output_path(target: Path, protected: Iterable[Path], *, force: bool) -
                            hint="choose another output path")
     if target.is_dir():
         raise InvalidInput(f"cannot write {target}: it is a directory")
-    if target.exists() and not force:
+    if target.exists() and not force and not is_stream(target):
         raise InvalidInput(f"{target} exists already", hint="pass --force to replace it")
 
 
@@ -65,8 +88,18 @@ def check_output_path(target: Path, protected: Iterable[Path], *, force: bool) -
 def atomic_output(target: str | Path, *, protected: Iterable[Path] = (),
                   force: bool = False) -> Iterator[TextIO]:
     """A text file that becomes ``target`` only when the ``with`` block completes."""
-    path = Path(target)
-    check_output_path(path, list(protected), force=force)
+    named = Path(target)
+    check_output_path(named, list(protected), force=force)
+    if is_stream(named):  # a terminal, a pipe, /dev/null: written as it goes
+        try:
+            stream = open(named, "w", encoding="utf-8", newline="")  # noqa: SIM115
+        except OSError as exc:
+            raise InvalidInput(f"cannot write {named}: {exc.strerror or exc}") from exc
+        with stream:
+            yield stream
+        return
+    # through a symlink: replace the file it names, never the link itself
+    path = Path(os.path.realpath(named)) if named.is_symlink() else named
     directory = path.parent if str(path.parent) else Path(".")
     try:
         fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
