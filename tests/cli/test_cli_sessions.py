@@ -54,6 +54,12 @@ def test_list_show_and_resolve_by_prefix_and_title(run: Run, sid: str) -> None:
     assert "sample_session" in ok(run("sessions", "list"))
 
 
+def test_a_filter_that_matches_nothing_does_not_say_the_archive_is_empty(run: Run,
+                                                                        sid: str) -> None:
+    out = ok(run("sessions", "list", "--source", "nope"))
+    assert "no sessions with source 'nope'" in out and "yet" not in out
+
+
 def test_unknown_session_is_not_found(run: Run, sid: str) -> None:
     result = run("sessions", "show", "no-such-session")
     assert isinstance(result.exception, NotFound)

@@ -57,11 +57,12 @@ def sessions_group() -> None:
 
 # -- read commands -------------------------------------------------------------------------------
 
-def _render_list(rows: list[dict[str, Any]]) -> None:
+def _render_list(rows: list[dict[str, Any]], filters: str = "") -> None:
     from rich.table import Table
 
     if not rows:
-        click.echo("no sessions yet (try: refold import FILE)")
+        click.echo(f"no sessions {filters}" if filters
+                   else "no sessions yet (try: refold import FILE)")
         return
     table = Table()
     has_parent = any(row["parent_session_id"] for row in rows)
@@ -122,8 +123,10 @@ def list_cmd(app: AppContext, limit: int, source: str | None, owner: str | None,
     priced by refold.pricing and the pricing overrides in refold.toml)."""
     sessions = app.store.list_sessions(limit=limit, source=source, owner=parse_owner(owner))
     overrides = parse_overrides(app.settings.pricing)
+    filters = " and ".join(f"{name} {safe_text(value)!r}" for name, value in (
+        ("with source", source), ("of owner", owner)) if value is not None)
     emit([{**session_json(s), "estimated_cost_usd": _estimate(s, overrides)} for s in sessions],
-         as_json, _render_list)
+         as_json, lambda rows: _render_list(rows, filters))
 
 
 def _estimate(session: Session, overrides: dict[str, Price]) -> float | None:
