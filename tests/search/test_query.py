@@ -69,9 +69,29 @@ def test_fts5_expressions(text: str, expected: str) -> None:
     assert parse_query(text).fts5_expression() == expected
 
 
-@pytest.mark.parametrize("text", ["***", "{}", "--", "AND OR", "()"])
+@pytest.mark.parametrize("text", ["***", "{}", "--", "()", "-+-"])
 def test_punctuation_only_is_empty_not_an_error(text: str) -> None:
     assert parse_query(text).is_empty
+
+
+def test_operators_alone_are_the_words_asked_for() -> None:
+    assert parse_query("AND OR").fts5_expression() == '("AND" AND "OR")'
+    assert parse_query("NOT").fts5_expression() == '("NOT")'
+
+
+@pytest.mark.parametrize("text, negated", [
+    ("deploy -staging", ["staging"]), ("a -q", []), ("rm -rf build", []),
+    ("git log -3 --oneline", []), ("tail -100 log", []), ("x -abc", ["abc"])])
+def test_only_a_word_of_three_or_more_letters_is_excluded(text: str,
+                                                          negated: list[str]) -> None:
+    parsed = parse_query(text)
+    assert [w for t in parsed.terms if t.negated for w in t.words] == negated
+
+
+def test_symbols_alone_are_a_substring_scan_and_beside_words_nothing() -> None:
+    parsed = parse_query("🎉 (€)")
+    assert parsed.mode == "scan" and parsed.substring_groups() == [(["🎉", "€"], [])]
+    assert all(not t.literal for t in parse_query("fine 🎉").terms)
 
 
 def test_matches_expected_rows(fts: sqlite3.Connection) -> None:

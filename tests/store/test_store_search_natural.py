@@ -98,6 +98,44 @@ def test_markdown_emphasis_in_a_question_is_a_plain_word(store: Store) -> None:
     assert sorted(top(store, "com*")) == ["a pyc file is compiled bytecode"]  # still a prefix
 
 
+def test_a_pasted_command_with_flags_finds_the_message_holding_it(store: Store) -> None:
+    """``-q``, ``-rf``, ``-3`` are a command's flags, not exclusions (they excluded the very
+    message holding the command, which was found by nothing); ``-word`` of three or more
+    letters still excludes."""
+    s = store.create_session()
+    store.append_messages(s.id, [user("ran git log -3 --oneline to see the last commits"),
+                                 user("kubectl -n staging rollout status deploy/api"),
+                                 user("pytest tests/refunds tests/payments -q passed"),
+                                 user("then rm -rf build and rebuild"),
+                                 user("the staging deploy is green"),
+                                 user("the production deploy is red")])
+    assert top(store, "git log -3 --oneline")[0] == \
+        "ran git log -3 --oneline to see the last commits"
+    assert top(store, "kubectl -n staging rollout status")[0] == \
+        "kubectl -n staging rollout status deploy/api"
+    assert top(store, "pytest tests/refunds tests/payments -q")[0] == \
+        "pytest tests/refunds tests/payments -q passed"
+    assert top(store, "rm -rf build")[0] == "then rm -rf build and rebuild"
+    assert top(store, "deploy -staging") == ["the production deploy is red"]
+
+
+def test_symbols_and_lone_operators_are_found_as_typed(store: Store) -> None:
+    """A query of emoji or other symbols is an exact substring, over every message (it found
+    nothing: no word in it); ``AND`` / ``OR`` / ``NOT`` alone are the words."""
+    s = store.create_session()
+    store.append_messages(s.id, [user("Deploy went fine 🎉🚀 thanks"),
+                                 user("Price is 5€ → ok ✅; NOT really"),
+                                 user("部署 🎉 完成"),
+                                 user("plain text without symbols")])
+    assert sorted(top(store, "🎉")) == ["Deploy went fine 🎉🚀 thanks", "部署 🎉 完成"]
+    assert top(store, "🎉🚀") == ["Deploy went fine 🎉🚀 thanks"]
+    for symbol in ("€", "→", "✅", "(✅)"):
+        assert top(store, symbol) == ["Price is 5€ → ok ✅; NOT really"], symbol
+    assert top(store, "NOT") == ["Price is 5€ → ok ✅; NOT really"]
+    assert top(store, "fine 🎉") == ["Deploy went fine 🎉🚀 thanks"]  # beside a word: the word
+    assert top(store, "***") == [] and top(store, "🌵") == []
+
+
 def test_sessions_whose_title_matches_rank_first(store: Store) -> None:
     plans = store.create_session(title="Kiwi harvest plans")
     other = store.create_session(title="misc")

@@ -11,8 +11,14 @@ Pure and backend-agnostic; SQLite (FTS5) and PostgreSQL both build their SQL fro
   as a phrase; ``"quoted text"`` is a phrase; an unterminated quote is ignored.
 - ``AND`` / ``OR`` / ``NOT`` (upper case, as in FTS5) are operators only where they make sense:
   a dangling, leading or doubled operator is dropped (``hello AND`` = ``hello``,
-  ``a AND OR b`` = ``a OR b``). ``word*`` keeps prefix matching; ``*word*`` and
-  ``**word**`` are Markdown emphasis, the plain word.
+  ``a AND OR b`` = ``a OR b``); a query of operators only searches them as words. ``word*``
+  keeps prefix matching; ``*word*`` and ``**word**`` are Markdown emphasis, the plain word.
+- ``-word`` excludes the word only when it has three or more characters and is not a number:
+  ``-q``, ``-rf``, ``-3`` are a pasted command's flags (``git log -3 --oneline``), searched
+  as words; ``--flag`` is always the word.
+- A query with no word but symbols (emoji, ``€``, ``→``: any non-ASCII symbol) is a
+  ``literal`` term each, found as an exact substring by a scan (mode ``"scan"``, over every
+  message, not only CJK ones); beside a word, a symbol is ignored as before.
 - ``mode`` says which index can answer: ``"fts"`` (word index: no CJK in the query),
   ``"trigram"`` (CJK present, single group, at least one needle of 3+ characters to match on),
   ``"grams"`` (single group whose needles are all shorter than 3 characters, at least one of
@@ -26,6 +32,7 @@ Pure and backend-agnostic; SQLite (FTS5) and PostgreSQL both build their SQL fro
 from __future__ import annotations
 
 import re
+import string
 import unicodedata
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -128,6 +135,7 @@ class Term:
     prefix: bool = False
     negated: bool = False
     quoted: bool = False
+    literal: bool = False  # symbols, not a word: an exact substring (see the module doc)
 
     @property
     def cjk(self) -> bool:
@@ -176,9 +184,16 @@ class ParsedQuery:
         return any(t.cjk for t in self.terms)
 
     @property
+    def literal(self) -> bool:
+        """True for a query of symbols only (a substring scan over every message)."""
+        return any(t.literal for t in self.terms)
+
+    @property
     def mode(self) -> QueryMode:
         if self.natural is not None:
             return "natural"
+        if self.literal:
+            return "scan"
         if not self.has_cjk:
             return "fts"
         if self.trigram_plan() is not None:
@@ -282,18 +297,33 @@ def _tokens(text: str) -> list[Term | str]:
 _EMPHASIS = re.compile(r"[^\w]*\*")
 
 
+NEGATED_MIN_CHARS = 3  # "-word" excludes from this length; "-q", "-rf" are flags
+
+
 def _chunk_token(chunk: str) -> Term | str:
     if chunk in _OPERATORS:
         return chunk
     words = tuple(_WORD.findall(chunk))
     if not words:
-        return ""
+        return _literal(chunk)
     # "word*" is a prefix; "*word*" or "**word**" is Markdown emphasis (pasted from an agent's
     # answer or a note), a plain word: an asterisk before the first letter says which
     prefix = bool(re.search(r"[^\W_]\*+[^\w]*$", chunk)) and not _EMPHASIS.match(chunk)
-    # "-word" excludes the word (a power-user form, as in web search); "a-b" stays a phrase.
-    negated = len(chunk) > 1 and chunk[0] == "-" and _WORD.match(chunk, 1) is not None
+    # "-word" excludes the word (a power-user form, as in web search); "a-b" stays a phrase;
+    # "-q", "-rf", "-3" are flags of a pasted command ("git log -3 --oneline"), plain words
+    word = _WORD.match(chunk, 1) if len(chunk) > 1 and chunk[0] == "-" else None
+    negated = word is not None and len(word.group()) >= NEGATED_MIN_CHARS \
+        and not word.group().isdigit()
     return Term(words, prefix=prefix, negated=negated)
+
+
+def _literal(chunk: str) -> Term | str:
+    """A chunk without a word: its symbols as an exact substring when it has a non-ASCII one
+    (``🎉``, ``€``, ``→``); ASCII punctuation alone (``***``, ``{}``) is nothing."""
+    text = chunk.strip(string.punctuation)
+    if any(not c.isascii() and unicodedata.category(c)[0] == "S" for c in text):
+        return Term((text,), literal=True)
+    return ""
 
 
 def _group(tokens: list[Term | str]) -> tuple[tuple[Term, ...], ...]:
@@ -324,6 +354,13 @@ def parse_query(text: str) -> ParsedQuery:
     # Lone surrogates (from undecodable input) cannot reach a database driver.
     clean = text[:MAX_QUERY_CHARS].encode("utf-8", "replace").decode("utf-8")
     tokens = _tokens(clean)
+    if any(isinstance(t, Term) and not t.literal for t in tokens):
+        tokens = [t for t in tokens if not (isinstance(t, Term) and t.literal)]
+    elif any(isinstance(t, Term) for t in tokens):  # symbols only: found as typed
+        literal = [t for t in tokens if isinstance(t, Term)][:MAX_TERMS]
+        return ParsedQuery(raw=text, groups=(tuple(literal),))
+    else:  # operators only ("AND", "OR NOT"): they are the words asked for
+        tokens = [Term((t,)) for t in tokens if isinstance(t, str)]
     kept: list[Term | str] = []
     count = 0
     for token in tokens:
@@ -361,7 +398,8 @@ def _width_variants(text: str, terms: list[Term]) -> list[Term]:
     have = {t.words for t in terms}
     out: list[Term] = []
     for token in _tokens(folded[:MAX_QUERY_CHARS]):
-        if isinstance(token, Term) and not token.negated and token.words not in have:
+        if isinstance(token, Term) and not token.negated and not token.literal \
+                and token.words not in have:
             have.add(token.words)
             out.append(Term(token.words, token.prefix, False, token.quoted))
     return out[:MAX_TERMS]

@@ -12,7 +12,7 @@ Paths (chosen by ``ParsedQuery.mode``, see ``refold.search.query``):
   (``grams.py``) MATCH on them as tokens, newest first, each candidate re-checked with ``instr``.
 - OR-groups with CJK: each group through its own path, merged newest first.
 - ``scan``: the rest with CJK (needles mixing CJK and Latin in one word, or an OR-group that
-  itself needs a scan):
+  itself needs a scan), and a query of symbols only (``🎉``; over every row, not only CJK ones):
   ``instr`` over the CJK rows of the content table, newest first, in id-range chunks until
   ``limit`` hits are found or ``scan_budget_seconds`` has passed (then the newest hits found so
   far are returned). Within one session the scan is unchunked (bounded by the session).
@@ -397,8 +397,10 @@ class SearchOps(StateOps):
               limit: int) -> list[_Row]:
         where, args = filters(query)
         predicate, pred_args = _substring_predicate(parsed)
+        # CJK needles are only in CJK rows; symbols (a literal query) may be in any row
+        rows_of = "" if parsed.literal else "m.has_cjk = 1 AND "
         base = (f"SELECT {_HIT_COLUMNS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-                f"WHERE m.has_cjk = 1 AND {predicate}{where}")
+                f"WHERE {rows_of}{predicate}{where}")
         if query.session_id is not None:
             rows = conn.execute(base + " ORDER BY m.id DESC LIMIT ?",
                                 [*pred_args, *args, limit]).fetchall()
