@@ -141,3 +141,22 @@ def test_the_floor_names_the_tool_definitions_it_holds() -> None:
     assert f"tool definitions {schemas}" in out.report.reason, out.report.reason
     assert any(f"the tool definitions sent with every request {schemas}" in w
                for w in out.report.warnings), out.report.warnings
+
+
+def test_a_window_shared_with_large_tool_definitions_is_planned_for_what_they_leave() -> None:
+    """The tool definitions go with every request, so head, tail and summary share what they
+    leave. Planned against the whole target, the tail alone filled it and the result (with
+    the definitions) overflowed: ``refold demo --context-length 4000`` (1.3K tokens of
+    definitions) stopped on the provider's 400 after every retry."""
+    tools = [{"type": "function", "function": {
+        "name": f"tool_{i}", "description": "Run a long described operation. " * 30,
+        "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}}
+        for i in range(4)]
+    msgs = agent_session(rounds=12)
+    schemas = COUNTER.count_tools(tools)
+    target = schemas + 1800
+    out = compact(msgs, context_length=4 * target, target_tokens=target, model="gpt-4o",
+                  tools=tools)
+    assert out.report.fits, out.report
+    assert COUNTER.count_messages(out.messages) + schemas <= target
+    assert provider_problems(out.messages) == []

@@ -411,7 +411,11 @@ def compact(messages: Sequence[Message], *, context_length: int,
                                   "to compact. Use a model with a larger window or shorten "
                                   "them.")
         return _unchanged(list(messages), "noop", "too few messages to compact", **common)
-    plan = _plan(ordered, policy, counter, target, count, (prev_body, prev_anchors))
+    # the messages' room: the tool definitions go with every request, so the head, tail and
+    # summary share what they leave (planned against the whole target, a window with large
+    # definitions got a tail that could never fit, and overflowed on every retry)
+    room = max(1, target - counter.count_tools(tools))
+    plan = _plan(ordered, policy, counter, room, count, (prev_body, prev_anchors))
     plan.notes = provider_notes_of(provider_notes)
     return _finish(plan, messages, summarizer, fallback, counter, policy, target, before,
                    tools, common)
@@ -429,7 +433,7 @@ def _finish(plan: _Plan, original: Sequence[Message], summarizer: Summarizer,
     kept = sum(counter.count_message(m) for m in plan.pruned[:plan.head_end]
                + plan.pruned[plan.tail_start:])
     budget = summary_budget(policy, sum(counter.count_message(m) for m in middle))
-    budget = max(256, min(budget, target - kept - FRAMING_TOKENS))
+    budget = max(256, min(budget, target - counter.count_tools(tools) - kept - FRAMING_TOKENS))
     # the room measured around an empty summary: under the 256-token floor, body and anchors
     # share what is really there, so a result that can fit does (and keeps its identifiers)
     room = _room_for_anchors(plan, "", language, counter, tools, target)
