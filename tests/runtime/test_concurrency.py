@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from refold.runtime import Engine
+from refold.runtime.branches import Diverge
 from refold.store import Store
 
 from ._helpers import WINDOW, answer, tool_turn
@@ -44,3 +48,51 @@ def test_threads_on_separate_sessions(store: Store, tmp_path: Path) -> None:
         calls = [r.message["tool_calls"][0]["id"] for r in rows if r.message.get("tool_calls")]
         assert [int(c.split("_")[1]) // 1000 for c in calls] == [n] * TURNS
         assert store.list_checkpoints(rt.session_id)  # each compacted on its own
+
+
+@pytest.mark.parametrize("diverge", ["branch", "rewind"])
+def test_two_processes_answering_the_same_turn_never_give_it_two_replies(
+        store: Store, tmp_path: Path, diverge: Diverge) -> None:
+    """Two serve workers (here two engines on one ledger) prepare the same turn before either
+    records: the second reply found the first after its question and was appended after it
+    (one question, two replies in a row: a chain no client sent). It now goes where a request
+    re-sending that history would: a branch of a derived session, or after a reversible
+    rewind of a named one (the last writer's answer is the session's)."""
+    engines = [Engine(store, model="gpt-4o-mini", context_length=WINDOW,
+                      memory_dir=tmp_path / f"memories-{n}") for n in range(2)]
+    first = engines[0].open_session(new=True, title="conversation")
+    second = engines[1].open_session(first.session_id)
+    history: list[dict[str, Any]] = [{"role": "user", "content": "hello"}]
+    first.prepare_history(history, diverge=diverge)
+    first.record({"role": "assistant", "content": "hi"})
+    history += [{"role": "assistant", "content": "hi"},
+                {"role": "user", "content": "second question"}]
+    first.prepare_history(list(history), diverge=diverge)
+    second.prepare_history(list(history), diverge=diverge)
+    first.record({"role": "assistant", "content": "answer A"})
+    second.record({"role": "assistant", "content": "answer B"})
+    for engine in engines:
+        engine.close()
+    asked = ["hello", "hi", "second question"]
+
+    def active(session_id: str) -> list[str]:
+        return [str(r.message["content"]) for r in store.get_messages(session_id)]
+
+    if diverge == "rewind":
+        assert second.session_id == first.session_id
+        assert active(first.session_id) == [*asked, "answer B"]
+        every = store.get_messages(first.session_id, include_inactive=True)
+        assert [r.message["content"] for r in every if not r.active] == ["answer A"]
+        assert store.list_rewinds(first.session_id)  # reversible
+    else:
+        assert active(first.session_id) == [*asked, "answer A"]
+        assert second.session_id != first.session_id
+        assert active(second.session_id) == [*asked, "answer B"]
+    # whatever happened, the next turn of the second process continues from its own answer
+    follow = [*history, {"role": "assistant", "content": "answer B"},
+              {"role": "user", "content": "third"}]
+    again = Engine(store, model="gpt-4o-mini", context_length=WINDOW,
+                   memory_dir=tmp_path / "memories-2").open_session(second.session_id)
+    sent = again.prepare_history(follow, diverge=diverge)
+    assert [m["content"] for m in sent.messages if m["role"] != "system"] == [
+        *asked, "answer B", "third"]

@@ -102,12 +102,16 @@ def test_another_writer_before_the_record(eng: Engine, counting: CountingStore,
     rt = eng.open_session(new=True)
     rt.prepare_history([user("one")])
     store.append_messages(rt.session_id, [user("foreign")])
-    rt.record(bot("a1"))  # stored after whatever is there now, as before
-    assert [m.message["content"] for m in store.get_messages(rt.session_id)] == [
-        "one", "foreign", "a1"]
+    # the reply answers "one": it goes right after it, the foreign row rewound (reversibly),
+    # as a request re-sending ["one"] would place it; never after the foreign row
+    rt.record(bot("a1"))
+    assert [m.message["content"] for m in store.get_messages(rt.session_id)] == ["one", "a1"]
+    assert [r.message["content"] for r in store.get_messages(rt.session_id,
+                                                             include_inactive=True)
+            if not r.active] == ["foreign"]
     history = [user("one"), bot("a1"), user("two")]
     rt.prepare_history(history)
-    assert counting.syncs == 2  # the chain was dropped: a full sync settles it
+    assert counting.syncs == 1  # the reply's chain is known: the fast path continues it
     assert active_chain(store, rt.session_id) == chain_identities(history)
 
 

@@ -225,16 +225,18 @@ def test_another_handle_appending_a_row_is_noticed(
             "Module 1: the failures come from off-by-one errors in src/mod1.py; fixed.",
             "from elsewhere"]
         # a row appended while the client's history is already stored: the reply's
-        # expect_last fails and it is appended after the other row (view dropped, re-read)
+        # expect_last fails, and the reply goes right after its question, the other row
+        # rewound (reversibly) as a request re-sending that history would place it
         other.append_messages(rt.session_id, [user("late, from elsewhere")])
         rt.record(answer(3))
         stored = [m.message["content"] for m in mine.get_messages(rt.session_id)]
-        assert stored[-2:] == ["late, from elsewhere", answer(3)["content"]]
+        assert stored[-2:] == ["mine", answer(3)["content"]]
+        assert mine.list_rewinds(rt.session_id)
         reads = counting.view_tips
         prepared = rt.prepare([user("after")])
         assert prepared.messages == fresh(rt, mine)
         assert [m["content"] for m in prepared.messages[-3:]] == [
-            "late, from elsewhere", answer(3)["content"], "after"]
+            "mine", answer(3)["content"], "after"]
         assert counting.view_tips == reads + 1  # no view to confirm: checked and re-read
     finally:
         engine.close()
@@ -428,7 +430,7 @@ def test_usage_is_kept_when_another_writer_forces_the_slow_append(
         s = mine.get_session(rt.session_id)
         assert (s.input_tokens, s.output_tokens, s.model) == (40, 4, "m")
         assert [m.message["content"] for m in mine.get_messages(rt.session_id)] == [
-            "one", "sneaked in", answer(1)["content"]]
+            "one", answer(1)["content"]]  # after its question; "sneaked in" rewound
     finally:
         engine.close()
 

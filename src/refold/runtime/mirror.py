@@ -20,6 +20,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+from refold import _records as records
 from refold.errors import Conflict, MessageValidationError, WouldBlock
 from refold.messages.model import Message, wire_form
 from refold.runtime.chain import KnownChain
@@ -201,18 +202,38 @@ class SessionMirror:
                                           usage=usage)
 
     def append_reply(self, message: Message, counts: list[int | None],
-                     usage: Usage | None = None) -> None:
-        """Append the reply (and its usage); keep the known chain only if it still ends where
-        we think."""
+                     usage: Usage | None = None,
+                     moved: Callable[[KnownChain], None] | None = None) -> None:
+        """Append the reply (and its usage) right after the history it answers (the known
+        chain's tip); keep the known chain only if it still ends where we think.
+
+        When another writer appended after that tip first (two processes answering the same
+        turn at once), ``moved(chain)`` places the history again (a branch, or a reversible
+        rewind: ``SessionRuntime``) and the reply goes after the tip there — never after the
+        other writer's rows, which would give one question two replies in a row. ``moved``
+        may raise (nothing stored; the known chain kept for the retry). Without ``moved``, or
+        without a known chain, the reply goes after the cached view or where the session
+        ends (the library's ``record`` after its own ``prepare``)."""
         chain, self.chain = self.chain, None
         result = None
         if chain is not None and chain.session_id == self.session_id:
             try:
-                result = self.store.append_messages(self.session_id, [message],
-                                                    token_counts=counts, expect_last=chain.tip,
-                                                    usage=usage)
-            except Conflict:  # someone else wrote: append where it ends now
-                pass
+                try:
+                    result = self.store.append_messages(self.session_id, [message],
+                                                        token_counts=counts,
+                                                        expect_last=chain.tip, usage=usage)
+                except Conflict:  # someone else wrote after the question
+                    if moved is None:
+                        raise
+                    moved(chain)  # the history placed again: this runtime's session now
+                    result = self.store.append_messages(self.session_id, [message],
+                                                        token_counts=counts,
+                                                        expect_last=chain.tip, usage=usage)
+                    chain = records.replace(chain, session_id=self.session_id)
+            except Conflict:
+                if moved is not None:
+                    self.chain = chain
+                    raise
             except BaseException:
                 self.chain = chain  # nothing was stored (busy, say): what we knew still holds
                 raise

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from refold.errors import InvalidInput, RefoldError, UpstreamError
+from refold.errors import Conflict, InvalidInput, RefoldError, UpstreamError
 from refold.messages.model import (
     IDENTITY_KEYS,
     Message,
@@ -40,7 +40,7 @@ from refold.messages.model import (
 )
 from refold.pricing import token_count
 from refold.runtime.branches import Diverge, place
-from refold.runtime.chain import adopt_stored, comparable
+from refold.runtime.chain import KnownChain, adopt_stored, comparable
 from refold.runtime.checkpointer import Checkpointer
 from refold.runtime.inline import InlineTurns, NeedsWorker
 from refold.runtime.mirror import SessionMirror
@@ -83,6 +83,10 @@ class SessionRuntime:
         self._tools: list[dict[str, Any]] | None = None
         self._lock = threading.RLock()
         self._root_id = session_id  # the session opened: a derived family's first one
+        # where a history that is not an extension goes (the proxy's last full-path turn says:
+        # "branch" for a derived session, "rewind" for a named one); a reply that finds
+        # another writer's rows after its question goes the same way (``_placed_again``)
+        self._diverge: Diverge = "rewind"
         self.mirror = SessionMirror(host.store, session_id, host.ops.base_count)
         self.checkpointer = Checkpointer(host, self.mirror, self.system_text,
                                          lambda: self._tools, lambda: self._recall)
@@ -233,6 +237,7 @@ class SessionRuntime:
             raise InvalidInput("history must be a list of chat messages")
         self.finish_turn()
         with self._lock:
+            self._diverge = diverge
             return self._prepare_history_locked(history, tools, False, diverge=diverge)
 
     def record(self, response: Message, *, usage: dict[str, Any] | None = None,
@@ -442,7 +447,8 @@ class SessionRuntime:
                                             usage.get("cache_creation_input_tokens")),
                                         "cache_creation": usage.get("cache_creation")},
                                        model)
-        self.mirror.append_reply(message, counts, delta)
+        self.mirror.append_reply(message, counts, delta,
+                                 moved=self._needs_worker if light else self._placed_again)
         if prompt_tokens and self._last_base_estimate is not None:
             self.ops.observe_estimate(self._last_base_estimate, prompt_tokens)
         turn_done = not message.get("tool_calls")
@@ -453,6 +459,31 @@ class SessionRuntime:
         iterations, self._turn_tool_iterations = self._turn_tool_iterations, (
             0 if turn_done else self._turn_tool_iterations)
         return turn_done, iterations
+
+    @staticmethod
+    def _needs_worker(chain: KnownChain) -> None:
+        raise NeedsWorker  # placing a history again reads and may fork: not on an event loop
+
+    def _placed_again(self, chain: KnownChain) -> None:
+        """Another writer appended after the question this reply answers (two processes
+        answering the same turn at once): place the question's history again as a re-sent
+        history is placed (``refold.runtime.branches``: a branch, or a reversible rewind for a
+        named session), so the reply follows its own question. Conflict when that history is
+        no longer the session's (nothing stored)."""
+        rows = self.store.get_messages(self.session_id)
+        end = next((i for i, row in enumerate(rows) if row.identity == chain.tip), None)
+        if end is None:
+            raise Conflict(f"session {self.session_id} changed under the reply",
+                           hint="another process rewound this conversation; retry")
+        identities = [row.identity for row in rows[:end + 1]]
+        target, _ = place(self.store, self._root_id, self.session_id, identities,
+                          self._diverge)
+        log.info("session %s: another writer answered the same turn first; this reply goes "
+                 "to %s", self.session_id, "its branch " + target
+                 if target != self.session_id else "the session, after a reversible rewind")
+        self.precompactor.discard()
+        if target != self.session_id:
+            self._move_to(target)
 
     def _count_turns(self, messages: Sequence[Message]) -> None:
         memory = self._host.memory
