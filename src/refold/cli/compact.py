@@ -19,6 +19,7 @@ from refold.compaction.core import CompactionReport
 from refold.compaction.session import recorded_system_prompt
 from refold.compaction.summarizer import Summarizer
 from refold.config import Settings
+from refold.messages.agent_logs import AGENT_FORMATS, AGENT_NAMES
 from refold.messages.model import Message, content_text, wire_form
 
 SUMMARIZERS = ("builtin", "llm")
@@ -72,10 +73,24 @@ def _render_compact(value: dict[str, Any]) -> None:
                   + (f" [dim]calls {escape(calls)}[/dim]" if calls else "") + f": {escape(line)}")
 
 
-def _load(path: Path) -> list[Message]:
-    from refold.messages.load import load_messages_file
+def _load(path: Path, fmt: str | None) -> list[Message]:
+    """FILE read as ``refold import`` reads it: ``--format``, else the agent's format when the
+    file is one of theirs (what it holds besides the turns left out and said), else openai."""
+    from refold.messages.load import load_agent_log, load_messages_file, sniff_agent_log
 
-    return load_messages_file(path)
+    fmt = fmt or sniff_agent_log(path) or "openai"
+    if fmt not in AGENT_FORMATS:
+        return load_messages_file(path, fmt=fmt)
+    from collections import Counter
+
+    from refold.messages.agent_logs import describe_skipped
+
+    found = load_agent_log(path, fmt)
+    left_out = describe_skipped(Counter(found.skipped))
+    if left_out:
+        click.echo(f"{path}: read as a {AGENT_NAMES[fmt]} transcript; left out {left_out}",
+                   err=True)
+    return found.messages
 
 
 @click.command("compact")
@@ -86,17 +101,23 @@ def _load(path: Path) -> list[Message]:
 @click.option("--summarizer", type=click.Choice(SUMMARIZERS), help="Default: settings.")
 @click.option("--target", type=click.IntRange(1), help="Target tokens (default: the trigger "
                                                         "threshold).")
+@click.option("--format", "fmt", type=click.Choice(["openai", "anthropic", *AGENT_FORMATS]),
+              help="Format of FILE, as for `refold import`: openai messages, anthropic "
+                   "(Messages API turns), claude-code, codex or gemini (the transcripts those "
+                   "agents keep). Default: the agent's format when the file is one of theirs, "
+                   "else openai.")
 @click.option("--json", "as_json", is_flag=True, help="Print messages and report as JSON.")
 @pass_app
 def compact_cmd(app: AppContext, file: Path, context_length: int, model: str | None,
-                summarizer: str | None, target: int | None, as_json: bool) -> None:
+                summarizer: str | None, target: int | None, fmt: str | None,
+                as_json: bool) -> None:
     """Compact a transcript FILE (JSON list, {"messages": [...]}, or JSONL)."""
     from refold.compaction.core import compact
     from refold.tokens import get_counter
 
     settings = app.settings
     model = model or settings.model
-    result = compact(_load(file), context_length=context_length, model=model,
+    result = compact(_load(file, fmt), context_length=context_length, model=model,
                      counter=get_counter(model), target_tokens=target,
                      summarizer=make_summarizer(settings, summarizer, model))
     value = {"messages": [wire_form(m) for m in result.messages],

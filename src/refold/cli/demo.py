@@ -33,7 +33,8 @@ SEARCHES = [("distutils", "English"), ("CSV 导出", "Chinese"), ("金额", "2-c
 
 @click.command("demo")
 @click.option("--home", "demo_home", type=click.Path(file_okay=False),
-              help="Directory for the demo's data (default: a fresh temporary directory).")
+              help="Directory for the demo's data (default: refold's own --home when "
+                   "given, else a fresh temporary directory).")
 @click.option("--fast", is_flag=True, help="No pacing between steps (for CI).")
 @click.option("--context-length", type=click.IntRange(4_000, 1_000_000), default=16_000,
               show_default=True, help="The model window the demo pretends to have.")
@@ -46,7 +47,7 @@ def demo_cmd(app: AppContext, demo_home: str | None, fast: bool, context_length:
     from refold.testing import serve
 
     out = console(piped_width=None)  # full-width rules, as rich lays them out
-    home = _demo_home(demo_home)
+    home = _demo_home(demo_home) if demo_home else _demo_home(*_global_home(app))
     _write_settings(home, context_length)
     turns = build_script()
     replies, outputs = scripted_replies(turns)
@@ -71,14 +72,29 @@ def demo_cmd(app: AppContext, demo_home: str | None, fast: bool, context_length:
         store.close()
 
 
-def _demo_home(given: str | None) -> Path:
+def _global_home(app: AppContext) -> tuple[str | None, str]:
+    """The home given to refold itself on its command line (``refold --home DIR demo``), if
+    any, and the hint for when it is not empty."""
+    from refold.config import DEFAULT_SOURCE
+
+    settings = app.settings
+    where = settings.source_of("home")
+    if where == DEFAULT_SOURCE or where.startswith("env "):
+        # REFOLD_HOME names the user's own archive: the demo never writes there (a fresh
+        # temporary directory, as without it); an explicit --home is the demo's to use
+        return None, ""
+    return str(settings.home), (f"it comes from {where}; give the demo a new directory: "
+                                "refold demo --home DIR")
+
+
+def _demo_home(given: str | None, hint: str = "choose another --home, or omit it") -> Path:
     """The demo writes a database, ``refold.toml`` and memory files: only into a directory that
     is new or empty, so it can never replace a user's settings or add to their memory."""
     if given:
         path = Path(given).expanduser()
         if path.is_dir() and any(path.iterdir()):
             raise InvalidInput(f"{path} is not empty; the demo only writes into a new or empty "
-                               "directory", hint="choose another --home, or omit it")
+                               "directory", hint=hint)
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

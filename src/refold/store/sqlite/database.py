@@ -248,6 +248,9 @@ class Database:
         except RefoldError:
             raise
         except sqlite3.Error as exc:
+            if "not a database" in str(exc).lower():  # no repair makes a text file a database
+                raise StorageError(f"database error: {self.path} is not a SQLite database",
+                                   hint="check --db / REFOLD_DB") from exc
             raise StorageError(f"database error: {exc}", hint=_hint(exc)) from exc
 
     @contextmanager
@@ -422,7 +425,7 @@ def _hint(exc: sqlite3.Error) -> str | None:
     text = str(exc).lower()
     if "locked" in text or "busy" in text:
         return "another process holds the database; retry, or raise the busy timeout"
-    if "malformed" in text or "not a database" in text:
+    if "malformed" in text:
         return "the database file is damaged; run `refold doctor --repair`"
     if "readonly" in text or "read-only" in text:
         return "the database is read-only; check file permissions"

@@ -1,0 +1,67 @@
+"""A ``--db`` that is not a SQLite database says so and points at ``--db``: ``refold doctor
+--repair`` cannot turn a text file into a database, so it is not offered there (it still is
+for a damaged database, which it does repair)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from refold.cli.main import main
+from refold.errors import StorageError
+from refold.store.sqlite.database import Database
+
+SAMPLE = Path(__file__).resolve().parents[2] / "src" / "refold" / "data" / "sample_session.jsonl"
+
+
+def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(args))
+    out = capsys.readouterr()
+    return int(exit_info.value.code or 0), out.out, out.err
+
+
+@pytest.mark.parametrize("command", [("sessions", "list"), ("doctor",), ("doctor", "--repair"),
+                                     ("import", str(SAMPLE))])
+def test_a_db_that_is_not_a_database_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str],
+                                             command: tuple[str, ...]) -> None:
+    for name in ("REFOLD_HOME", "REFOLD_DB"):
+        monkeypatch.delenv(name, raising=False)
+    text_file = tmp_path / "d7.txt"
+    text_file.write_text("hi\n", encoding="utf-8")
+    code, out, err = _main(capsys, "--home", str(tmp_path / "home"), "--db", str(text_file),
+                           *command)
+    said = out + err
+    assert code == 1, said
+    assert f"{text_file} is not a SQLite database" in said, said
+    assert "check --db / REFOLD_DB" in said
+    assert "doctor --repair" not in said and "damaged" not in said
+    assert text_file.read_text(encoding="utf-8") == "hi\n"  # nothing written to it
+    assert not list(tmp_path.glob("d7.txt.*"))  # no backup beside it
+
+
+def test_doctor_json_reports_a_file_that_is_not_a_database(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("REFOLD_DB", raising=False)
+    text_file = tmp_path / "notes.db"
+    text_file.write_bytes(b"x" * 4096)
+    code, out, _ = _main(capsys, "--home", str(tmp_path / "home"), "--db", str(text_file),
+                         "doctor", "--repair", "--json")
+    report = json.loads(out)
+    assert code == 1 and report["ok"] is False and "repair" not in report
+    assert "is not a SQLite database" in report["database"]["error"]
+
+
+def test_a_damaged_database_still_points_at_the_repair(tmp_path: Path) -> None:
+    database = Database(str(tmp_path / "refold.db"))
+    try:
+        with pytest.raises(StorageError) as raised, database.translated():
+            raise sqlite3.DatabaseError("database disk image is malformed")
+    finally:
+        database.close()
+    assert raised.value.hint is not None and "refold doctor --repair" in raised.value.hint
