@@ -80,7 +80,7 @@ from refold.runtime.branches import Diverge
 from refold.runtime.prepared import Prepared
 from refold.runtime.session import SessionRuntime
 from refold.server.auth import Tenant
-from refold.server.sessions import SESSION_HEADER, SessionPool, derived_ref
+from refold.server.sessions import SESSION_HEADER, SessionPool, derived_ref, session_name
 from refold.server.upstream import Upstream, UpstreamStream
 from refold.server.wire import sse_error, status_for, upstream_status
 
@@ -150,6 +150,9 @@ def check_body(body: Any) -> list[Message]:
     if tools is not None and not (isinstance(tools, list)
                                   and all(isinstance(t, dict) for t in tools)):
         raise InvalidInput("'tools' must be a list of tool objects")
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise InvalidInput("'stream' must be true or false")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidInput("'messages' must be a non-empty list of chat messages")
@@ -163,17 +166,18 @@ async def chat_completions(proxy: Proxy, tenant: Tenant, headers: Mapping[str, s
                            body: dict[str, Any], raw_size: int = 0) -> Response:
     """Serve one turn; errors leave as RefoldError for the app's one error renderer."""
     history = check_body(body)
-    ref = headers.get(SESSION_HEADER) or derived_ref(tenant.owner, history)
+    name = session_name(headers)
+    ref = name or derived_ref(tenant.owner, history)
     lock = proxy.pool.lock(tenant.owner, ref)
     await lock.acquire()
     proxy.drain.enter()
     handed_off = False
     try:
-        rt = await proxy.pool.runtime(tenant.owner, ref)
+        rt = await proxy.pool.runtime(tenant.owner, ref, history)
         # a conversation the client named rewinds (reversibly) what it no longer sends; a
         # derived one branches instead, so it never rewinds another conversation's tail
         turn = _Turn(proxy, tenant, rt, body, history, raw_size,
-                     diverge="rewind" if headers.get(SESSION_HEADER) else "branch")
+                     diverge="rewind" if name else "branch")
         if body.get("stream"):
             upstream = await turn.open_stream()
             handed_off = True  # the stream releases the lock and the drain when it ends
@@ -520,9 +524,15 @@ class ProxyStream(Response):
 INLINE_JSON_BYTES = 64 * 1024  # smaller bodies parse faster than a thread hop
 
 
+def _no_constant(name: str) -> Any:
+    """NaN and ±Infinity, which Python's json module accepts, are not JSON: the upstream would
+    get them back as invalid JSON."""
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def _loads(raw: bytes) -> Any:
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_constant=_no_constant)
     except ValueError as exc:
         raise InvalidInput(f"the request body is not valid JSON: {exc}") from exc
 

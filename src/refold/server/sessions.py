@@ -1,9 +1,11 @@
 """Which session a request belongs to, and the bounded cache of live session runtimes.
 
-A request names its session with ``X-Refold-Session`` (an id, id prefix or title; a name that
-does not exist yet creates a session with that title, owned by the tenant: titles are unique per
-owner, so each key has its own names and finds its sessions by them; a name longer than a title
-may be is refused rather than cut). Without the header the session is derived
+A request names its session with ``X-Refold-Session`` (an id or title, never an id prefix; a
+name that does not exist yet creates a session with that title, owned by the tenant: titles are
+unique per owner, so each key has its own names and finds its sessions by them; a name longer
+than a title may be is refused rather than cut). The header's bytes are UTF-8 (``session_name``),
+and a session is created only for a request whose messages are valid, so a refused request
+leaves no empty session behind. Without the header the session is derived
 from the conversation itself: ``conv-`` + a hash of the tenant, the first system message and the
 first user message, so a client that re-sends its whole history every call lands in the same
 session each time (and after a restart). Two unrelated conversations that open with the very same
@@ -28,13 +30,14 @@ import hashlib
 import logging
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import anyio.to_thread
 
 from refold.errors import Conflict, InvalidInput, NotFound
 from refold.messages.model import Message, canonical_json
+from refold.messages.validate import validate_messages
 from refold.store.titles import MAX_TITLE_LENGTH, sanitize_title
 
 if TYPE_CHECKING:
@@ -97,10 +100,14 @@ class SessionPool:
                     self._engines[owner] = engine
         return engine
 
-    async def runtime(self, owner: str, ref: str) -> SessionRuntime:
+    async def runtime(self, owner: str, ref: str,
+                      history: Sequence[Message] | None = None) -> SessionRuntime:
         """The runtime for (owner, ref): cached, or resumed / created in a worker thread.
 
         Call with ``lock(owner, ref)`` held, so two first requests do not both create it.
+        ``history``: the request's messages; a session is only created for messages that
+        validate (``MessageValidationError`` otherwise), checked on that path alone, so a turn
+        of an existing session is not validated twice.
         """
         key = (owner, ref)
         rt = self._runtimes.get(key)
@@ -108,7 +115,7 @@ class SessionPool:
             self._runtimes.move_to_end(key)
             return rt
         engine = await self.engine(owner)
-        rt = await anyio.to_thread.run_sync(_open_or_create, engine, owner, ref)
+        rt = await anyio.to_thread.run_sync(_open_or_create, engine, owner, ref, history)
         self._runtimes[key] = rt
         await self._evict()
         return rt
@@ -137,6 +144,29 @@ class SessionPool:
         self._engines.clear()
 
 
+def session_name(headers: Mapping[str, str]) -> str | None:
+    """The session name a request sent in ``X-Refold-Session``, or None (absent or empty).
+
+    ``headers`` as Starlette gives them: each value the Latin-1 decoding of its bytes (ASGI
+    headers are bytes). Its bytes are decoded as UTF-8 instead: as Latin-1, "party 🎉" is
+    "party ð" and three C1 control characters, which the title rules drop, so "party 🎊" would
+    name the same session. Bytes that are not UTF-8 are ``InvalidInput``; a value that is
+    already text beyond Latin-1 (an in-process caller's own mapping) is taken as it is.
+    """
+    value = headers.get(SESSION_HEADER)
+    if not value or value.isascii():
+        return value or None
+    try:
+        raw = value.encode("latin-1")
+    except UnicodeEncodeError:
+        return value
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput("the X-Refold-Session header is not valid UTF-8",
+                           hint="send the session name as UTF-8") from None
+
+
 def check_name(ref: str) -> str:
     """A session name from ``X-Refold-Session`` as its title, or ``InvalidInput``: a name
     longer than a title may be would be cut, and two long names would share one session."""
@@ -149,16 +179,20 @@ def check_name(ref: str) -> str:
     return title
 
 
-def _open_or_create(engine: EngineLike, owner: str, ref: str) -> SessionRuntime:
+def _open_or_create(engine: EngineLike, owner: str, ref: str,
+                    history: Sequence[Message] | None = None) -> SessionRuntime:
     """The tenant's session named ``ref`` (its engine resolves within its owner only),
     created with the title ``ref`` when the tenant has none: titles are unique per owner.
     A name matches an exact id or title, never an id prefix: ``X-Refold-Session: c3`` must not
-    land in (and rewind) another conversation whose id happens to start with ``c3``."""
+    land in (and rewind) another conversation whose id happens to start with ``c3``.
+    A ``history`` that does not validate creates nothing (the runtime would refuse it)."""
     title = check_name(ref)
     try:
         return engine.open_session(ref, source="serve", by_prefix=False)
     except NotFound:
         pass  # AmbiguousReference propagates: creating another would hide the matches
+    if history is not None:
+        validate_messages(history)
     log.info("creating session %s", title)
     try:
         return engine.open_session(None, new=True, title=title, source="serve")
