@@ -1,7 +1,9 @@
 """``refold import`` and ``refold search``: put transcripts into the ledger and find them again.
 
 Import validates the whole file before it touches the store, then makes one ``sync_messages``
-call, so a malformed file stores nothing and importing the same file twice appends nothing.
+call per session, which creates a new session in the transaction that stores its messages
+(``create=``): a malformed file stores nothing, an import killed half-way leaves no empty
+session, and importing the same file twice appends nothing.
 Without ``--session`` the session id is derived from the transcript's content (the chained
 identity of its last message): the same transcript always lands in the same session, and a
 different one never lands in somebody else's. To keep adding to one session while a transcript
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from refold._records import dataclass
+from refold._records import dataclass, replace
 from refold.cli.app import AppContext, emit, pass_app
 from refold.cli.context import to_json
 from refold.cli.searching import OPTIONS, Option, parse_when, run_search
@@ -27,10 +29,10 @@ from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
 from refold.messages.agent_logs import AGENT_FORMATS, AGENT_NAMES
 from refold.messages.model import Message, chain_identities
 from refold.store import Session, Store
-from refold.store.base import Usage, usage_sum
+from refold.store.base import AppendResult, SessionDraft, Usage, usage_sum
 
 if TYPE_CHECKING:  # the loaders load with `refold import`, not on `refold search`'s path
-    from refold.messages.load import AgentLog, Utf8Repair
+    from refold.messages.load import AgentLog, ExportedSession, Utf8Repair
 
 
 # -- import --------------------------------------------------------------------------------------
@@ -46,14 +48,18 @@ class Transcript:
     key: str | None = None
     times: list[float | None] | None = None
     spend: list[list[tuple[dict[str, Any], str | None]]] | None = None
+    rewound: int = 0  # a refold export's rewound (inactive) rows: left out
 
 
 def _read_transcript(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repair
-                     ) -> Transcript:
-    """``file`` read as ``fmt`` (see ``Transcript``)."""
+                     ) -> list[Transcript]:
+    """``file`` read as ``fmt`` (see ``Transcript``): one transcript, or for a refold JSON
+    export each of its sessions with messages."""
     from refold.messages.load import (
         check_size,
         load_anthropic,
+        load_export,
+        load_export_file,
         load_messages,
         load_messages_file,
         message_times,
@@ -61,20 +67,44 @@ def _read_transcript(file: str, fmt: str, max_bytes: int | None, repair: Utf8Rep
 
     if fmt in AGENT_FORMATS:
         found = _read_agent_log(file, fmt, max_bytes, repair)
-        return Transcript(found.messages, Path(file).stem, _session_key(fmt, found.native_id),
-                          found.times, found.spend)
+        return [Transcript(found.messages, Path(file).stem, _session_key(fmt, found.native_id),
+                           found.times, found.spend)]
     if file == "-":
         data = sys.stdin.buffer.read(max_bytes + 1) if max_bytes else sys.stdin.buffer.read()
         check_size(len(data), max_bytes, "<stdin>")
         if fmt == "anthropic":
-            return Transcript(load_anthropic(data, source_name="<stdin>", repair=repair),
-                              "stdin")
+            return [Transcript(load_anthropic(data, source_name="<stdin>", repair=repair),
+                               "stdin")]
+        exported = load_export(data, source_name="<stdin>", repair=repair)
+        if exported is not None:
+            return _exported(file, "stdin", exported)
         loaded = load_messages(data, source_name="<stdin>", repair=repair)
-        return Transcript(loaded, "stdin", times=message_times(loaded))
+        return [Transcript(loaded, "stdin", times=message_times(loaded))]
+    if fmt == "openai":
+        exported = load_export_file(file, max_bytes=max_bytes, repair=repair)
+        if exported is not None:
+            return _exported(file, Path(file).stem, exported)
     loaded = load_messages_file(file, fmt=fmt, max_bytes=max_bytes, repair=repair)
     # a chat export's own times date its messages (OpenAI form keeps each message's keys)
-    return Transcript(loaded, Path(file).stem,
-                      times=message_times(loaded) if fmt == "openai" else None)
+    return [Transcript(loaded, Path(file).stem,
+                       times=message_times(loaded) if fmt == "openai" else None)]
+
+
+def _exported(file: str, stem: str, sessions: list[ExportedSession]) -> list[Transcript]:
+    """The sessions of a refold JSON export with active messages, each named by its id there
+    (imported back where it came from, or again after it grew: only what is new is stored)
+    and titled as it was; the rest (a fork's parent in a ``--lineage`` export holds none of
+    its own) said on stderr."""
+    found = [Transcript(s.messages, s.title or stem, s.id, s.times, rewound=s.rewound)
+             for s in sessions if s.messages]
+    empty = len(sessions) - len(found)
+    rewound = sum(s.rewound for s in sessions)
+    left_out = [f"{rewound} rewound message(s)"] if rewound else []
+    left_out += [f"{empty} session(s) with no messages of their own"] if empty else []
+    if left_out:
+        click.echo(f"{file}: read as a refold export of {len(sessions)} session(s); left out "
+                   + ", ".join(left_out), err=True)
+    return found
 
 
 def _read_agent_log(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repair
@@ -151,14 +181,25 @@ def _new_title(store: Store, wanted: str | None) -> str | None:
         return None
 
 
+@dataclass(frozen=True)
+class Target:
+    """The session an import stores into: its id, and unless it exists already the session to
+    create with the messages, in their transaction (a killed import leaves no empty session);
+    ``keep_title``: the title was asked for (taken: an error, not an untitled session)."""
+
+    session_id: str
+    create: SessionDraft | None = None
+    keep_title: bool = False
+
+
 def _target_session(store: Store, ref: str | None, messages: list[Message], *,
                     title: str | None, default_title: str, source: str,
-                    key: str | None = None, started_at: float | None = None) -> Session:
+                    key: str | None = None, started_at: float | None = None) -> Target:
     """The session given by ``--session`` (created when missing), else the one ``key`` names
     (an agent's own conversation id), else the content-derived one."""
     if ref is not None:
         try:
-            return store.resolve_session(ref)
+            return Target(store.resolve_session(ref).id)
         except AmbiguousReference:
             raise
         except NotFound:
@@ -166,11 +207,26 @@ def _target_session(store: Store, ref: str | None, messages: list[Message], *,
     else:
         session_id = key or chain_identities(messages)[-1]
         try:
-            return store.get_session(session_id)
+            return Target(store.get_session(session_id).id)
         except NotFound:
             pass
-    return _create(store, session_id, title or _new_title(store, default_title), source,
-                   keep_title=bool(title), started_at=started_at)
+    draft = SessionDraft(title=title or _new_title(store, default_title), source=source,
+                         started_at=started_at)
+    return Target(session_id, draft, keep_title=bool(title))
+
+
+def _store_messages(store: Store, target: Target, messages: list[Message],
+                    **kw: Any) -> AppendResult:
+    """``sync_messages`` into ``target``, created with them when missing; if its default title
+    was taken meanwhile, untitled (a session a concurrent import created: used as it is)."""
+    draft = target.create
+    try:
+        return store.sync_messages(target.session_id, messages, create=draft, **kw)
+    except Conflict:
+        if draft is None or draft.title is None or target.keep_title:
+            raise
+    return store.sync_messages(target.session_id, messages, create=replace(draft, title=None),
+                               **kw)
 
 
 def _create(store: Store, session_id: str, title: str | None, source: str, *,
@@ -232,6 +288,10 @@ def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str |
     without a zone) dates it in the ledger, and a message's name (a group chat's speaker) is
     searchable.
 
+    refold's own JSON export (refold sessions export --format json) imports each of its
+    sessions with messages under its id and title there; rewound rows (--archived) are left
+    out and counted. --session and --title are refused for an export of several sessions.
+
     Messages already stored in the session are skipped, so importing twice is harmless.
     """
     if file != "-" and Path(file).expanduser().is_dir():
@@ -252,12 +312,17 @@ def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str |
         _emit_reports(reports, as_json, f"{len(reports)} {AGENT_DATABASES[database].agent} "
                       "session(s) imported")
         return
-    emit(_import_one(app, file, session_ref, title, source, fmt), as_json, _render_import)
+    reports = _import_one(app, file, session_ref, title, source, fmt)
+    if len(reports) == 1:
+        emit(reports[0], as_json, _render_import)
+    else:
+        _emit_reports(reports, as_json, f"{len(reports)} session(s) of a refold export imported")
 
 
 def _import_one(app: AppContext, file: str, session_ref: str | None, title: str | None,
-                source: str | None, fmt: str | None) -> dict[str, Any]:
-    """Import one transcript file (or stdin); its report."""
+                source: str | None, fmt: str | None) -> list[dict[str, Any]]:
+    """Import one transcript file (or stdin), or each session of a refold JSON export; their
+    reports."""
     from refold.messages.load import Utf8Repair
 
     repair = Utf8Repair()
@@ -266,28 +331,45 @@ def _import_one(app: AppContext, file: str, session_ref: str | None, title: str 
     fmt = _format_of(file, fmt)
     if source is None:
         source = fmt if fmt in AGENT_FORMATS else "import"
-    read = _read_transcript(file, fmt, app.settings.import_max_bytes or None, repair)
-    messages, stem, key = read.messages, read.stem, read.key
+    found = _read_transcript(file, fmt, app.settings.import_max_bytes or None, repair)
     if repair.count:
         click.echo(f"warning: {file}: {repair.describe()}", err=True)
-    if not messages:
+    if not found or not found[0].messages:
         raise InvalidInput(f"{file}: no messages to import")
+    if len(found) > 1 and (session_ref is not None or title is not None):
+        raise InvalidInput(f"--session and --title name one session; {file} is a refold "
+                           f"export of {len(found)} sessions with messages",
+                           hint="import it without them: each session is imported as its own")
+    reports = []
+    for read in found:
+        report = _import_transcript(app, read, session_ref, title, source, fmt)
+        if repair.count:
+            report["utf8_repaired"] = {"count": repair.count,
+                                       "first_offset": repair.first_offset}
+        reports.append(report)
+    return reports
+
+
+def _import_transcript(app: AppContext, read: Transcript, session_ref: str | None,
+                       title: str | None, source: str, fmt: str) -> dict[str, Any]:
+    """Store one transcript's messages; its report."""
+    messages, stem = read.messages, read.stem
     if fmt in AGENT_FORMATS:  # an agent's file is named by a uuid: its first request reads better
         from refold.messages.agent_logs import agent_title
 
         stem = agent_title(messages) or stem
     store = app.store
     said = [t for t in read.times or () if t is not None]
-    session = _target_session(store, session_ref, messages, title=title, default_title=stem,
-                              source=source, key=key, started_at=min(said) if said else None)
-    result = store.sync_messages(session.id, messages, created_at=read.times,
-                                 usage=_priced(app, read.spend))
-    report: dict[str, Any] = {"session_id": session.id,
-                              "title": store.get_session(session.id).title,
+    target = _target_session(store, session_ref, messages, title=title, default_title=stem,
+                             source=source, key=read.key, started_at=min(said) if said else None)
+    result = _store_messages(store, target, messages, created_at=read.times,
+                             usage=_priced(app, read.spend))
+    report: dict[str, Any] = {"session_id": target.session_id,
+                              "title": store.get_session(target.session_id).title,
                               "appended": len(result.appended), "skipped": result.skipped,
                               "rewound": result.rewound}
-    if repair.count:
-        report["utf8_repaired"] = {"count": repair.count, "first_offset": repair.first_offset}
+    if read.rewound:
+        report["rewound_left_out"] = read.rewound
     return report
 
 
@@ -326,8 +408,8 @@ def _import_directory(app: AppContext, directory: Path, source: str | None, fmt:
                 got = [{"file": str(path), **r}
                        for r in import_database(app, path, databases[path], source)]
             else:
-                got = [{"file": str(path), **_import_one(app, str(path), None, None, source,
-                                                          fmt)}]
+                got = [{"file": str(path), **r}
+                       for r in _import_one(app, str(path), None, None, source, fmt)]
         except RefoldError as exc:
             click.echo(f"error: {exc}", err=True)
             got = [{"file": str(path), "error": str(exc)}]

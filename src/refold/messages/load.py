@@ -5,6 +5,8 @@ Accepted inputs (format detected from the content, not the file name):
 - a JSON object with a ``messages`` array (an OpenAI request body works as is);
 - JSONL: one message object per line (blank lines ignored).
 
+``load_export_file`` / ``load_export`` read refold's own JSON export (``refold.export/1``:
+each session's active messages and their times; rewound rows left out and counted).
 ``load_anthropic`` reads the Anthropic Messages form instead (``{"system", "messages"}``, a
 list of turns, or JSONL with one turn per line) and converts it with ``from_anthropic``.
 ``load_agent_log`` reads the transcripts Claude Code and Codex keep (``refold.messages.
@@ -583,3 +585,98 @@ def _load_open_file(fh: Any, source_name: str, repair: Utf8Repair) -> list[Messa
         if line.strip():
             out.append(_parse_line(line, lineno, source_name))
     return out
+
+
+EXPORT_FORMAT = "refold.export/1"  # refold.store.export's JSON form
+_EXPORT_HEAD = 64 << 10  # bytes read to tell whether a file is a refold JSON export
+
+
+@dataclass
+class ExportedSession:
+    """One session of a refold JSON export: its id and title there, its active messages with
+    when each was said, and how many rewound (inactive) rows it held (``--archived``: left
+    out, they are not the conversation's history)."""
+
+    id: str
+    title: str | None
+    messages: list[Message]
+    times: list[float | None]
+    rewound: int = 0
+
+
+def _looks_exported(head: bytes) -> bool:
+    """Does a document start as ``refold sessions export --format json`` writes one?"""
+    text = head.decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
+    return text.startswith("{") and re.search(
+        r'(?<!\\)"format"\s*:\s*"refold\.export/', text) is not None
+
+
+def exported_sessions(doc: Any, source_name: str) -> list[ExportedSession] | None:
+    """The sessions of a refold JSON export (``{"format": "refold.export/1", "sessions":
+    [...]}``), each message checked with ``validate_message``; None when ``doc`` is not one."""
+    tag = doc.get("format") if isinstance(doc, dict) else None
+    if not (isinstance(tag, str) and tag.startswith("refold.export/")):
+        return None
+    if tag != EXPORT_FORMAT:
+        raise InvalidInput(f"{source_name}: a {tag} export; this refold reads {EXPORT_FORMAT}",
+                           hint="import it with the refold version that wrote it, or newer")
+    sessions = doc.get("sessions")
+    if not isinstance(sessions, list):
+        raise InvalidInput(f"{source_name}: a refold export without a 'sessions' list")
+    return [_exported_session(s, f"{source_name} session {i}") for i, s in enumerate(sessions)]
+
+
+def _exported_session(item: Any, where: str) -> ExportedSession:
+    if not (isinstance(item, dict) and isinstance(item.get("id"), str) and item["id"].strip()
+            and isinstance(item.get("messages"), list)):
+        raise InvalidInput(f"{where}: expected an object with an 'id' and a 'messages' list")
+    title = item.get("title")
+    out = ExportedSession(item["id"], title if isinstance(title, str) else None, [], [])
+    for index, record in enumerate(item["messages"]):
+        if not (isinstance(record, dict) and "message" in record):
+            raise InvalidInput(f"{where} message {index}: expected an object with a 'message'")
+        if record.get("active") is False:
+            out.rewound += 1
+            continue
+        try:
+            out.messages.append(validate_message(record["message"], index))
+        except MessageValidationError as exc:
+            raise _located(exc, f"{where}: ", line=None) from exc
+        when = record.get("created_at")
+        out.times.append(float(when) if isinstance(when, int | float)
+                         and not isinstance(when, bool) else None)
+    return out
+
+
+def load_export(data: str | bytes, *, source_name: str = "<input>",
+                repair: Utf8Repair | None = None) -> list[ExportedSession] | None:
+    """``exported_sessions`` of a document given as text or bytes; None (nothing parsed) when
+    it does not start as a refold export does."""
+    head = data[:_EXPORT_HEAD]
+    if not _looks_exported(head.encode("utf-8", "surrogatepass") if isinstance(head, str)
+                           else head):
+        return None
+    text = _decode(data, source_name, repair)
+    try:
+        doc = parse_json(text, source_name)
+    except ValueError:
+        return None  # not one document after all: a transcript's loader says what is wrong
+    return exported_sessions(doc, source_name)
+
+
+def load_export_file(path: str | Path, *, max_bytes: int | None = None,
+                     repair: Utf8Repair | None = None) -> list[ExportedSession] | None:
+    """``load_export`` of a file; None, after reading only its head, when it is no export."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise InvalidInput(f"{path} is a directory, not a transcript file")
+    with _open_binary(path) as fh:
+        try:
+            if not _looks_exported(fh.read(_EXPORT_HEAD)):
+                return None
+            check_size(path.stat().st_size, max_bytes, str(path))
+            fh.seek(0)
+            data = fh.read()
+        except OSError as exc:
+            raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from exc
+    return load_export(data, source_name=path.name, repair=repair)

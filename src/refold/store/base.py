@@ -60,6 +60,21 @@ class Session:
 
 
 @dataclass(frozen=True)
+class SessionDraft:
+    """A session for ``sync_messages(create=…)`` to create when its id is not stored yet, in
+    the transaction that stores its messages (an import killed half-way leaves no empty
+    session); the fields mean what ``create_session``'s arguments mean."""
+
+    title: str | None = None
+    source: str | None = None
+    model: str | None = None
+    parent_session_id: str | None = None
+    link_kind: str | None = None
+    owner: str = ""
+    started_at: float | None = None
+
+
+@dataclass(frozen=True)
 class StoredMessage:
     session_id: str
     seq: int
@@ -264,11 +279,15 @@ class Store(Protocol):
     # ``created_at``: when each message was said (seconds since the epoch; None: now), for an
     # import of a past conversation (``message_times`` checks them). ``usage``: per message,
     # what the model calls that wrote it used; the appended messages' usage is added to the
-    # session's totals in the same transaction (``appended_usage``), so a re-import adds none
+    # session's totals in the same transaction (``appended_usage``), so a re-import adds none.
+    # ``create``: a session missing under ``session_id`` is created so, in the same
+    # transaction as the messages (as ``create_session`` would: its Conflicts included); an
+    # existing one is used as it is
     def sync_messages(self, session_id: str, history: Sequence[Message], *,
                       token_counts: Sequence[int | None] | None = None,
                       created_at: Sequence[float | None] | None = None,
-                      usage: Sequence[Usage | None] | None = None) -> AppendResult: ...
+                      usage: Sequence[Usage | None] | None = None,
+                      create: SessionDraft | None = None) -> AppendResult: ...
     def get_messages(self, session_id: str, *, include_inactive: bool = False,
                      start_seq: int | None = None, end_seq: int | None = None,
                      limit: int | None = None) -> list[StoredMessage]: ...

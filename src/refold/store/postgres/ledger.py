@@ -39,6 +39,7 @@ from refold.store.base import (
     Projection,
     RewindRecord,
     Session,
+    SessionDraft,
     StoredMessage,
     Usage,
     ViewTip,
@@ -57,7 +58,7 @@ from refold.store.postgres.core import (
     message_from_row,
     session_from_row,
 )
-from refold.store.postgres.sessions import add_usage_in
+from refold.store.postgres.sessions import add_usage_in, check_draft, insert_session
 from refold.store.rules import (
     check_checkpoint_commit,
     check_checkpoint_draft,
@@ -161,14 +162,21 @@ class LedgerMixin(PgCore):
     def sync_messages(self, session_id: str, history: Sequence[Message], *,
                       token_counts: Sequence[int | None] | None = None,
                       created_at: Sequence[float | None] | None = None,
-                      usage: Sequence[Usage | None] | None = None) -> AppendResult:
+                      usage: Sequence[Usage | None] | None = None,
+                      create: SessionDraft | None = None) -> AppendResult:
         clean = _check_messages(history, token_counts)
         appended_usage(usage, len(clean), 0)  # the lengths checked before the write
         now = time.time()
         times = message_times(created_at, len(clean), now) if created_at is not None \
             else [now] * len(clean)
         identities = chain_identities(clean)
+        if create is not None:
+            check_draft(create)
         with self._tx("sync messages") as cur:
+            if create is not None:  # committed with the rows, or not at all
+                cur.execute("SELECT 1 FROM sessions WHERE id = %s", (session_id,))
+                if cur.fetchone() is None:
+                    insert_session(self, cur, session_id, create)
             self._require_session(cur, session_id, lock=True)
             if not clean:
                 return AppendResult(appended=[], skipped=0)

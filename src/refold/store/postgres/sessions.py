@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
-from refold.store.base import Session, Usage, started
+from refold.store.base import Session, SessionDraft, Usage, started
 from refold.store.postgres.core import SESSION_COLS, Cursor, PgCore, session_from_row
 from refold.store.titles import (
     like_escape,
@@ -34,46 +35,65 @@ def new_session_id() -> str:
     return uuid.uuid4().hex
 
 
+def check_draft(draft: SessionDraft) -> None:
+    """InvalidInput for a link kind the store does not know (before any write)."""
+    if draft.link_kind is not None and draft.link_kind not in LINK_KINDS:
+        raise InvalidInput(f"unknown link kind {draft.link_kind!r}",
+                           hint="use one of: " + ", ".join(LINK_KINDS))
+
+
+def insert_session(core: PgCore, cur: Cursor, session_id: str,
+                   draft: SessionDraft) -> tuple[Any, ...] | None:
+    """The session row, inside the caller's transaction; None (nothing written) when the id is
+    taken."""
+    clean = sanitize_title(draft.title)
+    if draft.parent_session_id is not None:
+        core._require_session(cur, draft.parent_session_id)
+    if clean is not None:
+        _check_title_free(cur, clean, draft.owner or "")
+    cur.execute(f"""INSERT INTO sessions (id, title, parent_session_id, link_kind, source,
+                        model, owner, started_at)
+                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+                    ON CONFLICT (id) DO NOTHING RETURNING {SESSION_COLS}""",
+                (session_id, clean, draft.parent_session_id,
+                 draft.link_kind if draft.parent_session_id else None, draft.source,
+                 draft.model, draft.owner or "", started(draft.started_at)))
+    return cur.fetchone()
+
+
+def _check_title_free(cur: Cursor, title: str, owner: str, except_id: str | None = None) -> None:
+    """Titles are unique per owner: another tenant's title never blocks this one."""
+    cur.execute("SELECT id FROM sessions WHERE owner = %s AND title = %s", (owner, title))
+    row = cur.fetchone()
+    if row is not None and row[0] != except_id:
+        raise Conflict(f"the title {title!r} is already used by session {row[0]}",
+                       hint="pick another title")
+
+
 class SessionsMixin(PgCore):
     def create_session(self, *, title: str | None = None, source: str | None = None,
                        model: str | None = None, parent_session_id: str | None = None,
                        link_kind: str | None = None, owner: str = "",
                        session_id: str | None = None,
                        started_at: float | None = None) -> Session:
-        if link_kind is not None and link_kind not in LINK_KINDS:
-            raise InvalidInput(f"unknown link kind {link_kind!r}",
-                               hint="use one of: " + ", ".join(LINK_KINDS))
+        draft = SessionDraft(title, source, model, parent_session_id, link_kind, owner,
+                             started_at)
+        check_draft(draft)
         if session_id is not None and not str(session_id).strip():
             raise InvalidInput("a session id cannot be empty")
         sid = session_id or new_session_id()
-        clean = sanitize_title(title)
         with self._tx("create session") as cur:
             cur.execute("SELECT 1 FROM sessions WHERE id = %s", (sid,))
             if cur.fetchone() is not None:
                 raise Conflict(f"a session with id {sid!r} already exists")
-            if parent_session_id is not None:
-                self._require_session(cur, parent_session_id)
-            if clean is not None:
-                self._check_title_free(cur, clean, owner or "")
-            cur.execute(f"""INSERT INTO sessions (id, title, parent_session_id, link_kind, source,
-                                model, owner, started_at)
-                            VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
-                            ON CONFLICT (id) DO NOTHING RETURNING {SESSION_COLS}""",
-                        (sid, clean, parent_session_id, link_kind if parent_session_id else None,
-                         source, model, owner or "", started(started_at)))
-            row = cur.fetchone()
+            row = insert_session(self, cur, sid, draft)
             if row is None:
                 raise Conflict(f"session {sid!r} already exists")
         return session_from_row(row)
 
     def _check_title_free(self, cur: Cursor, title: str, owner: str,
                           except_id: str | None = None) -> None:
-        """Titles are unique per owner: another tenant's title never blocks this one."""
-        cur.execute("SELECT id FROM sessions WHERE owner = %s AND title = %s", (owner, title))
-        row = cur.fetchone()
-        if row is not None and row[0] != except_id:
-            raise Conflict(f"the title {title!r} is already used by session {row[0]}",
-                           hint="pick another title")
+        _check_title_free(cur, title, owner, except_id)
 
     def get_session(self, session_id: str) -> Session:
         with self._tx("read session") as cur:

@@ -32,6 +32,7 @@ from refold.store.base import (
     AppendResult,
     RewindRecord,
     Session,
+    SessionDraft,
     StoredMessage,
     Usage,
     ViewTip,
@@ -41,7 +42,7 @@ from refold.store.base import (
 from refold.store.rules import check_fork_kind, check_restorable
 from refold.store.sqlite import indexer
 from refold.store.sqlite.rows import MESSAGE_COLUMNS, message_columns, to_message, to_rewind
-from refold.store.sqlite.sessions import SessionOps, add_usage_in
+from refold.store.sqlite.sessions import SessionOps, add_usage_in, check_draft
 from refold.store.titles import sanitize_title
 
 _PAGE = 500
@@ -179,13 +180,19 @@ class LedgerOps(SessionOps):
     def sync_messages(self, session_id: str, history: Sequence[Message], *,
                       token_counts: Sequence[int | None] | None = None,
                       created_at: Sequence[float | None] | None = None,
-                      usage: Sequence[Usage | None] | None = None) -> AppendResult:
+                      usage: Sequence[Usage | None] | None = None,
+                      create: SessionDraft | None = None) -> AppendResult:
         counts = _check_batch(history, token_counts)
         times = message_times(created_at, len(history), time.time()) \
             if created_at is not None else None
         appended_usage(usage, len(history), 0)  # the lengths checked before the write
         identities = _identities(history, None)
+        if create is not None:
+            check_draft(create)
         with self.db.write() as conn:
+            if create is not None and conn.execute("SELECT 1 FROM sessions WHERE id = ?",
+                                                   (session_id,)).fetchone() is None:
+                self._insert_session(conn, session_id, create)  # committed with the rows
             session = self._session(conn, session_id)
             keep, rewound = self._common_prefix(conn, session_id, identities)
             appended = self._insert(conn, session, history[keep:], counts[keep:],

@@ -22,7 +22,7 @@ import sqlite3
 import time
 
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
-from refold.store.base import Session, Usage, started
+from refold.store.base import Session, SessionDraft, Usage, started
 from refold.store.sqlite import grams
 from refold.store.sqlite.database import Database
 from refold.store.sqlite.rows import SESSION_COLUMNS, to_session
@@ -36,6 +36,13 @@ from refold.store.titles import (
 
 LINK_KINDS = frozenset({"compaction", "branch", "fork"})
 
+
+
+def check_draft(draft: SessionDraft) -> None:
+    """InvalidInput for a link kind the store does not know (before any write)."""
+    if draft.link_kind is not None and draft.link_kind not in LINK_KINDS:
+        raise InvalidInput(f"unknown link kind {draft.link_kind!r}",
+                           hint="use compaction, branch or fork")
 
 
 def _new_id() -> str:
@@ -72,26 +79,31 @@ class SessionOps:
                        link_kind: str | None = None, owner: str = "",
                        session_id: str | None = None,
                        started_at: float | None = None) -> Session:
-        if link_kind is not None and link_kind not in LINK_KINDS:
-            raise InvalidInput(f"unknown link kind {link_kind!r}",
-                               hint="use compaction, branch or fork")
         if session_id is not None and not str(session_id).strip():
             raise InvalidInput("a session id cannot be empty")
-        clean = sanitize_title(title)
+        draft = SessionDraft(title, source, model, parent_session_id, link_kind, owner,
+                             started_at)
+        check_draft(draft)
         new_id = session_id or _new_id()
         with self.db.write() as conn:
             if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (new_id,)).fetchone():
                 raise Conflict(f"a session with id {new_id!r} already exists")
-            if parent_session_id is not None:
-                self._session(conn, parent_session_id)
-            self._check_title_free(conn, clean, owner or "")
-            conn.execute(
-                "INSERT INTO sessions (id, title, parent_session_id, link_kind, source, model, "
-                "owner, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (new_id, clean, parent_session_id,
-                 link_kind if parent_session_id is not None else None,
-                 source, model, owner or "", started(started_at)))
+            self._insert_session(conn, new_id, draft)
             return self._session(conn, new_id)
+
+    def _insert_session(self, conn: sqlite3.Connection, session_id: str,
+                        draft: SessionDraft) -> None:
+        """The session row, inside the caller's write transaction (the id is free)."""
+        clean = sanitize_title(draft.title)
+        if draft.parent_session_id is not None:
+            self._session(conn, draft.parent_session_id)
+        self._check_title_free(conn, clean, draft.owner or "")
+        conn.execute(
+            "INSERT INTO sessions (id, title, parent_session_id, link_kind, source, model, "
+            "owner, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (session_id, clean, draft.parent_session_id,
+             draft.link_kind if draft.parent_session_id is not None else None,
+             draft.source, draft.model, draft.owner or "", started(draft.started_at)))
 
     def get_session(self, session_id: str) -> Session:
         with self.db.read() as conn:

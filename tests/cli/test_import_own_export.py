@@ -1,0 +1,156 @@
+"""``refold import`` reads refold's own JSON export (``refold sessions export --format json``):
+each exported session with messages is imported as a session, named by its id there and titled
+as it was; rewound rows (``--archived``) are left out and counted; importing it again, or back
+where it came from, stores nothing twice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from import_cli import Run, cli_on_home, ok_json, stored_messages
+
+from refold.errors import InvalidInput
+from refold.store.sqlite import SQLiteStore
+
+SAMPLE = Path(__file__).resolve().parents[2] / "src" / "refold" / "data" / "sample_session.jsonl"
+
+
+@pytest.fixture
+def origin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
+    (tmp_path / "a").mkdir()
+    return cli_on_home(tmp_path / "a", monkeypatch)
+
+
+@pytest.fixture
+def other(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
+    (tmp_path / "b").mkdir()
+    return cli_on_home(tmp_path / "b", monkeypatch)
+
+
+def _wire(base: Path, session_id: str) -> list[tuple[dict[str, Any], float]]:
+    return [(m.message, m.created_at) for m in stored_messages(base, session_id)]
+
+
+def _say(store: SQLiteStore, session_id: str, *texts: str) -> None:
+    store.append_messages(session_id, [{"role": "user" if i % 2 == 0 else "assistant",
+                                        "content": text} for i, text in enumerate(texts)])
+
+
+def test_import_reads_its_own_json_export(tmp_path: Path, origin: Run, other: Run) -> None:
+    first = ok_json(origin("import", str(SAMPLE), "--json"))
+    export = tmp_path / "d9.json"
+    assert origin("sessions", "export", "sample_session", "--format", "json",
+                  "-o", str(export)).exit_code == 0
+
+    report = ok_json(other("import", str(export), "--json"))
+    assert report == {"session_id": first["session_id"], "title": "sample_session",
+                      "appended": 36, "skipped": 0, "rewound": 0}
+    # the same messages, said when they were said there
+    assert _wire(tmp_path / "b", report["session_id"]) == \
+        _wire(tmp_path / "a", first["session_id"])
+
+    again = ok_json(other("import", str(export), "--json"))
+    assert (again["session_id"], again["appended"], again["skipped"]) == \
+        (first["session_id"], 0, 36)
+    back = ok_json(origin("import", str(export), "--json"))  # where it came from
+    assert (back["session_id"], back["appended"], back["skipped"]) == \
+        (first["session_id"], 0, 36)
+    for run in (origin, other):
+        assert [(s["id"], s["message_count"]) for s in ok_json(
+            run("sessions", "list", "--json"))] == [(first["session_id"], 36)]
+
+
+def test_a_lineage_export_imports_each_session_and_leaves_rewound_rows_out(
+        tmp_path: Path, origin: Run, other: Run) -> None:
+    store = SQLiteStore(str(tmp_path / "a" / "home" / "refold.db"))
+    try:
+        root = store.create_session(title="deploy", source="chat")
+        _say(store, root.id, "deploy the api", "which port?", "try 9090", "ok, 9090")
+        store.rewind(root.id, 3)  # "try 9090" and its reply: rewound, kept inactive
+        _say(store, root.id, "use 8080")
+        child = store.create_session(title="deploy #2", source="chat",
+                                     parent_session_id=root.id, link_kind="compaction")
+        _say(store, child.id, "summary: port 8080", "deployed on 8080")
+        store.end_session(root.id, "compaction")
+    finally:
+        store.close()
+    export = tmp_path / "lineage.json"
+    assert origin("sessions", "export", child.id, "--format", "json", "--lineage",
+                  "--archived", "-o", str(export)).exit_code == 0
+    assert [r["active"] for r in json.loads(export.read_text())["sessions"][0]["messages"]] \
+        == [True, True, False, False, True]
+
+    result = other("import", str(export), "--json")
+    reports = ok_json(result)
+    assert [(r["session_id"], r["title"], r["appended"]) for r in reports] == \
+        [(root.id, "deploy", 3), (child.id, "deploy #2", 2)]
+    assert reports[0]["rewound_left_out"] == 2 and "rewound_left_out" not in reports[1]
+    assert "left out 2 rewound message(s)" in result.stderr
+    for session_id in (root.id, child.id):  # only the active history: the rewound turn is not
+        assert _wire(tmp_path / "b", session_id) == [
+            (m.message, m.created_at) for m in stored_messages(tmp_path / "a", session_id)]
+    assert "try 9090" not in json.dumps([m.message for m in stored_messages(tmp_path / "b",
+                                                                            root.id)])
+
+    plain = other("import", str(export))
+    assert plain.exit_code == 0, plain.output
+    assert "2 session(s) of a refold export imported: 0 message(s) stored, 5 already stored" \
+        in plain.stdout
+
+
+def test_a_fork_lineage_imports_the_fork_alone(tmp_path: Path, origin: Run,
+                                               other: Run) -> None:
+    store = SQLiteStore(str(tmp_path / "a" / "home" / "refold.db"))
+    try:
+        root = store.create_session(title="plan")
+        _say(store, root.id, "plan the release", "step one", "and then?", "step two")
+        fork = store.fork_session(root.id, 2, title="plan b")
+    finally:
+        store.close()
+    export = tmp_path / "fork.json"
+    assert origin("sessions", "export", fork.id, "--format", "json", "--lineage",
+                  "-o", str(export)).exit_code == 0
+    result = other("import", str(export), "--json")
+    report = ok_json(result)  # the parent's messages are the fork's copies: one session
+    assert (report["session_id"], report["title"], report["appended"]) == \
+        (fork.id, "plan b", 2)
+    assert "left out 1 session(s) with no messages of their own" in result.stderr
+
+
+def test_session_and_title_refuse_a_multi_session_export(tmp_path: Path, origin: Run,
+                                                         other: Run) -> None:
+    store = SQLiteStore(str(tmp_path / "a" / "home" / "refold.db"))
+    try:
+        root = store.create_session(title="one")
+        _say(store, root.id, "first", "reply")
+        child = store.create_session(title="one #2", parent_session_id=root.id,
+                                     link_kind="compaction")
+        _say(store, child.id, "second", "reply")
+    finally:
+        store.close()
+    export = tmp_path / "two.json"
+    assert origin("sessions", "export", child.id, "--format", "json", "--lineage",
+                  "-o", str(export)).exit_code == 0
+    for option in (["--session", "mine"], ["--title", "mine"]):
+        refused = other("import", str(export), *option)  # `refold` says it: error:, exit 2
+        assert isinstance(refused.exception, InvalidInput)
+        assert "--session and --title name one session" in str(refused.exception)
+        assert "export of 2 sessions" in str(refused.exception)
+    assert ok_json(other("sessions", "list", "--json")) == []
+
+    one = tmp_path / "one.json"  # one session: --session appends it where it says
+    assert origin("sessions", "export", root.id, "--format", "json", "-o", str(one)
+                  ).exit_code == 0
+    report = ok_json(other("import", str(one), "--session", "mine", "--json"))
+    assert (report["session_id"], report["appended"]) == ("mine", 2)
+
+
+def test_an_export_of_another_version_is_refused(tmp_path: Path, other: Run) -> None:
+    newer = tmp_path / "newer.json"
+    newer.write_text(json.dumps({"format": "refold.export/2", "sessions": []}))
+    refused = other("import", str(newer))
+    assert isinstance(refused.exception, InvalidInput)
+    assert "refold.export/2" in str(refused.exception)
