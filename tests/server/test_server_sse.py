@@ -216,6 +216,33 @@ def test_events_after_a_finish_in_an_earlier_read_still_stream_as_they_come() ->
     assert bodies == [_event(HELLO), _event(FINISH), b"data: [DONE]\n\n"]
 
 
+def test_an_event_that_is_not_json_is_not_passed_on_the_stream_fails_saying_why() -> None:
+    """``data: {not json`` went to the client as it came, and the client's SDK failed on it
+    (JSONDecodeError) before the proxy's error event; it is now held back and the stream ends
+    with one error event, nothing recorded."""
+    turn = _Turn()
+    sent = _pumped(turn, [_event(HELLO), b"data: {not json\n\n", _event(FINISH)])
+    bodies = [m["body"] for m in sent if m["type"] == "http.response.body"]
+    assert bodies[0] == _event(HELLO)
+    assert b"not json" not in b"".join(bodies)
+    error = json.loads(bodies[-1].decode().removeprefix("data: "))
+    assert "not a JSON object" in error["error"]["message"]
+    assert b"[DONE]" not in b"".join(bodies) and turn.log == []
+
+
+def test_the_upstreams_own_error_event_is_the_only_one() -> None:
+    """An error event from the upstream is passed on as it is and ends the stream: no second
+    error event of the proxy's after it (the client got two)."""
+    turn = _Turn()
+    upstream_error = {"error": {"message": "model overloaded", "type": "server_error"}}
+    sent = _pumped(turn, [_event(HELLO), _event(upstream_error)])
+    bodies = [m["body"] for m in sent if m["type"] == "http.response.body"]
+    assert b"".join(bodies).count(b'"error"') == 1
+    assert _event(upstream_error) in b"".join(bodies)
+    assert [m["more_body"] for m in sent if m["type"] == "http.response.body"][-1] is False
+    assert turn.log == []
+
+
 def test_event_data_forms() -> None:
     """One ``data: `` line (the fast path) and every other form read the same payloads."""
     stream = (b'data: {"a": 1}\n\n'  # the usual event

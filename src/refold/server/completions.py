@@ -82,7 +82,7 @@ from refold.runtime.session import SessionRuntime
 from refold.server.auth import Tenant
 from refold.server.sessions import SESSION_HEADER, SessionPool, derived_ref, session_name
 from refold.server.upstream import Upstream, UpstreamStream
-from refold.server.wire import sse_error, status_for, upstream_status
+from refold.server.wire import error_body, sse_error, status_for, upstream_status
 
 log = logging.getLogger(__name__)
 
@@ -433,18 +433,36 @@ class ProxyStream(Response):
         self.disconnected = False
         self.recording = False
         self.upstream_done = False  # the upstream's own [DONE] was seen
+        self.upstream_error = False  # the upstream sent an error event (passed on)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
         watcher = asyncio.ensure_future(self._watch(receive, task))
+        started = False
         try:
             await send({"type": "http.response.start", "status": self.status_code,
                         "headers": self.raw_headers})
+            started = True
             await self._pump(send)
-        except asyncio.CancelledError:
-            if not self.disconnected or task is None:
-                raise  # not ours (server shutdown): let it go on
-            task.uncancel()  # ours: the client left; nothing partial is recorded
+        except asyncio.CancelledError as exc:
+            if task is None:
+                raise
+            if self.disconnected:
+                task.uncancel()  # ours: the client left; nothing partial is recorded
+            elif started and _shutting_down(exc):
+                # the server's graceful shutdown ran out while this reply streamed: the client
+                # is told so in an error event (it was cut off mid-body, and uvicorn logged a
+                # traceback), and nothing partial is recorded
+                task.uncancel()
+                log.warning("stream for session %s cut off by the server's shutdown; its reply "
+                            "is not recorded", self.turn.session_id)
+                await send({"type": "http.response.body", "more_body": False,
+                            "body": sse_error(503, error_body(
+                                "refold serve is shutting down: this reply was cut off and "
+                                "not recorded; send the request again", "server_error",
+                                "shutting_down"))})
+            else:
+                raise  # not ours: let it go on
         finally:
             watcher.cancel()
             try:
@@ -479,6 +497,12 @@ class ProxyStream(Response):
             await self._fail(send, err, b"".join(tail))
             return
         if not assembler.complete:
+            if self.upstream_error:  # the upstream said why in its own error event, passed on
+                log.warning("stream for session %s failed: the upstream sent an error event",
+                            self.turn.session_id)
+                await send({"type": "http.response.body", "body": b"".join(tail),
+                            "more_body": False})
+                return
             await self._fail(send, bad_response("the stream ended before a finish_reason"),
                              b"".join(tail))
             return
@@ -507,6 +531,12 @@ class ProxyStream(Response):
                 self.upstream_done = True
                 continue  # held back: [DONE] goes out after the record
             chunk = parse_chunk(event.data) if event.data is not None else None
+            if chunk is None and event.data is not None:
+                # not a JSON object: a client's SDK would fail on it before any error event
+                # of ours, so it is not passed on; the stream fails here, saying why
+                raise bad_response("the upstream sent an event that is not a JSON object")
+            if chunk is not None and "error" in chunk and not chunk.get("choices"):
+                self.upstream_error = True  # passed on as it is: the client's SDK reads it
             if chunk is not None:
                 assembler.add(chunk)
                 if self.turn.inject_usage and chunk.get("choices") == [] and "usage" in chunk:
@@ -519,6 +549,11 @@ class ProxyStream(Response):
         status, body = upstream_status(err)
         await send({"type": "http.response.body", "body": held + sse_error(status, body),
                     "more_body": False})
+
+
+def _shutting_down(exc: asyncio.CancelledError) -> bool:
+    """Is this the cancellation uvicorn sends once its graceful shutdown timed out?"""
+    return any("graceful shutdown" in str(arg) for arg in exc.args)
 
 
 INLINE_JSON_BYTES = 64 * 1024  # smaller bodies parse faster than a thread hop
