@@ -73,6 +73,37 @@ def test_import_into_named_session_appends_only_new_suffix(run: Run, tmp_path: P
     assert len(seqs) == 36 and seqs == sorted(set(seqs))
 
 
+def test_another_transcript_into_a_named_session_goes_after_its_history(
+        run: Run, tmp_path: Path) -> None:
+    """``--session`` says append: another transcript rewound every stored message (the
+    history "diverged" at its first message) and the rewind could not be undone. It is added
+    after the session's history; importing it again, or grown, adds only what is new; the
+    session's own transcript still syncs as before."""
+    lines = SAMPLE.read_text(encoding="utf-8").splitlines()
+    other = tmp_path / "other.jsonl"
+    other.write_text("\n".join(json.dumps({"role": r, "content": f"{r} {i} of another talk"})
+                               for i, r in enumerate(["user", "assistant"] * 3)) + "\n",
+                     encoding="utf-8")
+    ok_json(run("import", str(SAMPLE), "--session", "notes", "--json"))
+    added = ok_json(run("import", str(other), "--session", "notes", "--json"))
+    assert (added["appended"], added["skipped"], added["rewound"]) == (6, 0, 0)
+    assert added["added_after"] == 36
+    assert "sample_session" in run("search", "currency").output  # the first one stays found
+    again = ok_json(run("import", str(other), "--session", "notes", "--json"))
+    assert (again["appended"], again["skipped"], again["rewound"]) == (0, 6, 0)
+    grown = tmp_path / "grown.jsonl"
+    grown.write_text(other.read_text(encoding="utf-8")
+                     + json.dumps({"role": "user", "content": "one more"}) + "\n",
+                     encoding="utf-8")
+    more = ok_json(run("import", str(grown), "--session", "notes", "--json"))
+    assert (more["appended"], more["skipped"], more["rewound"]) == (1, 6, 0)
+    own = ok_json(run("import", str(SAMPLE), "--session", "notes", "--json"))
+    assert (own["appended"], own["rewound"]) == (0, 0)
+    stored = rows(tmp_path, "notes")
+    assert len(stored) == 36 + 7 == len({identity for _, identity in stored})
+    assert len(lines) == 36
+
+
 def test_import_from_stdin_and_json_document(run: Run) -> None:
     doc = json.dumps({"messages": [{"role": "user", "content": "hello from stdin"}]})
     out = ok_json(run("import", "-", "--json", input=doc))

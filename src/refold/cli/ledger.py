@@ -27,7 +27,7 @@ from refold.cli.searching import OPTIONS, Option, parse_when, run_search
 from refold.cli.terminal import safe_text
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
 from refold.messages.agent_logs import AGENT_FORMATS, AGENT_NAMES
-from refold.messages.model import Message, chain_identities
+from refold.messages.model import Message, chain_identities, message_identity
 from refold.store import Session, Store
 from refold.store.base import AppendResult, SessionDraft, Usage, usage_sum
 
@@ -251,7 +251,9 @@ def _create(store: Store, session_id: str, title: str | None, source: str, *,
 @click.command("import")
 @click.argument("file")
 @click.option("--session", "session_ref", metavar="ID",
-              help="Append to this session (id, id prefix or title); created when missing.")
+              help="Append to this session (id, id prefix or title); created when missing. "
+                   "The session's own transcript grown adds what is new; another transcript "
+                   "is added after its history.")
 @click.option("--title", help="Title for a newly created session (default: the file name).")
 @click.option("--source", default=None,
               help="Source label stored with a new session (default: import, or claude-code, "
@@ -362,15 +364,46 @@ def _import_transcript(app: AppContext, read: Transcript, session_ref: str | Non
     said = [t for t in read.times or () if t is not None]
     target = _target_session(store, session_ref, messages, title=title, default_title=stem,
                              source=source, key=read.key, started_at=min(said) if said else None)
-    result = _store_messages(store, target, messages, created_at=read.times,
-                             usage=_priced(app, read.spend))
+    times, usage = read.times, _priced(app, read.spend)
+    history, times, usage, already = (messages, times, usage, None) if target.create else \
+        _after_its_history(store, target.session_id, messages, times, usage)
+    result = _store_messages(store, target, history, created_at=times, usage=usage)
     report: dict[str, Any] = {"session_id": target.session_id,
                               "title": store.get_session(target.session_id).title,
-                              "appended": len(result.appended), "skipped": result.skipped,
+                              "appended": len(result.appended),
+                              "skipped": result.skipped if already is None else already,
                               "rewound": result.rewound}
+    if already is not None:
+        report["added_after"] = len(history) - len(messages)
     if read.rewound:
         report["rewound_left_out"] = read.rewound
     return report
+
+
+def _after_its_history(store: Store, session_id: str, messages: list[Message],
+                       times: list[float | None] | None, usage: list[Usage | None] | None
+                       ) -> tuple[list[Message], list[float | None] | None,
+                                  list[Usage | None] | None, int | None]:
+    """What to sync into an existing session for ``--session``. A transcript that starts as
+    the session does is the session's own (it grew, or was edited): synced as it is, None
+    last. Another transcript is added after the session's history, never in place of it (it
+    rewound every stored message): the stored history plus what of ``messages`` is not
+    already its end (a re-import of it, or of it grown, adds only what is new); last, how many
+    of ``messages`` were there already."""
+    rows = store.get_messages(session_id)
+    if not rows or not messages or message_identity(messages[0], None) == rows[0].identity:
+        return messages, times, usage, None
+    held = 0
+    for k in range(min(len(messages), len(rows)), 0, -1):  # the longest already at the end
+        before = rows[-k - 1].identity if len(rows) > k else None
+        if message_identity(messages[0], before) == rows[-k].identity and chain_identities(
+                messages[:k], before) == [r.identity for r in rows[-k:]]:
+            held = k
+            break
+    stored = [r.message for r in rows]
+    return ([*stored, *messages[held:]],
+            None if times is None else [*(r.created_at for r in rows), *times[held:]],
+            None if usage is None else [*([None] * len(rows)), *usage[held:]], held)
 
 
 def _import_directory(app: AppContext, directory: Path, source: str | None, fmt: str | None,
@@ -461,6 +494,9 @@ def _render_import(report: dict[str, Any]) -> None:
     title = f" ({safe_text(report['title'])})" if report["title"] else ""
     line = (f"imported {report['appended']} message(s) into session "
             f"{report['session_id']}{title}; {report['skipped']} already stored")
+    if report.get("added_after"):
+        line += (f"; added after the session's {report['added_after']} message(s) (another "
+                 "transcript)")
     if report["rewound"]:
         line += f"; {report['rewound']} stored message(s) rewound (the history diverged)"
     click.echo(line)
