@@ -163,11 +163,16 @@ def check_body(body: Any) -> list[Message]:
 
 
 async def chat_completions(proxy: Proxy, tenant: Tenant, headers: Mapping[str, str],
-                           body: dict[str, Any], raw_size: int = 0) -> Response:
-    """Serve one turn; errors leave as RefoldError for the app's one error renderer."""
+                           body: dict[str, Any], raw_size: int = 0,
+                           lineage: str | None = None) -> Response:
+    """Serve one turn; errors leave as RefoldError for the app's one error renderer.
+
+    The session: the one ``X-Refold-Session`` names (a diverging history rewinds it), else
+    ``lineage`` (a Responses continuation's, placed as a derived session is), else the one
+    derived from the conversation's opening (a diverging history branches)."""
     history = check_body(body)
     name = session_name(headers)
-    ref = name or derived_ref(tenant.owner, history)
+    ref = name or lineage or derived_ref(tenant.owner, history)
     lock = proxy.pool.lock(tenant.owner, ref)
     await lock.acquire()
     proxy.drain.enter()

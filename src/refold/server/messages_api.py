@@ -55,14 +55,14 @@ class Host(Protocol):
 def in_anthropic_shape(run: Callable[[Request], Awaitable[Response]]
                        ) -> Callable[[Request], Awaitable[Response]]:
     """Re-render the app's (OpenAI-shaped) error responses — auth, body size, anything the
-    endpoint raised — in Anthropic's shape."""
+    endpoint raised — in Anthropic's shape, keeping their headers (an upstream failure's
+    ``Retry-After``, ``retry-after-ms`` and ``x-ratelimit-*``, ``wire.error_headers``)."""
     async def wrapped(request: Request) -> Response:
         response = await run(request)
         if response.status_code < 400 or not isinstance(response, JSONResponse):
             return response
         body = json.loads(bytes(response.body))
-        return JSONResponse(anthropic_error(response.status_code, body),
-                            status_code=response.status_code)
+        return rewritten_json(response, anthropic_error(response.status_code, body))
     return wrapped
 
 

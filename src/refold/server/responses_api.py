@@ -14,6 +14,17 @@ not their ``instructions``, as the Responses API does) and goes through the pipe
 client re-sending its whole history would, so the ledger recognizes the stored part and
 stores nothing twice. ``store: false`` keeps no response object (the turn's messages still
 go to the ledger as any proxied turn's do); a later ``previous_response_id`` naming it is 404.
+
+A continuation runs in the lineage of the response it continues, whatever its
+``instructions``: a request without ``X-Refold-Session`` is otherwise placed by its opening
+(its system message and first user message, ``sessions.derived_ref``), and ``instructions``
+are per request, so a chain whose instructions changed or were left out landed in a new root
+session that stored the whole chain again. It is named by the first session of that lineage
+(the previous response's session, up its ``branch`` and ``compaction`` links: the name the
+chain's first turn ran under), with the same ``branch`` placement as a derived session, so two
+continuations of one response still fork a branch. The request's ``instructions`` go upstream
+as its system prompt, and a changed one is recorded as the runtime records any changed
+system prompt (a ``system_prompt`` event of the session).
 """
 
 from __future__ import annotations
@@ -55,6 +66,8 @@ from refold.store import Store
 log = logging.getLogger(__name__)
 
 RESPONSE_EVENT = "refold.response"
+LINEAGE_LINKS = ("branch", "compaction")  # a session's parent by these is the same lineage
+MAX_LINEAGE = 64  # parents followed (a lineage is shallow; a corrupt one must not loop)
 Handler = Callable[[Request, Tenant], Awaitable[Response]]
 
 
@@ -123,6 +136,27 @@ class ResponseLog:
             items += list(record.get("input") or []) + list(record["response"]["output"])
         return items
 
+    def lineage(self, value: str) -> str:
+        """The name of the lineage of response ``value``'s session: its first session's title
+        (the name a derived turn gives it, so the same runtime and lock), else that id."""
+        session = self.store.get_session(session_of_id(value))
+        for _ in range(MAX_LINEAGE):
+            parent_id = session.parent_session_id
+            if session.link_kind not in LINEAGE_LINKS or parent_id is None:
+                break
+            try:
+                parent = self.store.get_session(parent_id)
+            except NotFound:
+                break
+            if parent.owner != self.owner:
+                break
+            session = parent
+        return session.title or session.id
+
+    def continued(self, value: str) -> tuple[list[Any], str]:
+        """The items of the chain ending at ``value`` and the name of its lineage."""
+        return self.chain_items(value), self.lineage(value)
+
     def save(self, session_id: str, input_items: list[Any], response: dict[str, Any]) -> None:
         self.store.append_event(session_id, RESPONSE_EVENT, {
             "id": response["id"], "previous_response_id": response.get("previous_response_id"),
@@ -147,7 +181,20 @@ def _check(raw: Any) -> dict[str, Any]:
     previous = raw.get("previous_response_id")
     if previous is not None and not isinstance(previous, str):
         raise InvalidInput("previous_response_id must be a string")
+    instructions = raw.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise InvalidInput(
+            f"'instructions' must be a string (this request's system prompt) or null, got "
+            f"{_json_type(instructions)}; system or developer messages as items go in 'input'")
     return raw
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "an array" if isinstance(value, list) else "an object"
 
 
 def _store(host: Host) -> Store:
@@ -163,13 +210,16 @@ async def create_response(host: Host, tenant: Tenant, request: Request, raw: Any
     new_items = _items(body["input"])
     input_messages(new_items)  # a malformed input is a 400 before anything is read or sent
     prior: list[Any] = []
+    lineage: str | None = None
     if body.get("previous_response_id"):
-        prior = await anyio.to_thread.run_sync(log_.chain_items, body["previous_response_id"])
+        prior, lineage = await anyio.to_thread.run_sync(log_.continued,
+                                                        body["previous_response_id"])
     messages: list[Message] = input_messages(prior + new_items)
     if body.get("instructions"):
-        messages.insert(0, {"role": "system", "content": str(body["instructions"])})
+        messages.insert(0, {"role": "system", "content": body["instructions"]})
     chat = chat_body(body, messages, host.settings.model)
-    response = await chat_turn(host.running_proxy(), tenant, request.headers, chat, size)
+    response = await chat_turn(host.running_proxy(), tenant, request.headers, chat, size,
+                               lineage)
     session_id = session_of(response) or ""
     shell = Shell(response_id(session_id), str(chat["model"]), body,
                   spaces=namespaces(body.get("tools")))

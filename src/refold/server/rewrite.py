@@ -35,9 +35,11 @@ class StreamRewriter(Protocol):
 
 
 async def chat_turn(proxy: Proxy, tenant: Tenant, headers: Mapping[str, str],
-                    body: dict[str, Any], raw_size: int = 0) -> Response:
-    """One turn through the chat-completions pipeline (errors raise as ``RefoldError``)."""
-    return await chat_completions(proxy, tenant, headers, body, raw_size)
+                    body: dict[str, Any], raw_size: int = 0,
+                    lineage: str | None = None) -> Response:
+    """One turn through the chat-completions pipeline (errors raise as ``RefoldError``);
+    ``lineage``: the session a continuation runs in (see ``chat_completions``)."""
+    return await chat_completions(proxy, tenant, headers, body, raw_size, lineage)
 
 
 def session_of(response: Response) -> str | None:
