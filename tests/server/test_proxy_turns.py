@@ -447,3 +447,64 @@ def test_a_client_that_reserializes_the_reply_it_got_continues_the_same_session(
     assert [(r.role, r.active) for r in rows] == [
         ("user", True), ("assistant", True), ("tool", True), ("assistant", True),
         ("user", True), ("assistant", True), ("tool", True), ("assistant", True)]
+
+
+def test_a_system_prompt_that_changes_every_turn_stays_one_session(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """Agents put the time or the working tree's state in their system prompt. The derived
+    session hashed it, so each turn with a new prompt started a new root session and stored the
+    whole history again (3 turns: 3 sessions, the first question stored 3 times). The prompt
+    sent upstream is still each request's own; the session records the change."""
+    with serve(["one", "two", "three"]) as up:
+        client = sdk(start_proxy(up).base_url)
+        history: list[dict[str, Any]] = [{"role": "user", "content": "what time is it?"}]
+        for turn, reply in enumerate(["one", "two", "three"]):
+            system = {"role": "system", "content": f"You are terse. Time: 10:0{turn}"}
+            out = client.chat.completions.create(model="m", messages=[system, *history])
+            assert out.choices[0].message.content == reply
+            history += [{"role": "assistant", "content": reply},
+                        {"role": "user", "content": f"and now {turn}?"}]
+        assert [r["messages"][0]["content"] for r in up.llm.requests] == [
+            f"You are terse. Time: 10:0{turn}" for turn in range(3)]
+    session_id = only_session(sqlite_store)
+    texts = [text for _, text in roles_and_text(sqlite_store, session_id)]
+    assert texts == ["what time is it?", "one", "and now 0?", "two", "and now 1?", "three"]
+
+
+def test_two_agents_opening_with_the_same_question_keep_their_own_histories(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """Without the header, two conversations that open with the same user message share a
+    derived family; each continues in its own branch, neither rewinds the other."""
+    with serve(default=lambda body: ScriptedReply(
+            content="A" if "agent A" in body["messages"][0]["content"] else "B")) as up:
+        client = sdk(start_proxy(up).base_url)
+        chats = {name: [{"role": "system", "content": f"You are agent {name}."},
+                        {"role": "user", "content": "hi"}] for name in "AB"}
+        for turn in range(2):
+            for name, history in chats.items():
+                out = client.chat.completions.create(model="m", messages=history)
+                history += [{"role": "assistant", "content": out.choices[0].message.content},
+                            {"role": "user", "content": f"{name} turn {turn}"}]
+    by_history = sorted(tuple(text for _, text in roles_and_text(sqlite_store, s.id))
+                        for s in sqlite_store.list_sessions())
+    assert by_history == [("hi", "A", "A turn 0", "A"), ("hi", "B", "B turn 0", "B")]
+    assert not any(sqlite_store.list_rewinds(s.id) for s in sqlite_store.list_sessions())
+
+
+def test_a_conversation_derived_under_the_old_name_continues_in_its_session(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """Sessions derived before the system prompt left the name (``legacy_ref``) are still
+    found: an upgrade does not store running conversations again."""
+    from refold.server.sessions import legacy_ref
+
+    history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "Capital of France?"}]
+    old = sqlite_store.create_session(title=legacy_ref("", history), source="serve")
+    sqlite_store.sync_messages(old.id, [history[1], {"role": "assistant", "content": "Paris."}])
+    with serve(["On the Seine."]) as up:
+        client = sdk(start_proxy(up).base_url)
+        history += [{"role": "assistant", "content": "Paris."},
+                    {"role": "user", "content": "River?"}]
+        client.chat.completions.create(model="m", messages=history)
+    assert only_session(sqlite_store) == old.id
+    assert [t for _, t in roles_and_text(sqlite_store, old.id)] == [
+        "Capital of France?", "Paris.", "River?", "On the Seine."]

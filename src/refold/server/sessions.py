@@ -6,10 +6,15 @@ unique per owner, so each key has its own names and finds its sessions by them; 
 than a title may be is refused rather than cut). The header's bytes are UTF-8 (``session_name``),
 and a session is created only for a request whose messages are valid, so a refused request
 leaves no empty session behind. Without the header the session is derived
-from the conversation itself: ``conv-`` + a hash of the tenant, the first system message and the
-first user message, so a client that re-sends its whole history every call lands in the same
-session each time (and after a restart). Two unrelated conversations that open with the very same
-system and user message share a derived session; such clients should send the header.
+from the conversation itself: ``conv-`` + a hash of the tenant and the first user message, so a
+client that re-sends its whole history every call lands in the same session each time (and
+after a restart), whatever its system prompt does: agents put the date, the time or the working
+tree's state there, and a changed system prompt is the same conversation (the runtime records
+the new prompt as an event). Sessions derived before this also hashed the first system message
+(``legacy_ref``): such a session is still found under that name. Two unrelated conversations
+that open with the very same user message share a derived session's family, each in its own
+branch (``refold.runtime.branches``): nothing of one is rewound by the other; clients that want
+them apart send the header.
 
 Invariants:
 - one engine per tenant (owner namespace + its own memory directory); a runtime is only ever
@@ -59,14 +64,28 @@ class EngineLike(Protocol):
 EngineFactory = Callable[[str], EngineLike]
 
 
+DERIVED_PREFIX = "conv-"
+
+
 def derived_ref(owner: str, history: Sequence[Message]) -> str:
-    """The session name a conversation without a header maps to (stable across restarts)."""
+    """The session name a conversation without a header maps to (stable across restarts and
+    across changes of its system prompt)."""
+    first_user = next((m.get("content") for m in history if m.get("role") == "user"), None)
+    return _digest([owner, first_user])
+
+
+def legacy_ref(owner: str, history: Sequence[Message]) -> str:
+    """The name ``derived_ref`` gave before it left the system prompt out (the tenant, the
+    first system message and the first user message): sessions named so are still found."""
     system = next((m.get("content") for m in history
                    if m.get("role") in ("system", "developer")), None)
     first_user = next((m.get("content") for m in history if m.get("role") == "user"), None)
-    payload = canonical_json([owner, system, first_user]).encode("utf-8", "surrogatepass")
-    digest = hashlib.sha256(payload).hexdigest()
-    return "conv-" + digest[:16]
+    return _digest([owner, system, first_user])
+
+
+def _digest(parts: list[object]) -> str:
+    payload = canonical_json(parts).encode("utf-8", "surrogatepass")
+    return DERIVED_PREFIX + hashlib.sha256(payload).hexdigest()[:16]
 
 
 class SessionPool:
@@ -191,6 +210,12 @@ def _open_or_create(engine: EngineLike, owner: str, ref: str,
         return engine.open_session(ref, source="serve", by_prefix=False)
     except NotFound:
         pass  # AmbiguousReference propagates: creating another would hide the matches
+    if history is not None and ref == derived_ref(owner, history):
+        try:  # a conversation begun before derived names left the system prompt out
+            return engine.open_session(legacy_ref(owner, history), source="serve",
+                                       by_prefix=False)
+        except NotFound:
+            pass
     if history is not None:
         validate_messages(history)
     log.info("creating session %s", title)
