@@ -361,3 +361,24 @@ def test_a_serve_tenants_session_with_the_plugins_title_is_not_the_plugins(
         store.close()
     reports = ok_json(run("import", str(state), "--json"))
     assert [(r["appended"], r.get("kept_by_plugin")) for r in reports] == [(10, None), (2, None)]
+
+
+def test_an_import_that_fails_storing_a_session_leaves_no_empty_one(
+        run: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each Hermes session is created in the transaction that stores its messages: a failure
+    (or a kill) while storing them left the session behind, empty."""
+    from refold.store.sqlite.ledger import LedgerOps
+
+    state = tmp_path / "state.db"
+    hermes_db(state)
+
+    def boom(*_args: object, **_kwargs: object) -> None:
+        raise OSError("killed while storing the messages")
+
+    original = LedgerOps._insert
+    monkeypatch.setattr(LedgerOps, "_insert", boom)  # after the session row is written
+    assert run("import", str(state), "--json").exit_code != 0
+    monkeypatch.setattr(LedgerOps, "_insert", original)
+    assert ok_json(run("sessions", "list", "--json")) == []
+    reports = ok_json(run("import", str(state), "--json"))  # the re-run stores it all, once
+    assert [(r["hermes_session"], r["appended"]) for r in reports] == [("s1", 10), ("s2", 2)]

@@ -197,17 +197,23 @@ def test_import_into_ambiguous_reference_creates_nothing(run: Run, tmp_path: Pat
 
 
 def test_create_falls_back_to_a_session_created_concurrently(tmp_path: Path) -> None:
-    from refold.cli.ledger import _create
+    from refold.cli.ledger import Target, _store_messages
     from refold.errors import Conflict
+    from refold.store.base import SessionDraft
 
+    message = [{"role": "user", "content": "hello"}]
     store = SQLiteStore(str(tmp_path / "r.db"))
     try:
         won = store.create_session(session_id="s1", title="taken", source="import")
-        assert _create(store, "s1", "other", "import", keep_title=False) == won
-        untitled = _create(store, "s2", "taken", "import", keep_title=False)
-        assert untitled.id == "s2" and untitled.title is None
+        _store_messages(store, Target("s1", SessionDraft(title="other")), message)
+        used = store.get_session("s1")  # created meanwhile: used as it is
+        assert (used.title, used.message_count) == (won.title, 1)
+        _store_messages(store, Target("s2", SessionDraft(title="taken")), message)
+        untitled = store.get_session("s2")  # only the default title was taken: untitled
+        assert untitled.title is None and store.get_messages("s2")[0].message == message[0]
         with pytest.raises(Conflict):
-            _create(store, "s3", "taken", "import", keep_title=True)
+            _store_messages(store, Target("s3", SessionDraft(title="taken"), keep_title=True),
+                            message)
     finally:
         store.close()
 

@@ -20,11 +20,11 @@ import click
 
 from refold._records import dataclass
 from refold.cli.app import AppContext
-from refold.cli.ledger import _create, _new_title, _priced, _session_key
+from refold.cli.ledger import Target, _new_title, _priced, _session_key, _store_messages
 from refold.errors import AmbiguousReference, InvalidInput, NotFound
 from refold.messages.agent_db import AgentSession, is_sqlite
 from refold.store import Session, Store
-from refold.store.base import Usage
+from refold.store.base import SessionDraft, Usage
 
 
 @dataclass(frozen=True)
@@ -92,13 +92,16 @@ def import_database(app: AppContext, path: Path, kind: str, source: str | None
             placed[found.native_id] = plugin.id
             reports.append(_report(kind, found, plugin, None) | {"kept_by_plugin": True})
             continue
-        session = _session_for(store, kind, found, placed.get(found.parent_id or ""), source)
-        placed[found.native_id] = session.id
+        target, session = _session_for(store, kind, found, placed.get(found.parent_id or ""),
+                                       source)
+        placed[found.native_id] = target.session_id
         usage = _priced(app, found.spend) if found.spend is not None else \
             _grown(session, found.totals, found.model, len(found.messages))
-        result = store.sync_messages(session.id, found.messages, created_at=found.times,
-                                     usage=usage)
-        reports.append(_report(kind, found, store.get_session(session.id), result))
+        # a new session is created with its messages, in their transaction (killed half-way,
+        # an import leaves no empty session)
+        result = _store_messages(store, target, found.messages, created_at=found.times,
+                                 usage=usage)
+        reports.append(_report(kind, found, store.get_session(target.session_id), result))
     if not reports:
         raise InvalidInput(f"{path}: {database.agent}'s database holds no session with a "
                            "message")
@@ -111,26 +114,29 @@ def import_database(app: AppContext, path: Path, kind: str, source: str | None
 
 
 def _session_for(store: Store, kind: str, found: AgentSession, parent: str | None,
-                 source: str | None) -> Session:
-    """The refold session the agent's session id names, created when missing: titled as the
-    agent titled it (a compaction child: its parent's, numbered along the lineage), else by
-    its first request; begun when it began; linked to the session it continues."""
+                 source: str | None) -> tuple[Target, Session | None]:
+    """The refold session the agent's session id names (and it, when it exists), else the one
+    to create with its messages: titled as the agent titled it (a compaction child: its
+    parent's, numbered along the lineage), else by its first request; begun when it began;
+    linked to the session it continues."""
     from refold.messages.agent_logs import agent_title
 
     key = _session_key(kind, found.native_id)
     assert key is not None  # every session in these databases has an id
     try:
-        return store.get_session(key)
+        session = store.get_session(key)
+        return Target(session.id), session
     except NotFound:
         pass
     title = found.title or _lineage_title(store, parent, found.link_kind) or \
         agent_title(found.messages) or f"{kind} {found.native_id}"
     said = [t for t in found.times if t is not None]
     linked = parent is not None and found.link_kind is not None
-    return _create(store, key, _new_title(store, title), source or kind, keep_title=False,
-                   started_at=found.started_at or (min(said) if said else None),
-                   model=found.model, parent_session_id=parent if linked else None,
-                   link_kind=found.link_kind if linked else None)
+    return Target(key, SessionDraft(
+        title=_new_title(store, title), source=source or kind, model=found.model,
+        parent_session_id=parent if linked else None,
+        link_kind=found.link_kind if linked else None,
+        started_at=found.started_at or (min(said) if said else None))), None
 
 
 def _report(kind: str, found: AgentSession, session: Session, result: Any) -> dict[str, Any]:
@@ -162,15 +168,18 @@ def _lineage_title(store: Store, parent: str | None, link_kind: str | None) -> s
         return None
 
 
-def _grown(session: Session, totals: dict[str, Any], model: str | None, count: int
+def _grown(session: Session | None, totals: dict[str, Any], model: str | None, count: int
            ) -> list[Usage | None] | None:
-    """What the agent counted for a session beyond what its refold session holds already, on
-    the session's last message: added only if that message is stored now, so it is counted
-    once however often the database is imported."""
-    grown = Usage(max(0, totals.get("input_tokens", 0) - session.input_tokens),
-                  max(0, totals.get("output_tokens", 0) - session.output_tokens),
-                  max(0, totals.get("cache_read_tokens", 0) - session.cache_read_tokens),
-                  max(0.0, totals.get("cost_usd", 0.0) - session.cost_usd), model)
+    """What the agent counted for a session beyond what its refold session holds already (None:
+    a session not created yet holds nothing), on the session's last message: added only if
+    that message is stored now, so it is counted once however often the database is
+    imported."""
+    held = (session.input_tokens, session.output_tokens, session.cache_read_tokens,
+            session.cost_usd) if session is not None else (0, 0, 0, 0.0)
+    grown = Usage(max(0, totals.get("input_tokens", 0) - held[0]),
+                  max(0, totals.get("output_tokens", 0) - held[1]),
+                  max(0, totals.get("cache_read_tokens", 0) - held[2]),
+                  max(0.0, totals.get("cost_usd", 0.0) - held[3]), model)
     if not (grown.input_tokens or grown.output_tokens or grown.cache_read_tokens
             or grown.cost_usd):
         return None

@@ -28,7 +28,7 @@ from refold.cli.terminal import safe_text
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
 from refold.messages.agent_logs import AGENT_FORMATS, AGENT_NAMES
 from refold.messages.model import Message, chain_identities, message_identity
-from refold.store import Session, Store
+from refold.store import Store
 from refold.store.base import AppendResult, SessionDraft, Usage, usage_sum
 
 if TYPE_CHECKING:  # the loaders load with `refold import`, not on `refold search`'s path
@@ -227,25 +227,6 @@ def _store_messages(store: Store, target: Target, messages: list[Message],
             raise
     return store.sync_messages(target.session_id, messages, create=replace(draft, title=None),
                                **kw)
-
-
-def _create(store: Store, session_id: str, title: str | None, source: str, *,
-            keep_title: bool, started_at: float | None = None, **link: Any) -> Session:
-    """Create the session (begun when its first message was said, if the transcript says;
-    ``link``: its model, parent and link kind); if a concurrent import created it first, use
-    that one."""
-    try:
-        return store.create_session(session_id=session_id, title=title, source=source,
-                                    started_at=started_at, **link)
-    except Conflict as conflict:
-        try:
-            return store.get_session(session_id)
-        except NotFound:
-            if keep_title:  # the title the user asked for is taken: say so
-                raise conflict from None
-    # only the default title was taken meanwhile; an untitled session is fine
-    return store.create_session(session_id=session_id, source=source, started_at=started_at,
-                                **link)
 
 
 @click.command("import")
