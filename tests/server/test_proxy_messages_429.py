@@ -50,3 +50,28 @@ def test_an_upstream_429_passes_retry_after_and_rate_limit_headers(
     assert headers["x-ratelimit-reset-tokens"] == "6s"
     assert headers["content-type"] == "application/json"
     assert int(headers["content-length"]) == len(error.response.content)
+
+
+def test_an_anthropic_upstreams_429_headers_reach_the_client(
+        start_one_proxy: ProxyFactory) -> None:
+    """With ``upstream_format = "anthropic"`` the upstream's error headers were never kept:
+    its ``retry-after`` and ``anthropic-ratelimit-*`` reach the client now, on
+    ``/v1/messages`` and on chat completions alike."""
+    import openai
+
+    from refold.testing import AnthropicReply, serve_anthropic
+
+    limits = {"retry-after": "9", "anthropic-ratelimit-requests-remaining": "0"}
+    limited = AnthropicReply(status=429, headers=limits, error={"type": "error", "error": {
+        "type": "rate_limit_error", "message": "slow down"}})
+    with serve_anthropic([limited, limited]) as up:
+        proxy = start_one_proxy(up.base_url, upstream_format="anthropic")
+        sdk = anthropic.Anthropic(base_url=proxy.root, api_key="none", max_retries=0)
+        with pytest.raises(anthropic.RateLimitError) as caught:
+            sdk.messages.create(model="claude-scripted", max_tokens=5,
+                                messages=[{"role": "user", "content": "hi"}])
+        chat = openai.OpenAI(base_url=proxy.base_url, api_key="none", max_retries=0)
+        with pytest.raises(openai.RateLimitError) as chat_caught:
+            chat.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    for error in (caught.value, chat_caught.value):
+        assert {k: error.response.headers.get(k) for k in limits} == limits

@@ -32,6 +32,7 @@ from refold.llm.sse import EventSplitter
 from refold.messages.anthropic import from_anthropic, to_anthropic
 from refold.pricing import token_count
 from refold.server.anthropic_wire import EVENTS, FINISH_REASONS, PRIVATE, REPLY
+from refold.server.upstream import passed_headers
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +304,9 @@ class AnthropicUpstream:
         if response.status_code >= 400:
             await response.aread()
             await response.aclose()
-            raise classify_http_error(response.status_code, response.text)
+            error = classify_http_error(response.status_code, response.text)
+            error.headers = passed_headers(response.headers)  # Retry-After, rate limits
+            raise error
         return response
 
     async def complete(self, body: bytes, bearer: str | None,

@@ -27,7 +27,7 @@ from refold.server.transport import Reply, Transport, transport_for
 log = logging.getLogger(__name__)
 
 # upstream response headers a client needs to pace itself; passed through on errors
-PASSED_HEADER_PREFIXES = ("x-ratelimit-",)
+PASSED_HEADER_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
 PASSED_HEADERS = frozenset({"retry-after", "retry-after-ms"})
 
 

@@ -30,6 +30,7 @@ class AnthropicReply:
     status: int = 200
     error: dict[str, Any] | None = None  # the body of a non-200 answer
     error_event_after: int | None = None  # stream: an ``error`` event after this many events
+    headers: dict[str, str] | None = None  # extra headers of a non-200 answer (Retry-After…)
 
 
 @dataclass
@@ -122,7 +123,7 @@ class _Handler(BaseHTTPRequestHandler):
         reply = llm.next_reply(body, {k.lower(): v for k, v in self.headers.items()})
         if reply.status != 200:
             self._json(reply.status, reply.error or {"type": "error", "error": {
-                "type": "api_error", "message": "scripted error"}})
+                "type": "api_error", "message": "scripted error"}}, reply.headers)
             return
         message = _message(body, reply, len(llm.requests))
         if not body.get("stream"):
@@ -145,9 +146,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 
-    def _json(self, status: int, obj: Any) -> None:
+    def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(obj).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
