@@ -95,6 +95,20 @@ def test_rewind_and_undo(run: Run, sid: str) -> None:
     assert len(ok_json(run("sessions", "show", sid, "--json"))["messages"]) == 36
 
 
+def test_a_rewind_that_cannot_be_undone_says_how_to_reach_its_messages(
+        run: Run, sid: str, tmp_path: Path) -> None:
+    """Its hint said to fork at the rewound message, which fork refuses (not active)."""
+    record = ok_json(run("sessions", "rewind", sid, "--at", "30", "--json"))
+    more = tmp_path / "more.jsonl"
+    more.write_text('{"role": "user", "content": "later"}\n', encoding="utf-8")
+    ok(run("import", str(more), "--session", sid))
+    refused = run("sessions", "undo-rewind", str(record["id"]))
+    assert refused.exit_code != 0 and f"refold sessions show {sid} --all" in str(
+        refused.exception.hint)  # type: ignore[union-attr]
+    shown = ok_json(run("sessions", "show", sid, "--all", "--json"))["messages"]
+    assert sum(1 for m in shown if not m["active"]) == record["count"]
+
+
 def test_rm_needs_confirmation_and_removes(run: Run, sid: str) -> None:
     refused = run("sessions", "rm", sid)  # no tty and no --yes
     assert isinstance(refused.exception, InvalidInput) and "--yes" in str(refused.exception)

@@ -71,4 +71,6 @@ def check_restorable(record: RewindRecord, restored: StoredMessage,
     if active_after or chained != restored.identity:
         raise Conflict(f"rewind {record.id} cannot be undone: session {record.session_id} "
                        "changed since (messages were appended or rewound after it)",
-                       hint="fork the session at the rewound message instead")
+                       hint=f"the rewound messages are kept: `refold sessions show "
+                            f"{record.session_id} --all` shows them, `refold sessions export "
+                            f"{record.session_id} --archived` writes them out")
