@@ -138,3 +138,18 @@ def test_a_home_that_is_a_file_is_a_clear_error_on_every_path(tmp_path: Path) ->
         assert proc.returncode == 2, proc.stderr
         assert "is a file, not a directory" in proc.stderr and "Traceback" not in proc.stderr
     assert home.read_text() == "x"
+
+
+@pytest.mark.parametrize("snippet, query, shown", [
+    ("we [deploying] now", "deployed", "we <deploying> now"),  # the stemmer's match
+    ("a [Café] here", "cafe", "a <Café> here"),  # accents folded, as the index folds them
+    ('order["id"] and [identity]', "identity", 'order["id"] and <identity>'),
+    ("x [deep] y", "deployed", "x [deep] y"),  # content's own brackets stay
+])
+def test_every_match_the_store_marked_is_highlighted(snippet: str, query: str,
+                                                     shown: str) -> None:
+    """A match spelled otherwise than the query (stemmed, accented) was printed with the
+    store's literal brackets, exact ones in bold."""
+    from refold.cli.searching import highlight
+
+    assert highlight(snippet, query, lambda s: f"<{s}>") == shown

@@ -107,15 +107,33 @@ def highlight(snippet: str, query: str, bold: Callable[[str], str]) -> str:
     Content can hold brackets of its own (``order["id"]``), so a bracketed piece counts as a
     marker only when it shares a word with the query; other brackets are printed as they are.
     """
-    words = {w.casefold() for w in re.findall(r"[^\W_]+", query)}
+    words = {_fold(w) for w in re.findall(r"[^\W_]+", query)}
     out = []
     for i, piece in enumerate(re.split(r"\[([^\[\]]*)\]", snippet)):
-        folded = piece.casefold()
-        if i % 2 and any(w in folded or folded in w for w in words if folded):
+        folded = _fold(piece)
+        if i % 2 and folded and any(w in folded or folded in w or _same_stem(w, folded)
+                                    for w in words):
             out.append(bold(piece))
         else:
             out.append(f"[{piece}]" if i % 2 else piece)
     return "".join(out)
+
+
+def _fold(text: str) -> str:
+    """Case and accents folded, as the index folds them (``Café`` → ``cafe``)."""
+    import unicodedata
+
+    if text.isascii():
+        return text.casefold()
+    decomposed = unicodedata.normalize("NFKD", text)
+    return "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
+
+
+def _same_stem(word: str, piece: str) -> bool:
+    """Forms of one word, as the stemmer matched them (``deployed`` / ``deploying``): the
+    same first letters, all but the last three of the shorter, four at least."""
+    keep = max(4, min(len(word), len(piece)) - 3)
+    return len(word) >= keep and len(piece) >= keep and word[:keep] == piece[:keep]
 
 
 def render_hits(hits: list[dict[str, Any]], query: str, echo: Callable[[str], None],
