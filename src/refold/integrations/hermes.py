@@ -3,8 +3,10 @@
 Install ``refold[hermes]``; Hermes finds the plugin through the ``hermes_agent.plugins`` entry
 point (``refold = refold.integrations.hermes``) and calls ``register(ctx)``, which registers
 ``RefoldContextEngine`` (select it with ``context.engine: refold`` in Hermes' config.yaml).
-Hermes loads memory providers from directories only (``$HERMES_HOME/plugins/<name>/``); a
-one-line ``__init__.py`` there — ``from refold.integrations.hermes import register`` — makes
+Hermes loads memory providers from directories only (``$HERMES_HOME/plugins/<name>/``), and
+only one whose ``__init__.py`` text names ``MemoryProvider`` (a cheap scan before importing); a
+one-line ``__init__.py`` there — ``MEMORY_PLUGIN_INIT``,
+``from refold.integrations.hermes import RefoldMemoryProvider, register`` — makes
 ``memory.provider: refold`` load ``RefoldMemoryProvider`` through the same ``register``.
 
 Both sides share one refold ``Engine`` per database (default ``$HERMES_HOME/refold/refold.db``;
@@ -13,14 +15,20 @@ per Hermes session (titled ``hermes:<session id>``, source ``hermes``):
 
 - every history Hermes hands over (``compress``, ``sync_turn``'s ``messages``,
   ``on_session_end``) goes through ``SessionRuntime.prepare_history``, which recognizes what
-  is already stored: each message lands in the ledger once, whichever hook saw it first;
+  is already stored: each message lands in the ledger once, whichever hook saw it first; a
+  turn ``sync_turn`` gets without ``messages`` is appended after what is stored (two
+  processes creating one Hermes session's refold session at once both store into it);
 - ``compress`` returns refold's model view after compacting (the checkpoint's kept head and
   summary, then the tail) behind Hermes' own system message; the full transcript stays in the
   ledger, searchable with the ``session_search`` tool the engine exposes;
 - ``should_compress`` compares the last real prompt size with refold's threshold (the policy's
   fraction of ``context_length``); ``threshold_tokens`` reports the same number;
 - the memory provider's ``prefetch`` recalls matching messages of *other* sessions from the
-  ledger (full-text search), the cross-session memory Hermes injects before a turn.
+  ledger (full-text search), the cross-session memory Hermes injects before a turn: the
+  session asking (``prefetch``'s ``session_id``, else the current one) is left out, so the
+  current session is not recalled to itself, and a gateway's chats each recall the others;
+  after ``on_session_switch`` (``/new``, ``/reset``, a compression) the new id is the current
+  session and the one left behind is recalled like any other.
 
 ``memory_context`` (text from Hermes' memory providers before a compaction) is not folded into
 refold's summary: refold's builtin summarizer takes no extra text. It is kept as a session
@@ -39,7 +47,7 @@ from agent.memory_provider import MemoryProvider
 
 from refold.compaction import projection_messages
 from refold.compaction.summary import is_summary_message
-from refold.errors import NotFound, RefoldError
+from refold.errors import Conflict, NotFound, RefoldError
 from refold.messages.model import Message, wire_form
 from refold.pricing import token_count
 from refold.runtime.engine import Engine
@@ -51,6 +59,9 @@ DEFAULT_MODEL = "gpt-4o-mini"
 DEFAULT_CONTEXT = 128_000
 RECALL_HITS = 5
 RECALL_CHARS = 300  # of each recalled message (the whole fact, not the match's snippet)
+# $HERMES_HOME/plugins/refold/__init__.py: Hermes' memory loader skips a plugin directory whose
+# __init__.py does not name MemoryProvider (or register_memory_provider)
+MEMORY_PLUGIN_INIT = "from refold.integrations.hermes import RefoldMemoryProvider, register\n"
 
 
 class Backend:
@@ -62,13 +73,20 @@ class Backend:
         self.lock = threading.RLock()
 
     def runtime(self, hermes_session: str) -> SessionRuntime:
+        """The runtime of the refold session titled ``hermes:<id>``, opened or created on first
+        use. Another process (a gateway restarted while the old one drains) may create it
+        between this one's lookup and its creation: the title is taken, so this one opens that
+        session and stores into it too (never an error that loses the turn)."""
         with self.lock:
             if hermes_session not in self.runtimes:
                 title = f"hermes:{hermes_session}"
                 try:
-                    rt = self.engine.open_session(title)
+                    rt = self.engine.open_session(title, by_prefix=False)
                 except NotFound:
-                    rt = self.engine.open_session(new=True, title=title, source="hermes")
+                    try:
+                        rt = self.engine.open_session(new=True, title=title, source="hermes")
+                    except Conflict:  # created by another writer a moment ago
+                        rt = self.engine.open_session(title, by_prefix=False)
                 self.runtimes[hermes_session] = rt
             return self.runtimes[hermes_session]
 
@@ -78,6 +96,12 @@ class Backend:
         with self.lock:
             rt = self.runtime(hermes_session)
             return rt.prepare_history(self._expanded(rt, history))
+
+    def append(self, hermes_session: str, turn: list[Message]) -> Any:
+        """Store ``turn`` after what the session holds, whoever wrote it (a turn handed over
+        without its history is new, not the whole conversation): the Prepared."""
+        with self.lock:
+            return self.runtime(hermes_session).prepare(turn)
 
     @staticmethod
     def _expanded(rt: SessionRuntime, history: list[Message]) -> list[Message]:
@@ -254,17 +278,39 @@ class RefoldMemoryProvider(MemoryProvider):
             self._backend = backend_for(self._db or default_db(kwargs.get("hermes_home")))
         self.session_id = session_id
 
-    def _current(self) -> str | None:
+    def on_session_switch(self, new_session_id: str, *, parent_session_id: str = "",
+                          reset: bool = False, rewound: bool = False, **kwargs: Any) -> None:
+        """Hermes rotated its session id (``/new``, ``/reset``, ``/resume``, ``/branch``, a
+        compression): the new id is the current session from here on; the one left
+        (``parent_session_id``) is an earlier session, recalled like any other."""
+        previous, self.session_id = self.session_id, new_session_id or self.session_id
+        if self._backend is not None and previous and previous != self.session_id:
+            self._backend.close(previous)  # reopened by title if Hermes writes to it again
+
+    def _refold_session(self, hermes_session: str) -> str | None:
+        """The refold session that keeps ``hermes_session`` (open here, or stored by an
+        earlier run or another process), None when there is none yet."""
         assert self._backend is not None
-        rt = self._backend.runtimes.get(self.session_id)
-        return rt.session_id if rt is not None else None
+        rt = self._backend.runtimes.get(hermes_session)
+        if rt is not None:
+            return rt.session_id
+        engine = self._backend.engine
+        try:
+            return engine.store.resolve_session(f"hermes:{hermes_session}", owner=engine.owner,
+                                                prefix=False).id
+        except NotFound:
+            return None
 
     def prefetch(self, query: str, *, session_id: str = "") -> str:
+        """Matching messages of the sessions other than the one asking (``session_id``, else
+        the current one): a gateway's chats each recall the others, never themselves."""
         if self._backend is None or not query.strip():
             return ""
+        asking = session_id or self.session_id
         try:
             hits = self._backend.engine.store.search(SearchQuery(
-                text=query, exclude_session_id=self._current(), limit=RECALL_HITS, window=0))
+                text=query, exclude_session_id=self._refold_session(asking) if asking else None,
+                limit=RECALL_HITS, window=0))
         except RefoldError:
             return ""  # a query the search syntax rejects: no recall, not a failed turn
         if not hits:
@@ -278,9 +324,11 @@ class RefoldMemoryProvider(MemoryProvider):
         if self._backend is None:
             return
         session = session_id or self.session_id
-        turn = messages if messages else [{"role": "user", "content": user_content},
-                                          {"role": "assistant", "content": assistant_content}]
-        self._backend.sync(session, turn)
+        if messages:
+            self._backend.sync(session, messages)
+        else:  # the turn alone: appended, never read as a history that rewinds the stored one
+            self._backend.append(session, [{"role": "user", "content": user_content},
+                                           {"role": "assistant", "content": assistant_content}])
 
     def get_tool_schemas(self) -> list[dict[str, Any]]:
         return []  # the context engine brings session_search; one copy of the tool
@@ -299,4 +347,5 @@ def register(ctx: Any) -> None:
         ctx.register_memory_provider(RefoldMemoryProvider())
 
 
-__all__ = ["Backend", "RefoldContextEngine", "RefoldMemoryProvider", "backend_for", "register"]
+__all__ = ["MEMORY_PLUGIN_INIT", "Backend", "RefoldContextEngine", "RefoldMemoryProvider",
+           "backend_for", "register"]
