@@ -3,7 +3,8 @@
 Any MCP-speaking agent (Claude Desktop, Cursor, Codex, …) can then keep MEMORY.md / USER.md and
 search every session refold stored. The tools are the same ``refold.tools`` objects an agent
 loop uses, so their schemas and results are identical on every surface. A tool error comes back
-as an MCP result with ``isError`` set and a one-line message, never as a crash of the server.
+as an MCP result with ``isError`` set and a one-line JSON ``{"error": ...}``, never as a crash
+of the server (nor as the SDK's plain-text message for an exception).
 
 Written against the mcp 1.x low-level API (``mcp>=1.19,<2``): handlers are registered with the
 ``Server`` decorators. Input validation stays with the tools (``validate_input=False``) so a
@@ -24,7 +25,7 @@ from mcp.server.lowlevel import Server
 
 from refold import __version__
 from refold._records import dataclass
-from refold.tools.registry import ToolRegistry
+from refold.tools.registry import ToolRegistry, error_result
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +67,12 @@ def build_server(registry: ToolRegistry,
 
     @server.call_tool(validate_input=False)
     async def call_tool(name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
-        if name not in registry:
-            return _result(f"unknown tool {name!r}", error=True)
-        result = await anyio.to_thread.run_sync(registry.run, name, dict(arguments or {}))
+        # an unknown tool is the registry's JSON refusal too (it names the tools there are)
+        try:
+            result = await anyio.to_thread.run_sync(registry.run, name, dict(arguments or {}))
+        except Exception as exc:  # a bug in a tool: still a JSON error, as every refusal is
+            log.exception("tool %s failed", name)
+            return _result(error_result(f"{name} failed: {exc}"), error=True)
         return _result(result.text, error=result.is_error)
 
     return server

@@ -140,6 +140,6 @@ def arg_int(args: dict[str, Any], name: str, default: int, *, lo: int, hi: int) 
         raise InvalidInput(f"'{name}' must be an integer")
     try:
         number = int(value)
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:  # OverflowError: inf (JSON's 1e400, Infinity)
         raise InvalidInput(f"'{name}' must be an integer") from exc
     return max(lo, min(hi, number))

@@ -11,7 +11,10 @@ Five modes, all over the ``Store`` Protocol (the last over the references' spill
 
 Invariant: the current session's own rows never come back as "history" — search excludes it
 (``SearchQuery.exclude_session_id``), ``recent`` skips it, and ``around``/``read`` refuse it.
-Results are bounded (per message and in total) so one call cannot flood the context.
+Results are bounded (per message and in total: ``MAX_RESULT_CHARS`` of JSON, always valid) so
+one call cannot flood the context. What a bound cuts is said (``truncated``, ``query_clipped``)
+and a page of ``read`` then ends where its messages end: paging by ``next_start_seq`` reads
+every message once.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from refold.errors import InvalidInput
 from refold.messages.model import content_text, searchable_text
+from refold.search.query import MAX_QUERY_CHARS
 from refold.store.base import SearchHit, SearchQuery, Session, Store, StoredMessage
 from refold.tools.registry import Tool, arg_int, arg_str, to_json
 
@@ -32,6 +36,10 @@ SessionRef = str | Callable[[], str] | None  # a fixed id, or a getter (e.g. lam
 MAX_MESSAGE_CHARS = 800
 MAX_RESULT_CHARS = 16_000
 MODES = ("search", "around", "read", "recent", "spill")
+ROLES = ("user", "assistant", "tool", "system")
+SEARCH_MODES = ("fts", "vector", "hybrid")
+MAX_SEQ = 2**62  # a seq reaches the database as given: keep it within a signed 64-bit INTEGER
+CLIPPED = " …[clipped to fit the result]"
 
 DESCRIPTION = (
     "Search and read your past sessions (not the current one). mode=search (default) finds "
@@ -49,10 +57,10 @@ PARAMETERS: dict[str, Any] = {
         "session_id": {"type": "string", "description": "Session id, id prefix or title."},
         "seq": {"type": "integer", "description": "Message number to center on (around)."},
         "start_seq": {"type": "integer", "description": "First message to read (read)."},
-        "role": {"type": "string", "enum": ["user", "assistant", "tool", "system"]},
+        "role": {"type": "string", "enum": list(ROLES)},
         "limit": {"type": "integer", "description": "Max hits / messages / sessions."},
         "window": {"type": "integer", "description": "Messages shown each side (0-5)."},
-        "search_mode": {"type": "string", "enum": ["fts", "vector", "hybrid"],
+        "search_mode": {"type": "string", "enum": list(SEARCH_MODES),
                         "description": "Words, meaning or both (default: hybrid once the "
                                        "archive is indexed, else fts)."},
         "spill_id": {"type": "string", "description": "Id from a Referenced sessions block."},
@@ -81,6 +89,46 @@ def _row(row: StoredMessage, *, mark: bool = False) -> dict[str, Any]:
     if not row.active:
         out["rewound"] = True
     return out
+
+
+def _fits(result: dict[str, Any]) -> bool:
+    return len(to_json(result)) <= MAX_RESULT_CHARS
+
+
+def _fit_messages(result: dict[str, Any], keep: int) -> None:
+    """Drop ``result["messages"]`` until the result fits, from the end farther from message
+    ``keep`` (the one asked for: ``read``'s first, ``around``'s centre), and say so
+    (``truncated``). That message is never dropped: when it alone does not fit, its text is
+    clipped, marked so."""
+    messages: list[dict[str, Any]] = result["messages"]
+    if _fits(result):
+        return
+    result["truncated"] = True
+    while len(messages) > 1 and not _fits(result):
+        if len(messages) - 1 - keep >= keep:
+            messages.pop()
+        else:
+            messages.pop(0)
+            keep -= 1
+    if messages and not _fits(result):
+        row = messages[0]
+        text = row["text"].removesuffix(CLIPPED)
+        while text and not _fits(result):
+            # every character cut shortens the JSON by one or more: one pass is enough
+            excess = len(to_json(result)) - MAX_RESULT_CHARS + len(CLIPPED)
+            text = text[:max(0, len(text) - excess)]
+            row["text"] = text + CLIPPED
+
+
+def _clip_strings(value: Any, limit: int) -> Any:
+    """``value`` with every string longer than ``limit`` clipped (dicts and lists walked)."""
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[:limit] + CLIPPED
+    if isinstance(value, dict):
+        return {k: _clip_strings(v, limit) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clip_strings(v, limit) for v in value]
+    return value
 
 
 def _session_head(session: Session) -> dict[str, Any]:
@@ -117,28 +165,45 @@ class SessionSearch:
             raise InvalidInput("mode=search needs a non-empty 'query'")
         limit = arg_int(args, "limit", 8, lo=1, hi=30)
         window = arg_int(args, "window", 2, lo=0, hi=5)
+        role = arg_str(args, "role") or None
+        if role is not None and role not in ROLES:
+            raise InvalidInput(f"role must be one of {', '.join(ROLES)}")
+        from refold.search.modes import EMBED_MODEL
         from refold.search.vectors import hybrid_search, resolve_mode
 
-        request = SearchQuery(text=query, role=arg_str(args, "role"), owner=self.owner,
-                              limit=limit, window=window,
-                              exclude_session_id=self.current_session_id)
+        request = SearchQuery(text=query, role=role, owner=self.owner, limit=limit,
+                              window=window, exclude_session_id=self.current_session_id)
         try:
             mode = resolve_mode(self.store, arg_str(args, "search_mode"))
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from None
+        except ValueError:
+            raise InvalidInput(f"search_mode must be one of {', '.join(SEARCH_MODES)}") from None
         hits = hybrid_search(self.store, request, mode=mode)
         hits = [h for h in hits if h.session_id != self.current_session_id]
-        return {"query": query, "sessions": self._group(hits), "hits": len(hits)}
+        # the search reads the first MAX_QUERY_CHARS only: the echo says so, and stays small
+        out: dict[str, Any] = {"query": query[:MAX_QUERY_CHARS]}
+        if len(query) > MAX_QUERY_CHARS:
+            out["query_clipped"] = True
+        out.update(sessions=self._group(hits), hits=len(hits))
+        if mode != "fts" and not self.store.vectors_after(EMBED_MODEL, 0, limit=1):
+            out["note"] = (f"the archive has no vectors yet, so search_mode={mode} "
+                           + ("found nothing" if mode == "vector" else "matched words only")
+                           + " (run `refold index` to embed it)")
+        return out
 
     def around(self, args: dict[str, Any]) -> dict[str, Any]:
         session = self._session(args)
         seq = args.get("seq")
         if not isinstance(seq, int) or isinstance(seq, bool):
             raise InvalidInput("mode=around needs an integer 'seq'")
+        if not 0 <= seq <= MAX_SEQ:
+            raise InvalidInput("'seq' is out of range (messages are numbered from 1)")
         window = arg_int(args, "window", 4, lo=0, hi=20)
         rows = self.store.messages_around(session.id, seq, before=window, after=window)
-        return {**_session_head(session),
-                "messages": [_row(r, mark=r.seq == seq) for r in rows]}
+        out = {**_session_head(session), "messages": [_row(r, mark=r.seq == seq) for r in rows]}
+        # the message asked for (or the nearest one shown) stays; its neighbours go first
+        centre = min(range(len(rows)), key=lambda i: abs(rows[i].seq - seq), default=0)
+        _fit_messages(out, centre)
+        return out
 
     def read(self, args: dict[str, Any]) -> dict[str, Any]:
         session = self._session(args)
@@ -148,8 +213,15 @@ class SessionSearch:
         more = len(rows) > limit
         rows = rows[:limit]
         out = {**_session_head(session), "messages": [_row(r) for r in rows]}
-        if more:
-            out["next_start_seq"] = rows[-1].seq + 1
+        if not rows:
+            return out
+        out["next_start_seq"] = rows[-1].seq + 1  # counted while fitting; a cut only lowers it
+        _fit_messages(out, 0)
+        shown = out["messages"]
+        if len(shown) < len(rows):  # the messages cut to fit come next
+            out["next_start_seq"] = shown[-1]["seq"] + 1
+        elif not more:
+            del out["next_start_seq"]
         return out
 
     def recent(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -165,8 +237,14 @@ class SessionSearch:
                                offset=arg_int(args, "offset", 0, lo=0, hi=2**62))
         out: dict[str, Any] = {"spill_id": page.spill_id, "offset": page.offset,
                                "total_chars": page.total_chars, "text": page.text}
-        if page.next_offset is not None:
-            out["next_offset"] = page.next_offset
+        # escapes (quotes, backslashes, control characters) can double a page's JSON: cut it
+        # to fit, and the next page starts where this one ends
+        while len(out["text"]) > 1 and not _fits({**out, "next_offset": page.total_chars}):
+            excess = len(to_json({**out, "next_offset": page.total_chars})) - MAX_RESULT_CHARS
+            out["text"] = out["text"][:max(1, len(out["text"]) - excess)]
+        end = page.offset + len(out["text"])
+        if end < page.total_chars:
+            out["next_offset"] = end
         return out
 
     # -- helpers -------------------------------------------------------------------------------
@@ -212,20 +290,34 @@ class SessionSearch:
 
     @staticmethod
     def _bounded(result: dict[str, Any]) -> str:
-        text = to_json(result)
-        if len(text) <= MAX_RESULT_CHARS:
-            return text
+        """``result`` as JSON of at most ``MAX_RESULT_CHARS``, cut where it can be said:
+        never a slice of the JSON text (``around`` and ``read`` fitted their messages)."""
+        if _fits(result):
+            return to_json(result)
         # drop windows from the end until it fits; the matches themselves stay
         for group in reversed(result.get("sessions", [])):
-            group["window"] = []
-            text = to_json(result)
-            if len(text) <= MAX_RESULT_CHARS:
-                return text
-        for key in ("messages",):
-            while result.get(key) and len(to_json(result)) > MAX_RESULT_CHARS:
-                result[key].pop()
-                result["truncated"] = True
-        return to_json(result)[: MAX_RESULT_CHARS * 2]
+            if group.get("window"):
+                group["window"] = []
+                if _fits(result):
+                    return to_json(result)
+        # then whole entries from the end: matches (and their emptied sessions), sessions
+        sessions = result.get("sessions") or []
+        while sessions and not _fits(result):
+            result["truncated"] = True
+            matches = sessions[-1].get("matches")
+            if matches and len(matches) > 1:
+                matches.pop()
+            else:
+                sessions.pop()
+        if _fits(result):
+            return to_json(result)
+        # a head too long to fit (an enormous title, say): its long strings are clipped
+        clipped = _clip_strings(result, 200)
+        if _fits(clipped):
+            return to_json(clipped)
+        paging = {k: result[k] for k in ("next_start_seq", "next_offset") if k in result}
+        return to_json({"truncated": True, "error": "the result does not fit in "
+                        f"{MAX_RESULT_CHARS} characters", **paging})
 
 
 def session_search_tool(store: Store, *, current_session_id: SessionRef = None,
