@@ -77,6 +77,19 @@ def test_cache_friendly_mode_replays_the_prefix(server: RunningLLM,
     assert server.llm.requests[0]["tools"] == tools
 
 
+def test_cache_friendly_replay_leaves_out_kept_responses_items(server: RunningLLM,
+                                                              client: HttpChatClient) -> None:
+    """A message stored with Responses items kept beside it (openai-agents' hosted tool
+    calls, key ``refold_responses``) replays without that key: no chat API knows it."""
+    server.llm.push(BODY)
+    msgs = agent_transcript()
+    msgs[2] = {**msgs[2], "refold_responses": [{"type": "web_search_call", "id": "ws_1"}]}
+    _compact(LLMSummarizer(client, "aux", cache_friendly=True), msgs)
+    sent = server.llm.requests[0]["messages"]
+    assert not any("refold_responses" in m for m in sent)
+    assert sent[2] == {k: v for k, v in msgs[2].items() if k != "refold_responses"}
+
+
 def test_recompaction_sends_the_previous_summary_for_update(server: RunningLLM,
                                                             client: HttpChatClient) -> None:
     server.llm.push(BODY, "## Goal\n- Fix the login bug, then logging")

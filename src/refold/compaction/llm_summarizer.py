@@ -99,6 +99,15 @@ def clean_input(text: str) -> str:
     return redact(strip_think(text))
 
 
+# Responses items kept verbatim beside a stored message (refold.messages.responses.KEPT): no
+# chat API knows the key, so a replay to the summary model leaves it out
+_KEPT_ITEMS = "refold_responses"
+
+
+def _outbound(msg: Message) -> Message:
+    return {k: v for k, v in msg.items() if k != _KEPT_ITEMS} if _KEPT_ITEMS in msg else msg
+
+
 def _clean_message(msg: Message) -> Message:
     """A wire message with its text cleaned (``clean_input``); unchanged ones stay as sent
     (byte-identical, so a cache-friendly replay keeps its prefix cache)."""
@@ -182,7 +191,7 @@ class LLMSummarizer:
     def build_messages(self, request: SummaryRequest) -> list[Message]:
         instruction = _instruction(request, self.cache_friendly)
         if self.cache_friendly:
-            return [*(_clean_message(wire_form(m)) for m in request.prefix),
+            return [*(_clean_message(_outbound(wire_form(m))) for m in request.prefix),
                     {"role": "user", "content": instruction}]
         # the originals (each clipped) when they fit; the pruned span only when they do not
         turns = serialize_turns(request.turns, self.max_input_chars * 4)

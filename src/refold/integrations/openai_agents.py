@@ -16,10 +16,34 @@ kept head, then the tail) as input items, so a long session stays inside the win
 ledger keeps every message (searchable, exportable). The session's system prompt (the memory
 snapshot) is left out: the agent brings its own instructions.
 
+The name is a refold session's exact id or title, never an id prefix (a short name that
+began another session's id opened that session); a new name creates a session with it as the
+title, and a RefoldSession that finds the name taken as it creates (another one, in another
+thread, created it a moment ago) opens that one. ``get_items()`` without a limit applies
+``session_settings.limit``, as the SDK's own sessions do.
+
+Items are stored in the ``round_trip`` form of ``refold.messages.responses``: what the chat form
+holds is stored as chat (searchable, compacted like any message), and what it has no place for
+is kept verbatim beside it under the message key ``"refold_responses"``, never as content or a
+call — so a run with a hosted tool (``web_search_call``, ``file_search_call``,
+``computer_call``, ``mcp_list_tools``, ...) or an ``item_reference`` is stored and its items
+come back as they were added, as does a ``function_call_output`` whose output is a list of
+parts (text and images). A refusal is stored as a chat ``refusal`` part and comes back as one;
+an ``input_file`` as a chat ``file`` part (a ``file_url`` alone has no chat form: InvalidInput);
+content lists and an image's ``detail`` come back as given. Normalized on the way back, as the
+chat form has no place for them and valid input needs none: item ids and statuses (and the
+SDK's ``provider_data``), the ``"type": "message"`` of a user, system or developer message (they
+come back as ``{"role", "content"}``), an assistant's short form (it comes back as a ``message``
+item of ``output_text``), ``output_text`` annotations (they come back empty), and reasoning
+items (only valid input with the provider's own ids; a summary's text is kept as the next
+reply's ``reasoning_content``). A
+``function_call_output`` whose call is not in the history is not returned: refold's view
+repair drops it, as providers reject it.
+
 ``pop_item`` and ``clear_session`` are reversible rewinds of the ledger (``refold ledger``
 shows and undoes them), never deletions. An assistant message stored with text and calls is
-one ledger row but two items; ``pop_item`` removes the row and returns its last item.
-Reasoning items are not returned (they are only valid input with the provider's own ids).
+one ledger row but two items (more with kept items); ``pop_item`` removes the row and returns
+its last item.
 
 The runtime is blocking; every call runs in a worker thread. Requires ``openai-agents``
 (``pip install 'refold[agents]'``) only for the ``SessionABC`` base it subclasses.
@@ -33,7 +57,7 @@ from typing import Any
 from agents.memory.session import SessionABC
 from agents.memory.session_settings import SessionSettings
 
-from refold.errors import NotFound
+from refold.errors import Conflict, NotFound
 from refold.messages.model import Message
 from refold.messages.responses import input_messages, to_items
 from refold.runtime.engine import Engine
@@ -41,7 +65,7 @@ from refold.runtime.session import SessionRuntime
 
 
 class RefoldSession(SessionABC):
-    """An openai-agents session named ``session_id`` (a refold session title or id)."""
+    """An openai-agents session named ``session_id`` (a refold session's exact title or id)."""
 
     def __init__(self, session_id: str, engine: Engine, *,
                  session_settings: SessionSettings | None = None) -> None:
@@ -54,15 +78,21 @@ class RefoldSession(SessionABC):
     def runtime(self) -> SessionRuntime:
         """The refold runtime behind this session (opened, or created, on first use)."""
         if self._runtime is None:
-            try:
-                self._runtime = self.engine.open_session(self.session_id)
+            try:  # a name: the exact id or title, never an id prefix (another's session)
+                self._runtime = self.engine.open_session(self.session_id, by_prefix=False)
             except NotFound:
-                self._runtime = self.engine.open_session(new=True, title=self.session_id,
-                                                         source="openai-agents")
+                try:
+                    self._runtime = self.engine.open_session(new=True, title=self.session_id,
+                                                             source="openai-agents")
+                except Conflict:  # another RefoldSession of this name created it just now
+                    self._runtime = self.engine.open_session(self.session_id,
+                                                             by_prefix=False)
         return self._runtime
 
     # -- the Session protocol ------------------------------------------------------------------
     async def get_items(self, limit: int | None = None) -> list[Any]:
+        if limit is None and self.session_settings is not None:
+            limit = self.session_settings.limit  # the session's own default, as SQLiteSession
         async with self._lock:
             items = await asyncio.to_thread(self._view_items)
         return items if limit is None else items[-limit:] if limit > 0 else []
@@ -70,7 +100,7 @@ class RefoldSession(SessionABC):
     async def add_items(self, items: list[Any]) -> None:
         if not items:
             return
-        messages = input_messages([_plain(i) for i in items])
+        messages = input_messages([_plain(i) for i in items], round_trip=True)
         async with self._lock:
             await asyncio.to_thread(self._store, messages)
 
