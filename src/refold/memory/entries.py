@@ -89,13 +89,21 @@ class Usage:
 
     @property
     def percent(self) -> int:
-        return min(100, (self.chars * 100) // self.limit) if self.limit > 0 else 0
+        """Whole percent of the limit used; above 100 when the store is over its limit (edited
+        by hand, or the limit lowered): 3,347 of 2,200 characters is 152, not 100."""
+        return (self.chars * 100) // self.limit if self.limit > 0 else 0
+
+    @property
+    def over_limit(self) -> bool:
+        """More characters than the limit: while it is, a write that makes the store longer is
+        refused (``apply_ops``); shortening or removing entries still works."""
+        return self.chars > self.limit
 
     def fraction(self) -> str:
         return f"{self.chars:,}/{self.limit:,}"
 
     def describe(self) -> str:
-        over = " OVER LIMIT" if self.chars > self.limit else ""
+        over = " OVER LIMIT" if self.over_limit else ""
         return f"{self.percent}% — {self.fraction()} chars{over}"
 
 

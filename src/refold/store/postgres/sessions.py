@@ -67,7 +67,7 @@ def _check_title_free(cur: Cursor, title: str, owner: str, except_id: str | None
     row = cur.fetchone()
     if row is not None and row[0] != except_id:
         raise Conflict(f"the title {title!r} is already used by session {row[0]}",
-                       hint="pick another title")
+                       hint="choose another title")
 
 
 class SessionsMixin(PgCore):
