@@ -1,9 +1,12 @@
 """``refold chat``: an interactive terminal chat on the session runtime (compaction, memory, tools).
 
-Reads one line per turn — from a terminal with line editing, or from piped stdin (scripts and
-tests), where the prompt is not echoed. After every turn a context gauge shows the tokens sent
-against the compaction threshold and the window. A failing turn prints one ``error:`` line and the
-chat goes on (an interactive session should not end on a rate limit); setup errors (no upstream,
+Reads one line per turn — from a terminal through readline (line editing, history, no
+4,095-character cut, a bracketed multi-line paste as one message), or from piped stdin (scripts
+and tests), where the prompt is not echoed; ``/paste`` reads several lines as one message. After
+every turn a context gauge shows the tokens sent against the compaction threshold and the
+window. A failing or interrupted turn prints one ``error:`` line and one line on what it left in
+the conversation (``ChatSession.notes``: an unanswered message is taken back), and the chat
+goes on (an interactive session should not end on a rate limit); setup errors (no upstream,
 unknown session) end the command through the CLI's one error renderer.
 """
 
@@ -12,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -156,15 +159,78 @@ def _clip(text: str, width: int) -> str:
     return flat if len(flat) <= width else flat[:width - 1] + "…"
 
 
-def _lines(interactive: bool) -> Iterator[str]:
+PROMPT = "you› "
+PASTE_PROMPT = "  … "
+PASTE_END = "."  # a line of just this ends a /paste block (so does Ctrl-D)
+# a terminal in canonical mode holds at most this many bytes of one line (Linux's N_TTY buffer,
+# less its newline) and silently drops the rest; readline reads the terminal itself, uncut
+TERMINAL_LINE_LIMIT = 4095
+CUT_WARNING = ("the terminal cut this line at 4,095 characters, so it was not sent: pipe long "
+               "text into refold chat, or reference a file with @file:PATH")
+
+
+def line_editing() -> bool:
+    """Read the terminal through readline (GNU readline or libedit), as the Python prompt does:
+    line editing and history, no 4,095-character cut, and a multi-line paste arrives as one
+    message where the terminal and readline do bracketed paste (readline 8.1 and later). False
+    where there is no readline (Windows)."""
+    try:
+        import readline  # noqa: F401  # importing it is what makes input() use it
+    except ImportError:
+        return False
+    return True
+
+
+def _cut(line: str) -> bool:
+    """The line fills the terminal's line buffer: the terminal most likely cut it (a cut can
+    fall short of the limit by the rest of a multi-byte character)."""
+    size = len(line.encode("utf-8", "surrogateescape"))
+    return TERMINAL_LINE_LIMIT - 3 <= size <= TERMINAL_LINE_LIMIT
+
+
+def _piped(prompt: str) -> str:
+    line = sys.stdin.readline()
+    if line == "":
+        raise EOFError
+    return line.removesuffix("\n")
+
+
+def _lines(interactive: bool, warn: Callable[[str], None], *, editing: bool = False,
+           read: Callable[[str], str] | None = None) -> Iterator[tuple[str, bool]]:
+    """(text, pasted) for each message or command read: one line, or a ``/paste`` block
+    (the lines up to one holding only ``.``, or Ctrl-D) as one message. On a terminal without
+    line ``editing`` a line the terminal cut is not sent (``warn`` says why)."""
+    read = read or (input if interactive else _piped)
     while True:
         try:
-            line = input("you› ") if interactive else sys.stdin.readline()
+            line = read(PROMPT)
         except (EOFError, KeyboardInterrupt):  # Ctrl-D, or Ctrl-C at the prompt: leave
             return
-        if not interactive and line == "":
-            return
-        yield line
+        if interactive and not editing and _cut(line):
+            warn(CUT_WARNING)
+            continue
+        if line.strip().lower() != "/paste":
+            yield line, False
+            continue
+        block: list[str] = []
+        while True:
+            try:
+                more = read(PASTE_PROMPT)
+            except EOFError:  # Ctrl-D ends the block
+                break
+            except KeyboardInterrupt:  # Ctrl-C drops it
+                warn("paste dropped: nothing was sent")
+                block = []
+                break
+            if more.strip() == PASTE_END:
+                break
+            if interactive and not editing and _cut(more):
+                warn(CUT_WARNING.replace("so it was not sent", "so the paste was dropped"))
+                block = []
+                break
+            block.append(more)
+        if block:
+            yield "\n".join(block), True
 
 
 def _engine(app: AppContext) -> tuple[Any, Any]:
@@ -234,18 +300,26 @@ def chat_cmd(app: AppContext, upstream: str | None, model: str | None,
 
 
 def _loop(chat: ChatSession, renderer: Renderer, interactive: bool) -> None:
-    for line in _lines(interactive):
-        waiting = renderer.console.status("thinking…") if interactive and \
-            not line.startswith("/") else contextlib.nullcontext()
-        renderer.status = waiting if interactive and not line.startswith("/") else None
+    def warn(text: str) -> None:
+        renderer.show(Output("warning", text))
+
+    editing = interactive and line_editing()
+    for line, pasted in _lines(interactive, warn, editing=editing):
+        turn = pasted or not line.lstrip().startswith("/")
+        waiting = renderer.console.status("thinking…") if interactive and turn \
+            else contextlib.nullcontext()
+        renderer.status = waiting if interactive and turn else None
         try:
             with waiting:
-                for out in chat.handle(line):
+                for out in (chat.turn(line.strip()) if pasted else chat.handle(line)):
                     renderer.show(out)
         except RefoldError as err:
             renderer.error(err)
         except KeyboardInterrupt:  # Ctrl-C during a turn: drop the reply, keep chatting
-            renderer.error(RefoldError("interrupted: no reply was recorded for this turn"))
+            renderer.error(RefoldError("interrupted"))
+        for note in chat.notes:  # what the failed turn left in the conversation
+            renderer.show(note)
+        chat.notes.clear()
         if chat.finished:
             return
     if interactive:

@@ -5,30 +5,45 @@ prepare (compaction, memory snapshot), call the model, record, run the tools the
 (session_search, memory, todo) and call again, at most ``MAX_TOOL_ROUNDS`` times. A context
 overflow from the model compacts further and retries (``runtime.handle_error``). Slash commands
 switch, branch, rewind and inspect sessions through the same engine, so everything the chat does
-is in the ledger exactly as a library caller's turn would be.
+is in the ledger exactly as a library caller's turn would be. A session the chat leaves (``/quit``,
+the end of input, ``/new``, ``/resume``, ``/branch``) is ended in the store; a turn that fails
+before its reply is recorded takes its user message back (``turn``).
 
 The session yields ``Output`` values (what happened); ``refold.cli.chat`` decides how they look.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from refold._records import dataclass, field
-from refold.errors import InvalidInput, UpstreamError
+from refold.errors import InvalidInput, RefoldError, UpstreamError
 from refold.llm import ChatClient, ChatResult, HttpChatClient
 from refold.llm.stream import stream_completion
 from refold.messages.model import Message, content_text
 from refold.store.base import SearchQuery
 
 MAX_TOOL_ROUNDS = 8
+END_EXIT = "chat exit"  # the end reasons of a session the chat leaves: /quit, Ctrl-D, EOF
+END_SWITCH = "chat switch"  # /new, /resume or /branch into another session
 MAX_OVERFLOW_RETRIES = 3
 DEFAULT_SYSTEM = (
     "You are a helpful assistant in a terminal chat. You can search earlier sessions "
     "(session_search), keep durable notes about the user and the work (memory), and track "
     "multi-step work (todo). Be concise.")
+
+
+@dataclass
+class _Turn:
+    """How far a turn got: what a failure leaves to undo or complete."""
+
+    stored: bool = False  # the pending messages (user message, tool results) are stored
+    answered: bool = False  # a reply of this turn is recorded
+    calls: list[dict[str, Any]] = field(default_factory=list)  # the last reply's tool calls
+    results: list[Message] = field(default_factory=list)  # their results so far
 
 
 @dataclass(frozen=True)
@@ -47,6 +62,8 @@ HELP = [
     ("/branch [TITLE]", "continue in a new branch of this session"),
     ("/new [TITLE]", "start a new session"),
     ("/context", "tokens by part of the context"),
+    ("/paste", "send the next lines as one message (end with a line holding only '.', "
+               "or Ctrl-D)"),
     ("/help", "this list"),
     ("/quit", "leave (also Ctrl-D)"),
 ]
@@ -69,6 +86,7 @@ class ChatSession:
         self.finished = False
         self.last_prepared: Any = None
         self.warnings: list[str] = []  # Prepared.warnings of the turn, shown after it
+        self.notes: list[Output] = []  # what a failed turn left in the conversation
         if ref:
             self._switch(engine.open_session(ref, source="chat"))
         else:
@@ -77,6 +95,8 @@ class ChatSession:
     # -- session switching ---------------------------------------------------------------------
     def _switch(self, rt: Any) -> None:
         previous = getattr(self, "rt", None)
+        if previous is not None and previous.session_id != rt.session_id:
+            self._end(END_SWITCH)  # left for another: ended, as at /quit
         if previous is not None and previous is not rt:
             previous.close()  # memory providers hear that the session they saw ended
         self.rt = rt
@@ -112,34 +132,95 @@ class ChatSession:
         yield from self.turn(text)
 
     def turn(self, text: str) -> Iterator[Output]:
+        """One user turn. A turn that fails or is interrupted (Ctrl-C) before a reply is
+        recorded takes its user message back out of the conversation (a reversible rewind), so
+        typing it again asks once; one that fails after a tool-call reply keeps what was
+        recorded, completed with results for its calls. ``notes`` then says which."""
+        turn = _Turn()
+        try:
+            yield from self._turn(text, turn)
+        except (Exception, KeyboardInterrupt):
+            self.notes.append(self._after_failure(text, turn))
+            raise
+
+    def _turn(self, text: str, turn: _Turn) -> Iterator[Output]:
         pending: list[Message] = [{"role": "user", "content": text}]
         for _ in range(MAX_TOOL_ROUNDS):
-            result = self._call(pending)
+            result = self._call(pending, turn)
             self.rt.record(result.message, usage=result.usage, model=result.model)
+            turn.answered, turn.results = True, []
             reply = content_text(result.message)
             if reply:
                 yield Output("reply", reply, {"streamed": self._streams()})
             calls = result.message.get("tool_calls") or []
             if not calls or self.tools is None:
                 break
-            pending = []
+            turn.calls, turn.stored = list(calls), False
+            pending = turn.results
             for call in calls:
                 tool_message = self.tools.dispatch(call)
                 fn = call.get("function") or {}
+                pending.append(tool_message)
                 yield Output("tool", str(fn.get("name", "")),
                              {"arguments": fn.get("arguments", ""),
                               "result": tool_message.get("content", "")})
-                pending.append(tool_message)
         else:
+            self._store_results(turn)  # the last round's: no call is left unanswered
             yield Output("info", f"stopped after {MAX_TOOL_ROUNDS} tool rounds")
         for warning in dict.fromkeys(self.warnings):  # e.g. the summary model cooling down
             yield Output("warning", warning)
         self.warnings.clear()
         yield self.gauge()
 
-    def _call(self, pending: list[Message]) -> ChatResult:
+    def _after_failure(self, text: str, turn: _Turn) -> Output:
+        """Leave the conversation as if the failed part of the turn had not been asked."""
+        self.last_prepared = None
+        if not turn.answered:
+            if not turn.stored:  # prepare raised before storing it
+                return Output("warning", "your message was not answered and is not in the "
+                                         "conversation: type it again to retry")
+            taken = self._take_back(text)
+            if taken is None:
+                return Output("warning", "your message was not answered; it stays in the "
+                                         "conversation")
+            return Output("warning", "your message was not answered and is not in the "
+                                     f"conversation (rewind #{taken}, reversible): type it "
+                                     "again to retry")
+        if turn.calls and not turn.stored:
+            self._store_results(turn)
+        return Output("warning", "the model's answer after its tool calls did not arrive: "
+                                 "your message and the tool results stay in the conversation")
+
+    def _take_back(self, text: str) -> int | None:
+        """Rewind this turn's user message (the session's last row when nothing answered it);
+        the rewind's id, or None when the last row is not that message."""
+        store = self.engine.store
+        try:
+            last = store.last_message(self.rt.session_id)
+            if last is None or last.role != "user" or last.message.get("content") != text:
+                return None
+            return store.rewind(self.rt.session_id, last.seq).id
+        except RefoldError:  # the store failing too: the message stays
+            return None
+
+    def _store_results(self, turn: _Turn) -> None:
+        """A recorded tool-call reply whose results were never stored (interrupted while its
+        tools ran, or the last of ``MAX_TOOL_ROUNDS``): store what ran and an "interrupted"
+        result for the rest, so the ledger stays a history a provider accepts (without it
+        every later request is repaired, with a warning)."""
+        done = {str(m.get("tool_call_id")) for m in turn.results}
+        results = list(turn.results) + [
+            {"role": "tool", "tool_call_id": str(call.get("id") or ""),
+             "content": "[interrupted: no result was recorded]"}
+            for call in turn.calls if str(call.get("id") or "") not in done]
+        schemas = self.tools.schemas() if self.tools is not None else None
+        with contextlib.suppress(RefoldError):  # else each request repairs them (a warning)
+            self.rt.prepare(results, system_prompt=self.system_prompt, tools=schemas)
+
+    def _call(self, pending: list[Message], turn: _Turn) -> ChatResult:
         schemas = self.tools.schemas() if self.tools is not None else None
         prepared = self.rt.prepare(pending, system_prompt=self.system_prompt, tools=schemas)
+        turn.stored = True  # prepare stores and returns, or raises before storing
         for attempt in range(MAX_OVERFLOW_RETRIES + 1):
             self.last_prepared = prepared
             self.warnings.extend(prepared.warnings)
@@ -190,7 +271,14 @@ class ChatSession:
 
     def cmd_quit(self, args: list[str]) -> Iterator[Output]:
         self.finished = True
+        self._end(END_EXIT)
         yield Output("info", f"bye — {self.describe()}")
+
+    def _end(self, reason: str) -> None:
+        """End the current session in the store (``sessions prune`` takes ended lineages); a
+        later ``--session`` or ``/resume`` continues it all the same."""
+        with contextlib.suppress(RefoldError):  # deleted meanwhile, say: leaving still works
+            self.engine.store.end_session(self.rt.session_id, reason)
 
     def cmd_compact(self, args: list[str]) -> Iterator[Output]:
         report = self.rt.compact(force=True)

@@ -24,7 +24,7 @@ from refold.messages.model import content_text
 from refold.pricing import Price, cost_usd, parse_overrides, price_for
 from refold.store import Session, StoredMessage
 from refold.store.export import write_export
-from refold.store.lifecycle import Lineage, prunable_lineages, prune
+from refold.store.lifecycle import KEPT_IN_USE, Lineage, PrunePlan, plan_prune, prune_lineages
 from refold.store.output import atomic_output
 
 
@@ -370,36 +370,78 @@ def _lineage_json(lineage: Lineage) -> dict[str, Any]:
             "messages": lineage.message_count, "last_activity": lineage.last_activity}
 
 
-def _render_plan(plan: list[Lineage]) -> None:
-    for lineage in plan:
-        names = ", ".join(f"{s.id[:12]}{f' ({s.title})' if s.title else ''}"
-                          for s in lineage.sessions)
-        click.echo(f"would delete: {names} — {lineage.message_count} message(s), "
+def _names(lineage: Lineage) -> str:
+    return ", ".join(f"{s.id[:12]}{f' ({safe_text(s.title)})' if s.title else ''}"
+                     for s in lineage.sessions)
+
+
+def _days(days: float) -> str:
+    return "1 day" if days == 1 else f"{days:g} days"
+
+
+def _why_kept(reason: str, days: float) -> str:
+    if reason == KEPT_IN_USE:
+        return "a session in it has not ended and was active within the last hour (in use)"
+    return (f"a session in it was active within the last {_days(days)} (a lineage goes "
+            "whole, so a continuation, fork or branch in use keeps the sessions it grew from)")
+
+
+def _render_plan(plan: PrunePlan, days: float) -> None:
+    for lineage in plan.delete:
+        click.echo(f"would delete: {_names(lineage)} — {lineage.message_count} message(s), "
                    f"last active {_when(lineage.last_activity)}", err=True)
+    for lineage, reason in plan.kept:
+        click.echo(f"keeping: {_names(lineage)} — last active {_when(lineage.last_activity)}: "
+                   f"{_why_kept(reason, days)}", err=True)
+
+
+def _summary(plan: PrunePlan, deleted: list[Lineage] | None, days: float) -> str:
+    """``deleted N session(s)`` and, when fewer lineages went than prune looked at, why."""
+    if deleted is None:  # a dry run
+        line = f"would delete {sum(len(lin.sessions) for lin in plan.delete)} session(s)"
+    else:
+        line = f"deleted {sum(len(lin.sessions) for lin in deleted)} session(s)"
+    if not plan.delete and not plan.kept:
+        return f"{line}: no session has been idle for more than {_days(days)}"
+    notes = []
+    if plan.kept:
+        reasons = collections.Counter(reason for _, reason in plan.kept)
+        notes.append(f"{'would keep' if deleted is None else 'kept'} {len(plan.kept)} lineage(s) "
+                     f"with sessions idle for more than {_days(days)} as live — "
+                     + "; ".join(f"{n}: {_why_kept(reason, days)}"
+                                 for reason, n in sorted(reasons.items())))
+    if deleted is not None and len(deleted) < len(plan.delete):
+        notes.append(f"kept {len(plan.delete) - len(deleted)} lineage(s) written to (or gone) "
+                     "after the list was shown")
+    return "\n".join([line, *notes])
 
 
 @sessions_group.command("prune")
 @click.option("--older-than", "days", type=click.FloatRange(min=0), required=True,
-              help="Delete lineages whose sessions all ended and whose newest activity is "
-                   "more than DAYS days old.")
+              help="Delete lineages whose newest activity (a start, an end or a message) is "
+                   "more than DAYS days old and none of whose sessions is in use.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--dry-run", is_flag=True, help="Only show what would be deleted.")
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
 def prune_cmd(app: AppContext, days: float, yes: bool, dry_run: bool, as_json: bool) -> None:
-    """Delete whole lineages (a session with its continuations, forks and branches) that
-    ended more than --older-than DAYS ago. A lineage with a live session is kept whole."""
-    plan = prunable_lineages(app.store, days)
+    """Delete whole lineages (a session with its continuations, forks and branches) idle for
+    more than --older-than DAYS: a session idle that long counts as ended, ended or not. A
+    lineage with a session active within DAYS (or open and active within the last hour) is
+    kept whole, and the output says so."""
+    plan = plan_prune(app.store, days)
     if not as_json:
-        _render_plan(plan)
-    removed = 0
-    if plan and not dry_run:
-        count = sum(len(lin.sessions) for lin in plan)
-        _confirm(f"delete these {count} session(s) in {len(plan)} lineage(s)?", yes)
-        removed = prune(app.store, plan)
+        _render_plan(plan, days)
+    deleted: list[Lineage] = []
+    if plan.delete and not dry_run:
+        count = sum(len(lin.sessions) for lin in plan.delete)
+        _confirm(f"delete these {count} session(s) in {len(plan.delete)} lineage(s)?", yes)
+        deleted = prune_lineages(app.store, plan.delete)
     if as_json:
-        click.echo(json.dumps({"deleted_sessions": removed, "dry_run": dry_run,
-                               "lineages": [_lineage_json(lin) for lin in plan]}))
+        click.echo(json.dumps({
+            "deleted_sessions": sum(len(lin.sessions) for lin in deleted), "dry_run": dry_run,
+            "lineages": [_lineage_json(lin) for lin in plan.delete],
+            "kept_live": [{**_lineage_json(lin), "reason": reason} for lin, reason in plan.kept],
+            "kept_changed": 0 if dry_run else len(plan.delete) - len(deleted)}))
     else:
-        click.echo(f"{'would delete' if dry_run else 'deleted'} "
-                   f"{sum(len(lin.sessions) for lin in plan) if dry_run else removed} session(s)")
+        click.echo(_summary(plan, None if dry_run else deleted, days))

@@ -370,7 +370,7 @@ class Store(Protocol):
         ...
 
     # -- maintenance -----------------------------------------------------------------------
-    def prune_sessions(self, older_than_days: float) -> int: ...  # whole ended lineages; count
+    def prune_sessions(self, older_than_days: float) -> int: ...  # whole idle lineages; count
     def integrity_check(self) -> list[str]: ...
     def rebuild_search_indexes(self) -> None:
         """Rebuild the search indexes (and other derived data) from the stored messages."""

@@ -5,7 +5,8 @@ Composed from mixins, one per concern: ``SessionOps`` (sessions, lineage) → ``
 ``SearchOps`` (search). This module adds opening/migrating and maintenance.
 
 Invariants: the schema is migrated before the first call returns; every call is one
-transaction (see ``database.Database``); ``prune_sessions`` removes only ENDED sessions.
+transaction (see ``database.Database``); ``prune_sessions`` removes only whole idle lineages
+(``refold.store.lifecycle``).
 """
 
 from __future__ import annotations
@@ -81,8 +82,8 @@ class SQLiteStore(SearchOps, VectorOps, BulkOps):
         return self.db.unchanged_since(mark)  # type: ignore[arg-type]
 
     def prune_sessions(self, older_than_days: float) -> int:
-        """Delete whole lineages that ended more than ``older_than_days`` ago (see
-        ``refold.store.lifecycle``); returns how many sessions went."""
+        """Delete whole lineages idle for more than ``older_than_days`` with no session in
+        use (see ``refold.store.lifecycle``); returns how many sessions went."""
         from refold.store.lifecycle import prune_older_than
 
         return prune_older_than(self, older_than_days)
