@@ -8,19 +8,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from main_exit import run_main as _main
 
-from refold.cli.main import main
 from refold.errors import InvalidInput
 from refold.store import SearchQuery, Store, open_store
 
 SAMPLE = Path(__file__).resolve().parents[2] / "src" / "refold" / "data" / "sample_session.jsonl"
-
-
-def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(args))
-    out = capsys.readouterr()
-    return int(exit_info.value.code or 0), out.out, out.err
 
 
 @pytest.fixture

@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from refold.cli.main import main
+from main_exit import run_main as _main
 
 
 def _cc(kind: str, uuid: str, message: dict[str, Any]) -> dict[str, Any]:
@@ -34,13 +33,6 @@ ANTHROPIC = {"system": "Be brief.", "messages": [
     {"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.txt"}]},
     {"role": "assistant", "content": "One file: a.txt."}]}
-
-
-def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(args))
-    out = capsys.readouterr()
-    return int(exit_info.value.code or 0), out.out, out.err
 
 
 @pytest.fixture

@@ -9,15 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from refold.cli.main import main
-
-
-def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(args))
-    out = capsys.readouterr()
-    return int(exit_info.value.code or 0), out.out, out.err
+from main_exit import run_main as _main
 
 
 @pytest.fixture

@@ -9,19 +9,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from main_exit import run_main as _main
 
-from refold.cli.main import main
 from refold.errors import StorageError
 from refold.store.sqlite.database import Database
 
 SAMPLE = Path(__file__).resolve().parents[2] / "src" / "refold" / "data" / "sample_session.jsonl"
-
-
-def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(args))
-    out = capsys.readouterr()
-    return int(exit_info.value.code or 0), out.out, out.err
 
 
 @pytest.mark.parametrize("command", [("sessions", "list"), ("doctor",), ("doctor", "--repair"),
