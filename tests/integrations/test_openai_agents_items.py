@@ -32,14 +32,6 @@ PNG = "data:image/png;base64,iVBORw0KGgo="
 PDF = "data:application/pdf;base64," + base64.b64encode(b"%PDF-1.4 hello").decode()
 
 
-@pytest.fixture
-def engine(store: Store) -> Iterator[Engine]:
-    engine = Engine(store, model="gpt-4o-mini", context_length=100_000,
-                    background_precompact=False)
-    yield engine
-    engine.close()
-
-
 def chat_agent(up: RunningLLM) -> Agent:
     client = AsyncOpenAI(base_url=up.base_url, api_key="none", max_retries=0)
     return Agent(name="helper", instructions="Be brief.",

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool
 from agents.run import RunConfig
 from openai import AsyncOpenAI
@@ -32,14 +30,6 @@ def agent_for(up: RunningLLM) -> Agent:
     client = AsyncOpenAI(base_url=up.base_url, api_key="none", max_retries=0)
     model = OpenAIChatCompletionsModel(model="scripted-model", openai_client=client)
     return Agent(name="helper", instructions="Be brief.", model=model, tools=[get_weather])
-
-
-@pytest.fixture
-def engine(store: Store) -> Iterator[Engine]:
-    engine = Engine(store, model="gpt-4o-mini", context_length=100_000,
-                    background_precompact=False)
-    yield engine
-    engine.close()
 
 
 def run_all(agent: Agent, texts: list[str], session: RefoldSession) -> list[Any]:
