@@ -47,7 +47,7 @@ from agent.memory_provider import MemoryProvider
 
 from refold.compaction import projection_messages
 from refold.compaction.summary import is_summary_message
-from refold.errors import Conflict, NotFound, RefoldError
+from refold.errors import NotFound, RefoldError
 from refold.messages.model import Message, wire_form
 from refold.pricing import token_count
 from refold.runtime.engine import Engine
@@ -79,15 +79,8 @@ class Backend:
         session and stores into it too (never an error that loses the turn)."""
         with self.lock:
             if hermes_session not in self.runtimes:
-                title = f"hermes:{hermes_session}"
-                try:
-                    rt = self.engine.open_session(title, by_prefix=False)
-                except NotFound:
-                    try:
-                        rt = self.engine.open_session(new=True, title=title, source="hermes")
-                    except Conflict:  # created by another writer a moment ago
-                        rt = self.engine.open_session(title, by_prefix=False)
-                self.runtimes[hermes_session] = rt
+                self.runtimes[hermes_session] = self.engine.open_named(
+                    f"hermes:{hermes_session}", source="hermes")
             return self.runtimes[hermes_session]
 
     def sync(self, hermes_session: str, messages: list[Message]) -> Any:

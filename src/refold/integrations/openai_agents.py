@@ -57,7 +57,6 @@ from typing import Any
 from agents.memory.session import SessionABC
 from agents.memory.session_settings import SessionSettings
 
-from refold.errors import Conflict, NotFound
 from refold.messages.model import Message
 from refold.messages.responses import input_messages, to_items
 from refold.runtime.engine import Engine
@@ -77,16 +76,8 @@ class RefoldSession(SessionABC):
 
     def runtime(self) -> SessionRuntime:
         """The refold runtime behind this session (opened, or created, on first use)."""
-        if self._runtime is None:
-            try:  # a name: the exact id or title, never an id prefix (another's session)
-                self._runtime = self.engine.open_session(self.session_id, by_prefix=False)
-            except NotFound:
-                try:
-                    self._runtime = self.engine.open_session(new=True, title=self.session_id,
-                                                             source="openai-agents")
-                except Conflict:  # another RefoldSession of this name created it just now
-                    self._runtime = self.engine.open_session(self.session_id,
-                                                             by_prefix=False)
+        if self._runtime is None:  # the exact id or title; created once however many race
+            self._runtime = self.engine.open_named(self.session_id, source="openai-agents")
         return self._runtime
 
     # -- the Session protocol ------------------------------------------------------------------

@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from refold.errors import InvalidInput, WouldBlock
+from refold.errors import Conflict, InvalidInput, NotFound, WouldBlock
 from refold.runtime.context import ContextOps
 from refold.runtime.cost import CostBook, paying_for
 from refold.runtime.memory_flush import MemoryFlush
@@ -130,6 +130,20 @@ class Engine:
         with self._lock:
             self._open.add(runtime)
         return runtime
+
+    def open_named(self, name: str, *, source: str | None = None) -> SessionRuntime:
+        """The session named exactly ``name`` (its id or title, never an id prefix: a short
+        name must not open another's session), created with that title on first use. When
+        another writer creates it between the lookup and the creation (two processes or
+        threads using a new name at once), the title is taken: that session is opened."""
+        try:
+            return self.open_session(name, source=source, by_prefix=False)
+        except NotFound:
+            pass
+        try:
+            return self.open_session(new=True, title=name, source=source)
+        except Conflict:  # created a moment ago by another writer: store into it too
+            return self.open_session(name, source=source, by_prefix=False)
 
     def _resolve(self, ref: str | None, *, new: bool, title: str | None, source: str | None,
                  branch_at: int | None, by_prefix: bool = True) -> Session:
