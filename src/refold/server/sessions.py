@@ -70,17 +70,18 @@ DERIVED_PREFIX = "conv-"
 def derived_ref(owner: str, history: Sequence[Message]) -> str:
     """The session name a conversation without a header maps to (stable across restarts and
     across changes of its system prompt)."""
-    first_user = next((m.get("content") for m in history if m.get("role") == "user"), None)
-    return _digest([owner, first_user])
+    return _digest([owner, _first(history, ("user",))])
 
 
 def legacy_ref(owner: str, history: Sequence[Message]) -> str:
     """The name ``derived_ref`` gave before it left the system prompt out (the tenant, the
     first system message and the first user message): sessions named so are still found."""
-    system = next((m.get("content") for m in history
-                   if m.get("role") in ("system", "developer")), None)
-    first_user = next((m.get("content") for m in history if m.get("role") == "user"), None)
-    return _digest([owner, system, first_user])
+    return _digest([owner, _first(history, ("system", "developer")), _first(history, ("user",))])
+
+
+def _first(history: Sequence[Message], roles: tuple[str, ...]) -> object:
+    """The content of the first message with one of ``roles`` (None: there is none)."""
+    return next((m.get("content") for m in history if m.get("role") in roles), None)
 
 
 def _digest(parts: list[object]) -> str:
