@@ -2,14 +2,16 @@
 
 Clients hold conversations and act at random — extend (the normal next turn), retry (the same
 request again), edit (the last user message changed), new (a conversation opening like the
-others), in any interleaving — with or without naming their session (``X-Refold-Session``,
-emulated as the proxy routes: a named runtime per name, else one per derived reference).
+others), side (a one-off request of another conversation under the client's own name, as an
+agent's title or sub-agent calls share its header) — in any interleaving, with or without naming
+their session (``X-Refold-Session``, emulated as the proxy routes: a named runtime per name,
+else one per derived reference).
 Checked after every request:
 
 - what the upstream would receive (``Prepared.messages``, system aside) is what the client sent;
 - the session that answered holds exactly that conversation then the reply, each message once;
 - nothing is rewound that its owner did not change: without names never anything; with a name
-  only that client's session, and only on its retries and edits.
+  only that client's session, and only on its retries and edits (never on a side call).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from refold.store.sqlite import SQLiteStore
 
 Msg = dict[str, Any]
 OPENING: Msg = {"role": "user", "content": "What is 2+2?"}
-ACTIONS = st.lists(st.tuples(st.sampled_from(["extend", "retry", "edit", "new"]),
+ACTIONS = st.lists(st.tuples(st.sampled_from(["extend", "retry", "edit", "new", "side"]),
                              st.integers(0, 3)), min_size=1, max_size=14)
 
 
@@ -56,13 +58,14 @@ class Harness:
                 self.runtimes[ref] = self.engine.open_session(new=True, title=ref)
         return self.runtimes[ref]
 
-    def turn(self, client: Client) -> tuple[SessionRuntime, Msg]:
-        ref = client.name if client.named else derived_ref("", client.conv)
+    def turn(self, client: Client, conv: list[Msg] | None = None) -> tuple[SessionRuntime, Msg]:
+        conv = client.conv if conv is None else conv
+        ref = client.name if client.named else derived_ref("", conv)
         rt = self.runtime(ref)
-        prepared = rt.prepare_history([dict(m) for m in client.conv],
+        prepared = rt.prepare_history([dict(m) for m in conv],
                                       diverge="rewind" if client.named else "branch")
         sent = [m for m in prepared.messages if m["role"] != "system"]
-        assert sent == client.conv  # the upstream sees what the client sent, nothing else
+        assert sent == conv  # the upstream sees what the client sent, nothing else
         self.counter += 1
         reply = {"role": "assistant", "content": f"reply {self.counter}"}
         rt.record(reply)
@@ -114,6 +117,11 @@ def test_the_upstream_sees_what_the_client_sent(make_engine: Any, actions: list[
                 client.changes += 1
             elif action == "retry":
                 client.changes += 1
+        if action == "side":  # another conversation under this client's name: one request
+            side = [{"role": "user", "content": f"{client.name} side call {harness.counter}"}]
+            rt, reply = harness.turn(client, side)
+            assert active(store, rt.session_id) == [*side, reply]
+            continue
         rt, reply = harness.turn(client)
         client.last_reply = reply
         assert active(store, rt.session_id) == [*client.conv, reply]  # each message once

@@ -104,6 +104,36 @@ def test_a_restarted_agent_reusing_its_session_name_is_answered_from_what_it_sen
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_side_calls_under_the_same_name_never_rewind_the_named_conversation(
+        start_proxy: ProxyFactory, sqlite_store: Store, stream: bool) -> None:
+    """An agent that puts one X-Refold-Session on every request also sends its side calls
+    (Claude Code's title and topic requests, a sub-agent's task) under it: each is another
+    conversation, in its own branch. Each rewound the whole named conversation before, which
+    its next turn then stored again (106 rows for 26 messages in eight turns)."""
+    main: list[Msg] = [{"role": "system", "content": "You are a coding agent."},
+                       {"role": "user", "content": "fix the failing test in parser.py"}]
+    with serve(default=lambda body: f"reply {len(body['messages'])}") as up:
+        client = sdk(start_proxy(up).base_url)
+        for turn in range(4):
+            reply, main_sid = ask(client, main, stream, session="proj")
+            assert sent(up) == pairs(main)
+            main += [{"role": "assistant", "content": reply},
+                     {"role": "user", "content": f"now step {turn}"}]
+            side = [{"role": "user", "content": f"Write a 5-word title for: step {turn}"}]
+            _, side_sid = ask(client, side, stream, session="proj")
+            assert sent(up) == pairs(side)  # nothing of the named conversation
+            assert side_sid != main_sid
+            assert active(sqlite_store, side_sid) == [*pairs(side), ("assistant", "reply 1")]
+        reply, sid = ask(client, main, stream, session="proj")
+        assert sent(up) == pairs(main)
+    assert sid == main_sid == sqlite_store.resolve_session("proj", prefix=False).id
+    assert active(sqlite_store, sid) == [*pairs(main), ("assistant", reply)]  # once each
+    assert not any(r.seqs for s in sqlite_store.list_sessions()
+                   for r in sqlite_store.list_rewinds(s.id))
+    assert sum(s.message_count for s in sqlite_store.list_sessions()) == len(main) - 1 + 1 + 8
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 def test_two_conversations_with_the_same_opening_never_rewind_each_other(
         start_proxy: ProxyFactory, sqlite_store: Store, stream: bool) -> None:
     a: list[Msg] = [Q]

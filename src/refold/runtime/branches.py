@@ -17,8 +17,14 @@ The last two are answered from what was sent, and the ledger keeps both conversa
   none does, a new branch is forked at the longest common prefix (rows copied, task state
   carried: ``fork_with_state``), or, sharing nothing, a new child session. Another
   conversation's tail is never rewound;
-- ``diverge="rewind"`` (a session the client named): the stored tail after the common prefix is
-  rewound — reversibly (``Store.undo_rewind`` restores it) — and the history's rest appended.
+- ``diverge="rewind"`` (a session the client named): an edit — the history shares a start with
+  the session (or with the family member it shares the longest start with) — rewinds that
+  stored tail reversibly (``Store.undo_rewind`` restores it) and appends the history's rest. A
+  history that shares nothing with any of them is another conversation under the same name
+  (an agent's side calls: Claude Code's title and topic requests, a sub-agent's task): it is
+  placed as in "branch", so it never rewinds the named conversation, and that conversation,
+  when it comes back, extends its own chain again (each side call rewound all of it, which
+  was then stored again: 106 rows for 26 messages in eight turns).
 
 ``place`` returns the session the history is then synced into; after that sync the session's
 active chain is exactly the history (by identity).
@@ -58,44 +64,42 @@ def _common(store: Store, session_id: str, identities: Sequence[str]) -> tuple[i
 
 
 def family(store: Store, root_id: str) -> list[str]:
-    """``root_id`` and its ``branch`` descendants (breadth first, bounded)."""
+    """``root_id`` and its ``branch`` descendants (breadth first), at most ``MAX_FAMILY``: the
+    root and the newest others (a conversation goes on in a recent one)."""
     out = [root_id]
     index = 0
-    while index < len(out) and len(out) < MAX_FAMILY:
+    while index < len(out) and len(out) < 8 * MAX_FAMILY:
         out += [c.id for c in store.children(out[index]) if c.link_kind == "branch"]
         index += 1
-    return out[:MAX_FAMILY]
+    return out if len(out) <= MAX_FAMILY else [root_id, *out[-(MAX_FAMILY - 1):]]
 
 
 def place(store: Store, root_id: str, current_id: str, identities: Sequence[str],
           diverge: Diverge) -> tuple[str, bool]:
     """The session the history with ``identities`` is synced into (see the module doc), and
-    whether the ledger changed other than by appending: for "rewind" the divergent tail of
-    ``current_id`` is rewound here; for "branch" another session may answer."""
+    whether the ledger changed other than by appending: for "rewind" an edited tail is rewound
+    here; another session of the family may answer."""
     if not identities:
         return current_id, False
     positions = {identity: i for i, identity in enumerate(identities)}
     if _extends(store, current_id, positions) is not None:
-        return current_id, False
-    if diverge == "rewind":
-        _, first_other = _common(store, current_id, identities)
-        if first_other is not None:
-            record = store.rewind(current_id, first_other, any_role=True)
-            log.info("session %s: rewound %d messages the client no longer sends (rewind %s; "
-                     "undo restores them)", current_id, record.count, record.id)
-            return current_id, True
         return current_id, False
     members = family(store, root_id)
     covered = {sid: _extends(store, sid, positions) for sid in members if sid != current_id}
     extending = {sid: n for sid, n in covered.items() if n is not None}
     if extending:
         return max(extending, key=lambda sid: extending[sid]), True
-    best, keep = current_id, -1
-    for sid in [current_id, *members]:
-        common, _ = _common(store, sid, identities)
+    best, keep, first_other = current_id, -1, None
+    for sid in dict.fromkeys([current_id, *members]):
+        common, other = _common(store, sid, identities)
         if common > keep:
-            best, keep = sid, common
-    return _branch(store, root_id, best, keep), True
+            best, keep, first_other = sid, common, other
+    if diverge == "rewind" and keep > 0 and first_other is not None:
+        record = store.rewind(best, first_other, any_role=True)
+        log.info("session %s: rewound %d messages the client no longer sends (rewind %s; "
+                 "undo restores them)", best, record.count, record.id)
+        return best, True
+    return _branch(store, root_id, best, max(keep, 0)), True
 
 
 def _branch(store: Store, root_id: str, parent_id: str, keep: int) -> str:
