@@ -261,3 +261,70 @@ def test_a_reply_resent_stripped_and_without_its_reasoning_is_the_stored_reply(
     assert resent(bot(" Sure.\n"), bot("Sure."))  # its spelling only
     assert not resent(bot("Sure"), bot("Sure."))  # not what it says
     assert not resent(user("one "), user("one"))  # a user's text is compared as typed
+
+
+def call(n: int, name: str = "bash") -> dict[str, Any]:
+    return {"id": f"call_{n}", "type": "function",
+            "function": {"name": name, "arguments": f'{{"n": {n}}}'}}
+
+
+def result(n: int) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": f"call_{n}", "content": f"out {n}"}
+
+
+@pytest.mark.parametrize("fresh_runtime", [False, True], ids=["same-runtime", "restarted"])
+def test_parallel_calls_resent_one_message_per_call_are_the_stored_reply(
+        eng: Engine, store: Store, fresh_runtime: bool) -> None:
+    """OpenAI Codex re-sends a reply of parallel calls as function_call, its output,
+    function_call, its output (so do chat clients that keep a message per call): that is the
+    stored reply, whose results follow it — one session, each message once. Before, it was a
+    divergence: a branch with a copy of the conversation on every parallel turn."""
+    rt = eng.open_session(new=True)
+    rt.prepare_history([user("run three things")])
+    stored = {"role": "assistant", "content": "Running them.",
+              "tool_calls": [call(1), call(2), call(3)]}
+    rt.record(stored)
+    split = [user("run three things"),
+             {"role": "assistant", "content": "Running them.", "tool_calls": [call(1)]},
+             result(1), {"role": "assistant", "content": None, "tool_calls": [call(2)]},
+             result(2), {"role": "assistant", "content": "", "tool_calls": [call(3)]}, result(3)]
+    runtime = eng.open_session(rt.session_id) if fresh_runtime else rt
+    prepared = runtime.prepare_history(split)
+    assert runtime.session_id == rt.session_id
+    rows = store.get_messages(rt.session_id, include_inactive=True)
+    assert [(r.role, r.active) for r in rows] == [
+        ("user", True), ("assistant", True), ("tool", True), ("tool", True), ("tool", True)]
+    assert rows[1].message["tool_calls"] == stored["tool_calls"]
+    assert [m["role"] for m in prepared.messages] == ["user", "assistant", "tool", "tool", "tool"]
+    runtime.record(bot("all done"))
+    runtime.prepare_history([*split, bot("all done"), user("thanks")])  # the next turn
+    assert [r.role for r in store.get_messages(rt.session_id)] == [
+        "user", "assistant", "tool", "tool", "tool", "assistant", "user"]
+    assert len(store.list_sessions()) == 1
+
+
+def test_calls_made_one_after_another_are_not_taken_for_one_reply(
+        eng: Engine, store: Store) -> None:
+    """Two replies of one call each, stored as such, re-sent as such: nothing regrouped. And a
+    split whose later piece says something of its own is not the stored reply."""
+    rt = eng.open_session(new=True)
+    rt.prepare_history([user("go")])
+    rt.record({"role": "assistant", "content": None, "tool_calls": [call(1)]})
+    rt.prepare_history([user("go"), {"role": "assistant", "content": None,
+                                     "tool_calls": [call(1)]}, result(1)])
+    rt.record({"role": "assistant", "content": None, "tool_calls": [call(2)]})
+    history = [user("go"), {"role": "assistant", "content": None, "tool_calls": [call(1)]},
+               result(1), {"role": "assistant", "content": None, "tool_calls": [call(2)]},
+               result(2)]
+    rt.prepare_history(history)
+    assert [r.role for r in store.get_messages(rt.session_id)] == [
+        "user", "assistant", "tool", "assistant", "tool"]
+    other = eng.open_session(new=True)
+    other.prepare_history([user("both")])
+    other.record({"role": "assistant", "content": None, "tool_calls": [call(1), call(2)]})
+    talking = [user("both"), {"role": "assistant", "content": None, "tool_calls": [call(1)]},
+               result(1), {"role": "assistant", "content": "now the second",
+                           "tool_calls": [call(2)]}, result(2)]
+    other.prepare_history(talking)
+    assert [r.role for r in store.get_messages(other.session_id)] == [
+        m["role"] for m in talking]  # a divergence, stored as sent (on its branch)

@@ -211,3 +211,52 @@ def test_a_streamed_call_of_a_namespaced_tool_carries_its_namespace(
     done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
     assert [(i["name"], i.get("namespace")) for i in done] == [
         ("session_search", "mcp__refold"), ("get_weather", None)]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_codex_parallel_calls_resent_in_pairs_stay_one_session(
+        start_proxy: ProxyFactory, sqlite_store: Store, stream: bool) -> None:
+    """OpenAI Codex records a reply of parallel calls as function_call, its output,
+    function_call, its output, and re-sends them so (store: false, the whole input each turn).
+    That is the stored reply with its results: one session, each message once, the upstream
+    given the reply as the model wrote it. Before, every parallel turn forked a branch holding a
+    copy of the conversation (with X-Refold-Session: rewound the model's reply)."""
+    calls = [{"id": f"call_{n}", "type": "function",
+              "function": {"name": "get_weather", "arguments": f'{{"city": "{city}"}}'}}
+             for n, city in ((1, "Oslo"), (2, "Rome"))]
+    with serve([ScriptedReply(content=None, tool_calls=calls), "Sunny and warm.",
+                "You are welcome."]) as up:
+        client = sdk(start_proxy(up).base_url)
+        ask: list[Any] = [{"type": "message", "role": "user",
+                           "content": [{"type": "input_text", "text": "Weather in Oslo and Rome?"}]}]
+
+        def turn(items: list[Any]) -> Any:
+            if not stream:
+                return client.responses.create(model=MODEL, input=items, tools=[WEATHER],
+                                               store=False, parallel_tool_calls=True)
+            with client.responses.stream(model=MODEL, input=items, tools=[WEATHER],
+                                         store=False, parallel_tool_calls=True) as events:
+                for _ in events:
+                    pass
+                return events.get_final_response()
+
+        first = turn(ask)
+        pairs: list[Any] = []
+        for item in first.output:
+            pairs += [{"type": "function_call", "call_id": item.call_id, "name": item.name,
+                       "arguments": item.arguments},
+                      {"type": "function_call_output", "call_id": item.call_id,
+                       "output": f"sunny in {json.loads(item.arguments)['city']}"}]
+        second = turn(ask + pairs)
+        assert second.output_text == "Sunny and warm."
+        third = turn([*ask, *pairs, {"type": "message", "role": "assistant", "content": [
+            {"type": "output_text", "text": "Sunny and warm."}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text",
+                                                             "text": "Thanks!"}]}])
+        assert third.output_text == "You are welcome."
+    assert [m["role"] for m in ledger(sqlite_store)] == [
+        "user", "assistant", "tool", "tool", "assistant", "user", "assistant"]
+    sent = up.llm.requests[1]["messages"]
+    assert [m["role"] for m in sent if m["role"] != "system"] == [
+        "user", "assistant", "tool", "tool"]
+    assert [c["id"] for c in sent[-3]["tool_calls"]] == ["call_1", "call_2"]

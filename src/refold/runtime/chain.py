@@ -104,16 +104,67 @@ def adopt_stored(conversation: list[Message], stored: Sequence[Message]) -> list
     spelled as stored, along the prefix the two share by identity: so its identities are the
     stored ones, and a re-spelled reply neither diverges from the ledger nor is stored twice.
     Only the identity's fields take the stored spelling; the rest (its reasoning, say) stays
-    as the client sent it."""
+    as the client sent it. A stored reply of several calls that the client re-sends split,
+    each call followed by its result (``regrouped``), is the stored reply with the results
+    after it."""
     out = list(conversation)
-    for index, (raw, row) in enumerate(zip(conversation, stored, strict=False)):
+    index = 0
+    while index < min(len(out), len(stored)):
+        raw, row = out[index], stored[index]
         mine, theirs = _identity_core(raw), _identity_core(row)
-        if same(mine, theirs):
-            continue
-        if not resent(mine, theirs):
-            break
-        out[index] = {**{k: v for k, v in raw.items() if k not in IDENTITY_KEYS}, **theirs}
+        if not same(mine, theirs):
+            if resent(mine, theirs):
+                out[index] = _spelled_as(raw, theirs)
+            else:
+                grouped = regrouped(out, index, theirs)
+                if grouped is None:
+                    break
+                merged, results, end = grouped
+                out[index:end] = [merged, *results]
+        index += 1
     return out
+
+
+def regrouped(conversation: Sequence[Message], index: int, stored: dict[str, Any]
+              ) -> tuple[Message, list[Message], int] | None:
+    """The stored reply ``stored`` (an identity core) of several tool calls when
+    ``conversation[index:end]`` is that reply as a client re-sent it split into one assistant
+    message per call (or per few), each followed by its result — the Responses API's items
+    (OpenAI Codex re-sends parallel calls as ``function_call``, ``function_call_output``,
+    ``function_call``, …) and chat clients that keep one message per call: (the reply as
+    stored, the results that sat between its pieces in their order, ``end``). Only pieces with
+    nothing of their own (no text, no reasoning: a later model turn has some, or is a reply of
+    its own in the ledger) and results of calls already seen join; None when it is not that."""
+    calls = stored.get("tool_calls")
+    first = conversation[index]
+    if stored.get("role") != "assistant" or not isinstance(calls, list) or len(calls) < 2 \
+            or first.get("role") != "assistant" or not isinstance(first.get("tool_calls"), list):
+        return None
+    ids = [c.get("id") if isinstance(c, dict) else None for c in calls]
+    got = list(first["tool_calls"])
+    results: list[Message] = []
+    end = index + 1
+    while len(got) < len(calls) and end < len(conversation):
+        message = conversation[end]
+        seen = ids[:len(got)]
+        if message.get("role") == "tool" and message.get("tool_call_id") in seen:
+            results.append(message)
+        elif message.get("role") == "assistant" and isinstance(message.get("tool_calls"), list) \
+                and message["tool_calls"] and not message.get("content") \
+                and set(comparable(message)) <= {"role", "content", "tool_calls"}:
+            got += message["tool_calls"]
+        else:
+            return None
+        end += 1
+    merged = {**first, "tool_calls": got}
+    core = _identity_core(merged)
+    if len(got) != len(calls) or not (same(core, stored) or resent(core, stored)):
+        return None
+    return _spelled_as(merged, stored), results, end
+
+
+def _spelled_as(raw: Message, core: dict[str, Any]) -> Message:
+    return {**{k: v for k, v in raw.items() if k not in IDENTITY_KEYS}, **core}
 
 
 def _identity_core(message: Message) -> dict[str, Any]:
