@@ -159,6 +159,19 @@ def test_errors_in_openai_shape(start_proxy: ProxyFactory) -> None:
                 {"type": "reasoning", "id": "rs_1", "summary": 1},  # type: ignore[list-item]
                 {"role": "user", "content": "hi"}])
         assert "summary" in bad.value.message
+        # items missing what they must hold: a 400 naming it, never a filled-in guess (a
+        # result without call_id went upstream as "[no result recorded]" and was stored
+        # under the call id "None"; a null text as the text "None")
+        for item, says in (
+                ({"type": "function_call_output", "output": "the real output"}, "call_id"),
+                ({"type": "function_call_output", "call_id": 7, "output": "x"}, "call_id"),
+                ({"role": "user", "content": [{"type": "input_text", "text": None}]}, "text"),
+                ({"type": "function_call", "call_id": "c1", "name": "f",
+                  "arguments": {"a": 1}}, "arguments")):
+            with pytest.raises(openai.BadRequestError) as bad:
+                client.responses.create(model=MODEL, input=[
+                    {"role": "user", "content": "hi"}, item])  # type: ignore[list-item]
+            assert says in bad.value.message
         raw = httpx.get(proxy.base_url + "/responses/resp_nope", headers={
             "Authorization": "Bearer sk-a"})
         assert raw.status_code == 404 and raw.json()["error"]["type"] == "not_found_error"

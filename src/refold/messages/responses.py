@@ -62,7 +62,11 @@ _PART_TEXT = ("input_text", "output_text", "text", "summary_text")
 def _part(part: Any, index: int, role: str, round_trip: bool) -> dict[str, Any]:
     kind = part.get("type") if isinstance(part, dict) else None
     if kind in _PART_TEXT:
-        return {"type": "text", "text": str(part.get("text", ""))}
+        text = part.get("text", "")
+        if not isinstance(text, str):
+            raise InvalidInput(f"input[{index}]: the text of an {kind} part must be a string, "
+                               f"not {type(text).__name__}")
+        return {"type": "text", "text": text}
     if kind == "refusal":
         text = str(part.get("refusal") or part.get("text") or "")
         if round_trip and role == "assistant":
@@ -94,10 +98,14 @@ def _parts(content: Any, index: int, role: str, round_trip: bool) -> Any:
 
 
 def _call(item: dict[str, Any], index: int) -> dict[str, Any]:
-    if not item.get("call_id") or not item.get("name"):
-        raise InvalidInput(f"input[{index}]: a function_call needs call_id and name")
+    if not item.get("call_id") or not item.get("name") or not isinstance(item["call_id"], str) \
+            or not isinstance(item["name"], str):
+        raise InvalidInput(f"input[{index}]: a function_call needs call_id and name (strings)")
+    arguments = item.get("arguments") or ""
+    if not isinstance(arguments, str):
+        raise InvalidInput(f"input[{index}]: a function_call's arguments must be a JSON string")
     return {"id": item["call_id"], "type": "function",
-            "function": {"name": item["name"], "arguments": str(item.get("arguments") or "")}}
+            "function": {"name": item["name"], "arguments": arguments}}
 
 
 def _output_text(output: Any) -> str:
@@ -161,7 +169,11 @@ class _Builder:
             self.assistant().setdefault("tool_calls", []).append(_call(item, index))
         elif kind == "function_call_output":
             output = item.get("output")
-            message = {"role": "tool", "tool_call_id": str(item.get("call_id")),
+            call_id = item.get("call_id")
+            if not call_id or not isinstance(call_id, str):
+                raise InvalidInput(f"input[{index}]: a function_call_output needs the call_id "
+                                   "(a string) of the function_call it answers")
+            message = {"role": "tool", "tool_call_id": call_id,
                        "content": _output_text(output)}
             if self.round_trip and isinstance(output, list):
                 _keep(message, "output", copy.deepcopy(output))
