@@ -48,8 +48,9 @@ def open_store(target: str | Path, *, sqlite_synchronous: str | None = None,
                 hint="pip install 'refold[postgres]'") from exc
         return PostgresStore(text, create=create)
     path = sqlite_file_of(text)
-    if not create and path != ":memory:" and not Path(path).exists():
-        raise NotFound(f"no database at {path}",
+    if not create and path != ":memory:" and (not Path(path).exists()
+                                              or not _has_refold_data(path)):
+        raise NotFound(f"no refold database at {path}",
                        hint="check --db / REFOLD_DB; `refold import FILE` creates one")
     from refold.store.sqlite import SQLiteStore
 
@@ -60,6 +61,25 @@ def open_store(target: str | Path, *, sqlite_synchronous: str | None = None,
         raise InvalidInput(f"unknown SQLite synchronous mode {sqlite_synchronous!r}",
                            hint="use FULL or NORMAL")
     return SQLiteStore(path, synchronous="FULL" if mode == "FULL" else "NORMAL")
+
+
+def _has_refold_data(path: str) -> bool:
+    """Whether the SQLite file at ``path`` holds refold's tables, read without changing it (an
+    empty file has none; a file that is not SQLite, or another program's database, says so
+    when opened)."""
+    import sqlite3
+
+    try:
+        if Path(path).stat().st_size == 0:
+            return False
+        conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            return conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'"
+                                ).fetchone()[0] > 0
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error):
+        return True  # not readable so: opening it gives the precise error
 
 
 def sqlite_file_of(target: str | Path) -> str:

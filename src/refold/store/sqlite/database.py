@@ -178,6 +178,11 @@ class Database:
         self._idle: list[sqlite3.Connection] = []
         self._readers: list[sqlite3.Connection] = []
         self.conn = self._connect(path, vfs, busy_timeout_ms)
+        try:
+            self._refuse_foreign()
+        except BaseException:
+            self.conn.close()
+            raise
         self._writer_busy_ms = int(busy_timeout_ms)  # the writer connection's busy_timeout now
         self.journal_mode = self._set_journal_mode()
         self.checkpointer: Checkpointer | None = None
@@ -208,6 +213,24 @@ class Database:
         except (sqlite3.Error, OSError) as exc:
             raise StorageError(f"cannot open the database at {path}: {exc}",
                                hint="check the path and its permissions") from exc
+
+    def _refuse_foreign(self) -> None:
+        """A SQLite database that holds tables but not refold's (another program's: an app's,
+        Hermes' state.db) is never touched: no schema is added and its journal mode stays as it
+        is (both happened to any file ``--db`` named, read-only commands included)."""
+        if self.memory:
+            return
+        with self.translated():
+            names = {str(r[0]) for r in self.conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
+        if names and "schema_migrations" not in names:
+            shown = ", ".join(sorted(n for n in names if not n.startswith("sqlite_"))[:5])
+            raise StorageError(f"{self.path} is another program's SQLite database (tables: "
+                               f"{shown or 'internal only'}), not refold's; refold leaves it "
+                               "as it is",
+                               hint="point --db / REFOLD_DB at refold's own database file "
+                                    "(a new path creates one); `refold import` reads Hermes' "
+                                    "and OpenCode's databases")
 
     def _set_journal_mode(self) -> str:
         if self.memory:
