@@ -84,6 +84,36 @@ def test_vector_and_hybrid_modes(store: Store) -> None:
         store.search(SearchQuery("deployment"))
 
 
+def test_explicit_syntax_holds_in_vector_and_hybrid_modes(store: Store) -> None:
+    """The nearest messages never bring back an excluded word, a message lacking a required
+    word or phrase, or anything for punctuation alone (the vector side used to ignore it)."""
+    s = store.create_session()
+    store.append_messages(s.id, [
+        user("the statement timeout hit the migration"), user("deploy the new server"),
+        user("deploy finished on the staging server"), user("deploy the web app"),
+        user("timeout from postgres again"), user("a timeout in the frontend"),
+        user("statement of account, no timeout here"), user("timed out statements")])
+    index = VectorIndex(store, CharEmbedder())
+    index.backfill()
+
+    def found(text: str, mode: str) -> set[str]:
+        return {h.content for h in hybrid_search(store, SearchQuery(text, window=0),
+                                                 mode=mode, index=index)}  # type: ignore[arg-type]
+
+    for mode in ("hybrid", "vector"):
+        assert found("deploy -server", mode) == {"deploy the web app"}, mode
+        assert found("timeout NOT postgres", mode) == {
+            "the statement timeout hit the migration", "a timeout in the frontend",
+            "statement of account, no timeout here"}, mode
+        assert found('"statement timeout"', mode) == {
+            "the statement timeout hit the migration"}, mode
+        assert found("statement AND timeout", mode) == {
+            "the statement timeout hit the migration", "statement of account, no timeout here"}
+        assert found("***", mode) == set(), mode
+    # a question is still searched by meaning too: a near message without its words comes back
+    assert "timed out statements" in found("statement timeout", "hybrid")
+
+
 def test_rrf_rewards_agreement() -> None:
     fused = rrf([[("a", 1), ("b", 1)], [("b", 1), ("c", 1)]], [1.0, 1.0], k=10)
     assert max(fused, key=lambda key: fused[key]) == ("b", 1)

@@ -170,6 +170,9 @@ class ParsedQuery:
     # a one-word query's plan that also finds the word glued inside CJK text; the backend uses
     # it (as ``natural``) when the archive holds the word that way (``natural.glued_alone``)
     glued: NaturalPlan | None = None
+    # the user wrote query syntax (quotes, AND/OR/NOT, -word, word*): it means what it says,
+    # so a vector search may only add messages that satisfy it (``refold.search.vectors``)
+    explicit: bool = False
 
     @property
     def is_empty(self) -> bool:
@@ -382,7 +385,8 @@ def parse_query(text: str) -> ParsedQuery:
 
                 return ParsedQuery(raw=text, groups=((plan.single,),), glued=glued_alone(plan))
             return ParsedQuery(raw=text, groups=_group(kept), natural=plan)
-    return ParsedQuery(raw=text, groups=_group(kept))
+    return ParsedQuery(raw=text, groups=_group(kept),
+                       explicit=sentence is None and is_explicit(kept))
 
 
 def _width_variants(text: str, terms: list[Term]) -> list[Term]:

@@ -28,6 +28,7 @@ import numpy.typing as npt
 from refold import _records as records
 from refold.errors import MissingExtra
 from refold.search.modes import EMBED_MODEL
+from refold.search.query import parse_query
 from refold.search.rank import collapse_copies
 from refold.store.base import SearchHit, SearchQuery, Store
 
@@ -196,22 +197,38 @@ def _roots(store: Store, hits: list[SearchHit]) -> dict[str, str]:
 def hybrid_search(store: Store, query: SearchQuery, *, mode: Mode = "hybrid",
                   index: VectorIndex | None = None, k: int = RRF_K,
                   weights: tuple[float, float] = WEIGHTS) -> list[SearchHit]:
-    """Search ``store`` by words (``fts``), meaning (``vector``) or both fused (``hybrid``)."""
+    """Search ``store`` by words (``fts``), meaning (``vector``) or both fused (``hybrid``).
+
+    A query without a word (``***``) finds nothing in any mode. Explicit syntax (quotes,
+    AND/OR/NOT, ``-word``, ``word*``) and a query of symbols only mean exactly what they say:
+    the vector side then only reorders the messages the word search matched (a nearest message
+    that lacks a required word or holds an excluded one is never added).
+    """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}")
     if mode == "fts" or not query.text.strip():
         return store.search(query)
+    parsed = parse_query(query.text)
+    if parsed.is_empty:
+        return []
+    exact = parsed.explicit or parsed.literal
     index = index or index_for(store)
     wide = records.replace(query, limit=max(CANDIDATES, query.limit * 3), window=0)
+    # the vector scan (NumPy, which releases the GIL) runs beside the word search (SQLite
+    # releases it too): a hybrid search costs about the slower of the two, not their sum
+    scan = _POOL.submit(_vector_hits, store, index, wide)
+    words = store.search(wide) if mode == "hybrid" or exact else []
+    vector = scan.result()
+    if exact:  # only what the syntax matched: the word hits are exactly those messages
+        matched = {(h.session_id, h.seq) for h in words}
+        vector = [h for h in vector if (h.session_id, h.seq) in matched]
     if mode == "vector":
-        vector = _vector_hits(store, index, wide)[:query.limit * 2 + 10]
+        if exact:  # the nearest matches first, then the other matches in word order
+            nearest = {(h.session_id, h.seq) for h in vector}
+            vector += [h for h in words if (h.session_id, h.seq) not in nearest]
+        vector = vector[:query.limit * 2 + 10]
         fused_hits = collapse_copies(vector, _roots(store, vector))[:query.limit]
     else:
-        # the vector scan (NumPy, which releases the GIL) runs beside the word search (SQLite
-        # releases it too): a hybrid search costs about the slower of the two, not their sum
-        scan = _POOL.submit(_vector_hits, store, index, wide)
-        words = store.search(wide)
-        vector = scan.result()
         table = {(h.session_id, h.seq): h for h in [*vector, *words]}
         fused = rrf([[(h.session_id, h.seq) for h in words],
                      [(h.session_id, h.seq) for h in vector]], list(weights), k)
