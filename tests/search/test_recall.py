@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
 from refold.runtime.recall import recall_block, with_recall
 from refold.search.recall import RECALL_HEADER, estimate_tokens, recall_text
+from refold.search.vectors import VectorIndex, hybrid_search
 from refold.store import Store
 
 
@@ -46,3 +51,40 @@ def test_recall_skips_the_same_question_asked_before_by_a_named_speaker(store: S
     text = recall_text(store, "which port does staging use?", current_session_id=None)
     assert "bot: staging uses port 6543" in text  # who said it comes along
     assert "Caroline" not in text  # the question itself, asked again, is not an answer
+
+
+class _FlatEmbedder:
+    """Every text at the same point: the vector side finds every message 'near'."""
+
+    model = "test-flat"
+    dim = 4
+
+    def passages(self, texts: list[str]) -> Any:
+        return np.ones((len(texts), self.dim), dtype=np.float32) / 2
+
+    def query(self, text: str) -> Any:
+        return np.ones(self.dim, dtype=np.float32) / 2
+
+
+def test_hybrid_recall_adds_nothing_to_small_talk(store: Store) -> None:
+    """The vector side finds something for any message; small talk must still get no block
+    (it used to: a message of stop words, or of one word, passed every hit)."""
+    past = store.create_session(title="zoo trip")
+    store.append_messages(past.id, [
+        {"role": "user", "content": "the staging database listens on port 6543"},
+        {"role": "assistant", "content": "the giraffe enclosure opens at nine"},
+        {"role": "user", "content": "deploy the web app to staging"}])
+    index = VectorIndex(store, _FlatEmbedder())
+    index.backfill()
+    now = store.create_session()
+
+    def recall(text: str) -> str:
+        return recall_text(store, text, current_session_id=now.id,
+                           search=lambda q: hybrid_search(store, q, index=index))
+
+    for small_talk in ("hello", "thanks!", "yes please", "try again", "go ahead", "ok"):
+        assert recall(small_talk) == "", small_talk
+    assert "giraffe enclosure" in recall("giraffe")  # one content word: held, recalled
+    assert "port 6543" not in recall("giraffe")
+    assert "port 6543" in recall('"port 6543"')  # explicit syntax: what it matched
+    assert "giraffe" not in recall("staging -deploy")

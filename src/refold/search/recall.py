@@ -27,6 +27,7 @@ from collections.abc import Callable
 from refold._records import dataclass, field
 from refold.errors import SearchQueryError
 from refold.search.query import has_cjk, parse_query
+from refold.search.stopwords import is_stop_word
 from refold.store.base import SearchHit, SearchQuery, Store
 
 log = logging.getLogger(__name__)
@@ -69,15 +70,24 @@ def _stem(word: str) -> str:
 
 
 def _relevance_check(message: str) -> Callable[[str], bool]:
-    """Does a text hold enough of ``message``'s content terms (always true for an explicit
-    query: its syntax already says what must match)?"""
+    """Does a text hold enough of ``message``'s content terms? A message of stop words only
+    ("yes please") has none: nothing is relevant to it. One content term ("giraffes") must
+    be held. Explicit syntax (quotes, AND/OR/NOT, -word) is always relevant: the search
+    already keeps only what it matches, on the vector side too (``hybrid_search``)."""
     try:
-        plan = parse_query(message[:1000]).natural
+        parsed = parse_query(message[:1000])
     except SearchQueryError:
-        plan = None
-    if plan is None:
+        return lambda _: False
+    if parsed.explicit:
         return lambda _: True
-    needles = [_stem(n.lower()) for n in plan.needles()]
+    if parsed.natural is not None:
+        found = parsed.natural.needles()
+    else:  # one content term (plan.single, one CJK word, symbols) or stop words only
+        found = [" ".join(t.words) for t in parsed.terms
+                 if not t.negated and not all(is_stop_word(w) for w in t.words)]
+    needles = [_stem(n.lower()) for n in found]
+    if not needles:
+        return lambda _: False
     need = min(3, (len(needles) + 1) // 2)
     return lambda text: sum(n in text.lower() for n in needles) >= need
 
