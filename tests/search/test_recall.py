@@ -88,3 +88,23 @@ def test_hybrid_recall_adds_nothing_to_small_talk(store: Store) -> None:
     assert "port 6543" not in recall("giraffe")
     assert "port 6543" in recall('"port 6543"')  # explicit syntax: what it matched
     assert "giraffe" not in recall("staging -deploy")
+
+
+def test_recall_matches_identifiers_and_whole_words(store: Store) -> None:
+    """A question naming an identifier recalls the message holding it (its words were looked
+    for joined by spaces, never found in get_user_settings_cache), and a word inside another
+    one is no match ("fix" in "fixture")."""
+    past = store.create_session(title="cache work")
+    store.append_messages(past.id, [
+        {"role": "assistant", "content": "we keep get_user_settings_cache with a 60 s TTL"},
+        {"role": "assistant", "content": "the fixture stripe_mock returns a stale webhook"},
+        {"role": "assistant", "content": "the fix for the login redirect is merged"}])
+    now = store.create_session()
+    text = recall_text(store, "what did we decide about get_user_settings_cache?",
+                       current_session_id=now.id)
+    assert "60 s TTL" in text
+    index = VectorIndex(store, _FlatEmbedder())  # every message comes back from the search
+    index.backfill()
+    text = recall_text(store, "can you fix the login?", current_session_id=now.id,
+                       search=lambda q: hybrid_search(store, q, index=index))
+    assert "login redirect" in text and "stripe_mock" not in text

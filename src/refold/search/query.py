@@ -31,6 +31,7 @@ Pure and backend-agnostic; SQLite (FTS5) and PostgreSQL both build their SQL fro
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 import unicodedata
@@ -444,6 +445,37 @@ def quoted_sentence(text: str, tokens: list[Term | str]) -> list[Term] | None:
 def is_explicit(tokens: list[Term | str]) -> bool:
     """True when the user wrote query syntax: quotes, AND/OR/NOT, -word or word*."""
     return any(isinstance(t, str) or t.quoted or t.prefix or t.negated for t in tokens)
+
+
+_ASCII_EDGE = "0-9A-Za-z"
+# what may follow a needle's last English word: its inflections ("fix" finds "fixes", a stem
+# such as "migrat" finds "migration"), never any word it merely begins ("fixture", "timeout")
+_INFLECTION = "(?:e|es|s|ed|d|ing|ion|ions|er|ers|ment|ments)?"
+
+
+@functools.lru_cache(maxsize=1024)
+def needle_pattern(needle: str) -> re.Pattern[str]:
+    """Where ``needle`` (lower case, as ``highlight_needles`` gives it) occurs in lower-cased
+    text, as the word index would match it: the words of a multi-word needle with any
+    non-letters between them (``get user settings cache`` is in ``get_user_settings_cache``),
+    an ASCII edge only on a word boundary (``fix`` is not in ``prefix``, ``log`` not in
+    ``changelog``, ``time`` not in ``statement_timeout``, ``12`` not in ``#1234``) and a final
+    English word with its inflections; a trailing ``*`` (a prefix term) lets the word run on.
+    CJK needles are exact substrings, as their index finds them."""
+    prefix = needle.endswith("*") and len(needle) > 1
+    words = needle[:-1].split() if prefix else needle.split()
+    if not words:
+        return re.compile(re.escape(needle))
+    body = r"[\W_]+".join(re.escape(w) for w in words)
+    if words[0][0].isascii() and words[0][0].isalnum():
+        body = f"(?<![{_ASCII_EDGE}])" + body
+    last = words[-1][-1]
+    if last.isascii() and last.isalnum():
+        if prefix:
+            body += f"[{_ASCII_EDGE}]*"
+        else:
+            body += (_INFLECTION if last.isalpha() else "") + f"(?![{_ASCII_EDGE}])"
+    return re.compile(body)
 
 
 def make_snippet(text: str, needles: list[str], *, width: int = 120) -> str:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from refold._records import dataclass, field
 from refold.errors import SearchQueryError
-from refold.search.query import has_cjk, parse_query
+from refold.search.query import has_cjk, needle_pattern, parse_query
 from refold.search.stopwords import is_stop_word
 from refold.store.base import SearchHit, SearchQuery, Store
 
@@ -85,11 +85,18 @@ def _relevance_check(message: str) -> Callable[[str], bool]:
     else:  # one content term (plan.single, one CJK word, symbols) or stop words only
         found = [" ".join(t.words) for t in parsed.terms
                  if not t.negated and not all(is_stop_word(w) for w in t.words)]
-    needles = [_stem(n.lower()) for n in found]
+    # whole words, inflected or not ("fix" is not in "fixture"), a multi-word term's words
+    # with anything between them (an identifier: get_user_settings_cache)
+    needles = [needle_pattern(_stem(n.lower())) for n in dict.fromkeys(found)]
     if not needles:
         return lambda _: False
     need = min(3, (len(needles) + 1) // 2)
-    return lambda text: sum(n in text.lower() for n in needles) >= need
+
+    def relevant(text: str) -> bool:
+        low = text.lower()
+        return sum(p.search(low) is not None for p in needles) >= need
+
+    return relevant
 
 
 def root_of(store: Store, session_id: str) -> str:
