@@ -164,6 +164,24 @@ def test_snippet_brackets_matches() -> None:
     assert make_snippet("部署部署", ["部署"]) == "[部署][部署]"  # repeats stay apart
 
 
+def test_snippet_highlights_do_not_depend_on_the_hash_seed() -> None:
+    """The bigram pieces of a word overlap; which of them won a character depended on a set's
+    order, so PYTHONHASHSEED changed "[タイムアウト]" into "タ[イムアウ]ト" (the CLI and the MCP
+    server, two processes, disagreed). Every seed now gives the whole word."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from refold.search.query import make_snippet, parse_query\n"
+            "q = parse_query('データベースがタイムアウトした理由')\n"
+            "print(make_snippet('移行スクリプトのタイムアウト値', q.highlight_needles()))")
+    seen = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, env={**os.environ, "PYTHONHASHSEED": str(seed)}
+                           ).stdout.strip() for seed in range(8)}
+    assert seen == {"移行スクリプトの[タイムアウト]値"}
+    assert make_snippet("タイムアウト", ["イム", "タイ", "アウ", "ムア", "ウト"]) == "[タイムアウト]"
+
+
 def test_snippet_shows_where_most_of_the_question_is() -> None:
     # a test log: the first "fail" is a banner; the line naming the error holds every word
     text = ("." * 200 + "\n===== FAILURES =====\n" + "def test_load(): pass\n" * 20

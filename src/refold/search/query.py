@@ -497,14 +497,15 @@ def make_snippet(text: str, needles: list[str], *, width: int = 120) -> str:
     end = min(len(text), start + width)
     best_end = max(hi for lo, hi, _ in spans if lo == best)
     start, end = _word_edges(text, start, end, best, best_end)
-    # the matches inside the excerpt; touching matches of different needles are joined
-    # ("[デプ][ロイ]" reads as "[デプロイ]"), repeats of one needle stay apart
+    # the matches inside the excerpt; overlapping matches are one ("タイ", "イム", "ムア"…,
+    # the bigram pieces of a word, show "[タイムアウト]"), touching matches of different needles
+    # are joined ("[デプ][ロイ]" reads as "[デプロイ]"), repeats of one needle stay apart
     shown: list[list[int]] = []  # [start, end, needle of the last part]
     for lo, hi, needle in spans:
         if lo < start or hi > end:
             continue
-        if shown and lo == shown[-1][1] and needle != shown[-1][2]:
-            shown[-1][1:] = [hi, needle]
+        if shown and (lo < shown[-1][1] or (lo == shown[-1][1] and needle != shown[-1][2])):
+            shown[-1][1:] = [max(hi, shown[-1][1]), needle]
         else:
             shown.append([lo, hi, needle])
     pieces: list[str] = ["…" if start > 0 else ""]
@@ -567,17 +568,16 @@ def _best_window(spans: list[tuple[int, int, int]], width: int) -> int:
 
 
 def _match_spans(lowered: str, needles: list[str]) -> list[tuple[int, int, int]]:
-    """(start, end, which needle) of every match, longest needles first where they overlap."""
+    """(start, end, which needle) of every match, in text order. Matches of different needles
+    may overlap (the snippet shows them as one); needles are numbered longest first, then
+    alphabetically, so the result never depends on the order of a set (``PYTHONHASHSEED``)."""
     spans: list[tuple[int, int, int]] = []
-    taken = bytearray(len(lowered))  # characters a longer needle's match holds already
-    for number, needle in enumerate(sorted(set(needles), key=len, reverse=True)):
+    for number, needle in enumerate(sorted(set(needles), key=lambda n: (-len(n), n))):
         start, found = lowered.find(needle), 0
         while start != -1 and found < MAX_SNIPPET_SPANS:
             end = start + len(needle)
-            if not any(taken[start:end]):
-                spans.append((start, end, number))
-                taken[start:end] = b"\x01" * (end - start)
-                found += 1
+            spans.append((start, end, number))
+            found += 1
             start = lowered.find(needle, end)
     return sorted(spans)
 
