@@ -114,6 +114,33 @@ def test_explicit_syntax_holds_in_vector_and_hybrid_modes(store: Store) -> None:
     assert "timed out statements" in found("statement timeout", "hybrid")
 
 
+def test_forks_do_not_push_other_sessions_down_the_vector_ranking(store: Store) -> None:
+    """Each fork copies its parent's rows; the copies used to take vector ranks of their own
+    before the fusion folded them, so every hit's score moved with the number of forks (the
+    other session's fell from 0.071 to 0.039 after four)."""
+    a = store.create_session(title="a")
+    store.append_messages(a.id, [user(f"the deployment pipeline failed {n}")
+                                 for n in ("once", "twice", "again")])
+    b = store.create_session(title="b")
+    store.append_messages(b.id, [user("the deplymnt pipe-line is in trouble, lunch at noon "
+                                      "with the whole team today")])  # near, no word match
+    index = VectorIndex(store, CharEmbedder())
+
+    def ranked() -> list[tuple[str, float]]:
+        index.backfill()
+        hits = hybrid_search(store, SearchQuery("deployment pipeline", window=0, limit=10),
+                             index=index)
+        once = next(h for h in hits if h.content.endswith("once"))
+        assert set(once.lineage) == {a.id, *(f.id for f in forks)}  # one hit for every copy
+        return [(h.content, h.score) for h in hits]
+
+    forks: list[Any] = []
+    before = ranked()
+    assert before[-1][0].endswith("today") and len(before) == 4
+    forks += [store.fork_session(a.id) for _ in range(4)]
+    assert ranked() == before
+
+
 def test_rrf_rewards_agreement() -> None:
     fused = rrf([[("a", 1), ("b", 1)], [("b", 1), ("c", 1)]], [1.0, 1.0], k=10)
     assert max(fused, key=lambda key: fused[key]) == ("b", 1)

@@ -217,25 +217,41 @@ def hybrid_search(store: Store, query: SearchQuery, *, mode: Mode = "hybrid",
     # the vector scan (NumPy, which releases the GIL) runs beside the word search (SQLite
     # releases it too): a hybrid search costs about the slower of the two, not their sum
     scan = _POOL.submit(_vector_hits, store, index, wide)
-    words = store.search(wide) if mode == "hybrid" or exact else []
+    words = store.search(wide) if mode == "hybrid" or exact else []  # copies collapsed
     vector = scan.result()
-    if exact:  # only what the syntax matched: the word hits are exactly those messages
-        matched = {(h.session_id, h.seq) for h in words}
-        vector = [h for h in vector if (h.session_id, h.seq) in matched]
+    roots = _roots(store, [*words, *vector])
+    # one rank per message on the vector side too: a fork or compaction child copies rows, and
+    # each copy took a rank of its own, pushing other sessions down as copies were added
+    vector = collapse_copies(vector, roots)
+    table = {(h.session_id, h.seq): h for h in words}
+    same: dict[tuple[str, str, str], SearchHit] = {}  # a message by lineage: a vector hit may be another copy of a word hit
+    for hit in words:
+        same.setdefault((roots.get(hit.session_id, hit.session_id), hit.role, hit.content), hit)
+    near: dict[tuple[str, int], float] = {}  # the vector ranking, by the word side's keys
+    for hit in vector:
+        word = same.get((roots.get(hit.session_id, hit.session_id), hit.role, hit.content))
+        if word is None:
+            if exact:  # only what the syntax matched: the word hits are exactly those messages
+                continue
+            key = (hit.session_id, hit.seq)
+            table[key] = hit
+        else:
+            key = (word.session_id, word.seq)
+            lineage = dict.fromkeys([*table[key].lineage, *hit.lineage])
+            table[key] = records.replace(table[key], lineage=tuple(lineage))
+        if key not in near:
+            near[key] = hit.score  # the cosine
     if mode == "vector":
+        ranking = list(near)
         if exact:  # the nearest matches first, then the other matches in word order
-            nearest = {(h.session_id, h.seq) for h in vector}
-            vector += [h for h in words if (h.session_id, h.seq) not in nearest]
-        vector = vector[:query.limit * 2 + 10]
-        fused_hits = collapse_copies(vector, _roots(store, vector))[:query.limit]
+            ranking += [key for key in table if key not in near]
+        fused_hits = [records.replace(table[key], score=near[key]) if key in near
+                      else table[key] for key in ranking[:query.limit]]
     else:
-        table = {(h.session_id, h.seq): h for h in [*vector, *words]}
-        fused = rrf([[(h.session_id, h.seq) for h in words],
-                     [(h.session_id, h.seq) for h in vector]], list(weights), k)
+        fused = rrf([[(h.session_id, h.seq) for h in words], list(near)], list(weights), k)
         order = sorted(fused, key=lambda key: (-fused[key], -table[key].created_at))
-        ranked = [records.replace(table[key], score=fused[key])
-                  for key in order[:query.limit * 2 + 10]]
-        fused_hits = collapse_copies(ranked, _roots(store, ranked))[:query.limit]
+        fused_hits = [records.replace(table[key], score=fused[key])
+                      for key in order[:query.limit]]
     if query.window <= 0:
         return fused_hits
     return [records.replace(h, window=store.messages_around(
