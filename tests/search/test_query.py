@@ -182,6 +182,29 @@ def test_snippet_highlights_do_not_depend_on_the_hash_seed() -> None:
     assert make_snippet("タイムアウト", ["イム", "タイ", "アウ", "ムア", "ウト"]) == "[タイムアウト]"
 
 
+def test_snippet_marks_only_what_the_search_matched() -> None:
+    """Needles were raw substrings: "time" marked statement_[time]out, "log" change[log], a
+    number the middle of #1234, and an identifier in the question was never marked (its words
+    were looked for joined by spaces)."""
+    def snippet(query: str, text: str) -> str:
+        return make_snippet(text, parse_query(query).highlight_needles())
+
+    assert snippet("why did the migration time out?",
+                   "SET statement_timeout = 30000 for the migration") == \
+        "SET statement_timeout = 30000 for the [migration]"
+    assert snippet("why did it time out?", "it timed out at 3") == "it [timed] out at 3"
+    assert snippet("git log -3 --oneline", "see the changelog") == "see the changelog"
+    assert snippet("issue 12 status", "closed issue #1234 and #12") == \
+        "closed [issue] #1234 and #[12]"
+    assert snippet("what did we decide about get_user_settings_cache?",
+                   "get_user_settings_cache is not thread safe") == \
+        "[get_user_settings_cache] is not thread safe"
+    assert snippet("migrat*", "run_migration failed") == "run_[migration] failed"  # a prefix
+    assert snippet("how do I fix it", "fixes the prefix fixture") == \
+        "[fixes] the prefix fixture"
+    assert snippet("pytest output", "用pytest跑一下") == "用[pytest]跑一下"  # glued to CJK
+
+
 def test_snippet_shows_where_most_of_the_question_is() -> None:
     # a test log: the first "fail" is a banner; the line naming the error holds every word
     text = ("." * 200 + "\n===== FAILURES =====\n" + "def test_load(): pass\n" * 20

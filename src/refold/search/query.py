@@ -32,6 +32,7 @@ Pure and backend-agnostic; SQLite (FTS5) and PostgreSQL both build their SQL fro
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import string
 import unicodedata
@@ -205,8 +206,11 @@ class ParsedQuery:
         return "grams" if self.gram_plan() is not None else "scan"
 
     def highlight_needles(self) -> list[str]:
-        """Positive needles, longest first (for building snippets)."""
-        found = {n for t in self.terms if not t.negated for n in t.needles()}
+        """Positive needles, longest first (for building snippets); a prefix term's last one
+        ends in ``*`` (``needle_pattern``: the word may run on)."""
+        found = {n for t in self.terms if not t.negated for n in t.needles()[:-1]}
+        found |= {t.needles()[-1] + ("*" if t.prefix else "")
+                  for t in self.terms if not t.negated}
         if self.natural is not None:
             found = set(self.natural.needles())
         return sorted(found, key=lambda n: (-len(n), n))
@@ -568,17 +572,16 @@ def _best_window(spans: list[tuple[int, int, int]], width: int) -> int:
 
 
 def _match_spans(lowered: str, needles: list[str]) -> list[tuple[int, int, int]]:
-    """(start, end, which needle) of every match, in text order. Matches of different needles
-    may overlap (the snippet shows them as one); needles are numbered longest first, then
-    alphabetically, so the result never depends on the order of a set (``PYTHONHASHSEED``)."""
+    """(start, end, which needle) of every match, in text order, found as the index matches
+    a term (``needle_pattern``: whole words, a phrase's words with anything between them).
+    Matches of different needles may overlap (the snippet shows them as one); needles are
+    numbered longest first, then alphabetically, so the result never depends on the order of
+    a set (``PYTHONHASHSEED``)."""
     spans: list[tuple[int, int, int]] = []
     for number, needle in enumerate(sorted(set(needles), key=lambda n: (-len(n), n))):
-        start, found = lowered.find(needle), 0
-        while start != -1 and found < MAX_SNIPPET_SPANS:
-            end = start + len(needle)
-            spans.append((start, end, number))
-            found += 1
-            start = lowered.find(needle, end)
+        found = needle_pattern(needle).finditer(lowered)
+        spans.extend((m.start(), m.end(), number)
+                     for m in itertools.islice(found, MAX_SNIPPET_SPANS) if m.end() > m.start())
     return sorted(spans)
 
 
