@@ -110,6 +110,23 @@ def test_resolve_by_id_prefix_and_title(store: Store) -> None:
         store.resolve_session("  ")
 
 
+def test_a_title_that_is_the_start_of_another_sessions_id_is_ambiguous(store: Store) -> None:
+    """A session exported to ``<id>.jsonl`` and imported again is titled by the file's name:
+    the id as ``sessions list`` shows it. Typed as an id, it found the copy by its title (and
+    ``sessions rm`` deleted the copy): now both are named and nothing is chosen."""
+    original = store.create_session(session_id="aa292c5d2cb0" + "7" * 20)
+    copy = store.create_session(title="aa292c5d2cb0")
+    with pytest.raises(AmbiguousReference) as err:
+        store.resolve_session("aa292c5d2cb0")
+    assert set(err.value.candidates) == {original.id, copy.id}
+    assert "title of session" in str(err.value)
+    assert store.resolve_session(original.id) == original  # a whole id is exact
+    assert store.resolve_session("aa292c5d2cb0", prefix=False).id == copy.id  # a name: title
+    assert store.resolve_session(copy.id).id == copy.id
+    store.create_session(title="beta")
+    assert store.resolve_session("beta").title == "beta"  # no id starts so: the title
+
+
 def test_resolve_prefix_escapes_wildcards(store: Store) -> None:
     store.create_session(session_id="x1")
     store.create_session(session_id="x2")

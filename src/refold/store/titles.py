@@ -181,3 +181,19 @@ def untag_titles(conn: Any, mark: str) -> None:
         if taken is None:
             conn.execute(f"UPDATE sessions SET title = {mark} WHERE id = {mark}",
                          (plain, session_id))
+
+
+def title_shadows_id(ref: str, titled: Any, prefixed_ids: list[str]) -> None:
+    """AmbiguousReference when ``ref``, the title of session ``titled``, is also the start of
+    another session's id: a user typing an id as ``sessions list`` shows it got the session
+    titled so instead (an import of ``<id>.jsonl`` is titled by its file's name), and
+    ``sessions rm`` deleted that one."""
+    from refold.errors import AmbiguousReference
+
+    others = [i for i in prefixed_ids if i != titled.id]
+    if others:
+        raise AmbiguousReference(
+            f"{ref!r} is the title of session {titled.id[:12]} and the start of session "
+            f"{others[0][:12]}'s id", candidates=[titled.id, *others[:19]],
+            hint="give the whole id (`refold sessions list --json` shows them), or rename "
+                 "the session with that title")

@@ -24,6 +24,7 @@ from refold.store.titles import (
     like_escape,
     sanitize_title,
     split_lineage_title,
+    title_shadows_id,
     titled_session,
 )
 from refold.store.titles import next_lineage_title as next_title_from
@@ -107,9 +108,14 @@ class SessionsMixin(PgCore):
             raise InvalidInput("a session reference cannot be empty",
                                hint="give a session id, id prefix or title")
         with self._tx("resolve session") as cur:
-            for found in (self._by_id(cur, text), self._by_title(cur, text, owner)):
-                if found is not None and (owner is None or found.owner == owner):
-                    return found
+            found = self._by_id(cur, text)
+            if found is not None and (owner is None or found.owner == owner):
+                return found
+            found = self._by_title(cur, text, owner)
+            if found is not None and (owner is None or found.owner == owner):
+                if prefix:
+                    title_shadows_id(text, found, self._prefixed_ids(cur, text, owner))
+                return found
             if not prefix:  # a name (X-Refold-Session): exact id or title only
                 raise NotFound(f"no session with the id or title {text!r}")
             return self._by_prefix(cur, text, owner)
@@ -139,6 +145,12 @@ class SessionsMixin(PgCore):
                     (owner, title))
         row = cur.fetchone()
         return session_from_row(row) if row else None
+
+    def _prefixed_ids(self, cur: Cursor, ref: str, owner: str | None) -> list[str]:
+        owner_sql = "" if owner is None else " AND owner = %s"
+        cur.execute(f"SELECT id FROM sessions WHERE id LIKE %s ESCAPE '\\'{owner_sql} LIMIT 21",
+                    (like_escape(ref) + "%", *(() if owner is None else (owner,))))
+        return [r[0] for r in cur.fetchall()]
 
     def _by_prefix(self, cur: Cursor, ref: str, owner: str | None) -> Session:
         owner_sql = "" if owner is None else " AND owner = %s"

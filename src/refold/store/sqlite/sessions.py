@@ -31,6 +31,7 @@ from refold.store.titles import (
     next_lineage_title,
     sanitize_title,
     split_lineage_title,
+    title_shadows_id,
     titled_session,
 )
 
@@ -116,9 +117,14 @@ class SessionOps:
             raise InvalidInput("a session reference cannot be empty",
                                hint="give a session id, id prefix or title")
         with self.db.read() as conn:
-            for found in (self._by_id(conn, text), self._by_title(conn, text, owner)):
-                if found is not None and (owner is None or found.owner == owner):
-                    return found
+            found = self._by_id(conn, text)
+            if found is not None and (owner is None or found.owner == owner):
+                return found
+            found = self._by_title(conn, text, owner)
+            if found is not None and (owner is None or found.owner == owner):
+                if prefix:
+                    title_shadows_id(text, found, self._prefixed_ids(conn, text, owner))
+                return found
             if not prefix:  # a name (X-Refold-Session): exact id or title only
                 raise NotFound(f"no session with the id or title {text!r}")
             return self._by_prefix(conn, text, owner)
@@ -158,6 +164,15 @@ class SessionOps:
         row = conn.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE owner = ? AND "
                            "title = ?", (owner, title)).fetchone()
         return to_session(row) if row else None
+
+    def _prefixed_ids(self, conn: sqlite3.Connection, ref: str, owner: str | None
+                      ) -> list[str]:
+        sql = "SELECT id FROM sessions WHERE id LIKE ? ESCAPE '\\'"
+        args: list[object] = [like_escape(ref) + "%"]
+        if owner is not None:
+            sql += " AND owner = ?"
+            args.append(owner)
+        return [r[0] for r in conn.execute(sql + " LIMIT 21", args)]
 
     def _by_prefix(self, conn: sqlite3.Connection, ref: str, owner: str | None) -> Session:
         sql = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id LIKE ? ESCAPE '\\'"
