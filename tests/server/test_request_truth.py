@@ -103,6 +103,29 @@ def test_a_restarted_agent_reusing_its_session_name_is_answered_from_what_it_sen
     assert len(rewinds) == 1 and len(rewinds[0].seqs) == 3
 
 
+def test_an_edit_in_a_named_session_can_be_undone(start_proxy: ProxyFactory,
+                                                  sqlite_store: Store) -> None:
+    """README: an edit in a named session is a reversible rewind. The edit's own messages were
+    appended after the rewind in the same transaction, so undoing it was always refused
+    ("changed since"); now the undo brings the old tail back and rewinds the edited one, which
+    can be undone in turn."""
+    first = [Q, {"role": "assistant", "content": "4."},
+             {"role": "user", "content": "Which port?"}]
+    edited = [*first[:2], {"role": "user", "content": "Which host?"}]
+    with serve(["4.", "Port 5432.", "Host db1."]) as up:
+        client = sdk(start_proxy(up).base_url)
+        ask(client, [Q], False, session="edits")
+        ask(client, first, False, session="edits")
+        _, sid = ask(client, edited, False, session="edits")
+    assert active(sqlite_store, sid) == [*pairs(edited), ("assistant", "Host db1.")]
+    (rewind,) = [r.record for r in sqlite_store.list_rewinds(sid) if r.seqs]
+    undone = sqlite_store.undo_rewind(rewind.id)
+    assert active(sqlite_store, sid) == [*pairs(first), ("assistant", "Port 5432.")]
+    assert undone.replaced_by is not None
+    sqlite_store.undo_rewind(undone.replaced_by)  # and back
+    assert active(sqlite_store, sid) == [*pairs(edited), ("assistant", "Host db1.")]
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 def test_side_calls_under_the_same_name_never_rewind_the_named_conversation(
         start_proxy: ProxyFactory, sqlite_store: Store, stream: bool) -> None:

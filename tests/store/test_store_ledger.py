@@ -234,14 +234,26 @@ def test_rewind_must_start_at_an_active_user_message(store: Store) -> None:
         store.undo_rewind(424242)
 
 
-def test_undo_rewind_refused_after_new_messages(store: Store) -> None:
+def test_undo_rewind_after_new_messages_swaps_the_tails(store: Store) -> None:
+    """An edit: a rewind, then the new tail appended (what every edit through the proxy, the
+    chat and a re-import does in one transaction). Undoing it was refused whenever anything
+    followed, so those rewinds could never be undone; now the new tail is rewound in turn
+    (``replaced_by``), and undoing that swaps back."""
     s = store.create_session()
-    store.append_messages(s.id, [user("q1"), bot("a1"), user("q2")])
+    store.append_messages(s.id, [user("q1"), bot("a1"), user("q2"), bot("a2")])
     record = store.rewind(s.id, 3)
-    store.append_messages(s.id, [user("q2 again")])
-    with pytest.raises(Conflict):
-        store.undo_rewind(record.id)
-    assert contents(store, s.id) == ["q1", "a1", "q2 again"]
+    store.append_messages(s.id, [user("q2 again"), bot("a2 again")])
+    undone = store.undo_rewind(record.id)
+    assert undone.undone and undone.count == 2 and undone.replaced_by is not None
+    assert contents(store, s.id) == ["q1", "a1", "q2", "a2"]
+    assert [r.message["content"] for r in store.get_messages(s.id, include_inactive=True)] == [
+        "q1", "a1", "q2", "a2", "q2 again", "a2 again"]  # nothing deleted
+    back = store.undo_rewind(undone.replaced_by)
+    assert back.replaced_by not in (None, record.id, undone.replaced_by)  # a new rewind
+    assert contents(store, s.id) == ["q1", "a1", "q2 again", "a2 again"]
+    store.append_messages(s.id, [user("q3")])  # the chain goes on from the tail it has
+    assert contents(store, s.id)[-1] == "q3"
+    assert store.last_message(s.id).seq > 6  # type: ignore[union-attr]
 
 
 def test_undo_rewind_refused_when_the_prefix_changed(store: Store) -> None:

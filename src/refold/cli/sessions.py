@@ -358,10 +358,15 @@ def _render_rewinds(rows: list[dict[str, Any]]) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
 def undo_rewind_cmd(app: AppContext, rewind_id: int, as_json: bool) -> None:
-    """Reactivate the messages a rewind (by its id) marked inactive."""
+    """Reactivate the messages a rewind (by its id) marked inactive; messages that came after
+    them (an edit's new tail) are rewound in turn, as a rewind of their own (undo it to swap
+    back)."""
     record = app.store.undo_rewind(rewind_id)
     emit(records.asdict(record), as_json, lambda r: click.echo(
-        f"restored {r['count']} message(s) from seq {r['from_seq']}"))
+        f"restored {r['count']} message(s) from seq {r['from_seq']}" + (
+            "" if r["replaced_by"] is None else
+            f"; the messages that had followed them are rewind {r['replaced_by']} (undo: "
+            f"refold sessions undo-rewind {r['replaced_by']})")))
 
 
 def _lineage_json(lineage: Lineage) -> dict[str, Any]:

@@ -177,6 +177,9 @@ class RewindRecord:
     count: int
     created_at: float
     undone: bool
+    # undo_rewind: the rewind that now holds the messages that had followed the restored ones
+    # (an edit's new tail), itself reversible; None when nothing followed them
+    replaced_by: int | None = None
 
 
 @dataclass(frozen=True)

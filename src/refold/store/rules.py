@@ -6,6 +6,8 @@ whether the operation is allowed. A refusal is a ``RefoldError`` naming what to 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from refold.errors import Conflict, InvalidInput
 from refold.messages.model import message_identity
 from refold.store.base import (
@@ -60,17 +62,20 @@ def check_fork_kind(kind: str) -> None:
         raise InvalidInput(f"unknown fork kind {kind!r}", hint="use fork or branch")
 
 
-def check_restorable(record: RewindRecord, restored: StoredMessage,
-                     identity_before: str | None, active_after: bool) -> None:
-    """Conflict unless the rewound rows would extend the active chain exactly where it ends.
-
-    ``restored`` is the first rewound row, ``identity_before`` the identity of the last active
-    row before it, ``active_after`` whether any active row follows it now.
-    """
-    chained = message_identity(restored.message, identity_before)
-    if active_after or chained != restored.identity:
-        raise Conflict(f"rewind {record.id} cannot be undone: session {record.session_id} "
-                       "changed since (messages were appended or rewound after it)",
-                       hint=f"the rewound messages are kept: `refold sessions show "
+def restore_point(record: RewindRecord, restored: StoredMessage,
+                  before: Iterable[tuple[int, str]]) -> int:
+    """The seq of the active row the rewound rows followed (0: the session's start), from
+    ``before``, the active rows before the first rewound one (``restored``) as (seq, identity),
+    newest first. Active rows after that point (an edit's new tail, or the tail an undo put
+    back) are rewound in turn when the rows are restored (``RewindRecord.replaced_by``), so
+    an undo is reversible too. Conflict when the row they followed is no longer active."""
+    for seq, identity in before:
+        if message_identity(restored.message, identity) == restored.identity:
+            return seq
+    if message_identity(restored.message, None) == restored.identity:
+        return 0
+    raise Conflict(f"rewind {record.id} cannot be undone: session {record.session_id} "
+                   "changed before it (the messages it followed were rewound)",
+                   hint=f"the rewound messages are kept: `refold sessions show "
                             f"{record.session_id} --all` shows them, `refold sessions export "
                             f"{record.session_id} --archived` writes them out")

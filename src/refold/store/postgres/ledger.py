@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from refold import _records as records
 from refold.errors import Conflict, InvalidInput, MessageValidationError, NotFound
 from refold.messages.model import (
     Message,
@@ -63,7 +64,7 @@ from refold.store.rules import (
     check_checkpoint_commit,
     check_checkpoint_draft,
     check_fork_kind,
-    check_restorable,
+    restore_point,
 )
 from refold.store.titles import like_escape, sanitize_title, split_lineage_title
 from refold.store.titles import next_lineage_title as next_title_from
@@ -342,30 +343,33 @@ class LedgerMixin(PgCore):
             record = _rewind_from_row(cur.fetchone() or row)  # re-read under the lock
             if record.undone:
                 raise Conflict(f"rewind {rewind_id} is already undone")
-            self._check_restorable(cur, record)
+            later = self._check_restorable(cur, record)
+            moved = None if later is None else self._deactivate(cur, record.session_id, later)
             cur.execute("UPDATE messages SET active = true, rewind_id = NULL "
                         "WHERE rewind_id = %s", (record.id,))
             cur.execute(f"UPDATE rewinds SET undone = true WHERE id = %s RETURNING {REWIND_COLS}",
                         (record.id,))
             done = cur.fetchone()
         assert done is not None
-        return _rewind_from_row(done)
+        return records.replace(_rewind_from_row(done),
+                               replaced_by=None if moved is None else moved.id)
 
-    def _check_restorable(self, cur: Cursor, record: RewindRecord) -> None:
-        """Conflict unless the restored rows would extend the active chain where it ends now."""
+    def _check_restorable(self, cur: Cursor, record: RewindRecord) -> int | None:
+        """Conflict unless ``record`` can be undone; the seq of the first active row after its
+        rows (to be rewound in turn), or None."""
         cur.execute(f"SELECT {MESSAGE_COLS} FROM messages WHERE rewind_id = %s "
                     "ORDER BY seq LIMIT 1", (record.id,))
         first = cur.fetchone()
         if first is None:
-            return
+            return None
         restored = message_from_row(first)
-        cur.execute("SELECT 1 FROM messages WHERE session_id = %s AND active AND seq > %s "
-                    "LIMIT 1", (record.session_id, restored.seq))
+        cur.execute("SELECT seq, identity FROM messages WHERE session_id = %s AND active "
+                    "AND seq < %s ORDER BY seq DESC", (record.session_id, restored.seq))
+        point = restore_point(record, restored, cur.fetchall())
+        cur.execute("SELECT min(seq) FROM messages WHERE session_id = %s AND active AND seq > %s",
+                    (record.session_id, point))
         later = cur.fetchone()
-        cur.execute("SELECT identity FROM messages WHERE session_id = %s AND active AND seq < %s "
-                    "ORDER BY seq DESC LIMIT 1", (record.session_id, restored.seq))
-        before = cur.fetchone()
-        check_restorable(record, restored, before[0] if before else None, later is not None)
+        return None if later is None or later[0] is None else int(later[0])
 
     def fork_session(self, session_id: str, at_seq: int | None = None, *,
                      kind: str = "fork", title: str | None = None) -> Session:

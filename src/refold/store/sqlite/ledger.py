@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from refold import _records as records
 from refold.errors import Conflict, InvalidInput, MessageValidationError, NotFound
 from refold.messages.model import Message, message_identity, wire_form
 from refold.store.base import (
@@ -39,7 +40,7 @@ from refold.store.base import (
     appended_usage,
     message_times,
 )
-from refold.store.rules import check_fork_kind, check_restorable
+from refold.store.rules import check_fork_kind, restore_point
 from refold.store.sqlite import indexer
 from refold.store.sqlite.rows import MESSAGE_COLUMNS, message_columns, to_message, to_rewind
 from refold.store.sqlite.sessions import SessionOps, add_usage_in, check_draft
@@ -356,24 +357,29 @@ class LedgerOps(SessionOps):
             record = to_rewind(row)
             if record.undone:
                 raise Conflict(f"rewind {rewind_id} is already undone")
-            self._check_restorable(conn, record)
+            later = self._check_restorable(conn, record)
+            moved = None if later is None else self._rewind_rows(conn, record.session_id, later)
             conn.execute("UPDATE messages SET active = 1, rewind_id = NULL WHERE rewind_id = ?",
                          (record.id,))
             conn.execute("UPDATE rewinds SET undone = 1 WHERE id = ?", (record.id,))
-            return to_rewind((*row[:5], 1))
+            return records.replace(to_rewind((*row[:5], 1)),
+                                   replaced_by=None if moved is None else moved.id)
 
-    def _check_restorable(self, conn: sqlite3.Connection, record: RewindRecord) -> None:
+    def _check_restorable(self, conn: sqlite3.Connection, record: RewindRecord) -> int | None:
+        """Conflict unless ``record`` can be undone; the seq of the first active row after its
+        rows (to be rewound in turn), or None."""
         first = conn.execute(f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE rewind_id = ? "
                              "ORDER BY seq LIMIT 1", (record.id,)).fetchone()
         if first is None:
-            return
+            return None
         restored = to_message(first)
-        later = conn.execute("SELECT 1 FROM messages WHERE session_id = ? AND active = 1 "
-                             "AND seq > ? LIMIT 1", (record.session_id, restored.seq)).fetchone()
-        before = conn.execute("SELECT identity FROM messages WHERE session_id = ? AND active = 1 "
-                              "AND seq < ? ORDER BY seq DESC LIMIT 1",
-                              (record.session_id, restored.seq)).fetchone()
-        check_restorable(record, restored, before[0] if before else None, later is not None)
+        before = conn.execute("SELECT seq, identity FROM messages WHERE session_id = ? "
+                              "AND active = 1 AND seq < ? ORDER BY seq DESC",
+                              (record.session_id, restored.seq))
+        point = restore_point(record, restored, before)
+        later = conn.execute("SELECT min(seq) FROM messages WHERE session_id = ? AND active = 1 "
+                             "AND seq > ?", (record.session_id, point)).fetchone()
+        return None if later is None or later[0] is None else int(later[0])
 
     def fork_session(self, session_id: str, at_seq: int | None = None, *,
                      kind: str = "fork", title: str | None = None) -> Session:
