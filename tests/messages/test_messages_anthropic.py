@@ -160,3 +160,29 @@ def test_round_trip_property(messages: list[dict[str, Any]]) -> None:
     sides = [t["role"] for t in out["messages"]]
     assert all(a != b for a, b in itertools.pairwise(sides))
     assert from_anthropic(out["messages"], system=out.get("system")) == messages
+
+
+def test_blocks_the_chat_form_cannot_say_are_kept_while_it_still_says_them() -> None:
+    """Server tools' blocks and citations are text in the chat form, and the blocks
+    themselves are kept beside it (``KEPT``) and given back as they were — unless the chat
+    form changed since (compaction pruned it): then the chat form is what goes."""
+    from refold.messages.anthropic import KEPT
+
+    blocks = [{"type": "server_tool_use", "id": "s1", "name": "web_search",
+               "input": {"query": "q"}},
+              {"type": "web_search_tool_result", "tool_use_id": "s1", "content": {
+                  "type": "web_search_tool_result_error", "error_code": "max_uses_exceeded"}},
+              {"type": "text", "text": "Nothing.", "citations": None}]
+    turns = [{"role": "user", "content": "find"}, {"role": "assistant", "content": blocks}]
+    (_, message) = from_anthropic(turns)
+    assert [p["text"] for p in message["content"]] == [
+        '[server tool use: web_search {"query": "q"}]',
+        "[web search tool result]\nerror: max_uses_exceeded", "Nothing."]
+    assert message[KEPT] == blocks
+    assert to_anthropic([turns[0], message])["messages"] == turns
+    pruned = {**message, "content": "[pruned]"}
+    assert to_anthropic([turns[0], pruned])["messages"][1] == {"role": "assistant",
+                                                               "content": "[pruned]"}
+    # a plain reply keeps nothing beside it
+    assert KEPT not in from_anthropic([{"role": "assistant", "content": [
+        {"type": "text", "text": "a", "citations": None}]}])[0]

@@ -99,13 +99,16 @@ def clean_input(text: str) -> str:
     return redact(strip_think(text))
 
 
-# Responses items kept verbatim beside a stored message (refold.messages.responses.KEPT): no
-# chat API knows the key, so a replay to the summary model leaves it out
-_KEPT_ITEMS = "refold_responses"
+# Responses items and Anthropic blocks kept verbatim beside a stored message
+# (refold.messages.responses.KEPT, refold.messages.anthropic.KEPT): no chat API knows the
+# keys, so a replay to the summary model leaves them out
+_KEPT_ITEMS = ("refold_responses", "anthropic_blocks")
 
 
 def _outbound(msg: Message) -> Message:
-    return {k: v for k, v in msg.items() if k != _KEPT_ITEMS} if _KEPT_ITEMS in msg else msg
+    if not any(k in msg for k in _KEPT_ITEMS):
+        return msg
+    return {k: v for k, v in msg.items() if k not in _KEPT_ITEMS}
 
 
 def _clean_message(msg: Message) -> Message:

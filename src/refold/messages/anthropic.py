@@ -22,7 +22,15 @@ when there is none), ready to merge into a Messages API request:
 ``from_anthropic(messages, system=...)`` is the inverse: ``tool_result`` blocks become tool
 messages (placed before the user text of the same turn), ``thinking`` blocks become
 ``reasoning_content`` (plus the exact ``thinking_blocks``), a content list that is a single text
-block becomes a plain string. ``is_error`` on a tool result and images inside tool results
+block becomes a plain string. The blocks of a tool Anthropic runs itself (``server_tool_use``,
+``web_search_tool_result``, ``web_fetch_tool_result``, code execution, MCP connectors) become
+text a chat model can read (the call and its input; the results' titles and URLs, an error
+code, an output), and a text block's ``citations`` are left out of the chat form. Whenever the
+chat form cannot give an assistant turn's blocks back exactly (those, or text between tool
+calls), the blocks are kept verbatim beside it under ``KEPT`` (``"anthropic_blocks"``, not part
+of the message's identity): ``to_anthropic`` sends them instead of the rebuilt ones while the
+chat form still says what they say (compaction may prune or cut it), and
+``for_chat_upstream`` leaves them out for an OpenAI-compatible upstream. ``is_error`` on a tool result and images inside tool results
 have no OpenAI form: the former is dropped, the latter becomes the text ``[image]``.
 
 Round trip: for a transcript that is already repaired, alternating, has its system message
@@ -32,6 +40,7 @@ first and tool arguments as ``json.dumps(obj, ensure_ascii=False)``,
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -42,6 +51,10 @@ from refold.messages.repair import repair
 
 Block = dict[str, Any]
 RAW_ARGUMENTS = "_raw_arguments"
+KEPT = "anthropic_blocks"
+"""The message key holding an assistant turn's own blocks when the chat form cannot say them
+exactly (server tools, citations, text between tool calls): not part of the identity; sent
+back verbatim to an Anthropic upstream while the chat form still says what they say."""
 
 
 # -- OpenAI -> Anthropic -----------------------------------------------------------------------
@@ -102,7 +115,39 @@ def _thinking_blocks(message: Message, drop_unsigned: bool) -> list[Block]:
     return [{"type": "thinking", "thinking": text}]
 
 
+def _kept_blocks(message: Message, drop_unsigned: bool) -> list[Block] | None:
+    """The assistant's own blocks (``KEPT``) while its chat form is still theirs: compaction
+    may have pruned or cut the chat form since, and then the chat form is what is sent."""
+    kept = message.get(KEPT)
+    if not isinstance(kept, list) or not kept or not all(isinstance(b, dict) for b in kept):
+        return None
+    try:
+        said = _assistant_message(kept, 0, keep=False)
+    except MessageValidationError:
+        return None
+    if (said.get("content") or None) != (message.get("content") or None) \
+            or _calls_core(said.get("tool_calls")) != _calls_core(message.get("tool_calls")):
+        return None
+    blocks = copy.deepcopy(kept)
+    if drop_unsigned:  # (as for reasoning: the live API only takes signed thinking back)
+        blocks = [b for b in blocks if b.get("type") != "thinking" or "signature" in b]
+    return blocks
+
+
+def _calls_core(calls: Any) -> list[tuple[Any, Any, Any]]:
+    out = []
+    for call in calls if isinstance(calls, list) else []:
+        call = call if isinstance(call, dict) else {}
+        fn = call.get("function")
+        fn = fn if isinstance(fn, dict) else {}
+        out.append((call.get("id"), fn.get("name"), tool_input(str(fn.get("arguments") or ""))))
+    return out
+
+
 def _assistant_blocks(message: Message, index: int, drop_unsigned: bool) -> list[Block]:
+    kept = _kept_blocks(message, drop_unsigned) if KEPT in message else None
+    if kept is not None:
+        return kept
     blocks = _thinking_blocks(message, drop_unsigned)
     blocks += _content_blocks(message.get("content"), index)
     for call in message.get("tool_calls") or []:
@@ -158,6 +203,15 @@ def to_anthropic(messages: Sequence[Message], *,
     return out
 
 
+def for_chat_upstream(messages: list[Message]) -> list[Message]:
+    """``messages`` as an OpenAI-compatible upstream takes them: without the Anthropic blocks
+    kept beside the chat form (``KEPT``), which no chat API knows (the list itself when no
+    message has any)."""
+    if not any(KEPT in m for m in messages):
+        return messages
+    return [{k: v for k, v in m.items() if k != KEPT} if KEPT in m else m for m in messages]
+
+
 # -- Anthropic -> OpenAI -----------------------------------------------------------------------
 
 def _data_uri(source: dict[str, Any], index: int) -> str:
@@ -187,6 +241,37 @@ def _block_to_part(block: Block, index: int) -> dict[str, Any]:
         return {"type": "text", "text": str(source.get("data", ""))}
     raise MessageValidationError(f"Anthropic block type {kind!r} has no OpenAI equivalent",
                                  index=index, field="content")
+
+
+def server_block(block: Block) -> bool:
+    """A block of a tool Anthropic runs itself (web search, web fetch, code execution, MCP
+    connectors): its call and its result are both in the assistant's turn."""
+    kind = str(block.get("type") or "")
+    return kind in ("server_tool_use", "mcp_tool_use", "container_upload") or (
+        kind.endswith("_tool_result") and kind != "tool_result")
+
+
+def _server_text(block: Block) -> str:
+    """A server tool's block as text a chat model can read: the call and its input, the
+    result's titles and URLs (or error code, or output)."""
+    kind = str(block.get("type"))
+    if kind.endswith("_tool_use"):
+        arguments = json.dumps(block.get("input"), ensure_ascii=False, sort_keys=True)
+        return f"[{kind.replace('_', ' ')}: {block.get('name')} {arguments}]"
+    lines = [f"[{kind.replace('_', ' ')}]"]
+    content = block.get("content")
+    for item in content if isinstance(content, list) else [content]:
+        if not isinstance(item, dict):
+            continue
+        if item.get("url") or item.get("title"):
+            title, url = item.get("title"), item.get("url")
+            lines.append("- " + " ".join(str(w) for w in (title, url and f"<{url}>") if w))
+        if item.get("error_code"):
+            lines.append(f"error: {item['error_code']}")
+        for stream in ("stdout", "stderr"):
+            if isinstance(item.get(stream), str) and item[stream]:
+                lines.append(f"{stream}: {item[stream]}")
+    return "\n".join(lines)
 
 
 def _openai_content(parts: list[dict[str, Any]]) -> Any:
@@ -226,7 +311,13 @@ def _arguments(value: Any) -> str:
     return json.dumps(value if value is not None else {}, ensure_ascii=False)
 
 
-def _assistant_message(content: list[Block], index: int) -> Message:
+def _bare(block: Any) -> Any:
+    """A block as compared with its chat form's: keys with a None value left out."""
+    return {k: v for k, v in block.items() if v is not None} if isinstance(block, dict) \
+        else block
+
+
+def _assistant_message(content: list[Block], index: int, keep: bool = True) -> Message:
     parts: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
     thinking: list[Block] = []
@@ -237,6 +328,10 @@ def _assistant_message(content: list[Block], index: int) -> Message:
         elif kind == "tool_use":
             calls.append({"id": block.get("id"), "type": "function", "function": {
                 "name": block.get("name"), "arguments": _arguments(block.get("input"))}})
+        elif server_block(block):
+            parts.append({"type": "text", "text": _server_text(block)})
+        elif kind == "text":  # (its citations, if any, are kept with the blocks)
+            parts.append({"type": "text", "text": str(block.get("text", ""))})
         else:
             parts.append(_block_to_part(block, index))
     message: Message = {"role": "assistant", "content": _openai_content(parts) if parts else None}
@@ -247,6 +342,9 @@ def _assistant_message(content: list[Block], index: int) -> Message:
             str(b.get("thinking", "")) for b in thinking if b.get("type") == "thinking")
         if any("signature" in b or b.get("type") == "redacted_thinking" for b in thinking):
             message["thinking_blocks"] = thinking
+    if keep and [_bare(b) for b in _assistant_blocks(message, index, False)] != \
+            [_bare(b) for b in content]:
+        message[KEPT] = copy.deepcopy(content)
     return message
 
 

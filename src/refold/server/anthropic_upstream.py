@@ -29,7 +29,7 @@ from refold.llm import classify_http_error, classify_transport_error
 from refold.llm.client import json_object
 from refold.llm.failures import bad_response
 from refold.llm.sse import EventSplitter
-from refold.messages.anthropic import from_anthropic, to_anthropic
+from refold.messages.anthropic import from_anthropic, server_block, to_anthropic
 from refold.pricing import token_count
 from refold.server.anthropic_wire import EVENTS, FINISH_REASONS, PRIVATE, REPLY
 from refold.server.upstream import passed_headers
@@ -126,10 +126,12 @@ def chat_usage(usage: Any) -> dict[str, Any]:
 
 
 def chat_completion(message: dict[str, Any], passthrough: bool) -> dict[str, Any]:
-    """An Anthropic message as a chat completion (blocks without a chat form are left out of
-    it; a ``/v1/messages`` client still gets them, from ``REPLY``)."""
-    blocks = [b for b in message.get("content") or []
-              if isinstance(b, dict) and b.get("type") in _CHAT_BLOCKS]
+    """An Anthropic message as a chat completion: server tools' blocks as their text (and the
+    blocks themselves under ``KEPT``, as a client re-sending them gets them recorded); blocks of
+    any other kind are left out of it (a ``/v1/messages`` client still gets them, from
+    ``REPLY``)."""
+    blocks = [b for b in message.get("content") or [] if isinstance(b, dict) and (
+        b.get("type") in _CHAT_BLOCKS or server_block(b))]
     reply = from_anthropic([{"role": "assistant", "content": blocks}])[0]
     out: dict[str, Any] = {
         "id": message.get("id"), "object": "chat.completion", "model": message.get("model"),
@@ -270,6 +272,7 @@ class AnthropicUpstream:
     """``Upstream``'s interface over an Anthropic Messages endpoint (``base_url`` is …/v1)."""
 
     lean = False
+    anthropic = True  # takes the messages' Anthropic blocks (``messages.anthropic.KEPT``)
 
     def __init__(self, base_url: str, api_key: str | None = None, *,
                  transport: httpx.AsyncBaseTransport | None = None,

@@ -75,6 +75,7 @@ from refold._records import dataclass
 from refold.errors import Conflict, InvalidInput, RefoldError, UpstreamError
 from refold.llm.failures import bad_response
 from refold.llm.sse import DONE, EventSplitter, StreamAssembler, parse_chunk
+from refold.messages.anthropic import for_chat_upstream
 from refold.messages.model import Message
 from refold.runtime.branches import Diverge
 from refold.runtime.prepared import Prepared
@@ -245,7 +246,10 @@ class _Turn:
 
     def _encode(self, prepared: Prepared) -> bytes:
         self._note(prepared)
-        out = dict(self.body, messages=prepared.messages)  # fresh wire-form dicts already
+        messages = prepared.messages  # fresh wire-form dicts already
+        if not getattr(self.proxy.upstream, "anthropic", False):
+            messages = for_chat_upstream(messages)  # (no Anthropic blocks beside the chat form)
+        out = dict(self.body, messages=messages)
         if not prepared.messages and self.body.get("messages"):
             # only empty system messages, which refold leaves out: not a request of nothing
             out["messages"] = self.body["messages"]

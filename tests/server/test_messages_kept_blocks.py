@@ -1,0 +1,81 @@
+"""Anthropic blocks the chat form has no place for, through ``/v1/messages``: kept beside the
+stored chat message (``refold.messages.anthropic.KEPT``) and sent back as the client sent them
+to an Anthropic upstream; an OpenAI-compatible upstream reads them as text."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anthropic
+import httpx
+
+from refold.store import Store
+from refold.testing import AnthropicReply, serve, serve_anthropic
+
+ProxyFactory = Callable[..., Any]
+MODEL = "claude-scripted"
+WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}
+SEARCHED = [
+    {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
+     "input": {"query": "refold context engine"}},
+    {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": [
+        {"type": "web_search_result", "url": "https://example.org/refold", "title": "Refold",
+         "encrypted_content": "EC1", "page_age": "2 days ago"}]},
+    {"type": "text", "text": "Refold is a context engine.", "citations": [
+        {"type": "web_search_result_location", "url": "https://example.org/refold",
+         "title": "Refold", "encrypted_index": "EI1", "cited_text": "a context engine"}]}]
+
+
+def one_session(store: Store) -> list[dict[str, Any]]:
+    sessions = store.list_sessions()
+    assert len(sessions) == 1, [s.title for s in sessions]
+    return [r.message for r in store.get_messages(sessions[0].id)]
+
+
+def test_a_web_search_turn_goes_back_verbatim_to_an_anthropic_upstream(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """Claude Code's WebSearch is a server tool: its reply holds ``server_tool_use``,
+    ``web_search_tool_result`` and text with ``citations``. Every follow-up turn re-sends them;
+    refold refused that with a 400 ("block type 'server_tool_use' has no OpenAI
+    equivalent"). Now they reach the upstream as sent, in place, and the conversation stays
+    one session."""
+    with serve_anthropic([AnthropicReply(content=SEARCHED), "Glad to help.", "Bye."]) as up:
+        proxy = start_proxy(up.base_url, upstream_format="anthropic")
+        sdk = anthropic.Anthropic(base_url=proxy.root, api_key="k", max_retries=0, timeout=30)
+        history: list[dict[str, Any]] = [{"role": "user", "content": "what is refold?"}]
+        for follow_up in ("thanks", "bye"):
+            reply = sdk.messages.create(model=MODEL, max_tokens=100, messages=history,  # type: ignore[arg-type]
+                                        tools=[WEB_SEARCH])  # type: ignore[list-item]
+            history += [{"role": "assistant", "content": [b.model_dump(exclude_none=True)
+                                                          for b in reply.content]},
+                        {"role": "user", "content": follow_up}]
+        sdk.messages.create(model=MODEL, max_tokens=100, messages=history,  # type: ignore[arg-type]
+                            tools=[WEB_SEARCH])  # type: ignore[list-item]
+    assert history[1]["content"] == SEARCHED  # what the client got, and re-sent
+    for request in up.llm.requests[1:]:
+        assert request["messages"][1] == {"role": "assistant", "content": SEARCHED}
+    rows = one_session(sqlite_store)
+    assert [m["role"] for m in rows] == ["user", "assistant", "user", "assistant", "user",
+                                         "assistant"]
+    assert "https://example.org/refold" in str(rows[1]["content"])  # readable in the ledger
+
+
+def test_a_web_search_turn_reaches_an_openai_upstream_as_text(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    with serve(["Glad to help."]) as up:
+        proxy = start_proxy(up)
+        response = httpx.post(proxy.root + "/v1/messages", timeout=30, json={
+            "model": MODEL, "max_tokens": 100, "tools": [WEB_SEARCH], "messages": [
+                {"role": "user", "content": "what is refold?"},
+                {"role": "assistant", "content": SEARCHED},
+                {"role": "user", "content": "thanks"}]})
+        assert response.status_code == 200, response.text
+    sent = up.llm.requests[0]["messages"][1]
+    assert sent["role"] == "assistant" and set(sent) == {"role", "content"}
+    text = "\n".join(p["text"] for p in sent["content"])
+    assert "refold context engine" in text  # the query
+    assert "Refold <https://example.org/refold>" in text  # each result's title and URL
+    assert "Refold is a context engine." in text
+    assert "EC1" not in str(up.llm.requests[0])  # no encrypted blobs for a chat model
+    one_session(sqlite_store)
