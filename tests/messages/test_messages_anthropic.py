@@ -118,7 +118,13 @@ def test_from_anthropic_tool_result_variants_and_errors() -> None:
                      {"type": "text", "text": "next"}]}]
     out = from_anthropic(anthropic, system=[{"type": "text", "text": "S"}])
     assert out[0] == {"role": "system", "content": "S"}
-    assert out[3] == {"role": "tool", "tool_call_id": "u1", "content": "boom\n[image]"}
+    result = anthropic[2]["content"][0]
+    assert out[3] == {"role": "tool", "tool_call_id": "u1", "content": "boom\n[image]",
+                      "anthropic_blocks": [result]}  # is_error and the image, kept
+    assert to_anthropic(out)["messages"][2]["content"][0] == result
+    pruned = {**out[3], "content": "[pruned]"}  # compaction's: the kept block no longer says it
+    assert to_anthropic([*out[:3], pruned])["messages"][2]["content"] == [
+        {"type": "tool_result", "tool_use_id": "u1", "content": "[pruned]", "is_error": True}]
     assert out[4] == {"role": "user", "content": "next"}
     with pytest.raises(MessageValidationError, match="message 0, field 'role'"):
         from_anthropic([{"role": "developer", "content": "x"}])

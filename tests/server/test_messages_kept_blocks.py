@@ -79,3 +79,73 @@ def test_a_web_search_turn_reaches_an_openai_upstream_as_text(
     assert "Refold is a context engine." in text
     assert "EC1" not in str(up.llm.requests[0])  # no encrypted blobs for a chat model
     one_session(sqlite_store)
+
+
+PNG = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                   "data": "iVBORw0KGgo="}}
+PDF = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf",
+                                      "data": "JVBERi0xLjQK"}}
+RESULTS = [
+    {"type": "tool_result", "tool_use_id": "toolu_e1", "is_error": True,
+     "content": "Exit code 1"},
+    {"type": "tool_result", "tool_use_id": "toolu_e2", "content": [PDF]},
+    {"type": "tool_result", "tool_use_id": "toolu_e3", "content": [
+        {"type": "text", "text": "image read"}, PNG]}]
+CALLS = [{"type": "tool_use", "id": f"toolu_e{n}", "name": "Bash", "input": {"command": c}}
+         for n, c in ((1, "false"), (2, "cat a.pdf"), (3, "cat a.png"))]
+
+
+def tool_turns(follow_ups: int) -> list[list[dict[str, Any]]]:
+    """Claude Code's requests: a failed command, a PDF and an image read by tools."""
+    history: list[dict[str, Any]] = [{"role": "user", "content": "run them"},
+                                     {"role": "assistant", "content": CALLS},
+                                     {"role": "user", "content": RESULTS}]
+    requests = [list(history)]
+    for n in range(follow_ups):
+        history += [{"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+                    {"role": "user", "content": f"next {n}"}]
+        requests.append(list(history))
+    return requests
+
+
+def test_tool_results_reach_an_anthropic_upstream_as_the_client_sent_them(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """``is_error`` was dropped (a failed command read as a success), a PDF became the text
+    ``[image]`` and ``[text, image]`` the text ``image read\\n[image]``. Now the upstream gets
+    each ``tool_result`` block as sent, turn after turn, and the conversation is one session."""
+    with serve_anthropic(["ok", "ok", "ok"]) as up:
+        proxy = start_proxy(up.base_url, upstream_format="anthropic")
+        for messages in tool_turns(2):
+            response = httpx.post(proxy.root + "/v1/messages", timeout=30, json={
+                "model": MODEL, "max_tokens": 100, "messages": messages})
+            assert response.status_code == 200, response.text
+    for request in up.llm.requests:
+        assert request["messages"][2] == {"role": "user", "content": RESULTS}
+    rows = one_session(sqlite_store)
+    assert [m["role"] for m in rows] == ["user", "assistant", "tool", "tool", "tool",
+                                         "assistant", "user", "assistant", "user", "assistant"]
+    assert [m["content"] for m in rows[2:5]] == [
+        "Exit code 1", "[document: application/pdf]", "image read\n[image]"]
+
+
+def test_tool_results_reach_an_openai_upstream_with_the_error_and_the_image(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    with serve(["ok", "ok"]) as up:
+        proxy = start_proxy(up)
+        for messages in tool_turns(1):
+            response = httpx.post(proxy.root + "/v1/messages", timeout=30, json={
+                "model": MODEL, "max_tokens": 100, "messages": messages})
+            assert response.status_code == 200, response.text
+    for request in up.llm.requests:
+        sent = request["messages"]
+        assert [m["role"] for m in sent[:6]] == ["user", "assistant", "tool", "tool", "tool",
+                                                 "user"]
+        assert [m["content"] for m in sent[2:5]] == [
+            "[error] Exit code 1", "[document: application/pdf]", "image read\n[image]"]
+        assert sent[5]["content"][1] == {"type": "image_url", "image_url": {
+            "url": "data:image/png;base64,iVBORw0KGgo="}}
+        assert "anthropic_blocks" not in str(request)
+    assert len(up.llm.requests[1]["messages"]) == 8  # the images' message is not stored
+    rows = one_session(sqlite_store)
+    assert [m["role"] for m in rows] == ["user", "assistant", "tool", "tool", "tool",
+                                         "assistant", "user", "assistant"]

@@ -30,8 +30,12 @@ chat form cannot give an assistant turn's blocks back exactly (those, or text be
 calls), the blocks are kept verbatim beside it under ``KEPT`` (``"anthropic_blocks"``, not part
 of the message's identity): ``to_anthropic`` sends them instead of the rebuilt ones while the
 chat form still says what they say (compaction may prune or cut it), and
-``for_chat_upstream`` leaves them out for an OpenAI-compatible upstream. ``is_error`` on a tool result and images inside tool results
-have no OpenAI form: the former is dropped, the latter becomes the text ``[image]``.
+``for_chat_upstream`` leaves them out for an OpenAI-compatible upstream. A ``tool_result``
+the chat form cannot give back exactly (``is_error``, images, documents, a list of blocks) is
+kept so too, on its tool message: the message's text is the result's text blocks, each other
+block a label of its kind (``[image]``, ``[document: a.pdf]``); for an OpenAI-compatible
+upstream ``for_chat_upstream`` marks a failed result (``[error] …``) and sends its images in a
+user message after the results (never stored).
 
 Round trip: for a transcript that is already repaired, alternating, has its system message
 first and tool arguments as ``json.dumps(obj, ensure_ascii=False)``,
@@ -157,11 +161,35 @@ def _assistant_blocks(message: Message, index: int, drop_unsigned: bool) -> list
     return blocks
 
 
-def _tool_result_block(message: Message) -> Block:
+def _rebuilt_result(message: Message) -> Block:
     content = message.get("content")
     value: Any = content if isinstance(content, str) else [
         {"type": "text", "text": content_text(message)}]
     return {"type": "tool_result", "tool_use_id": message.get("tool_call_id"), "content": value}
+
+
+def _kept_result(message: Message) -> Block | None:
+    """A tool message's own ``tool_result`` block (``KEPT``) while its chat form is still
+    that block's (compaction may have pruned the output since)."""
+    kept = message.get(KEPT)
+    if not isinstance(kept, list) or len(kept) != 1 or not isinstance(kept[0], dict):
+        return None
+    block = kept[0]
+    if block.get("type") != "tool_result" or block.get("tool_use_id") != \
+            message.get("tool_call_id") or _tool_result_text(block) != content_text(message):
+        return None
+    return block
+
+
+def _tool_result_block(message: Message) -> Block:
+    kept = _kept_result(message) if KEPT in message else None
+    if kept is not None:
+        return copy.deepcopy(kept)
+    block = _rebuilt_result(message)
+    held = message.get(KEPT)
+    if isinstance(held, list) and held and isinstance(held[0], dict) and held[0].get("is_error"):
+        block["is_error"] = True  # (the output was pruned: it still failed)
+    return block
 
 
 def _append_turn(turns: list[dict[str, Any]], role: str, blocks: list[Block],
@@ -203,13 +231,50 @@ def to_anthropic(messages: Sequence[Message], *,
     return out
 
 
+ERROR_MARK = "[error] "
+
+
+def _image_parts(block: Block) -> list[dict[str, Any]]:
+    content = block.get("content")
+    parts = []
+    for item in content if isinstance(content, list) else []:
+        if isinstance(item, dict) and item.get("type") == "image":
+            try:
+                parts.append(_block_to_part(item, 0))
+            except MessageValidationError:
+                continue
+    return parts
+
+
 def for_chat_upstream(messages: list[Message]) -> list[Message]:
-    """``messages`` as an OpenAI-compatible upstream takes them: without the Anthropic blocks
-    kept beside the chat form (``KEPT``), which no chat API knows (the list itself when no
-    message has any)."""
+    """``messages`` as an OpenAI-compatible upstream takes them (the list itself when no
+    message keeps Anthropic blocks): without the blocks kept beside the chat form (``KEPT``),
+    which no chat API knows; a tool result the client marked ``is_error`` says so first
+    (``[error] ``), and the images of tool results (a chat tool message holds only text) follow
+    the results in a user message of their own, so the model still sees them."""
     if not any(KEPT in m for m in messages):
         return messages
-    return [{k: v for k, v in m.items() if k != KEPT} if KEPT in m else m for m in messages]
+    out: list[Message] = []
+    images: list[dict[str, Any]] = []
+    for message in messages:
+        if message.get("role") != "tool" and images:
+            out.append({"role": "user", "content": [
+                {"type": "text", "text": "[the images of the tool results above]"}, *images]})
+            images = []
+        if KEPT not in message:
+            out.append(message)
+            continue
+        plain = {k: v for k, v in message.items() if k != KEPT}
+        block = _kept_result(message) if message.get("role") == "tool" else None
+        if block is not None:
+            if block.get("is_error") and isinstance(plain.get("content"), str):
+                plain["content"] = ERROR_MARK + plain["content"]
+            images += _image_parts(block)
+        out.append(plain)
+    if images:
+        out.append({"role": "user", "content": [
+            {"type": "text", "text": "[the images of the tool results above]"}, *images]})
+    return out
 
 
 # -- Anthropic -> OpenAI -----------------------------------------------------------------------
@@ -280,15 +345,42 @@ def _openai_content(parts: list[dict[str, Any]]) -> Any:
     return parts
 
 
+def _label(block: Any) -> str:
+    """A non-text block of a tool result, named by its kind."""
+    if not isinstance(block, dict):
+        return "[content]"
+    kind = str(block.get("type") or "content")
+    if kind == "image":
+        return "[image]"
+    given = block.get("source")
+    source: dict[str, Any] = given if isinstance(given, dict) else {}
+    if kind == "document" and source.get("type") == "text" and isinstance(source.get("data"),
+                                                                          str):
+        return str(source["data"])
+    name = block.get("title") or source.get("media_type") or given \
+        if kind in ("document", "search_result") else None
+    return f"[{kind}: {name}]" if isinstance(name, str) and name else f"[{kind}]"
+
+
 def _tool_result_text(block: Block) -> str:
+    """A tool result's output as the tool message's text: its text blocks, and each other
+    block as a label of its kind (``[image]``, ``[document: a.pdf]``)."""
     content = block.get("content")
     if content is None or isinstance(content, str):
         return content or ""
     if not isinstance(content, list):
         return str(content)
     texts = [str(b.get("text", "")) if isinstance(b, dict) and b.get("type") == "text"
-             else "[image]" for b in content]
+             else _label(b) for b in content]
     return "\n".join(texts)
+
+
+def _tool_message(block: Block) -> Message:
+    message: Message = {"role": "tool", "tool_call_id": block.get("tool_use_id"),
+                        "content": _tool_result_text(block)}
+    if _bare(_rebuilt_result(message)) != _bare(block):  # is_error, images, documents, lists
+        message[KEPT] = [copy.deepcopy(block)]
+    return message
 
 
 def _user_messages(content: list[Block], index: int) -> list[Message]:
@@ -296,8 +388,7 @@ def _user_messages(content: list[Block], index: int) -> list[Message]:
     parts: list[dict[str, Any]] = []
     for block in content:
         if block.get("type") == "tool_result":
-            out.append({"role": "tool", "tool_call_id": block.get("tool_use_id"),
-                        "content": _tool_result_text(block)})
+            out.append(_tool_message(block))
         else:
             parts.append(_block_to_part(block, index))
     if parts:
