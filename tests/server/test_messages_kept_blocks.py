@@ -9,6 +9,7 @@ from typing import Any
 
 import anthropic
 import httpx
+import pytest
 
 from refold.store import Store
 from refold.testing import AnthropicReply, serve, serve_anthropic
@@ -149,3 +150,52 @@ def test_tool_results_reach_an_openai_upstream_with_the_error_and_the_image(
     rows = one_session(sqlite_store)
     assert [m["role"] for m in rows] == ["user", "assistant", "tool", "tool", "tool",
                                          "assistant", "user", "assistant"]
+
+
+INTERLEAVED = [
+    {"type": "thinking", "thinking": "two checks", "signature": "SIGX" + "Q" * 30},
+    {"type": "text", "text": "First I'll check the tests."},
+    {"type": "tool_use", "id": "toolu_a", "name": "Bash", "input": {"command": "pytest"}},
+    {"type": "text", "text": "And the lint."},
+    {"type": "tool_use", "id": "toolu_b", "name": "Bash", "input": {"command": "ruff ."}}]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("named", [False, True], ids=["derived", "named"])
+@pytest.mark.parametrize("content", [INTERLEAVED, SEARCHED], ids=["interleaved", "search"])
+def test_a_reply_of_several_blocks_is_recorded_as_the_client_re_sends_it(
+        start_proxy: ProxyFactory, sqlite_store: Store, stream: bool, named: bool,
+        content: list[dict[str, Any]]) -> None:
+    """A streamed reply whose text a ``tool_use`` splits was recorded with its text blocks
+    glued ("…tests.And the lint."), so the next turn, re-sending two text blocks, diverged from
+    the ledger: a branch (a rewind under ``X-Refold-Session``) every such turn. The upstream
+    also got the blocks reordered, calls after all text. Now the stream is recorded from the
+    upstream's own blocks as a JSON reply is, and the blocks go back in their order."""
+    with serve_anthropic([AnthropicReply(content=content), "all good", "bye"]) as up:
+        proxy = start_proxy(up.base_url, upstream_format="anthropic")
+        headers = {"X-Refold-Session": "cc-1"} if named else {}
+        sdk = anthropic.Anthropic(base_url=proxy.root, api_key="k", max_retries=0, timeout=30,
+                                  default_headers=headers)
+        history: list[dict[str, Any]] = [{"role": "user", "content": "check the repo"}]
+        for _ in range(3):
+            kwargs: dict[str, Any] = {"model": MODEL, "max_tokens": 500, "messages": history,
+                                      "tools": [WEB_SEARCH]}
+            if stream:
+                with sdk.messages.stream(**kwargs) as events:
+                    reply = events.get_final_message()
+            else:
+                reply = sdk.messages.create(**kwargs)
+            history += [{"role": "assistant", "content": [b.model_dump(exclude_none=True)
+                                                          for b in reply.content]}]
+            calls = [b.id for b in reply.content if b.type == "tool_use"]
+            history.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": c, "content": "ok"} for c in calls]
+                or "thanks"})
+    assert history[1]["content"] == content
+    for request in up.llm.requests[1:]:
+        assert request["messages"][1] == {"role": "assistant", "content": content}
+    rows = one_session(sqlite_store)  # one session, each message once: no branch
+    assert len(rows) == 5 + max(1, sum(b["type"] == "tool_use" for b in content))
+    texts = [b["text"] for b in content if b["type"] == "text"]
+    assert [p["text"] for p in rows[1]["content"]][-len(texts):] == texts  # not glued
+    assert sqlite_store.list_rewinds(sqlite_store.list_sessions()[0].id) == []

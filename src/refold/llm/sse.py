@@ -9,6 +9,7 @@ anywhere across network reads; the common event (one ``data: `` line) costs one 
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from typing import Any
@@ -77,9 +78,16 @@ class _CallParts:
     arguments: str = ""
 
 
+WHOLE_REPLY = "_refold_whole_reply"
+"""A chunk key: the whole reply, as a translating upstream client read it from the upstream's
+own message (``server.anthropic_upstream``: an Anthropic stream's blocks, which the chat deltas
+glue together); it takes the place of what the deltas fold into."""
+
+
 @dataclass
 class StreamAssembler:
-    """Folds ``chat.completion.chunk`` objects (choice 0) into one assistant message."""
+    """Folds ``chat.completion.chunk`` objects (choice 0) into one assistant message (or takes
+    a chunk's ``WHOLE_REPLY``)."""
 
     content: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
@@ -89,9 +97,12 @@ class StreamAssembler:
     usage: dict[str, Any] | None = None
     model: str | None = None
     chunks: int = 0
+    whole: dict[str, Any] | None = None  # a chunk's WHOLE_REPLY
 
     def add(self, chunk: dict[str, Any]) -> None:
         self.chunks += 1
+        if isinstance(chunk.get(WHOLE_REPLY), dict):
+            self.whole = chunk[WHOLE_REPLY]
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
         if isinstance(chunk.get("model"), str):
@@ -135,6 +146,8 @@ class StreamAssembler:
 
     def message(self) -> Message:
         """The assistant message the stream spelled out so far."""
+        if self.whole is not None:
+            return copy.deepcopy(self.whole)
         text = "".join(self.content)
         message: Message = {"role": "assistant", "content": text or None}
         if self.calls:

@@ -17,6 +17,7 @@ gets it verbatim, while the pipeline records the chat form.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -28,8 +29,8 @@ from refold.errors import UpstreamError
 from refold.llm import classify_http_error, classify_transport_error
 from refold.llm.client import json_object
 from refold.llm.failures import bad_response
-from refold.llm.sse import EventSplitter
-from refold.messages.anthropic import from_anthropic, server_block, to_anthropic
+from refold.llm.sse import WHOLE_REPLY, EventSplitter
+from refold.messages.anthropic import from_anthropic, server_block, to_anthropic, tool_input
 from refold.pricing import token_count
 from refold.server.anthropic_wire import EVENTS, FINISH_REASONS, PRIVATE, REPLY
 from refold.server.upstream import passed_headers
@@ -143,8 +144,50 @@ def chat_completion(message: dict[str, Any], passthrough: bool) -> dict[str, Any
     return out
 
 
+class BlockAssembler:
+    """An Anthropic stream's content blocks, whole, as its events spell them out."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.json: dict[int, str] = {}  # a tool call's input, as streamed so far
+
+    def event(self, event: dict[str, Any]) -> None:
+        kind, index = event.get("type"), event.get("index")
+        if not isinstance(index, int):
+            return
+        if kind == "content_block_start" and isinstance(event.get("content_block"), dict):
+            self.blocks[index] = copy.deepcopy(event["content_block"])
+            return
+        block = self.blocks.get(index)
+        if block is None:
+            return
+        if kind == "content_block_delta":
+            self._delta(index, block, event.get("delta") or {})
+        elif kind == "content_block_stop" and index in self.json:
+            raw = self.json.pop(index)
+            block["input"] = tool_input(raw) if raw.strip() else block.get("input") or {}
+
+    def _delta(self, index: int, block: dict[str, Any], delta: dict[str, Any]) -> None:
+        kind = delta.get("type")
+        for key, field in (("text_delta", "text"), ("thinking_delta", "thinking"),
+                           ("signature_delta", "signature")):
+            if kind == key:
+                block[field] = str(block.get(field) or "") + str(delta.get(field) or "")
+        if kind == "input_json_delta":
+            self.json[index] = self.json.get(index, "") + str(delta.get("partial_json") or "")
+        elif kind == "citations_delta" and isinstance(delta.get("citation"), dict):
+            block["citations"] = [*(block.get("citations") or []), delta["citation"]]
+
+    def content(self) -> list[dict[str, Any]]:
+        return [self.blocks[i] for i in sorted(self.blocks)]
+
+
 class ChunkTranslator:
-    """Anthropic stream events to ``chat.completion.chunk`` objects (choice 0)."""
+    """Anthropic stream events to ``chat.completion.chunk`` objects (choice 0). For a
+    ``/v1/messages`` client (``passthrough``) the finishing chunk also carries the whole reply
+    as the JSON path reads it (``WHOLE_REPLY``, from the upstream's own blocks): the chat
+    deltas glue text blocks together and put calls after all text, and the client re-sends the
+    blocks as they came, so a reply recorded from the deltas would not be the one it re-sends."""
 
     def __init__(self, passthrough: bool) -> None:
         self.passthrough = passthrough
@@ -154,6 +197,7 @@ class ChunkTranslator:
         self.tools = -1  # index of the open tool_use among the message's tool calls
         self.open_tool = False
         self.thinking: dict[str, Any] | None = None  # the open thinking block, accumulated
+        self.blocks = BlockAssembler()
 
     def _chunk(self, event: dict[str, Any], delta: dict[str, Any] | None,
                finish: str | None = None) -> dict[str, Any] | None:
@@ -171,6 +215,8 @@ class ChunkTranslator:
 
     def event(self, event: dict[str, Any]) -> dict[str, Any] | None:
         kind = event.get("type")
+        if self.passthrough:
+            self.blocks.event(event)
         if kind == "message_start":
             message = event.get("message") or {}
             self.id, self.model = str(message.get("id") or ""), str(message.get("model") or "")
@@ -189,7 +235,11 @@ class ChunkTranslator:
             self.usage.update({k: v for k, v in (event.get("usage") or {}).items()
                                if v is not None})
             stop = str((event.get("delta") or {}).get("stop_reason"))
-            return self._chunk(event, None, FINISH_REASONS.get(stop, "stop"))
+            chunk = self._chunk(event, None, FINISH_REASONS.get(stop, "stop"))
+            if chunk is not None and self.passthrough:
+                whole = {"content": self.blocks.content(), "stop_reason": stop}
+                chunk[WHOLE_REPLY] = chat_completion(whole, False)["choices"][0]["message"]
+            return chunk
         return self._chunk(event, None)
 
     def _block_start(self, event: dict[str, Any]) -> dict[str, Any] | None:
