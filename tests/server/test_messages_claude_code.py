@@ -283,3 +283,30 @@ def test_a_system_turn_inside_the_conversation_as_claude_code_2_1_sends_it(
     assert len(sessions) == 1
     assert [r.role for r in sqlite_store.get_messages(sessions[0].id)] == [
         "user", "system", "assistant", "user", "assistant"]
+
+
+@pytest.mark.parametrize(("sent", "expected"), [
+    ({"authorization": "Bearer sk-ant-oat01-token"},
+     {"authorization": "Bearer sk-ant-oat01-token"}),
+    ({"x-api-key": "sk-ant-api03-key"}, {"x-api-key": "sk-ant-api03-key"})],
+    ids=["oauth-bearer", "api-key"])
+def test_the_callers_key_reaches_an_anthropic_upstream_in_the_header_it_came_in(
+        start_proxy: ProxyFactory, sent: dict[str, str], expected: dict[str, str]) -> None:
+    """Claude Code logged in with a subscription sends ``Authorization: Bearer
+    sk-ant-oat…``; with no key of its own, refold passed it on as ``x-api-key``, which
+    Anthropic rejects for an OAuth token. Now a bearer goes on as a bearer, an API key as
+    ``x-api-key``; a key refold holds still replaces either."""
+    with serve_anthropic(["ok", "ok"]) as up:
+        proxy = start_proxy(up.base_url, upstream_format="anthropic")
+        held = start_proxy(up.base_url, upstream_format="anthropic",
+                           upstream_api_key="sk-upstream")
+        for running in (proxy, held):
+            response = httpx.post(running.root + "/v1/messages?beta=true", timeout=30, headers={
+                **sent, "anthropic-beta": "oauth-2025-04-20,claude-code-20250219"}, json={
+                "model": MODEL, "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]})
+            assert response.status_code == 200, response.text
+    passed, configured = ({k: h.get(k) for k in ("authorization", "x-api-key")}
+                          for h in up.llm.headers)
+    assert passed == {"authorization": None, "x-api-key": None, **expected}
+    assert configured == {"authorization": None, "x-api-key": "sk-upstream"}
+    assert "oauth-2025-04-20" in up.llm.headers[0]["anthropic-beta"]

@@ -335,9 +335,12 @@ class AnthropicUpstream:
     def _headers(self, bearer: str | None, forwarded: dict[str, str]) -> dict[str, str]:
         headers = {"content-type": "application/json", "anthropic-version": API_VERSION}
         headers.update(forwarded)
-        key = self.api_key or bearer
-        if key:
-            headers["x-api-key"] = key
+        if self.api_key:
+            headers["x-api-key"] = self.api_key
+        elif bearer and getattr(bearer, "header", "x-api-key") == "authorization":
+            headers["authorization"] = f"Bearer {bearer}"  # an OAuth token goes as it came
+        elif bearer:
+            headers["x-api-key"] = bearer
         return headers
 
     def _request(self, body: bytes, bearer: str | None) -> tuple[httpx.Request, bool]:

@@ -17,6 +17,20 @@ from collections.abc import Iterable, Mapping
 from refold._records import dataclass
 
 
+class PassedKey(str):
+    """The caller's own key, as open mode passes it upstream, with the header it came in
+    (``authorization``: ``Authorization: Bearer``; ``x-api-key``): an Anthropic upstream takes
+    an OAuth token (Claude Code logged in with a subscription sends ``Authorization: Bearer
+    sk-ant-oat…``) only as a bearer, and an API key as ``x-api-key``."""
+
+    header: str
+
+    def __new__(cls, value: str, header: str) -> PassedKey:
+        key = super().__new__(cls, value)
+        key.header = header
+        return key
+
+
 @dataclass(frozen=True)
 class Tenant:
     owner: str  # the store's owner namespace ("" = local, no auth)
@@ -45,10 +59,13 @@ class KeyRing:
 
     def authenticate(self, headers: Mapping[str, str]) -> Tenant:
         # Anthropic clients send their key as x-api-key (Claude Code with ANTHROPIC_API_KEY)
-        bearer = _bearer(headers.get("authorization", "")) or \
-            (headers.get("x-api-key") or "").strip() or None
+        bearer = _bearer(headers.get("authorization", ""))
+        header = "authorization"
+        if bearer is None:
+            bearer = (headers.get("x-api-key") or "").strip() or None
+            header = "x-api-key"
         if self.open:
-            return Tenant(owner="", bearer=bearer)
+            return Tenant(owner="", bearer=PassedKey(bearer, header) if bearer else None)
         if bearer is None:
             raise AuthError("missing API key: send 'Authorization: Bearer <key>'")
         given = bearer.encode()
