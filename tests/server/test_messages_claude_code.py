@@ -310,3 +310,37 @@ def test_the_callers_key_reaches_an_anthropic_upstream_in_the_header_it_came_in(
     assert passed == {"authorization": None, "x-api-key": None, **expected}
     assert configured == {"authorization": None, "x-api-key": "sk-upstream"}
     assert "oauth-2025-04-20" in up.llm.headers[0]["anthropic-beta"]
+
+
+def test_system_blocks_reach_an_anthropic_upstream_as_the_client_sent_them(
+        start_proxy: ProxyFactory, sqlite_store: Store, tmp_path: Path) -> None:
+    """Claude Code sends its system prompt as blocks, two of them with a ``cache_control``
+    (one a 1-hour one); they reached the upstream merged into one block with the last marker,
+    so the first breakpoint was lost. Now the blocks go as they came, and refold's memory
+    follows them in a block of its own."""
+    from refold.assembly import tenant_memory_dir
+    from refold.config import Settings
+    from refold.memory import open_file_store
+
+    blocks = [{"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.0; cch=a1;"},
+              {"type": "text", "text": "You are Claude Code.", "cache_control": EPHEMERAL},
+              {"type": "text", "text": "Main instructions.",
+               "cache_control": {"type": "ephemeral", "ttl": "1h"}}]
+    with serve_anthropic(["ok", "ok"]) as up:
+        proxy = start_proxy(up.base_url, upstream_format="anthropic")
+        for text in ("hi", "and then"):
+            response = httpx.post(proxy.root + "/v1/messages", timeout=30, json={
+                "model": MODEL, "max_tokens": 50, "system": blocks,
+                "messages": [{"role": "user", "content": text}]})
+            assert response.status_code == 200, response.text
+        settings = Settings(home=tmp_path / "home")
+        open_file_store(tenant_memory_dir(settings, "")).add("user", "Prefers tabs.")
+        remembering = start_proxy(up.base_url, upstream_format="anthropic")
+        response = httpx.post(remembering.root + "/v1/messages", timeout=30, json={
+            "model": MODEL, "max_tokens": 50, "system": blocks,
+            "messages": [{"role": "user", "content": "a new one"}]})
+        assert response.status_code == 200, response.text
+    assert [r["system"] for r in up.llm.requests[:2]] == [blocks, blocks]
+    remembered = up.llm.requests[2]["system"]
+    assert remembered[:3] == blocks and len(remembered) == 4
+    assert "Prefers tabs." in remembered[3]["text"] and "cache_control" not in remembered[3]

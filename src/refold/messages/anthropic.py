@@ -439,7 +439,7 @@ def _assistant_message(content: list[Block], index: int, keep: bool = True) -> M
     return message
 
 
-def _system_text(system: str | Sequence[Block] | None) -> str:
+def system_text(system: str | Sequence[Block] | None) -> str:
     if system is None or isinstance(system, str):
         return system or ""
     if not isinstance(system, list) or not all(isinstance(b, dict) for b in system):
@@ -452,7 +452,7 @@ def from_anthropic(messages: Sequence[dict[str, Any]], *,
                    system: str | Sequence[Block] | None = None) -> list[Message]:
     """Convert Anthropic ``messages`` (and the top-level ``system``) to the OpenAI form."""
     out: list[Message] = []
-    text = _system_text(system)
+    text = system_text(system)
     if text:
         out.append({"role": "system", "content": text})
     for index, turn in enumerate(messages):
@@ -463,7 +463,7 @@ def from_anthropic(messages: Sequence[dict[str, Any]], *,
             raise MessageValidationError(f"Anthropic role must be user, assistant or system, "
                                          f"not {role!r}", index=index, field="role")
         if role == "system":  # a system turn inside the conversation (Claude Code 2.1 sends one)
-            out.append({"role": "system", "content": _system_text(content)})
+            out.append({"role": "system", "content": system_text(content)})
         elif isinstance(content, str):
             out.append({"role": role, "content": content})
         elif not isinstance(content, list) or not all(isinstance(b, dict) for b in content):

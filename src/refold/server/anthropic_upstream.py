@@ -9,7 +9,8 @@ record) is unchanged. The prepared messages become Anthropic ``system`` and ``me
 requires). When the turn came in through ``/v1/messages`` the request carries
 ``anthropic_wire.PRIVATE``: the client's own fields (``thinking``, server tools, ``metadata``,
 ``top_k``, …) are sent as they came, its ``cache_control`` markers go back on the same blocks
-(counted from the end of the conversation, so a compacted head does not shift them), and its
+(counted from the end of the conversation, so a compacted head does not shift them), its
+``system`` blocks go back as they came (refold's memory in a block after them), and its
 ``anthropic-beta``/``anthropic-version`` headers are forwarded. The upstream's own message, or
 each of its stream events, rides back beside the chat form (``REPLY``/``EVENTS``) so the client
 gets it verbatim, while the pipeline records the chat form.
@@ -84,6 +85,24 @@ def _apply_marks(turns: list[dict[str, Any]], marks: list[list[Any]]) -> None:
             turn["content"][index]["cache_control"] = control
 
 
+def _client_system(system: str | None, client: Any) -> list[dict[str, Any]] | None:
+    """The client's own ``system`` blocks (each with its ``cache_control``, the billing block
+    where it was), then what refold adds to the prompt (its memory, a system turn from inside
+    the conversation) as one block of its own; None when the prompt sent is not the client's
+    followed by additions (then the blocks are rebuilt from the chat form)."""
+    if not isinstance(client, dict) or not isinstance(client.get("blocks"), list):
+        return None
+    blocks, text = copy.deepcopy(client["blocks"]), str(client.get("text") or "")
+    system = system or ""
+    if not text:
+        rest = system
+    elif system == text or system.startswith(text + "\n\n"):
+        rest = system[len(text) + 2:]
+    else:
+        return None
+    return [*blocks, {"type": "text", "text": rest}] if rest else blocks
+
+
 def anthropic_request(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """The Messages request for a prepared chat body, and headers the client asked to forward."""
     private = body.get(PRIVATE) if isinstance(body.get(PRIVATE), dict) else None
@@ -94,7 +113,10 @@ def anthropic_request(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, s
     _apply_marks(out["messages"], marks.get("messages") or [])
     system = converted.get("system")
     head = list((private or {}).get("system_head") or [])
-    if system and (marks.get("system") or head):
+    blocks = _client_system(system, (private or {}).get("system"))
+    if blocks is not None:
+        out["system"] = blocks
+    elif system and (marks.get("system") or head):
         block: dict[str, Any] = {"type": "text", "text": system}
         if marks.get("system"):
             block["cache_control"] = marks["system"]

@@ -11,7 +11,9 @@ code for both APIs. This module is the pure half: no I/O, no app.
   message's identity, so the re-sent history would look edited. The markers ride along in
   ``PRIVATE`` (with the request fields the chat form has no place for) and an Anthropic
   upstream puts them back (``server.anthropic_upstream``); an OpenAI-compatible upstream gets
-  neither.
+  neither. A ``system`` given as blocks rides along whole (billing block and markers
+  included, with the text the chat form made of it), so an Anthropic upstream gets the
+  client's blocks as they came.
 - ``anthropic_message(completion)`` is a chat completion as an Anthropic ``message``;
   ``StreamTranslator`` turns the pipeline's ``chat.completion.chunk`` stream into Anthropic's
   event sequence (``message_start``, ``ping``, ``content_block_start/delta/stop``,
@@ -30,7 +32,7 @@ from typing import Any
 
 from refold._records import dataclass, field
 from refold.errors import InvalidInput, MessageValidationError
-from refold.messages.anthropic import from_anthropic, tool_input
+from refold.messages.anthropic import from_anthropic, system_text, tool_input
 from refold.messages.model import Message
 from refold.pricing import token_count
 from refold.server.wire import chat_functions
@@ -175,6 +177,9 @@ def chat_request(raw: Any, *, anthropic_upstream: bool) -> dict[str, Any]:
     if anthropic_upstream:
         extra = {k: v for k, v in clean.items() if k not in ("messages", "system", "stream")}
         out[PRIVATE] = {"request": extra, "marks": marks.as_json(), "system_head": billing}
+        if isinstance(body.get("system"), list):  # the client's blocks, each with its marker
+            out[PRIVATE]["system"] = {"blocks": copy.deepcopy(body["system"]),
+                                      "text": system_text(clean.get("system"))}
     return out
 
 
