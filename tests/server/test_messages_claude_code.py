@@ -161,12 +161,16 @@ def test_anthropic_upstream_errors_reach_the_client_in_anthropic_shape(
         with pytest.raises(anthropic.APIStatusError) as failed:
             sdk.messages.create(model=MODEL, max_tokens=10,
                                 messages=[{"role": "user", "content": "hi"}])
-        assert failed.value.body["type"] == "error"  # type: ignore[index]
+        # the upstream's 529 is Claude Code's overload (it was a 502 api_error)
+        assert failed.value.status_code == 529
+        assert failed.value.body == {"type": "error", "error": {  # type: ignore[comparison-overlap]
+            "type": "overloaded_error", "message": "upstream returned HTTP 529: Overloaded"}}
         if stream:  # an error event mid-stream: the SDK raises it
-            with pytest.raises(anthropic.APIStatusError), sdk.messages.stream(
+            with pytest.raises(anthropic.APIStatusError) as broke, sdk.messages.stream(
                     model=MODEL, max_tokens=10,
                     messages=[{"role": "user", "content": "hi"}]) as s:
                 s.get_final_message()
+            assert broke.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
 
 
 def test_refold_serve_with_upstream_format_anthropic_as_a_process(tmp_path: Path) -> None:

@@ -164,7 +164,8 @@ def test_upstream_down_is_an_openai_shaped_502(start_proxy: ProxyFactory) -> Non
 
 @pytest.mark.parametrize(("status", "expected", "code"), [
     (401, 502, "upstream_auth"), (429, 429, "upstream_rate_limit"),
-    (500, 502, "upstream_server"), (400, 400, "upstream_bad_request")])
+    (500, 502, "upstream_server"), (400, 400, "upstream_bad_request"),
+    (529, 503, "upstream_overloaded")])
 def test_upstream_errors_map_to_sensible_statuses(start_proxy: ProxyFactory, status: int,
                                                   expected: int, code: str) -> None:
     reply = ScriptedReply(status=status, error={"error": {"message": f"scripted {status}",

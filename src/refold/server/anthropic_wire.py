@@ -35,7 +35,7 @@ from refold.errors import InvalidInput, MessageValidationError
 from refold.messages.anthropic import from_anthropic, system_text, tool_input
 from refold.messages.model import Message
 from refold.pricing import token_count
-from refold.server.wire import chat_functions
+from refold.server.wire import OVERLOADED, chat_functions
 
 PRIVATE = "_refold_anthropic"  # request side: what an Anthropic upstream needs besides the chat form
 REPLY = "_refold_anthropic_reply"  # reply side: the upstream's own message, passed through
@@ -348,10 +348,22 @@ class StreamTranslator:
 
 # -- errors ------------------------------------------------------------------------------------
 
+def _overloaded(body: Any) -> bool:
+    detail = body.get("error") if isinstance(body, dict) else None
+    return isinstance(detail, dict) and detail.get("code") == OVERLOADED
+
+
+def anthropic_status(status: int, body: Any) -> int:
+    """The status of an error in Anthropic's terms: an overloaded upstream is its 529 (the
+    chat endpoints' 503), which Claude Code retries as an overload."""
+    return 529 if _overloaded(body) else status
+
+
 def anthropic_error(status: int, body: Any) -> dict[str, Any]:
     """An OpenAI-shaped error body (refold's one renderer) in Anthropic's shape."""
     detail = body.get("error") if isinstance(body, dict) else None
     detail = detail if isinstance(detail, dict) else {}
+    status = anthropic_status(status, body)
     kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
     message = str(detail.get("message") or f"HTTP {status}")
     return {"type": "error", "error": {"type": kind, "message": message}}

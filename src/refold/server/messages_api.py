@@ -29,6 +29,7 @@ from refold.server.anthropic_wire import (
     StreamTranslator,
     anthropic_error,
     anthropic_message,
+    anthropic_status,
     chat_messages,
     chat_request,
     chat_tools,
@@ -62,7 +63,8 @@ def in_anthropic_shape(run: Callable[[Request], Awaitable[Response]]
         if response.status_code < 400 or not isinstance(response, JSONResponse):
             return response
         body = json.loads(bytes(response.body))
-        return rewritten_json(response, anthropic_error(response.status_code, body))
+        return rewritten_json(response, anthropic_error(response.status_code, body),
+                              anthropic_status(response.status_code, body))
     return wrapped
 
 

@@ -57,9 +57,10 @@ def reply_json(response: Response) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def rewritten_json(response: Response, data: Any) -> JSONResponse:
-    """``data`` as the body, with the turn's headers and its after-send work."""
-    return JSONResponse(data, status_code=response.status_code,
+def rewritten_json(response: Response, data: Any, status: int | None = None) -> JSONResponse:
+    """``data`` as the body (``status``, else the response's), with the turn's headers and its
+    after-send work."""
+    return JSONResponse(data, status_code=status or response.status_code,
                         headers=_kept_headers(response), background=response.background)
 
 

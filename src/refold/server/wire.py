@@ -6,9 +6,10 @@ Every error the proxy returns, whatever raised it, has the body an OpenAI SDK un
 
 Upstream failures keep the classification ``refold.llm`` gave them (``UpstreamError.kind``) and
 map to a status that tells the *client* what to do: a bad request or an overflow that compaction
-could not fix is the client's (400), a rate limit or quota is 429, and anything that is the
-proxy's or the upstream's fault (credentials refold holds, network, 5xx, garbage) is a 502/504 —
-never a 401, which a client would read as "your key is wrong".
+could not fix is the client's (400), a rate limit or quota is 429, an overloaded upstream (529)
+is 503, and anything else that is the proxy's or the upstream's fault (credentials refold
+holds, network, 5xx, garbage) is a 502/504 — never a 401, which a client would read as "your
+key is wrong".
 """
 
 from __future__ import annotations
@@ -66,8 +67,16 @@ def error_bytes(message: str, type_: str, code: str | None = None) -> bytes:
     return json.dumps(error_body(message, type_, code), ensure_ascii=False).encode()
 
 
+OVERLOADED = "upstream_overloaded"  # the code of an upstream's 529 (Anthropic's "overloaded")
+
+
 def upstream_status(err: UpstreamError) -> tuple[int, ErrorBody]:
-    """Status and body for an upstream failure the proxy could not recover from."""
+    """Status and body for an upstream failure the proxy could not recover from. An upstream
+    that says it is overloaded (529, Anthropic's ``overloaded_error``) is a 503 — the service
+    is unavailable for now, retry later — with code ``upstream_overloaded`` (the Messages
+    endpoint answers it as Anthropic does: 529, ``overloaded_error``)."""
+    if err.kind == "server" and err.status == 529:
+        return 503, error_body(str(err), "upstream_error", OVERLOADED)
     status, type_ = _UPSTREAM_STATUS.get(err.kind, (502, "upstream_error"))
     if isinstance(err, ContextOverflowError):
         code = "context_length_exceeded"
