@@ -192,3 +192,23 @@ def test_blocks_the_chat_form_cannot_say_are_kept_while_it_still_says_them() -> 
     # a plain reply keeps nothing beside it
     assert KEPT not in from_anthropic([{"role": "assistant", "content": [
         {"type": "text", "text": "a", "citations": None}]}])[0]
+
+
+def test_a_text_tool_result_is_kept_without_its_text() -> None:
+    """Claude Code marks every result ``is_error`` (false, mostly): kept whole, each tool
+    output would be stored twice. A text result's block is kept without its text, which goes
+    back from the tool message — pruned or not, the result still failed."""
+    from refold.messages.anthropic import KEPT
+
+    use = {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "x",
+                                             "input": {}}]}
+    for block in ({"type": "tool_result", "tool_use_id": "t", "is_error": False,
+                   "content": "out"},
+                  {"type": "tool_result", "tool_use_id": "t", "is_error": True}):
+        turns = [use, {"role": "user", "content": [block]}]
+        messages = from_anthropic(turns)
+        assert messages[1][KEPT] == [{k: v for k, v in block.items() if k != "content"}]
+        assert to_anthropic(messages)["messages"] == turns
+    pruned = [messages[0], {**messages[1], "content": "[pruned]"}]
+    assert to_anthropic(pruned)["messages"][1]["content"][0] == {
+        "type": "tool_result", "tool_use_id": "t", "is_error": True, "content": "[pruned]"}

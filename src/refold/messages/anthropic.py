@@ -32,8 +32,9 @@ of the message's identity): ``to_anthropic`` sends them instead of the rebuilt o
 chat form still says what they say (compaction may prune or cut it), and
 ``for_chat_upstream`` leaves them out for an OpenAI-compatible upstream. A ``tool_result``
 the chat form cannot give back exactly (``is_error``, images, documents, a list of blocks) is
-kept so too, on its tool message: the message's text is the result's text blocks, each other
-block a label of its kind (``[image]``, ``[document: a.pdf]``); for an OpenAI-compatible
+kept so too, on its tool message — a text result without its text, which the message holds —
+and the message's text is the result's text blocks, each other block a label of its kind
+(``[image]``, ``[document: a.pdf]``); for an OpenAI-compatible
 upstream ``for_chat_upstream`` marks a failed result (``[error] …``) and sends its images in a
 user message after the results (never stored).
 
@@ -169,14 +170,22 @@ def _rebuilt_result(message: Message) -> Block:
 
 
 def _kept_result(message: Message) -> Block | None:
-    """A tool message's own ``tool_result`` block (``KEPT``) while its chat form is still
-    that block's (compaction may have pruned the output since)."""
+    """A tool message's own ``tool_result`` block (``KEPT``): a text result's is kept without
+    its text (the tool message holds it: ``is_error: false`` on every Claude Code result would
+    store each output twice), and goes with the message's text, pruned or not; a list of
+    blocks is kept whole, and given back while the chat form still says what it says
+    (compaction may have pruned the output since)."""
     kept = message.get(KEPT)
     if not isinstance(kept, list) or len(kept) != 1 or not isinstance(kept[0], dict):
         return None
     block = kept[0]
     if block.get("type") != "tool_result" or block.get("tool_use_id") != \
-            message.get("tool_call_id") or _tool_result_text(block) != content_text(message):
+            message.get("tool_call_id"):
+        return None
+    if "content" not in block:
+        text = content_text(message)
+        return {**block, "content": text} if text else block
+    if _tool_result_text(block) != content_text(message):
         return None
     return block
 
@@ -379,7 +388,9 @@ def _tool_message(block: Block) -> Message:
     message: Message = {"role": "tool", "tool_call_id": block.get("tool_use_id"),
                         "content": _tool_result_text(block)}
     if _bare(_rebuilt_result(message)) != _bare(block):  # is_error, images, documents, lists
-        message[KEPT] = [copy.deepcopy(block)]
+        whole = isinstance(block.get("content"), list)
+        message[KEPT] = [copy.deepcopy(block) if whole else
+                         {k: v for k, v in block.items() if k != "content"}]
     return message
 
 
