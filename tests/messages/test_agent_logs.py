@@ -641,3 +641,71 @@ def test_two_imports_of_one_transcript_at_once_count_its_usage_once(tmp_path: Pa
     listed = json.loads(_refold(home, "sessions", "list", "--json").stdout)
     assert [(s["message_count"], s["input_tokens"], s["output_tokens"]) for s in listed] == [
         (2, 1203, 400)]
+
+
+def _turns(sid: str, first: int, count: int, parent: str | None, said: str
+           ) -> list[dict[str, Any]]:
+    """``count`` turns of Claude Code session ``sid`` (a question, a reply with its usage),
+    linked from ``parent``."""
+    out: list[dict[str, Any]] = []
+    for n in range(first, first + count):
+        out += [_cc("user", f"u{n}", {"role": "user", "content": f"{said} question {n}"},
+                    parentUuid=parent, sessionId=sid),
+                _with_usage(_reply(f"a{n}", f"msg_{n}", {"type": "text", "text": f"answer {n}"}),
+                            _spent(f"msg_{n}", 100)) | {"parentUuid": f"u{n}", "sessionId": sid}]
+        parent = f"a{n}"
+    return out
+
+
+def test_two_resumes_of_one_session_are_branches_of_it_and_import_again_as_nothing(
+        tmp_path: Path) -> None:
+    """Claude Code resumed a session twice: each resume is a file of its own under its own
+    sessionId that starts with the resumed session's records (under that one's sessionId).
+    All three were put into the session the first record names: the second resume rewound
+    the first's turns and every folder import stored one of them again (16 rows a run, the
+    other resume's turns not searchable, its tokens added again each time). Now each resume
+    is its own session, a branch of the one it resumed sharing its turns: the folder imported
+    again, in any order, stores nothing, and every turn is stored and found once."""
+    original = _turns("sess-A", 0, 3, None, "original")
+    folder = tmp_path / "projects" / "-p"
+    folder.mkdir(parents=True)
+    _write_jsonl(folder / "a.jsonl", original)
+    _write_jsonl(folder / "b.jsonl", [*original, *_turns("sess-B", 10, 2, "a2", "monday")])
+    _write_jsonl(folder / "c.jsonl", [*original, *_turns("sess-C", 20, 2, "a2", "tuesday")])
+
+    def folder_import(home: Path) -> int:
+        done = _refold(home, "import", str(tmp_path / "projects"), "--json")
+        assert done.returncode == 0, done.stderr
+        reports = json.loads(done.stdout)
+        assert not any(r["rewound"] for r in reports)
+        return sum(r["appended"] for r in reports)
+
+    def ledger(home: Path) -> tuple[list[tuple[int, int]], int]:
+        store = open_store(str(home / "refold.db"))
+        try:
+            sessions = store.list_sessions()
+            rows = [store.get_messages(s.id, include_inactive=True) for s in sessions]
+        finally:
+            store.close()
+        assert all(m.active for found in rows for m in found)  # nothing rewound
+        return (sorted((s.message_count, s.output_tokens) for s in sessions),
+                sum(s.output_tokens for s in sessions))
+
+    home = tmp_path / "home"
+    assert [folder_import(home) for _ in range(3)] == [6 + 4 + 4, 0, 0]
+    # the original's 6 messages, each resume's 6 copies of them (in the branch) and its 4
+    counts, tokens = ledger(home)
+    assert counts == [(6, 300), (10, 200), (10, 200)] and tokens == 7 * 100
+    for word, turns in (("monday", 2), ("tuesday", 2), ("original", 3)):
+        found = json.loads(_refold(home, "search", word, "--json").stdout)
+        assert len(found) == turns, word  # the original's turns once, not once per resume
+
+    other = tmp_path / "other"  # the resumes first, one by one: the same ledger
+    for name in ("c", "b", "a", "c"):
+        assert _refold(other, "import", str(folder / f"{name}.jsonl")).returncode == 0
+    assert folder_import(other) == 0 and ledger(other) == ledger(home)
+
+    # a resume that went on adds only its new turns, to its own session
+    _write_jsonl(folder / "b.jsonl", [*original, *_turns("sess-B", 10, 3, "a2", "monday")])
+    assert folder_import(home) == 2
+    assert ledger(home)[0] == [(6, 300), (10, 200), (12, 300)]

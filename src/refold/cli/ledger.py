@@ -49,6 +49,9 @@ class Transcript:
     times: list[float | None] | None = None
     spend: list[list[tuple[dict[str, Any], str | None]]] | None = None
     rewound: int = 0  # a refold export's rewound (inactive) rows: left out
+    # a resumed agent session's file: the sessions it continues (their keys, oldest first),
+    # each with how many of the leading messages are that session's (``AgentLog.resumed``)
+    resumed: tuple[tuple[str, int], ...] = ()
 
 
 def _read_transcript(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repair
@@ -67,8 +70,10 @@ def _read_transcript(file: str, fmt: str, max_bytes: int | None, repair: Utf8Rep
 
     if fmt in AGENT_FORMATS:
         found = _read_agent_log(file, fmt, max_bytes, repair)
+        resumed = tuple((key, count) for native, count in found.resumed
+                        if (key := _session_key(fmt, native)) is not None)
         return [Transcript(found.messages, Path(file).stem, _session_key(fmt, found.native_id),
-                           found.times, found.spend)]
+                           found.times, found.spend, resumed=resumed)]
     if file == "-":
         data = sys.stdin.buffer.read(max_bytes + 1) if max_bytes else sys.stdin.buffer.read()
         check_size(len(data), max_bytes, "<stdin>")
@@ -346,19 +351,88 @@ def _import_transcript(app: AppContext, read: Transcript, session_ref: str | Non
     target = _target_session(store, session_ref, messages, title=title, default_title=stem,
                              source=source, key=read.key, started_at=min(said) if said else None)
     times, usage = read.times, _priced(app, read.spend)
+    if target.create is not None and session_ref is None and read.resumed:
+        # a resumed session's own file, imported the first time: a branch of the session it
+        # resumed, sharing that one's turns (stored from this file when missing)
+        parent, stored = _resumed_sessions(store, read, times, usage, source)
+        if stored and not target.keep_title:  # the title it was to take may be theirs now
+            target = replace(target, create=replace(target.create,
+                                                    title=_new_title(store, stem)))
+        result, shared = _create_session(store, target, messages, times, usage, parent)
+        report: dict[str, Any] = {"session_id": target.session_id,
+                                  "title": store.get_session(target.session_id).title,
+                                  "appended": stored + len(result.appended) - shared,
+                                  "skipped": shared, "rewound": result.rewound}
+        if parent is not None and shared:
+            report["resumes"] = parent
+        if stored:
+            report["stored_in_resumed"] = stored
+        return report
     history, times, usage, already = (messages, times, usage, None) if target.create else \
         _after_its_history(store, target.session_id, messages, times, usage)
     result = _store_messages(store, target, history, created_at=times, usage=usage)
-    report: dict[str, Any] = {"session_id": target.session_id,
-                              "title": store.get_session(target.session_id).title,
-                              "appended": len(result.appended),
-                              "skipped": result.skipped if already is None else already,
-                              "rewound": result.rewound}
+    report = {"session_id": target.session_id,
+              "title": store.get_session(target.session_id).title,
+              "appended": len(result.appended),
+              "skipped": result.skipped if already is None else already,
+              "rewound": result.rewound}
     if already is not None:
         report["added_after"] = len(history) - len(messages)
     if read.rewound:
         report["rewound_left_out"] = read.rewound
     return report
+
+
+def _resumed_sessions(store: Store, read: Transcript, times: list[float | None] | None,
+                      usage: list[Usage | None] | None, source: str) -> tuple[str | None, int]:
+    """The sessions a resumed agent session's file continues (``Transcript.resumed``), each
+    stored from the file's leading messages when it is not stored yet (as a branch of the one
+    before it), and left as it is when it is: the last one's id (None when there is none),
+    and how many messages were stored."""
+    from refold.messages.agent_logs import agent_title
+
+    parent: str | None = None
+    stored = 0
+    for key, count in read.resumed:
+        try:
+            parent = store.get_session(key).id
+            continue
+        except NotFound:
+            pass
+        messages = read.messages[:count]
+        said = [t for t in (times or [])[:count] if t is not None]
+        draft = SessionDraft(title=_new_title(store, agent_title(messages) or read.stem),
+                             source=source, started_at=min(said) if said else None)
+        result, shared = _create_session(store, Target(key, draft), messages,
+                                         None if times is None else times[:count],
+                                         None if usage is None else usage[:count], parent)
+        stored += len(result.appended) - shared
+        parent = key
+    return parent, stored
+
+
+def _create_session(store: Store, target: Target, messages: list[Message],
+                    times: list[float | None] | None, usage: list[Usage | None] | None,
+                    parent: str | None) -> tuple[AppendResult, int]:
+    """Store ``messages`` into ``target``, a session not stored yet; with ``parent`` (the
+    session it resumed) sharing a start with them, as that one's branch holding copies of
+    the shared messages, which were said and used tokens there (the branch's totals count
+    only its own): the result, and how many messages were shared."""
+    shared = 0
+    if parent is not None:
+        rows = store.get_messages(parent)
+        identities = chain_identities(messages)
+        while shared < min(len(rows), len(identities)) and \
+                rows[shared].identity == identities[shared]:
+            shared += 1
+    if shared and target.create is not None:
+        own = [t for t in (times or [])[shared:] if t is not None]
+        target = replace(target, create=replace(
+            target.create, parent_session_id=parent, link_kind="branch",
+            started_at=min(own) if own else target.create.started_at))
+        if usage is not None:
+            usage = [*([None] * shared), *usage[shared:]]
+    return _store_messages(store, target, messages, created_at=times, usage=usage), shared
 
 
 def _after_its_history(store: Store, session_id: str, messages: list[Message],
@@ -478,6 +552,11 @@ def _render_import(report: dict[str, Any]) -> None:
     if report.get("added_after"):
         line += (f"; added after the session's {report['added_after']} message(s) (another "
                  "transcript)")
+    if report.get("resumes"):
+        line += f"; it resumes session {report['resumes']} (a branch of it)"
+    if report.get("stored_in_resumed"):
+        line += (f"; {report['stored_in_resumed']} of them stored as the session(s) it "
+                 "resumes (not stored yet)")
     if report["rewound"]:
         line += f"; {report['rewound']} stored message(s) rewound (the history diverged)"
     click.echo(line)

@@ -475,33 +475,60 @@ def describe_skipped(skipped: Counter[str]) -> str:
     return ", ".join(f"{count} {kind}" for kind, count in skipped.most_common())
 
 
+def _native_id_of(fmt: str, record: Any, first: bool) -> str | None:
+    """The conversation id one record names (None: it names none)."""
+    if not isinstance(record, dict):
+        return None
+    if fmt == "claude-code" and _kind(record) in ("user", "assistant"):
+        found = record.get("sessionId")
+        if record.get("isSidechain"):  # a subagent's file holds its parent's sessionId
+            agent = record.get("agentId")
+            found = f"{found}/agent-{agent}" if isinstance(found, str) and isinstance(
+                agent, str) and agent.strip() else None
+    elif fmt == "codex" and _kind(record) == "session_meta":
+        payload = record.get("payload")
+        found = payload.get("id") if isinstance(payload, dict) else None
+    elif fmt == "codex" and first and _kind(record) is None:
+        found = record.get("id")  # an older rollout's first line
+    elif fmt == "gemini":
+        found = record.get("sessionId")
+    else:
+        return None
+    return found.strip() if isinstance(found, str) and found.strip() else None
+
+
+def native_session_ids(fmt: str, records: Sequence[Any]) -> list[tuple[str, int]]:
+    """The agent's own ids of the conversations a transcript holds, each with the index of
+    its first record, in order. Claude Code's resumed session is a new file under a new
+    ``sessionId`` that starts with the records of the session it resumed (under that one's
+    ``sessionId``): the ids of the sessions it continues, then its own. Codex and Gemini: the
+    one id of the file."""
+    found: list[tuple[str, int]] = []
+    # a subagent's records inside the main transcript name the subagent: not the file's
+    main_line = fmt == "claude-code" and any(
+        isinstance(r, dict) and _kind(r) in ("user", "assistant") and not r.get("isSidechain")
+        for r in records)
+    for index, record in enumerate(records):
+        if main_line and isinstance(record, dict) and record.get("isSidechain"):
+            continue
+        native = _native_id_of(fmt, record, index == 0)
+        if native is None or any(native == seen for seen, _ in found):
+            continue
+        found.append((native, index))
+        if fmt != "claude-code":
+            break
+    return found
+
+
 def native_session_id(fmt: str, records: Sequence[Any]) -> str | None:
-    """The agent's own id of the conversation: Claude Code's ``sessionId`` (of its first
-    message record; a resumed session's file starts with the records it continues), Codex's
-    ``session_meta`` id. A transcript that grew keeps it, so a re-import finds its session. A
-    Claude Code subagent's records carry their parent's ``sessionId``: theirs is that with the
-    ``agentId`` (None without one: the content decides)."""
-    for record in records:
-        if not isinstance(record, dict):
-            continue
-        if fmt == "claude-code" and _kind(record) in ("user", "assistant"):
-            found = record.get("sessionId")
-            if record.get("isSidechain"):  # a subagent's file holds its parent's sessionId
-                agent = record.get("agentId")
-                found = f"{found}/agent-{agent}" if isinstance(found, str) and isinstance(
-                    agent, str) and agent.strip() else None
-        elif fmt == "codex" and _kind(record) == "session_meta":
-            payload = record.get("payload")
-            found = payload.get("id") if isinstance(payload, dict) else None
-        elif fmt == "codex" and record is records[0] and _kind(record) is None:
-            found = record.get("id")  # an older rollout's first line
-        elif fmt == "gemini":
-            found = record.get("sessionId")
-        else:
-            continue
-        if isinstance(found, str) and found.strip():
-            return found.strip()
-    return None
+    """The agent's own id of the conversation: Claude Code's ``sessionId`` the file goes on
+    in (its last one: a resumed session's file starts with the records it continues, under
+    the resumed session's id), Codex's ``session_meta`` id. A transcript that grew keeps it,
+    so a re-import finds its session. A Claude Code subagent's records carry their parent's
+    ``sessionId``: theirs is that with the ``agentId`` (None without one: the content
+    decides)."""
+    found = native_session_ids(fmt, records)
+    return found[-1][0] if found else None
 
 
 def record_time(record: Any) -> float | None:
@@ -567,4 +594,4 @@ def agent_messages(fmt: str, records: Sequence[Any]
 
 __all__ = ["AGENT_FORMATS", "AGENT_NAMES", "Spend", "agent_messages", "agent_title",
            "claude_code_turns", "codex_items", "describe_skipped", "detect", "gemini_messages",
-           "native_session_id", "prompt_history", "record_time"]
+           "native_session_id", "native_session_ids", "prompt_history", "record_time"]

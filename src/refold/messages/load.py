@@ -37,6 +37,7 @@ import logging
 import re
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -342,13 +343,16 @@ class AgentLog:
     # per message, the usage of the model calls that wrote it ((usage as the API gave it,
     # model) each; see agent_logs.agent_messages)
     spend: list[list[tuple[dict[str, Any], str | None]]] | None = None
+    # a resumed Claude Code session's file: the sessions it continues (their own ids, oldest
+    # first), each with how many of the leading ``messages`` are that session's
+    resumed: tuple[tuple[str, int], ...] = ()
 
 
 def load_agent_log(path: str | Path, fmt: str, *, max_bytes: int | None = None,
                    repair: Utf8Repair | None = None) -> AgentLog:
     """Read a Claude Code, Codex or Gemini CLI transcript file (``fmt``) as validated chat
     messages."""
-    from refold.messages.agent_logs import agent_messages, native_session_id
+    from refold.messages.agent_logs import agent_messages, native_session_ids
 
     path = Path(path).expanduser()
     if path.is_dir():
@@ -397,7 +401,32 @@ def load_agent_log(path: str | Path, fmt: str, *, max_bytes: int | None = None,
         messages = [validate_message(m, i) for i, m in enumerate(converted)]
     except MessageValidationError as exc:
         raise _located(exc, f"{path.name} (after reading it as {fmt}): ", line=None) from exc
-    return AgentLog(messages, dict(skipped), native_session_id(fmt, records), times, spend)
+    natives = native_session_ids(fmt, records)
+    return AgentLog(messages, dict(skipped), natives[-1][0] if natives else None, times, spend,
+                    _resumed(fmt, records, natives, messages))
+
+
+def _resumed(fmt: str, records: list[Any], natives: list[tuple[str, int]],
+             messages: list[Message]) -> tuple[tuple[str, int], ...]:
+    """For each session a resumed transcript continues (all of ``natives`` but the last): its
+    id and how many of ``messages`` its records, the ones before the next id's first, make
+    (the messages read from them alone, as far as they are where the whole file's begin)."""
+    from refold.messages.agent_logs import agent_messages
+
+    out: list[tuple[str, int]] = []
+    for (native, _), (_, end) in pairwise(natives):
+        try:
+            before = [validate_message(m, i)
+                      for i, m in enumerate(agent_messages(fmt, records[:end])[0])]
+        except (MessageValidationError, InvalidInput):
+            break
+        count = 0
+        while count < min(len(before), len(messages)) and before[count] == messages[count]:
+            count += 1
+        if count == 0 or (out and count <= out[-1][1]):
+            break
+        out.append((native, count))
+    return tuple(out)
 
 
 def _session_document(lines: list[bytes], repair: Utf8Repair, name: str
