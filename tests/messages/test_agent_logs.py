@@ -709,3 +709,47 @@ def test_two_resumes_of_one_session_are_branches_of_it_and_import_again_as_nothi
     _write_jsonl(folder / "b.jsonl", [*original, *_turns("sess-B", 10, 3, "a2", "monday")])
     assert folder_import(home) == 2
     assert ledger(home)[0] == [(6, 300), (10, 200), (12, 300)]
+
+
+@pytest.mark.parametrize("fmt", ["claude-code", "codex"])
+def test_a_transcript_imported_while_its_agent_wrote_it_is_charged_as_imported_whole(
+        tmp_path: Path, fmt: str) -> None:
+    """Imported while the agent was still writing it, then again as it ended: the totals of
+    one import of the whole file. Claude Code cut inside a reply: the cut reply was rewound
+    by the whole one and its usage stayed counted besides the whole reply's (13,200 tokens
+    for 12,000). Codex cut before the last ``token_count``: the late call, on a message
+    already stored, was never added (3000 input tokens for 4500)."""
+    if fmt == "claude-code":
+        records = [_cc("user", "u1", {"role": "user", "content": "Fix the rounding"}),
+                   _with_usage(_reply("a1", "msg_A", {"type": "text", "text": "Looking."}),
+                               _spent("msg_A", 10)),
+                   _with_usage(_reply("a2", "msg_A", _use("toolu_1", "Bash", command="make")),
+                               _spent("msg_A", 441)),
+                   _result("r1", "toolu_1", "ok"),
+                   _with_usage(_reply("a3", "msg_B", {"type": "text", "text": "Fixed."}),
+                               _spent("msg_B", 20))]
+        cut = 2  # inside the first reply
+    else:
+        def count(last: int, total: int) -> dict[str, Any]:
+            return _codex("event_msg", {"type": "token_count", "info": {
+                "total_token_usage": {"input_tokens": total, "output_tokens": 10},
+                "last_token_usage": {"input_tokens": last, "output_tokens": 5}}})
+        records = [*CODEX[:7], count(1000, 1000), *CODEX[7:-2], CODEX[-2],
+                   count(1200, 2200)]
+        cut = len(records) - 1  # before the last call's token_count
+
+    def totals(home: Path) -> tuple[int, int, float]:
+        (listed,) = json.loads(_refold(home, "sessions", "list", "--json").stdout)
+        return listed["input_tokens"], listed["output_tokens"], round(listed["cost_usd"], 9)
+
+    whole = _write_jsonl(tmp_path / "whole.jsonl", records)
+    assert _refold(tmp_path / "once", "import", str(whole)).returncode == 0
+    live = tmp_path / "live.jsonl"
+    _write_jsonl(live, records[:cut])
+    assert _refold(tmp_path / "twice", "import", str(live)).returncode == 0
+    _write_jsonl(live, records)
+    for _ in range(2):
+        done = _refold(tmp_path / "twice", "import", str(live))
+        assert done.returncode == 0, done.stderr
+        assert totals(tmp_path / "twice") == totals(tmp_path / "once")
+    assert totals(tmp_path / "once")[0] > 0

@@ -363,6 +363,47 @@ def test_sync_adds_the_usage_of_the_messages_it_appends_and_no_more(store: Store
     assert len(store.get_messages(session.id)) == 4  # a refused call stored nothing
 
 
+def _totals(store: Store, session_id: str) -> tuple[int, int, int, float]:
+    got = store.get_session(session_id)
+    return got.input_tokens, got.output_tokens, got.cache_read_tokens, round(got.cost_usd, 9)
+
+
+def test_a_history_read_while_it_was_written_then_whole_counts_each_call_once(
+        store: Store) -> None:
+    """An agent's transcript imported while the agent was still writing it, then again: the
+    totals are those of the whole transcript imported once. A reply cut half-way (Claude Code
+    writes one reply as several records, each with the call's usage so far) was rewound by
+    the whole one, its usage stayed counted and the whole reply's was added too (13,200
+    tokens for 12,000); a call Codex reported after its message was stored was never added
+    (3000 input tokens for 4500). Now a sync takes out what the rows it rewinds held and adds
+    the growth of a kept row's usage."""
+    from refold.store.base import Usage
+
+    question, reply, cut = user("q1"), bot("the whole reply"), bot("the whole")
+    whole, half, late = Usage(1000, 200, 0, 0.006, "m"), Usage(1000, 100, 0, 0.0055, "m"), \
+        Usage(500, 50, 20, 0.002, "m")
+    once = store.create_session()
+    store.sync_messages(once.id, [question, reply, user("q2"), bot("a2")],
+                        usage=[Usage(), whole, Usage(), late])
+    expected = _totals(store, once.id)
+
+    live = store.create_session()
+    store.sync_messages(live.id, [question, cut], usage=[Usage(), half])  # cut in the reply
+    store.sync_messages(live.id, [question, reply, user("q2"), bot("a2")],  # its call unreported
+                        usage=[Usage(), whole, Usage(), Usage()])
+    for _ in range(2):  # the file as it ended; again: nothing more
+        done = store.sync_messages(live.id, [question, reply, user("q2"), bot("a2")],
+                                   usage=[Usage(), whole, Usage(), late])
+        assert _totals(store, live.id) == expected and not done.appended
+
+    # an edit of the last turn rewinds it (its usage out) and counts the new one
+    edited = store.sync_messages(live.id, [question, reply, user("q2 again"), bot("a2'")],
+                                 usage=[Usage(), whole, Usage(), late])
+    assert edited.rewound == 2 and _totals(store, live.id) == expected
+    store.rewind(live.id, edited.appended[0].seq)  # by hand: what was used stays counted
+    assert _totals(store, live.id) == expected
+
+
 def test_a_session_can_begin_when_its_imported_conversation_did(store: Store) -> None:
     """``create_session(started_at=)`` for an imported past conversation; a time that is no
     time (NaN, far future, negative) costs the time (now), never the session."""

@@ -23,6 +23,7 @@ from refold.cli.app import AppContext
 from refold.cli.ledger import Target, _new_title, _priced, _session_key, _store_messages
 from refold.errors import AmbiguousReference, InvalidInput, NotFound
 from refold.messages.agent_db import AgentSession, is_sqlite
+from refold.messages.model import Message, chain_identities
 from refold.store import Session, Store
 from refold.store.base import SessionDraft, Usage
 
@@ -97,6 +98,9 @@ def import_database(app: AppContext, path: Path, kind: str, source: str | None
         placed[found.native_id] = target.session_id
         usage = _priced(app, found.spend) if found.spend is not None else \
             _grown(session, found.totals, found.model, len(found.messages))
+        if found.spend is None and usage is not None and session is not None and \
+                _holds_last(store, session.id, found.messages):
+            usage = None  # the growth goes with a new last message (see _grown)
         # a new session is created with its messages, in their transaction (killed half-way,
         # an import leaves no empty session)
         result = _store_messages(store, target, found.messages, created_at=found.times,
@@ -166,6 +170,13 @@ def _lineage_title(store: Store, parent: str | None, link_kind: str | None) -> s
         return store.get_session(parent).title
     except NotFound:
         return None
+
+
+def _holds_last(store: Store, session_id: str, messages: list[Message]) -> bool:
+    """Whether the session holds the last of ``messages`` already (as the end of the same
+    conversation)."""
+    last = chain_identities(messages)[-1]
+    return any(row.identity == last for row in store.get_messages(session_id))
 
 
 def _grown(session: Session | None, totals: dict[str, Any], model: str | None, count: int

@@ -142,14 +142,16 @@ def _session_key(fmt: str, native_id: str | None) -> str | None:
 def _priced(app: AppContext, spend: list[list[tuple[dict[str, Any], str | None]]] | None
             ) -> list[Usage | None] | None:
     """Each message's model calls as session totals, priced as refold prices replies (the
-    shipped table and the ``pricing`` overrides; an unknown model costs nothing)."""
+    shipped table and the ``pricing`` overrides; an unknown model costs nothing); a message
+    with none used nothing so far (a call reported later, when the file grew, is added
+    then)."""
     if not spend or not any(spend):
         return None
     from refold.assembly import cost_book
 
     book = cost_book(app.settings, None)
     return [usage_sum([u for u in (book.usage_of(usage, model) for usage, model in calls)
-                       if u is not None]) for calls in spend]
+                       if u is not None]) or Usage() for calls in spend]
 
 
 def _refuse_prompt_history(file: str) -> None:

@@ -26,6 +26,7 @@ Invariants every backend keeps (the conformance suite in tests/store checks each
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -282,7 +283,9 @@ class Store(Protocol):
     # ``created_at``: when each message was said (seconds since the epoch; None: now), for an
     # import of a past conversation (``message_times`` checks them). ``usage``: per message,
     # what the model calls that wrote it used; the appended messages' usage is added to the
-    # session's totals in the same transaction (``appended_usage``), so a re-import adds none.
+    # session's totals in the same transaction (``appended_usage``), so a re-import adds none;
+    # each such row keeps what it added (``encode_spent``; None: nothing, and never any): a
+    # sync that rewinds it takes that out, one that keeps it adds the growth its entry shows.
     # ``create``: a session missing under ``session_id`` is created so, in the same
     # transaction as the messages (as ``create_session`` would: its Conflicts included); an
     # existing one is used as it is
@@ -402,6 +405,44 @@ def appended_usage(usage: Sequence[Usage | None] | None, count: int,
     if any(not isinstance(u, Usage) for u in new):
         raise InvalidInput("usage entries must be Usage records or None")
     return usage_sum(new)
+
+
+# What a session's totals hold for one row ``sync_messages(usage=…)`` stored (its ``spent``
+# column: input, output, cache-read tokens and cost as JSON; NULL: the row holds none of the
+# totals — stored without usage, or copied from the session it was forked from). A later sync
+# keeps the totals equal to the sum over those rows: a rewound row's is taken out (and its
+# record zeroed: restored by an undo, it holds none), a kept row's growth added (Codex reports
+# a call's tokens after its message; a transcript read while the agent wrote is cut there).
+def encode_spent(usage: Usage | None) -> str | None:
+    """``usage`` as a row's ``spent`` record (None: the row holds none of the totals)."""
+    if usage is None:
+        return None
+    return json.dumps([int(usage.input_tokens), int(usage.output_tokens),
+                       int(usage.cache_read_tokens), float(usage.cost_usd)])
+
+
+SPENT_NOTHING = encode_spent(Usage())
+
+
+def decode_spent(text: str | None) -> Usage:
+    """A row's ``spent`` record (anything unreadable: nothing)."""
+    try:
+        values = json.loads(text) if text else None
+        tokens_in, tokens_out, cached, cost = values  # type: ignore[misc]
+        return Usage(int(tokens_in), int(tokens_out), int(cached), float(cost))
+    except (TypeError, ValueError):
+        return Usage()
+
+
+def usage_change(new: Usage, old: Usage) -> Usage | None:
+    """What to add to totals holding ``old`` so that they hold ``new`` instead (None: the
+    same); the model is ``new``'s."""
+    if (new.input_tokens, new.output_tokens, new.cache_read_tokens, new.cost_usd) == (
+            old.input_tokens, old.output_tokens, old.cache_read_tokens, old.cost_usd):
+        return None
+    return Usage(new.input_tokens - old.input_tokens, new.output_tokens - old.output_tokens,
+                 new.cache_read_tokens - old.cache_read_tokens, new.cost_usd - old.cost_usd,
+                 new.model)
 
 
 def usage_sum(usages: Sequence[Usage]) -> Usage | None:

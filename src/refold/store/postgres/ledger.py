@@ -32,6 +32,7 @@ from refold.messages.model import (
     wire_form,
 )
 from refold.store.base import (
+    SPENT_NOTHING,
     AppendResult,
     Checkpoint,
     CheckpointBase,
@@ -45,7 +46,11 @@ from refold.store.base import (
     Usage,
     ViewTip,
     appended_usage,
+    decode_spent,
+    encode_spent,
     message_times,
+    usage_change,
+    usage_sum,
 )
 from refold.store.postgres.codec import cjk_gram_list, clean_text, encode_json
 from refold.store.postgres.core import (
@@ -99,8 +104,11 @@ class LedgerMixin(PgCore):
     # -- writing ----------------------------------------------------------------------------
     def _insert(self, cur: Cursor, session_id: str, messages: list[Message],
                 identities: list[str], counts: Sequence[int | None] | None,
-                first_seq: int, created_at: float | Sequence[float]) -> list[StoredMessage]:
-        """Insert the rows from ``first_seq``; ``created_at`` one time for all, or one each."""
+                first_seq: int, created_at: float | Sequence[float],
+                spent: Sequence[Usage | None] | None = None) -> list[StoredMessage]:
+        """Insert the rows from ``first_seq``; ``created_at`` one time for all, or one each;
+        ``spent``: per row, what of the session's totals it holds (``encode_spent``; the
+        caller adds it)."""
         times = [float(created_at)] * len(messages) if isinstance(created_at, int | float) \
             else list(created_at)
         rows = []
@@ -108,10 +116,11 @@ class LedgerMixin(PgCore):
             count = counts[i] if counts is not None else None
             text = clean_text(searchable_text(message))
             rows.append((session_id, first_seq + i, str(message["role"]), encode_json(message),
-                         identities[i], count, times[i], text, cjk_gram_list(text)))
+                         identities[i], count, times[i], text, cjk_gram_list(text),
+                         encode_spent(spent[i]) if spent else None))
         cur.executemany("""INSERT INTO messages (session_id, seq, role, body, identity,
-                                token_count, created_at, search_text, cjk_grams)
-                           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)""", rows)
+                                token_count, created_at, search_text, cjk_grams, spent)
+                           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""", rows)
         cur.execute("UPDATE sessions SET message_count = message_count + %s WHERE id = %s",
                     (len(rows), session_id))
         return [StoredMessage(session_id, first_seq + i, m, identities[i],
@@ -186,11 +195,45 @@ class LedgerMixin(PgCore):
             new = clean[matched:]
             counts = token_counts[matched:] if token_counts is not None else None
             stored = self._insert(cur, session_id, new, identities[matched:], counts, top + 1,
-                                  times[matched:]) if new else []
+                                  times[matched:],
+                                  usage[matched:] if usage is not None else None) if new else []
             spent = appended_usage(usage, len(clean), matched)
             if spent is not None and stored:
                 add_usage_in(cur, session_id, spent)
+            if usage is not None and matched and any(u is not None for u in usage[:matched]):
+                self._regrow(cur, session_id, usage[:matched])
         return AppendResult(appended=stored, skipped=matched, rewound=rewound)
+
+    def _regrow(self, cur: Cursor, session_id: str, kept: Sequence[Usage | None]) -> None:
+        """The kept rows' usage as the history gives it now (a call's tokens reported after
+        its message was stored): each one's growth added to the totals (``encode_spent``)."""
+        cur.execute("""SELECT seq, spent FROM messages WHERE session_id = %s AND active
+                       ORDER BY seq LIMIT %s""", (session_id, len(kept)))
+        changes, records = [], []
+        for (seq, spent), now in zip(cur.fetchall(), kept, strict=False):
+            if spent is None or now is None:
+                continue  # the row holds none of the totals, or the history says nothing
+            change = usage_change(now, decode_spent(spent))
+            if change is not None:
+                changes.append(change)
+                records.append((encode_spent(now), session_id, seq))
+        total = usage_sum(changes)
+        if total is not None:
+            add_usage_in(cur, session_id, total)
+            cur.executemany("UPDATE messages SET spent = %s WHERE session_id = %s AND seq = %s",
+                            records)
+
+    def _unspend(self, cur: Cursor, session_id: str, from_seq: int) -> None:
+        """Take the usage the active rows from ``from_seq`` on hold out of the totals (a sync
+        is about to rewind them: the history replaced them); they hold none after."""
+        where = "session_id = %s AND active AND seq >= %s AND spent IS NOT NULL"
+        cur.execute(f"SELECT spent FROM messages WHERE {where}", (session_id, from_seq))
+        held = usage_sum([decode_spent(r[0]) for r in cur.fetchall()])
+        if held is not None:
+            add_usage_in(cur, session_id, Usage(-held.input_tokens, -held.output_tokens,
+                                                -held.cache_read_tokens, -held.cost_usd))
+            cur.execute(f"UPDATE messages SET spent = %s WHERE {where}",
+                        (SPENT_NOTHING, session_id, from_seq))
 
     def _match_prefix(self, cur: Cursor, session_id: str, identities: list[str],
                       last_identity: str | None) -> tuple[int, int]:
@@ -216,6 +259,7 @@ class LedgerMixin(PgCore):
         diverged = cur.fetchone()
         if diverged is None:
             return matched, 0  # the stored chain ends inside the history: just append
+        self._unspend(cur, session_id, int(diverged[0]))  # the history replaced them
         record = self._deactivate(cur, session_id, int(diverged[0]))
         return matched, record.count
 

@@ -228,6 +228,13 @@ MIGRATIONS += (
     Migration(7, "glued words among the CJK grams", (), backfill=_backfill_glued_words),
 )
 
+MIGRATIONS += (
+    # what the session's totals hold for a row an import stored with its usage
+    # (store.base.encode_spent): a re-import that rewinds or keeps it corrects them
+    Migration(8, "usage each imported message holds of its session's totals", (
+        "ALTER TABLE messages ADD COLUMN spent text",)),
+)
+
 LATEST_VERSION = MIGRATIONS[-1].version
 
 

@@ -10,7 +10,9 @@ Invariants:
   is skipped; if the history diverges from the stored chain at position k (a different message
   there), the stored active rows from k on are rewound (recorded, reversible) and the rest of the
   history appended. A history that is a strict prefix of the stored chain changes nothing (an
-  out-of-order or trimmed resend must not rewind newer turns).
+  out-of-order or trimmed resend must not rewind newer turns). With ``usage``, the session's
+  totals hold each row's stored usage once: the rows it rewinds take theirs out, the rows it
+  keeps add their growth (``store.base.encode_spent``).
 - ``append_messages(..., expect_last=identity)`` appends only if the last active row still has
   that identity (checked inside the write transaction): Conflict, nothing stored, otherwise.
 - ``rewind`` starts at an active user message; ``undo_rewind`` restores exactly the rows that
@@ -30,6 +32,7 @@ from refold import _records as records
 from refold.errors import Conflict, InvalidInput, MessageValidationError, NotFound
 from refold.messages.model import Message, message_identity, wire_form
 from refold.store.base import (
+    SPENT_NOTHING,
     AppendResult,
     RewindRecord,
     Session,
@@ -38,7 +41,11 @@ from refold.store.base import (
     Usage,
     ViewTip,
     appended_usage,
+    decode_spent,
+    encode_spent,
     message_times,
+    usage_change,
+    usage_sum,
 )
 from refold.store.rules import check_fork_kind, restore_point
 from refold.store.sqlite import indexer
@@ -95,11 +102,13 @@ class LedgerOps(SessionOps):
                 identities: Sequence[str], last_seq: int | None = None,
                 usage: Usage | None = None,
                 indexed_through: int | None = None,
-                times: Sequence[float] | None = None) -> list[StoredMessage]:
+                times: Sequence[float] | None = None,
+                spent: Sequence[Usage | None] | None = None) -> list[StoredMessage]:
         """Insert the rows after the session's last seq (read unless given) and bump its
         counters — and its usage totals, in the same UPDATE, when ``usage`` is given. The rows
         are indexed for search later, in a batch (``indexer.py``; ``indexed_through`` is the
-        watermark when the caller read it already)."""
+        watermark when the caller read it already). ``spent``: per row, what of the totals it
+        holds (``encode_spent``; the caller adds it)."""
         session_id = session if isinstance(session, str) else session.id
         if not messages:
             if usage is not None:
@@ -120,11 +129,11 @@ class LedgerOps(SessionOps):
                 raise MessageValidationError(f"cannot be stored as JSON: {exc}",
                                              index=offset) from exc
             rows.append((session_id, seq, role, body, text, tool_call_id, count, when,
-                         identity, cjk))
+                         identity, cjk, encode_spent(spent[offset]) if spent else None))
             out.append((seq, identity, count, when))
         insert = ("INSERT INTO messages (session_id, seq, role, message, text, tool_call_id, "
-                  "token_count, created_at, active, identity, has_cjk) "
-                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)")
+                  "token_count, created_at, active, identity, has_cjk, spent) "
+                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)")
         if len(rows) == 1:
             top = conn.execute(insert, rows[0]).lastrowid
         else:
@@ -198,15 +207,51 @@ class LedgerOps(SessionOps):
             keep, rewound = self._common_prefix(conn, session_id, identities)
             appended = self._insert(conn, session, history[keep:], counts[keep:],
                                     identities[keep:],
-                                    times=times[keep:] if times is not None else None)
+                                    times=times[keep:] if times is not None else None,
+                                    spent=usage[keep:] if usage is not None else None)
             spent = appended_usage(usage, len(history), keep)
             if spent is not None and appended:
                 add_usage_in(conn, session_id, spent)
+            if usage is not None and keep and any(u is not None for u in usage[:keep]):
+                self._regrow(conn, session_id, usage[:keep])
             return AppendResult(appended, keep, rewound)
+
+    def _regrow(self, conn: sqlite3.Connection, session_id: str,
+                kept: Sequence[Usage | None]) -> None:
+        """The kept rows' usage as the history gives it now (a call's tokens reported after
+        its message was stored): each one's growth added to the totals (``encode_spent``)."""
+        rows = conn.execute("SELECT seq, spent FROM messages WHERE session_id = ? AND active = 1 "
+                            "ORDER BY seq LIMIT ?", (session_id, len(kept))).fetchall()
+        changes, records = [], []
+        for (seq, spent), now in zip(rows, kept, strict=False):
+            if spent is None or now is None:
+                continue  # the row holds none of the totals, or the history says nothing
+            change = usage_change(now, decode_spent(spent))
+            if change is not None:
+                changes.append(change)
+                records.append((encode_spent(now), session_id, seq))
+        total = usage_sum(changes)
+        if total is not None:
+            add_usage_in(conn, session_id, total)
+            conn.executemany("UPDATE messages SET spent = ? WHERE session_id = ? AND seq = ?",
+                             records)
+
+    def _unspend(self, conn: sqlite3.Connection, session_id: str, from_seq: int) -> None:
+        """Take the usage the active rows from ``from_seq`` on hold out of the totals (a sync
+        is about to rewind them: the history replaced them); they hold none after."""
+        where = "session_id = ? AND active = 1 AND seq >= ? AND spent IS NOT NULL"
+        held = usage_sum([decode_spent(r[0]) for r in conn.execute(
+            f"SELECT spent FROM messages WHERE {where}", (session_id, from_seq))])
+        if held is not None:
+            add_usage_in(conn, session_id, Usage(-held.input_tokens, -held.output_tokens,
+                                                 -held.cache_read_tokens, -held.cost_usd))
+            conn.execute(f"UPDATE messages SET spent = ? WHERE {where}",
+                         (SPENT_NOTHING, session_id, from_seq))
 
     def _common_prefix(self, conn: sqlite3.Connection, session_id: str,
                        identities: list[str]) -> tuple[int, int]:
-        """(how many of ``identities`` are stored already, how many stored rows were rewound)."""
+        """(how many of ``identities`` are stored already, how many stored rows were rewound;
+        the usage they held taken out of the totals)."""
         last = self._last_active(conn, session_id)
         if last is None:
             return 0, 0
@@ -222,6 +267,7 @@ class LedgerOps(SessionOps):
             keep += 1
         if keep == len(identities):
             return keep, 0  # a strict prefix of what is stored: nothing new, nothing rewound
+        self._unspend(conn, session_id, int(stored[keep][0]))
         record = self._rewind_rows(conn, session_id, int(stored[keep][0]))
         return keep, record.count
 

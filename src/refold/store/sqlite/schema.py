@@ -198,6 +198,10 @@ MIGRATIONS: tuple[Migration, ...] = (
     # the rewound rows among a search's candidates, without reading each candidate's row
     Migration(11, "inactive messages by id", (
         "CREATE INDEX IF NOT EXISTS messages_inactive ON messages(id) WHERE active = 0",)),
+    # what the session's totals hold for a row an import stored with its usage
+    # (store.base.encode_spent): a re-import that rewinds or keeps it corrects them
+    Migration(12, "usage each imported message holds of its session's totals", (
+        "ALTER TABLE messages ADD COLUMN spent TEXT",)),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 
