@@ -130,3 +130,24 @@ def test_verification_notices_missing_rewind_records(tmp_path: Path) -> None:
     finally:
         source.close()
         target.close()
+
+
+def test_a_session_that_grew_after_its_copy_is_named_and_a_new_target_copies_it(
+        tmp_path: Path) -> None:
+    """A re-run does not update a session it copied before (it skips it): the check says that
+    the session grew since, and a copy into a new target holds it whole."""
+    source = SQLiteStore(str(tmp_path / "a.db"))
+    first = SQLiteStore(str(tmp_path / "b.db"))
+    fresh = SQLiteStore(str(tmp_path / "c.db"))
+    try:
+        ids = _fill(source)
+        assert copy_store(source, first).ok
+        source.append_messages(ids[1], [{"role": "user", "content": "said after the copy"}])
+        again = copy_store(source, first)
+        assert again.mismatches == [
+            f"session {ids[1]}: 3 rows in the source, 2 in the target (it grew after it was "
+            "copied: a re-run copies new sessions, not what a copied one gained since)"]
+        assert copy_store(source, fresh).ok
+    finally:
+        for store in (source, first, fresh):
+            store.close()

@@ -113,7 +113,9 @@ def migrate_cmd(app: AppContext, source_url: str | None, target_url: str | None,
          as_json, lambda _: _render_all(report, files, source_url, target_url))
     if not report.ok:
         raise StorageError(f"the copy differs from the source in {len(report.mismatches)} "
-                           "place(s)", hint="see the list above; the source is unchanged")
+                           "place(s)", hint="see the list above; the source is unchanged. "
+                           "Sessions that changed after an earlier migrate are copied whole "
+                           "into a new target: an empty database, or another ?schema=")
 
 
 def _render_all(report: CopyReport, files: MemoryTransfer, source_url: str,

@@ -186,8 +186,10 @@ def verify_copy(source: Store, target: Store, sessions: list[Session] | None = N
             continue
         ours = session_digest(source, session.id)
         if ours[0] != theirs[0]:
+            grew = (" (it grew after it was copied: a re-run copies new sessions, not what a "
+                    "copied one gained since)") if ours[0] > theirs[0] else ""
             problems.append(f"session {session.id}: {ours[0]} rows in the source, "
-                            f"{theirs[0]} in the target")
+                            f"{theirs[0]} in the target{grew}")
         elif ours[1] != theirs[1]:
             problems.append(f"session {session.id}: content differs (hash mismatch)")
         progress("verify", index + 1, len(sessions))
