@@ -328,3 +328,25 @@ def test_calls_made_one_after_another_are_not_taken_for_one_reply(
     other.prepare_history(talking)
     assert [r.role for r in store.get_messages(other.session_id)] == [
         m["role"] for m in talking]  # a divergence, stored as sent (on its branch)
+
+
+def test_a_conversation_resending_parallel_calls_split_stays_on_the_fast_path(
+        eng: Engine, counting: CountingStore, store: Store) -> None:
+    """Each turn of a Codex conversation re-sends every earlier parallel reply split: the
+    known chain matches it (no full sync, which re-read and re-hashed the whole history every
+    turn once one parallel reply was in it)."""
+    rt = eng.open_session(new=True)
+    history: list[dict[str, Any]] = [user("fix it")]
+    rt.prepare_history(history)
+    for turn in range(4):
+        a, b = 2 * turn + 1, 2 * turn + 2
+        rt.record({"role": "assistant", "content": None, "tool_calls": [call(a), call(b)]})
+        history += [{"role": "assistant", "content": None, "tool_calls": [call(a)]}, result(a),
+                    {"role": "assistant", "content": None, "tool_calls": [call(b)]}, result(b)]
+        prepared = rt.prepare_history(history)
+        assert [len(m.get("tool_calls") or []) for m in prepared.messages
+                if m["role"] == "assistant"] == [2] * (turn + 1)  # as the model wrote them
+    assert counting.syncs == 1  # the first turn only
+    rows = store.get_messages(rt.session_id, include_inactive=True)
+    assert [r.role for r in rows] == ["user"] + ["assistant", "tool", "tool"] * 4
+    assert all(r.active for r in rows)

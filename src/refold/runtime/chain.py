@@ -201,6 +201,27 @@ class KnownChain:
         return KnownChain(self.session_id, self.messages + forms, tip,
                           self.plain + tuple(map(_plain, forms)))
 
+    def regrouped(self, conversation: list[Any]) -> list[Any] | None:
+        """``conversation`` with the chain's replies of several calls that it re-sends split
+        (``regrouped``: OpenAI Codex's parallel calls) put back together, so that
+        ``known_prefix`` can match it; None when it has none of them, or differs otherwise.
+        Each turn of such a conversation took the full path before (7 ms a turn at 240
+        messages against 1.2 ms, growing with the history)."""
+        out = list(conversation)
+        changed = False
+        for index, stored in enumerate(self.messages):  # out[index] answers stored
+            if index >= len(out) or type(out[index]) is not dict:
+                return None
+            raw = out[index]
+            if not (raw == stored or same(comparable(raw), stored) or resent(raw, stored)):
+                grouped = regrouped(out, index, _identity_core(stored))
+                if grouped is None:
+                    return None
+                merged, results, end = grouped
+                out[index:end] = [merged, *results]
+                changed = True
+        return out if changed else None
+
     def known_prefix(self, conversation: Sequence[Any]) -> int | None:
         """How many leading messages are known (all of the chain), or None if they differ."""
         known = len(self.messages)
