@@ -445,6 +445,23 @@ def usage_change(new: Usage, old: Usage) -> Usage | None:
                  new.model)
 
 
+def usage_regrowth(rows: Iterable[tuple[int, str | None]], kept: Sequence[Usage | None]
+                   ) -> tuple[Usage | None, list[tuple[str | None, int]]]:
+    """What the kept rows' usage grew by since they were stored (a call's tokens reported after
+    its message), from ``rows`` (seq, ``spent`` as stored) and ``kept`` (their usage as the
+    history gives it now): the total to add to the session's totals (None: nothing) and, per
+    changed row, (its new ``spent``, seq)."""
+    changes, updates = [], []
+    for (seq, spent), now in zip(rows, kept, strict=False):
+        if spent is None or now is None:
+            continue  # the row holds none of the totals, or the history says nothing
+        change = usage_change(now, decode_spent(spent))
+        if change is not None:
+            changes.append(change)
+            updates.append((encode_spent(now), seq))
+    return usage_sum(changes), updates
+
+
 def usage_sum(usages: Sequence[Usage]) -> Usage | None:
     """The totals of ``usages``, the last model named among them kept; None when empty."""
     if not usages:

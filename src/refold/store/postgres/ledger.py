@@ -49,7 +49,7 @@ from refold.store.base import (
     decode_spent,
     encode_spent,
     message_times,
-    usage_change,
+    usage_regrowth,
     usage_sum,
 )
 from refold.store.postgres.codec import cjk_gram_list, clean_text, encode_json
@@ -209,19 +209,11 @@ class LedgerMixin(PgCore):
         its message was stored): each one's growth added to the totals (``encode_spent``)."""
         cur.execute("""SELECT seq, spent FROM messages WHERE session_id = %s AND active
                        ORDER BY seq LIMIT %s""", (session_id, len(kept)))
-        changes, records = [], []
-        for (seq, spent), now in zip(cur.fetchall(), kept, strict=False):
-            if spent is None or now is None:
-                continue  # the row holds none of the totals, or the history says nothing
-            change = usage_change(now, decode_spent(spent))
-            if change is not None:
-                changes.append(change)
-                records.append((encode_spent(now), session_id, seq))
-        total = usage_sum(changes)
+        total, updates = usage_regrowth(cur.fetchall(), kept)
         if total is not None:
             add_usage_in(cur, session_id, total)
             cur.executemany("UPDATE messages SET spent = %s WHERE session_id = %s AND seq = %s",
-                            records)
+                            [(spent, session_id, seq) for spent, seq in updates])
 
     def _unspend(self, cur: Cursor, session_id: str, from_seq: int) -> None:
         """Take the usage the active rows from ``from_seq`` on hold out of the totals (a sync

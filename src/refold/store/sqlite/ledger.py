@@ -44,7 +44,7 @@ from refold.store.base import (
     decode_spent,
     encode_spent,
     message_times,
-    usage_change,
+    usage_regrowth,
     usage_sum,
 )
 from refold.store.rules import check_fork_kind, restore_point
@@ -222,19 +222,11 @@ class LedgerOps(SessionOps):
         its message was stored): each one's growth added to the totals (``encode_spent``)."""
         rows = conn.execute("SELECT seq, spent FROM messages WHERE session_id = ? AND active = 1 "
                             "ORDER BY seq LIMIT ?", (session_id, len(kept))).fetchall()
-        changes, records = [], []
-        for (seq, spent), now in zip(rows, kept, strict=False):
-            if spent is None or now is None:
-                continue  # the row holds none of the totals, or the history says nothing
-            change = usage_change(now, decode_spent(spent))
-            if change is not None:
-                changes.append(change)
-                records.append((encode_spent(now), session_id, seq))
-        total = usage_sum(changes)
+        total, updates = usage_regrowth(rows, kept)
         if total is not None:
             add_usage_in(conn, session_id, total)
             conn.executemany("UPDATE messages SET spent = ? WHERE session_id = ? AND seq = ?",
-                             records)
+                            [(spent, session_id, seq) for spent, seq in updates])
 
     def _unspend(self, conn: sqlite3.Connection, session_id: str, from_seq: int) -> None:
         """Take the usage the active rows from ``from_seq`` on hold out of the totals (a sync
