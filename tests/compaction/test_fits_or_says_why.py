@@ -160,3 +160,58 @@ def test_a_window_shared_with_large_tool_definitions_is_planned_for_what_they_le
     assert out.report.fits, out.report
     assert COUNTER.count_messages(out.messages) + schemas <= target
     assert provider_problems(out.messages) == []
+
+
+def _write_rounds(first: int, last: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for k in range(first, last):
+        body = "\n".join(f"def f{k}_{j}(x):\n    return x + {j}" for j in range(60))
+        out += [{"role": "assistant", "content": f"Now I'll write module {k}.",
+                 "tool_calls": [{"id": f"c{k}", "type": "function", "function": {
+                     "name": "write_file",
+                     "arguments": json.dumps({"path": f"src/mod{k}.py", "content": body})}}]},
+                {"role": "tool", "tool_call_id": f"c{k}", "content": f"Wrote src/mod{k}.py"}]
+    return out
+
+
+def test_an_agent_working_alone_after_one_request_is_compacted_again_and_again() -> None:
+    """One user request, then only tool rounds: after the first compaction the request (the
+    last real user message, kept verbatim) sat before the summary, the tail reached back to it
+    and took everything, and every later compaction found nothing to summarize — the context
+    grew past the window. Now the request is kept as the head and the rounds after the
+    summary are summarized."""
+    view: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Write modules mod0..mod79 under src/."}]
+    for step in range(4):
+        view += _write_rounds(20 * step, 20 * step + 20)
+        result = compact(view, context_length=16_000)
+        assert result.report.status == "ok", (step, result.report.reason)
+        assert result.report.tokens_after <= result.report.target_tokens, step
+        view = result.messages
+        assert view[1] == {"role": "user", "content": "Write modules mod0..mod79 under src/."}
+        assert provider_problems(view) == []
+
+
+def test_the_runtime_keeps_an_autonomous_run_in_its_window(tmp_path: Path) -> None:
+    from refold.runtime import Engine
+    from refold.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(str(tmp_path / "refold.db"))
+    engine = Engine(store, model="gpt-4o", context_length=16_000, background_precompact=False)
+    try:
+        rt = engine.open_session(new=True)
+        rt.prepare([{"role": "user", "content": "Write modules mod0..mod79 under src/."}],
+                   system_prompt="You are a coding agent.")
+        compactions = 0
+        for k in range(60):
+            call, result = _write_rounds(k, k + 1)
+            rt.record(call)
+            prepared = rt.prepare([result])
+            compactions += prepared.compaction is not None and \
+                prepared.compaction.status == "ok"
+            assert prepared.tokens <= 16_000, (k, prepared.warnings)
+        assert compactions >= 3
+    finally:
+        engine.close()
+        store.close()

@@ -199,6 +199,17 @@ def _cut(messages: list[Message], policy: CompactionPolicy, counter: TokenCounte
         if is_summary_message(messages[i]):
             head_end = align_to_units(i, units)
             break
+    # the last real user message stays verbatim; when it is before the summary (an agent
+    # working on alone since its one request) it is kept as the head. The tail reached back to
+    # it instead, took everything, and left nothing to summarize: an autonomous run was never
+    # compacted again after its first compaction and overflowed its window.
+    summary_at = next((i for i in range(sys_end, len(messages))
+                       if is_summary_message(messages[i])), None)
+    if summary_at is not None:
+        asked = [i for i in required_indices(messages)
+                 if i < summary_at and messages[i].get("role") == "user"]
+        if asked:
+            head_end = max(head_end, min(summary_at, align_to_units(asked[0] + 1, units)))
     tail_start = select_tail(messages, units, head_end, budget=tail_budget,
                              soft_ceiling=policy.tail_soft_ceiling,
                              min_messages=policy.tail_min_messages,
