@@ -105,6 +105,36 @@ def test_a_date_in_a_cjk_question_is_one_term_not_its_digits_and_units(store: St
     assert top(store, "在5月4日我向你借了什么书？")[0] == "我借了你那本书，下周还给你"
 
 
+def test_a_date_part_of_two_characters_is_one_exact_span_not_its_bare_digit(
+        store: Store) -> None:
+    """``2일``, ``6号``: a digit joined to one CJK letter is the span, as ``5月6号`` is, not a
+    bare ``2`` (which matched ``test_payment_refund_2``, ``v1.2.3``) nor ``일``/``号部``; the
+    span is whole: ``16号`` holds no ``6号``."""
+    korean = parse_query("5월 2일").natural
+    assert korean is not None and {"5월", "2일"} <= set(korean.cjk)
+    assert not korean.words and not {"월", "일"} & set(korean.cjk)
+    chinese = parse_query("6号部署了什么").natural
+    assert chinese is not None and "6号" in chinese.cjk and "部署" in chinese.cjk
+    assert not chinese.words and "号部" not in chinese.cjk
+    particle = parse_query("2일에 배포했나요?").natural  # 에, the particle, is no term
+    assert particle is not None and set(particle.cjk) == {"2일", "배포"}
+    s = store.create_session()
+    store.append_messages(s.id, [
+        user("서버 배포는 5월 2일에 했습니다."), user("5월 12일에 회의가 있어요"),
+        user("Step 2: test_payment_refund_2 failed, see v1.2.3 and #1234"),
+        user("新的服务器是在5月6号部署的"), user("Step 6: test_payment_refund_6 failed"),
+        user("我们什么时候部署了新的服务器？"), user("16号到了"), user("6号到了"),
+        user("在6号到了"), user("B站视频")])
+    assert top(store, "5월 2일")[0] == "서버 배포는 5월 2일에 했습니다."
+    assert top(store, "2일에 배포했나요?") == ["서버 배포는 5월 2일에 했습니다."]
+    hits = top(store, "6号部署了什么")
+    assert hits[0] == "新的服务器是在5月6号部署的" and "我们什么时候部署了新的服务器？" in hits
+    assert "Step 6: test_payment_refund_6 failed" not in hits and "16号到了" not in hits
+    assert sorted(top(store, "6号 zzzz")) == sorted(
+        ["6号到了", "在6号到了", "新的服务器是在5月6号部署的"])  # not 16号
+    assert top(store, "b站 zzzz") == ["B站视频"]  # a letter joined: any case, as trigrams
+
+
 def test_a_contraction_in_the_stop_list_is_dropped_not_searched_as_a_phrase(
         store: Store) -> None:
     """"don't" is split at its apostrophe into the phrase "don t"; it is a stop word."""

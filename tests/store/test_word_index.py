@@ -414,6 +414,38 @@ def test_chinese_questions_rank_as_before(store: SQLiteStore) -> None:
             "SELECT id FROM cjk_lengths ORDER BY id")]
 
 
+def test_a_date_span_of_two_characters_ranks_the_same_on_every_path(
+        store: SQLiteStore) -> None:
+    """``6号`` (a digit joined to one CJK letter: its letter's gram, then the text) scores the
+    same through the NumPy CJK path, the word impact index and FTS5, and never in ``16号``."""
+    from refold.store.sqlite.natural import cjk_best
+
+    rng = random.Random(29)
+    session = store.create_session()
+    store.append_messages(session.id, [
+        {"role": "user", "content": rng.choice(("", "6号", "16号", "在6号", "6 号")) + (
+            zh_text(rng) if rng.random() < 0.6 else " " + text(rng))} for _ in range(3000)])
+    store.seal_word_index()
+    for question in ("6号部署了什么", "6号的测试失败了吗", "6号部署了什么"):  # (2nd: the copy)
+        plan = parse_query(question).natural
+        assert plan is not None and "6号" in plan.cjk and not plan.words
+        query = SearchQuery(question)
+        with store.db.read() as conn:
+            fast = cjk_best(conn, plan, query, 20)
+            assert fast is not None
+            reference = natural_scores(conn, plan, query, 20, scan=True)
+            held = {int(r[0]) for r in conn.execute(
+                "SELECT id FROM messages WHERE text GLOB '*6号*' AND NOT text GLOB '*16号*'")}
+        assert [(i, fast[i]) for i in best_first(fast, 20)] == \
+            [(i, reference[i]) for i in best_first(reference, 20)]
+        assert held & set(reference) == held  # every message holding the span is a match
+    assert compare(store, "6号 build failure of the deployment") == 20
+    with store.db.read() as conn:
+        scores = natural_scores(conn, parse_query("6号 zzzz").natural,  # type: ignore[arg-type]
+                                SearchQuery("6号 zzzz"), 20, scan=True)
+        assert set(scores) == held
+
+
 def test_wide_counts_and_lengths(store: SQLiteStore) -> None:
     """A word 300 times in one message (a count over one byte) and a message of 70,000
     tokens (a length over two bytes): stored wide, merged, edited, ranked exactly."""

@@ -10,9 +10,10 @@ AND/OR/NOT, ``-word`` or ``word*``; see ``refold.search.query.is_explicit``) goe
 - a CJK run is cut at stop words; each piece of 1–4 characters is one exact-substring term
   (1–2 characters answered by the CJK gram index, 3+ by trigrams, as for explicit queries), a
   longer piece becomes its overlapping bigrams; a Hangul word loses its particle (``검색을``).
-- digits glued to CJK (``5月6号``, ``2023年5月4日``) are one exact term, the whole span; its
-  bare numbers and the unit letter after each (月, 号, 日) are no terms of their own: alone they
-  match any message with a 5 or a 月 and outranked the words of the question.
+- digits glued to CJK (``5月6号``, ``2023年5月4日``, ``6号``, ``2일``) are one exact term, the
+  whole span; its bare numbers and the unit letter after each (月, 号, 日; a Korean particle
+  after it, the 에 of ``2일에``) are no terms of their own: alone they match any message with
+  a 5 or a 月 and outranked the words of the question (``short_span``: two characters).
 - a plain word of 3+ ASCII letters or digits (``glued``) is also looked for where Chinese,
   Japanese or Korean text holds it without spaces (``用pytest跑``, ``ＡＰＩキー``, ``API를``),
   which the word index keeps as one token with its neighbours (``glued_words``, ``glued_in``).
@@ -33,8 +34,13 @@ import unicodedata
 
 from refold._records import dataclass
 from refold.search.dates import Day
-from refold.search.query import _CJK, LazyPattern, Term, has_cjk
-from refold.search.stopwords import is_stop_word, split_cjk_stops, strip_korean_particle
+from refold.search.query import _CJK, LazyPattern, Term, has_cjk, is_gram_needle
+from refold.search.stopwords import (
+    KOREAN_PARTICLES,
+    is_stop_word,
+    split_cjk_stops,
+    strip_korean_particle,
+)
 
 MAX_NATURAL_TERMS = 24
 LONG_PIECE = 4  # a lone CJK word up to this long is searched exactly, as typed
@@ -96,16 +102,19 @@ def _split(term: Term) -> tuple[list[Term], list[str]]:
     words: list[Term] = []
     cjk: list[str] = []
     for word in term.words:
-        # "5月6号", "iPhone15发布": letters and digits joined to CJK are one token in the word
-        # index and no gram; the joined span (3+ characters) is an exact trigram substring
-        joined = [m for m in _JOINED.finditer(word) if len(m.group(0)) >= 3]
+        # "5月6号", "iPhone15发布", "6号", "2일": letters and digits joined to CJK are one token
+        # in the word index and no gram; the joined span is an exact substring (3+ characters:
+        # a trigram one; 2, ``short_span``: its CJK letter's gram, then the text)
+        joined = [m for m in _JOINED.finditer(word)
+                  if len(m.group(0)) >= 3 or short_span(m.group(0))]
         start, after_number = 0, False
         for part in _RUNS.split(word):
             end = start + len(part)
             inside = any(m.start() <= start and end <= m.end() for m in joined)
             if part and has_cjk(part):
                 if after_number:  # 月, 号, 日 of "5月6号": the joined span holds them
-                    part = part[1:]
+                    part = part[1:]  # (and the particle of "2일에" is no term of its own)
+                    part = "" if part in KOREAN_PARTICLES else part
                 cjk.extend(_cjk_terms(part, typed_word=len(term.words) == 1 and part == word)
                            if part else [])
             elif part and not is_stop_word(part) and not (inside and part.isdigit()):
@@ -114,6 +123,15 @@ def _split(term: Term) -> tuple[list[Term], list[str]]:
             start = end
         cjk.extend(m.group(0) for m in joined)
     return words, cjk
+
+
+def short_span(piece: str) -> bool:
+    """A CJK term of two characters, a letter or digit then a CJK letter (``6号``, ``2일``,
+    ``B站``): no trigram index finds two characters, so the backends look up the CJK letter's
+    gram (``is_gram_needle``) and test the text for the span, not preceded by another letter
+    or digit (``16号`` holds no ``6号``: ``SHORT_SPAN_EDGE``)."""
+    return len(piece) == 2 and piece[0].isascii() and piece[0].isalnum() \
+        and is_gram_needle(piece[1])
 
 
 _HAN_OR_KATAKANA = LazyPattern("[\u3400-\u9fff\uf900-\ufaff\u30a0-\u30ff\U00020000-\U0003134f]")
@@ -179,6 +197,9 @@ def glued_words(words: tuple[Term, ...]) -> tuple[str, ...]:
 
 GLUED_MARK = "~"  # a glued word's entry among a message's CJK grams (PostgreSQL): "~pytest"
 FULL_WIDTH = "０-９Ａ-Ｚａ-ｚ"  # full-width digits and letters, inside [...]
+# what may not stand right before a ``short_span`` in a message (inside [^...]; the text's
+# start may): an ASCII or full-width letter or digit, so "16号" holds no "6号"
+SHORT_SPAN_EDGE = "0-9A-Za-z" + FULL_WIDTH
 _ALNUM_RUN = LazyPattern(f"[0-9A-Za-z{FULL_WIDTH}]+")
 MAX_GLUED_PER_MESSAGE = 64
 

@@ -3,8 +3,9 @@
 The twin of ``refold.store.sqlite.natural``, in one SQL statement: each term is a condition
 (a word: ``tsv @@ tsquery``, stemmed by the ``refold_search`` configuration; a CJK piece of 1–2
 characters: the gram array; 3+: ``LIKE`` through the trigram index, so CJK terms stay exact
-substrings). Each term weighs its BM25 IDF, counted on the rows the filters allow (the
-collection size scaled to match: ``rank.filtered_total``); a message
+substrings; a digit or letter joined to a CJK letter, ``6号``: the letter's gram and a regular
+expression, as SQLite reads the text). Each term weighs its BM25 IDF, counted on the rows the
+filters allow (the collection size scaled to match: ``rank.filtered_total``); a message
 scores the weights of the terms it holds times BM25's length factor for one occurrence
 (PostgreSQL's text search gives presence, not term counts), boosted when it holds every term
 or an adjacent pair of the query's words as a phrase (``refold.search.rank``). A day the
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from refold.search.dates import day_ranges
-from refold.search.natural import GLUED_MARK, NaturalPlan
+from refold.search.natural import GLUED_MARK, SHORT_SPAN_EDGE, NaturalPlan, short_span
 from refold.search.query import Term, is_gram_needle
 from refold.search.rank import BOOST_ALL, BOOST_PHRASE, K1, B, filtered_total, idf
 from refold.store.postgres.core import Cursor
@@ -36,6 +37,9 @@ def _word_condition(term: Term) -> tuple[str, tuple[Any, ...]]:
 
 
 def _cjk_condition(piece: str) -> tuple[str, tuple[Any, ...]]:
+    if short_span(piece):  # "6号": its CJK letter's gram, then the span, not after a digit
+        return ("(m.cjk_grams @> %s::text[] AND m.search_text ~* %s)",
+                ([piece[1]], f"(^|[^{SHORT_SPAN_EDGE}]){piece}"))
     if is_gram_needle(piece):
         return "m.cjk_grams @> %s::text[]", ([piece],)
     return "m.search_text LIKE %s", ("%" + like_escape(piece) + "%",)

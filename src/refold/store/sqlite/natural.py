@@ -26,7 +26,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from refold.search.dates import day_ranges
-from refold.search.natural import FULL_WIDTH, NaturalPlan, full_width
+from refold.search.natural import (
+    FULL_WIDTH,
+    SHORT_SPAN_EDGE,
+    NaturalPlan,
+    full_width,
+    short_span,
+)
 from refold.search.query import CJK_CLASS, Term, is_gram_needle
 from refold.search.rank import (
     BOOST_ALL,
@@ -128,18 +134,33 @@ def word_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     return scores, every, phrase
 
 
+def _cjk_index(piece: str) -> tuple[str, str, str, list[object]]:
+    """How to find the messages holding a CJK term: the index (gram or trigram), its MATCH
+    string, and a test of ``m.text`` with its arguments ("" when the index alone is exact).
+    A ``short_span`` (``6号``, ``2일``) is looked up by its CJK letter's gram, then its text
+    holds the span with no letter or digit before it (``16号`` holds no ``6号``)."""
+    if short_span(piece):  # (instr first: the class of GLOB's edge is 3x slower alone)
+        span = piece.lower()
+        glob = f"*[^{SHORT_SPAN_EDGE}]{span}*"  # (the text padded: its start is an edge)
+        return ("messages_cjk_grams", '"' + piece[1] + '"',
+                " AND instr(lower(m.text), ?) AND (' ' || lower(m.text)) GLOB ?", [span, glob])
+    table = "messages_cjk_grams" if is_gram_needle(piece) else "messages_trigram"
+    return table, '"' + piece + '"', "", []
+
+
 def _postings(conn: sqlite3.Connection, piece: str, query: SearchQuery,
               where: str, args: list[object]) -> list[tuple[int, int]]:
-    table = "messages_cjk_grams" if is_gram_needle(piece) else "messages_trigram"
+    table, match, text, text_args = _cjk_index(piece)
     if not where_narrows(query):  # lengths and the active flag from the narrow table
         active = "" if query.include_inactive else " AND l.active = 1"
+        read = " JOIN messages m ON m.id = f.rowid" if text else ""
         return conn.execute(
-            f"SELECT l.id, l.chars FROM {table} f JOIN {cjklen.TABLE} l ON l.id = f.rowid "
-            f"WHERE {table} MATCH ?{active}", ['"' + piece + '"']).fetchall()
+            f"SELECT l.id, l.chars FROM {table} f JOIN {cjklen.TABLE} l ON l.id = f.rowid"
+            f"{read} WHERE {table} MATCH ?{active}{text}", [match, *text_args]).fetchall()
     return conn.execute(
         f"SELECT m.id, length(m.text) FROM {table} f JOIN messages m ON m.id = f.rowid"
-        f"{_join(query)} WHERE {table} MATCH ?{where}",
-        ['"' + piece + '"', *args]).fetchall()
+        f"{_join(query)} WHERE {table} MATCH ?{where}{text}",
+        [match, *args, *text_args]).fetchall()
 
 
 def where_narrows(query: SearchQuery) -> bool:
@@ -150,9 +171,10 @@ def where_narrows(query: SearchQuery) -> bool:
 
 
 def _unfiltered_count(conn: sqlite3.Connection, piece: str) -> int:
-    table = "messages_cjk_grams" if is_gram_needle(piece) else "messages_trigram"
-    return int(conn.execute(f"SELECT count(*) FROM {table} WHERE {table} MATCH ?",
-                            ['"' + piece + '"']).fetchone()[0])
+    table, match, text, text_args = _cjk_index(piece)
+    read = " JOIN messages m ON m.id = f.rowid" if text else ""
+    return int(conn.execute(f"SELECT count(*) FROM {table} f{read} WHERE {table} MATCH ?{text}",
+                            [match, *text_args]).fetchone()[0])
 
 
 def _cjk_collection(conn: sqlite3.Connection) -> tuple[int, float]:
@@ -182,7 +204,7 @@ def cjk_best(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     copy = cjklen.lengths_for(path).current(conn, path) if path else None
     present: list[tuple[Any, Any]] = []  # (ids, lengths) of each piece with postings
     for piece in plan.cjk:
-        if copy is None:
+        if copy is None or short_span(piece):  # (a short span's text is read: no copy)
             rows = _postings(conn, piece, query, "", [])
             found = (np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
                      np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows)))
@@ -371,17 +393,15 @@ def newest_ids(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     limit, not the number of matches (nothing is scored: the order is by id)."""
     where, args = filters(query)
     found: set[int] = set()
-    queries: list[tuple[str, str]] = []
+    queries: list[tuple[str, str, str, list[object]]] = []
     if plan.words:
-        queries.append(("messages_fts", " OR ".join(t.fts5() for t in plan.words)))
-    for piece in plan.cjk:
-        table = "messages_cjk_grams" if is_gram_needle(piece) else "messages_trigram"
-        queries.append((table, '"' + piece + '"'))
-    for table, match in queries:
+        queries.append(("messages_fts", " OR ".join(t.fts5() for t in plan.words), "", []))
+    queries.extend(_cjk_index(piece) for piece in plan.cjk)
+    for table, match, text, text_args in queries:
         found.update(int(r[0]) for r in conn.execute(
             f"SELECT m.id FROM {table} f JOIN messages m ON m.id = f.rowid{_join(query)} "
-            f"WHERE {table} MATCH ?{where} ORDER BY f.rowid DESC LIMIT ?",
-            [match, *args, limit]))
+            f"WHERE {table} MATCH ?{where}{text} ORDER BY f.rowid DESC LIMIT ?",
+            [match, *args, *text_args, limit]))
     if plan.days:
         condition, bounds = _day_condition(conn, plan)
         found.update(int(r[0]) for r in conn.execute(
