@@ -15,8 +15,8 @@ def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text}
 
 
-def top(store: Store, text: str) -> list[str]:
-    return [h.content for h in store.search(SearchQuery(text, window=0))]
+def top(store: Store, text: str, **kw: Any) -> list[str]:
+    return [h.content for h in store.search(SearchQuery(text, window=0, **kw))]
 
 
 def test_a_quoted_title_inside_a_question_is_a_phrase_term_not_a_requirement(
@@ -209,6 +209,34 @@ def test_a_glued_word_written_full_width_or_before_a_korean_particle_is_found(
     assert sorted(top(store, "API")) == sorted(want)
     assert sorted(top(store, "ＡＰＩ")) == sorted(want)
     assert sorted(top(store, "where do I set the api?")) == sorted(want)
+
+
+def test_a_file_or_variable_name_glued_inside_cjk_text_is_found(store: Store) -> None:
+    """A chunk of several words (``docker-compose.yml``, ``OPENAI_API_KEY``) is a phrase of
+    the word index, which keeps ``yml读取它`` or ``KEYに`` as one token: the chunk is also looked
+    for as typed (any case) beside a CJK letter in CJK messages."""
+    s = store.create_session()
+    env = "API key在.env文件里，docker-compose.yml读取它。"
+    ja = "環境変数OPENAI_API_KEYにAPIキーを入れて、設定は~/.config/app/config.tomlです。"
+    deploy = "我的API key在哪里？用Docker-Compose部署的"
+    store.append_messages(s.id, [
+        user(env), user(ja), user(deploy), user("run docker-compose up -d"),
+        user("用xdocker-compose部署"), user("docker-compose.yaml读取"),  # other words
+        user("another OPENAI_API_KEY_OLD value"), user("nothing here")])
+    plan = parse_query("docker-compose.yml").glued
+    assert plan is not None and plan.chunks == (("docker compose yml", "docker-compose.yml"),)
+    assert top(store, "docker-compose.yml") == [env]
+    assert top(store, "where is docker-compose.yml?") == [env]
+    assert sorted(top(store, "OPENAI_API_KEY")) == sorted(
+        [ja, "another OPENAI_API_KEY_OLD value"])  # (the phrase finds the second)
+    assert top(store, "config.toml") == [ja]
+    assert top(store, "~/.config/app/config.toml") == [ja]
+    assert sorted(top(store, "docker-compose")) == sorted(
+        [env, deploy, "run docker-compose up -d", "docker-compose.yaml读取"])
+    hits = top(store, "how do I set OPENAI_API_KEY in config.toml?")
+    assert hits[0] == ja
+    # explicit syntax is searched as typed
+    assert top(store, '"docker compose yml"') == []
 
 
 def test_a_glued_word_adds_nothing_to_a_message_holding_it_as_a_word(

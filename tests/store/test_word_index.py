@@ -414,6 +414,27 @@ def test_chinese_questions_rank_as_before(store: SQLiteStore) -> None:
             "SELECT id FROM cjk_lengths ORDER BY id")]
 
 
+def test_glued_chunks_in_cjk_text_score_the_same_on_the_index_and_fts5(
+        store: SQLiteStore) -> None:
+    rng = random.Random(6)
+    fill(store, rng, 3, 1500)
+    s = store.create_session()
+    store.append_messages(s.id, [
+        {"role": "user", "content": f"第{n}次用Config.toml读取{'测试' * (n % 3)}"}
+        for n in range(40)])
+    store.append_messages(s.id, [{"role": "user", "content": "caroline 用 config.toml 跑"},
+                                 {"role": "user", "content": "the config toml file"}])
+    store.seal_word_index()
+    for question in ("config.toml", "did caroline read config.toml?",
+                     "config.toml support group"):
+        plan = parse_query(question).natural or parse_query(question).glued
+        assert plan is not None and plan.chunks == (("config toml", "config.toml"),)
+        assert compare(store, question) == 20
+        with store.db.read() as conn:
+            scores = natural_scores(conn, plan, SearchQuery(question), 20, scan=True)
+        assert sum(1 for i in scores if i > 4500) == 42  # every glued one, and the two words
+
+
 def test_a_date_span_of_two_characters_ranks_the_same_on_every_path(
         store: SQLiteStore) -> None:
     """``6号`` (a digit joined to one CJK letter: its letter's gram, then the text) scores the

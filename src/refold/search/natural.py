@@ -17,6 +17,9 @@ AND/OR/NOT, ``-word`` or ``word*``; see ``refold.search.query.is_explicit``) goe
 - a plain word of 3+ ASCII letters or digits (``glued``) is also looked for where Chinese,
   Japanese or Korean text holds it without spaces (``用pytest跑``, ``ＡＰＩキー``, ``API를``),
   which the word index keeps as one token with its neighbours (``glued_words``, ``glued_in``).
+  So is a chunk of several words as typed (``docker-compose.yml``, ``OPENAI_API_KEY``:
+  ``chunks``, ``glued_chunks``), whose phrase the word index misses when its first or last word
+  is glued (``docker-compose.yml读取它``).
 - ``pairs`` are adjacent content words of the query, for the phrase boost.
 - ``days`` are the calendar days it names ("on May 2nd", "5月2号"; ``refold.search.dates``):
   one more term each, whose postings are the messages created that day.
@@ -62,6 +65,9 @@ class NaturalPlan:
     single: Term | None = None  # the only content term, when there is just one
     days: tuple[Day, ...] = ()  # calendar days the query names (refold.search.dates)
     glued: tuple[str, ...] = ()  # words also looked for glued inside CJK text (glued_words)
+    # (term, chunk as typed) of a term of several words also looked for glued inside CJK text,
+    # the term as ``" ".join(words)``: ("docker compose yml", "docker-compose.yml")
+    chunks: tuple[tuple[str, str], ...] = ()
 
     def needles(self) -> list[str]:
         """Substrings to highlight in snippets, longest first."""
@@ -173,12 +179,13 @@ def natural_plan(terms: list[Term], days: tuple[Day, ...] = ()) -> NaturalPlan |
     kept_cjk = tuple(cjk)[:MAX_NATURAL_TERMS - len(kept_words)]
     if len(kept_words) + len(kept_cjk) == 1 and not days:
         single = kept_words[0] if kept_words else Term((kept_cjk[0],))
-        return NaturalPlan(kept_words, kept_cjk, single=single, glued=glued_words(kept_words))
+        return NaturalPlan(kept_words, kept_cjk, single=single, glued=glued_words(kept_words),
+                           chunks=glued_chunks(kept_words))
     pairs = tuple(dict.fromkeys(
         (a, b) for a, b in itertools.pairwise(order)
         if a and b and a != b and " " not in a + b))
     return NaturalPlan(kept_words, kept_cjk, pairs=pairs[:8], days=days,
-                       glued=glued_words(kept_words))
+                       glued=glued_words(kept_words), chunks=glued_chunks(kept_words))
 
 
 GLUED_CHARS = 3  # the trigram index finds substrings this long or longer
@@ -192,6 +199,18 @@ def glued_words(words: tuple[Term, ...]) -> tuple[str, ...]:
     out = [t.words[0] for t in words
            if len(t.words) == 1 and not t.prefix and not t.negated
            and len(t.words[0]) >= GLUED_CHARS and t.words[0].isascii() and t.words[0].isalnum()]
+    return tuple(dict.fromkeys(out))
+
+
+def glued_chunks(words: tuple[Term, ...]) -> tuple[tuple[str, str], ...]:
+    """(term, chunk) for the terms among ``words`` typed as one chunk of several ASCII words
+    (``docker-compose.yml``, ``OPENAI_API_KEY``, ``config.toml``; 3+ characters, no prefix),
+    which a CJK message may hold glued to its text (``docker-compose.yml读取它``): the word
+    index keeps ``yml读取它`` as one token, so its phrase misses them; the backends also look
+    for the chunk, as typed (any case), beside a CJK letter in CJK messages."""
+    out = [(" ".join(t.words), t.raw) for t in words
+           if len(t.words) > 1 and not t.prefix and not t.negated
+           and len(t.raw) >= GLUED_CHARS and t.raw.isascii()]
     return tuple(dict.fromkeys(out))
 
 
@@ -234,6 +253,6 @@ def glued_alone(plan: NaturalPlan) -> NaturalPlan | None:
     """For a one-word query (``plan.single``) that may be glued inside CJK text, the plan that
     searches the word both ways (the backends use it when the archive holds it glued), else
     None: the word is answered exactly, as typed."""
-    if plan.single is None or not plan.glued:
+    if plan.single is None or not (plan.glued or plan.chunks):
         return None
-    return NaturalPlan((plan.single,), (), glued=plan.glued)
+    return NaturalPlan((plan.single,), (), glued=plan.glued, chunks=plan.chunks)

@@ -38,7 +38,7 @@ import string
 import unicodedata
 from typing import TYPE_CHECKING, Any, Literal
 
-from refold._records import dataclass
+from refold._records import dataclass, field
 from refold.errors import SearchQueryError
 
 if TYPE_CHECKING:
@@ -138,6 +138,9 @@ class Term:
     negated: bool = False
     quoted: bool = False
     literal: bool = False  # symbols, not a word: an exact substring (see the module doc)
+    # a chunk's text from its first word to its last as typed (``docker-compose.yml``), for a
+    # term of several words; "" otherwise (``natural.glued_chunks`` looks for it in CJK text)
+    raw: str = field(default="", compare=False)
 
     @property
     def cjk(self) -> bool:
@@ -311,9 +314,11 @@ NEGATED_MIN_CHARS = 3  # "-word" excludes from this length; "-q", "-rf" are flag
 def _chunk_token(chunk: str) -> Term | str:
     if chunk in _OPERATORS:
         return chunk
-    words = tuple(_WORD.findall(chunk))
-    if not words:
+    found = list(_WORD.finditer(chunk))
+    if not found:
         return _literal(chunk)
+    words = tuple(m.group() for m in found)
+    raw = chunk[found[0].start():found[-1].end()] if len(found) > 1 else ""
     # "word*" is a prefix; "*word*" or "**word**" is Markdown emphasis (pasted from an agent's
     # answer or a note), a plain word: an asterisk before the first letter says which
     prefix = bool(re.search(r"[^\W_]\*+[^\w]*$", chunk)) and not _EMPHASIS.match(chunk)
@@ -322,7 +327,7 @@ def _chunk_token(chunk: str) -> Term | str:
     word = _WORD.match(chunk, 1) if len(chunk) > 1 and chunk[0] == "-" else None
     negated = word is not None and len(word.group()) >= NEGATED_MIN_CHARS \
         and not word.group().isdigit()
-    return Term(words, prefix=prefix, negated=negated)
+    return Term(words, prefix=prefix, negated=negated, raw=raw)
 
 
 def _literal(chunk: str) -> Term | str:
@@ -410,7 +415,7 @@ def _width_variants(text: str, terms: list[Term]) -> list[Term]:
         if isinstance(token, Term) and not token.negated and not token.literal \
                 and token.words not in have:
             have.add(token.words)
-            out.append(Term(token.words, token.prefix, False, token.quoted))
+            out.append(Term(token.words, token.prefix, False, token.quoted, raw=token.raw))
     return out[:MAX_TERMS]
 
 

@@ -15,13 +15,20 @@ scored; ties go to the newest row.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from refold.search.dates import day_ranges
-from refold.search.natural import GLUED_MARK, SHORT_SPAN_EDGE, NaturalPlan, short_span
-from refold.search.query import Term, is_gram_needle
+from refold.search.natural import (
+    FULL_WIDTH,
+    GLUED_MARK,
+    SHORT_SPAN_EDGE,
+    NaturalPlan,
+    short_span,
+)
+from refold.search.query import CJK_CLASS, Term, is_gram_needle
 from refold.search.rank import BOOST_ALL, BOOST_PHRASE, K1, B, filtered_total, idf
 from refold.store.postgres.core import Cursor
 from refold.store.titles import like_escape
@@ -82,9 +89,41 @@ def _glued_marks(words: Sequence[str]) -> list[str]:
     return [GLUED_MARK + word.lower() for word in words]
 
 
-def glued_exists(cur: Cursor, words: tuple[str, ...]) -> bool:
-    """Does some CJK message hold one of ``words`` glued to its CJK text? (One lookup in the
-    grams' GIN index.)"""
+_EDGE = f"[^0-9a-z{FULL_WIDTH}]"
+
+
+def _chunk_glued(chunk: str) -> tuple[str, tuple[Any, ...]]:
+    """A CJK message holding ``chunk`` (``docker-compose.yml``, any case) glued to a CJK letter
+    (``docker-compose.yml读取``: its last word is one token with the CJK text, so the phrase
+    misses it): the trigram index finds the substring, a regular expression its edges (as
+    SQLite's GLOB does)."""
+    body = re.escape(chunk)
+    pattern = f"[{CJK_CLASS}]{body}({_EDGE}|$)|(^|{_EDGE}){body}[{CJK_CLASS}]"
+    return ("(m.cjk_grams IS NOT NULL AND m.search_text ILIKE %s AND m.search_text ~* %s)",
+            ("%" + like_escape(chunk) + "%", pattern))
+
+
+def _chunk_condition(term: str, chunk: str) -> tuple[str, tuple[Any, ...]]:
+    """``_chunk_glued``, and not also holding the phrase ``term`` (then the term scores it)."""
+    sql, args = _chunk_glued(chunk)
+    phrase = " <-> ".join(_lexeme(w) for w in term.split(" "))
+    return f"({sql} AND NOT m.tsv @@ to_tsquery('refold_search', %s))", (*args, phrase)
+
+
+def _chunk_exists(cur: Cursor, chunk: str) -> bool:
+    sql, args = _chunk_glued(chunk)
+    cur.execute(f"SELECT count(*) FROM messages m WHERE {sql}", args, prepare=False)
+    row = cur.fetchone()
+    return bool(row and row[0])
+
+
+def glued_exists(cur: Cursor, plan: NaturalPlan) -> bool:
+    """Does some CJK message hold one of the plan's words (one lookup in the grams' GIN index)
+    or chunks (the trigram index) glued to its CJK text?"""
+    return _words_glued(cur, plan.glued) or any(_chunk_exists(cur, c) for _, c in plan.chunks)
+
+
+def _words_glued(cur: Cursor, words: tuple[str, ...]) -> bool:
     if not words:
         return False
     # a count, not EXISTS: under EXISTS (LIMIT 1) the planner bets on a sequential scan
@@ -134,8 +173,9 @@ def ranked_ids(cur: Cursor, plan: NaturalPlan, where: list[str], args: list[Any]
     terms = conditions(cur, plan)
     number = {" ".join(t.words): n for n, t in enumerate(plan.words)}
     glued_words = [w for w in plan.glued if w in number] \
-        if glued_exists(cur, plan.glued) else []  # (an archive without CJK: none, at once)
-    glued = [(number[w], _glued_condition(w)) for w in glued_words]
+        if _words_glued(cur, plan.glued) else []  # (an archive without CJK: none, at once)
+    chunks = [(number[t], _chunk_condition(t, c)) for t, c in plan.chunks if t in number]
+    glued = [*((number[w], _glued_condition(w)) for w in glued_words), *chunks]
     weights, glued_weights = _weights(cur, terms, where, args, glued)
     if plan.days and terms and weights[-1] == 0.0:  # no message from that day: no day term
         terms, weights = terms[:-1], weights[:-1]
@@ -156,9 +196,11 @@ def ranked_ids(cur: Cursor, plan: NaturalPlan, where: list[str], args: list[Any]
     # which rows to score: every term's condition; for the glued words, only their index
     # lookup (the grams' GIN index; the scores above leave out a row holding one as a token)
     match = " OR ".join([*(f"({sql})" for sql, _ in terms),
-                         *(["m.cjk_grams && %s::text[]"] if glued else [])])
+                         *(["m.cjk_grams && %s::text[]"] if glued_words else []),
+                         *(sql for _, (sql, _) in chunks)])
     match_args = [*(a for _, arg in terms for a in arg),
-                  *([_glued_marks(glued_words)] if glued else [])]
+                  *([_glued_marks(glued_words)] if glued_words else []),
+                  *(a for _, (_, arg) in chunks for a in arg)]
     order = "m.id DESC" if recency else "score DESC, m.id DESC"
     cur.execute(f"""SELECT m.id, ({score}) * {norm} * ({boost}) AS score
                     FROM messages m JOIN sessions s ON s.id = m.session_id

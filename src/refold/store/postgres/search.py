@@ -153,7 +153,7 @@ class SearchMixin(LedgerMixin):
             return []
         limit = max(1, min(int(query.limit), MAX_LIMIT))
         with self._tx("search") as cur:
-            if parsed.glued is not None and glued_exists(cur, parsed.glued.glued):
+            if parsed.glued is not None and glued_exists(cur, parsed.glued):
                 # one word some CJK message holds glued to its text: searched both ways
                 parsed = records.replace(parsed, natural=parsed.glued)
             # Extra rows, so copies collapsing into one hit still leave ``limit`` hits; more

@@ -22,7 +22,7 @@ import heapq
 import math
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from refold.search.dates import day_ranges
@@ -256,68 +256,86 @@ def cjk_scores(conn: sqlite3.Connection, plan: NaturalPlan,
     return scores, {i for i, n in counts.items() if n == len(plan.cjk)}
 
 
-def _in_cjk_text(conn: sqlite3.Connection, words: Sequence[str]) -> bool:
-    """Does some CJK message hold one of ``words`` (ASCII or full-width) at all? One indexed
-    lookup for them all; the trigram index holds CJK messages only, so an archive without CJK
+def _glued_lookups(plan: NaturalPlan) -> list[tuple[str, str, list[str]]]:
+    """(term, trigram MATCH, GLOB patterns on the padded lower-case text) for each word or
+    chunk of ``plan`` that a CJK message may hold glued to its text (``plan.glued``: as a
+    whole word, in ASCII any case or full-width: ``用pytest跑``, ``pytest跑``, ``ＡＰＩキー``,
+    not ``用 pytest 跑``, a word of its own, nor the ``pyt`` of ``pytest``; ``plan.chunks``: as
+    typed, any case, ``docker-compose.yml读取``). The term is how ``token_df`` and
+    ``tokens_among`` name it: the word, or the chunk's words joined by spaces."""
+    edge = f"[^0-9a-z{FULL_WIDTH}]"
+    cjk = f"[{CJK_CLASS}]"
+    out: list[tuple[str, str, list[str]]] = []
+    for word in plan.glued:
+        low, wide = word.lower(), (full_width(word.lower()), full_width(word.upper()))
+        out.append((word, f'"{word}" OR "{full_width(word)}"', [
+            p for form in (low, *wide) for p in (f"*{cjk}{form}{edge}*", f"*{edge}{form}{cjk}*")]))
+    for term, chunk in plan.chunks:
+        low = "".join(f"[{c}]" if c in "*?[" else c for c in chunk.lower())  # GLOB's own
+        out.append((term, '"' + chunk.replace('"', '""') + '"',
+                    [f"*{cjk}{low}{edge}*", f"*{edge}{low}{cjk}*"]))
+    return out
+
+
+def _in_cjk_text(conn: sqlite3.Connection, lookups: list[tuple[str, str, list[str]]]) -> bool:
+    """Does some CJK message hold one of the glued words or chunks at all? One indexed lookup
+    for them all; the trigram index holds CJK messages only, so an archive without CJK
     answers at once."""
-    return bool(words) and conn.execute(
+    return bool(lookups) and conn.execute(
         "SELECT 1 FROM messages_trigram WHERE messages_trigram MATCH ? LIMIT 1",
-        [" OR ".join(f'"{w}" OR "{full_width(w)}"' for w in words)]).fetchone() is not None
+        [" OR ".join(match for _, match, _ in lookups)]).fetchone() is not None
 
 
-def glued_exists(conn: sqlite3.Connection, words: Sequence[str]) -> bool:
-    """Does some CJK message hold one of ``words`` glued to its CJK text
-    (``natural.glued_words``)?"""
-    if not _in_cjk_text(conn, words):
+def glued_exists(conn: sqlite3.Connection, plan: NaturalPlan) -> bool:
+    """Does some CJK message hold one of the plan's words or chunks glued to its CJK text
+    (``natural.glued_words``, ``natural.glued_chunks``)?"""
+    lookups = _glued_lookups(plan)
+    if not _in_cjk_text(conn, lookups):
         return False
-    everything = SearchQuery(" ".join(words), include_inactive=True)
-    return any(_glued_rows(conn, w, everything, "", [], 1) for w in words)
+    everything = SearchQuery("glued", include_inactive=True)
+    return any(_glued_rows(conn, match, patterns, everything, "", [], 1)
+               for _, match, patterns in lookups)
 
 
-def glued_scores(conn: sqlite3.Connection, words: Sequence[str], query: SearchQuery,
+def glued_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
                  token_df: Callable[[str], int],
                  tokens_among: Callable[[str, list[int]], set[int]]) -> dict[int, float]:
-    """The CJK messages holding a query word glued to their CJK text (``用pytest跑``, which the
-    word index keeps as one token), each scored for that word as one occurrence (BM25: the
-    word's IDF over every message holding it either way, the length factor of a CJK term).
-    A message the word index already matches for the word (``tokens_among``) is left out: it
-    is scored as a word. ``token_df(word)``: how many messages hold it as a word."""
-    if not _in_cjk_text(conn, words):
+    """The CJK messages holding a query word or chunk glued to their CJK text (``用pytest跑``,
+    ``docker-compose.yml读取``, which the word index keeps as one token with its neighbours),
+    each scored for that term as one occurrence (BM25: the term's IDF over every message
+    holding it either way, the length factor of a CJK term). A message the word index already
+    matches for the term (``tokens_among``) is left out: it is scored as a word.
+    ``token_df(term)``: how many messages hold it as a word (a chunk: as a phrase)."""
+    lookups = _glued_lookups(plan)
+    if not _in_cjk_text(conn, lookups):
         return {}
     where, args = filters(query)
     out: dict[int, float] = {}
     total, average = 0, 0.0
-    for word in words:
-        rows = _glued_rows(conn, word, query, where, args)
+    for term, match, patterns in lookups:
+        rows = _glued_rows(conn, match, patterns, query, where, args)
         if not rows:
             continue
-        as_token = tokens_among(word, [int(r[0]) for r in rows])
+        as_token = tokens_among(term, [int(r[0]) for r in rows])
         rows = [r for r in rows if int(r[0]) not in as_token]
         if not rows:
             continue
         if not total:
             total, average = _cjk_collection(conn)
-        weight = idf(total, token_df(word) + len(rows))
+        weight = idf(total, token_df(term) + len(rows))
         for rowid, length in rows:
             out[int(rowid)] = out.get(int(rowid), 0.0) + weight * presence_weight(length, average)
     return out
 
 
-def _glued_rows(conn: sqlite3.Connection, word: str, query: SearchQuery,
+def _glued_rows(conn: sqlite3.Connection, match: str, patterns: list[str], query: SearchQuery,
                 where: str, args: list[object], limit: int | None = None
                 ) -> list[tuple[int, int]]:
-    """(id, length) of the newest CJK messages holding ``word`` glued to a CJK letter, as a
-    whole word, in ASCII any case or full-width (``用pytest跑``, ``pytest跑``, ``ＡＰＩキー``;
-    not ``用 pytest 跑``, a word of its own, nor the ``pyt`` of ``pytest``): the trigram index
-    finds the substring, GLOB on the text its edges (the text padded: its ends are edges)."""
-    edge = f"[^0-9a-z{FULL_WIDTH}]"
-    cjk = f"[{CJK_CLASS}]"
-    low, wide = word.lower(), (full_width(word.lower()), full_width(word.upper()))
-    patterns = [f"*{cjk}{low}{edge}*", f"*{edge}{low}{cjk}*",
-                *(p for form in wide for p in (f"*{cjk}{form}{edge}*", f"*{edge}{form}{cjk}*"))]
+    """(id, length) of the newest CJK messages holding a glued word or chunk
+    (``_glued_lookups``): the trigram index finds the substring, GLOB on the text its edges
+    (the text padded: its ends are edges)."""
     padded = "(' ' || lower(m.text) || ' ')"  # lower(): ASCII only, so full-width stays
     text = "(" + " OR ".join([f"{padded} GLOB ?"] * len(patterns)) + ")"
-    match = f'"{word}" OR "{full_width(word)}"'
     if not where_narrows(query):  # lengths and the active flag from the narrow table
         active = "" if query.include_inactive else " AND l.active = 1"
         return conn.execute(
@@ -426,7 +444,7 @@ def natural_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQue
               and not plan.days and not scan else None)
     words, every_word, phrase = word_scores(conn, plan, query, budget)
     cjk, every_cjk = cjk_scores(conn, plan, query)
-    cjk = _plus(cjk, glued_scores(conn, plan.glued, query, lambda w: _fts_df(conn, w),
+    cjk = _plus(cjk, glued_scores(conn, plan, query, lambda w: _fts_df(conn, w),
                                   lambda w, ids: _fts_tokens_among(conn, w, ids)))
     days = day_scores(conn, plan, query)
     out: dict[int, float] = {}
@@ -613,14 +631,14 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     import numpy as np
 
     cjk, every_cjk = cjk_scores(conn, plan, query)
-    if plan.glued:  # the index's own postings say who holds each word as a token
+    if plan.glued or plan.chunks:  # the index's own postings say who holds each as a token
         number = {" ".join(t.words): n for n, t in enumerate(plan.words)}
 
         def among(word: str, ids: list[int]) -> set[int]:
             found = np.asarray(ids, dtype=np.int64)
             return set(found[words.holding(number[word], found)].tolist())
 
-        cjk = _plus(cjk, glued_scores(conn, plan.glued, query,
+        cjk = _plus(cjk, glued_scores(conn, plan, query,
                                       lambda w: len(words.held[number[w]]), among))
     days = day_scores(conn, plan, query)
     terms = len(plan.words)

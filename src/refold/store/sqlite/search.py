@@ -104,7 +104,7 @@ class SearchOps(StateOps):
         limit = max(1, min(int(query.limit), MAX_LIMIT))
         self.catch_up_index()
         with self.db.read() as conn:
-            if parsed.glued is not None and glued_exists(conn, parsed.glued.glued):
+            if parsed.glued is not None and glued_exists(conn, parsed.glued):
                 # one word some CJK message holds glued to its text: searched both ways
                 parsed = records.replace(parsed, natural=parsed.glued)
             # Extra rows, so copies collapsing into one hit still leave ``limit`` hits; more
