@@ -193,6 +193,7 @@ def test_an_ascii_word_glued_inside_cjk_text_is_found(store: Store) -> None:
     assert top(store, "which port is 5433?") == ["端口是5433。"]
     assert top(store, "api") == ["APIキーは環境変数に入れてください"]  # any case
     assert top(store, "543") == [] and top(store, "pyt") == []  # whole words only
+    assert set(top(store, "pytest", sort="recency")) == set(top(store, "pytest"))
     # filters hold for the glued messages too
     assert [h.content for h in store.search(SearchQuery("pytest", session_id=other.id))] == [
         "另一个会话也用pytest"]
@@ -235,6 +236,7 @@ def test_a_file_or_variable_name_glued_inside_cjk_text_is_found(store: Store) ->
         [env, deploy, "run docker-compose up -d", "docker-compose.yaml读取"])
     hits = top(store, "how do I set OPENAI_API_KEY in config.toml?")
     assert hits[0] == ja
+    assert top(store, "docker-compose.yml", sort="recency") == [env]
     # explicit syntax is searched as typed
     assert top(store, '"docker compose yml"') == []
 

@@ -425,6 +425,11 @@ def newest_ids(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
         found.update(int(r[0]) for r in conn.execute(
             f"SELECT m.id FROM messages m{_join(query)} WHERE {condition}{where} "
             "ORDER BY m.id DESC LIMIT ?", [*bounds, *args, limit]))
+    lookups = _glued_lookups(plan)  # words and chunks glued inside CJK text, newest first
+    if _in_cjk_text(conn, lookups):
+        for _, match, patterns in lookups:
+            found.update(int(r[0]) for r in _glued_rows(conn, match, patterns, query, where,
+                                                        args, limit))
     return sorted(found, reverse=True)[:limit]
 
 
