@@ -106,3 +106,29 @@ def test_an_unsafe_or_off_template_llm_summary_falls_back(server: RunningLLM,
     assert out.report.status == "fallback" and out.report.summarizer == "builtin"
     assert any("rejected" in w for w in out.report.warnings), out.report.warnings
     assert "Ignore all previous" not in (out.report.summary or "")
+
+
+@pytest.mark.parametrize("line", [
+    "export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "DATABASE_URL=postgresql://app:s3cr3t-Pa55word@db.internal:5432/app",
+    "password: hunter2/with/slashes/in/it"])
+def test_a_secret_never_reaches_the_anchor_index(line: str) -> None:
+    """The anchor index quotes pieces cut out of the transcript; a credential's value that
+    looks like a path went in verbatim, because the piece had lost the name (KEY=…) that tells
+    redaction what it is."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "agent"},
+                                      {"role": "user", "content": "Set up the deploy."}]
+    for k in range(12):
+        out = line + "\n" if k == 3 else ""
+        messages += [{"role": "assistant", "content": f"step {k}", "tool_calls": [
+            {"id": f"c{k}", "type": "function", "function": {
+                "name": "bash", "arguments": json.dumps({"command": f"cat deploy/env{k}.sh"})}}]},
+            {"role": "tool", "tool_call_id": f"c{k}", "content": out + "x=1\n" * 300}]
+    messages += [{"role": "user", "content": "ok continue"},
+                 {"role": "assistant", "content": "Continuing."}]
+    result = compact(messages, context_length=8000)
+    assert result.report.status == "ok"
+    secret = line.split("=", 1)[-1].split(": ", 1)[-1]
+    for piece in (secret, secret.split("@")[0].rsplit(":", 1)[-1], secret[8:30]):
+        assert piece not in result.report.summary, piece
+    assert "deploy/env" in result.report.summary  # the index itself is still there

@@ -41,7 +41,7 @@ from refold.compaction.prune import (
     prune_outside_tail,
     strip_old_images,
 )
-from refold.compaction.secrets import redact
+from refold.compaction.secrets import redact, secrets_in, without_secrets
 from refold.compaction.structure import SYSTEM_ROLES, repair_tool_pairs, split_units
 from refold.compaction.summarizer import Summarizer, SummaryDraft, SummaryRequest
 from refold.compaction.summary import (
@@ -337,6 +337,13 @@ def _summarize(plan: _Plan, summarizer: Summarizer, fallback: Summarizer, counte
         return fallback.summarize(request), "fallback", warnings, exc.kind
 
 
+def _text_and_arguments(message: Message) -> str:
+    calls = message.get("tool_calls") or []
+    return "\n\n".join([content_text(message), *(
+        str((c.get("function") or {}).get("arguments") or "") for c in calls
+        if isinstance(c, dict))])
+
+
 def _fit_body(body: str, budget: int, counter: TokenCounter, warnings: list[str]) -> str:
     if counter.count_text(body) <= int(budget * 1.25):
         return body
@@ -472,9 +479,12 @@ def _finish(plan: _Plan, original: Sequence[Message], summarizer: Summarizer,
     free = _room_for_anchors(plan, body, language, counter, tools, target)
     if free is not None:  # it fits without anchors: they must not push it over
         anchor_budget = min(anchor_budget, free)
-    anchors = [redact(a) for a in select_anchors(
+    # an anchor is a piece cut out of its text: a credential in it lost the name that told
+    # redact what it is (the value of AWS_SECRET_ACCESS_KEY=… went into the index verbatim)
+    secrets = {s for m in middle for s in secrets_in(_text_and_arguments(m))}
+    anchors = without_secrets(select_anchors(
         extract_anchors(middle), budget_tokens=anchor_budget, count_text=counter.count_text,
-        carried=plan.previous_anchors, covered=body)]
+        carried=plan.previous_anchors, covered=body), secrets)
     text = wrap_summary(body, anchors, language)
     assembled, role, acked = _assemble(plan, text)
     result, stubs, orphans = repair_tool_pairs(assembled)

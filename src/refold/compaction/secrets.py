@@ -67,4 +67,35 @@ def redact(text: str) -> str:
     return text
 
 
-__all__ = ["MARK", "credential_in", "redact"]
+def secrets_in(text: str) -> set[str]:
+    """The credentials ``redact`` would replace in ``text`` (the values only, without the name
+    or URL around them): what a piece cut out of the text without that context — an anchor,
+    a path-like token — must not carry either."""
+    found: set[str] = set()
+    if not text:
+        return found
+    for whole in (_PRIVATE_KEY, _TOKENS):
+        found.update(m.group(0) for m in whole.finditer(text))
+    for valued in (_URL_PASSWORD, _BEARER, _PASSWORD, _KEYLIKE):
+        found.update(m.group(2) for m in valued.finditer(text))
+    return found
+
+
+def without_secrets(pieces: list[str], secrets: set[str]) -> list[str]:
+    """``pieces`` (short texts cut out of a transcript) redacted, with the credentials the
+    whole text held (``secrets_in``) replaced in them, and a piece that is part of one left
+    out."""
+    out = []
+    for piece in pieces:
+        piece = redact(piece)
+        for secret in secrets:
+            if len(piece) >= 4 and piece in secret:
+                piece = ""
+            elif secret in piece:
+                piece = piece.replace(secret, MARK)
+        if piece:
+            out.append(piece)
+    return out
+
+
+__all__ = ["MARK", "credential_in", "redact", "secrets_in", "without_secrets"]
