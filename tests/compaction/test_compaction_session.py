@@ -170,3 +170,36 @@ def test_a_cut_message_points_to_its_ledger_row(store: Store) -> None:
     assert rows[-1].message["content"] == log  # the row it names holds the whole output
     view = projection_messages(store.projection(session.id), None)
     assert view[-1]["content"] == last  # the stored view carries the same pointer
+
+
+def test_a_session_ending_with_calls_still_running_is_compacted_and_stored(store: Store) -> None:
+    """An agent's session stored while its last calls run (imported mid-run; the runtime's
+    post-response compaction): the compacted view ended with a stub result per running call
+    ("not kept in this context", untrue), was longer than the ledger, and no checkpoint could
+    be stored ("the new cut does not map onto the ledger"). The calls stay as they are."""
+    sid = _session(store)
+    running = {"role": "assistant", "content": "Running two more.", "tool_calls": [
+        {"id": f"run{n}", "type": "function",
+         "function": {"name": "bash", "arguments": json.dumps({"command": f"make t{n}"})}}
+        for n in (1, 2)]}
+    store.append_messages(sid, [running])
+    done = compact_session(store, sid, context_length=12_000, policy=POLICY,
+                           system_prompt=SYSTEM)
+    assert done.stored and done.checkpoint is not None, done.note
+    assert done.messages[-1]["tool_calls"] == running["tool_calls"]
+    view = projection_messages(store.projection(sid), SYSTEM)
+    assert view[-1].get("tool_calls") == running["tool_calls"]
+    assert not any(m.get("tool_call_id", "").startswith("run") for m in view)
+
+
+def test_a_call_that_never_had_a_result_is_not_said_to_be_left_out() -> None:
+    from refold.compaction.structure import STUB_RESULT, repair_tool_pairs
+    from refold.messages.repair import MISSING_RESULT
+
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+        {"id": "b", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+    out, stubs, _ = repair_tool_pairs([call, {"role": "user", "content": "go on"}],
+                                      answered={"a"})
+    assert stubs == 2 and [m["content"] for m in out[1:3]] == [STUB_RESULT, MISSING_RESULT]
+    assert repair_tool_pairs([call], keep_pending=True)[0] == [call]

@@ -215,7 +215,8 @@ def sessions_compact_cmd(app: AppContext, session: str, context_length: int | No
              "stored": done.stored, "checkpoint_id": done.checkpoint.id if done.checkpoint
              else None, "note": done.note, "report": report_json(done.report)}
     emit(value, as_json, _render_session_compact)
-    _finish(exit_code(done.report))
+    # a compaction that could not be stored did not happen: exit 1, as for one that aborted
+    _finish(1 if done.report.changed and not done.stored else exit_code(done.report))
 
 
 def _render_session_compact(value: dict[str, Any]) -> None:

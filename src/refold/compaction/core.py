@@ -354,12 +354,21 @@ def _fit_body(body: str, budget: int, counter: TokenCounter, warnings: list[str]
     return "\n".join(lines)
 
 
+def _repaired(messages: list[Message], transcript: Sequence[Message]
+              ) -> tuple[list[Message], int, int]:
+    """``repair_tool_pairs`` for a compacted view of ``transcript``: a stub says a result was
+    left out only where the transcript has one, and calls still running at the end stay."""
+    answered = {m.get("tool_call_id") for m in transcript if m.get("role") == "tool"}
+    return repair_tool_pairs(messages, answered={a for a in answered if isinstance(a, str)},
+                             keep_pending=True)
+
+
 def _room_for_anchors(plan: _Plan, body: str, language: str, counter: TokenCounter,
                       tools: Sequence[dict[str, Any]] | None, target: int) -> int | None:
     """Tokens an anchor index may take without making a result that fits overflow (measured
     on the result without one, not estimated); None when it does not fit even so."""
     bare, _, _ = _assemble(plan, wrap_summary(body, [], language))
-    after = _tokens(repair_tool_pairs(bare)[0], counter, tools)
+    after = _tokens(_repaired(bare, plan.messages)[0], counter, tools)
     heading = counter.count_text(render_anchor_block(["x"], language)) + 2
     return target - after - heading if after + heading <= target else None
 
@@ -487,7 +496,7 @@ def _finish(plan: _Plan, original: Sequence[Message], summarizer: Summarizer,
         carried=plan.previous_anchors, covered=body), secrets)
     text = wrap_summary(body, anchors, language)
     assembled, role, acked = _assemble(plan, text)
-    result, stubs, orphans = repair_tool_pairs(assembled)
+    result, stubs, orphans = _repaired(assembled, plan.messages)
     if stubs or orphans:
         warnings.append(f"tool pairs repaired: {stubs} stub results added, "
                         f"{orphans} orphan results dropped")
@@ -516,7 +525,7 @@ def _finish(plan: _Plan, original: Sequence[Message], summarizer: Summarizer,
 def _pruned_only(plan: _Plan, original: Sequence[Message], counter: TokenCounter,
                  tools: Sequence[dict[str, Any]] | None, before: int, target: int,
                  warnings: list[str], common: dict[str, Any]) -> CompactionResult:
-    result, _, _ = repair_tool_pairs(plan.pruned)
+    result, _, _ = _repaired(plan.pruned, plan.messages)
     after = _tokens(result, counter, tools)
     if after >= before:
         if before > target:

@@ -19,10 +19,11 @@ are dropped from the view (the ledger still has them).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from refold._records import dataclass
 from refold.messages.model import Message, tool_call_ids
+from refold.messages.repair import MISSING_RESULT
 
 STUB_RESULT = "[result not kept in this context — see the context summary above]"
 SYSTEM_ROLES = frozenset({"system", "developer"})
@@ -55,10 +56,17 @@ def split_units(messages: Sequence[Message]) -> list[Unit]:
     return units
 
 
-def repair_tool_pairs(messages: Sequence[Message]) -> tuple[list[Message], int, int]:
+def repair_tool_pairs(messages: Sequence[Message], *, answered: Collection[str] | None = None,
+                      keep_pending: bool = False) -> tuple[list[Message], int, int]:
     """Make every tool call answered right after it, in order; drop orphan results.
 
-    Returns ``(messages, stubs_added, orphans_dropped)``; input dicts are not mutated.
+    A call whose result the compaction left out gets ``STUB_RESULT``; with ``answered`` (the
+    ids the transcript has a result for), a call that never had one gets ``MISSING_RESULT``
+    instead (saying it was left out would be untrue). ``keep_pending``: calls at the very end,
+    still waiting for their results, stay as they are (the agent is running them; a stub there
+    was untrue, and it made the compacted view longer than the ledger, so that no checkpoint
+    of it could be stored). Returns ``(messages, stubs_added, orphans_dropped)``; input dicts
+    are not mutated.
     """
     out: list[Message] = []
     stubs = orphans = 0
@@ -83,12 +91,15 @@ def repair_tool_pairs(messages: Sequence[Message]) -> tuple[list[Message], int, 
             else:
                 orphans += 1
             i += 1
+        pending = keep_pending and i == n
         for tid in ids:
             if tid in results:
                 out.append(results[tid])
-            else:
+            elif not pending:
                 stubs += 1
-                out.append({"role": "tool", "tool_call_id": tid, "content": STUB_RESULT})
+                out.append({"role": "tool", "tool_call_id": tid, "content":
+                            STUB_RESULT if answered is None or tid in answered
+                            else MISSING_RESULT})
     return out, stubs, orphans
 
 
