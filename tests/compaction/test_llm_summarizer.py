@@ -215,3 +215,31 @@ def test_provider_notes_reach_the_instruction(server: RunningLLM,
     assert "carry each one that still applies into '## Critical Context'" in prompt
     _compact(LLMSummarizer(client, "aux-model"))
     assert "<provider-notes>" not in server.llm.requests[1]["messages"][-1]["content"]
+
+
+def test_the_summary_model_sees_the_request_the_turns_work_on(server: RunningLLM,
+                                                               client: HttpChatClient) -> None:
+    """An agent working alone on one request: the request is kept in the head, before the
+    summarized turns, and the summary model was asked for the Goal without ever seeing it."""
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Port the billing module to the new invoice API."}]
+    for k in range(40):
+        msgs += [{"role": "assistant", "content": f"Step {k}.", "tool_calls": [
+            {"id": f"c{k}", "type": "function",
+             "function": {"name": "bash", "arguments": f'{{"command": "make step{k}"}}'}}]},
+                 {"role": "tool", "tool_call_id": f"c{k}", "content": "ok\n" * 200}]
+    server.llm.push(BODY)
+    result = _compact(LLMSummarizer(client, "aux"), msgs)
+    assert result.report.status == "ok" and result.report.head_end >= 2
+    prompt = server.llm.requests[0]["messages"][-1]["content"]
+    assert "<user-request>\nPort the billing module to the new invoice API.\n</user-request>" \
+        in prompt
+    chat = msgs[:2]  # the user speaking within the span: the turns show it, nothing added
+    for k in range(40):
+        chat += msgs[2 + 2 * k:4 + 2 * k]
+        if k % 5 == 4:
+            chat.append({"role": "user", "content": f"Good, go on with part {k // 5 + 2}."})
+    server.llm.push(BODY)
+    _compact(LLMSummarizer(client, "aux"), chat)
+    assert "<user-request>" not in server.llm.requests[1]["messages"][-1]["content"]

@@ -24,7 +24,7 @@ from typing import Any
 
 from refold.compaction.secrets import redact
 from refold.compaction.summarizer import SummaryDraft, SummaryRequest
-from refold.compaction.summary import END_MARKER, HEADINGS, PREFIX, strip_think
+from refold.compaction.summary import END_MARKER, HEADINGS, PREFIX, is_summary_message, strip_think
 from refold.errors import SummarizerError, UpstreamError
 from refold.llm.client import ChatClient, ChatResult
 from refold.memory.scan import scan
@@ -70,6 +70,13 @@ def _instruction(request: SummaryRequest, cache_friendly: bool) -> str:
              f"section):", _template(request.language),
              f"Stay under about {request.budget_tokens} tokens. Be specific: keep file paths, "
              "commands, error messages, versions and numbers exactly as written."]
+    asked = None if cache_friendly else _request_before(request)
+    if asked:
+        parts.append("The user's latest request comes before these turns and stays in the "
+                     "conversation as it is; it is in <user-request> so the Goal can say what "
+                     "the work is for (do not copy it whole).\n<user-request>\n"
+                     + _clip(clean_input(asked), _REQUEST_MAX, _REQUEST_MAX - 500, 400)
+                     + "\n</user-request>")
     if request.previous_summary:
         parts.append("An earlier compaction produced the summary in <previous-summary>. "
                      "Update it: keep everything still relevant, add the new progress, move "
@@ -86,6 +93,20 @@ def _instruction(request: SummaryRequest, cache_friendly: bool) -> str:
                      "(exact values as written).\n<provider-notes>\n" + notes
                      + "\n</provider-notes>")
     return "\n\n".join(parts)
+
+
+_REQUEST_MAX = 4000
+
+
+def _request_before(request: SummaryRequest) -> str | None:
+    """The text of the last real user message before the summarized turns (the protected head
+    keeps it), when the turns hold none: an agent working alone since its one request. The
+    summary model was asked for the Goal without ever seeing it."""
+    turns = {id(m) for m in request.turns}
+    for message in reversed(request.prefix):
+        if message.get("role") == "user" and not is_summary_message(message):
+            return None if id(message) in turns else content_text(message) or None
+    return None
 
 
 def _clip(text: str, limit: int, head: int, tail: int) -> str:
