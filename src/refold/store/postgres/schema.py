@@ -232,7 +232,7 @@ MIGRATIONS += (
     # what the session's totals hold for a row an import stored with its usage
     # (store.base.encode_spent): a re-import that rewinds or keeps it corrects them
     Migration(8, "usage each imported message holds of its session's totals", (
-        "ALTER TABLE messages ADD COLUMN spent text",)),
+        "ALTER TABLE messages ADD COLUMN IF NOT EXISTS spent text",)),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
