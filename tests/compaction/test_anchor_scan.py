@@ -89,7 +89,7 @@ def test_the_budget_the_body_leaves_unused_goes_to_the_anchors() -> None:
     assert not missing, missing
 
 
-_STATUS_PIECES = ("exit", "Exit", "EXIT", "exited with code", " code", " status", "return code",
+_STATUS_PIECES = ("exit", "Exit", "EXIT", "Exit code 2\n", "exited with code", " code", " status", "return code",
                   "returncode", '"exit_code"', ": ", "=", "-", "1", "23", " ", "\n", "x", "_",
                   "é", "İ", "Error", "KeyError", "error", "ERROR", "FAILED", "Fatal", "fatal",
                   "panic", "Exception", "ValueException", "a", "Z", "9", ".", "中")
@@ -101,7 +101,8 @@ def test_exit_status_and_error_line_scan_from_the_first_hint_as_from_the_start(o
     from refold.compaction import prune
 
     found = prune._EXIT.findall(out[-4000:].lower())  # the whole-tail scan they replaced
-    assert exit_status(out) == (found[-1] if found else None)
+    header = prune._EXIT_HEADER.match(out)  # unless the tool's own header comes first
+    assert exit_status(out) == (header.group(1) if header else found[-1] if found else None)
     match = prune._ERROR_WORD.search(out)
     line = None
     if match:

@@ -20,8 +20,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from refold._records import dataclass, field
-from refold.compaction.prune import exit_status, first_error_line
+from refold.compaction.prune import exit_status, failure_line, first_error_line
 from refold.compaction.tools import Effect, annotations_of, tool_effect
+from refold.messages.anthropic import KEPT
 from refold.messages.model import Message, content_text
 
 ARROW = "→"
@@ -213,14 +214,38 @@ def _facts(output: str) -> tuple[str | None, str | None, bool]:
     return exit_status(output), first_error_line(output), False
 
 
-def _command_outcome(command: str, output: str, position: int) -> Outcome | None:
+def flagged_error(result: Message) -> bool | None:
+    """What a tool message's own result block says of it: ``is_error`` of the Anthropic
+    ``tool_result`` kept beside it (``KEPT``; Claude Code marks every result, a failed command
+    ``true``); None when it says nothing."""
+    kept = result.get(KEPT)
+    if isinstance(kept, list) and kept and isinstance(kept[0], dict) \
+            and isinstance(kept[0].get("is_error"), bool):
+        return bool(kept[0]["is_error"])
+    return None
+
+
+def _first_line(output: str) -> str | None:
+    line = next((ln.strip() for ln in output.splitlines() if ln.strip()), None)
+    return line[:160] if line else None
+
+
+def _command_outcome(command: str, output: str, position: int,
+                     flagged: bool | None = None) -> Outcome | None:
+    """A command's outcome. It failed when its result is marked an error (``flagged``), its
+    exit status is not 0, or its test summary counts failures; with neither a mark nor a
+    status, when a short output has an error line."""
     if INSPECT.match(command):
         return None
     status, error, pruned = _facts(output)
-    error = _PYTEST_E.sub("", error) if error else error
-    failed = (status not in (None, "0")) or (status is None and error is not None
-                                             and len(output) < 4000)
+    # a pruned output's stand-in keeps its failure count as its error
+    counted = failure_line(error or "") if pruned else failure_line(output)
+    error = _PYTEST_E.sub("", error) if error else counted
+    failed = flagged is True or status not in (None, "0") or counted is not None or (
+        flagged is None and status is None and error is not None and len(output) < 4000)
     if failed:
+        if error is None and flagged and not pruned:
+            error = _first_line(output)
         detail = (f"exit {status}" if status else "error") + (f": {error}" if error else "")
     else:
         line = "" if pruned else _result_line(output)
@@ -228,10 +253,11 @@ def _command_outcome(command: str, output: str, position: int) -> Outcome | None
     return Outcome(command, "command", not failed, detail, position)
 
 
-def _outcomes(name: str, effect: Effect, output: str, position: int) -> list[Outcome]:
+def _outcomes(name: str, effect: Effect, output: str, position: int,
+              flagged: bool | None = None) -> list[Outcome]:
     """At most one outcome per command or written path: what a later call is matched on."""
     if effect.command is not None:
-        found = _command_outcome(effect.command, output, position)
+        found = _command_outcome(effect.command, output, position, flagged)
         return [found] if found is not None else []
     if effect.failed_write is not None:
         return [Outcome(p, name, False, f"error: {effect.failed_write}", position)
@@ -261,11 +287,17 @@ def scan_activity(turns: Sequence[Message], tools: Sequence[dict[str, Any]] | No
             if _SKIP_TOOLS.match(name):
                 continue
             effect = tool_effect(name, args, output, notes)
+            flagged = flagged_error(result) if result is not None else None
+            if flagged and effect.writes:  # a write whose result is an error wrote nothing
+                effect = Effect(reads=effect.reads, mentions=(*effect.mentions, *effect.writes),
+                                command=effect.command, action=effect.action,
+                                failed_write=None if effect.command is not None else
+                                (effect.failed_write or _first_line(output) or "error"))
             for action, paths in (("read", effect.reads), ("modified", effect.writes),
                                   ("mentioned", effect.mentions)):
                 for path in paths:
                     activity.touch(path, action, pos)
             if result is not None:
-                for outcome in _outcomes(name, effect, output, pos):
+                for outcome in _outcomes(name, effect, output, pos, flagged):
                     activity.record(outcome)
     return activity

@@ -3,7 +3,8 @@
 Outside the protected tail:
 1. a tool output identical to a newer one becomes a reference to the newer copy;
 2. a large old output becomes one line keeping the tool, the gist of its arguments, the exit
-   status, the first error line and the size: ``[terminal] ran npm test -> exit 0, 47 lines``;
+   status, the first error line (else a test run's failure count) and the size:
+   ``[terminal] ran npm test -> exit 0, 47 lines``;
 3. long tool-call argument JSON is shortened and stays valid JSON.
 Inside the tail, bulky outputs are downgraded the same way only while the tail is over its soft
 ceiling. Images older than the latest one become a text placeholder.
@@ -71,8 +72,24 @@ def argument_gist(arguments: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+# a shell tool's own header on the first line (Claude Code ``Exit code 2``, Codex ``Exit code:
+# 1``): it says how the command ended, whatever the (maybe long) output prints after it
+_EXIT_HEADER = re.compile(r"\s*Exit code:? (-?\d+)[ \t]*(?:\n|$)")
+# a test run's failure count: ``12 failures``, ``3 failed``, unittest's ``(failures=2)``…
+_FAILURES = re.compile(r"\b[1-9]\d* (?:failures?|failed)\b|\bfailures=[1-9]")
+# … on its summary line, which counts something else too or says how long the run took
+# (``Fixed 3 failed tests`` in a commit message is no test run)
+_RUN_SUMMARY = re.compile(r"\b\d+ (?:tests?|doctests?|examples?|passed|runs?|total|"
+                          r"assertions?|errors?|skipped|ignored|properties)\b|"
+                          r"\bin \d+(?:\.\d+)? ?s(?:ec(?:onds?)?)?\b|^\W*FAILED\b|test result")
+
+
 def exit_status(output: str) -> str | None:
-    """The exit status an output reports (last mention wins), as text."""
+    """The exit status an output reports, as text: the tool's ``Exit code N`` header on its
+    first line, else the last mention in its last 4,000 characters."""
+    header = _EXIT_HEADER.match(output)
+    if header is not None:
+        return header.group(1)
     tail = output[-4000:].lower()
     # every mention starts at "exit" or "return" (a quote before "exit_code"): none before the
     # first of them, so the scan starts there (the same matches; this pattern's first letters
@@ -82,6 +99,22 @@ def exit_status(output: str) -> str | None:
         return None
     found = _EXIT.findall(tail, max(0, min(starts) - 1))
     return found[-1] if found else None
+
+
+def failure_line(output: str) -> str | None:
+    """The line of a test run's summary that counts failures (``14 doctests, 127 tests, 12
+    failures``; ``1 failed, 3 passed``), in the last 4,000 characters; None when it counts none
+    or only ``0 failures``."""
+    tail = output[-4000:]
+    if "fail" not in tail:
+        return None
+    for found in reversed(list(_FAILURES.finditer(tail))):  # the run's summary comes last
+        start = tail.rfind("\n", 0, found.start()) + 1
+        end = tail.find("\n", found.end())
+        line = tail[start:end if end >= 0 else len(tail)].strip()
+        if _RUN_SUMMARY.search(line):
+            return line[:160]
+    return None
 
 
 def _word_start(text: str, pos: int) -> int:
@@ -110,7 +143,7 @@ def one_line_summary(name: str, arguments: str, output: str) -> str:
     """``[terminal] ran `npm test` -> exit 0, 47 lines, 1,830 chars; error: …``."""
     gist = argument_gist(arguments)
     status = exit_status(output)
-    error = first_error_line(output)
+    error = first_error_line(output) or failure_line(output)
     lines = output.count("\n") + 1 if output else 0
     facts = [f"exit {status}"] if status is not None else []
     facts.append(f"{lines} lines, {len(output):,} chars")

@@ -1,0 +1,120 @@
+"""The builtin summary tells the truth about the work on real agent transcripts.
+
+Each test is a finding on real Claude Code sessions (and an Aider chat): failed test runs listed
+as "Done", successful commands as "Blocked", modified files as "mentioned", errors invented in
+the stand-ins of pruned outputs and file names in the anchor index, Claude Code's own wrapper
+messages taken for the user's request. The transcripts here are small and synthetic, shaped like
+the real ones.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any
+
+from refold.compaction.activity import scan_activity
+from refold.compaction.builtin import BuiltinSummarizer
+from refold.compaction.prune import exit_status, one_line_summary
+from refold.compaction.summarizer import SummaryRequest
+from refold.compaction.summary import parse_body
+from refold.messages.agent_logs import agent_messages
+from refold.tokens import get_counter
+
+COUNTER = get_counter("gpt-4o")
+
+
+def _cc(kind: str, uuid: str, parent: str | None, message: dict[str, Any]) -> dict[str, Any]:
+    return {"parentUuid": parent, "isSidechain": False, "userType": "external", "cwd": "/p",
+            "sessionId": "s-1", "version": "2.1.38", "type": kind, "message": message,
+            "uuid": uuid, "timestamp": "2026-02-11T20:36:45.693Z"}
+
+
+def claude_code(ask: str, *steps: tuple[str, dict[str, Any], str, bool]
+                ) -> list[dict[str, Any]]:
+    """The chat messages refold reads from a Claude Code transcript: the user's ``ask``, then
+    per step (tool, input, output, is_error) a tool call and its result as Claude Code writes
+    them (every result carries ``is_error``)."""
+    records = [_cc("user", "u0", None, {"role": "user", "content": ask})]
+    for n, (tool, args, output, is_error) in enumerate(steps):
+        use = {"type": "tool_use", "id": f"toolu_{n}", "name": tool, "input": args}
+        records.append(_cc("assistant", f"a{n}", records[-1]["uuid"], {
+            "id": f"msg_{n}", "type": "message", "role": "assistant", "model": "claude-opus-4",
+            "content": [use]}))
+        records.append(_cc("user", f"r{n}", f"a{n}", {"role": "user", "content": [
+            {"tool_use_id": f"toolu_{n}", "type": "tool_result", "content": output,
+             "is_error": is_error}]}))
+    messages, _, _, _ = agent_messages("claude-code", records)
+    return messages
+
+
+def summary(turns: list[dict[str, Any]], budget: int = 3000
+            ) -> defaultdict[str, tuple[str, ...]]:
+    request = SummaryRequest(turns=turns, pruned_turns=turns, prefix=turns, previous_summary=None,
+                             language="en", budget_tokens=budget, counter=COUNTER)
+    return defaultdict(tuple, parse_body(BuiltinSummarizer().summarize(request).body).items)
+
+
+FAILURE = "  1) test renders (SpotterTest)\n     ** (MatchError) no match of right hand side\n"
+MIX_FAILED = ("Exit code 2\nCompiling 2 files (.ex)\nRunning ExUnit with seed: 1\n"
+              + FAILURE * 60 + "\nFinished in 3.0 seconds (1.7s async, 1.3s sync)\n"
+              "14 doctests, 127 tests, 12 failures")
+
+
+def test_a_failed_test_run_with_its_exit_code_on_top_is_blocked_not_done() -> None:
+    assert len(MIX_FAILED) > 4000  # the exit code is out of reach of a scan of the tail
+    turns = claude_code("Make the suite pass.",
+                        ("Bash", {"command": "mix test 2>&1"}, MIX_FAILED, True))
+    assert turns[-1]["anthropic_blocks"][0]["is_error"] is True  # survives the import
+    parts = summary(turns)
+    assert not any("mix test" in item for item in parts["done"]), parts["done"]
+    assert any(item.startswith("`mix test 2>&1` → exit 2: ** (MatchError)")
+               for item in parts["blocked"]), parts["blocked"]
+    assert exit_status(MIX_FAILED + "\nexit code 0") == "2"  # the tool's header wins
+    # without the block beside it (an export that kept only the text) the header still says it
+    bare = [{k: v for k, v in m.items() if k != "anthropic_blocks"} for m in turns]
+    assert not scan_activity(bare).outcomes["mix test 2>&1"].ok
+
+
+def test_a_result_marked_is_error_failed_whatever_it_prints() -> None:
+    turns = claude_code("Run the JS tests.",
+                        ("Bash", {"command": "npx vitest run"},
+                         "<tool_use_error>Sibling tool call errored</tool_use_error>", True),
+                        ("Edit", {"file_path": "/p/a.ex", "old_string": "x", "new_string": "y"},
+                         "Found 2 matches of the string to replace", True))
+    activity = scan_activity(turns)
+    assert not activity.outcomes["npx vitest run"].ok
+    assert "Sibling tool call errored" in activity.outcomes["npx vitest run"].detail
+    assert "modified" not in activity.files["/p/a.ex"][1]  # a refused edit wrote nothing
+    assert not activity.outcomes["/p/a.ex"].ok
+
+
+def test_a_test_summary_that_counts_failures_is_a_failure_even_with_exit_0() -> None:
+    turns = claude_code(
+        "Fix the tests.",
+        ("Bash", {"command": "mix test 2>&1 | tail -3"},  # the pipe's status is tail's
+         "Finished in 2.4 seconds\n12 tests, 2 failures", False),
+        ("Bash", {"command": "pytest -q | tail -1"}, "1 failed, 3 passed in 0.12s", False),
+        ("Bash", {"command": "mix test test/a_test.exs"},
+         "Finished in 1.0 seconds\n12 tests, 0 failures", False),
+        ("Bash", {"command": "bd close T-1 --reason 'Fixed 3 failed tests'"},
+         "✓ Closed T-1: Fixed 3 failed tests", False))
+    outcomes = scan_activity(turns).outcomes
+    assert not outcomes["mix test 2>&1 | tail -3"].ok
+    assert outcomes["mix test 2>&1 | tail -3"].detail == "error: 12 tests, 2 failures"
+    assert not outcomes["pytest -q | tail -1"].ok
+    assert outcomes["mix test test/a_test.exs"].ok
+    assert outcomes["bd close T-1 --reason 'Fixed 3 failed tests'"].ok  # no test run
+
+
+def test_a_pruned_failed_run_keeps_its_exit_code_or_failure_count_and_stays_blocked() -> None:
+    line = one_line_summary("Bash", json.dumps({"command": "mix test"}), MIX_FAILED)
+    assert "exit 2" in line and "MatchError" in line, line
+    piped = "Finished in 2.4 seconds\n" * 300 + "12 tests, 2 failures"
+    piped_line = one_line_summary("Bash", json.dumps({"command": "mix test | tail"}), piped)
+    assert "error: 12 tests, 2 failures" in piped_line, piped_line
+    turns = claude_code("Make the suite pass.", ("Bash", {"command": "mix test"}, line, True),
+                        ("Bash", {"command": "mix test | tail"}, piped_line, False))
+    outcomes = scan_activity(turns).outcomes
+    assert not outcomes["mix test"].ok and "exit 2" in outcomes["mix test"].detail
+    assert not outcomes["mix test | tail"].ok
