@@ -118,3 +118,60 @@ def test_a_pruned_failed_run_keeps_its_exit_code_or_failure_count_and_stays_bloc
     outcomes = scan_activity(turns).outcomes
     assert not outcomes["mix test"].ok and "exit 2" in outcomes["mix test"].detail
     assert not outcomes["mix test | tail"].ok
+
+
+ERROR_LINES = [
+    ("Traceback (most recent call last):\n  File \"a.py\", line 1\nValueError: bad value",
+     "ValueError: bad value"),
+    ("collected 3\nE   AssertionError: assert 1 == 2\nFAILED t.py::x", "E   AssertionError: "
+                                                                     "assert 1 == 2"),
+    ("  1) test x (FooTest)\n     ** (MatchError) no match", "** (MatchError) no match"),
+    ("   Compiling app\nerror[E0308]: mismatched types", "error[E0308]: mismatched types"),
+    ("src/a.c:3:5: error: expected ';'", "src/a.c:3:5: error: expected ';'"),
+    ("Error: Cannot find module 'x'", "Error: Cannot find module 'x'"),
+    ("fatal: not a git repository", "fatal: not a git repository"),
+    ("✘ [ERROR] Could not resolve \"js/app.js\"", "✘ [ERROR] Could not resolve \"js/app.js\""),
+    ("npm ERR! code E404", "npm ERR! code E404"),
+    ("--- FAIL: TestParse (0.00s)", "--- FAIL: TestParse (0.00s)"),
+    ("thread 'main' panicked at src/main.rs:2:5", "thread 'main' panicked at src/main.rs:2:5"),
+    ("bash: foo: command not found", "bash: foo: command not found"),
+    ("src/a.ts(3,5): error TS2322: Type 'x'", "src/a.ts(3,5): error TS2322: Type 'x'"),
+    ("  3:5  error  'x' is not defined  no-undef", "3:5  error  'x' is not defined  no-undef"),
+    ("Uncaught TypeError: x is not a function", "Uncaught TypeError: x is not a function"),
+]
+NO_ERROR = ["✓ Closed T-3: added error handling",
+            "67dc57b Fix endpoint error rendering\n3bb8701 Add error page",
+            "error handling is now consistent\nerrors: none",
+            "0 errors, 0 warnings", "[main 5e1f2a0] Log the error_count"]
+
+
+def test_only_error_shaped_lines_are_errors() -> None:
+    from refold.compaction.prune import first_error_line
+
+    for output, line in ERROR_LINES:
+        assert first_error_line(output) == line, output
+    for output in NO_ERROR:
+        assert first_error_line(output) is None, output
+
+
+def test_a_command_whose_output_says_error_in_passing_is_done() -> None:
+    closed = "✓ Closed T-3: added error handling"
+    turns: list[dict[str, Any]] = [{"role": "user", "content": "Close T-3."}]
+    for cid, command, output in (("c1", 'bd close T-3 --reason "added error handling"', closed),
+                                 ("c2", "git commit -am 'Fix error page'",
+                                  "[main 5e1f2a0] Fix error page\n 1 file changed"),
+                                 ("c3", "make lint", "src/a.py:3: error: Incompatible types")):
+        args = json.dumps({"command": command})
+        turns += [{"role": "assistant", "content": None, "tool_calls": [
+                      {"id": cid, "type": "function",
+                       "function": {"name": "terminal", "arguments": args}}]},
+                  {"role": "tool", "tool_call_id": cid, "content": output}]
+    parts = summary(turns)
+    assert any(item.startswith("`bd close T-3") and "✓ Closed" in item
+               for item in parts["done"]), parts["done"]
+    assert any(item.startswith("`git commit") for item in parts["done"]), parts["done"]
+    assert not any("bd close" in i or "git commit" in i for i in parts["blocked"])
+    assert any("make lint" in item for item in parts["blocked"]), parts["blocked"]
+    # Claude Code says so itself: a result not marked is_error with no exit status is trusted
+    flagged = claude_code("Check.", ("Bash", {"command": "make check"}, "Error: retrying", False))
+    assert scan_activity(flagged).outcomes["make check"].ok

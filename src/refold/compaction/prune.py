@@ -28,10 +28,43 @@ _GIST_KEYS = ("command", "cmd", "path", "file_path", "filename", "file", "url", 
 # matched against the lowercased text: a case-insensitive pattern is 4x slower
 _EXIT = re.compile(r"(?:exit(?:ed)?(?: with)?(?: code| status)?|return ?code|returncode|"
                    r"\"exit_code\")\W{0,3}(-?\d+)")
-# the first keyword, then its line: ``^.*\bword\b.*$`` backtracks over every line
-_ERROR_WORD = re.compile(r"\b(?:[A-Z]\w*(?:Error|Exception)|error|ERROR|FAILED|[Ff]atal|"
-                         r"panic)\b")
-_ERROR_HINTS = ("Error", "Exception", "error", "ERROR", "FAILED", "atal", "panic")
+# an error-shaped line, not the word "error" anywhere (``✓ Closed: added error handling``,
+# ``67dc57b Fix endpoint error rendering``): a line that starts with ``error:``/``Error:``/
+# ``fatal:``/``panic:`` (also after ``file:line:`` or rustc's ``error[E0308]:``) or with an
+# exception's name (also after pytest's ``E`` or Elixir's ``** (``), or a linter's
+# ``3:5  error``…
+_ERROR_START = re.compile(
+    r"[ \t]*(?:E[ \t]+|\*\*[ \t]*\(|[\w./\\-]+:\d+(?::\d+)?:[ \t]*)?"
+    r"(?:(?:error|Error|ERROR|fatal|Fatal|FATAL|panic)(?:\[\w+\])?:|"
+    r"(?:[\w$]+\.)*[A-Z]\w*(?:Error|Exception)\b|Exception in thread\b|(?:--- )?FAIL\b)|"
+    r"[ \t]*\d+:\d+[ \t]+error\b")
+# … or that holds one of these anywhere: (the text a line must hold, the pattern it must then
+# match; None: the text is enough). Each is tried only on a line holding its text: one regex of
+# them all tries every branch at every position, 50x slower on a long output.
+_ERROR_ANYWHERE: tuple[tuple[str, re.Pattern[str] | None], ...] = (
+    ("Error: ", re.compile(r"\b[A-Z]\w*Error: ")),
+    ("Exception: ", re.compile(r"\b[A-Z]\w*Exception: ")),
+    ("ERROR", re.compile(r"\bERROR\b")), ("FAILED", re.compile(r"\bFAILED\b")),
+    ("FATAL", re.compile(r"\bFATAL\b")), ("npm ERR!", None),
+    ("panicked at", re.compile(r"\bpanicked at\b")),
+    ("atal error", re.compile(r"\b[Ff]atal error\b")),
+    ("Compilation error", re.compile(r"\bCompilation error\b")),
+    ("error TS", re.compile(r"\berror TS\d")), ("***", re.compile(r"\*\*\*.*\bError \d")),
+    (": command not found", None), (": No such file or directory", None),
+    (": Permission denied", None), ("Segmentation fault", re.compile(r"\bSegmentation fault\b")))
+# every error-shaped line holds one of these
+_ERROR_HINTS = ("Error", "Exception", "error", "ERROR", "FAIL", "atal", "FATAL", "panic", "ERR!",
+                "command not found", "No such file", "Permission denied", "Segmentation fault")
+_ERROR_HINT = re.compile("|".join(map(re.escape, _ERROR_HINTS)))
+
+
+def is_error_line(line: str) -> bool:
+    """Is ``line`` (one line, no line break) error-shaped (``_ERROR_START``,
+    ``_ERROR_ANYWHERE``)? ``✓ Closed T-3: added error handling`` is not."""
+    if _ERROR_START.match(line):
+        return True
+    return any(text in line and (pattern is None or pattern.search(line) is not None)
+               for text, pattern in _ERROR_ANYWHERE)
 
 
 @dataclass
@@ -117,26 +150,19 @@ def failure_line(output: str) -> str | None:
     return None
 
 
-def _word_start(text: str, pos: int) -> int:
-    """Where the run of word characters (``\\w``) that ends before ``pos`` starts."""
-    while pos > 0 and (text[pos - 1].isalnum() or text[pos - 1] == "_"):
-        pos -= 1
-    return pos
-
-
 def first_error_line(output: str) -> str | None:
-    hits = [at for at in (output.find(word) for word in _ERROR_HINTS) if at >= 0]
-    if not hits:
-        return None  # substring tests first: most outputs name no error at all
-    # a match holds a hint and starts at it or earlier in the same word: none starts before
-    # the word of the first hint (the same match, without trying every position before it)
-    match = _ERROR_WORD.search(output, _word_start(output, min(hits)))
-    if not match:
-        return None
-    start = output.rfind("\n", 0, match.start()) + 1
-    end = output.find("\n", match.end())
-    line = output[start:end if end >= 0 else len(output)].strip()
-    return line[:160]
+    """The first error-shaped line of an output (``is_error_line``), stripped, at most 160
+    characters; None when it has none."""
+    pos = 0
+    while (hint := _ERROR_HINT.search(output, pos)) is not None:  # only lines with a hint
+        start = output.rfind("\n", 0, hint.start()) + 1
+        end = output.find("\n", hint.end())
+        end = len(output) if end < 0 else end
+        line = output[start:end]
+        if is_error_line(line):
+            return line.strip()[:160]
+        pos = end + 1
+    return None
 
 
 def one_line_summary(name: str, arguments: str, output: str) -> str:
