@@ -175,3 +175,36 @@ def test_a_command_whose_output_says_error_in_passing_is_done() -> None:
     # Claude Code says so itself: a result not marked is_error with no exit status is trusted
     flagged = claude_code("Check.", ("Bash", {"command": "make check"}, "Error: retrying", False))
     assert scan_activity(flagged).outcomes["make check"].ok
+
+
+def _edits(*paths: str) -> list[tuple[str, dict[str, Any], str, bool]]:
+    return [("Edit", {"file_path": p, "old_string": "a", "new_string": "b"},
+             f"The file {p} has been updated successfully.", False) for p in paths]
+
+
+def test_a_relative_path_is_the_absolute_path_it_ends_and_keeps_its_status() -> None:
+    turns = claude_code("Refactor the hooks.",
+                        *_edits("/home/u/proj/lib/web/hooks_controller.ex",
+                                "/home/u/proj/lib/a/util.py", "/home/u/proj/lib/b/util.py"))
+    turns.append({"role": "assistant", "content": "Changed `lib/web/hooks_controller.ex` and "
+                  "`./lib/web/hooks_controller.ex`; `hooks_controller.ex` compiles. "
+                  "`lib/util.py` is unrelated; `util.py` is in two places."})
+    files = summary(turns)["files"]
+    assert "`/home/u/proj/lib/web/hooks_controller.ex` — modified, mentioned" in files, files
+    assert not any("`lib/web/hooks_controller.ex`" in f or "`./lib" in f
+                   or "`hooks_controller.ex`" in f for f in files), files
+    assert "`util.py` — mentioned" in files  # three paths end with it: which one is unknown
+    assert "`lib/util.py` — mentioned" in files  # no path ends with it at a "/"
+
+
+def test_under_a_tight_budget_the_files_section_drops_the_oldest_not_the_newest() -> None:
+    paths = [f"/home/u/proj/lib/mod{i:02d}.ex" for i in range(12)]
+    reads = [("Read", {"file_path": f"/home/u/proj/doc/n{i:02d}.md"}, "notes", False)
+             for i in range(16)]
+    turns = claude_code("Refactor the app.", *_edits(*paths), *reads)
+    files = summary(turns)["files"]
+    assert all(f"`{p}` — modified" in files for p in paths), files  # the cap keeps edits
+    assert not any("/doc/" in f for f in summary(turns, budget=420)["files"])  # reads go first
+    tight = summary(turns, budget=300)["files"]
+    assert 0 < len(tight) < 12
+    assert tight == tuple(f"`{p}` — modified" for p in reversed(paths[-len(tight):])), tight

@@ -124,7 +124,8 @@ class Activity:
     _failing: dict[str, set[str]] = field(default_factory=dict)
 
     def touch(self, path: str, action: str, position: int) -> None:
-        path = path.strip().strip("`'\".,;:")
+        # a leading "." is the path's own (``./x``, ``../x``, ``.env``): only a trailing one goes
+        path = path.strip().strip("`'\"").rstrip(".,;:").lstrip(",;:").removeprefix("./")
         if is_path_like(path):
             _, actions = self.files.get(path, (position, set()))
             self.files[path] = (position, actions | {action})

@@ -396,7 +396,8 @@ def _in_progress(previous: SummarySections, turns: Sequence[Message], labels: di
 
 def _files(previous: SummarySections, activity: Activity, turns: Sequence[Message],
            prefix_users: Sequence[Message], labels: dict[str, str]) -> list[str]:
-    """One line per real path, union of actions, most recently touched first, bounded."""
+    """One line per real path (a relative one joined to its full path), union of actions,
+    most recently touched first, bounded (modified files kept first)."""
     in_span = {id(m) for m in turns}
     earlier = [(-1, m) for m in prefix_users if id(m) not in in_span]
     spoken = [(pos, content_text(msg)) for pos, msg in [*earlier, *enumerate(turns)]
@@ -406,24 +407,45 @@ def _files(previous: SummarySections, activity: Activity, turns: Sequence[Messag
         for mention in mentions:
             activity.touch(mention, "mentioned", pos)
     words = {labels_[a]: a for labels_ in LABELS.values() for a in _ACTIONS}
-    merged: dict[str, set[str]] = {}
-    for path, (_, actions) in sorted(activity.files.items(), key=lambda kv: -kv[1][0]):
-        merged[path] = set(actions)
+    merged: dict[str, tuple[int, set[str]]] = {  # path → (last touched, actions)
+        path: (pos, set(actions)) for path, (pos, actions) in activity.files.items()}
     for item in previous.get("files"):
         found = _FILE_ITEM.match(item)
         path = found.group(1) if found else ""
         if not is_path_like(path):
             continue
         acts = re.sub(r"\([^)]*\)", "", item.split("—", 1)[-1]).split(",")
-        merged.setdefault(path, set()).update(words[a.strip()] for a in acts
-                                              if a.strip() in words)
-    for path in [p for p in merged if "/" not in p]:  # a bare name joins its full path
-        full = [p for p in merged if p.endswith("/" + path)]
+        pos, actions = merged.get(path, (-2, set()))  # before the span
+        merged[path] = (pos, actions | {words[a.strip()] for a in acts if a.strip() in words})
+    # a relative path (``lib/x.ex``, ``./lib/x.ex``, a bare ``x.ex``) is the one path that ends
+    # with it at a "/": the longest first, so ``x.ex`` finds ``/p/lib/x.ex``, not also
+    # ``lib/x.ex``
+    for path in sorted((p for p in merged if not p.startswith(("/", "~", "../"))),
+                       key=len, reverse=True):
+        tail = "/" + path.removeprefix("./")
+        full = [p for p in merged if p.endswith(tail) and p != path]
         if len(full) == 1:
-            merged[full[0]] |= merged.pop(path)
-    ranked = sorted(merged.items(), key=lambda kv: "/" not in kv[0])  # bare names last
+            pos, actions = merged.pop(path)
+            at, held = merged[full[0]]
+            merged[full[0]] = (max(pos, at), held | actions)
+    # the most recently touched first, bare names (no full path found) last; over the cap
+    # what was only read or named goes before what the work changed, the oldest first (as in
+    # ``_fit``)
+    ranked = sorted(merged.items(), key=lambda kv: ("/" not in kv[0], -kv[1][0]))
+    kept = {path for path, _ in sorted(ranked, key=lambda kv: (
+        "/" not in kv[0], "modified" not in kv[1][1], -kv[1][0]))[:_CAPS["files"]]}
     return [f"`{path}` — " + ", ".join(labels[a] for a in _ACTIONS if a in acts)
-            for path, acts in ranked[:_CAPS["files"]]]
+            for path, (_, acts) in ranked if path in kept]
+
+
+def _drop_at(key: str, items: list[str], language: str) -> int:
+    """Which item of a section a tight budget drops first: the oldest, the first (files: the
+    oldest that the work did not change, the last of them; else the last)."""
+    if key != "files":
+        return 0
+    modified = LABELS.get(language, LABELS["en"])["modified"]
+    return next((i for i in range(len(items) - 1, -1, -1)
+                 if modified not in items[i].split(" — ", 1)[-1].split(", ")), len(items) - 1)
 
 
 def _next_steps(previous: SummarySections, activity: Activity, plans: list[tuple[int, str]],
@@ -472,7 +494,8 @@ def _fit(sections: dict[str, list[str]], language: str, budget: int,
          count_text: Callable[[str], int]) -> tuple[SummarySections, bool]:
     """The sections cut to ``budget``, and whether empty ones are left out: over budget, the
     "None." headings go first, then the oldest items of the longest sections, and last the
-    goal items are shortened (never dropped)."""
+    goal items are shortened (never dropped); of the files, the oldest one only read or named,
+    then the oldest one changed (``_drop_at``)."""
     def render(omit: bool) -> str:
         return render_body(SummarySections({k: tuple(v) for k, v in sections.items()}),
                            language, omit_empty=omit)
@@ -487,7 +510,7 @@ def _fit(sections: dict[str, list[str]], language: str, budget: int,
         key = max(droppable, key=lambda k: (len(sections.get(k, [])), -droppable.index(k)))
         if not sections.get(key):
             break
-        total -= count_text(sections[key].pop(0)) + 2
+        total -= count_text(sections[key].pop(_drop_at(key, sections[key], language))) + 2
         if not sections[key]:
             total = count_text(render(True))  # its heading went with its last item
     if total > budget:
