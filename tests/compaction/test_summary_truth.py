@@ -87,6 +87,11 @@ def test_a_result_marked_is_error_failed_whatever_it_prints() -> None:
     assert "Sibling tool call errored" in activity.outcomes["npx vitest run"].detail
     assert "modified" not in activity.files["/p/a.ex"][1]  # a refused edit wrote nothing
     assert not activity.outcomes["/p/a.ex"].ok
+    ignored = claude_code("Commit.", ("Bash", {"command": "git add priv/app.css"},
+                                      "Exit code 1\nThe following paths are ignored by one of "
+                                      "your .gitignore files:\npriv", True))
+    assert scan_activity(ignored).outcomes["git add priv/app.css"].detail == \
+        "exit 1: The following paths are ignored by one of your .gitignore files:"
 
 
 def test_a_test_summary_that_counts_failures_is_a_failure_even_with_exit_0() -> None:

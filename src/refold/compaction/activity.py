@@ -227,7 +227,9 @@ def flagged_error(result: Message) -> bool | None:
 
 
 def _first_line(output: str) -> str | None:
-    line = next((ln.strip() for ln in output.splitlines() if ln.strip()), None)
+    """The first line that is not blank and not only an exit status (``Exit code 1``)."""
+    line = next((ln.strip() for ln in output.splitlines()
+                 if ln.strip() and not _EXIT_ONLY.match(ln.strip())), None)
     return line[:160] if line else None
 
 
