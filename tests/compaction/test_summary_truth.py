@@ -213,3 +213,36 @@ def test_under_a_tight_budget_the_files_section_drops_the_oldest_not_the_newest(
     tight = summary(turns, budget=300)["files"]
     assert 0 < len(tight) < 12
     assert tight == tuple(f"`{p}` — modified" for p in reversed(paths[-len(tight):])), tight
+
+
+APP_JS = "".join(f"{n:>6}→  push(\"x\").receive(\"error\", () => log(\"ERROR: no reply\"))\n"
+                 if n % 11 == 0 else f"{n:>6}→  const a{n} = {n};\n" for n in range(1, 89)
+                 ).rstrip("\n")
+GIT_LOG = "67dc57b Fix endpoint error rendering\n3bb8701 Handle exit code 3 in the runner\n" \
+    "a7be2f0 Log ERROR lines\n" * 6
+
+
+def test_the_stand_in_of_what_a_call_read_names_no_error_from_the_text_it_read() -> None:
+    read = one_line_summary("Read", json.dumps({"file_path": "/p/assets/js/app.js"}), APP_JS)
+    assert read.startswith("[Read] ran `/p/assets/js/app.js` -> 88 lines"), read
+    assert "error" not in read.replace("full output", ""), read
+    for command in ("git log --oneline -20", "cd /p && git log --oneline -20",
+                    "grep -rn error lib/"):
+        line = one_line_summary("Bash", json.dumps({"command": command}), GIT_LOG)
+        assert "; error:" not in line and "exit 3" not in line, line
+    view = one_line_summary("str_replace_editor",
+                            json.dumps({"command": "view", "path": "/w/src/app.py"}), APP_JS)
+    assert view.startswith("[str_replace_editor] ran `view /w/src/app.py` -> 88 lines"), view
+    assert "; error:" not in view
+    # what the tool itself says on its first line still counts
+    missing = one_line_summary("Read", json.dumps({"file_path": "/p/x.ex"}),
+                               "<tool_use_error>File does not exist.</tool_use_error>")
+    assert missing.endswith("; error: <tool_use_error>File does not exist.</tool_use_error> "
+                            "(full output in the session ledger)"), missing
+    failed = one_line_summary("Bash", json.dumps({"command": "git log main..HEAD"}),
+                              "Exit code 128\nfatal: ambiguous argument 'main..HEAD'\n")
+    assert "exit 128" in failed and "; error: fatal: ambiguous argument" in failed, failed
+    # a command that does something keeps its error line
+    build = one_line_summary("Bash", json.dumps({"command": "node build.js"}),
+                             "Exit code 1\n✘ [ERROR] Could not resolve \"js/app.js\"\n")
+    assert "; error: ✘ [ERROR] Could not resolve" in build, build

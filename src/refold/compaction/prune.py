@@ -101,6 +101,10 @@ def argument_gist(arguments: str, limit: int = 80) -> str:
     if isinstance(args, dict):
         value = next((args[k] for k in _GIST_KEYS if isinstance(args.get(k), str)),
                      next((v for v in args.values() if isinstance(v, str)), ""))
+        path = next((args[k] for k in _GIST_KEYS[2:6] if isinstance(args.get(k), str)), None)
+        if path and isinstance(value, str) and value == args.get("command") \
+                and value.strip() and len(value.split()) == 1:
+            value = f"{value.strip()} {path}"  # an editor's subcommand: ``view /w/app.py``
     text = " ".join(str(value).split())
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
@@ -165,11 +169,50 @@ def first_error_line(output: str) -> str | None:
     return None
 
 
+_CD = re.compile(r"^\s*(?:cd\s+\S+\s*(?:&&|;)\s*)+")
+
+
+def _reads_only(name: str, arguments: str) -> bool:
+    """Does the call only read: a read or search tool, an editor's ``view``, an inspection
+    command (``git log``, ``cat``, ``grep``…, also after ``cd dir &&``)? Its output is the
+    text it read (a file, a log), not what the tool says of itself."""
+    # imported here: both import this module
+    from refold.compaction.activity import INSPECT
+    from refold.compaction.tools import TOOLS, call_command, searcher, tool_effect
+
+    try:
+        args = json.loads(arguments) if arguments else {}
+    except ValueError:
+        return False
+    if not isinstance(args, dict):
+        return False
+    command = call_command(name, args)
+    if command is not None:
+        return INSPECT.match(_CD.sub("", command)) is not None
+    if TOOLS.get(name.lower()) is searcher:
+        return True
+    effect = tool_effect(name, args, "")
+    return bool(effect.reads) and not effect.writes
+
+
 def one_line_summary(name: str, arguments: str, output: str) -> str:
-    """``[terminal] ran `npm test` -> exit 0, 47 lines, 1,830 chars; error: …``."""
+    """``[terminal] ran `npm test` -> exit 0, 47 lines, 1,830 chars; error: …``.
+
+    A call that only read (``_reads_only``) gets no error line and no exit status from the text
+    it read (``56→ .receive("error", …`` in a file, ``Fix error rendering`` in a git log): only
+    from its first line (``<tool_use_error>…``, ``fatal: …``) and the tool's own header."""
     gist = argument_gist(arguments)
-    status = exit_status(output)
-    error = first_error_line(output) or failure_line(output)
+    if _reads_only(name, arguments):
+        header = _EXIT_HEADER.match(output)
+        status = header.group(1) if header else None
+        start = header.end() if header else 0
+        end = output.find("\n", start)
+        first = output[start:end if end >= 0 else len(output)]
+        error = first.strip()[:160] if is_error_line(first) or "<tool_use_error>" in first \
+            else None
+    else:
+        status = exit_status(output)
+        error = first_error_line(output) or failure_line(output)
     lines = output.count("\n") + 1 if output else 0
     facts = [f"exit {status}"] if status is not None else []
     facts.append(f"{lines} lines, {len(output):,} chars")
