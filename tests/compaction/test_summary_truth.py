@@ -246,3 +246,23 @@ def test_the_stand_in_of_what_a_call_read_names_no_error_from_the_text_it_read()
     build = one_line_summary("Bash", json.dumps({"command": "node build.js"}),
                              "Exit code 1\n✘ [ERROR] Could not resolve \"js/app.js\"\n")
     assert "; error: ✘ [ERROR] Could not resolve" in build, build
+
+
+def test_the_anchor_index_reads_call_arguments_as_given_not_as_json_escapes() -> None:
+    from refold.compaction.anchors import extract_anchors
+
+    write = json.dumps({"file_path": "src/解析器.py",  # ASCII JSON: "src/\u89e3\u6790\u5668.py"
+                        "content": "import x\nfrom highlight.js import core\n"})
+    assert "\\u5668" in write and "\\nfrom" in write
+    msgs: list[dict[str, Any]] = [
+        {"role": "user", "content": "Add the parser."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "w1", "type": "function", "function": {"name": "Write", "arguments": write}},
+            {"id": "w2", "type": "function", "function": {
+                "name": "shell", "arguments": "make -C src/raw/build"}}]},  # not JSON: as it is
+        {"role": "tool", "tool_call_id": "w1", "content": "File created successfully."},
+        {"role": "tool", "tool_call_id": "w2", "content": "ok"}]
+    texts = {a.text for a in extract_anchors(msgs)}
+    assert "src/解析器.py" in texts, texts
+    assert "src/raw/build" in texts, texts
+    assert not any("u5668" in t or "u89e3" in t or "nhighlight" in t for t in texts), texts

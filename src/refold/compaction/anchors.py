@@ -176,11 +176,37 @@ def _message_text(message: Message) -> str:
         text = text[:SCAN_CHARS // 2] + "\n\n" + text[-SCAN_CHARS // 2:]  # no match spans it
     parts = [text]
     for call in message.get("tool_calls") or []:
-        parts.append(str((call.get("function") or {}).get("arguments") or ""))
+        parts += _argument_values(str((call.get("function") or {}).get("arguments") or ""))
     text = "\n\n".join(parts)  # a blank line: no anchor spans two parts
     if "--- " in text or "+++ " in text or "diff --git" in text:
         text = _undiff(text)
     return _PRUNE_NOTE.sub("", text) if "(full output" in text else text
+
+
+def _argument_values(arguments: str) -> list[str]:
+    """The values of a call's arguments as they were given, not as JSON escapes them
+    (``"src/\\u89e3\\u6790\\u5668.py"`` is ``src/解析器.py``, not ``u5668.py``; a ``\\n`` in
+    a file's content is a line break, not an ``n`` before its next word); the raw text when
+    it is not JSON."""
+    if not arguments.lstrip().startswith(("{", "[", '"')):
+        return [arguments] if arguments else []
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return [arguments]
+    out: list[str] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+        elif isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, int | float) and not isinstance(item, bool):
+            out.append(str(item))
+    return out
 
 
 def carried_anchor(item: str) -> str:
