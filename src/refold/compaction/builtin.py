@@ -241,9 +241,41 @@ def observations(messages: Sequence[Message]) -> set[int]:
     return set(found) if len(found) >= 3 and len(found) >= 0.8 * plain else set()
 
 
+# what an agent harness (Claude Code) writes into the user's turn: a block of it says nothing
+# the user said. A background task's notice and Claude Code's own compaction summary are its
+# words as a whole; a slash command is the user's words only through its arguments.
+_HARNESS_BLOCK = re.compile(r"<(system-reminder|local-command-caveat|local-command-stdout|"
+                            r"local-command-stderr|command-message|command-name|command-args)>"
+                            r".*?</\1>\s*", re.DOTALL)
+_HARNESS_WHOLE = ("<task-notification>", "This session is being continued from a previous "
+                  "conversation")
+_COMMAND_NAME = re.compile(r"<command-name>\s*(.*?)\s*</command-name>", re.DOTALL)
+_COMMAND_ARGS = re.compile(r"<command-args>\s*(.*?)\s*</command-args>", re.DOTALL)
+
+
+def _user_text(message: Message) -> str:
+    """What the user said in a user message: without the blocks an agent harness adds
+    (``<system-reminder>``, ``<local-command-stdout>``…); a slash command with arguments as
+    ``/name arguments``; "" for a message that is all harness (a command without arguments,
+    ``<task-notification>``, Claude Code's compaction summary)."""
+    text = content_text(message)
+    head = text.lstrip()
+    if head.startswith(_HARNESS_WHOLE):
+        return ""
+    if "</" not in text:
+        return text
+    args = _COMMAND_ARGS.search(text)
+    name = _COMMAND_NAME.search(text)
+    rest = _HARNESS_BLOCK.sub("", text).strip()
+    if args is not None and args.group(1):
+        said = f"{name.group(1)} {args.group(1)}" if name is not None else args.group(1)
+        return f"{said}\n\n{rest}" if rest else said
+    return rest
+
+
 def _real_users(messages: Sequence[Message], skip: set[int] | None = None) -> list[Message]:
     return [m for m in messages if m.get("role") == "user" and not is_summary_message(m)
-            and (not skip or id(m) not in skip) and content_text(m).strip()]
+            and (not skip or id(m) not in skip) and _user_text(m).strip()]
 
 
 def _dedup(items: Sequence[str], cap: int) -> list[str]:
@@ -274,7 +306,7 @@ def _goal(previous: SummarySections, users: Sequence[Message], labels: dict[str,
                  if _strip_label(g, current_labels) is None and not is_nudge(g)][:1]
     previous_current = [c for g in previous.get("goal")
                         if (c := _strip_label(g, current_labels)) and not is_nudge(c)]
-    asks = [_short(content_text(m)) for m in users]
+    asks = [_short(_user_text(m)) for m in users]
     asks = [a for a in asks if not is_nudge(a)]
     if not originals and asks:
         originals = asks[:1]
@@ -311,7 +343,7 @@ def _statements(turns: Sequence[Message], skip: set[int], split: Split = _pieces
         role = msg.get("role")
         if role not in ("user", "assistant") or id(msg) in skip or is_summary_message(msg):
             continue
-        text = content_text(msg)
+        text = content_text(msg) if role == "assistant" else _user_text(msg)
         if role == "assistant":
             if budget <= 0:
                 continue
@@ -347,7 +379,7 @@ def _constraints(previous: SummarySections, users: Sequence[Message],
     """From every user message seen so far (the head's first request too)."""
     fresh: list[str] = []
     for msg in users:
-        text = content_text(msg)
+        text = _user_text(msg)
         at, matches = _finder(_CONSTRAINT, text)
         if _found(_CONSTRAINT, text, at):  # none in the whole message: none in a sentence
             fresh += [_short(place[1]) for place in _sentences(split(text), (at,))
@@ -385,8 +417,8 @@ def _progress(previous: SummarySections, activity: Activity,
 def _in_progress(previous: SummarySections, turns: Sequence[Message], labels: dict[str, str],
                  users: Sequence[Message]) -> list[str]:
     items: list[str] = []
-    if users and is_nudge(content_text(users[-1])):
-        items.append(f"{labels['instruction']}: {_short(content_text(users[-1]), 160)}")
+    if users and is_nudge(_user_text(users[-1])):
+        items.append(f"{labels['instruction']}: {_short(_user_text(users[-1]), 160)}")
     last = next((m for m in reversed(turns) if m.get("role") == "assistant"
                  and content_text(m).strip()), None)
     if last is not None:
@@ -400,7 +432,8 @@ def _files(previous: SummarySections, activity: Activity, turns: Sequence[Messag
     most recently touched first, bounded (modified files kept first)."""
     in_span = {id(m) for m in turns}
     earlier = [(-1, m) for m in prefix_users if id(m) not in in_span]
-    spoken = [(pos, content_text(msg)) for pos, msg in [*earlier, *enumerate(turns)]
+    spoken = [(pos, content_text(msg) if msg.get("role") == "assistant" else _user_text(msg))
+              for pos, msg in [*earlier, *enumerate(turns)]
               if msg.get("role") in ("user", "assistant") and not is_summary_message(msg)]
     mentioned = Joined([text for _, text in spoken]).find(_PATH_MENTION)
     for (pos, _), mentions in zip(spoken, mentioned, strict=True):
@@ -469,7 +502,7 @@ def _next_steps(previous: SummarySections, activity: Activity, plans: list[tuple
     if users:  # nothing at all after it in the span: the request is still open
         after = turns[max(i for i, m in enumerate(turns) if m is users[-1]) + 1:]
         if not any(m.get("role") == "assistant" for m in after):
-            items.append(f"{labels['answer']}: {_short(content_text(users[-1]), 200)}")
+            items.append(f"{labels['answer']}: {_short(_user_text(users[-1]), 200)}")
     return _dedup(items, _CAPS["next_steps"]) or [labels["continue"]]
 
 
