@@ -311,3 +311,15 @@ def test_claude_code_wrapper_messages_are_not_the_users_words() -> None:
                              "Current request: /beads:create split the transcript work into "
                              "beads"), parts["goal"]
     assert parts["constraints"] == ("Always run mix format before committing.",), parts
+
+
+def test_diff_headers_name_their_files_without_a_and_b() -> None:
+    diff = ("Here is the change:\n\n```diff\ndiff --git a/src/app.py b/src/app.py\n"
+            "--- a/src/app.py\n+++ b/src/app.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n```\n"
+            "And in requirements:\n```diff\n--- a/requirements/base.txt\n"
+            "+++ b/requirements/base.txt\n```")
+    turns = [{"role": "user", "content": "Bump x."}, {"role": "assistant", "content": diff}]
+    files = summary(turns)["files"]
+    assert "`src/app.py` — mentioned" in files, files
+    assert "`requirements/base.txt` — mentioned" in files, files
+    assert not any(f.startswith(("`a/", "`b/")) for f in files), files

@@ -179,7 +179,7 @@ def _message_text(message: Message) -> str:
         parts += _argument_values(str((call.get("function") or {}).get("arguments") or ""))
     text = "\n\n".join(parts)  # a blank line: no anchor spans two parts
     if "--- " in text or "+++ " in text or "diff --git" in text:
-        text = _undiff(text)
+        text = undiff(text)
     return _PRUNE_NOTE.sub("", text) if "(full output" in text else text
 
 
@@ -222,7 +222,9 @@ def carried_anchor(item: str) -> str:
     return text[:MAX_ANCHOR_CHARS]
 
 
-def _undiff(text: str) -> str:
+def undiff(text: str) -> str:
+    """``text`` with the ``a/``/``b/`` of its diff headers (``--- a/x``, ``+++ b/x``,
+    ``diff --git a/x b/x``) left out: they are no part of the paths."""
     return _DIFF_HEADER.sub(lambda m: m.group(1) or f"{m.group(2)}{m.group(3)} ", text)
 
 

@@ -40,6 +40,7 @@ from refold.compaction.activity import (
     resolves,
     scan_activity,
 )
+from refold.compaction.anchors import undiff
 from refold.compaction.summarizer import SummaryDraft, SummaryRequest
 from refold.compaction.summary import (
     SummarySections,
@@ -435,6 +436,9 @@ def _files(previous: SummarySections, activity: Activity, turns: Sequence[Messag
     spoken = [(pos, content_text(msg) if msg.get("role") == "assistant" else _user_text(msg))
               for pos, msg in [*earlier, *enumerate(turns)]
               if msg.get("role") in ("user", "assistant") and not is_summary_message(msg)]
+    # a diff's headers name its files without their ``a/``/``b/`` (as the anchors read them)
+    spoken = [(pos, undiff(text) if "--- " in text or "+++ " in text or "diff --git" in text
+               else text) for pos, text in spoken]
     mentioned = Joined([text for _, text in spoken]).find(_PATH_MENTION)
     for (pos, _), mentions in zip(spoken, mentioned, strict=True):
         for mention in mentions:
