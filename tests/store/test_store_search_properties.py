@@ -6,7 +6,7 @@ used: the gram index (1–2 letters), the trigram index (3+), and OR-groups.
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from refold.store import SearchQuery, Store
@@ -39,6 +39,8 @@ def test_cjk_substrings_are_found_exactly(store: Store, texts: list[str],
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.text(max_size=40))
+@example(text="0\x000")  # a chunk of words with a NUL inside reached FTS5 and PostgreSQL
+@example(text="docker\x00compose.yml")
 def test_no_query_text_raises(store: Store, text: str) -> None:
     from refold.errors import SearchQueryError
 

@@ -210,7 +210,7 @@ def glued_chunks(words: tuple[Term, ...]) -> tuple[tuple[str, str], ...]:
     for the chunk, as typed (any case), beside a CJK letter in CJK messages."""
     out = [(" ".join(t.words), t.raw) for t in words
            if len(t.words) > 1 and not t.prefix and not t.negated
-           and len(t.raw) >= GLUED_CHARS and t.raw.isascii()]
+           and len(t.raw) >= GLUED_CHARS and t.raw.isascii() and t.raw.isprintable()]
     return tuple(dict.fromkeys(out))
 
 
