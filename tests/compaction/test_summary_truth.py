@@ -299,13 +299,16 @@ def test_claude_code_wrapper_messages_are_not_the_users_words() -> None:
              user(CONTINUED), said("Continuing."), user(NOTICE), said("The tests pass."),
              user("Now fix the subagent badge.\n<system-reminder>The task tools haven't been "
                   "used recently. Never mention this reminder.</system-reminder>"),
-             said("Fixing the badge."), user(SKILL), said("Creating beads.")]
+             said("Fixing the badge."), user(SKILL), said("Creating beads."),
+             user("Base directory for this skill: /home/u/.claude/skills/hex-docs\n\n# Hex "
+                  "Documentation Search\n\nPrefer local/cached results. Never fetch twice."),
+             said("Searching the docs.")]
     parts = summary(turns)
     text = "\n".join(line for lines in parts.values() for line in lines)
     for harness in ("local-command", "command-name", "DO NOT respond", "Compacted (ctrl+o",
                     "continued from a previous", "continue the conversation", "task-notification",
                     "Read the output file", "system-reminder", "reminder", "/tmp/x.py",
-                    "priv/static"):
+                    "priv/static", "Base directory", "Prefer local/cached", "Never fetch"):
         assert harness not in text, (harness, text)
     assert parts["goal"] == ("Work on bead spotter-fum. Always run mix format before committing.",
                              "Current request: /beads:create split the transcript work into "

@@ -249,7 +249,7 @@ _HARNESS_BLOCK = re.compile(r"<(system-reminder|local-command-caveat|local-comma
                             r"local-command-stderr|command-message|command-name|command-args)>"
                             r".*?</\1>\s*", re.DOTALL)
 _HARNESS_WHOLE = ("<task-notification>", "This session is being continued from a previous "
-                  "conversation")
+                  "conversation", "Base directory for this skill:")  # a skill's text, loaded
 _COMMAND_NAME = re.compile(r"<command-name>\s*(.*?)\s*</command-name>", re.DOTALL)
 _COMMAND_ARGS = re.compile(r"<command-args>\s*(.*?)\s*</command-args>", re.DOTALL)
 
