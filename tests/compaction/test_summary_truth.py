@@ -327,3 +327,11 @@ def test_diff_headers_name_their_files_without_a_and_b() -> None:
     assert "`src/app.py` — mentioned" in files, files
     assert "`requirements/base.txt` — mentioned" in files, files
     assert not any(f.startswith(("`a/", "`b/")) for f in files), files
+
+
+def test_constraints_written_as_a_list_keep_one_list_marker() -> None:
+    turns = [{"role": "user", "content": "Please fix the bug.\n- Always run the tests first.\n"
+                                         "* Never push to main.\n2. Do not use unittest."},
+             {"role": "assistant", "content": "On it."}]
+    assert summary(turns)["constraints"] == (
+        "Always run the tests first.", "Never push to main.", "Do not use unittest.")

@@ -108,6 +108,11 @@ _CAPS = {"goal": 3, "constraints": 12, "done": 20, "in_progress": 3, "blocked": 
 _OPEN_TODO = ("pending", "in_progress", "in-progress", "open", "todo", "blocked")
 
 
+# a list item's own marker (the user wrote the constraints as a list): the summary's item
+# has one already ("- - Never push to main" before)
+_LIST_MARK = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+")
+
+
 def _short(text: str, limit: int = ITEM_CHARS) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit - 1] + "…"
@@ -383,8 +388,8 @@ def _constraints(previous: SummarySections, users: Sequence[Message],
         text = _user_text(msg)
         at, matches = _finder(_CONSTRAINT, text)
         if _found(_CONSTRAINT, text, at):  # none in the whole message: none in a sentence
-            fresh += [_short(place[1]) for place in _sentences(split(text), (at,))
-                      if matches(place)]
+            fresh += [_short(_LIST_MARK.sub("", place[1])) for place in
+                      _sentences(split(text), (at,)) if matches(place)]
     return _dedup(list(previous.get("constraints")) + fresh, _CAPS["constraints"])
 
 
