@@ -163,6 +163,14 @@ def regrouped(conversation: Sequence[Message], index: int, stored: dict[str, Any
     return _spelled_as(merged, stored), results, end
 
 
+def _is_known(raw: dict[str, Any], stored: dict[str, Any], simple: bool) -> bool:
+    """``raw`` (a message a client sent) is the chain's ``stored`` form (``simple``: its
+    ``_plain`` flag)."""
+    if simple and raw == stored:
+        return True  # the common case, at C speed: equal to a dict of strings is exact
+    return same(comparable(raw), stored) or resent(raw, stored)
+
+
 def _spelled_as(raw: Message, core: dict[str, Any]) -> Message:
     return {**{k: v for k, v in raw.items() if k not in IDENTITY_KEYS}, **core}
 
@@ -204,16 +212,17 @@ class KnownChain:
     def regrouped(self, conversation: list[Any]) -> list[Any] | None:
         """``conversation`` with the chain's replies of several calls that it re-sends split
         (``regrouped``: OpenAI Codex's parallel calls) put back together, so that
-        ``known_prefix`` can match it; None when it has none of them, or differs otherwise.
-        Each turn of such a conversation took the full path before (7 ms a turn at 240
-        messages against 1.2 ms, growing with the history)."""
+        start with all of the chain (as ``known_prefix`` would find it); None when it has none
+        of them, or differs otherwise. Each turn of such a conversation took the full path
+        before (7 ms a turn at 240 messages against 1.2 ms, growing with the history)."""
         out = list(conversation)
         changed = False
-        for index, stored in enumerate(self.messages):  # out[index] answers stored
+        plain = self.plain if len(self.plain) == len(self.messages) else (False,) * len(
+            self.messages)
+        for index, (stored, simple) in enumerate(zip(self.messages, plain, strict=True)):
             if index >= len(out) or type(out[index]) is not dict:
                 return None
-            raw = out[index]
-            if not (raw == stored or same(comparable(raw), stored) or resent(raw, stored)):
+            if not _is_known(out[index], stored, simple):  # out[index] answers stored
                 grouped = regrouped(out, index, _identity_core(stored))
                 if grouped is None:
                     return None
@@ -229,10 +238,6 @@ class KnownChain:
             return None
         plain = self.plain if len(self.plain) == known else (False,) * known
         for raw, stored, simple in zip(conversation[:known], self.messages, plain, strict=True):
-            if type(raw) is not dict:
-                return None
-            if simple and raw == stored:
-                continue  # the common case, at C speed: equal to a dict of strings is exact
-            if not same(comparable(raw), stored) and not resent(raw, stored):
+            if type(raw) is not dict or not _is_known(raw, stored, simple):
                 return None
         return known

@@ -147,10 +147,9 @@ class SessionMirror:
         known = chain.known_prefix(history[leading:])
         if known is None:  # a reply of several calls re-sent split (Codex)?
             body = chain.regrouped(history[leading:])
-            known = None if body is None else chain.known_prefix(body)
-            if body is None or known is None:
+            if body is None:
                 return None
-            history = history[:leading] + body
+            history, known = history[:leading] + body, len(chain.messages)
         try:
             valid = [wire_form(m) for m in
                      validate(history[:leading] + history[leading + known:])]
