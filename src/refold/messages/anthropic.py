@@ -51,7 +51,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from refold.errors import MessageValidationError
-from refold.messages.model import Message, content_text
+from refold.messages.model import Message, as_plain, content_text
 from refold.messages.repair import repair
 
 Block = dict[str, Any]
@@ -467,9 +467,12 @@ def from_anthropic(messages: Sequence[dict[str, Any]], *,
     if text:
         out.append({"role": "system", "content": text})
     for index, turn in enumerate(messages):
+        turn = as_plain(turn)  # the anthropic SDK's Message, as its API sent it
         if not isinstance(turn, dict):
             raise MessageValidationError("an Anthropic message must be an object", index=index)
         role, content = turn.get("role"), turn.get("content")
+        if isinstance(content, list):  # the SDK's blocks: {"role": "assistant", "content":
+            content = [as_plain(block) for block in content]  # response.content}, as its docs
         if role not in ("user", "assistant", "system"):
             raise MessageValidationError(f"Anthropic role must be user, assistant or system, "
                                          f"not {role!r}", index=index, field="role")

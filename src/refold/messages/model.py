@@ -51,6 +51,40 @@ def wire_form(message: Message) -> Message:
     return {k: v for k, v in message.items() if not k.startswith("_")}
 
 
+def as_plain(value: Any) -> Any:
+    """A client SDK's object (the ``openai`` or ``anthropic`` SDK's ``ChatCompletionMessage``,
+    a tool call, ``CompletionUsage``; any pydantic model) as the plain JSON form refold takes,
+    without the fields that are null; anything else is returned as it is. So
+    ``rt.record(response.choices[0].message, usage=response.usage)`` works as with dicts."""
+    if isinstance(value, dict) or value is None:
+        return value
+    to_dict = getattr(value, "to_dict", None)  # the SDKs' own: the fields the API sent
+    if callable(to_dict) and hasattr(value, "model_fields_set"):
+        try:
+            plain = to_dict(mode="json", exclude_none=True)
+        except TypeError:
+            plain = None
+        if isinstance(plain, dict):
+            return plain
+    dump = getattr(value, "model_dump", None)  # any other pydantic (v2) model
+    if callable(dump):
+        try:
+            plain = dump(mode="json", exclude_none=True, by_alias=True)
+        except TypeError:
+            return value
+        if isinstance(plain, dict):
+            return plain
+    return value
+
+
+def as_plain_messages(messages: Any) -> Any:
+    """``messages`` with each SDK object in it made plain (``as_plain``); the same list when
+    every item is a dict already (the common case costs one pass of type checks)."""
+    if not isinstance(messages, list | tuple) or all(type(m) is dict for m in messages):
+        return messages
+    return [as_plain(m) for m in messages]
+
+
 def content_text(message: Message) -> str:
     """The message's text: string content, or the text parts of a parts list joined by newlines."""
     content = message.get("content")

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
 from refold.errors import MessageValidationError
-from refold.messages.model import ROLES, Message
+from refold.messages.model import ROLES, Message, as_plain
 
 REPLACEMENT = "\ufffd"
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -199,7 +199,10 @@ def _check_scalars(message: Message, role: str, index: int | None) -> None:
 
 
 def validate_message(message: Any, index: int | None = None) -> Message:
-    """Check one message; return it (a repaired copy if it held lone surrogates)."""
+    """Check one message; return it (a repaired copy if it held lone surrogates). A client
+    SDK's message object (``response.choices[0].message``) is taken as its plain form."""
+    if not isinstance(message, dict):
+        message = as_plain(message)
     if not isinstance(message, dict):
         _fail(f"a message must be a JSON object, not {type(message).__name__}", index, "")
     role = message.get("role")

@@ -79,6 +79,7 @@ class InlineTurns:
         busy)."""
         rt = self._rt
         message = rt._checked_reply(response)
+        usage = rt._checked_usage(usage)
         rt.finish_turn()
         outcome = self._run(lambda: rt._record_locked(message, usage, model, True))
         if outcome is None:

@@ -34,6 +34,7 @@ from refold.errors import Conflict, InvalidInput, RefoldError, UpstreamError
 from refold.messages.model import (
     IDENTITY_KEYS,
     Message,
+    as_plain,
     chain_identities,
     content_text,
     wire_form,
@@ -245,6 +246,7 @@ class SessionRuntime:
         """Store the assistant reply, account usage, apply the post-response policy. True
         (recorded). (``inline.record`` is the same for an event loop.)"""
         message = self._checked_reply(response)
+        usage = self._checked_usage(usage)
         self.finish_turn()
         with self._lock:
             turn_done, iterations = self._record_locked(message, usage, model, False)
@@ -419,7 +421,17 @@ class SessionRuntime:
     def _system_of(lead: list[Message]) -> str | None:
         return split_system(lead)[0]
 
+    @staticmethod
+    def _checked_usage(usage: Any) -> dict[str, Any] | None:
+        """``record``'s usage: a dict, the SDK's usage object (``response.usage``) or None."""
+        usage = as_plain(usage)
+        if usage is not None and not isinstance(usage, dict):
+            raise InvalidInput("usage must be the reply's usage (a dict, or the SDK's "
+                               f"response.usage), not {type(usage).__name__}")
+        return usage
+
     def _checked_reply(self, response: Message) -> Message:
+        response = as_plain(response)  # the openai SDK's ChatCompletionMessage, say
         if not isinstance(response, dict):
             raise InvalidInput("response must be an assistant message (a dict)")
         message = _normalize_reply(response)
@@ -685,3 +697,4 @@ def _normalize_reply(response: Message) -> Message:
 
 def _int(value: Any) -> int:
     return token_count(value)
+

@@ -15,7 +15,7 @@ from typing import Any
 
 from refold._records import dataclass
 from refold.errors import InvalidInput, RefoldError
-from refold.messages.model import Message
+from refold.messages.model import Message, as_plain
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +98,25 @@ class ToolRegistry:
         return self.run(name, arguments).text
 
     def dispatch(self, tool_call: dict[str, Any]) -> Message:
-        """The ``role: tool`` message answering ``tool_call``."""
+        """The ``role: tool`` message answering ``tool_call`` (a dict, or the SDK's tool call
+        object: ``message.tool_calls[i]``)."""
+        tool_call = as_plain(tool_call)
+        if not isinstance(tool_call, dict):
+            raise InvalidInput("a tool call must be an object with 'id' and 'function', not "
+                               f"{type(tool_call).__name__}")
         fn = tool_call.get("function") or {}
+        if not isinstance(fn, dict):
+            fn = {}
         result = self.call(str(fn.get("name") or ""), fn.get("arguments"))
         return {"role": "tool", "tool_call_id": str(tool_call.get("id") or ""), "content": result}
 
     def dispatch_all(self, assistant: Message) -> list[Message]:
-        """Tool messages for every tool_call of an assistant message, in order."""
+        """Tool messages for every tool_call of an assistant message (a dict, or the SDK's
+        message object), in order."""
+        assistant = as_plain(assistant)
+        if not isinstance(assistant, dict):
+            raise InvalidInput("expected an assistant message, not "
+                               f"{type(assistant).__name__}")
         return [self.dispatch(call) for call in assistant.get("tool_calls") or []]
 
 

@@ -27,6 +27,7 @@ from refold import _records as records
 from refold.errors import Conflict, InvalidInput, MessageValidationError, NotFound
 from refold.messages.model import (
     Message,
+    as_plain_messages,
     chain_identities,
     searchable_text,
     wire_form,
@@ -83,7 +84,7 @@ def _check_messages(messages: Sequence[Message],
     if isinstance(messages, dict | str | bytes):
         raise InvalidInput("messages must be a list of message objects")
     out: list[Message] = []
-    for index, message in enumerate(messages):
+    for index, message in enumerate(as_plain_messages(messages)):  # SDK objects as dicts
         if not isinstance(message, dict):
             raise MessageValidationError(f"expected an object, got {type(message).__name__}",
                                          index=index)

@@ -30,7 +30,7 @@ from typing import Any
 
 from refold import _records as records
 from refold.errors import Conflict, InvalidInput, MessageValidationError, NotFound
-from refold.messages.model import Message, message_identity, wire_form
+from refold.messages.model import Message, as_plain_messages, message_identity, wire_form
 from refold.store.base import (
     SPENT_NOTHING,
     AppendResult,
@@ -160,6 +160,7 @@ class LedgerOps(SessionOps):
                         token_counts: Sequence[int | None] | None = None,
                         expect_last: str | None = None,
                         usage: Usage | None = None) -> AppendResult:
+        messages = as_plain_messages(messages)  # an SDK's message objects taken as dicts
         counts = _check_batch(messages, token_counts)
         with self.db.write() as conn:
             # the session (NotFound), its last seq, latest checkpoint and last active message:
@@ -192,6 +193,7 @@ class LedgerOps(SessionOps):
                       created_at: Sequence[float | None] | None = None,
                       usage: Sequence[Usage | None] | None = None,
                       create: SessionDraft | None = None) -> AppendResult:
+        history = as_plain_messages(history)
         counts = _check_batch(history, token_counts)
         times = message_times(created_at, len(history), time.time()) \
             if created_at is not None else None
