@@ -11,4 +11,6 @@ echo "== mypy (files and options from pyproject.toml [tool.mypy])"
 mypy
 echo "== pytest"
 # pytest exits 5 when it collected no tests; with `set -e` that fails the run, as it should.
-pytest -q "$@"
+# The tests run in one worker process per CPU (pytest-xdist); REFOLD_TEST_WORKERS=0 runs them
+# in this process instead (a debugger, -s), or sets another number of workers.
+pytest -q -n "${REFOLD_TEST_WORKERS:-auto}" "$@"

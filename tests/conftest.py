@@ -16,6 +16,13 @@ import pytest
 
 from refold.store import Store
 
+# The CLI lays its tables and lines out for the terminal COLUMNS names, and wide when piped
+# with no COLUMNS. pytest-xdist's workers inherit COLUMNS=80 and LINES=24 from execnet, so the
+# same test would see a terminal in one run and a pipe in another: tests that want a width set
+# it themselves (monkeypatch.setenv).
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
 POSTGRES_URL = os.environ.get("REFOLD_TEST_POSTGRES_URL", "postgresql://127.0.0.1:5432/test")
 REQUIRE_POSTGRES = os.environ.get("REFOLD_REQUIRE_POSTGRES") == "1"
 
