@@ -350,3 +350,41 @@ def test_a_conversation_resending_parallel_calls_split_stays_on_the_fast_path(
     rows = store.get_messages(rt.session_id, include_inactive=True)
     assert [r.role for r in rows] == ["user"] + ["assistant", "tool", "tool"] * 4
     assert all(r.active for r in rows)
+
+
+@pytest.mark.parametrize(("result", "cleared_one"), [
+    ({"content": "[Old tool result content cleared]"}, True),
+    ({"content": [{"type": "text", "text": "[Old tool result content cleared]"}]}, True),
+    ({"content": "[Old tool result content cleared] but not all of it"}, False),
+    ({"content": "a b c"}, False),  # another result: an edit
+    ({"content": "[Old tool result content cleared]", "tool_call_id": "call_2"}, False),
+    ({"content": "[Old tool result content cleared]", "name": "bash"}, False),
+], ids=["cleared", "cleared-as-part", "longer", "other-text", "other-call", "other-name"])
+def test_a_tool_result_resent_cleared_is_the_stored_result_and_nothing_else_is(
+        eng: Engine, store: Store, result: dict[str, Any], cleared_one: bool) -> None:
+    """OpenCode's ``compaction.prune`` re-sends an old result as its placeholder: the stored
+    result (nothing diverges; the request carries the client's form). Any other change to a
+    tool's message is a divergence, as before."""
+    rt = eng.open_session(new=True)
+    rt.prepare_history([user("list files")])
+    rt.record({"role": "assistant", "content": None, "tool_calls": [CALL]})
+    tool = {"role": "tool", "tool_call_id": "call_1", "content": "a b"}
+    rt.prepare_history([user("list files"), resent_call(), tool])
+    rt.record(bot("Two files."))
+    history = [user("list files"), resent_call(), {**tool, **result}, bot("Two files."),
+               user("and now?")]
+    if not cleared_one:
+        rt.prepare_history(history)
+        rows = store.get_messages(rt.session_id, include_inactive=True)
+        assert not rows[2].active  # a divergence: rewound (a named session's way)
+        return
+    later = eng.open_session(rt.session_id)  # another runtime: the full path (no chain)
+    for runtime in (rt, later, rt):
+        prepared = runtime.prepare_history(history)
+        sent = [m for m in prepared.messages if m.get("role") == "tool"]
+        assert sent == [{**tool, **result}]  # what the client sent
+        rows = store.get_messages(rt.session_id, include_inactive=True)
+        assert [(r.role, r.active) for r in rows] == [
+            ("user", True), ("assistant", True), ("tool", True), ("assistant", True),
+            ("user", True)]
+        assert rows[2].message["content"] == "a b"  # the ledger keeps what the tool said

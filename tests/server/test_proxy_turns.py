@@ -509,3 +509,70 @@ def test_a_conversation_derived_under_the_old_name_continues_in_its_session(
     assert only_session(sqlite_store) == old.id
     assert [t for _, t in roles_and_text(sqlite_store, old.id)] == [
         "Capital of France?", "Paris.", "River?", "On the Seine."]
+
+
+CLEARED = "[Old tool result content cleared]"
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["derived", "named"])
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_old_tool_results_the_client_cleared_are_the_stored_ones_and_go_upstream_cleared(
+        start_proxy: ProxyFactory, sqlite_store: Store, stream: bool, named: bool) -> None:
+    """OpenCode with ``compaction.prune`` on re-sends the results of old tool calls as
+    ``[Old tool result content cleared]`` once they pass its budget (request shapes as OpenCode
+    1.18 sent them through ``refold serve``). Before, each such prune diverged from the stored
+    results: a derived conversation forked a branch holding a copy of all of it (three prunes,
+    three copies), a named one was rewound and stored again. The cleared result is the stored
+    one (the ledger keeps what the tool said) and goes upstream as the client sent it, cleared:
+    the context the client chose to send, not the one it cleared."""
+    files = {f"big{n}.txt": f"<content>{n}: " + "x" * 4000 + "</content>" for n in range(4)}
+
+    def call(n: int) -> dict[str, Any]:
+        return {"id": f"call_{n}", "type": "function", "function": {
+            "name": "read", "arguments": json.dumps({"filePath": f"/p/big{n}.txt"})}}
+
+    replies: list[Any] = []
+    for n in range(4):
+        replies += [ScriptedReply(content=None, tool_calls=[call(n)]), f"Read big{n}."]
+    headers = {"X-Refold-Session": "opencode-session"} if named else {}
+    with serve(replies) as up:
+        proxy = start_proxy(up)
+        system = {"role": "system", "content": "You are opencode."}
+        turns: list[list[dict[str, Any]]] = []  # each user turn as the client re-sends it
+        for n in range(4):
+            turn = [{"role": "user", "content": f'"please read big{n}"'}]
+            for step in range(2):
+                history = [system, *(m for t in turns for m in t), *turn]
+                body = {"model": "local/scripted", "messages": history, "stream": stream,
+                        "max_tokens": 4000}
+                response = httpx.post(proxy.base_url + "/chat/completions", json=body,
+                                      headers=headers, timeout=30)
+                assert response.status_code == 200, response.text
+                if step == 0:  # the Vercel AI SDK's spelling of the call, then its result
+                    turn += [{"role": "assistant", "content": "", "tool_calls": [
+                        {"id": f"call_{n}", "type": "function", "function": {
+                            "name": "read",
+                            "arguments": json.dumps({"filePath": f"/p/big{n}.txt"},
+                                                    separators=(",", ":"))}}]},
+                        {"role": "tool", "tool_call_id": f"call_{n}",
+                         "content": files[f"big{n}.txt"]}]
+                else:
+                    turn.append({"role": "assistant", "content": f"Read big{n}."})
+            turns.append(turn)
+            for old in turns[:-1] if n >= 1 else []:  # OpenCode prunes: all but the last
+                old[2] = {**old[2], "content": CLEARED}
+        # what went upstream is what the client sent: cleared results cleared, others whole
+        for request, sent_history in zip(up.llm.requests[2::2], range(1, 4), strict=True):
+            tools = [m["content"] for m in request["messages"] if m["role"] == "tool"]
+            assert len(tools) == sent_history
+            cleared_now = {1: 0, 2: 1, 3: 2}[sent_history]
+            assert tools[:cleared_now] == [CLEARED] * cleared_now
+            assert all(t.startswith("<content>") for t in tools[cleared_now:])
+    sessions = sqlite_store.list_sessions()
+    assert len(sessions) == 1, [s.title for s in sessions]
+    rows = sqlite_store.get_messages(sessions[0].id, include_inactive=True)
+    assert [(r.role, r.active) for r in rows] == [
+        ("user", True), ("assistant", True), ("tool", True), ("assistant", True)] * 4
+    # the ledger keeps what each tool said
+    assert [r.message["content"] for r in rows if r.role == "tool"] == list(files.values())
+    assert not sqlite_store.list_rewinds(sessions[0].id)

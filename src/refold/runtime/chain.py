@@ -15,8 +15,10 @@ Invariants:
   None-valued keys ignored at the top level (neither reaches the identity, and validation reads
   a None key as a missing one), every other value by type and value (``1``, ``1.0`` and ``True``
   differ, as their JSON does) — so a prefix that matches would hash to the same identities;
-  with one exception: a stored reply re-sent in another spelling (``resent``) is that stored
-  reply — the chain keeps the stored form, and the request is built from it;
+  with two exceptions: a stored reply re-sent in another spelling (``resent``) is that stored
+  reply — the chain keeps the stored form, and the request is built from it; and a stored tool
+  result the client re-sends cleared (``cleared``: OpenCode's pruning) is that stored result —
+  the chain keeps the client's cleared form, which is what goes upstream;
 - the stored forms are deep copies of the containers (strings are immutable and shared, not
   copied): a caller mutating its message dicts later cannot alter them.
 
@@ -79,6 +81,28 @@ def resent_form(form: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: What clients send in place of an old tool result they stopped sending to save context:
+#: OpenCode's ``compaction.prune`` (1.x) re-sends each pruned result so.
+CLEARED_RESULTS = frozenset({"[Old tool result content cleared]"})
+
+
+def cleared(raw: dict[str, Any], stored: dict[str, Any]) -> bool:
+    """True when ``raw`` is the tool result ``stored`` (a ``comparable`` form) as a client
+    re-sends it after clearing it (its content one of ``CLEARED_RESULTS``, the rest the same):
+    the same result — the tool said what is stored — of which the client now sends less."""
+    if raw.get("role") != "tool" or stored.get("role") != "tool":
+        return False
+    mine = comparable(raw)
+    content = mine.pop("content", None)
+    if isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict) \
+            and content[0].get("type") == "text" and set(content[0]) == {"type", "text"}:
+        content = content[0]["text"]
+    if not isinstance(content, str) or content not in CLEARED_RESULTS:
+        return False
+    theirs = dict(stored)
+    return theirs.pop("content", None) != content and same(mine, theirs)
+
+
 def _call_core(call: Any) -> Any:
     if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
         return call
@@ -99,14 +123,17 @@ def resent(raw: dict[str, Any], stored: dict[str, Any]) -> bool:
     return same(resent_form(comparable(raw)), resent_form(stored))
 
 
-def adopt_stored(conversation: list[Message], stored: Sequence[Message]) -> list[Message]:
+def adopt_stored(conversation: list[Message], stored: Sequence[Message],
+                 sent: dict[int, Message] | None = None) -> list[Message]:
     """``conversation`` with each reply that re-sends the stored one at its place (``resent``)
     spelled as stored, along the prefix the two share by identity: so its identities are the
     stored ones, and a re-spelled reply neither diverges from the ledger nor is stored twice.
     Only the identity's fields take the stored spelling; the rest (its reasoning, say) stays
     as the client sent it. A stored reply of several calls that the client re-sends split,
     each call followed by its result (``regrouped``), is the stored reply with the results
-    after it."""
+    after it. A stored tool result the client re-sends cleared (``cleared``) is the stored
+    one too; ``sent`` (when given) gets the client's message at its index in the result, to
+    be sent as the client sent it."""
     out = list(conversation)
     index = 0
     while index < min(len(out), len(stored)):
@@ -115,6 +142,10 @@ def adopt_stored(conversation: list[Message], stored: Sequence[Message]) -> list
         if not same(mine, theirs):
             if resent(mine, theirs):
                 out[index] = _spelled_as(raw, theirs)
+            elif cleared(mine, theirs):
+                out[index] = _spelled_as(raw, theirs)
+                if sent is not None:
+                    sent[index] = raw
             else:
                 grouped = regrouped(out, index, theirs)
                 if grouped is None:

@@ -174,17 +174,19 @@ class SessionMirror:
         return result.appended
 
     def sync(self, conversation: list[Message], counts: list[int | None],
-             tip: str) -> AppendResult:
+             tip: str, forms: list[Message] | None = None) -> AppendResult:
         """The full path: the store finds what of ``conversation`` (whose last identity is
         ``tip``) is new (rewinding a divergent tail); the chain is known again when the stored
-        active chain then ends on ``tip`` — it is exactly ``conversation``."""
+        active chain then ends on ``tip`` — it is exactly ``conversation`` (kept as ``forms``,
+        the client's own form of each message, when given: a tool result it cleared)."""
         self.chain = None
         self.view = None  # the store may rewind: read the projection afresh
         result = self.store.sync_messages(self.session_id, conversation, token_counts=counts)
         end = result.appended[-1].identity if result.appended else \
             self.store.view_tip(self.session_id).last_identity
         if end == tip:
-            self.chain = KnownChain.of(self.session_id, conversation, tip)
+            self.chain = KnownChain.of(self.session_id,
+                                       conversation if forms is None else forms, tip)
         return result
 
     # -- appending -----------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from refold.messages.model import (
 )
 from refold.pricing import token_count
 from refold.runtime.branches import Diverge, place
-from refold.runtime.chain import KnownChain, adopt_stored, comparable
+from refold.runtime.chain import KnownChain, adopt_stored, cleared, comparable
 from refold.runtime.checkpointer import Checkpointer
 from refold.runtime.inline import InlineTurns, NeedsWorker
 from refold.runtime.mirror import SessionMirror
@@ -370,9 +370,10 @@ class SessionRuntime:
         self.mirror.forget()
         valid = [wire_form(m) for m in self.ops.validate(history)]
         system, conversation = split_system(valid)
+        sent: dict[int, Message] = {}  # results the client cleared, as it sent them
         if any(m.get("role") == "assistant" for m in conversation):  # a reply re-spelled?
             conversation = adopt_stored(conversation, [
-                r.message for r in self.store.get_messages(self.session_id)])
+                r.message for r in self.store.get_messages(self.session_id)], sent)
         identities = chain_identities(conversation)
         if conversation:
             target, changed = place(self.store, self._root_id, self.session_id, identities,
@@ -385,7 +386,8 @@ class SessionRuntime:
         self._system_prompt = system
         if conversation:
             counts = self.ops.message_counts(conversation)
-            result = self.mirror.sync(conversation, counts, identities[-1])
+            forms = [sent.get(i, m) for i, m in enumerate(conversation)] if sent else None
+            result = self.mirror.sync(conversation, counts, identities[-1], forms)
             self._count_turns([s.message for s in result.appended])
             if result.rewound:
                 self.precompactor.discard()
@@ -591,7 +593,7 @@ class SessionRuntime:
                 continue
             if view.view[offset - lead + j] != row.message:
                 continue  # the checkpoint merged its summary into this row: keep it
-            if not _same_identity(sent, row.message):
+            if not (_same_identity(sent, row.message) or cleared(sent, comparable(row.message))):
                 continue  # (cannot happen while the chain is current; never send another)
             replacement = detached(sent)
             delta += self.ops.base_count(replacement) - self.ops.base_count(out[offset + j])
