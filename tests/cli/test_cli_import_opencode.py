@@ -7,9 +7,14 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from import_cli import Run, cli_on_home, ok_json, stored_messages
 
@@ -110,3 +115,92 @@ def test_a_folder_with_format_opencode_imports_only_its_databases(
     reports = ok_json(run("import", str(opencode_db.parent), "--format", "opencode", "--json"))
     assert {r["file"] for r in reports} == {str(opencode_db)}
     assert [r["appended"] for r in reports] == [30, 2]
+
+
+@contextmanager
+def proxy_on_home(home: Path, upstream: str) -> Iterator[str]:
+    """``refold serve`` (its app under uvicorn, on a real socket) over ``home``'s database."""
+    import uvicorn
+
+    from refold.cli.serve import bind_socket
+    from refold.config import Settings
+    from refold.server import create_app
+    from refold.server.runner import uvicorn_config
+    from refold.store.sqlite import SQLiteStore
+
+    home.mkdir(parents=True, exist_ok=True)
+    store = SQLiteStore(str(home / "refold.db"))
+    settings = Settings(home=home, upstream=upstream, context_length=100_000)
+    app = create_app(settings, store=store)
+    sock = bind_socket("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn_config(app, settings, graceful_seconds=10))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        assert thread.is_alive()
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()
+        store.close()
+
+
+def as_opencode_sends(message: dict[str, Any]) -> dict[str, Any]:
+    """A stored reply as OpenCode (the Vercel AI SDK) re-sends it: ``content: ""`` beside its
+    calls, each call's arguments re-serialized compactly."""
+    if message["role"] != "assistant" or not message.get("tool_calls"):
+        return message
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"id": c["id"], "type": "function", "function": {
+            "name": c["function"]["name"], "arguments": json.dumps(
+                json.loads(c["function"]["arguments"]), separators=(",", ":"))}}
+        for c in message["tool_calls"]]}
+
+
+def test_conversations_refold_serve_stored_whole_are_not_copied_again(
+        run: Run, tmp_path: Path, opencode_db: Path) -> None:
+    """OpenCode through ``refold serve`` (its requests as OpenCode 1.18 sends them: its system
+    prompt, the user's text, its spelling of each reply), then ``refold import`` of its
+    database, as the README suggests: each conversation the proxy stored whole was stored a
+    second time (its subagent's here; every session of a run that never compacted), so every
+    search found each message twice. The main conversation compacted: the proxy holds only
+    its opening turns, and it is imported (nothing of it is lost)."""
+    from refold.messages.opencode_db import read_opencode
+    from refold.testing import ScriptedReply, serve
+
+    sessions = {s.native_id: s.messages for s in read_opencode(opencode_db)}
+    conversations = [sessions[SUBAGENT], sessions[MAIN][:11]]  # the main one: to the subagent
+    replies = [ScriptedReply(content=m.get("content"), tool_calls=m.get("tool_calls"))
+               for c in conversations for m in c if m["role"] == "assistant"]
+    with serve(replies) as upstream, proxy_on_home(tmp_path / "home", upstream.base_url) as url:
+        for conversation in conversations:
+            for index, message in enumerate(conversation):
+                if message["role"] != "assistant":
+                    continue
+                history = [{"role": "system", "content": "You are opencode."},
+                           *map(as_opencode_sends, conversation[:index])]
+                response = httpx.post(url + "/chat/completions", timeout=30, json={
+                    "model": "scripted", "messages": history, "stream": True,
+                    "stream_options": {"include_usage": True}, "tool_choice": "auto"})
+                assert response.status_code == 200, response.text
+    before = ok_json(run("sessions", "list", "--json"))
+    assert sorted(s["message_count"] for s in before) == [2, 11]
+
+    result = run("import", str(opencode_db), "--json")
+    reports = {r["opencode_session"]: r for r in ok_json(result)}
+    assert [reports[SUBAGENT][k] for k in ("appended", "skipped", "kept_by_serve")] == [
+        0, 2, True]
+    served = next(s for s in before if s["message_count"] == 2)
+    assert reports[SUBAGENT]["session_id"] == served["id"]
+    assert (reports[MAIN]["appended"], reports[MAIN].get("kept_by_serve")) == (30, None)
+    assert "1 session refold serve keeps" in result.stderr
+    after = ok_json(run("sessions", "list", "--json"))
+    assert sorted(s["message_count"] for s in after) == [2, 11, 30]
+    again = {r["opencode_session"]: r["appended"] for r in ok_json(run(
+        "import", str(opencode_db), "--json"))}
+    assert again == {MAIN: 0, SUBAGENT: 0}
+    said = run("import", str(opencode_db)).stdout
+    assert f"imported nothing: session {served['id']}" in said

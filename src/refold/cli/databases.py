@@ -4,7 +4,8 @@ Hermes-Agent's ``~/.hermes/state.db`` (``refold.messages.hermes_state``) and Ope
 ``~/.local/share/opencode/opencode.db`` (``refold.messages.opencode_db``) each hold many
 sessions. Each is imported into the refold session its own id names (``hermes:<id>`` /
 ``opencode:<id>`` hashed, as transcripts' conversation ids are), so importing the database
-again after the agent went on stores only what is new. The files are only read. Any other
+again after the agent went on stores only what is new. A conversation that ``refold serve``
+stored whole already (the agent ran through the proxy) is not copied. The files are only read. Any other
 SQLite file is refused as it is: a database is no transcript, and refold's own must never be
 read back into itself.
 """
@@ -95,6 +96,13 @@ def import_database(app: AppContext, path: Path, kind: str, source: str | None
             continue
         target, session = _session_for(store, kind, found, placed.get(found.parent_id or ""),
                                        source)
+        served = _served_session(store, found.messages) if session is None else None
+        if served is not None:  # `refold serve` stored this conversation: never a second copy
+            left_out["session refold serve keeps"] += 1
+            placed[found.native_id] = served.id
+            reports.append(_report(kind, found, served, None) | {
+                "skipped": len(found.messages), "kept_by_serve": True})
+            continue
         placed[found.native_id] = target.session_id
         usage = _priced(app, found.spend) if found.spend is not None else \
             _grown(session, found.totals, found.model, len(found.messages))
@@ -159,6 +167,27 @@ def _plugin_session(store: Store, hermes_id: str) -> Session | None:
         return store.resolve_session(f"hermes:{hermes_id}", owner="", prefix=False)
     except (NotFound, AmbiguousReference):
         return None
+
+
+def _served_session(store: Store, messages: list[Message]) -> Session | None:
+    """The session ``refold serve`` stored this whole conversation in, if any: the agent ran
+    through the proxy (without client keys: the local user's sessions, as the import's own),
+    which placed it by its first user message (``derived_ref``) in that family, one member
+    of which starts with every message of it, by identity. None when no session holds all of
+    it (the agent went on without the proxy, or spelled a message otherwise): it is imported."""
+    from refold.runtime.branches import family
+    from refold.server.sessions import derived_ref
+
+    try:
+        root = store.resolve_session(derived_ref("", messages), owner="", prefix=False)
+    except (NotFound, AmbiguousReference):
+        return None
+    identities = chain_identities(messages)
+    for session_id in family(store, root.id):
+        rows = store.get_messages(session_id, limit=len(identities))
+        if [row.identity for row in rows] == identities:
+            return store.get_session(session_id)
+    return None
 
 
 def _lineage_title(store: Store, parent: str | None, link_kind: str | None) -> str | None:

@@ -551,6 +551,9 @@ def _render_import(report: dict[str, Any]) -> None:
     title = f" ({safe_text(report['title'])})" if report["title"] else ""
     line = (f"imported {report['appended']} message(s) into session "
             f"{report['session_id']}{title}; {report['skipped']} already stored")
+    if report.get("kept_by_serve"):
+        line = (f"imported nothing: session {report['session_id']}{title} holds all "
+                f"{report['skipped']} message(s) already (refold serve stored them)")
     if report.get("added_after"):
         line += (f"; added after the session's {report['added_after']} message(s) (another "
                  "transcript)")
