@@ -273,3 +273,21 @@ def test_codex_parallel_calls_resent_in_pairs_stay_one_session(
     assert [m["role"] for m in sent if m["role"] != "system"] == [
         "user", "assistant", "tool", "tool"]
     assert [c["id"] for c in sent[-3]["tool_calls"]] == ["call_1", "call_2"]
+
+
+def test_prompt_cache_key_and_the_other_shared_fields_reach_a_chat_upstream(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """Codex sends its conversation id as ``prompt_cache_key`` (the upstream routes the turns to
+    one prompt cache); chat completions takes it, ``safety_identifier`` and ``service_tier``
+    alike. They were left out; ``store`` and ``metadata`` (refold keeps the response) are."""
+    with serve(["Oslo."]) as up:
+        proxy = start_proxy(up)
+        client = sdk(proxy.base_url)
+        client.responses.create(model=MODEL, input="Capital of Norway?",
+                                prompt_cache_key="019a-codex-conversation",
+                                safety_identifier="user-42", service_tier="flex",
+                                store=True, metadata={"task": "t1"})
+    sent = up.llm.requests[0]
+    assert sent["prompt_cache_key"] == "019a-codex-conversation"
+    assert sent["safety_identifier"] == "user-42" and sent["service_tier"] == "flex"
+    assert "store" not in sent and "metadata" not in sent

@@ -110,7 +110,11 @@ def chat_body(body: dict[str, Any], messages: list[Message], model: str) -> dict
                            "stream": bool(body.get("stream"))}
     if out["stream"]:
         out["stream_options"] = {"include_usage": True}
-    for key in ("temperature", "top_p", "parallel_tool_calls", "user"):
+    # the same fields in chat completions (prompt_cache_key: Codex's conversation id, which
+    # routes its turns to the same prompt cache); not ``store`` or ``metadata``, which ask
+    # refold to keep the response here, and the upstream to keep the completion there
+    for key in ("temperature", "top_p", "parallel_tool_calls", "user", "prompt_cache_key",
+                "safety_identifier", "service_tier"):
         if body.get(key) is not None:
             out[key] = body[key]
     if body.get("max_output_tokens") is not None:
