@@ -233,3 +233,46 @@ def test_a_long_history_is_compacted_and_the_ledger_keeps_it_all(start_proxy: Pr
     sent = up.llm.requests[0]["messages"]
     assert len(sent) < len(history) and sent[-1]["content"] == "And finally?"
     assert len(ledger(sqlite_store)) == len(history) + 1  # every message kept, and the reply
+
+
+@pytest.mark.parametrize("as_blocks", [False, True], ids=["string", "text-block"])
+def test_claude_codes_cleared_tool_results_stay_one_conversation(
+        start_proxy: ProxyFactory, sqlite_store: Store, as_blocks: bool) -> None:
+    """Claude Code's microcompaction re-sends old tool results as ``[Old tool result content
+    cleared]`` (a string, or one text block). Each is the stored result: one session, no
+    rewind, the ledger keeps what the tool said, the upstream gets what Claude Code sent."""
+    cleared = "[Old tool result content cleared]"
+    calls = [{"id": f"toolu_{n}", "type": "function", "function": {
+        "name": "Read", "arguments": json.dumps({"file_path": f"/p/f{n}.py"})}}
+        for n in range(2)]
+    outputs = [f"def f{n}():\n" + "    pass\n" * 400 for n in range(2)]
+    replies = [ScriptedReply(content=None, tool_calls=[calls[0]]), "Read f0.",
+               ScriptedReply(content=None, tool_calls=[calls[1]]), "Read f1."]
+    with serve(replies) as up:
+        proxy = start_proxy(up)
+        sdk = client(proxy.root)
+        history: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {"model": MODEL, "max_tokens": 200}
+        for n in range(2):
+            history.append({"role": "user", "content": f"read f{n}.py"})
+            use = sdk.messages.create(messages=history, **kwargs)  # type: ignore[arg-type]
+            history += [{"role": "assistant", "content": [b.model_dump(exclude_none=True)
+                                                          for b in use.content]},
+                        {"role": "user", "content": [{"type": "tool_result",
+                                                      "tool_use_id": f"toolu_{n}",
+                                                      "content": outputs[n]}]}]
+            done = sdk.messages.create(messages=history, **kwargs)  # type: ignore[arg-type]
+            history.append({"role": "assistant", "content": [
+                b.model_dump(exclude_none=True) for b in done.content]})
+            if n == 0:  # microcompaction clears the first result before the next turn
+                history[2]["content"][0]["content"] = (
+                    [{"type": "text", "text": cleared}] if as_blocks else cleared)
+        last = up.llm.requests[-1]["messages"]
+    assert [m["content"] for m in last if m["role"] == "tool"] == [cleared, outputs[1]]
+    sessions = sqlite_store.list_sessions()
+    assert len(sessions) == 1, [s.title for s in sessions]
+    rows = sqlite_store.get_messages(sessions[0].id, include_inactive=True)
+    assert [(r.role, r.active) for r in rows] == [
+        ("user", True), ("assistant", True), ("tool", True), ("assistant", True)] * 2
+    assert [r.message["content"] for r in rows if r.role == "tool"] == outputs
+    assert not sqlite_store.list_rewinds(sessions[0].id)

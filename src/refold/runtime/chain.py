@@ -92,15 +92,16 @@ def cleared(raw: dict[str, Any], stored: dict[str, Any]) -> bool:
     the same result — the tool said what is stored — of which the client now sends less."""
     if raw.get("role") != "tool" or stored.get("role") != "tool":
         return False
-    mine = comparable(raw)
-    content = mine.pop("content", None)
+    content = raw.get("content")
     if isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict) \
             and content[0].get("type") == "text" and set(content[0]) == {"type", "text"}:
         content = content[0]["text"]
     if not isinstance(content, str) or content not in CLEARED_RESULTS:
         return False
-    theirs = dict(stored)
-    return theirs.pop("content", None) != content and same(mine, theirs)
+    # the rest of the identity the same (the call it answers); what is kept beside the chat
+    # form (the Anthropic tool_result block the cleared text came in, say) is no part of it
+    mine, theirs = _identity_core(raw), _identity_core(stored)
+    return theirs.pop("content", None) != mine.pop("content", None) and same(mine, theirs)
 
 
 def _call_core(call: Any) -> Any:
