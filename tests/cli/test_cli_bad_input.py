@@ -74,6 +74,31 @@ def test_invalid_utf8_is_repaired_and_reported(tmp_path: Path) -> None:
     assert (repair.count, repair.first_offset) == (3, first)
 
 
+@pytest.mark.parametrize("fmt", ["openai", "anthropic"])
+def test_the_utf8_repair_is_reported_once(tmp_path: Path, fmt: str) -> None:
+    """One warning line for one repair: the readers logged it as well as the CLI printing it
+    (twice more for an Anthropic file), so stderr said the same thing two or three times."""
+    bad = b'{"role": "user", "content": "caf\xe9"}'
+    path = tmp_path / "latin1.json"
+    path.write_bytes(b'{"system": "s", "messages": [' + bad + b"]}" if fmt == "anthropic"
+                     else b"[" + bad + b"]")
+    proc = _refold(tmp_path / "home", "import", str(path), "--format", fmt)
+    err = proc.stderr.decode()
+    assert proc.returncode == 0, err
+    assert err.count("replaced 1 invalid UTF-8 sequence(s)") == 1, err
+    assert err.startswith(f"warning: {path}: replaced 1 invalid UTF-8"), err
+
+
+def test_a_refused_binary_file_warns_before_its_error(tmp_path: Path) -> None:
+    path = tmp_path / "blob.dat"
+    path.write_bytes(bytes(range(128, 256)) * 4)
+    proc = _refold(tmp_path / "home", "import", str(path))
+    lines = proc.stderr.decode().splitlines()
+    assert proc.returncode == 2, lines
+    assert [line.split(":")[0] for line in lines] == ["warning", "error"], lines
+    assert "invalid UTF-8" in lines[0] and "not valid JSON" in lines[1], lines
+
+
 def test_the_import_size_cap_is_configurable(tmp_path: Path) -> None:
     path = tmp_path / "big.jsonl"
     line = json.dumps({"role": "user", "content": "x" * 1000}) + "\n"

@@ -321,9 +321,11 @@ def _import_one(app: AppContext, file: str, session_ref: str | None, title: str 
     fmt = _format_of(file, fmt)
     if source is None:
         source = fmt if fmt in AGENT_FORMATS else "import"
-    found = _read_transcript(file, fmt, app.settings.import_max_bytes or None, repair)
-    if repair.count:
-        click.echo(f"warning: {file}: {repair.describe()}", err=True)
+    try:
+        found = _read_transcript(file, fmt, app.settings.import_max_bytes or None, repair)
+    finally:  # also before the error a file that is refused gives (binary data, UTF-16)
+        if repair.count:
+            click.echo(f"warning: {file}: {repair.describe()}", err=True)
     if not found or not found[0].messages:
         raise InvalidInput(f"{file}: no messages to import")
     if len(found) > 1 and (session_ref is not None or title is not None):

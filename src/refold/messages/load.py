@@ -99,15 +99,18 @@ def _decode(data: str | bytes, source_name: str, repair: Utf8Repair | None) -> s
     if isinstance(data, str):
         return data.removeprefix("\ufeff")
     found = repair if repair is not None else Utf8Repair()
-    before = found.count
     text = decode_utf8(data, found)
-    _warn_repair(found, before, source_name)
+    _warn_repair(found, repair, source_name)
     return text
 
 
-def _warn_repair(repair: Utf8Repair, before: int, source_name: str) -> None:
-    if repair.count > before:
-        log.warning("%s: %s", source_name, repair.describe())
+def _warn_repair(found: Utf8Repair, given: Utf8Repair | None, source_name: str) -> None:
+    """Log what the repair did, once: only when the reader owns ``found`` (the caller passed
+    no ``repair``). A caller that passes one reports it itself (``refold import`` prints it as
+    a warning and in ``--json``); logged here as well, the CLI printed the note two or three
+    times (an Anthropic file: by ``load_anthropic``, ``load_messages_file`` and the CLI)."""
+    if given is None and found.count:
+        log.warning("%s: %s", source_name, found.describe())
 
 
 def _refuse_constant(name: str) -> Any:
@@ -358,7 +361,6 @@ def load_agent_log(path: str | Path, fmt: str, *, max_bytes: int | None = None,
     if path.is_dir():
         raise InvalidInput(f"{path} is a directory, not a transcript file")
     found = repair if repair is not None else Utf8Repair()
-    before = found.count
     records: list[Any] = []
     unfinished = 0
     offset = 0
@@ -388,7 +390,7 @@ def load_agent_log(path: str | Path, fmt: str, *, max_bytes: int | None = None,
                 raise InvalidInput(f"{path.name} line {lineno}: not valid JSON ({exc})",
                                    hint=f"is it a {fmt} transcript?") from exc
     finally:
-        _warn_repair(found, before, path.name)
+        _warn_repair(found, repair, path.name)
     try:
         converted, times, skipped, spend = agent_messages(fmt, records)
     except MessageValidationError as exc:
@@ -579,7 +581,6 @@ def load_messages_file(path: str | Path, *, fmt: str = "openai", max_bytes: int 
     if path.is_dir():
         raise InvalidInput(f"{path} is a directory, not a transcript file")
     found = repair if repair is not None else Utf8Repair()
-    before = found.count
     with _open_binary(path) as fh:
         try:
             check_size(path.stat().st_size, max_bytes, str(path))
@@ -589,7 +590,7 @@ def load_messages_file(path: str | Path, *, fmt: str = "openai", max_bytes: int 
         except OSError as exc:
             raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from exc
         finally:
-            _warn_repair(found, before, path.name)
+            _warn_repair(found, repair, path.name)
 
 
 def _load_open_file(fh: Any, source_name: str, repair: Utf8Repair) -> list[Message]:
