@@ -195,3 +195,35 @@ def test_the_server_exits_quietly_when_the_client_closes(home: Path, tmp_path: P
     anyio.run(run)  # stdio_client waits for the child to exit (it has written its stderr)
     text = errors.read_text(encoding="utf-8")
     assert "Traceback" not in text and "Error" not in text, text
+
+
+def test_ctrl_c_ends_the_server_while_stdin_stays_open(home: Path) -> None:
+    """SIGINT (Ctrl-C at a terminal) ends ``refold mcp`` at once although nothing closed its
+    stdin. The SDK read stdin on a worker thread a cancellation waits for: the first Ctrl-C did
+    nothing, a second printed "aborted", and the process still waited for an input line."""
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-m", "refold.cli.main", "mcp"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "REFOLD_HOME": str(home)})
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    try:
+        request = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                   "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                              "clientInfo": {"name": "test", "version": "1"}}}
+        proc.stdin.write(json.dumps(request).encode() + b"\n")
+        proc.stdin.flush()
+        answer = json.loads(proc.stdout.readline())  # the server is in its read loop now
+        assert answer["id"] == 1 and answer["result"]["serverInfo"]["name"] == "refold"
+        proc.send_signal(signal.SIGINT)
+        try:
+            code = proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            pytest.fail("refold mcp still running 15 s after SIGINT")
+        assert code == 130
+        assert b"Traceback" not in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdin.close()

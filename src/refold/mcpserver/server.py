@@ -15,9 +15,13 @@ Blocking store and memory calls run on a worker thread so the stdio loop stays r
 
 from __future__ import annotations
 
+import io
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any
+import queue
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, cast
 
 import anyio
 import mcp.types as types
@@ -101,10 +105,44 @@ def _result(text: str, *, error: bool) -> types.CallToolResult:
                                 isError=error)
 
 
+def _read_lines(lines: queue.Queue[bytes | None]) -> None:
+    """stdin's lines into ``lines``, then None at its end (a daemon thread's loop)."""
+    try:
+        # a reader of its own on fd 0, not sys.stdin's: a read left blocked at exit holds
+        # only this one's lock
+        with io.BufferedReader(io.FileIO(sys.stdin.fileno(), "rb", closefd=False)) as raw:
+            for line in raw:
+                lines.put(line)
+    except (OSError, ValueError):
+        pass  # stdin closed or not readable: the end of the input
+    finally:
+        lines.put(None)
+
+
+async def _stdin_lines() -> AsyncIterator[str]:
+    """stdin's lines, read on a daemon thread.
+
+    The SDK's own reader reads stdin on an anyio worker thread that a cancellation waits
+    for: run by hand at a terminal, ``refold mcp`` ignored Ctrl-C (the read went on until a
+    line came), and a second Ctrl-C printed "aborted" but the process still waited for that
+    line at exit. Here the wait is abandoned on cancellation and the blocked read belongs to a
+    daemon thread, so Ctrl-C (SIGINT) ends the server at once."""
+    lines: queue.Queue[bytes | None] = queue.Queue()
+    threading.Thread(target=_read_lines, args=(lines,), name="refold-mcp-stdin",
+                     daemon=True).start()
+    try:
+        while (line := await anyio.to_thread.run_sync(lines.get,
+                                                      abandon_on_cancel=True)) is not None:
+            yield line.decode("utf-8", errors="replace")
+    finally:
+        lines.put(None)  # ends the worker thread's wait a cancellation abandoned
+
+
 async def _serve_stdio(server: Server[Any, Any]) -> None:
     from mcp.server.stdio import stdio_server
 
-    async with stdio_server() as (read_stream, write_stream):
+    stdin = cast(Any, _stdin_lines())  # the SDK only iterates over it (``async for``)
+    async with stdio_server(stdin=stdin) as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
