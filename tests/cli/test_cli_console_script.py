@@ -121,7 +121,7 @@ def big_ledger(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     db = tmp_path_factory.mktemp("pipe") / "pipe.db"
     store = SQLiteStore(str(db))
     try:
-        for n in range(1500):
+        for n in range(2000):  # a listing of ~140 KB
             store.create_session(title=f"ledger session {n}")
         session = store.create_session(title="the big one")
         store.append_messages(session.id, [
@@ -170,10 +170,36 @@ def test_a_table_written_to_a_pipe_keeps_every_column_and_whole_cells(
     listed = refold("sessions", "list")
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()
-    assert "source" in lines[1] and "started" in lines[1]
+    assert "source" in lines[0] and "started" in lines[0]
     (row,) = [line for line in lines if title in line]  # the whole title, on one line
     assert "a-long-source-label" in row and "36" in row
-    assert len(lines) == 5  # top rule, header, rule, the one row, bottom rule
+    assert len(lines) == 2  # the header and the one row
+
+
+def test_the_session_list_fits_an_80_column_terminal(tmp_path: Path) -> None:
+    """At 80 columns the boxed table of seven or eight columns was cut at the right edge:
+    the source and parent columns were lost and "started" was split over two lines."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REFOLD_")}
+    env.update(REFOLD_HOME=str(tmp_path / "home"), COLUMNS="80")
+
+    def run(*args: str) -> str:
+        proc = subprocess.run([refold_exe(), *args], capture_output=True, text=True, env=env,
+                              timeout=60, check=False)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    run("import", str(SAMPLE), "--source", "claude-code")
+    parent = json.loads(run("sessions", "list", "--json"))[0]["id"]
+    run("sessions", "fork", parent, "--at", "4", "--title", "the refund path")
+    lines = run("sessions", "list").splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    assert lines[0].split() == ["id", "title", "messages", "started", "source"]
+    text = "\n".join(lines)
+    assert text.count("claude-code") == 2, text  # the fork keeps its parent's source
+    assert f"fork of {parent[:12]}" in text, text  # the link, with the whole parent id
+    assert all(line.count(":") <= 1 for line in lines), lines  # each start on one line
+    run("sessions", "compact", parent, "--context-length", "2000", "--rotate")
+    assert f"↳ continues {parent[:12]}" in run("sessions", "list")  # a compaction child
 
 
 def test_vector_mode_on_an_archive_never_indexed_says_so(refold) -> None:  # type: ignore[no-untyped-def]

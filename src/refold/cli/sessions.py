@@ -64,26 +64,34 @@ def _render_list(rows: list[dict[str, Any]], filters: str = "") -> None:
         click.echo(f"no sessions {filters}" if filters
                    else "no sessions yet (try: refold import FILE)")
         return
-    table = Table()
-    has_parent = any(row["parent_session_id"] for row in rows)
-    columns = ["id", "title", "messages", "tokens", "cost", "started", "source"] + (
-        ["parent"] if has_parent else [])
+    # no borders: a boxed table of seven or eight columns needed ~95 columns, and on an
+    # 80-column terminal rich cut its last columns off (source, parent) and split the header
+    # "started" over two lines; without them every column fits, long cells wrap
+    table = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
+    # tokens and cost only when some session has them (imports of plain transcripts have none)
+    has_usage = any(row["input_tokens"] or row["output_tokens"] or row["cost_usd"]
+                    for row in rows)
+    columns = ["id", "title", "messages", *(["tokens", "cost"] if has_usage else []),
+               "started", "source"]
     numeric = ("messages", "tokens", "cost")
     for column in columns:
-        # ids and counts never wrap; the title keeps room to stay readable when narrow
-        table.add_column(column, overflow="fold", no_wrap=column in ("id", *numeric),
-                         min_width=20 if column == "title" else None,
+        # ids, counts and times never wrap; the title keeps some room to stay readable when narrow
+        table.add_column(column, overflow="fold", no_wrap=column in ("id", "started", *numeric),
+                         min_width=8 if column == "title" else None,
                          justify="right" if column in numeric else "left")
     for row in rows:
         parent = row["parent_session_id"]
         tokens = row["input_tokens"] + row["output_tokens"]
         cost = row["cost_usd"] or row["estimated_cost_usd"]
-        cells = [row["id"][:12], safe_text(row["title"] or ""), str(row["message_count"]),
-                 f"{tokens:,}" if tokens else "",
-                 "?" if cost is None and tokens else f"${cost:.4f}" if cost else "",
-                 _when(row["started_at"]), safe_text(row["source"] or "")]
-        if has_parent:
-            cells.append(f"{parent[:12]} ({row['link_kind']})" if parent else "")
+        title = safe_text(row["title"] or "")
+        if parent:  # a line of its own under the title, not a column that pushed others out
+            link = "continues" if row["link_kind"] == "compaction" else f"{row['link_kind']} of"
+            title += f"\n↳ {link} {parent[:12]}"
+        cells = [row["id"][:12], title, str(row["message_count"])]
+        if has_usage:
+            cells += [f"{tokens:,}" if tokens else "",
+                      "?" if cost is None and tokens else f"${cost:.4f}" if cost else ""]
+        cells += [_when(row["started_at"]), safe_text(row["source"] or "")]
         table.add_row(*cells)
     console().print(table)
 
