@@ -84,3 +84,35 @@ def test_search_by_words_loads_no_numpy_pydantic_rich_or_summarizers(tmp_path: P
                           env=env, timeout=60)
     assert "sample_session" in proc.stdout, proc.stdout + proc.stderr
     assert proc.stderr.splitlines()[-1] == "[]", proc.stderr
+
+
+def _commands(group: click.Group, ctx: click.Context,
+              path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], click.Command]]:
+    found: list[tuple[tuple[str, ...], click.Command]] = []
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None, name
+        found.append(((*path, name), command))
+        if isinstance(command, click.Group):
+            found += _commands(command, click.Context(command, parent=ctx), (*path, name))
+    return found
+
+
+def test_every_option_has_help_and_no_summary_is_cut() -> None:
+    """Each `--help` explains every option (`sessions fork --json`, `skills approve --all`
+    had no text), and a group's command list shows each summary whole: seven ended in "..."
+    (`memory replace`: "Replace the one entry containing OLD_TEXT (or #id) with...")."""
+    ctx = click.Context(cli)
+    bare = [f"{' '.join(path)} {option.opts[-1]}"
+            for path, command in _commands(cli, ctx)
+            for option in command.params
+            if isinstance(option, click.Option) and not option.help]
+    assert bare == []
+    cut = []
+    for path, command in [((), cli), *_commands(cli, ctx)]:
+        if isinstance(command, click.Group):
+            listing = CliRunner().invoke(cli, [*path, "--help"]).output
+            cut += [f"{' '.join(path)}: {line.strip()}" for line in listing.splitlines()
+                    if line.rstrip().endswith("...") and "[ARGS]..." not in line]
+    assert cut == []
+

@@ -255,7 +255,7 @@ def _engine(app: AppContext) -> tuple[Any, Any]:
 @click.option("--title", help="Title for the new session.")
 @click.option("--system", "system_prompt", default=DEFAULT_SYSTEM,
               help="System prompt (default: a short assistant prompt naming the tools).")
-@click.option("--no-tools", is_flag=True, help="Do not offer session_search/memory/todo.")
+@click.option("--no-tools", is_flag=True, help="Do not offer the session_search, memory, todo and skill_manage tools.")
 @click.option("--upstream-api-key-env", metavar="VAR",
               help="Read the upstream's API key from env variable VAR "
                    "(default $REFOLD_UPSTREAM_API_KEY).")

@@ -41,7 +41,8 @@ SUMMARIES = {
     "doctor": "Check the installation: versions, SQLite features, paths and database integrity.",
     "import": 'Import a transcript FILE (JSON list, {"messages": [...]} or JSONL; - for stdin), '
               'or every transcript under a directory (one session each).',
-    "mcp": "Run an MCP server on stdio exposing memory and session_search.",
+    "mcp": "Run an MCP server on stdio: memory, session_search, skill_manage, "
+           "expand_references.",
     "memory": "Show and edit persistent memory (MEMORY.md, USER.md) and approve staged writes.",
     "migrate": "Copy every session, message, checkpoint, event and memory document into another "
                "store.",

@@ -1,4 +1,5 @@
-"""``refold mcp``: serve the memory and session_search tools to an MCP client over stdio.
+"""``refold mcp``: serve the memory, session_search, skill_manage and expand_references tools
+to an MCP client over stdio.
 
 Configure an MCP client with the command ``refold mcp`` (plus ``--home`` or ``REFOLD_HOME`` for
 the data directory). stdout belongs to the protocol: nothing else is ever printed there.
@@ -21,7 +22,7 @@ RECENT_SESSIONS = 20
 @click.option("--no-memory", is_flag=True, help="Do not expose the memory tool.")
 @pass_app
 def mcp_cmd(app: AppContext, no_memory: bool) -> None:
-    """Run an MCP server on stdio exposing memory and session_search."""
+    """Run an MCP server on stdio: memory, session_search, skill_manage, expand_references."""
     from pathlib import Path
 
     from refold.assembly import tenant_skills

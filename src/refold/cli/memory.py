@@ -117,7 +117,7 @@ def _render_views(views: list[dict[str, Any]]) -> None:
 
 @memory_group.command("show")
 @click.option("--target", "-t", type=click.Choice([*TARGETS, "all"]), default="all",
-              show_default=True)
+              show_default=True, help="memory: the agent's notes; user: the profile; all: both.")
 @_JSON
 @pass_app
 def show_cmd(app: AppContext, target: str, as_json: bool) -> None:
@@ -143,7 +143,8 @@ def _render_stats(stats: dict[str, dict[str, Any]]) -> None:
             click.echo(f"  - {line}")
 
 
-@memory_group.command("stats")
+@memory_group.command(
+    "stats", short_help="Usage, near-duplicates, stale entries, consolidation advice.")
 @click.option("--stale-days", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="An entry unused (not in a snapshot a turn used) this long is stale.")
 @_JSON
@@ -252,7 +253,8 @@ def add_cmd(app: AppContext, target: str, text: str) -> None:
         _echo_result(open_memory(app).add(target, text))
 
 
-@memory_group.command("replace")
+@memory_group.command(
+    "replace", short_help="Replace the one entry containing OLD_TEXT with NEW_TEXT.")
 @_TARGET
 @click.argument("old_text")
 @click.argument("new_text")
@@ -272,7 +274,8 @@ def remove_cmd(app: AppContext, target: str, old_text: str) -> None:
     _echo_result(open_memory(app).remove(target, old_text))
 
 
-@memory_group.command("adopt")
+@memory_group.command(
+    "adopt", short_help="Accept a file edited outside refold as the current state.")
 @_TARGET
 @pass_app
 def adopt_cmd(app: AppContext, target: str) -> None:

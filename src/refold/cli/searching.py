@@ -47,13 +47,15 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option("--session", "session_ref", metavar="ID", help="Only this session (id/prefix/title)."),
-    Option("--role", "role", "choice", ("system", "developer", "user", "assistant", "tool")),
+    Option("--role", "role", "choice", ("system", "developer", "user", "assistant", "tool"),
+           help="Only messages of this role."),
     Option("--source", "source", help="Only sessions with this source label."),
     Option("--since", "since", "time", help="Only messages after this time (2026-01-31, 7d, 12h)."),
     Option("--until", "until", "time", help="Only messages before this time."),
     Option("--sort", "sort", "choice", ("relevance", "recency"), default="relevance",
-           show_default=True),
-    Option("--limit", "limit", "int", low=1, high=1000, default=20, show_default=True),
+           show_default=True, help="Best match first, or newest first."),
+    Option("--limit", "limit", "int", low=1, high=1000, default=20, show_default=True,
+           help="At most this many hits."),
     Option("--window", "window", "int", low=0, high=20, default=1, show_default=True,
            help="Surrounding messages returned on each side of a hit."),
     Option("--all", "include_inactive", "flag", default=False, help="Include rewound messages."),

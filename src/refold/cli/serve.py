@@ -116,7 +116,8 @@ def _probe(upstream: str, api_key: str | None) -> str | None:
               help="Worker processes accepting on the one port (default 1; or "
                    "$REFOLD_SERVE_WORKERS). Any worker serves any turn: the database is shared.")
 @click.option("--log-level", default="warning", show_default=True,
-              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+              help="uvicorn's log level (stderr); `refold -v serve` logs more of refold's own.")
 @pass_app
 def serve_cmd(app: AppContext, upstream: str | None, upstream_format: str | None,
               host: str | None, port: int | None,

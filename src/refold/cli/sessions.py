@@ -119,8 +119,10 @@ OWNER_HELP = ("Only this tenant's sessions: local, an owner id (key-…, as --js
               "env:VAR (the tenant of the client key in $VAR).")
 
 
-@sessions_group.command("list")
-@click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
+@sessions_group.command(
+    "list", short_help="List sessions, newest first, with tokens and cost.")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True,
+              help="At most this many sessions.")
 @click.option("--source", help="Only sessions with this source label.")
 @click.option("--owner", help=OWNER_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print sessions as JSON.")
@@ -220,7 +222,8 @@ def _window(store: Any, session_id: str, include_inactive: bool, limit: int | No
 @click.argument("ref", metavar="ID")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "json", "md", "markdown"]),
               default="jsonl", show_default=True,
-              help="jsonl: one OpenAI message per line; json: sessions with metadata; md.")
+              help="jsonl: one OpenAI message per line; json: sessions with metadata; md "
+                   "(or markdown): a readable transcript.")
 @click.option("--lineage", is_flag=True, help="Export the whole lineage, oldest first.")
 @click.option("--archived", is_flag=True, help="Include rewound (inactive) messages.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
@@ -274,7 +277,7 @@ def resume_cmd(app: AppContext, ref: str | None, as_json: bool) -> None:
 @sessions_group.command("rename")
 @click.argument("ref", metavar="ID")
 @click.argument("title")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_app
 def rename_cmd(app: AppContext, ref: str, title: str, as_json: bool) -> None:
     """Give a session a new (unique) title."""
@@ -309,7 +312,7 @@ def rm_cmd(app: AppContext, ref: str, yes: bool) -> None:
 @click.option("--at", "at_seq", type=int, help="Copy messages up to and including this seq.")
 @click.option("--branch", is_flag=True, help="Record the link as a branch instead of a fork.")
 @click.option("--title", help="Title of the new session.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_app
 def fork_cmd(app: AppContext, ref: str, at_seq: int | None, branch: bool, title: str | None,
              as_json: bool) -> None:
@@ -327,7 +330,7 @@ def fork_cmd(app: AppContext, ref: str, at_seq: int | None, branch: bool, title:
 @click.argument("ref", metavar="ID")
 @click.option("--at", "at_seq", type=int, required=True,
               help="The seq of the user message to rewind from (it and all after go inactive).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_app
 def rewind_cmd(app: AppContext, ref: str, at_seq: int, as_json: bool) -> None:
     """Mark messages from --at SEQ on inactive (reversible with undo-rewind)."""
@@ -340,7 +343,7 @@ def rewind_cmd(app: AppContext, ref: str, at_seq: int, as_json: bool) -> None:
 
 @sessions_group.command("rewinds")
 @click.argument("ref", metavar="ID")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_app
 def rewinds_cmd(app: AppContext, ref: str, as_json: bool) -> None:
     """List a session's rewinds (their ids are what undo-rewind takes), oldest first."""
@@ -361,9 +364,10 @@ def _render_rewinds(rows: list[dict[str, Any]]) -> None:
                       f" (undo: refold sessions undo-rewind {row['id']})"))
 
 
-@sessions_group.command("undo-rewind")
+@sessions_group.command(
+    "undo-rewind", short_help="Reactivate what a rewind (by its id) marked inactive.")
 @click.argument("rewind_id", type=int)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_app
 def undo_rewind_cmd(app: AppContext, rewind_id: int, as_json: bool) -> None:
     """Reactivate the messages a rewind (by its id) marked inactive; messages that came after
@@ -429,13 +433,14 @@ def _summary(plan: PrunePlan, deleted: list[Lineage] | None, days: float) -> str
     return "\n".join([line, *notes])
 
 
-@sessions_group.command("prune")
+@sessions_group.command(
+    "prune", short_help="Delete whole lineages idle for more than --older-than DAYS.")
 @click.option("--older-than", "days", type=click.FloatRange(min=0), required=True,
               help="Delete lineages whose newest activity (a start, an end or a message) is "
                    "more than DAYS days old and none of whose sessions is in use.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--dry-run", is_flag=True, help="Only show what would be deleted.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_app
 def prune_cmd(app: AppContext, days: float, yes: bool, dry_run: bool, as_json: bool) -> None:
     """Delete whole lineages (a session with its continuations, forks and branches) idle for

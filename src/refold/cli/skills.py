@@ -65,7 +65,7 @@ def show_cmd(app: AppContext, name: str, as_json: bool) -> None:
 @click.argument("name")
 @click.option("--description", "-d", required=True, help="One line: when to use it.")
 @click.option("--body", help="The steps (Markdown).")
-@click.option("--body-file", help="Read the body from a file ('-': stdin).")
+@click.option("--body-file", metavar="FILE", help="Read the body from a file ('-': stdin).")
 @pass_app
 def add_cmd(app: AppContext, name: str, description: str, body: str | None,
             body_file: str | None) -> None:
@@ -116,7 +116,7 @@ def pending_cmd(app: AppContext, as_json: bool) -> None:
 
 @skills_group.command("approve")
 @click.argument("ids", nargs=-1)
-@click.option("--all", "every", is_flag=True)
+@click.option("--all", "every", is_flag=True, help="Every pending write.")
 @pass_app
 def approve_cmd(app: AppContext, ids: tuple[str, ...], every: bool) -> None:
     """Apply staged writes."""
@@ -127,7 +127,7 @@ def approve_cmd(app: AppContext, ids: tuple[str, ...], every: bool) -> None:
 
 @skills_group.command("reject")
 @click.argument("ids", nargs=-1)
-@click.option("--all", "every", is_flag=True)
+@click.option("--all", "every", is_flag=True, help="Every pending write.")
 @pass_app
 def reject_cmd(app: AppContext, ids: tuple[str, ...], every: bool) -> None:
     """Drop staged writes."""
@@ -145,7 +145,7 @@ def _ids(library: SkillLibrary, ids: tuple[str, ...], every: bool) -> list[str]:
     return list(ids)
 
 
-@skills_group.command("export")
+@skills_group.command("export", short_help="Write the library as DIR/<name>/SKILL.md.")
 @click.argument("directory", type=click.Path(file_okay=False))
 @pass_app
 def export_cmd(app: AppContext, directory: str) -> None:
