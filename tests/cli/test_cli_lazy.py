@@ -116,3 +116,17 @@ def test_every_option_has_help_and_no_summary_is_cut() -> None:
                     if line.rstrip().endswith("...") and "[ARGS]..." not in line]
     assert cut == []
 
+
+def test_a_mistyped_command_names_the_close_ones() -> None:
+    """Every top-level command is lazy, and click suggested only among the loaded ones:
+    `refold serach` said "No such command" with no "Did you mean"."""
+    for args, typo, suggestion in ((["serach", "x"], "serach", "search"),
+                                   (["sesions", "list"], "sesions", "sessions"),
+                                   (["sessions", "lst"], "lst", "list")):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 2, result.output
+        assert f"No such command {typo!r}. Did you mean {suggestion!r}?" in result.output, \
+            result.output
+    result = CliRunner().invoke(cli, ["zzzz"])
+    assert result.exit_code == 2 and "No such command 'zzzz'." in result.output
+    assert "Did you mean" not in result.output

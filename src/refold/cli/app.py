@@ -47,6 +47,21 @@ class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(super().list_commands(ctx)) | set(self.lazy))
 
+    def resolve_command(self, ctx: click.Context, args: list[str]
+                        ) -> tuple[str | None, click.Command | None, list[str]]:
+        """A mistyped command names the close ones, lazy commands included (click looks only
+        at ``self.commands``: ``refold serach`` got no "Did you mean 'search'?")."""
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and not ctx.resilient_parsing \
+                and self.get_command(ctx, name) is None:
+            from difflib import get_close_matches
+
+            close = get_close_matches(name, self.list_commands(ctx))
+            hint = ("" if not close else f" Did you mean {close[0]!r}?" if len(close) == 1
+                    else f" Did you mean one of {', '.join(map(repr, close))}?")
+            ctx.fail(f"No such command {name!r}.{hint}")
+        return super().resolve_command(ctx, args)
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.lazy:
             module_name, attr = self.lazy[cmd_name].split(":")
