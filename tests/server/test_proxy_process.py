@@ -151,3 +151,26 @@ def test_serve_takes_client_keys_from_named_env_variables(tmp_path: Path) -> Non
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_stops_serve_cleanly(tmp_path: Path,
+                                              stop_signal: signal.Signals) -> None:
+    """After its graceful stop uvicorn raised the signal again: Ctrl-C ended the one-worker
+    server with "aborted" and status 130 (SIGTERM: killed, 143), as if a turn had been cut;
+    `--workers N` exits 0 and says it stopped."""
+    with serve([]) as upstream:
+        served = serve_process.start_serve(tmp_path / "home", upstream.base_url)
+        try:
+            answered = httpx.post(served.url + "/chat/completions", timeout=CLIENT_TIMEOUT,
+                                  json={"model": "m",
+                                        "messages": [{"role": "user", "content": "hi"}]})
+            assert answered.status_code == 200, answered.text
+            served.proc.send_signal(stop_signal)
+            code = served.proc.wait(60)
+        finally:
+            if served.proc.poll() is None:
+                served.proc.kill()
+    log = served.text()
+    assert code == 0, log
+    assert f"refold serve: {stop_signal.name}, stopped" in log and "aborted" not in log, log

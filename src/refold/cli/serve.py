@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import socket
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 import click
 
@@ -30,6 +33,35 @@ def _client_keys(env_names: tuple[str, ...]) -> list[str]:
             raise InvalidInput(f"--api-key-env {name}: the variable is not set or empty")
         keys.extend(k.strip() for k in value.split(",") if k.strip())
     return keys
+
+
+def _quiet_server(config: Any) -> Any:
+    """A uvicorn server for ``config`` that ends quietly once a SIGINT or SIGTERM stopped it."""
+    import contextlib
+
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, ending quietly once a SIGINT or SIGTERM stopped it.
+
+        After its graceful shutdown (the turns in flight finished and recorded) uvicorn raises
+        the signal again: Ctrl-C printed "aborted" and exited with status 130 (SIGTERM: killed,
+        143) for a server that stopped as asked; ``--workers`` exits 0."""
+
+        stopped_by = ""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            with super().capture_signals():
+                yield
+                captured = getattr(self, "_captured_signals", None)
+                if captured:
+                    self.stopped_by = signal.Signals(captured[0]).name + (
+                        " twice (the turns in flight were not waited for)"
+                        if self.force_exit else "")
+                    captured.clear()  # nothing left for uvicorn to raise again
+
+    return Server(config)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -154,7 +186,10 @@ def serve_cmd(app: AppContext, upstream: str | None, upstream_format: str | None
     if warning:
         click.echo(f"warning: {warning}", err=True)
     if count == 1:
-        uvicorn.Server(uvicorn_config(asgi, settings, log_level=log_level)).run(sockets=[sock])
+        server = _quiet_server(uvicorn_config(asgi, settings, log_level=log_level))
+        server.run(sockets=[sock])
+        if server.stopped_by:  # as the supervisor of --workers says it, and exits 0
+            click.echo(f"refold serve: {server.stopped_by}, stopped", err=True)
         return
     del asgi
     # migrate once here, so the workers opening the store at once never race a migration
