@@ -118,6 +118,10 @@ def test_sessions_compact_then_context(tmp_path: Path) -> None:
     assert after["parts"]["summary"] > 0 and after["total"] < before["total"]
     table = invoke(home, "context", sid, "--context-length", "12000")
     assert table.exit_code == 0 and "summary" in table.output and "tail:tool" in table.output
+    # the heading on one line (as the table's title it was wrapped to the table's width)
+    assert table.output.splitlines()[0] == (
+        f"session {sid[:12]} — {after['total']:,} tokens, {after['percent_of_window']}% of "
+        f"12,000 (compacts at {after['threshold']:,})")
 
 
 def test_sessions_compact_rotate(tmp_path: Path) -> None:

@@ -186,6 +186,8 @@ def test_human_output_shows_progress_and_summary(tmp_path: Path) -> None:
     assert result.exit_code == 0, (result.output, result.exception)
     assert "sessions copied" in result.output and "│ 3" in result.output
     assert "verification" in result.output and "ok" in result.output
+    # the two stores whole on one line (as the table's title they were cut mid-path)
+    assert f"{source_url} → sqlite:///{tmp_path / 'b.db'}\n" in result.output, result.output
 
 
 def _home_with_file_memory(tmp_path: Path) -> Path:

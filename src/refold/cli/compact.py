@@ -138,9 +138,12 @@ def _memory_text(settings: Settings) -> str:
 def _render_context(value: dict[str, Any]) -> None:
     from rich.table import Table
 
-    table = Table(title=f"session {value['session_id'][:12]} — {value['total']:,} tokens, "
-                        f"{value['percent_of_window']}% of {value['context_length']:,} "
-                        f"(compacts at {value['threshold']:,})")
+    out = console()
+    # a line of its own: as the table's title it was centred and wrapped to the table's width
+    out.print(f"session {value['session_id'][:12]} — {value['total']:,} tokens, "
+              f"{value['percent_of_window']}% of {value['context_length']:,} "
+              f"(compacts at {value['threshold']:,})", soft_wrap=True)
+    table = Table()
     table.add_column("part")
     table.add_column("tokens", justify="right")
     table.add_column("share", justify="right")
@@ -149,7 +152,7 @@ def _render_context(value: dict[str, Any]) -> None:
         share = "" if name == "tool_outputs" else f"{100 * tokens / total:.1f}%"
         label = "  (of which tool outputs)" if name == "tool_outputs" else name
         table.add_row(label, f"{tokens:,}", share)
-    console().print(table)
+    out.print(table)
 
 
 @click.command("context")

@@ -38,9 +38,14 @@ def _progress_bar(enabled: bool) -> Any:
 
 
 def _render(report: CopyReport, source: str, target: str) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"{source} → {target}", show_header=False)
+    # the stores on a line of their own: as the table's title they were wrapped to the table's
+    # ~40 columns, mid-path ("…/share/refol" / "d/refold.db →")
+    out = console()
+    out.print(escape(f"{source} → {target}"), soft_wrap=True)
+    table = Table(show_header=False)
     table.add_row("sessions copied", str(report.sessions_copied))
     table.add_row("sessions skipped (already there)", str(report.sessions_skipped))
     table.add_row("messages copied", str(report.messages_copied))
@@ -49,7 +54,6 @@ def _render(report: CopyReport, source: str, target: str) -> None:
     table.add_row("sessions verified", str(report.sessions_verified))
     table.add_row("verification", "[green]ok[/]" if report.ok
                   else f"[red]{len(report.mismatches)} difference(s)[/]")
-    out = console()
     out.print(table)
     for problem in report.mismatches[:20]:
         out.print(f"  [red]✗[/] {problem}")
