@@ -111,6 +111,17 @@ def test_approve_all(run: Run, home: Path) -> None:
     assert len(ok_json(run("show", "-t", "memory", "--json"))[0]["entries"]) == 2
 
 
+@pytest.mark.parametrize("group", ["memory", "skills"])
+@pytest.mark.parametrize("command", ["approve", "reject"])
+def test_all_with_nothing_pending_says_so(tmp_path: Path, group: str, command: str) -> None:
+    """`refold memory approve --all` with nothing staged printed nothing at all."""
+    result = CliRunner().invoke(cli, ["--home", str(tmp_path / "home"), group, command,
+                                      "--all"], env={"REFOLD_HOME": None, "REFOLD_DB": None})
+    assert result.exit_code == 0, (result.output, result.exception)
+    kind = "memory" if group == "memory" else "skill"
+    assert result.output == f"no pending {kind} writes\n"
+
+
 def test_db_backend_through_settings(run: Run, home: Path) -> None:
     env = {"REFOLD_MEMORY_BACKEND": "db", "REFOLD_MEMORY_PROFILE": "team"}
     ok(run("add", "shared across hosts", env=env))

@@ -307,7 +307,12 @@ def _ids(writer: MemoryWriter, ids: tuple[str, ...], every: bool) -> list[str]:
     if every == bool(ids):
         raise InvalidInput("give pending ids or --all (not both)",
                            hint="list them with `refold memory pending`")
-    return [p.id for p in writer.pending()] if every else list(ids)
+    if not every:
+        return list(ids)
+    found = [p.id for p in writer.pending()]
+    if not found:  # said, not silence: `approve --all` printed nothing at all
+        click.echo("no pending memory writes")
+    return found
 
 
 @memory_group.command("approve")

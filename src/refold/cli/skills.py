@@ -139,7 +139,10 @@ def reject_cmd(app: AppContext, ids: tuple[str, ...], every: bool) -> None:
 
 def _ids(library: SkillLibrary, ids: tuple[str, ...], every: bool) -> list[str]:
     if every:
-        return [str(i["id"]) for i in library.pending()]
+        found = [str(i["id"]) for i in library.pending()]
+        if not found:  # said, not silence: `approve --all` printed nothing at all
+            click.echo("no pending skill writes")
+        return found
     if not ids:
         raise InvalidInput("name the pending ids (refold skills pending), or pass --all")
     return list(ids)
