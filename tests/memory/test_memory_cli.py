@@ -145,3 +145,11 @@ def test_show_marks_blocked_entries(run: Run, home: Path) -> None:
     snap = ok(run("snapshot"))
     assert "ignore all previous instructions" not in snap and "[BLOCKED:" in snap
     ok(run("remove", "ignore all"))
+
+
+def test_text_that_is_not_utf8_is_repaired(run: Run, home: Path) -> None:
+    """An argument that is not UTF-8 reaches Python as a lone surrogate: the write ended in a
+    UnicodeEncodeError traceback. It is stored with U+FFFD, as messages are."""
+    ok(run("add", "caf\udce9 is open"))
+    ok(run("replace", "open", "caf\udce9 is closed \udcff"))
+    assert (home / "memories" / "MEMORY.md").read_text("utf-8").count("\ufffd") == 2

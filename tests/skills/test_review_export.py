@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from refold.cli.main import cli
 from refold.runtime import Engine
@@ -157,3 +157,31 @@ def test_the_reviewer_keeps_no_count_per_session_it_has_nothing_for(tmp_path: Pa
     assert review.due(f"busy-{MAX_COUNTED * 2 - 1}", 2) is True  # the newest are kept: 1 + 2
     assert review.due("fresh", 2) is False and review.due("fresh", 1) is True
     assert review.due("fresh", 2) is False  # counting starts over after a review
+
+
+def test_a_body_file_that_cannot_be_read_or_is_not_utf8(tmp_path: Path) -> None:
+    """`skills add --body-file` of a missing file or a directory was a traceback, and bytes
+    that are not UTF-8 (a file, stdin, argv) ended the write in a UnicodeEncodeError."""
+    from refold.errors import InvalidInput
+
+    home = tmp_path / "home"
+
+    def run(*args: str, input: bytes | None = None) -> Result:
+        return CliRunner().invoke(cli, ["--home", str(home), "skills", *args], input=input)
+
+    missing = run("add", "a", "-d", "d", "--body-file", str(tmp_path / "nope.md"))
+    assert isinstance(missing.exception, InvalidInput), missing.exception
+    assert "no such file" in str(missing.exception)
+    folder = run("add", "a", "-d", "d", "--body-file", str(tmp_path))
+    assert isinstance(folder.exception, InvalidInput), folder.exception
+    latin1 = tmp_path / "latin1.md"
+    latin1.write_bytes(b"1. caf\xe9 first\n")
+    assert run("add", "from-file", "-d", "d", "--body-file", str(latin1)).exit_code == 0
+    assert run("add", "from-stdin", "-d", "d", "--body-file", "-",
+               input=b"1. caf\xe9 first\n").exit_code == 0
+    # what a shell passes for an argument that is not UTF-8: a lone surrogate
+    assert run("add", "from-argv", "-d", "caf\udce9", "--body", "1. caf\udce9").exit_code == 0
+    assert run("edit", "from-argv", "--old", "1.", "--new", "2. \udce9").exit_code == 0
+    for name in ("from-file", "from-stdin", "from-argv"):
+        shown = json.loads(run("show", name, "--json").output)
+        assert "caf\ufffd" in shown["body"] + shown["description"], shown

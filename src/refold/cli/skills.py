@@ -28,9 +28,25 @@ def _library(app: AppContext) -> SkillLibrary:
 
 
 def _body(text: str | None, body_file: str | None) -> str | None:
-    if body_file is not None:
-        return sys.stdin.read() if body_file == "-" else Path(body_file).read_text("utf-8")
-    return text
+    """The body: ``--body``, or ``--body-file`` read as UTF-8 (what is not becomes U+FFFD); a
+    file that cannot be read is an ``InvalidInput`` (it was a traceback)."""
+    if body_file is None:
+        return text
+    if body_file == "-":
+        raw = sys.stdin.buffer.read()
+    else:
+        path = Path(body_file).expanduser()
+        if path.is_dir():
+            raise InvalidInput(f"--body-file {body_file}: a directory, not a file")
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise InvalidInput(f"--body-file {body_file}: no such file",
+                               hint="check the path") from None
+        except OSError as exc:
+            raise InvalidInput(f"--body-file {body_file}: cannot read it "
+                               f"({exc.strerror or exc})") from None
+    return raw.decode("utf-8", errors="replace")
 
 
 @click.group("skills")

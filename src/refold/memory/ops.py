@@ -73,7 +73,11 @@ def _clean(value: Any) -> str:
         return ""
     if not isinstance(value, str):
         raise InvalidInput(f"expected text, got {type(value).__name__}")
-    return value.replace("\r\n", "\n").strip()
+    from refold.messages.validate import repair_text
+
+    # lone surrogates (bytes that were not UTF-8, in argv or a JSON escape) become U+FFFD, as
+    # in messages: they could not be written, and the write ended in a UnicodeEncodeError
+    return repair_text(value.replace("\r\n", "\n").strip())
 
 
 def find_entry(rows: Sequence[MemoryRow], old_text: str) -> int:

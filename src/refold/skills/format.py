@@ -60,6 +60,14 @@ def check_description(description: object) -> str:
 
 
 def make_skill(name: object, description: object, body: object) -> Skill:
+    from refold.messages.validate import repair_text
+
+    # lone surrogates (bytes that were not UTF-8) become U+FFFD: unwritable, they ended the
+    # write in a UnicodeEncodeError
+    if isinstance(description, str):
+        description = repair_text(description)
+    if isinstance(body, str):
+        body = repair_text(body)
     if not isinstance(body, str) or not body.strip():
         raise InvalidInput("a skill needs a body: the steps, in Markdown")
     if len(body) > MAX_BODY:

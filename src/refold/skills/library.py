@@ -89,6 +89,9 @@ class SkillLibrary:
             raise InvalidInput("patch needs 'old_text': a unique piece of the current SKILL.md")
         if not isinstance(new_text, str):
             raise InvalidInput("patch needs 'new_text' (may be empty to cut old_text)")
+        from refold.messages.validate import repair_text
+
+        new_text = repair_text(new_text)  # lone surrogates could not be written (see make_skill)
         self._patched(self.backend.load(check_name(name)), name, old_text, new_text)
         return self._submit("patch", name, {"old_text": old_text, "new_text": new_text}, origin)
 
