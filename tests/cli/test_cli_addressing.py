@@ -82,3 +82,25 @@ def test_terminal_output_neutralizes_control_sequences(store: Store, tmp_path: P
 def test_safe_text_keeps_newlines_tabs_and_printable_text() -> None:
     assert safe_text("a\tb\n退款 🙂") == "a\tb\n退款 🙂"
     assert safe_text("\x9b31m") == "\\x9b31m"
+
+
+def test_a_reference_that_is_not_utf8_is_no_traceback(store: Store, tmp_path: Path) -> None:
+    """`refold sessions show café` typed in a Latin-1 terminal reaches Python as a lone
+    surrogate: binding it ended the lookup in a UnicodeEncodeError traceback (the CLI, the
+    session_search tool). It names no session; an import stores it with U+FFFD."""
+    from refold.errors import NotFound
+    from refold.tools import ToolRegistry, session_search_tool
+
+    _session(store)
+    shown = CliRunner().invoke(cli, ["--home", str(tmp_path), "--db", db_url(store),
+                                     "sessions", "show", "caf\udce9"])
+    assert isinstance(shown.exception, NotFound), shown.exception
+    assert "no session matches 'caf\ufffd'" in str(shown.exception)
+    sample = Path(__file__).resolve().parents[2] / "src/refold/data/sample_session.jsonl"
+    imported = json.loads(run(store, tmp_path, "import", str(sample), "--session", "caf\udce9",
+                              "--title", "caf\udce9 t", "--json").output)
+    assert imported["session_id"] == "caf\ufffd" and imported["appended"] == 36
+    assert store.get_session("caf\ufffd").title == "caf\ufffd t"
+    tool = ToolRegistry([session_search_tool(store, owner=None)])
+    answer = tool.run("session_search", {"mode": "read", "session_id": "x\udce9"})
+    assert answer.is_error and "no session" in json.loads(answer.text)["error"], answer

@@ -302,6 +302,12 @@ def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str |
         _emit_reports(reports, as_json, f"{len(reports)} {AGENT_DATABASES[database].agent} "
                       "session(s) imported")
         return
+    from refold.messages.validate import repair_text
+
+    # the session --session names (created under that id when new) and the title hold U+FFFD
+    # where an argument was not UTF-8: a lone surrogate could not be stored (a traceback)
+    session_ref = None if session_ref is None else repair_text(session_ref)
+    title = None if title is None else repair_text(title)
     reports = _import_one(app, file, session_ref, title, source, fmt)
     if len(reports) == 1:
         emit(reports[0], as_json, _render_import)

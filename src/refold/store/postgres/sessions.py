@@ -103,7 +103,11 @@ class SessionsMixin(PgCore):
     def resolve_session(self, ref: str, *, owner: str | None = None,
                         prefix: bool = True) -> Session:
         """Exact id, then title (its latest numbered variant), then a unique id prefix."""
-        text = (ref or "").strip()
+        from refold.messages.validate import repair_text
+
+        # a lone surrogate (an argument or a JSON escape that was not UTF-8) names no session;
+        # bound as it is, it ended the lookup in a UnicodeEncodeError
+        text = repair_text((ref or "").strip())
         if not text:
             raise InvalidInput("a session reference cannot be empty",
                                hint="give a session id, id prefix or title")
