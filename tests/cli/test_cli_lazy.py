@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+import pytest
 from click.testing import CliRunner
 
 from refold.cli.app import LazyGroup
@@ -130,3 +131,19 @@ def test_a_mistyped_command_names_the_close_ones() -> None:
     result = CliRunner().invoke(cli, ["zzzz"])
     assert result.exit_code == 2 and "No such command 'zzzz'." in result.output
     assert "Did you mean" not in result.output
+
+
+def test_serve_and_mcp_without_their_extra_name_it(monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path) -> None:
+    """After a plain `pip install .` (the README's first command) `refold serve` and
+    `refold mcp` ended in a ModuleNotFoundError traceback; they say which extra to install."""
+    import sys
+
+    for module in ("uvicorn", "mcp", "refold.mcpserver"):
+        monkeypatch.setitem(sys.modules, module, None)  # `import module` raises ImportError
+    monkeypatch.delenv("REFOLD_HOME", raising=False)
+    for args, extra in ((["serve", "--upstream", "http://127.0.0.1:9/v1", "--port", "0"],
+                         "server"), (["mcp"], "mcp")):
+        result = CliRunner().invoke(cli, ["--home", str(tmp_path), *args])
+        assert isinstance(result.exception, InvalidInput), result.exception
+        assert f"pip install 'refold[{extra}]'" in str(result.exception.hint)

@@ -75,6 +75,17 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
 
+def require_extra(command: str, extra: str, *modules: str) -> None:
+    """``InvalidInput`` naming the extra to install when one of ``modules`` cannot be imported
+    (``refold serve`` after a plain ``pip install .`` was a ModuleNotFoundError traceback)."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            raise InvalidInput(f"refold {command} needs the {extra} extra ({module} is not "
+                               "installed)", hint=f"pip install 'refold[{extra}]'") from None
+
+
 def _unavailable(name: str, exc: ImportError) -> click.Command:
     """A stand-in for a command whose module cannot be imported: it says why when run."""
     missing = exc.name or str(exc)

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from refold.cli.app import AppContext, pass_app
+from refold.cli.app import AppContext, pass_app, require_extra
 
 RECENT_SESSIONS = 20
 
@@ -23,6 +23,7 @@ RECENT_SESSIONS = 20
 @pass_app
 def mcp_cmd(app: AppContext, no_memory: bool) -> None:
     """Run an MCP server on stdio: memory, session_search, skill_manage, expand_references."""
+    require_extra("mcp", "mcp", "mcp")
     from pathlib import Path
 
     from refold.assembly import tenant_skills

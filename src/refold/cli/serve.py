@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from refold.cli.app import AppContext, pass_app
+from refold.cli.app import AppContext, pass_app, require_extra
 from refold.config import Settings
 from refold.errors import InvalidInput
 from refold.store.urls import redact_url
@@ -157,6 +157,7 @@ def serve_cmd(app: AppContext, upstream: str | None, upstream_format: str | None
               upstream_api_key_env: str | None, max_body_bytes: int | None,
               allow_local_refs: str | None, workers: int | None, log_level: str) -> None:
     """Serve the chat completions, Messages and Responses APIs with sessions, compaction and memory."""
+    require_extra("serve", "server", "starlette", "uvicorn")
     import uvicorn
 
     from refold.assembly import open_configured_store
