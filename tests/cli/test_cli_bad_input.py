@@ -113,3 +113,39 @@ def test_the_import_size_cap_is_configurable(tmp_path: Path) -> None:
     proc = _refold(home, "import", str(path), "--json")
     assert proc.returncode == 0, proc.stderr.decode()
     assert json.loads(proc.stdout)["appended"] == 50
+
+
+def test_a_pipe_is_read_once(tmp_path: Path) -> None:
+    """`refold import <(jq …)` and a named FIFO: the format sniffing read the pipe and the
+    import then found it empty ("63: no messages (the input is empty)"); a FIFO waited for
+    ever for a second writer. The pipe is read once and imported."""
+    import os
+    import threading
+
+    sample = Path(__file__).resolve().parents[2] / "src/refold/data/sample_session.jsonl"
+    fifo = tmp_path / "transcript"
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        with fifo.open("wb") as out:
+            out.write(sample.read_bytes())
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    proc = _refold(tmp_path / "home", "import", str(fifo), "--json")
+    writer.join(5)
+    assert proc.returncode == 0, proc.stderr.decode()
+    report = json.loads(proc.stdout)
+    assert report["appended"] == 36 and report["title"] == "transcript"
+    read, write = os.pipe()  # what <(…) gives: /dev/fd/N
+    os.write(write, sample.read_bytes()[:4000].rsplit(b"\n", 1)[0] + b"\n")
+    os.close(write)
+    try:
+        piped = subprocess.run([sys.executable, "-m", "refold.cli.main", "import",
+                                f"/dev/fd/{read}", "--json", "--session", "piped"],
+                               capture_output=True, timeout=60, pass_fds=(read,),
+                               env={**os.environ, "REFOLD_HOME": str(tmp_path / "home")})
+    finally:
+        os.close(read)
+    assert piped.returncode == 0, piped.stderr.decode()
+    assert json.loads(piped.stdout)["appended"] > 0

@@ -54,10 +54,10 @@ class Transcript:
     resumed: tuple[tuple[str, int], ...] = ()
 
 
-def _read_transcript(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repair
-                     ) -> list[Transcript]:
+def _read_transcript(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repair,
+                     piped: bytes | None = None) -> list[Transcript]:
     """``file`` read as ``fmt`` (see ``Transcript``): one transcript, or for a refold JSON
-    export each of its sessions with messages."""
+    export each of its sessions with messages. ``piped``: what a pipe FILE held (read once)."""
     from refold.messages.load import (
         check_size,
         load_anthropic,
@@ -69,22 +69,29 @@ def _read_transcript(file: str, fmt: str, max_bytes: int | None, repair: Utf8Rep
     )
 
     if fmt in AGENT_FORMATS:
+        if piped is not None:
+            raise InvalidInput(f"--format {fmt} reads a file, not a pipe",
+                               hint="give the transcript's path")
         found = _read_agent_log(file, fmt, max_bytes, repair)
         resumed = tuple((key, count) for native, count in found.resumed
                         if (key := _session_key(fmt, native)) is not None)
         return [Transcript(found.messages, Path(file).stem, _session_key(fmt, found.native_id),
                            found.times, found.spend, resumed=resumed)]
-    if file == "-":
-        data = sys.stdin.buffer.read(max_bytes + 1) if max_bytes else sys.stdin.buffer.read()
-        check_size(len(data), max_bytes, "<stdin>")
+    if file == "-" or piped is not None:
+        if piped is not None:  # a process substitution's /dev/fd/63 is no title: "pipe"
+            fd = Path(file).parent.name == "fd" and Path(file).name.isdigit()
+            data, name, stem = piped, file, "pipe" if fd else Path(file).stem
+        else:
+            data = sys.stdin.buffer.read(max_bytes + 1) if max_bytes else sys.stdin.buffer.read()
+            name, stem = "<stdin>", "stdin"
+        check_size(len(data), max_bytes, name)
         if fmt == "anthropic":
-            return [Transcript(load_anthropic(data, source_name="<stdin>", repair=repair),
-                               "stdin")]
-        exported = load_export(data, source_name="<stdin>", repair=repair)
+            return [Transcript(load_anthropic(data, source_name=name, repair=repair), stem)]
+        exported = load_export(data, source_name=name, repair=repair)
         if exported is not None:
-            return _exported(file, "stdin", exported)
-        loaded = load_messages(data, source_name="<stdin>", repair=repair)
-        return [Transcript(loaded, "stdin", times=message_times(loaded))]
+            return _exported(file, stem, exported)
+        loaded = load_messages(data, source_name=name, repair=repair)
+        return [Transcript(loaded, stem, times=message_times(loaded))]
     if fmt == "openai":
         exported = load_export_file(file, max_bytes=max_bytes, repair=repair)
         if exported is not None:
@@ -290,7 +297,8 @@ def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str |
                                hint="import its files one by one to name their sessions")
         _import_directory(app, Path(file).expanduser(), source, fmt, as_json)
         return
-    database = _database_format(file, fmt)
+    piped = _read_pipe(file, app.settings.import_max_bytes or None)
+    database = _database_format(file, fmt) if piped is None else None
     if database is not None:
         from refold.cli.databases import AGENT_DATABASES, import_database
 
@@ -308,27 +316,51 @@ def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str |
     # where an argument was not UTF-8: a lone surrogate could not be stored (a traceback)
     session_ref = None if session_ref is None else repair_text(session_ref)
     title = None if title is None else repair_text(title)
-    reports = _import_one(app, file, session_ref, title, source, fmt)
+    reports = _import_one(app, file, session_ref, title, source, fmt, piped)
     if len(reports) == 1:
         emit(reports[0], as_json, _render_import)
     else:
         _emit_reports(reports, as_json, f"{len(reports)} session(s) of a refold export imported")
 
 
+def _read_pipe(file: str, max_bytes: int | None) -> bytes | None:
+    """What FILE holds when it is a pipe (``refold import <(jq …)``, a named FIFO), read once;
+    None for a regular file or stdin. Each look at a pipe consumed it: the format sniffing read
+    it, so the import found it empty ("63: no messages (the input is empty)") or, for a named
+    FIFO, waited for ever for a second writer."""
+    import stat
+
+    if file == "-":
+        return None
+    try:
+        mode = Path(file).expanduser().stat().st_mode
+    except OSError:
+        return None  # the readers say what is wrong with it
+    if not (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)):
+        return None
+    try:
+        with Path(file).expanduser().open("rb") as stream:
+            return stream.read(max_bytes + 1) if max_bytes else stream.read()
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {file}: {exc.strerror or exc}") from exc
+
+
 def _import_one(app: AppContext, file: str, session_ref: str | None, title: str | None,
-                source: str | None, fmt: str | None) -> list[dict[str, Any]]:
-    """Import one transcript file (or stdin), or each session of a refold JSON export; their
-    reports."""
+                source: str | None, fmt: str | None, piped: bytes | None = None
+                ) -> list[dict[str, Any]]:
+    """Import one transcript file (or stdin, or a pipe's ``piped`` bytes), or each session of
+    a refold JSON export; their reports."""
     from refold.messages.load import Utf8Repair
 
     repair = Utf8Repair()
-    if fmt is None and file != "-":
+    if fmt is None and file != "-" and piped is None:
         _refuse_prompt_history(file)
-    fmt = _format_of(file, fmt)
+    fmt = _format_of(file, fmt) if piped is None else (fmt or "openai")
     if source is None:
         source = fmt if fmt in AGENT_FORMATS else "import"
     try:
-        found = _read_transcript(file, fmt, app.settings.import_max_bytes or None, repair)
+        found = _read_transcript(file, fmt, app.settings.import_max_bytes or None, repair,
+                                 piped)
     finally:  # also before the error a file that is refused gives (binary data, UTF-16)
         if repair.count:
             click.echo(f"warning: {file}: {repair.describe()}", err=True)
