@@ -38,6 +38,38 @@ def transcript(tmp_path: Path) -> Path:
     return path
 
 
+def test_compact_reads_stdin_and_a_pipe(tmp_path: Path, transcript: Path) -> None:
+    """`refold compact -` was refused ("File '-' does not exist") and `refold compact <(…)`
+    said "63: not valid JSON at line 1": the format sniffing had read the pipe first."""
+    import os
+    import subprocess
+
+    args = ["--context-length", "12000", "--model", "gpt-4o", "--json"]
+    expected = ok_json(invoke(tmp_path / "h", "compact", str(transcript), *args))
+    result = CliRunner().invoke(cli, ["--home", str(tmp_path / "h"), "compact", "-", *args],
+                                input=transcript.read_bytes())
+    assert ok_json(result)["messages"] == expected["messages"]
+    import threading
+
+    read, write = os.pipe()  # what <(…) gives: /dev/fd/N
+
+    def feed() -> None:
+        with os.fdopen(write, "wb") as out:
+            out.write(transcript.read_bytes())
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    try:
+        piped = subprocess.run([sys.executable, "-m", "refold.cli.main", "--home",
+                                str(tmp_path / "h"), "compact", f"/dev/fd/{read}", *args],
+                               capture_output=True, timeout=120, pass_fds=(read,))
+    finally:
+        os.close(read)
+        writer.join(5)
+    assert piped.returncode == 0, piped.stderr.decode()
+    assert json.loads(piped.stdout)["messages"] == expected["messages"]
+
+
 def test_compact_file_json(tmp_path: Path, transcript: Path) -> None:
     data = ok_json(invoke(tmp_path / "h", "compact", str(transcript), "--context-length",
                           "12000", "--model", "gpt-4o", "--json"))

@@ -35,7 +35,8 @@ COMMANDS = {
 # these equal to the commands' docstrings); a command missing here is imported to describe it
 SUMMARIES = {
     "chat": "Chat with a model; history, compaction and memory handled by refold.",
-    "compact": 'Compact a transcript FILE (JSON list, {"messages": [...]}, or JSONL).',
+    "compact": 'Compact a transcript FILE (JSON list, {"messages": [...]}, or JSONL; - for '
+               'stdin).',
     "context": "Show what fills SESSION's context window (system, memory, summary, tail by role).",
     "demo": "Replay a scripted agent session and show compaction, memory, search and resume.",
     "doctor": "Check the installation: versions, SQLite features, paths and database integrity.",

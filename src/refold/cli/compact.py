@@ -19,6 +19,7 @@ from refold.compaction.core import CompactionReport
 from refold.compaction.session import recorded_system_prompt
 from refold.compaction.summarizer import Summarizer
 from refold.config import Settings
+from refold.errors import InvalidInput
 from refold.messages.agent_logs import AGENT_FORMATS, AGENT_NAMES
 from refold.messages.model import Message, content_text, wire_form
 
@@ -73,11 +74,42 @@ def _render_compact(value: dict[str, Any]) -> None:
                   + (f" [dim]calls {escape(calls)}[/dim]" if calls else "") + f": {escape(line)}")
 
 
+def _piped(path: Path) -> bytes | None:
+    """What ``-`` (stdin) or a pipe (``<(jq …)``, a FIFO) holds, read once; None for a file.
+    The format sniffing read a pipe before the loader did: it then looked empty ("63: not
+    valid JSON at line 1"), and ``-`` was refused as a file that does not exist."""
+    import stat
+
+    if str(path) == "-":
+        return sys.stdin.buffer.read()
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    if not (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)):
+        return None
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
 def _load(path: Path, fmt: str | None) -> list[Message]:
     """FILE read as ``refold import`` reads it: ``--format``, else the agent's format when the
     file is one of theirs (what it holds besides the turns left out and said), else openai."""
     from refold.messages.load import load_agent_log, load_messages_file, sniff_agent_log
 
+    piped = _piped(path)
+    if piped is not None:  # stdin or a pipe: read once, as `refold import` reads it
+        from refold.messages.load import load_anthropic, load_messages
+
+        name = "<stdin>" if str(path) == "-" else str(path)
+        if fmt in AGENT_FORMATS:
+            raise InvalidInput(f"--format {fmt} reads a file, not {name}",
+                               hint="give the transcript's path")
+        if fmt == "anthropic":
+            return load_anthropic(piped, source_name=name)
+        return load_messages(piped, source_name=name)
     fmt = fmt or sniff_agent_log(path) or "openai"
     if fmt not in AGENT_FORMATS:
         return load_messages_file(path, fmt=fmt)
@@ -94,7 +126,8 @@ def _load(path: Path, fmt: str | None) -> list[Message]:
 
 
 @click.command("compact")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True,
+                                        path_type=Path))
 @click.option("--context-length", type=click.IntRange(256), required=True,
               help="The model's context window in tokens.")
 @click.option("--model", help="Model name (chooses the tokenizer and overrides).")
@@ -111,7 +144,7 @@ def _load(path: Path, fmt: str | None) -> list[Message]:
 def compact_cmd(app: AppContext, file: Path, context_length: int, model: str | None,
                 summarizer: str | None, target: int | None, fmt: str | None,
                 as_json: bool) -> None:
-    """Compact a transcript FILE (JSON list, {"messages": [...]}, or JSONL)."""
+    """Compact a transcript FILE (JSON list, {"messages": [...]}, or JSONL; - for stdin)."""
     from refold.compaction.core import compact
     from refold.tokens import get_counter
 
