@@ -24,6 +24,16 @@ def _run(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, env=env, timeout=170)
 
 
+def test_a_cut_turn_label_says_so() -> None:
+    """The turn labels were cut at 24 cells without a mark: "fix test_notifications.p"."""
+    from refold.cli.demo import LABEL_CELLS, _fit_cells
+
+    assert _fit_cells("fix test_notifications.py", LABEL_CELLS) == "fix test_notifications.…"
+    assert _fit_cells("kick-off", LABEL_CELLS) == "kick-off" + " " * 16
+    assert _fit_cells("中文：大文件流式写出与内存占用控制", LABEL_CELLS) == "中文：大文件流式写出与…" + " "
+    assert _fit_cells("a" * LABEL_CELLS, LABEL_CELLS) == "a" * LABEL_CELLS
+
+
 def test_script_is_realistic() -> None:
     turns = build_script()
     replies, outputs = scripted_replies(turns)

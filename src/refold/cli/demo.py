@@ -226,12 +226,16 @@ def _review(out: Console, runner: Any) -> None:
 
 
 def _fit_cells(text: str, width: int) -> str:
-    """``text`` cut and padded to ``width`` terminal cells (CJK characters take two)."""
-    out = ""
-    for ch in text:
-        if cell_len(out + ch) > width:
-            break
-        out += ch
+    """``text`` cut and padded to ``width`` terminal cells (CJK characters take two); a cut
+    ends in "…" ("fix test_notifications.p" read as a file of that name)."""
+    out = text
+    if cell_len(text) > width:
+        out = ""
+        for ch in text:
+            if cell_len(out + ch) > width - 1:
+                break
+            out += ch
+        out += "…"
     return out + " " * (width - cell_len(out))
 
 
