@@ -153,3 +153,14 @@ def test_every_match_the_store_marked_is_highlighted(snippet: str, query: str,
     from refold.cli.searching import highlight
 
     assert highlight(snippet, query, lambda s: f"<{s}>") == shown
+
+
+def test_the_when_column_has_the_whole_year(home: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """`refold search` dated hits "26-12-06 08:25" (two-digit year first, a day of 2006 or of
+    2026?) where every other table prints 2026-12-06."""
+    import re
+
+    fast, _ = _both(["search", "currency", "--limit", "1"], home, monkeypatch, capsys)
+    row = fast[1].splitlines()[1]
+    assert re.search(r"  \d{4}-\d\d-\d\d \d\d:\d\d  ", row), row

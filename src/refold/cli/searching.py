@@ -149,7 +149,8 @@ def render_hits(hits: list[dict[str, Any]], query: str, echo: Callable[[str], No
     for hit in hits:
         label = safe_text(hit["title"] or hit["session_id"][:12])
         label = label if len(label) <= 24 else label[:23] + "…"
-        when = time.strftime("%y-%m-%d %H:%M", time.localtime(hit["created_at"]))
+        # the year whole, as `sessions list` and `memory show` print it ("26-12-06" read as a day)
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(hit["created_at"]))
         rows.append((label, str(hit["seq"]), hit["role"], when,
                      highlight(safe_text(hit["snippet"].replace("\n", " ")), query, bold)))
     header = ("session", "seq", "role", "when", "match")
