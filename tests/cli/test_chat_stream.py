@@ -72,3 +72,19 @@ def test_markdown_is_rendered_live_on_a_terminal() -> None:
     screen = buffer.getvalue()
     assert "Title" in screen and "bold" in screen
     assert "**bold**" not in screen and "# Title" not in screen  # rendered, not raw
+
+
+def test_a_long_streamed_reply_wraps_on_the_chat_console() -> None:
+    """`refold chat`'s console soft-wraps (the terminal wraps plain prints); the live markdown
+    of a streamed reply was then cut at the terminal's width: of a 600-character paragraph,
+    the first 80 characters showed, the rest never did."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, width=80, color_system=None,
+                      soft_wrap=True, highlight=False)  # as `refold chat` makes it
+    renderer = Renderer(console, markdown=True)
+    for _ in range(50):
+        renderer.on_text("slow answer ")
+    renderer.on_text("THE-END")
+    renderer.show(Output("reply", "slow answer " * 50 + "THE-END", {"streamed": True}))
+    assert "THE-END" in buffer.getvalue()
+    assert console.soft_wrap  # plain prints after the reply wrap in the terminal again

@@ -66,6 +66,7 @@ class Renderer:
         self.markdown = markdown  # streamed replies rendered as markdown, live (a terminal)
         self.status: Any = None  # the "thinking…" spinner of the turn, stopped at first text
         self._live: Any = None
+        self._soft_wrap = False  # the console's own, while a live reply lays lines out
         self._streamed: list[str] = []
 
     # -- streamed replies ----------------------------------------------------------------------
@@ -83,6 +84,10 @@ class Renderer:
         from rich.markdown import Markdown
 
         if self._live is None:
+            # rich lays the live reply out itself: with the console's soft wrap (the terminal
+            # wraps plain prints) it cut every line of the reply at the terminal's width
+            self._soft_wrap = self.console.soft_wrap
+            self.console.soft_wrap = False
             self._live = Live(console=self.console, refresh_per_second=12,
                               vertical_overflow="visible")
             self._live.start()
@@ -91,8 +96,11 @@ class Renderer:
     def end_stream(self) -> None:
         """The streamed reply is complete (or broke off): leave it on the screen."""
         if self._live is not None:
-            self._live.stop()
-            self._live = None
+            try:
+                self._live.stop()
+            finally:
+                self._live = None
+                self.console.soft_wrap = self._soft_wrap
         elif self._streamed:
             self.console.file.write("\n")
         self._streamed = []
