@@ -7,7 +7,7 @@ Run:
   python bench/bench_retrieval.py realtalk /work/data/retrieval/realtalk [--names] [--whole]
   any of them with --postgres postgresql://127.0.0.1:5432/test (a new schema, dropped after)
   options: --modes bm25,fts,vector,hybrid  --split dev|test|all  --rrf-k 60 --weights 1,1
-           --undated
+           --generic-weight 1  --undated
 
 Data (kept outside the repository; fetch it yourself):
 
@@ -349,12 +349,12 @@ def _open_store(tmp: str, postgres: str | None) -> Store:
 
 def run(archives: list[Archive], modes: list[str], split: str, rrf_k: int,
         weights: tuple[float, float], dated: bool = True, whole: bool = False,
-        postgres: str | None = None
+        postgres: str | None = None, generic_weight: float | None = None
         ) -> tuple[dict[str, dict[str, dict[str, float]]], dict[str, int], float]:
     """Mean scores per split (``dev``/``test`` and ``all``) and mode, question counts per split,
     and the seconds spent embedding. ``whole``: each question is asked of the whole archive
     (no source filter; the baseline ranks every message of it) and only its own source's
-    evidence counts."""
+    evidence counts. ``generic_weight``: the vector index's (default: refold's)."""
     from rank_bm25 import BM25Okapi
 
     from refold.search.vectors import hybrid_search, index_for
@@ -374,6 +374,8 @@ def run(archives: list[Archive], modes: list[str], split: str, rrf_k: int,
                     started = time.perf_counter()
                     index_for(store).backfill(batch=32)
                     embed_seconds += time.perf_counter() - started
+                    if generic_weight is not None:
+                        index_for(store).generic_weight = generic_weight
                 if whole:  # one corpus; a unit key names its source ("chat-01|D1:6")
                     source_of = {sid: store.get_session(sid).source for sid in {s for s, _ in keys}}
                     keys = {at: f"{source_of[at[0]]}|{key}" for at, key in keys.items()}
@@ -447,6 +449,9 @@ def main() -> None:
     parser.add_argument("--split", default="all", choices=["dev", "test", "all"])
     parser.add_argument("--rrf-k", type=int, default=None, help="hybrid RRF k (default: refold's)")
     parser.add_argument("--weights", default=None, help="hybrid weights fts,vector")
+    parser.add_argument("--generic-weight", type=float, default=None,
+                        help="vector side: the share of a message's cosine to an empty query "
+                             "taken off its cosine to the question (default: refold's)")
     parser.add_argument("--misses", action="store_true",
                         help="print each question a mode misses at hit@10")
     parser.add_argument("--postgres", metavar="URL", default=None,
@@ -459,7 +464,7 @@ def main() -> None:
     args = parser.parse_args()
     global MISSES
     MISSES = args.misses
-    from refold.search.vectors import RRF_K, WEIGHTS
+    from refold.search.vectors import GENERIC_WEIGHT, RRF_K, WEIGHTS
 
     rrf_k = args.rrf_k if args.rrf_k is not None else RRF_K
     weights = (tuple(float(w) for w in args.weights.split(",")) if args.weights
@@ -468,14 +473,15 @@ def main() -> None:
     started = time.perf_counter()
     results, counted, embed = run(list(_archives(args)), modes, args.split, rrf_k,
                                   weights, not args.undated, args.whole,
-                                  args.postgres)  # type: ignore[arg-type]
+                                  args.postgres, args.generic_weight)  # type: ignore[arg-type]
     label = f"{args.kind} {args.lang if args.kind == 'memorybank' else args.path.name}"
     label += " (undated)" if args.undated else ""
     label += " (whole archive, no source filter)" if args.whole else ""
     label += " (PostgreSQL)" if args.postgres else ""
     label += " (speakers as message names)" if args.names else ""
     print(f"{label}: questions asked verbatim ({time.perf_counter() - started:.0f} s, "
-          f"embedding {embed:.0f} s; hybrid k={rrf_k} weights={weights[0]:g},{weights[1]:g})")
+          f"embedding {embed:.0f} s; hybrid k={rrf_k} weights={weights[0]:g},{weights[1]:g}; "
+          f"generic weight {GENERIC_WEIGHT if args.generic_weight is None else args.generic_weight:g})")
     for part in ("dev", "test", "all"):
         if part not in results or (part == "all" and len(results) == 2):
             continue  # "all" equals the only split present

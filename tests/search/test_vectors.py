@@ -141,6 +141,58 @@ def test_forks_do_not_push_other_sessions_down_the_vector_ranking(store: Store) 
     assert ranked() == before
 
 
+class HandEmbedder:
+    """Vectors given by hand (unit rows), with the generic query an embedder may offer."""
+
+    model = "test-hand"
+    dim = 3
+
+    def __init__(self, table: dict[str, list[float]], generic: list[float] | None) -> None:
+        self.table = {t: np.asarray(v, dtype=np.float32) / np.linalg.norm(v)
+                      for t, v in table.items()}
+        if generic is not None:
+            self.generic = lambda: np.asarray(generic, dtype=np.float32)
+
+    def passages(self, texts: list[str]) -> np.ndarray:
+        return np.stack([self.table[t] for t in texts])
+
+    def query(self, text: str) -> np.ndarray:
+        return self.table[text]
+
+
+def test_a_message_near_every_question_does_not_outrank_the_one_near_this_one(
+        store: Store) -> None:
+    """A short, generic chat line ("haha ok") embeds near every question, nearer than the
+    message that answers it; its cosine to the empty query is taken off (GENERIC_WEIGHT)."""
+    table = {"when is the dentist?": [0.8, 0.6, 0.0],
+             "haha ok": [0.9, 0.436, 0.0],  # cosine 0.98 to the question, 0.9 to any
+             "dentist on friday at 3": [0.2, 0.98, 0.0]}  # cosine 0.75, 0.2 to any
+    s = store.create_session()
+    store.append_messages(s.id, [user("haha ok"), user("dentist on friday at 3")])
+    index = VectorIndex(store, HandEmbedder(table, generic=[1.0, 0.0, 0.0]))
+    index.backfill()
+    near = hybrid_search(store, SearchQuery("when is the dentist?", window=0), mode="vector",
+                         index=index)
+    assert [h.content for h in near] == ["dentist on friday at 3", "haha ok"]
+    assert near[0].score == pytest.approx(0.748 - 0.2, abs=1e-3)  # cosine less the generic's
+    assert index.nearest("when is the dentist?", 1)[0][1] == pytest.approx(near[0].score)
+    index.generic_weight = 0.0  # the plain cosine: the rows held are offset anew
+    assert [h.content for h in hybrid_search(
+        store, SearchQuery("when is the dentist?", window=0), mode="vector",
+        index=index)] == ["haha ok", "dentist on friday at 3"]
+    index.generic_weight = 1.0
+    store.append_messages(s.id, [user("when is the dentist?")])  # rows added later: offset too
+    index.backfill()
+    ranked = [h.content for h in hybrid_search(
+        store, SearchQuery("when is the dentist?", window=0), mode="vector", index=index)]
+    assert ranked == ["dentist on friday at 3", "when is the dentist?", "haha ok"]  # .2: 1 - .8
+    # an embedder without a generic query ranks by the plain cosine
+    plain = VectorIndex(store, HandEmbedder(table, generic=None))
+    assert [h.content for h in hybrid_search(
+        store, SearchQuery("when is the dentist?", window=0), mode="vector",
+        index=plain)][1:] == ["haha ok", "dentist on friday at 3"]
+
+
 def test_rrf_rewards_agreement() -> None:
     fused = rrf([[("a", 1), ("b", 1)], [("b", 1), ("c", 1)]], [1.0, 1.0], k=10)
     assert max(fused, key=lambda key: fused[key]) == ("b", 1)

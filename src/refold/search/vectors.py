@@ -8,6 +8,12 @@
 - ``VectorIndex`` embeds messages that have no vector yet (``backfill``, resumable: it always
   starts from what is missing) and answers ``nearest`` with a NumPy scan over float16 vectors
   held in memory and topped up incrementally from the store. Appends never embed.
+- A message's vector score is its cosine to the query minus ``GENERIC_WEIGHT`` times its cosine
+  to the embedding of an empty query (an embedder's optional ``generic()``): it ranks a message
+  by how much nearer it is to this query than to any query. With the plain cosine, messages
+  that resemble any question (greetings, "This message was deleted by admin") were among the
+  nearest of many unrelated questions (a REALTALK question's nearest message sits at cosine
+  0.80-0.87, its tenth about 0.02 lower).
 - ``hybrid_search``: ``mode="fts"`` is ``store.search``; ``"vector"`` the nearest messages;
   ``"hybrid"`` reciprocal-rank fusion of both (``score = Σ weight / (k + rank)``), ties to the
   newer message. Hits keep the store's filters and one hit per message along a lineage.
@@ -37,6 +43,10 @@ MODES: tuple[Mode, ...] = ("fts", "vector", "hybrid")
 RRF_K = 10  # tuned on the dev splits of bench/bench_retrieval.py (REALTALK, MemoryBank)
 WEIGHTS = (1.0, 1.0)  # RRF weights: words, vectors
 CANDIDATES = 100  # ranks fused from each side
+# the share of a message's cosine to an empty query taken off its cosine to the query (0: the
+# plain cosine); 1, the plain difference, was the best of 0-1.5 on the dev splits of
+# bench/bench_retrieval.py (REALTALK, MemoryBank; see README's benchmark table)
+GENERIC_WEIGHT = 1.0
 Vectors = npt.NDArray[np.float32]
 
 
@@ -46,6 +56,7 @@ class Embedder(Protocol):
 
     def passages(self, texts: list[str]) -> Vectors: ...
     def query(self, text: str) -> Vectors: ...
+    # optional: ``generic() -> Vectors``, the direction every query shares (see GENERIC_WEIGHT)
 
 
 class E5Embedder:
@@ -74,6 +85,11 @@ class E5Embedder:
 
     def query(self, text: str) -> Vectors:
         return np.asarray(self._model.query([text[:2000] or " "]), dtype=np.float32).reshape(-1)
+
+    def generic(self) -> Vectors:
+        """The empty query's embedding (the ``query: `` prefix alone): what every question
+        has in common, whatever it asks."""
+        return self.query("")
 
 
 def embed_available() -> bool:
@@ -106,13 +122,20 @@ def _clean(text: str) -> str:
 class VectorIndex:
     """One store's vectors for one embedder: backfill and nearest-neighbour scans."""
 
-    def __init__(self, store: Store, embedder: Embedder) -> None:
+    def __init__(self, store: Store, embedder: Embedder, *,
+                 generic_weight: float = GENERIC_WEIGHT) -> None:
         self.store = store
         self.embedder = embedder
         self._ids = np.zeros(0, dtype=np.int64)
         # float16 on disk, float32 in memory: converting on every query would cost more than
         # the scan itself (1.5 KB a message in memory: ~150 MB at 100k messages)
         self._matrix = np.zeros((0, embedder.dim), dtype=np.float32)
+        # each row's cosine to the embedder's generic() query, times generic_weight (zeros
+        # when the embedder has none or the weight is 0): taken off every query's cosines
+        self._offsets = np.zeros(0, dtype=np.float32)
+        self._generic: Vectors | None = None
+        self._offset_weight = 0.0  # the weight self._offsets were computed with
+        self.generic_weight = generic_weight
         self._lock = threading.Lock()
 
     def backfill(self, *, batch: int = 32, limit: int | None = None,
@@ -136,25 +159,46 @@ class VectorIndex:
                 progress(len(rows))
         return done
 
+    def _generic_vector(self) -> Vectors | None:
+        """The embedder's generic query, asked once (None: it has none)."""
+        if self._generic is None:
+            generic = getattr(self.embedder, "generic", None)
+            if generic is None:
+                return None
+            self._generic = np.asarray(generic(), dtype=np.float32).reshape(-1)
+        return self._generic
+
     def _refresh(self) -> None:
         with self._lock:
+            generic = self._generic_vector() if self.generic_weight else None
+            weight = float(self.generic_weight) if generic is not None else 0.0
+            if weight != self._offset_weight:  # set since the rows held were offset
+                self._offsets = (self._matrix @ generic * weight if generic is not None
+                                 else np.zeros(len(self._ids))).astype(np.float32)
+                self._offset_weight = weight
             after = int(self._ids[-1]) if len(self._ids) else 0
             while rows := self.store.vectors_after(self.embedder.model, after):
                 ids = np.fromiter((i for i, _ in rows), dtype=np.int64, count=len(rows))
                 block = np.frombuffer(b"".join(v for _, v in rows), dtype=np.float16)
+                matrix = block.reshape(len(rows), -1).astype(np.float32)
+                offsets = (matrix @ generic * weight if generic is not None
+                           else np.zeros(len(rows)))
                 self._ids = np.concatenate([self._ids, ids])
-                self._matrix = np.vstack([self._matrix,
-                                          block.reshape(len(rows), -1).astype(np.float32)])
+                self._matrix = np.vstack([self._matrix, matrix])
+                self._offsets = np.concatenate([self._offsets, offsets.astype(np.float32)])
                 after = int(ids[-1])
 
     def nearest(self, text: str, k: int) -> list[tuple[int, float]]:
-        """(message id, cosine) of the ``k`` nearest vectors, best first (ties: newer)."""
+        """(message id, score) of the ``k`` nearest vectors, best first (ties: newer); the
+        score is the cosine less ``generic_weight`` times the row's cosine to the generic
+        query (the plain cosine when the embedder has no ``generic``)."""
         self._refresh()
         if not len(self._ids):
             return []
         # float32 BLAS: NumPy's float16 and int8 products have no BLAS kernel and ran 8x and
         # 1.5x slower than this at 100k x 384 (bench/bench_store.py --only hybrid)
         scores = self._matrix @ self.embedder.query(_clean(text)).astype(np.float32)
+        scores -= self._offsets
         k = min(k, len(scores))
         top = np.argpartition(scores, len(scores) - k)[len(scores) - k:]
         order = sorted(top, key=lambda j: (-float(scores[j]), -int(self._ids[j])))
@@ -240,7 +284,7 @@ def hybrid_search(store: Store, query: SearchQuery, *, mode: Mode = "hybrid",
             lineage = dict.fromkeys([*table[key].lineage, *hit.lineage])
             table[key] = records.replace(table[key], lineage=tuple(lineage))
         if key not in near:
-            near[key] = hit.score  # the cosine
+            near[key] = hit.score  # the vector score (nearest)
     if mode == "vector":
         ranking = list(near)
         if exact:  # the nearest matches first, then the other matches in word order
