@@ -41,6 +41,7 @@ def test_cjk_substrings_are_found_exactly(store: Store, texts: list[str],
 @given(text=st.text(max_size=40))
 @example(text="0\x000")  # a chunk of words with a NUL inside reached FTS5 and PostgreSQL
 @example(text="docker\x00compose.yml")
+@example(text="\x00¢")  # symbols only, with a NUL: "unterminated string" from FTS5
 def test_no_query_text_raises(store: Store, text: str) -> None:
     from refold.errors import SearchQueryError
 

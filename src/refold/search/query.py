@@ -365,7 +365,10 @@ def parse_query(text: str) -> ParsedQuery:
     if not text.strip():
         raise SearchQueryError("the search query is empty", hint="give at least one word")
     # Lone surrogates (from undecodable input) cannot reach a database driver.
-    clean = text[:MAX_QUERY_CHARS].encode("utf-8", "replace").decode("utf-8")
+    # A NUL ends FTS5's strings early ("unterminated string") and PostgreSQL refuses it in
+    # text: it separates words, as it can be no part of one.
+    clean = text[:MAX_QUERY_CHARS].encode("utf-8", "replace").decode("utf-8").replace(
+        "\x00", " ")
     tokens = _tokens(clean)
     if any(isinstance(t, Term) and not t.literal for t in tokens):
         tokens = [t for t in tokens if not (isinstance(t, Term) and t.literal)]
