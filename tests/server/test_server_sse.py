@@ -160,6 +160,9 @@ class _Turn:
     def finish(self) -> None:
         self.log.append("finish")
 
+    async def unanswered(self) -> None:  # the turn's stored messages got no reply
+        self.log.append("unanswered")
+
 
 def _pumped(turn: _Turn, reads: list[bytes]) -> list[dict[str, Any]]:
     """The ASGI messages ProxyStream sends for an upstream body arriving in ``reads``."""
@@ -227,7 +230,7 @@ def test_an_event_that_is_not_json_is_not_passed_on_the_stream_fails_saying_why(
     assert b"not json" not in b"".join(bodies)
     error = json.loads(bodies[-1].decode().removeprefix("data: "))
     assert "not a JSON object" in error["error"]["message"]
-    assert b"[DONE]" not in b"".join(bodies) and turn.log == []
+    assert b"[DONE]" not in b"".join(bodies) and turn.log == ["unanswered"]
 
 
 def test_the_upstreams_own_error_event_is_the_only_one() -> None:
@@ -240,7 +243,18 @@ def test_the_upstreams_own_error_event_is_the_only_one() -> None:
     assert b"".join(bodies).count(b'"error"') == 1
     assert _event(upstream_error) in b"".join(bodies)
     assert [m["more_body"] for m in sent if m["type"] == "http.response.body"][-1] is False
-    assert turn.log == []
+    assert turn.log == ["unanswered"]  # nothing recorded; the turn is marked unanswered
+
+
+def test_a_stream_cut_off_before_its_finish_marks_the_turn_unanswered() -> None:
+    """The upstream's body ends mid-reply: an error event, nothing recorded, and the turn's
+    stored messages are marked as unanswered (a client that goes on without them rewinds them
+    instead of forking a branch: ``tests/server/test_proxy_failed_turns.py``)."""
+    turn = _Turn()
+    sent = _pumped(turn, [_event(HELLO)])
+    bodies = [m["body"] for m in sent if m["type"] == "http.response.body"]
+    assert b"finish_reason" in bodies[-1] and b"[DONE]" not in b"".join(bodies)
+    assert turn.log == ["unanswered"]
 
 
 def test_event_data_forms() -> None:

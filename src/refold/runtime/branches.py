@@ -26,6 +26,15 @@ The last two are answered from what was sent, and the ledger keeps both conversa
   when it comes back, extends its own chain again (each side call rewound all of it, which
   was then stored again: 106 rows for 26 messages in eight turns).
 
+A turn the proxy stored but never answered (the upstream failed, so the client got an error
+and no reply) is marked (``note_unanswered``). A client that then goes on without it — agent
+frameworks keep only the turns that succeeded (pydantic-ai's ``message_history``, a runner's
+input list) — diverges from the stored chain exactly there: when everything the session holds
+after the history's common start is such unanswered messages (no reply among them, the last of
+them marked), that tail is rewound reversibly in either mode and the conversation goes on in
+its own session. (It forked a branch holding a copy of the whole conversation before, one per
+failed turn.) A retry of the same history still extends the chain and stores nothing twice.
+
 ``place`` returns the session the history is then synced into; after that sync the session's
 active chain is exactly the history (by identity).
 """
@@ -42,6 +51,28 @@ log = logging.getLogger(__name__)
 
 Diverge = Literal["branch", "rewind"]
 MAX_FAMILY = 64  # sessions of one derived family looked at (the newest ones)
+UNANSWERED = "unanswered_turn"  # event: the stored chain ended here when a turn got no reply
+
+
+def note_unanswered(store: Store, session_id: str) -> None:
+    """Mark where ``session_id``'s chain ends now: a turn whose messages are stored got no
+    reply (the upstream failed). See the module doc."""
+    tip = store.view_tip(session_id)
+    if tip.last_seq is not None and tip.last_identity is not None:
+        store.append_event(session_id, UNANSWERED, {"seq": tip.last_seq,
+                                                    "identity": tip.last_identity})
+
+
+def _unanswered_tail(store: Store, session_id: str, keep: int) -> bool:
+    """Is everything after the first ``keep`` active rows of ``session_id`` messages of turns
+    that got no reply: no assistant message among them, and the last one marked by
+    ``note_unanswered``?"""
+    tail = store.get_messages(session_id)[keep:]
+    if not tail or any(row.role == "assistant" for row in tail):
+        return False
+    last = tail[-1]
+    return any(e.payload.get("seq") == last.seq and e.payload.get("identity") == last.identity
+               for e in store.list_events(session_id, UNANSWERED))
 
 
 def _extends(store: Store, session_id: str, positions: dict[str, int]) -> int | None:
@@ -94,7 +125,8 @@ def place(store: Store, root_id: str, current_id: str, identities: Sequence[str]
         common, other = _common(store, sid, identities)
         if common > keep:
             best, keep, first_other = sid, common, other
-    if diverge == "rewind" and keep > 0 and first_other is not None:
+    if keep > 0 and first_other is not None and (
+            diverge == "rewind" or _unanswered_tail(store, best, keep)):
         record = store.rewind(best, first_other, any_role=True)
         log.info("session %s: rewound %d messages the client no longer sends (rewind %s; "
                  "undo restores them)", best, record.count, record.id)

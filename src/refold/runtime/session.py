@@ -40,7 +40,7 @@ from refold.messages.model import (
     wire_form,
 )
 from refold.pricing import token_count
-from refold.runtime.branches import Diverge, place
+from refold.runtime.branches import Diverge, note_unanswered, place
 from refold.runtime.chain import KnownChain, adopt_stored, cleared, comparable
 from refold.runtime.checkpointer import Checkpointer
 from refold.runtime.inline import InlineTurns, NeedsWorker
@@ -280,6 +280,14 @@ class SessionRuntime:
             self._last_sent_tokens = after
             self.checkpointer.notice = (before, after)
             return after < before
+
+    def note_unanswered(self) -> None:
+        """The turn just prepared got no reply (its upstream call failed): mark where the
+        stored chain ends, so a client that goes on without that turn's messages rewinds them
+        (reversibly) rather than forking a branch (``refold.runtime.branches``)."""
+        with self._lock:
+            self.inline.flush()
+            note_unanswered(self.store, self.session_id)
 
     def take_compaction(self) -> tuple[int, int] | None:
         """(tokens before, tokens after) of a compaction that happened outside ``prepare`` (on

@@ -184,11 +184,15 @@ async def chat_completions(proxy: Proxy, tenant: Tenant, headers: Mapping[str, s
         # derived one branches instead, so it never rewinds another conversation's tail
         turn = _Turn(proxy, tenant, rt, body, history, raw_size,
                      diverge="rewind" if name else "branch")
-        if body.get("stream"):
-            upstream = await turn.open_stream()
-            handed_off = True  # the stream releases the lock and the drain when it ends
-            return ProxyStream(turn, upstream, lambda: _release(proxy, lock))
-        return await turn.complete()
+        try:
+            if body.get("stream"):
+                upstream = await turn.open_stream()
+                handed_off = True  # the stream releases the lock and the drain when it ends
+                return ProxyStream(turn, upstream, lambda: _release(proxy, lock))
+            return await turn.complete()
+        except UpstreamError:
+            await turn.unanswered()
+            raise
     finally:
         if not handed_off:
             _release(proxy, lock)
@@ -285,6 +289,18 @@ class _Turn:
         if self.compacted is not None:
             out[COMPACTED_HEADER] = f"{self.compacted[0]}->{self.compacted[1]}"
         return out
+
+    async def unanswered(self) -> None:
+        """The upstream failed this turn: its stored messages got no reply. Marked so that a
+        client going on without them rewinds them instead of forking a branch
+        (``SessionRuntime.note_unanswered``); a failure here only logs (the client gets the
+        upstream's error either way)."""
+        try:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.rt.note_unanswered)
+        except Exception as exc:
+            log.warning("session %s: marking its unanswered turn failed: %s", self.session_id,
+                        exc)
 
     async def _retry(self, err: UpstreamError, attempt: int) -> bool:
         if attempt + 1 >= self.proxy.max_attempts:
@@ -509,6 +525,7 @@ class ProxyStream(Response):
             if self.upstream_error:  # the upstream said why in its own error event, passed on
                 log.warning("stream for session %s failed: the upstream sent an error event",
                             self.turn.session_id)
+                await self.turn.unanswered()
                 await send({"type": "http.response.body", "body": b"".join(tail),
                             "more_body": False})
                 return
@@ -555,6 +572,7 @@ class ProxyStream(Response):
 
     async def _fail(self, send: Send, err: UpstreamError, held: bytes = b"") -> None:
         log.warning("stream for session %s failed: %s", self.turn.session_id, err)
+        await self.turn.unanswered()
         status, body = upstream_status(err)
         await send({"type": "http.response.body", "body": held + sse_error(status, body),
                     "more_body": False})

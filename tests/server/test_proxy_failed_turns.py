@@ -1,0 +1,153 @@
+"""A turn the upstream failed, and a client that goes on without it.
+
+Agent frameworks keep only the turns that succeeded: pydantic-ai's next run takes
+``message_history=result.all_messages()`` of the last good run, so after a run that failed (an
+upstream 429 its retries did not outlast) the next request re-sends the conversation without
+the failed turn's message. The proxy had stored that message (as any message a client sent),
+so the history diverged from the stored chain there and a derived session forked a branch
+holding a copy of the whole conversation, once per failed turn. Now the failed turn is marked
+and a history that drops exactly it rewinds it (reversibly) in the same session.
+
+The requests below are the shapes pydantic-ai 2.78 (``OpenAIChatModel`` with
+``OpenAIProvider(base_url=…)``) sent to ``refold serve`` when run against a scripted upstream:
+``tool_choice: "auto"``, strict function tools with ``additionalProperties: false``, the
+model's tool call re-sent with its arguments re-serialized compactly, ``stream_options`` with
+``include_usage`` when streaming.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import openai
+import pytest
+
+from refold.store import Store
+from refold.testing import ScriptedReply, serve
+
+ProxyFactory = Callable[..., Any]
+
+SYSTEM = {"role": "system", "content": "You are a helpful agent. Use tools."}
+TOOLS = [{"type": "function", "function": {
+    "name": "add", "description": "Add two integers.",
+    "parameters": {"additionalProperties": False, "properties": {
+        "a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"], "type": "object"},
+    "strict": True}}]
+CALL = {"id": "call_a2", "type": "function",
+        "function": {"name": "add", "arguments": '{"a": 2, "b": 40}'}}
+RATE_LIMITED = ScriptedReply(status=429, headers={"Retry-After": "7"}, error={"error": {
+    "message": "slow down", "type": "rate_limit_error", "code": "rate_limit_exceeded"}})
+
+
+def call(client: openai.OpenAI, messages: list[dict[str, Any]], stream: bool) -> str | None:
+    """One request as pydantic-ai makes it; the reply's text."""
+    extra: dict[str, Any] = {"tool_choice": "auto", "tools": TOOLS}
+    if not stream:
+        reply = client.chat.completions.create(model="gpt-4o-mini", messages=messages,  # type: ignore[call-overload]
+                                               **extra)
+        return reply.choices[0].message.content  # type: ignore[no-any-return]
+    chunks = client.chat.completions.create(model="gpt-4o-mini", messages=messages,  # type: ignore[call-overload]
+                                            stream=True,
+                                            stream_options={"include_usage": True}, **extra)
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+def rows(store: Store, session_id: str) -> list[tuple[str, str, bool]]:
+    return [(r.role, str(r.message.get("content") or ""), r.active)
+            for r in store.get_messages(session_id, include_inactive=True)]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_history_that_drops_a_failed_turn_continues_its_session(
+        start_proxy: ProxyFactory, sqlite_store: Store, stream: bool) -> None:
+    drop_a_failed_turn(start_proxy, sqlite_store, stream)
+
+
+def test_a_history_that_drops_a_failed_turn_continues_its_session_on_postgres(
+        start_pg_proxy: ProxyFactory, postgres_store: Store) -> None:
+    drop_a_failed_turn(start_pg_proxy, postgres_store, False)
+
+
+def drop_a_failed_turn(start_proxy: ProxyFactory, store: Store, stream: bool) -> None:
+    replies = [ScriptedReply(content=None, tool_calls=[CALL]), "It is 42.",
+               RATE_LIMITED, "Hello again."]
+    with serve(replies) as up:
+        proxy = start_proxy(up)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="none", max_retries=0)
+        history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "Add 2 and 40"}]
+        assert call(client, history, stream) in ("", None)
+        history += [{"role": "assistant", "content": None, "tool_calls": [
+                        dict(CALL, function={"name": "add", "arguments": '{"a":2,"b":40}'})]},
+                    {"role": "tool", "tool_call_id": "call_a2", "content": "42"}]
+        assert call(client, history, stream) == "It is 42."
+        history.append({"role": "assistant", "content": "It is 42."})
+
+        with pytest.raises(openai.RateLimitError) as failed:
+            call(client, [*history, {"role": "user", "content": "this one fails"}], stream)
+        assert failed.value.response.headers["retry-after"] == "7"
+
+        # the framework goes on from its last good run: the failed message is not in it
+        history.append({"role": "user", "content": "and after the failure"})
+        assert call(client, history, stream) == "Hello again."
+        sent = up.llm.requests[-1]["messages"]
+
+    sessions = store.list_sessions()
+    assert len(sessions) == 1, [(s.title, s.link_kind) for s in sessions]  # no branch
+    assert rows(store, sessions[0].id) == [
+        ("user", "Add 2 and 40", True), ("assistant", "", True), ("tool", "42", True),
+        ("assistant", "It is 42.", True),
+        ("user", "this one fails", False),  # stored once, rewound: undo brings it back
+        ("user", "and after the failure", True), ("assistant", "Hello again.", True)]
+    assert [r.record.count for r in store.list_rewinds(sessions[0].id)] == [1]
+    assert "this one fails" not in json.dumps(sent)
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "assistant",
+                                         "user"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_retry_of_a_failed_turn_still_stores_it_once(
+        start_proxy: ProxyFactory, sqlite_store: Store, stream: bool) -> None:
+    """The other way a client goes on after a failure: it sends the same history again (the
+    mark changes nothing: the history extends the chain), and a later turn that extends it
+    rewinds nothing."""
+    with serve(["one", RATE_LIMITED, RATE_LIMITED, "two", "three"]) as up:
+        proxy = start_proxy(up)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="none", max_retries=0)
+        history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "q0"}]
+        assert call(client, history, stream) == "one"
+        history += [{"role": "assistant", "content": "one"}, {"role": "user", "content": "q1"}]
+        for _ in range(2):
+            with pytest.raises(openai.RateLimitError):
+                call(client, history, stream)
+        assert call(client, history, stream) == "two"
+        history += [{"role": "assistant", "content": "two"}, {"role": "user", "content": "q2"}]
+        assert call(client, history, stream) == "three"
+    sessions = sqlite_store.list_sessions()
+    assert len(sessions) == 1
+    assert rows(sqlite_store, sessions[0].id) == [
+        ("user", "q0", True), ("assistant", "one", True), ("user", "q1", True),
+        ("assistant", "two", True), ("user", "q2", True), ("assistant", "three", True)]
+
+
+def test_a_conversation_that_merely_opens_alike_after_an_answered_turn_still_branches(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """Only an unanswered tail is rewound: a second conversation opening with the same
+    question as an answered one leaves that one's turns alone and gets its own branch."""
+    with serve(["a1", "a2", "b2"]) as up:
+        proxy = start_proxy(up)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="none", max_retries=0)
+        first = [SYSTEM, {"role": "user", "content": "q"}]
+        call(client, first, False)
+        first += [{"role": "assistant", "content": "a1"}, {"role": "user", "content": "more"}]
+        call(client, first, False)
+        other = [SYSTEM, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a1"},
+                 {"role": "user", "content": "something else"}]
+        call(client, other, False)
+    sessions = sqlite_store.list_sessions()
+    assert sorted(s.link_kind or "" for s in sessions) == ["", "branch"]
+    root = next(s for s in sessions if s.link_kind is None)
+    assert all(active for _, _, active in rows(sqlite_store, root.id))
+    assert [text for _, text, _ in rows(sqlite_store, root.id)] == ["q", "a1", "more", "a2"]
