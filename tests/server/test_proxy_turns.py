@@ -492,6 +492,59 @@ def test_two_agents_opening_with_the_same_question_keep_their_own_histories(
     assert not any(sqlite_store.list_rewinds(s.id) for s in sqlite_store.list_sessions())
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_two_interleaved_conversations_that_reserialize_calls_keep_one_session_each(
+        start_proxy: ProxyFactory, sqlite_store: Store, stream: bool) -> None:
+    """Two pydantic-ai agents (or two users of one app) open with the same system prompt and
+    question, and their turns interleave. pydantic-ai re-sends the model's call with its
+    arguments re-serialized (``{"city":"paris"}`` for ``{"city": "paris"}``). The re-spelled
+    call was matched only against the session that served the last turn — the other
+    conversation's branch — so each tool turn diverged and forked a new branch holding a copy
+    of its own conversation (two conversations: four sessions, then more each turn)."""
+    def reply(body: dict[str, Any]) -> ScriptedReply:
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            return ScriptedReply(content="done: " + last["content"])
+        if "weather" in last["content"]:
+            name = last["content"][-1]
+            return ScriptedReply(content=None, tool_calls=[{
+                "id": f"call_{name}", "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "paris"}'}}])
+        return ScriptedReply(content="hello")
+
+    with serve(default=reply) as up:
+        proxy = start_proxy(up)
+        chats = {name: [{"role": "system", "content": "You are a helpful agent."},
+                        {"role": "user", "content": "hi"}] for name in "AB"}
+
+        def send(history: list[dict[str, Any]]) -> dict[str, Any]:
+            body = {"model": "m", "messages": history, "stream": stream, "tool_choice": "auto"}
+            response = httpx.post(proxy.base_url + "/chat/completions", json=body, timeout=30)
+            assert response.status_code == 200, response.text
+            return response.json() if not stream else {}
+
+        for name, history in chats.items():
+            send(history)
+            history += [{"role": "assistant", "content": "hello"},
+                        {"role": "user", "content": f"weather {name}"}]
+        for name, history in chats.items():
+            send(history)
+            history += [{"role": "assistant", "content": None, "tool_calls": [{
+                            "id": f"call_{name}", "type": "function",
+                            "function": {"name": "get_weather",
+                                         "arguments": '{"city":"paris"}'}}]},
+                        {"role": "tool", "tool_call_id": f"call_{name}", "content": f"21C {name}"}]
+        for history in chats.values():
+            send(history)
+        sent = up.llm.requests[-1]["messages"]
+        assert sent[4]["tool_calls"][0]["function"]["arguments"] == '{"city": "paris"}'  # as written
+    by_history = sorted(tuple(text for _, text in roles_and_text(sqlite_store, s.id))
+                        for s in sqlite_store.list_sessions())
+    assert by_history == [("hi", "hello", f"weather {n}", "", f"21C {n}", f"done: 21C {n}")
+                          for n in "AB"]
+    assert not any(sqlite_store.list_rewinds(s.id) for s in sqlite_store.list_sessions())
+
+
 def test_a_conversation_derived_under_the_old_name_continues_in_its_session(
         start_proxy: ProxyFactory, sqlite_store: Store) -> None:
     """Sessions derived before the system prompt left the name (``legacy_ref``) are still

@@ -40,7 +40,7 @@ from refold.messages.model import (
     wire_form,
 )
 from refold.pricing import token_count
-from refold.runtime.branches import Diverge, note_unanswered, place
+from refold.runtime.branches import Diverge, family, note_unanswered, place
 from refold.runtime.chain import KnownChain, adopt_stored, cleared, comparable
 from refold.runtime.checkpointer import Checkpointer
 from refold.runtime.inline import InlineTurns, NeedsWorker
@@ -380,9 +380,9 @@ class SessionRuntime:
         system, conversation = split_system(valid)
         sent: dict[int, Message] = {}  # results the client cleared, as it sent them
         if any(m.get("role") == "assistant" for m in conversation):  # a reply re-spelled?
-            conversation = adopt_stored(conversation, [
-                r.message for r in self.store.get_messages(self.session_id)], sent)
-        identities = chain_identities(conversation)
+            conversation, identities = self._adopted(conversation, sent)
+        else:
+            identities = chain_identities(conversation)
         if conversation:
             target, changed = place(self.store, self._root_id, self.session_id, identities,
                                     diverge)
@@ -399,6 +399,41 @@ class SessionRuntime:
             self._count_turns([s.message for s in result.appended])
             if result.rewound:
                 self.precompactor.discard()
+
+    def _adopted(self, conversation: list[Message],
+                 sent: dict[int, Message]) -> tuple[list[Message], list[str]]:
+        """``conversation`` with the replies it re-sends in its own spelling spelled as stored
+        (``adopt_stored``), and its identities: as the current session stored them, or, when
+        the conversation then does not extend the current session, as the first other session
+        of this runtime's family whose chain it extends stored them. (Two conversations of one
+        derived family whose turns interleave — two users opening alike — leave the runtime
+        on the other one's branch: a client that re-spells replies, as pydantic-ai re-serializes
+        a call's arguments, then diverged from that branch and forked a new branch holding a
+        copy of its own conversation, at each such turn.) ``sent`` gets the cleared results of
+        the adoption taken (``adopt_stored``)."""
+        mine: dict[int, Message] = {}
+        adopted = adopt_stored(conversation, [
+            r.message for r in self.store.get_messages(self.session_id)], mine)
+        identities = chain_identities(adopted)
+        tip = self.store.view_tip(self.session_id).last_identity
+        if tip is not None and tip not in identities:
+            for sid in family(self.store, self._root_id):
+                if sid == self.session_id:
+                    continue
+                other_tip = self.store.view_tip(sid).last_identity
+                if other_tip is None:
+                    continue
+                theirs: dict[int, Message] = {}
+                other = adopt_stored(conversation, [
+                    r.message for r in self.store.get_messages(sid)], theirs)
+                if other == adopted:
+                    continue  # spelled alike: its identities are the ones place() compares
+                other_ids = chain_identities(other)
+                if other_tip in other_ids:
+                    sent.update(theirs)
+                    return other, other_ids
+        sent.update(mine)
+        return adopted, identities
 
     def _move_to(self, session_id: str) -> None:
         """Turns continue in another session of this runtime's family (a branch)."""
