@@ -108,6 +108,58 @@ def drop_a_failed_turn(start_proxy: ProxyFactory, store: Store, stream: bool) ->
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_history_that_drops_a_run_that_failed_after_a_tool_step_continues_its_session(
+        start_proxy: ProxyFactory, sqlite_store: Store, stream: bool) -> None:
+    """The run fails on its second model call, after the model's call and the tool's result
+    were stored: pydantic-ai drops the whole run (its message, the call, the result). Before,
+    the next run forked a branch with a copy of the conversation."""
+    replies = ["Hello.", ScriptedReply(content=None, tool_calls=[CALL]), RATE_LIMITED, "Bye."]
+    with serve(replies) as up:
+        proxy = start_proxy(up)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="none", max_retries=0)
+        history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "hi"}]
+        assert call(client, history, stream) == "Hello."
+        history.append({"role": "assistant", "content": "Hello."})
+        run = [{"role": "user", "content": "Add 2 and 40"}]
+        call(client, history + run, stream)
+        run += [{"role": "assistant", "content": None, "tool_calls": [
+                    dict(CALL, function={"name": "add", "arguments": '{"a":2,"b":40}'})]},
+                {"role": "tool", "tool_call_id": "call_a2", "content": "42"}]
+        with pytest.raises(openai.RateLimitError):
+            call(client, history + run, stream)
+        history.append({"role": "user", "content": "never mind"})
+        assert call(client, history, stream) == "Bye."
+    sessions = sqlite_store.list_sessions()
+    assert len(sessions) == 1, [(s.title, s.link_kind) for s in sessions]
+    assert rows(sqlite_store, sessions[0].id) == [
+        ("user", "hi", True), ("assistant", "Hello.", True),
+        ("user", "Add 2 and 40", False), ("assistant", "", False), ("tool", "42", False),
+        ("user", "never mind", True), ("assistant", "Bye.", True)]
+
+
+def test_a_history_that_also_drops_an_answered_turn_is_an_edit_and_branches(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """Only the failed run is taken back: a derived conversation that also leaves out a turn
+    that was answered (an edit further back) goes to a branch as before."""
+    with serve(["one", "two", RATE_LIMITED, "three"]) as up:
+        proxy = start_proxy(up)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="none", max_retries=0)
+        history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "q0"}]
+        call(client, history, False)
+        history += [{"role": "assistant", "content": "one"}, {"role": "user", "content": "q1"}]
+        call(client, history, False)
+        with pytest.raises(openai.RateLimitError):
+            call(client, [*history, {"role": "assistant", "content": "two"},
+                          {"role": "user", "content": "q2"}], False)
+        call(client, [*history[:2], {"role": "user", "content": "edited"}], False)
+    sessions = sqlite_store.list_sessions()
+    assert sorted(s.link_kind or "" for s in sessions) == ["", "branch"]
+    root = next(s for s in sessions if s.link_kind is None)
+    assert [(text, active) for _, text, active in rows(sqlite_store, root.id)] == [
+        ("q0", True), ("one", True), ("q1", True), ("two", True), ("q2", True)]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 def test_a_retry_of_a_failed_turn_still_stores_it_once(
         start_proxy: ProxyFactory, sqlite_store: Store, stream: bool) -> None:
     """The other way a client goes on after a failure: it sends the same history again (the

@@ -28,12 +28,13 @@ The last two are answered from what was sent, and the ledger keeps both conversa
 
 A turn the proxy stored but never answered (the upstream failed, so the client got an error
 and no reply) is marked (``note_unanswered``). A client that then goes on without it — agent
-frameworks keep only the turns that succeeded (pydantic-ai's ``message_history``, a runner's
-input list) — diverges from the stored chain exactly there: when everything the session holds
-after the history's common start is such unanswered messages (no reply among them, the last of
-them marked), that tail is rewound reversibly in either mode and the conversation goes on in
-its own session. (It forked a branch holding a copy of the whole conversation before, one per
-failed turn.) A retry of the same history still extends the chain and stores nothing twice.
+frameworks keep only the runs that succeeded (pydantic-ai's ``message_history``) — diverges
+from the stored chain exactly there: when everything the session holds after the history's
+common start is one agent run that ended so (its user message, the model's tool-calling steps
+and their results, the last of them marked; no reply that answered the run), that tail is
+rewound reversibly in either mode and the conversation goes on in its own session. (It forked
+a branch holding a copy of the whole conversation before, one per failed run.) A retry of the
+same history still extends the chain and stores nothing twice.
 
 ``place`` returns the session the history is then synced into; after that sync the session's
 active chain is exactly the history (by identity).
@@ -64,11 +65,13 @@ def note_unanswered(store: Store, session_id: str) -> None:
 
 
 def _unanswered_tail(store: Store, session_id: str, keep: int) -> bool:
-    """Is everything after the first ``keep`` active rows of ``session_id`` messages of turns
-    that got no reply: no assistant message among them, and the last one marked by
-    ``note_unanswered``?"""
+    """Is everything after the first ``keep`` active rows of ``session_id`` one agent run that
+    ended unanswered: its last row marked by ``note_unanswered``, no user message after its
+    first row, and every reply in it a tool-calling step (a reply without calls answered the
+    run; a later user message began another)?"""
     tail = store.get_messages(session_id)[keep:]
-    if not tail or any(row.role == "assistant" for row in tail):
+    if not tail or any(row.role == "user" for row in tail[1:]) or any(
+            row.role == "assistant" and not row.message.get("tool_calls") for row in tail):
         return False
     last = tail[-1]
     return any(e.payload.get("seq") == last.seq and e.payload.get("identity") == last.identity
