@@ -21,6 +21,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -203,3 +204,29 @@ def test_a_conversation_that_merely_opens_alike_after_an_answered_turn_still_bra
     root = next(s for s in sessions if s.link_kind is None)
     assert all(active for _, _, active in rows(sqlite_store, root.id))
     assert [text for _, text, _ in rows(sqlite_store, root.id)] == ["q", "a1", "more", "a2"]
+
+
+def test_a_history_that_drops_a_turn_the_client_left_mid_stream_continues_its_session(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """A chat UI's stop button: the client hangs up mid-stream (nothing of the reply is
+    recorded) and the user asks something else, without the abandoned question."""
+    slow = ScriptedReply(content="A long answer that streams slowly. " * 10, chunk_delay=0.05)
+    with serve(["Hello.", slow, "Sure."]) as up:
+        proxy = start_proxy(up)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="none", max_retries=0)
+        history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "hi"}]
+        call(client, history, True)
+        history.append({"role": "assistant", "content": "Hello."})
+        with httpx.stream("POST", proxy.base_url + "/chat/completions", json={
+                "model": "m", "stream": True,
+                "messages": [*history, {"role": "user", "content": "tell me slowly"}]}) as response:
+            for line in response.iter_lines():
+                if "A long answer" in line:
+                    break  # stop
+        history.append({"role": "user", "content": "something else"})
+        assert call(client, history, True) == "Sure."
+    sessions = sqlite_store.list_sessions()
+    assert len(sessions) == 1, [(s.title, s.link_kind) for s in sessions]
+    assert rows(sqlite_store, sessions[0].id) == [
+        ("user", "hi", True), ("assistant", "Hello.", True), ("user", "tell me slowly", False),
+        ("user", "something else", True), ("assistant", "Sure.", True)]

@@ -223,6 +223,7 @@ class _Turn:
         self.compacted: tuple[int, int] | None = None  # (before, after) of the last compaction
         self._stored: bool | None = None  # this attempt's deferred store (see _send)
         self._store_error: Exception | None = None
+        self._unanswered = False  # marked as a turn that got no reply (``unanswered``)
 
     @property
     def session_id(self) -> str:
@@ -291,10 +292,13 @@ class _Turn:
         return out
 
     async def unanswered(self) -> None:
-        """The upstream failed this turn: its stored messages got no reply. Marked so that a
-        client going on without them rewinds them instead of forking a branch
-        (``SessionRuntime.note_unanswered``); a failure here only logs (the client gets the
-        upstream's error either way)."""
+        """The upstream failed this turn, or its client left before the reply: its stored
+        messages got no reply. Marked (once) so that a client going on without them rewinds
+        them instead of forking a branch (``SessionRuntime.note_unanswered``); a failure here
+        only logs (the client gets the upstream's error either way)."""
+        if self._unanswered:
+            return
+        self._unanswered = True
         try:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self.rt.note_unanswered)
@@ -490,6 +494,8 @@ class ProxyStream(Response):
                 raise  # not ours: let it go on
         finally:
             watcher.cancel()
+            if self.disconnected and not self.recording:
+                await self.turn.unanswered()  # the client left before its reply: none recorded
             try:
                 await self.upstream.aclose()
             except Exception as exc:  # closing a broken stream: nothing left to do with it
