@@ -249,7 +249,7 @@ def test_the_upstreams_own_error_event_is_the_only_one() -> None:
 def test_a_stream_cut_off_before_its_finish_marks_the_turn_unanswered() -> None:
     """The upstream's body ends mid-reply: an error event, nothing recorded, and the turn's
     stored messages are marked as unanswered (a client that goes on without them rewinds them
-    instead of forking a branch: ``tests/server/test_proxy_failed_turns.py``)."""
+    instead of forking a branch: ``tests/server/test_proxy_dropped_turns.py``)."""
     turn = _Turn()
     sent = _pumped(turn, [_event(HELLO)])
     bodies = [m["body"] for m in sent if m["type"] == "http.response.body"]

@@ -34,7 +34,11 @@ common start is one agent run that ended so (its user message, the model's tool-
 and their results, the last of them marked; no reply that answered the run), that tail is
 rewound reversibly in either mode and the conversation goes on in its own session. (It forked
 a branch holding a copy of the whole conversation before, one per failed run.) A retry of the
-same history still extends the chain and stores nothing twice.
+same history still extends the chain and stores nothing twice. The same holds for the reply to
+a side call on the conversation — a request that ends with the model's own last reply and asks
+for another (LangGraph's ``create_react_agent(response_format=…)`` asks for the structured
+response so, and keeps it out of the messages it sends next): a history that goes on without
+that one reply rewinds it instead of forking a branch at every turn.
 
 ``place`` returns the session the history is then synced into; after that sync the session's
 active chain is exactly the history (by identity).
@@ -64,12 +68,17 @@ def note_unanswered(store: Store, session_id: str) -> None:
                                                     "identity": tip.last_identity})
 
 
-def _unanswered_tail(store: Store, session_id: str, keep: int) -> bool:
-    """Is everything after the first ``keep`` active rows of ``session_id`` one agent run that
-    ended unanswered: its last row marked by ``note_unanswered``, no user message after its
-    first row, and every reply in it a tool-calling step (a reply without calls answered the
-    run; a later user message began another)?"""
-    tail = store.get_messages(session_id)[keep:]
+def _dropped_tail(store: Store, session_id: str, keep: int) -> bool:
+    """Is everything after the first ``keep`` active rows of ``session_id`` what a client that
+    goes on without it dropped, not another conversation (see the module doc): one agent run
+    that ended unanswered (its last row marked by ``note_unanswered``, no user message after
+    its first row, every reply in it a tool-calling step: a reply without calls answered the
+    run, a later user message began another), or one reply to a request that ended with the
+    model's own reply (a side call on the conversation, LangGraph's structured response)?"""
+    rows = store.get_messages(session_id)
+    tail = rows[keep:]
+    if len(tail) == 1 and tail[0].role == "assistant" and rows[keep - 1].role == "assistant":
+        return True
     if not tail or any(row.role == "user" for row in tail[1:]) or any(
             row.role == "assistant" and not row.message.get("tool_calls") for row in tail):
         return False
@@ -129,7 +138,7 @@ def place(store: Store, root_id: str, current_id: str, identities: Sequence[str]
         if common > keep:
             best, keep, first_other = sid, common, other
     if keep > 0 and first_other is not None and (
-            diverge == "rewind" or _unanswered_tail(store, best, keep)):
+            diverge == "rewind" or _dropped_tail(store, best, keep)):
         record = store.rewind(best, first_other, any_role=True)
         log.info("session %s: rewound %d messages the client no longer sends (rewind %s; "
                  "undo restores them)", best, record.count, record.id)

@@ -1,4 +1,5 @@
-"""A turn the upstream failed, and a client that goes on without it.
+"""Turns a client drops from the history it sends next: a run the upstream failed, a stream it
+hung up on, a side call's reply it does not keep.
 
 Agent frameworks keep only the turns that succeeded: pydantic-ai's next run takes
 ``message_history=result.all_messages()`` of the last good run, so after a run that failed (an
@@ -12,7 +13,7 @@ The requests below are the shapes pydantic-ai 2.78 (``OpenAIChatModel`` with
 ``OpenAIProvider(base_url=…)``) sent to ``refold serve`` when run against a scripted upstream:
 ``tool_choice: "auto"``, strict function tools with ``additionalProperties: false``, the
 model's tool call re-sent with its arguments re-serialized compactly, ``stream_options`` with
-``include_usage`` when streaming.
+``include_usage`` when streaming. The side call is LangGraph's structured response (last test).
 """
 
 from __future__ import annotations
@@ -230,3 +231,47 @@ def test_a_history_that_drops_a_turn_the_client_left_mid_stream_continues_its_se
     assert rows(sqlite_store, sessions[0].id) == [
         ("user", "hi", True), ("assistant", "Hello.", True), ("user", "tell me slowly", False),
         ("user", "something else", True), ("assistant", "Sure.", True)]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_structured_response_side_call_the_agent_does_not_keep_stays_in_its_session(
+        start_proxy: ProxyFactory, sqlite_store: Store, stream: bool) -> None:
+    """LangGraph's ``create_react_agent(…, response_format=W)`` (langgraph-prebuilt 1.1):
+    after the agent's final answer it asks again — the same messages without the system
+    prompt, ending with that answer, with a ``json_schema`` ``response_format`` — and keeps
+    the structured reply out of the messages it sends next. The next turn diverged from the
+    stored chain at that reply: every turn forked a branch with a copy of the conversation
+    (three turns: three sessions). Now that reply is rewound (kept, reversibly) and the
+    conversation stays one session."""
+    schema = {"type": "json_schema", "json_schema": {"name": "W", "strict": True, "schema": {
+        "properties": {"city": {"title": "City", "type": "string"}}, "required": ["city"],
+        "title": "W", "type": "object", "additionalProperties": False}}}
+    replies = [ScriptedReply(content=None, tool_calls=[CALL]), "It is 42.", '{"city": "Paris"}',
+               "Bye.", '{"city": "Rome"}']
+    with serve(replies) as up:
+        proxy = start_proxy(up)
+
+        def send(messages: list[dict[str, Any]], **extra: Any) -> None:
+            body = {"model": "gpt-4o-mini", "stream": stream, "messages": messages, **extra}
+            response = httpx.post(proxy.base_url + "/chat/completions", json=body, timeout=30)
+            assert response.status_code == 200, response.text
+
+        history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "Add 2 and 40"}]
+        send(history, tools=TOOLS)
+        history += [{"role": "assistant", "content": None, "tool_calls": [CALL]},
+                    {"role": "tool", "tool_call_id": "call_a2", "content": "42"}]
+        send(history, tools=TOOLS)
+        history.append({"role": "assistant", "content": "It is 42."})
+        send(history[1:], response_format=schema)  # the structured response: no system prompt
+        history.append({"role": "user", "content": "thanks"})
+        send(history, tools=TOOLS)
+        history.append({"role": "assistant", "content": "Bye."})
+        send(history[1:], response_format=schema)
+        assert up.llm.requests[3]["messages"][1:] == history[1:6]  # no structured reply in it
+    sessions = sqlite_store.list_sessions()
+    assert len(sessions) == 1, [(s.title, s.link_kind) for s in sessions]
+    assert rows(sqlite_store, sessions[0].id) == [
+        ("user", "Add 2 and 40", True), ("assistant", "", True), ("tool", "42", True),
+        ("assistant", "It is 42.", True), ("assistant", '{"city": "Paris"}', False),
+        ("user", "thanks", True), ("assistant", "Bye.", True),
+        ("assistant", '{"city": "Rome"}', True)]
