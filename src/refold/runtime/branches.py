@@ -27,7 +27,7 @@ The last two are answered from what was sent, and the ledger keeps both conversa
   was then stored again: 106 rows for 26 messages in eight turns).
 
 A turn the proxy stored but never answered (the upstream failed, so the client got an error
-and no reply) is marked (``note_unanswered``). A client that then goes on without it — agent
+and no reply, or the client hung up before the reply) is marked (``note_unanswered``). A client that then goes on without it — agent
 frameworks keep only the runs that succeeded (pydantic-ai's ``message_history``) — diverges
 from the stored chain exactly there: when everything the session holds after the history's
 common start is one agent run that ended so (its user message, the model's tool-calling steps
@@ -61,7 +61,7 @@ UNANSWERED = "unanswered_turn"  # event: the stored chain ended here when a turn
 
 def note_unanswered(store: Store, session_id: str) -> None:
     """Mark where ``session_id``'s chain ends now: a turn whose messages are stored got no
-    reply (the upstream failed). See the module doc."""
+    reply (the upstream failed, or the client hung up first). See the module doc."""
     tip = store.view_tip(session_id)
     if tip.last_seq is not None and tip.last_identity is not None:
         store.append_event(session_id, UNANSWERED, {"seq": tip.last_seq,

@@ -282,9 +282,10 @@ class SessionRuntime:
             return after < before
 
     def note_unanswered(self) -> None:
-        """The turn just prepared got no reply (its upstream call failed): mark where the
-        stored chain ends, so a client that goes on without that turn's messages rewinds them
-        (reversibly) rather than forking a branch (``refold.runtime.branches``)."""
+        """The turn just prepared got no reply (its upstream call failed, or its client hung
+        up first): mark where the stored chain ends, so a client that goes on without that
+        turn's messages rewinds them (reversibly) rather than forking a branch
+        (``refold.runtime.branches``)."""
         with self._lock:
             self.inline.flush()
             note_unanswered(self.store, self.session_id)
