@@ -355,11 +355,12 @@ def test_a_conversation_resending_parallel_calls_split_stays_on_the_fast_path(
 @pytest.mark.parametrize(("result", "cleared_one"), [
     ({"content": "[Old tool result content cleared]"}, True),
     ({"content": [{"type": "text", "text": "[Old tool result content cleared]"}]}, True),
+    ({"content": "[Old tool output cleared to save context space]"}, True),  # Hermes-Agent's
     ({"content": "[Old tool result content cleared] but not all of it"}, False),
     ({"content": "a b c"}, False),  # another result: an edit
     ({"content": "[Old tool result content cleared]", "tool_call_id": "call_2"}, False),
     ({"content": "[Old tool result content cleared]", "name": "bash"}, False),
-], ids=["cleared", "cleared-as-part", "longer", "other-text", "other-call", "other-name"])
+], ids=["cleared", "cleared-as-part", "hermes", "longer", "other-text", "other-call", "other-name"])
 def test_a_tool_result_resent_cleared_is_the_stored_result_and_nothing_else_is(
         eng: Engine, store: Store, result: dict[str, Any], cleared_one: bool) -> None:
     """OpenCode's ``compaction.prune`` re-sends an old result as its placeholder: the stored

@@ -82,8 +82,10 @@ def resent_form(form: dict[str, Any]) -> dict[str, Any]:
 
 
 #: What clients send in place of an old tool result they stopped sending to save context:
-#: OpenCode's ``compaction.prune`` (1.x) re-sends each pruned result so.
-CLEARED_RESULTS = frozenset({"[Old tool result content cleared]"})
+#: OpenCode's ``compaction.prune`` (1.x) and Claude Code's microcompaction re-send each
+#: cleared result as the first; Hermes-Agent's context compressor prunes to the second.
+CLEARED_RESULTS = frozenset({"[Old tool result content cleared]",
+                             "[Old tool output cleared to save context space]"})
 
 
 def cleared(raw: dict[str, Any], stored: dict[str, Any]) -> bool:
