@@ -5,11 +5,14 @@ request again), edit (the last user message changed), new (a conversation openin
 others), side (a one-off request of another conversation under the client's own name, as an
 agent's title or sub-agent calls share its header) — in any interleaving, with or without naming
 their session (``X-Refold-Session``, emulated as the proxy routes: a named runtime per name,
-else one per derived reference).
+else one per derived reference), tool (the next reply is a tool call, which the client answers
+with its result when it goes on) and clear (an old tool result re-sent cleared, as OpenCode,
+Claude Code and Hermes-Agent prune them: a string or one text block).
 Checked after every request:
 
 - what the upstream would receive (``Prepared.messages``, system aside) is what the client sent;
-- the session that answered holds exactly that conversation then the reply, each message once;
+- the session that answered holds exactly that conversation then the reply, each message once
+  (a result the client cleared as the tool said it);
 - nothing is rewound that its owner did not change: without names never anything; with a name
   only that client's session, and only on its retries and edits (never on a side call).
 """
@@ -21,17 +24,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from refold.runtime import Engine, SessionRuntime
+from refold.runtime.chain import CLEARED_RESULTS
 from refold.server.sessions import derived_ref
 from refold.store.sqlite import SQLiteStore
 
 Msg = dict[str, Any]
 OPENING: Msg = {"role": "user", "content": "What is 2+2?"}
-ACTIONS = st.lists(st.tuples(st.sampled_from(["extend", "retry", "edit", "new", "side"]),
-                             st.integers(0, 3)), min_size=1, max_size=14)
+ACTIONS = st.lists(st.tuples(st.sampled_from(["extend", "retry", "edit", "new", "side", "tool",
+                                              "clear"]),
+                             st.integers(0, 7)), min_size=1, max_size=14)
+CLEARED = sorted(CLEARED_RESULTS)
 
 
 class Client:
@@ -39,7 +45,9 @@ class Client:
         self.name = name
         self.named = named
         self.conv: list[Msg] = [dict(OPENING)]
+        self.said: dict[int, Any] = {}  # index in conv: the tool's output, where it was cleared
         self.last_reply: Msg | None = None
+        self.wants_tool = False  # the next reply is a tool call
         self.changes = 0  # retries and edits: the only reasons to rewind its session
 
 
@@ -58,7 +66,8 @@ class Harness:
                 self.runtimes[ref] = self.engine.open_session(new=True, title=ref)
         return self.runtimes[ref]
 
-    def turn(self, client: Client, conv: list[Msg] | None = None) -> tuple[SessionRuntime, Msg]:
+    def turn(self, client: Client, conv: list[Msg] | None = None,
+             tool: bool = False) -> tuple[SessionRuntime, Msg]:
         conv = client.conv if conv is None else conv
         ref = client.name if client.named else derived_ref("", conv)
         rt = self.runtime(ref)
@@ -67,14 +76,25 @@ class Harness:
         sent = [m for m in prepared.messages if m["role"] != "system"]
         assert sent == conv  # the upstream sees what the client sent, nothing else
         self.counter += 1
-        reply = {"role": "assistant", "content": f"reply {self.counter}"}
+        reply: Msg = {"role": "assistant", "content": f"reply {self.counter}"}
+        if tool:
+            reply = {"role": "assistant", "content": None, "tool_calls": [{
+                "id": f"call_{self.counter}", "type": "function",
+                "function": {"name": "read", "arguments": f'{{"n": {self.counter}}}'}}]}
         rt.record(reply)
         return rt, reply
 
 
 def active(store: SQLiteStore, session_id: str) -> list[Msg]:
-    return [{"role": r.role, "content": r.message.get("content")}
+    return [{k: r.message[k] for k in ("role", "content", "tool_calls", "tool_call_id")
+             if r.message.get(k) is not None or k == "content"}
             for r in store.get_messages(session_id)]
+
+
+def as_stored(client: Client, conv: list[Msg]) -> list[Msg]:
+    """``conv`` as the ledger holds it: each result the client cleared as the tool said it."""
+    return [{**m, "content": client.said[i]} if i in client.said else m
+            for i, m in enumerate(conv)]
 
 
 @pytest.fixture
@@ -94,9 +114,13 @@ def make_engine(tmp_path: Path) -> Iterator[Any]:
         store.close()
 
 
-@settings(max_examples=25, deadline=None,
+@settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(actions=ACTIONS, named=st.booleans())
+@example(actions=[("tool", 0), ("extend", 0), ("tool", 1), ("clear", 1), ("clear", 0)],
+         named=False)  # each kind of cleared result, while the conversation goes on
+@example(actions=[("tool", 0), ("extend", 0), ("new", 0), ("tool", 0), ("clear", 1),
+                  ("clear", 0), ("clear", 1)], named=True)
 def test_the_upstream_sees_what_the_client_sent(make_engine: Any, actions: list[tuple[str, int]],
                                                 named: bool) -> None:
     engine, store = make_engine()
@@ -109,22 +133,46 @@ def test_the_upstream_sees_what_the_client_sent(make_engine: Any, actions: list[
             client = clients[-1]
         else:
             client = clients[pick % len(clients)]
-            if action == "extend" and client.last_reply is not None:
-                client.conv += [client.last_reply,
+            last = client.last_reply
+            if action == "tool":  # a normal next turn whose reply is a tool call
+                action, client.wants_tool = "extend", True
+            if action == "clear":  # clients clear old results as they send their next turn
+                results = [i for i, m in enumerate(client.conv)
+                           if m["role"] == "tool" and i not in client.said]
+                if results:
+                    i = results[pick % len(results)]
+                    client.said[i] = client.conv[i]["content"]
+                    text = CLEARED[pick % len(CLEARED)]
+                    client.conv[i] = {**client.conv[i], "content": (
+                        text if pick % 2 else [{"type": "text", "text": text}])}
+                action = "extend"
+            if action == "extend" and last is None:
+                client.changes += 1  # the opening again: a retry
+            elif action == "extend" and last.get("tool_calls"):
+                client.conv += [last, {"role": "tool", "content": f"output of {len(client.conv)}",
+                                       "tool_call_id": last["tool_calls"][0]["id"]}]
+            elif action == "extend" and last is not None:
+                client.conv += [last,
                                 {"role": "user", "content": f"{client.name} goes on {len(client.conv)}"}]
-            elif action == "edit":
+
+            elif action == "edit" and client.conv[-1]["role"] == "user":
                 client.conv[-1] = {"role": "user", "content": f"{client.name} edits {len(client.conv)}"}
                 client.changes += 1
-            elif action == "retry":
+            elif action in ("retry", "edit"):  # (an edit of a tool's result: a retry)
                 client.changes += 1
         if action == "side":  # another conversation under this client's name: one request
             side = [{"role": "user", "content": f"{client.name} side call {harness.counter}"}]
             rt, reply = harness.turn(client, side)
             assert active(store, rt.session_id) == [*side, reply]
             continue
-        rt, reply = harness.turn(client)
+        if client.last_reply is not None and client.last_reply.get("tool_calls") and \
+                client.conv[-1]["role"] != "tool":
+            continue  # a call stands unanswered: this client goes on only with its result
+        rt, reply = harness.turn(client, tool=client.wants_tool)
+        client.wants_tool = False
         client.last_reply = reply
-        assert active(store, rt.session_id) == [*client.conv, reply]  # each message once
+        # each message once; a result the client cleared kept as the tool said it
+        assert active(store, rt.session_id) == [*as_stored(client, client.conv), reply]
         if client.named:
             rewinds_allowed[rt.session_id] = client.changes
     for session in store.list_sessions(limit=1000):
