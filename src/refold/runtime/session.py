@@ -638,7 +638,11 @@ class SessionRuntime:
             if view.view[offset - lead + j] != row.message:
                 continue  # the checkpoint merged its summary into this row: keep it
             if not (_same_identity(sent, row.message) or cleared(sent, comparable(row.message))):
-                continue  # (cannot happen while the chain is current; never send another)
+                # (cannot happen while the chain is current; never send another) — said
+                # aloud: it is a request carrying a message its client spelled otherwise
+                log.warning("session %s: message %d goes upstream as stored; the client sent "
+                            "another form of it", self.session_id, row.seq)
+                continue
             replacement = detached(sent)
             delta += self.ops.base_count(replacement) - self.ops.base_count(out[offset + j])
             out[offset + j] = replacement
