@@ -247,14 +247,18 @@ def observations(messages: Sequence[Message]) -> set[int]:
     return set(found) if len(found) >= 3 and len(found) >= 0.8 * plain else set()
 
 
-# what an agent harness (Claude Code) writes into the user's turn: a block of it says nothing
-# the user said. A background task's notice and Claude Code's own compaction summary are its
-# words as a whole; a slash command is the user's words only through its arguments.
+# what an agent harness (Claude Code, Codex) writes into the user's turn: a block of it says
+# nothing the user said. A background task's notice, Claude Code's own compaction summary and
+# Codex's AGENTS.md preamble are its words as a whole; a slash command is the user's words only
+# through its arguments. Codex opens every session with ``<environment_context>`` (the cwd, the
+# shell) and ``<user_instructions>`` as user messages, and notes ``<turn_aborted>`` the same way.
 _HARNESS_BLOCK = re.compile(r"<(system-reminder|local-command-caveat|local-command-stdout|"
-                            r"local-command-stderr|command-message|command-name|command-args)>"
+                            r"local-command-stderr|command-message|command-name|command-args|"
+                            r"environment_context|user_instructions|turn_aborted)>"
                             r".*?</\1>\s*", re.DOTALL)
 _HARNESS_WHOLE = ("<task-notification>", "This session is being continued from a previous "
-                  "conversation", "Base directory for this skill:")  # a skill's text, loaded
+                  "conversation", "Base directory for this skill:",  # a skill's text, loaded
+                  "# AGENTS.md instructions for ")
 _COMMAND_NAME = re.compile(r"<command-name>\s*(.*?)\s*</command-name>", re.DOTALL)
 _COMMAND_ARGS = re.compile(r"<command-args>\s*(.*?)\s*</command-args>", re.DOTALL)
 

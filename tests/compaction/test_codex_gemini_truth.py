@@ -1,0 +1,82 @@
+"""The builtin summary tells the truth on Codex CLI rollouts and Gemini CLI sessions.
+
+Each test is a finding on transcripts of those agents read the way ``refold import`` reads them
+(``~/.codex/sessions/**/rollout-*.jsonl``, ``~/.gemini/tmp/*/chats/session-*.json``): Codex's
+own context messages taken for the user's request, failed ``apply_patch`` calls and Gemini tool
+calls that ended in an error listed as modifications, Gemini's ``replace`` edits only
+"mentioned". The transcripts are small and synthetic, in the shapes those agents write.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any
+
+from refold.compaction.activity import scan_activity
+from refold.compaction.builtin import BuiltinSummarizer
+from refold.compaction.summarizer import SummaryRequest
+from refold.compaction.summary import parse_body
+from refold.messages.agent_logs import agent_messages
+from refold.tokens import get_counter
+
+COUNTER = get_counter("gpt-4o")
+
+
+def _item(payload: dict[str, Any]) -> dict[str, Any]:
+    return {"timestamp": "2026-03-01T10:00:00.000Z", "type": "response_item", "payload": payload}
+
+
+def _said(role: str, text: str) -> dict[str, Any]:
+    kind = "input_text" if role == "user" else "output_text"
+    return _item({"type": "message", "role": role, "content": [{"type": kind, "text": text}]})
+
+
+def codex(*items: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chat messages refold reads from a Codex rollout of these response items."""
+    records = [{"timestamp": "2026-03-01T10:00:00.000Z", "type": "session_meta", "payload": {
+        "id": "019c0000-0000-7000-8000-000000000001", "cwd": "/w", "originator": "codex_cli_rs",
+        "cli_version": "0.111.0", "source": "cli"}}, *items]
+    messages, _, _, _ = agent_messages("codex", records)
+    return messages
+
+
+def patch_call(n: int, patch: str, output: str) -> list[dict[str, Any]]:
+    """A freeform ``apply_patch`` call and its output, as Codex records them."""
+    return [_item({"type": "custom_tool_call", "status": "completed", "call_id": f"call_{n}",
+                   "name": "apply_patch", "input": patch}),
+            _item({"type": "custom_tool_call_output", "call_id": f"call_{n}", "output": output})]
+
+
+def shell_call(n: int, argv: list[str], output: str, exit_code: int) -> list[dict[str, Any]]:
+    """A ``shell`` function call (an argv list) and its JSON output, as Codex records them."""
+    return [_item({"type": "function_call", "name": "shell", "call_id": f"call_{n}",
+                   "arguments": json.dumps({"command": argv, "workdir": "/w"})}),
+            _item({"type": "function_call_output", "call_id": f"call_{n}", "output": json.dumps(
+                {"output": output, "metadata": {"exit_code": exit_code,
+                                                "duration_seconds": 0.1}})})]
+
+
+def summary(turns: list[dict[str, Any]], budget: int = 3000
+            ) -> defaultdict[str, tuple[str, ...]]:
+    request = SummaryRequest(turns=turns, pruned_turns=turns, prefix=turns, previous_summary=None,
+                             language="en", budget_tokens=budget, counter=COUNTER)
+    return defaultdict(tuple, parse_body(BuiltinSummarizer().summarize(request).body).items)
+
+
+def test_codex_context_messages_are_not_the_users_request() -> None:
+    turns = codex(
+        _said("user", "# AGENTS.md instructions for /w\n\n<INSTRUCTIONS>\nAlways run ruff."
+                      "\n</INSTRUCTIONS>"),
+        _said("user", "<environment_context>\n  <cwd>/w</cwd>\n  <shell>bash</shell>\n"
+                      "</environment_context>"),
+        _said("user", "Make div raise ValueError on zero."),
+        *shell_call(1, ["bash", "-lc", "pytest -q"], "1 failed, 1 passed in 0.03s\n", 1),
+        _said("assistant", "Looking at it."),
+        _said("user", "<turn_aborted>\n  The user interrupted.\n</turn_aborted>"),
+        _said("assistant", "Stopped."))
+    goal = summary(turns)["goal"]
+    assert goal, goal
+    assert not any("environment_context" in g or "<cwd>" in g or "AGENTS.md" in g
+                   or "turn_aborted" in g for g in goal), goal
+    assert any("Make div raise ValueError on zero." in g for g in goal), goal
