@@ -80,3 +80,41 @@ def test_codex_context_messages_are_not_the_users_request() -> None:
     assert not any("environment_context" in g or "<cwd>" in g or "AGENTS.md" in g
                    or "turn_aborted" in g for g in goal), goal
     assert any("Make div raise ValueError on zero." in g for g in goal), goal
+
+
+UPDATE = "*** Begin Patch\n*** Update File: src/calc.py\n@@\n-        return a / b\n+        return a // b\n*** End Patch\n"
+
+
+def test_a_codex_patch_that_failed_modified_nothing() -> None:
+    turns = codex(
+        _said("user", "Fix div."),
+        *patch_call(1, UPDATE, "apply_patch verification failed: Failed to find expected lines "
+                               "in /w/src/calc.py:\n        return a / b"),
+        *patch_call(2, UPDATE.replace("src/calc.py", "src/helpers.py"),
+                    "Exit code: 1\nWall time: 0.1 seconds\nOutput:\nFailed to write file "
+                    "src/helpers.py\n"),
+        *patch_call(3, UPDATE.replace("src/calc.py", "docs/a.md"),
+                    '{"output":"patch rejected: hunk 1 does not apply\\n",'
+                    '"metadata":{"exit_code":1,"duration_seconds":0.0}}'),
+        _said("assistant", "None of the patches applied."))
+    activity = scan_activity(turns)
+    for path in ("src/calc.py", "src/helpers.py", "docs/a.md"):
+        assert "modified" not in activity.files[path][1], (path, activity.files[path])
+        assert not activity.outcomes[path].ok, activity.outcomes[path]
+    assert "Failed to find expected lines" in activity.outcomes["src/calc.py"].detail
+    assert activity.outcomes["src/helpers.py"].detail == "error: Failed to write file src/helpers.py"
+    assert activity.outcomes["docs/a.md"].detail == "error: patch rejected: hunk 1 does not apply"
+    parts = summary(turns)
+    assert not any("src/calc.py" in item for item in parts["done"]), parts["done"]
+    assert any(item.startswith("apply_patch `src/calc.py` → error") for item in parts["blocked"])
+    # and what did apply, in either form Codex writes its output, is a modification
+    ok = codex(_said("user", "Fix div."),
+               *patch_call(1, UPDATE, "Exit code: 0\nWall time: 0 seconds\nOutput:\nSuccess. "
+                                      "Updated the following files:\nM src/calc.py\n"),
+               *patch_call(2, UPDATE.replace("src/calc.py", "b.py"),
+                           '{"output":"Success. Updated the following files:\\nM b.py\\n",'
+                           '"metadata":{"exit_code":0,"duration_seconds":0.0}}'))
+    done = scan_activity(ok)
+    assert done.files["src/calc.py"][1] == {"modified"} and done.outcomes["src/calc.py"].ok
+    assert done.files["b.py"][1] == {"modified"} and done.outcomes["b.py"].ok
+

@@ -24,6 +24,7 @@ it only views). ``TOOLS`` maps the names of common agent tools to a reader of th
 from __future__ import annotations
 
 import functools
+import json
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
@@ -132,12 +133,42 @@ def neutral(args: dict[str, Any], output: str) -> Effect:
     return Effect(mentions=_paths(args))
 
 
+_CODEX_HEADER = re.compile(r"^(?:Exit code:? -?\d+|Wall time:.*|Output:|Chunk ID:.*|"
+                           r"Process exited with code -?\d+|Original token count:.*)$")
+
+
+def _codex_output(output: str) -> str:
+    """The text of a Codex tool output: the ``output`` of its JSON form (``{"output": …,
+    "metadata": {"exit_code": …}}``), without the ``Exit code``/``Wall time``/``Output:``
+    header of its plain form."""
+    if output.lstrip().startswith("{"):
+        try:
+            found = json.loads(output)
+        except ValueError:
+            found = None
+        if isinstance(found, dict) and isinstance(found.get("output"), str):
+            output = found["output"]
+    lines = output.strip().splitlines()
+    while lines and _CODEX_HEADER.match(lines[0].strip()):
+        lines.pop(0)
+    return "\n".join(lines)
+
+
 def apply_patch(args: dict[str, Any], output: str) -> Effect:
-    """Codex ``apply_patch``: its patch names the files (``*** Update File: x``)."""
+    """Codex ``apply_patch``: its patch names the files (``*** Update File: x``). It wrote
+    nothing when its output says an error, a status other than 0 (``Exit code: 1``,
+    ``"exit_code": 1``) or that the patch did not verify (``apply_patch verification failed:
+    Failed to find expected lines in …``)."""
     text = next((v for k in ("input", "patch", "diff") if isinstance(v := args.get(k), str)), "")
     found = [a or b for a, b in _PATCH_FILE.findall(text)]
-    return _write(tuple(dict.fromkeys([*_paths(args), *(p.strip() for p in found)])), output,
-                  "patched")
+    paths = tuple(dict.fromkeys([*_paths(args), *(p.strip() for p in found)]))
+    status = exit_status(output)
+    body = _codex_output(output)
+    if status in (None, "0") and "verification failed" not in output[:300]:
+        return _write(paths, body, "patched")
+    error = _failure(body) or next((ln.strip() for ln in body.splitlines() if ln.strip()),
+                                   f"exit {status}" if status else "error")
+    return Effect(mentions=paths, failed_write=error[:160], action="patched")
 
 
 def swe_agent_edit(args: dict[str, Any], output: str) -> Effect:
