@@ -118,3 +118,23 @@ def test_a_codex_patch_that_failed_modified_nothing() -> None:
     assert done.files["src/calc.py"][1] == {"modified"} and done.outcomes["src/calc.py"].ok
     assert done.files["b.py"][1] == {"modified"} and done.outcomes["b.py"].ok
 
+
+def test_a_patch_codex_ran_through_its_shell_is_a_patch_not_a_command() -> None:
+    heredoc = f"apply_patch <<'EOF'\n{UPDATE}EOF\n"
+    turns = codex(
+        _said("user", "Fix div."),
+        *shell_call(1, ["apply_patch", UPDATE], "Success. Updated the following files:\n"
+                                                "M src/calc.py\n", 0),
+        *shell_call(2, ["bash", "-lc", heredoc.replace("src/calc.py", "src/b.py")],
+                    "Success. Updated the following files:\nM src/b.py\n", 0),
+        *shell_call(3, ["apply_patch", UPDATE.replace("src/calc.py", "src/c.py")],
+                    "Failed to find expected lines in src/c.py", 1),
+        _said("assistant", "Patched."))
+    activity = scan_activity(turns)
+    assert activity.files["src/calc.py"][1] == {"modified"}, activity.files
+    assert activity.files["src/b.py"][1] == {"modified"}, activity.files
+    assert "modified" not in activity.files["src/c.py"][1]
+    assert not activity.outcomes["src/c.py"].ok
+    assert not any(key.startswith("apply_patch") for key in activity.outcomes), activity.outcomes
+    parts = summary(turns)
+    assert not any("*** Begin Patch" in item for item in parts["done"] + parts["blocked"]), parts

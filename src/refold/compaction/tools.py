@@ -218,10 +218,28 @@ def shell_writes(command: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(p for p in found if p and "$" not in p and "*" not in p))
 
 
+_PATCH_COMMAND = re.compile(r"(?:^|&&|;)\s*apply_patch\b")
+
+
+def _shell_patch(args: Mapping[str, Any]) -> str | None:
+    """The patch of an ``apply_patch`` that Codex ran through its shell tool (``["apply_patch",
+    "*** Begin Patch…"]``, or ``apply_patch <<'EOF'`` in ``bash -lc``), else None."""
+    raw = next((args[k] for k in ("command", "cmd") if k in args), None)
+    if isinstance(raw, list) and all(isinstance(w, str) for w in raw):
+        raw = "\n".join(raw)
+    if not isinstance(raw, str) or "*** Begin Patch" not in raw:
+        return None
+    head = raw[:raw.index("*** Begin Patch")].replace("\n", " ")
+    return raw if _PATCH_COMMAND.search(head.rsplit("-lc", 1)[-1]) else None
+
+
 def shell(args: dict[str, Any], output: str) -> Effect:
     command = shell_command(args)
     if command is None:
         return Effect()
+    patch = _shell_patch(args)
+    if patch is not None:  # a patch, not a command: what it did is what its files show
+        return apply_patch({"input": patch}, output)
     status = exit_status(output)
     failed = status not in (None, "0")
     full = str(args.get("command") if isinstance(args.get("command"), str) else command)
@@ -283,7 +301,7 @@ def tool_effect(name: str, args: dict[str, Any], output: str,
 def call_command(name: str, args: dict[str, Any]) -> str | None:
     """``tool_effect(name, args, "").command``, without reading what a shell call writes."""
     if TOOLS.get(name.lower()) is shell:
-        return shell_command(args)
+        return None if _shell_patch(args) is not None else shell_command(args)
     return tool_effect(name, args, "").command
 
 
