@@ -138,3 +138,44 @@ def test_a_patch_codex_ran_through_its_shell_is_a_patch_not_a_command() -> None:
     assert not any(key.startswith("apply_patch") for key in activity.outcomes), activity.outcomes
     parts = summary(turns)
     assert not any("*** Begin Patch" in item for item in parts["done"] + parts["blocked"]), parts
+
+
+def _call(call_id: str, name: str, args: dict[str, Any], response: dict[str, Any],
+          status: str = "success") -> dict[str, Any]:
+    return {"id": call_id, "name": name, "args": args, "status": status,
+            "timestamp": "2026-04-01T11:12:19.213Z", "displayName": name,
+            "result": [{"functionResponse": {"id": call_id, "name": name,
+                                             "response": response}}]}
+
+
+def gemini(ask: str, *calls: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chat messages refold reads from a Gemini CLI session: the user's ``ask``, then one
+    reply per tool call, as Gemini CLI writes them."""
+    records: list[dict[str, Any]] = [
+        {"sessionId": "5cdd2021-574a-483d-8a4b-1b97e8bbce88", "projectHash": "91f1",
+         "startTime": "2026-04-01T11:11:56.830Z"},
+        {"id": "u1", "timestamp": "2026-04-01T11:11:56.830Z", "type": "user",
+         "content": [{"text": ask}]}]
+    for n, call in enumerate(calls):
+        records.append({"id": f"g{n}", "timestamp": "2026-04-01T11:12:19.195Z", "type": "gemini",
+                        "content": "", "model": "gemini-3-flash-preview", "toolCalls": [call]})
+    messages, _, _, _ = agent_messages("gemini", records)
+    return messages
+
+
+def test_gemini_replace_modifies_the_file_it_names() -> None:
+    turns = gemini(
+        "Make greet take a name.",
+        _call("r1", "read_file", {"absolute_path": "/w/src/app.py"},
+              {"output": "def greet():\n    return 'Hello'\n"}),
+        _call("e1", "replace", {"file_path": "/w/src/app.py", "old_string": "def greet():",
+                                "new_string": "def greet(name):"},
+              {"output": "Successfully modified file: /w/src/app.py (1 replacements)."}),
+        _call("s1", "search_file_content", {"pattern": "greet", "path": "/w/tests"},
+              {"output": "Found 1 match"}))
+    activity = scan_activity(turns)
+    assert activity.files["/w/src/app.py"][1] == {"read", "modified"}, activity.files
+    assert activity.outcomes["/w/src/app.py"].ok
+    assert activity.files["/w/tests"][1] == {"mentioned"}
+    parts = summary(turns)
+    assert "`/w/src/app.py` — modified, read" in parts["files"], parts["files"]

@@ -12,7 +12,8 @@ it only views). ``TOOLS`` maps the names of common agent tools to a reader of th
   ``sed -i``, ``touch``, ``rm``, ``mv``/``cp`` targets) when it did not fail; keystrokes sent to
   a running process (``C-c``, ``is_input``) are not commands;
 - Claude Code ``Read``/``Edit``/``Write``/``MultiEdit``/``NotebookEdit``/``Grep``/``Glob``/``LS``;
-  Codex ``apply_patch`` (paths from its ``*** Add/Update/Delete File:`` lines); generic
+  Codex ``apply_patch`` (paths from its ``*** Add/Update/Delete File:`` lines); Gemini CLI's
+  ``replace``/``write_file``/``read_file`` (``file_path``, or ``absolute_path``); generic
   ``read_file``/``write_file``/``edit_file``…; SWE-agent's ``open``/``create``/``edit``/``insert``
   (the edited file is named by the result's ``[File: X (N lines total)]``);
 - MCP tools by annotation (``readOnlyHint``) in the request's tool definitions;
@@ -33,7 +34,8 @@ from typing import Any
 from refold._records import dataclass
 from refold.compaction.prune import exit_status
 
-PATH_KEYS = ("path", "file_path", "filename", "file", "notebook_path", "target_file")
+PATH_KEYS = ("path", "file_path", "absolute_path", "filename", "file", "notebook_path",
+             "target_file")
 _EDITOR_WRITES = frozenset({"create", "str_replace", "insert", "undo_edit", "write", "edit",
                             "append"})
 _EDITOR_READS = frozenset({"view", "read"})
@@ -262,13 +264,14 @@ register(shell, "execute_bash", "bash", "shell", "terminal", "local_shell", "exe
 register(reader, "read", "read_file", "view_file", "open_file", "notebookread", "open", "goto",
          "view")
 register(writer, "edit", "multiedit", "notebookedit", "edit_file", "replace_in_file",
-         "str_replace", "patch", "search_replace", "apply_diff")
+         "str_replace", "patch", "search_replace", "apply_diff", "replace")
 register(creator, "write", "write_file", "create_file", "create", "write_to_file",
          "append_file", "delete_file")
 register(apply_patch, "apply_patch")
 register(swe_agent_edit, "insert")
 register(searcher, "grep", "glob", "ls", "list_dir", "list_directory", "search_files",
-         "find_file", "search_file", "search_dir", "codebase_search", "file_search")
+         "find_file", "search_file", "search_dir", "codebase_search", "file_search",
+         "search_file_content")
 
 
 def annotations_of(tools: Sequence[Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:
