@@ -179,3 +179,41 @@ def test_gemini_replace_modifies_the_file_it_names() -> None:
     assert activity.files["/w/tests"][1] == {"mentioned"}
     parts = summary(turns)
     assert "`/w/src/app.py` — modified, read" in parts["files"], parts["files"]
+
+
+NOT_FOUND = {"error": 'Tool "write_file" not found. Did you mean one of: "read_file", '
+                      '"cli_help", "generalist"?'}
+
+
+def test_a_gemini_call_that_ended_in_an_error_modified_nothing() -> None:
+    # the first two calls as a public Gemini CLI session recorded them (gemini-3-flash-preview
+    # asked for a tool its agent did not have)
+    turns = gemini(
+        "create 2 hello world files",
+        _call("9y4yn8tb", "write_file", {"file_path": "hello.txt", "content": "Hello, World!\n"},
+              NOT_FOUND, "error"),
+        _call("xldstmif", "write_file", {"content": "print('Hello')\n", "file_path": "hello.py"},
+              NOT_FOUND, "error"),
+        _call("e1", "replace", {"file_path": "/w/app.py", "old_string": "a", "new_string": "b"},
+              {"error": "Failed to edit, 0 occurrences found for old_string in /w/app.py. No "
+                        "edits made. The exact text in old_string was not found."}, "error"),
+        _call("w1", "write_file", {"file_path": "/w/b.py", "content": "x = 1\n"},
+              {"error": "[Operation Cancelled] Reason: User did not allow tool call"},
+              "cancelled"),
+        _call("s1", "run_shell_command", {"command": "rm -rf build"},
+              {"error": "[Operation Cancelled] Reason: User did not allow tool call"},
+              "cancelled"))
+    activity = scan_activity(turns)
+    for path in ("hello.txt", "hello.py", "/w/app.py", "/w/b.py"):
+        assert "modified" not in activity.files[path][1], (path, activity.files)
+        assert not activity.outcomes[path].ok, activity.outcomes[path]
+    assert activity.outcomes["hello.txt"].detail.startswith('error: Tool "write_file" not found')
+    assert "rm -rf build" not in activity.outcomes  # declined: it never ran
+    parts = summary(turns)
+    assert not any("hello" in item for item in parts["done"]), parts["done"]
+    assert not any("modified" in item for item in parts["files"]), parts["files"]
+    # what did succeed still counts
+    ok = gemini("Write it.", _call("w2", "write_file", {"file_path": "/w/c.py", "content": "x\n"},
+                                   {"output": "Successfully created and wrote to new file: "
+                                              "/w/c.py."}))
+    assert scan_activity(ok).files["/w/c.py"][1] == {"modified"}

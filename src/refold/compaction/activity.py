@@ -238,8 +238,11 @@ def _command_outcome(command: str, output: str, position: int,
     """A command's outcome. It failed when its result is marked an error (``flagged``), its
     exit status is not 0, or its test summary counts failures; with neither a mark nor a
     status, when a short output has an error line."""
-    if INSPECT.match(command) or "Sibling tool call errored" in output[:200]:
-        return None  # Claude Code cancelled it when a parallel call failed: it never ran
+    if INSPECT.match(command) or "Sibling tool call errored" in output[:200] \
+            or output.startswith("[Operation Cancelled]"):
+        # Claude Code cancelled it when a parallel call failed, the user declined it in Gemini
+        # CLI: it never ran
+        return None
     status, error, pruned = _facts(output)
     # a pruned output's stand-in keeps its failure count as its error
     counted = failure_line(error or "") if pruned else failure_line(output)

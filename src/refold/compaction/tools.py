@@ -43,9 +43,15 @@ _KEYSTROKE = re.compile(r"^(?:C-[a-z]|\^[A-Z]|q|y|n|exit)$")
 _FAILED_PHRASES = ("<tool_use_error>", "No replacement was performed",
                    "String to replace not found", "did not appear verbatim",
                    "No such file or directory", "Permission denied", "File has not been read yet",
-                   "Invalid `path`")
+                   "Invalid `path`",
+                   # Gemini CLI answers a failed call with its error alone (the session's
+                   # ``"status": "error"`` is not in the chat form): an edit that matched
+                   # nothing, a tool it does not have, a call the user declined
+                   "No edits made", "Failed to edit,", "not found. Did you mean one of",
+                   "not found in registry", "[Operation Cancelled]", "File path must be absolute")
 _FAILED = re.compile(r"^\s*(?:ERROR\b|Error\b|error:)|" + "|".join(map(re.escape, _FAILED_PHRASES)),
                      re.IGNORECASE)
+_MIDLINE = ("not found. Did you mean one of", "not found in registry")
 _FAILED_LOWER = tuple(phrase.lower() for phrase in _FAILED_PHRASES)
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$|^\*\*\* Move to: (.+)$",
                          re.MULTILINE)
@@ -92,6 +98,8 @@ def _failure(output: str) -> str | None:
     start = _failure_at(head)
     if start is None:
         return None
+    if head[start:].startswith(_MIDLINE):  # the subject is before it: ``Tool "x" not found…``
+        start = head.rfind("\n", 0, start) + 1
     lines = [ln.strip() for ln in head[start:].splitlines() if ln.strip()]
     text = " ".join(lines[:2]) if lines and len(lines[0]) <= 8 else (lines[0] if lines else "")
     return text[:160] or "error"
