@@ -217,3 +217,21 @@ def test_a_gemini_call_that_ended_in_an_error_modified_nothing() -> None:
                                    {"output": "Successfully created and wrote to new file: "
                                               "/w/c.py."}))
     assert scan_activity(ok).files["/w/c.py"][1] == {"modified"}
+
+
+def test_a_codex_command_is_reported_by_its_output_not_its_json_wrapper() -> None:
+    turns = codex(
+        _said("user", "Run the tests and publish."),
+        *shell_call(1, ["bash", "-lc", "pytest -q"], "..\n2 passed in 0.02s\n", 0),
+        *shell_call(2, ["bash", "-lc", "twine upload dist/*"], "bash: twine: command not found\n",
+                    127),
+        *shell_call(3, ["bash", "-lc", "make lint"], "lint ok\n", 2),
+        _said("assistant", "Tests pass; twine is missing."))
+    outcomes = scan_activity(turns).outcomes
+    assert outcomes["pytest -q"].ok and outcomes["pytest -q"].detail == "2 passed in 0.02s"
+    assert not outcomes["twine upload dist/*"].ok
+    assert outcomes["twine upload dist/*"].detail == "exit 127: bash: twine: command not found"
+    assert not outcomes["make lint"].ok and outcomes["make lint"].detail.startswith("exit 2")
+    parts = summary(turns)
+    assert not any('{"output"' in item or "metadata" in item
+                   for item in parts["done"] + parts["blocked"]), parts

@@ -215,6 +215,22 @@ def _facts(output: str) -> tuple[str | None, str | None, bool]:
     return exit_status(output), first_error_line(output), False
 
 
+def _json_output(output: str) -> tuple[str, str | None]:
+    """A command's output and exit status from the JSON Codex records for its ``shell`` calls
+    (``{"output": "…", "metadata": {"exit_code": 1, …}}``); any other output as it is."""
+    if not output.startswith('{"output"'):
+        return output, None
+    try:
+        found = json.loads(output)
+    except ValueError:
+        return output, None
+    meta = found.get("metadata") if isinstance(found, dict) else None
+    if not isinstance(meta, dict) or not isinstance(found.get("output"), str):
+        return output, None
+    code = meta.get("exit_code")
+    return found["output"], str(code) if isinstance(code, int) else None
+
+
 def flagged_error(result: Message) -> bool | None:
     """What a tool message's own result block says of it: ``is_error`` of the Anthropic
     ``tool_result`` kept beside it (``KEPT``; Claude Code marks every result, a failed command
@@ -243,7 +259,9 @@ def _command_outcome(command: str, output: str, position: int,
         # Claude Code cancelled it when a parallel call failed, the user declined it in Gemini
         # CLI: it never ran
         return None
+    output, code = _json_output(output)
     status, error, pruned = _facts(output)
+    status = code if code is not None else status
     # a pruned output's stand-in keeps its failure count as its error
     counted = failure_line(error or "") if pruned else failure_line(output)
     error = _PYTEST_E.sub("", error) if error else counted
