@@ -235,3 +235,25 @@ def test_a_codex_command_is_reported_by_its_output_not_its_json_wrapper() -> Non
     parts = summary(turns)
     assert not any('{"output"' in item or "metadata" in item
                    for item in parts["done"] + parts["blocked"]), parts
+
+
+def _shell_output(output: str, code: int) -> dict[str, str]:
+    return {"output": f"Command: python -m pytest -q\nDirectory: (root)\nOutput: {output}\n"
+                      f"Error: (none)\nExit Code: {code}\nSignal: (none)\nBackground PIDs: "
+                      f"(none)\nProcess Group PGID: 4243"}
+
+
+def test_a_gemini_command_is_reported_by_its_output_not_its_trailer() -> None:
+    turns = gemini("Run the tests.",
+                   _call("s1", "run_shell_command", {"command": "python -m pytest -q"},
+                         _shell_output(".\n1 passed in 0.01s", 0)),
+                   _call("s2", "run_shell_command", {"command": "make docs"},
+                         _shell_output("wrote 3 pages", 0)))
+    outcomes = scan_activity(turns).outcomes
+    assert outcomes["python -m pytest -q"].ok
+    assert outcomes["python -m pytest -q"].detail == "1 passed in 0.01s"
+    assert outcomes["make docs"].ok and "PGID" not in outcomes["make docs"].detail
+    failed = gemini("Run the tests.", _call("s1", "run_shell_command",
+                                            {"command": "python -m pytest -q"},
+                                            _shell_output("F\n1 failed in 0.02s", 1)))
+    assert not scan_activity(failed).outcomes["python -m pytest -q"].ok

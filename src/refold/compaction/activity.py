@@ -36,8 +36,11 @@ _RUNNERS = {"python", "python3", "-m", "uv", "run", "poetry", "pipenv", "npx", "
             "npm", "sudo", "env", "exec", "bundle", "cargo", "go", "dotnet"}
 _PATHLIKE = re.compile(r"^(?:~|\.{1,2})?/?(?:[\w.@+-]+/)*[\w.@+-]+\.[A-Za-z]\w{0,9}$|"
                        r"^(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+/?$")
+# also the trailer Gemini CLI's run_shell_command puts after a command's output
 _EXIT_ONLY = re.compile(r"^(?:exit(?:ed)?|return ?code|process exited)\W.{0,20}$|"
-                        r"^\[The command completed with exit code -?\d+\.\]$", re.IGNORECASE)
+                        r"^\[The command completed with exit code -?\d+\.\]$|"
+                        r"^(?:Error: \(none\)|Signal: \S+|Background PIDs: .*|"
+                        r"Process Group PGID: .*)$", re.IGNORECASE)
 _PRUNED = re.compile(r"^\[[\w.:-]+\] (?:ran `.*?` )?-> (.*?)(?:; error: (.*))? "
                      r"\(full output in the session ledger\)$", re.DOTALL)
 _PYTEST_E = re.compile(r"^E\s+")  # pytest's marker for assertion lines
