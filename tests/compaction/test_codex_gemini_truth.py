@@ -257,3 +257,15 @@ def test_a_gemini_command_is_reported_by_its_output_not_its_trailer() -> None:
                                             {"command": "python -m pytest -q"},
                                             _shell_output("F\n1 failed in 0.02s", 1)))
     assert not scan_activity(failed).outcomes["python -m pytest -q"].ok
+
+
+def test_the_anchor_index_reads_a_codex_output_as_its_text_not_its_json() -> None:
+    from refold.compaction.anchors import extract_anchors
+    turns = codex(
+        _said("user", "Fix the division test."),
+        *shell_call(1, ["bash", "-lc", "pytest -q tests/test_calc.py"],
+                    "F.\nE   ZeroDivisionError: division by zero\n1 failed, 1 passed in 0.03s\n", 1),
+        _said("assistant", "It divides by zero."))
+    errors = [a.text for a in extract_anchors(turns) if a.kind == "error"]
+    assert "ZeroDivisionError: division by zero" in errors, errors
+    assert not any("\\n" in e or "metadata" in e or '"' in e for e in errors), errors

@@ -218,7 +218,7 @@ def _facts(output: str) -> tuple[str | None, str | None, bool]:
     return exit_status(output), first_error_line(output), False
 
 
-def _json_output(output: str) -> tuple[str, str | None]:
+def json_output(output: str) -> tuple[str, str | None]:
     """A command's output and exit status from the JSON Codex records for its ``shell`` calls
     (``{"output": "…", "metadata": {"exit_code": 1, …}}``); any other output as it is."""
     if not output.startswith('{"output"'):
@@ -262,7 +262,7 @@ def _command_outcome(command: str, output: str, position: int,
         # Claude Code cancelled it when a parallel call failed, the user declined it in Gemini
         # CLI: it never ran
         return None
-    output, code = _json_output(output)
+    output, code = json_output(output)
     status, error, pruned = _facts(output)
     status = code if code is not None else status
     # a pruned output's stand-in keeps its failure count as its error

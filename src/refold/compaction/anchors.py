@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from refold._records import dataclass
-from refold.compaction.activity import INSPECT
+from refold.compaction.activity import INSPECT, json_output
 from refold.compaction.summary import is_summary_message
 from refold.compaction.textscan import Joined, Rule
 from refold.compaction.tools import call_command
@@ -172,6 +172,8 @@ def _as_typed(command: str, raw: object) -> str:
 
 def _message_text(message: Message) -> str:
     text = content_text(message)
+    if message.get("role") == "tool":  # a Codex shell call's output: the text, not its JSON
+        text = json_output(text)[0]
     if len(text) > SCAN_CHARS:  # bounded per message: identifiers sit at the ends of outputs
         text = text[:SCAN_CHARS // 2] + "\n\n" + text[-SCAN_CHARS // 2:]  # no match spans it
     parts = [text]
