@@ -269,3 +269,17 @@ def test_the_anchor_index_reads_a_codex_output_as_its_text_not_its_json() -> Non
     errors = [a.text for a in extract_anchors(turns) if a.kind == "error"]
     assert "ZeroDivisionError: division by zero" in errors, errors
     assert not any("\\n" in e or "metadata" in e or '"' in e for e in errors), errors
+
+
+def test_an_assistant_sentence_saying_what_it_could_not_do_is_not_done() -> None:
+    turns = codex(
+        _said("user", "Fix div and publish."),
+        *patch_call(1, UPDATE, "Exit code: 0\nWall time: 0 seconds\nOutput:\nSuccess. Updated "
+                               "the following files:\nM src/calc.py\n"),
+        _said("assistant", "Fixed: `Calc.div` now raises ValueError. src/helpers.py could not "
+                           "be written (permission denied), and publishing still needs twine "
+                           "installed."),
+        _said("user", "Ok."))
+    done = summary(turns)["done"]
+    assert any("Fixed: `Calc.div` now raises ValueError." in item for item in done), done
+    assert not any("could not" in item or "still needs" in item for item in done), done

@@ -69,6 +69,11 @@ _DONE = Caseless(
     r"done|fixed|created|added|updated|implemented|wrote|removed|renamed|refactored|"
     r"passes|passed|installed|deployed|merged|completed|resolved|changed|moved",
     r"已完成|完成了|已经|修复了|已修复|添加了|创建了|更新了|通过了|完了|修正しました|追加しました|作成しました")
+# a sentence with a completion word that says it did not happen ("X could not be written, and
+# publishing still needs twine installed") is no completion
+_NOT_DONE = re.compile(r"\b(?:could(?: not|n't)|cannot|can't|unable to|did(?: not|n't)|not yet|"
+                       r"still needs?|(?:has|have)(?: not|n't) been|was(?: not|n't)|"
+                       r"were(?: not|n't))\b", re.IGNORECASE)
 _DECISION = Caseless(
     r"decided|decide|chose|choose|instead of|going with|will use|we'll use|switch(?:ed)? to|"
     r"because|rather than|opted", r"决定|改用|选择|因为|而不是|決定|代わりに|ため")
@@ -379,7 +384,8 @@ def _statements(turns: Sequence[Message], skip: set[int], split: Split = _pieces
         for place in _sentences(split(text), [at for at, _ in finders]):
             for (key, _), (_, matches) in zip(said, finders, strict=True):
                 if matches(place):
-                    found[key].append((pos, _short(place[1])))
+                    if key != "done" or not _NOT_DONE.search(place[1]):
+                        found[key].append((pos, _short(place[1])))
                     break
     return found
 
