@@ -283,3 +283,25 @@ def test_an_assistant_sentence_saying_what_it_could_not_do_is_not_done() -> None
     done = summary(turns)["done"]
     assert any("Fixed: `Calc.div` now raises ValueError." in item for item in done), done
     assert not any("could not" in item or "still needs" in item for item in done), done
+
+
+def test_a_call_that_was_never_answered_modified_nothing() -> None:
+    # Codex asked to run it outside the sandbox; the user declined, then aborted the turn
+    def unanswered(n: int, command: str) -> dict[str, Any]:
+        return _item({"type": "function_call", "name": "shell", "call_id": f"call_{n}",
+                      "arguments": json.dumps({"command": command,
+                                               "sandbox_permissions": "require_escalated"})})
+    turns = codex(
+        _said("user", "Create a test file"),
+        *shell_call(1, ["bash", "-lc", "echo 'Hello World' > test.txt"], "", 0),
+        _said("user", "Yes, overwrite other.txt with something else"),
+        unanswered(2, "printf 'Goodbye World\\n' > other.txt"),
+        _said("user", "Actually nevermind, I want to keep the original content"),
+        _said("user", "Delete notes.txt"),
+        unanswered(3, "rm notes.txt"),
+        _item({"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "What is left?"}]}))
+    files = scan_activity(turns).files
+    assert files["test.txt"][1] == {"modified"}, files
+    assert files["other.txt"][1] == {"mentioned"}, files
+    assert files["notes.txt"][1] == {"mentioned"}, files

@@ -315,6 +315,9 @@ def scan_activity(turns: Sequence[Message], tools: Sequence[dict[str, Any]] | No
                 continue
             effect = tool_effect(name, args, output, notes)
             flagged = flagged_error(result) if result is not None else None
+            if result is None and effect.writes:  # never answered: declined, interrupted
+                effect = Effect(reads=effect.reads, mentions=(*effect.mentions, *effect.writes),
+                                command=effect.command, action=effect.action)
             if flagged and effect.writes:  # a write whose result is an error wrote nothing
                 effect = Effect(reads=effect.reads, mentions=(*effect.mentions, *effect.writes),
                                 command=effect.command, action=effect.action,
