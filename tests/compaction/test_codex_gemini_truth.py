@@ -305,3 +305,23 @@ def test_a_call_that_was_never_answered_modified_nothing() -> None:
     assert files["test.txt"][1] == {"modified"}, files
     assert files["other.txt"][1] == {"mentioned"}, files
     assert files["notes.txt"][1] == {"mentioned"}, files
+
+
+def test_codex_shell_command_calls_are_commands() -> None:
+    # Codex's shell tool since 0.5x takes the command line as a string
+    def run(n: int, command: str, output: str) -> list[dict[str, Any]]:
+        return [_item({"type": "function_call", "name": "shell_command", "call_id": f"call_{n}",
+                       "arguments": json.dumps({"command": command, "workdir": "/w"})}),
+                _item({"type": "function_call_output", "call_id": f"call_{n}", "output": output})]
+    turns = codex(
+        _said("user", "Run the tests and write the report."),
+        *run(1, "pytest -q", "Exit code: 1\nWall time: 1.2 seconds\nOutput:\nE   AssertionError: "
+                             "2 != 3\n1 failed, 4 passed in 0.20s\n"),
+        *run(2, "python report.py > out/report.txt", "Exit code: 0\nWall time: 0.3 seconds\n"
+                                                      "Output:\n"),
+        _said("assistant", "One test fails."))
+    activity = scan_activity(turns)
+    assert not activity.outcomes["pytest -q"].ok, activity.outcomes
+    assert activity.files["out/report.txt"][1] == {"modified"}, activity.files
+    parts = summary(turns)
+    assert any(item.startswith("`pytest -q` → exit 1") for item in parts["blocked"]), parts

@@ -7,7 +7,8 @@ it only views). ``TOOLS`` maps the names of common agent tools to a reader of th
 - OpenHands / SWE-agent / Anthropic text editor (``str_replace_editor``,
   ``str_replace_based_edit_tool``): ``view`` reads; ``create``, ``str_replace``, ``insert``,
   ``undo_edit`` write — unless the result says the edit failed;
-- shells (``execute_bash``, ``bash``, Claude Code ``Bash``, Codex ``shell`` with an argv list,
+- shells (``execute_bash``, ``bash``, Claude Code ``Bash``, Codex ``shell`` with an argv list
+  and its ``shell_command``/``exec_command`` with a string,
   Hermes ``terminal``…): the command line; files the command writes (redirections, ``tee``,
   ``sed -i``, ``touch``, ``rm``, ``mv``/``cp`` targets) when it did not fail; keystrokes sent to
   a running process (``C-c``, ``is_input``) are not commands;
@@ -267,8 +268,8 @@ def register(reader_: Reader, *names: str) -> None:
 
 
 register(editor, "str_replace_editor", "str_replace_based_edit_tool", "text_editor")
-register(shell, "execute_bash", "bash", "shell", "terminal", "local_shell", "exec_command",
-         "run_shell_command", "run_terminal_cmd", "container.exec")
+register(shell, "execute_bash", "bash", "shell", "shell_command", "terminal", "local_shell",
+         "exec_command", "run_shell_command", "run_terminal_cmd", "container.exec")
 register(reader, "read", "read_file", "view_file", "open_file", "notebookread", "open", "goto",
          "view")
 register(writer, "edit", "multiedit", "notebookedit", "edit_file", "replace_in_file",
