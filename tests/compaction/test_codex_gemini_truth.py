@@ -325,3 +325,28 @@ def test_codex_shell_command_calls_are_commands() -> None:
     assert activity.files["out/report.txt"][1] == {"modified"}, activity.files
     parts = summary(turns)
     assert any(item.startswith("`pytest -q` → exit 1") for item in parts["blocked"]), parts
+
+
+def test_codex_and_gemini_plans_are_the_todo_list() -> None:
+    plan = {"explanation": "Three steps.", "plan": [
+        {"step": "Reproduce the failure", "status": "completed"},
+        {"step": "Patch div", "status": "in_progress"},
+        {"step": "Update the changelog", "status": "pending"}]}
+    turns = codex(_said("user", "Fix div and note it in the changelog."),
+                  _item({"type": "function_call", "name": "update_plan", "call_id": "call_1",
+                         "arguments": json.dumps(plan)}),
+                  _item({"type": "function_call_output", "call_id": "call_1",
+                         "output": "Plan updated"}),
+                  _said("assistant", "Working on it."))
+    assert scan_activity(turns).todos == [("completed", "Reproduce the failure"),
+                                          ("in_progress", "Patch div"),
+                                          ("pending", "Update the changelog")]
+    steps = summary(turns)["next_steps"]
+    assert any("Patch div" in s for s in steps) and any("changelog" in s for s in steps), steps
+    assert not any("Reproduce the failure" in s for s in steps), steps
+    todos = {"todos": [{"description": "Write the README", "status": "pending"},
+                       {"description": "Add a license", "status": "cancelled"}]}
+    gem = gemini("Document it.", _call("t1", "write_todos", todos,
+                                       {"output": "Successfully updated the todo list."}))
+    assert scan_activity(gem).todos == [("pending", "Write the README"),
+                                        ("cancelled", "Add a license")]

@@ -172,13 +172,19 @@ def _args(raw: str) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {}
 
 
+# the plan tools that are todo lists by another name: Codex's ``update_plan`` (``plan``: steps
+# with a ``step``), Gemini CLI's ``write_todos`` (``todos`` with a ``description``)
+PLAN_TOOLS = frozenset({"update_plan", "write_todos"})
+
+
 def _todos(args: dict[str, Any], output: str) -> list[tuple[str, str]] | None:
     """Open items of a ``todo`` call: from its result (the full list), else its arguments."""
     for source in (_args(output), args):
-        todos = source.get("todos")
+        todos = source.get("todos", source.get("plan"))
         if isinstance(todos, list) and not (source is args and args.get("merge")):
-            return [(str(t.get("status") or "pending"), " ".join(str(t.get("content")).split()))
-                    for t in todos if isinstance(t, dict) and t.get("content")]
+            return [(str(t.get("status") or "pending"), " ".join(str(text).split()))
+                    for t in todos if isinstance(t, dict)
+                    and (text := t.get("content") or t.get("step") or t.get("description"))]
     return None
 
 
@@ -309,9 +315,9 @@ def scan_activity(turns: Sequence[Message], tools: Sequence[dict[str, Any]] | No
             args = _args(str(fn.get("arguments") or ""))
             result = results.get(str(call.get("id")))
             output = content_text(result) if result is not None else ""
-            if name.lower().startswith("todo"):
+            if name.lower().startswith("todo") or name.lower() in PLAN_TOOLS:
                 activity.todos = _todos(args, output) or activity.todos
-            if _SKIP_TOOLS.match(name):
+            if _SKIP_TOOLS.match(name) or name.lower() in PLAN_TOOLS:
                 continue
             effect = tool_effect(name, args, output, notes)
             flagged = flagged_error(result) if result is not None else None
