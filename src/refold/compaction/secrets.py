@@ -12,6 +12,7 @@ npm, PyPI), JWTs, bearer tokens, private key blocks, passwords in URLs, and assi
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 MARK = "[REDACTED]"
 
@@ -76,9 +77,73 @@ def secrets_in(text: str) -> set[str]:
         return found
     for whole in (_PRIVATE_KEY, _TOKENS):
         found.update(m.group(0) for m in whole.finditer(text))
-    for valued in (_URL_PASSWORD, _BEARER, _PASSWORD, _KEYLIKE):
-        found.update(m.group(2) for m in valued.finditer(text))
+    lowered = _ascii_lowered(text)
+    for valued, trigger, lower in _TRIGGERED:
+        hits = trigger.finditer(text) if lower is None or lowered is None else \
+            lower.finditer(lowered)  # the same places: ASCII lowering keeps every offset
+        found.update(m.group(2) for m in _near(valued, hits, text))
     return found
+
+
+# What each valued pattern cannot match without: its name's word (or "://" for a URL). A whole
+# transcript is scanned (secrets_in gets every message of a summarized span: megabytes), and
+# the patterns' names may start anywhere in a word ([\w.-]* before the word), which made
+# their scans of all of it cost seconds per million tokens; the word itself is found fast.
+# A case-insensitive search for the words is itself slow (0.3 s for 6 MB): they are looked
+# for in lower case in a copy lowered in ASCII only (every offset kept), unless the text holds
+# one of the letters that re's IGNORECASE also folds to an ASCII one (long s, Kelvin sign,
+# dotted and dotless i): then as the pattern itself does.
+_PASSWORD_WORDS = "password|passwd|pwd|secret"
+_KEY_WORDS = r"token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|auth"
+_TRIGGERED: tuple[tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str] | None], ...] = (
+    (_URL_PASSWORD, re.compile("://"), None),
+    (_BEARER, re.compile("Bearer|Token|Basic"), None),
+    (_PASSWORD, re.compile(_PASSWORD_WORDS, re.IGNORECASE), re.compile(_PASSWORD_WORDS)),
+    (_KEYLIKE, re.compile(_KEY_WORDS, re.IGNORECASE), re.compile(_KEY_WORDS)),
+)
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+_FOLDED_TO_ASCII = "\u017f\u212a\u0130\u0131"
+# what may follow a name's word before its value starts (the rest of the name, a quote, white
+# space of any lines, ":" or "=")
+_BEFORE_VALUE = re.compile(r"""[\w.-]*["']?\s*(?:[:=]\s*["']?)?""")
+
+
+def _line_end(text: str, at: int) -> int:
+    end = text.find("\n", at)
+    return len(text) if end < 0 else end
+
+
+def _ascii_lowered(text: str) -> str | None:
+    if not text.isascii() and any(c in text for c in _FOLDED_TO_ASCII):
+        return None
+    return text.translate(_ASCII_LOWER)
+
+
+def _near(pattern: re.Pattern[str], hits: Iterator[re.Match[str]],
+          text: str) -> list[re.Match[str]]:
+    """``pattern.finditer(text)``'s matches, looked for only around ``hits`` (where its word
+    is): a match starts on the line of its word (nothing before the word crosses a line) and
+    ends on the line where its value starts (a value holds no white space), which may be lines
+    on; one cut short there is matched again to its end."""
+    out: list[re.Match[str]] = []
+    done = 0  # where the last match ended: matches do not overlap, as finditer's
+    for hit in hits:
+        if hit.start() < done:
+            continue
+        start = max(text.rfind("\n", 0, hit.start()) + 1, done)
+        end = _line_end(text, hit.end())
+        while end < len(text) and _BEFORE_VALUE.fullmatch(text, hit.end(), end):
+            end = _line_end(text, end + 1)  # no value yet: it may come lines on
+        match = pattern.search(text, start, end)
+        while match is not None and match.end() <= hit.start():
+            match = pattern.search(text, match.end(), end)  # one before this trigger's
+        if match is None:
+            continue
+        if match.end() == end and end < len(text):
+            match = pattern.match(text, match.start()) or match  # cut at the reach: whole
+        out.append(match)
+        done = match.end()
+    return out
 
 
 def without_secrets(pieces: list[str], secrets: set[str]) -> list[str]:

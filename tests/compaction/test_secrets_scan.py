@@ -1,0 +1,38 @@
+"""``secrets_in`` scans a whole summarized span (megabytes) by looking for each valued
+pattern only around its word; it must find exactly what the patterns' plain scan finds."""
+
+from __future__ import annotations
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from refold.compaction import secrets as S
+
+PIECES = ["export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+          "password: hunter22", "db_password =\n\n  s3cr3tValue",
+          "curl -H 'Authorization: Bearer abcdefghijklmnop1234' https://x",
+          "postgres://user:pa55word@db:5432/x", 'api_key="abc123def456ghi789"',
+          "my secret is out", "token count 4096", "auth_token: A1b2C3d4E5f6G7h8",
+          " secret=" + "y" * 3000, "SECRET_KEY='abcd' and password=p4ssw0rd! Token zzzzzzzzzzz1",
+          "pwd\n=\n\n\n\n\nvalue1234", "PA\u017f\u017fWORD=abcdefgh", "密码 password=中文密码1234",
+          "\u0130 apiKey: Zz9Yy8Xx7Ww6Vv5", "TOKEN=ABCDEF123456GHIJ", "\n", " ", "é",
+          "tests/test_mod.py::test_case FAILED AssertionError: 1 != 2"]
+
+
+def plain_scan(text: str) -> set[str]:
+    found: set[str] = set()
+    for whole in (S._PRIVATE_KEY, S._TOKENS):
+        found.update(m.group(0) for m in whole.finditer(text))
+    for valued in (S._URL_PASSWORD, S._BEARER, S._PASSWORD, S._KEYLIKE):
+        found.update(m.group(2) for m in valued.finditer(text))
+    return found
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(PIECES) | st.text(max_size=12), max_size=14),
+       st.sampled_from(["", " ", "\n"]))
+@example(["pwd"] + ["\n"] * 12 + ["=", "\n\n", "value1234"], "")  # the value lines on
+@example(["PA\u017f\u017fWORD=abcdefgh"], "")  # a long s: IGNORECASE folds it to s
+def test_secrets_in_finds_what_the_plain_scan_finds(pieces: list[str], joint: str) -> None:
+    text = joint.join(pieces)
+    assert S.secrets_in(text) == plain_scan(text)
