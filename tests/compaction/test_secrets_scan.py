@@ -36,3 +36,19 @@ def plain_scan(text: str) -> set[str]:
 def test_secrets_in_finds_what_the_plain_scan_finds(pieces: list[str], joint: str) -> None:
     text = joint.join(pieces)
     assert S.secrets_in(text) == plain_scan(text)
+
+
+KEY_PIECES = [*PIECES, "-----BEGIN RSA PRIVATE KEY-----\nMIIE", "-----END RSA PRIVATE KEY-----",
+              "}"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(KEY_PIECES)
+                         | st.text(max_size=10), max_size=6).map("".join), max_size=8))
+@example(["password:", "hunter22"])  # a name ending one message: the next is no value of it
+@example(["-----BEGIN RSA PRIVATE KEY-----\nMIIE", "b", "-----END RSA PRIVATE KEY-----"])
+def test_the_texts_of_a_span_together_give_what_each_gives(texts: list[str]) -> None:
+    want: set[str] = set()
+    for text in texts:
+        want |= plain_scan(text)
+    assert S.secrets_in_texts(texts) == want

@@ -41,7 +41,7 @@ from refold.compaction.prune import (
     prune_outside_tail,
     strip_old_images,
 )
-from refold.compaction.secrets import redact, secrets_in, without_secrets
+from refold.compaction.secrets import redact, secrets_in_texts, without_secrets
 from refold.compaction.structure import SYSTEM_ROLES, repair_tool_pairs, split_units
 from refold.compaction.summarizer import Summarizer, SummaryDraft, SummaryRequest
 from refold.compaction.summary import (
@@ -490,7 +490,7 @@ def _finish(plan: _Plan, original: Sequence[Message], summarizer: Summarizer,
         anchor_budget = min(anchor_budget, free)
     # an anchor is a piece cut out of its text: a credential in it lost the name that told
     # redact what it is (the value of AWS_SECRET_ACCESS_KEY=… went into the index verbatim)
-    secrets = {s for m in middle for s in secrets_in(_text_and_arguments(m))}
+    secrets = secrets_in_texts(_text_and_arguments(m) for m in middle)
     anchors = without_secrets(select_anchors(
         extract_anchors(middle), budget_tokens=anchor_budget, count_text=counter.count_text,
         carried=plan.previous_anchors, covered=body), secrets)

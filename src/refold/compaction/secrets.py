@@ -12,7 +12,7 @@ npm, PyPI), JWTs, bearer tokens, private key blocks, passwords in URLs, and assi
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 MARK = "[REDACTED]"
 
@@ -75,8 +75,29 @@ def secrets_in(text: str) -> set[str]:
     found: set[str] = set()
     if not text:
         return found
-    for whole in (_PRIVATE_KEY, _TOKENS):
-        found.update(m.group(0) for m in whole.finditer(text))
+    found.update(m.group(0) for m in _PRIVATE_KEY.finditer(text))
+    return found | _unkeyed_secrets(text)
+
+
+def secrets_in_texts(texts: Iterable[str]) -> set[str]:
+    """``secrets_in`` of each of ``texts`` (every message of a span), together: scanned as one
+    text where no pattern but the private key block's can cross from one to the next (they
+    are joined by a line holding "}", which no name, separator or value takes), so its cost
+    is one scan, not one per message."""
+    texts = [t for t in texts if t]
+    found: set[str] = set()
+    for text in texts:
+        if "-----BEGIN" in text:  # a block runs to its text's end when it has no END line
+            found.update(m.group(0) for m in _PRIVATE_KEY.finditer(text))
+    return found | _unkeyed_secrets(_SEPARATE.join(texts))
+
+
+_SEPARATE = "\n}\n"
+
+
+def _unkeyed_secrets(text: str) -> set[str]:
+    """What every pattern but the private key block's finds in ``text``."""
+    found: set[str] = {m.group(0) for m in _TOKENS.finditer(text)}
     lowered = _ascii_lowered(text)
     for valued, trigger, lower in _TRIGGERED:
         hits = trigger.finditer(text) if lower is None or lowered is None else \
@@ -163,4 +184,5 @@ def without_secrets(pieces: list[str], secrets: set[str]) -> list[str]:
     return out
 
 
-__all__ = ["MARK", "credential_in", "redact", "secrets_in", "without_secrets"]
+__all__ = ["MARK", "credential_in", "redact", "secrets_in", "secrets_in_texts",
+           "without_secrets"]
