@@ -32,6 +32,9 @@ def reader(lines: list[str]) -> Any:
     return read
 
 
+BRACKETED_PASTE_ON = b"\x1b[?2004h"  # what a program writes to have pastes bracketed
+
+
 def users(body: dict[str, Any]) -> list[str]:
     return [m["content"] for m in body["messages"] if m["role"] == "user"]
 
@@ -99,6 +102,9 @@ def test_on_a_terminal_a_long_line_and_a_paste_arrive_whole(tmp_path: Path) -> N
 
         try:
             wait_for("you› ".encode())
+            # the terminal is asked to bracket pastes (CPython turns readline's request off):
+            # without it a real terminal sends a multi-line paste as typed lines
+            assert BRACKETED_PASTE_ON in screen, screen[-300:]
             time.sleep(0.2)
             send("a" * 6000 + "\r")
             wait_for(b"got 6000 chars")

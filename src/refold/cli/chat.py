@@ -183,9 +183,14 @@ def line_editing() -> bool:
     message where the terminal and readline do bracketed paste (readline 8.1 and later). False
     where there is no readline (Windows)."""
     try:
-        import readline  # noqa: F401  # importing it is what makes input() use it
+        import readline  # importing it is what makes input() use it
     except ImportError:
         return False
+    if "libedit" not in (readline.__doc__ or ""):
+        # CPython turns GNU readline's bracketed paste off (for its REPL, which runs each
+        # pasted line): the terminal was then never asked to bracket a paste, so each line of a
+        # multi-line paste went as a message of its own
+        readline.parse_and_bind("set enable-bracketed-paste on")
     return True
 
 
