@@ -88,3 +88,25 @@ def test_a_long_streamed_reply_wraps_on_the_chat_console() -> None:
     renderer.show(Output("reply", "slow answer " * 50 + "THE-END", {"streamed": True}))
     assert "THE-END" in buffer.getvalue()
     assert console.soft_wrap  # plain prints after the reply wrap in the terminal again
+
+
+def test_a_streamed_reply_taller_than_the_screen_is_left_in_the_scrollback_once() -> None:
+    """A live region taller than the terminal is redrawn from its top on every refresh, and the
+    lines of each redraw that scrolled off stay in the scrollback: in tmux a reply of two
+    screens left its first paragraph there 20 times. The live reply keeps to the screen, and
+    the whole reply is printed once when it ends."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, width=60, height=10, color_system=None,
+                      soft_wrap=True, highlight=False)
+    renderer = Renderer(console, markdown=True)
+    paragraphs = [f"Paragraph {i}: " + "lorem ipsum dolor " * 6 for i in range(8)]
+    heights = []
+    for paragraph in paragraphs:
+        renderer.on_text(paragraph + "\n\n")
+        renderer._live.refresh()
+        heights.append(renderer._live._live_render._shape[1])
+    end = len(buffer.getvalue())
+    renderer.show(Output("reply", "\n\n".join(paragraphs), {"streamed": True}))
+    assert max(heights) < console.height, heights
+    final = buffer.getvalue()[end:].rsplit("\x1b[2K", 1)[-1]  # after the live region's erasure
+    assert [final.count(f"Paragraph {i}:") for i in range(8)] == [1] * 8, final

@@ -88,16 +88,22 @@ class Renderer:
             # wraps plain prints) it cut every line of the reply at the terminal's width
             self._soft_wrap = self.console.soft_wrap
             self.console.soft_wrap = False
-            self._live = Live(console=self.console, refresh_per_second=12,
-                              vertical_overflow="visible")
+            # the live region shows the reply's last screenful and is cleared at the end, where
+            # the whole reply is printed once: a live region taller than the screen is redrawn
+            # from its top on every refresh, and each redraw's lines that had scrolled off stayed
+            # in the scrollback (a reply of two screens left its first paragraph there 20 times)
+            self._live = Live(console=self.console, refresh_per_second=12, transient=True)
             self._live.start()
-        self._live.update(Markdown("".join(self._streamed)))
+        self._live.update(_Tail(Markdown("".join(self._streamed))))
 
     def end_stream(self) -> None:
         """The streamed reply is complete (or broke off): leave it on the screen."""
         if self._live is not None:
+            from rich.markdown import Markdown
+
             try:
                 self._live.stop()
+                self.console.print(Markdown("".join(self._streamed)))
             finally:
                 self._live = None
                 self.console.soft_wrap = self._soft_wrap
@@ -160,6 +166,22 @@ class Renderer:
     def error(self, err: RefoldError) -> None:
         self.end_stream()
         self._print(f"error: {err}", "red")
+
+
+class _Tail:
+    """The last lines of a renderable that fit the screen (a live region must not outgrow it)."""
+
+    def __init__(self, renderable: Any) -> None:
+        self.renderable = renderable
+
+    def __rich_console__(self, console: Any, options: Any) -> Iterator[Any]:
+        from rich.segment import Segment
+
+        lines = console.render_lines(self.renderable, options.update(height=None), pad=False)
+        keep = max(1, console.size.height - 1)  # a row for the cursor below the region
+        for line in lines[-keep:]:
+            yield from line
+            yield Segment.line()
 
 
 def _clip(text: str, width: int) -> str:
