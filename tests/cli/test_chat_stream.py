@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from rich.cells import cell_len
 from rich.console import Console
 
 from refold.cli.chat import Renderer
@@ -110,3 +111,21 @@ def test_a_streamed_reply_taller_than_the_screen_is_left_in_the_scrollback_once(
     assert max(heights) < console.height, heights
     final = buffer.getvalue()[end:].rsplit("\x1b[2K", 1)[-1]  # after the live region's erasure
     assert [final.count(f"Paragraph {i}:") for i in range(8)] == [1] * 8, final
+
+
+def test_search_hits_keep_to_one_terminal_line_with_wide_characters() -> None:
+    """`/search 中文` on a 100-column terminal: each hit was cut at 110 characters, so a Chinese
+    snippet (two columns a character) took three lines and an English one fit on one."""
+    from types import SimpleNamespace
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, width=80, color_system=None,
+                      soft_wrap=True, highlight=False)
+    snippets = ["你好！这是一个[中文]回复。日本語の返事もあります：こんにちは、世界。" * 3,
+                "plain " * 40, "短い"]
+    hits = [SimpleNamespace(session_title="side quest", session_id="s1", seq=i, role="user",
+                            snippet=text) for i, text in enumerate(snippets)]
+    Renderer(console).show(Output("hits", "中文", {"hits": hits}))
+    lines = buffer.getvalue().splitlines()
+    assert len(lines) == 3 and all(cell_len(line) <= 80 for line in lines), lines
+    assert lines[0].endswith("…") and lines[2].endswith("短い")

@@ -139,7 +139,10 @@ class Renderer:
             self._print(f"no match for {out.text!r}", "yellow")
         for hit in hits:
             title = hit.session_title or hit.session_id[:12]
-            self._print(f"  {title} #{hit.seq} {hit.role}: {_clip(hit.snippet, 110)}")
+            head = f"  {title} #{hit.seq} {hit.role}: "
+            # one line each, as wide as the terminal leaves (a CJK character takes two columns)
+            room = max(20, min(110, self.console.width - _cells(head)))
+            self._print(head + _clip(hit.snippet, room))
 
     def _memory(self, out: Output) -> None:
         targets = out.data.get("targets") or {}
@@ -148,7 +151,7 @@ class Renderer:
         for target, entries in targets.items():
             self._print(f"{target.upper()} ({len(entries)} entries)", "bold")
             for entry in entries:
-                self._print(f"  • {_clip(entry, 120)}")
+                self._print(f"  • {_clip(entry, max(20, min(120, self.console.width - 4)))}")
 
     def _warning(self, out: Output) -> None:
         self._print(f"warning: {out.text}", "yellow")
@@ -184,9 +187,20 @@ class _Tail:
             yield Segment.line()
 
 
+def _cells(text: str) -> int:
+    from rich.cells import cell_len
+
+    return cell_len(text)
+
+
 def _clip(text: str, width: int) -> str:
+    """``text`` on one line of at most ``width`` terminal columns (wide characters count 2)."""
+    from rich.cells import set_cell_size
+
     flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[:width - 1] + "…"
+    if _cells(flat) <= width:
+        return flat
+    return set_cell_size(flat, width - 1).rstrip() + "…"
 
 
 PROMPT = "you› "
