@@ -129,3 +129,17 @@ def test_search_hits_keep_to_one_terminal_line_with_wide_characters() -> None:
     lines = buffer.getvalue().splitlines()
     assert len(lines) == 3 and all(cell_len(line) <= 80 for line in lines), lines
     assert lines[0].endswith("…") and lines[2].endswith("短い")
+
+
+@pytest.mark.parametrize("columns", [100, 50, 40])
+def test_the_gauge_fits_a_narrow_terminal(columns: int) -> None:
+    """At 50 columns the gauge broke mid-word over two lines ("…until comp" / "action · …")."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, width=columns, color_system=None,
+                      soft_wrap=True, highlight=False)
+    Renderer(console).show(Output("gauge", data={"tokens": 1234, "threshold": 96_000,
+                                                 "window": 128_000, "compacted": True}))
+    lines = buffer.getvalue().splitlines()
+    assert len(lines) == 1 and cell_len(lines[0]) < columns, lines
+    assert "1.2k / 96.0k" in lines[0] and "(1%)" in lines[0] and "compacted" in lines[0]
+    assert ("until compaction" in lines[0]) == (columns == 100)

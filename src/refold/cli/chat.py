@@ -32,14 +32,23 @@ def _k(n: int) -> str:
     return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
 
 
-def gauge_line(tokens: int, threshold: int, window: int) -> str:
-    """``[██████░░░░] 12.3k / 64.0k until compaction · window 128.0k (19%)``."""
+def gauge_line(tokens: int, threshold: int, window: int, columns: int | None = None) -> str:
+    """``[██████░░░░] 12.3k / 64.0k until compaction · window 128.0k (19%)``; shorter forms
+    where that does not fit in ``columns`` (a narrow terminal broke it mid-word)."""
     fraction = tokens / threshold if threshold else 0.0
-    filled = min(GAUGE_WIDTH, round(fraction * GAUGE_WIDTH))
-    bar = "█" * filled + "░" * (GAUGE_WIDTH - filled)
     used = tokens / window * 100 if window else 0.0
-    return (f"[{bar}] {_k(tokens)} / {_k(threshold)} until compaction · window {_k(window)} "
-            f"({used:.0f}%)")
+
+    def bar(width: int) -> str:
+        filled = min(width, round(fraction * width))
+        return "[" + "█" * filled + "░" * (width - filled) + "]"
+
+    full = (f"{bar(GAUGE_WIDTH)} {_k(tokens)} / {_k(threshold)} until compaction · window "
+            f"{_k(window)} ({used:.0f}%)")
+    if columns is None or len(full) <= columns:
+        return full
+    short = f" {_k(tokens)} / {_k(threshold)} · {_k(window)} ({used:.0f}%)"
+    width = min(GAUGE_WIDTH, columns - len(short) - 2)
+    return (bar(width) + short) if width >= 5 else short.strip()
 
 
 def breakdown_line(parts: dict[str, Any]) -> str:
@@ -130,8 +139,10 @@ class Renderer:
 
     def _gauge(self, out: Output) -> None:
         d = out.data
-        line = gauge_line(d["tokens"], d["threshold"], d["window"])
-        self._print(line + ("  · compacted" if d.get("compacted") else ""), "cyan")
+        mark = "  · compacted" if d.get("compacted") else ""
+        line = gauge_line(d["tokens"], d["threshold"], d["window"],
+                          self.console.width - len(mark) - 1)
+        self._print(line + mark, "cyan")
 
     def _hits(self, out: Output) -> None:
         hits = out.data.get("hits") or []
