@@ -143,3 +143,16 @@ def test_the_gauge_fits_a_narrow_terminal(columns: int) -> None:
     assert len(lines) == 1 and cell_len(lines[0]) < columns, lines
     assert "1.2k / 96.0k" in lines[0] and "(1%)" in lines[0] and "compacted" in lines[0]
     assert ("until compaction" in lines[0]) == (columns == 100)
+
+
+@pytest.mark.parametrize("extra", [(), ("--no-stream",)])
+def test_a_rate_limit_says_the_wait_the_upstream_named(tmp_path: Path,
+                                                       extra: tuple[str, ...]) -> None:
+    """A 429 with ``Retry-After: 7`` printed "(retry later)": the wait was dropped."""
+    limited = ScriptedReply(status=429, headers={"Retry-After": "7"},
+                            error={"error": {"message": "rate limited"}})
+    with serve([limited, "after the wait"]) as up:
+        result = chat(tmp_path, up.base_url, ["hi", "hi", "/quit"], *extra)
+    assert result.exit_code == 0, result.output
+    assert "HTTP 429: rate limited (the upstream asks to retry in 7 s)" in result.output
+    assert "after the wait" in result.output

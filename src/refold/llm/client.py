@@ -17,7 +17,11 @@ import httpx
 
 from refold._records import dataclass, field
 from refold.errors import InvalidInput, UpstreamError
-from refold.llm.failures import bad_response, classify_http_error, classify_transport_error
+from refold.llm.failures import (
+    bad_response,
+    classify_transport_error,
+    response_error,
+)
 from refold.messages.model import Message, wire_form
 
 log = logging.getLogger(__name__)
@@ -83,7 +87,7 @@ class HttpChatClient:
         except httpx.HTTPError as exc:
             raise classify_transport_error(exc, self.base_url) from exc
         if response.status_code >= 400:
-            raise classify_http_error(response.status_code, response.text)
+            raise response_error(response.status_code, response.text, response.headers)
         return parse_completion(response.text, response.status_code)
 
     @property

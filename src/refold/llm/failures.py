@@ -20,6 +20,7 @@ own error message (truncated).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from typing import Any
@@ -97,6 +98,32 @@ def classify_http_error(status: int, body_text: str) -> UpstreamError:
     if status >= 500:
         return UpstreamError(message, kind="server", status=status, body=body)
     return UpstreamError(message, kind="bad_request", status=status, body=body)
+
+
+def response_error(status: int, body_text: str, headers: Any) -> UpstreamError:
+    """``classify_http_error`` with the response's ``Retry-After`` / ``retry-after-ms``: kept
+    on the error (``headers``) and, on a rate limit, said in its hint — "retry later" left a
+    person at ``refold chat`` to guess the wait the upstream had named."""
+    error = classify_http_error(status, body_text)
+    kept = {name: str(headers[name]) for name in ("retry-after", "retry-after-ms")
+            if headers.get(name)}
+    error.headers.update(kept)
+    wait = _retry_seconds(kept)
+    if error.kind == "rate_limit" and wait is not None:
+        error.hint = f"the upstream asks to retry in {wait} s"
+    return error
+
+
+def _retry_seconds(headers: dict[str, str]) -> str | None:
+    """Seconds to wait, from ``retry-after-ms`` or a numeric ``Retry-After`` (an HTTP date is
+    left to the headers)."""
+    with contextlib.suppress(ValueError):
+        if "retry-after-ms" in headers:
+            return f"{float(headers['retry-after-ms']) / 1000:g}"
+    with contextlib.suppress(ValueError):
+        if "retry-after" in headers:
+            return f"{float(headers['retry-after']):g}"
+    return None
 
 
 def classify_transport_error(exc: httpx.HTTPError, url: str = "") -> UpstreamError:

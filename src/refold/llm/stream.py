@@ -16,7 +16,12 @@ from typing import Any
 import httpx
 
 from refold.llm.client import ChatResult, HttpChatClient
-from refold.llm.failures import bad_response, classify_http_error, classify_transport_error
+from refold.llm.failures import (
+    bad_response,
+    classify_http_error,
+    classify_transport_error,
+    response_error,
+)
 from refold.llm.sse import DONE, Event, EventSplitter, StreamAssembler, parse_chunk
 from refold.messages.model import Message, wire_form
 
@@ -53,7 +58,7 @@ def stream_completion(client: HttpChatClient, messages: Sequence[Message], *, mo
                                 timeout=timeout or client.timeout) as response:
             if response.status_code >= 400:
                 response.read()
-                raise classify_http_error(response.status_code, response.text)
+                raise response_error(response.status_code, response.text, response.headers)
             for data in response.iter_bytes():
                 if _fold(splitter.feed(data), folded, on_text):
                     break
