@@ -156,3 +156,18 @@ def test_a_rate_limit_says_the_wait_the_upstream_named(tmp_path: Path,
     assert result.exit_code == 0, result.output
     assert "HTTP 429: rate limited (the upstream asks to retry in 7 s)" in result.output
     assert "after the wait" in result.output
+
+
+def test_a_whole_reply_is_rendered_as_markdown_on_a_terminal_too() -> None:
+    """`refold chat --no-stream` ("markdown on a terminal", says its help) printed the reply's
+    markdown raw: `# Heading`, `**bold**` and the code fence as typed."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, width=60, color_system=None)
+    text = "# Title\n\nSome **bold** text.\n\n```python\nx = 1\n```"
+    Renderer(console, markdown=True).show(Output("reply", text, {"streamed": False}))
+    screen = buffer.getvalue()
+    assert "Title" in screen and "bold" in screen and "x = 1" in screen
+    assert "**bold**" not in screen and "# Title" not in screen and "```" not in screen
+    plain = io.StringIO()
+    Renderer(Console(file=plain, color_system=None)).show(Output("reply", text, {}))
+    assert plain.getvalue() == text + "\n"  # piped: the text as it came

@@ -72,7 +72,7 @@ class Renderer:
 
     def __init__(self, console: Any, *, markdown: bool = False) -> None:
         self.console = console
-        self.markdown = markdown  # streamed replies rendered as markdown, live (a terminal)
+        self.markdown = markdown  # replies rendered as markdown (a terminal); streamed ones live
         self.status: Any = None  # the "thinking…" spinner of the turn, stopped at first text
         self._live: Any = None
         self._soft_wrap = False  # the console's own, while a live reply lays lines out
@@ -129,6 +129,14 @@ class Renderer:
     def _reply(self, out: Output) -> None:
         if out.data.get("streamed"):
             self.end_stream()  # already on the screen
+            return
+        if self.markdown:  # a whole reply (--no-stream) on a terminal: rendered as well
+            from rich.markdown import Markdown
+
+            if self.status is not None:  # the spinner's line stayed under the heading
+                self.status.stop()
+                self.status = None
+            self.console.print(Markdown(out.text))
             return
         self._print(out.text)
 
