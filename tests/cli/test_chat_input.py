@@ -120,3 +120,26 @@ def test_on_a_terminal_a_long_line_and_a_paste_arrive_whole(tmp_path: Path) -> N
             child.wait(timeout=20)
         sent = [users(r)[-1] for r in up.llm.requests]
     assert sent == ["a" * 6000, "line one\nline two"]
+
+
+def test_a_pasted_block_is_a_message_even_when_it_starts_with_a_slash(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bracketed paste of several lines arrives as one line holding newlines; one starting
+    with "/" (a path, a shell prompt's output) was run as a command: "/etc/hosts says:" was an
+    unknown command, and a paste starting with "/quit" left the chat."""
+    from refold.cli import chat as chat_module
+
+    block = "/etc/hosts says:\n127.0.0.1 localhost"
+    read = reader([block, "/quit\nmore"])
+    assert list(chat_module._lines(True, print, editing=True, read=read)) == [
+        (block, True), ("/quit\nmore", True)]
+    assert list(chat_module._lines(True, print, editing=True, read=reader(["/help"]))) == [
+        ("/help", False)]
+    monkeypatch.setattr(chat_module, "_piped", reader([block, "/quit"]))  # as readline gives it
+    with serve(default=lambda body: "ok") as up:
+        result = CliRunner().invoke(
+            cli, ["--home", str(tmp_path), "chat", "--upstream", up.base_url, "--no-tools"],
+            env={"REFOLD_UPSTREAM": None}, catch_exceptions=False)
+        sent = [users(r)[-1] for r in up.llm.requests]
+    assert result.exit_code == 0, result.output
+    assert sent == [block] and "unknown command" not in result.output

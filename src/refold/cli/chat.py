@@ -277,6 +277,11 @@ def _lines(interactive: bool, warn: Callable[[str], None], *, editing: bool = Fa
         if interactive and not editing and _cut(line):
             warn(CUT_WARNING)
             continue
+        if "\n" in line.strip():
+            # a bracketed paste of several lines: a message, even one that starts with "/" (a
+            # pasted path or shell session was taken for an unknown command, or for /quit)
+            yield line, True
+            continue
         if line.strip().lower() != "/paste":
             yield line, False
             continue
