@@ -412,21 +412,27 @@ class SessionRuntime:
         a call's arguments, then diverged from that branch and forked a new branch holding a
         copy of its own conversation, at each such turn.) ``sent`` gets the cleared results of
         the adoption taken (``adopt_stored``)."""
+        # adoption reads no further than the conversation goes, and a session with more
+        # messages than it has is extended by none of its identities (each one chains all the
+        # messages before it): a session's rows are read only as far as that
+        limit = len(conversation) + 1
         mine: dict[int, Message] = {}
         adopted = adopt_stored(conversation, [
-            r.message for r in self.store.get_messages(self.session_id)], mine)
+            r.message for r in self.store.get_messages(self.session_id, limit=limit)], mine)
         identities = chain_identities(adopted)
         tip = self.store.view_tip(self.session_id).last_identity
         if tip is not None and tip not in identities:
             for sid in family(self.store, self._root_id):
                 if sid == self.session_id:
                     continue
+                rows = self.store.get_messages(sid, limit=limit)
+                if len(rows) == limit:
+                    continue  # longer than the conversation: it does not extend this one
                 other_tip = self.store.view_tip(sid).last_identity
                 if other_tip is None:
                     continue
                 theirs: dict[int, Message] = {}
-                other = adopt_stored(conversation, [
-                    r.message for r in self.store.get_messages(sid)], theirs)
+                other = adopt_stored(conversation, [r.message for r in rows], theirs)
                 if other == adopted:
                     continue  # spelled alike: its identities are the ones place() compares
                 other_ids = chain_identities(other)
