@@ -33,6 +33,17 @@ def test_pragmas_and_info(tmp_path: Path) -> None:
         assert store.db.conn.execute("PRAGMA synchronous").fetchone()[0] == 1
 
 
+def test_a_pathlib_path_opens_the_store(tmp_path: Path) -> None:
+    """``SQLiteStore(tmp_path / "a.db")``, as Python users write paths, was a TypeError deep
+    in the WAL checkpointer (``Path + str``)."""
+    with SQLiteStore(tmp_path / "a.db") as store:
+        sid = store.create_session(title="p").id
+        store.append_messages(sid, [user("kept")])
+        assert store.path == str(tmp_path / "a.db")
+    with SQLiteStore(tmp_path / "a.db") as again:
+        assert [r.message["content"] for r in again.get_messages(sid)] == ["kept"]
+
+
 def test_open_store_picks_sqlite(tmp_path: Path) -> None:
     store = open_store(f"sqlite:///{tmp_path}/c.db")
     assert isinstance(store, SQLiteStore) and store.path == f"{tmp_path}/c.db"

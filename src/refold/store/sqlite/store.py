@@ -12,6 +12,7 @@ transaction (see ``database.Database``); ``prune_sessions`` removes only whole i
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from typing import Any
 
@@ -39,12 +40,14 @@ class SQLiteStore(SearchOps, VectorOps, BulkOps):
     past it (a long reader held it) and a checkpoint could complete.
     """
 
-    def __init__(self, path: str = ":memory:", *, synchronous: Synchronous = "FULL",
+    def __init__(self, path: str | os.PathLike[str] = ":memory:", *,
+                 synchronous: Synchronous = "FULL",
                  busy_timeout_ms: int = 30_000, vfs: str | None = None,
                  scan_budget_seconds: float = 2.0,
                  wal_limit_bytes: int = WAL_LIMIT_BYTES) -> None:
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise InvalidInput(f"unknown synchronous mode {synchronous!r}")
+        path = os.fspath(path)  # a pathlib.Path is as good as its string
         self.url = path if path == ":memory:" else f"sqlite:///{path}"
         self.path = path
         self.scan_budget_seconds = scan_budget_seconds
