@@ -109,6 +109,16 @@ def test_garbage_file_is_a_storage_error(tmp_path: Path) -> None:
         SQLiteStore(str(path))
 
 
+def test_a_directory_is_refused_with_a_file_to_name_instead(tmp_path: Path) -> None:
+    """``--db ~/data`` named a directory: the error said only "unable to open database file
+    (check the path and its permissions)", which sent users to chmod."""
+    with pytest.raises(StorageError) as refused:
+        SQLiteStore(tmp_path)
+    assert "it is a directory" in str(refused.value)
+    assert str(tmp_path / "refold.db") in (refused.value.hint or "")
+    assert list(tmp_path.iterdir()) == []  # nothing made in it
+
+
 def test_closed_store_raises_storage_error(tmp_path: Path) -> None:
     store = SQLiteStore(str(tmp_path / "closed.db"))
     store.close()

@@ -197,6 +197,9 @@ class Database:
 
     @staticmethod
     def _connect(path: str, vfs: str | None, busy_timeout_ms: int) -> sqlite3.Connection:
+        if path != ":memory:" and os.path.isdir(path):
+            raise StorageError(f"cannot open the database at {path}: it is a directory",
+                               hint=f"name a file, e.g. {os.path.join(path, 'refold.db')}")
         try:
             if path != ":memory:":
                 parent = os.path.dirname(os.path.abspath(path))
