@@ -164,3 +164,34 @@ def test_the_when_column_has_the_whole_year(home: Path, monkeypatch: pytest.Monk
     fast, _ = _both(["search", "currency", "--limit", "1"], home, monkeypatch, capsys)
     row = fast[1].splitlines()[1]
     assert re.search(r"  \d{4}-\d\d-\d\d \d\d:\d\d  ", row), row
+
+
+DASHED = [
+    ["search", "-W error"],  # a query that starts with "-" but holds a space: no option does
+    ["search", "-W error", "--limit", "2"],
+    ["search", "--limit", "2", "-W error", "--json"],
+]
+
+
+@pytest.mark.parametrize("args", DASHED, ids=[" ".join(a) for a in DASHED])
+def test_a_query_that_starts_with_a_dash_is_a_query(args: list[str], home: Path,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``refold search "-W error"`` (searching for a flag someone passed) was click's
+    "No such option: -W" on both paths."""
+    assert fast_search(args) is not None
+    fast, slow = _both(args, home, monkeypatch, capsys)
+    assert fast == slow
+    assert fast[0] == 0 and "No such option" not in fast[2]
+
+
+def test_an_unknown_option_says_how_to_search_for_a_dashed_word(
+        home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("REFOLD_HOME", str(home))
+    assert entry._run(["search", "-staging"]) == 2
+    assert "refold search -- -staging" in capsys.readouterr().err
+    assert entry._run(["search", "--", "-staging"]) == 0  # the way it names
+    capsys.readouterr()
+    assert entry._run(["search", "currency", "--limt", "2"]) == 2  # a misspelt option: click's
+    err = capsys.readouterr().err
+    assert "Did you mean '--limit'?" in err and "goes after '--'" not in err

@@ -12,6 +12,7 @@ grows, pass ``--session``.
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -23,7 +24,7 @@ import click
 from refold._records import dataclass, replace
 from refold.cli.app import AppContext, emit, pass_app
 from refold.cli.context import to_json
-from refold.cli.searching import OPTIONS, Option, parse_when, run_search
+from refold.cli.searching import OPTIONS, Option, parse_when, queries_last, run_search
 from refold.cli.terminal import safe_text
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
 from refold.messages.agent_logs import AGENT_FORMATS, AGENT_NAMES
@@ -640,10 +641,30 @@ def _click_option(option: Option) -> Callable[[Any], Any]:
                         **extra)
 
 
+class _SearchCommand(click.Command):
+    """``refold search``: a query that starts with "-" is still a query where it cannot be an
+    option ("-W error", "-staging deploy": it holds white space), and an unknown option's error
+    says how to search for one that does not ("--", as any command line)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        args = queries_last(list(args))
+        typed_args = list(args)  # the parser consumes ``args``
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            if exc.possibilities:  # a misspelt option ("Did you mean '--limit'?")
+                raise
+            typed = next((a for a in typed_args if a.startswith(exc.option_name)),
+                         exc.option_name)
+            raise click.UsageError(
+                f"{exc.format_message()} (a query that starts with '-' goes after '--': "
+                f"refold search -- {shlex.quote(typed)})", ctx) from None
+
+
 def _search_command(fn: Callable[..., None]) -> click.Command:
     for option in reversed(OPTIONS):  # decorators apply bottom-up; help lists them in order
         fn = _click_option(option)(fn)
-    return click.command("search")(click.argument("query")(fn))
+    return click.command("search", cls=_SearchCommand)(click.argument("query")(fn))
 
 
 @_search_command
@@ -657,7 +678,8 @@ def search_cmd(app: AppContext, query: str, **values: Any) -> None:
     day it names ("May 2nd", "21.01.2024", "5月2号") ranks that day's messages, and a
     session whose title
     matches comes first. Explicit syntax means exactly what it says: "a phrase", a AND b,
-    a OR b, -b or NOT b, deplo* (prefix).
+    a OR b, -b or NOT b, deplo* (prefix). A query of one word that starts with "-" goes
+    after "--": refold search -- -staging.
     """
     run_search(app, query, values, click.echo,
                lambda text: click.style(text, fg="yellow", bold=True))

@@ -234,6 +234,27 @@ def _split(args: Sequence[str], i: int, known: dict[str, Any]) -> tuple[Any, str
     return target, args[i + 1], i + 2
 
 
+def queries_last(args: list[str]) -> list[str]:
+    """``args`` of a search command with a query that starts with "-" but holds white space
+    (no option does: "-W error") moved after "--", where a parser takes it as the query."""
+    out: list[str] = []
+    moved: list[str] = []
+    takes_value = False
+    for n, arg in enumerate(args):
+        if arg == "--":
+            out.extend(args[n:])
+            break
+        if not takes_value and arg.startswith("-") and any(c.isspace() for c in arg):
+            moved.append(arg)
+            continue
+        option = _BY_FLAG.get(arg)
+        takes_value = option is not None and option.kind != "flag"
+        out.append(arg)
+    if not moved:
+        return args
+    return [*out, *moved] if "--" in out else [*out, "--", *moved]
+
+
 def fast_search(args: Sequence[str]) -> Callable[[], None] | None:
     """A runner for a plain ``refold [--home/--db/--set …] search QUERY [options]`` command
     line, or None when click should handle it."""
@@ -254,7 +275,9 @@ def fast_search(args: Sequence[str]) -> Callable[[], None] | None:
     i += 1
     while i < len(args):
         arg = args[i]
-        if arg.startswith("-") and arg != "-":
+        if query is None and arg.startswith("-") and any(c.isspace() for c in arg):
+            query, i = arg, i + 1  # no option holds white space: "-W error" is a query
+        elif arg.startswith("-") and arg != "-":
             step = _split(args, i, _BY_FLAG)
             if step is None:
                 return None
