@@ -170,6 +170,8 @@ def checkpoint_draft(projection: Projection, view: Sequence[Message], result: Co
                  if wire_form(m) != wire_form(r.message)}
     if overrides:
         details["overrides"] = overrides
+    if projection.window is not None:  # planned from a client's sliding window: its own
+        details["window"] = projection.window
     return CheckpointDraft(
         summary=report.summary, first_seq=first_seq, last_seq=last_seq,
         tail_start_seq=tail_start_seq, anchors=list(report.anchors),

@@ -47,7 +47,7 @@ active chain is exactly the history (by identity).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from refold.store.base import Store
@@ -118,10 +118,14 @@ def family(store: Store, root_id: str) -> list[str]:
 
 
 def place(store: Store, root_id: str, current_id: str, identities: Sequence[str],
-          diverge: Diverge) -> tuple[str, bool]:
+          diverge: Diverge, window: Callable[[list[str]], str | None] | None = None
+          ) -> tuple[str, bool]:
     """The session the history with ``identities`` is synced into (see the module doc), and
     whether the ledger changed other than by appending: for "rewind" an edited tail is rewound
-    here; another session of the family may answer."""
+    here; another session of the family may answer. ``window``: asked, with the family's
+    sessions, when the history extends none of them, before it is taken for an edit or
+    another conversation; it returns the session it stored the history in as a sliding
+    window of it (``refold.runtime.window``: an append, nothing left to sync), or None."""
     if not identities:
         return current_id, False
     positions = {identity: i for i, identity in enumerate(identities)}
@@ -132,6 +136,9 @@ def place(store: Store, root_id: str, current_id: str, identities: Sequence[str]
     extending = {sid: n for sid, n in covered.items() if n is not None}
     if extending:
         return max(extending, key=lambda sid: extending[sid]), True
+    slid = window(members) if window is not None else None
+    if slid is not None:
+        return slid, False
     best, keep, first_other = current_id, -1, None
     for sid in dict.fromkeys([current_id, *members]):
         common, other = _common(store, sid, identities)

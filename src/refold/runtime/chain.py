@@ -213,6 +213,9 @@ def _identity_core(message: Message) -> dict[str, Any]:
     return {k: message[k] for k in IDENTITY_KEYS if message.get(k) is not None}
 
 
+identity_core = _identity_core  # what a message's identity hashes (``refold.runtime.window``)
+
+
 def _frozen(message: Message) -> dict[str, Any]:
     form = comparable(message)
     if any(isinstance(v, dict | list) for v in form.values()):

@@ -105,7 +105,7 @@ class Checkpointer:
             return None
         self.precompactor.discard()
         report = self._compact_now(projection, target_tokens=target)
-        after = self.measure(self._host.store.projection(self._session_id))
+        after = self.measure(self._mirror.read_projection())
         if report is None and after >= before:  # nobody compacted (or not enough)
             return None
         return before, after
@@ -152,7 +152,7 @@ class Checkpointer:
         view is used (the mirror's view is dropped, so the caller re-reads it); when it holds
         the lease too long, the turn goes on uncompacted."""
         store, session_id = self._host.store, self._session_id
-        seen = projection.checkpoint.id if projection.checkpoint else None
+        seen = projection.base_checkpoint_id
         taken = self._ops.take_lease(store, session_id, self._holder, seen)
         if not taken:
             self._mirror.view = None
@@ -162,8 +162,8 @@ class Checkpointer:
                                            "uncompacted")
             return None
         try:
-            fresh = store.projection(session_id)
-            if (fresh.checkpoint.id if fresh.checkpoint else None) != seen and \
+            fresh = self._mirror.read_projection()  # (a client's sliding window: its rows)
+            if fresh.base_checkpoint_id != seen and \
                     self.measure(fresh) < (target_tokens or self._ops.threshold):
                 self._mirror.view = None
                 return None  # another compactor did it while we waited for the lease
@@ -262,7 +262,7 @@ class Checkpointer:
                          session_id)
                 return None
             try:
-                seen = snapshot.checkpoint.id if snapshot.checkpoint else None
+                seen = snapshot.base_checkpoint_id
                 if store.view_tip(session_id).checkpoint_id != seen:
                     return None
                 return ops.plan(snapshot, system, tools, trigger=trigger,

@@ -151,8 +151,7 @@ class ContextOps:
             return None
         rows = [r for r in projection.messages if r.seq < draft.tail_start_seq]
         return Plan(draft=draft,
-                    base_checkpoint_id=projection.checkpoint.id if projection.checkpoint
-                    else None,
+                    base_checkpoint_id=projection.base_checkpoint_id,
                     summarized=tuple((r.seq, r.identity) for r in rows), report=report,
                     source=projection, target_tokens=target_tokens,
                     base=CheckpointBase.of(projection))

@@ -8,6 +8,12 @@ Two caches, both only ever trusted while the store agrees (see their modules):
   running token sum, so a turn that follows its own writes needs one small ``view_tip`` query
   (or none: ``confirmed``) instead of re-reading and re-counting the projection.
 
+A client that sends a sliding window of its conversation (``refold.runtime.window``) sees
+only that window: ``window`` is the seq of the stored row its first message is, and both the
+view and every projection read here start there (a checkpoint is applied only when it was
+planned from that very window: one of the whole conversation, or of an earlier window, stands
+for messages the client no longer sends). The known chain then holds the window's messages.
+
 Every write to the session's messages goes through here, so nothing the runtime did is left
 out of the caches; a write the mirror cannot account for (another writer, a rewind, a
 checkpoint) drops them and the next read is a full one. The mirror never decides anything about
@@ -57,6 +63,9 @@ class SessionMirror:
         self._marked: tuple[object, ViewCache, tuple[Any, ...]] | None = None
         self.view_reads = 0  # full projection reads for a turn (the rest reused ``view``)
         self.last_reply: tuple[str, int] | None = None  # (session id, seq) of the last record
+        # the seq a client's sliding window starts at (None: its history is the whole session);
+        # set by each full-path placement of a history, kept by the fast path (same window)
+        self.window: int | None = None
 
     # -- state -------------------------------------------------------------------------------
     def forget(self) -> None:
@@ -67,6 +76,7 @@ class SessionMirror:
     def moved_to(self, session_id: str) -> None:
         """The runtime continues in ``session_id`` (rotation): nothing cached applies."""
         self.view = None
+        self.window = None
         self.session_id = session_id
 
     def view_is_confirmed(self) -> bool:
@@ -98,10 +108,11 @@ class SessionMirror:
         """The projection as a ``ViewCache``: ours when the store's tip says it is still
         current (one small query), else a full read (kept when consistent)."""
         view = self.view
-        if view is not None and view is self.confirmed:
+        if view is not None and view is self.confirmed and view.window == self.window:
             return view  # this turn's own append saw the store end here (no read needed)
         tip = self.store.view_tip(self.session_id)
-        if view is not None and view.session_id == self.session_id and view.current(tip):
+        if view is not None and view.session_id == self.session_id \
+                and view.window == self.window and view.current(tip):
             return view
         self.view_reads += 1
         projection = self.read_projection()
@@ -113,13 +124,35 @@ class SessionMirror:
         """The stored projection, its checkpoint applied only while the rows it replaced are
         still the active chain: a rewind into a compacted stretch (the client went back to an
         earlier point) leaves the checkpoint summarizing messages the client no longer sends,
-        so then the active rows are served whole (the next compaction plans from them)."""
-        projection = self.store.projection(self.session_id)
-        checkpoint = projection.checkpoint
-        if checkpoint is None or self.store.get_messages(
-                self.session_id, start_seq=checkpoint.last_seq, end_seq=checkpoint.last_seq):
-            return projection
-        return Projection(self.session_id, None, self.store.get_messages(self.session_id))
+        so then the active rows are served whole (the next compaction plans from them).
+
+        With a sliding ``window``: the active rows from its first one, the checkpoint applied
+        only when it was planned from that same window (the rows it stands for are all in
+        it); any other checkpoint is set aside, so a compaction planned from these rows
+        follows it (``Projection.set_aside``) and stands for the window alone."""
+        window = self.window
+        if window is None:
+            projection = self.store.projection(self.session_id)
+            checkpoint = projection.checkpoint
+            if checkpoint is None or (checkpoint.details.get("window") is None and
+                                      self._still_active(checkpoint.last_seq)):
+                return projection
+            rows = self.store.get_messages(self.session_id)
+            if checkpoint.details.get("window") is None:
+                return Projection(self.session_id, None, rows)  # (rewound into: as before)
+            return Projection(self.session_id, None, rows, set_aside=checkpoint.id)
+        checkpoint = self.store.latest_checkpoint(self.session_id)
+        if checkpoint is not None and checkpoint.details.get("window") == window:
+            projection = self.store.projection(self.session_id)
+            if projection.checkpoint is not None and projection.checkpoint.id == checkpoint.id \
+                    and self._still_active(checkpoint.last_seq):
+                return records.replace(projection, window=window)
+        rows = self.store.get_messages(self.session_id, start_seq=window)
+        return Projection(self.session_id, None, rows, window=window,
+                          set_aside=checkpoint.id if checkpoint is not None else None)
+
+    def _still_active(self, seq: int) -> bool:
+        return bool(self.store.get_messages(self.session_id, start_seq=seq, end_seq=seq))
 
     def recent_rows(self, count: int) -> list[Message] | None:
         """The last ``count`` active rows up to the reply just recorded, from this turn's
@@ -181,12 +214,32 @@ class SessionMirror:
         the client's own form of each message, when given: a tool result it cleared)."""
         self.chain = None
         self.view = None  # the store may rewind: read the projection afresh
+        self.window = None  # the history is the whole conversation
         result = self.store.sync_messages(self.session_id, conversation, token_counts=counts)
         end = result.appended[-1].identity if result.appended else \
             self.store.view_tip(self.session_id).last_identity
         if end == tip:
             self.chain = KnownChain.of(self.session_id,
                                        conversation if forms is None else forms, tip)
+        return result
+
+    def slide(self, start_seq: int, window: list[Message], suffix: list[Message],
+              counts: list[int | None], tip: str) -> AppendResult | None:
+        """A client's sliding window continues this session (``refold.runtime.window``): its
+        first messages are the stored rows from ``start_seq`` to the last one (``tip``), the
+        rest (``suffix``) is appended after it — checked in the write transaction. The view
+        starts at ``start_seq`` from now on and the known chain is the window (``window``:
+        each message in the form the request carries it). None when another writer moved
+        the session meanwhile (nothing stored)."""
+        self.forget()
+        try:
+            result = self.store.append_messages(self.session_id, suffix, token_counts=counts,
+                                                expect_last=tip)
+        except Conflict:
+            return None
+        self.window = start_seq
+        end = result.appended[-1].identity if result.appended else tip
+        self.chain = KnownChain.of(self.session_id, window, end)
         return result
 
     # -- appending -----------------------------------------------------------------------------

@@ -51,7 +51,8 @@ from refold.runtime.recall import with_recall
 from refold.runtime.rotation import Rotation
 from refold.runtime.valid import provider_valid
 from refold.runtime.view import ViewCache, detached
-from refold.store.base import Store
+from refold.runtime.window import MIN_OVERLAP, WindowMatch, match_tail
+from refold.store.base import Store, StoredMessage
 
 if TYPE_CHECKING:
     from refold.runtime.context import ContextOps
@@ -380,26 +381,81 @@ class SessionRuntime:
         valid = [wire_form(m) for m in self.ops.validate(history)]
         system, conversation = split_system(valid)
         sent: dict[int, Message] = {}  # results the client cleared, as it sent them
+        window = conversation
         if any(m.get("role") == "assistant" for m in conversation):  # a reply re-spelled?
             conversation, identities = self._adopted(conversation, sent)
         else:
             identities = chain_identities(conversation)
+        slid: list[StoredMessage] | None = None
         if conversation:
+            def slide(members: list[str]) -> str | None:
+                nonlocal slid
+                slid = self._slide(window, system, members)
+                return self.session_id if slid is not None else None
+
             target, changed = place(self.store, self._root_id, self.session_id, identities,
-                                    diverge)
+                                    diverge, window=slide)
             if changed:
                 self.precompactor.discard()  # its plan is of a chain no longer this one
             if target != self.session_id:
                 self._move_to(target)
         self._note_system_prompt(system)
         self._system_prompt = system
-        if conversation:
+        if slid is not None:
+            self._count_turns([s.message for s in slid])
+        elif conversation:
             counts = self.ops.message_counts(conversation)
             forms = [sent.get(i, m) for i, m in enumerate(conversation)] if sent else None
             result = self.mirror.sync(conversation, counts, identities[-1], forms)
             self._count_turns([s.message for s in result.appended])
             if result.rewound:
                 self.precompactor.discard()
+
+    def _slide(self, window: list[Message], system: str | None,
+               members: list[str]) -> list[StoredMessage] | None:
+        """Store ``window`` (a history's messages after its system head) as a sliding window
+        of this session, or of another session of its family (``members``: a named session's
+        side calls leave the runtime on their branch), when it is one
+        (``refold.runtime.window``; the system text must be the one that session runs with):
+        the rows appended — the runtime then follows that session — or None (it is none;
+        nothing stored). The current session is tried first, then the family's first one,
+        then the others, newest first."""
+        from refold.compaction.session import recorded_system_prompt  # lazy, as in ContextOps
+
+        if len(window) < MIN_OVERLAP or not any(m.get("role") == "assistant" for m in window):
+            return None
+        order = dict.fromkeys([self.session_id, *members[:1], *reversed(members[1:])])
+        for session_id in order:
+            prompt = self._system_prompt if session_id == self.session_id else \
+                recorded_system_prompt(self.store, session_id)
+            if (system or None) != (prompt or None):
+                continue
+            match = match_tail(self.store, session_id, window)
+            if match is None:
+                continue
+            if session_id != self.session_id:
+                self._move_to(session_id)
+            return self._slide_into(window, match)
+        return None
+
+    def _slide_into(self, window: list[Message],
+                    match: WindowMatch | None) -> list[StoredMessage] | None:
+        """Append what ``window`` adds after the tail ``match`` found (see ``_slide``)."""
+        for _ in range(3):  # another writer moving the tail in between: read it again
+            if match is None:
+                return None
+            suffix = match.conversation[match.overlap:]
+            forms = [match.sent.get(i, m) for i, m in enumerate(match.conversation)]
+            result = self.mirror.slide(match.start_seq, forms, suffix,
+                                       self.ops.message_counts(suffix), match.tip)
+            if result is not None:
+                self.precompactor.discard()  # planned from the view before the slide
+                log.info("session %s: the request is a sliding window from message %d "
+                         "(%d messages re-sent, %d new)", self.session_id, match.start_seq,
+                         match.overlap, len(suffix))
+                return result.appended
+            match = match_tail(self.store, self.session_id, window)
+        return None
 
     def _adopted(self, conversation: list[Message],
                  sent: dict[int, Message]) -> tuple[list[Message], list[str]]:

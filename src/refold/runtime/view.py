@@ -49,6 +49,8 @@ class ViewCache:
     overrides: dict[int, Message] = field(default_factory=dict)
     trusted: bool = True  # False: built from a read another writer raced; use once, never keep
     wire: list[tuple[Message, bool]] = field(default_factory=list)  # (wire form, has nesting)
+    window: int | None = None  # a sliding window's first seq (``Projection.window``)
+    set_aside: int | None = None  # the latest checkpoint, not applied (``Projection.set_aside``)
 
     def __post_init__(self) -> None:
         if len(self.wire) != len(self.view):
@@ -61,17 +63,18 @@ class ViewCache:
 
         checkpoint = projection.checkpoint
         rows = list(projection.messages)
-        trusted = (checkpoint.id if checkpoint else None) == tip.checkpoint_id and (
+        trusted = projection.base_checkpoint_id == tip.checkpoint_id and (
             not rows or (rows[-1].seq, rows[-1].identity) == (tip.last_seq, tip.last_identity))
         details = checkpoint.details if checkpoint else {}
         overrides = {int(s): m for s, m in (details.get("overrides") or {}).items()}
         view = projection_messages(projection, None)
         return cls(projection.session_id, checkpoint, rows, view, sum(map(count, view)),
-                   tip.last_seq, tip.last_identity, overrides, trusted)
+                   tip.last_seq, tip.last_identity, overrides, trusted,
+                   window=projection.window, set_aside=projection.set_aside)
 
     @property
     def checkpoint_id(self) -> int | None:
-        return self.checkpoint.id if self.checkpoint else None
+        return self.checkpoint.id if self.checkpoint else self.set_aside
 
     def current(self, tip: ViewTip) -> bool:
         """Is the stored projection still exactly this one?"""
@@ -101,7 +104,8 @@ class ViewCache:
     def snapshot(self) -> Projection:
         """The projection, as ``Store.projection`` would return it, in copies for planners."""
         rows = [records.replace(r, message=copy.deepcopy(r.message)) for r in self.rows]
-        return Projection(self.session_id, copy.deepcopy(self.checkpoint), rows)
+        return Projection(self.session_id, copy.deepcopy(self.checkpoint), rows,
+                          window=self.window, set_aside=self.set_aside)
 
 
 def _wire(message: Message) -> tuple[Message, bool]:

@@ -81,7 +81,13 @@ from refold.runtime.branches import Diverge
 from refold.runtime.prepared import Prepared
 from refold.runtime.session import SessionRuntime
 from refold.server.auth import Tenant
-from refold.server.sessions import SESSION_HEADER, SessionPool, derived_ref, session_name
+from refold.server.sessions import (
+    SESSION_HEADER,
+    SessionPool,
+    WindowOf,
+    derived_ref,
+    session_name,
+)
 from refold.server.upstream import Upstream, UpstreamStream
 from refold.server.wire import error_body, sse_error, status_for, upstream_status
 
@@ -170,16 +176,31 @@ async def chat_completions(proxy: Proxy, tenant: Tenant, headers: Mapping[str, s
 
     The session: the one ``X-Refold-Session`` names (a diverging history rewinds it), else
     ``lineage`` (a Responses continuation's, placed as a derived session is), else the one
-    derived from the conversation's opening (a diverging history branches)."""
+    derived from the conversation's opening (a diverging history branches) — or, when that
+    one does not exist yet, the stored session the history continues as a sliding window
+    (``refold.runtime.window``), under that session's own lock."""
     history = check_body(body)
     name = session_name(headers)
+    derived = not (name or lineage)
     ref = name or lineage or derived_ref(tenant.owner, history)
     lock = proxy.pool.lock(tenant.owner, ref)
     await lock.acquire()
     proxy.drain.enter()
     handed_off = False
     try:
-        rt = await proxy.pool.runtime(tenant.owner, ref, history)
+        try:
+            rt = await proxy.pool.runtime(tenant.owner, ref, history, window=derived)
+        except WindowOf as found:  # the turn is that session's: take its lock instead
+            other = proxy.pool.lock(tenant.owner, found.ref)
+            lock.release()
+            lock = other
+            try:
+                await lock.acquire()
+            except BaseException:
+                proxy.drain.leave()
+                handed_off = True  # nothing held any more
+                raise
+            rt = await proxy.pool.runtime(tenant.owner, found.ref, history)
         # a conversation the client named rewinds (reversibly) what it no longer sends; a
         # derived one branches instead, so it never rewinds another conversation's tail
         turn = _Turn(proxy, tenant, rt, body, history, raw_size,

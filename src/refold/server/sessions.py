@@ -14,7 +14,12 @@ the new prompt as an event). Sessions derived before this also hashed the first 
 (``legacy_ref``): such a session is still found under that name. Two unrelated conversations
 that open with the very same user message share a derived session's family, each in its own
 branch (``refold.runtime.branches``): nothing of one is rewound by the other; clients that want
-them apart send the header.
+them apart send the header. A client that sends a sliding window of its history (the system
+message and the last N messages) names a new derived session each time its window slides; a
+request whose derived session does not exist is first looked up as such a window
+(``refold.runtime.window``): when it continues one of the tenant's stored sessions, the request
+goes to that session (``WindowOf`` names it; its own lock and runtime), else the new session is
+created as before.
 
 Invariants:
 - one engine per tenant (owner namespace + its own memory directory); a runtime is only ever
@@ -121,13 +126,16 @@ class SessionPool:
         return engine
 
     async def runtime(self, owner: str, ref: str,
-                      history: Sequence[Message] | None = None) -> SessionRuntime:
+                      history: Sequence[Message] | None = None, *,
+                      window: bool = False) -> SessionRuntime:
         """The runtime for (owner, ref): cached, or resumed / created in a worker thread.
 
         Call with ``lock(owner, ref)`` held, so two first requests do not both create it.
         ``history``: the request's messages; a session is only created for messages that
         validate (``MessageValidationError`` otherwise), checked on that path alone, so a turn
-        of an existing session is not validated twice.
+        of an existing session is not validated twice. ``window`` (a derived name): before a
+        session is created, ``history`` is looked up as a sliding window of a stored session
+        of the tenant; ``WindowOf`` names it when it is one (nothing opened or created).
         """
         key = (owner, ref)
         rt = self._runtimes.get(key)
@@ -135,7 +143,8 @@ class SessionPool:
             self._runtimes.move_to_end(key)
             return rt
         engine = await self.engine(owner)
-        rt = await anyio.to_thread.run_sync(_open_or_create, engine, owner, ref, history)
+        rt = await anyio.to_thread.run_sync(_open_or_create, engine, owner, ref, history,
+                                            window)
         self._runtimes[key] = rt
         await self._evict()
         return rt
@@ -199,8 +208,33 @@ def check_name(ref: str) -> str:
     return title
 
 
+class WindowOf(Exception):  # (a redirection, not an error)
+    """The request's history is a sliding window of the tenant's session named ``ref``."""
+
+    def __init__(self, ref: str) -> None:
+        super().__init__(ref)
+        self.ref = ref
+
+
+def _window_ref(engine: EngineLike, owner: str, history: Sequence[Message]) -> str | None:
+    """The name (title, else id) of the tenant's stored session ``history`` continues as a
+    sliding window (``refold.runtime.window.find_window``), or None."""
+    from refold.runtime.window import find_window
+
+    store = getattr(engine, "store", None)
+    if store is None:
+        return None
+    match = find_window(store, owner, history)
+    if match is None:
+        return None
+    session = store.get_session(match.session_id)
+    log.info("a sliding window of session %s", session.id)
+    return session.title or session.id
+
+
 def _open_or_create(engine: EngineLike, owner: str, ref: str,
-                    history: Sequence[Message] | None = None) -> SessionRuntime:
+                    history: Sequence[Message] | None = None,
+                    window: bool = False) -> SessionRuntime:
     """The tenant's session named ``ref`` (its engine resolves within its owner only),
     created with the title ``ref`` when the tenant has none: titles are unique per owner.
     A name matches an exact id or title, never an id prefix: ``X-Refold-Session: c3`` must not
@@ -217,6 +251,10 @@ def _open_or_create(engine: EngineLike, owner: str, ref: str,
                                        by_prefix=False)
         except NotFound:
             pass
+    if history is not None and window:
+        found = _window_ref(engine, owner, history)
+        if found is not None and found != ref:
+            raise WindowOf(found)
     if history is not None:
         validate_messages(history)
     log.info("creating session %s", title)

@@ -146,8 +146,7 @@ class CheckpointBase:
 
     @classmethod
     def of(cls, projection: Projection) -> CheckpointBase:
-        checkpoint = projection.checkpoint
-        return cls(checkpoint.id if checkpoint else None,
+        return cls(projection.base_checkpoint_id,
                    projection.messages[-1].seq if projection.messages else None)
 
 
@@ -158,6 +157,21 @@ class Projection:
     session_id: str
     checkpoint: Checkpoint | None
     messages: list[StoredMessage]
+    # a client's sliding window (``refold.runtime.window``): the seq its first message is at
+    # (None: the whole conversation); ``messages`` then start there
+    window: int | None = None
+    # the session's latest checkpoint when it is not applied (it stands for rows the view
+    # does not hold, or for rows rewound since): what a checkpoint planned from this view follows
+    set_aside: int | None = None
+
+    @property
+    def base_checkpoint_id(self) -> int | None:
+        """The session's latest checkpoint as this view was read (applied or set aside)."""
+        return self.checkpoint.id if self.checkpoint is not None else self.set_aside
+
+
+#: How many characters of an assistant row's search text its window-candidate index holds.
+REPLY_KEY_CHARS = 128
 
 
 @dataclass(frozen=True)
@@ -297,6 +311,12 @@ class Store(Protocol):
     def get_messages(self, session_id: str, *, include_inactive: bool = False,
                      start_seq: int | None = None, end_seq: int | None = None,
                      limit: int | None = None) -> list[StoredMessage]: ...
+    # The sessions of ``owner`` that hold one of ``replies`` (assistant messages) as an active
+    # row, the one most recently stored first: the candidates a client's sliding window may
+    # continue (``refold.runtime.window`` checks each). Matched on the start of the reply's
+    # search text (an index of assistant rows), so a candidate is only a candidate.
+    def window_candidates(self, owner: str, replies: Sequence[Message], *,
+                          limit: int = 16) -> list[str]: ...
     def iter_messages(self, session_id: str, *,
                       include_inactive: bool = False) -> Iterator[StoredMessage]: ...
     def last_message(self, session_id: str) -> StoredMessage | None: ...  # last ACTIVE one

@@ -33,6 +33,7 @@ from refold.messages.model import (
     wire_form,
 )
 from refold.store.base import (
+    REPLY_KEY_CHARS,
     SPENT_NOTHING,
     AppendResult,
     Checkpoint,
@@ -94,6 +95,12 @@ def _check_messages(messages: Sequence[Message],
     if token_counts is not None and len(token_counts) != len(out):
         raise InvalidInput(f"{len(token_counts)} token counts for {len(out)} messages")
     return out
+
+
+def reply_key(message: Message) -> str:
+    """What the window-candidate index holds of an assistant row: the start of its search
+    text, as ``_insert`` stores it (empty: nothing to look up)."""
+    return clean_text(searchable_text(wire_form(message)))[:REPLY_KEY_CHARS]
 
 
 def _rewind_from_row(row: tuple[Any, ...]) -> RewindRecord:
@@ -293,6 +300,23 @@ class LedgerMixin(PgCore):
             cur.execute(f"SELECT {MESSAGE_COLS} FROM messages WHERE {where} "
                         f"ORDER BY seq{limit_sql}", args)
             return [message_from_row(r) for r in cur.fetchall()]
+
+    def window_candidates(self, owner: str, replies: Sequence[Message], *,
+                          limit: int = 16) -> list[str]:
+        """See ``Store.window_candidates``: one lookup in the index of assistant rows by the
+        start of their search text (``messages_reply_start``)."""
+        keys = list(dict.fromkeys(
+            key for key in (reply_key(m) for m in replies if isinstance(m, dict)
+                            and m.get("role") == "assistant") if key))
+        if not keys or limit <= 0:
+            return []
+        with self._tx("find window candidates") as cur:
+            cur.execute(
+                "SELECT m.session_id FROM messages m JOIN sessions s ON s.id = m.session_id "
+                f"WHERE m.role = 'assistant' AND left(m.search_text, {REPLY_KEY_CHARS}) "
+                "= ANY(%s) AND m.active AND s.owner = %s GROUP BY m.session_id "
+                "ORDER BY max(m.id) DESC LIMIT %s", (keys, owner, int(limit)))
+            return [str(r[0]) for r in cur.fetchall()]
 
     @staticmethod
     def _range(session_id: str, include_inactive: bool, start_seq: int | None,

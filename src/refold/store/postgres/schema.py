@@ -233,6 +233,11 @@ MIGRATIONS += (
     # (store.base.encode_spent): a re-import that rewinds or keeps it corrects them
     Migration(8, "usage each imported message holds of its session's totals", (
         "ALTER TABLE messages ADD COLUMN IF NOT EXISTS spent text",)),
+    # the sessions whose replies a client's sliding window re-sends (refold.runtime.window):
+    # assistant rows by the start of their search text (REPLY_KEY_CHARS), of no other role
+    Migration(9, "assistant messages by the start of their text", (
+        "CREATE INDEX IF NOT EXISTS messages_reply_start ON messages (left(search_text, 128)) "
+        "WHERE role = 'assistant'",)),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

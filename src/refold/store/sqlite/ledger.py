@@ -32,6 +32,7 @@ from refold import _records as records
 from refold.errors import Conflict, InvalidInput, MessageValidationError, NotFound
 from refold.messages.model import Message, as_plain_messages, message_identity, wire_form
 from refold.store.base import (
+    REPLY_KEY_CHARS,
     SPENT_NOTHING,
     AppendResult,
     RewindRecord,
@@ -49,7 +50,13 @@ from refold.store.base import (
 )
 from refold.store.rules import check_fork_kind, restore_point
 from refold.store.sqlite import indexer
-from refold.store.sqlite.rows import MESSAGE_COLUMNS, message_columns, to_message, to_rewind
+from refold.store.sqlite.rows import (
+    MESSAGE_COLUMNS,
+    message_columns,
+    reply_key,
+    to_message,
+    to_rewind,
+)
 from refold.store.sqlite.sessions import SessionOps, add_usage_in, check_draft
 from refold.store.titles import sanitize_title
 
@@ -298,6 +305,24 @@ class LedgerOps(SessionOps):
         with self.db.read() as conn:
             self._session(conn, session_id)
             return [to_message(r) for r in conn.execute(sql, args)]
+
+    def window_candidates(self, owner: str, replies: Sequence[Message], *,
+                          limit: int = 16) -> list[str]:
+        """See ``Store.window_candidates``: one lookup in the index of assistant rows by the
+        start of their search text (``messages_reply_start``)."""
+        keys = list(dict.fromkeys(
+            key for key in (reply_key(m) for m in replies if isinstance(m, dict)
+                            and m.get("role") == "assistant") if key))
+        if not keys or limit <= 0:
+            return []
+        marks = ", ".join("?" * len(keys))
+        with self.db.read() as conn:
+            rows = conn.execute(
+                "SELECT m.session_id FROM messages m JOIN sessions s ON s.id = m.session_id "
+                f"WHERE m.role = 'assistant' AND substr(m.text, 1, {REPLY_KEY_CHARS}) "
+                f"IN ({marks}) AND m.active = 1 AND s.owner = ? GROUP BY m.session_id "
+                "ORDER BY max(m.id) DESC LIMIT ?", (*keys, owner, int(limit))).fetchall()
+        return [str(r[0]) for r in rows]
 
     def iter_messages(self, session_id: str, *,
                       include_inactive: bool = False) -> Iterator[StoredMessage]:

@@ -15,7 +15,14 @@ from typing import Any
 
 from refold.messages.model import Message, canonical_json, searchable_text, wire_form
 from refold.search.query import has_cjk
-from refold.store.base import Checkpoint, Event, RewindRecord, Session, StoredMessage
+from refold.store.base import (
+    REPLY_KEY_CHARS,
+    Checkpoint,
+    Event,
+    RewindRecord,
+    Session,
+    StoredMessage,
+)
 
 SESSION_COLUMNS = ("id, title, parent_session_id, link_kind, source, model, owner, started_at, "
                    "ended_at, end_reason, message_count, input_tokens, output_tokens, "
@@ -52,6 +59,12 @@ def message_columns(message: Message) -> tuple[str, str, str, str | None, int]:
     return (safe_text(str(wire.get("role", ""))), encode_json(wire), text,
             safe_text(str(tool_call_id)) if tool_call_id is not None else None,
             1 if has_cjk(text) else 0)
+
+
+def reply_key(message: Message) -> str:
+    """What the window-candidate index holds of an assistant row: the start of its search
+    text, as ``message_columns`` stores it (empty: nothing to look up)."""
+    return safe_text(searchable_text(wire_form(message)))[:REPLY_KEY_CHARS]
 
 
 def to_session(row: sqlite3.Row | tuple[Any, ...]) -> Session:

@@ -1,0 +1,135 @@
+"""A client's sliding window: a history that re-sends the end of a stored conversation.
+
+Many agent frameworks send the model their system message and only the last N messages
+(LangChain's ``trim_messages(..., include_system=True)``, token-budgeted memories, chat UIs'
+"last N turns"). Each such request starts somewhere new, so matching histories by their start
+(the derived session name, the identity chain) took every slid window for a conversation of its
+own, its messages stored again. A history continues a stored session by its window when:
+
+- its messages after the system head *begin* with a stretch equal to the session's active
+  *tail* — by the identity the proxy matches messages by anywhere else (a reply re-sent in
+  another spelling, a tool result re-sent cleared, a reply of several calls re-sent split are
+  the stored ones: ``refold.runtime.chain``) — of at least ``MIN_OVERLAP`` messages, at least
+  one of them the model's (an assistant message);
+- its system text is the session's recorded system prompt (no system message: none recorded);
+- the session belongs to the same tenant (``Store.window_candidates`` looks within one owner).
+
+A window whose stretch equals an older part of the session (not its tail) is an edit and goes
+the way an edit goes. The window's rest is appended after the tail, so each message is stored
+once, and what goes upstream is still the window alone: the runtime's view starts at the
+stored row the window's first message is (``SessionMirror.window``), its tokens counted from
+there, and a checkpoint is applied only when it was planned from that very window.
+
+Finding candidates costs one indexed lookup (``Store.window_candidates``: assistant rows by the
+start of their text), and only for a request that would otherwise open a new conversation; the
+session's runtime checks the tail again when it places the history (another writer may have
+moved it meanwhile).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from refold._records import dataclass
+from refold.messages.model import Message, chain_identities, content_text, wire_form
+from refold.runtime.chain import adopt_stored, cleared, identity_core, resent, same
+from refold.store.base import Store, StoredMessage
+
+MIN_OVERLAP = 2  # messages the window's start shares with the stored tail, at least
+LOOKUP_REPLIES = 8  # the window's last replies looked up (the session's last reply is one)
+MAX_CANDIDATES = 16
+
+
+@dataclass(frozen=True)
+class WindowMatch:
+    """How a window continues ``session_id``."""
+
+    session_id: str
+    start_seq: int  # the stored row the window's first message is
+    overlap: int  # how many of the window's first messages are the stored tail
+    conversation: list[Message]  # the window after its system head, replies spelled as stored
+    sent: dict[int, Message]  # results the client cleared, as sent (index in ``conversation``)
+    tip: str  # identity of the stored tail's last row (what comes next is appended after it)
+    updated: float  # when that row was stored
+
+
+def system_of(history: Sequence[Any]) -> tuple[str | None, list[Message]] | None:
+    """(the system text, the conversation after the system head) of an unchecked request's
+    messages, or None when one of them is not a message object."""
+    if not all(isinstance(m, dict) for m in history):
+        return None
+    index = 0
+    parts: list[str] = []
+    while index < len(history) and history[index].get("role") in ("system", "developer"):
+        parts.append(content_text(history[index]))
+        index += 1
+    system = "\n\n".join(p for p in parts if p)
+    return system or None, [wire_form(m) for m in history[index:]]
+
+
+def tail_rows(store: Store, session_id: str, count: int) -> list[StoredMessage]:
+    """The last ``count`` active rows of the session (all of them when it has fewer)."""
+    last = store.view_tip(session_id).last_seq
+    if last is None or count <= 0:
+        return []
+    span = count
+    while True:
+        start = max(1, last - span + 1)
+        rows = store.get_messages(session_id, start_seq=start)
+        if len(rows) >= count or start == 1:
+            return rows[-count:]
+        span *= 2  # rewound rows in between: look further back
+
+
+def match_tail(store: Store, session_id: str, conversation: list[Message]
+               ) -> WindowMatch | None:
+    """How ``conversation`` (wire form, after its system head) continues the session's active
+    tail as a sliding window, or None (see the module doc; the system text is the caller's to
+    compare). The longest stretch wins."""
+    if len(conversation) < MIN_OVERLAP:
+        return None
+    rows = tail_rows(store, session_id, len(conversation) + 1)
+    total = len(rows)
+    first = identity_core(conversation[0])
+    for overlap in range(min(len(conversation), total), MIN_OVERLAP - 1, -1):
+        start = total - overlap
+        if start == 0 and total <= len(conversation):
+            continue  # the window starts at the session's start: an ordinary history
+        core = identity_core(rows[start].message)
+        if not (same(first, core) or resent(first, core) or cleared(first, core)):
+            continue
+        sent: dict[int, Message] = {}
+        adopted = adopt_stored(list(conversation), [r.message for r in rows[start:]], sent)
+        stretch = adopted[:overlap]
+        if len(stretch) < overlap or not any(m.get("role") == "assistant" for m in stretch):
+            continue
+        previous = rows[start - 1].identity if start > 0 else None
+        if chain_identities(stretch, previous)[-1] != rows[-1].identity:
+            continue
+        return WindowMatch(session_id, rows[start].seq, overlap, adopted, sent,
+                           rows[-1].identity, rows[-1].created_at)
+    return None
+
+
+def find_window(store: Store, owner: str, history: Sequence[Any]) -> WindowMatch | None:
+    """The stored session of ``owner`` that ``history`` (a request's messages, unchecked)
+    continues as a sliding window — the most recently updated one when several do — or
+    None. One indexed lookup, then each candidate's tail and system prompt are read."""
+    from refold.compaction.session import recorded_system_prompt  # lazy, as in ContextOps
+
+    split = system_of(history)
+    if split is None:
+        return None
+    system, conversation = split
+    replies = [m for m in conversation if m.get("role") == "assistant"][-LOOKUP_REPLIES:]
+    if len(conversation) < MIN_OVERLAP or not replies:
+        return None
+    best: WindowMatch | None = None
+    for session_id in store.window_candidates(owner, replies, limit=MAX_CANDIDATES):
+        if recorded_system_prompt(store, session_id) != system:
+            continue
+        match = match_tail(store, session_id, conversation)
+        if match is not None and (best is None or match.updated > best.updated):
+            best = match
+    return best

@@ -1,0 +1,325 @@
+"""A client that sends a sliding window of its history stays one conversation.
+
+Agent frameworks trim what they send: the system message and the last N messages (LangChain's
+``trim_messages(..., include_system=True)``, token-budgeted memories, chat UIs' "last N turns").
+Each request whose window slid used to start a new derived session holding a copy of the
+window (8 turns, system + last 5 messages: 6 sessions, 36 rows for 16 messages). A window
+whose first messages are the stored session's tail now continues that session: each message
+stored once, and the upstream still receives exactly the window (``refold.runtime.window``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from refold.store import Store
+from refold.testing import ScriptedReply, serve
+
+ProxyFactory = Callable[..., Any]
+Msg = dict[str, Any]
+SYSTEM: Msg = {"role": "system", "content": "You are terse."}
+
+
+def ask(client: openai.OpenAI, messages: list[Msg], stream: bool, **extra: Any
+        ) -> tuple[Msg, str]:
+    """One request; (the reply as the client keeps it, the X-Refold-Session answering)."""
+    if not stream:
+        raw = client.chat.completions.with_raw_response.create(
+            model="m", messages=messages, **extra)  # type: ignore[arg-type]
+        message = raw.parse().choices[0].message
+        reply: Msg = {"role": "assistant", "content": message.content}
+        if message.tool_calls:
+            reply["tool_calls"] = [c.model_dump() for c in message.tool_calls]
+        return reply, raw.headers["x-refold-session"]
+    with client.chat.completions.with_streaming_response.create(
+            model="m", messages=messages, stream=True, **extra) as raw:  # type: ignore[arg-type]
+        text = ""
+        for line in raw.iter_lines():
+            if line.startswith("data: {"):
+                for choice in json.loads(line[6:])["choices"]:
+                    text += choice["delta"].get("content") or ""
+        return {"role": "assistant", "content": text}, raw.headers["x-refold-session"]
+
+
+def contents(store: Store, session_id: str, inactive: bool = False) -> list[str]:
+    return [str(r.message.get("content")) for r in
+            store.get_messages(session_id, include_inactive=inactive)]
+
+
+def slide(start_proxy: ProxyFactory, store: Store, stream: bool, sizes: list[int],
+          headers: dict[str, str] | None = None) -> None:
+    """Turn i sends the system message and the last ``sizes[i % len(sizes)]`` messages."""
+    turns = 8
+    with serve([f"answer {i}" for i in range(turns)]) as up:
+        proxy = start_proxy(up)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="x", max_retries=0,
+                               default_headers=headers)
+        full: list[Msg] = []
+        answered: set[str] = set()
+        for i in range(turns):
+            full.append({"role": "user", "content": f"question number {i} about topic {i * 7}"})
+            window = [SYSTEM, *full[-sizes[i % len(sizes)]:]]
+            reply, session = ask(client, window, stream)
+            answered.add(session)
+            assert up.llm.requests[-1]["messages"] == window  # the window, nothing else
+            full.append(reply)
+    sessions = store.list_sessions()
+    assert len(sessions) == 1, [(s.title, s.link_kind) for s in sessions]
+    assert answered == {sessions[0].id}
+    assert contents(store, sessions[0].id, inactive=True) == [m["content"] for m in full]
+    assert store.list_rewinds(sessions[0].id) == []
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_window_sliding_by_a_turn_stays_one_conversation(
+        start_proxy: ProxyFactory, sqlite_store: Store, stream: bool) -> None:
+    slide(start_proxy, sqlite_store, stream, [5])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_window_sliding_by_odd_counts_stays_one_conversation(
+        start_proxy: ProxyFactory, sqlite_store: Store, stream: bool) -> None:
+    """Windows of 5, 4, 6 and 3 messages: they slide by 1 and 3 messages, and some start
+    with the model's reply."""
+    slide(start_proxy, sqlite_store, stream, [5, 4, 6, 3])
+
+
+def test_a_sliding_window_stays_one_conversation_on_postgres(
+        start_pg_proxy: ProxyFactory, postgres_store: Store) -> None:
+    slide(start_pg_proxy, postgres_store, False, [5, 4])
+
+
+def test_a_named_session_whose_client_slides_its_window_appends(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """With ``X-Refold-Session`` the slid window forked a branch holding a copy of it each
+    turn (it shares no start with the named conversation); it is appended now."""
+    slide(start_proxy, sqlite_store, True, [5, 4], headers={"X-Refold-Session": "my-chat"})
+    assert sqlite_store.list_sessions()[0].title == "my-chat"
+
+
+def test_a_named_sliding_window_on_postgres(start_pg_proxy: ProxyFactory,
+                                            postgres_store: Store) -> None:
+    slide(start_pg_proxy, postgres_store, False, [3], headers={"X-Refold-Session": "pg-chat"})
+
+
+def test_two_conversations_alike_stay_apart(start_proxy: ProxyFactory,
+                                            sqlite_store: Store) -> None:
+    """Same system prompt, questions that differ by a word, windows of the last 3 messages,
+    turns interleaved: two sessions, each holding its own conversation once."""
+    with serve([f"reply {i}" for i in range(12)]) as up:
+        proxy = start_proxy(up)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="x", max_retries=0)
+        convs: dict[str, list[Msg]] = {"cats": [], "dogs": []}
+        seen: dict[str, set[str]] = {"cats": set(), "dogs": set()}
+        for i in range(6):
+            for topic, conv in convs.items():
+                conv.append({"role": "user", "content": f"Tell me fact {i} about {topic}."})
+                window = [SYSTEM, *conv[-3:]]
+                reply, session = ask(client, window, False)
+                assert up.llm.requests[-1]["messages"] == window
+                seen[topic].add(session)
+                conv.append(reply)
+    assert len(seen["cats"]) == 1 and len(seen["dogs"]) == 1
+    assert seen["cats"] != seen["dogs"]
+    assert len(sqlite_store.list_sessions()) == 2
+    for topic, conv in convs.items():
+        (session,) = seen[topic]
+        assert contents(sqlite_store, session, inactive=True) == [m["content"] for m in conv]
+
+
+def test_a_window_of_an_older_stretch_is_not_appended(start_proxy: ProxyFactory,
+                                                      sqlite_store: Store) -> None:
+    """A window that starts with stored messages followed by other stored ones (not the tail)
+    is an edit, as before: a conversation of its own; the first one is left as it was."""
+    with serve([f"reply {i}" for i in range(5)]) as up:
+        proxy = start_proxy(up)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="x", max_retries=0)
+        conv: list[Msg] = []
+        for i in range(3):
+            conv.append({"role": "user", "content": f"step {i}"})
+            reply, first = ask(client, [SYSTEM, *conv], False)
+            conv.append(reply)
+        edited = [SYSTEM, *conv[2:4], {"role": "user", "content": "step 2, said otherwise"}]
+        _, other = ask(client, edited, False)
+        assert up.llm.requests[-1]["messages"] == edited
+    assert other != first
+    assert contents(sqlite_store, first) == [m["content"] for m in conv]  # untouched
+    assert contents(sqlite_store, other) == [*[m["content"] for m in edited[1:]], "reply 3"]
+    assert sqlite_store.list_rewinds(first) == []
+
+
+def test_a_window_with_another_system_prompt_is_another_conversation(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    with serve([f"reply {i}" for i in range(4)]) as up:
+        proxy = start_proxy(up)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="x", max_retries=0)
+        conv: list[Msg] = [{"role": "user", "content": "first"}]
+        reply, first = ask(client, [SYSTEM, *conv], False)
+        conv += [reply, {"role": "user", "content": "second"}]
+        reply, same = ask(client, [SYSTEM, *conv], False)
+        conv += [reply, {"role": "user", "content": "third"}]
+        other_agent = {"role": "system", "content": "You are a different agent."}
+        _, other = ask(client, [other_agent, *conv[-3:]], False)
+    assert same == first and other != first
+
+
+def test_another_keys_session_is_never_continued(start_proxy: ProxyFactory,
+                                                 sqlite_store: Store) -> None:
+    """Tenants: the same window sent with another client key is that key's own conversation."""
+    keys = ["key-alpha-123", "key-beta-456"]
+    with serve([f"reply {i}" for i in range(4)]) as up:
+        proxy = start_proxy(up, api_keys=keys)
+        alpha, beta = (openai.OpenAI(base_url=proxy.base_url, api_key=k, max_retries=0)
+                       for k in keys)
+        conv: list[Msg] = [{"role": "user", "content": "hello"}]
+        reply, mine = ask(alpha, [SYSTEM, *conv], False)
+        conv += [reply, {"role": "user", "content": "more"}]
+        reply, _ = ask(alpha, [SYSTEM, *conv], False)
+        conv += [reply, {"role": "user", "content": "and then?"}]
+        _, theirs = ask(beta, [SYSTEM, *conv[-3:]], False)
+    assert theirs != mine
+    owners = {s.id: s.owner for s in sqlite_store.list_sessions()}
+    assert owners[theirs] != owners[mine]
+    assert contents(sqlite_store, mine) == ["hello", "reply 0", "more", "reply 1"]
+
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_window_that_starts_with_a_tool_result_whose_call_slid_out(
+        start_proxy: ProxyFactory, sqlite_store: Store, stream: bool) -> None:
+    """The window starts with a tool's result, its call no longer in it: the session goes on,
+    and the request goes upstream provider-valid — the orphan result left out, as any orphan
+    result is, and the response says so."""
+    replies = [ScriptedReply(content=None, tool_calls=[CALL]), "It says hi.", "Bye."]
+    with serve(replies) as up:
+        proxy = start_proxy(up)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="x", max_retries=0)
+        conv: list[Msg] = [{"role": "user", "content": "read it"}]
+        call = {"role": "assistant", "content": None, "tool_calls": [CALL]}
+        ask(client, [SYSTEM, *conv], False, tools=TOOLS)
+        conv += [call, {"role": "tool", "tool_call_id": "call_1", "content": "hi"}]
+        reply, first = ask(client, [SYSTEM, *conv], False, tools=TOOLS)
+        conv += [reply, {"role": "user", "content": "thanks"}]
+        window = [SYSTEM, *conv[2:]]  # the result, the answer, the new message
+        raw = httpx.post(proxy.base_url + "/chat/completions", json={
+            "model": "m", "messages": window, "tools": TOOLS, "stream": stream})
+        assert raw.status_code == 200
+        sent = up.llm.requests[-1]["messages"]
+    assert raw.headers["x-refold-session"] == first
+    assert sent == [SYSTEM, *conv[3:]]  # the orphan result is not sent
+    assert "1 orphan removed" in raw.headers["x-refold-warnings"]
+    assert contents(sqlite_store, first) == ["read it", "None", "hi", "It says hi.", "thanks",
+                                             "Bye."]
+
+
+def test_a_window_that_begins_with_a_tool_call_and_its_result(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """The window's edge falls before the call: the pair goes upstream whole."""
+    replies = [ScriptedReply(content=None, tool_calls=[CALL]), "It says hi.", "Bye."]
+    with serve(replies) as up:
+        proxy = start_proxy(up)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="x", max_retries=0)
+        conv: list[Msg] = [{"role": "user", "content": "read it"}]
+        call = {"role": "assistant", "content": None, "tool_calls": [CALL]}
+        ask(client, [SYSTEM, *conv], False, tools=TOOLS)
+        conv += [call, {"role": "tool", "tool_call_id": "call_1", "content": "hi"}]
+        reply, first = ask(client, [SYSTEM, *conv], True, tools=TOOLS)
+        conv += [reply, {"role": "user", "content": "thanks"}]
+        window = [SYSTEM, *conv[1:]]
+        _, session = ask(client, window, False, tools=TOOLS)
+        sent = up.llm.requests[-1]["messages"]
+    assert session == first
+    assert sent == window
+    assert len(sqlite_store.get_messages(first)) == 6
+
+
+def test_a_window_of_a_compacted_conversation_sends_the_window(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """The conversation was compacted while the client sent all of it; then it sends only its
+    last messages: what goes upstream is that window — not the checkpoint's summary of what
+    came before it, which the client no longer sends."""
+    history: list[Msg] = []
+    for n in range(30):
+        history += [{"role": "user", "content": f"Question {n}: tell me about topic {n}. "
+                                                + "detail " * 40},
+                    {"role": "assistant", "content": f"Answer {n}: " + "because " * 40}]
+    history.append({"role": "user", "content": "And finally?"})
+    with serve(["Finally, this.", "Short again."]) as up:
+        proxy = start_proxy(up, context_length=3_000)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="x", max_retries=0)
+        raw = client.chat.completions.with_raw_response.create(
+            model="m", messages=[SYSTEM, *history])  # type: ignore[arg-type]
+        assert raw.headers.get("x-refold-compacted")  # compacted before the first reply
+        first = raw.headers["x-refold-session"]
+        history += [{"role": "assistant", "content": "Finally, this."},
+                    {"role": "user", "content": "One more?"}]
+        window = [SYSTEM, *history[-5:]]
+        _, session = ask(client, window, False)
+        sent = up.llm.requests[-1]["messages"]
+    assert session == first
+    assert sent == window
+    assert len(sqlite_store.list_checkpoints(first)) >= 1
+    assert len(sqlite_store.get_messages(first)) == len(history) + 1
+
+
+def test_a_window_over_the_threshold_is_compacted_from_its_own_messages(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """A window too big for the context is compacted as any request is — from the window's
+    messages alone: nothing of what slid out of it reaches the upstream, not even summarized."""
+    history: list[Msg] = [{"role": "user", "content": "EARLIEST question, never resent"},
+                          {"role": "assistant", "content": "EARLIEST answer"}]
+    for n in range(30):
+        history += [{"role": "user", "content": f"Question {n}: tell me about topic {n}. "
+                                                + "detail " * 40},
+                    {"role": "assistant", "content": f"Answer {n}: " + "because " * 40}]
+    with serve(["ok"] + ["later"] * 3) as up:
+        proxy = start_proxy(up, context_length=100_000)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="x", max_retries=0)
+        # the whole conversation, stored in a roomy context first
+        first = ask(client, [SYSTEM, *history, {"role": "user", "content": "go on"}],
+                    False)[1]
+    history += [{"role": "user", "content": "go on"}, {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "now a window"}]
+    with serve(["done"]) as up:
+        proxy = start_proxy(up, context_length=3_000)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="x", max_retries=0)
+        window = [SYSTEM, *history[4:]]  # the earliest exchange slid out
+        raw = client.chat.completions.with_raw_response.create(
+            model="m", messages=window)  # type: ignore[arg-type]
+        sent = up.llm.requests[-1]["messages"]
+    assert raw.headers["x-refold-session"] == first
+    assert raw.headers.get("x-refold-compacted")
+    assert "EARLIEST" not in json.dumps(sent)
+    assert sent[-1] == window[-1] and len(sent) < len(window)
+    assert len(sqlite_store.get_messages(first)) == len(history) + 1
+
+
+def test_the_messages_api_shares_the_sliding_window(start_proxy: ProxyFactory,
+                                                    sqlite_store: Store) -> None:
+    """``POST /v1/messages`` goes the same way: one conversation, the window sent."""
+    with serve([f"answer {i}" for i in range(6)]) as up:
+        proxy = start_proxy(up)
+        sdk = anthropic.Anthropic(base_url=proxy.root, api_key="x", max_retries=0, timeout=30)
+        full: list[Msg] = []
+        for i in range(6):
+            full.append({"role": "user", "content": f"question {i}"})
+            window = full[-3:]  # (each window starts with a user's message, as Anthropic's do)
+            reply = sdk.messages.create(model="claude-x", max_tokens=50, system="Be terse.",
+                                        messages=window)  # type: ignore[arg-type]
+            sent = up.llm.requests[-1]["messages"]
+            assert [m["content"] for m in sent[1:]] == [m["content"] for m in window]
+            full.append({"role": "assistant",
+                         "content": reply.content[0].text})  # type: ignore[union-attr]
+    sessions = sqlite_store.list_sessions()
+    assert len(sessions) == 1, [s.title for s in sessions]
+    assert contents(sqlite_store, sessions[0].id) == [m["content"] for m in full]
