@@ -251,12 +251,12 @@ def _open_or_create(engine: EngineLike, owner: str, ref: str,
                                        by_prefix=False)
         except NotFound:
             pass
-    if history is not None and window:
-        found = _window_ref(engine, owner, history)
-        if found is not None and found != ref:
-            raise WindowOf(found)
     if history is not None:
         validate_messages(history)
+        if window:  # (messages that validate only: the lookup reads them)
+            found = _window_ref(engine, owner, history)
+            if found is not None and found != ref:
+                raise WindowOf(found)
     log.info("creating session %s", title)
     try:
         return engine.open_session(None, new=True, title=title, source="serve")
