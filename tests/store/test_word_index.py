@@ -14,7 +14,7 @@ import pytest
 from refold.search.query import parse_query
 from refold.search.rank import best_first
 from refold.store.base import SearchQuery
-from refold.store.sqlite import cjklen, indexer, wordindex
+from refold.store.sqlite import cjklen, indexer, plainscore, wordindex
 from refold.store.sqlite.natural import fast_scores, natural_scores
 from refold.store.sqlite.store import SQLiteStore
 
@@ -60,10 +60,16 @@ def compare(store: SQLiteStore, question: str, limit: int = 20, **filters: objec
     return len(want)
 
 
-@pytest.fixture(autouse=True)
-def small_archives_use_the_index(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(autouse=True, params=["numpy", "plain"])
+def small_archives_use_the_index(request: pytest.FixtureRequest,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test twice: the index scored with NumPy, then with the standard library
+    (``plainscore.py``, what a fresh process uses for a query of few postings)."""
     monkeypatch.setattr(wordindex, "MIN_ROWS", 0)
     monkeypatch.setattr(wordindex, "SEGMENT", 2)  # merges at 2 chunks: the tests cross them
+    postings = 10**12 if request.param == "plain" else -1
+    monkeypatch.setattr(plainscore, "PLAIN_COLD", postings)
+    monkeypatch.setattr(plainscore, "PLAIN_WARM", postings)
 
 
 @pytest.fixture

@@ -629,8 +629,15 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     if not plan.words or any(t.prefix for t in plan.words):
         return None
     through = watermark(conn)
-    words = wordindex.word_scores(conn, [(" ".join(t.words), t.fts5()) for t in plan.words],
-                                  through)
+    asked = [(" ".join(t.words), t.fts5()) for t in plan.words]
+    gathered = wordindex.gather(conn, asked, through)
+    if gathered is None:
+        return None
+    from refold.store.sqlite import plainscore
+
+    if plainscore.use_plain(gathered):  # few postings: no NumPy (its import costs more)
+        return plainscore.fast_scores(conn, plan, query, limit, gathered)
+    words = wordindex.word_scores(conn, asked, through, gathered)
     if words is None:
         return None
     import numpy as np

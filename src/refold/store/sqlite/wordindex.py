@@ -624,11 +624,19 @@ class WordScores:
         return have[at] == ids
 
 
-def _postings(np: Any, conn: sqlite3.Connection, term: str, tail: list[tuple[int, int]],
+Parts = list[tuple[int, bytes, bytes, bytes]]  # one token's (chunk, ids, tfs, lens) rows
+
+
+def _parts(conn: sqlite3.Connection, term: str) -> Parts:
+    """One token's sealed postings rows, in chunk order."""
+    return [(int(c), bytes(i), bytes(t), bytes(n)) for c, i, t, n in conn.execute(
+        "SELECT chunk, ids, tfs, lens FROM word_postings WHERE term = ? ORDER BY chunk",
+        (term,))]
+
+
+def _postings(np: Any, parts: Parts, tail: list[tuple[int, int]],
               tail_lengths: dict[int, int]) -> tuple[Any, Any, Any]:
     """One token's (ids int64, tf float64, lengths float64), sealed chunks then the tail."""
-    parts = conn.execute("SELECT chunk, ids, tfs, lens FROM word_postings WHERE term = ? "
-                         "ORDER BY chunk", (term,)).fetchall()
     sizes = np.fromiter((len(p[1]) // 2 for p in parts), dtype=np.int64, count=len(parts))
     bases = np.fromiter((int(p[0]) * CHUNK for p in parts), dtype=np.int64, count=len(parts))
     ids = (np.frombuffer(b"".join(p[1] for p in parts), dtype="<u2").astype(np.int64)
@@ -685,16 +693,34 @@ def _phrase(np: Any, conn: sqlite3.Connection, match: str, tokens: tuple[str, ..
     return matched[keep], counts[keep], dl[keep]
 
 
-def term_weights(conn: sqlite3.Connection, terms: Sequence[tuple[str, str]],
-                 indexed_through: int) -> list[tuple[Any, Any]] | None:
-    """Each term's (ids, bm25 weights) as FTS5's ``bm25()`` of the OR of ``terms`` ((text,
-    its FTS5 string) each, in query order) adds them up, or None when this index cannot
-    answer exactly (then FTS5 does)."""
+@dataclass(frozen=True)
+class Gathered:
+    """What scoring a query's word terms needs, read once: each term's tokens (``made``, in
+    query order), every token's sealed postings rows (``parts``) and tail postings, the tail's
+    lengths and FTS5's totals (``bm25()``'s collection size and average length)."""
+
+    terms: tuple[tuple[str, str], ...]
+    made: tuple[tuple[str, ...], ...]
+    parts: dict[str, Parts]
+    tail: dict[str, list[tuple[int, int]]]
+    tail_lengths: dict[int, int]
+    total_rows: int
+    avgdl: float
+
+    def postings(self) -> int:
+        """How many postings the terms' tokens hold (what scoring them all costs)."""
+        return sum(len(p[1]) // 2 for parts in self.parts.values() for p in parts) + sum(
+            len(found) for found in self.tail.values())
+
+
+def gather(conn: sqlite3.Connection, terms: Sequence[tuple[str, str]],
+           indexed_through: int) -> Gathered | None:
+    """The inputs of ``term_weights`` for ``terms`` ((text, its FTS5 string) each, in query
+    order), or None when this index cannot answer exactly (then FTS5 does)."""
     if indexed_through < MIN_ROWS or not terms:
         return None
-    np = _numpy()
     path = database_path(conn)
-    if np is None or path is None:
+    if path is None:
         return None
     if conn.execute("SELECT EXISTS (SELECT 1 FROM word_changes)").fetchone()[0]:
         return None
@@ -731,16 +757,35 @@ def term_weights(conn: sqlite3.Connection, terms: Sequence[tuple[str, str]],
         if total_rows != rows + tail_rows or total_tokens != tokens + tail_tokens \
                 or total_rows <= 0:
             return None
-    avgdl = float(total_tokens) / float(total_rows)
+    parts = {t: _parts(conn, t) for m in made for t in m}
+    return Gathered(tuple(terms), tuple(made), parts, tail_postings, tail_lengths, total_rows,
+                    float(total_tokens) / float(total_rows))
+
+
+def term_weights(conn: sqlite3.Connection, terms: Sequence[tuple[str, str]],
+                 indexed_through: int, gathered: Gathered | None = None
+                 ) -> list[tuple[Any, Any]] | None:
+    """Each term's (ids, bm25 weights) as FTS5's ``bm25()`` of the OR of ``terms`` ((text,
+    its FTS5 string) each, in query order) adds them up, or None when this index cannot
+    answer exactly (then FTS5 does). ``gathered``: ``gather``'s answer, if already read."""
+    np = _numpy()
+    if np is None:
+        return None
+    if gathered is None:
+        gathered = gather(conn, terms, indexed_through)
+    if gathered is None:
+        return None
+    total_rows, avgdl = gathered.total_rows, gathered.avgdl
     loaded: dict[str, tuple[Any, Any, Any]] = {}
 
     def load(token: str) -> tuple[Any, Any, Any]:
         if token not in loaded:
-            loaded[token] = _postings(np, conn, token, tail_postings[token], tail_lengths)
+            loaded[token] = _postings(np, gathered.parts[token], gathered.tail[token],
+                                      gathered.tail_lengths)
         return loaded[token]
 
     out: list[tuple[Any, Any]] = []
-    for (_, match), term_tokens in zip(terms, made, strict=True):
+    for (_, match), term_tokens in zip(gathered.terms, gathered.made, strict=True):
         if len(term_tokens) == 1:
             ids, tf, dl = load(term_tokens[0])
         else:
@@ -758,9 +803,9 @@ def term_weights(conn: sqlite3.Connection, terms: Sequence[tuple[str, str]],
 
 
 def word_scores(conn: sqlite3.Connection, terms: Sequence[tuple[str, str]],
-                indexed_through: int) -> WordScores | None:
+                indexed_through: int, gathered: Gathered | None = None) -> WordScores | None:
     """FTS5 ``bm25()`` of the OR of ``terms`` for every message (``term_weights``)."""
-    weights = term_weights(conn, terms, indexed_through)
+    weights = term_weights(conn, terms, indexed_through, gathered)
     if weights is None:
         return None
     import numpy as np
@@ -783,7 +828,14 @@ def best_of_term(conn: sqlite3.Connection, text: str, match: str, indexed_throug
                  limit: int) -> list[tuple[int, float]] | None:
     """(id, FTS5 rank) of the best ``limit`` matches of one term, ordered as FTS5's
     ``ORDER BY rank, rowid DESC`` orders them, or None (then FTS5 answers)."""
-    weights = term_weights(conn, [(text, match)], indexed_through)
+    gathered = gather(conn, [(text, match)], indexed_through)
+    if gathered is None:
+        return None
+    from refold.store.sqlite import plainscore
+
+    if plainscore.use_plain(gathered):  # few postings: no NumPy (its import costs more)
+        return plainscore.best_of_term(conn, gathered, limit)
+    weights = term_weights(conn, [(text, match)], indexed_through, gathered)
     if weights is None:
         return None
     import numpy as np

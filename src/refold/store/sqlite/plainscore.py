@@ -1,0 +1,326 @@
+"""The word impact index scored without NumPy, for queries whose postings are few.
+
+``natural.fast_scores`` and ``wordindex.best_of_term`` score a query's word terms with NumPy over
+the whole id space. In a fresh process (``refold search`` on the command line is one) that
+costs more than the scoring: NumPy's import (~50-70 ms here) and the first touches of arrays the
+size of the archive (one ``bincount`` over a million ids took 12-20 ms the first time, ~2 ms
+after), for a question whose terms hold ~10k postings. This module computes the same answers with
+the standard library, over dicts and lists sized by the postings: each term's postings decoded
+with ``array``, its weights computed once per distinct (term frequency, length) pair with the
+very expression ``term_weights`` evaluates elementwise, and summed per message in the order of
+the terms, as ``numpy.bincount`` sums them. Every float is the same, so every id, score and tie
+is (``tests/store/test_plain_score.py`` holds the two paths to each other and to FTS5).
+
+``use_plain`` chooses: a query of at most ``PLAIN_COLD`` postings in a process that has not
+imported NumPy, of at most ``PLAIN_WARM`` in one that has (there NumPy is faster on many).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import sqlite3
+import sys
+from array import array
+from collections.abc import Iterable, Sequence
+
+from refold.search.natural import NaturalPlan
+from refold.search.rank import BOOST_ALL, BOOST_PHRASE, boosted
+from refold.store.base import SearchQuery
+from refold.store.sqlite import wordindex
+from refold.store.sqlite.wordindex import CHUNK, K1, LENS, TFS, B, Gathered
+
+# Postings a query may hold to be scored here: measured at a million messages
+# (bench/bench_store.py, cold searches in fresh processes), the standard library scores ~10k
+# postings in a few ms where NumPy's import alone is ~50 ms; with NumPy imported, it is faster
+# from a few thousand postings on.
+PLAIN_COLD = 400_000
+PLAIN_WARM = 4_000
+
+Postings = tuple[list[int], list[float], list[int]]  # ids, term frequencies, lengths
+
+
+def use_plain(gathered: Gathered) -> bool:
+    """Score ``gathered`` here rather than with NumPy?"""
+    limit = PLAIN_WARM if "numpy" in sys.modules else PLAIN_COLD
+    return gathered.postings() <= limit
+
+
+def _decoded(typecode: str, blob: bytes) -> array[int]:
+    values = array(typecode)
+    values.frombytes(blob)
+    if sys.byteorder == "big":
+        values.byteswap()
+    return values
+
+
+def postings(parts: wordindex.Parts, tail: list[tuple[int, int]],
+             tail_lengths: dict[int, int]) -> Postings:
+    """One token's postings (``wordindex._postings``): sealed rows, then the tail."""
+    ids: list[int] = []
+    tfs: list[float] = []
+    lengths: list[int] = []
+    for chunk, id_blob, tf_blob, len_blob in parts:
+        count = len(id_blob) // 2
+        base = chunk * CHUNK
+        ids.extend([base + offset for offset in _decoded("H", id_blob)])
+        tfs.extend(_decoded(wordindex._width(TFS, tf_blob, count), tf_blob))
+        lengths.extend(_decoded(wordindex._width(LENS, len_blob, count), len_blob))
+    for doc, count in tail:
+        ids.append(doc)
+        tfs.append(count)
+        lengths.append(tail_lengths.get(doc, 0))
+    return ids, tfs, lengths
+
+
+def _phrase(conn: sqlite3.Connection, match: str, tokens: tuple[str, ...],
+            each: list[Postings]) -> Postings | None:
+    """A phrase term's postings (``wordindex._phrase``): the rows FTS5 matches for it, each
+    with the phrase's count, or None (then FTS5 answers)."""
+    matched = [int(r[0]) for r in conn.execute(
+        "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rowid", (match,))]
+    if not matched:
+        return [], [], []
+    least: list[float] = []
+    lengths: list[int] = []
+    for n, (ids, tfs, dls) in enumerate(each):
+        at = dict(zip(ids, range(len(ids)), strict=True))
+        if any(i not in at for i in matched):
+            return None  # the index and FTS5 disagree: let FTS5 answer
+        where = [at[i] for i in matched]
+        found = [tfs[j] for j in where]
+        least = found if n == 0 else list(map(min, least, found))
+        if n == 0:
+            lengths = [dls[j] for j in where]
+    counts = [1.0] * len(matched)
+    recount = [k for k, tf in enumerate(least) if tf > 1]
+    if len(recount) > wordindex.PHRASE_RECOUNT:
+        return None
+    if recount:
+        ids = [matched[k] for k in recount]
+        marks = ",".join("?" * len(ids))
+        rows = conn.execute(f"SELECT id, text FROM messages WHERE id IN ({marks})",
+                            ids).fetchall()
+        found_counts = wordindex.tokenizer().phrase_counts(rows, tokens)
+        for k, i in zip(recount, ids, strict=True):
+            counts[k] = float(found_counts.get(i, 0))
+    keep = [k for k, c in enumerate(counts) if c > 0]
+    return [matched[k] for k in keep], [counts[k] for k in keep], [lengths[k] for k in keep]
+
+
+def term_weights(conn: sqlite3.Connection,
+                 gathered: Gathered) -> list[tuple[list[int], list[float]]] | None:
+    """``wordindex.term_weights`` without NumPy: each term's (ids, bm25 weights)."""
+    loaded: dict[str, Postings] = {}
+
+    def load(token: str) -> Postings:
+        if token not in loaded:
+            loaded[token] = postings(gathered.parts[token], gathered.tail[token],
+                                     gathered.tail_lengths)
+        return loaded[token]
+
+    total_rows, avgdl = gathered.total_rows, gathered.avgdl
+    out: list[tuple[list[int], list[float]]] = []
+    for (_, match), tokens in zip(gathered.terms, gathered.made, strict=True):
+        if len(tokens) == 1:
+            ids, tfs, dls = load(tokens[0])
+        else:
+            phrase = _phrase(conn, match, tokens, [load(t) for t in tokens])
+            if phrase is None:
+                return None
+            ids, tfs, dls = phrase
+        hits = len(ids)
+        idf = math.log((total_rows - hits + 0.5) / (hits + 0.5))
+        if idf <= 0.0:
+            idf = 1e-6
+        weight = _Weights(idf, avgdl)
+        out.append((ids, list(map(weight.__getitem__, zip(tfs, dls, strict=True)))))
+    return out
+
+
+class _Weights(dict[tuple[float, int], float]):
+    """One term's bm25 weight of each (term frequency, length) pair, computed on first use
+    with ``wordindex.term_weights``' expression: the same float64 steps in the same order,
+    so the same bits."""
+
+    def __init__(self, idf: float, avgdl: float) -> None:
+        super().__init__()
+        self.idf, self.avgdl = idf, avgdl
+
+    def __missing__(self, key: tuple[float, int]) -> float:
+        tf, dl = key
+        value = self[key] = self.idf * ((tf * (K1 + 1.0))
+                                        / (tf + K1 * (1 - B + B * dl / self.avgdl)))
+        return value
+
+
+def best_of_term(conn: sqlite3.Connection, gathered: Gathered,
+                 limit: int) -> list[tuple[int, float]] | None:
+    """``wordindex.best_of_term`` without NumPy: (id, FTS5 rank) of the best ``limit``
+    matches of one term, best score first, then the higher id."""
+    weights = term_weights(conn, gathered)
+    if weights is None:
+        return None
+    ids, scores = weights[0]
+    return [(i, -score) for score, i in heapq.nlargest(limit, zip(scores, ids, strict=True))]
+
+
+class Words:
+    """``wordindex.WordScores`` over the matching messages only: ``raw`` bm25 of each message
+    holding any term, ``held`` each term's ids with its weights, ``every`` the messages
+    holding every term."""
+
+    def __init__(self, weights: list[tuple[list[int], list[float]]]) -> None:
+        self.held = [dict(zip(ids, scores, strict=True)) for ids, scores in weights]
+        raw: dict[int, float] = {}
+        for more in self.held:
+            if not more:
+                continue
+            if not raw:
+                raw = dict(more)
+                continue
+            # summed in the order of the terms, from the first: as bincount adds them
+            sums = {i: raw[i] + more[i] for i in raw.keys() & more.keys()}
+            raw.update(more)
+            raw.update(sums)
+        self.raw = raw
+        every: set[int] = set()
+        if self.held and all(self.held):
+            for n, more in enumerate(sorted(self.held, key=len)):
+                every = set(more) if n == 0 else every.intersection(more)
+        self.every = every
+
+
+def _kth(values: Iterable[float], k: int) -> float:
+    """The ``k``-th largest of ``values``, or -inf when there are fewer."""
+    best = heapq.nlargest(k, values)
+    return best[-1] if len(best) >= k else -math.inf
+
+
+def _top_exact(ids: list[int], final: list[float], limit: int) -> dict[int, float]:
+    """``natural._top_exact``: the ``limit`` best and every score tied with the last."""
+    if len(final) > limit:
+        bar = _kth(final, limit)
+        return {i: f for i, f in zip(ids, final, strict=True) if f >= bar}
+    return dict(zip(ids, final, strict=True))
+
+
+def best_boosted(conn: sqlite3.Connection, plan: NaturalPlan, ids: list[int],
+                 scores: list[float], every: list[bool], upper: list[float], limit: int,
+                 phrase_postings: int | None) -> dict[int, float]:
+    """``natural._best_boosted`` over lists: the same rows tested, the same answer."""
+    from refold.store.sqlite import natural
+
+    if not plan.pairs:
+        return _top_exact(ids, [s * (1.0 + BOOST_ALL if e else 1.0)
+                                for s, e in zip(scores, every, strict=True)], limit)
+    if natural.phrase_by_index(phrase_postings, len(ids), limit):
+        match = " OR ".join(f'"{a} {b}"' for a, b in plan.pairs)
+        held = natural._matching(conn, match, set(ids))
+        return _top_exact(ids, [s * (1.0 + (BOOST_ALL if e else 0.0)
+                                     + (BOOST_PHRASE if i in held else 0.0))
+                                for i, s, e in zip(ids, scores, every, strict=True)], limit)
+    order = sorted(range(len(ids)), key=lambda j: -upper[j])  # stable, as argsort's
+    out: dict[int, float] = {}
+    best: list[float] = []  # the limit best exact scores so far (a min-heap)
+    step = max(natural.PHRASE_BATCH, limit)
+    for start in range(0, len(order), step):
+        if len(best) >= limit and upper[order[start]] < best[0]:
+            break  # nothing left can reach the limit-th best (ties go on: recency breaks them)
+        part = order[start:start + step]
+        batch = [ids[j] for j in part]
+        phrase = natural._phrases(conn, plan, batch)
+        for j, i in zip(part, batch, strict=True):
+            out[i] = exact = boosted(scores[j], has_all=every[j], has_phrase=i in phrase)
+            if len(best) < limit:
+                heapq.heappush(best, exact)
+            elif exact > best[0]:
+                heapq.heapreplace(best, exact)
+    return out
+
+
+def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery, limit: int,
+                gathered: Gathered) -> dict[int, float] | None:
+    """``natural.fast_scores`` without NumPy, on the same inputs: the same answer.
+
+    The NumPy path finds its bar (the ``limit``-th best score without the phrase boost) and
+    its candidates (every message whose score with it can reach the bar) through the rarest
+    term first; both are fixed by the scores alone, so here they are taken over every
+    matching message at once."""
+    from refold.store.sqlite import natural
+
+    weights = term_weights(conn, gathered)
+    if weights is None:
+        return None
+    words = Words(weights)
+    cjk, every_cjk = natural.cjk_scores(conn, plan, query)
+    if plan.glued or plan.chunks:  # the index's own postings say who holds each as a token
+        number = {" ".join(t.words): n for n, t in enumerate(plan.words)}
+        cjk = natural._plus(cjk, natural.glued_scores(
+            conn, plan, query, lambda w: len(words.held[number[w]]),
+            lambda w, ids: words.held[number[w]].keys() & set(ids)))
+    days = natural.day_scores(conn, plan, query)
+    top = 1.0 + BOOST_ALL + (BOOST_PHRASE if plan.pairs else 0.0)  # the largest boost
+    total = words.raw
+    held = words.every
+    if cjk or days:  # (words + cjk) + days, as natural_scores adds them
+        total = dict(total)
+        for extra in (cjk, days):
+            for i, score in extra.items():
+                total[i] = total.get(i, 0.0) + score
+        if plan.cjk:
+            held = held & every_cjk
+        if days:
+            held = held & days.keys()
+
+    def lower(ids: Sequence[int]) -> list[float]:
+        return [total[i] * (1.0 + BOOST_ALL) if i in held else total[i] for i in ids]
+
+    position = {" ".join(t.words).lower(): n for n, t in enumerate(plan.words)}
+    pairs = [(position.get(a), position.get(b)) for a, b in plan.pairs]
+    anywhere = any(a is None or b is None for a, b in pairs)
+    phrased = [words.held[a].keys() & words.held[b].keys() for a, b in pairs
+               if a is not None and b is not None]
+    could = set().union(*phrased) if phrased and not anywhere else set()
+
+    def upper(ids: Sequence[int]) -> list[float]:
+        if not plan.pairs:
+            return lower(ids)
+        return [total[i] * ((1.0 + BOOST_ALL + BOOST_PHRASE if i in held else 1.0 + BOOST_PHRASE)
+                            if anywhere or i in could else (1.0 + BOOST_ALL if i in held else 1.0))
+                for i in ids]
+
+    pair_terms = {n for pair in pairs for n in pair}
+    phrase_postings: int | None = None  # the pair words' postings (natural.phrase_by_index)
+    if pair_terms and None not in pair_terms:
+        phrase_postings = sum(len(words.held[n]) for n in pair_terms if n is not None)
+
+    if query.session_id is not None:  # one session: score exactly the rows it allows
+        where, args = natural.filters(query)
+        rows = conn.execute(f"SELECT m.id FROM messages m{natural._join(query)} WHERE 1{where}",
+                            args).fetchall()
+        candidates = [int(r[0]) for r in rows if int(r[0]) in total]
+        bar = _kth(lower(candidates), max(1, limit))
+        chosen = [i for i, u in zip(candidates, upper(candidates), strict=True) if u >= bar]
+        return best_boosted(conn, plan, chosen, [total[i] for i in chosen],
+                            [i in held for i in chosen], upper(chosen), limit, phrase_postings)
+    if held:  # the lower bounds of every matching message: its score, boosted if it holds all
+        bounds = dict(total)
+        bounds.update((i, total[i] * (1.0 + BOOST_ALL)) for i in held)
+    else:
+        bounds = total
+    want = max(1, limit)
+    while True:
+        bar = _kth(bounds.values(), want)
+        cut = bar / top * (1.0 - 1e-9)  # a hair under: the exact test on the boosted follows
+        near = sorted(i for i, score in total.items() if score >= cut)
+        chosen = [i for i, u in zip(near, upper(near), strict=True) if u >= bar]
+        allowed = natural.allowed_ids(conn, chosen, query)
+        kept = [i for i in chosen if i in allowed]
+        out = best_boosted(conn, plan, kept, [total[i] for i in kept], [i in held for i in kept],
+                           upper(kept), limit, phrase_postings)
+        if len(out) >= limit and sorted(out.values())[-limit] >= bar:
+            return out
+        if len(chosen) == len(total) or want >= natural.MAX_FAST_FETCH:
+            return out if len(chosen) == len(total) else None
+        want = min(want * 4, natural.MAX_FAST_FETCH)
