@@ -23,6 +23,7 @@ import sqlite3
 import sys
 from array import array
 from collections.abc import Iterable, Sequence
+from itertools import compress
 
 from refold.search.natural import NaturalPlan
 from refold.search.rank import BOOST_ALL, BOOST_PHRASE, boosted
@@ -313,7 +314,7 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     while True:
         bar = _kth(bounds.values(), want)
         cut = bar / top * (1.0 - 1e-9)  # a hair under: the exact test on the boosted follows
-        near = sorted(i for i, score in total.items() if score >= cut)
+        near = sorted(compress(total.keys(), map(cut.__le__, total.values())))
         chosen = [i for i, u in zip(near, upper(near), strict=True) if u >= bar]
         allowed = natural.allowed_ids(conn, chosen, query)
         kept = [i for i in chosen if i in allowed]

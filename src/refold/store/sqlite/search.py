@@ -30,6 +30,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
+from typing import cast
 
 from refold import _records as records
 from refold._lazy import logger
@@ -55,6 +56,7 @@ MAX_FETCH = 20_000  # rows fetched at most to fill ``limit`` hits after copies c
 BROAD_MATCHES = 100_000  # a term in more messages than this is not ranked by bm25
 BROAD_PROBE_ROWS = 5_000  # newest ids sampled to estimate a term's match count
 SCAN_CHUNK = 50_000
+TITLE_SCAN = 2_000  # sessions up to which a search reads their titles to spare rows (_load_ranked)
 _HIT_COLUMNS = "m.id, m.session_id, m.seq, m.role, m.text, m.created_at, s.title"
 
 
@@ -111,7 +113,7 @@ class SearchOps(StateOps):
             # (4x each time) while copies leave fewer and the index may hold more.
             fetch = limit * 2 + 10
             while True:
-                rows = self._run(conn, parsed, query, fetch, lazy_snippets=True)
+                rows = self._run(conn, parsed, query, fetch, lazy_snippets=True, enough=limit)
                 if not rows:  # "no matches" must not hide a damaged index
                     require_intact_index(conn)
                 hits = [self._hit(row) for row in rows]
@@ -191,13 +193,16 @@ class SearchOps(StateOps):
         return {str(start): str(root) for start, root in rows}
 
     def _run(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
-             limit: int, *, lazy_snippets: bool = False) -> list[_Row]:
+             limit: int, *, lazy_snippets: bool = False, enough: int | None = None
+             ) -> list[_Row]:
+        """The best ``limit`` rows (``enough``: the hits the caller keeps; see ``_load_ranked``)."""
         mode = parsed.mode
         try:
             if mode == "natural":
-                return self._natural(conn, parsed, query, limit)
+                return self._natural(conn, parsed, query, limit, enough)
             if mode == "fts":
-                return self._fts(conn, parsed, query, limit, snippets=not lazy_snippets)
+                return self._fts(conn, parsed, query, limit, snippets=not lazy_snippets,
+                                 enough=enough)
             if mode == "trigram":
                 return self._trigram(conn, parsed, query, limit)
             if mode == "grams":
@@ -215,7 +220,7 @@ class SearchOps(StateOps):
             return []
 
     def _natural(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
-                 limit: int) -> list[_Row]:
+                 limit: int, enough: int | None = None) -> list[_Row]:
         """A sentence: every matching message scored (natural.py), best first, then loaded."""
         assert parsed.natural is not None  # mode == "natural" guarantees it
         if query.sort == "recency":  # newest first: no scores needed (as for explicit queries)
@@ -226,12 +231,67 @@ class SearchOps(StateOps):
             ids = best_first(scores, limit)
         if not ids:
             return []
-        marks = ",".join("?" * len(ids))
+        # a day term's score follows the row's time, not its text: copies may score apart
+        return self._load_ranked(conn, parsed, [(i, scores[i]) for i in ids], None,
+                          None if parsed.natural.days else enough)
+
+    def _load_ranked(self, conn: sqlite3.Connection, parsed: ParsedQuery,
+              ranked: list[tuple[int, float]], snippet: str | None,
+              enough: int | None) -> list[_Row]:
+        """The rows of ``ranked`` ((id, score), best first), with their session's title.
+
+        With ``enough`` (the hits the caller keeps, when a row's score follows its text), the
+        best ``enough`` rows and those tied with the last are read first, and the rest only if
+        the hits could differ without them. They cannot when those rows hold ``enough`` hits
+        once copies collapse (``rank.collapse_copies``: copies are rows of sessions of one
+        lineage with the same text, so the same score; the rows after are scored lower, so none
+        of them is a copy of these; with no lineage in the archive, nothing collapses) and no
+        session's title holds every needle (``rank.titles_first`` would bring a later hit
+        forward). On a cold cache each row read costs a page or two, and its session as many.
+        """
+        cut = len(ranked) if enough is None else max(1, enough)
+        if cut < len(ranked) and conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM sessions WHERE parent_session_id IS NOT NULL)"
+                ).fetchone()[0]:  # (no session has a parent: no two rows are copies)
+            while cut < len(ranked) and ranked[cut][1] == ranked[cut - 1][1]:
+                cut += 1
+        if cut < len(ranked) and not self._title_may_match(conn, parsed):
+            rows = self._read_ranked(conn, ranked[:cut], snippet)
+            hits = collapse_copies([self._hit(r) for r in rows], self._lineage_roots(
+                conn, {r.session_id for r in rows}))
+            if len(hits) >= cast(int, enough):
+                return rows
+            return rows + self._read_ranked(conn, ranked[cut:], snippet)
+        return self._read_ranked(conn, ranked, snippet)
+
+    @staticmethod
+    def _read_ranked(conn: sqlite3.Connection, ranked: list[tuple[int, float]],
+              snippet: str | None) -> list[_Row]:
+        if not ranked:
+            return []
+        marks = ",".join("?" * len(ranked))
         loaded = {r[0]: r for r in conn.execute(
             f"SELECT {_HIT_COLUMNS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-            f"WHERE m.id IN ({marks})", ids)}
-        rows = [loaded[i] for i in ids if i in loaded]
-        return [_Row(r[0], r[1], r[2], r[3], r[4], r[5], r[6], scores[r[0]], None) for r in rows]
+            f"WHERE m.id IN ({marks})", [i for i, _ in ranked])}
+        return [_Row(r[0], r[1], r[2], r[3], r[4], r[5], r[6], score, snippet)
+                for r, score in ((loaded[i], score) for i, score in ranked if i in loaded)]
+
+    @staticmethod
+    def _title_may_match(conn: sqlite3.Connection, parsed: ParsedQuery) -> bool:
+        """Might a session's title hold every needle of the query (``rank.titles_first``)?
+        True, without looking, when the archive has more than ``TITLE_SCAN`` sessions."""
+        needles = [n.lower() for n in _title_needles(parsed) if n]
+        if not needles:
+            return False
+        top = conn.execute("SELECT max(rowid) FROM sessions").fetchone()[0] or 0
+        if top > TITLE_SCAN:
+            return True
+        # SQLite's lower() folds ASCII only: a title with any other character is tested here
+        found = " AND ".join(["instr(lower(title), ?) > 0"] * len(needles))
+        titles = conn.execute(
+            f"SELECT title FROM sessions WHERE title IS NOT NULL AND (({found}) "
+            "OR title GLOB ?)", [*needles, "*[^ -~]*"])
+        return any(all(n in str(t[0]).lower() for n in needles) for t in titles)
 
     def _union(self, conn: sqlite3.Connection, parts: list[ParsedQuery], query: SearchQuery,
                limit: int) -> list[_Row]:
@@ -243,7 +303,7 @@ class SearchOps(StateOps):
         return sorted(found.values(), key=lambda r: r.id, reverse=True)[:limit]
 
     def _fts(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
-             limit: int, *, snippets: bool = True) -> list[_Row]:
+             limit: int, *, snippets: bool = True, enough: int | None = None) -> list[_Row]:
         """Rank ids first (cheap columns only), then load text and snippets for the winners
         (without ``snippets``, the caller asks FTS5 for those of the hits it keeps:
         ``_fts_snippets``; the rows carry ``""`` until then)."""
@@ -254,12 +314,8 @@ class SearchOps(StateOps):
         if ranked is None:
             ranked = self._ranked(conn, "messages_fts", expr, terms, ("", []), query, limit)
         if not snippets and ranked:
-            marks = ",".join("?" * len(ranked))
-            loaded = {r[0]: r for r in conn.execute(
-                f"SELECT {_HIT_COLUMNS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-                f"WHERE m.id IN ({marks})", [rowid for rowid, _ in ranked])}
-            return [_Row(r[0], r[1], r[2], r[3], r[4], r[5], r[6], -float(rank), "")
-                    for r, rank in ((loaded[i], rank) for i, rank in ranked if i in loaded)]
+            return self._load_ranked(conn, parsed, [(i, -float(rank)) for i, rank in ranked], "",
+                              enough)
         for rowid, rank in ranked:
             r = conn.execute(
                 f"SELECT {_HIT_COLUMNS}, snippet(messages_fts, 0, '[', ']', '…', 24) "
