@@ -109,9 +109,9 @@ def _phrase(conn: sqlite3.Connection, match: str, tokens: tuple[str, ...],
     return [matched[k] for k in keep], [counts[k] for k in keep], [lengths[k] for k in keep]
 
 
-def term_weights(conn: sqlite3.Connection,
-                 gathered: Gathered) -> list[tuple[list[int], list[float]]] | None:
-    """``wordindex.term_weights`` without NumPy: each term's (ids, bm25 weights)."""
+def term_weights(conn: sqlite3.Connection, gathered: Gathered) -> list[dict[int, float]] | None:
+    """``wordindex.term_weights`` without NumPy: each term's bm25 weight of each message
+    holding it ({id: weight}), or None (then FTS5 answers)."""
     loaded: dict[str, Postings] = {}
 
     def load(token: str) -> Postings:
@@ -121,21 +121,41 @@ def term_weights(conn: sqlite3.Connection,
         return loaded[token]
 
     total_rows, avgdl = gathered.total_rows, gathered.avgdl
-    out: list[tuple[list[int], list[float]]] = []
+    weighed: dict[str, dict[int, float]] = {}  # a token's weights (its terms' are the same)
+    out: list[dict[int, float]] = []
     for (_, match), tokens in zip(gathered.terms, gathered.made, strict=True):
-        if len(tokens) == 1:
-            ids, tfs, dls = load(tokens[0])
+        if len(tokens) == 1 and tokens[0] in weighed:
+            out.append(weighed[tokens[0]])
+            continue
+        phrase: Postings | None = None
+        if len(tokens) == 1:  # its postings' count, from the blobs' sizes
+            parts, tail = gathered.parts[tokens[0]], gathered.tail[tokens[0]]
+            hits = sum(len(p[1]) // 2 for p in parts) + len(tail)
         else:
             phrase = _phrase(conn, match, tokens, [load(t) for t in tokens])
             if phrase is None:
                 return None
-            ids, tfs, dls = phrase
-        hits = len(ids)
+            hits = len(phrase[0])
         idf = math.log((total_rows - hits + 0.5) / (hits + 0.5))
         if idf <= 0.0:
             idf = 1e-6
-        weight = _Weights(idf, avgdl)
-        out.append((ids, list(map(weight.__getitem__, zip(tfs, dls, strict=True)))))
+        weight = _Weights(idf, avgdl).__getitem__
+        if phrase is not None:
+            ids, tfs, dls = phrase
+            out.append(dict(zip(ids, map(weight, zip(tfs, dls, strict=True)), strict=True)))
+            continue
+        found: dict[int, float] = {}
+        for chunk, id_blob, tf_blob, len_blob in parts:  # decoded and weighed row by row
+            count, base = len(id_blob) // 2, chunk * CHUNK
+            found.update(zip(
+                [base + offset for offset in _decoded("H", id_blob)],
+                map(weight, zip(_decoded(wordindex._width(TFS, tf_blob, count), tf_blob),
+                                _decoded(wordindex._width(LENS, len_blob, count), len_blob),
+                                strict=True)), strict=True))
+        for doc, count in tail:
+            found[doc] = weight((count, gathered.tail_lengths.get(doc, 0)))
+        weighed[tokens[0]] = found
+        out.append(found)
     return out
 
 
@@ -162,8 +182,9 @@ def best_of_term(conn: sqlite3.Connection, gathered: Gathered,
     weights = term_weights(conn, gathered)
     if weights is None:
         return None
-    ids, scores = weights[0]
-    return [(i, -score) for score, i in heapq.nlargest(limit, zip(scores, ids, strict=True))]
+    found = weights[0]
+    return [(i, -score) for score, i in heapq.nlargest(
+        limit, zip(found.values(), found.keys(), strict=True))]
 
 
 class Words:
@@ -171,8 +192,8 @@ class Words:
     holding any term, ``held`` each term's ids with its weights, ``every`` the messages
     holding every term."""
 
-    def __init__(self, weights: list[tuple[list[int], list[float]]]) -> None:
-        self.held = [dict(zip(ids, scores, strict=True)) for ids, scores in weights]
+    def __init__(self, weights: list[dict[int, float]]) -> None:
+        self.held = weights
         raw: dict[int, float] = {}
         for more in self.held:
             if not more:
