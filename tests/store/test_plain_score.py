@@ -97,6 +97,35 @@ def test_plain_scores_are_numpys_to_the_bit(tmp_path: Path, monkeypatch: pytest.
     assert answered > 60
 
 
+@pytest.mark.parametrize("skew", [1.0, 2.0])
+def test_leaving_common_words_out_changes_no_score(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   skew: float) -> None:
+    """``_pruned`` (a question's commonest words weighed only for the messages of its rarer
+    ones) gives what weighing every message gives, and does engage on such questions."""
+    store = archive(tmp_path / "refold.db", 6, skew, 12000)
+    engaged = []
+    pruned = plainscore._pruned
+
+    def counting(*args: object) -> dict[int, float] | None:
+        found = pruned(*args)  # type: ignore[arg-type]
+        engaged.append(found is not None)
+        return found
+
+    monkeypatch.setattr(plainscore, "_pruned", counting)
+    questions = [*QUESTIONS, "alpha ticket", "the alpha and beta of theta", "caroline alpha",
+                 "alpha beta gamma delta went", "why is the alpha cache running to zeta"]
+    for question in questions:
+        for limit in (1, 20, 300):
+            got = []
+            for prune_from in (0, 10**12):
+                monkeypatch.setattr(plainscore, "PRUNE_FROM", prune_from)
+                got.append(answer(store, question, limit, True, monkeypatch))
+            assert got[0] == got[1], (question, limit)
+            assert got[0] == answer(store, question, limit, False, monkeypatch)
+    assert sum(engaged) >= 5
+
+
 def test_one_word_plain_ranks_are_numpys(tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     store = archive(tmp_path / "refold.db", 4, 1.0, 9000)

@@ -22,7 +22,7 @@ import math
 import sqlite3
 import sys
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from itertools import compress
 
 from refold.search.natural import NaturalPlan
@@ -109,6 +109,54 @@ def _phrase(conn: sqlite3.Connection, match: str, tokens: tuple[str, ...],
     return [matched[k] for k in keep], [counts[k] for k in keep], [lengths[k] for k in keep]
 
 
+def _hits(gathered: Gathered, token: str) -> int:
+    """How many messages hold ``token`` (its postings' count, from the blobs' sizes)."""
+    return sum(len(p[1]) // 2 for p in gathered.parts[token]) + len(gathered.tail[token])
+
+
+def _weigher(gathered: Gathered, hits: int) -> _Weights:
+    """The weights of a term ``hits`` messages hold (its IDF as ``bm25()`` takes it)."""
+    idf = math.log((gathered.total_rows - hits + 0.5) / (hits + 0.5))
+    return _Weights(1e-6 if idf <= 0.0 else idf, gathered.avgdl)
+
+
+def _weigh(gathered: Gathered, token: str, weight: Callable[[tuple[float, int]], float],
+           among: Container[int] | None = None) -> dict[int, float]:
+    """One token's weight of each message holding it ({id: weight}), decoded and weighed row
+    by row; with ``among``, of those messages only."""
+    found: dict[int, float] = {}
+    for chunk, id_blob, tf_blob, len_blob in gathered.parts[token]:
+        count, base = len(id_blob) // 2, chunk * CHUNK
+        ids = [base + offset for offset in _decoded("H", id_blob)]
+        pairs = zip(_decoded(wordindex._width(TFS, tf_blob, count), tf_blob),
+                    _decoded(wordindex._width(LENS, len_blob, count), len_blob), strict=True)
+        if among is None:
+            found.update(zip(ids, map(weight, pairs), strict=True))
+        else:
+            found.update((i, weight(pair)) for i, pair in compress(
+                zip(ids, pairs, strict=True), map(among.__contains__, ids)))
+    for doc, count in gathered.tail[token]:
+        if among is None or doc in among:
+            found[doc] = weight((count, gathered.tail_lengths.get(doc, 0)))
+    return found
+
+
+def _bound(gathered: Gathered, token: str, weight: Callable[[tuple[float, int]], float]) -> float:
+    """At least ``token``'s weight in any message holding it: the weight of its highest term
+    frequency at its shortest length (a weight rises with the one and falls with the other)."""
+    top, low = 0, -1
+    for _, id_blob, tf_blob, len_blob in gathered.parts[token]:
+        count = len(id_blob) // 2
+        if count:
+            top = max(top, max(_decoded(wordindex._width(TFS, tf_blob, count), tf_blob)))
+            least = min(_decoded(wordindex._width(LENS, len_blob, count), len_blob))
+            low = least if low < 0 else min(low, least)
+    for doc, count in gathered.tail[token]:
+        length = gathered.tail_lengths.get(doc, 0)
+        top, low = max(top, count), (length if low < 0 else min(low, length))
+    return 0.0 if low < 0 else weight((top, low))
+
+
 def term_weights(conn: sqlite3.Connection, gathered: Gathered) -> list[dict[int, float]] | None:
     """``wordindex.term_weights`` without NumPy: each term's bm25 weight of each message
     holding it ({id: weight}), or None (then FTS5 answers)."""
@@ -120,42 +168,21 @@ def term_weights(conn: sqlite3.Connection, gathered: Gathered) -> list[dict[int,
                                      gathered.tail_lengths)
         return loaded[token]
 
-    total_rows, avgdl = gathered.total_rows, gathered.avgdl
     weighed: dict[str, dict[int, float]] = {}  # a token's weights (its terms' are the same)
     out: list[dict[int, float]] = []
     for (_, match), tokens in zip(gathered.terms, gathered.made, strict=True):
-        if len(tokens) == 1 and tokens[0] in weighed:
+        if len(tokens) == 1:
+            if tokens[0] not in weighed:
+                weighed[tokens[0]] = _weigh(gathered, tokens[0], _weigher(
+                    gathered, _hits(gathered, tokens[0])).__getitem__)
             out.append(weighed[tokens[0]])
             continue
-        phrase: Postings | None = None
-        if len(tokens) == 1:  # its postings' count, from the blobs' sizes
-            parts, tail = gathered.parts[tokens[0]], gathered.tail[tokens[0]]
-            hits = sum(len(p[1]) // 2 for p in parts) + len(tail)
-        else:
-            phrase = _phrase(conn, match, tokens, [load(t) for t in tokens])
-            if phrase is None:
-                return None
-            hits = len(phrase[0])
-        idf = math.log((total_rows - hits + 0.5) / (hits + 0.5))
-        if idf <= 0.0:
-            idf = 1e-6
-        weight = _Weights(idf, avgdl).__getitem__
-        if phrase is not None:
-            ids, tfs, dls = phrase
-            out.append(dict(zip(ids, map(weight, zip(tfs, dls, strict=True)), strict=True)))
-            continue
-        found: dict[int, float] = {}
-        for chunk, id_blob, tf_blob, len_blob in parts:  # decoded and weighed row by row
-            count, base = len(id_blob) // 2, chunk * CHUNK
-            found.update(zip(
-                [base + offset for offset in _decoded("H", id_blob)],
-                map(weight, zip(_decoded(wordindex._width(TFS, tf_blob, count), tf_blob),
-                                _decoded(wordindex._width(LENS, len_blob, count), len_blob),
-                                strict=True)), strict=True))
-        for doc, count in tail:
-            found[doc] = weight((count, gathered.tail_lengths.get(doc, 0)))
-        weighed[tokens[0]] = found
-        out.append(found)
+        phrase = _phrase(conn, match, tokens, [load(t) for t in tokens])
+        if phrase is None:
+            return None
+        ids, tfs, dls = phrase
+        weight = _weigher(gathered, len(ids)).__getitem__
+        out.append(dict(zip(ids, map(weight, zip(tfs, dls, strict=True)), strict=True)))
     return out
 
 
@@ -268,9 +295,12 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     The NumPy path finds its bar (the ``limit``-th best score without the phrase boost) and
     its candidates (every message whose score with it can reach the bar) through the rarest
     term first; both are fixed by the scores alone, so here they are taken over every
-    matching message at once."""
+    matching message at once (or over those ``_pruned`` keeps)."""
     from refold.store.sqlite import natural
 
+    found = _pruned(conn, plan, query, limit, gathered)
+    if found is not None:
+        return found
     weights = term_weights(conn, gathered)
     if weights is None:
         return None
@@ -282,7 +312,6 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
             conn, plan, query, lambda w: len(words.held[number[w]]),
             lambda w, ids: words.held[number[w]].keys() & set(ids)))
     days = natural.day_scores(conn, plan, query)
-    top = 1.0 + BOOST_ALL + (BOOST_PHRASE if plan.pairs else 0.0)  # the largest boost
     total = words.raw
     held = words.every
     if cjk or days:  # (words + cjk) + days, as natural_scores adds them
@@ -294,14 +323,102 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
             held = held & every_cjk
         if days:
             held = held & days.keys()
+    return _rank(conn, plan, query, limit, total, held, words.held,
+                 [len(found) for found in words.held], True)
 
+
+PRUNE_FROM = 5_000  # postings from which a question's commonest words may be left out
+
+
+def _pruned(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery, limit: int,
+            gathered: Gathered) -> dict[int, float] | None:
+    """``fast_scores`` of a question of words (no CJK, no day, no session), scoring only the
+    messages that hold one of its rarer words, when its commoner ones cannot place a message
+    alone; None when that does not hold (then every message is scored).
+
+    The messages of the rarest words are scored first, from those words alone: the
+    ``limit``-th best of those partial scores is a floor of the bar. A message holding none
+    but the commonest words, whose weights at most (``_bound``) add up under that floor,
+    cannot reach the bar even boosted (it lacks a word, so only the phrase boost applies):
+    those words are weighed for the messages of the others only. (MaxScore, as search
+    engines call it.)"""
+    from refold.store.sqlite import natural
+
+    if plan.cjk or plan.days or query.session_id is not None \
+            or any(len(m) != 1 for m in gathered.made) or gathered.postings() < PRUNE_FROM:
+        return None
+    tokens = [m[0] for m in gathered.made]
+    hits = {t: _hits(gathered, t) for t in tokens}
+    weigher = {t: _weigher(gathered, hits[t]).__getitem__ for t in hits}
+    want = max(1, limit)
+    full: dict[str, dict[int, float]] = {}  # tokens weighed for every message holding them
+    seed: set[int] = set()
+    for token in sorted(hits, key=hits.__getitem__):
+        if len(seed) >= want:
+            break
+        if hits[token]:
+            full[token] = _weigh(gathered, token, weigher[token])
+            seed.update(full[token])
+    if len(seed) < want:
+        return None
+    # (each a sum of some of the message's weights, in any order: a hair under, as a floor)
+    floor = _kth([sum(found.get(i, 0.0) for found in full.values()) for i in seed],
+                 want) * (1.0 - 1e-9)
+    alone = 1.0 + (BOOST_PHRASE if plan.pairs else 0.0)  # a message lacking a word
+    bounds = {t: _bound(gathered, t, weigher[t]) for t in hits}
+    left_out: set[int] = set()  # the terms a message cannot place on alone
+    reach = 0.0
+    for n in sorted(range(len(tokens)), key=lambda n: bounds[tokens[n]]):
+        reach += bounds[tokens[n]]
+        if reach * alone * (1.0 + 1e-9) >= floor:
+            break
+        left_out.add(n)
+    kept = {tokens[n] for n in range(len(tokens)) if n not in left_out}
+    if not left_out or all(tokens[n] in full or tokens[n] in kept for n in left_out):
+        return None  # nothing left to spare
+    for token in kept:
+        if token not in full:
+            full[token] = _weigh(gathered, token, weigher[token])
+    among = set().union(*(full[t].keys() for t in kept))  # the messages that can place
+    partial: dict[str, dict[int, float]] = {}
+    for token in set(tokens) - kept:
+        partial[token] = ({i: w for i, w in full[token].items() if i in among}
+                          if token in full else _weigh(gathered, token, weigher[token], among))
+    words = Words([full[t] if t in kept else partial[t] for t in tokens])
+    if plan.glued or plan.chunks:
+        number = {" ".join(t.words): n for n, t in enumerate(plan.words)}
+
+        def holding(word: str, ids: list[int]) -> set[int]:
+            token = tokens[number[word]]
+            found = full.get(token) if token in kept else None
+            return (found.keys() & set(ids) if found is not None else
+                    set(_weigh(gathered, token, weigher[token], set(ids))))
+
+        if natural.glued_scores(conn, plan, query, lambda w: hits[tokens[number[w]]],
+                                holding):
+            return None  # a CJK message holds one glued: every message is scored
+    return _rank(conn, plan, query, limit, words.raw, words.every, words.held,
+                 [hits[t] for t in tokens], False)
+
+
+def _rank(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery, limit: int,
+          total: dict[int, float], held: set[int], terms: list[dict[int, float]],
+          sizes: list[int], complete: bool) -> dict[int, float] | None:
+    """The exact boosted scores of the messages that can be among the best ``limit``, from
+    ``total`` (each message's score before boosts), ``held`` (those holding every term),
+    ``terms`` (each term's messages) and ``sizes`` (each term's postings). Not ``complete``
+    (``_pruned``: ``total`` lacks messages that cannot place), None when the first bar does
+    not hold."""
+    from refold.store.sqlite import natural
+
+    top = 1.0 + BOOST_ALL + (BOOST_PHRASE if plan.pairs else 0.0)  # the largest boost
     def lower(ids: Sequence[int]) -> list[float]:
         return [total[i] * (1.0 + BOOST_ALL) if i in held else total[i] for i in ids]
 
     position = {" ".join(t.words).lower(): n for n, t in enumerate(plan.words)}
     pairs = [(position.get(a), position.get(b)) for a, b in plan.pairs]
     anywhere = any(a is None or b is None for a, b in pairs)
-    phrased = [words.held[a].keys() & words.held[b].keys() for a, b in pairs
+    phrased = [terms[a].keys() & terms[b].keys() for a, b in pairs
                if a is not None and b is not None]
     could = set().union(*phrased) if phrased and not anywhere else set()
 
@@ -315,9 +432,9 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     pair_terms = {n for pair in pairs for n in pair}
     phrase_postings: int | None = None  # the pair words' postings (natural.phrase_by_index)
     if pair_terms and None not in pair_terms:
-        phrase_postings = sum(len(words.held[n]) for n in pair_terms if n is not None)
+        phrase_postings = sum(sizes[n] for n in pair_terms if n is not None)
 
-    if query.session_id is not None:  # one session: score exactly the rows it allows
+    if query.session_id is not None and complete:  # one session: exactly the rows it allows
         where, args = natural.filters(query)
         rows = conn.execute(f"SELECT m.id FROM messages m{natural._join(query)} WHERE 1{where}",
                             args).fetchall()
@@ -343,6 +460,8 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
                            upper(kept), limit, phrase_postings)
         if len(out) >= limit and sorted(out.values())[-limit] >= bar:
             return out
+        if not complete:
+            return None
         if len(chosen) == len(total) or want >= natural.MAX_FAST_FETCH:
             return out if len(chosen) == len(total) else None
         want = min(want * 4, natural.MAX_FAST_FETCH)
