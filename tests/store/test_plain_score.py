@@ -64,8 +64,8 @@ def archive(path: Path, seed: int, skew: float, rows: int) -> SQLiteStore:
 def answer(store: SQLiteStore, question: str, limit: int, plain: bool,
            monkeypatch: pytest.MonkeyPatch, **filters: object) -> list[tuple[int, float]] | None:
     postings = 10**12 if plain else -1
-    monkeypatch.setattr(plainscore, "PLAIN_COLD", postings)
     monkeypatch.setattr(plainscore, "PLAIN_WARM", postings)
+    monkeypatch.setattr(plainscore, "PLAIN_BUDGET", postings)
     parsed = parse_query(question)
     plan = parsed.natural or parsed.glued
     assert plan is not None
@@ -145,19 +145,23 @@ def test_one_word_plain_ranks_are_numpys(tmp_path: Path,
     assert found > 1000
 
 
-def test_the_plain_path_is_for_few_postings(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_plain_path_is_for_few_postings_or_until_numpy_would_have_paid(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     gathered = wordindex.Gathered((("alpha", "alpha"),), (("alpha",),),
                                   {"alpha": [(0, b"\0\0" * 5000, b"\1" * 5000, b"\0\1" * 5000)]},
                                   {"alpha": [(9000, 1)]}, {9000: 3}, 9001, 3.0)
     assert gathered.postings() == 5001
-    monkeypatch.setattr(plainscore, "PLAIN_COLD", 6000)
-    monkeypatch.setattr(plainscore, "PLAIN_WARM", 4000)
+    monkeypatch.setattr(plainscore, "PLAIN_WARM", 6000)
+    monkeypatch.setattr(plainscore, "PLAIN_BUDGET", 12000)
+    monkeypatch.setattr(plainscore, "_spent", 0)
     assert "numpy" in sys.modules  # (pytest's plugins import it)
+    assert plainscore.use_plain(gathered)  # few postings: here, NumPy or not
+    monkeypatch.setattr(plainscore, "PLAIN_WARM", 4000)
     assert not plainscore.use_plain(gathered)  # NumPy is already here: it is faster
-    monkeypatch.delitem(sys.modules, "numpy")
-    assert plainscore.use_plain(gathered)  # a fresh process: no import for 5,001 postings
-    monkeypatch.setattr(plainscore, "PLAIN_COLD", 5000)
-    assert not plainscore.use_plain(gathered)
+    monkeypatch.delitem(sys.modules, "numpy")  # a fresh process
+    assert plainscore.use_plain(gathered) and plainscore.use_plain(gathered)
+    assert plainscore._spent == 10002
+    assert not plainscore.use_plain(gathered)  # 15,003 > 12,000: now NumPy has paid
 
 
 def test_a_fresh_process_searches_few_postings_without_numpy(tmp_path: Path) -> None:

@@ -68,8 +68,8 @@ def small_archives_use_the_index(request: pytest.FixtureRequest,
     monkeypatch.setattr(wordindex, "MIN_ROWS", 0)
     monkeypatch.setattr(wordindex, "SEGMENT", 2)  # merges at 2 chunks: the tests cross them
     postings = 10**12 if request.param == "plain" else -1
-    monkeypatch.setattr(plainscore, "PLAIN_COLD", postings)
     monkeypatch.setattr(plainscore, "PLAIN_WARM", postings)
+    monkeypatch.setattr(plainscore, "PLAIN_BUDGET", postings)
 
 
 @pytest.fixture

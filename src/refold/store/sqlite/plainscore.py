@@ -11,8 +11,11 @@ very expression ``term_weights`` evaluates elementwise, and summed per message i
 the terms, as ``numpy.bincount`` sums them. Every float is the same, so every id, score and tie
 is (``tests/store/test_plain_score.py`` holds the two paths to each other and to FTS5).
 
-``use_plain`` chooses: a query of at most ``PLAIN_COLD`` postings in a process that has not
-imported NumPy, of at most ``PLAIN_WARM`` in one that has (there NumPy is faster on many).
+``use_plain`` chooses: a query of at most ``PLAIN_WARM`` postings always (NumPy is no faster
+there); a bigger one until the process has scored ``PLAIN_BUDGET`` postings of such queries
+here, after which NumPy is imported (the standard library's extra cost on them has then paid
+for the import: a long-running process ends up where it was, a command-line search never
+imports NumPy for a question).
 """
 
 from __future__ import annotations
@@ -31,20 +34,27 @@ from refold.store.base import SearchQuery
 from refold.store.sqlite import wordindex
 from refold.store.sqlite.wordindex import CHUNK, K1, LENS, TFS, B, Gathered
 
-# Postings a query may hold to be scored here: measured at a million messages
-# (bench/bench_store.py, cold searches in fresh processes), the standard library scores ~10k
-# postings in a few ms where NumPy's import alone is ~50 ms; with NumPy imported, it is faster
-# from a few thousand postings on.
-PLAIN_COLD = 400_000
+# Measured at a million messages (bench/bench_store.py and in process): the standard library
+# scores a posting in ~0.25 us where NumPy, imported and warm, takes ~0.05 us, and NumPy's
+# import costs ~50-70 ms: ~300k postings of extra cost. Under a few thousand postings NumPy's
+# per-call overheads make it no faster.
 PLAIN_WARM = 4_000
+PLAIN_BUDGET = 300_000
+_spent = 0  # postings of queries over PLAIN_WARM scored here by this process
 
 Postings = tuple[list[int], list[float], list[int]]  # ids, term frequencies, lengths
 
 
 def use_plain(gathered: Gathered) -> bool:
-    """Score ``gathered`` here rather than with NumPy?"""
-    limit = PLAIN_WARM if "numpy" in sys.modules else PLAIN_COLD
-    return gathered.postings() <= limit
+    """Score ``gathered`` here rather than with NumPy? (Counts what it spends here.)"""
+    global _spent
+    postings = gathered.postings()
+    if postings <= PLAIN_WARM:
+        return True
+    if "numpy" in sys.modules or _spent + postings > PLAIN_BUDGET:
+        return False
+    _spent += postings  # (two threads at once: the count is only an estimate)
+    return True
 
 
 def _decoded(typecode: str, blob: bytes) -> array[int]:
