@@ -45,7 +45,7 @@ from refold.search.rank import (
     presence_weight,
 )
 from refold.store.base import SearchQuery
-from refold.store.sqlite import cjklen, wordindex
+from refold.store.sqlite import cjklen, plainscore, wordindex
 from refold.store.sqlite.indexer import watermark
 
 
@@ -633,8 +633,6 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     gathered = wordindex.gather(conn, asked, through)
     if gathered is None:
         return None
-    from refold.store.sqlite import plainscore
-
     if plainscore.use_plain(gathered):  # few postings: no NumPy (its import costs more)
         return plainscore.fast_scores(conn, plan, query, limit, gathered)
     words = wordindex.word_scores(conn, asked, through, gathered)
