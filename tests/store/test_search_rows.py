@@ -97,9 +97,11 @@ def test_copies_in_a_lineage_still_collapse_as_when_every_row_is_read(
     assert set(hits[0].lineage) == {first.id, fork.id, again.id}  # one hit for the three
 
 
+@pytest.mark.parametrize("title", ["Été: DEPLOY to the new HOST", "deploy_host",
+                                   "DEPLOY\u2009HOST", "\u212a: deploy the host"])
 def test_a_title_holding_the_query_still_brings_its_hit_first(
-        store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    titled = store.create_session(title="Été: DEPLOY to the new HOST")
+        store: SQLiteStore, monkeypatch: pytest.MonkeyPatch, title: str) -> None:
+    titled = store.create_session(title=title)
     store.append_messages(titled.id, [{"role": "user", "content": "deploy to the host"
                                        + " and more" * 8}])  # 13th of 103 by its score
     query = SearchQuery("deploy on host", limit=3)

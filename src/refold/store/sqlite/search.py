@@ -286,11 +286,14 @@ class SearchOps(StateOps):
         top = conn.execute("SELECT max(rowid) FROM sessions").fetchone()[0] or 0
         if top > TITLE_SCAN:
             return True
-        # SQLite's lower() folds ASCII only: a title with any other character is tested here
-        found = " AND ".join(["instr(lower(title), ?) > 0"] * len(needles))
+        # LIKE folds ASCII letters only: a title with any other character (more bytes than
+        # characters) is tested here, as titles_first tests it
+        found = " AND ".join(["title LIKE ? ESCAPE '\\'"] * len(needles))
         titles = conn.execute(
             f"SELECT title FROM sessions WHERE title IS NOT NULL AND (({found}) "
-            "OR title GLOB ?)", [*needles, "*[^ -~]*"])
+            "OR length(title) <> length(CAST(title AS BLOB)))",
+            ["%" + n.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+             for n in needles])
         return any(all(n in str(t[0]).lower() for n in needles) for t in titles)
 
     def _union(self, conn: sqlite3.Connection, parts: list[ParsedQuery], query: SearchQuery,
