@@ -2,7 +2,8 @@
 
 FTS5 ranks an OR query by walking every posting of every term and calling ``bm25()`` on each
 matching row: at a million messages a question of common words costs tens of milliseconds, a
-real sentence hundreds. This index holds the same postings in a form NumPy scores at once.
+real sentence hundreds. This index holds the same postings in a form NumPy scores at once
+(or, for a query of few postings, the standard library: ``plainscore.py``).
 
 Layout (migration 9):
 
@@ -32,10 +33,10 @@ in memory, so the terms and counts are FTS5's.
 The scoring is FTS5's ``bm25()`` to the bit: the same collection size and average length (read
 from the FTS5 index's own totals record), the same document frequencies (sealed postings plus
 tail), the same expression evaluated in the same order in float64, so ranks match the word
-index's. The fast path is used only when that holds; otherwise (NumPy missing, a phrase term
-with too many repeated tokens to count, changes not yet folded in, a tail too long, totals
-that disagree) search takes
-the FTS5 path, which gives the same answer slower.
+index's. The fast path is used only when that holds; otherwise (NumPy missing for a query
+``plainscore`` leaves to it, a phrase term with too many repeated tokens to count, changes not
+yet folded in, a tail too long, totals that disagree) search takes the FTS5 path, which gives
+the same answer slower.
 """
 
 from __future__ import annotations
