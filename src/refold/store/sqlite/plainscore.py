@@ -14,8 +14,8 @@ is (``tests/store/test_plain_score.py`` holds the two paths to each other and to
 ``use_plain`` chooses: a query of at most ``PLAIN_WARM`` postings always (NumPy is no faster
 there); a bigger one until the process has scored ``PLAIN_BUDGET`` postings of such queries
 here, after which NumPy is imported (the standard library's extra cost on them has then paid
-for the import: a long-running process ends up where it was, a command-line search never
-imports NumPy for a question).
+for the import: a long-running process ends up where it was; a command-line search imports
+NumPy only for a query of more than ``PLAIN_BUDGET`` postings).
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ from refold.store.base import SearchQuery
 from refold.store.sqlite import wordindex
 from refold.store.sqlite.wordindex import CHUNK, K1, LENS, TFS, B, Gathered
 
-# Measured at a million messages (bench/bench_store.py and in process): the standard library
-# scores a posting in ~0.25 us where NumPy, imported and warm, takes ~0.05 us, and NumPy's
-# import costs ~50-70 ms: ~300k postings of extra cost. Under a few thousand postings NumPy's
-# per-call overheads make it no faster.
-PLAIN_WARM = 4_000
+# Measured at a million messages (the bench's questions, in one process, warm): under 2k
+# postings both take ~0.6 ms; from 4k on the standard library takes ~0.25-0.35 us a posting
+# more than NumPy (16-40k postings: 5.6 against 1.5 ms p50), whose import costs ~50-70 ms:
+# ~300k postings of extra cost.
+PLAIN_WARM = 2_000
 PLAIN_BUDGET = 300_000
 _spent = 0  # postings of queries over PLAIN_WARM scored here by this process
 

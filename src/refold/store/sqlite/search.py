@@ -56,7 +56,7 @@ MAX_FETCH = 20_000  # rows fetched at most to fill ``limit`` hits after copies c
 BROAD_MATCHES = 100_000  # a term in more messages than this is not ranked by bm25
 BROAD_PROBE_ROWS = 5_000  # newest ids sampled to estimate a term's match count
 SCAN_CHUNK = 50_000
-TITLE_SCAN = 2_000  # sessions up to which a search reads their titles to spare rows (_load_ranked)
+TITLE_SCAN = 2_000  # sessions up to which a search reads their titles (``_load_ranked``)
 _HIT_COLUMNS = "m.id, m.session_id, m.seq, m.role, m.text, m.created_at, s.title"
 
 
@@ -233,11 +233,11 @@ class SearchOps(StateOps):
             return []
         # a day term's score follows the row's time, not its text: copies may score apart
         return self._load_ranked(conn, parsed, [(i, scores[i]) for i in ids], None,
-                          None if parsed.natural.days else enough)
+                                 None if parsed.natural.days else enough)
 
     def _load_ranked(self, conn: sqlite3.Connection, parsed: ParsedQuery,
-              ranked: list[tuple[int, float]], snippet: str | None,
-              enough: int | None) -> list[_Row]:
+                     ranked: list[tuple[int, float]], snippet: str | None,
+                     enough: int | None) -> list[_Row]:
         """The rows of ``ranked`` ((id, score), best first), with their session's title.
 
         With ``enough`` (the hits the caller keeps, when a row's score follows its text), the
@@ -266,7 +266,7 @@ class SearchOps(StateOps):
 
     @staticmethod
     def _read_ranked(conn: sqlite3.Connection, ranked: list[tuple[int, float]],
-              snippet: str | None) -> list[_Row]:
+                     snippet: str | None) -> list[_Row]:
         if not ranked:
             return []
         marks = ",".join("?" * len(ranked))
@@ -317,8 +317,8 @@ class SearchOps(StateOps):
         if ranked is None:
             ranked = self._ranked(conn, "messages_fts", expr, terms, ("", []), query, limit)
         if not snippets and ranked:
-            return self._load_ranked(conn, parsed, [(i, -float(rank)) for i, rank in ranked], "",
-                              enough)
+            return self._load_ranked(conn, parsed, [(i, -float(rank)) for i, rank in ranked],
+                                     "", enough)
         for rowid, rank in ranked:
             r = conn.execute(
                 f"SELECT {_HIT_COLUMNS}, snippet(messages_fts, 0, '[', ']', '…', 24) "
