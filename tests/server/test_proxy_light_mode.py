@@ -16,6 +16,7 @@ from typing import Any
 import openai
 import pytest
 
+from refold.errors import WouldBlock
 from refold.store import Store
 from refold.store.sqlite import SQLiteStore
 from refold.testing import serve
@@ -48,8 +49,9 @@ class ThreadNotingStore:
 def sqlite_store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
     """Overrides conftest's (FULL) store: NORMAL unless a test asks otherwise (indirect)."""
     synchronous = getattr(request, "param", "NORMAL")
-    store = SQLiteStore(str(tmp_path / "proxy.db"), synchronous=synchronous)
-    yield ThreadNotingStore(store)
+    store = SQLiteStore(str(tmp_path / "proxy.db"),
+                        synchronous="NORMAL" if synchronous == "busy" else synchronous)
+    yield BusyStore(store) if synchronous == "busy" else ThreadNotingStore(store)
     store.close()
 
 
@@ -132,3 +134,45 @@ def test_a_full_store_never_runs_light(start_proxy: ProxyFactory,
     assert all(w[1] == WORKER for w in sqlite_store.writes), sqlite_store.writes
     assert rows(sqlite_store) == [("user", "q0"), ("assistant", "a"), ("user", "q1"),
                                   ("assistant", "b")]
+
+
+class BusyStore(ThreadNotingStore):
+    """The real store; the next ``busy`` appends from the event loop find it busy (another
+    thread's write, as ``WouldBlock`` says: nothing done) and are refused."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.busy = 0
+        self.refused = 0
+
+    def append_messages(self, *args: Any, **kwargs: Any) -> Any:
+        if self.busy and threading.current_thread().name != WORKER:
+            self.busy -= 1
+            self.refused += 1
+            raise WouldBlock("the database is in use by another thread")
+        return super().append_messages(*args, **kwargs)
+
+
+@pytest.mark.parametrize("sqlite_store", ["busy"], indirect=True)
+def test_a_store_busy_for_a_moment_is_tried_again_on_the_event_loop(
+        start_proxy: ProxyFactory, sqlite_store: BusyStore) -> None:
+    """The deferred store and the reply's record each find the store busy once: both are
+    tried again on the event loop a moment later instead of going to worker threads (a worker
+    holding the store while it waited for the GIL made more of the loop's writes fail, and
+    each failure sent one more turn to a worker)."""
+    with serve(["one", "two"]) as up:
+        proxy = start_proxy(up)
+        client = sdk(proxy.base_url)
+        history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "q0"}]
+        assert streamed(client, history) == "one"
+        history += [{"role": "assistant", "content": "one"}, {"role": "user", "content": "q1"}]
+        sqlite_store.writes.clear()
+        sqlite_store.busy = 2  # the deferred store's first try, then the record's
+        assert streamed(client, history) == "two"
+        counts = proxy.app.state.proxy_app.proxy
+    assert sqlite_store.refused == 2
+    assert [w[0] for w in sqlite_store.writes] == ["append", "append"], sqlite_store.writes
+    assert all(w[1] != WORKER for w in sqlite_store.writes), sqlite_store.writes
+    assert (counts.deferred_to_worker, counts.worker_records) == (0, 0)
+    assert rows(sqlite_store) == [("user", "q0"), ("assistant", "one"), ("user", "q1"),
+                                  ("assistant", "two")]

@@ -61,6 +61,9 @@ class InlineTurns:
         self._rt = runtime
         self.pending: PendingStore | None = None
         self.held_after_turn: int | None = None  # tool iterations of a held after-turn
+        # the last call answered None / False because another thread held the runtime or the
+        # store (not because the turn needs a worker): trying again a moment later may work
+        self.busy = False
 
     # -- the turn ----------------------------------------------------------------------------
     def prepare(self, history: list[Message], *, tools: list[dict[str, Any]] | None = None,
@@ -198,15 +201,20 @@ class InlineTurns:
         """``call()`` under the runtime's lock with the store in non-blocking mode; None when
         it cannot run that way."""
         rt = self._rt
+        self.busy = False
         nonblocking = getattr(rt.store, "nonblocking", None)
         if nonblocking is None or not getattr(rt.store, "commits_are_quick", False):
             return None
         if not rt._lock.acquire(blocking=False):
+            self.busy = True
             return None
         try:
             with nonblocking():
                 return call()
-        except (NeedsWorker, WouldBlock):
+        except NeedsWorker:
+            return None
+        except WouldBlock:
+            self.busy = True
             return None
         finally:
             rt._lock.release()

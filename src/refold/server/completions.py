@@ -61,8 +61,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import anyio
@@ -92,6 +92,7 @@ from refold.server.upstream import Upstream, UpstreamStream
 from refold.server.wire import error_body, sse_error, status_for, upstream_status
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 DONE_EVENT = b"data: [DONE]\n\n"
 WARNINGS_HEADER = "X-Refold-Warnings"
@@ -138,13 +139,15 @@ class Proxy:
     deferred_stores: int = 0  # deferred stores done on the event loop, in a worker thread,
     deferred_to_worker: int = 0  # and requests voided because another writer moved the session
     voided_requests: int = 0
+    worker_records: int = 0  # replies recorded in a worker thread (light mode could not)
 
     def summary(self) -> str:
         """One line of what the turns did (logged at shutdown)."""
         return (f"turns prepared on the event loop {self.light_prepares}, in worker threads "
                 f"{self.worker_prepares}; deferred stores on the event loop "
                 f"{self.deferred_stores}, in worker threads {self.deferred_to_worker}; "
-                f"requests voided by another writer {self.voided_requests}")
+                f"requests voided by another writer {self.voided_requests}; replies recorded "
+                f"in worker threads {self.worker_records}")
 
 
 def check_body(body: Any) -> list[Message]:
@@ -257,8 +260,8 @@ class _Turn:
         JSON; a compaction may call a summarizer)."""
         self.rt.output_reserve = requested_output(self.body)
         if self.light:
-            prepared = self.rt.inline.prepare(self.history, tools=self.body.get("tools"),
-                                              defer_store=True)
+            prepared = await self._inline(lambda: self.rt.inline.prepare(
+                self.history, tools=self.body.get("tools"), defer_store=True))
             if prepared is not None:
                 self.proxy.light_prepares += 1
                 return self._encode(prepared)
@@ -332,6 +335,23 @@ class _Turn:
             return False
         return await anyio.to_thread.run_sync(self.rt.handle_error, err, attempt)
 
+    async def _inline(self, attempt: Callable[[], _T | None]) -> _T | None:
+        """``attempt()`` (an ``InlineTurns`` call) on the event loop. While it answers None
+        because another thread holds the session or the store (``InlineTurns.busy``: a worker
+        thread's write, the WAL checkpoint's short pass), it is tried again after short pauses
+        (``BUSY_PAUSES``, the loop serving other requests meanwhile) before the caller hands
+        the work to a worker thread. Such a writer usually finishes within a millisecond or
+        two, and each hand-off made another worker thread contend for the store and the GIL:
+        at 10 streams one turn in six went to a thread."""
+        result = attempt()
+        for pause in BUSY_PAUSES:
+            if result is not None or not self.rt.inline.busy:
+                break
+            with anyio.CancelScope(shield=True):  # a record or store under way is finished
+                await asyncio.sleep(pause)
+            result = attempt()
+        return result
+
     # -- the deferred store: the request's messages are written while the upstream works ----
     def _on_sent(self) -> None:
         """The request is on its way upstream: store the messages ``prepare_history`` deferred
@@ -354,6 +374,12 @@ class _Turn:
         if error is not None:
             raise error
         stored, self._stored = self._stored, None
+        if self.rt.inline.has_pending:
+            # busy when the request went out; by now (the upstream answered) the writer that
+            # held the store is usually done: try again here before a thread hop
+            stored = await self._inline(self.rt.inline.store_pending)
+            if stored is not None:
+                self.proxy.deferred_stores += 1
         if self.rt.inline.has_pending:
             self.proxy.deferred_to_worker += 1
             with anyio.CancelScope(shield=True):
@@ -400,11 +426,12 @@ class _Turn:
         else:
             raise _kept_changing(self.session_id)
         message, usage = _reply_of(data)
-        if self.light and self.rt.inline.record(message, usage=usage, model=data.get("model"),
-                                                hold_after_turn=True):
+        if self.light and await self._inline(lambda: self.rt.inline.record(
+                message, usage=usage, model=data.get("model"), hold_after_turn=True) or None):
             # memory's after-turn work once the body is sent (a send that fails leaves it to
             # the session's next call)
             return JSONResponse(data, headers=self.headers(), background=BackgroundTask(self.finish))
+        self.proxy.worker_records += 1
         await anyio.to_thread.run_sync(
             lambda: self.rt.record(message, usage=usage, model=data.get("model")))
         return JSONResponse(data, headers=self.headers())
@@ -431,9 +458,11 @@ class _Turn:
     async def record(self, assembler: StreamAssembler) -> None:
         """Store the streamed reply; memory's after-turn work waits for ``finish()``."""
         message = assembler.message()
-        if self.light and self.rt.inline.record(message, usage=assembler.usage,
-                                                model=assembler.model, hold_after_turn=True):
+        if self.light and await self._inline(lambda: self.rt.inline.record(
+                message, usage=assembler.usage, model=assembler.model,
+                hold_after_turn=True) or None):
             return
+        self.proxy.worker_records += 1
         await anyio.to_thread.run_sync(
             lambda: self.rt.record(message, usage=assembler.usage, model=assembler.model))
 
@@ -611,6 +640,8 @@ def _shutting_down(exc: asyncio.CancelledError) -> bool:
 
 
 INLINE_JSON_BYTES = 64 * 1024  # smaller bodies parse faster than a thread hop
+# seconds between tries of a light-mode call that found the store busy (``_Turn._inline``)
+BUSY_PAUSES = (0.0005, 0.001, 0.002, 0.004)
 
 
 def _no_constant(name: str) -> Any:
