@@ -290,7 +290,7 @@ class _Turn:
             options["include_usage"] = True
             out["stream_options"] = options
         try:
-            return json.dumps(out, ensure_ascii=False).encode()
+            return _encode_json(out).encode()
         except UnicodeEncodeError:  # a lone surrogate from the client: escape it
             return json.dumps(out).encode()
 
@@ -650,9 +650,15 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
+# made once: ``json.loads`` / ``json.dumps`` with options build a new decoder / encoder per call
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+_encode_json = json.JSONEncoder(ensure_ascii=False).encode
+
+
 def _loads(raw: bytes) -> Any:
+    """``json.loads(raw, parse_constant=_no_constant)``, with the decoder made once."""
     try:
-        return json.loads(raw, parse_constant=_no_constant)
+        return _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
     except ValueError as exc:
         raise InvalidInput(f"the request body is not valid JSON: {exc}") from exc
 

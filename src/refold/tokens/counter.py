@@ -39,16 +39,24 @@ class TokenCounter(Protocol):
     def count_tools(self, tools: Sequence[dict[str, Any]] | None) -> int: ...
 
 
+# made once (``json.dumps`` with options builds an encoder per call)
+_KEY_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str).encode
+
+
 def _string_key(value: Any) -> Any:
     if isinstance(value, str):
         return (len(value), hash(value))
     if value is None:
         return None
-    return hash(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str))
+    return hash(_KEY_JSON(value))
 
 
 def message_fingerprint(message: Message) -> tuple[Any, ...]:
     """A cheap cache key for a message's countable content (not a content hash for storage)."""
+    if len(message) == 2:  # the usual chat message, {"role", "content": text}: the same key
+        content = message.get("content")
+        if type(content) is str and "role" in message:
+            return (message["role"], (len(content), hash(content)), (), None, None, None)
     calls = tuple(
         (_string_key((c.get("function") or {}).get("name")),
          _string_key((c.get("function") or {}).get("arguments")), _string_key(c.get("id")))
