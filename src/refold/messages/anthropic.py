@@ -261,7 +261,10 @@ def for_chat_upstream(messages: list[Message]) -> list[Message]:
     which no chat API knows; a tool result the client marked ``is_error`` says so first
     (``[error] ``), and the images of tool results (a chat tool message holds only text) follow
     the results in a user message of their own, so the model still sees them."""
-    if not any(KEPT in m for m in messages):
+    for message in messages:  # (a plain loop: this runs on every proxied request)
+        if KEPT in message:
+            break
+    else:
         return messages
     out: list[Message] = []
     images: list[dict[str, Any]] = []

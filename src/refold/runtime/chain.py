@@ -275,6 +275,8 @@ class KnownChain:
             return None
         plain = self.plain if len(self.plain) == known else (False,) * known
         for raw, stored, simple in zip(conversation[:known], self.messages, plain, strict=True):
-            if type(raw) is not dict or not _is_known(raw, stored, simple):
+            if type(raw) is not dict:
                 return None
+            if not (simple and raw == stored) and not _is_known(raw, stored, simple):
+                return None  # (the first test is _is_known's own first, without the call)
         return known

@@ -88,14 +88,16 @@ async def read_body(request: Request, limit: int, timeout: float | None = None) 
         raise BodyTooLarge(int(declared), limit)
     chunks: list[bytes] = []
     size = 0
-    with anyio.move_on_after(timeout) as scope:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise BodyTooLarge(None, limit)
-            chunks.append(chunk)
-    if scope.cancelled_caught:
-        raise RequestTimeout(timeout or 0.0)
+    try:
+        # asyncio's own timeout: anyio's cancel scope cost ~25 Python calls a request
+        async with asyncio.timeout(timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise BodyTooLarge(None, limit)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise RequestTimeout(timeout or 0.0) from None
     return b"".join(chunks)
 
 

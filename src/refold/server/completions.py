@@ -106,13 +106,13 @@ class Drain:
 
     def __init__(self) -> None:
         self.active = 0
-        self._idle = anyio.Event()
+        self._idle = asyncio.Event()  # (asyncio's: anyio's costs a backend lookup per turn)
         self._idle.set()
 
     def enter(self) -> None:
         self.active += 1
         if self.active == 1:
-            self._idle = anyio.Event()
+            self._idle = asyncio.Event()
 
     def leave(self) -> None:
         self.active -= 1
