@@ -55,6 +55,29 @@ def test_a_commit_by_another_connection_changes_it(db: Database) -> None:
     assert not db.unchanged_since(mark)
 
 
+def test_a_commit_mark_may_reuse_an_earlier_version_but_never_hides_a_commit(
+        db: Database) -> None:
+    """A commit's mark takes the data version this connection read last (one statement less
+    per write): another process committing before our commit only makes the answer "changed"
+    (conservative), one after it is always seen, and once a check has read the new version our
+    next commit's mark is current again."""
+    insert(db, 1)
+    other = sqlite3.connect(db.path, isolation_level=None)
+    try:
+        other.execute("INSERT INTO t VALUES (2)")  # before our next commit
+        insert(db, 3)
+        mark = db.last_commit_mark()
+        other.execute("INSERT INTO t VALUES (4)")  # after it: must be seen
+        assert not db.unchanged_since(mark)
+        insert(db, 5)  # the check above read the current version: this mark is exact
+        mark = db.last_commit_mark()
+        assert db.unchanged_since(mark)
+        other.execute("INSERT INTO t VALUES (6)")
+        assert not db.unchanged_since(mark)
+    finally:
+        other.close()
+
+
 def test_a_write_from_another_thread_of_this_process_changes_it(db: Database) -> None:
     insert(db, 1)
     mark = db.last_commit_mark()
