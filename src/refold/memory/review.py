@@ -17,6 +17,7 @@ safety scan apply. The review has no handle on the session ledger: it never writ
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import logging
 import re
@@ -186,6 +187,17 @@ def _preference(sentence: str) -> Candidate | None:
     return None
 
 
+# a review reads the session's last rows, so most of its sentences were read by the review
+# before (each sentence goes through some twenty patterns): ``_candidate`` is a pure function of
+# the sentence, its result frozen, so short sentences' results are kept (bounded, thread-safe)
+_REMEMBERED_CHARS = 2000  # longer sentences are read again (the cache's memory stays small)
+
+
+@functools.lru_cache(maxsize=2048)
+def _remembered(sentence: str) -> Candidate | None:
+    return _candidate(sentence)
+
+
 def extract_candidates(messages: Sequence[Message]) -> list[Candidate]:
     """Entries the user's own words ask for, in order, without duplicates."""
     out: dict[str, Candidate] = {}
@@ -193,7 +205,8 @@ def extract_candidates(messages: Sequence[Message]) -> list[Candidate]:
         if message.get("role") != "user":
             continue
         for sentence in _sentences(content_text(message)):
-            candidate = _candidate(sentence)
+            candidate = (_remembered(sentence) if len(sentence) <= _REMEMBERED_CHARS
+                         else _candidate(sentence))
             if candidate is not None:
                 out.setdefault(candidate.content, candidate)
     return list(out.values())
