@@ -9,6 +9,10 @@ divided by ``--turns`` is the user-space instructions per turn. Slow (valgrind r
 ~50x slower): a few minutes per checkout.
 
     python bench/bench_proxy_instructions.py --src src --src /tmp/old/src [--turns 100] [--json]
+                                             [--streams 10]
+
+``--streams N``: the turns come from N clients at once (their turns interleave, as at
+``bench_proxy.py``'s 10 streams: busy stores, worker threads and their hand-offs count too).
 """
 
 from __future__ import annotations
@@ -50,7 +54,18 @@ def drive(url: str, turns: int, stream: bool, tag: str) -> None:
                 done += 1
 
 
-def instructions(src: str, upstream: str, turns: int, stream: bool) -> int:
+def drive_streams(url: str, turns: int, stream: bool, tag: str, streams: int) -> None:
+    """``turns`` turns split over ``streams`` clients at once (each its own conversations)."""
+    if streams <= 1:
+        drive(url, turns, stream, tag)
+        return
+    with ThreadPoolExecutor(streams) as clients:
+        for done in clients.map(lambda i: drive(url, turns // streams, stream, f"{tag}-{i}"),
+                                range(streams)):
+            del done
+
+
+def instructions(src: str, upstream: str, turns: int, stream: bool, streams: int = 1) -> int:
     """Callgrind's total for one serve: warm-up, ``turns`` turns, then a dump."""
     with tempfile.TemporaryDirectory() as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith("REFOLD_")}
@@ -70,7 +85,7 @@ def instructions(src: str, upstream: str, turns: int, stream: bool) -> int:
                 time.sleep(0.2)
             drive(match.group(1), 40, stream, "warm")
             if turns:
-                drive(match.group(1), turns, stream, "main")
+                drive_streams(match.group(1), turns, stream, "main", streams)
             time.sleep(2)
             subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True,
                            stdout=subprocess.DEVNULL)
@@ -87,17 +102,22 @@ def main() -> None:
                         help="a checkout's src directory (repeat; the first is the baseline)")
     parser.add_argument("--turns", type=int, default=100)
     parser.add_argument("--json", action="store_true", help="non-streaming turns")
+    parser.add_argument("--streams", type=int, default=1,
+                        help="clients at once (each its own conversations; --turns is split "
+                             "evenly over them)")
     args = parser.parse_args()
+    if args.streams > 1 and args.turns % args.streams:
+        raise SystemExit("--turns must be a multiple of --streams")
     reply = ScriptedReply(content=REPLY)
     with serve(default=lambda body: reply) as upstream, ThreadPoolExecutor(2) as pool:
         per_turn: list[float] = []
         for src in args.src:
             empty, full = pool.map(lambda n, s=src: instructions(s, upstream.base_url, n,
-                                                                 not args.json),
+                                                                 not args.json, args.streams),
                                    (0, args.turns))
             per_turn.append((full - empty) / args.turns)
             print(f"{src}: {per_turn[-1] / 1e6:.3f} M instructions per "
-                  f"{'JSON' if args.json else 'streamed'} turn "
+                  f"{'JSON' if args.json else 'streamed'} turn at {args.streams} stream(s) "
                   f"({per_turn[-1] / per_turn[0]:.3f}x the first)", flush=True)
 
 

@@ -6,7 +6,8 @@ pre-compaction mark, the store commits without fsync (``commits_are_quick``) and
 now — is small, bounded work, cheaper than a hop to a worker thread. ``InlineTurns`` does such
 turns on the caller's thread and never waits: where a turn needs more (a changed history, a
 compaction, a full projection read) or something is busy, it does nothing and answers None /
-False — the caller then uses the runtime's ordinary API in a worker thread. Nothing is stored
+False — the caller then uses the runtime's ordinary API in a worker thread (``busy`` says the
+answer was "busy", not "needs a worker": the proxy tries again a moment later first). Nothing is stored
 twice: the ordinary call finds whatever the inline one stored.
 
 The deferred store (``prepare(history, defer_store=True)``): on the known fast path the request

@@ -50,8 +50,10 @@ Where the runtime runs. With NORMAL (commits without fsync) and a request body o
 known-history fast path, a context below the pre-compaction mark, a store that is free right
 now — small, bounded work, cheaper than a thread hop (``SessionRuntime.inline``, see
 ``refold.runtime.inline``).
-Anything else — a session's first or changed history, a compaction, a busy store, FULL,
-PostgreSQL — runs in a worker thread as before. ``Proxy.light_prepares`` and
+A light-mode call that finds the store busy (another thread's write, the WAL checkpoint's short
+pass) is tried again on the event loop after short pauses (``BUSY_PAUSES``, a few ms in all)
+before it goes to a thread. Anything else — a session's first or changed history, a compaction,
+a store still busy, FULL, PostgreSQL — runs in a worker thread as before. ``Proxy.light_prepares`` and
 ``worker_prepares`` count which way turns went. The upstream is reached through
 ``server.h1``'s lean HTTP/1.1 client (httpx where a proxy from the environment applies).
 """
