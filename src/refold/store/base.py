@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from refold._records import dataclass, field
@@ -514,3 +514,13 @@ def message_times(created_at: Sequence[float | None] | None, count: int,
             and math.isfinite(value) and 0 <= value <= now + MAX_FUTURE_SECONDS
         out.append(float(value) if ok else now)  # type: ignore[arg-type]
     return out
+
+
+def distinct_reply_keys(replies: Sequence[Message], key: Callable[[Message], str]) -> list[str]:
+    """The distinct non-empty ``key`` of the assistant messages among ``replies``, in order:
+    what ``Store.window_candidates`` looks up (each backend's ``key`` is the start of the
+    search text as it stores it)."""
+    return list(dict.fromkeys(
+        k for k in (key(m) for m in replies
+                    if isinstance(m, dict) and m.get("role") == "assistant") if k))
+

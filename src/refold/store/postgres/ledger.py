@@ -49,6 +49,7 @@ from refold.store.base import (
     ViewTip,
     appended_usage,
     decode_spent,
+    distinct_reply_keys,
     encode_spent,
     message_times,
     usage_regrowth,
@@ -305,9 +306,7 @@ class LedgerMixin(PgCore):
                           limit: int = 16) -> list[str]:
         """See ``Store.window_candidates``: one lookup in the index of assistant rows by the
         start of their search text (``messages_reply_start``)."""
-        keys = list(dict.fromkeys(
-            key for key in (reply_key(m) for m in replies if isinstance(m, dict)
-                            and m.get("role") == "assistant") if key))
+        keys = distinct_reply_keys(replies, reply_key)
         if not keys or limit <= 0:
             return []
         with self._tx("find window candidates") as cur:
