@@ -323,3 +323,47 @@ def test_the_messages_api_shares_the_sliding_window(start_proxy: ProxyFactory,
     sessions = sqlite_store.list_sessions()
     assert len(sessions) == 1, [s.title for s in sessions]
     assert contents(sqlite_store, sessions[0].id) == [m["content"] for m in full]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_named_windows_regenerate_and_edit_rewind_the_named_session(
+        start_proxy: ProxyFactory, sqlite_store: Store, stream: bool) -> None:
+    """A client that sends its last 4 messages under ``X-Refold-Session`` regenerates an
+    answer (the same window again) and edits its last question (the window with that
+    message changed). Each forked a branch holding a copy of the window (the window shares
+    no start with the named conversation, so it was taken for a side call): 3 sessions, 26
+    rows for 16 messages. As for a whole history, it is a reversible rewind of the named
+    session now: one session, each message once, the replaced ones rewound, not lost."""
+    with serve([f"answer {i}" for i in range(12)]) as up:
+        proxy = start_proxy(up)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="x", max_retries=0,
+                               default_headers={"X-Refold-Session": "win-chat"})
+        full: list[Msg] = []
+        replaced: list[str] = []
+        answered: set[str] = set()
+        for i in range(7):
+            full.append({"role": "user", "content": f"question {i} about topic {i * 7}"})
+            window = [SYSTEM, *full[-4:]]
+            reply, session = ask(client, window, stream)
+            answered.add(session)
+            if i == 3:  # regenerate: the same window once more
+                replaced.append(str(reply["content"]))
+                reply, session = ask(client, window, stream)
+                answered.add(session)
+                assert up.llm.requests[-1]["messages"] == window
+            full.append(reply)
+            if i == 5:  # edit the last question: the window with it changed
+                replaced += [str(full[-2]["content"]), str(reply["content"])]
+                full[-2:] = [{"role": "user", "content": f"question {i}, said otherwise"}]
+                window = [SYSTEM, *full[-4:]]
+                reply, session = ask(client, window, stream)
+                answered.add(session)
+                assert up.llm.requests[-1]["messages"] == window
+                full.append(reply)
+    sessions = sqlite_store.list_sessions()
+    assert [s.title for s in sessions] == ["win-chat"]
+    assert answered == {sessions[0].id}
+    assert contents(sqlite_store, sessions[0].id) == [m["content"] for m in full]
+    stored = contents(sqlite_store, sessions[0].id, inactive=True)
+    assert sorted(stored) == sorted([m["content"] for m in full] + replaced)
+    assert len(sqlite_store.list_rewinds(sessions[0].id)) == 2

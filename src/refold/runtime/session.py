@@ -51,7 +51,7 @@ from refold.runtime.recall import with_recall
 from refold.runtime.rotation import Rotation
 from refold.runtime.valid import provider_valid
 from refold.runtime.view import ViewCache, detached
-from refold.runtime.window import MIN_OVERLAP, WindowMatch, match_tail
+from refold.runtime.window import MIN_OVERLAP, WindowMatch, match_older, match_tail
 from refold.store.base import Store, StoredMessage
 
 if TYPE_CHECKING:
@@ -390,7 +390,7 @@ class SessionRuntime:
         if conversation:
             def slide(members: list[str]) -> str | None:
                 nonlocal slid
-                slid = self._slide(window, system, members)
+                slid = self._slide(window, system, members, diverge)
                 return self.session_id if slid is not None else None
 
             target, changed = place(self.store, self._root_id, self.session_id, identities,
@@ -412,29 +412,52 @@ class SessionRuntime:
                 self.precompactor.discard()
 
     def _slide(self, window: list[Message], system: str | None,
-               members: list[str]) -> list[StoredMessage] | None:
+               members: list[str], diverge: Diverge = "branch") -> list[StoredMessage] | None:
         """Store ``window`` (a history's messages after its system head) as a sliding window
         of this session, or of another session of its family (``members``: a named session's
         side calls leave the runtime on their branch), when it is one
         (``refold.runtime.window``; the system text must be the one that session runs with):
         the rows appended — the runtime then follows that session — or None (it is none;
         nothing stored). The current session is tried first, then the family's first one,
-        then the others, newest first."""
+        then the others, newest first.
+
+        With ``diverge="rewind"`` (a session the client named), a window that re-sends an
+        older stretch of one of them, not its tail — the client regenerated an answer or edited
+        its last messages (``match_older``) — rewinds the rows after that stretch reversibly
+        and appends the window's rest, as an edit of a whole history does. (It was taken for
+        another conversation under the name, as it shares no start with it, and forked a
+        branch holding a copy of the window at each regenerate.)"""
         from refold.compaction.session import recorded_system_prompt  # lazy, as in ContextOps
 
         if len(window) < MIN_OVERLAP or not any(m.get("role") == "assistant" for m in window):
             return None
         order = dict.fromkeys([self.session_id, *members[:1], *reversed(members[1:])])
+        alike: list[str] = []
         for session_id in order:
             prompt = self._system_prompt if session_id == self.session_id else \
                 recorded_system_prompt(self.store, session_id)
             if (system or None) != (prompt or None):
                 continue
+            alike.append(session_id)
             match = match_tail(self.store, session_id, window)
             if match is None:
                 continue
             if session_id != self.session_id:
                 self._move_to(session_id)
+            return self._slide_into(window, match)
+        if diverge != "rewind":
+            return None
+        for session_id in alike:
+            older = match_older(self.store, session_id, window)
+            if older is None:
+                continue
+            match, first_other = older
+            if session_id != self.session_id:
+                self._move_to(session_id)
+            record = self.store.rewind(session_id, first_other, any_role=True)
+            log.info("session %s: the window re-sends messages %d.. and not the %d after "
+                     "them (rewind %s; undo restores them)", session_id, match.start_seq,
+                     record.count, record.id)
             return self._slide_into(window, match)
         return None
 

@@ -39,6 +39,7 @@ from refold.store.base import Store, StoredMessage
 MIN_OVERLAP = 2  # messages the window's start shares with the stored tail, at least
 LOOKUP_REPLIES = 8  # the window's last replies looked up (the session's last reply is one)
 MAX_CANDIDATES = 16
+LOOK_BACK = 32  # rows before the window's length that an edited window may start at (``match_older``)
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,48 @@ def match_tail(store: Store, session_id: str, conversation: list[Message]
             continue
         return WindowMatch(session_id, rows[start].seq, overlap, adopted, sent,
                            rows[-1].identity, rows[-1].created_at)
+    return None
+
+
+def match_older(store: Store, session_id: str, conversation: list[Message]
+                ) -> tuple[WindowMatch, int] | None:
+    """How ``conversation`` (wire form, after its system head) re-sends an *older* stretch of
+    the session — not its tail — as a sliding window that was regenerated or edited: its
+    first ``overlap`` messages (at least ``MIN_OVERLAP``, one of them the model's) are stored
+    rows ``start_seq``… by identity, and rows follow them that the window does not carry (the
+    answer regenerated, the question edited and its answer). (the match, whose ``tip`` is the
+    stretch's last row, and the seq of the first row after the stretch), or None. Read only
+    for a named session's window that continues no tail (``SessionRuntime._slide``): the
+    latest, then longest, stretch wins. Rows up to ``LOOK_BACK`` before the window's length
+    from the tail are looked at."""
+    if len(conversation) < MIN_OVERLAP:
+        return None
+    rows = tail_rows(store, session_id, len(conversation) + LOOK_BACK)
+    total = len(rows)
+    first = identity_core(conversation[0])
+    for start in range(total - MIN_OVERLAP - 1, -1, -1):
+        core = identity_core(rows[start].message)
+        if not (same(first, core) or resent(first, core) or cleared(first, core)):
+            continue
+        stored = rows[start:]
+        sent: dict[int, Message] = {}
+        adopted = adopt_stored(list(conversation), [r.message for r in stored], sent)
+        previous = rows[start - 1].identity if start > 0 else None
+        overlap = 0
+        for identity, row in zip(chain_identities(adopted, previous), stored, strict=False):
+            if identity != row.identity:
+                break
+            overlap += 1
+        if overlap < MIN_OVERLAP or start + overlap >= total or not any(
+                m.get("role") == "assistant" for m in adopted[:overlap]):
+            continue
+        if start == 0 and len(rows) < len(conversation) + LOOK_BACK:
+            continue  # the window starts at the session's start: an ordinary history's edit
+        sent = {}  # adopted again along the stretch only: the rest is stored as sent
+        adopted = adopt_stored(list(conversation), [r.message for r in stored[:overlap]], sent)
+        last = rows[start + overlap - 1]
+        return (WindowMatch(session_id, rows[start].seq, overlap, adopted, sent, last.identity,
+                            last.created_at), rows[start + overlap].seq)
     return None
 
 
