@@ -367,3 +367,49 @@ def test_a_named_windows_regenerate_and_edit_rewind_the_named_session(
     stored = contents(sqlite_store, sessions[0].id, inactive=True)
     assert sorted(stored) == sorted([m["content"] for m in full] + replaced)
     assert len(sqlite_store.list_rewinds(sessions[0].id)) == 2
+
+
+LONG = "Here is what I found after reading the whole module carefully: " + "detail " * 30
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("long_replies", [True, False], ids=["long-replies", "short-replies"])
+def test_a_window_that_starts_at_the_last_reply(start_proxy: ProxyFactory, sqlite_store: Store,
+                                               stream: bool, long_replies: bool) -> None:
+    """LangChain's ``trim_messages`` without ``start_on`` cuts at any message and often starts
+    the window at the last reply: the window shares one message with the stored tail. A long
+    reply (or one calling tools: ids are unique) is no other conversation's end, so the window
+    continues its session; a short one ("Done.") may be, so it opens a conversation of its own
+    (each window then stored as before: nothing is merged into another conversation)."""
+    turns = 5
+    answers = [(f"{LONG} ({i})" if long_replies else f"Done {i}.") for i in range(turns)]
+    with serve(answers) as up:
+        proxy = start_proxy(up)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="x", max_retries=0)
+        full: list[Msg] = []
+        for i in range(turns):
+            full.append({"role": "user", "content": f"question number {i}"})
+            window = [SYSTEM, *full[-2:]]  # the last reply and the new question
+            reply, _ = ask(client, window, stream)
+            assert up.llm.requests[-1]["messages"] == window
+            full.append(reply)
+    sessions = sqlite_store.list_sessions()
+    if long_replies:
+        assert len(sessions) == 1, [s.title for s in sessions]
+        assert contents(sqlite_store, sessions[0].id, inactive=True) == [
+            m["content"] for m in full]
+    else:
+        assert len(sessions) == turns  # the first conversation, then one per window
+
+
+def test_which_replies_are_distinctive_enough_to_continue_a_window_alone() -> None:
+    from refold.runtime.window import distinctive
+
+    call = {"id": "call_Xy12ab34cd", "type": "function",
+            "function": {"name": "read", "arguments": "{}"}}
+    assert distinctive({"role": "assistant", "content": None, "tool_calls": [call]})
+    assert distinctive({"role": "assistant", "content": LONG})
+    assert not distinctive({"role": "assistant", "content": "Done."})
+    assert not distinctive({"role": "assistant", "content": None,
+                            "tool_calls": [dict(call, id="c1")]})  # an id a client made up
+    assert not distinctive({"role": "user", "content": LONG})

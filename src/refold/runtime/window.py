@@ -10,7 +10,8 @@ own, its messages stored again. A history continues a stored session by its wind
   *tail* — by the identity the proxy matches messages by anywhere else (a reply re-sent in
   another spelling, a tool result re-sent cleared, a reply of several calls re-sent split are
   the stored ones: ``refold.runtime.chain``) — of at least ``MIN_OVERLAP`` messages, at least
-  one of them the model's (an assistant message);
+  one of them the model's (an assistant message), or of the tail's last reply alone when it
+  is ``distinctive`` (it calls tools, or its text is long);
 - its system text is the session's recorded system prompt (no system message: none recorded);
 - the session belongs to the same tenant (``Store.window_candidates`` looks within one owner).
 
@@ -36,7 +37,25 @@ from refold.messages.model import Message, chain_identities, content_text, wire_
 from refold.runtime.chain import adopt_stored, cleared, identity_core, resent, same
 from refold.store.base import Store, StoredMessage
 
-MIN_OVERLAP = 2  # messages the window's start shares with the stored tail, at least
+MIN_OVERLAP = 2  # messages the window's start shares with the stored tail, at least...
+DISTINCTIVE_CHARS = 200  # ...or one: the tail's reply, when it is this long or calls tools
+
+
+def distinctive(message: Message) -> bool:
+    """Is ``message`` a reply no other conversation is likely to end with: one that calls
+    tools (their ids are the provider's, unique) or whose text is at least
+    ``DISTINCTIVE_CHARS`` long? A window that shares only its first message with a stored tail
+    continues it when that message is such a reply (trimmers that cut at any message, as
+    LangChain's ``trim_messages`` without ``start_on``, often start the window at the last
+    reply)."""
+    if message.get("role") != "assistant":
+        return False
+    calls = message.get("tool_calls")
+    if isinstance(calls, list) and calls and all(
+            isinstance(c, dict) and isinstance(c.get("id"), str) and len(c["id"]) >= 8
+            for c in calls):
+        return True
+    return len(content_text(message).strip()) >= DISTINCTIVE_CHARS
 LOOKUP_REPLIES = 8  # the window's last replies looked up (the session's last reply is one)
 MAX_CANDIDATES = 16
 LOOK_BACK = 32  # rows before the window's length that an edited window may start at (``match_older``)
@@ -93,7 +112,7 @@ def match_tail(store: Store, session_id: str, conversation: list[Message]
     rows = tail_rows(store, session_id, len(conversation) + 1)
     total = len(rows)
     first = identity_core(conversation[0])
-    for overlap in range(min(len(conversation), total), MIN_OVERLAP - 1, -1):
+    for overlap in range(min(len(conversation), total), 0, -1):
         start = total - overlap
         if start == 0 and total <= len(conversation):
             continue  # the window starts at the session's start: an ordinary history
@@ -105,6 +124,8 @@ def match_tail(store: Store, session_id: str, conversation: list[Message]
         stretch = adopted[:overlap]
         if len(stretch) < overlap or not any(m.get("role") == "assistant" for m in stretch):
             continue
+        if overlap < MIN_OVERLAP and not distinctive(stretch[0]):
+            continue  # one short reply ("Done.") may end another conversation as well
         previous = rows[start - 1].identity if start > 0 else None
         if chain_identities(stretch, previous)[-1] != rows[-1].identity:
             continue
