@@ -413,3 +413,43 @@ def test_which_replies_are_distinctive_enough_to_continue_a_window_alone() -> No
     assert not distinctive({"role": "assistant", "content": None,
                             "tool_calls": [dict(call, id="c1")]})  # an id a client made up
     assert not distinctive({"role": "user", "content": LONG})
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_window_whose_system_prompt_slid_out_continues_its_session(
+        start_proxy: ProxyFactory, sqlite_store: Store, stream: bool) -> None:
+    """pydantic-ai's history processors keep the last N messages, and its system prompt is a
+    part of the first request: once that slides out, the windows carry no system message.
+    They matched no stored prompt and each opened a conversation holding a copy (N=3: 7
+    sessions). A window without a system message may continue a session that has one; the
+    upstream gets the window as sent, without it."""
+    turns = 6
+    with serve([f"answer {i}" for i in range(turns)]) as up:
+        proxy = start_proxy(up)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="x", max_retries=0)
+        full: list[Msg] = []
+        for i in range(turns):
+            full.append({"role": "user", "content": f"question number {i} about topic {i * 7}"})
+            window = [SYSTEM, *full] if i < 2 else full[-3:]  # then the system prompt slid out
+            reply, _ = ask(client, window, stream)
+            assert up.llm.requests[-1]["messages"] == window
+            full.append(reply)
+    sessions = sqlite_store.list_sessions()
+    assert len(sessions) == 1, [s.title for s in sessions]
+    assert contents(sqlite_store, sessions[0].id, inactive=True) == [m["content"] for m in full]
+
+
+def test_a_window_with_another_system_prompt_still_opens_its_own(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """A system message that differs from the session's is another agent's (or a changed
+    one's, which a whole history would show): no window match."""
+    with serve(["a0", "a1", "a2"]) as up:
+        client = openai.OpenAI(base_url=start_proxy(up).base_url, api_key="x", max_retries=0)
+        full: list[Msg] = [{"role": "user", "content": "question zero"}]
+        full.append(ask(client, [SYSTEM, *full], False)[0])
+        full.append({"role": "user", "content": "question one"})
+        full.append(ask(client, [SYSTEM, *full], False)[0])
+        full.append({"role": "user", "content": "question two"})
+        other = {"role": "system", "content": "You are a pirate."}
+        ask(client, [other, *full[-3:]], False)
+    assert len(sqlite_store.list_sessions()) == 2

@@ -436,8 +436,8 @@ class SessionRuntime:
         for session_id in order:
             prompt = self._system_prompt if session_id == self.session_id else \
                 recorded_system_prompt(self.store, session_id)
-            if (system or None) != (prompt or None):
-                continue
+            if (system or None) is not None and system != (prompt or None):
+                continue  # (none sent: it may have slid out with the oldest messages)
             alike.append(session_id)
             match = match_tail(self.store, session_id, window)
             if match is None:

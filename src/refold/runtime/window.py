@@ -12,7 +12,9 @@ own, its messages stored again. A history continues a stored session by its wind
   the stored ones: ``refold.runtime.chain``) — of at least ``MIN_OVERLAP`` messages, at least
   one of them the model's (an assistant message), or of the tail's last reply alone when it
   is ``distinctive`` (it calls tools, or its text is long);
-- its system text is the session's recorded system prompt (no system message: none recorded);
+- its system text is the session's recorded system prompt, when it has one (a window without
+  a system message may have let it slide out with the oldest messages: pydantic-ai's history
+  processors keep the last N messages, and its system prompt is in the first);
 - the session belongs to the same tenant (``Store.window_candidates`` looks within one owner).
 
 A window whose stretch equals an older part of the session (not its tail) is an edit and goes
@@ -191,8 +193,8 @@ def find_window(store: Store, owner: str, history: Sequence[Any]) -> WindowMatch
         return None
     best: WindowMatch | None = None
     for session_id in store.window_candidates(owner, replies, limit=MAX_CANDIDATES):
-        if recorded_system_prompt(store, session_id) != system:
-            continue
+        if system is not None and (recorded_system_prompt(store, session_id) or None) != system:
+            continue  # (a window without one: its system prompt slid out with the rest)
         match = match_tail(store, session_id, conversation)
         if match is not None and (best is None or match.updated > best.updated):
             best = match
