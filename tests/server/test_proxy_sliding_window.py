@@ -453,3 +453,34 @@ def test_a_window_with_another_system_prompt_still_opens_its_own(
         other = {"role": "system", "content": "You are a pirate."}
         ask(client, [other, *full[-3:]], False)
     assert len(sqlite_store.list_sessions()) == 2
+
+
+def test_a_window_whose_only_reply_is_a_call_the_client_respelled(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """pydantic-ai re-serializes a call's arguments compactly (``{"city":"paris"}`` for the
+    provider's ``{"city": "paris"}``) and keeps the last N messages: a window of the question,
+    the call and its result has only that call for a reply, and the candidate lookup (by the
+    start of the stored reply's text) found nothing — a conversation of its own per window
+    (pydantic-ai, keep-last-3: 7 sessions, 31 rows; now 4, 25: the rest share too little)."""
+    call = {"id": "call_8sY2kq0ZbW3nT5vX1cJ7mL4d", "type": "function",
+            "function": {"name": "weather", "arguments": '{"city": "paris"}'}}
+    replies = ["Hello.", ScriptedReply(content=None, tool_calls=[call]), "Sunny in Paris."]
+    with serve(replies) as up:
+        client = openai.OpenAI(base_url=start_proxy(up).base_url, api_key="x", max_retries=0)
+        full: list[Msg] = [{"role": "user", "content": "hi"}]
+        full.append(ask(client, [SYSTEM, *full], False)[0])
+        full.append({"role": "user", "content": "weather in paris?"})
+        ask(client, [SYSTEM, *full], False, tools=TOOLS)
+        full += [{"role": "assistant", "content": None, "tool_calls": [
+                     dict(call, function={"name": "weather", "arguments": '{"city":"paris"}'})]},
+                 {"role": "tool", "tool_call_id": call["id"], "content": "sunny"}]
+        window = full[-3:]  # the question, the call, its result: the system prompt slid out
+        ask(client, window, False, tools=TOOLS)
+        # the call goes as the model wrote it (a re-spelled reply is the stored one, as on
+        # every path), the rest as sent
+        assert up.llm.requests[-1]["messages"] == [window[0], {
+            "role": "assistant", "content": None, "tool_calls": [call]}, window[2]]
+    sessions = sqlite_store.list_sessions()
+    assert len(sessions) == 1, [s.title for s in sessions]
+    assert [r.role for r in sqlite_store.get_messages(sessions[0].id)] == [
+        "user", "assistant", "user", "assistant", "tool", "assistant"]

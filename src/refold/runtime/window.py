@@ -31,7 +31,8 @@ moved it meanwhile).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from refold._records import dataclass
@@ -191,11 +192,54 @@ def find_window(store: Store, owner: str, history: Sequence[Any]) -> WindowMatch
     replies = [m for m in conversation if m.get("role") == "assistant"][-LOOKUP_REPLIES:]
     if len(conversation) < MIN_OVERLAP or not replies:
         return None
+    looked_up = [spelled for reply in replies for spelled in (reply, *respelled(reply))]
     best: WindowMatch | None = None
-    for session_id in store.window_candidates(owner, replies, limit=MAX_CANDIDATES):
+    for session_id in store.window_candidates(owner, looked_up, limit=MAX_CANDIDATES):
         if system is not None and (recorded_system_prompt(store, session_id) or None) != system:
             continue  # (a window without one: its system prompt slid out with the rest)
         match = match_tail(store, session_id, conversation)
         if match is not None and (best is None or match.updated > best.updated):
             best = match
     return best
+
+
+# how clients and providers spell a call's arguments: the stored reply is the provider's
+# spelling, and clients re-serialize it (pydantic-ai: compact; Python's default: spaced)
+_SPELLINGS: tuple[Callable[[Any], str], ...] = (
+    lambda a: json.dumps(a),
+    lambda a: json.dumps(a, separators=(",", ":")),
+    lambda a: json.dumps(a, ensure_ascii=False),
+    lambda a: json.dumps(a, separators=(",", ":"), ensure_ascii=False),
+)
+
+
+def respelled(reply: Message) -> list[Message]:
+    """``reply`` with its calls' arguments in the other common JSON spellings (none when it
+    makes no call with JSON arguments): the index that finds window candidates holds the
+    start of the stored text, arguments as the provider spelled them, and a client that
+    re-serializes a call would otherwise find nothing when the call is the window's only
+    reply."""
+    calls = reply.get("tool_calls")
+    if not isinstance(calls, list) or not calls:
+        return []
+    parsed: list[Any] = []
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        arguments = fn.get("arguments") if isinstance(fn, dict) else None
+        try:
+            parsed.append(json.loads(arguments) if isinstance(arguments, str) else None)
+        except ValueError:
+            parsed.append(None)
+    if all(p is None for p in parsed):
+        return []
+    out = []
+    for spell in _SPELLINGS:
+        spelled = []
+        for call, args in zip(calls, parsed, strict=True):
+            if args is None:
+                spelled.append(call)
+            else:
+                spelled.append({**call, "function": {**call["function"],
+                                                     "arguments": spell(args)}})
+        out.append({**reply, "tool_calls": spelled})
+    return out
