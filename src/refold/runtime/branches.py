@@ -50,6 +50,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Literal
 
+from refold.messages.model import Message, chain_identities
+from refold.runtime.chain import adopt_stored
 from refold.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -169,3 +171,46 @@ def _branch(store: Store, root_id: str, parent_id: str, keep: int) -> str:
     log.info("session %s: a diverging conversation continues in its branch %s", parent_id,
              child.id)
     return child.id
+
+
+def adopt_in_family(store: Store, root_id: str, session_id: str, conversation: list[Message],
+                    sent: dict[int, Message]) -> tuple[list[Message], list[str]]:
+    """``conversation`` with the replies it re-sends in its own spelling spelled as stored
+    (``adopt_stored``), and its identities: as ``session_id`` stored them, or, when the
+    conversation then does not extend that session, as the first other session of the family
+    of ``root_id`` whose chain it extends stored them. (Two conversations of one derived
+    family whose turns interleave — two users opening alike — leave a runtime on the other
+    one's branch: a client that re-spells replies, as pydantic-ai re-serializes a call's
+    arguments, then diverged from that branch and forked a new branch holding a copy of its
+    own conversation, at each such turn.) ``sent`` gets the cleared results of the adoption
+    taken (``adopt_stored``)."""
+    # adoption reads no further than the conversation goes, and a session with more
+    # messages than it has is extended by none of its identities (each one chains all the
+    # messages before it): a session's rows are read only as far as that
+    limit = len(conversation) + 1
+    mine: dict[int, Message] = {}
+    adopted = adopt_stored(conversation, [
+        r.message for r in store.get_messages(session_id, limit=limit)], mine)
+    identities = chain_identities(adopted)
+    tip = store.view_tip(session_id).last_identity
+    if tip is not None and tip not in identities:
+        for sid in family(store, root_id):
+            if sid == session_id:
+                continue
+            rows = store.get_messages(sid, limit=limit)
+            if len(rows) == limit:
+                continue  # longer than the conversation: it does not extend this one
+            other_tip = store.view_tip(sid).last_identity
+            if other_tip is None:
+                continue
+            theirs: dict[int, Message] = {}
+            other = adopt_stored(conversation, [r.message for r in rows], theirs)
+            if other == adopted:
+                continue  # spelled alike: its identities are the ones place() compares
+            other_ids = chain_identities(other)
+            if other_tip in other_ids:
+                sent.update(theirs)
+                return other, other_ids
+    sent.update(mine)
+    return adopted, identities
+

@@ -40,8 +40,8 @@ from refold.messages.model import (
     wire_form,
 )
 from refold.pricing import token_count
-from refold.runtime.branches import Diverge, family, note_unanswered, place
-from refold.runtime.chain import KnownChain, adopt_stored, cleared, comparable
+from refold.runtime.branches import Diverge, adopt_in_family, note_unanswered, place
+from refold.runtime.chain import KnownChain, cleared, comparable
 from refold.runtime.checkpointer import Checkpointer
 from refold.runtime.inline import InlineTurns, NeedsWorker
 from refold.runtime.mirror import SessionMirror
@@ -51,7 +51,7 @@ from refold.runtime.recall import with_recall
 from refold.runtime.rotation import Rotation
 from refold.runtime.valid import provider_valid
 from refold.runtime.view import ViewCache, detached
-from refold.runtime.window import MIN_OVERLAP, WindowMatch, match_older, match_tail
+from refold.runtime.window import WindowMatch, match_tail, place_window
 from refold.store.base import Store, StoredMessage
 
 if TYPE_CHECKING:
@@ -383,7 +383,8 @@ class SessionRuntime:
         sent: dict[int, Message] = {}  # results the client cleared, as it sent them
         window = conversation
         if any(m.get("role") == "assistant" for m in conversation):  # a reply re-spelled?
-            conversation, identities = self._adopted(conversation, sent)
+            conversation, identities = adopt_in_family(
+                self.store, self._root_id, self.session_id, conversation, sent)
         else:
             identities = chain_identities(conversation)
         slid: list[StoredMessage] | None = None
@@ -415,51 +416,39 @@ class SessionRuntime:
                members: list[str], diverge: Diverge = "branch") -> list[StoredMessage] | None:
         """Store ``window`` (a history's messages after its system head) as a sliding window
         of this session, or of another session of its family (``members``: a named session's
-        side calls leave the runtime on their branch), when it is one
-        (``refold.runtime.window``; the system text must be the one that session runs with):
-        the rows appended — the runtime then follows that session — or None (it is none;
-        nothing stored). The current session is tried first, then the family's first one,
-        then the others, newest first.
+        side calls leave the runtime on their branch), when it is one (``place_window``: this
+        session first, then the family's first one, then the others, newest first): the rows
+        appended — the runtime then follows that session — or None (it is none; nothing
+        stored).
 
         With ``diverge="rewind"`` (a session the client named), a window that re-sends an
         older stretch of one of them, not its tail — the client regenerated an answer or edited
-        its last messages (``match_older``) — rewinds the rows after that stretch reversibly
-        and appends the window's rest, as an edit of a whole history does. (It was taken for
-        another conversation under the name, as it shares no start with it, and forked a
-        branch holding a copy of the window at each regenerate.)"""
+        its last messages — rewinds the rows after that stretch reversibly and appends the
+        window's rest, as an edit of a whole history does. (It was taken for another
+        conversation under the name, as it shares no start with it, and forked a branch
+        holding a copy of the window at each regenerate.)"""
         from refold.compaction.session import recorded_system_prompt  # lazy, as in ContextOps
 
-        if len(window) < MIN_OVERLAP or not any(m.get("role") == "assistant" for m in window):
-            return None
-        order = dict.fromkeys([self.session_id, *members[:1], *reversed(members[1:])])
-        alike: list[str] = []
-        for session_id in order:
-            prompt = self._system_prompt if session_id == self.session_id else \
+        current = self.session_id
+
+        def prompt_of(session_id: str) -> str | None:
+            return self._system_prompt if session_id == current else \
                 recorded_system_prompt(self.store, session_id)
-            if (system or None) is not None and system != (prompt or None):
-                continue  # (none sent: it may have slid out with the oldest messages)
-            alike.append(session_id)
-            match = match_tail(self.store, session_id, window)
-            if match is None:
-                continue
-            if session_id != self.session_id:
-                self._move_to(session_id)
-            return self._slide_into(window, match)
-        if diverge != "rewind":
+
+        order = list(dict.fromkeys([current, *members[:1], *reversed(members[1:])]))
+        found = place_window(self.store, order, prompt_of, window, system,
+                             older=diverge == "rewind")
+        if found is None:
             return None
-        for session_id in alike:
-            older = match_older(self.store, session_id, window)
-            if older is None:
-                continue
-            match, first_other = older
-            if session_id != self.session_id:
-                self._move_to(session_id)
-            record = self.store.rewind(session_id, first_other, any_role=True)
+        session_id, match, rewind_from = found
+        if session_id != current:
+            self._move_to(session_id)
+        if rewind_from is not None:
+            record = self.store.rewind(session_id, rewind_from, any_role=True)
             log.info("session %s: the window re-sends messages %d.. and not the %d after "
                      "them (rewind %s; undo restores them)", session_id, match.start_seq,
                      record.count, record.id)
-            return self._slide_into(window, match)
-        return None
+        return self._slide_into(window, match)
 
     def _slide_into(self, window: list[Message],
                     match: WindowMatch | None) -> list[StoredMessage] | None:
@@ -479,47 +468,6 @@ class SessionRuntime:
                 return result.appended
             match = match_tail(self.store, self.session_id, window)
         return None
-
-    def _adopted(self, conversation: list[Message],
-                 sent: dict[int, Message]) -> tuple[list[Message], list[str]]:
-        """``conversation`` with the replies it re-sends in its own spelling spelled as stored
-        (``adopt_stored``), and its identities: as the current session stored them, or, when
-        the conversation then does not extend the current session, as the first other session
-        of this runtime's family whose chain it extends stored them. (Two conversations of one
-        derived family whose turns interleave — two users opening alike — leave the runtime
-        on the other one's branch: a client that re-spells replies, as pydantic-ai re-serializes
-        a call's arguments, then diverged from that branch and forked a new branch holding a
-        copy of its own conversation, at each such turn.) ``sent`` gets the cleared results of
-        the adoption taken (``adopt_stored``)."""
-        # adoption reads no further than the conversation goes, and a session with more
-        # messages than it has is extended by none of its identities (each one chains all the
-        # messages before it): a session's rows are read only as far as that
-        limit = len(conversation) + 1
-        mine: dict[int, Message] = {}
-        adopted = adopt_stored(conversation, [
-            r.message for r in self.store.get_messages(self.session_id, limit=limit)], mine)
-        identities = chain_identities(adopted)
-        tip = self.store.view_tip(self.session_id).last_identity
-        if tip is not None and tip not in identities:
-            for sid in family(self.store, self._root_id):
-                if sid == self.session_id:
-                    continue
-                rows = self.store.get_messages(sid, limit=limit)
-                if len(rows) == limit:
-                    continue  # longer than the conversation: it does not extend this one
-                other_tip = self.store.view_tip(sid).last_identity
-                if other_tip is None:
-                    continue
-                theirs: dict[int, Message] = {}
-                other = adopt_stored(conversation, [r.message for r in rows], theirs)
-                if other == adopted:
-                    continue  # spelled alike: its identities are the ones place() compares
-                other_ids = chain_identities(other)
-                if other_tip in other_ids:
-                    sent.update(theirs)
-                    return other, other_ids
-        sent.update(mine)
-        return adopted, identities
 
     def _move_to(self, session_id: str) -> None:
         """Turns continue in another session of this runtime's family (a branch)."""

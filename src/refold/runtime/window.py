@@ -179,6 +179,35 @@ def match_older(store: Store, session_id: str, conversation: list[Message]
     return None
 
 
+def place_window(store: Store, sessions: Sequence[str],
+                 prompt_of: Callable[[str], str | None], window: list[Message],
+                 system: str | None, *, older: bool
+                 ) -> tuple[str, WindowMatch, int | None] | None:
+    """Which of ``sessions`` (tried in order) ``window`` (wire form, after its system head)
+    continues as a sliding window: (its id, the match, None) for the first whose tail it
+    continues; else, with ``older`` (a session the client named), (its id, the match, the
+    seq to rewind from) for the first whose older stretch it re-sends (``match_older``: an
+    answer regenerated, a question edited); None when neither. A session is a candidate when
+    its system prompt (``prompt_of``) is the window's, or the window has none (it may have
+    slid out with the oldest messages)."""
+    if len(window) < MIN_OVERLAP or not any(m.get("role") == "assistant" for m in window):
+        return None
+    alike: list[str] = []
+    for session_id in sessions:
+        if (system or None) is not None and system != (prompt_of(session_id) or None):
+            continue
+        alike.append(session_id)
+        match = match_tail(store, session_id, window)
+        if match is not None:
+            return session_id, match, None
+    if older:
+        for session_id in alike:
+            found = match_older(store, session_id, window)
+            if found is not None:
+                return session_id, found[0], found[1]
+    return None
+
+
 def find_window(store: Store, owner: str, history: Sequence[Any]) -> WindowMatch | None:
     """The stored session of ``owner`` that ``history`` (a request's messages, unchecked)
     continues as a sliding window — the most recently updated one when several do — or
