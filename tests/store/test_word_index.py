@@ -14,7 +14,7 @@ import pytest
 from refold.search.query import parse_query
 from refold.search.rank import best_first
 from refold.store.base import SearchQuery
-from refold.store.sqlite import cjklen, indexer, plainscore, wordindex
+from refold.store.sqlite import cjklen, indexer, plainscore, wordindex, wordseal
 from refold.store.sqlite.natural import fast_scores, natural_scores
 from refold.store.sqlite.store import SQLiteStore
 
@@ -511,12 +511,12 @@ def test_a_chunk_changed_while_it_was_tokenized_is_not_written(store: SQLiteStor
     with store.db.write() as conn:
         indexer.index_pending(conn)
     with store.db.read() as conn:
-        plan = wordindex.prepare_seal(conn)
+        plan = wordseal.prepare_seal(conn)
     assert plan is not None and plan.chunk == 2
     with store.db.write() as conn:  # a writer deletes a row of chunk 2 meanwhile
         conn.execute("DELETE FROM messages WHERE id = 9000")
     with store.db.write() as conn:
-        assert not wordindex.commit_seal(conn, plan)
+        assert not wordseal.commit_seal(conn, plan)
     assert store.seal_word_index() == 1
     compare(store, "caroline support group")
 

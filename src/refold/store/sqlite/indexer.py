@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from refold.store.sqlite import cjklen, grams, wordindex
+from refold.store.sqlite import cjklen, grams, wordseal
 
 INLINE_ROWS = 16  # a call storing at least this many rows (an import) indexes them in its commit
 TAIL_ROWS = 256  # the unindexed tail is indexed once it is this long
@@ -74,7 +74,7 @@ def pending(conn: sqlite3.Connection) -> int:
 
 def index_pending(conn: sqlite3.Connection) -> int:
     """Index every row above the watermark and move it to the highest id; returns how many ids
-    that covered. Then fold word-index changes in (``wordindex.fold_changes``). Call inside a
+    that covered. Then fold word-index changes in (``wordseal.fold_changes``). Call inside a
     write transaction.
 
     Nothing here seals a word-index chunk (~0.5 s at a million messages: off the write path);
@@ -82,7 +82,7 @@ def index_pending(conn: sqlite3.Connection) -> int:
     low = watermark(conn)
     high = int(conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0])
     if high <= low:
-        wordindex.fold_changes(conn, low)
+        wordseal.fold_changes(conn, low)
         return 0
     span = (low, high)
     conn.execute("INSERT INTO messages_fts(rowid, text) SELECT id, text FROM messages "
@@ -93,7 +93,7 @@ def index_pending(conn: sqlite3.Connection) -> int:
                                         "AND has_cjk = 1", span).fetchall())
     cjklen.index_rows(conn, low, high)
     conn.execute(f"UPDATE {STATE} SET indexed_through = ? WHERE id = 1", (high,))
-    wordindex.fold_changes(conn, high)
+    wordseal.fold_changes(conn, high)
     return high - low
 
 

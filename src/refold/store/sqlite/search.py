@@ -38,7 +38,7 @@ from refold._records import dataclass
 from refold.search.query import ParsedQuery, make_snippet, parse_query
 from refold.search.rank import best_first, collapse_copies, titles_first
 from refold.store.base import SearchHit, SearchQuery
-from refold.store.sqlite import indexer, wordindex
+from refold.store.sqlite import indexer, wordindex, wordseal
 from refold.store.sqlite.indexcheck import require_intact_index
 from refold.store.sqlite.natural import (
     allowed_ids,
@@ -137,13 +137,13 @@ class SearchOps(StateOps):
         """Index the rows stored since the last batch (``indexer.py``), so a search sees every
         message: one cheap read when nothing is pending, else a short write."""
         with self.db.read() as conn:
-            if indexer.pending(conn) <= 0 and not wordindex.needs_work(
+            if indexer.pending(conn) <= 0 and not wordseal.needs_work(
                     conn, indexer.watermark(conn)):
                 return
         with self.db.write() as conn:
             indexer.index_pending(conn)  # and folds word-index changes in
             through = indexer.watermark(conn)
-            seal = wordindex.needs_work(conn, through)
+            seal = wordseal.needs_work(conn, through)
         if seal:  # one chunk: tokenized without the writer lock, then written
             self._seal_one()
 
@@ -151,23 +151,23 @@ class SearchOps(StateOps):
         """Seal the next word-index chunk; False when none is complete (or another process
         changed it meanwhile: the next search tries again)."""
         with self.db.read() as conn:
-            plan = wordindex.prepare_seal(conn)
+            plan = wordseal.prepare_seal(conn)
         if plan is None:
             return False
         with self.db.write() as conn:
-            return wordindex.commit_seal(conn, plan)
+            return wordseal.commit_seal(conn, plan)
 
     def seal_word_index(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Seal every complete chunk of the word impact index (``wordindex.py``), one
         transaction a chunk; returns how many were sealed. ``progress(done, total)``."""
         with self.db.write() as conn:
             indexer.index_pending(conn)  # the FTS5 indexes first: chunks seal under them
-            todo = wordindex.unsealed(conn, indexer.watermark(conn))
+            todo = wordseal.unsealed(conn, indexer.watermark(conn))
         done = failed = 0
         while True:
             if not self._seal_one():
                 with self.db.read() as conn:
-                    if not wordindex.unsealed(conn, indexer.watermark(conn)) or failed > 3:
+                    if not wordseal.unsealed(conn, indexer.watermark(conn)) or failed > 3:
                         return done
                 failed += 1  # a writer changed the chunk meanwhile: prepare it again
                 continue

@@ -1,0 +1,219 @@
+"""The word index's maintenance, inside the writer's transaction: sealing a chunk of postings
+(``prepare_seal`` from a read snapshot, ``commit_seal`` if nothing it holds changed since),
+merging sealed chunks into segments, folding rewritten and removed messages into the sealed
+postings (``fold_changes``), and what is left to do (``unsealed``, ``needs_work``). The index
+itself, its blobs and how a search reads and scores it are ``wordindex``'s (its sizes are
+read from there at each use: tests set them smaller).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from refold._records import dataclass
+from refold.store.sqlite import wordindex
+from refold.store.sqlite.wordindex import (
+    LENS,
+    STATE,
+    TFS,
+    _lengths_of,
+    _narrow,
+    _pack,
+    _widened,
+    doc_lengths,
+    state,
+    tokenizer,
+)
+
+
+@dataclass(frozen=True)
+class Sealing:
+    """One chunk's postings, tokenized from a read snapshot (no lock held), to be written by
+    ``commit_seal`` if nothing the chunk holds changed since (``tail_gen``)."""
+
+    chunk: int
+    tail_gen: int
+    postings: tuple[tuple[str, int, bytes, bytes, bytes], ...]
+    rows: int
+    tokens: int
+
+
+def prepare_seal(conn: sqlite3.Connection) -> Sealing | None:
+    """The next chunk's postings, or None when it is not complete under the watermark."""
+    chunks, _, _, gen = state(conn)
+    through = int(conn.execute("SELECT indexed_through FROM search_index_state "
+                               "WHERE id = 1").fetchone()[0])
+    if (chunks + 1) * wordindex.CHUNK - 1 > through:
+        return None
+    low, high = chunks * wordindex.CHUNK, (chunks + 1) * wordindex.CHUNK - 1
+    rows = conn.execute("SELECT id, text FROM messages WHERE id >= ? AND id <= ?",
+                        (low, high)).fetchall()
+    lengths = doc_lengths(conn, low, high)
+    counts = tokenizer().counts(rows)
+    batch: list[tuple[str, int, bytes, bytes, bytes]] = []
+    i = 0
+    while i < len(counts):
+        term = counts[i][0]
+        j = i
+        while j < len(counts) and counts[j][0] == term:
+            j += 1
+        group = counts[i:j]
+        batch.append((term, chunks, _pack("H", [d - low for _, d, _ in group]),
+                      _narrow(TFS, [c for _, _, c in group]),
+                      _narrow(LENS, [lengths.get(d, 0) for _, d, _ in group])))
+        i = j
+    return Sealing(chunks, gen, tuple(batch), len(rows), sum(lengths.get(i, 0) for i, _ in rows))
+
+
+def commit_seal(conn: sqlite3.Connection, plan: Sealing) -> bool:
+    """Write a prepared chunk (inside a write transaction); False, writing nothing, when the
+    sealed chunks or a row above them changed since it was prepared."""
+    chunks, _, _, gen = state(conn)
+    if (chunks, gen) != (plan.chunk, plan.tail_gen):
+        return False
+    conn.executemany("INSERT OR REPLACE INTO word_postings VALUES (?, ?, ?, ?, ?)",
+                     plan.postings)
+    conn.execute(f"UPDATE {STATE} SET chunks = ?, rows = rows + ?, tokens = tokens + ?, "
+                 "tail_gen = tail_gen + 1 WHERE id = 1",
+                 (plan.chunk + 1, plan.rows, plan.tokens))
+    if (plan.chunk + 1) % wordindex.SEGMENT == 0:
+        _merge(conn, plan.chunk + 1 - wordindex.SEGMENT)
+    return True
+
+
+def row_chunk(chunk: int, sealed: int) -> int:
+    """The key of the row holding chunk ``chunk``'s postings, ``sealed`` chunks being sealed."""
+    start = chunk - chunk % wordindex.SEGMENT
+    return start if start + wordindex.SEGMENT <= sealed else chunk
+
+
+def _merge(conn: sqlite3.Connection, start: int) -> None:
+    """Merge the rows of the ``SEGMENT`` chunks from ``start`` into one per term."""
+    import numpy as np
+
+    rows = conn.execute("SELECT term, chunk, ids, tfs, lens FROM word_postings "
+                        "WHERE chunk >= ? AND chunk < ? ORDER BY term, chunk",
+                        (start, start + wordindex.SEGMENT)).fetchall()
+    merged: list[tuple[str, int, bytes, bytes, bytes]] = []
+    i = 0
+    while i < len(rows):
+        j = i
+        while j < len(rows) and rows[j][0] == rows[i][0]:
+            j += 1
+        group = rows[i:j]
+        ids = np.concatenate([np.frombuffer(r[2], dtype="<u2").astype("<u4")
+                              + (int(r[1]) - start) * wordindex.CHUNK for r in group]).astype("<u2")
+        tfs = np.concatenate([_widened(np, TFS, r[3], len(r[2]) // 2).astype("<u2")
+                              for r in group])
+        lens = np.concatenate([_widened(np, LENS, r[4], len(r[2]) // 2).astype("<u4")
+                               for r in group])
+        merged.append((rows[i][0], start, ids.tobytes(),
+                       (tfs.astype("<u1") if tfs.max() <= 0xFF else tfs).tobytes(),
+                       (lens.astype("<u2") if lens.max() <= 0xFFFF else lens).tobytes()))
+        i = j
+    conn.execute("DELETE FROM word_postings WHERE chunk >= ? AND chunk < ?",
+                 (start, start + wordindex.SEGMENT))
+    conn.executemany("INSERT INTO word_postings VALUES (?, ?, ?, ?, ?)", merged)
+
+
+def _rewrite(np: Any, conn: sqlite3.Connection, term: str, key: int, drop: set[int],
+             put: dict[int, tuple[int, int]]) -> None:
+    """One postings row with the offsets in ``drop`` taken out and ``put`` (offset: (count,
+    length)) set; the row goes when nothing is left."""
+    row = conn.execute("SELECT ids, tfs, lens FROM word_postings WHERE term = ? AND chunk = ?",
+                       (term, key)).fetchone()
+    if row:
+        count = len(row[0]) // 2
+        ids = np.frombuffer(row[0], dtype="<u2").astype(np.int64)
+        tfs = _widened(np, TFS, row[1], count).astype(np.int64)
+        lens = _widened(np, LENS, row[2], count).astype(np.int64)
+    else:
+        ids = tfs = lens = np.zeros(0, dtype=np.int64)
+    gone = drop | put.keys()
+    if gone and len(ids):
+        keep = ~np.isin(ids, np.fromiter(gone, dtype=np.int64, count=len(gone)))
+        ids, tfs, lens = ids[keep], tfs[keep], lens[keep]
+    if put:
+        ids = np.concatenate([ids, np.fromiter(put.keys(), dtype=np.int64, count=len(put))])
+        tfs = np.concatenate([tfs, np.array([v[0] for v in put.values()], dtype=np.int64)])
+        lens = np.concatenate([lens, np.array([v[1] for v in put.values()], dtype=np.int64)])
+        order = np.argsort(ids, kind="stable")
+        ids, tfs, lens = ids[order], tfs[order], lens[order]
+    if not len(ids):
+        conn.execute("DELETE FROM word_postings WHERE term = ? AND chunk = ?", (term, key))
+        return
+    conn.execute("INSERT OR REPLACE INTO word_postings VALUES (?, ?, ?, ?, ?)",
+                 (term, key, _pack("H", ids.tolist()), _narrow(TFS, tfs.tolist()),
+                  _narrow(LENS, lens.tolist())))
+
+
+def fold_changes(conn: sqlite3.Connection, indexed_through: int) -> None:
+    """Fold the rows of sealed chunks inserted, deleted or rewritten since they were sealed
+    (``word_changes``) into the postings. What the index holds for an id is what its first
+    change since found (the old text, or nothing for an insert), so per id: that text's
+    entries out, the current row's in; every postings row touched is rewritten once. A row
+    not yet under the FTS5 watermark waits."""
+    changes = conn.execute("SELECT seq, id, text FROM word_changes ORDER BY seq").fetchall()
+    if not changes:
+        return
+    import numpy as np
+
+    first: dict[int, str | None] = {}
+    for _seq, doc, old_text in changes:
+        first.setdefault(int(doc), old_text)
+    current: dict[int, str] = {}
+    docs = list(first)
+    for start in range(0, len(docs), 900):
+        part = docs[start:start + 900]
+        current.update((int(i), t) for i, t in conn.execute(
+            f"SELECT id, text FROM messages WHERE id IN ({','.join('?' * len(part))})", part))
+    ready = [d for d in docs if d not in current or d <= indexed_through]
+    if not ready:
+        return
+    sealed = state(conn)[0]
+    tok = tokenizer()
+    old = tok.counts([(d, first[d]) for d in ready if first[d] is not None])
+    new = tok.counts([(d, current[d]) for d in ready if d in current])
+    lengths = _lengths_of(conn, [d for d in ready if d in current])
+    edits: dict[tuple[str, int], tuple[set[int], dict[int, tuple[int, int]]]] = {}
+    for term, doc, _ in old:
+        key = row_chunk(int(doc) // wordindex.CHUNK, sealed)
+        edits.setdefault((term, key), (set(), {}))[0].add(int(doc) - key * wordindex.CHUNK)
+    for term, doc, count in new:
+        key = row_chunk(int(doc) // wordindex.CHUNK, sealed)
+        edits.setdefault((term, key), (set(), {}))[1][int(doc) - key * wordindex.CHUNK] = (
+            int(count), lengths.get(int(doc), 0))
+    for (term, key), (drop, put) in edits.items():
+        _rewrite(np, conn, term, key, drop, put)
+    rows_delta = sum(1 for d in ready if d in current) - sum(
+        1 for d in ready if first[d] is not None)
+    tokens_delta = sum(lengths.get(d, 0) for d in ready if d in current) - sum(
+        int(c) for _, _, c in old)
+    for start in range(0, len(ready), 900):
+        part = ready[start:start + 900]
+        conn.execute(f"DELETE FROM word_changes WHERE id IN ({','.join('?' * len(part))})",
+                     part)
+    conn.execute(f"UPDATE {STATE} SET rows = rows + ?, tokens = tokens + ? WHERE id = 1",
+                 (rows_delta, tokens_delta))
+
+
+def reset(conn: sqlite3.Connection) -> None:
+    """Empty the index (``refold doctor --repair``); it seals again from the first chunk."""
+    conn.execute("DELETE FROM word_postings")
+    conn.execute("DELETE FROM word_changes")
+    conn.execute(f"UPDATE {STATE} SET chunks = 0, rows = 0, tokens = 0, "
+                 "tail_gen = tail_gen + 1 WHERE id = 1")
+
+
+def unsealed(conn: sqlite3.Connection, indexed_through: int) -> int:
+    """Complete chunks under the watermark not sealed yet."""
+    return max(0, (indexed_through + 1) // wordindex.CHUNK - state(conn)[0])
+
+
+def needs_work(conn: sqlite3.Connection, indexed_through: int) -> bool:
+    """True when ``fold_changes`` has changes to fold in, or (on an archive of ``MIN_ROWS`` or
+    more) a chunk to seal."""
+    if bool(conn.execute("SELECT EXISTS (SELECT 1 FROM word_changes)").fetchone()[0]):
+        return True
+    return indexed_through >= wordindex.MIN_ROWS and bool(unsealed(conn, indexed_through))
