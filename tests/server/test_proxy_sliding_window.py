@@ -484,3 +484,59 @@ def test_a_window_whose_only_reply_is_a_call_the_client_respelled(
     assert len(sessions) == 1, [s.title for s in sessions]
     assert [r.role for r in sqlite_store.get_messages(sessions[0].id)] == [
         "user", "assistant", "user", "assistant", "tool", "assistant"]
+
+
+
+def _windowed_turns(start_proxy: ProxyFactory, turns: int, size: int
+                    ) -> tuple[list[Msg], list[list[Msg]], list[list[Msg]], str]:
+    """``turns`` turns, each sending the system message and the last ``size`` messages of a
+    conversation whose windows are over an 8,000-token context's threshold once full: (the
+    whole conversation, the windows sent, what the upstream received, the session)."""
+    full: list[Msg] = []
+    windows: list[list[Msg]] = []
+    with serve([f"Answer {i}: " + "because " * 100 for i in range(turns)]) as up:
+        proxy = start_proxy(up, context_length=8_000)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="x", max_retries=0)
+        sessions = set()
+        for i in range(turns):
+            full.append({"role": "user", "content": f"Question {i}: tell me about topic {i}. "
+                                                    + "detail " * 100})
+            window = [SYSTEM, *full[-size:]]
+            windows.append(window)
+            reply, session = ask(client, window, False)
+            sessions.add(session)
+            full.append(reply)
+        sent = [r["messages"] for r in up.llm.requests]
+    assert len(sessions) == 1
+    return full, windows, sent, sessions.pop()
+
+
+def test_a_window_over_the_threshold_is_not_compacted_again_at_every_slide(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """Every full window is over the threshold and slides by one exchange a turn. The
+    checkpoint planned from one window keeps standing for the stretch it summarized while the
+    next windows still start inside that stretch, so the windowed turns compact as often as
+    the same conversation sent whole does — not at every turn (40 summaries in 40 windowed
+    turns before: with an LLM summarizer, a paid summary call per turn)."""
+    turns, size = 60, 40
+    full, windows, sent, session = _windowed_turns(start_proxy, turns, size)
+    checkpoints = sqlite_store.list_checkpoints(session)
+    whole = [c for c in checkpoints if c.details.get("window") is None]
+    slid = [c for c in checkpoints if c.details.get("window") is not None]
+    windowed_turns = turns - size // 2
+    assert whole and slid
+    assert len(slid) <= windowed_turns // 2, len(slid)
+    assert contents(sqlite_store, session, inactive=True) == [m["content"] for m in full]
+    for window, request in zip(windows, sent, strict=True):
+        # what goes up: the window's own messages in order, a stretch of them replaced by the
+        # summary; never a message of the conversation that slid out of the window
+        own = [m for m in request if m in window]
+        assert own == [m for m in window if m in own]
+        assert request[0] == SYSTEM and request[-1] == window[-1]
+        others = [m for m in request if m not in window]
+        assert len(others) <= 1
+        assert all(m not in full for m in others)
+        assert all("summary" in str(m.get("content")).lower() for m in others), others
+        assert len(request) < len(window) or not others
+    for checkpoint in slid:
+        assert checkpoint.first_seq <= checkpoint.details["window"] <= checkpoint.last_seq

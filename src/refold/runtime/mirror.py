@@ -10,9 +10,9 @@ Two caches, both only ever trusted while the store agrees (see their modules):
 
 A client that sends a sliding window of its conversation (``refold.runtime.window``) sees
 only that window: ``window`` is the seq of the stored row its first message is, and both the
-view and every projection read here start there (a checkpoint is applied only when it was
-planned from that very window: one of the whole conversation, or of an earlier window, stands
-for messages the client no longer sends). The known chain then holds the window's messages.
+view and every projection read here start there (a checkpoint is applied while the window
+still starts inside the stretch it stands for, the head rows that slid out left out of it:
+``slid_checkpoint``). The known chain then holds the window's messages.
 
 Every write to the session's messages goes through here, so nothing the runtime did is left
 out of the caches; a write the mirror cannot account for (another writer, a rewind, a
@@ -31,7 +31,15 @@ from refold.errors import Conflict, MessageValidationError, WouldBlock
 from refold.messages.model import Message, wire_form
 from refold.runtime.chain import KnownChain
 from refold.runtime.view import ViewCache
-from refold.store.base import AppendResult, Projection, Store, StoredMessage, Usage, ViewTip
+from refold.store.base import (
+    AppendResult,
+    Checkpoint,
+    Projection,
+    Store,
+    StoredMessage,
+    Usage,
+    ViewTip,
+)
 
 CountFn = Callable[[Message], int]
 ValidateFn = Callable[[list[Message]], list[Message]]
@@ -126,9 +134,12 @@ class SessionMirror:
         earlier point) leaves the checkpoint summarizing messages the client no longer sends,
         so then the active rows are served whole (the next compaction plans from them).
 
-        With a sliding ``window``: the active rows from its first one, the checkpoint applied
-        only when it was planned from that same window (the rows it stands for are all in
-        it); any other checkpoint is set aside, so a compaction planned from these rows
+        With a sliding ``window``: the active rows from its first one. The checkpoint is
+        applied while the window still starts inside the stretch it stands for (its kept head
+        or the summarized rows, ``slid_checkpoint``): a window that slid by a turn keeps the
+        summary instead of being compacted again at every turn. A window that starts before
+        that stretch, or after its end (the summary would stand only for messages the client
+        no longer sends), sets the checkpoint aside, so a compaction planned from these rows
         follows it (``Projection.set_aside``) and stands for the window alone."""
         window = self.window
         if window is None:
@@ -142,11 +153,16 @@ class SessionMirror:
                 return Projection(self.session_id, None, rows)  # (rewound into: as before)
             return Projection(self.session_id, None, rows, set_aside=checkpoint.id)
         checkpoint = self.store.latest_checkpoint(self.session_id)
-        if checkpoint is not None and checkpoint.details.get("window") == window:
+        if checkpoint is not None and head_start(checkpoint) <= window <= checkpoint.last_seq:
             projection = self.store.projection(self.session_id)
             if projection.checkpoint is not None and projection.checkpoint.id == checkpoint.id \
                     and self._still_active(checkpoint.last_seq):
-                return records.replace(projection, window=window)
+                stretch = self.store.get_messages(self.session_id,
+                                                  start_seq=head_start(checkpoint),
+                                                  end_seq=checkpoint.last_seq)
+                carried = slid_checkpoint(projection.checkpoint, window, stretch)
+                if carried is not None:
+                    return records.replace(projection, checkpoint=carried, window=window)
         rows = self.store.get_messages(self.session_id, start_seq=window)
         return Projection(self.session_id, None, rows, window=window,
                           set_aside=checkpoint.id if checkpoint is not None else None)
@@ -318,3 +334,32 @@ class SessionMirror:
 
 def _state(view: ViewCache) -> tuple[Any, ...]:
     return (view.session_id, view.last_seq, view.tip, view.checkpoint_id, len(view.rows))
+
+
+
+def head_start(checkpoint: Checkpoint) -> int:
+    """The seq of the first row a checkpoint's view held: its sliding window's first row, or
+    the first row it summarized (its kept head copies the rows from there)."""
+    window = checkpoint.details.get("window")
+    return int(window) if window is not None else checkpoint.first_seq
+
+
+def slid_checkpoint(checkpoint: Checkpoint, window: int,
+                    rows: list[StoredMessage]) -> Checkpoint | None:
+    """``checkpoint`` as it applies to a sliding window that starts at ``window``, inside the
+    stretch it stands for (``head_start(checkpoint) <= window <= checkpoint.last_seq``;
+    ``rows``: the active rows of that stretch): the head rows that slid out are dropped from
+    its kept head; the summary stays (it stands for rows the window still holds, and for the
+    ones before them that the client sent earlier in this conversation). None when the kept
+    head does not line up with the rows it copies (nothing to trim safely)."""
+    details = checkpoint.details
+    if window == head_start(checkpoint):
+        return checkpoint
+    head = list(details.get("head") or [])
+    if len(head) > len(rows) or any(
+            m.get("role") != r.message.get("role")
+            or m.get("tool_call_id") != r.message.get("tool_call_id")
+            for m, r in zip(head, rows, strict=False)):
+        return None
+    drop = sum(1 for r in rows if r.seq < window)
+    return records.replace(checkpoint, details={**details, "head": head[drop:]})

@@ -21,7 +21,8 @@ A window whose stretch equals an older part of the session (not its tail) is an 
 the way an edit goes. The window's rest is appended after the tail, so each message is stored
 once, and what goes upstream is still the window alone: the runtime's view starts at the
 stored row the window's first message is (``SessionMirror.window``), its tokens counted from
-there, and a checkpoint is applied only when it was planned from that very window.
+there, and a checkpoint is applied only while the window starts inside the stretch it stands
+for (``refold.runtime.mirror.slid_checkpoint``), its summary in place of that stretch.
 
 Finding candidates costs one indexed lookup (``Store.window_candidates``: assistant rows by the
 start of their text), and only for a request that would otherwise open a new conversation; the
