@@ -487,46 +487,27 @@ def test_a_window_whose_only_reply_is_a_call_the_client_respelled(
 
 
 
-def _windowed_turns(start_proxy: ProxyFactory, turns: int, size: int
-                    ) -> tuple[list[Msg], list[list[Msg]], list[list[Msg]], str]:
+def _windowed_turns(start_proxy: ProxyFactory, turns: int, size: int, **settings: Any
+                    ) -> tuple[list[Msg], list[list[Msg]], list[list[Msg]], list[str]]:
     """``turns`` turns, each sending the system message and the last ``size`` messages of a
     conversation whose windows are over an 8,000-token context's threshold once full: (the
-    whole conversation, the windows sent, what the upstream received, the session)."""
+    whole conversation, the windows sent, what the upstream received, the session that
+    answered each turn)."""
     full: list[Msg] = []
     windows: list[list[Msg]] = []
+    answered: list[str] = []
     with serve([f"Answer {i}: " + "because " * 100 for i in range(turns)]) as up:
-        proxy = start_proxy(up, context_length=8_000)
+        proxy = start_proxy(up, context_length=8_000, **settings)
         client = openai.OpenAI(base_url=proxy.base_url, api_key="x", max_retries=0)
-        sessions = set()
         for i in range(turns):
             full.append({"role": "user", "content": f"Question {i}: tell me about topic {i}. "
                                                     + "detail " * 100})
             window = [SYSTEM, *full[-size:]]
             windows.append(window)
             reply, session = ask(client, window, False)
-            sessions.add(session)
+            answered.append(session)
             full.append(reply)
         sent = [r["messages"] for r in up.llm.requests]
-    assert len(sessions) == 1
-    return full, windows, sent, sessions.pop()
-
-
-def test_a_window_over_the_threshold_is_not_compacted_again_at_every_slide(
-        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
-    """Every full window is over the threshold and slides by one exchange a turn. The
-    checkpoint planned from one window keeps standing for the stretch it summarized while the
-    next windows still start inside that stretch, so the windowed turns compact as often as
-    the same conversation sent whole does — not at every turn (40 summaries in 40 windowed
-    turns before: with an LLM summarizer, a paid summary call per turn)."""
-    turns, size = 60, 40
-    full, windows, sent, session = _windowed_turns(start_proxy, turns, size)
-    checkpoints = sqlite_store.list_checkpoints(session)
-    whole = [c for c in checkpoints if c.details.get("window") is None]
-    slid = [c for c in checkpoints if c.details.get("window") is not None]
-    windowed_turns = turns - size // 2
-    assert whole and slid
-    assert len(slid) <= windowed_turns // 2, len(slid)
-    assert contents(sqlite_store, session, inactive=True) == [m["content"] for m in full]
     for window, request in zip(windows, sent, strict=True):
         # what goes up: the window's own messages in order, a stretch of them replaced by the
         # summary; never a message of the conversation that slid out of the window
@@ -538,5 +519,58 @@ def test_a_window_over_the_threshold_is_not_compacted_again_at_every_slide(
         assert all(m not in full for m in others)
         assert all("summary" in str(m.get("content")).lower() for m in others), others
         assert len(request) < len(window) or not others
+    return full, windows, sent, answered
+
+
+def test_a_window_over_the_threshold_is_not_compacted_again_at_every_slide(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """Every full window is over the threshold and slides by one exchange a turn. The
+    checkpoint planned from one window keeps standing for the stretch it summarized while the
+    next windows still start inside that stretch, so the windowed turns compact as often as
+    the same conversation sent whole does — not at every turn (40 summaries in 40 windowed
+    turns before: with an LLM summarizer, a paid summary call per turn)."""
+    turns, size = 60, 40
+    full, _, _, answered = _windowed_turns(start_proxy, turns, size)
+    assert len(set(answered)) == 1
+    session = answered[0]
+    checkpoints = sqlite_store.list_checkpoints(session)
+    whole = [c for c in checkpoints if c.details.get("window") is None]
+    slid = [c for c in checkpoints if c.details.get("window") is not None]
+    windowed_turns = turns - size // 2
+    assert whole and slid
+    assert len(slid) <= windowed_turns // 2, len(slid)
+    assert contents(sqlite_store, session, inactive=True) == [m["content"] for m in full]
     for checkpoint in slid:
         assert checkpoint.first_seq <= checkpoint.details["window"] <= checkpoint.last_seq
+
+
+def test_a_sliding_window_follows_its_conversation_across_rotations(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """With ``rotate_on_compaction`` each compaction continues the conversation in a child
+    session holding the summary and the kept rows. A window that still starts before those
+    rows — in the stretch the summary stands for — used to continue the ended parent's tail
+    (storing the child's messages there a second time) or open a conversation of its own
+    holding a copy of the window (60 turns: 22 sessions, a root of 119 rows). It now goes on
+    in the newest child: one lineage, each message the client sent stored once in it."""
+    from refold.runtime.rotation import load_info
+
+    turns, size = 60, 40
+    full, _, _, answered = _windowed_turns(start_proxy, turns, size, rotate_on_compaction=True)
+    sessions = {s.id: s for s in sqlite_store.list_sessions()}
+    roots = [s for s in sessions.values() if s.parent_session_id is None]
+    assert len(roots) == 1
+    assert all(s.link_kind == "compaction" for s in sessions.values() if s is not roots[0])
+    lineage = [roots[0].id]
+    children = {s.parent_session_id: s.id for s in sessions.values() if s.parent_session_id}
+    assert len(children) == len(sessions) - 1  # a chain: no session has two children
+    while lineage[-1] in children:
+        lineage.append(children[lineage[-1]])
+    assert len(lineage) == len(sessions) > 10
+    own: list[str] = []
+    for session_id in lineage:
+        info = load_info(sqlite_store, session_id)
+        own += contents(sqlite_store, session_id, inactive=True)[info.carried if info else 0:]
+    assert own == [m["content"] for m in full]
+    assert answered[-1] == lineage[-1]
+    order = [lineage.index(s) for s in answered]
+    assert order == sorted(order)  # never back to an ended parent

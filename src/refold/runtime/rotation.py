@@ -22,9 +22,16 @@ The same step gives the child a copy of the latest task-state events (the record
 prompt, the todo list: ``refold.compaction.session.carry_state_events``), so a resumed child
 has them as its own.
 
+A client that sends a sliding window of its conversation (``refold.runtime.window``) drops
+its oldest messages, so ``K`` counts nothing there: a window that holds the last covered
+message is translated from that message back (``window_in_child``: the covered part becomes
+the carried rows from the first one it still holds, the summary when it starts in the stretch
+the summary stands for), and only when the result continues the child.
+
 A history that is shorter than ``K`` or whose message ``K - 1`` is not the covered one (the
-client edited or dropped a message from before the rotation) is not translated: the plain sync
-keeps every message (rewinding as usual), it just cannot reuse the compacted view.
+client edited or dropped a message from before the rotation), and that is no such window, is
+not translated: the plain sync keeps every message (rewinding as usual), it just cannot reuse
+the compacted view.
 """
 
 from __future__ import annotations
@@ -33,10 +40,13 @@ import logging
 from collections.abc import Callable
 
 from refold._records import dataclass
+from refold.compaction.core import ACK
 from refold.compaction.session import carry_state_events
+from refold.compaction.summary import is_summary_message
 from refold.errors import RefoldError
-from refold.messages.model import Message, message_identity, wire_form
+from refold.messages.model import Message, content_text, message_identity, wire_form
 from refold.messages.validate import validate_messages
+from refold.runtime.window import match_tail
 from refold.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -131,10 +141,52 @@ class Rotation:
         covered = info.covers
         if len(conversation) < covered or _client_hash(conversation[covered - 1]) != \
                 info.last_covered:
+            found = window_in_child(self._carried, info.last_covered, conversation)
+            if found is not None and (found[0] == 0 or match_tail(  # (0: all of the child)
+                    store, session_id, found[1]) is not None):
+                return [*history[:lead], *found[1]]
             log.info("session %s: history does not continue the rotated chain; plain sync",
                      session_id)
             return history
         return [*history[:lead], *self._carried, *conversation[covered:]]
+
+
+def window_in_child(carried: list[Message], last_covered: str, window: list[Message]
+                    ) -> tuple[int, list[Message]] | None:
+    """A client's sliding window (after its system head) of a rotated conversation, in the
+    child's terms: its messages up to the last one the rotation covered (``last_covered``)
+    become the child's carried rows they stand for, from the first one the window still
+    holds — a kept tail row, a kept head row, or else the summary — and the messages after
+    it stay as sent: (the index of the first carried row it starts with, the window). None
+    when the window does not hold the last covered message.
+
+    The caller checks the result continues the child's tail (``match_tail``): so a window
+    that was slid by a turn after a rotation goes on in the child, instead of continuing the
+    ended parent's tail (which stored the child's messages a second time) or opening a
+    conversation of its own holding a copy of the window."""
+    if not last_covered or not carried:
+        return None
+    hashes = [_client_hash(m) for m in window]
+    try:
+        end = len(hashes) - 1 - hashes[::-1].index(last_covered)
+    except ValueError:
+        return None
+    kept = [_hash(m) for m in carried]
+    summary = next((i for i, m in enumerate(carried) if is_summary_message(m)), None)
+    block_end = 0 if summary is None else summary + 1 + (
+        summary + 1 < len(carried) and content_text(carried[summary + 1]) in ACK.values())
+    rows = len(carried) - block_end  # the kept tail rows, after the summary block
+    tail = 0  # how many of them end the window's covered part
+    while tail <= end and tail < rows and hashes[end - tail] == kept[-1 - tail]:
+        tail += 1
+    if tail == end + 1:
+        start = len(carried) - tail  # the window starts among the kept tail rows
+    elif summary is None or tail < rows:
+        return None  # it does not hold them all: not this conversation's stretch
+    else:  # it starts before them: from the head rows it still holds, else the summary
+        start = next((i for i in range(summary) if kept[i:summary] ==
+                      hashes[:summary - i]), summary)
+    return start, [*carried[start:], *window[end + 1:]]
 
 
 def _client_hash(message: object) -> str | None:
@@ -147,4 +199,4 @@ def _client_hash(message: object) -> str | None:
 
 
 __all__ = ["EVENT", "Rotation", "RotationInfo", "load_info", "record_rotation",
-           "rotate_session"]
+           "rotate_session", "window_in_child"]

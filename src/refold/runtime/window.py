@@ -227,10 +227,48 @@ def find_window(store: Store, owner: str, history: Sequence[Any]) -> WindowMatch
     for session_id in store.window_candidates(owner, looked_up, limit=MAX_CANDIDATES):
         if system is not None and (recorded_system_prompt(store, session_id) or None) != system:
             continue  # (a window without one: its system prompt slid out with the rest)
-        match = match_tail(store, session_id, conversation)
+        match = match_tail(store, session_id, conversation) or _match_child(
+            store, session_id, conversation)
         if match is not None and (best is None or match.updated > best.updated):
             best = match
     return best
+
+
+def _match_child(store: Store, session_id: str, conversation: list[Message]
+                 ) -> WindowMatch | None:
+    """``match_tail`` of the window in a rotation child's terms (its covered stretch as the
+    child's carried rows: ``refold.runtime.rotation.window_in_child``), or None."""
+    from refold.runtime.rotation import load_info, window_in_child  # (it imports this module)
+
+    info = load_info(store, session_id)
+    if info is None or not info.carried:
+        return None
+    carried = [r.message for r in store.get_messages(session_id, limit=info.carried)]
+    found = window_in_child(carried, info.last_covered, conversation)
+    if found is None:
+        return None
+    start, window = found
+    return match_tail(store, session_id, window) if start else match_whole(
+        store, session_id, window)
+
+
+def match_whole(store: Store, session_id: str, conversation: list[Message]
+                ) -> WindowMatch | None:
+    """``conversation`` as a continuation of the *whole* active session (its rows, then new
+    messages), as a ``WindowMatch`` of overlap = the session's length; None when it is not."""
+    rows = tail_rows(store, session_id, len(conversation) + 1)
+    if not rows or len(rows) > len(conversation) or \
+            store.view_tip(session_id).last_seq != rows[-1].seq:
+        return None
+    first = store.get_messages(session_id, limit=1)
+    if not first or first[0].seq != rows[0].seq:
+        return None  # the session holds more than the window: not its whole history
+    sent: dict[int, Message] = {}
+    adopted = adopt_stored(list(conversation), [r.message for r in rows], sent)
+    if chain_identities(adopted[:len(rows)])[-1] != rows[-1].identity:
+        return None
+    return WindowMatch(session_id, rows[0].seq, len(rows), adopted, sent, rows[-1].identity,
+                       rows[-1].created_at)
 
 
 # how clients and providers spell a call's arguments: the stored reply is the provider's
