@@ -147,6 +147,9 @@ def make_engine(tmp_path: Path) -> Iterator[Any]:
          named=False)  # windows that slide, by odd counts too, and a tool turn at the edge
 @example(actions=[("extend", 0), ("extend", 0), ("slide", 0), ("side", 0), ("extend", 0),
                   ("slide", 1), ("extend", 0)], named=True)  # a side call between windows
+@example(actions=[("tool", 0), ("extend", 0), ("tool", 0), ("edit", 0), ("new", 0),
+                  ("clear", 0)], named=False)  # a cleared result, an edit, while the runtime
+# is on another conversation's branch: adopted as the session it branches from stored it
 def test_the_upstream_sees_what_the_client_sent(make_engine: Any, actions: list[tuple[str, int]],
                                                 named: bool) -> None:
     engine, store = make_engine()

@@ -137,7 +137,9 @@ def test_two_conversations_alike_stay_apart(start_proxy: ProxyFactory,
 def test_a_window_of_an_older_stretch_is_not_appended(start_proxy: ProxyFactory,
                                                       sqlite_store: Store) -> None:
     """A window that starts with stored messages followed by other stored ones (not the tail)
-    is an edit, as before: a conversation of its own; the first one is left as it was."""
+    is an edit, as a whole history's edit is: with no session named, a branch of the
+    conversation that ends with the stretch it re-sends (rows copied up to there); the first
+    one is left as it was."""
     with serve([f"reply {i}" for i in range(5)]) as up:
         proxy = start_proxy(up)
         client = openai.OpenAI(base_url=proxy.base_url, api_key="x", max_retries=0)
@@ -151,7 +153,9 @@ def test_a_window_of_an_older_stretch_is_not_appended(start_proxy: ProxyFactory,
         assert up.llm.requests[-1]["messages"] == edited
     assert other != first
     assert contents(sqlite_store, first) == [m["content"] for m in conv]  # untouched
-    assert contents(sqlite_store, other) == [*[m["content"] for m in edited[1:]], "reply 3"]
+    assert contents(sqlite_store, other) == [*[m["content"] for m in [*conv[:2], *edited[1:]]],
+                                             "reply 3"]
+    assert sqlite_store.get_session(other).parent_session_id == first
     assert sqlite_store.list_rewinds(first) == []
 
 
@@ -574,3 +578,42 @@ def test_a_sliding_window_follows_its_conversation_across_rotations(
     assert answered[-1] == lineage[-1]
     order = [lineage.index(s) for s in answered]
     assert order == sorted(order)  # never back to an ended parent
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_an_unnamed_window_sent_again_continues_in_a_branch(
+        start_proxy: ProxyFactory, sqlite_store: Store, stream: bool) -> None:
+    """No session named; the client sends its last window again (the answer regenerated, or
+    the same request retried after its reply was stored). It goes upstream as sent, and the
+    ledger keeps it in a branch of the conversation that ends with the stretch it re-sends —
+    the conversation's own tail is never rewound, and the next window continues the branch.
+    It opened an unlinked conversation holding a copy of the window before, so a search
+    found its messages twice."""
+    from refold.store.base import SearchQuery
+
+    with serve([f"answer {i}" for i in range(8)]) as up:
+        proxy = start_proxy(up)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="x", max_retries=0)
+        full: list[Msg] = []
+        for i in range(6):
+            full.append({"role": "user", "content": f"question number {i} about zebra{i}"})
+            window = [SYSTEM, *full[-5:]]
+            reply, first = ask(client, window, stream)
+            full.append(reply)
+        stored = contents(sqlite_store, first)
+        again, branch = ask(client, window, stream)
+        assert up.llm.requests[-1]["messages"] == window
+        full[-1] = again
+        full.append({"role": "user", "content": "question number 7 about zebra7"})
+        window = [SYSTEM, *full[-5:]]
+        reply, after = ask(client, window, stream)
+        assert up.llm.requests[-1]["messages"] == window
+        full.append(reply)
+    assert branch != first and after == branch
+    assert contents(sqlite_store, first, inactive=True) == stored  # its tail untouched
+    assert sqlite_store.list_rewinds(first) == []
+    child = sqlite_store.get_session(branch)
+    assert (child.parent_session_id, child.link_kind) == (first, "branch")
+    assert contents(sqlite_store, branch) == [m["content"] for m in full]
+    assert len(sqlite_store.list_sessions()) == 2
+    assert len(sqlite_store.search(SearchQuery("zebra4"))) == 1

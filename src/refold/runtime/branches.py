@@ -48,11 +48,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from refold.messages.model import Message, chain_identities
 from refold.runtime.chain import adopt_stored
-from refold.store.base import Store
+from refold.store.base import Store, StoredMessage
+
+if TYPE_CHECKING:
+    from refold.runtime.window import WindowMatch
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +176,19 @@ def _branch(store: Store, root_id: str, parent_id: str, keep: int) -> str:
     return child.id
 
 
+def branch_at_stretch(store: Store, session_id: str, match: WindowMatch) -> str:
+    """A branch of ``session_id`` that ends with the older stretch a sliding window re-sends
+    (``refold.runtime.window.match_older``; rows copied up to there, as a diverging history's
+    branch): the window, sent with no session named, then continues its tail."""
+    from refold.compaction.session import fork_with_state  # lazy, as in ContextOps
+
+    rows = store.get_messages(session_id, start_seq=match.start_seq, limit=match.overlap)
+    child = fork_with_state(store, session_id, rows[-1].seq, kind="branch")
+    log.info("session %s: a window re-sends messages %d..%d and not what followed them: it "
+             "continues in the branch %s", session_id, match.start_seq, rows[-1].seq, child.id)
+    return child.id
+
+
 def adopt_in_family(store: Store, root_id: str, session_id: str, conversation: list[Message],
                     sent: dict[int, Message]) -> tuple[list[Message], list[str]]:
     """``conversation`` with the replies it re-sends in its own spelling spelled as stored
@@ -189,28 +205,43 @@ def adopt_in_family(store: Store, root_id: str, session_id: str, conversation: l
     # messages before it): a session's rows are read only as far as that
     limit = len(conversation) + 1
     mine: dict[int, Message] = {}
-    adopted = adopt_stored(conversation, [
-        r.message for r in store.get_messages(session_id, limit=limit)], mine)
+    own = store.get_messages(session_id, limit=limit)
+    adopted = adopt_stored(conversation, [r.message for r in own], mine)
     identities = chain_identities(adopted)
     tip = store.view_tip(session_id).last_identity
-    if tip is not None and tip not in identities:
-        for sid in family(store, root_id):
-            if sid == session_id:
-                continue
-            rows = store.get_messages(sid, limit=limit)
-            if len(rows) == limit:
-                continue  # longer than the conversation: it does not extend this one
-            other_tip = store.view_tip(sid).last_identity
-            if other_tip is None:
-                continue
-            theirs: dict[int, Message] = {}
-            other = adopt_stored(conversation, [r.message for r in rows], theirs)
-            if other == adopted:
-                continue  # spelled alike: its identities are the ones place() compares
-            other_ids = chain_identities(other)
-            if other_tip in other_ids:
-                sent.update(theirs)
-                return other, other_ids
-    sent.update(mine)
-    return adopted, identities
+    if tip is None or tip in identities:
+        sent.update(mine)
+        return adopted, identities
+    # extended by none of them: adopted as the member it shares the longest start with,
+    # which is where ``place`` branches it (a result the client cleared, adopted only as the
+    # runtime's own session stored it, was stored again cleared in a branch forked before it)
+    best = (_common_start(own, identities), adopted, identities, mine)
+    for sid in family(store, root_id):
+        if sid == session_id:
+            continue
+        rows = store.get_messages(sid, limit=limit)
+        theirs: dict[int, Message] = {}
+        other = adopt_stored(conversation, [r.message for r in rows], theirs)
+        if other == adopted:
+            continue  # spelled alike: its identities are the ones place() compares
+        other_ids = chain_identities(other)
+        other_tip = store.view_tip(sid).last_identity
+        if len(rows) < limit and other_tip is not None and other_tip in other_ids:
+            sent.update(theirs)  # (longer than the conversation: it cannot extend it)
+            return other, other_ids
+        common = _common_start(rows, other_ids)
+        if common > best[0]:
+            best = (common, other, other_ids, theirs)
+    sent.update(best[3])
+    return best[1], best[2]
+
+
+def _common_start(rows: Sequence[StoredMessage], identities: Sequence[str]) -> int:
+    """How many of the first rows have these identities."""
+    count = 0
+    for row, identity in zip(rows, identities, strict=False):
+        if row.identity != identity:
+            break
+        count += 1
+    return count
 

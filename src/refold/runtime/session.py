@@ -40,7 +40,13 @@ from refold.messages.model import (
     wire_form,
 )
 from refold.pricing import token_count
-from refold.runtime.branches import Diverge, adopt_in_family, note_unanswered, place
+from refold.runtime.branches import (
+    Diverge,
+    adopt_in_family,
+    branch_at_stretch,
+    note_unanswered,
+    place,
+)
 from refold.runtime.chain import KnownChain, cleared, comparable
 from refold.runtime.checkpointer import Checkpointer
 from refold.runtime.inline import InlineTurns, NeedsWorker
@@ -51,7 +57,7 @@ from refold.runtime.recall import with_recall
 from refold.runtime.rotation import Rotation
 from refold.runtime.valid import provider_valid
 from refold.runtime.view import ViewCache, detached
-from refold.runtime.window import WindowMatch, match_tail, place_window
+from refold.runtime.window import WindowMatch, match_tail, opens_a_member, place_window
 from refold.store.base import Store, StoredMessage
 
 if TYPE_CHECKING:
@@ -436,19 +442,27 @@ class SessionRuntime:
                 recorded_system_prompt(self.store, session_id)
 
         order = list(dict.fromkeys([current, *members[:1], *reversed(members[1:])]))
-        found = place_window(self.store, order, prompt_of, window, system,
-                             older=diverge == "rewind")
+        # (with no session named, an older stretch is looked for only for a history that does
+        # not open as a member does: one that does is an ordinary history's edit, placed as one)
+        older = diverge == "rewind" or not opens_a_member(self.store, window, order)
+        found = place_window(self.store, order, prompt_of, window, system, older=older)
         if found is None:
             return None
         session_id, match, rewind_from = found
+        slid: WindowMatch | None = match
+        if rewind_from is not None and diverge == "branch":
+            # a regenerate, an edit, the same window sent again: never a rewind of that
+            # conversation's tail, nor an unlinked copy of the window (found twice by search)
+            session_id = branch_at_stretch(self.store, session_id, match)
+            slid = match_tail(self.store, session_id, window)
         if session_id != current:
             self._move_to(session_id)
-        if rewind_from is not None:
+        if rewind_from is not None and diverge == "rewind":
             record = self.store.rewind(session_id, rewind_from, any_role=True)
             log.info("session %s: the window re-sends messages %d.. and not the %d after "
                      "them (rewind %s; undo restores them)", session_id, match.start_seq,
                      record.count, record.id)
-        return self._slide_into(window, match)
+        return self._slide_into(window, slid)
 
     def _slide_into(self, window: list[Message],
                     match: WindowMatch | None) -> list[StoredMessage] | None:

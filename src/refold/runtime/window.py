@@ -209,9 +209,21 @@ def place_window(store: Store, sessions: Sequence[str],
     return None
 
 
+def opens_a_member(store: Store, window: list[Message], members: Sequence[str]) -> bool:
+    """Does ``window`` start with the first stored message of one of ``members`` (then it is
+    an ordinary history, not a window)?"""
+    if not window:
+        return False
+    first = chain_identities(window[:1])[0]
+    return any(rows and rows[0].identity == first
+               for rows in (store.get_messages(m, limit=1) for m in members))
+
+
 def find_window(store: Store, owner: str, history: Sequence[Any]) -> WindowMatch | None:
     """The stored session of ``owner`` that ``history`` (a request's messages, unchecked)
-    continues as a sliding window — the most recently updated one when several do — or
+    continues as a sliding window — the most recently updated one when several do — else the
+    one whose older stretch it re-sends (``match_older``: the window sent again, or its last
+    answer regenerated; the session's runtime branches there, or rewinds a named one), or
     None. One indexed lookup, then each candidate's tail and system prompt are read."""
     from refold.compaction.session import recorded_system_prompt  # lazy, as in ContextOps
 
@@ -224,13 +236,20 @@ def find_window(store: Store, owner: str, history: Sequence[Any]) -> WindowMatch
         return None
     looked_up = [spelled for reply in replies for spelled in (reply, *respelled(reply))]
     best: WindowMatch | None = None
+    alike: list[str] = []
     for session_id in store.window_candidates(owner, looked_up, limit=MAX_CANDIDATES):
         if system is not None and (recorded_system_prompt(store, session_id) or None) != system:
             continue  # (a window without one: its system prompt slid out with the rest)
+        alike.append(session_id)
         match = match_tail(store, session_id, conversation) or _match_child(
             store, session_id, conversation)
         if match is not None and (best is None or match.updated > best.updated):
             best = match
+    if best is None:  # a window sent again, or regenerated: an older stretch of one of them
+        for session_id in alike:
+            older = match_older(store, session_id, conversation)
+            if older is not None and (best is None or older[0].updated > best.updated):
+                best = older[0]
     return best
 
 
