@@ -12,7 +12,7 @@ the client sends only the end of its conversation, a sliding window that starts 
 before and still re-sends at least two stored messages, one of them a reply, and a user's
 message: LangChain's ``trim_messages``; a derived one is routed as the proxy routes it, to the
 session it continues, ``refold.runtime.window``; a windowed client's retries and edits are
-not modeled: a window that ends before the stored tail is another conversation, as before).
+not modeled here: ``tests/server/test_proxy_sliding_window.py`` has them).
 Checked after every request:
 
 - what the upstream would receive (``Prepared.messages``, system aside) is what the client sent
