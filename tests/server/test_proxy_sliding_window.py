@@ -533,17 +533,26 @@ def test_a_window_over_the_threshold_is_not_compacted_again_at_every_slide(
     next windows still start inside that stretch, so the windowed turns compact as often as
     the same conversation sent whole does — not at every turn (40 summaries in 40 windowed
     turns before: with an LLM summarizer, a paid summary call per turn)."""
+    _compacted_per_window_full(start_proxy, sqlite_store)
+
+
+def test_a_window_keeps_its_checkpoint_on_postgres(start_pg_proxy: ProxyFactory,
+                                                   postgres_store: Store) -> None:
+    _compacted_per_window_full(start_pg_proxy, postgres_store)
+
+
+def _compacted_per_window_full(start: ProxyFactory, store: Store) -> None:
     turns, size = 60, 40
-    full, _, _, answered = _windowed_turns(start_proxy, turns, size)
+    full, _, _, answered = _windowed_turns(start, turns, size)
     assert len(set(answered)) == 1
     session = answered[0]
-    checkpoints = sqlite_store.list_checkpoints(session)
+    checkpoints = store.list_checkpoints(session)
     whole = [c for c in checkpoints if c.details.get("window") is None]
     slid = [c for c in checkpoints if c.details.get("window") is not None]
     windowed_turns = turns - size // 2
     assert whole and slid
     assert len(slid) <= windowed_turns // 2, len(slid)
-    assert contents(sqlite_store, session, inactive=True) == [m["content"] for m in full]
+    assert contents(store, session, inactive=True) == [m["content"] for m in full]
     for checkpoint in slid:
         assert checkpoint.first_seq <= checkpoint.details["window"] <= checkpoint.last_seq
 
