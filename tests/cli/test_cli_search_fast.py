@@ -195,3 +195,17 @@ def test_an_unknown_option_says_how_to_search_for_a_dashed_word(
     assert entry._run(["search", "currency", "--limt", "2"]) == 2  # a misspelt option: click's
     err = capsys.readouterr().err
     assert "Did you mean '--limit'?" in err and "goes after '--'" not in err
+
+
+def test_python_dash_m_refold_is_the_refold_command(home: Path) -> None:
+    """``python -m refold …`` runs the same command as the ``refold`` script (a venv whose
+    scripts are not on PATH, ``subprocess`` callers, ``uv run python -m refold``)."""
+    env = {**os.environ, "REFOLD_HOME": str(home)}
+    env.pop("REFOLD_DB", None)
+    version = subprocess.run([sys.executable, "-m", "refold", "--version"], capture_output=True,
+                             text=True, env=env, timeout=60)
+    assert version.returncode == 0 and version.stdout.startswith("refold, version ")
+    found = subprocess.run([sys.executable, "-m", "refold", "search", "currency", "--json"],
+                           capture_output=True, text=True, env=env, timeout=60)
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)
