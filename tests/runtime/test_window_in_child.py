@@ -59,3 +59,10 @@ def test_windows_that_do_not_line_up_are_not_translated() -> None:
     assert window_in_child(CARRIED, LAST, edited) is None  # a kept row differs
     assert window_in_child([*CONVERSATION[14:]], LAST, [*CONVERSATION[5:], *NEW]) is None
     assert window_in_child(CARRIED, "", [*CONVERSATION[5:], *NEW]) is None
+
+
+def test_a_reply_said_again_later_is_not_taken_for_the_covered_one() -> None:
+    same = {"role": "assistant", "content": "answer 9"}  # the covered reply's text, again
+    window = [*CONVERSATION[5:], user(10), same, user(11)]
+    found = window_in_child(CARRIED, LAST, window)
+    assert found == (2, [SUMMARY, *CONVERSATION[14:], user(10), same, user(11)])

@@ -5,10 +5,12 @@ tail, the "carried" rows) and ends the parent. A proxy client does not know: it 
 re-sending its whole history. Synced as is against the child, that history would rewind the
 carried rows and store everything again. So each rotation records an event on the child:
 
-    {"parent": id, "carried": C, "covers": K, "last_covered": content hash}
+    {"parent": id, "carried": C, "covers": K, "last_covered": content hash, "first": hash}
 
 — the child's first ``C`` rows stand for the first ``K`` messages of the client's conversation
-(the system prompt aside), the last of which has hash ``last_covered``. ``translate`` turns a
+(the system prompt aside), the last of which has hash ``last_covered`` and the first ``first``
+(a history that does not open with it is not the whole conversation: a sliding window, whose
+message ``K - 1`` may be a reply worded as the covered one is). ``translate`` turns a
 history ``system + conversation`` into ``system + carried rows + conversation[K:]``, which the
 ordinary sync (and its fast path) then matches against the child row for row. Chains of
 rotations compose: a child's ``K`` is its parent's ``K`` plus the parent's rows after its own
@@ -59,6 +61,7 @@ class RotationInfo:
     carried: int  # the child's first rows that are the compacted view
     covers: int  # how many client conversation messages those rows stand for
     last_covered: str  # content hash of the last of them ("" when covers == 0)
+    first: str = ""  # content hash of the conversation's first message ("": not recorded)
 
 
 def _hash(message: Message) -> str:
@@ -73,7 +76,8 @@ def load_info(store: Store, session_id: str) -> RotationInfo | None:
     payload = events[-1].payload
     try:
         return RotationInfo(int(payload["carried"]), int(payload["covers"]),
-                            str(payload.get("last_covered") or ""))
+                            str(payload.get("last_covered") or ""),
+                            str(payload.get("first") or ""))
     except (KeyError, TypeError, ValueError):
         log.warning("session %s: unreadable rotation record ignored", session_id)
         return None
@@ -87,8 +91,10 @@ def record_rotation(store: Store, parent_id: str, child_id: str, carried: int) -
     own = rows[before.carried:]  # the parent's rows that came from the client (or replies)
     covers = before.covers + len(own)
     last = _hash(own[-1].message) if own else before.last_covered
+    first = before.first or (_hash(rows[0].message) if rows and not before.carried else "")
     store.append_event(child_id, EVENT, {"parent": parent_id, "carried": carried,
-                                         "covers": covers, "last_covered": last})
+                                         "covers": covers, "last_covered": last,
+                                         "first": first})
     carry_state_events(store, parent_id, child_id)
 
 
@@ -140,7 +146,8 @@ class Rotation:
         conversation = history[lead:]
         covered = info.covers
         if len(conversation) < covered or _client_hash(conversation[covered - 1]) != \
-                info.last_covered:
+                info.last_covered or (info.first and conversation and _client_hash(
+                    conversation[0]) != info.first):  # (a window: replies alike matched)
             found = window_in_child(self._carried, info.last_covered, conversation)
             if found is not None and (found[0] == 0 or match_tail(  # (0: all of the child)
                     store, session_id, found[1]) is not None):
@@ -167,26 +174,28 @@ def window_in_child(carried: list[Message], last_covered: str, window: list[Mess
     if not last_covered or not carried:
         return None
     hashes = [_client_hash(m) for m in window]
-    try:
-        end = len(hashes) - 1 - hashes[::-1].index(last_covered)
-    except ValueError:
-        return None
     kept = [_hash(m) for m in carried]
     summary = next((i for i, m in enumerate(carried) if is_summary_message(m)), None)
     block_end = 0 if summary is None else summary + 1 + (
         summary + 1 < len(carried) and content_text(carried[summary + 1]) in ACK.values())
     rows = len(carried) - block_end  # the kept tail rows, after the summary block
-    tail = 0  # how many of them end the window's covered part
-    while tail <= end and tail < rows and hashes[end - tail] == kept[-1 - tail]:
-        tail += 1
-    if tail == end + 1:
-        start = len(carried) - tail  # the window starts among the kept tail rows
-    elif summary is None or tail < rows:
-        return None  # it does not hold them all: not this conversation's stretch
-    else:  # it starts before them: from the head rows it still holds, else the summary
-        start = next((i for i in range(summary) if kept[i:summary] ==
-                      hashes[:summary - i]), summary)
-    return start, [*carried[start:], *window[end + 1:]]
+    # the last message that is the covered one and that the kept rows line up before (a
+    # reply said word for word again later, "Done.", is the covered one's text too)
+    for end in range(len(hashes) - 1, -1, -1):
+        if hashes[end] != last_covered:
+            continue
+        tail = 0  # how many of the kept rows end the window's covered part
+        while tail <= end and tail < rows and hashes[end - tail] == kept[-1 - tail]:
+            tail += 1
+        if tail == end + 1:
+            start = len(carried) - tail  # the window starts among the kept tail rows
+        elif summary is None or tail < rows:
+            continue  # it does not hold them all: not this conversation's stretch
+        else:  # it starts before them: from the head rows it still holds, else the summary
+            start = next((i for i in range(summary) if kept[i:summary] ==
+                          hashes[:summary - i]), summary)
+        return start, [*carried[start:], *window[end + 1:]]
+    return None
 
 
 def _client_hash(message: object) -> str | None:
