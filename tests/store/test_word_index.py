@@ -158,6 +158,33 @@ def test_the_phrase_test_reads_only_rows_that_can_place(store: SQLiteStore,
         assert len(read) < len(both)  # ... and most of those cannot place
 
 
+def test_the_phrase_test_reads_no_row_lacking_a_word_of_each_pair(
+        store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows that score high on one word of the pair alone can place, but cannot hold the
+    phrase: their text is never read for the phrase test (on a cold cache each costs a page),
+    and the best come out as FTS5 ranks them."""
+    from refold.store.sqlite import natural
+
+    session = store.create_session()
+    rows = [{"role": "user", "content": "support support support" if n % 3 == 0 else
+             "support group" if n % 50 == 1 else "group the alpha beta gamma delta epsilon"}
+            for n in range(6000)]
+    store.append_messages(session.id, rows)
+    store.seal_word_index()
+    monkeypatch.setattr(natural, "phrase_by_index", lambda postings, candidates, limit: False)
+    read: list[int] = []
+    phrases = natural._phrases
+    monkeypatch.setattr(natural, "_phrases",
+                        lambda conn, plan, ids: read.extend(ids) or phrases(conn, plan, ids))
+    with store.db.read() as conn:
+        both = {int(r[0]) for r in conn.execute(
+            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'support AND group'")}
+    for limit in (20, 200, 400):
+        read.clear()
+        assert compare(store, "the support group", limit=limit) == limit
+        assert set(read) <= both
+
+
 def test_the_phrase_test_through_the_index_reads_no_text_and_ranks_the_same(
         store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """When the pair words' postings are few, one FTS5 phrase query tests every candidate:

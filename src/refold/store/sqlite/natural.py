@@ -548,18 +548,22 @@ def _top_exact(ids: Any, final: Any, limit: int) -> dict[int, float]:
 
 def _best_boosted(conn: sqlite3.Connection, plan: NaturalPlan, ids: Any, scores: Any,
                   every: Any, upper: Any, limit: int,
-                  phrase_postings: int | None = None) -> dict[int, float]:
+                  phrase_postings: int | None = None, could: Any = None) -> dict[int, float]:
     """The boosted scores of ``ids`` (their word scores, whether each holds every term, and
     each one's score if it held a phrase too), exact for every id that can be among the best
     ``limit``. The phrase test reads each row's text, so the rows go best upper bound first and
     stop once the ``limit``-th exact score is above every bound left: on a cold cache the rows
-    that cannot place are never read. When the pair words' postings are few
-    (``phrase_by_index``), one FTS5 phrase query answers for every candidate instead."""
+    that cannot place are never read, nor those that cannot hold a phrase (``could``: which
+    of ``ids`` hold both words of a pair, as ``upper`` assumes; None: any may). When the pair
+    words' postings are few (``phrase_by_index``), one FTS5 phrase query answers for every
+    candidate instead."""
     import numpy as np
 
     if not plan.pairs:  # no phrase to test: every exact score at once (rank.boosted)
         return _top_exact(ids, scores * np.where(every, 1.0 + BOOST_ALL, 1.0), limit)
-    if phrase_by_index(phrase_postings, len(ids), limit):
+    if could is None:
+        could = np.ones(len(ids), dtype=bool)
+    if phrase_by_index(phrase_postings, int(np.count_nonzero(could)), limit):
         listed = [int(i) for i in ids]
         match = " OR ".join(f'"{a} {b}"' for a, b in plan.pairs)
         held = _matching(conn, match, set(listed))
@@ -577,7 +581,8 @@ def _best_boosted(conn: sqlite3.Connection, plan: NaturalPlan, ids: Any, scores:
             break  # nothing left can reach the limit-th best (ties go on: recency breaks them)
         part = order[start:start + step]
         batch = [int(i) for i in ids[part]]
-        phrase = _phrases(conn, plan, batch)
+        phrase = _phrases(conn, plan, [i for i, c in zip(batch, could[part].tolist(),
+                                                         strict=True) if c])
         for i, score, all_terms in zip(batch, scores[part].tolist(), every[part].tolist(),
                                        strict=True):
             out[i] = exact = boosted(score, has_all=all_terms, has_phrase=i in phrase)
@@ -705,7 +710,7 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
         bar = kth(lower(candidates), max(1, limit))
         chosen = candidates[upper(candidates) >= bar]
         return _best_boosted(conn, plan, chosen, total[chosen], holds(chosen), upper(chosen),
-                             limit, phrase_postings)
+                             limit, phrase_postings, could_phrase(chosen))
     want = max(1, limit)
     while True:
         seed = words.seed if matched is None else None
@@ -723,7 +728,7 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
         allowed = allowed_ids(conn, ids, query)
         kept = chosen[np.fromiter((i in allowed for i in ids), dtype=bool, count=len(ids))]
         out = _best_boosted(conn, plan, kept, total[kept], holds(kept), upper(kept), limit,
-                            phrase_postings)
+                            phrase_postings, could_phrase(kept))
         if len(out) >= limit and sorted(out.values())[-limit] >= bar:
             return out
         everything = int(np.count_nonzero(matched if matched is not None else words.count))

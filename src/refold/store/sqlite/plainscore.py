@@ -266,14 +266,17 @@ def _top_exact(ids: list[int], final: list[float], limit: int) -> dict[int, floa
 
 def best_boosted(conn: sqlite3.Connection, plan: NaturalPlan, ids: list[int],
                  scores: list[float], every: list[bool], upper: list[float], limit: int,
-                 phrase_postings: int | None) -> dict[int, float]:
+                 phrase_postings: int | None, could: list[bool] | None = None
+                 ) -> dict[int, float]:
     """``natural._best_boosted`` over lists: the same rows tested, the same answer."""
     from refold.store.sqlite import natural
 
     if not plan.pairs:
         return _top_exact(ids, [s * (1.0 + BOOST_ALL if e else 1.0)
                                 for s, e in zip(scores, every, strict=True)], limit)
-    if natural.phrase_by_index(phrase_postings, len(ids), limit):
+    if could is None:
+        could = [True] * len(ids)
+    if natural.phrase_by_index(phrase_postings, sum(could), limit):
         match = " OR ".join(f'"{a} {b}"' for a, b in plan.pairs)
         held = natural._matching(conn, match, set(ids))
         return _top_exact(ids, [s * (1.0 + (BOOST_ALL if e else 0.0)
@@ -288,7 +291,7 @@ def best_boosted(conn: sqlite3.Connection, plan: NaturalPlan, ids: list[int],
             break  # nothing left can reach the limit-th best (ties go on: recency breaks them)
         part = order[start:start + step]
         batch = [ids[j] for j in part]
-        phrase = natural._phrases(conn, plan, batch)
+        phrase = natural._phrases(conn, plan, [ids[j] for j in part if could[j]])
         for j, i in zip(part, batch, strict=True):
             out[i] = exact = boosted(scores[j], has_all=every[j], has_phrase=i in phrase)
             if len(best) < limit:
@@ -439,6 +442,10 @@ def _rank(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery, limit
                             if anywhere or i in could else (1.0 + BOOST_ALL if i in held else 1.0))
                 for i in ids]
 
+    def may_phrase(ids: Sequence[int]) -> list[bool]:
+        """Which of ``ids`` ``upper`` lets hold a phrase (the others' text is never read)."""
+        return [anywhere or i in could for i in ids]
+
     pair_terms = {n for pair in pairs for n in pair}
     phrase_postings: int | None = None  # the pair words' postings (natural.phrase_by_index)
     if pair_terms and None not in pair_terms:
@@ -452,7 +459,8 @@ def _rank(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery, limit
         bar = _kth(lower(candidates), max(1, limit))
         chosen = [i for i, u in zip(candidates, upper(candidates), strict=True) if u >= bar]
         return best_boosted(conn, plan, chosen, [total[i] for i in chosen],
-                            [i in held for i in chosen], upper(chosen), limit, phrase_postings)
+                            [i in held for i in chosen], upper(chosen), limit, phrase_postings,
+                            may_phrase(chosen))
     if held:  # the lower bounds of every matching message: its score, boosted if it holds all
         bounds = dict(total)
         bounds.update((i, total[i] * (1.0 + BOOST_ALL)) for i in held)
@@ -467,7 +475,7 @@ def _rank(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery, limit
         allowed = natural.allowed_ids(conn, chosen, query)
         kept = [i for i in chosen if i in allowed]
         out = best_boosted(conn, plan, kept, [total[i] for i in kept], [i in held for i in kept],
-                           upper(kept), limit, phrase_postings)
+                           upper(kept), limit, phrase_postings, may_phrase(kept))
         if len(out) >= limit and sorted(out.values())[-limit] >= bar:
             return out
         if not complete:
