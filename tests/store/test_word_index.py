@@ -89,8 +89,10 @@ def test_sealed_chunks_and_tail_rank_exactly_as_fts5(store: SQLiteStore) -> None
     with store.db.read() as conn:
         chunks, rows, _, _ = wordindex.state(conn)
         assert chunks == 2 and rows == 2 * wordindex.CHUNK - 1  # ids start at 1
-        # chunks 0 and 1 merged: one row a term, keyed by chunk 0
-        assert {r[0] for r in conn.execute("SELECT DISTINCT chunk FROM word_postings")} == {0}
+        # chunks 0 and 1 merged: one row a term, keyed by chunk 0; the 1,808 rows above
+        # them, a recent block keyed by its first id
+        assert {r[0] for r in conn.execute("SELECT DISTINCT chunk FROM word_postings")} == {
+            0, wordindex.RECENT + 2 * wordindex.CHUNK}
     found = sum(compare(store, q) for q in QUESTIONS)
     assert found > 100
     for q in QUESTIONS[:4]:
@@ -223,6 +225,7 @@ def test_a_first_search_over_a_long_tail_reads_only_the_rows_its_words_match(
     """A process's first search over a long unsealed tail (a CLI search) tokenizes only the
     tail rows FTS5 matches for its words, with the same ranks as the filled tail gives; the
     next search fills the tail; a disagreement between FTS5 and the tokenizer falls back."""
+    monkeypatch.setattr(wordindex, "RECENT_ROWS", 10**9)  # no recent block: a long tail
     path = str(tmp_path / "refold.db")
     store = SQLiteStore(path)
     rng = random.Random(17)
@@ -615,3 +618,142 @@ def test_glued_words_in_cjk_text_score_the_same_on_the_index_and_fts5(
         plan = parse_query(question).natural or parse_query(question).glued
         assert plan is not None and "pytest" in plan.glued
         compare(store, question)
+
+
+def _recent_keys(store: SQLiteStore) -> set[int]:
+    with store.db.read() as conn:
+        return {int(r[0]) - wordindex.RECENT for r in conn.execute(
+            "SELECT DISTINCT chunk FROM word_postings WHERE chunk >= ?", (wordindex.RECENT,))}
+
+
+def test_recent_blocks_rank_exactly_and_leave_a_fresh_process_a_short_tail(
+        tmp_path: Path) -> None:
+    """The rows above the sealed chunks are sealed in recent blocks as they come, so a new
+    process tokenizes only the few above them; a row of theirs rewritten or deleted (or an id
+    of theirs inserted anew) leaves them out of every search until a new block replaces them;
+    a sealed chunk replaces them. Ranks stay FTS5's throughout."""
+    path = str(tmp_path / "refold.db")
+    store = SQLiteStore(path)
+    rng = random.Random(29)
+    sessions = fill(store, rng, 3, 3000)  # chunks 0 and 1, and the 808 rows above
+    store.seal_word_index()
+    with store.db.read() as conn:
+        index = wordindex.sealed(conn)
+        assert (index.chunks, index.low, index.recent) == (2, 9001, True)
+    assert _recent_keys(store) == {8192}
+    wordindex._TAILS.clear()  # a new process
+    assert sum(compare(store, q) for q in QUESTIONS) > 100
+    assert not wordindex.tail_for(path).lengths  # nothing above the blocks to tokenize
+    fill(store, rng, 1, 300)  # 300 more: in the tail, then a second block
+    assert compare(store, QUESTIONS[0]) and len(wordindex.tail_for(path).lengths) == 300
+    store.catch_up_index()
+    assert _recent_keys(store) == {8192, 9001}
+    for q in QUESTIONS:
+        compare(store, q)
+    for edit in ("UPDATE messages SET text = 'caroline caroline support' WHERE id = 9100",
+                 "DELETE FROM messages WHERE id = 9200"):
+        with store.db.write() as conn:
+            conn.execute(edit)
+        with store.db.read() as conn:  # stale: left out, the tail covers their rows
+            assert not wordindex.sealed(conn).recent
+        for q in QUESTIONS[:4]:
+            compare(store, q)
+        store.catch_up_index()  # one new block for them all
+        assert _recent_keys(store) == {8192}
+        for q in QUESTIONS[:4]:
+            compare(store, q)
+    store.delete_session(sessions[0])  # rows under the sealed chunks: folded in
+    fill(store, rng, 1, 3100)  # chunk 2 completes: sealed, its blocks go
+    store.catch_up_index()
+    with store.db.read() as conn:
+        assert wordindex.sealed(conn).chunks == 3
+    store.catch_up_index()  # the 13 rows above chunk 2: too few for a block
+    assert _recent_keys(store) == set()
+    for q in QUESTIONS:
+        compare(store, q)
+    hits = store.search(SearchQuery("caroline support", limit=1))
+    assert hits and hits[0].content == "caroline caroline support"
+
+
+def test_an_id_of_a_recent_block_inserted_anew_leaves_the_blocks_out(store: SQLiteStore) -> None:
+    rng = random.Random(37)
+    sessions = fill(store, rng, 3, 3000)
+    store.seal_word_index()
+    assert _recent_keys(store) == {8192}
+    store.delete_session(sessions[2])  # ids 6001-9000: the blocks' rows go
+    fill(store, rng, 1, 2500)  # ids 6001-8500 again: 8192 on are the blocks' ids
+    with store.db.read() as conn:
+        assert not wordindex.sealed(conn).recent
+    for q in QUESTIONS[:5]:
+        compare(store, q)
+
+
+def test_a_recent_block_written_halfway_is_never_seen(store: SQLiteStore,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(41)
+    fill(store, rng, 3, 3000)
+    assert store.seal_word_index() == 2  # (its recent block: below, it fails halfway)
+    with store.db.write() as conn:
+        wordseal.reset(conn)
+    store.seal_word_index()
+    with store.db.write() as conn:  # the recent block dropped: its rows in the tail again
+        wordseal._drop_recent(conn)
+
+    def halfway(conn: sqlite3.Connection, plan: wordseal.Recent) -> bool:
+        conn.executemany("INSERT OR REPLACE INTO word_postings VALUES (?, ?, ?, ?, ?)",
+                         plan.postings[:len(plan.postings) // 2])
+        raise KeyboardInterrupt  # the process interrupted mid-write
+    monkeypatch.setattr(wordseal, "commit_recent", halfway)
+    with pytest.raises(KeyboardInterrupt):
+        store.catch_up_index()
+    assert _recent_keys(store) == set()
+    for q in QUESTIONS:
+        compare(store, q)
+
+
+_SEALER = """
+import random, sys
+from refold.store.sqlite import wordindex
+from refold.store.sqlite.store import SQLiteStore
+wordindex.MIN_ROWS, wordindex.SEGMENT = 0, 2
+store = SQLiteStore(sys.argv[1])
+rng = random.Random(int(sys.argv[2]))
+words = sys.argv[3].split()
+session = store.create_session().id
+print("ready", flush=True)
+while True:
+    store.append_messages(session, [{"role": "user", "content": " ".join(
+        rng.choice(words) for _ in range(rng.choice((3, 12, 40))))} for _ in range(90)])
+    store.catch_up_index()
+"""
+
+
+def test_a_process_killed_while_it_seals_leaves_the_index_exact(tmp_path: Path) -> None:
+    """A process appending and sealing chunks and recent blocks, killed at random moments:
+    whatever it committed, the index still ranks as FTS5 does."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path = str(tmp_path / "refold.db")
+    SQLiteStore(path).close()
+    rng = random.Random(43)
+    for seed in range(4):
+        child = subprocess.Popen([sys.executable, "-c", _SEALER, path, str(seed),
+                                  " ".join(VOCAB)], stdout=subprocess.PIPE, env=os.environ)
+        assert child.stdout is not None and child.stdout.readline().strip() == b"ready"
+        time.sleep(rng.uniform(0.3, 1.2))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        store = SQLiteStore(path)
+        with store.db.read() as conn:
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        for q in QUESTIONS[:6]:
+            compare(store, q)
+        store.close()
+    store = SQLiteStore(path)
+    store.catch_up_index()
+    with store.db.read() as conn:
+        assert wordindex.state(conn)[0] >= 1 and indexer.watermark(conn) > 3 * 4096

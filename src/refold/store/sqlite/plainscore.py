@@ -32,7 +32,7 @@ from refold.search.natural import NaturalPlan
 from refold.search.rank import BOOST_ALL, BOOST_PHRASE, boosted
 from refold.store.base import SearchQuery
 from refold.store.sqlite import wordindex
-from refold.store.sqlite.wordindex import CHUNK, K1, LENS, TFS, B, Gathered
+from refold.store.sqlite.wordindex import K1, LENS, TFS, B, Gathered
 
 # Measured at a million messages (the bench's questions, in one process, warm): under 2k
 # postings both take ~0.6 ms; from 4k on the standard library takes ~0.25-0.35 us a posting
@@ -73,7 +73,7 @@ def postings(parts: wordindex.Parts, tail: list[tuple[int, int]],
     lengths: list[int] = []
     for chunk, id_blob, tf_blob, len_blob in parts:
         count = len(id_blob) // 2
-        base = chunk * CHUNK
+        base = wordindex.base_of(chunk)
         ids.extend([base + offset for offset in _decoded("H", id_blob)])
         tfs.extend(_decoded(wordindex._width(TFS, tf_blob, count), tf_blob))
         lengths.extend(_decoded(wordindex._width(LENS, len_blob, count), len_blob))
@@ -136,7 +136,7 @@ def _weigh(gathered: Gathered, token: str, weight: Callable[[tuple[float, int]],
     by row; with ``among``, of those messages only."""
     found: dict[int, float] = {}
     for chunk, id_blob, tf_blob, len_blob in gathered.parts[token]:
-        count, base = len(id_blob) // 2, chunk * CHUNK
+        count, base = len(id_blob) // 2, wordindex.base_of(chunk)
         ids = [base + offset for offset in _decoded("H", id_blob)]
         pairs = zip(_decoded(wordindex._width(TFS, tf_blob, count), tf_blob),
                     _decoded(wordindex._width(LENS, len_blob, count), len_blob), strict=True)

@@ -207,6 +207,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(13, "assistant messages by the start of their text", (
         "CREATE INDEX IF NOT EXISTS messages_reply_start ON messages(substr(text, 1, 128)) "
         "WHERE role = 'assistant'",)),
+    # the rows above the sealed chunks sealed in small blocks (wordindex.RECENT_MIGRATION)
+    Migration(14, "word index recent blocks", wordindex.RECENT_MIGRATION),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

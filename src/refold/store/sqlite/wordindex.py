@@ -57,6 +57,9 @@ CHUNK = 4096  # message ids per sealed chunk
 SEGMENT = 16  # sealed chunks merged into one row per term once all 16 are sealed (uint16 ids)
 MAX_TAIL = 3 * CHUNK  # ids above the sealed chunks the per-process tail may hold
 MIN_ROWS = 8 * CHUNK  # below this FTS5 answers in a few ms: no NumPy, no sealing on search
+RECENT = 1 << 40  # the key of a recent block is RECENT plus its first id (above every chunk)
+RECENT_ROWS = 256  # tail rows from which a search seals them as a recent block
+RECENT_MOST = 1024  # rows a search seals in one recent block at most (``refold index``: all)
 TOKENIZE = "porter unicode61 remove_diacritics 2"  # messages_fts's tokenizer (schema.py)
 K1 = 1.2
 B = 0.75
@@ -92,6 +95,29 @@ MIGRATION = (
         INSERT INTO word_changes (id, text) SELECT old.id, old.text
             WHERE old.id < (SELECT chunks FROM {STATE}) * {CHUNK};
         UPDATE {STATE} SET tail_gen = tail_gen + 1 WHERE old.id >= chunks * {CHUNK};
+    END""",
+)
+
+# Recent blocks (migration 14): the rows above the sealed chunks, sealed in blocks of at least
+# ``RECENT_ROWS`` as they come (``wordseal.prepare_recent``), so a fresh process tokenizes
+# the few rows above them instead of up to a chunk. Their postings rows are keyed ``RECENT``
+# plus the block's first id (after every chunk of a term, in id order); ``recent_through`` is
+# the last id they hold, ``recent_rows`` and ``recent_tokens`` their totals. They hold only
+# while ``recent_gen`` equals ``tail_gen``: a row of theirs deleted or rewritten bumps it (the
+# triggers above), and so does an id under ``recent_through`` inserted anew (below), and a
+# chunk sealed (which deletes them); stale, they are left out of every search until the next
+# block replaces them all.
+RECENT_MIGRATION = (
+    f"ALTER TABLE {STATE} ADD COLUMN recent_through INTEGER NOT NULL DEFAULT -1",
+    f"ALTER TABLE {STATE} ADD COLUMN recent_gen INTEGER NOT NULL DEFAULT -1",
+    f"ALTER TABLE {STATE} ADD COLUMN recent_rows INTEGER NOT NULL DEFAULT 0",
+    f"ALTER TABLE {STATE} ADD COLUMN recent_tokens INTEGER NOT NULL DEFAULT 0",
+    "DROP TRIGGER word_index_insert",
+    f"""CREATE TRIGGER word_index_insert AFTER INSERT ON messages
+        WHEN new.id <= (SELECT max(chunks * {CHUNK} - 1, recent_through) FROM {STATE}) BEGIN
+        INSERT INTO word_changes (id, text) SELECT new.id, NULL
+            WHERE new.id < (SELECT chunks FROM {STATE}) * {CHUNK};
+        UPDATE {STATE} SET tail_gen = tail_gen + 1 WHERE new.id >= chunks * {CHUNK};
     END""",
 )
 
@@ -306,6 +332,34 @@ def state(conn: sqlite3.Connection) -> tuple[int, int, int, int]:
     return int(row[0]), int(row[1]), int(row[2]), int(row[3])
 
 
+@dataclass(frozen=True)
+class Sealed:
+    """What the index holds: ``chunks`` sealed, ``tail_gen``, and the ids ``low`` and up
+    that the tail must cover (above the recent blocks when they hold, else above the chunks);
+    ``rows`` and ``tokens`` count what is under ``low``; ``recent``: the recent blocks hold."""
+
+    chunks: int
+    gen: int
+    low: int
+    rows: int
+    tokens: int
+    recent: bool
+
+
+def sealed(conn: sqlite3.Connection) -> Sealed:
+    chunks, rows, tokens, gen, through, recent_gen, recent_rows, recent_tokens = conn.execute(
+        f"SELECT chunks, rows, tokens, tail_gen, recent_through, recent_gen, recent_rows, "
+        f"recent_tokens FROM {STATE} WHERE id = 1").fetchone()
+    if recent_gen == gen and through >= chunks * CHUNK:
+        return Sealed(chunks, gen, through + 1, rows + recent_rows, tokens + recent_tokens, True)
+    return Sealed(chunks, gen, chunks * CHUNK, rows, tokens, False)
+
+
+def base_of(chunk: int) -> int:
+    """The first id a postings row's offsets count from (a chunk's, or a recent block's)."""
+    return chunk - RECENT if chunk >= RECENT else chunk * CHUNK
+
+
 # -- the per-process tail ------------------------------------------------------------------------
 class Tail:
     """Postings of the rows above the sealed chunks, for one database file: an in-memory FTS5
@@ -315,21 +369,21 @@ class Tail:
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.conn = memory_fts("tail")
-        self.key: tuple[int, int, int] | None = None  # (file, chunks, tail_gen) it holds
+        self.key: tuple[int, int, int, int] | None = None  # (file, chunks, tail_gen, low)
         self.through = -1  # highest id loaded
         self.lengths: dict[int, int] = {}
-        self.skipped: tuple[int, int, int] | None = None  # a key answered without filling
+        self.skipped: tuple[int, int, int, int] | None = None  # a key answered without filling
 
-    def filled_for(self, file: int, chunks: int, gen: int) -> bool:
-        return self.key == (file, chunks, gen)
+    def filled_for(self, file: int, chunks: int, gen: int, low: int) -> bool:
+        return self.key == (file, chunks, gen, low)
 
     def sync(self, db: sqlite3.Connection, file: int, chunks: int, gen: int,
-             indexed_through: int) -> None:
-        """Hold exactly the indexed rows with ids in [chunks * CHUNK, indexed_through]."""
-        low = chunks * CHUNK
-        if self.key != (file, chunks, gen) or self.through > indexed_through:
+             indexed_through: int, low: int) -> None:
+        """Hold exactly the indexed rows with ids in [low, indexed_through] (``low``: the
+        first id above the sealed chunks and the recent blocks, ``Sealed.low``)."""
+        if self.key != (file, chunks, gen, low) or self.through > indexed_through:
             self.conn.execute("INSERT INTO tail(tail) VALUES ('delete-all')")
-            self.key, self.through, self.lengths = (file, chunks, gen), low - 1, {}
+            self.key, self.through, self.lengths = (file, chunks, gen, low), low - 1, {}
         if indexed_through <= self.through:
             return
         rows = db.execute("SELECT id, text FROM messages WHERE id > ? AND id <= ?",
@@ -436,18 +490,19 @@ class WordScores:
 Parts = list[tuple[int, bytes, bytes, bytes]]  # one token's (chunk, ids, tfs, lens) rows
 
 
-def _parts(conn: sqlite3.Connection, term: str) -> Parts:
-    """One token's sealed postings rows, in chunk order."""
+def _parts(conn: sqlite3.Connection, term: str, recent: bool) -> Parts:
+    """One token's sealed postings rows, in id order (its recent blocks' last, if they
+    hold)."""
     return [(int(c), bytes(i), bytes(t), bytes(n)) for c, i, t, n in conn.execute(
         "SELECT chunk, ids, tfs, lens FROM word_postings WHERE term = ? ORDER BY chunk",
-        (term,))]
+        (term,)) if recent or c < RECENT]
 
 
 def _postings(np: Any, parts: Parts, tail: list[tuple[int, int]],
               tail_lengths: dict[int, int]) -> tuple[Any, Any, Any]:
     """One token's (ids int64, tf float64, lengths float64), sealed chunks then the tail."""
     sizes = np.fromiter((len(p[1]) // 2 for p in parts), dtype=np.int64, count=len(parts))
-    bases = np.fromiter((int(p[0]) * CHUNK for p in parts), dtype=np.int64, count=len(parts))
+    bases = np.fromiter((base_of(p[0]) for p in parts), dtype=np.int64, count=len(parts))
     ids = (np.frombuffer(b"".join(p[1] for p in parts), dtype="<u2").astype(np.int64)
            + np.repeat(bases, sizes))
     if parts:
@@ -533,8 +588,9 @@ def gather(conn: sqlite3.Connection, terms: Sequence[tuple[str, str]],
         return None
     if conn.execute("SELECT EXISTS (SELECT 1 FROM word_changes)").fetchone()[0]:
         return None
-    chunks, rows, tokens, gen = state(conn)
-    if indexed_through - chunks * CHUNK >= MAX_TAIL:
+    index = sealed(conn)
+    chunks, gen, low = index.chunks, index.gen, index.low
+    if indexed_through - low >= MAX_TAIL:
         return None
     tok = tokenizer()
     made = [tok.word(text) for text, _ in terms]
@@ -542,13 +598,12 @@ def gather(conn: sqlite3.Connection, terms: Sequence[tuple[str, str]],
         return None
     total_rows, total_tokens = fts_totals(conn)
     tail = tail_for(path)
-    low = chunks * CHUNK
     with tail.lock:
         try:
             file = os.stat(path).st_ino
         except OSError:
             return None
-        key = (file, chunks, gen)
+        key = (file, chunks, gen, low)
         once = None
         # A process's first search over a long tail (a CLI search) reads the tail rows its
         # terms match instead of tokenizing every one; a second search fills the tail.
@@ -559,14 +614,14 @@ def gather(conn: sqlite3.Connection, terms: Sequence[tuple[str, str]],
             tail.skipped = key
             tail_postings, tail_lengths = once
         else:
-            tail.sync(conn, file, chunks, gen, indexed_through)
+            tail.sync(conn, file, chunks, gen, indexed_through, low)
             tail_postings = {t: tail.postings(t) for m in made for t in m}
             tail_lengths = dict(tail.lengths)
         tail_rows, tail_tokens = len(tail_lengths), sum(tail_lengths.values())
-        if total_rows != rows + tail_rows or total_tokens != tokens + tail_tokens \
+        if total_rows != index.rows + tail_rows or total_tokens != index.tokens + tail_tokens \
                 or total_rows <= 0:
             return None
-    parts = {t: _parts(conn, t) for m in made for t in m}
+    parts = {t: _parts(conn, t, index.recent) for m in made for t in m}
     return Gathered(tuple(terms), tuple(made), parts, tail_postings, tail_lengths, total_rows,
                     float(total_tokens) / float(total_rows))
 

@@ -39,14 +39,15 @@ class Sealing:
     tokens: int
 
 
-def prepare_seal(conn: sqlite3.Connection) -> Sealing | None:
-    """The next chunk's postings, or None when it is not complete under the watermark."""
-    chunks, _, _, gen = state(conn)
-    through = int(conn.execute("SELECT indexed_through FROM search_index_state "
-                               "WHERE id = 1").fetchone()[0])
-    if (chunks + 1) * wordindex.CHUNK - 1 > through:
-        return None
-    low, high = chunks * wordindex.CHUNK, (chunks + 1) * wordindex.CHUNK - 1
+def _watermark(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT indexed_through FROM search_index_state "
+                            "WHERE id = 1").fetchone()[0])
+
+
+def _postings(conn: sqlite3.Connection, key: int, low: int, high: int
+              ) -> tuple[tuple[tuple[str, int, bytes, bytes, bytes], ...], int, int]:
+    """The postings rows (keyed ``key``, offsets from ``low``) of the ids in [low, high],
+    with their rows and tokens."""
     rows = conn.execute("SELECT id, text FROM messages WHERE id >= ? AND id <= ?",
                         (low, high)).fetchall()
     lengths = doc_lengths(conn, low, high)
@@ -59,19 +60,30 @@ def prepare_seal(conn: sqlite3.Connection) -> Sealing | None:
         while j < len(counts) and counts[j][0] == term:
             j += 1
         group = counts[i:j]
-        batch.append((term, chunks, _pack("H", [d - low for _, d, _ in group]),
+        batch.append((term, key, _pack("H", [d - low for _, d, _ in group]),
                       _narrow(TFS, [c for _, _, c in group]),
                       _narrow(LENS, [lengths.get(d, 0) for _, d, _ in group])))
         i = j
-    return Sealing(chunks, gen, tuple(batch), len(rows), sum(lengths.get(i, 0) for i, _ in rows))
+    return tuple(batch), len(rows), sum(lengths.get(i, 0) for i, _ in rows)
+
+
+def prepare_seal(conn: sqlite3.Connection) -> Sealing | None:
+    """The next chunk's postings, or None when it is not complete under the watermark."""
+    chunks, _, _, gen = state(conn)
+    if (chunks + 1) * wordindex.CHUNK - 1 > _watermark(conn):
+        return None
+    low, high = chunks * wordindex.CHUNK, (chunks + 1) * wordindex.CHUNK - 1
+    return Sealing(chunks, gen, *_postings(conn, chunks, low, high))
 
 
 def commit_seal(conn: sqlite3.Connection, plan: Sealing) -> bool:
     """Write a prepared chunk (inside a write transaction); False, writing nothing, when the
-    sealed chunks or a row above them changed since it was prepared."""
+    sealed chunks or a row above them changed since it was prepared. The recent blocks go
+    (the chunk holds their rows)."""
     chunks, _, _, gen = state(conn)
     if (chunks, gen) != (plan.chunk, plan.tail_gen):
         return False
+    _drop_recent(conn)
     conn.executemany("INSERT OR REPLACE INTO word_postings VALUES (?, ?, ?, ?, ?)",
                      plan.postings)
     conn.execute(f"UPDATE {STATE} SET chunks = ?, rows = rows + ?, tokens = tokens + ?, "
@@ -79,6 +91,74 @@ def commit_seal(conn: sqlite3.Connection, plan: Sealing) -> bool:
                  (plan.chunk + 1, plan.rows, plan.tokens))
     if (plan.chunk + 1) % wordindex.SEGMENT == 0:
         _merge(conn, plan.chunk + 1 - wordindex.SEGMENT)
+    return True
+
+
+def _drop_recent(conn: sqlite3.Connection) -> None:
+    conn.execute("DELETE FROM word_postings WHERE chunk >= ?", (wordindex.RECENT,))
+    conn.execute(f"UPDATE {STATE} SET recent_through = -1, recent_gen = -1, recent_rows = 0, "
+                 "recent_tokens = 0 WHERE id = 1")
+
+
+@dataclass(frozen=True)
+class Recent:
+    """A recent block's postings (ids ``low`` to ``high``), tokenized from a read snapshot, to
+    be written by ``commit_recent`` if the index is as it was then (``since``: its state)."""
+
+    since: tuple[int, ...]
+    low: int
+    high: int
+    postings: tuple[tuple[str, int, bytes, bytes, bytes], ...]
+    rows: int
+    tokens: int
+    replace: bool  # the recent blocks there were are stale: this one replaces them all
+
+
+def _recent_state(conn: sqlite3.Connection) -> tuple[int, ...]:
+    return tuple(int(v) for v in conn.execute(
+        f"SELECT chunks, tail_gen, recent_through, recent_gen FROM {STATE} WHERE id = 1"
+    ).fetchone())
+
+
+def recent_due(conn: sqlite3.Connection, indexed_through: int) -> bool:
+    """Are ``RECENT_ROWS`` or more indexed rows above the sealed chunks and recent blocks
+    (and under the next chunk's end: a complete chunk is sealed instead)?"""
+    if indexed_through < wordindex.MIN_ROWS:
+        return False
+    index = wordindex.sealed(conn)
+    high = min(indexed_through, (index.chunks + 1) * wordindex.CHUNK - 1)
+    return high - index.low + 1 >= wordindex.RECENT_ROWS
+
+
+def prepare_recent(conn: sqlite3.Connection, most: int | None = None) -> Recent | None:
+    """The next recent block: the indexed rows above the sealed chunks and recent blocks, up
+    to the next chunk's end (and ``most`` rows); None when fewer than ``RECENT_ROWS``."""
+    through = _watermark(conn)
+    if not recent_due(conn, through):
+        return None
+    index = wordindex.sealed(conn)
+    high = min(through, (index.chunks + 1) * wordindex.CHUNK - 1,
+               index.low + (most or wordindex.CHUNK) - 1)
+    postings, rows, tokens = _postings(conn, wordindex.RECENT + index.low, index.low, high)
+    return Recent(_recent_state(conn), index.low, high, postings, rows, tokens,
+                  not index.recent)
+
+
+def commit_recent(conn: sqlite3.Connection, plan: Recent) -> bool:
+    """Write a prepared recent block (inside a write transaction); False, writing nothing,
+    when the index or a row above the sealed chunks changed since it was prepared. All of it
+    lands in one transaction or none does, and the blocks hold only while ``recent_gen`` is
+    ``tail_gen``: a block half-written is never seen."""
+    if _recent_state(conn) != plan.since:
+        return False
+    if plan.replace:
+        _drop_recent(conn)
+    conn.executemany("INSERT OR REPLACE INTO word_postings VALUES (?, ?, ?, ?, ?)",
+                     plan.postings)
+    conn.execute(f"UPDATE {STATE} SET tail_gen = tail_gen + 1, recent_gen = tail_gen + 1, "
+                 "recent_through = ?, recent_rows = recent_rows + ?, "
+                 "recent_tokens = recent_tokens + ? WHERE id = 1",
+                 (plan.high, plan.rows, plan.tokens))
     return True
 
 
@@ -203,7 +283,8 @@ def reset(conn: sqlite3.Connection) -> None:
     conn.execute("DELETE FROM word_postings")
     conn.execute("DELETE FROM word_changes")
     conn.execute(f"UPDATE {STATE} SET chunks = 0, rows = 0, tokens = 0, "
-                 "tail_gen = tail_gen + 1 WHERE id = 1")
+                 "tail_gen = tail_gen + 1, recent_through = -1, recent_gen = -1, "
+                 "recent_rows = 0, recent_tokens = 0 WHERE id = 1")
 
 
 def unsealed(conn: sqlite3.Connection, indexed_through: int) -> int:
@@ -213,7 +294,8 @@ def unsealed(conn: sqlite3.Connection, indexed_through: int) -> int:
 
 def needs_work(conn: sqlite3.Connection, indexed_through: int) -> bool:
     """True when ``fold_changes`` has changes to fold in, or (on an archive of ``MIN_ROWS`` or
-    more) a chunk to seal."""
+    more) a chunk or a recent block to seal."""
     if bool(conn.execute("SELECT EXISTS (SELECT 1 FROM word_changes)").fetchone()[0]):
         return True
-    return indexed_through >= wordindex.MIN_ROWS and bool(unsealed(conn, indexed_through))
+    return indexed_through >= wordindex.MIN_ROWS and (
+        bool(unsealed(conn, indexed_through)) or recent_due(conn, indexed_through))
