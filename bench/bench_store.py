@@ -472,7 +472,8 @@ def bench_cold_tail(path: Path, extra: int, texts: list[str]) -> None:
                                             for t in rows[start:start + 500]])
         store.catch_up_index()
         with store.db.read() as conn:
-            tail = indexer.watermark(conn) - wordindex.state(conn)[0] * wordindex.CHUNK + 1
+            # (the rows above the sealed chunks and recent blocks: what a process tokenizes)
+            tail = indexer.watermark(conn) - wordindex.sealed(conn).low + 1
             resealed = wordindex.state(conn)[0] != chunks
         store.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         store.close()

@@ -628,7 +628,7 @@ def _recent_keys(store: SQLiteStore) -> set[int]:
 
 def test_recent_blocks_rank_exactly_and_leave_a_fresh_process_a_short_tail(
         tmp_path: Path) -> None:
-    """The rows above the sealed chunks are sealed in recent blocks as they come, so a new
+    """``refold index`` seals the rows above the sealed chunks in recent blocks, so a new
     process tokenizes only the few above them; a row of theirs rewritten or deleted (or an id
     of theirs inserted anew) leaves them out of every search until a new block replaces them;
     a sealed chunk replaces them. Ranks stay FTS5's throughout."""
@@ -644,9 +644,10 @@ def test_recent_blocks_rank_exactly_and_leave_a_fresh_process_a_short_tail(
     wordindex._TAILS.clear()  # a new process
     assert sum(compare(store, q) for q in QUESTIONS) > 100
     assert not wordindex.tail_for(path).lengths  # nothing above the blocks to tokenize
-    fill(store, rng, 1, 300)  # 300 more: in the tail, then a second block
-    assert compare(store, QUESTIONS[0]) and len(wordindex.tail_for(path).lengths) == 300
+    fill(store, rng, 1, 300)  # 300 more: in the tail (a search seals no block) ...
     store.catch_up_index()
+    assert compare(store, QUESTIONS[0]) and len(wordindex.tail_for(path).lengths) == 300
+    store.seal_word_index()  # ... until `refold index` does: a second block
     assert _recent_keys(store) == {8192, 9001}
     for q in QUESTIONS:
         compare(store, q)
@@ -658,7 +659,7 @@ def test_recent_blocks_rank_exactly_and_leave_a_fresh_process_a_short_tail(
             assert not wordindex.sealed(conn).recent
         for q in QUESTIONS[:4]:
             compare(store, q)
-        store.catch_up_index()  # one new block for them all
+        store.seal_word_index()  # one new block for them all
         assert _recent_keys(store) == {8192}
         for q in QUESTIONS[:4]:
             compare(store, q)
@@ -667,7 +668,7 @@ def test_recent_blocks_rank_exactly_and_leave_a_fresh_process_a_short_tail(
     store.catch_up_index()
     with store.db.read() as conn:
         assert wordindex.sealed(conn).chunks == 3
-    store.catch_up_index()  # the 13 rows above chunk 2: too few for a block
+    store.seal_word_index()  # the 113 rows above chunk 2: too few for a block
     assert _recent_keys(store) == set()
     for q in QUESTIONS:
         compare(store, q)
@@ -705,7 +706,7 @@ def test_a_recent_block_written_halfway_is_never_seen(store: SQLiteStore,
         raise KeyboardInterrupt  # the process interrupted mid-write
     monkeypatch.setattr(wordseal, "commit_recent", halfway)
     with pytest.raises(KeyboardInterrupt):
-        store.catch_up_index()
+        store.seal_word_index()
     assert _recent_keys(store) == set()
     for q in QUESTIONS:
         compare(store, q)
@@ -724,7 +725,7 @@ print("ready", flush=True)
 while True:
     store.append_messages(session, [{"role": "user", "content": " ".join(
         rng.choice(words) for _ in range(rng.choice((3, 12, 40))))} for _ in range(90)])
-    store.catch_up_index()
+    store.seal_word_index()
 """
 
 

@@ -147,15 +147,13 @@ class SearchOps(StateOps):
         if seal:  # one chunk: tokenized without the writer lock, then written
             self._seal_one()
 
-    def _seal_one(self, recent: int | None = wordindex.RECENT_MOST) -> bool:
-        """Seal the next word-index chunk, or (no chunk being complete; ``recent`` not 0) up
-        to ``recent`` rows of the tail as a recent block (None: all of it); False when there is
-        nothing to seal (or another process changed it meanwhile: the next search tries
-        again)."""
+    def _seal_one(self, recent: bool = False) -> bool:
+        """Seal the next word-index chunk, or with ``recent`` (no chunk being complete) the
+        tail as a recent block; False when there is nothing to seal (or another process
+        changed it meanwhile: the next search tries again)."""
         with self.db.read() as conn:
             plan = wordseal.prepare_seal(conn)
-            block = (wordseal.prepare_recent(conn, recent)
-                     if plan is None and recent != 0 else None)
+            block = wordseal.prepare_recent(conn) if plan is None and recent else None
         if plan is not None:
             with self.db.write() as conn:
                 return wordseal.commit_seal(conn, plan)
@@ -172,10 +170,10 @@ class SearchOps(StateOps):
             todo = wordseal.unsealed(conn, indexer.watermark(conn))
         done = failed = 0
         while True:
-            if not self._seal_one(recent=0):
+            if not self._seal_one():
                 with self.db.read() as conn:
                     if not wordseal.unsealed(conn, indexer.watermark(conn)) or failed > 3:
-                        self._seal_one(recent=None)  # and the rows above as a recent block
+                        self._seal_one(recent=True)  # and the rows above as a recent block
                         return done
                 failed += 1  # a writer changed the chunk meanwhile: prepare it again
                 continue

@@ -25,9 +25,12 @@ Layout (migration 9):
 A chunk is sealed once every id in it is under the FTS5 watermark: ``prepare_seal`` tokenizes
 it from a read snapshot, ``commit_seal`` writes it if nothing changed since (a search seals
 one, ``refold index`` all; appends and imports never). The rows above the sealed
-chunks (the *tail*: under ``CHUNK`` rows plus the unindexed batch, when caught up) are
-tokenized per process into an in-memory FTS5 table (``Tail``), kept in step by id and
-``tail_gen``. Tokens always come from SQLite's own FTS5 tokenizer on the same configuration,
+chunks are sealed the same way in *recent blocks* of ``RECENT_ROWS`` rows or more by
+``refold index`` (not by a search: written into a cold file, a block's postings rows, spread
+over the whole index, cost a page read each; ``RECENT_MIGRATION``), dropped when their chunk
+seals. The rows above those (the *tail*: under ``RECENT_ROWS`` plus the unindexed
+batch when caught up; up to a chunk while the blocks are stale) are tokenized per process
+into an in-memory FTS5 table (``Tail``), kept in step by id and ``tail_gen``. Tokens always come from SQLite's own FTS5 tokenizer on the same configuration,
 in memory, so the terms and counts are FTS5's.
 
 The scoring is FTS5's ``bm25()`` to the bit: the same collection size and average length (read
@@ -58,8 +61,7 @@ SEGMENT = 16  # sealed chunks merged into one row per term once all 16 are seale
 MAX_TAIL = 3 * CHUNK  # ids above the sealed chunks the per-process tail may hold
 MIN_ROWS = 8 * CHUNK  # below this FTS5 answers in a few ms: no NumPy, no sealing on search
 RECENT = 1 << 40  # the key of a recent block is RECENT plus its first id (above every chunk)
-RECENT_ROWS = 256  # tail rows from which a search seals them as a recent block
-RECENT_MOST = 1024  # rows a search seals in one recent block at most (``refold index``: all)
+RECENT_ROWS = 256  # tail rows from which ``refold index`` seals them as a recent block
 TOKENIZE = "porter unicode61 remove_diacritics 2"  # messages_fts's tokenizer (schema.py)
 K1 = 1.2
 B = 0.75
@@ -99,7 +101,7 @@ MIGRATION = (
 )
 
 # Recent blocks (migration 14): the rows above the sealed chunks, sealed in blocks of at least
-# ``RECENT_ROWS`` as they come (``wordseal.prepare_recent``), so a fresh process tokenizes
+# ``RECENT_ROWS`` by ``refold index`` (``wordseal.prepare_recent``), so a fresh process tokenizes
 # the few rows above them instead of up to a chunk. Their postings rows are keyed ``RECENT``
 # plus the block's first id (after every chunk of a term, in id order); ``recent_through`` is
 # the last id they hold, ``recent_rows`` and ``recent_tokens`` their totals. They hold only
@@ -368,7 +370,7 @@ class Tail:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self.conn = memory_fts("tail")
+        self.conn: sqlite3.Connection | None = None  # made on the first row (often none)
         self.key: tuple[int, int, int, int] | None = None  # (file, chunks, tail_gen, low)
         self.through = -1  # highest id loaded
         self.lengths: dict[int, int] = {}
@@ -382,7 +384,8 @@ class Tail:
         """Hold exactly the indexed rows with ids in [low, indexed_through] (``low``: the
         first id above the sealed chunks and the recent blocks, ``Sealed.low``)."""
         if self.key != (file, chunks, gen, low) or self.through > indexed_through:
-            self.conn.execute("INSERT INTO tail(tail) VALUES ('delete-all')")
+            if self.conn is not None:
+                self.conn.execute("INSERT INTO tail(tail) VALUES ('delete-all')")
             self.key, self.through, self.lengths = (file, chunks, gen, low), low - 1, {}
         if indexed_through <= self.through:
             return
@@ -390,6 +393,8 @@ class Tail:
                           (self.through, indexed_through)).fetchall()
         lengths = doc_lengths(db, self.through + 1, indexed_through)
         key, self.key = self.key, None  # until the rows are in: interrupted, it refills
+        if self.conn is None:
+            self.conn = memory_fts("tail")
         self.conn.execute("BEGIN")
         try:
             self.conn.executemany("INSERT INTO tail(rowid, text) VALUES (?, ?)",
@@ -403,6 +408,8 @@ class Tail:
         self.key = key
 
     def postings(self, term: str) -> list[tuple[int, int]]:
+        if self.conn is None:
+            return []
         return [(int(d), int(c)) for d, c in self.conn.execute(
             "SELECT doc, count(*) FROM tail_terms WHERE term = ? GROUP BY doc ORDER BY doc",
             (term,))]

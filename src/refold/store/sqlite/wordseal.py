@@ -130,15 +130,14 @@ def recent_due(conn: sqlite3.Connection, indexed_through: int) -> bool:
     return high - index.low + 1 >= wordindex.RECENT_ROWS
 
 
-def prepare_recent(conn: sqlite3.Connection, most: int | None = None) -> Recent | None:
+def prepare_recent(conn: sqlite3.Connection) -> Recent | None:
     """The next recent block: the indexed rows above the sealed chunks and recent blocks, up
-    to the next chunk's end (and ``most`` rows); None when fewer than ``RECENT_ROWS``."""
+    to the next chunk's end; None when fewer than ``RECENT_ROWS``."""
     through = _watermark(conn)
     if not recent_due(conn, through):
         return None
     index = wordindex.sealed(conn)
-    high = min(through, (index.chunks + 1) * wordindex.CHUNK - 1,
-               index.low + (most or wordindex.CHUNK) - 1)
+    high = min(through, (index.chunks + 1) * wordindex.CHUNK - 1)
     postings, rows, tokens = _postings(conn, wordindex.RECENT + index.low, index.low, high)
     return Recent(_recent_state(conn), index.low, high, postings, rows, tokens,
                   not index.recent)
@@ -294,8 +293,7 @@ def unsealed(conn: sqlite3.Connection, indexed_through: int) -> int:
 
 def needs_work(conn: sqlite3.Connection, indexed_through: int) -> bool:
     """True when ``fold_changes`` has changes to fold in, or (on an archive of ``MIN_ROWS`` or
-    more) a chunk or a recent block to seal."""
+    more) a chunk to seal."""
     if bool(conn.execute("SELECT EXISTS (SELECT 1 FROM word_changes)").fetchone()[0]):
         return True
-    return indexed_through >= wordindex.MIN_ROWS and (
-        bool(unsealed(conn, indexed_through)) or recent_due(conn, indexed_through))
+    return indexed_through >= wordindex.MIN_ROWS and bool(unsealed(conn, indexed_through))
