@@ -228,15 +228,18 @@ def full_width(word: str) -> str:
     return "".join(chr(ord(c) + 0xFEE0) for c in word)
 
 
-def glued_in(text: str) -> list[str]:
+MAX_GLUED_CHARS = 64  # longer runs are not listed as glued words
+
+
+def glued_in(text: str, most: int | None = MAX_GLUED_PER_MESSAGE) -> list[str]:
     """The words of ASCII or full-width letters and digits that ``text`` holds glued to a CJK
-    letter (``用pytest跑``, ``ＡＰＩキー``), in ASCII lower case, 3 to 64 characters, at most
-    ``MAX_GLUED_PER_MESSAGE``: what a query word is matched against (``glued_words``; the same
-    definition as SQLite's GLOB test)."""
+    letter (``用pytest跑``, ``ＡＰＩキー``), in ASCII lower case, 3 to ``MAX_GLUED_CHARS``
+    characters, at most ``most`` (None: every one): what a query word is matched against
+    (``glued_words``; the same definition as SQLite's GLOB test)."""
     out: dict[str, None] = {}
     for run in _ALNUM_RUN.finditer(text):
         start, end = run.span()
-        if not GLUED_CHARS <= end - start <= 64:
+        if not GLUED_CHARS <= end - start <= MAX_GLUED_CHARS:
             continue
         before = text[start - 1] if start else ""
         after = text[end] if end < len(text) else ""
@@ -244,7 +247,7 @@ def glued_in(text: str) -> list[str]:
             word = unicodedata.normalize("NFKC", run.group(0)).lower()
             if word.isascii() and word.isalnum():  # (one script per word: not ＡＰＩkey)
                 out[word] = None
-            if len(out) >= MAX_GLUED_PER_MESSAGE:
+            if most is not None and len(out) >= most:
                 break
     return list(out)
 

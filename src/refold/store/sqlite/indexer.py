@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from refold.store.sqlite import cjklen, grams, wordseal
+from refold.store.sqlite import cjklen, glued, grams, wordseal
 
 INLINE_ROWS = 16  # a call storing at least this many rows (an import) indexes them in its commit
 TAIL_ROWS = 256  # the unindexed tail is indexed once it is this long
@@ -89,8 +89,10 @@ def index_pending(conn: sqlite3.Connection) -> int:
                  "WHERE id > ? AND id <= ?", span)
     conn.execute("INSERT INTO messages_trigram(rowid, text) SELECT id, text FROM messages "
                  "WHERE id > ? AND id <= ? AND has_cjk = 1", span)
-    grams.index_rows(conn, conn.execute("SELECT id, text FROM messages WHERE id > ? AND id <= ? "
-                                        "AND has_cjk = 1", span).fetchall())
+    cjk = conn.execute("SELECT id, text FROM messages WHERE id > ? AND id <= ? AND has_cjk = 1",
+                       span).fetchall()
+    grams.index_rows(conn, cjk)
+    glued.index_rows(conn, cjk)
     cjklen.index_rows(conn, low, high)
     conn.execute(f"UPDATE {STATE} SET indexed_through = ? WHERE id = 1", (high,))
     wordseal.fold_changes(conn, high)

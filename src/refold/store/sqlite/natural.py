@@ -45,7 +45,7 @@ from refold.search.rank import (
     presence_weight,
 )
 from refold.store.base import SearchQuery
-from refold.store.sqlite import cjklen, plainscore, wordindex
+from refold.store.sqlite import cjklen, glued, plainscore, wordindex
 from refold.store.sqlite.indexer import watermark
 
 
@@ -277,6 +277,16 @@ def _glued_lookups(plan: NaturalPlan) -> list[tuple[str, str, list[str]]]:
     return out
 
 
+def _possible_lookups(conn: sqlite3.Connection, plan: NaturalPlan
+                      ) -> list[tuple[str, str, list[str]]]:
+    """``_glued_lookups`` without the words no CJK message holds glued (``glued.py``: one
+    read of a small table instead of a trigram lookup over every segment)."""
+    lookups = _glued_lookups(plan)
+    ruled = glued.ruled_out(conn, plan.glued) if plan.glued else set()
+    return [found for found in lookups
+            if not (found[0] in plan.glued and found[0].lower() in ruled)]
+
+
 def _in_cjk_text(conn: sqlite3.Connection, lookups: list[tuple[str, str, list[str]]]) -> bool:
     """Does some CJK message hold one of the glued words or chunks at all? One indexed lookup
     for them all; the trigram index holds CJK messages only, so an archive without CJK
@@ -289,7 +299,7 @@ def _in_cjk_text(conn: sqlite3.Connection, lookups: list[tuple[str, str, list[st
 def glued_exists(conn: sqlite3.Connection, plan: NaturalPlan) -> bool:
     """Does some CJK message hold one of the plan's words or chunks glued to its CJK text
     (``natural.glued_words``, ``natural.glued_chunks``)?"""
-    lookups = _glued_lookups(plan)
+    lookups = _possible_lookups(conn, plan)
     if not _in_cjk_text(conn, lookups):
         return False
     everything = SearchQuery("glued", include_inactive=True)
@@ -306,7 +316,7 @@ def glued_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery
     holding it either way, the length factor of a CJK term). A message the word index already
     matches for the term (``tokens_among``) is left out: it is scored as a word.
     ``token_df(term)``: how many messages hold it as a word (a chunk: as a phrase)."""
-    lookups = _glued_lookups(plan)
+    lookups = _possible_lookups(conn, plan)
     if not _in_cjk_text(conn, lookups):
         return {}
     where, args = filters(query)
@@ -425,7 +435,7 @@ def newest_ids(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
         found.update(int(r[0]) for r in conn.execute(
             f"SELECT m.id FROM messages m{_join(query)} WHERE {condition}{where} "
             "ORDER BY m.id DESC LIMIT ?", [*bounds, *args, limit]))
-    lookups = _glued_lookups(plan)  # words and chunks glued inside CJK text, newest first
+    lookups = _possible_lookups(conn, plan)  # words and chunks glued in CJK text, newest first
     if _in_cjk_text(conn, lookups):
         for _, match, patterns in lookups:
             found.update(int(r[0]) for r in _glued_rows(conn, match, patterns, query, where,

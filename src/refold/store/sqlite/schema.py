@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from refold._records import dataclass
 from refold.errors import MigrationError
-from refold.store.sqlite import cjklen, grams, indexer, wordindex
+from refold.store.sqlite import cjklen, glued, grams, indexer, wordindex
 from refold.store.titles import untag_titles
 
 
@@ -209,6 +209,9 @@ MIGRATIONS: tuple[Migration, ...] = (
         "WHERE role = 'assistant'",)),
     # the rows above the sealed chunks sealed in small blocks (wordindex.RECENT_MIGRATION)
     Migration(14, "word index recent blocks", wordindex.RECENT_MIGRATION),
+    # the words CJK messages hold glued to their text, so a question skips the lookup of the
+    # others (glued.py)
+    Migration(15, "words glued to CJK text", glued.MIGRATION, glued.backfill),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

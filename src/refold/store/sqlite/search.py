@@ -38,7 +38,7 @@ from refold._records import dataclass
 from refold.search.query import ParsedQuery, make_snippet, parse_query
 from refold.search.rank import best_first, collapse_copies, titles_first
 from refold.store.base import SearchHit, SearchQuery
-from refold.store.sqlite import indexer, wordindex, wordseal
+from refold.store.sqlite import glued, indexer, wordindex, wordseal
 from refold.store.sqlite.indexcheck import require_intact_index
 from refold.store.sqlite.natural import (
     allowed_ids,
@@ -168,6 +168,8 @@ class SearchOps(StateOps):
         with self.db.write() as conn:
             indexer.index_pending(conn)  # the FTS5 indexes first: chunks seal under them
             todo = wordseal.unsealed(conn, indexer.watermark(conn))
+            if glued.is_stale(conn):  # (a CJK row rewritten in place: glued.py)
+                glued.rebuild(conn)
         done = failed = 0
         while True:
             if not self._seal_one():

@@ -18,7 +18,7 @@ from typing import Any
 
 from refold._lazy import logger
 from refold.errors import InvalidInput
-from refold.store.sqlite import cjklen, grams, indexer, wordseal
+from refold.store.sqlite import cjklen, glued, grams, indexer, wordseal
 from refold.store.sqlite.bulk import BulkOps
 from refold.store.sqlite.database import WAL_LIMIT_BYTES, Database, Synchronous
 from refold.store.sqlite.indexcheck import index_gaps
@@ -133,6 +133,7 @@ class SQLiteStore(SearchOps, VectorOps, BulkOps):
             conn.execute(f"UPDATE {indexer.STATE} SET indexed_through = "
                          "(SELECT coalesce(max(id), 0) FROM messages) WHERE id = 1")
             cjklen.rebuild(conn)
+            glued.rebuild(conn)
             wordseal.reset(conn)  # sealed again by searches, or all at once by `refold index`
         log.info("search indexes rebuilt for %s", self.path)
 
