@@ -157,7 +157,11 @@ def test_the_plain_path_is_for_few_postings_or_until_numpy_would_have_paid(
     assert "numpy" in sys.modules  # (pytest's plugins import it)
     assert plainscore.use_plain(gathered)  # few postings: here, NumPy or not
     monkeypatch.setattr(plainscore, "PLAIN_WARM", 4000)
-    assert not plainscore.use_plain(gathered)  # NumPy is already here: it is faster
+    monkeypatch.setattr(plainscore, "PLAIN_FIRST", 6000)
+    # NumPy is already here, but its first arrays cost page faults: the first postings here
+    assert plainscore.use_plain(gathered)
+    assert not plainscore.use_plain(gathered)  # 10,002 > 6,000: NumPy now
+    monkeypatch.setattr(plainscore, "_spent", 0)
     monkeypatch.delitem(sys.modules, "numpy")  # a fresh process
     assert plainscore.use_plain(gathered) and plainscore.use_plain(gathered)
     assert plainscore._spent == 10002
