@@ -78,7 +78,9 @@ def index_pending(conn: sqlite3.Connection) -> int:
     write transaction.
 
     Nothing here seals a word-index chunk (~0.5 s at a million messages: off the write path);
-    a search on a large archive seals one (``catch_up_index``), ``refold index`` all."""
+    a search on a large archive seals one (``catch_up_index``), ``refold index`` all. The rows
+    above them are sealed here as a recent block once there are ``wordindex.RECENT_ROWS``
+    (``wordseal.seal_recent``: the rows just indexed, tokenized while warm)."""
     low = watermark(conn)
     high = int(conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0])
     if high <= low:
@@ -96,6 +98,7 @@ def index_pending(conn: sqlite3.Connection) -> int:
     cjklen.index_rows(conn, low, high)
     conn.execute(f"UPDATE {STATE} SET indexed_through = ? WHERE id = 1", (high,))
     wordseal.fold_changes(conn, high)
+    wordseal.seal_recent(conn)
     return high - low
 
 

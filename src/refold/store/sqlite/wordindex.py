@@ -25,10 +25,8 @@ Layout (migration 9):
 A chunk is sealed once every id in it is under the FTS5 watermark: ``prepare_seal`` tokenizes
 it from a read snapshot, ``commit_seal`` writes it if nothing changed since (a search seals
 one, ``refold index`` all; appends and imports never). The rows above the sealed
-chunks are sealed the same way in *recent blocks* of ``RECENT_ROWS`` rows or more by
-``refold index`` (not by a search: written into a cold file, a block's postings rows, spread
-over the whole index, cost a page read each; ``RECENT_MIGRATION``), dropped when their chunk
-seals. The rows above those (the *tail*: under ``RECENT_ROWS`` plus the unindexed
+chunks are sealed as they are indexed, in *recent blocks* of ``RECENT_ROWS`` rows or more
+(``RECENT_MIGRATION``), dropped when their chunk seals. The rows above those (the *tail*: under ``RECENT_ROWS`` plus the unindexed
 batch when caught up; up to a chunk while the blocks are stale) are tokenized per process
 into an in-memory FTS5 table (``Tail``), kept in step by id and ``tail_gen``. Tokens always come from SQLite's own FTS5 tokenizer on the same configuration,
 in memory, so the terms and counts are FTS5's.
@@ -60,8 +58,9 @@ CHUNK = 4096  # message ids per sealed chunk
 SEGMENT = 16  # sealed chunks merged into one row per term once all 16 are sealed (uint16 ids)
 MAX_TAIL = 3 * CHUNK  # ids above the sealed chunks the per-process tail may hold
 MIN_ROWS = 8 * CHUNK  # below this FTS5 answers in a few ms: no NumPy, no sealing on search
-RECENT = 1 << 40  # the key of a recent block is RECENT plus its first id (above every chunk)
-RECENT_ROWS = 256  # tail rows from which ``refold index`` seals them as a recent block
+RECENT = 1 << 40  # a recent block's rows, read, are keyed RECENT plus its first id
+RECENT_ROWS = 256  # indexed rows above the sealed chunks and blocks that make a recent block
+RECENT_TABLE = "word_recent"
 TOKENIZE = "porter unicode61 remove_diacritics 2"  # messages_fts's tokenizer (schema.py)
 K1 = 1.2
 B = 0.75
@@ -100,16 +99,22 @@ MIGRATION = (
     END""",
 )
 
-# Recent blocks (migration 14): the rows above the sealed chunks, sealed in blocks of at least
-# ``RECENT_ROWS`` by ``refold index`` (``wordseal.prepare_recent``), so a fresh process tokenizes
-# the few rows above them instead of up to a chunk. Their postings rows are keyed ``RECENT``
-# plus the block's first id (after every chunk of a term, in id order); ``recent_through`` is
-# the last id they hold, ``recent_rows`` and ``recent_tokens`` their totals. They hold only
+# Recent blocks (migration 14): the rows above the sealed chunks, sealed as they are indexed in
+# blocks of at least ``RECENT_ROWS`` (``indexer.index_pending``, ``wordseal.seal_recent``), so
+# a fresh process tokenizes the few rows above them instead of up to a chunk. Their postings
+# rows live in a small table of their own (``word_recent``, by term and the block's first id:
+# cheap to write, a page or two a term to read; rows of the big table would each land on a
+# cold page of their own); ``recent_through`` is the last id they hold, ``recent_rows`` and
+# ``recent_tokens`` their totals. They hold only
 # while ``recent_gen`` equals ``tail_gen``: a row of theirs deleted or rewritten bumps it (the
 # triggers above), and so does an id under ``recent_through`` inserted anew (below), and a
 # chunk sealed (which deletes them); stale, they are left out of every search until the next
 # block replaces them all.
 RECENT_MIGRATION = (
+    f"""CREATE TABLE {RECENT_TABLE} (
+        term TEXT NOT NULL, start INTEGER NOT NULL,
+        ids BLOB NOT NULL, tfs BLOB NOT NULL, lens BLOB NOT NULL,
+        PRIMARY KEY (term, start)) WITHOUT ROWID""",
     f"ALTER TABLE {STATE} ADD COLUMN recent_through INTEGER NOT NULL DEFAULT -1",
     f"ALTER TABLE {STATE} ADD COLUMN recent_gen INTEGER NOT NULL DEFAULT -1",
     f"ALTER TABLE {STATE} ADD COLUMN recent_rows INTEGER NOT NULL DEFAULT 0",
@@ -498,11 +503,16 @@ Parts = list[tuple[int, bytes, bytes, bytes]]  # one token's (chunk, ids, tfs, l
 
 
 def _parts(conn: sqlite3.Connection, term: str, recent: bool) -> Parts:
-    """One token's sealed postings rows, in id order (its recent blocks' last, if they
-    hold)."""
-    return [(int(c), bytes(i), bytes(t), bytes(n)) for c, i, t, n in conn.execute(
+    """One token's sealed postings rows, in id order: its chunks', then (if they hold) its
+    recent blocks', keyed ``RECENT`` plus their first id (``base_of``)."""
+    rows = [(int(c), bytes(i), bytes(t), bytes(n)) for c, i, t, n in conn.execute(
         "SELECT chunk, ids, tfs, lens FROM word_postings WHERE term = ? ORDER BY chunk",
-        (term,)) if recent or c < RECENT]
+        (term,))]
+    if recent:
+        rows += [(RECENT + int(c), bytes(i), bytes(t), bytes(n)) for c, i, t, n in conn.execute(
+            f"SELECT start, ids, tfs, lens FROM {RECENT_TABLE} WHERE term = ? ORDER BY start",
+            (term,))]
+    return rows
 
 
 def _postings(np: Any, parts: Parts, tail: list[tuple[int, int]],

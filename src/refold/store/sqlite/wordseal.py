@@ -95,7 +95,7 @@ def commit_seal(conn: sqlite3.Connection, plan: Sealing) -> bool:
 
 
 def _drop_recent(conn: sqlite3.Connection) -> None:
-    conn.execute("DELETE FROM word_postings WHERE chunk >= ?", (wordindex.RECENT,))
+    conn.execute(f"DELETE FROM {wordindex.RECENT_TABLE}")
     conn.execute(f"UPDATE {STATE} SET recent_through = -1, recent_gen = -1, recent_rows = 0, "
                  "recent_tokens = 0 WHERE id = 1")
 
@@ -138,7 +138,7 @@ def prepare_recent(conn: sqlite3.Connection) -> Recent | None:
         return None
     index = wordindex.sealed(conn)
     high = min(through, (index.chunks + 1) * wordindex.CHUNK - 1)
-    postings, rows, tokens = _postings(conn, wordindex.RECENT + index.low, index.low, high)
+    postings, rows, tokens = _postings(conn, index.low, index.low, high)
     return Recent(_recent_state(conn), index.low, high, postings, rows, tokens,
                   not index.recent)
 
@@ -152,13 +152,21 @@ def commit_recent(conn: sqlite3.Connection, plan: Recent) -> bool:
         return False
     if plan.replace:
         _drop_recent(conn)
-    conn.executemany("INSERT OR REPLACE INTO word_postings VALUES (?, ?, ?, ?, ?)",
+    conn.executemany(f"INSERT OR REPLACE INTO {wordindex.RECENT_TABLE} VALUES (?, ?, ?, ?, ?)",
                      plan.postings)
     conn.execute(f"UPDATE {STATE} SET tail_gen = tail_gen + 1, recent_gen = tail_gen + 1, "
                  "recent_through = ?, recent_rows = recent_rows + ?, "
                  "recent_tokens = recent_tokens + ? WHERE id = 1",
                  (plan.high, plan.rows, plan.tokens))
     return True
+
+
+def seal_recent(conn: sqlite3.Connection) -> bool:
+    """Seal the rows above the sealed chunks and recent blocks as a recent block when they are
+    ``RECENT_ROWS`` or more (inside the writer's transaction: ``indexer.index_pending``, right
+    after indexing them, while their pages are warm)."""
+    plan = prepare_recent(conn)
+    return plan is not None and commit_recent(conn, plan)
 
 
 def row_chunk(chunk: int, sealed: int) -> int:
@@ -280,6 +288,7 @@ def fold_changes(conn: sqlite3.Connection, indexed_through: int) -> None:
 def reset(conn: sqlite3.Connection) -> None:
     """Empty the index (``refold doctor --repair``); it seals again from the first chunk."""
     conn.execute("DELETE FROM word_postings")
+    conn.execute(f"DELETE FROM {wordindex.RECENT_TABLE}")
     conn.execute("DELETE FROM word_changes")
     conn.execute(f"UPDATE {STATE} SET chunks = 0, rows = 0, tokens = 0, "
                  "tail_gen = tail_gen + 1, recent_through = -1, recent_gen = -1, "
