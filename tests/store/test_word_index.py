@@ -120,13 +120,29 @@ def test_appends_deletes_and_rewrites_stay_exact(store: SQLiteStore) -> None:
     assert hits and hits[0].content == "caroline caroline support"
 
 
+def _watch_phrase_reads(store: SQLiteStore,
+                        monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], set[int]]:
+    """The text test forced (the pair's postings would be few enough here to ask FTS5
+    instead): the ids whose text it reads (filled as it reads them), and the rows holding both
+    words of "support group"."""
+    from refold.store.sqlite import natural
+
+    monkeypatch.setattr(natural, "phrase_by_index", lambda postings, candidates, limit: False)
+    read: list[int] = []
+    phrases = natural._phrases
+    monkeypatch.setattr(natural, "_phrases",
+                        lambda conn, plan, ids: read.extend(ids) or phrases(conn, plan, ids))
+    with store.db.read() as conn:
+        both = {int(r[0]) for r in conn.execute(
+            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'support AND group'")}
+    return read, both
+
+
 def test_the_phrase_test_reads_only_rows_that_can_place(store: SQLiteStore,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows holding both words of a pair, adjacent or not, compete for the phrase boost: the
     best come out exactly as FTS5 ranks them, and rows that cannot reach the top are never
     read for the phrase test (nor rows lacking one of the pair's words)."""
-    from refold.store.sqlite import natural
-
     rng = random.Random(23)
     session = store.create_session()
     rows = []
@@ -141,20 +157,12 @@ def test_the_phrase_test_reads_only_rows_that_can_place(store: SQLiteStore,
             f"group {filler}" if kind == 3 else filler)})
     store.append_messages(session.id, rows)
     store.seal_word_index()
-    # the text test (the pair's postings would be few enough here to ask FTS5 instead)
-    monkeypatch.setattr(natural, "phrase_by_index", lambda postings, candidates, limit: False)
-    read: list[int] = []
-    phrases = natural._phrases
-    monkeypatch.setattr(natural, "_phrases",
-                        lambda conn, plan, ids: read.extend(ids) or phrases(conn, plan, ids))
+    read, both = _watch_phrase_reads(store, monkeypatch)
     for limit in (1, 20, 200):
         read.clear()
         compare(store, "the support group", limit=limit)
         plan = parse_query("the support group").natural
         assert plan is not None and plan.pairs
-        with store.db.read() as conn:
-            both = {int(r[0]) for r in conn.execute(
-                "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'support AND group'")}
         assert read and set(read) <= both  # a row without both words cannot hold the phrase
         assert len(read) < len(both)  # ... and most of those cannot place
 
@@ -164,22 +172,13 @@ def test_the_phrase_test_reads_no_row_lacking_a_word_of_each_pair(
     """Rows that score high on one word of the pair alone can place, but cannot hold the
     phrase: their text is never read for the phrase test (on a cold cache each costs a page),
     and the best come out as FTS5 ranks them."""
-    from refold.store.sqlite import natural
-
     session = store.create_session()
     rows = [{"role": "user", "content": "support support support" if n % 3 == 0 else
              "support group" if n % 50 == 1 else "group the alpha beta gamma delta epsilon"}
             for n in range(6000)]
     store.append_messages(session.id, rows)
     store.seal_word_index()
-    monkeypatch.setattr(natural, "phrase_by_index", lambda postings, candidates, limit: False)
-    read: list[int] = []
-    phrases = natural._phrases
-    monkeypatch.setattr(natural, "_phrases",
-                        lambda conn, plan, ids: read.extend(ids) or phrases(conn, plan, ids))
-    with store.db.read() as conn:
-        both = {int(r[0]) for r in conn.execute(
-            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'support AND group'")}
+    read, both = _watch_phrase_reads(store, monkeypatch)
     for limit in (20, 200, 400):
         read.clear()
         assert compare(store, "the support group", limit=limit) == limit
