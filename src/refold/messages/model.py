@@ -130,9 +130,20 @@ def message_identity(message: Message, previous_identity: str | None) -> str:
     """Content hash of ``message`` chained to the identity of the message before it."""
     core = {k: message[k] for k in _IDENTITY_KEYS if k in message and message[k] is not None}
     payload = (previous_identity or "") + "\n" + canonical_json(core)
-    import hashlib  # here: its OpenSSL load (4 ms) is not on the path of a search
+    return (_SHA256 or _sha256())(payload.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
-    return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+_SHA256: Any = None
+
+
+def _sha256() -> Any:
+    """``hashlib.sha256``, imported at the first identity (its OpenSSL load, 4 ms, is not on
+    the path of a search; an import statement per identity cost as much as the hash)."""
+    global _SHA256
+    import hashlib
+
+    _SHA256 = hashlib.sha256
+    return _SHA256
 
 
 def chain_identities(messages: list[Message], previous_identity: str | None = None) -> list[str]:

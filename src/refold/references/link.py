@@ -52,12 +52,14 @@ class ReferenceLink:
         """Replace, in ``out`` (whose last ``len(rows)`` entries are ``rows``' messages), each
         referencing user message by its expansion; the change in ``count`` over ``out``."""
         self._load(session_id)
-        offset = len(out) - len(rows)
-        seqs = [row.seq for row in rows]
         delta = 0
         newest = self._newest_user(rows)
         if newest is not None and newest.seq not in self._memo:
             self._expand_newest(session_id, newest, block=block)
+        if not self._memo:
+            return 0  # (the usual turn: no expansion in this session)
+        offset = len(out) - len(rows)
+        seqs = [row.seq for row in rows]
         for seq, payload in self._memo.items():
             index = bisect.bisect_left(seqs, seq)
             if index == len(seqs) or seqs[index] != seq:

@@ -42,8 +42,13 @@ class ContextOps:
                  summarizer: Any | None = None, chat_client: Any | None = None,
                  cost: CostBook | None = None) -> None:
         from refold.compaction import BuiltinSummarizer, CompactionPolicy, threshold_for
-        from refold.tokens import get_counter
+        from refold.messages.validate import validate_messages
+        from refold.tokens import REPLY_PRIMING, get_counter
 
+        # imported once here (lazily, as the rest): an import statement in a method costs
+        # about as much as the small method itself, and these run several times a turn
+        self._validate_messages = validate_messages
+        self._reply_priming = REPLY_PRIMING
         self.model = model
         self.context_length = context_length
         self.policy = policy if policy is not None else CompactionPolicy()
@@ -63,9 +68,7 @@ class ContextOps:
     def validate(self, messages: Sequence[Any]) -> list[Message]:
         """The messages checked (``MessageValidationError`` names the index and field) and
         with undecodable text repaired; nothing is stored when any of them is invalid."""
-        from refold.messages.validate import validate_messages
-
-        return validate_messages(messages)
+        return self._validate_messages(messages)
 
     def message_counts(self, messages: Sequence[Message]) -> list[int | None]:
         return [self.counter.count_message(m) for m in messages]
@@ -80,18 +83,14 @@ class ContextOps:
     def total_from_base(self, body: int, tools: Sequence[dict[str, Any]] | None) -> int:
         """``count(messages, tools)`` from ``body`` = the sum of ``base_count`` over messages:
         the calibrated counter scales the whole sum (plus reply priming) once, as here."""
-        from refold.tokens.counter import REPLY_PRIMING
-
-        value = body + REPLY_PRIMING
+        value = body + self._reply_priming
         if not self.counter.base.exact:
             value = round(value * self.counter.calibration.ratio(self.counter.model))
         return int(value + self.counter.count_tools(tools))
 
     def base_request(self, body: int, tools: Sequence[dict[str, Any]] | None) -> int:
         """The uncalibrated estimate of a request (what calibration compares readings to)."""
-        from refold.tokens.counter import REPLY_PRIMING
-
-        return int(body + REPLY_PRIMING + self.counter.base.count_tools(tools))
+        return int(body + self._reply_priming + self.counter.base.count_tools(tools))
 
     def observe_estimate(self, base_estimate: int, reported_prompt_tokens: int) -> None:
         """``observe`` for a request whose uncalibrated estimate is already known: O(1)."""

@@ -92,11 +92,20 @@ class CostBook:
                  budget: Budget | None = None) -> None:
         self.store = store
         self.overrides = dict(overrides or {})
+        self._prices: dict[str | None, Price | None] = {}  # per model (a dict scan each reply)
         self.budget = budget
         self._lock = threading.Lock()
 
     def price(self, model: str | None) -> Price | None:
-        return price_for(model, self.overrides)
+        try:
+            return self._prices[model]
+        except KeyError:
+            price = self._prices[model] = price_for(model, self.overrides)
+            if len(self._prices) > 256:  # a proxy may see any model name: stay bounded
+                self._prices.pop(next(iter(self._prices)))
+            return price
+        except TypeError:  # not hashable: priced as before
+            return price_for(model, self.overrides)
 
     def usage_of(self, usage: Mapping[str, Any] | None, model: str | None) -> Usage | None:
         """``usage`` as session totals to add, priced for ``model`` (None when empty)."""

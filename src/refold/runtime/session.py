@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from refold.errors import Conflict, InvalidInput, RefoldError, UpstreamError
@@ -675,6 +676,8 @@ class SessionRuntime:
         if len(forms) < len(rows):
             return 0
         client = forms[len(forms) - len(rows):]
+        if list(client) == list(map(_MESSAGE, rows)):
+            return 0  # every row as its client sent it (the usual turn: compared at C speed)
         offset = lead + len(view.view) - len(rows)
         delta = 0
         for j, row in enumerate(rows):
@@ -774,6 +777,9 @@ class SessionRuntime:
             raise NeedsWorker
         warning = self.ops.cost.check_budget(self.store.get_session(self.session_id).cost_usd)
         return [warning] if warning else []
+
+
+_MESSAGE = attrgetter("message")
 
 
 def _same_identity(a: Message, b: Message) -> bool:

@@ -12,8 +12,10 @@ happened); the request says so in a warning.
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from collections.abc import Sequence
+from itertools import repeat
 
 from refold.messages.model import Message
 from refold.messages.repair import repair
@@ -22,6 +24,8 @@ from refold.messages.repair import repair
 def needs_repair(messages: Sequence[Message]) -> bool:
     """True when a call lacks its result right after it, a result lacks its call, or an
     assistant message carries an empty ``tool_calls`` list."""
+    if _no_tools(messages):
+        return False  # (no call and no result: nothing to pair; checked at C speed)
     pending: set[str] = set()
     for message in messages:
         role = message.get("role")
@@ -39,6 +43,14 @@ def needs_repair(messages: Sequence[Message]) -> bool:
                 return True
             pending = {c.get("id") for c in calls if isinstance(c, dict)}  # type: ignore[misc]
     return bool(pending)
+
+
+def _no_tools(messages: Sequence[Message]) -> bool:
+    """No message is a tool result or carries a ``tool_calls`` key (plain dicts only)."""
+    if not set(map(type, messages)) <= {dict}:
+        return False
+    return "tool" not in set(map(dict.get, messages, repeat("role"))) \
+        and not any(map(operator.contains, messages, repeat("tool_calls")))
 
 
 def provider_valid(messages: list[Message]) -> tuple[list[Message], str | None]:

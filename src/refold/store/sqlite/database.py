@@ -176,6 +176,42 @@ class _NoWait:
         self._local.nowait = self._outer
 
 
+class _Write:
+    """``Database.write()``: a plain class, not generators (two per proxied turn): the write
+    lock, BEGIN IMMEDIATE unless joining an outer transaction, COMMIT or ROLLBACK, and
+    sqlite3 errors as StorageError."""
+
+    __slots__ = ("_db", "_began")
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._began = False
+
+    def __enter__(self) -> sqlite3.Connection:
+        db = self._db
+        db._acquire()
+        try:
+            conn, self._began = db._write_begin()
+        except BaseException as exc:
+            db._lock.release()
+            if isinstance(exc, sqlite3.Error):
+                raise db._storage_error(exc) from exc
+            raise
+        return conn
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: object) -> None:
+        db = self._db
+        try:
+            db._write_end(self._began, exc is not None)
+        except sqlite3.Error as error:
+            raise db._storage_error(error) from error
+        finally:
+            db._lock.release()
+        if isinstance(exc, sqlite3.Error) and not isinstance(exc, RefoldError):
+            raise db._storage_error(exc) from exc
+
+
 class Database:
     """A thread-safe wrapper around one ``sqlite3.Connection`` in autocommit mode."""
 
@@ -292,10 +328,14 @@ class Database:
         except RefoldError:
             raise
         except sqlite3.Error as exc:
-            if "not a database" in str(exc).lower():  # no repair makes a text file a database
-                raise StorageError(f"database error: {self.path} is not a SQLite database",
-                                   hint="check --db / REFOLD_DB") from exc
-            raise StorageError(f"database error: {exc}", hint=_hint(exc)) from exc
+            raise self._storage_error(exc) from exc
+
+    def _storage_error(self, exc: sqlite3.Error) -> StorageError:
+        """``translated``'s error for ``exc``."""
+        if "not a database" in str(exc).lower():  # no repair makes a text file a database
+            return StorageError(f"database error: {self.path} is not a SQLite database",
+                                hint="check --db / REFOLD_DB")
+        return StorageError(f"database error: {exc}", hint=_hint(exc))
 
     def nonblocking(self) -> _NoWait:
         """Calls on this thread raise ``WouldBlock`` instead of waiting (see the docstring)."""
@@ -366,38 +406,40 @@ class Database:
                 self._idle.append(conn)
             self._pool.notify()
 
-    @contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
-        """An IMMEDIATE write transaction: all or nothing; nested calls join the outer one."""
-        self._acquire()
-        try:
-            yield from self._write_locked()
-        finally:
-            self._lock.release()
+    def write(self) -> _Write:
+        """An IMMEDIATE write transaction: all or nothing; nested calls join the outer one
+        (sqlite3 errors come out as StorageError, as from ``translated``)."""
+        return _Write(self)
 
-    def _write_locked(self) -> Iterator[sqlite3.Connection]:
-        with self.translated():
-            self._check_open()
-            if self.conn.in_transaction:
-                yield self.conn
-                return
-            self._begin_immediate()
-            self._writer_thread = threading.get_ident()
+    def _write_begin(self) -> tuple[sqlite3.Connection, bool]:
+        """``write``'s start, the lock held: (the connection, whether this began it)."""
+        self._check_open()
+        if self.conn.in_transaction:
+            return self.conn, False
+        self._begin_immediate()
+        self._writer_thread = threading.get_ident()
+        return self.conn, True
+
+    def _write_end(self, began: bool, failed: bool) -> None:
+        """``write``'s end, the lock still held: COMMIT (or ROLLBACK when ``failed``) of the
+        transaction this call began."""
+        if not began:
+            return
+        if failed:
             try:
-                yield self.conn
-            except BaseException:
                 if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
-                raise
             finally:
                 self._writer_thread = None
-            # read before COMMIT: while this transaction holds the write lock no other
-            # connection can commit, so the mark is at most "the database after this commit"
-            mark = self._mark(fresh=False)
-            self.conn.execute("COMMIT")
-            self._local.mark = mark
-            if self.checkpointer is not None:
-                self.checkpointer.wrote()
+            return
+        self._writer_thread = None
+        # read before COMMIT: while this transaction holds the write lock no other
+        # connection can commit, so the mark is at most "the database after this commit"
+        mark = self._mark(fresh=False)
+        self.conn.execute("COMMIT")
+        self._local.mark = mark
+        if self.checkpointer is not None:
+            self.checkpointer.wrote()
 
     def _mark(self, fresh: bool = True) -> tuple[int, int]:
         """(``PRAGMA data_version``, ``total_changes``) of the writer connection: the first
@@ -428,9 +470,10 @@ class Database:
             return False
         self._acquire()
         try:
-            with self.translated():
-                self._check_open()
-                return self._mark() == mark
+            self._check_open()
+            return self._mark() == mark
+        except sqlite3.Error as exc:
+            raise self._storage_error(exc) from exc
         finally:
             self._lock.release()
 
