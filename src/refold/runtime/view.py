@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import copy
 import itertools
-from operator import itemgetter
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 
 from refold import _records as records
 from refold._records import dataclass, field

@@ -181,7 +181,7 @@ class _Write:
     lock, BEGIN IMMEDIATE unless joining an outer transaction, COMMIT or ROLLBACK, and
     sqlite3 errors as StorageError."""
 
-    __slots__ = ("_db", "_began")
+    __slots__ = ("_began", "_db")
 
     def __init__(self, db: Database) -> None:
         self._db = db
