@@ -51,8 +51,12 @@ class EventSplitter:
             if end < 0:
                 break
             raw = buffer[start:end + 2]
+            if raw.startswith(b"data: ") and raw.find(b"\n", 6) == end - start:
+                # the usual event, one data line (``_data_of``'s first case, without a call)
+                events.append(Event(raw, raw[6:-2].decode("utf-8", "replace")))
+            else:
+                events.append(Event(raw, _data_of(raw)))
             start = end + 2
-            events.append(Event(raw, _data_of(raw)))
         self._buffer = buffer[start:] if start else buffer
         return events
 
@@ -101,14 +105,20 @@ class StreamAssembler:
 
     def add(self, chunk: dict[str, Any]) -> None:
         self.chunks += 1
-        if isinstance(chunk.get(WHOLE_REPLY), dict):
+        if WHOLE_REPLY in chunk and isinstance(chunk[WHOLE_REPLY], dict):
             self.whole = chunk[WHOLE_REPLY]
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
         if isinstance(chunk.get("model"), str):
             self.model = chunk["model"]
-        for choice in chunk.get("choices") or []:
+        for choice in chunk.get("choices") or ():
             if isinstance(choice, dict) and choice.get("index", 0) == 0:
+                delta = choice.get("delta")
+                if type(delta) is dict and not choice.get("finish_reason") and (
+                        len(delta) == 1 or (len(delta) == 2 and "role" in delta)) \
+                        and type(delta.get("content")) is str:
+                    self.content.append(delta["content"])  # the usual chunk: text only
+                    continue  # (what ``_add_choice`` does with it, without a call)
                 self._add_choice(choice)
 
     def _add_choice(self, choice: dict[str, Any]) -> None:

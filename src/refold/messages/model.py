@@ -11,6 +11,7 @@ the identity of the message before it, so the same history always hashes to the 
 from __future__ import annotations
 
 import json
+from operator import methodcaller
 from typing import Any, Literal, NotRequired, TypedDict
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
@@ -48,7 +49,12 @@ _IDENTITY_KEYS = IDENTITY_KEYS
 
 def wire_form(message: Message) -> Message:
     """Return the message without in-process metadata keys (those starting with ``_``)."""
+    if not any(map(_PRIVATE, message)):
+        return dict(message)  # (the usual message has none: a copy at C speed)
     return {k: v for k, v in message.items() if not k.startswith("_")}
+
+
+_PRIVATE = methodcaller("startswith", "_")
 
 
 def as_plain(value: Any) -> Any:
@@ -80,7 +86,7 @@ def as_plain(value: Any) -> Any:
 def as_plain_messages(messages: Any) -> Any:
     """``messages`` with each SDK object in it made plain (``as_plain``); the same list when
     every item is a dict already (the common case costs one pass of type checks)."""
-    if not isinstance(messages, list | tuple) or all(type(m) is dict for m in messages):
+    if not isinstance(messages, list | tuple) or set(map(type, messages)) <= {dict}:
         return messages
     return [as_plain(m) for m in messages]
 
@@ -113,7 +119,7 @@ def searchable_text(message: Message) -> str:
     for call in message.get("tool_calls") or []:
         fn = call.get("function") or {}
         parts.append(f"{fn.get('name', '')} {fn.get('arguments', '')}")
-    return "\n".join(p for p in parts if p)
+    return "\n".join(filter(None, parts))
 
 
 # ``json.dumps`` with options other than its defaults builds a new encoder on every call (a

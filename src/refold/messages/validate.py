@@ -198,9 +198,17 @@ def _check_scalars(message: Message, role: str, index: int | None) -> None:
             _fail(f"must be a string, not {type(value).__name__}", index, key)
 
 
+_TEXT_ROLES = ROLES - {"tool"}  # a role whose message may be only its text
+
+
 def validate_message(message: Any, index: int | None = None) -> Message:
     """Check one message; return it (a repaired copy if it held lone surrogates). A client
     SDK's message object (``response.choices[0].message``) is taken as its plain form."""
+    if type(message) is dict and len(message) == 2:  # the usual one: {"role", "content": text}
+        role, content = message.get("role"), message.get("content")
+        if type(content) is str and type(role) is str and role in _TEXT_ROLES \
+                and (content.isascii() or _SURROGATE.search(content) is None):
+            return message  # (what the checks below find valid and leave unrepaired)
     if not isinstance(message, dict):
         message = as_plain(message)
     if not isinstance(message, dict):

@@ -32,6 +32,8 @@ import contextlib
 import copy
 import json
 from collections.abc import Sequence
+from itertools import repeat
+from operator import is_, methodcaller
 from typing import Any
 
 from refold._records import dataclass
@@ -40,7 +42,12 @@ from refold.messages.model import IDENTITY_KEYS, Message
 
 def comparable(message: dict[str, Any]) -> dict[str, Any]:
     """The message as the prefix check sees it: no ``_`` keys, no None values (top level)."""
+    if not any(map(_PRIVATE, message)) and not any(map(is_, message.values(), repeat(None))):
+        return dict(message)  # (the usual message: a copy at C speed)
     return {k: v for k, v in message.items() if v is not None and not k.startswith("_")}
+
+
+_PRIVATE = methodcaller("startswith", "_")
 
 
 def same(a: Any, b: Any) -> bool:
@@ -218,7 +225,7 @@ identity_core = _identity_core  # what a message's identity hashes (``refold.run
 
 def _frozen(message: Message) -> dict[str, Any]:
     form = comparable(message)
-    if any(isinstance(v, dict | list) for v in form.values()):
+    if any(map(isinstance, form.values(), repeat(dict | list))):
         return copy.deepcopy(form)
     return form  # a new dict of immutable values: already a snapshot
 
@@ -226,7 +233,7 @@ def _frozen(message: Message) -> dict[str, Any]:
 def _plain(form: dict[str, Any]) -> bool:
     """Every value a ``str``: then ``==`` with it is JSON-exact (a dict equal to it has the same
     keys, each value equal to a str, so a str too)."""
-    return all(type(v) is str for v in form.values())
+    return set(map(type, form.values())) <= {str}
 
 
 @dataclass(frozen=True)
@@ -238,11 +245,11 @@ class KnownChain:
 
     @classmethod
     def of(cls, session_id: str, messages: Sequence[Message], tip: str) -> KnownChain:
-        forms = tuple(_frozen(m) for m in messages)
+        forms = tuple(map(_frozen, messages))
         return cls(session_id, forms, tip, tuple(map(_plain, forms)))
 
     def extended(self, messages: Sequence[Message], tip: str) -> KnownChain:
-        forms = tuple(_frozen(m) for m in messages)
+        forms = tuple(map(_frozen, messages))
         return KnownChain(self.session_id, self.messages + forms, tip,
                           self.plain + tuple(map(_plain, forms)))
 

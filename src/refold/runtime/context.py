@@ -71,7 +71,7 @@ class ContextOps:
         return self._validate_messages(messages)
 
     def message_counts(self, messages: Sequence[Message]) -> list[int | None]:
-        return [self.counter.count_message(m) for m in messages]
+        return list(map(self.counter.count_message, messages))
 
     def count(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None) -> int:
         return int(self.counter.count_messages(messages) + self.counter.count_tools(tools))

@@ -153,7 +153,7 @@ class SessionRuntime:
     def system_text(self, caller_prompt: str | None = None) -> str | None:
         """The system prompt sent: the caller's prompt, then the frozen memory snapshot."""
         prompt = caller_prompt if caller_prompt is not None else self._system_prompt
-        parts = [p for p in (prompt, self._snapshot) if p]
+        parts = list(filter(None, (prompt, self._snapshot)))
         return "\n\n".join(parts) if parts else None
 
     # -- the turn ----------------------------------------------------------------------------

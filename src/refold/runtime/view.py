@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+from itertools import repeat
 from collections.abc import Callable, Sequence
 from operator import itemgetter
 
@@ -119,7 +120,7 @@ _FORM = itemgetter(0)
 
 def _wire(message: Message) -> tuple[Message, bool]:
     form = wire_form(message)
-    return form, any(isinstance(v, dict | list) for v in form.values())
+    return form, any(map(isinstance, form.values(), repeat(dict | list)))
 
 
 def detached(message: Message) -> Message:
