@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import copy
 import itertools
-from itertools import repeat
 from collections.abc import Callable, Sequence
+from itertools import repeat
 from operator import itemgetter
 
 from refold import _records as records
