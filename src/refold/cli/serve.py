@@ -162,7 +162,7 @@ def serve_cmd(app: AppContext, upstream: str | None, upstream_format: str | None
 
     from refold.assembly import open_configured_store
     from refold.server import create_app
-    from refold.server.runner import GRACEFUL_SECONDS, uvicorn_config
+    from refold.server.runner import GRACEFUL_SECONDS, tune_gc, uvicorn_config
     from refold.server.workers import Supervisor, check_workers
 
     app.flags.update(upstream=upstream, upstream_format=upstream_format, host=host, port=port,
@@ -188,6 +188,7 @@ def serve_cmd(app: AppContext, upstream: str | None, upstream_format: str | None
         click.echo(f"warning: {warning}", err=True)
     if count == 1:
         server = _quiet_server(uvicorn_config(asgi, settings, log_level=log_level))
+        tune_gc()
         server.run(sockets=[sock])
         if server.stopped_by:  # as the supervisor of --workers says it, and exits 0
             click.echo(f"refold serve: {server.stopped_by}, stopped", err=True)
@@ -198,6 +199,7 @@ def serve_cmd(app: AppContext, upstream: str | None, upstream_format: str | None
 
     def serve_one(listening: socket.socket) -> None:
         config = uvicorn_config(create_app(settings), settings, log_level=log_level)
+        tune_gc()
         uvicorn.Server(config).run(sockets=[listening])
 
     code = Supervisor(count, sock, serve_one, drain_seconds=GRACEFUL_SECONDS).run()

@@ -49,7 +49,7 @@ def _no_tools(messages: Sequence[Message]) -> bool:
     """No message is a tool result or carries a ``tool_calls`` key (plain dicts only)."""
     if not set(map(type, messages)) <= {dict}:
         return False
-    return "tool" not in set(map(dict.get, messages, repeat("role"))) \
+    return "tool" not in list(map(dict.get, messages, repeat("role"))) \
         and not any(map(operator.contains, messages, repeat("tool_calls")))
 
 
