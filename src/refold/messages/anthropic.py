@@ -47,7 +47,9 @@ from __future__ import annotations
 
 import copy
 import json
+import operator
 from collections.abc import Sequence
+from itertools import repeat
 from typing import Any
 
 from refold.errors import MessageValidationError
@@ -261,11 +263,8 @@ def for_chat_upstream(messages: list[Message]) -> list[Message]:
     which no chat API knows; a tool result the client marked ``is_error`` says so first
     (``[error] ``), and the images of tool results (a chat tool message holds only text) follow
     the results in a user message of their own, so the model still sees them."""
-    for message in messages:  # (a plain loop: this runs on every proxied request)
-        if KEPT in message:
-            break
-    else:
-        return messages
+    if not any(map(operator.contains, messages, repeat(KEPT))):
+        return messages  # (checked at C speed: this runs on every proxied request)
     out: list[Message] = []
     images: list[dict[str, Any]] = []
     for message in messages:

@@ -24,8 +24,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 
 from refold._records import dataclass
@@ -40,15 +39,20 @@ _PAYER: contextvars.ContextVar[str | None] = contextvars.ContextVar("refold_paye
                                                                     default=None)
 
 
-@contextmanager
-def paying_for(session_id: str) -> Iterator[None]:
+class paying_for:  # noqa: N801  (a context manager used as a function)
     """Model calls made inside (and in threads started with a copy of this context) are
-    charged to ``session_id``."""
-    token = _PAYER.set(session_id)
-    try:
-        yield
-    finally:
-        _PAYER.reset(token)
+    charged to ``session_id``. (A plain class, not a generator: once per proxied turn.)"""
+
+    __slots__ = ("_session_id", "_token")
+
+    def __init__(self, session_id: str) -> None:
+        self._session_id = session_id
+
+    def __enter__(self) -> None:
+        self._token = _PAYER.set(self._session_id)
+
+    def __exit__(self, *exc: object) -> None:
+        _PAYER.reset(self._token)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 from refold import _records as records
@@ -180,7 +181,7 @@ class SessionMirror:
             return None
         if len(view.rows) < count and view.checkpoint is not None:
             return None
-        return [dict(row.message) for row in view.rows[-count:]]
+        return list(map(dict, map(_MESSAGE, view.rows[-count:])))
 
     # -- the known chain (proxy) -------------------------------------------------------------
     def known_suffix(self, history: list[Message], validate: ValidateFn
@@ -330,6 +331,9 @@ class SessionMirror:
             return
         self.confirmed = view if store_tip is not None and view.current(store_tip) else None
         self.mark_confirmed()
+
+
+_MESSAGE = attrgetter("message")
 
 
 def _state(view: ViewCache) -> tuple[Any, ...]:

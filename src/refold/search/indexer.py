@@ -143,8 +143,10 @@ class BackgroundIndexer:
 
     def nudge(self) -> None:
         """New messages were written: look soon (never waits)."""
-        self.idle.clear()
-        self._wake.set()
+        if self.idle.is_set():
+            self.idle.clear()
+        if not self._wake.is_set():  # (set already: nothing to do; each call takes a lock)
+            self._wake.set()
 
     def close(self, timeout: float = 30.0) -> None:
         """Stop after the batch in flight (its vectors are stored; nothing half-written)."""
