@@ -22,7 +22,7 @@ from refold.messages.model import wire_form
 from refold.messages.validate import validate_message
 from refold.runtime.chain import KnownChain, _frozen, _plain, comparable
 from refold.runtime.cost import CostBook
-from refold.runtime.valid import needs_repair
+from refold.runtime.valid import _unpaired, needs_repair
 from refold.runtime.view import ViewCache
 from refold.server.completions import check_body
 from refold.store.base import StoredMessage
@@ -45,27 +45,6 @@ MESSAGE = st.dictionaries(st.sampled_from(["role", "content", "name", "tool_call
                           VALUE, max_size=5) | st.fixed_dictionaries({"role": ROLES, "content": TEXT | st.none()})
 
 
-def _loop_needs_repair(messages: list[dict[str, Any]]) -> bool:
-    """``needs_repair`` as it was, without its shortcut (the reference)."""
-    pending: set[Any] = set()
-    for message in messages:
-        role = message.get("role")
-        if role == "tool":
-            call_id = message.get("tool_call_id")
-            if call_id not in pending:
-                return True
-            pending.discard(call_id)
-            continue
-        if pending:
-            return True
-        calls = message.get("tool_calls")
-        if role == "assistant" and calls is not None:
-            if not calls:
-                return True
-            pending = {c.get("id") for c in calls if isinstance(c, dict)}
-    return bool(pending)
-
-
 @settings(max_examples=300, deadline=None)
 @given(MESSAGE)
 def test_wire_and_comparable_forms_match_their_comprehensions(message: dict[str, Any]) -> None:
@@ -82,7 +61,7 @@ def test_provider_pairing_shortcut_matches_the_loop(messages: list[dict[str, Any
     assume_calls = [m for m in messages if isinstance(m.get("tool_calls"), list | type(None))]
     for batch in (messages, assume_calls):
         try:
-            expected: Any = _loop_needs_repair(batch)
+            expected: Any = _unpaired(batch)
         except (AttributeError, TypeError) as exc:
             expected = type(exc)
         try:

@@ -48,6 +48,7 @@ def comparable(message: dict[str, Any]) -> dict[str, Any]:
 
 
 _PRIVATE = methodcaller("startswith", "_")
+_NESTED = (dict, list)  # (a tuple: ``dict | list`` is built anew at each use)
 
 
 def same(a: Any, b: Any) -> bool:
@@ -225,7 +226,7 @@ identity_core = _identity_core  # what a message's identity hashes (``refold.run
 
 def _frozen(message: Message) -> dict[str, Any]:
     form = comparable(message)
-    if any(map(isinstance, form.values(), repeat(dict | list))):
+    if any(map(isinstance, form.values(), repeat(_NESTED))):
         return copy.deepcopy(form)
     return form  # a new dict of immutable values: already a snapshot
 

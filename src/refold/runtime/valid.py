@@ -26,6 +26,11 @@ def needs_repair(messages: Sequence[Message]) -> bool:
     assistant message carries an empty ``tool_calls`` list."""
     if _no_tools(messages):
         return False  # (no call and no result: nothing to pair; checked at C speed)
+    return _unpaired(messages)
+
+
+def _unpaired(messages: Sequence[Message]) -> bool:
+    """``needs_repair``'s walk over every message (its shortcut aside)."""
     pending: set[str] = set()
     for message in messages:
         role = message.get("role")

@@ -34,6 +34,7 @@ from operator import itemgetter
 from refold import _records as records
 from refold._records import dataclass, field
 from refold.messages.model import Message, wire_form
+from refold.runtime.chain import _NESTED
 from refold.store.base import Checkpoint, Projection, StoredMessage, ViewTip
 
 CountFn = Callable[[Message], int]
@@ -120,7 +121,7 @@ _FORM = itemgetter(0)
 
 def _wire(message: Message) -> tuple[Message, bool]:
     form = wire_form(message)
-    return form, any(map(isinstance, form.values(), repeat(dict | list)))
+    return form, any(map(isinstance, form.values(), repeat(_NESTED)))
 
 
 def detached(message: Message) -> Message:
