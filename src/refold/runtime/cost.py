@@ -66,19 +66,19 @@ class Budget:
 def _tokens(usage: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
     """(input incl. cached, output, cache read, cache write, of which 1-hour writes) from an
     OpenAI-shaped or an Anthropic-shaped usage object."""
-    def num(key: str) -> int:
-        return token_count(usage.get(key))
-
-    details = usage.get("prompt_tokens_details")
-    cached = num("cache_read_input_tokens") or (
+    get = usage.get  # (no closure per call: this runs on every reply)
+    details = get("prompt_tokens_details")
+    cached = token_count(get("cache_read_input_tokens")) or (
         token_count(details.get("cached_tokens")) if isinstance(details, dict) else 0)
-    written = num("cache_creation_input_tokens")
-    split = usage.get("cache_creation")  # Anthropic: {"ephemeral_5m_…", "ephemeral_1h_…"}
+    written = token_count(get("cache_creation_input_tokens"))
+    split = get("cache_creation")  # Anthropic: {"ephemeral_5m_…", "ephemeral_1h_…"}
     long = token_count(split.get("ephemeral_1h_input_tokens")) if isinstance(split, dict) else 0
     if "prompt_tokens" in usage or "completion_tokens" in usage:
-        return num("prompt_tokens"), num("completion_tokens"), cached, written, long
+        return (token_count(get("prompt_tokens")), token_count(get("completion_tokens")),
+                cached, written, long)
     # Anthropic counts input without the cached parts
-    return num("input_tokens") + cached + written, num("output_tokens"), cached, written, long
+    return (token_count(get("input_tokens")) + cached + written,
+            token_count(get("output_tokens")), cached, written, long)
 
 
 def summarizer_model(summarizer: str) -> str | None:

@@ -115,7 +115,7 @@ class Drain:
     def enter(self) -> None:
         self.active += 1
         if self.active == 1:
-            self._idle = asyncio.Event()
+            self._idle.clear()
 
     def leave(self) -> None:
         self.active -= 1

@@ -104,15 +104,26 @@ class SessionPool:
         self._runtimes: OrderedDict[tuple[str, str], SessionRuntime] = OrderedDict()
         self._locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = \
             weakref.WeakValueDictionary()
+        # the locks of the sessions used last, kept: a lock nobody held died after each turn
+        # and the next turn made it again (a lock and a weak reference a turn)
+        self._recent: OrderedDict[tuple[str, str], asyncio.Lock] = OrderedDict()
         self.capacity = capacity
 
     def lock(self, owner: str, ref: str) -> asyncio.Lock:
-        """The lock serializing turns of one session (kept alive while anyone holds it)."""
+        """The lock serializing turns of one session (kept alive while anyone holds it, and
+        for the ``capacity`` sessions used last)."""
         key = (owner, ref)
+        lock = self._recent.get(key)
+        if lock is not None:
+            self._recent.move_to_end(key)
+            return lock
         lock = self._locks.get(key)
         if lock is None:
             lock = asyncio.Lock()
             self._locks[key] = lock
+        self._recent[key] = lock
+        if len(self._recent) > max(self.capacity, 1):
+            self._recent.popitem(last=False)
         return lock
 
     async def engine(self, owner: str) -> EngineLike:
