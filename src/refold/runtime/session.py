@@ -676,7 +676,7 @@ class SessionRuntime:
         if len(forms) < len(rows):
             return 0
         client = forms[len(forms) - len(rows):]
-        if list(client) == list(map(_MESSAGE, rows)):
+        if list(client) == list(map(attrgetter("message"), rows)):
             return 0  # every row as its client sent it (the usual turn: compared at C speed)
         offset = lead + len(view.view) - len(rows)
         delta = 0
@@ -777,9 +777,6 @@ class SessionRuntime:
             raise NeedsWorker
         warning = self.ops.cost.check_budget(self.store.get_session(self.session_id).cost_usd)
         return [warning] if warning else []
-
-
-_MESSAGE = attrgetter("message")
 
 
 def _same_identity(a: Message, b: Message) -> bool:
