@@ -285,6 +285,15 @@ QUESTIONS = ["When did we talk about {0} and {1}?", "what was the {1} I mentione
              "Where did I put the {0} of the {1} {2}?", "why is {1} so slow"]
 
 
+def english_questions(rng: random.Random, n: int, vocab: list[str] | None = None) -> list[str]:
+    """Questions around the corpus's own content words: one from the head of the frequency
+    list, one from the tail (``query_sets``' "sentence (en)"; ``bench_cold_search.py``)."""
+    vocab = vocab if vocab is not None else content_words(english_pool())
+    head, tail = vocab[20:400], vocab[2000:]
+    return [rng.choice(QUESTIONS).format(rng.choice(head), rng.choice(tail), rng.choice(vocab))
+            for _ in range(n)]
+
+
 def query_sets(store: SQLiteStore, rng: random.Random, n: int) -> dict[str, list[str]]:
     """Queries with answers in the corpus: questions around its own content words (one from
     the head of the frequency list, one from the tail), the opening words of stored sentences
@@ -292,10 +301,8 @@ def query_sets(store: SQLiteStore, rng: random.Random, n: int) -> dict[str, list
     and Chinese questions."""
     pool = english_pool()
     vocab = content_words(pool)
-    head, tail = vocab[20:400], vocab[2000:]
     return {
-        "sentence (en)": [rng.choice(QUESTIONS).format(rng.choice(head), rng.choice(tail),
-                                                       rng.choice(vocab)) for _ in range(n)],
+        "sentence (en)": english_questions(rng, n, vocab),
         "sentence (real)": ["what about " + " ".join(rng.choice(pool).split()[:rng.randint(5, 9)])
                             + "?" for _ in range(n)],
         "sentence (zh)": [f"我们什么时候{a}了{b}吗？" for a, b in

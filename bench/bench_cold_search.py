@@ -1,0 +1,108 @@
+"""A first search in a fresh process on a cold page cache, alternating code versions and
+archives in the same run: the figure ``refold search`` users see on a large archive, with
+what each search reads and spends.
+
+Each variant is ``NAME=DB:SRC[:numpy]``: the archive file, the source tree put first on
+``PYTHONPATH`` (the code to measure; an older checkout's ``src`` for a before/after), and
+``numpy`` to import NumPy first, untimed (a long-running process — ``refold serve``, an MCP
+server — has it already). For each question, each variant runs in a new process that drops
+the file's pages from the OS cache (``posix_fadvise(DONTNEED)``), opens the store (untimed)
+and times one search; variants alternate question by question, so machine drift hits all
+alike. Per variant: wall p50/p95, CPU p50/p95 (process time; of it, system time), and read
+syscalls during the search (``/proc/self/io``).
+
+    python bench/bench_cold_search.py new=/path/new.db:src old=/path/old.db:/old/checkout/src \\
+        [new-np=/path/new.db:src:numpy …] [--rounds 2] [--questions 10]
+
+The questions are the first English questions ``bench_store.py --only search`` asks cold (its
+``sentence (en)`` set, the same seed), or the ``--question`` texts given; the archives are
+``bench_store.py``'s 1M-message corpus (``--cache``), one copy per code version.
+Asserts nothing; prints figures. An archive is migrated when a newer version opens it: give
+each version its own copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+CHILD = r"""
+import os, resource, sys, time
+path, text, preload = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+if preload:
+    import numpy  # noqa: F401
+for name in (path, path + "-wal"):
+    if os.path.exists(name):
+        fd = os.open(name, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+from refold.store.base import SearchQuery
+from refold.store.sqlite import SQLiteStore
+store = SQLiteStore(path, synchronous="NORMAL")
+def reads():
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("syscr"))
+r0, u0, c0, t0 = reads(), resource.getrusage(resource.RUSAGE_SELF), time.process_time(), \
+    time.perf_counter()
+store.search(SearchQuery(text))
+wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+u1 = resource.getrusage(resource.RUSAGE_SELF)
+print(wall * 1e3, cpu * 1e3, (u1.ru_stime - u0.ru_stime) * 1e3, reads() - r0 - 1)
+"""
+
+
+def bench_questions(count: int) -> list[str]:
+    """The first ``count`` English questions ``bench_store.py --only search`` asks cold (its
+    "sentence (en)" set, drawn with the same seed), without opening a corpus."""
+    import random
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_store import english_questions
+
+    return english_questions(random.Random(1), max(count, 60))[:count]
+
+
+def pct(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("variants", nargs="+", help="NAME=DB:SRC[:numpy]")
+    parser.add_argument("--question", action="append", default=[],
+                        help="a question to ask (repeatable); default: the bench's own")
+    parser.add_argument("--questions", type=int, default=10,
+                        help="how many of the bench's English questions")
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    questions = args.question or bench_questions(args.questions)
+    variants = []
+    for spec in args.variants:
+        name, _, rest = spec.partition("=")
+        db, src, *more = rest.split(":")
+        variants.append((name, db, src, "1" if more == ["numpy"] else "0"))
+    figures: dict[str, list[list[float]]] = {v[0]: [[], [], [], []] for v in variants}
+    for _ in range(args.rounds):
+        for text in questions:
+            for name, db, src, preload in variants:
+                env = {**os.environ, "PYTHONPATH": src}
+                out = subprocess.run([sys.executable, "-c", CHILD, db, text, preload],
+                                     capture_output=True, text=True, env=env, check=True)
+                for column, value in zip(figures[name], out.stdout.split(), strict=True):
+                    column.append(float(value))
+    print(f"first search in a fresh process, cold page cache; {len(questions)} questions x "
+          f"{args.rounds} rounds, variants alternated; ms")
+    for name, (wall, cpu, system, reads) in figures.items():
+        print(f"{name:>12}: wall p50 {statistics.median(wall):6.1f} p95 {pct(wall, .95):6.1f}"
+              f" | CPU p50 {statistics.median(cpu):5.1f} p95 {pct(cpu, .95):5.1f} (system "
+              f"{statistics.median(system):4.1f}) | reads p50 {statistics.median(reads):.0f} "
+              f"max {max(reads):.0f}")
+
+
+if __name__ == "__main__":
+    main()
