@@ -433,7 +433,8 @@ class SessionRuntime:
         its last messages — rewinds the rows after that stretch reversibly and appends the
         window's rest, as an edit of a whole history does. (It was taken for another
         conversation under the name, as it shares no start with it, and forked a branch
-        holding a copy of the window at each regenerate.)"""
+        holding a copy of the window at each regenerate.) Unnamed ("branch"), it continues in a
+        branch ending with that stretch (``branch_at_stretch``); no tail is ever rewound."""
         from refold.compaction.session import recorded_system_prompt  # lazy, as in ContextOps
 
         current = self.session_id
