@@ -276,12 +276,8 @@ def match_whole(store: Store, session_id: str, conversation: list[Message]
     """``conversation`` as a continuation of the *whole* active session (its rows, then new
     messages), as a ``WindowMatch`` of overlap = the session's length; None when it is not."""
     rows = tail_rows(store, session_id, len(conversation) + 1)
-    if not rows or len(rows) > len(conversation) or \
-            store.view_tip(session_id).last_seq != rows[-1].seq:
-        return None
-    first = store.get_messages(session_id, limit=1)
-    if not first or first[0].seq != rows[0].seq:
-        return None  # the session holds more than the window: not its whole history
+    if not rows or len(rows) > len(conversation):
+        return None  # (fewer rows than asked for: they are all the session's active rows)
     sent: dict[int, Message] = {}
     adopted = adopt_stored(list(conversation), [r.message for r in rows], sent)
     if chain_identities(adopted[:len(rows)])[-1] != rows[-1].identity:
