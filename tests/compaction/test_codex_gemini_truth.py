@@ -350,3 +350,28 @@ def test_codex_and_gemini_plans_are_the_todo_list() -> None:
                                        {"output": "Successfully updated the todo list."}))
     assert scan_activity(gem).todos == [("pending", "Write the README"),
                                         ("cancelled", "Add a license")]
+
+
+def test_a_gemini_call_marked_error_stays_an_error_however_its_output_reads() -> None:
+    # Gemini CLI marks a failed call with ``status: "error"``; its output need not say so
+    from refold.messages.anthropic import KEPT, for_chat_upstream, to_anthropic
+
+    turns = gemini(
+        "Build it.",
+        _call("s1", "run_shell_command", {"command": "make build"},
+              {"output": "building...\ndone"}, "error"),
+        _call("s2", "run_shell_command", {"command": "cargo check"},
+              {"output": "building...\ndone"}))
+    results = {m["tool_call_id"]: m for m in turns if m["role"] == "tool"}
+    assert results["s1"][KEPT] == [{"type": "tool_result", "tool_use_id": "s1",
+                                    "is_error": True}]
+    assert KEPT not in results["s2"]  # a success stores nothing more
+    outcomes = scan_activity(turns).outcomes
+    assert not outcomes["make build"].ok, outcomes["make build"]
+    assert outcomes["cargo check"].ok, outcomes["cargo check"]
+    # an Anthropic upstream is told; a chat upstream gets the plain tool message
+    blocks = [b for t in to_anthropic(turns)["messages"] for b in t["content"]
+              if isinstance(b, dict) and b.get("type") == "tool_result"]
+    assert [(b["tool_use_id"], b.get("is_error"), b["content"]) for b in blocks] == [
+        ("s1", True, "building...\ndone"), ("s2", None, "building...\ndone")]
+    assert all(KEPT not in m for m in for_chat_upstream(turns))

@@ -28,7 +28,9 @@ out. Older rollouts hold the items themselves, one per line, after a line of ses
 ``{"sessionId", "projectHash", "startTime", "messages": [...]}``, or the same as JSONL (the
 header line, then one message per line). A ``user`` message is a request; a ``gemini`` message
 is a reply, its ``toolCalls`` (``id``, ``name``, ``args``, and the ``result`` parts the tool
-answered with) become tool calls followed by their results, its ``tokens`` the call's usage.
+answered with) become tool calls followed by their results, its ``tokens`` the call's usage;
+a call marked ``"status": "error"`` keeps the mark as an ``is_error`` ``tool_result`` beside its
+result (``messages.anthropic.KEPT``: summaries count it a failure, an Anthropic upstream is told).
 ``info``, ``warning`` and ``error`` messages are the CLI's notices and are left out, and so are
 a reply's ``thoughts`` (summaries of its reasoning, never sent back to the model).
 
@@ -45,6 +47,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from refold.errors import InvalidInput
+from refold.messages.anthropic import KEPT
 from refold.messages.model import Message
 from refold.pricing import token_count
 
@@ -312,8 +315,11 @@ def gemini_messages(records: Sequence[Any]) -> tuple[
             output = _gemini_result(call.get("result"))
             if output is None:
                 continue  # no answer recorded: refold marks the call when it sends it
-            add({"role": "tool", "tool_call_id": call_id, "content": output},
-                record_time(call) or at)
+            result: Message = {"role": "tool", "tool_call_id": call_id, "content": output}
+            if call.get("status") == "error":  # marked failed, whatever its output says
+                result[KEPT] = [{"type": "tool_result", "tool_use_id": call_id,
+                                 "is_error": True}]
+            add(result, record_time(call) or at)
     return messages, times, skipped, spend
 
 
