@@ -356,19 +356,24 @@ class LedgerOps(SessionOps):
                 + _from(conn, session_id, seq, after, include_inactive))
 
     def _around_id(self, conn: sqlite3.Connection, message_id: int | None, session_id: str,
-                   seq: int, before: int, after: int,
-                   include_inactive: bool) -> list[StoredMessage]:
+                   seq: int, before: int, after: int, include_inactive: bool,
+                   near: Sequence[tuple[Any, ...]] | None = None) -> list[StoredMessage]:
         """``_around`` for a message whose row id is known, read from the rows stored next to
         it (a session's messages are usually stored together, so they share its page): on a
         cold cache a search's windows then cost no index lookups. A side the neighbourhood
         cannot settle (a seq missing from it before enough rows are found: the session's
-        start or end, or rows stored elsewhere) is asked of the index as ``_around`` does."""
+        start or end, or rows stored elsewhere) is asked of the index as ``_around`` does.
+        ``near``: rows read already (``neighbours``, for several hits in one statement)."""
         if message_id is None:
             return self._around(conn, session_id, seq, before, after, include_inactive)
         span = max(before, after) + 1  # one more each side: room for a row of another session
-        by_seq = {int(r[1]): r for r in conn.execute(
-            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id BETWEEN ? AND ? "
-            "AND +session_id = ?", (message_id - span, message_id + span, session_id))}  # rowid range
+        if near is None:
+            near = conn.execute(
+                f"SELECT {MESSAGE_COLUMNS}, id FROM messages WHERE id BETWEEN ? AND ? "
+                "AND +session_id = ?", (message_id - span, message_id + span, session_id)
+                ).fetchall()  # a rowid range
+        by_seq = {int(r[1]): r for r in near if r[0] == session_id
+                  and message_id - span <= r[7] <= message_id + span}
 
         def walk(start: int, step: int, want: int) -> list[tuple[Any, ...]] | None:
             found: list[tuple[Any, ...]] = []
@@ -391,6 +396,23 @@ class LedgerOps(SessionOps):
             return out + _from(conn, session_id, seq, after, include_inactive)
         shown = [own] if include_inactive or own[6] else []
         return out + [to_message(r) for r in shown + later]
+
+    @staticmethod
+    def neighbours(conn: sqlite3.Connection, message_ids: Sequence[int], span: int
+                   ) -> list[tuple[Any, ...]]:
+        """The rows within ``span`` ids of any of ``message_ids``, in one statement (the
+        ``near`` of their ``_around_id`` calls: a search's windows cost one read, not one a
+        hit); each row is ``MESSAGE_COLUMNS`` then its id."""
+        ranges = sorted({(i - span, i + span) for i in message_ids})
+        if not ranges:
+            return []
+        found: list[tuple[Any, ...]] = []
+        for start in range(0, len(ranges), 400):  # (bound parameters: 800 a statement)
+            part = ranges[start:start + 400]
+            where = " OR ".join(["id BETWEEN ? AND ?"] * len(part))
+            found += conn.execute(f"SELECT {MESSAGE_COLUMNS}, id FROM messages WHERE {where}",
+                                  [v for pair in part for v in pair]).fetchall()
+        return found
 
     def set_token_counts(self, session_id: str, counts: dict[int, int]) -> None:
         with self.db.write() as conn:

@@ -129,9 +129,11 @@ class SearchOps(StateOps):
             if query.window <= 0:
                 return hits
             row_ids = {(r.session_id, r.seq): r.id for r in rows}
+            ids = [row_ids.get((h.session_id, h.seq)) for h in hits]
+            near = self.neighbours(conn, [i for i in ids if i is not None], query.window + 1)
             return [records.replace(h, window=self._around_id(
-                conn, row_ids.get((h.session_id, h.seq)), h.session_id, h.seq, query.window,
-                query.window, query.include_inactive)) for h in hits]
+                conn, i, h.session_id, h.seq, query.window, query.window,
+                query.include_inactive, near)) for h, i in zip(hits, ids, strict=True)]
 
     def catch_up_index(self) -> None:
         """Index the rows stored since the last batch (``indexer.py``), so a search sees every
