@@ -69,24 +69,49 @@ class CacheMarks:
         return {"messages": [list(m) for m in self.messages], "system": self.system}
 
 
+def _unmarked(blocks: list[Any]) -> tuple[list[Any], list[tuple[int, Any]]]:
+    """``blocks`` without their ``cache_control`` keys (the list itself when none has one;
+    else a new list, each marked block a copy without it), and (index, marker) of each."""
+    found = [(i, b["cache_control"]) for i, b in enumerate(blocks)
+             if isinstance(b, dict) and "cache_control" in b]
+    if not found:
+        return blocks, []
+    out = list(blocks)
+    for index, _ in found:
+        out[index] = {k: v for k, v in blocks[index].items() if k != "cache_control"}
+    return out, found
+
+
 def strip_cache_control(body: dict[str, Any]) -> tuple[dict[str, Any], CacheMarks]:
-    """A copy of the request with no ``cache_control`` in system or messages, and where
-    they were."""
-    clean = copy.deepcopy(body)
+    """The request with no ``cache_control`` in system or messages, and where they were.
+
+    ``body`` is left as it is: only the lists and blocks that held a marker are copied (a
+    long conversation's history is not: Claude Code marks the last turn or two), so what has
+    none is shared with ``body``; the caller must not change ``clean`` in place."""
+    clean = dict(body)
     marks = CacheMarks()
     system = clean.get("system")
     if isinstance(system, list):
-        for block in system:
-            if isinstance(block, dict) and "cache_control" in block:
-                marks.system = block.pop("cache_control")
-    turns = clean.get("messages") or []
+        clean["system"], found = _unmarked(system)
+        if found:
+            marks.system = found[-1][1]
+    turns = clean.get("messages")
+    if not isinstance(turns, list):
+        return clean, marks
+    copied: list[Any] | None = None
     for position, turn in enumerate(turns):
         content = turn.get("content") if isinstance(turn, dict) else None
         if not isinstance(content, list):
             continue
-        for index, block in enumerate(content):
-            if isinstance(block, dict) and "cache_control" in block:
-                marks.messages.append((len(turns) - position, index, block.pop("cache_control")))
+        blocks, found = _unmarked(content)
+        if not found:
+            continue
+        if copied is None:
+            copied = list(turns)
+        copied[position] = {**turn, "content": blocks}
+        marks.messages += [(len(turns) - position, index, marker) for index, marker in found]
+    if copied is not None:
+        clean["messages"] = copied
     return clean, marks
 
 
