@@ -109,6 +109,12 @@ def test_events_append_and_filter(store: Store) -> None:
         store.append_event("ghost", "goal", {})
     with pytest.raises(InvalidInput):
         store.append_event(s.id, "", {})
+    # only the events stored after one (a reader that keeps what it read asks for the rest)
+    assert [e.payload for e in store.list_events(s.id, after_id=goal.id)] == [
+        {"items": [{"id": 1, "done": False}]}, {"items": []}]
+    assert [e.payload for e in store.list_events(s.id, "todo", after_id=todo.id)] == [
+        {"items": []}]
+    assert store.list_events(s.id, "goal", after_id=goal.id) == []
 
 
 def test_leases_are_exclusive_until_released_or_expired(store: Store) -> None:

@@ -29,8 +29,12 @@ system prompt (a ``system_prompt`` event of the session).
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -90,6 +94,53 @@ def session_of_id(value: str) -> str:
     return value[5:].rsplit("_", 1)[0]
 
 
+class _Chains:
+    """Per process and store: each session's stored responses as chain links (the previous
+    id, the input and output items as JSON), with the id of the last event read, so a link
+    is read and decoded once. The store's events are never changed, only added (a session
+    deleted is caught by the caller's owner check), and are read again whole when an id is
+    not among them (another process's event committed after a later one was read)."""
+
+    def __init__(self, sessions: int = 64) -> None:
+        self.sessions = sessions  # kept at most, per store (least recently used go first)
+        self._lock = threading.Lock()
+        self._by_store: weakref.WeakKeyDictionary[Any, OrderedDict[
+            str, tuple[int, dict[str, tuple[str | None, str]]]]] = weakref.WeakKeyDictionary()
+
+    def links(self, store: Store, session_id: str, value: str
+              ) -> dict[str, tuple[str | None, str]]:
+        """The session's links (id: (previous id, items as JSON)), read up to date when
+        ``value`` is not among them. The caller only reads the dict."""
+        with self._lock:
+            cache = self._by_store.setdefault(store, OrderedDict())
+            last, links = cache.pop(session_id, (0, {}))
+            if value not in links:
+                last, links = self._read(store, session_id, last, links)
+                if value not in links and last:  # perhaps an event committed out of order
+                    last, links = self._read(store, session_id, 0, {})
+            cache[session_id] = (last, links)
+            while len(cache) > self.sessions:
+                cache.popitem(last=False)
+            return links
+
+    @staticmethod
+    def _read(store: Store, session_id: str, after: int, links: dict[str, tuple[str | None, str]]
+              ) -> tuple[int, dict[str, tuple[str | None, str]]]:
+        for event in store.list_events(session_id, RESPONSE_EVENT, after_id=after):
+            payload = event.payload
+            response = payload.get("response")
+            output = response.get("output") if isinstance(response, dict) else None
+            items = list(payload.get("input") or []) + list(output or [])
+            previous = payload.get("previous_response_id")
+            links[str(payload.get("id"))] = (previous if isinstance(previous, str) else None,
+                                             json.dumps(items, ensure_ascii=False))
+            after = max(after, event.id)
+        return after, links
+
+
+_CHAINS = _Chains()
+
+
 class ResponseLog:
     """Stored responses, read and written through the ledger's session events."""
 
@@ -97,19 +148,23 @@ class ResponseLog:
         self.store = store
         self.owner = owner
         self._events: dict[str, dict[str, dict[str, Any]]] = {}
+        self._owned: dict[str, bool] = {}
+
+    def _owns(self, session_id: str) -> bool:
+        """Is ``session_id`` a session of this tenant's (that exists)?"""
+        if session_id not in self._owned:
+            try:
+                self._owned[session_id] = self.store.get_session(session_id).owner == self.owner
+            except NotFound:
+                self._owned[session_id] = False
+        return self._owned[session_id]
 
     def _session_records(self, session_id: str) -> dict[str, dict[str, Any]]:
         if session_id not in self._events:
-            try:
-                session = self.store.get_session(session_id)
-            except NotFound:
-                session = None
-            if session is None or session.owner != self.owner:
-                self._events[session_id] = {}
-            else:
-                self._events[session_id] = {
-                    str(e.payload.get("id")): e.payload
-                    for e in self.store.list_events(session_id, RESPONSE_EVENT)}
+            self._events[session_id] = {
+                str(e.payload.get("id")): e.payload
+                for e in self.store.list_events(session_id, RESPONSE_EVENT)
+            } if self._owns(session_id) else {}
         return self._events[session_id]
 
     def find(self, value: str) -> dict[str, Any]:
@@ -120,21 +175,35 @@ class ResponseLog:
         return record
 
     def chain_items(self, value: str) -> list[Any]:
-        """The input and output items of ``value`` and the responses before it, in order."""
-        chain: list[dict[str, Any]] = []
+        """The input and output items of ``value`` and the responses before it, in order.
+
+        Read through ``_CHAINS``: a session's responses are read once per process, then only
+        the ones stored since, so a turn of a long chain does not read and decode every
+        response before it again (each turn's cost grew with the chain)."""
+        chain: list[str] = []
         seen: set[str] = set()
+        links: dict[str, tuple[str | None, str]] = {}
         current: str | None = value
         while current:
             if current in seen:
                 raise InvalidInput(f"the chain of responses before {value!r} loops")
             seen.add(current)
-            record = self.find(current)
-            chain.append(record)
-            current = record.get("previous_response_id")
-        items: list[Any] = []
-        for record in reversed(chain):
-            items += list(record.get("input") or []) + list(record["response"]["output"])
-        return items
+            if current not in links:  # (a session's links, read once for the whole walk)
+                links = self._links(current)
+            previous, items = links[current]
+            chain.append(items)
+            current = previous
+        parts = [items for items in reversed(chain) if items != "[]"]
+        return list(json.loads("[" + ",".join(p[1:-1] for p in parts) + "]"))
+
+    def _links(self, value: str) -> dict[str, tuple[str | None, str]]:
+        """The links of response ``value``'s session (``_CHAINS``), holding ``value``."""
+        session_id = session_of_id(value)
+        links = _CHAINS.links(self.store, session_id, value) if self._owns(session_id) else {}
+        if value not in links:
+            raise NotFound(f"no response {value!r} (never stored, stored with store=false, "
+                           "or not yours)")
+        return links
 
     def lineage(self, value: str) -> str:
         """The name of the lineage of response ``value``'s session: its first session's title

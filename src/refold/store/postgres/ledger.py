@@ -563,10 +563,11 @@ class LedgerMixin(PgCore):
         assert row is not None
         return event_from_row(row)
 
-    def list_events(self, session_id: str, kind: str | None = None) -> list[Event]:
+    def list_events(self, session_id: str, kind: str | None = None, *,
+                    after_id: int = 0) -> list[Event]:
         with self._tx("list events") as cur:
             self._require_session(cur, session_id)
             cur.execute("""SELECT id, session_id, kind, payload_json, created_at FROM events
                            WHERE session_id = %s AND (%s::text IS NULL OR kind = %s)
-                           ORDER BY id""", (session_id, kind, kind))
+                           AND id > %s ORDER BY id""", (session_id, kind, kind, after_id))
             return [event_from_row(r) for r in cur.fetchall()]

@@ -117,9 +117,11 @@ class StateOps(LedgerOps):
                                   "VALUES (?, ?, ?, ?)", (session_id, kind, body, now))
             return Event(int(cursor.lastrowid or 0), session_id, kind, json.loads(body), now)
 
-    def list_events(self, session_id: str, kind: str | None = None) -> list[Event]:
-        sql = "SELECT id, session_id, kind, payload, created_at FROM events WHERE session_id = ?"
-        args: list[object] = [session_id]
+    def list_events(self, session_id: str, kind: str | None = None, *,
+                    after_id: int = 0) -> list[Event]:
+        sql = ("SELECT id, session_id, kind, payload, created_at FROM events "
+               "WHERE session_id = ? AND id > ?")
+        args: list[object] = [session_id, after_id]
         if kind is not None:
             sql += " AND kind = ?"
             args.append(kind)
