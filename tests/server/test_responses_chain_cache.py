@@ -81,3 +81,24 @@ def test_another_tenant_never_reads_a_cached_chain(tmp_path: Path) -> None:
     with pytest.raises(NotFound):  # a deleted session's chain is gone, cached or not
         ResponseLog(store, "alice").chain_items(last)
     store.close()
+
+
+def test_the_cache_stays_bounded(tmp_path: Path) -> None:
+    from refold.server.responses_api import _Chains
+
+    store = SQLiteStore(str(tmp_path / "c.db"))
+    chains = _Chains(sessions=2, chars=10_000)
+    heads = []
+    for n in range(3):
+        session = store.create_session(title=f"s{n}")
+        heads.append((session.id, respond(store, session.id, None, n)))
+    for session_id, head in heads:
+        assert head in chains.links(store, session_id, head)
+    assert list(chains._by_store[store]) == [heads[1][0], heads[2][0]]  # the oldest went
+    big = store.create_session(title="big")
+    last = None
+    for n in range(200):  # ~60 characters of JSON a response: over 10,000 in all
+        last = respond(store, big.id, last, n)
+    assert last is not None and last in chains.links(store, big.id, last)
+    assert list(chains._by_store[store]) == [big.id]  # the others went to make room
+    store.close()

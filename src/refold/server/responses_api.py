@@ -94,48 +94,57 @@ def session_of_id(value: str) -> str:
     return value[5:].rsplit("_", 1)[0]
 
 
+Links = dict[str, tuple[str | None, str]]  # response id: (previous id, items as JSON)
+
+
 class _Chains:
     """Per process and store: each session's stored responses as chain links (the previous
     id, the input and output items as JSON), with the id of the last event read, so a link
     is read and decoded once. The store's events are never changed, only added (a session
     deleted is caught by the caller's owner check), and are read again whole when an id is
-    not among them (another process's event committed after a later one was read)."""
+    not among them (another process's event committed after a later one was read). Bounded:
+    ``sessions`` per store and ``chars`` of JSON in all, the least recently used dropped."""
 
-    def __init__(self, sessions: int = 64) -> None:
-        self.sessions = sessions  # kept at most, per store (least recently used go first)
+    def __init__(self, sessions: int = 64, chars: int = 16_000_000) -> None:
+        self.sessions, self.chars = sessions, chars
         self._lock = threading.Lock()
         self._by_store: weakref.WeakKeyDictionary[Any, OrderedDict[
-            str, tuple[int, dict[str, tuple[str | None, str]]]]] = weakref.WeakKeyDictionary()
+            str, tuple[int, Links, int]]] = weakref.WeakKeyDictionary()
 
-    def links(self, store: Store, session_id: str, value: str
-              ) -> dict[str, tuple[str | None, str]]:
-        """The session's links (id: (previous id, items as JSON)), read up to date when
-        ``value`` is not among them. The caller only reads the dict."""
+    def links(self, store: Store, session_id: str, value: str) -> Links:
+        """The session's links, read up to date when ``value`` is not among them. The
+        caller only reads the dict (the store is read outside the lock)."""
         with self._lock:
             cache = self._by_store.setdefault(store, OrderedDict())
-            last, links = cache.pop(session_id, (0, {}))
-            if value not in links:
-                last, links = self._read(store, session_id, last, links)
-                if value not in links and last:  # perhaps an event committed out of order
-                    last, links = self._read(store, session_id, 0, {})
-            cache[session_id] = (last, links)
-            while len(cache) > self.sessions:
-                cache.popitem(last=False)
-            return links
+            last, links, size = cache.get(session_id, (0, {}, 0))
+        if value not in links:
+            links = dict(links)  # (a reader of the cached dict never sees it change)
+            last, size = self._read(store, session_id, last, links, size)
+            if value not in links and last:  # perhaps an event committed out of order
+                links = {}
+                last, size = self._read(store, session_id, 0, links, 0)
+        with self._lock:
+            cache[session_id] = (last, links, size)
+            cache.move_to_end(session_id)
+            total = sum(entry[2] for entry in cache.values())
+            while len(cache) > 1 and (len(cache) > self.sessions or total > self.chars):
+                total -= cache.popitem(last=False)[1][2]
+        return links
 
     @staticmethod
-    def _read(store: Store, session_id: str, after: int, links: dict[str, tuple[str | None, str]]
-              ) -> tuple[int, dict[str, tuple[str | None, str]]]:
+    def _read(store: Store, session_id: str, after: int, links: Links, size: int
+              ) -> tuple[int, int]:
         for event in store.list_events(session_id, RESPONSE_EVENT, after_id=after):
             payload = event.payload
             response = payload.get("response")
             output = response.get("output") if isinstance(response, dict) else None
-            items = list(payload.get("input") or []) + list(output or [])
+            items = json.dumps(list(payload.get("input") or []) + list(output or []),
+                               ensure_ascii=False)
             previous = payload.get("previous_response_id")
             links[str(payload.get("id"))] = (previous if isinstance(previous, str) else None,
-                                             json.dumps(items, ensure_ascii=False))
-            after = max(after, event.id)
-        return after, links
+                                             items)
+            after, size = max(after, event.id), size + len(items)
+        return after, size
 
 
 _CHAINS = _Chains()
@@ -182,7 +191,7 @@ class ResponseLog:
         response before it again (each turn's cost grew with the chain)."""
         chain: list[str] = []
         seen: set[str] = set()
-        links: dict[str, tuple[str | None, str]] = {}
+        links: Links = {}
         current: str | None = value
         while current:
             if current in seen:
@@ -196,7 +205,7 @@ class ResponseLog:
         parts = [items for items in reversed(chain) if items != "[]"]
         return list(json.loads("[" + ",".join(p[1:-1] for p in parts) + "]"))
 
-    def _links(self, value: str) -> dict[str, tuple[str | None, str]]:
+    def _links(self, value: str) -> Links:
         """The links of response ``value``'s session (``_CHAINS``), holding ``value``."""
         session_id = session_of_id(value)
         links = _CHAINS.links(self.store, session_id, value) if self._owns(session_id) else {}
