@@ -6,38 +6,24 @@ upstream 500s."""
 
 from __future__ import annotations
 
-import json
 import random
 from typing import Any
 
 import anthropic
 import pytest
-from test_proxy_random_clients import check, key, text
+from test_proxy_random_clients import Upstream, check, key, text
 
 from refold.messages.anthropic import from_anthropic
 from refold.store import Store
-from refold.testing import ScriptedReply, serve
+from refold.testing import serve
 
 
 @pytest.mark.parametrize(("seed", "rotate"), [(0, False), (3, True)], ids=["plain", "rotate"])
 def test_random_anthropic_clients_see_their_own_requests(
         start_proxy: Any, sqlite_store: Store, seed: int, rotate: bool) -> None:
     rng = random.Random(seed)
-    served = errors = 0
-
-    def reply(request: dict[str, Any]) -> ScriptedReply:
-        nonlocal served, errors
-        served += 1
-        if rng.random() < 0.08:
-            errors += 1
-            return ScriptedReply(status=500, error={"error": {"message": "try again"}})
-        if rng.random() < 0.25:
-            return ScriptedReply(content=None, tool_calls=[{
-                "id": f"toolu_{served}", "type": "function",
-                "function": {"name": "read", "arguments": json.dumps({"n": served})}}])
-        return ScriptedReply(content=text("reply", served, rng.choice((20, 120, 300))))
-
-    with serve(default=reply) as up:
+    upstream = Upstream(rng, "toolu")
+    with serve(default=upstream.reply) as up:
         proxy = start_proxy(up, context_length=8000, rotate_on_compaction=rotate)
         sdk = anthropic.Anthropic(base_url=proxy.root, api_key="x", max_retries=0, timeout=30)
         clients: list[dict[str, Any]] = [{"conv": [{"role": "user", "content": text(f"client {c} opens", c, 100)}],
@@ -76,7 +62,7 @@ def test_random_anthropic_clients_see_their_own_requests(
                 seen += 1
             assert len(up.llm.requests) == before + 1
             check(up.llm.requests[-1]["messages"], from_anthropic(window, system="Be terse."))
-    assert seen == errors
+    assert seen == upstream.errors
     stored: set[tuple[Any, ...]] = set()
     for session in sqlite_store.list_sessions(limit=1000):
         rows = [key(r.message) for r in sqlite_store.get_messages(session.id)]

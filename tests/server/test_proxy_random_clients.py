@@ -109,27 +109,34 @@ def ask(api: openai.OpenAI, window: list[Msg], stream: bool) -> Msg:
     return reply
 
 
+class Upstream:
+    """The scripted model: now and then a 500, a quarter of its replies a tool call, the
+    rest text of varied length."""
+
+    def __init__(self, rng: random.Random, call_prefix: str) -> None:
+        self.rng, self.call_prefix = rng, call_prefix
+        self.served = self.errors = 0
+
+    def reply(self, request: dict[str, Any]) -> ScriptedReply:
+        self.served += 1
+        if self.rng.random() < 0.08:
+            self.errors += 1
+            return ScriptedReply(status=500, error={"error": {"message": "try again"}})
+        if self.rng.random() < 0.25:
+            return ScriptedReply(content=None, tool_calls=[{
+                "id": f"{self.call_prefix}_{self.served}", "type": "function",
+                "function": {"name": "read", "arguments": json.dumps({"n": self.served})}}])
+        return ScriptedReply(content=text("reply", self.served, self.rng.choice((20, 120, 300))))
+
+
 @pytest.mark.parametrize(("seed", "rotate", "named"), [(0, False, False), (1, True, False),
                                                       (3, True, True)],
                          ids=["plain", "rotate", "rotate-named"])
 def test_random_clients_see_their_own_requests(start_proxy: Any, sqlite_store: Store,
                                                seed: int, rotate: bool, named: bool) -> None:
     rng = random.Random(seed)
-    served = errors = 0
-
-    def reply(request: dict[str, Any]) -> ScriptedReply:
-        nonlocal served, errors
-        served += 1
-        if rng.random() < 0.08:
-            errors += 1
-            return ScriptedReply(status=500, error={"error": {"message": "try again"}})
-        if rng.random() < 0.25:
-            return ScriptedReply(content=None, tool_calls=[{
-                "id": f"call_{served}", "type": "function",
-                "function": {"name": "read", "arguments": json.dumps({"n": served})}}])
-        return ScriptedReply(content=text("reply", served, rng.choice((20, 120, 300))))
-
-    with serve(default=reply) as up:
+    upstream = Upstream(rng, "call")
+    with serve(default=upstream.reply) as up:
         proxy = start_proxy(up, context_length=8000, rotate_on_compaction=rotate)
         clients: list[dict[str, Any]] = [{"api": openai.OpenAI(
                         base_url=proxy.base_url, api_key="x", max_retries=0,
@@ -162,7 +169,7 @@ def test_random_clients_see_their_own_requests(start_proxy: Any, sqlite_store: S
                 seen_errors += 1  # the client sends it again on its next turn
             assert len(up.llm.requests) == before + 1
             check(up.llm.requests[-1]["messages"], window)
-    assert seen_errors == errors  # every error the clients saw came from the upstream
+    assert seen_errors == upstream.errors  # every error the clients saw was the upstream's
     stored: set[tuple[Any, ...]] = set()
     sessions = sqlite_store.list_sessions(limit=1000)
     for session in sessions:
