@@ -313,8 +313,9 @@ class ProxyApp:
         return self.store
 
     def build(self) -> Starlette:
+        completions = Route(CHAT_PATH, self.endpoint(self.completions), methods=["POST"])
         routes = [
-            Route("/v1/chat/completions", self.endpoint(self.completions), methods=["POST"]),
+            completions,
             Route("/v1/models", self.endpoint(self.models), methods=["GET"]),
             Route("/v1/refold/sessions", self.endpoint(self.sessions), methods=["GET"]),
             Route("/v1/refold/sessions/{ref:path}", self.endpoint(self.session),
@@ -326,7 +327,47 @@ class ProxyApp:
         ]
         handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _crash}
         return Starlette(routes=routes, lifespan=self.lifespan, exception_handlers=handlers,
-                         middleware=[Middleware(RequestIdMiddleware)])
+                         middleware=[Middleware(RequestIdMiddleware),
+                                     Middleware(HotRoute, route=completions)])
+
+
+CHAT_PATH = "/v1/chat/completions"
+
+
+class HotRoute:
+    """``POST /v1/chat/completions`` straight to its endpoint: what Starlette's exception
+    middleware, router, route and ``request_response`` would do for it, in one layer (they
+    cost ~50 Python calls a turn, a fifth of them on every send). It sits inside the request-id
+    middleware and Starlette's server-error middleware, which stay as they were; any other
+    request (and a request under a ``root_path``) goes through Starlette's stack.
+
+    Same as Starlette there: the scope gets ``router``, ``route``, ``endpoint`` and
+    ``path_params``; an ``HTTPException`` from the endpoint is answered by ``_http_error``;
+    anything else propagates to the server-error middleware. (Starlette would also catch an
+    ``HTTPException`` raised while a response is sent; none of this endpoint's responses
+    raises one.)"""
+
+    def __init__(self, app: Any, route: Route) -> None:
+        self.app = app
+        self.route = route
+        self.endpoint = route.endpoint
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != CHAT_PATH \
+                or scope["method"] != "POST" or scope.get("root_path"):
+            await self.app(scope, receive, send)
+            return
+        if "router" not in scope:
+            scope["router"] = scope["app"].router
+        scope["route"] = self.route
+        scope["endpoint"] = self.endpoint
+        scope["path_params"] = {}
+        request = Request(scope, receive, send)
+        try:
+            response = await self.endpoint(request)
+        except HTTPException as exc:
+            response = await _http_error(request, exc)
+        await response(scope, receive, send)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
