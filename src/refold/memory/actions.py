@@ -115,8 +115,12 @@ class MemoryStore:
     # -- reads ----------------------------------------------------------------------------
     def read(self, target: str) -> MemoryView:
         target = check_target(target)
-        with self.backend.transaction(target):  # a consistent file + sidecar pair
-            loaded = self.backend.load(target)
+        settled_load = getattr(self.backend, "settled_load", None)
+        if settled_load is not None:  # (the file backend: see ``FileBackend.settled_load``)
+            loaded = settled_load(target)
+        else:
+            with self.backend.transaction(target):  # a consistent file + sidecar pair
+                loaded = self.backend.load(target)
         entries = [Entry(id=entry_id(r.text), text=r.text, created_at=r.created_at,
                          updated_at=r.updated_at, blocked=scan_entry(r.text),
                          last_used_at=r.last_used_at) for r in loaded.rows]
