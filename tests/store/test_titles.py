@@ -69,3 +69,12 @@ def test_lineage_numbering() -> None:
 
 def test_like_escape() -> None:
     assert like_escape("50%_off\\") == "50\\%\\_off\\\\"
+
+
+@given(st.text(st.characters(max_codepoint=0x7F)))
+def test_printable_ascii_takes_the_short_way_to_the_same_title(raw: str) -> None:
+    from refold.store.titles import _kept
+
+    if raw.isprintable():  # sanitize_title's short way: what the character loop gives
+        assert " ".join(raw.split()) == _kept(raw)
+    assert sanitize_title(raw) == ((_kept(raw)[:MAX_TITLE_LENGTH].rstrip()) or None)

@@ -54,15 +54,23 @@ def sanitize_title(raw: str | None) -> str | None:
         return None
     if not isinstance(raw, str):
         raise InvalidInput(f"a session title must be text, not {type(raw).__name__}")
+    # the usual title, printable ASCII, has no control or format character and a space is its
+    # only whitespace: ``_kept`` would keep it as it is
+    plain = raw.isascii() and raw.isprintable()
+    text = (" ".join(raw.split()) if plain else _kept(raw))[:MAX_TITLE_LENGTH].rstrip()
+    return text or None
+
+
+def _kept(raw: str) -> str:
+    """``raw`` with control characters as spaces, format characters dropped, and whitespace
+    runs collapsed to one space."""
     chars: list[str] = []
     for index, char in enumerate(raw):
         if char.isspace() or unicodedata.category(char) == "Cc":
             chars.append(" ")
         elif _keep(char) or _emoji_joiner(raw, index):
             chars.append(char)
-    text = " ".join("".join(chars).split())
-    text = text[:MAX_TITLE_LENGTH].rstrip()
-    return text or None
+    return " ".join("".join(chars).split())
 
 
 def split_lineage_title(title: str) -> tuple[str, int]:
