@@ -19,6 +19,9 @@ caller takes its json path, unchanged (same values, same errors):
   ±Infinity as ``null``, where json writes ``NaN`` / ``Infinity``: None for any output with a
   ``null`` in it, so a None value, or a non-finite float, is always written by json.
 
+(``bytes.find``, not ``in``: before Python 3.12 ``bytes in bytes`` first tries the operand as an
+integer and formats, raises and clears a TypeError, several times the cost of the search.)
+
 Nothing persisted or hashed goes through here: stored messages and identities keep
 ``canonical_json`` (refold.messages.model), byte for byte.
 """
@@ -39,19 +42,20 @@ _PASSTHROUGH = (orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETI
                 | orjson.OPT_PASSTHROUGH_SUBCLASS) if orjson is not None else 0
 
 AVAILABLE = orjson is not None
+_CONTAINERS = (dict, list)  # (``dict | list`` would build a union type on every call)
 
 
 def loads(raw: bytes) -> Any | None:
     """The JSON value of the UTF-8 ``raw`` (a container: ``{…}`` or ``[…]``) as ``json.loads``
     reads it, or None when orjson is missing or might read it otherwise (the caller then
     decodes with json). Only containers: None is also the answer for a bare ``null``."""
-    if orjson is None or _LONG_NUMBER in raw.translate(_DIGITS):
+    if orjson is None or raw.translate(_DIGITS).find(_LONG_NUMBER) >= 0:
         return None
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
-    return value if isinstance(value, dict | list) else None
+    return value if isinstance(value, _CONTAINERS) else None
 
 
 def loads_text(text: str) -> Any | None:
@@ -74,4 +78,4 @@ def dumps(value: Any) -> bytes | None:
         data = orjson.dumps(value, option=_PASSTHROUGH)
     except orjson.JSONEncodeError:
         return None
-    return None if b"null" in data else data
+    return None if data.find(b"null") >= 0 else data
