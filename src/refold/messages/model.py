@@ -139,6 +139,18 @@ def message_identity(message: Message, previous_identity: str | None) -> str:
     return (_SHA256 or _sha256())(payload.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
+def identity_and_json(message: Message, previous_identity: str | None
+                      ) -> tuple[str, str | None]:
+    """``message_identity``, and the canonical JSON it hashed when that is the whole message
+    (every key an identity key, none null: then ``canonical_json(wire_form(message))`` is that
+    same text, and a store need not encode it again), else None."""
+    core = {k: message[k] for k in _IDENTITY_KEYS if k in message and message[k] is not None}
+    text = canonical_json(core)
+    payload = (previous_identity or "") + "\n" + text
+    identity = (_SHA256 or _sha256())(payload.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return identity, text if len(core) == len(message) else None
+
+
 _SHA256: Any = None
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from refold import _records as records
 from refold.errors import Conflict, InvalidInput, MessageValidationError, NotFound
-from refold.messages.model import Message, as_plain_messages, message_identity, wire_form
+from refold.messages.model import Message, as_plain_messages, identity_and_json, wire_form
 from refold.store.base import (
     REPLY_KEY_CHARS,
     SPENT_NOTHING,
@@ -66,15 +66,24 @@ _PAGE = 500
 
 def _identities(messages: Sequence[Message], previous: str | None) -> list[str]:
     """Chained identities; a message that cannot be hashed as JSON is a validation error."""
+    return _identities_and_json(messages, previous)[0]
+
+
+def _identities_and_json(messages: Sequence[Message], previous: str | None
+                         ) -> tuple[list[str], list[str | None]]:
+    """``_identities``, and per message the canonical JSON of its wire form when its identity
+    hashed that very text (``identity_and_json``; None: encode it when storing)."""
     out: list[str] = []
+    texts: list[str | None] = []
     for index, message in enumerate(messages):
         try:
-            previous = message_identity(message, previous)
+            previous, text = identity_and_json(message, previous)
         except (TypeError, ValueError) as exc:
             raise MessageValidationError(f"cannot be stored as JSON: {exc}",
                                          index=index) from exc
         out.append(previous)
-    return out
+        texts.append(text)
+    return out, texts
 
 
 def _check_batch(messages: Sequence[Message],
@@ -111,12 +120,14 @@ class LedgerOps(SessionOps):
                 usage: Usage | None = None,
                 indexed_through: int | None = None,
                 times: Sequence[float] | None = None,
-                spent: Sequence[Usage | None] | None = None) -> list[StoredMessage]:
+                spent: Sequence[Usage | None] | None = None,
+                canonical: Sequence[str | None] | None = None) -> list[StoredMessage]:
         """Insert the rows after the session's last seq (read unless given) and bump its
         counters — and its usage totals, in the same UPDATE, when ``usage`` is given. The rows
         are indexed for search later, in a batch (``indexer.py``; ``indexed_through`` is the
         watermark when the caller read it already). ``spent``: per row, what of the totals it
-        holds (``encode_spent``; the caller adds it)."""
+        holds (``encode_spent``; the caller adds it). ``canonical``: per row, its wire form's
+        canonical JSON when the caller has it (``_identities_and_json``)."""
         session_id = session if isinstance(session, str) else session.id
         if not messages:
             if usage is not None:
@@ -132,7 +143,8 @@ class LedgerOps(SessionOps):
             seq = last_seq + 1 + offset
             when = times[offset] if times is not None else now
             try:
-                role, body, text, tool_call_id, cjk = message_columns(message)
+                role, body, text, tool_call_id, cjk = message_columns(
+                    message, canonical[offset] if canonical is not None else None)
             except (TypeError, ValueError) as exc:  # not JSON-serializable
                 raise MessageValidationError(f"cannot be stored as JSON: {exc}",
                                              index=offset) from exc
@@ -185,10 +197,10 @@ class LedgerOps(SessionOps):
             if expect_last is not None and (last is None or last[1] != expect_last):
                 raise Conflict(f"session {session_id} changed: its last message is not the "
                                "expected one", hint="sync the whole history instead")
-            identities = _identities(messages, last[1] if last else None)
+            identities, canonical = _identities_and_json(messages, last[1] if last else None)
             appended = self._insert(conn, session_id, messages, counts, identities,
                                     last_seq=int(head[0]), usage=usage,
-                                    indexed_through=int(head[4]))
+                                    indexed_through=int(head[4]), canonical=canonical)
             if expect_last is None:
                 return AppendResult(appended, 0)
             end = (appended[-1].seq, appended[-1].identity) if appended else last

@@ -33,9 +33,10 @@ CHECKPOINT_COLUMNS = ("id, session_id, summary, first_seq, last_seq, tail_start_
                       "created_at")
 
 
-def encode_json(value: Any) -> str:
-    """Canonical JSON that always encodes to UTF-8 (non-ASCII kept unless it cannot be)."""
-    text = canonical_json(value)
+def encode_json(value: Any, canonical: str | None = None) -> str:
+    """Canonical JSON that always encodes to UTF-8 (non-ASCII kept unless it cannot be).
+    ``canonical``: ``canonical_json(value)`` when the caller has it already."""
+    text = canonical_json(value) if canonical is None else canonical
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -51,12 +52,14 @@ def safe_text(text: str) -> str:
         return text.encode("utf-8", "replace").decode("utf-8")
 
 
-def message_columns(message: Message) -> tuple[str, str, str, str | None, int]:
-    """(role, message JSON, search text, tool_call_id, has_cjk) for one wire message."""
+def message_columns(message: Message, canonical: str | None = None
+                    ) -> tuple[str, str, str, str | None, int]:
+    """(role, message JSON, search text, tool_call_id, has_cjk) for one wire message;
+    ``canonical``: ``canonical_json(wire_form(message))`` when the caller has it already."""
     wire = wire_form(message)
     text = safe_text(searchable_text(wire))
     tool_call_id = wire.get("tool_call_id")
-    return (safe_text(str(wire.get("role", ""))), encode_json(wire), text,
+    return (safe_text(str(wire.get("role", ""))), encode_json(wire, canonical), text,
             safe_text(str(tool_call_id)) if tool_call_id is not None else None,
             1 if has_cjk(text) else 0)
 
