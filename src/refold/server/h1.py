@@ -135,7 +135,9 @@ class _Connection(asyncio.Protocol):
         self.buffered += len(body)
         if self.buffered > HIGH_WATER and self.transport is not None:
             self.transport.pause_reading()
-        self._wake()
+        waiter = self._waiter  # (``_wake``, inline: once per streamed event)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def on_message_complete(self) -> None:
         if self._interim:
