@@ -36,6 +36,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import weakref
@@ -75,7 +76,20 @@ DERIVED_PREFIX = "conv-"
 def derived_ref(owner: str, history: Sequence[Message]) -> str:
     """The session name a conversation without a header maps to (stable across restarts and
     across changes of its system prompt)."""
-    return _digest([owner, _first(history, ("user",))])
+    first = _first(history, ("user",))
+    if type(first) is str and len(first) <= _REMEMBERED_CHARS:
+        return _text_ref(owner, first)  # (every turn of a conversation asks again)
+    return _digest([owner, first])
+
+
+# the names of the conversations seen last whose first user message is at most this long are
+# remembered (at most 256 of them: ~0.5 MiB of ASCII text)
+_REMEMBERED_CHARS = 2048
+
+
+@functools.lru_cache(maxsize=256)
+def _text_ref(owner: str, first: str) -> str:
+    return _digest([owner, first])
 
 
 def legacy_ref(owner: str, history: Sequence[Message]) -> str:
