@@ -1,6 +1,6 @@
 """Property test of "the request is the truth" with compaction on (issue 11), in process.
 
-``test_history_properties.py`` checks it on a context that never fills; here an 3k-token
+``test_history_properties.py`` checks it on a context that never fills; here a 3k-token
 context fills every few turns, so the runtime compacts (and, with ``rotate_on_compaction``,
 continues in a child session) while clients extend, regenerate, open new conversations, end on
 tool calls and slide their windows, named or not. After every request:
@@ -24,12 +24,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from refold.compaction.core import ACK
 from refold.compaction.policy import CompactionPolicy
 from refold.runtime import Engine, SessionRuntime
 from refold.runtime.window import find_window
 from refold.server.sessions import derived_ref
 from refold.store.sqlite import SQLiteStore
+from refold.testing import assert_sent_as_client_sent
 
 Msg = dict[str, Any]
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa",
@@ -47,38 +47,6 @@ def text(tag: str, n: int) -> str:
 def key(m: Msg) -> tuple[Any, ...]:
     return (m["role"], json.dumps(m.get("content"), sort_keys=True),
             json.dumps(m.get("tool_calls"), sort_keys=True), m.get("tool_call_id"))
-
-
-def check(sent: list[Msg], window: list[Msg]) -> None:
-    calls = {c["id"] for m in window for c in m.get("tool_calls") or []}
-    want = [m for m in window if m["role"] != "tool" or m["tool_call_id"] in calls]
-    keys = [key(m) for m in want]
-    results = [m.get("tool_call_id") for m in want]
-    call_ids = [[c["id"] for c in m.get("tool_calls") or []] for m in want]
-    assert key(sent[-1]) == keys[-1]
-    at = -1
-    for m in sent:
-        if key(m) in keys:
-            now = keys.index(key(m))
-        elif m["role"] == "tool" and m.get("tool_call_id") in results:
-            now = results.index(m["tool_call_id"])  # an old output, pruned
-        elif m.get("tool_calls") and [c["id"] for c in m["tool_calls"]] in call_ids:
-            now = call_ids.index([c["id"] for c in m["tool_calls"]])  # arguments pruned
-        else:
-            content = m.get("content")
-            assert str(content).startswith("[CONTEXT SUMMARY") or content in ACK.values(), m
-            continue
-        assert now > at, ("out of order", m)
-        at = now
-    pending: set[str] = set()
-    for m in sent:
-        if m["role"] == "tool":
-            assert m["tool_call_id"] in pending, ("a result with no call", m)
-            pending.discard(m["tool_call_id"])
-        else:
-            assert not pending, ("a call with no result", pending)
-            pending = {c["id"] for c in m.get("tool_calls") or []}
-    assert not pending
 
 
 @pytest.fixture
@@ -145,7 +113,7 @@ def test_the_upstream_sees_what_the_client_sent_while_compacting(
             runtimes[ref] = rt
         prepared = rt.prepare_history([dict(m) for m in window],
                                       diverge="rewind" if named else "branch")
-        check([m for m in prepared.messages if m["role"] != "system"], window)
+        assert_sent_as_client_sent(prepared.messages, window)
         assert prepared.tokens <= prepared.context_length
         reply: Msg = {"role": "assistant", "content": text("reply", n)}
         if action == "tool" or pick % 5 == 4:

@@ -27,9 +27,8 @@ from typing import Any
 import openai
 import pytest
 
-from refold.compaction.core import ACK
 from refold.store import Store
-from refold.testing import ScriptedReply, serve
+from refold.testing import ScriptedReply, assert_sent_as_client_sent, serve
 
 Msg = dict[str, Any]
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa",
@@ -47,38 +46,7 @@ def key(m: Msg) -> tuple[Any, ...]:
          for c in m.get("tool_calls") or []]), m.get("tool_call_id"))
 
 
-def check(received: list[Msg], window: list[Msg]) -> None:
-    sent = [m for m in received if m["role"] != "system"]
-    want = [m for m in window if m["role"] != "system"]
-    calls = {c["id"] for m in want for c in m.get("tool_calls") or []}
-    want = [m for m in want if m["role"] != "tool" or m["tool_call_id"] in calls]
-    keys = [key(m) for m in want]
-    results = [m.get("tool_call_id") for m in want]
-    call_ids = [[c["id"] for c in m.get("tool_calls") or []] for m in want]
-    assert key(sent[-1]) == keys[-1], (sent[-1], want[-1])
-    at = -1
-    for m in sent:
-        if key(m) in keys:
-            now = keys.index(key(m))
-        elif m["role"] == "tool" and m.get("tool_call_id") in results:
-            now = results.index(m["tool_call_id"])  # an old output, pruned
-        elif m.get("tool_calls") and [c["id"] for c in m["tool_calls"]] in call_ids:
-            now = call_ids.index([c["id"] for c in m["tool_calls"]])  # long arguments, pruned
-        else:
-            content = m.get("content")
-            assert str(content).startswith("[CONTEXT SUMMARY") or content in ACK.values(), (
-                "a message the client did not send", m)
-            continue
-        assert now > at, ("out of order", m)
-        at = now
-    pending: set[str] = set()
-    for m in sent:
-        if m["role"] == "tool":
-            assert m["tool_call_id"] in pending, ("a result with no call", m)
-            pending.discard(m["tool_call_id"])
-        else:
-            assert not pending, ("a call with no result", pending)
-            pending = {c["id"] for c in m.get("tool_calls") or []}
+check = assert_sent_as_client_sent  # (refold.testing.truth)
 
 
 def ask(api: openai.OpenAI, window: list[Msg], stream: bool) -> Msg:
