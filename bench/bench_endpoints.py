@@ -9,12 +9,16 @@ Responses with the full input), or sends only the new input with ``previous_resp
 process's CPU time (from /proc, Linux). Endpoints alternate in ``--rounds`` rounds so drift
 lands on all of them; the figures are ratios against chat completions in the same run.
 
-    python bench/bench_endpoints.py [--requests 120] [--turns 10] [--rounds 3]
+    python bench/bench_endpoints.py [--requests 120] [--turns 10] [--rounds 3] [--tool-output 2000]
+
+``--tool-output CHARS`` adds an agent conversation through ``/v1/messages`` in Claude Code's
+shape: every reply a tool call, every next request its result of CHARS characters.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -28,7 +32,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_proxy import cpu_seconds, start_proxy
 
-from refold.testing import serve
+from refold.testing import ScriptedReply, serve
 
 REPLY = "Sure. Here is a short answer of about the length agents get back from a model."
 Turn = Callable[[httpx.Client, str, int, int, dict[str, Any]], None]
@@ -77,6 +81,46 @@ def responses_chained_turn(client: httpx.Client, url: str, conv: int, turn: int,
     state["previous"] = response.json()["id"]
 
 
+AGENT = "agent conversation"  # the upstream answers these with a tool call (``upstream_reply``)
+TOOL_OUTPUT = 0  # --tool-output: characters of each tool result in the agent conversations
+
+
+def agent_turn(client: httpx.Client, url: str, conv: int, turn: int,
+               state: dict[str, Any]) -> None:
+    """Claude Code's shape through ``/v1/messages``: each reply is a tool call, each next
+    request answers it with ``TOOL_OUTPUT`` characters of output, the whole history re-sent
+    with the cache marker on its last block."""
+    history = state.setdefault("history", [
+        {"role": "user", "content": [{"type": "text", "text": f"{AGENT} {conv}: find the bug"}]}])
+    for message in history:
+        if isinstance(message["content"], list):
+            for block in message["content"]:
+                block.pop("cache_control", None)
+    history[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
+    response = client.post(url.removesuffix("/v1") + "/v1/messages", json={
+        "model": "scripted-model", "max_tokens": 512, "messages": history,
+        "system": [{"type": "text", "text": "You are a coding agent."}]})
+    response.raise_for_status()
+    content = response.json()["content"]
+    history.append({"role": "assistant", "content": content})
+    use = next(b for b in content if b["type"] == "tool_use")
+    line = f"src/module_{turn}.py:{turn}: a line of the tool's output\n"
+    history.append({"role": "user", "content": [{
+        "type": "tool_result", "tool_use_id": use["id"],
+        "content": (line * (TOOL_OUTPUT // len(line) + 1))[:TOOL_OUTPUT]}]})
+
+
+def upstream_reply(body: dict[str, Any]) -> Any:
+    """``REPLY``, or a tool call for the agent conversations."""
+    first = next((m for m in body.get("messages") or [] if m.get("role") == "user"), {})
+    if AGENT not in str(first.get("content")):
+        return REPLY
+    calls = sum(1 for m in body["messages"] if m.get("role") == "assistant")
+    return ScriptedReply(content="Let me look.", tool_calls=[{
+        "id": f"toolu_{calls}", "type": "function", "function": {
+            "name": "Bash", "arguments": json.dumps({"command": f"grep -rn bug src/{calls}"})}}])
+
+
 ENDPOINTS: dict[str, Turn] = {"chat.completions": chat_turn, "messages": messages_turn,
                               "responses (full input)": responses_full_turn,
                               "responses (previous_response_id)": responses_chained_turn}
@@ -103,9 +147,16 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=120)
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tool-output", type=int, default=0, metavar="CHARS",
+                        help="also an agent through /v1/messages: each reply a tool call, each "
+                             "result CHARS characters (Claude Code's shape)")
     args = parser.parse_args()
+    global TOOL_OUTPUT
+    TOOL_OUTPUT = args.tool_output
+    if TOOL_OUTPUT > 0:
+        ENDPOINTS[f"messages (agent, {TOOL_OUTPUT}-char tool results)"] = agent_turn
     results: dict[str, tuple[list[float], float]] = {name: ([], 0.0) for name in ENDPOINTS}
-    with serve(default=lambda body: REPLY) as up, tempfile.TemporaryDirectory() as home:
+    with serve(default=upstream_reply) as up, tempfile.TemporaryDirectory() as home:
         proc, url = start_proxy(Path(home), up.base_url)
         try:
             for round_ in range(args.rounds):
