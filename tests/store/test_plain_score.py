@@ -126,6 +126,35 @@ def test_leaving_common_words_out_changes_no_score(tmp_path: Path,
     assert sum(engaged) >= 5
 
 
+def test_a_words_bound_is_never_under_its_weight_in_a_message(tmp_path: Path) -> None:
+    """``_bound`` (what a word weighs at most in one message: how ``_pruned`` decides a word
+    cannot place a message alone) is at least the word's weight in every message holding it,
+    sealed rows and tail alike, and tighter than pairing the highest frequency with the
+    shortest length: exact for most words here."""
+    store = archive(tmp_path / "refold.db", 5, 1.0, 9000)  # sealed chunks, a tail, tf > 255
+    exact = looser = 0
+    with store.db.read() as conn:
+        through = indexer.watermark(conn)
+        asked = [(word, parse_query(word).terms[0].fts5()) for word in WORDS]
+        gathered = wordindex.gather(conn, asked, through)
+        assert gathered is not None and gathered.tail
+        for made in gathered.made:
+            if len(made) != 1:  # (a phrase: "e-mail")
+                continue
+            token = made[0]
+            weight = plainscore._weigher(gathered, plainscore._hits(gathered, token)).__getitem__
+            weights = plainscore._weigh(gathered, token, weight)
+            bound = plainscore._bound(gathered, token, weight)
+            ids, tfs, lengths = plainscore.postings(gathered.parts[token],
+                                                    gathered.tail[token], gathered.tail_lengths)
+            assert len(weights) == len(ids) > 0, token
+            assert bound >= max(weights.values()), token
+            assert bound <= weight((max(tfs), min(lengths))), token
+            exact += bound == max(weights.values())
+            looser += bound < weight((max(tfs), min(lengths)))
+    assert exact >= len(WORDS) // 2 and looser >= len(WORDS) // 2, (exact, looser)
+
+
 def test_one_word_plain_ranks_are_numpys(tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     store = archive(tmp_path / "refold.db", 4, 1.0, 9000)

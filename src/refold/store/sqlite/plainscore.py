@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 import sqlite3
 import sys
 from array import array
@@ -45,6 +46,7 @@ PLAIN_BUDGET = 300_000
 # page faults: a fresh process's first question scored here took 13.9 ms of CPU against 16.5
 # (sys 4.1 against 7.1 ms; cold, a million messages, 10 questions of 10-40k postings)
 PLAIN_FIRST = 50_000
+_NOT_ONE = re.compile(b"[^\x01]")  # a term frequency byte other than one
 _spent = 0  # postings of queries over PLAIN_WARM scored here by this process
 
 Postings = tuple[list[int], list[float], list[int]]  # ids, term frequencies, lengths
@@ -158,24 +160,40 @@ def _weigh(gathered: Gathered, token: str, weight: Callable[[tuple[float, int]],
 
 
 def _bound(gathered: Gathered, token: str, weight: Callable[[tuple[float, int]], float]) -> float:
-    """At least ``token``'s weight in any message holding it: the weight of its highest term
-    frequency at its shortest length (a weight rises with the one and falls with the other)."""
-    top, low = 0, -1
+    """At least ``token``'s weight in any message holding it (a weight rises with the term
+    frequency and falls with the length): the weight of a frequency of one at the shortest
+    length, or of a message's own frequency and length where that frequency is more than one
+    (few are: found by a scan of the frequency bytes, not decoded one by one)."""
+    best, low = 0.0, -1
     for _, id_blob, tf_blob, len_blob in gathered.parts[token]:
         count = len(id_blob) // 2
-        if count:
-            top = max(top, max(_decoded(wordindex._width(TFS, tf_blob, count), tf_blob)))
-            least = min(_decoded(wordindex._width(LENS, len_blob, count), len_blob))
-            low = least if low < 0 else min(low, least)
+        if not count:
+            continue
+        lengths = _decoded(wordindex._width(LENS, len_blob, count), len_blob)
+        least = min(lengths)
+        low = least if low < 0 else min(low, least)
+        if len(tf_blob) == count:  # one byte a frequency
+            for more in _NOT_ONE.finditer(tf_blob):
+                at = more.start()
+                best = max(best, weight((tf_blob[at], lengths[at])))
+        else:
+            for frequency, length in zip(_decoded("H", tf_blob), lengths, strict=True):
+                if frequency > 1:
+                    best = max(best, weight((frequency, length)))
     for doc, count in gathered.tail[token]:
         length = gathered.tail_lengths.get(doc, 0)
-        top, low = max(top, count), (length if low < 0 else min(low, length))
-    return 0.0 if low < 0 else weight((top, low))
+        if count > 1:
+            best = max(best, weight((count, length)))
+        low = length if low < 0 else min(low, length)
+    return best if low < 0 else max(best, weight((1, low)))
 
 
-def term_weights(conn: sqlite3.Connection, gathered: Gathered) -> list[dict[int, float]] | None:
+def term_weights(conn: sqlite3.Connection, gathered: Gathered,
+                 weighed: dict[str, dict[int, float]] | None = None
+                 ) -> list[dict[int, float]] | None:
     """``wordindex.term_weights`` without NumPy: each term's bm25 weight of each message
-    holding it ({id: weight}), or None (then FTS5 answers)."""
+    holding it ({id: weight}), or None (then FTS5 answers). ``weighed``: tokens already
+    weighed for every message holding them (``_pruned``'s, when it could not prune)."""
     loaded: dict[str, Postings] = {}
 
     def load(token: str) -> Postings:
@@ -184,7 +202,7 @@ def term_weights(conn: sqlite3.Connection, gathered: Gathered) -> list[dict[int,
                                      gathered.tail_lengths)
         return loaded[token]
 
-    weighed: dict[str, dict[int, float]] = {}  # a token's weights (its terms' are the same)
+    weighed = dict(weighed or {})  # a token's weights (its terms' are the same)
     out: list[dict[int, float]] = []
     for (_, match), tokens in zip(gathered.terms, gathered.made, strict=True):
         if len(tokens) == 1:
@@ -317,10 +335,11 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     matching message at once (or over those ``_pruned`` keeps)."""
     from refold.store.sqlite import natural
 
-    found = _pruned(conn, plan, query, limit, gathered)
+    weighed: dict[str, dict[int, float]] = {}
+    found = _pruned(conn, plan, query, limit, gathered, weighed)
     if found is not None:
         return found
-    weights = term_weights(conn, gathered)
+    weights = term_weights(conn, gathered, weighed)
     if weights is None:
         return None
     words = Words(weights)
@@ -347,20 +366,25 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
 
 
 PRUNE_FROM = 5_000  # postings from which a question's commonest words may be left out
+CHEAP = 8  # a word of at most 1/CHEAP of a question's postings is weighed for every message
 
 
 def _pruned(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery, limit: int,
-            gathered: Gathered) -> dict[int, float] | None:
+            gathered: Gathered, full: dict[str, dict[int, float]] | None = None
+            ) -> dict[int, float] | None:
     """``fast_scores`` of a question of words (no CJK, no day, no session), scoring only the
     messages that hold one of its rarer words, when its commoner ones cannot place a message
     alone; None when that does not hold (then every message is scored).
 
-    The messages of the rarest words are scored first, from those words alone: the
-    ``limit``-th best of those partial scores is a floor of the bar. A message holding none
+    The messages of the rarest words are scored first, from those words alone (at least
+    ``limit`` messages' worth, and every word cheap beside the question's postings: a higher
+    floor for the price of words that are weighed in full anyway): the ``limit``-th best of
+    those partial scores is a floor of the bar. A message holding none
     but the commonest words, whose weights at most (``_bound``) add up under that floor,
     cannot reach the bar even boosted (it lacks a word, so only the phrase boost applies):
     those words are weighed for the messages of the others only. (MaxScore, as search
-    engines call it.)"""
+    engines call it.) ``full`` receives the words weighed for every message (for the caller
+    to reuse when this returns None)."""
     from refold.store.sqlite import natural
 
     if plan.cjk or plan.days or query.session_id is not None \
@@ -370,10 +394,12 @@ def _pruned(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery, lim
     hits = {t: _hits(gathered, t) for t in tokens}
     weigher = {t: _weigher(gathered, hits[t]).__getitem__ for t in hits}
     want = max(1, limit)
-    full: dict[str, dict[int, float]] = {}  # tokens weighed for every message holding them
+    if full is None:
+        full = {}  # tokens weighed for every message holding them
     seed: set[int] = set()
+    cheap = gathered.postings() // CHEAP
     for token in sorted(hits, key=hits.__getitem__):
-        if len(seed) >= want:
+        if len(seed) >= want and hits[token] > cheap:
             break
         if hits[token]:
             full[token] = _weigh(gathered, token, weigher[token])
@@ -384,16 +410,19 @@ def _pruned(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery, lim
     floor = _kth([sum(found.get(i, 0.0) for found in full.values()) for i in seed],
                  want) * (1.0 - 1e-9)
     alone = 1.0 + (BOOST_PHRASE if plan.pairs else 0.0)  # a message lacking a word
-    bounds = {t: _bound(gathered, t, weigher[t]) for t in hits}
-    left_out: set[int] = set()  # the terms a message cannot place on alone
+    # The words not weighed yet, commonest first, are left out while a message holding only
+    # those left out stays under the floor (any such set will do: the commonest save most).
+    # A word's bound: what it weighs at most in a message (as many times as the question
+    # holds it).
+    left_out: set[str] = set()  # the words a message cannot place on alone
     reach = 0.0
-    for n in sorted(range(len(tokens)), key=lambda n: bounds[tokens[n]]):
-        reach += bounds[tokens[n]]
-        if reach * alone * (1.0 + 1e-9) >= floor:
-            break
-        left_out.add(n)
-    kept = {tokens[n] for n in range(len(tokens)) if n not in left_out}
-    if not left_out or all(tokens[n] in full or tokens[n] in kept for n in left_out):
+    for token in sorted(hits.keys() - full.keys(), key=lambda t: (-hits[t], t)):
+        bound = _bound(gathered, token, weigher[token]) * tokens.count(token)
+        if (reach + bound) * alone * (1.0 + 1e-9) < floor:
+            left_out.add(token)
+            reach += bound
+    kept = set(tokens) - left_out
+    if not left_out:
         return None  # nothing left to spare
     for token in kept:
         if token not in full:
