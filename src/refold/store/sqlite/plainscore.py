@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import re
 import sqlite3
 import sys
 from array import array
@@ -46,7 +45,7 @@ PLAIN_BUDGET = 300_000
 # page faults: a fresh process's first question scored here took 13.9 ms of CPU against 16.5
 # (sys 4.1 against 7.1 ms; cold, a million messages, 10 questions of 10-40k postings)
 PLAIN_FIRST = 50_000
-_NOT_ONE = re.compile(b"[^\x01]")  # a term frequency byte other than one
+_ABOVE_ONE = bytes([0, 0] + [1] * 254)  # bytes.translate: a frequency byte above one -> 1
 _spent = 0  # postings of queries over PLAIN_WARM scored here by this process
 
 Postings = tuple[list[int], list[float], list[int]]  # ids, term frequencies, lengths
@@ -161,10 +160,11 @@ def _weigh(gathered: Gathered, token: str, weight: Callable[[tuple[float, int]],
 
 def _bound(gathered: Gathered, token: str, weight: Callable[[tuple[float, int]], float]) -> float:
     """At least ``token``'s weight in any message holding it (a weight rises with the term
-    frequency and falls with the length): the weight of a frequency of one at the shortest
-    length, or of a message's own frequency and length where that frequency is more than one
-    (few are: found by a scan of the frequency bytes, not decoded one by one)."""
-    best, low = 0.0, -1
+    frequency and falls with the length): the larger of the weight of a frequency of one at
+    the shortest length and of the highest frequency at the shortest length of a message
+    whose frequency is above one (few are; each row's found by C-level scans, not decoded
+    posting by posting)."""
+    low = several_low = several_top = -1
     for _, id_blob, tf_blob, len_blob in gathered.parts[token]:
         count = len(id_blob) // 2
         if not count:
@@ -173,19 +173,26 @@ def _bound(gathered: Gathered, token: str, weight: Callable[[tuple[float, int]],
         least = min(lengths)
         low = least if low < 0 else min(low, least)
         if len(tf_blob) == count:  # one byte a frequency
-            for more in _NOT_ONE.finditer(tf_blob):
-                at = more.start()
-                best = max(best, weight((tf_blob[at], lengths[at])))
+            top = max(tf_blob)
+            several = tf_blob.translate(_ABOVE_ONE)  # a true byte where the frequency is > 1
         else:
-            for frequency, length in zip(_decoded("H", tf_blob), lengths, strict=True):
-                if frequency > 1:
-                    best = max(best, weight((frequency, length)))
+            frequencies = _decoded("H", tf_blob)
+            top = max(frequencies)
+            several = bytes(f > 1 for f in frequencies)
+        if top > 1:
+            shortest = min(compress(lengths, several))
+            several_low = shortest if several_low < 0 else min(several_low, shortest)
+            several_top = max(several_top, top)
     for doc, count in gathered.tail[token]:
         length = gathered.tail_lengths.get(doc, 0)
-        if count > 1:
-            best = max(best, weight((count, length)))
         low = length if low < 0 else min(low, length)
-    return best if low < 0 else max(best, weight((1, low)))
+        if count > 1:
+            several_low = length if several_low < 0 else min(several_low, length)
+            several_top = max(several_top, count)
+    if low < 0:
+        return 0.0
+    one = weight((1, low))
+    return one if several_top < 0 else max(one, weight((several_top, several_low)))
 
 
 def term_weights(conn: sqlite3.Connection, gathered: Gathered,
