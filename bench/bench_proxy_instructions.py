@@ -13,6 +13,11 @@ divided by ``--turns`` is the user-space instructions per turn. Slow (valgrind r
 
 ``--streams N``: the turns come from N clients at once (their turns interleave, as at
 ``bench_proxy.py``'s 10 streams: busy stores, worker threads and their hand-offs count too).
+
+``--tool-output CHARS``: the turns are instead one agent conversation through ``/v1/messages``
+in Claude Code's shape (``bench_endpoints.py``'s: each reply a tool call, each next request
+its CHARS-character result and the whole history), its warm-up another such conversation of
+``--turns`` turns: instructions per turn averaged over a history growing to ``--turns`` rounds.
 """
 
 from __future__ import annotations
@@ -65,8 +70,21 @@ def drive_streams(url: str, turns: int, stream: bool, tag: str, streams: int) ->
             del done
 
 
-def instructions(src: str, upstream: str, turns: int, stream: bool, streams: int = 1) -> int:
-    """Callgrind's total for one serve: warm-up, ``turns`` turns, then a dump."""
+def drive_agent(url: str, turns: int, tag: int) -> None:
+    """``turns`` turns of one agent conversation through ``/v1/messages`` (bench_endpoints)."""
+    import bench_endpoints
+
+    with httpx.Client(timeout=600) as client:
+        state: dict[str, Any] = {}
+        for turn in range(turns):
+            bench_endpoints.agent_turn(client, url, tag, turn, state)
+
+
+def instructions(src: str, upstream: str, turns: int, stream: bool, streams: int = 1,
+                 agent_turns: int = 0) -> int:
+    """Callgrind's total for one serve: warm-up, ``turns`` turns, then a dump (with
+    ``agent_turns``, a warm-up agent conversation of that many turns, then ``turns`` of
+    another)."""
     with tempfile.TemporaryDirectory() as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith("REFOLD_")}
         env.update(PYTHONPATH=src, PYTHONHASHSEED="0")
@@ -83,9 +101,14 @@ def instructions(src: str, upstream: str, turns: int, stream: bool, streams: int
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise SystemExit(f"serve did not start:\n{log.read_text(errors='replace')}")
                 time.sleep(0.2)
-            drive(match.group(1), 40, stream, "warm")
-            if turns:
-                drive_streams(match.group(1), turns, stream, "main", streams)
+            if agent_turns:
+                drive_agent(match.group(1), agent_turns, 1)
+                if turns:
+                    drive_agent(match.group(1), turns, 2)
+            else:
+                drive(match.group(1), 40, stream, "warm")
+                if turns:
+                    drive_streams(match.group(1), turns, stream, "main", streams)
             time.sleep(2)
             subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True,
                            stdout=subprocess.DEVNULL)
@@ -105,19 +128,32 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=1,
                         help="clients at once (each its own conversations; --turns is split "
                              "evenly over them)")
+    parser.add_argument("--tool-output", type=int, default=0, metavar="CHARS",
+                        help="an agent conversation through /v1/messages instead, each tool "
+                             "result CHARS characters (Claude Code's shape)")
     args = parser.parse_args()
     if args.streams > 1 and args.turns % args.streams:
         raise SystemExit("--turns must be a multiple of --streams")
     reply = ScriptedReply(content=REPLY)
-    with serve(default=lambda body: reply) as upstream, ThreadPoolExecutor(2) as pool:
+    answer: Any = lambda body: reply  # noqa: E731
+    agent = 0
+    if args.tool_output > 0:
+        import bench_endpoints
+
+        bench_endpoints.TOOL_OUTPUT = args.tool_output
+        answer, agent = bench_endpoints.upstream_reply, args.turns
+    kind = (f"agent (/v1/messages, {args.tool_output}-char results) turn over {args.turns} "
+            "rounds" if agent else
+            f"{'JSON' if args.json else 'streamed'} turn at {args.streams} stream(s)")
+    with serve(default=answer) as upstream, ThreadPoolExecutor(2) as pool:
         per_turn: list[float] = []
         for src in args.src:
             empty, full = pool.map(lambda n, s=src: instructions(s, upstream.base_url, n,
-                                                                 not args.json, args.streams),
+                                                                 not args.json, args.streams,
+                                                                 agent),
                                    (0, args.turns))
             per_turn.append((full - empty) / args.turns)
-            print(f"{src}: {per_turn[-1] / 1e6:.3f} M instructions per "
-                  f"{'JSON' if args.json else 'streamed'} turn at {args.streams} stream(s) "
+            print(f"{src}: {per_turn[-1] / 1e6:.3f} M instructions per {kind} "
                   f"({per_turn[-1] / per_turn[0]:.3f}x the first)", flush=True)
 
 

@@ -9,7 +9,6 @@ anywhere across network reads; the common event (one ``data: `` line) costs one 
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable
 from operator import itemgetter
@@ -17,7 +16,7 @@ from typing import Any
 
 from refold import fastjson
 from refold._records import dataclass, field
-from refold.messages.model import Message
+from refold.messages.model import Message, copy_json
 
 DONE = "[DONE]"
 
@@ -158,7 +157,7 @@ class StreamAssembler:
     def message(self) -> Message:
         """The assistant message the stream spelled out so far."""
         if self.whole is not None:
-            return copy.deepcopy(self.whole)
+            return copy_json(self.whole)
         text = "".join(self.content)
         message: Message = {"role": "assistant", "content": text or None}
         if self.calls:

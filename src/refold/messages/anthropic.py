@@ -45,7 +45,6 @@ first and tool arguments as ``json.dumps(obj, ensure_ascii=False)``,
 
 from __future__ import annotations
 
-import copy
 import json
 import operator
 from collections.abc import Sequence
@@ -53,7 +52,7 @@ from itertools import repeat
 from typing import Any
 
 from refold.errors import MessageValidationError
-from refold.messages.model import Message, as_plain, content_text
+from refold.messages.model import Message, as_plain, content_text, copy_json
 from refold.messages.repair import repair
 
 Block = dict[str, Any]
@@ -135,7 +134,7 @@ def _kept_blocks(message: Message, drop_unsigned: bool) -> list[Block] | None:
     if (said.get("content") or None) != (message.get("content") or None) \
             or _calls_core(said.get("tool_calls")) != _calls_core(message.get("tool_calls")):
         return None
-    blocks = copy.deepcopy(kept)
+    blocks = copy_json(kept)
     if drop_unsigned:  # (as for reasoning: the live API only takes signed thinking back)
         blocks = [b for b in blocks if b.get("type") != "thinking" or "signature" in b]
     return blocks
@@ -195,7 +194,7 @@ def _kept_result(message: Message) -> Block | None:
 def _tool_result_block(message: Message) -> Block:
     kept = _kept_result(message) if KEPT in message else None
     if kept is not None:
-        return copy.deepcopy(kept)
+        return copy_json(kept)
     block = _rebuilt_result(message)
     held = message.get(KEPT)
     if isinstance(held, list) and held and isinstance(held[0], dict) and held[0].get("is_error"):
@@ -391,7 +390,7 @@ def _tool_message(block: Block) -> Message:
                         "content": _tool_result_text(block)}
     if _bare(_rebuilt_result(message)) != _bare(block):  # is_error, images, documents, lists
         whole = isinstance(block.get("content"), list)
-        message[KEPT] = [copy.deepcopy(block) if whole else
+        message[KEPT] = [copy_json(block) if whole else
                          {k: v for k, v in block.items() if k != "content"}]
     return message
 
@@ -448,7 +447,7 @@ def _assistant_message(content: list[Block], index: int, keep: bool = True) -> M
             message["thinking_blocks"] = thinking
     if keep and [_bare(b) for b in _assistant_blocks(message, index, False)] != \
             [_bare(b) for b in content]:
-        message[KEPT] = copy.deepcopy(content)
+        message[KEPT] = copy_json(content)
     return message
 
 

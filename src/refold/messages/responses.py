@@ -45,13 +45,12 @@ the chat form does not have.
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
 from refold._records import dataclass, field
 from refold.errors import InvalidInput
-from refold.messages.model import Message, content_text
+from refold.messages.model import Message, content_text, copy_json
 
 KEPT = "refold_responses"
 """The message key holding, with ``round_trip=True``, what the chat form has no place for."""
@@ -176,7 +175,7 @@ class _Builder:
             message = {"role": "tool", "tool_call_id": call_id,
                        "content": _output_text(output)}
             if self.round_trip and isinstance(output, list):
-                _keep(message, "output", copy.deepcopy(output))
+                _keep(message, "output", copy_json(output))
             self.push(message)
         elif kind == "reasoning":
             summary = item.get("summary") or []
@@ -189,7 +188,7 @@ class _Builder:
         elif self.round_trip:
             if not self.kept:
                 self.kept_at = index
-            self.kept.append(copy.deepcopy(item))
+            self.kept.append(copy_json(item))
         else:
             raise InvalidInput(f"input[{index}]: items of type {kind!r} are not supported "
                                "by refold")
@@ -232,7 +231,7 @@ def input_messages(value: Any, origins: list[int] | None = None, *,
 def _kept(message: Message, where: str) -> list[Any]:
     kept = message.get(KEPT)
     value = kept.get(where) if isinstance(kept, dict) else None
-    return copy.deepcopy(value) if isinstance(value, list) else []
+    return copy_json(value) if isinstance(value, list) else []
 
 
 def _content_item(message: Message) -> Any:
@@ -278,7 +277,7 @@ def _tool_output(message: Message) -> Any:
     output = kept.get("output") if isinstance(kept, dict) else None
     text = content_text(message)
     if isinstance(output, list) and _output_text(output) == text:
-        return copy.deepcopy(output)
+        return copy_json(output)
     return text
 
 

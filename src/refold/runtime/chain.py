@@ -29,7 +29,6 @@ that first carried each message); the proxy's LRU of runtimes bounds how many ar
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 from collections.abc import Sequence
 from itertools import repeat
@@ -37,7 +36,7 @@ from operator import is_, methodcaller
 from typing import Any
 
 from refold._records import dataclass
-from refold.messages.model import IDENTITY_KEYS, Message
+from refold.messages.model import IDENTITY_KEYS, Message, copy_json
 
 
 def comparable(message: dict[str, Any]) -> dict[str, Any]:
@@ -227,7 +226,7 @@ identity_core = _identity_core  # what a message's identity hashes (``refold.run
 def _frozen(message: Message) -> dict[str, Any]:
     form = comparable(message)
     if any(map(isinstance, form.values(), repeat(_NESTED))):
-        return copy.deepcopy(form)
+        return copy_json(form)
     return form  # a new dict of immutable values: already a snapshot
 
 

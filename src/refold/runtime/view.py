@@ -33,7 +33,7 @@ from operator import itemgetter
 
 from refold import _records as records
 from refold._records import dataclass, field
-from refold.messages.model import Message, wire_form
+from refold.messages.model import Message, copy_json, wire_form
 from refold.runtime.chain import _NESTED
 from refold.store.base import Checkpoint, Projection, StoredMessage, ViewTip
 
@@ -107,7 +107,7 @@ class ViewCache:
         """The view in wire form, as fresh dicts the caller may edit (see ``detached``)."""
         if not self.nested:  # (the usual chat: no nesting anywhere, copied at C speed)
             return list(map(dict, map(_FORM, self.wire)))
-        return [copy.deepcopy(w) if nested else dict(w) for w, nested in self.wire]
+        return [copy_json(w) if nested else dict(w) for w, nested in self.wire]
 
     def snapshot(self) -> Projection:
         """The projection, as ``Store.projection`` would return it, in copies for planners."""
@@ -128,4 +128,4 @@ def detached(message: Message) -> Message:
     """The message as handed to a caller: wire form, nested containers copied so editing them
     cannot alter the cached view (strings are immutable and shared)."""
     form, nested = _wire(message)
-    return copy.deepcopy(form) if nested else form
+    return copy_json(form) if nested else form

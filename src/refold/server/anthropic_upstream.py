@@ -18,7 +18,6 @@ gets it verbatim, while the pipeline records the chat form.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -32,6 +31,7 @@ from refold.llm.client import json_object
 from refold.llm.failures import bad_response
 from refold.llm.sse import WHOLE_REPLY, EventSplitter
 from refold.messages.anthropic import from_anthropic, server_block, to_anthropic, tool_input
+from refold.messages.model import copy_json
 from refold.pricing import token_count
 from refold.server.anthropic_wire import EVENTS, FINISH_REASONS, PRIVATE, REPLY
 from refold.server.upstream import passed_headers
@@ -92,7 +92,7 @@ def _client_system(system: str | None, client: Any) -> list[dict[str, Any]] | No
     followed by additions (then the blocks are rebuilt from the chat form)."""
     if not isinstance(client, dict) or not isinstance(client.get("blocks"), list):
         return None
-    blocks, text = copy.deepcopy(client["blocks"]), str(client.get("text") or "")
+    blocks, text = copy_json(client["blocks"]), str(client.get("text") or "")
     system = system or ""
     if not text:
         rest = system
@@ -178,7 +178,7 @@ class BlockAssembler:
         if not isinstance(index, int):
             return
         if kind == "content_block_start" and isinstance(event.get("content_block"), dict):
-            self.blocks[index] = copy.deepcopy(event["content_block"])
+            self.blocks[index] = copy_json(event["content_block"])
             return
         block = self.blocks.get(index)
         if block is None:

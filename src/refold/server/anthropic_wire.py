@@ -24,7 +24,6 @@ code for both APIs. This module is the pure half: no I/O, no app.
 
 from __future__ import annotations
 
-import copy
 import json
 import uuid
 from collections.abc import Iterator
@@ -33,7 +32,7 @@ from typing import Any
 from refold._records import dataclass, field
 from refold.errors import InvalidInput, MessageValidationError
 from refold.messages.anthropic import from_anthropic, system_text, tool_input
-from refold.messages.model import Message
+from refold.messages.model import Message, copy_json
 from refold.pricing import token_count
 from refold.server.wire import OVERLOADED, chat_functions
 
@@ -203,7 +202,7 @@ def chat_request(raw: Any, *, anthropic_upstream: bool) -> dict[str, Any]:
         extra = {k: v for k, v in clean.items() if k not in ("messages", "system", "stream")}
         out[PRIVATE] = {"request": extra, "marks": marks.as_json(), "system_head": billing}
         if isinstance(body.get("system"), list):  # the client's blocks, each with its marker
-            out[PRIVATE]["system"] = {"blocks": copy.deepcopy(body["system"]),
+            out[PRIVATE]["system"] = {"blocks": copy_json(body["system"]),
                                       "text": system_text(clean.get("system"))}
     return out
 
