@@ -212,3 +212,61 @@ def test_a_text_tool_result_is_kept_without_its_text() -> None:
     pruned = [messages[0], {**messages[1], "content": "[pruned]"}]
     assert to_anthropic(pruned)["messages"][1]["content"][0] == {
         "type": "tool_result", "tool_use_id": "t", "is_error": True, "content": "[pruned]"}
+
+
+BLOCK_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from([0.0, -0.0, 1.0, 1.5])
+    | TEXT, lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.sampled_from(["a", "b", "路径"]), inner, max_size=3), max_leaves=8)
+ASSISTANT_BLOCKS = st.lists(st.one_of(
+    st.builds(lambda t: {"type": "text", "text": t}, TEXT),
+    st.builds(lambda t, c: {"type": "text", "text": t, "citations": c}, TEXT,
+              st.none() | st.lists(st.fixed_dictionaries({"cited_text": TEXT}), max_size=1)),
+    st.builds(lambda i, v: {"type": "tool_use", "id": f"toolu_{i}", "name": "Bash",
+                            "input": v}, st.integers(0, 3),
+              st.dictionaries(st.sampled_from(["a", "b", "路径"]), BLOCK_VALUES, max_size=3)),
+    st.builds(lambda t, s: {"type": "thinking", "thinking": t, "signature": s}, TEXT, TEXT),
+), min_size=1, max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(ASSISTANT_BLOCKS, min_size=1, max_size=4))
+def test_assistant_turns_seen_before_convert_as_the_first_time(
+        turns: list[list[dict[str, Any]]]) -> None:
+    """The proxy converts a request's assistant turns through a per-process memo (a client
+    re-sends each earlier turn with every request): the same messages, to the type (``1``,
+    ``1.0`` and ``True`` apart), and a caller editing what it got changes no later answer."""
+    history = [{"role": m, "content": blocks} for blocks in turns
+               for m in ("user", "assistant")]
+    for message in history[::2]:
+        message["content"] = "next"
+    plain = from_anthropic(json.loads(json.dumps(history)))
+    for _ in range(2):
+        got = from_anthropic(json.loads(json.dumps(history)), memo=True)
+        assert repr(got) == repr(plain)
+        for message in got:  # editing an answer must not reach the memo
+            message.clear()
+
+
+def test_the_memo_tells_numbers_apart_and_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from refold.messages import anthropic
+
+    def turn(value: Any) -> list[dict[str, Any]]:
+        return [{"role": "assistant", "content": [
+            {"type": "tool_use", "id": "t1", "name": "grep", "input": {"n": value}}]}]
+
+    spelled = [from_anthropic(turn(v), memo=True)[0]["tool_calls"][0]["function"]["arguments"]
+               for v in (1, 1.0, True, 1, 1.0, True)]
+    assert spelled == ['{"n": 1}', '{"n": 1.0}', '{"n": true}'] * 2
+    memo = anthropic._Converted()
+    monkeypatch.setattr(anthropic, "_CONVERTED", memo)
+    monkeypatch.setattr(memo, "ENTRIES", 5)
+    for n in range(20):
+        from_anthropic(turn(n), memo=True)
+    assert len(memo.held) == 5 and memo.chars == sum(map(len, memo.held))
+    monkeypatch.setattr(memo, "CHARS", 3 * len(repr(turn(0)[0]["content"])))
+    from_anthropic(turn(99), memo=True)
+    assert len(memo.held) <= 3 and memo.chars <= memo.CHARS
+    big = [{"role": "assistant", "content": [{"type": "text", "text": "x" * 40_000}]}]
+    assert from_anthropic(big, memo=True) == from_anthropic(big)
+    assert repr(big[0]["content"]) not in memo.held

@@ -146,7 +146,7 @@ def _check(body: Any) -> dict[str, Any]:
 def chat_messages(body: dict[str, Any]) -> list[Message]:
     """The request's system and messages in the chat form (InvalidInput if malformed)."""
     try:
-        return from_anthropic(body["messages"], system=body.get("system"))
+        return from_anthropic(body["messages"], system=body.get("system"), memo=True)
     except MessageValidationError as exc:
         raise InvalidInput(f"messages: {exc}") from exc
 
