@@ -52,7 +52,17 @@ def test_wire_and_comparable_forms_match_their_comprehensions(message: dict[str,
     assert comparable(message) == {k: v for k, v in message.items()
                                    if v is not None and not k.startswith("_")}
     assert wire_form(message) is not message and comparable(message) is not message
-    assert _plain(message) == all(type(v) is str for v in message.values())
+    assert _plain(message) == all(type(leaf) in (str, type(None)) for leaf in leaves(message))
+
+
+def leaves(value: Any) -> list[Any]:
+    """Every leaf of a JSON value, and its dict keys (a non-str key counts as a leaf)."""
+    if type(value) is list:
+        return [leaf for inner in value for leaf in leaves(inner)]
+    if type(value) is dict:
+        return [leaf for key, inner in value.items()
+                for leaf in ([] if type(key) is str else [key]) + leaves(inner)]
+    return [value]
 
 
 @settings(max_examples=300, deadline=None)
@@ -117,8 +127,13 @@ def test_known_prefix_shortcut_tells_types_apart() -> None:
     assert chain.known_prefix([{"role": "user", "content": 1}]) is None
     nested = KnownChain.of("s", [{"role": "user", "content": [{"type": "text", "text": "1"}]}],
                            "tip")
-    assert not nested.all_plain
+    assert nested.all_plain  # (no number anywhere: ``==`` is exact)
     assert nested.known_prefix([{"role": "user", "content": [{"type": "text", "text": 1.0}]}]) \
+        is None
+    numbered = KnownChain.of("s", [{"role": "user", "content": [{"type": "text", "n": 1}]}],
+                             "tip")
+    assert not numbered.all_plain
+    assert numbered.known_prefix([{"role": "user", "content": [{"type": "text", "n": 1.0}]}]) \
         is None  # (1.0 == 1 in Python; not in JSON: the loop's exact compare decides)
 
 

@@ -6,11 +6,14 @@ The store is real (both backends); ``CountingStore`` only counts which ledger ca
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from refold.errors import MessageValidationError
 from refold.messages.model import chain_identities
@@ -165,8 +168,11 @@ def test_known_prefix_fast_and_exact_paths_agree() -> None:
               "tool_calls": [{"id": "c1", "type": "function",
                               "function": {"name": "f", "arguments": "{}"}}]}
     result = {"role": "tool", "tool_call_id": "c1", "content": "1"}
+    numbered = {"role": "user", "content": [{"type": "text", "text": "x", "weight": 1}]}
     chain = KnownChain.of("s", [plain], "t1").extended([nested, result], "t3")
-    assert chain.plain == (True, False, True)
+    assert chain.plain == (True, True, True)  # (no number anywhere: ``==`` is exact)
+    assert KnownChain.of("s", [numbered, {"role": "user", "content": [{"n": None, 1: "a"}]}],
+                         "t").plain == (False, False)
     assert chain.known_prefix([dict(plain), dict(nested), dict(result), plain]) == 3
     # None values and underscore keys are ignored; everything else must match exactly
     assert chain.known_prefix([{**plain, "name": None, "_x": 1}, nested, result]) == 3
@@ -175,6 +181,33 @@ def test_known_prefix_fast_and_exact_paths_agree() -> None:
     changed = {**nested, "tool_calls": [{**nested["tool_calls"][0], "id": "c2"}]}
     assert chain.known_prefix([plain, changed, result]) is None
     assert chain.known_prefix([plain, nested]) is None  # shorter than the chain
+    numbers = KnownChain.of("s", [plain, numbered], "t2")
+    assert numbers.known_prefix([plain, numbered]) == 2
+    for other in (1.0, True):  # equal to 1 in Python, not in JSON
+        spelled = {**numbered, "content": [{**numbered["content"][0], "weight": other}]}
+        assert numbers.known_prefix([plain, spelled]) is None
+
+
+JSON_LEAVES = st.none() | st.booleans() | st.sampled_from([0, 1, 0.0, -0.0, 1.0, float("nan")]) \
+    | st.sampled_from(["", "a", "1"])
+JSON_VALUES = st.recursive(JSON_LEAVES, lambda inner: st.lists(inner, max_size=3)
+                           | st.dictionaries(st.sampled_from(["a", "b"]), inner, max_size=2),
+                           max_leaves=6)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.sampled_from(["role", "content", "x"]), JSON_VALUES, min_size=1),
+       st.dictionaries(st.sampled_from(["role", "content", "x"]), JSON_VALUES, min_size=1))
+def test_the_fast_comparison_answers_as_the_exact_one(raw: dict[str, Any],
+                                                      message: dict[str, Any]) -> None:
+    """``_is_known`` with a stored form's ``_plain`` flag (``==`` at C speed when it holds) says
+    what the exact comparison says, for any pair of JSON messages (numbers of each type,
+    ``-0.0``, NaN, booleans, None, nesting) and for a message and its own copy."""
+    from refold.runtime.chain import _frozen, _is_known, _plain
+
+    stored = _frozen(message)
+    for sent in (raw, copy.deepcopy(message)):
+        assert _is_known(sent, stored, _plain(stored)) == _is_known(sent, stored, False)
 
 
 CALL = {"id": "call_1", "type": "function",

@@ -231,9 +231,25 @@ def _frozen(message: Message) -> dict[str, Any]:
 
 
 def _plain(form: dict[str, Any]) -> bool:
-    """Every value a ``str``: then ``==`` with it is JSON-exact (a dict equal to it has the same
-    keys, each value equal to a str, so a str too)."""
-    return set(map(type, form.values())) <= {str}
+    """No number and no boolean anywhere: every value a ``str``, or None, or a list or a dict
+    (of ``str`` keys) of such. Then ``==`` with it is JSON-exact: a value equal to it has the
+    same keys and lengths all the way down, and each leaf equal to a str is a str and equal
+    to None is None (only numbers compare equal across types: ``1 == 1.0 == True``, ``-0.0 ==
+    0.0``; and NaN is unequal to itself)."""
+    if set(map(type, form.values())) <= {str}:
+        return True  # (the usual message: checked at C speed)
+    return _numberless(form)
+
+
+def _numberless(value: Any) -> bool:
+    kind = type(value)
+    if kind is str or value is None:
+        return True
+    if kind is dict:
+        return all(type(k) is str for k in value) and all(map(_numberless, value.values()))
+    if kind is list:
+        return all(map(_numberless, value))
+    return False
 
 
 @dataclass(frozen=True)
