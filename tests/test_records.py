@@ -275,3 +275,50 @@ def test_refold_search_defines_its_classes_without_the_dataclasses_module() -> N
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "False"
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+def test_the_first_instances_bind_as_the_compiled_init_does(
+        frozen: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A class's first instances are made without compiling its ``__init__``
+    (``COMPILE_AFTER``): the same fields, defaults, factories, ``__post_init__`` and the same
+    ``TypeError`` messages as the compiled one, which takes over after them."""
+    cases = [((1,), {}), ((2, "q"), {"tags": ["a"]}), ((), {"x": 3, "secret": "t"}), ((), {}),
+             ((1,), {"nope": 2}), ((1,), {"x": 2}), ((1, "a", [], "s", {}, 6), {}),
+             ((), {"label": "l"})]
+
+    def made(compile_after: int) -> list[object]:
+        monkeypatch.setattr(records, "COMPILE_AFTER", compile_after)
+        _, rec = _pair(frozen)
+
+        @records.dataclass(frozen=frozen)
+        class Three:
+            a: int
+            b: int
+            c: int
+
+            def __post_init__(self) -> None:
+                object.__setattr__(self, "total", self.a + self.b + self.c)
+
+        out: list[object] = []
+        for kind, args, kwargs in [*((rec, a, k) for a, k in cases),
+                                   (Three, (1, 2, 3), {}), (Three, (), {}), (Three, (1,), {}),
+                                   (Three, (1, 2, 3, 4), {})]:
+            try:
+                one = kind(*args, **kwargs)
+                out.append((repr(one), vars(one)))
+            except TypeError as exc:
+                out.append(str(exc))
+        first = rec(1)
+        out.append(first.tags is not rec(1).tags)
+        return out
+
+    bound, compiled = made(10**9), made(0)
+    assert bound == compiled
+    assert any("missing 3 required positional arguments: 'a', 'b', and 'c'" in str(o)
+               for o in bound)
+    monkeypatch.setattr(records, "COMPILE_AFTER", 2)
+    _, rec = _pair(frozen)
+    for n in range(4):  # compiled after two instances, the same records either side
+        assert rec(n, "x").x == n
+    assert not hasattr(vars(rec)["__init__"], "_records_specs")
