@@ -9,7 +9,8 @@ server — has it already). For each question, each variant runs in a new proces
 the file's pages from the OS cache (``posix_fadvise(DONTNEED)``), opens the store (untimed)
 and times one search; variants alternate question by question, so machine drift hits all
 alike. Per variant: wall p50/p95, CPU p50/p95 (process time; of it, system time), and read
-syscalls during the search (``/proc/self/io``).
+syscalls during the search (``/proc/self/io``). ``--cached`` leaves the file in the page cache
+(read through once first): the first search's own CPU in a fresh process, without the reads.
 
     python bench/bench_cold_search.py new=/path/new.db:src old=/path/old.db:/old/checkout/src \\
         [new-np=/path/new.db:src:numpy …] [--rounds 2] [--questions 10]
@@ -32,10 +33,10 @@ from pathlib import Path
 
 CHILD = r"""
 import os, resource, sys, time
-path, text, preload = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+path, text, preload, cached = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4] == "1"
 if preload:
     import numpy  # noqa: F401
-for name in (path, path + "-wal"):
+for name in (path, path + "-wal") if not cached else ():
     if os.path.exists(name):
         fd = os.open(name, os.O_RDONLY)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
@@ -79,6 +80,9 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=10,
                         help="how many of the bench's English questions")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--cached", action="store_true",
+                        help="leave the file in the page cache (read through once first): the "
+                             "first search's own CPU, without the reads")
     args = parser.parse_args()
     questions = args.question or bench_questions(args.questions)
     variants = []
@@ -87,15 +91,22 @@ def main() -> None:
         db, src, *more = rest.split(":")
         variants.append((name, db, src, "1" if more == ["numpy"] else "0"))
     figures: dict[str, list[list[float]]] = {v[0]: [[], [], [], []] for v in variants}
+    if args.cached:
+        for db in {v[1] for v in variants}:
+            with open(db, "rb") as whole:
+                while whole.read(1 << 24):
+                    pass
     for _ in range(args.rounds):
         for text in questions:
             for name, db, src, preload in variants:
                 env = {**os.environ, "PYTHONPATH": src}
-                out = subprocess.run([sys.executable, "-c", CHILD, db, text, preload],
+                out = subprocess.run([sys.executable, "-c", CHILD, db, text, preload,
+                                      "1" if args.cached else "0"],
                                      capture_output=True, text=True, env=env, check=True)
                 for column, value in zip(figures[name], out.stdout.split(), strict=True):
                     column.append(float(value))
-    print(f"first search in a fresh process, cold page cache; {len(questions)} questions x "
+    cache = "the file in the page cache" if args.cached else "cold page cache"
+    print(f"first search in a fresh process, {cache}; {len(questions)} questions x "
           f"{args.rounds} rounds, variants alternated; ms")
     for name, (wall, cpu, system, reads) in figures.items():
         print(f"{name:>12}: wall p50 {statistics.median(wall):6.1f} p95 {pct(wall, .95):6.1f}"
