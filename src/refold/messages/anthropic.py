@@ -470,7 +470,7 @@ class _Converted:
     ``LONGEST`` characters are not kept."""
 
     ENTRIES = 4096
-    CHARS = 4_000_000
+    CHARS = 2_000_000
     LONGEST = 32_768
 
     def __init__(self) -> None:
