@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,3 +29,22 @@ def normal_store(tmp_path: Path) -> Iterator[SQLiteStore]:
     store = SQLiteStore(str(tmp_path / "normal.db"), synchronous="NORMAL")
     yield store
     store.close()
+
+
+@pytest.fixture
+def make_engine(tmp_path: Path) -> Iterator[Callable[..., tuple[Engine, SQLiteStore]]]:
+    """A factory of engines, each over its own SQLite file, closed at the end (for property
+    tests that start over at each example): ``make_engine(**engine_options)``."""
+    made: list[tuple[Engine, SQLiteStore]] = []
+
+    def make(**options: Any) -> tuple[Engine, SQLiteStore]:
+        store = SQLiteStore(str(tmp_path / f"p{len(made)}.db"))
+        engine = Engine(store, **{"model": "gpt-4o-mini", "background_precompact": False,
+                                  **options})
+        made.append((engine, store))
+        return engine, store
+
+    yield make
+    for engine, store in made:
+        engine.close()
+        store.close()

@@ -16,19 +16,15 @@ tool calls and slide their windows, named or not. After every request:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from refold.compaction.policy import CompactionPolicy
-from refold.runtime import Engine, SessionRuntime
+from refold.runtime import SessionRuntime
 from refold.runtime.window import find_window
 from refold.server.sessions import derived_ref
-from refold.store.sqlite import SQLiteStore
 from refold.testing import assert_sent_as_client_sent
 
 Msg = dict[str, Any]
@@ -49,30 +45,13 @@ def key(m: Msg) -> tuple[Any, ...]:
             json.dumps(m.get("tool_calls"), sort_keys=True), m.get("tool_call_id"))
 
 
-@pytest.fixture
-def make_engine(tmp_path: Path) -> Iterator[Any]:
-    made: list[tuple[Engine, SQLiteStore]] = []
-
-    def make(rotate: bool) -> tuple[Engine, SQLiteStore]:
-        store = SQLiteStore(str(tmp_path / f"p{len(made)}.db"))
-        engine = Engine(store, model="gpt-4o-mini", context_length=3000,
-                        policy=CompactionPolicy(rotate_on_compaction=rotate),
-                        background_precompact=False)
-        made.append((engine, store))
-        return engine, store
-
-    yield make
-    for engine, store in made:
-        engine.close()
-        store.close()
-
-
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(actions=ACTIONS, named=st.booleans(), rotate=st.booleans())
 def test_the_upstream_sees_what_the_client_sent_while_compacting(
         make_engine: Any, actions: list[tuple[str, int]], named: bool, rotate: bool) -> None:
-    engine, store = make_engine(rotate)
+    engine, store = make_engine(context_length=3000,
+                                policy=CompactionPolicy(rotate_on_compaction=rotate))
     runtimes: dict[str, SessionRuntime] = {}
     clients: list[dict[str, Any]] = []
     for n, (action, pick) in enumerate(actions):

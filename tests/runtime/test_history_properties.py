@@ -25,11 +25,8 @@ Checked after every request:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -118,23 +115,6 @@ def as_stored(client: Client, conv: list[Msg]) -> list[Msg]:
             for i, m in enumerate(conv)]
 
 
-@pytest.fixture
-def make_engine(tmp_path: Path) -> Iterator[Any]:
-    made: list[tuple[Engine, SQLiteStore]] = []
-
-    def make() -> tuple[Engine, SQLiteStore]:
-        store = SQLiteStore(str(tmp_path / f"p{len(made)}.db"))
-        engine = Engine(store, model="gpt-4o-mini", context_length=100_000,
-                        background_precompact=False)
-        made.append((engine, store))
-        return engine, store
-
-    yield make
-    for engine, store in made:
-        engine.close()
-        store.close()
-
-
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(actions=ACTIONS, named=st.booleans())
@@ -152,7 +132,7 @@ def make_engine(tmp_path: Path) -> Iterator[Any]:
 # is on another conversation's branch: adopted as the session it branches from stored it
 def test_the_upstream_sees_what_the_client_sent(make_engine: Any, actions: list[tuple[str, int]],
                                                 named: bool) -> None:
-    engine, store = make_engine()
+    engine, store = make_engine(context_length=100_000)
     harness = Harness(engine)
     clients = [Client("c0", named)]
     rewinds_allowed: dict[str, int] = {}
