@@ -53,6 +53,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from refold._records import dataclass
+from refold.store.sqlite import porter
 
 CHUNK = 4096  # message ids per sealed chunk
 SEGMENT = 16  # sealed chunks merged into one row per term once all 16 are sealed (uint16 ids)
@@ -62,6 +63,7 @@ RECENT = 1 << 40  # a recent block's rows, read, are keyed RECENT plus its first
 RECENT_ROWS = 256  # indexed rows above the sealed chunks and blocks that make a recent block
 RECENT_TABLE = "word_recent"
 TOKENIZE = "porter unicode61 remove_diacritics 2"  # messages_fts's tokenizer (schema.py)
+PORTER_UNICODE61 = "porter unicode61 remove_diacritics 2"  # what ``porter`` computes
 K1 = 1.2
 B = 0.75
 STATE = "word_index_state"
@@ -242,6 +244,13 @@ class Tokenizer:
             self.words.clear()
         self.words[word] = tokens
         return tokens
+
+
+def word_tokens(word: str) -> tuple[str, ...]:
+    """The tokens FTS5 makes of one query word: a plain ASCII word's stem computed here
+    (``porter``: no FTS5 table to open in a new process), anything else FTS5's own."""
+    token = porter.word_token(word) if TOKENIZE == PORTER_UNICODE61 else None
+    return (token,) if token is not None else tokenizer().word(word)
 
 
 _TOKENIZER: Tokenizer | None = None
@@ -609,8 +618,7 @@ def gather(conn: sqlite3.Connection, terms: Sequence[tuple[str, str]],
     chunks, gen, low = index.chunks, index.gen, index.low
     if indexed_through - low >= MAX_TAIL:
         return None
-    tok = tokenizer()
-    made = [tok.word(text) for text, _ in terms]
+    made = [word_tokens(text) for text, _ in terms]
     if any(not m for m in made):
         return None
     total_rows, total_tokens = fts_totals(conn)
