@@ -15,7 +15,9 @@ from refold.search.query import (
     is_cjk_char,
     is_gram_needle,
     make_snippet,
+    needle_pattern,
     parse_query,
+    word_matches,
 )
 
 NASTY = ["C++", '"unterminated', "(problem", "hello AND", "***", "{test}", "OR hello",
@@ -283,3 +285,24 @@ def test_markdown_emphasis_is_the_plain_word(text: str) -> None:
     assert [(t.words, t.prefix) for g in parsed.groups for t in g] == [(("data",), False)]
     assert parse_query(f"what is {text} in the pyc file?").natural is not None  # a sentence
     assert parse_query("data*").groups[0][0].prefix  # a trailing star alone is a prefix
+
+
+# -- word_matches: a plain word needle's spans without a compiled pattern ------------------------
+_MATCH_ALPHABET = "delt" + "esingormt" + "DE1 _-.é日" + "\n"
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=_MATCH_ALPHABET, max_size=80),
+       st.sampled_from(["del", "delete", "de", "d", "t1", "e", "dele1", "et", "tele"]))
+def test_word_matches_equal_the_needle_patterns_spans(text: str, word: str) -> None:
+    lowered = text.lower() if len(text.lower()) == len(text) else text
+    want = [(m.start(), m.end()) for m in needle_pattern(word).finditer(lowered)]
+    assert list(word_matches(lowered, word)) == want
+
+
+def test_word_matches_take_inflections_and_word_edges() -> None:
+    text = "fixes fix prefix fixture fixing fix2 fixed_it fix-up FIX fixments"
+    assert [text[a:b] for a, b in word_matches(text, "fix")] == [
+        "fixes", "fix", "fixing", "fixed", "fix", "fixments"]
+    versions = "v12 v123 v12s v12"
+    assert [versions[a:b] for a, b in word_matches(versions, "v12")] == ["v12", "v12"]
