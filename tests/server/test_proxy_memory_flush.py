@@ -114,3 +114,34 @@ def test_serve_flushes_a_session_a_dead_process_left_unflushed(
     finally:
         dead.close()
     assert _memory_text(home).count("backup runs at 02:00") == 1
+
+
+def test_memory_reviews_a_running_session_after_its_replies_went_out(
+        start_one_proxy: ProxyFactory, tmp_path: Path) -> None:
+    """The review every N turns runs once a reply is sent, streamed or not, while the proxy
+    keeps serving (no eviction, no stop): the after-turn work a turn held back is done."""
+    home = tmp_path / "home"
+    with serve(default=lambda _b: "ok") as up:
+        proxy = start_one_proxy(up, memory_review_every_turns=2)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="none", max_retries=0)
+        history = [{"role": "user", "content": "Remember that the release branch is cut on "
+                                               "Thursdays."}]
+        client.chat.completions.create(model="m", messages=history,
+                                       extra_headers={"X-Refold-Session": "json"})
+        assert "Thursdays" not in _memory_text(home)  # one turn: no review yet
+        history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "hi"}]
+        client.chat.completions.create(model="m", messages=history,
+                                       extra_headers={"X-Refold-Session": "json"})
+        _wait_for(lambda: "release branch is cut on Thursdays" in _memory_text(home))
+
+        streamed = [{"role": "user", "content": "Remember that staging resets at midnight."}]
+        for text in ("", "thanks"):
+            if text:
+                streamed += [{"role": "assistant", "content": "ok"},
+                             {"role": "user", "content": text}]
+            with client.chat.completions.create(
+                    model="m", messages=streamed, stream=True,
+                    extra_headers={"X-Refold-Session": "streamed"}) as chunks:
+                assert "".join(c.choices[0].delta.content or "" for c in chunks
+                               if c.choices) == "ok"
+        _wait_for(lambda: "staging resets at midnight" in _memory_text(home).lower())

@@ -440,7 +440,8 @@ class _Turn:
                 message, usage=usage, model=data.get("model"), hold_after_turn=True) or None):
             # memory's after-turn work once the body is sent (a send that fails leaves it to
             # the session's next call)
-            return JSONResponse(data, headers=self.headers(), background=BackgroundTask(self.finish))
+            return JSONResponse(data, headers=self.headers(),
+                                background=BackgroundTask(self._finish_here))
         self.proxy.worker_records += 1
         await anyio.to_thread.run_sync(
             lambda: self.rt.record(message, usage=usage, model=data.get("model")))
@@ -450,6 +451,11 @@ class _Turn:
         """After the reply went out: the runtime's deferred after-turn work (never waits;
         failures are logged by the engine)."""
         self.rt.finish_turn()
+
+    async def _finish_here(self) -> None:
+        """``finish()`` on the event loop, as a streamed reply's ends (it never waits): a sync
+        background task would cost each reply a hand-off to Starlette's thread pool."""
+        self.finish()
 
     async def open_stream(self) -> UpstreamStream:
         for attempt in range(self.proxy.max_attempts):
