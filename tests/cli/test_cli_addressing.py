@@ -104,3 +104,59 @@ def test_a_reference_that_is_not_utf8_is_no_traceback(store: Store, tmp_path: Pa
     tool = ToolRegistry([session_search_tool(store, owner=None)])
     answer = tool.run("session_search", {"mode": "read", "session_id": "x\udce9"})
     assert answer.is_error and "no session" in json.loads(answer.text)["error"], answer
+
+
+def _import(store: Store, home: Path, path: Path, *args: str) -> dict[str, object]:
+    result = run(store, home, "import", str(path), "--json", *args)
+    return dict(json.loads(result.output))
+
+
+def _transcript(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([{"role": "user", "content": text},
+                                {"role": "assistant", "content": "ok"}]), encoding="utf-8")
+    return path
+
+
+def test_deleting_a_name_twice_never_deletes_a_numbered_namesake(store: Store,
+                                                                  tmp_path: Path) -> None:
+    """Two unrelated files called notes.json: the second import is titled "notes #2". Deleting
+    "notes" twice deletes "notes", then says no session matches: "notes #2" shares only the
+    name (a rename or a delete must never reach it); shown and searched, the name still finds
+    the lineage's newest."""
+    home = tmp_path / "home"
+    _import(store, home, _transcript(tmp_path / "work" / "notes.json", "quarterly roadmap"))
+    other = _import(store, home, _transcript(tmp_path / "home" / "notes.json", "mortgage"))
+    assert other["title"] == "notes #2"
+    run(store, home, "sessions", "rm", "notes", "--yes")
+    again = CliRunner().invoke(cli, ["--home", str(home), "--db", db_url(store),
+                                     "sessions", "rm", "notes", "--yes"])
+    assert again.exit_code != 0
+    assert "no session matches 'notes'" in again.output + str(again.exception)
+    for command in (["rename", "notes", "x"], ["rewind", "notes", "1"]):
+        refused = CliRunner().invoke(cli, ["--home", str(home), "--db", db_url(store),
+                                           "sessions", *command])
+        assert refused.exit_code != 0, command
+    assert store.get_session(str(other["session_id"])).title == "notes #2"
+    assert len(store.get_messages(str(other["session_id"]))) == 2
+    assert store.resolve_session("notes").id == other["session_id"]  # reading: the newest
+
+
+def test_import_session_name_is_an_exact_id_or_title_or_a_shown_id_prefix(
+        store: Store, tmp_path: Path) -> None:
+    """``import --session NAME``: a short NAME that begins an unrelated session's id creates a
+    session titled NAME instead of appending to that one; the 8-character id ``sessions
+    list`` shows, the exact title and the whole id still append."""
+    home = tmp_path / "home"
+    pool = _import(store, home, _transcript(tmp_path / "pool.json", "connection pool size"))
+    pool_id = str(pool["session_id"])
+    offsite = _transcript(tmp_path / "offsite.json", "plan the offsite in Lisbon")
+    created = _import(store, home, offsite, "--session", pool_id[:1])
+    assert created["session_id"] != pool_id and created["title"] == pool_id[:1]
+    assert len(store.get_messages(pool_id)) == 2  # untouched
+    named = _import(store, home, offsite, "--session", "offsite-2026")
+    assert named["title"] == "offsite-2026"
+    for ref in (pool_id[:8], "pool", pool_id):
+        more = _transcript(tmp_path / f"more-{len(ref)}.json", f"follow-up {len(ref)}")
+        assert _import(store, home, more, "--session", ref)["session_id"] == pool_id
+    assert len(store.get_messages(pool_id)) == 8

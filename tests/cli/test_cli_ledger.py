@@ -88,7 +88,8 @@ def test_another_transcript_into_a_named_session_goes_after_its_history(
     added = ok_json(run("import", str(other), "--session", "notes", "--json"))
     assert (added["appended"], added["skipped"], added["rewound"]) == (6, 0, 0)
     assert added["added_after"] == 36
-    assert "sample_session" in run("search", "currency").output  # the first one stays found
+    found = run("search", "currency").output  # the first one stays found, in "notes"
+    assert "notes" in found and "no matches" not in found
     again = ok_json(run("import", str(other), "--session", "notes", "--json"))
     assert (again["appended"], again["skipped"], again["rewound"]) == (0, 6, 0)
     grown = tmp_path / "grown.jsonl"
@@ -188,12 +189,15 @@ def test_import_into_ambiguous_reference_creates_nothing(run: Run, tmp_path: Pat
 
     one = tmp_path / "one.jsonl"
     one.write_text('{"role": "user", "content": "one"}\n', encoding="utf-8")
-    for sid in ("job-1", "job-2"):
+    for sid in ("deploy-job-1", "deploy-job-2"):
         ok_json(run("import", str(one), "--session", sid, "--json"))
-    result = run("import", str(one), "--session", "job")
+    result = run("import", str(one), "--session", "deploy-jo")  # a shown-length id prefix
     assert isinstance(result.exception, AmbiguousReference)
-    assert sorted(s["id"] for s in ok_json(run("sessions", "list", "--json"))) == ["job-1",
-                                                                                   "job-2"]
+    assert sorted(s["id"] for s in ok_json(run("sessions", "list", "--json"))) == [
+        "deploy-job-1", "deploy-job-2"]
+    # shorter than the ids ``sessions list`` shows: a new session of that name, not an error
+    created = ok_json(run("import", str(one), "--session", "job", "--json"))
+    assert (created["session_id"], created["title"]) == ("job", "job")
 
 
 def test_create_falls_back_to_a_session_created_concurrently(tmp_path: Path) -> None:

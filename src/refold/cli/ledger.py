@@ -213,12 +213,11 @@ def _target_session(store: Store, ref: str | None, messages: list[Message], *,
     """The session given by ``--session`` (created when missing), else the one ``key`` names
     (an agent's own conversation id), else the content-derived one."""
     if ref is not None:
-        try:
-            return Target(store.resolve_session(ref).id)
-        except AmbiguousReference:
-            raise
-        except NotFound:
-            session_id = ref.strip()
+        found = _append_target(store, ref)
+        if found is not None:
+            return Target(found)
+        session_id = ref.strip()
+        default_title = session_id  # "--session NAME" names the session it creates
     else:
         session_id = key or chain_identities(messages)[-1]
         try:
@@ -228,6 +227,27 @@ def _target_session(store: Store, ref: str | None, messages: list[Message], *,
     draft = SessionDraft(title=title or _new_title(store, default_title), source=source,
                          started_at=started_at)
     return Target(session_id, draft, keep_title=bool(title))
+
+
+SHOWN_ID = 8  # the id characters ``sessions list`` shows: a shorter prefix names no target
+
+
+def _append_target(store: Store, ref: str) -> str | None:
+    """The session ``--session REF`` appends to: the one with that exact id or exact title
+    (never a numbered "#N" one that only shares the name: it may be an unrelated import),
+    else the one whose id starts with REF when REF is at least as long as the ids
+    ``sessions list`` shows (a short name such as "f" or "2024" must not reach an unrelated
+    session by its id); None: no such session (REF names the one to create)."""
+    for prefix in (False, True):
+        if prefix and len(ref.strip()) < SHOWN_ID:
+            return None
+        try:
+            return store.resolve_session(ref, prefix=prefix, exact=True).id
+        except AmbiguousReference:
+            raise
+        except NotFound:
+            continue
+    return None
 
 
 def _store_messages(store: Store, target: Target, messages: list[Message],
@@ -247,7 +267,8 @@ def _store_messages(store: Store, target: Target, messages: list[Message],
 @click.command("import")
 @click.argument("file")
 @click.option("--session", "session_ref", metavar="ID",
-              help="Append to this session (id, id prefix or title); created when missing. "
+              help="Append to this session (its id, the 8-character id prefix `sessions list` "
+                   "shows, or its exact title); created, titled so, when missing. "
                    "The session's own transcript grown adds what is new; another transcript "
                    "is added after its history.")
 @click.option("--title", help="Title for a newly created session (default: the file name).")

@@ -282,7 +282,7 @@ def resume_cmd(app: AppContext, ref: str | None, as_json: bool) -> None:
 def rename_cmd(app: AppContext, ref: str, title: str, as_json: bool) -> None:
     """Give a session a new (unique) title."""
     store = app.store
-    session = store.rename_session(store.resolve_session(ref).id, title)
+    session = store.rename_session(store.resolve_session(ref, exact=True).id, title)
     emit(session_json(session), as_json, lambda _: click.echo(f"renamed: {_session_line(session)}"))
 
 
@@ -301,7 +301,7 @@ def _confirm(question: str, yes: bool) -> None:
 def rm_cmd(app: AppContext, ref: str, yes: bool) -> None:
     """Delete a session and its messages (this cannot be undone)."""
     store = app.store
-    session = store.resolve_session(ref)
+    session = store.resolve_session(ref, exact=True)  # never a "#N" that only shares the name
     _confirm(f"delete session {_session_line(session)}?", yes)
     removed = store.delete_session(session.id)
     click.echo(f"deleted session {session.id} ({removed} message(s))")
@@ -335,7 +335,7 @@ def fork_cmd(app: AppContext, ref: str, at_seq: int | None, branch: bool, title:
 def rewind_cmd(app: AppContext, ref: str, at_seq: int, as_json: bool) -> None:
     """Mark messages from --at SEQ on inactive (reversible with undo-rewind)."""
     store = app.store
-    record = store.rewind(store.resolve_session(ref).id, at_seq)
+    record = store.rewind(store.resolve_session(ref, exact=True).id, at_seq)
     emit(records.asdict(record), as_json, lambda r: click.echo(
         f"rewound {r['count']} message(s) from seq {r['from_seq']} "
         f"(undo: refold sessions undo-rewind {r['id']})"))

@@ -158,15 +158,20 @@ def owner_of_title(ref: str, owners: Iterable[str]) -> str | None:
                              hint="pass --owner OWNER (or use the session id)")
 
 
-def titled_session(title: str, rows: Iterable[tuple[str, str]]) -> tuple[str, str] | None:
+def titled_session(title: str, rows: Iterable[tuple[str, str]], *,
+                   newest: bool = True) -> tuple[str, str] | None:
     """Which (owner, title) a title reference opens, given the ``(owner, title)`` rows of its
     lineage: the session titled exactly so first (never a ``#N`` branch that took its
-    lineage's next number); a bare name without one means the lineage's newest. None: no
-    match. Both stores' ``resolve_session`` use it."""
+    lineage's next number); a bare name without one means the lineage's newest, unless not
+    ``newest`` (a command that deletes or appends: a ``#N`` title is only its lineage's by
+    its name, and may be an unrelated import's). None: no match. Both stores'
+    ``resolve_session`` use it."""
     rows = list(rows)
     exact = owner_of_title(title, (o for o, t in rows if t == title))
     if exact is not None:
         return exact, title
+    if not newest:
+        return None
     whose = owner_of_title(title, (o for o, t in rows if lineage_number(t, title)))
     if whose is None:
         return None

@@ -101,7 +101,7 @@ class SessionsMixin(PgCore):
             return self._load_session(cur, session_id)
 
     def resolve_session(self, ref: str, *, owner: str | None = None,
-                        prefix: bool = True) -> Session:
+                        prefix: bool = True, exact: bool = False) -> Session:
         """Exact id, then title (its latest numbered variant), then a unique id prefix."""
         from refold.messages.validate import repair_text
 
@@ -115,7 +115,7 @@ class SessionsMixin(PgCore):
             found = self._by_id(cur, text)
             if found is not None and (owner is None or found.owner == owner):
                 return found
-            found = self._by_title(cur, text, owner)
+            found = self._by_title(cur, text, owner, newest=not exact)
             if found is not None and (owner is None or found.owner == owner):
                 if prefix:
                     title_shadows_id(text, found, self._prefixed_ids(cur, text, owner))
@@ -137,11 +137,12 @@ class SessionsMixin(PgCore):
                     (base, like_escape(base) + " #%", *(() if owner is None else (owner,))))
         return [(r[0], r[1]) for r in cur.fetchall()]
 
-    def _by_title(self, cur: Cursor, ref: str, owner: str | None) -> Session | None:
+    def _by_title(self, cur: Cursor, ref: str, owner: str | None, *,
+                  newest: bool = True) -> Session | None:
         title = sanitize_title(ref)
         if title is None:
             return None
-        found = titled_session(title, self._lineage_rows(cur, title, owner))
+        found = titled_session(title, self._lineage_rows(cur, title, owner), newest=newest)
         return self._titled(cur, *found) if found is not None else None
 
     def _titled(self, cur: Cursor, owner: str, title: str) -> Session | None:

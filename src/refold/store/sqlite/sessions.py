@@ -111,7 +111,7 @@ class SessionOps:
             return self._session(conn, session_id)
 
     def resolve_session(self, ref: str, *, owner: str | None = None,
-                        prefix: bool = True) -> Session:
+                        prefix: bool = True, exact: bool = False) -> Session:
         from refold.messages.validate import repair_text
 
         # a lone surrogate (an argument or a JSON escape that was not UTF-8) names no session;
@@ -124,7 +124,7 @@ class SessionOps:
             found = self._by_id(conn, text)
             if found is not None and (owner is None or found.owner == owner):
                 return found
-            found = self._by_title(conn, text, owner)
+            found = self._by_title(conn, text, owner, newest=not exact)
             if found is not None and (owner is None or found.owner == owner):
                 if prefix:
                     title_shadows_id(text, found, self._prefixed_ids(conn, text, owner))
@@ -156,12 +156,12 @@ class SessionOps:
             args.append(owner)
         return [(r[0], r[1]) for r in conn.execute(sql, args)]
 
-    def _by_title(self, conn: sqlite3.Connection, ref: str,
-                  owner: str | None) -> Session | None:
+    def _by_title(self, conn: sqlite3.Connection, ref: str, owner: str | None, *,
+                  newest: bool = True) -> Session | None:
         title = sanitize_title(ref)
         if title is None:
             return None
-        found = titled_session(title, self._lineage_rows(conn, title, owner))
+        found = titled_session(title, self._lineage_rows(conn, title, owner), newest=newest)
         return self._titled(conn, *found) if found is not None else None
 
     def _titled(self, conn: sqlite3.Connection, owner: str, title: str) -> Session | None:
