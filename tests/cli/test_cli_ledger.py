@@ -296,3 +296,55 @@ def test_message_time_of_any_text_is_a_plausible_time_or_none(key: str) -> None:
         assert found is None or EARLIEST < found < LATEST
 
     check()
+
+
+def _day(path: Path, text: str) -> Path:
+    path.write_text(json.dumps({"role": "user", "content": text}) + "\n"
+                    + json.dumps({"role": "assistant", "content": f"done: {text}"}) + "\n",
+                    encoding="utf-8")
+    return path
+
+
+def test_a_transcript_other_transcripts_followed_imports_again_as_nothing(
+        run: Run, tmp_path: Path) -> None:
+    """day 1 titled "journal", days 2 and 3 added with ``--session journal``: importing day 2
+    again adds nothing (it is in the middle of the history, not at its end)."""
+    days = [_day(tmp_path / f"day{n}.jsonl", f"day {n} work") for n in (1, 2, 3)]
+    journal = ok_json(run("import", str(days[0]), "--title", "journal", "--json"))
+    for day in days[1:]:
+        ok_json(run("import", str(day), "--session", "journal", "--json"))
+    again = ok_json(run("import", str(days[1]), "--session", "journal", "--json"))
+    assert (again["appended"], again["skipped"], again["rewound"]) == (0, 2, 0)
+    assert len(rows(tmp_path, journal["session_id"])) == 6  # stored once each, none rewound
+
+
+def test_an_import_racing_another_into_one_session_rewinds_nothing(
+        run: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another import appends to the session between this import's read of it and its write
+    (two ``import --session`` at once): the write sees a changed session, reads again and
+    adds after both; nothing of the other import is rewound."""
+    import refold.cli.ledger as ledger
+
+    base = ok_json(run("import", str(_day(tmp_path / "base.jsonl", "start")), "--title",
+                       "shared", "--json"))
+    read = ledger._after_its_history
+    raced: list[int] = []
+
+    def racing(store: Any, session_id: str, *args: Any) -> Any:
+        found = read(store, session_id, *args)
+        if not raced:  # the other import commits right after this one read the session
+            raced.append(1)
+            store.append_messages(session_id, [{"role": "user", "content": "the other one"},
+                                               {"role": "assistant", "content": "its reply"}])
+        return found
+
+    monkeypatch.setattr(ledger, "_after_its_history", racing)
+    added = ok_json(run("import", str(_day(tmp_path / "mine.jsonl", "mine")), "--session",
+                        "shared", "--json"))
+    assert raced and (added["appended"], added["rewound"]) == (2, 0)
+    assert len(rows(tmp_path, base["session_id"])) == 6  # start, the other's two, mine's two
+    store = SQLiteStore(str(tmp_path / "home" / "refold.db"))
+    try:
+        assert len(store.get_messages(base["session_id"])) == 6  # all of them active
+    finally:
+        store.close()

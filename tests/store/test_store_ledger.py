@@ -415,3 +415,26 @@ def test_a_session_can_begin_when_its_imported_conversation_did(store: Store) ->
         assert before <= made.started_at <= time.time()
     listed = [s.id for s in store.list_sessions()]
     assert listed[-1] == old.id  # newest first: the old conversation sorts last
+
+
+def test_sync_with_expect_last_refuses_a_session_another_writer_changed(store: Store) -> None:
+    """``sync_messages(expect_last=…)`` writes only while the session still ends with the
+    message the history was made from: a row appended since is a Conflict and nothing is
+    stored or rewound (both backends)."""
+    from refold.errors import Conflict
+
+    session = store.create_session(title="synced")
+    first = store.append_messages(session.id, [{"role": "user", "content": "one"}]).appended
+    store.append_messages(session.id, [{"role": "assistant", "content": "the other writer"}])
+    history = [{"role": "user", "content": "one"}, {"role": "user", "content": "mine"}]
+    with pytest.raises(Conflict):
+        store.sync_messages(session.id, history, expect_last=first[-1].identity)
+    assert [m.message["content"] for m in store.get_messages(session.id,
+                                                               include_inactive=True)] == [
+        "one", "the other writer"]
+    now = store.get_messages(session.id)[-1].identity
+    grown = [{"role": "user", "content": "one"},
+             {"role": "assistant", "content": "the other writer"},
+             {"role": "user", "content": "mine"}]
+    result = store.sync_messages(session.id, grown, expect_last=now)
+    assert (len(result.appended), result.rewound) == (1, 0)

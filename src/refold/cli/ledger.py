@@ -229,6 +229,7 @@ def _target_session(store: Store, ref: str | None, messages: list[Message], *,
     return Target(session_id, draft, keep_title=bool(title))
 
 
+SYNC_ATTEMPTS = 5  # reads of a session another writer keeps appending to, before giving up
 SHOWN_ID = 8  # the id characters ``sessions list`` shows: a shorter prefix names no target
 
 
@@ -432,9 +433,17 @@ def _import_transcript(app: AppContext, read: Transcript, session_ref: str | Non
         if stored:
             report["stored_in_resumed"] = stored
         return report
-    history, times, usage, already = (messages, times, usage, None) if target.create else \
-        _after_its_history(store, target.session_id, messages, times, usage)
-    result = _store_messages(store, target, history, created_at=times, usage=usage)
+    for attempt in range(SYNC_ATTEMPTS):
+        history, kept_times, kept_usage, already, last = \
+            (messages, times, usage, None, None) if target.create else \
+            _after_its_history(store, target.session_id, messages, times, usage)
+        try:
+            result = _store_messages(store, target, history, created_at=kept_times,
+                                     usage=kept_usage, expect_last=last)
+            break
+        except Conflict:
+            if last is None or attempt == SYNC_ATTEMPTS - 1:
+                raise  # (another import appended each time: said, not retried for ever)
     report = {"session_id": target.session_id,
               "title": store.get_session(target.session_id).title,
               "appended": len(result.appended),
@@ -502,27 +511,37 @@ def _create_session(store: Store, target: Target, messages: list[Message],
 def _after_its_history(store: Store, session_id: str, messages: list[Message],
                        times: list[float | None] | None, usage: list[Usage | None] | None
                        ) -> tuple[list[Message], list[float | None] | None,
-                                  list[Usage | None] | None, int | None]:
+                                  list[Usage | None] | None, int | None, str | None]:
     """What to sync into an existing session for ``--session``. A transcript that starts as
     the session does is the session's own (it grew, or was edited): synced as it is, None
-    last. Another transcript is added after the session's history, never in place of it (it
-    rewound every stored message): the stored history plus what of ``messages`` is not
-    already its end (a re-import of it, or of it grown, adds only what is new); last, how many
-    of ``messages`` were there already."""
+    fourth. Another transcript is added after the session's history, never in place of it (it
+    rewound every stored message): the stored history plus what of ``messages`` is not stored
+    already — nothing when the whole transcript is there anywhere (a re-import of one that
+    other transcripts followed), else what follows the longest part of it at the history's
+    end (a re-import of it grown); fourth, how many of ``messages`` were there already. Last:
+    the identity of the stored history's last message (``sync_messages(expect_last=…)``: a
+    concurrent writer's rows are read again, never rewound)."""
     rows = store.get_messages(session_id)
+    last = rows[-1].identity if rows else None
     if not rows or not messages or message_identity(messages[0], None) == rows[0].identity:
-        return messages, times, usage, None
+        return messages, times, usage, None, None
     held = 0
-    for k in range(min(len(messages), len(rows)), 0, -1):  # the longest already at the end
-        before = rows[-k - 1].identity if len(rows) > k else None
-        if message_identity(messages[0], before) == rows[-k].identity and chain_identities(
-                messages[:k], before) == [r.identity for r in rows[-k:]]:
-            held = k
+    stored_ids = [r.identity for r in rows]
+    for j in range(len(rows)):  # where a stored run of the transcript may start
+        before = stored_ids[j - 1] if j else None
+        if message_identity(messages[0], before) != stored_ids[j]:
+            continue
+        chain = chain_identities(messages[:len(rows) - j], before)
+        run = next((k for k, (a, b) in enumerate(zip(chain, stored_ids[j:], strict=False))
+                    if a != b), len(chain))
+        if run == len(messages) or j + run == len(rows):  # all of it, or up to the end
+            held = max(held, run)
+        if held == len(messages):
             break
     stored = [r.message for r in rows]
     return ([*stored, *messages[held:]],
             None if times is None else [*(r.created_at for r in rows), *times[held:]],
-            None if usage is None else [*([None] * len(rows)), *usage[held:]], held)
+            None if usage is None else [*([None] * len(rows)), *usage[held:]], held, last)
 
 
 def _import_directory(app: AppContext, directory: Path, source: str | None, fmt: str | None,

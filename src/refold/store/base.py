@@ -308,7 +308,11 @@ class Store(Protocol):
                       token_counts: Sequence[int | None] | None = None,
                       created_at: Sequence[float | None] | None = None,
                       usage: Sequence[Usage | None] | None = None,
-                      create: SessionDraft | None = None) -> AppendResult: ...
+                      create: SessionDraft | None = None,
+                      expect_last: str | None = None) -> AppendResult: ...
+    # ``expect_last``: the identity the session's last active message had when ``history`` was
+    # made from it; another one there now (a concurrent writer) is a Conflict and nothing is
+    # written (the caller reads again), never a rewind of what the other writer stored
     def get_messages(self, session_id: str, *, include_inactive: bool = False,
                      start_seq: int | None = None, end_seq: int | None = None,
                      limit: int | None = None) -> list[StoredMessage]: ...

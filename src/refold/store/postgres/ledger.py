@@ -182,7 +182,8 @@ class LedgerMixin(PgCore):
                       token_counts: Sequence[int | None] | None = None,
                       created_at: Sequence[float | None] | None = None,
                       usage: Sequence[Usage | None] | None = None,
-                      create: SessionDraft | None = None) -> AppendResult:
+                      create: SessionDraft | None = None,
+                      expect_last: str | None = None) -> AppendResult:
         clean = _check_messages(history, token_counts)
         appended_usage(usage, len(clean), 0)  # the lengths checked before the write
         now = time.time()
@@ -200,6 +201,9 @@ class LedgerMixin(PgCore):
             if not clean:
                 return AppendResult(appended=[], skipped=0)
             top, last_identity = self._tip(cur, session_id)
+            if expect_last is not None and last_identity != expect_last:
+                raise Conflict(f"session {session_id} changed: its last message is not the "
+                               "expected one", hint="read it again")
             matched, rewound = self._match_prefix(cur, session_id, identities, last_identity)
             new = clean[matched:]
             counts = token_counts[matched:] if token_counts is not None else None

@@ -212,7 +212,8 @@ class LedgerOps(SessionOps):
                       token_counts: Sequence[int | None] | None = None,
                       created_at: Sequence[float | None] | None = None,
                       usage: Sequence[Usage | None] | None = None,
-                      create: SessionDraft | None = None) -> AppendResult:
+                      create: SessionDraft | None = None,
+                      expect_last: str | None = None) -> AppendResult:
         history = as_plain_messages(history)
         counts = _check_batch(history, token_counts)
         times = message_times(created_at, len(history), time.time()) \
@@ -226,6 +227,13 @@ class LedgerOps(SessionOps):
                                                    (session_id,)).fetchone() is None:
                 self._insert_session(conn, session_id, create)  # committed with the rows
             session = self._session(conn, session_id)
+            if expect_last is not None:
+                last = conn.execute("SELECT identity FROM messages WHERE session_id = ? AND "
+                                    "active = 1 ORDER BY seq DESC LIMIT 1",
+                                    (session_id,)).fetchone()
+                if last is None or last[0] != expect_last:
+                    raise Conflict(f"session {session_id} changed: its last message is not "
+                                   "the expected one", hint="read it again")
             keep, rewound = self._common_prefix(conn, session_id, identities)
             appended = self._insert(conn, session, history[keep:], counts[keep:],
                                     identities[keep:],
