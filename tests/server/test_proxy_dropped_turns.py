@@ -275,3 +275,35 @@ def test_a_structured_response_side_call_the_agent_does_not_keep_stays_in_its_se
         ("assistant", "It is 42.", True), ("assistant", '{"city": "Paris"}', False),
         ("user", "thanks", True), ("assistant", "Bye.", True),
         ("assistant", '{"city": "Rome"}', True)]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_client_that_times_out_before_its_reply_then_retries_stores_it_once(
+        start_one_proxy: ProxyFactory, tmp_path: Any, stream: bool) -> None:
+    """The openai SDK's own timeout and retry: the client hangs up while the upstream is still
+    working, then sends the same request again. The reply it never saw is not recorded (the
+    upstream call is cut, so the session's lock goes to the retry at once) and the retry is
+    answered in the same session: the question stored once, no branch."""
+    from refold.store.sqlite import SQLiteStore
+
+    with serve([ScriptedReply(content="too late", delay=2.0)],
+               default=lambda _b: "in time") as up:
+        proxy = start_one_proxy(up)
+        history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "the question"}]
+        impatient = openai.OpenAI(base_url=proxy.base_url, api_key="none", max_retries=0,
+                                  timeout=0.5)
+        with pytest.raises(openai.APITimeoutError):
+            call(impatient, history, stream)
+        # (a retry that had to wait for the abandoned call's 2 s would time out here)
+        patient = openai.OpenAI(base_url=proxy.base_url, api_key="none", max_retries=0,
+                                timeout=1.5)
+        assert call(patient, history, stream) == "in time"
+    store = SQLiteStore(str(tmp_path / "refold.db"))
+    try:
+        sessions = store.list_sessions()
+        assert len(sessions) == 1, [(s.title, s.link_kind) for s in sessions]
+        assert [(role, text) for role, text, active in rows(store, sessions[0].id)
+                if active] == [("user", "the question"), ("assistant", "in time")]
+        assert "too late" not in {text for _, text, _ in rows(store, sessions[0].id)}
+    finally:
+        store.close()

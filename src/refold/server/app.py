@@ -271,7 +271,8 @@ class ProxyApp:
     async def completions(self, request: Request, tenant: Tenant) -> Response:
         raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout)
         body = await parse_body(raw, self.settings.max_json_depth)
-        return await chat_completions(self._proxy(), tenant, request.headers, body, len(raw))
+        return await chat_completions(self._proxy(), tenant, request.headers, body, len(raw),
+                                      receive=request.receive)
 
     async def models(self, request: Request, tenant: Tenant) -> Response:
         try:

@@ -63,7 +63,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from itertools import repeat
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -179,9 +180,72 @@ def check_body(body: Any) -> list[Message]:
     return messages
 
 
+class ClientWatch:
+    """Whether the client hung up, watched from once its body was read: a client that leaves
+    while the upstream works (its own timeout, then the retry its SDK sends) must find its
+    turn unanswered, not answered with a reply it never saw (``chat_completions``). Reading
+    ``receive`` also lets the server notice the closed socket while the upstream works."""
+
+    def __init__(self, receive: Receive) -> None:
+        self.gone = False
+        self.cut: asyncio.Task[Any] | None = None  # the upstream call cancelled for it
+        self._on_gone: Callable[[], None] | None = None
+        self._task = asyncio.ensure_future(self._watch(receive))
+
+    async def _watch(self, receive: Receive) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                self.gone = True
+                if self._on_gone is not None:
+                    self._on_gone()
+                return
+
+    def on_gone(self, callback: Callable[[], None]) -> None:
+        """``callback()`` when the client leaves from now on (at once if it has)."""
+        self._on_gone = callback
+        if self.gone:
+            callback()
+
+    def close(self) -> None:
+        self._task.cancel()
+
+    @contextmanager
+    def cancels(self, task: asyncio.Task[Any] | None) -> Iterator[None]:
+        """While inside, the client's hang-up cancels ``task`` (an upstream call nobody will
+        read: it stops costing, and the session's lock goes to the client's retry); raises
+        ClientGone at once when it has left already, and in place of that cancellation."""
+        if self.gone:
+            raise ClientGone
+        if task is None:
+            yield
+            return
+
+        def cut() -> None:
+            if self.cut is None:
+                self.cut = task
+                task.cancel()
+
+        self._on_gone = cut
+        try:
+            yield
+        except asyncio.CancelledError:
+            if self.cut is not task:
+                raise
+            task.uncancel()
+            raise ClientGone from None
+        finally:
+            self._on_gone = None
+
+
+class ClientGone(Exception):
+    """The client hung up before its reply (``ClientWatch.cancels``)."""
+
+
 async def chat_completions(proxy: Proxy, tenant: Tenant, headers: Mapping[str, str],
                            body: dict[str, Any], raw_size: int = 0,
-                           lineage: str | None = None) -> Response:
+                           lineage: str | None = None,
+                           receive: Receive | None = None) -> Response:
     """Serve one turn; errors leave as RefoldError for the app's one error renderer.
 
     The session: the one ``X-Refold-Session`` names (a diverging history rewinds it), else
@@ -194,7 +258,13 @@ async def chat_completions(proxy: Proxy, tenant: Tenant, headers: Mapping[str, s
     derived = not (name or lineage)
     ref = name or lineage or derived_ref(tenant.owner, history)
     lock = proxy.pool.lock(tenant.owner, ref)
-    await lock.acquire()
+    client = ClientWatch(receive) if receive is not None else None
+    try:
+        await lock.acquire()
+    except BaseException:
+        if client is not None:
+            client.close()
+        raise
     proxy.drain.enter()
     handed_off = False
     try:
@@ -214,18 +284,25 @@ async def chat_completions(proxy: Proxy, tenant: Tenant, headers: Mapping[str, s
         # a conversation the client named rewinds (reversibly) what it no longer sends; a
         # derived one branches instead, so it never rewinds another conversation's tail
         turn = _Turn(proxy, tenant, rt, body, history, raw_size,
-                     diverge="rewind" if name else "branch")
+                     diverge="rewind" if name else "branch", client=client)
         try:
             if body.get("stream"):
                 upstream = await turn.open_stream()
                 handed_off = True  # the stream releases the lock and the drain when it ends
-                return ProxyStream(turn, upstream, lambda: _release(proxy, lock))
+                return ProxyStream(turn, upstream, lambda: _release(proxy, lock), client)
             return await turn.complete()
         except UpstreamError:
             await turn.unanswered()
             raise
+        except ClientGone:  # nobody reads an answer now: the turn stays unanswered
+            log.info("session %s: the client left before its reply; not recorded",
+                     turn.session_id)
+            await turn.unanswered()
+            return Response(status_code=499)
     finally:
         if not handed_off:
+            if client is not None:
+                client.close()
             _release(proxy, lock)
 
 
@@ -239,8 +316,9 @@ class _Turn:
 
     def __init__(self, proxy: Proxy, tenant: Tenant, rt: SessionRuntime, body: dict[str, Any],
                  history: list[Message], raw_size: int = 0,
-                 diverge: Diverge = "branch") -> None:
+                 diverge: Diverge = "branch", client: ClientWatch | None = None) -> None:
         self.proxy = proxy
+        self.client = client
         self.tenant = tenant
         self.rt = rt
         self.body = body
@@ -404,7 +482,11 @@ class _Turn:
         self._stored = None
         self._store_error = None
         try:
-            result = await call(body, self.tenant.bearer, self._on_sent)
+            if self.client is None:
+                result = await call(body, self.tenant.bearer, self._on_sent)
+            else:
+                with self.client.cancels(asyncio.current_task()):
+                    result = await call(body, self.tenant.bearer, self._on_sent)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._settle()
@@ -436,6 +518,8 @@ class _Turn:
         else:
             raise _kept_changing(self.session_id)
         message, usage = _reply_of(data)
+        if self.client is not None and self.client.gone:
+            raise ClientGone  # it left as the reply came: not recorded, nor sent
         if self.light and await self._inline(lambda: self.rt.inline.record(
                 message, usage=usage, model=data.get("model"), hold_after_turn=True) or None):
             # memory's after-turn work once the body is sent (a send that fails leaves it to
@@ -514,7 +598,8 @@ def _reply_of(data: dict[str, Any]) -> tuple[Message, dict[str, Any] | None]:
 class ProxyStream(Response):
     """Forwards an upstream SSE stream event by event and records the reply before [DONE]."""
 
-    def __init__(self, turn: _Turn, upstream: UpstreamStream, release: Any) -> None:
+    def __init__(self, turn: _Turn, upstream: UpstreamStream, release: Any,
+                 client: ClientWatch | None = None) -> None:
         # no super().__init__: it would declare a Content-Length for an empty body
         self.status_code = 200
         self.background = None
@@ -525,6 +610,7 @@ class ProxyStream(Response):
         self.turn = turn
         self.upstream = upstream
         self.release = release
+        self.client = client
         self.disconnected = False
         self.recording = False
         self.upstream_done = False  # the upstream's own [DONE] was seen
@@ -532,9 +618,15 @@ class ProxyStream(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
-        watcher = asyncio.ensure_future(self._watch(receive, task))
+        watcher: asyncio.Future[None] | None = None
+        if self.client is None:
+            watcher = asyncio.ensure_future(self._watch(receive, task))
+        else:  # watched since the request was read: a client gone already gets nothing
+            self.client.on_gone(lambda: self._gone(task))
         started = False
         try:
+            if self.disconnected:
+                return
             await send({"type": "http.response.start", "status": self.status_code,
                         "headers": self.raw_headers})
             started = True
@@ -559,7 +651,10 @@ class ProxyStream(Response):
             else:
                 raise  # not ours: let it go on
         finally:
-            watcher.cancel()
+            if watcher is not None:
+                watcher.cancel()
+            if self.client is not None:
+                self.client.close()
             if self.disconnected and not self.recording:
                 await self.turn.unanswered()  # the client left before its reply: none recorded
             try:
@@ -572,10 +667,16 @@ class ProxyStream(Response):
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                self.disconnected = True
-                if pump is not None and not self.recording:
-                    pump.cancel()  # stop reading upstream; a record that started finishes
+                self._gone(pump)
                 return
+
+    def _gone(self, pump: asyncio.Task[Any] | None) -> None:
+        """The client left: stop reading upstream (a record that started finishes)."""
+        was = self.disconnected
+        self.disconnected = True
+        if not was and pump is not None and not self.recording and pump is not \
+                asyncio.current_task():
+            pump.cancel()
 
     async def _pump(self, send: Send) -> None:
         splitter = EventSplitter()

@@ -96,7 +96,8 @@ async def create_message(host: Host, tenant: Tenant, request: Request, raw: Any,
     if passthrough:
         body[PRIVATE]["headers"] = {k: request.headers[k] for k in BETA_HEADERS
                                     if k in request.headers}
-    response = await chat_turn(host.running_proxy(), tenant, request.headers, body, size)
+    response = await chat_turn(host.running_proxy(), tenant, request.headers, body, size,
+                               receive=request.receive)
     if body["stream"]:
         return RewrittenStream(response, StreamTranslator(body["model"]))
     return rewritten_json(response, anthropic_message(reply_json(response), body["model"]))

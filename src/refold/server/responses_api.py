@@ -297,7 +297,7 @@ async def create_response(host: Host, tenant: Tenant, request: Request, raw: Any
         messages.insert(0, {"role": "system", "content": body["instructions"]})
     chat = chat_body(body, messages, host.settings.model)
     response = await chat_turn(host.running_proxy(), tenant, request.headers, chat, size,
-                               lineage)
+                               lineage, request.receive)
     session_id = session_of(response) or ""
     shell = Shell(response_id(session_id), str(chat["model"]), body,
                   spaces=namespaces(body.get("tools")))

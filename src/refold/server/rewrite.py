@@ -36,10 +36,11 @@ class StreamRewriter(Protocol):
 
 async def chat_turn(proxy: Proxy, tenant: Tenant, headers: Mapping[str, str],
                     body: dict[str, Any], raw_size: int = 0,
-                    lineage: str | None = None) -> Response:
+                    lineage: str | None = None, receive: Receive | None = None) -> Response:
     """One turn through the chat-completions pipeline (errors raise as ``RefoldError``);
-    ``lineage``: the session a continuation runs in (see ``chat_completions``)."""
-    return await chat_completions(proxy, tenant, headers, body, raw_size, lineage)
+    ``lineage``: the session a continuation runs in (see ``chat_completions``); ``receive``:
+    the client's, watched for a hang-up while the upstream works."""
+    return await chat_completions(proxy, tenant, headers, body, raw_size, lineage, receive)
 
 
 def session_of(response: Response) -> str | None:
