@@ -27,6 +27,7 @@ from refold._records import dataclass, field
 from refold.compaction.core import CompactionReport, CompactionResult, compact
 from refold.compaction.policy import CompactionPolicy, threshold_for
 from refold.compaction.prune import point_cut_note
+from refold.compaction.structure import tool_pair_order
 from refold.compaction.summarizer import Summarizer
 from refold.compaction.summary import SUMMARY_KEY
 from refold.errors import Conflict
@@ -38,6 +39,7 @@ from refold.store.base import (
     Projection,
     Session,
     Store,
+    StoredMessage,
 )
 from refold.tokens.counter import TokenCounter
 from refold.tokens.models import get_counter
@@ -114,6 +116,17 @@ def _same_row(stored: Message, kept: Message) -> bool:
             and stored.get("tool_call_id") == kept.get("tool_call_id"))
 
 
+def _in_kept_order(rows: Sequence[StoredMessage]) -> list[StoredMessage] | None:
+    """Tail ``rows`` in the order the compacted view keeps them: a tool result that arrived
+    late (after other rows) next to its call, as ``repair_tool_pairs`` moves it. The ledger
+    keeps its order (the runtime's provider repair moves the result the same way when the view
+    is sent). None when the view adds or drops a message there (a stub, an orphan result)."""
+    order, orphans = tool_pair_order([r.message for r in rows], keep_pending=True)
+    if orphans or not all(isinstance(k, int) for k in order):
+        return None
+    return [rows[k] for k in order if isinstance(k, int)]
+
+
 def point_cut_notes(projection: Projection, view: Sequence[Message], result: CompactionResult
                     ) -> CompactionResult:
     """The result with each cut note in the kept tail naming the ledger row that holds the
@@ -122,7 +135,7 @@ def point_cut_notes(projection: Projection, view: Sequence[Message], result: Com
     report, compacted = result.report, result.messages
     offset = len(view) - len(projection.messages)
     start = max(report.tail_start, offset)
-    rows = projection.messages[start - offset:]
+    rows = _in_kept_order(projection.messages[start - offset:])
     if not rows or len(rows) > len(compacted):
         return result
     first = len(compacted) - len(rows)
@@ -141,14 +154,17 @@ def checkpoint_draft(projection: Projection, view: Sequence[Message], result: Co
     """Map a compaction of ``projection_messages(projection)`` back onto ledger seqs.
 
     None when the result cannot be stored as a checkpoint (the cut fell inside the previous
-    checkpoint, or the kept tail no longer lines up with the ledger rows).
+    checkpoint, or the kept tail no longer lines up with the ledger rows). A tool result that
+    arrived late is matched where the view keeps it, next to its call (``_in_kept_order``).
     """
     report, compacted = result.report, result.messages
     offset = len(view) - len(projection.messages)
     if report.summary is None or not (offset <= report.tail_start <= len(view)):
         return None
     rows = projection.messages
-    tail_rows = rows[report.tail_start - offset:]
+    tail_rows = _in_kept_order(rows[report.tail_start - offset:])
+    if tail_rows is None:
+        return None
     summarized = rows[:report.tail_start - offset]
     kept = compacted[len(compacted) - len(tail_rows):] if tail_rows else []
     if len(kept) != len(tail_rows) or not all(
@@ -230,8 +246,7 @@ def compact_session(store: Store, session_id: str, *, context_length: int,
         draft = checkpoint_draft(projection, view, result, system_count)
         if draft is None:
             return SessionCompaction(result.report, session, messages=result.messages,
-                                     note="the new cut does not map onto the ledger; "
-                                          "nothing stored")
+                                     note="the new cut does not map onto the ledger")
         try:
             checkpoint = store.add_checkpoint(session.id, draft,
                                               expect=CheckpointBase.of(projection))
