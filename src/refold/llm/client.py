@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import httpx
 
@@ -23,6 +23,7 @@ from refold.llm.failures import (
     response_error,
 )
 from refold.messages.model import Message, wire_form
+from refold.messages.validate import repair_json_value
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,9 @@ def json_object(text: str, status: int = 200) -> dict[str, Any]:
         raise bad_response("body is not JSON", status) from exc
     if not isinstance(data, dict):
         raise bad_response("body is not a JSON object", status)
-    return data
+    # a lone surrogate escaped in a reply (a model that cut an emoji's pair): U+FFFD, as a
+    # client's own text gets; stored, counted and sent on as UTF-8 it broke the turn
+    return cast(dict[str, Any], repair_json_value(data, text))
 
 
 def parse_completion(text: str, status: int = 200) -> ChatResult:

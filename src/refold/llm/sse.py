@@ -17,6 +17,7 @@ from typing import Any
 from refold import fastjson
 from refold._records import dataclass, field
 from refold.messages.model import Message, copy_json
+from refold.messages.validate import repair_strings
 
 DONE = "[DONE]"
 
@@ -157,7 +158,7 @@ class StreamAssembler:
     def message(self) -> Message:
         """The assistant message the stream spelled out so far."""
         if self.whole is not None:
-            return copy_json(self.whole)
+            return repair_strings(copy_json(self.whole))
         text = "".join(self.content)
         message: Message = {"role": "assistant", "content": text or None}
         if self.calls:
@@ -168,7 +169,9 @@ class StreamAssembler:
             message["reasoning_content"] = "".join(self.reasoning)
         if self.thinking_blocks:
             message["thinking_blocks"] = list(self.thinking_blocks)
-        return message
+        # an emoji's surrogate pair split across two chunks (each escaped alone) joined, a
+        # lone one U+FFFD: stored, counted and sent as UTF-8, a lone surrogate broke the turn
+        return repair_strings(message)
 
 
 # the json module's own scanner (its C one where built): ``json.loads`` minus its Python-level

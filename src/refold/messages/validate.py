@@ -51,6 +51,28 @@ def repair_text(text: str) -> str:
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
+# a lone surrogate in JSON bytes: escaped (``\ud83d``) or as the bytes a "surrogatepass"
+# decoding turns into one (not valid UTF-8)
+SURROGATE_IN_JSON = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+_SURROGATE_IN_TEXT = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def repair_json_value(value: Any, raw: bytes | str) -> Any:
+    """``value`` parsed from ``raw`` with lone surrogates repaired (``repair_text``) wherever
+    it holds one: an upstream reply or a request body's fields other than its messages (a
+    model name, a tool's description) are stored, counted and encoded as UTF-8, which a lone
+    surrogate breaks. ``raw`` is scanned first (C speed): most JSON holds no escape of one."""
+    found = (_SURROGATE_IN_TEXT.search(raw) or _SURROGATE.search(raw)) if isinstance(raw, str) \
+        else SURROGATE_IN_JSON.search(raw)
+    return _repair_value(value) if found else value
+
+
+def repair_strings(value: Any) -> Any:
+    """``value`` (JSON-like) with every string ``repair_text``ed; ``value`` itself when none
+    holds a lone surrogate (copied only on change)."""
+    return _repair_value(value)
+
+
 def _repair_value(value: Any) -> Any:
     """Apply ``repair_text`` to every string inside a JSON-like value (copying only on change)."""
     if isinstance(value, str):

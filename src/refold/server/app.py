@@ -327,9 +327,17 @@ class ProxyApp:
             *responses_api.routes(self),
         ]
         handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _crash}
-        return Starlette(routes=routes, lifespan=self.lifespan, exception_handlers=handlers,
-                         middleware=[Middleware(RequestIdMiddleware),
-                                     Middleware(HotRoute, route=completions)])
+        return _Served(routes=routes, lifespan=self.lifespan, exception_handlers=handlers,
+                       middleware=[Middleware(HotRoute, route=completions)])
+
+
+class _Served(Starlette):
+    """The app with ``RequestIdMiddleware`` outside Starlette's error middleware: a request's
+    id is set before anything runs, and an error the handler answered (a 500) ends there
+    instead of reaching the server, which would close the client's keep-alive connection."""
+
+    def build_middleware_stack(self) -> Any:
+        return RequestIdMiddleware(super().build_middleware_stack())
 
 
 CHAT_PATH = "/v1/chat/completions"

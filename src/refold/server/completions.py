@@ -82,6 +82,7 @@ from refold.llm.failures import bad_response
 from refold.llm.sse import DONE, EventSplitter, StreamAssembler, parse_chunk
 from refold.messages.anthropic import for_chat_upstream
 from refold.messages.model import Message
+from refold.messages.validate import repair_json_value
 from refold.runtime.branches import Diverge
 from refold.runtime.prepared import Prepared
 from refold.runtime.session import SessionRuntime
@@ -710,9 +711,16 @@ class ProxyStream(Response):
         self.recording = True  # from here the watcher no longer cancels: the record finishes
         try:
             await self.turn.record(assembler)
-        except RefoldError as err:  # not stored, so not acknowledged: no [DONE]
-            log.error("recording the reply of session %s failed: %s", self.turn.session_id, err)
-            status, body = status_for(err)
+        except Exception as err:  # not stored, so not acknowledged: no [DONE], an error event
+            if isinstance(err, RefoldError):
+                log.error("recording the reply of session %s failed: %s",
+                          self.turn.session_id, err)
+                status, body = status_for(err)
+            else:  # a bug: said in the stream as a 500 would say it, not a cut connection
+                log.exception("recording the reply of session %s failed", self.turn.session_id)
+                status, body = 500, error_body(
+                    f"internal error in refold: {type(err).__name__}", "server_error",
+                    "internal_error")
             await send({"type": "http.response.body",
                         "body": b"".join(tail) + sse_error(status, body), "more_body": False})
             return
@@ -777,11 +785,12 @@ def _loads(raw: bytes) -> Any:
     (``refold.fastjson``), else json's, with the decoder made once."""
     value = fastjson.loads(raw)
     if value is not None:
-        return value
+        return value  # (orjson refuses a lone surrogate: such a body is read below)
     try:
-        return _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
+        value = _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
     except ValueError as exc:
         raise InvalidInput(f"the request body is not valid JSON: {exc}") from exc
+    return repair_json_value(value, raw)  # a model name or a tool with one: stored, counted
 
 
 async def parse_json(raw: bytes) -> Any:

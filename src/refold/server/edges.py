@@ -93,14 +93,25 @@ class RequestIdMiddleware:
         current_request_id.set(rid)
         raw = rid.encode("ascii")
 
+        answered = False
+
         async def send_with_id(message: Any) -> None:
+            nonlocal answered
             if message["type"] == "http.response.start":
                 headers = [h for h in message.get("headers", ())
                            if h[0].lower() != REQUEST_ID_HEADER]
                 message = dict(message, headers=[*headers, (REQUEST_ID_HEADER, raw)])
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                answered = True
             await send(message)
 
-        await self.app(scope, receive, send_with_id)
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            if not answered:
+                raise
+            # the app's error handler answered (a 500) and logged it; raised on, the server
+            # would close the client's keep-alive connection under its next request
 
 
 # -- JSON depth ------------------------------------------------------------------------------
