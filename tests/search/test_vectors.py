@@ -241,3 +241,27 @@ def test_session_search_takes_a_search_mode(store: Store) -> None:
     assert out["hits"] == 1
     with pytest.raises(InvalidInput):
         tool({"query": "ferret", "search_mode": "bogus"})
+
+
+def test_hits_found_by_meaning_only_say_so(store: Store) -> None:
+    """The vector side always finds the nearest messages, whether or not any answers: a hit
+    that holds none of the query's words is marked ``by_meaning``, and the CLI says so (a made
+    up word lists the nearest messages under a note, not as matches)."""
+    from refold.cli.searching import hit_json, render_hits
+
+    s = store.create_session()
+    store.append_messages(s.id, [user("the deployment pipeline failed"), user("lunch at noon")])
+    index = VectorIndex(store, CharEmbedder())
+    index.backfill()
+    fused = hybrid_search(store, SearchQuery("deployment", window=0), mode="hybrid", index=index)
+    assert [(h.content, h.by_meaning) for h in fused] == [
+        ("the deployment pipeline failed", False), ("lunch at noon", True)]
+    lines: list[str] = []
+    render_hits([hit_json(h) for h in fused], "deployment", lines.append, str)
+    assert lines[2].endswith("≈ lunch at noon") and lines[-1].startswith("(≈ near in meaning")
+    made_up = hybrid_search(store, SearchQuery("xyzzyplugh", window=0), mode="hybrid",
+                            index=index)
+    assert made_up and all(h.by_meaning for h in made_up)
+    lines.clear()
+    render_hits([hit_json(h) for h in made_up], "xyzzyplugh", lines.append, str)
+    assert lines[0].startswith("no message holds these words; the nearest by meaning")

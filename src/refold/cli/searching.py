@@ -95,7 +95,7 @@ def hit_json(hit: SearchHit) -> dict[str, Any]:
     return {"session_id": hit.session_id, "title": hit.session_title, "seq": hit.seq,
             "role": hit.role, "snippet": hit.snippet, "content": hit.content,
             "created_at": hit.created_at, "score": hit.score, "lineage": list(hit.lineage),
-            "window": [_window_json(m) for m in hit.window]}
+            "by_meaning": hit.by_meaning, "window": [_window_json(m) for m in hit.window]}
 
 
 def _window_json(stored: StoredMessage) -> dict[str, Any]:
@@ -145,19 +145,28 @@ def render_hits(hits: list[dict[str, Any]], query: str, echo: Callable[[str], No
     if not hits:
         echo("no matches")
         return
+    meaning = [bool(hit.get("by_meaning")) for hit in hits]
+    if all(meaning):
+        # a made-up word or another topic: the vector side still finds the nearest messages
+        echo("no message holds these words; the nearest by meaning "
+             "(--mode fts: word matches only):")
+    mark = any(meaning) and not all(meaning)  # "≈": near in meaning, holding none of the words
     rows = []
     for hit in hits:
         label = safe_text(hit["title"] or hit["session_id"][:12])
         label = label if len(label) <= 24 else label[:23] + "…"
         # the year whole, as `sessions list` and `memory show` print it ("26-12-06" read as a day)
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(hit["created_at"]))
+        near = "≈ " if mark and hit.get("by_meaning") else ""
         rows.append((label, str(hit["seq"]), hit["role"], when,
-                     highlight(safe_text(hit["snippet"].replace("\n", " ")), query, bold)))
+                     near + highlight(safe_text(hit["snippet"].replace("\n", " ")), query, bold)))
     header = ("session", "seq", "role", "when", "match")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
     for label, seq, role, when, match in [header, *rows]:
         echo(f"{label:<{widths[0]}}  {seq:>{widths[1]}}  {role:<{widths[2]}}  "
              f"{when:<{widths[3]}}  {match}")
+    if mark:
+        echo("(≈ near in meaning, holding none of the words)")
 
 
 def _by_words_only(store: Store, mode: str | None) -> bool:

@@ -278,7 +278,7 @@ def hybrid_search(store: Store, query: SearchQuery, *, mode: Mode = "hybrid",
             if exact:  # only what the syntax matched: the word hits are exactly those messages
                 continue
             key = (hit.session_id, hit.seq)
-            table[key] = hit
+            table[key] = records.replace(hit, by_meaning=True)
         else:
             key = (word.session_id, word.seq)
             lineage = dict.fromkeys([*table[key].lineage, *hit.lineage])

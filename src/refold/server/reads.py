@@ -31,7 +31,7 @@ def message_json(row: StoredMessage) -> dict[str, Any]:
 def hit_json(hit: SearchHit) -> dict[str, Any]:
     return {"session_id": hit.session_id, "session_title": hit.session_title, "seq": hit.seq,
             "role": hit.role, "snippet": hit.snippet, "created_at": hit.created_at,
-            "score": hit.score, "lineage": list(hit.lineage),
+            "score": hit.score, "lineage": list(hit.lineage), "by_meaning": hit.by_meaning,
             "window": [message_json(m) for m in hit.window]}
 
 

@@ -245,6 +245,9 @@ class SearchHit:
     # every session of this lineage holding the same message (forks and compaction children
     # copy rows), this hit's session first; one hit stands for all of them
     lineage: tuple[str, ...] = ()
+    # found by the vector side of a hybrid or vector search only: near the question in meaning,
+    # holding none of its words (the nearest messages come back even when none answers)
+    by_meaning: bool = False
 
 
 @dataclass(frozen=True)

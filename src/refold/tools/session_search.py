@@ -274,6 +274,8 @@ class SessionSearch:
                      "when": _when(hit.created_at)}
             if len(hit.lineage) > 1:  # the same message in other sessions of its lineage
                 match["also_in"] = [s for s in hit.lineage if s != hit.session_id]
+            if hit.by_meaning:  # near the query in meaning, none of its words: maybe unrelated
+                match["by_meaning"] = True
             group["matches"].append(match)
             rows: dict[int, dict[str, Any]] = group["_rows"]
             for row in hit.window or []:
