@@ -57,6 +57,13 @@ DRAIN_SECONDS = 30.0
 Handler = Callable[[Request, Tenant], Awaitable[Response]]
 
 
+class UnsupportedEncoding(Exception):
+    """A request body in a Content-Encoding other than gzip or deflate (``app`` answers 415)."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(f"{message}; {hint}")
+
+
 class BodyTooLarge(Exception):
     def __init__(self, size: int | None, limit: int) -> None:
         super().__init__(f"request body is larger than {limit} bytes")
@@ -98,7 +105,28 @@ async def read_body(request: Request, limit: int, timeout: float | None = None) 
                 chunks.append(chunk)
     except TimeoutError:
         raise RequestTimeout(timeout or 0.0) from None
-    return b"".join(chunks)
+    raw = b"".join(chunks)
+    coding = request.headers.get("content-encoding", "identity").strip().lower()
+    return raw if coding in ("", "identity") else _decoded_body(raw, coding, limit)
+
+
+def _decoded_body(raw: bytes, coding: str, limit: int) -> bytes:
+    """A gzip- or deflate-encoded body decoded, at most ``limit`` bytes of it (a small body
+    that inflates past the limit is refused as a large one would be); any other encoding is
+    named in a 415."""
+    import zlib
+
+    if coding not in ("gzip", "x-gzip", "deflate"):
+        raise UnsupportedEncoding(f"Content-Encoding {coding!r} is not supported",
+                                  hint="send the body as it is, or gzip- or deflate-encoded")
+    inflate = zlib.decompressobj(wbits=47)  # gzip or zlib, told by the header
+    try:
+        out = inflate.decompress(raw, limit + 1)
+    except zlib.error as exc:
+        raise InvalidInput(f"the request body is not valid {coding} data: {exc}") from None
+    if len(out) > limit or inflate.unconsumed_tail:
+        raise BodyTooLarge(None, limit)
+    return out
 
 
 async def parse_body(raw: bytes, max_depth: int) -> Any:
@@ -243,6 +271,9 @@ class ProxyApp:
                 return JSONResponse(error_body(str(exc), "invalid_request_error",
                                                "request_timeout"), status_code=408,
                                     headers={"connection": "close"})
+            except UnsupportedEncoding as exc:
+                return JSONResponse(error_body(str(exc), "invalid_request_error",
+                                               "unsupported_encoding"), status_code=415)
             except BodyTooLarge as exc:
                 return JSONResponse(error_body(
                     f"{exc}; raise max_body_bytes (REFOLD_MAX_BODY_BYTES) to allow it",
@@ -338,6 +369,14 @@ class _Served(Starlette):
 
     def build_middleware_stack(self) -> Any:
         return RequestIdMiddleware(super().build_middleware_stack())
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        if len(path) > 1 and path.endswith("/") and scope["type"] == "http":
+            # "/v1/chat/completions/": the route, not a 307 redirect (which an SDK does not
+            # follow for a POST, so the call failed)
+            scope = dict(scope, path=path.rstrip("/") or "/")
+        await super().__call__(scope, receive, send)
 
 
 CHAT_PATH = "/v1/chat/completions"
