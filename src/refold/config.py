@@ -9,9 +9,12 @@ Every setting has one flat name (``threshold_percent``, ``summarizer_timeout``, 
 which is also its ``REFOLD_<NAME>`` variable. In ``refold.toml`` a setting goes at the top
 level (or under ``[refold]``) by that name, or in its section's table by its short name
 (``[compaction] threshold_percent``, ``[summarizer] timeout``, ``[memory] enabled``,
-``[serve] port``). The compaction settings are exactly the fields of ``CompactionPolicy``, so a
-field added there is reachable here with no other change. Unknown keys are an error naming the
-key and the valid ones; ``Settings.source_of(name)`` says where each value came from.
+``[serve] port``); the settings of no section may also go in ``[general]``, the table ``refold
+config show`` prints them under, so its output reads back as a ``refold.toml``. The compaction
+settings are exactly the fields of ``CompactionPolicy``, so a field added there is reachable
+here with no other change. Unknown keys are an error naming the key and the valid ones, and
+values out of range (``BOUNDS``) an error naming the setting and its range, when the settings
+are loaded; ``Settings.source_of(name)`` says where each value came from.
 """
 
 from __future__ import annotations
@@ -192,6 +195,10 @@ BOUNDS: dict[str, tuple[float, bool, float | None]] = {
     "serve_workers": (1, True, None), "serve_session_cache": (1, True, None),
     "serve_malloc_arenas": (0, True, None),
     "token_cache_entries": (0, True, None),
+    # the window, and the compaction trigger's shares of it (CompactionPolicy's fields are
+    # checked by the same table when they come in through settings)
+    "context_length": (0, False, None), "threshold_percent": (0, False, 1),
+    "small_window_floor_percent": (0, False, 1), "max_trigger_percent": (0, False, 1),
 }
 CHOICES: dict[str, tuple[str, ...]] = {"budget_action": ("warn", "refuse"),
                                        "recall_mode": ("fts", "vector", "hybrid"),
@@ -220,15 +227,23 @@ def _checked(name: str, kind: Any, value: Any) -> Any:
         raise
     except (TypeError, ValueError) as exc:
         raise BadSetting(name, value, str(exc)) from None
-    if name in BOUNDS and out is not None:
-        low, inclusive, high = BOUNDS[name]
-        if out < low or (out == low and not inclusive) or (high is not None and out > high):
-            ceiling = f" and at most {high:g}" if high is not None else ""
-            raise BadSetting(name, value, f"must be {'at least' if inclusive else 'above'} "
-                                          f"{low:g}{ceiling}")
+    reason = _out_of_bounds(name, out)
+    if reason:
+        raise BadSetting(name, value, reason)
     if name in CHOICES and out is not None and out not in CHOICES[name]:
         raise BadSetting(name, value, "must be one of " + ", ".join(CHOICES[name]))
     return out
+
+
+def _out_of_bounds(name: str, value: Any) -> str | None:
+    """Why ``value`` is outside ``BOUNDS[name]`` (``must be above 0 and at most 1``), or None."""
+    if name not in BOUNDS or value is None:
+        return None
+    low, inclusive, high = BOUNDS[name]
+    if value < low or (value == low and not inclusive) or (high is not None and value > high):
+        ceiling = f" and at most {high:g}" if high is not None else ""
+        return f"must be {'at least' if inclusive else 'above'} {low:g}{ceiling}"
+    return None
 
 
 def _convert(kind: Any, value: Any) -> Any:
@@ -313,7 +328,12 @@ def _to_dataclass(cls: Any, value: Any) -> Any:
     unknown = sorted(set(value) - set(hints))
     if unknown:
         raise ValueError(f"unknown key {unknown[0]!r} (valid: {', '.join(hints)})")
-    return cls(**{k: _convert(hints[k], v) for k, v in value.items()})
+    fields = {k: _convert(hints[k], v) for k, v in value.items()}
+    for key, item in fields.items():  # an override's threshold_percent, context_length
+        reason = _out_of_bounds(key, item)
+        if reason:
+            raise ValueError(f"{key} = {item!r}: {reason}")
+    return cls(**fields)
 
 
 def _to_policy(value: Any) -> CompactionPolicy:
@@ -376,12 +396,26 @@ SECTIONS: dict[str, dict[str, str]] = {
 SECRET_SETTINGS = frozenset({"upstream_api_key", "summarizer_api_key", "api_keys"})
 
 
+GENERAL = "general"  # the table of the settings no section holds (``config show`` prints it)
+
+
 def section_of(name: str) -> str:
     """The table a setting is shown under (``general`` when it has none)."""
     for section, keys in SECTIONS.items():
         if name in keys.values():
             return section
-    return "general"
+    return GENERAL
+
+
+@functools.cache
+def _general_keys() -> dict[str, str]:
+    """``[general]``'s keys: the settings of no section, by their full names."""
+    return {name: name for name in SETTING_NAMES if section_of(name) == GENERAL}
+
+
+def _table_keys(table: str) -> dict[str, str] | None:
+    """A table's short name -> setting (None: no such table)."""
+    return _general_keys() if table == GENERAL else SECTIONS.get(table)
 
 
 def _type_of(name: str) -> Any:
@@ -396,7 +430,7 @@ def _unknown(key: str, where: str, valid: list[str]) -> InvalidInput:
     close = difflib.get_close_matches(key, valid, n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
     return InvalidInput(f"unknown setting {key!r} in {where}",
-                        hint=hint + "valid keys: " + ", ".join(sorted(valid)))
+                        hint=hint + "valid keys: " + ", ".join(sorted(set(valid))))
 
 
 _JSON_EXAMPLES = {"overrides": '[{"match": "gpt-4o", "threshold_percent": 0.6}]',
@@ -446,23 +480,29 @@ def unknown_env(environ: Mapping[str, str]) -> list[str]:
 
 
 def _table_layer(data: Mapping[str, Any], where: str) -> Layer:
-    """Top-level keys by full name, ``[section]`` tables by short or full name."""
+    """Top-level keys by full name, ``[section]`` tables by short or full name, ``[general]``
+    (the settings of no section, as ``config show`` prints them) by full name."""
     out: Layer = {}
-    top_valid = [*SETTING_NAMES, *SECTIONS]
+    tables = ("refold", GENERAL, *SECTIONS)
     for key, value in data.items():
+        keys = _table_keys(key)
         if key == "refold" and isinstance(value, dict):
             out.update(_table_layer(value, where))
-        elif key in SECTIONS and isinstance(value, dict):
-            keys = SECTIONS[key]
+        elif keys is not None and isinstance(value, dict):
             for sub, item in value.items():
                 name = keys.get(sub) or (sub if sub in keys.values() else None)
+                if name is None and sub in SETTING_NAMES:  # a setting of another table
+                    raise InvalidInput(f"setting {sub!r} in [{key}] of {where} belongs in "
+                                       f"[{section_of(sub)}] (or at the top level)")
                 if name is None:
                     raise _unknown(f"{key}.{sub}", where, [f"{key}.{k}" for k in keys])
                 out[name] = (item, where)
         elif key in SETTING_NAMES:
             out[key] = (value, where)
+        elif key in tables:
+            raise InvalidInput(f"{key!r} in {where} must be a table ([{key}])")
         else:
-            raise _unknown(key, where, top_valid)
+            raise _unknown(key, where, [*SETTING_NAMES, *tables])
     return out
 
 
@@ -573,6 +613,7 @@ __all__ = [
     "BOUNDS",
     "COMPACTION_FIELDS",
     "ENV_PREFIX",
+    "GENERAL",
     "SECTIONS",
     "SETTING_NAMES",
     "BadSetting",
