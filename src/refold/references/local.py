@@ -2,24 +2,29 @@
 
 Each resolves to one block of text or to a refusal (``InvalidInput`` with the reason); the
 caller (``refold.references.expand``) applies the shared budget. Files are read through the
-``FileReader`` seam (at most ``MAX_READ_BYTES``), binary files are named, not inlined, and
-folder listings skip what the path guard would refuse.
+``FileReader`` seam (at most ``MAX_READ_BYTES``; a line range is looked for however far into
+the file it is, and at most ``MAX_READ_BYTES`` of it kept), binary files are named, not
+inlined, and folder listings skip what the path guard would refuse.
 """
 
 from __future__ import annotations
 
+import io
 import re
+from pathlib import Path
 
 from refold.errors import InvalidInput
 from refold.references.parse import Reference
 from refold.references.paths import PathGuard
 from refold.references.sources import (
+    BINARY_SNIFF,
     MAX_READ_BYTES,
     FileReader,
     GitRunner,
     UrlFetcher,
     hardened_argv,
     looks_binary,
+    read_lines,
 )
 
 MAX_LISTING = 200
@@ -60,19 +65,40 @@ class LocalReferences:
             raise InvalidInput("file not found")
         if not path.is_file():
             raise InvalidInput("not a file (use @folder: for a directory)")
-        data = self.files.read(path, MAX_READ_BYTES)
+        # a line range is read on its own: only the head is sniffed here
+        data = self.files.read(path, MAX_READ_BYTES if ref.line_start is None else BINARY_SNIFF)
         if looks_binary(data):
             size = path.stat().st_size
             return str(path), f"(binary file, {size} bytes; not inlined)"
-        text = data.decode("utf-8", "replace")
         if ref.line_start is not None:
-            lines = text.splitlines()
-            first, last = ref.line_start, max(ref.line_start, ref.line_end or ref.line_start)
-            if first > len(lines):
-                raise InvalidInput(f"line {first} is past the end ({len(lines)} lines)")
-            text = "\n".join(lines[first - 1:last])
+            text = self._lines(path, ref.line_start, ref.line_end)
+        else:
+            text = data.decode("utf-8", "replace")
         fence = _FENCE.get(path.suffix.lower(), "")
         return str(path), f"```{fence}\n{text.rstrip(chr(10))}\n```"
+
+    def _lines(self, path: Path, first: int, last: int | None) -> str:
+        """Lines ``first``..``last`` of a text file (a line ends at a line feed; a carriage
+        return before it is dropped), found however far in; a range that is not one is
+        refused."""
+        last = first if last is None else last
+        if first < 1:
+            raise InvalidInput(f"bad line range {first}-{last}: lines are numbered from 1")
+        if last < first:
+            raise InvalidInput(f"bad line range {first}-{last}: it ends before it starts")
+        reader = getattr(self.files, "read_lines", None)
+        if reader is not None:
+            data, reached = reader(path, first, last, MAX_READ_BYTES)
+        else:  # a FileReader seam without read_lines: the range within what read() gives
+            whole = self.files.read(path, MAX_READ_BYTES)
+            data, reached = read_lines(io.BytesIO(whole), first, last, MAX_READ_BYTES)
+            if reached < first and len(whole) >= MAX_READ_BYTES:
+                raise InvalidInput(f"line {first} is past the first {MAX_READ_BYTES} bytes "
+                                   f"read ({reached} lines)")
+        if reached < first:
+            raise InvalidInput(f"line {first} is past the end ({reached} lines)")
+        lines = data.decode("utf-8", "replace").split("\n")
+        return "\n".join(line.removesuffix("\r") for line in lines)
 
     def _folder(self, ref: Reference) -> tuple[str, str]:
         path = self.guard.resolve(ref.target)
