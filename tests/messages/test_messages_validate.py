@@ -125,3 +125,11 @@ def test_clean_messages_come_back_as_they_are_and_only_dirty_ones_are_copied() -
 def test_the_repair_check_agrees_with_the_repair(value: Any) -> None:
     from refold.messages.validate import _needs_repair, _repair_value
     assert _needs_repair(value) == (_repair_value(value) is not value)
+
+
+def test_an_object_without_a_role_is_named_so_not_unknown_role_none() -> None:
+    """``{"foo": 1}`` (a settings file imported by mistake) said "unknown role None"."""
+    with pytest.raises(MessageValidationError) as raised:
+        validate_messages([{"foo": 1, "bar": 2}])
+    assert "no role" in str(raised.value) and "'foo', 'bar'" in str(raised.value)
+    assert "None" not in str(raised.value)

@@ -239,6 +239,10 @@ def validate_message(message: Any, index: int | None = None) -> Message:
     if not isinstance(role, str) or role not in ROLES:
         hint = "use 'tool' with tool_call_id" if role == "function" else \
             "one of: " + ", ".join(sorted(ROLES))
+        if "role" not in message:  # not a message at all ({"foo": 1}, a settings file)
+            keys = ", ".join(repr(k) for k in list(message)[:5]) or "none"
+            _fail(f"no role: a message needs one (this object's keys: {keys})", index, "role",
+                  hint=hint)
         _fail(f"unknown role {role!r}", index, "role", hint=hint)
     _check_content(message, role, index)
     _check_tool_calls(message, role, index)
