@@ -115,3 +115,20 @@ def test_openai_loader_hints_at_the_anthropic_format() -> None:
     with pytest.raises(MessageValidationError) as info:
         load_messages_file(ANTHROPIC_SAMPLE)
     assert "--format anthropic" in str(info.value)
+
+
+@pytest.mark.parametrize("codec", ["utf-16", "utf-16-be", "utf-32"])
+@pytest.mark.parametrize("jsonl", [False, True], ids=["json", "jsonl"])
+def test_a_file_with_a_utf16_or_utf32_mark_is_read_in_that_encoding(
+        tmp_path: Path, codec: str, jsonl: bool) -> None:
+    """PowerShell's ``>`` writes UTF-16 with a byte-order mark: read as UTF-8, such a file was
+    "invalid UTF-8 ... not valid JSON"."""
+    messages = [{"role": "user", "content": "部署 ok"}, {"role": "assistant", "content": "fine"}]
+    text = ("\n".join(json.dumps(m, ensure_ascii=False) for m in messages) if jsonl
+            else json.dumps(messages, ensure_ascii=False))
+    data = text.encode(codec)
+    if codec.endswith("-be"):
+        data = b"\xfe\xff" + data  # the explicit-endian codecs write no mark
+    path = tmp_path / ("t.jsonl" if jsonl else "t.json")
+    path.write_bytes(data)
+    assert load_messages_file(path) == messages

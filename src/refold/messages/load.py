@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import codecs
 import functools
+import io
 import json
 import logging
 import re
@@ -451,15 +452,32 @@ def _session_document(lines: list[bytes], repair: Utf8Repair, name: str
     return doc
 
 
+# a byte-order mark of UTF-32 or UTF-16 (PowerShell's ``>`` writes UTF-16): the file is read in
+# that encoding and handed on as UTF-8 (UTF-32 first: its little-endian mark begins as UTF-16's)
+WIDE_BOMS = ((b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"),
+             (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
+
+
 def _open_binary(path: Path) -> Any:
     try:
-        return path.open("rb")
+        fh = path.open("rb")
+        head = fh.peek(4)[:4]
     except FileNotFoundError as exc:
         raise InvalidInput(f"no such file: {path}", hint="check the path") from exc
     except IsADirectoryError as exc:
         raise InvalidInput(f"{path} is a directory, not a transcript file") from exc
     except OSError as exc:
         raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from exc
+    codec = next((name for bom, name in WIDE_BOMS if head.startswith(bom)), None)
+    if codec is None:
+        return fh
+    with fh:
+        try:
+            data = fh.read()
+        except OSError as exc:
+            raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from exc
+    # the codec takes the mark off; a broken sequence becomes U+FFFD as in UTF-8 input
+    return io.BytesIO(data.decode(codec, "replace").encode("utf-8", "replace"))
 
 
 TIME_KEYS = ("created_at", "timestamp", "time", "date", "datetime", "created")
