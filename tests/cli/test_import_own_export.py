@@ -154,3 +154,49 @@ def test_an_export_of_another_version_is_refused(tmp_path: Path, other: Run) -> 
     refused = other("import", str(newer))
     assert isinstance(refused.exception, InvalidInput)
     assert "refold.export/2" in str(refused.exception)
+
+
+def test_an_export_imported_elsewhere_keeps_its_source_model_and_totals(
+        tmp_path: Path, origin: Run, other: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An export carries where its session came from, its model and its usage totals: imported
+    elsewhere they came back as source "import" and no tokens or cost. Imported again, or
+    where it came from, nothing is counted twice; grown, only the growth is added; --source
+    still names every session."""
+    store = SQLiteStore(str(tmp_path / "a" / "home" / "refold.db"))
+    try:
+        made = store.create_session(title="served", source="serve", model="gpt-4o-mini")
+        _say(store, made.id, "hello", "hi there")
+        store.add_usage(made.id, input_tokens=1200, output_tokens=80, cost_usd=0.25)
+    finally:
+        store.close()
+    export = tmp_path / "served.json"
+    assert origin("sessions", "export", "served", "--format", "json",
+                  "-o", str(export)).exit_code == 0
+
+    def seen(run: Run) -> dict[str, Any]:
+        found = ok_json(run("sessions", "list", "--json"))[0]
+        return {k: found[k] for k in ("source", "model", "input_tokens", "output_tokens",
+                                      "cost_usd")}
+
+    want = {"source": "serve", "model": "gpt-4o-mini", "input_tokens": 1200,
+            "output_tokens": 80, "cost_usd": pytest.approx(0.25)}
+    for _ in range(2):
+        ok_json(other("import", str(export), "--json"))
+        assert seen(other) == want
+    ok_json(origin("import", str(export), "--json"))  # where it came from: the same
+    assert seen(origin) == want
+    store = SQLiteStore(str(tmp_path / "a" / "home" / "refold.db"))
+    try:
+        _say(store, made.id, "one more", "sure")
+        store.add_usage(made.id, input_tokens=300, cost_usd=0.05)
+    finally:
+        store.close()
+    assert origin("sessions", "export", "served", "--format", "json", "--force",
+                  "-o", str(export)).exit_code == 0
+    grown = ok_json(other("import", str(export), "--json"))
+    assert grown["appended"] == 2
+    assert seen(other) == dict(want, input_tokens=1500, cost_usd=pytest.approx(0.30))
+    (tmp_path / "c").mkdir()
+    third = cli_on_home(tmp_path / "c", monkeypatch)
+    ok_json(third("import", str(export), "--source", "mine", "--json"))
+    assert seen(third)["source"] == "mine"

@@ -53,6 +53,10 @@ class Transcript:
     # a resumed agent session's file: the sessions it continues (their keys, oldest first),
     # each with how many of the leading messages are that session's (``AgentLog.resumed``)
     resumed: tuple[tuple[str, int], ...] = ()
+    # a refold export's session: where it came from, its model and its usage totals there
+    source: str | None = None
+    model: str | None = None
+    totals: dict[str, float] | None = None
 
 
 def _read_transcript(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repair,
@@ -108,7 +112,8 @@ def _exported(file: str, stem: str, sessions: list[ExportedSession]) -> list[Tra
     (imported back where it came from, or again after it grew: only what is new is stored)
     and titled as it was; the rest (a fork's parent in a ``--lineage`` export holds none of
     its own) said on stderr."""
-    found = [Transcript(s.messages, s.title or stem, s.id, s.times, rewound=s.rewound)
+    found = [Transcript(s.messages, s.title or stem, s.id, s.times, rewound=s.rewound,
+                        source=s.source, model=s.model, totals=s.totals)
              for s in sessions if s.messages]
     empty = len(sessions) - len(found)
     rewound = sum(s.rewound for s in sessions)
@@ -379,6 +384,7 @@ def _import_one(app: AppContext, file: str, session_ref: str | None, title: str 
     if fmt is None and file != "-" and piped is None:
         _refuse_prompt_history(file)
     fmt = _format_of(file, fmt) if piped is None else (fmt or "openai")
+    given = source  # --source names every session; else an export's own, else the format
     if source is None:
         source = fmt if fmt in AGENT_FORMATS else "import"
     try:
@@ -395,7 +401,8 @@ def _import_one(app: AppContext, file: str, session_ref: str | None, title: str 
                            hint="import it without them: each session is imported as its own")
     reports = []
     for read in found:
-        report = _import_transcript(app, read, session_ref, title, source, fmt)
+        report = _import_transcript(app, read, session_ref, title,
+                                    given or read.source or source, fmt)
         if repair.count:
             report["utf8_repaired"] = {"count": repair.count,
                                        "first_offset": repair.first_offset}
@@ -415,6 +422,8 @@ def _import_transcript(app: AppContext, read: Transcript, session_ref: str | Non
     said = [t for t in read.times or () if t is not None]
     target = _target_session(store, session_ref, messages, title=title, default_title=stem,
                              source=source, key=read.key, started_at=min(said) if said else None)
+    if target.create is not None and read.model:
+        target = replace(target, create=replace(target.create, model=read.model))
     times, usage = read.times, _priced(app, read.spend)
     if target.create is not None and session_ref is None and read.resumed:
         # a resumed session's own file, imported the first time: a branch of the session it
@@ -444,6 +453,8 @@ def _import_transcript(app: AppContext, read: Transcript, session_ref: str | Non
         except Conflict:
             if last is None or attempt == SYNC_ATTEMPTS - 1:
                 raise  # (another import appended each time: said, not retried for ever)
+    if read.totals:
+        _top_up_totals(store, target.session_id, read.totals)
     report = {"session_id": target.session_id,
               "title": store.get_session(target.session_id).title,
               "appended": len(result.appended),
@@ -454,6 +465,24 @@ def _import_transcript(app: AppContext, read: Transcript, session_ref: str | Non
     if read.rewound:
         report["rewound_left_out"] = read.rewound
     return report
+
+
+def _top_up_totals(store: Store, session_id: str, totals: dict[str, float]) -> None:
+    """An exported session's usage totals there, added as far as this session's fall short of
+    them: imported the first time, its totals come with it; imported again, or where it came
+    from, nothing is counted twice; grown, only the growth is added."""
+    have = store.get_session(session_id)
+
+    def short(name: str) -> float:
+        return max(0.0, totals.get(name, 0.0) - float(getattr(have, name, 0) or 0))
+
+    tokens = {name: int(short(name)) for name in ("input_tokens", "output_tokens",
+                                                  "cache_read_tokens")}
+    cost = short("cost_usd")
+    if any(tokens.values()) or cost > 1e-12:
+        store.add_usage(session_id, input_tokens=tokens["input_tokens"],
+                        output_tokens=tokens["output_tokens"],
+                        cache_read_tokens=tokens["cache_read_tokens"], cost_usd=cost)
 
 
 def _resumed_sessions(store: Store, read: Transcript, times: list[float | None] | None,

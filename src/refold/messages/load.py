@@ -42,7 +42,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from refold._records import dataclass
+from refold._records import dataclass, field
 from refold.errors import InvalidInput, MessageValidationError
 from refold.messages.anthropic import from_anthropic
 from refold.messages.model import Message
@@ -650,6 +650,13 @@ class ExportedSession:
     messages: list[Message]
     times: list[float | None]
     rewound: int = 0
+    source: str | None = None  # what the session said it came from there ("serve", "demo")
+    model: str | None = None
+    # its usage totals there (input_tokens, output_tokens, cache_read_tokens, cost_usd)
+    totals: dict[str, float] = field(default_factory=dict)
+
+
+EXPORTED_TOTALS = ("input_tokens", "output_tokens", "cache_read_tokens", "cost_usd")
 
 
 def _looks_exported(head: bytes) -> bool:
@@ -679,7 +686,11 @@ def _exported_session(item: Any, where: str) -> ExportedSession:
             and isinstance(item.get("messages"), list)):
         raise InvalidInput(f"{where}: expected an object with an 'id' and a 'messages' list")
     title = item.get("title")
-    out = ExportedSession(item["id"], title if isinstance(title, str) else None, [], [])
+    text = {k: v for k in ("source", "model") if isinstance(v := item.get(k), str) and v}
+    totals = {k: float(v) for k in EXPORTED_TOTALS if isinstance(v := item.get(k), int | float)
+              and not isinstance(v, bool) and v > 0}
+    out = ExportedSession(item["id"], title if isinstance(title, str) else None, [], [],
+                          source=text.get("source"), model=text.get("model"), totals=totals)
     for index, record in enumerate(item["messages"]):
         if not (isinstance(record, dict) and "message" in record):
             raise InvalidInput(f"{where} message {index}: expected an object with a 'message'")
