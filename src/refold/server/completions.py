@@ -424,8 +424,7 @@ class _Turn:
             if self.client is None:
                 result = await call(body, self.tenant.bearer, self._on_sent)
             else:
-                with self.client.cancels(asyncio.current_task()):
-                    result = await call(body, self.tenant.bearer, self._on_sent)
+                result = await self.client.call(call(body, self.tenant.bearer, self._on_sent))
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._settle()

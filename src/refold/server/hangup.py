@@ -5,11 +5,12 @@ unanswered rather than answered with a reply the client never saw (``completions
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from starlette.types import Receive
+
+_T = TypeVar("_T")
 
 
 class ClientWatch:
@@ -21,6 +22,7 @@ class ClientWatch:
     def __init__(self, receive: Receive) -> None:
         self.gone = False
         self.cut: asyncio.Task[Any] | None = None  # the upstream call cancelled for it
+        self._armed: asyncio.Task[Any] | None = None  # the call a hang-up cancels (``call``)
         self._on_gone: Callable[[], None] | None = None
         self._task = asyncio.ensure_future(self._watch(receive))
 
@@ -29,7 +31,11 @@ class ClientWatch:
             message = await receive()
             if message["type"] == "http.disconnect":
                 self.gone = True
-                if self._on_gone is not None:
+                armed = self._armed
+                if armed is not None and self.cut is None:
+                    self.cut = armed
+                    armed.cancel()
+                elif self._on_gone is not None:
                     self._on_gone()
                 return
 
@@ -42,33 +48,24 @@ class ClientWatch:
     def close(self) -> None:
         self._task.cancel()
 
-    @contextmanager
-    def cancels(self, task: asyncio.Task[Any] | None) -> Iterator[None]:
-        """While inside, the client's hang-up cancels ``task`` (an upstream call nobody will
-        read: it stops costing, and the session's lock goes to the client's retry); raises
+    async def call(self, awaitable: Awaitable[_T]) -> _T:
+        """``await awaitable``, which the client's hang-up cancels (an upstream call nobody
+        will read: it stops costing, and the session's lock goes to the client's retry);
         ClientGone at once when it has left already, and in place of that cancellation."""
         if self.gone:
             raise ClientGone
-        if task is None:
-            yield
-            return
-
-        def cut() -> None:
-            if self.cut is None:
-                self.cut = task
-                task.cancel()
-
-        self._on_gone = cut
+        task = asyncio.current_task()
+        self._armed = task
         try:
-            yield
+            return await awaitable
         except asyncio.CancelledError:
-            if self.cut is not task:
+            if task is None or self.cut is not task:
                 raise
             task.uncancel()
             raise ClientGone from None
         finally:
-            self._on_gone = None
+            self._armed = None
 
 
 class ClientGone(Exception):
-    """The client hung up before its reply (``ClientWatch.cancels``)."""
+    """The client hung up before its reply (``ClientWatch.call``)."""
