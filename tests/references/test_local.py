@@ -199,3 +199,22 @@ def test_a_repository_fsmonitor_hook_never_runs(project: Path) -> None:
     git(project, "config", "diff.external", f"touch {marker}")
     out = expander(project).expand("@diff", context_length=WINDOW)
     assert not marker.exists() and out.references[0].status == "attached"
+
+
+def test_a_folder_with_a_name_that_is_not_utf8_and_a_dangling_link_is_listed(
+        project: Path) -> None:
+    """A file name that is not UTF-8 came through as lone surrogates: counting the listing's
+    tokens raised a TypeError (every later turn of the session re-expanded the stored message
+    and raised again) and ``refold mcp`` died writing it. A dangling link (an editor's lock
+    file) made the whole folder "cannot read". Now the name shows U+FFFD and the link is
+    listed as unreadable."""
+    folder = project / "odd"
+    folder.mkdir()
+    os.close(os.open(os.fsencode(folder) + b"/caf\xe9.txt", os.O_CREAT | os.O_WRONLY))
+    (folder / "ok.txt").write_text("ok")
+    os.symlink("root@host.12345:1700000000", folder / ".#notes.txt")
+    out = expander(project).expand("@folder:odd", context_length=WINDOW)
+    assert out.warnings == [] and out.references[0].status == "attached"
+    assert "caf\ufffd.txt (0 bytes)" in out.message and "ok.txt (2 bytes)" in out.message
+    assert ".#notes.txt (unreadable)" in out.message
+    out.message.encode("utf-8")  # no lone surrogate left in what is counted, stored and sent

@@ -114,8 +114,12 @@ class LocalReferences:
             if len(lines) >= MAX_LISTING:
                 lines.append("… (more entries not listed)")
                 break
-            lines.append(f"{child.name}/" if child.is_dir() else
-                         f"{child.name} ({child.stat().st_size} bytes)")
+            name = _shown_name(child.name)
+            try:
+                lines.append(f"{name}/" if child.is_dir() else
+                             f"{name} ({child.stat().st_size} bytes)")
+            except OSError:  # a dangling link (an editor's lock file), a file gone meanwhile
+                lines.append(f"{name} (unreadable)")
         if hidden:
             lines.append(f"({hidden} entries withheld: sensitive or outside the directory)")
         return str(path), "\n".join(lines) or "(empty folder)"
@@ -145,3 +149,13 @@ class LocalReferences:
 
 
 __all__ = ["LocalReferences"]
+
+
+def _shown_name(name: str) -> str:
+    """A file name as text: bytes that are not UTF-8 (the OS hands them over as lone
+    surrogates) become U+FFFD, as ``refold expand`` prints them; counted or sent on as they
+    were, they broke the turn and, stored, every later one of the session."""
+    if name.isascii():
+        return name
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
