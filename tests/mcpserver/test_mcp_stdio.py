@@ -227,3 +227,37 @@ def test_ctrl_c_ends_the_server_while_stdin_stays_open(home: Path) -> None:
         proc.kill()
         proc.wait()
         proc.stdin.close()
+
+
+def test_a_folder_with_a_name_that_is_not_utf8_does_not_end_the_server(home: Path) -> None:
+    """The listing of a folder holding a file whose name is not UTF-8 carried a lone
+    surrogate; writing that result as UTF-8 failed in the SDK and the server process died
+    (the next call: "Connection closed"). It answers, and goes on answering."""
+    project = home.parent / f"{home.name}-proj"  # (the home itself is refused, refold's data)
+    (project / "odd").mkdir(parents=True)
+    os.close(os.open(os.fsencode(project / "odd") + b"/caf\xe9.txt", os.O_CREAT | os.O_WRONLY))
+
+    async def run() -> list[Any]:
+        async with stdio_client(_params(home, cwd=project)) as (read, write), \
+                ClientSession(read, write, read_timeout_seconds=timedelta(seconds=30)) as c:
+            await c.initialize()
+            return [await c.call_tool("expand_references", {"text": text})
+                    for text in ("@folder:odd", "still there?")]
+
+    listed, after = anyio.run(run)
+    assert not listed.isError and "caf\ufffd.txt" in _text(listed)
+    assert not after.isError and "still there?" in _text(after)
+
+
+def test_a_lone_surrogate_escaped_in_a_request_is_answered(home: Path) -> None:
+    """``"\\ud800"`` in a request's JSON (what JavaScript's JSON.stringify writes for a lone
+    surrogate) was refused by the SDK's parser and never answered: the client waited for
+    ever. It is read as U+FFFD."""
+    from refold.mcpserver.server import _repaired_line, _result
+
+    line = b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"session_search",' \
+           b'"arguments":{"query":"deploy \\ud800"}}}\n'
+    assert json.loads(_repaired_line(line))["params"]["arguments"]["query"] == "deploy \ufffd"
+    plain = b'{"jsonrpc":"2.0","id":3,"method":"ping"}\n'
+    assert _repaired_line(plain) == plain.decode()
+    assert _result("caf\udce9", error=False).content[0].text == "caf\ufffd"  # type: ignore[union-attr]

@@ -16,6 +16,7 @@ Blocking store and memory calls run on a worker thread so the stdio loop stays r
 from __future__ import annotations
 
 import io
+import json
 import logging
 import queue
 import sys
@@ -29,6 +30,7 @@ from mcp.server.lowlevel import Server
 
 from refold import __version__
 from refold._records import dataclass
+from refold.messages.validate import SURROGATE_IN_JSON, repair_strings, repair_text
 from refold.tools.registry import ToolRegistry, error_result
 
 log = logging.getLogger(__name__)
@@ -101,8 +103,26 @@ def _add_resources(server: Server[Any, Any], by_uri: dict[str, TextResource]) ->
 
 
 def _result(text: str, *, error: bool) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+    # a lone surrogate in a result (a file name that is not UTF-8, a stored row) cannot be
+    # written as UTF-8: the SDK's writer failed and the whole server went down with it
+    return types.CallToolResult(content=[types.TextContent(type="text",
+                                                           text=repair_text(text))],
                                 isError=error)
+
+
+def _repaired_line(line: bytes) -> str:
+    """A request line as text: bytes that are not UTF-8 become U+FFFD, and so does a lone
+    surrogate escaped in the JSON (``"\\ud800"``, what JavaScript's ``JSON.stringify`` writes
+    for one), which the SDK's parser refused: that request was never answered and its client
+    waited for ever."""
+    text = line.decode("utf-8", errors="replace")
+    if SURROGATE_IN_JSON.search(line) is None:
+        return text
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text  # not JSON: the SDK's own error
+    return json.dumps(repair_strings(value), ensure_ascii=False) + "\n"
 
 
 def _read_lines(lines: queue.Queue[bytes | None]) -> None:
@@ -133,7 +153,7 @@ async def _stdin_lines() -> AsyncIterator[str]:
     try:
         while (line := await anyio.to_thread.run_sync(lines.get,
                                                       abandon_on_cancel=True)) is not None:
-            yield line.decode("utf-8", errors="replace")
+            yield _repaired_line(line)
     finally:
         lines.put(None)  # ends the worker thread's wait a cancellation abandoned
 
