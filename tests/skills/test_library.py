@@ -43,7 +43,8 @@ def test_bad_front_matter_is_refused_with_a_reason(text: str, needle: str) -> No
 
 def test_names_are_validated(tmp_path: Path) -> None:
     lib = open_skills(tmp_path)
-    for bad in ("../etc", "a/b", "", "UPPER", "-x", "x-", "a--b", "x" * 65, ".hidden"):
+    for bad in ("../etc", "a/b", "", "UPPER", "-x", "x-", "a--b", "x" * 65, ".hidden",
+                "deploy\n", "deploy\n\n"):  # ("$" let a trailing newline through)
         with pytest.raises(InvalidInput, match="bad skill name"):
             lib.create(bad, "d", BODY)
     assert not any(tmp_path.parent.glob("etc*"))

@@ -22,7 +22,7 @@ import re
 from refold._records import dataclass, field
 from refold.errors import InvalidInput
 
-NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
+NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?\Z")  # (\Z: "$" lets "name\n" pass)
 _KEY = re.compile(r"^([A-Za-z][A-Za-z0-9_-]*):(?:\s+(.*))?$")
 MAX_DESCRIPTION = 1024
 MAX_BODY = 64_000
