@@ -519,3 +519,19 @@ def test_deferred_after_turn_waits_for_finish_turn(normal_store: SQLiteStore) ->
     finally:
         if not closed:
             engine.close()
+
+
+def test_record_refuses_a_message_that_is_not_the_reply(normal_store: SQLiteStore) -> None:
+    """``record()`` stores the model's reply: a user, system or tool message handed to it was
+    stored under its own role, as if the model had said it."""
+    from refold.errors import InvalidInput
+
+    engine = Engine(store=normal_store, context_length=8000, model="m")
+    rt = engine.open_session()
+    rt.prepare([{"role": "user", "content": "hi"}])
+    for wrong in ({"role": "user", "content": "x"}, {"role": "system", "content": "x"},
+                  {"role": "tool", "tool_call_id": "a", "content": "r"}, "text"):
+        with pytest.raises(InvalidInput, match="must be an assistant message"):
+            rt.record(wrong)  # type: ignore[arg-type]
+    assert rt.record({"content": "no role: the reply's"}) is True
+    assert [m.role for m in normal_store.get_messages(rt.session_id)] == ["user", "assistant"]

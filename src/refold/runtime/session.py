@@ -527,8 +527,9 @@ class SessionRuntime:
 
     def _checked_reply(self, response: Message) -> Message:
         response = as_plain(response)  # the openai SDK's ChatCompletionMessage, say
-        if not isinstance(response, dict):
-            raise InvalidInput("response must be an assistant message (a dict)")
+        role = response.get("role", "assistant") if isinstance(response, dict) else None
+        if role != "assistant":  # (a user or tool message is not the reply: refused, not stored)
+            raise InvalidInput(f"response must be an assistant message (a dict), not {role!r}")
         message = _normalize_reply(response)
         self.ops.validate([message])
         return message
@@ -797,4 +798,3 @@ def _normalize_reply(response: Message) -> Message:
 
 
 _int = token_count  # a usage report's count as tokens
-
