@@ -348,3 +348,17 @@ def test_an_import_racing_another_into_one_session_rewinds_nothing(
         assert len(store.get_messages(base["session_id"])) == 6  # all of them active
     finally:
         store.close()
+
+
+def test_a_directorys_json_files_left_out_are_named(run: Run, tmp_path: Path) -> None:
+    """A directory's ``.json`` files are read only as Gemini CLI sessions; the others were
+    passed over without a word (a transcript exported as a JSON list looked imported)."""
+    folder = tmp_path / "d"
+    folder.mkdir()
+    _day(folder / "x.jsonl", "in a jsonl")
+    (folder / "y.json").write_text(json.dumps([{"role": "user", "content": "in a json"}]),
+                                   encoding="utf-8")
+    result = run("import", str(folder))
+    assert result.exit_code == 0, result.output
+    said = result.output + (result.stderr if result.stderr_bytes is not None else "")
+    assert "1 .json file(s) left out" in said and "refold import FILE" in said

@@ -583,10 +583,16 @@ def _import_directory(app: AppContext, directory: Path, source: str | None, fmt:
     from refold.errors import RefoldError
     from refold.messages.load import sniff_agent_log, sniff_prompt_history
 
-    found = sorted(p for p in directory.rglob("*.json*") if p.suffix in (".jsonl", ".json")
-                   and p.is_file() and p.stat().st_size
-                   # a .json file only when it is a Gemini CLI session (not a settings file)
-                   and (p.suffix == ".jsonl" or sniff_agent_log(p) == "gemini"))
+    candidates = sorted(p for p in directory.rglob("*.json*") if p.suffix in (".jsonl", ".json")
+                        and p.is_file() and p.stat().st_size)
+    # a .json file only when it is a Gemini CLI session (not a settings file): the others
+    # are named, not silently passed over (import one with `refold import FILE`)
+    found = [p for p in candidates if p.suffix == ".jsonl" or sniff_agent_log(p) == "gemini"]
+    other = len(candidates) - len(found)
+    if other:
+        click.echo(f"{directory}: {other} .json file(s) left out (a directory's .json files "
+                   "are read only as Gemini CLI sessions; import one with `refold import "
+                   "FILE`)", err=True)
     databases = {p: kind for p in sorted(directory.rglob("*.db"))
                  if p.is_file() and (kind := database_kind(p)) is not None}
     histories = [p for p in found if p.suffix == ".jsonl" and sniff_prompt_history(p)]
