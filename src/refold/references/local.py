@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from refold.errors import InvalidInput
+from refold.messages.validate import repair_text
 from refold.references.parse import Reference
 from refold.references.paths import PathGuard
 from refold.references.sources import (
@@ -114,7 +115,9 @@ class LocalReferences:
             if len(lines) >= MAX_LISTING:
                 lines.append("… (more entries not listed)")
                 break
-            name = _shown_name(child.name)
+            # a name that is not UTF-8 comes as lone surrogates: U+FFFD, as `refold expand`
+            # prints it (counted or stored as it was, it broke every turn of the session)
+            name = repair_text(child.name)
             try:
                 lines.append(f"{name}/" if child.is_dir() else
                              f"{name} ({child.stat().st_size} bytes)")
@@ -149,13 +152,3 @@ class LocalReferences:
 
 
 __all__ = ["LocalReferences"]
-
-
-def _shown_name(name: str) -> str:
-    """A file name as text: bytes that are not UTF-8 (the OS hands them over as lone
-    surrogates) become U+FFFD, as ``refold expand`` prints them; counted or sent on as they
-    were, they broke the turn and, stored, every later one of the session."""
-    if name.isascii():
-        return name
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-
