@@ -25,6 +25,7 @@ Checked after every request:
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from hypothesis import HealthCheck, example, given, settings
@@ -39,7 +40,7 @@ from refold.store.sqlite import SQLiteStore
 Msg = dict[str, Any]
 OPENING: Msg = {"role": "user", "content": "What is 2+2?"}
 ACTIONS = st.lists(st.tuples(st.sampled_from(["extend", "retry", "edit", "new", "side", "tool",
-                                              "clear", "slide"]),
+                                              "clear", "slide", "undo"]),
                              st.integers(0, 7)), min_size=1, max_size=14)
 CLEARED = sorted(CLEARED_RESULTS)
 
@@ -55,6 +56,7 @@ class Client:
         self.start = 0  # where the window it sends starts in ``conv`` (0: all of it)
         self.session: str | None = None  # the session its last turn went to
         self.changes = 0  # retries and edits: the only reasons to rewind its session
+        self.before_edit: tuple[list[Msg], Msg | None] | None = None  # what "undo" goes back to
 
 
 class Harness:
@@ -145,7 +147,7 @@ def test_the_upstream_sees_what_the_client_sent(make_engine: Any, actions: list[
             last = client.last_reply
             if action == "tool":  # a normal next turn whose reply is a tool call
                 action, client.wants_tool = "extend", True
-            if action in ("retry", "edit") and client.start:
+            if action in ("retry", "edit", "undo") and client.start:
                 continue  # (not modeled for a windowed client: see the module doc)
             slid = action == "slide"
             if slid:  # the window slides as the client sends its next turn
@@ -170,10 +172,18 @@ def test_the_upstream_sees_what_the_client_sent(make_engine: Any, actions: list[
                                 {"role": "user", "content": f"{client.name} goes on {len(client.conv)}"}]
 
             elif action == "edit" and client.conv[-1]["role"] == "user":
+                client.before_edit = (list(client.conv), last)
                 client.conv[-1] = {"role": "user", "content": f"{client.name} edits {len(client.conv)}"}
                 client.changes += 1
             elif action in ("retry", "edit"):  # (an edit of a tool's result: a retry)
                 client.changes += 1
+            elif action == "undo":  # back to the conversation as it was before the last edit
+                if client.before_edit is None:
+                    continue
+                client.conv, client.last_reply = client.before_edit
+                client.conv = list(client.conv)
+                client.before_edit = None
+                client.changes += 2  # (the edit's rows rewound, the original's last reply too)
             stored = len(client.conv) - 1  # all but the message just added
             if slid and last is not None and client.session is not None and active(
                     store, client.session) == as_stored(client, client.conv[:stored]):
@@ -202,3 +212,7 @@ def test_the_upstream_sees_what_the_client_sent(make_engine: Any, actions: list[
     for session in store.list_sessions(limit=1000):
         rewound = [r for r in store.list_rewinds(session.id) if r.seqs]
         assert len(rewound) <= rewinds_allowed.get(session.id, 0), session.title
+        if named:  # a message the client sent again after an edit is brought back, not copied
+            said = Counter(str(r.message.get("content")) for r in store.get_messages(
+                session.id, include_inactive=True) if r.role == "user")
+            assert max(said.values(), default=1) == 1, (session.title, said)

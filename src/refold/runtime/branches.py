@@ -19,7 +19,9 @@ The last two are answered from what was sent, and the ledger keeps both conversa
   conversation's tail is never rewound;
 - ``diverge="rewind"`` (a session the client named): an edit — the history shares a start with
   the session (or with the family member it shares the longest start with) — rewinds that
-  stored tail reversibly (``Store.undo_rewind`` restores it) and appends the history's rest. A
+  stored tail reversibly (``Store.undo_rewind`` restores it) and appends the history's rest;
+  a history that goes back to a tail an edit rewound (the client undid the edit) brings those
+  rows back (the edit's rows rewound in turn) instead of storing them twice. A
   history that shares nothing with any of them is another conversation under the same name
   (an agent's side calls: Claude Code's title and topic requests, a sub-agent's task): it is
   placed as in "branch", so it never rewinds the named conversation, and that conversation,
@@ -50,6 +52,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal
 
+from refold.errors import Conflict
 from refold.messages.model import Message, chain_identities
 from refold.runtime.chain import adopt_stored
 from refold.store.base import Store, StoredMessage
@@ -61,6 +64,7 @@ log = logging.getLogger(__name__)
 
 Diverge = Literal["branch", "rewind"]
 MAX_FAMILY = 64  # sessions of one derived family looked at (the newest ones)
+MAX_REWINDS = 32  # a session's rewinds looked at for rows a history goes back to (the newest)
 UNANSWERED = "unanswered_turn"  # event: the stored chain ended here when a turn got no reply
 
 
@@ -151,11 +155,42 @@ def place(store: Store, root_id: str, current_id: str, identities: Sequence[str]
             best, keep, first_other = sid, common, other
     if keep > 0 and first_other is not None and (
             diverge == "rewind" or _dropped_tail(store, best, keep)):
+        if keep < len(identities) and _restore(store, best, identities, keep):
+            return best, True
         record = store.rewind(best, first_other, any_role=True)
         log.info("session %s: rewound %d messages the client no longer sends (rewind %s; "
                  "undo restores them)", best, record.count, record.id)
         return best, True
     return _branch(store, root_id, best, max(keep, 0)), True
+
+
+def _restore(store: Store, session_id: str, identities: Sequence[str], keep: int) -> bool:
+    """Bring back the rows an earlier rewind of ``session_id`` holds when the history goes on
+    with them after its first ``keep`` messages (an edit the client undid: it re-sends the
+    conversation as it was), instead of storing them again: ``Store.undo_rewind`` restores
+    them and rewinds the tail after them in turn (the edit, itself reversible); restored rows
+    the history leaves out are rewound again. False when no rewind holds them (or one cannot be
+    undone any more): the caller rewinds and appends."""
+    want = identities[keep]
+    for held in reversed(store.list_rewinds(session_id)[-MAX_REWINDS:]):
+        if not held.seqs:
+            continue  # undone already
+        first = min(held.seqs)
+        rows = store.get_messages(session_id, include_inactive=True, start_seq=first,
+                                  end_seq=first)
+        if not rows or rows[0].identity != want:
+            continue
+        try:
+            store.undo_rewind(held.record.id)
+        except Conflict:
+            continue
+        log.info("session %s: restored %d messages rewind %s held (the client went back to "
+                 "them)", session_id, len(held.seqs), held.record.id)
+        _, other = _common(store, session_id, identities)
+        if other is not None:
+            store.rewind(session_id, other, any_role=True)
+        return True
+    return False
 
 
 def _branch(store: Store, root_id: str, parent_id: str, keep: int) -> str:
