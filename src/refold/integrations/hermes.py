@@ -65,12 +65,46 @@ MEMORY_PLUGIN_INIT = "from refold.integrations.hermes import RefoldMemoryProvide
 
 
 class Backend:
-    """One refold engine over one database, and the runtime of each Hermes session."""
+    """One refold store over one database, an engine per context window its Hermes sessions
+    run with (Hermes gives each agent its model's window; a gateway may run several), and the
+    runtime of each Hermes session."""
 
     def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+        self.engine = engine  # the default window's (a session no window was given for)
+        self.engines: dict[tuple[str, int], Engine] = {
+            (engine.model, engine.ops.context_length): engine}
         self.runtimes: dict[str, SessionRuntime] = {}
+        self.windows: dict[str, tuple[str, int]] = {}  # Hermes session: (model, window) given
         self.lock = threading.RLock()
+
+    def engine_for(self, model: str, context_length: int) -> Engine:
+        """The engine of one (model, context window), over this backend's store."""
+        key = (model, int(context_length))
+        with self.lock:
+            if key not in self.engines:
+                self.engines[key] = Engine(self.engine.store, model=key[0],
+                                           context_length=key[1],
+                                           background_precompact=False)
+            return self.engines[key]
+
+    def set_window(self, hermes_session: str, model: str, context_length: int) -> Engine:
+        """Hermes runs ``hermes_session`` with ``model`` and ``context_length`` from now on (a
+        session start, a model switch): its runtime is reopened on that window's engine when
+        it was open on another (the memory provider may have opened it first, before the
+        context engine knew the window); the engine."""
+        with self.lock:
+            engine = self.engine_for(model, context_length)
+            self.windows[hermes_session] = (engine.model, engine.ops.context_length)
+            rt = self.runtimes.get(hermes_session)
+            if rt is not None and self.engine_of(hermes_session) is not engine:
+                del self.runtimes[hermes_session]
+                rt.close()
+            return engine
+
+    def engine_of(self, hermes_session: str) -> Engine:
+        """The engine ``hermes_session`` runs on: its window's, else the default one."""
+        window = self.windows.get(hermes_session)
+        return self.engine if window is None else self.engine_for(*window)
 
     def runtime(self, hermes_session: str) -> SessionRuntime:
         """The runtime of the refold session titled ``hermes:<id>``, opened or created on first
@@ -79,7 +113,7 @@ class Backend:
         session and stores into it too (never an error that loses the turn)."""
         with self.lock:
             if hermes_session not in self.runtimes:
-                self.runtimes[hermes_session] = self.engine.open_named(
+                self.runtimes[hermes_session] = self.engine_of(hermes_session).open_named(
                     f"hermes:{hermes_session}", source="hermes")
             return self.runtimes[hermes_session]
 
@@ -99,16 +133,27 @@ class Backend:
     @staticmethod
     def _expanded(rt: SessionRuntime, history: list[Message]) -> list[Message]:
         """After a ``compress`` Hermes carries on with refold's view (head, summary, tail):
-        the stretch behind the summary is put back from the ledger, so the history refold
-        sees is the conversation itself and nothing is stored twice (or as an edit)."""
+        the stretch behind the summary is put back from the ledger, and a tail message the
+        view showed shortened (a cut copy of an oversized message, a pruned tool output) that
+        Hermes hands back as it got it is put back as stored, so the history refold sees is
+        the conversation itself and nothing is stored twice (or as an edit). A tail message
+        Hermes changed itself is taken as it sends it."""
         last = max((i for i, m in enumerate(history) if is_summary_message(m)), default=None)
         if last is None:
             return history
         system = [m for m in history[:1] if m.get("role") == "system"]
         rows = rt.store.get_messages(rt.session_id)
-        tail = rt.store.projection(rt.session_id).messages
+        projection = rt.store.projection(rt.session_id)
+        tail = projection.messages
         before = [r.message for r in rows[:len(rows) - len(tail)]]
-        return system + before + history[last + 1:]
+        details = projection.checkpoint.details if projection.checkpoint else {}
+        shortened = {int(seq): m for seq, m in (details.get("overrides") or {}).items()}
+        after = list(history[last + 1:])
+        for i, row in enumerate(tail[:len(after)]):
+            shown = shortened.get(row.seq)
+            if shown is not None and _as_shown(after[i], shown):
+                after[i] = row.message
+        return system + before + after
 
     def close(self, hermes_session: str) -> None:
         with self.lock:
@@ -117,13 +162,22 @@ class Backend:
             rt.close()
 
 
+def _as_shown(sent: Message, shown: Message) -> bool:
+    """Is ``sent`` the view's shortened copy ``shown`` as Hermes hands it back (its role and
+    content; Hermes may drop or add other keys)?"""
+    wire = wire_form(shown)
+    return sent.get("role") == wire.get("role") and sent.get("content") == wire.get("content")
+
+
 _BACKENDS: dict[str, Backend] = {}
 _BACKENDS_LOCK = threading.Lock()
 
 
 def backend_for(db: str, *, model: str = DEFAULT_MODEL,
                 context_length: int = DEFAULT_CONTEXT) -> Backend:
-    """The process's backend for database ``db`` (a path or URL), opened on first use."""
+    """The process's backend for database ``db`` (a path or URL), opened on first use (its
+    default window ``model`` / ``context_length``; a session's own window is given with
+    ``Backend.set_window``)."""
     with _BACKENDS_LOCK:
         if db not in _BACKENDS:
             if "://" not in db:
@@ -146,6 +200,8 @@ class RefoldContextEngine(ContextEngine):
     def __init__(self, backend: Backend | None = None, *, db: str | None = None) -> None:
         self._backend = backend
         self._db = db
+        self._model: str | None = None  # what update_model said, before a session starts
+        self._engine: Engine
         self.session_id: str | None = None
         if backend is not None:
             self._adopt(backend)
@@ -154,10 +210,11 @@ class RefoldContextEngine(ContextEngine):
     def name(self) -> str:
         return "refold"
 
-    def _adopt(self, backend: Backend) -> None:
+    def _adopt(self, backend: Backend, engine: Engine | None = None) -> None:
         self._backend = backend
-        self.context_length = backend.engine.ops.context_length
-        self.threshold_tokens = int(backend.engine.ops.threshold)
+        self._engine = engine or backend.engine
+        self.context_length = self._engine.ops.context_length
+        self.threshold_tokens = int(self._engine.ops.threshold)
 
     def backend(self) -> Backend:
         if self._backend is None:
@@ -165,15 +222,34 @@ class RefoldContextEngine(ContextEngine):
         assert self._backend is not None
         return self._backend
 
+    def engine(self) -> Engine:
+        """The engine of the current session's window (the backend's default before one)."""
+        self.backend()
+        return self._engine
+
     # -- lifecycle ---------------------------------------------------------------------------
     def on_session_start(self, session_id: str, **kwargs: Any) -> None:
+        """Hermes passes its model and the window ``update_model`` gave this engine: the
+        session runs on that window (the memory provider, often set up first, opens the
+        database with refold's defaults)."""
         if self._backend is None:
-            self._adopt(backend_for(self._db or default_db(kwargs.get("hermes_home")),
-                                    model=str(kwargs.get("model") or DEFAULT_MODEL),
-                                    context_length=int(kwargs.get("context_length")
-                                                       or DEFAULT_CONTEXT)))
+            self._adopt(backend_for(self._db or default_db(kwargs.get("hermes_home"))))
+        model = str(kwargs.get("model") or self._model or self.engine().model)
+        window = int(kwargs.get("context_length") or self.context_length
+                     or self.engine().ops.context_length)
         self.session_id = session_id
+        self._adopt(self.backend(), self.backend().set_window(session_id, model, window))
         self.backend().runtime(session_id)
+
+    def update_model(self, model: str, context_length: int, base_url: str = "",
+                     api_key: str = "", provider: str = "", api_mode: str = "") -> None:
+        """A model switch (or Hermes' first setup, before the session starts): the session
+        goes on with the new window, its threshold refold's policy share of it."""
+        super().update_model(model, context_length, base_url, api_key, provider, api_mode)
+        self._model = model
+        if self.session_id is not None and self._backend is not None and context_length:
+            self._adopt(self._backend, self._backend.set_window(self.session_id, model,
+                                                                int(context_length)))
 
     def on_session_end(self, session_id: str, messages: list[dict[str, Any]]) -> None:
         if messages:
@@ -204,7 +280,7 @@ class RefoldContextEngine(ContextEngine):
         return self.threshold_tokens > 0 and tokens >= self.threshold_tokens
 
     def should_compress_preflight(self, messages: list[dict[str, Any]]) -> bool:
-        return self.should_compress(self.backend().engine.ops.count(messages, None))
+        return self.should_compress(self.engine().ops.count(messages, None))
 
     # -- compaction --------------------------------------------------------------------------
     def compress(self, messages: list[dict[str, Any]], current_tokens: int | None = None,
