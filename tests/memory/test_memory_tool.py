@@ -82,8 +82,9 @@ def test_bad_arguments_never_raise(tool: MemoryTool) -> None:
     tool.begin_turn()
     assert "unknown memory target" in json.loads(
         tool.handle({"action": "add", "target": "x", "content": "y"}))["error"]
-    assert "unknown memory action" in json.loads(
-        tool.handle({"action": "explode", "target": "memory"}))["error"]
+    failed = json.loads(tool.handle({"action": "explode", "target": "memory"}))
+    assert "unknown memory action" in failed["error"]
+    assert "read" in json.dumps(failed)  # the hint names every action the schema offers
 
 
 def test_blocked_entries_are_not_echoed_to_the_model(tmp_path: Path) -> None:

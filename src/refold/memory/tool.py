@@ -18,7 +18,7 @@ from typing import Any
 from refold.errors import InvalidInput, RefoldError
 from refold.memory.approval import MemoryWriter
 from refold.memory.entries import check_target
-from refold.memory.ops import MemoryOp, make_op
+from refold.memory.ops import ACTIONS, MemoryOp, make_op
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +134,9 @@ class MemoryTool:
             action = str(args.get("action") or "")
             if action == "read":
                 return self._read(target)
+            if action not in ACTIONS:  # (make_op's hint names only the writing actions)
+                raise InvalidInput(f"unknown memory action {action!r}",
+                                   hint="use add, replace, remove or read")
             ops = [make_op(action, content=args.get("content"), old_text=args.get("old_text"))]
         result = self.writer.submit(target, ops, origin=self.origin).to_dict()
         if not result.get("staged"):
