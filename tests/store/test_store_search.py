@@ -259,3 +259,17 @@ def test_accents_fold_alike_on_every_backend(store: Store) -> None:
     assert seqs(store, '"naive resume"') == [(s.id, 2)]  # a phrase too
     assert seqs(store, "Zür*") == [(s.id, 1), (s.id, 3)]
     assert seqs(store, "ferry") == [(s.id, 2)]
+
+
+@pytest.mark.parametrize("query", ["zebra", '"after the nul"', "zebra AND marker",
+                                   "what about the zebra marker?"])
+def test_a_snippet_keeps_the_words_around_a_nul_in_the_text(store: Store, query: str) -> None:
+    """FTS5's snippet() drops the words between a NUL and the match; the snippet is the text
+    as stored (the NUL as the ledger keeps it), the match marked."""
+    session = store.create_session(title="nul")
+    store.append_messages(session.id, [user("before the nul \x00 after the nul marker zebra")])
+    [hit] = store.search(SearchQuery(query))
+    plain = " ".join(hit.snippet.replace("\x00", " ").replace("\ufffd", " ").split())
+    words = plain.replace("[", "").replace("]", "")
+    assert "before the nul after the nul marker zebra" in words, hit.snippet
+    assert "[zebra]" in plain or "[after" in plain, hit.snippet

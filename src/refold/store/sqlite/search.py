@@ -512,7 +512,9 @@ class SearchOps(StateOps):
         for hit in hits:
             rowid = ids.get((hit.session_id, hit.seq))
             snippet = found.get(rowid) if rowid is not None else None
-            if rowid is not None and snippet is None:  # not matched again: the plain snippet
+            # not matched again, or a text holding a NUL (FTS5's snippet drops the words
+            # around it): the plain snippet
+            if rowid is not None and (snippet is None or "\x00" in hit.content):
                 snippet = make_snippet(hit.content, parsed.highlight_needles())
             out.append(hit if snippet is None else records.replace(hit, snippet=snippet))
         return out
