@@ -9,7 +9,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,6 @@ from refold.integrations.hermes import (
     RefoldMemoryProvider,
     register,
 )
-from refold.runtime.engine import Engine
 from refold.store import Store
 
 TRANSCRIPT = Path(__file__).parent / "data" / "mini_swe_agent_github_issue.traj.json"
@@ -56,11 +55,8 @@ def hermes_checks(out: list[dict[str, Any]], tmp: Path) -> dict[str, bool]:
 
 
 @pytest.fixture
-def backend(store: Store) -> Iterator[Backend]:
-    engine = Engine(store, model="gpt-4o-mini", context_length=2_000,
-                    background_precompact=False)
-    yield Backend(engine)
-    engine.close()
+def backend(make_backend: Callable[[int], Backend]) -> Backend:
+    return make_backend(2_000)
 
 
 def transcript() -> list[dict[str, Any]]:

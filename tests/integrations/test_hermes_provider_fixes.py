@@ -182,11 +182,8 @@ def test_two_processes_creating_one_hermes_session_at_once_both_store_into_it(
 # -- recall: the session asking is never recalled to itself -----------------------------------
 
 @pytest.fixture
-def backend(store: Store) -> Iterator[Backend]:
-    engine = Engine(store, model="gpt-4o-mini", context_length=128_000,
-                    background_precompact=False)
-    yield Backend(engine)
-    engine.close()
+def backend(make_backend: Callable[[int], Backend]) -> Backend:
+    return make_backend(128_000)
 
 
 def test_turns_handed_over_without_their_history_are_appended(backend: Backend) -> None:

@@ -10,7 +10,7 @@ next history it hands over must not store that copy as an edit of the message th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,6 @@ from refold.integrations.hermes import (
     RefoldMemoryProvider,
     backend_for,
 )
-from refold.runtime.engine import Engine
 from refold.store import SearchQuery, Store
 
 
@@ -68,11 +67,8 @@ def test_the_engine_runs_on_hermes_window_though_the_memory_provider_opened_the_
 
 
 @pytest.fixture
-def backend(store: Store) -> Iterator[Backend]:
-    engine = Engine(store, model="gpt-4o-mini", context_length=64_000,
-                    background_precompact=False)
-    yield Backend(engine)
-    engine.close()
+def backend(make_backend: Callable[[int], Backend]) -> Backend:
+    return make_backend(64_000)
 
 
 def big(word: str) -> str:
