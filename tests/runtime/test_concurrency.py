@@ -96,3 +96,58 @@ def test_two_processes_answering_the_same_turn_never_give_it_two_replies(
     sent = again.prepare_history(follow, diverge=diverge)
     assert [m["content"] for m in sent.messages if m["role"] != "system"] == [
         *asked, "answer B", "third"]
+
+
+def test_another_process_storing_a_conversation_that_opens_alike_mid_placement(
+        store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two serve processes, two unnamed conversations that open with the same stored turn,
+    each sending its own next question at the same moment: the other process stores its
+    question between this one's placing of the history (it extends the session) and its
+    write. That write rewound the other's question as a divergent tail (the other client then
+    got a 409); it is placed again instead, and goes to a branch. Both answered, nothing
+    rewound, each question stored once, in the session that answers it."""
+    import refold.runtime.session as session_module
+
+    engines = [Engine(store, model="gpt-4o-mini", context_length=WINDOW,
+                      memory_dir=tmp_path / f"memories-{n}") for n in range(2)]
+    opening: list[dict[str, Any]] = [{"role": "user", "content": "hello"}]
+    second = engines[1].open_session(new=True, title="derived")
+    second.prepare_history(list(opening), diverge="branch")
+    second.record({"role": "assistant", "content": "hi"})
+    opening.append({"role": "assistant", "content": "hi"})
+    first = engines[0].open_session(second.session_id)  # (knows no chain: the full path)
+    derived = second.session_id
+    mine = [*opening, {"role": "user", "content": "question A"}]
+    theirs = [*opening, {"role": "user", "content": "question B"}]
+    placed = session_module.place
+    interleaved: list[bool] = []
+
+    def place_then_the_other_stores(*args: Any, **kwargs: Any) -> Any:
+        found = placed(*args, **kwargs)
+        if not interleaved:  # the other process, between this placement and its write
+            interleaved.append(True)
+            second.prepare_history(list(theirs), diverge="branch")
+            second.record({"role": "assistant", "content": "answer B"})
+        return found
+
+    monkeypatch.setattr(session_module, "place", place_then_the_other_stores)
+    sent = first.prepare_history(list(mine), diverge="branch")
+    monkeypatch.setattr(session_module, "place", placed)
+    assert [m["content"] for m in sent.messages if m["role"] != "system"] == [
+        "hello", "hi", "question A"]
+    first.record({"role": "assistant", "content": "answer A"})
+    for engine in engines:
+        engine.close()
+
+    def contents(session_id: str, inactive: bool = False) -> list[str]:
+        return [str(r.message["content"]) for r in store.get_messages(
+            session_id, include_inactive=inactive)]
+
+    assert interleaved
+    assert second.session_id == derived
+    assert contents(derived) == ["hello", "hi", "question B", "answer B"]
+    assert first.session_id != derived
+    assert contents(first.session_id) == ["hello", "hi", "question A", "answer A"]
+    assert not any(r.seqs for s in store.list_sessions() for r in store.list_rewinds(s.id))
+    for sid in {first.session_id, second.session_id}:  # nothing stored inactive either
+        assert contents(sid, inactive=True) == contents(sid)

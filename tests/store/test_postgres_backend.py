@@ -158,6 +158,41 @@ def test_memory_save_is_compare_and_swap_across_hosts(postgres_store: Any) -> No
         other.close()
 
 
+def test_hosts_forking_one_lineage_at_once_each_get_a_numbered_title(
+        postgres_store: Any) -> None:
+    """Serve processes on two hosts branching one conversation at the same moment both
+    numbered their branch "chat #2": the second insert broke the unique title (a 409 to its
+    client). Each fork now waits for the one before it to commit and takes the next number."""
+    import threading
+
+    hosts = [postgres_store, *(_store(postgres_store) for _ in range(3))]
+    try:
+        parent = postgres_store.create_session(title="chat")
+        postgres_store.append_messages(parent.id, [{"role": "user", "content": "hello"}])
+        start = threading.Barrier(len(hosts) * 2)
+        titles: list[str] = []
+        errors: list[BaseException] = []
+
+        def fork(host: Any) -> None:
+            try:
+                start.wait(10)
+                titles.append(host.fork_session(parent.id, kind="branch").title)
+            except BaseException as exc:  # surfaced below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=fork, args=(h,)) for h in hosts for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert not errors, errors
+        assert sorted(titles, key=lambda t: int(t.split("#")[1])) == [
+            f"chat #{n}" for n in range(2, len(threads) + 2)]
+    finally:
+        for host in hosts[1:]:
+            host.close()
+
+
 def test_upgrade_from_version_1_backfills_cjk_grams(postgres_url: str) -> None:
     from refold.store.postgres import PostgresStore
     from refold.store.postgres.schema import MIGRATIONS, ensure_trigram_extension, migrate

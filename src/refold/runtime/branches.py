@@ -64,6 +64,7 @@ log = logging.getLogger(__name__)
 
 Diverge = Literal["branch", "rewind"]
 MAX_FAMILY = 64  # sessions of one derived family looked at (the newest ones)
+PLACE_ATTEMPTS = 4  # placements of one history that other writers keep changing the session under
 MAX_REWINDS = 32  # a session's rewinds looked at for rows a history goes back to (the newest)
 UNANSWERED = "unanswered_turn"  # event: the stored chain ended here when a turn got no reply
 
@@ -202,10 +203,16 @@ def _branch(store: Store, root_id: str, parent_id: str, keep: int) -> str:
         child = fork_with_state(store, parent_id, rows[-1].seq, kind="branch")
     else:
         root = store.get_session(root_id)
-        title = store.next_lineage_title(root.title) if root.title else None
-        child = store.create_session(title=title, source=root.source, model=root.model,
-                                     parent_session_id=root.id, link_kind="branch",
-                                     owner=root.owner)
+        for attempt in range(PLACE_ATTEMPTS):  # another process numbering a branch alike
+            title = store.next_lineage_title(root.title) if root.title else None
+            try:
+                child = store.create_session(title=title, source=root.source, model=root.model,
+                                             parent_session_id=root.id, link_kind="branch",
+                                             owner=root.owner)
+                break
+            except Conflict:
+                if title is None or attempt == PLACE_ATTEMPTS - 1:
+                    raise
     log.info("session %s: a diverging conversation continues in its branch %s", parent_id,
              child.id)
     return child.id

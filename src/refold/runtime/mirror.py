@@ -23,7 +23,7 @@ turns, compaction or memory: that is ``SessionRuntime`` and ``Checkpointer``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -111,6 +111,17 @@ class SessionMirror:
             return unchanged is not None and bool(unchanged(marked[0]))
         except WouldBlock:  # the writer is busy: the tip read (a reader) may still be free
             return False
+
+    def store_ends_on_view(self) -> bool:
+        """Does the stored session still end exactly where the cached view does (one small
+        ``view_tip`` read)? The deferred store sends the request before it stores, so when
+        another process moved the session (another worker served the last turn, or compacted)
+        the request would be void and sent again: a second upstream call for one turn. Seen
+        first, that turn takes the storing path instead and is sent once."""
+        view = self.view
+        if view is None or view.session_id != self.session_id:
+            return False
+        return self.unchanged_view() or view.current(self.store.view_tip(self.session_id))
 
     # -- reading -----------------------------------------------------------------------------
     def current_view(self) -> ViewCache:
@@ -224,15 +235,28 @@ class SessionMirror:
         return result.appended
 
     def sync(self, conversation: list[Message], counts: list[int | None],
-             tip: str, forms: list[Message] | None = None) -> AppendResult:
-        """The full path: the store finds what of ``conversation`` (whose last identity is
-        ``tip``) is new (rewinding a divergent tail); the chain is known again when the stored
-        active chain then ends on ``tip`` — it is exactly ``conversation`` (kept as ``forms``,
-        the client's own form of each message, when given: a tool result it cleared)."""
+             identities: Sequence[str], forms: list[Message] | None = None
+             ) -> AppendResult | None:
+        """The full path, after ``refold.runtime.branches.place``: the store appends what of
+        ``conversation`` (its chain identities ``identities``) is new after the session's
+        stored chain — which must still end on one of them (a prefix of the conversation, as
+        placing left it) when the write commits. None, nothing written, when another writer
+        stored something else there meanwhile (its rows are never rewound: the caller places
+        the history again). The chain is known again when the stored active chain then ends
+        on the conversation's last identity — it is exactly ``conversation`` (kept as
+        ``forms``, the client's own form of each message, when given: a result it cleared)."""
         self.chain = None
         self.view = None  # the store may rewind: read the projection afresh
         self.window = None  # the history is the whole conversation
-        result = self.store.sync_messages(self.session_id, conversation, token_counts=counts)
+        stored = self.store.view_tip(self.session_id).last_identity
+        if stored is not None and stored not in identities:
+            return None
+        try:
+            result = self.store.sync_messages(self.session_id, conversation,
+                                              token_counts=counts, expect_last=stored)
+        except Conflict:
+            return None
+        tip = identities[-1]
         end = result.appended[-1].identity if result.appended else \
             self.store.view_tip(self.session_id).last_identity
         if end == tip:

@@ -42,6 +42,7 @@ from refold.messages.model import (
 )
 from refold.pricing import token_count
 from refold.runtime.branches import (
+    PLACE_ATTEMPTS,
     Diverge,
     adopt_in_family,
     branch_at_stretch,
@@ -292,8 +293,7 @@ class SessionRuntime:
     def note_unanswered(self) -> None:
         """The turn just prepared got no reply (its upstream call failed, or its client hung
         up first): mark where the stored chain ends, so a client that goes on without that
-        turn's messages rewinds them (reversibly) rather than forking a branch
-        (``refold.runtime.branches``)."""
+        turn's messages rewinds them (reversibly) rather than forking a branch (``branches``)."""
         with self._lock:
             self.inline.flush()
             note_unanswered(self.store, self.session_id)
@@ -356,7 +356,7 @@ class SessionRuntime:
         if tools is not None:
             self._tools = tools
         history = self._rotation.translate(self.store, self.session_id, history)
-        if light and defer and self._store_ends_on_view() \
+        if light and defer and self.mirror.store_ends_on_view() \
                 and self.inline.defer_known_suffix(history):
             try:
                 return self._prepare_locked(light, client=True)
@@ -370,20 +370,10 @@ class SessionRuntime:
             self._sync_history(history, diverge)
         return self._prepare_locked(light, client=True)
 
-    def _store_ends_on_view(self) -> bool:
-        """Does the stored session still end exactly where the cached view does (one small
-        ``view_tip`` read)? The deferred store sends the request before it stores, so when
-        another process moved the session (another worker served the last turn, or compacted)
-        the request would be void and sent again: a second upstream call for one turn. Seen
-        first, that turn takes the storing path instead and is sent once."""
-        view = self.mirror.view
-        if view is None or view.session_id != self.session_id:
-            return False
-        return self.mirror.unchanged_view() or view.current(self.store.view_tip(self.session_id))
-
     def _sync_history(self, history: list[Message], diverge: Diverge) -> None:
         """The full path: validate, count and hash the whole history; place it in the ledger
-        (``refold.runtime.branches``: append, branch or rewind), then store what is new."""
+        (``refold.runtime.branches``: append, branch or rewind), then store what is new —
+        placed again if another writer stored there in between (a conversation opening alike)."""
         self.mirror.forget()
         valid = [wire_form(m) for m in self.ops.validate(history)]
         system, conversation = split_system(valid)
@@ -395,26 +385,36 @@ class SessionRuntime:
         else:
             identities = chain_identities(conversation)
         slid: list[StoredMessage] | None = None
-        if conversation:
-            def slide(members: list[str]) -> str | None:
-                nonlocal slid
-                slid = self._slide(window, system, members, diverge)
-                return self.session_id if slid is not None else None
+        result = None
 
+        def slide(members: list[str]) -> str | None:
+            nonlocal slid
+            slid = self._slide(window, system, members, diverge)
+            return self.session_id if slid is not None else None
+
+        counts: list[int | None] = []
+        forms = [sent.get(i, m) for i, m in enumerate(conversation)] if sent else None
+        for attempt in range(PLACE_ATTEMPTS if conversation else 0):
             target, changed = place(self.store, self._root_id, self.session_id, identities,
                                     diverge, window=slide)
             if changed:
                 self.precompactor.discard()  # its plan is of a chain no longer this one
             if target != self.session_id:
                 self._move_to(target)
+            if slid is not None:
+                break
+            counts = counts or self.ops.message_counts(conversation)
+            result = self.mirror.sync(conversation, counts, identities, forms)
+            if result is not None:
+                break
+            if attempt == PLACE_ATTEMPTS - 1:
+                raise Conflict(f"session {self.session_id} kept changing under this request "
+                               "(other writers)", hint="send the request again")
         self._note_system_prompt(system)
         self._system_prompt = system
         if slid is not None:
             self._count_turns([s.message for s in slid])
-        elif conversation:
-            counts = self.ops.message_counts(conversation)
-            forms = [sent.get(i, m) for i, m in enumerate(conversation)] if sent else None
-            result = self.mirror.sync(conversation, counts, identities[-1], forms)
+        elif result is not None:
             self._count_turns([s.message for s in result.appended])
             if result.rewound:
                 self.precompactor.discard()

@@ -447,6 +447,9 @@ class LedgerMixin(PgCore):
             stop = self._fork_stop(cur, session_id, at_seq)
             if clean is None and parent.title:
                 base, _ = split_lineage_title(parent.title)
+                # two processes forking one lineage at once would both number their fork alike:
+                # the second waits here until the first commits, then sees its title
+                cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("refold:title:" + base,))
                 cur.execute("SELECT title FROM sessions WHERE title = %s "
                             "OR title LIKE %s ESCAPE '\\'", (base, like_escape(base) + " #%"))
                 clean = next_title_from(base, [r[0] for r in cur.fetchall()])
