@@ -200,3 +200,63 @@ def test_an_export_imported_elsewhere_keeps_its_source_model_and_totals(
     third = cli_on_home(tmp_path / "c", monkeypatch)
     ok_json(third("import", str(export), "--source", "mine", "--json"))
     assert seen(third)["source"] == "mine"
+
+
+def test_a_jsonl_export_imported_back_where_it_came_from_stores_nothing_twice(
+        tmp_path: Path, origin: Run) -> None:
+    """The default export (JSONL: messages only, no session id) imported back into its own
+    archive made a second session holding every message again (search then found each hit
+    twice). It is the stored session's conversation: nothing new; a copy that the session
+    went on after, or a grown plain transcript, appends only what is new, to that session."""
+    first = ok_json(origin("import", str(SAMPLE), "--json"))
+    export = tmp_path / "out.jsonl"
+    assert origin("sessions", "export", "sample_session", "-o", str(export)).exit_code == 0
+    for _ in range(2):
+        back = ok_json(origin("import", str(export), "--json"))
+        assert (back["session_id"], back["appended"], back["skipped"]) == \
+            (first["session_id"], 0, 36)
+    assert len(ok_json(origin("sessions", "list", "--json"))) == 1
+    # a plain transcript imported, then imported again grown by a turn: one session
+    lines = export.read_text().splitlines()
+    short = tmp_path / "short.jsonl"
+    short.write_text("\n".join(lines[:10]) + "\n")
+    assert ok_json(origin("import", str(short), "--json"))["appended"] == 0  # a start of it
+    plain = tmp_path / "plain.json"
+    talk = [{"role": "user", "content": "plan the migration"},
+            {"role": "assistant", "content": "step one: back up the tables"}]
+    plain.write_text(json.dumps(talk))
+    made = ok_json(origin("import", str(plain), "--json"))
+    plain.write_text(json.dumps([*talk, {"role": "user", "content": "and then?"}]))
+    grown = ok_json(origin("import", str(plain), "--json"))
+    assert (grown["session_id"], grown["appended"], grown["skipped"]) == \
+        (made["session_id"], 1, 2)
+    assert len(ok_json(origin("sessions", "list", "--json"))) == 2
+
+
+def test_importing_again_after_a_rewind_brings_the_rows_back_and_counts_nothing_twice(
+        tmp_path: Path, origin: Run) -> None:
+    """``sessions rewind`` then the same transcript imported again: its rewound messages
+    were stored as copies and their tokens and cost added to the session a second time."""
+    first = ok_json(origin("import", str(SAMPLE), "--json"))
+    sid = first["session_id"]
+
+    def totals() -> dict[str, Any]:
+        found = ok_json(origin("sessions", "list", "--json"))
+        assert len(found) == 1
+        return {k: found[0][k] for k in ("message_count", "input_tokens", "output_tokens",
+                                         "cost_usd")}
+
+    before = totals()
+    users = [m.seq for m in stored_messages(tmp_path / "a", sid) if m.role == "user"]
+    assert origin("sessions", "rewind", sid[:8], "--at", str(users[-1])).exit_code == 0
+    again = ok_json(origin("import", str(SAMPLE), "--json"))
+    assert again["appended"] == 0 and again["restored"] == 36 - users[-1] + 1
+    assert totals() == before
+    store = SQLiteStore(str(tmp_path / "a" / "home" / "refold.db"))
+    try:  # no copies, nothing left rewound
+        every = store.get_messages(sid, include_inactive=True)
+    finally:
+        store.close()
+    assert len(every) == 36 and all(m.active for m in every)
+    text = origin("import", str(SAMPLE))
+    assert text.exit_code == 0 and "brought back" not in text.output  # nothing held now

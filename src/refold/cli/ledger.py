@@ -229,9 +229,25 @@ def _target_session(store: Store, ref: str | None, messages: list[Message], *,
             return Target(store.get_session(session_id).id)
         except NotFound:
             pass
+        stored = None if key else _stored_as(store, messages)
+        if stored is not None:
+            return Target(stored)
     draft = SessionDraft(title=title or _new_title(store, default_title), source=source,
                          started_at=started_at)
     return Target(session_id, draft, keep_title=bool(title))
+
+
+def _stored_as(store: Store, messages: list[Message]) -> str | None:
+    """The stored session a transcript with no id of its own is already (refold's JSONL
+    export imported back; the same file imported before and grown since): the newest
+    session opening as it does whose active messages start with all of it, or are all a
+    start of it (it goes on from there). None: another conversation."""
+    identities = chain_identities(messages)
+    for session_id in store.sessions_opening_with(identities[0]):
+        rows = store.get_messages(session_id, limit=len(identities))
+        if rows and rows[-1].identity == identities[len(rows) - 1]:
+            return session_id
+    return None
 
 
 SYNC_ATTEMPTS = 5  # reads of a session another writer keeps appending to, before giving up
@@ -442,10 +458,15 @@ def _import_transcript(app: AppContext, read: Transcript, session_ref: str | Non
         if stored:
             report["stored_in_resumed"] = stored
         return report
+    restored = 0
     for attempt in range(SYNC_ATTEMPTS):
         history, kept_times, kept_usage, already, last = \
             (messages, times, usage, None, None) if target.create else \
             _after_its_history(store, target.session_id, messages, times, usage)
+        if target.create is None and already is None:  # rows a rewind holds come back
+            from refold.runtime.branches import restore_rewound  # (not on search's path)
+
+            restored += restore_rewound(store, target.session_id, chain_identities(history))
         try:
             result = _store_messages(store, target, history, created_at=kept_times,
                                      usage=kept_usage, expect_last=last)
@@ -460,6 +481,8 @@ def _import_transcript(app: AppContext, read: Transcript, session_ref: str | Non
               "appended": len(result.appended),
               "skipped": result.skipped if already is None else already,
               "rewound": result.rewound}
+    if restored:  # rows a rewind of the session held, the transcript has again
+        report["restored"] = restored
     if already is not None:
         report["added_after"] = len(history) - len(messages)
     if read.rewound:
@@ -680,6 +703,9 @@ def _render_import(report: dict[str, Any]) -> None:
                  "resumes (not stored yet)")
     if report["rewound"]:
         line += f"; {report['rewound']} stored message(s) rewound (the history diverged)"
+    if report.get("restored"):
+        line += (f"; {report['restored']} message(s) a rewind held brought back (the "
+                 "transcript has them)")
     click.echo(line)
 
 

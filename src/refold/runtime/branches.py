@@ -165,13 +165,24 @@ def place(store: Store, root_id: str, current_id: str, identities: Sequence[str]
     return _branch(store, root_id, best, max(keep, 0)), True
 
 
-def _restore(store: Store, session_id: str, identities: Sequence[str], keep: int) -> bool:
+def restore_rewound(store: Store, session_id: str, identities: Sequence[str]) -> int:
+    """Before syncing a history (its chain ``identities``) into ``session_id``: when it goes
+    on, after what the two share, with rows a rewind of the session holds (a transcript
+    imported again after ``refold sessions rewind``), bring those rows back instead of storing
+    copies of them (and counting their usage twice). How many rows came back."""
+    if not identities or not any(held.seqs for held in store.list_rewinds(session_id)):
+        return 0
+    keep, _ = _common(store, session_id, identities)
+    return _restore(store, session_id, identities, keep) if keep < len(identities) else 0
+
+
+def _restore(store: Store, session_id: str, identities: Sequence[str], keep: int) -> int:
     """Bring back the rows an earlier rewind of ``session_id`` holds when the history goes on
     with them after its first ``keep`` messages (an edit the client undid: it re-sends the
     conversation as it was), instead of storing them again: ``Store.undo_rewind`` restores
     them and rewinds the tail after them in turn (the edit, itself reversible); restored rows
-    the history leaves out are rewound again. False when no rewind holds them (or one cannot be
-    undone any more): the caller rewinds and appends."""
+    the history leaves out are rewound again. How many rows it brought back; 0 when no rewind
+    holds them (or one cannot be undone any more): the caller rewinds and appends."""
     want = identities[keep]
     for held in reversed(store.list_rewinds(session_id)[-MAX_REWINDS:]):
         if not held.seqs:
@@ -187,11 +198,11 @@ def _restore(store: Store, session_id: str, identities: Sequence[str], keep: int
             continue
         log.info("session %s: restored %d messages rewind %s held (the client went back to "
                  "them)", session_id, len(held.seqs), held.record.id)
-        _, other = _common(store, session_id, identities)
+        kept, other = _common(store, session_id, identities)
         if other is not None:
             store.rewind(session_id, other, any_role=True)
-        return True
-    return False
+        return max(0, kept - keep)
+    return 0
 
 
 def _branch(store: Store, root_id: str, parent_id: str, keep: int) -> str:

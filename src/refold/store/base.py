@@ -325,6 +325,11 @@ class Store(Protocol):
     # search text (an index of assistant rows), so a candidate is only a candidate.
     def window_candidates(self, owner: str, replies: Sequence[Message], *,
                           limit: int = 16) -> list[str]: ...
+    # The sessions of ``owner`` whose first message (seq 1) has ``identity`` (a conversation's
+    # opening: ``chain_identities(messages)[0]``), the newest first: where a transcript with no
+    # id of its own may already be stored (an export imported back). An index of first rows.
+    def sessions_opening_with(self, identity: str, *, owner: str = "",
+                              limit: int = 32) -> list[str]: ...
     def iter_messages(self, session_id: str, *,
                       include_inactive: bool = False) -> Iterator[StoredMessage]: ...
     def last_message(self, session_id: str) -> StoredMessage | None: ...  # last ACTIVE one

@@ -321,6 +321,17 @@ class LedgerMixin(PgCore):
                 "ORDER BY max(m.id) DESC LIMIT %s", (keys, owner, int(limit)))
             return [str(r[0]) for r in cur.fetchall()]
 
+    def sessions_opening_with(self, identity: str, *, owner: str = "",
+                              limit: int = 32) -> list[str]:
+        """See ``Store.sessions_opening_with`` (the partial index ``messages_opening``)."""
+        with self._tx("find sessions by their opening") as cur:
+            cur.execute(
+                "SELECT m.session_id FROM messages m JOIN sessions s ON s.id = m.session_id "
+                "WHERE m.identity = %s AND m.seq = 1 AND s.owner = %s "
+                "ORDER BY s.started_at DESC, m.id DESC LIMIT %s",
+                (identity, owner, max(0, int(limit))))
+            return [str(r[0]) for r in cur.fetchall()]
+
     @staticmethod
     def _range(session_id: str, include_inactive: bool, start_seq: int | None,
                end_seq: int | None) -> tuple[str, list[Any]]:

@@ -238,6 +238,10 @@ MIGRATIONS += (
     Migration(9, "assistant messages by the start of their text", (
         "CREATE INDEX IF NOT EXISTS messages_reply_start ON messages (left(search_text, 128)) "
         "WHERE role = 'assistant'",)),
+    # the sessions a conversation's opening message starts (Store.sessions_opening_with): where
+    # a transcript without an id of its own is stored already (an export imported back)
+    Migration(10, "sessions by their first message", (
+        "CREATE INDEX IF NOT EXISTS messages_opening ON messages (identity) WHERE seq = 1",)),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

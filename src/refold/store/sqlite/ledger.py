@@ -343,6 +343,17 @@ class LedgerOps(SessionOps):
                 "ORDER BY max(m.id) DESC LIMIT ?", (*keys, owner, int(limit))).fetchall()
         return [str(r[0]) for r in rows]
 
+    def sessions_opening_with(self, identity: str, *, owner: str = "",
+                              limit: int = 32) -> list[str]:
+        """See ``Store.sessions_opening_with`` (the partial index ``messages_opening``)."""
+        with self.db.read() as conn:
+            rows = conn.execute(
+                "SELECT m.session_id FROM messages m JOIN sessions s ON s.id = m.session_id "
+                "WHERE m.identity = ? AND m.seq = 1 AND s.owner = ? "
+                "ORDER BY s.started_at DESC, m.id DESC LIMIT ?",
+                (identity, owner, max(0, int(limit)))).fetchall()
+        return [str(r[0]) for r in rows]
+
     def iter_messages(self, session_id: str, *,
                       include_inactive: bool = False) -> Iterator[StoredMessage]:
         """Pages through the session so the lock is never held while the caller works."""

@@ -212,6 +212,10 @@ MIGRATIONS: tuple[Migration, ...] = (
     # the words CJK messages hold glued to their text, so a question skips the lookup of the
     # others (glued.py)
     Migration(15, "words glued to CJK text", glued.MIGRATION, glued.backfill),
+    # the sessions a conversation's opening message starts (Store.sessions_opening_with): where
+    # a transcript without an id of its own is stored already (an export imported back)
+    Migration(16, "sessions by their first message", (
+        "CREATE INDEX IF NOT EXISTS messages_opening ON messages(identity) WHERE seq = 1",)),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 
