@@ -233,6 +233,40 @@ def test_refold_import_recognises_both_and_a_second_import_stores_nothing(
     assert "--format claude-code" in strict.stderr  # the hint says what it is
 
 
+def test_an_agent_transcript_is_read_from_stdin_and_a_pipe_as_from_its_file(
+        tmp_path: Path) -> None:
+    """`cat f.jsonl | refold import - --format claude-code` and `refold compact <(…)` with
+    it were refused ("reads a file, not stdin"), though the error for the plain read says to
+    use that format: read once and imported as the file is (the same session, nothing twice)."""
+    import os
+
+    home = tmp_path / "home"
+    cc = _write_jsonl(tmp_path / "9f3c.jsonl", CLAUDE_CODE)
+    piped = subprocess.run([sys.executable, "-m", "refold.cli.main", "--home", str(home),
+                            "import", "-", "--format", "claude-code", "--json"],
+                           input=cc.read_text(), capture_output=True, text=True, timeout=60)
+    assert piped.returncode == 0, piped.stderr
+    assert "<stdin>: read as a Claude Code transcript; left out" in piped.stderr
+    first = json.loads(piped.stdout)
+    assert first["appended"] == 9 and first["title"] == "The invoice totals test fails on 3.12"
+    again = _refold(home, "import", str(cc), "--json")
+    assert json.loads(again.stdout)["session_id"] == first["session_id"]
+    assert json.loads(again.stdout)["appended"] == 0
+    read, write = os.pipe()  # what <(…) gives: /dev/fd/N
+    os.write(write, cc.read_bytes())
+    os.close(write)
+    try:
+        compacted = subprocess.run(
+            [sys.executable, "-m", "refold.cli.main", "--home", str(home), "compact",
+             f"/dev/fd/{read}", "--format", "claude-code", "--context-length", "4000",
+             "--json"], capture_output=True, text=True, timeout=60, pass_fds=(read,))
+    finally:
+        os.close(read)
+    assert compacted.returncode == 0, compacted.stderr
+    assert json.loads(compacted.stdout)["messages"][0]["content"] == \
+        "The invoice totals test fails on 3.12"
+
+
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from(
         ["", "x", "user", "assistant", "tool_use", "tool_result", "text", "message", "reasoning",

@@ -100,13 +100,10 @@ def _load(path: Path, fmt: str | None) -> list[Message]:
     from refold.messages.load import load_agent_log, load_messages_file, sniff_agent_log
 
     piped = _piped(path)
-    if piped is not None:  # stdin or a pipe: read once, as `refold import` reads it
+    name = "<stdin>" if str(path) == "-" else str(path)
+    if piped is not None and fmt not in AGENT_FORMATS:  # stdin or a pipe: read once
         from refold.messages.load import load_anthropic, load_messages
 
-        name = "<stdin>" if str(path) == "-" else str(path)
-        if fmt in AGENT_FORMATS:
-            raise InvalidInput(f"--format {fmt} reads a file, not {name}",
-                               hint="give the transcript's path")
         if fmt == "anthropic":
             return load_anthropic(piped, source_name=name)
         return load_messages(piped, source_name=name)
@@ -117,10 +114,10 @@ def _load(path: Path, fmt: str | None) -> list[Message]:
 
     from refold.messages.agent_logs import describe_skipped
 
-    found = load_agent_log(path, fmt)
+    found = load_agent_log(name, fmt, data=piped)
     left_out = describe_skipped(Counter(found.skipped))
     if left_out:
-        click.echo(f"{path}: read as a {AGENT_NAMES[fmt]} transcript; left out {left_out}",
+        click.echo(f"{name}: read as a {AGENT_NAMES[fmt]} transcript; left out {left_out}",
                    err=True)
     return found.messages
 

@@ -74,10 +74,10 @@ def _read_transcript(file: str, fmt: str, max_bytes: int | None, repair: Utf8Rep
     )
 
     if fmt in AGENT_FORMATS:
-        if piped is not None:
-            raise InvalidInput(f"--format {fmt} reads a file, not a pipe",
-                               hint="give the transcript's path")
-        found = _read_agent_log(file, fmt, max_bytes, repair)
+        if file == "-":
+            piped = sys.stdin.buffer.read(max_bytes + 1) if max_bytes else \
+                sys.stdin.buffer.read()
+        found = _read_agent_log(file, fmt, max_bytes, repair, piped)
         resumed = tuple((key, count) for native, count in found.resumed
                         if (key := _session_key(fmt, native)) is not None)
         return [Transcript(found.messages, Path(file).stem, _session_key(fmt, found.native_id),
@@ -125,18 +125,17 @@ def _exported(file: str, stem: str, sessions: list[ExportedSession]) -> list[Tra
     return found
 
 
-def _read_agent_log(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repair
-                    ) -> AgentLog:
+def _read_agent_log(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repair,
+                    data: bytes | None = None) -> AgentLog:
+    """An agent's transcript: the file, or ``data`` read from stdin or a pipe."""
     from refold.messages.agent_logs import describe_skipped
     from refold.messages.load import load_agent_log
 
-    if file == "-":
-        raise InvalidInput(f"--format {fmt} reads a file, not stdin",
-                           hint="give the transcript's path")
-    found = load_agent_log(file, fmt, max_bytes=max_bytes, repair=repair)
+    name = "<stdin>" if file == "-" else file
+    found = load_agent_log(name, fmt, max_bytes=max_bytes, repair=repair, data=data)
     left_out = describe_skipped(Counter(found.skipped))
     if left_out:  # the agent's bookkeeping, not turns its model saw: said, not hidden
-        click.echo(f"{file}: read as a {AGENT_NAMES[fmt]} transcript; left out "
+        click.echo(f"{name}: read as a {AGENT_NAMES[fmt]} transcript; left out "
                    f"{left_out}", err=True)
     return found
 

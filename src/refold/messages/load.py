@@ -353,24 +353,30 @@ class AgentLog:
 
 
 def load_agent_log(path: str | Path, fmt: str, *, max_bytes: int | None = None,
-                   repair: Utf8Repair | None = None) -> AgentLog:
+                   repair: Utf8Repair | None = None, data: bytes | None = None) -> AgentLog:
     """Read a Claude Code, Codex or Gemini CLI transcript file (``fmt``) as validated chat
-    messages."""
+    messages; ``data``: the transcript's bytes, read already from stdin or a pipe (``path``
+    then only names it)."""
     from refold.messages.agent_logs import agent_messages, native_session_ids
 
     path = Path(path).expanduser()
-    if path.is_dir():
-        raise InvalidInput(f"{path} is a directory, not a transcript file")
     found = repair if repair is not None else Utf8Repair()
     records: list[Any] = []
     unfinished = 0
     offset = 0
-    with _open_binary(path) as fh:
-        try:
-            check_size(path.stat().st_size, max_bytes, str(path))
-            lines = fh.readlines()
-        except OSError as exc:
-            raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if data is not None:
+        check_size(len(data), max_bytes, str(path))
+        parts = data.split(b"\n")  # lines as readlines() gives them, the last one unended
+        lines = [part + b"\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+    else:
+        if path.is_dir():
+            raise InvalidInput(f"{path} is a directory, not a transcript file")
+        with _open_binary(path) as fh:
+            try:
+                check_size(path.stat().st_size, max_bytes, str(path))
+                lines = fh.readlines()
+            except OSError as exc:
+                raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from exc
     document = _session_document(lines, found, path.name) if fmt == "gemini" else None
     if document is not None:  # one JSON document: its header, then its messages
         records = [{k: v for k, v in document.items() if k != "messages"},
