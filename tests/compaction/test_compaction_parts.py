@@ -285,7 +285,8 @@ def test_the_anchor_index_is_packed_and_reads_back_in_order() -> None:
 
 def test_a_text_action_agents_observations_are_no_requests() -> None:
     """SWE-agent's observations come back as user messages: the goal stays the person's ask,
-    and no "Current request" quotes a curl progress meter."""
+    no "Current request" quotes a curl progress meter, and the commands are the outcomes of
+    the span (a fenced command and its observation read as a shell call and its result)."""
     ask = {"role": "user", "content": "Solve the I Got Id web challenge; the flag is flag{...}."}
     turns: list[dict[str, Any]] = []
     for i, page in enumerate(("hello.pl", "forms.pl", "file.pl")):
@@ -295,13 +296,54 @@ def test_a_text_action_agents_observations_are_no_requests() -> None:
     body = BuiltinSummarizer().summarize(_request(turns, prefix=[ask, *turns])).body
     goal = parse_body(body).get("goal")
     assert goal == ("Solve the I Got Id web challenge; the flag is flag{...}.",), goal
-    assert "% Total" not in body
+    sections = parse_body(body)
+    assert not any("% Total" in item for name in ("goal", "in_progress", "next_steps",
+                                                  "critical") for item in sections.get(name))
+    assert [item.split(" → ")[0] for item in sections.get("done")] == [
+        f"`curl http://web:8000/cgi-bin/{page}`" for page in ("hello.pl", "forms.pl", "file.pl")]
     # a chat whose assistant once shows a code block keeps the person's next ask as theirs
     chat = [ask, turns[0], {"role": "user", "content": "Thanks. Now write the exploit in "
                                                        "exploit.py and run it against port 8000."}]
     goal = parse_body(BuiltinSummarizer().summarize(_request(chat[1:], prefix=chat)).body
                       ).get("goal")
     assert any("write the exploit" in g for g in goal), goal
+
+
+def test_a_mini_swe_agent_run_is_summarized_by_what_its_commands_did() -> None:
+    """mini-swe-agent: each command in a fenced block, its output the next user message
+    (``<returncode>``, ``<output>``). The file it fixed with ``sed -i`` was only "mentioned",
+    Done held its intentions ("Let's test if our fix resolved…"), Next Steps the steps it had
+    carried out, and the prompt's template gave a heading and a code comment as notes."""
+    ask = {"role": "user", "content": (
+        "Please solve this issue: running tests/calc.py fails with a SyntaxError.\n\n"
+        "## Important Rules\n\n1. Every response must contain exactly one action\n"
+        "```bash\nsed -i 's/old/new/' filename.py  # Replace only first occurrence\n```")}
+    steps = [("Let me examine its content:", "cat tests/calc.py", 0, "def add(a, b)\n"),
+             ("Let me fix the file:", "sed -i 's/def add(a, b)/def add(a, b):/' tests/calc.py",
+              0, ""),
+             ("Let's test if our fix resolved the syntax error:", "python3 tests/calc.py", 1,
+              "Traceback (most recent call last):\nNameError: name 'b' is not defined"),
+             ("The fix left a typo; I'll correct it:", "sed -i 's/a + c/a + b/' tests/calc.py",
+              0, ""),
+             ("Now let's run it again:", "python3 tests/calc.py", 0, "5")]
+    turns: list[dict[str, Any]] = []
+    for say, command, code, output in steps:
+        turns += [{"role": "assistant",
+                   "content": f"THOUGHT: {say}\n\n```mswea_bash_command\n{command}\n```"},
+                  {"role": "user", "content": f"<returncode>{code}</returncode>\n<output>\n"
+                                              f"{output}</output>"}]
+    sections = parse_body(BuiltinSummarizer().summarize(
+        _request(turns, prefix=[ask, *turns])).body)
+    assert any(f.startswith("`tests/calc.py` — modified") for f in sections.get("files"))
+    done = sections.get("done")
+    assert any(d.startswith("`python3 tests/calc.py` → 5") for d in done), done
+    assert any(d.startswith("`sed -i 's/a + c/a + b/' tests/calc.py`") for d in done)
+    assert not any("Let's test" in d or "let's run" in d for d in done), done
+    assert not sections.get("blocked")  # the failed run passed later
+    assert not any("Let me" in n for n in sections.get("next_steps"))
+    assert not any("Important Rules" in c for c in sections.get("critical"))
+    assert not any("Replace only" in c for c in sections.get("constraints"))
+    assert "Tools used: bash ×5" in sections.get("critical")
 
 
 def test_a_tight_budget_spends_nothing_on_empty_sections() -> None:

@@ -144,6 +144,13 @@ def test_shell_writes_are_read_from_the_command_line() -> None:
     assert shell_writes("python x.py > /dev/null 2>&1") == ()
     assert shell_writes("sed -i 's/a/b/' src/a.py && git diff") == ("src/a.py",)
     assert shell_writes("rm reproduce.py; mv a.txt b.txt") == ("reproduce.py", "b.txt")
+    # a ">" or "|" inside quotes is the program's text, not a redirection or a pipe
+    assert shell_writes("sed -i 's/def f(a) -> float/def f(a) -> float:/' t/calc.py") == \
+        ("t/calc.py",)
+    assert shell_writes("sed -i 's/a|b/c/;s/x/y/' f.py") == ("f.py",)
+    assert shell_writes('echo "a > b" >> log.txt && tee "my file.txt" < x') == \
+        ("log.txt", "my file.txt")
+    assert shell_writes('cat > "new file.py" <<EOF') == ("new file.py",)
     turns = [call("a", "execute_bash", command="sed -i 's/a/b/' src/a.py"),
              result("a", "sed: can't read src/a.py: No such file\n[The command completed with "
                          "exit code 2.]")]

@@ -17,6 +17,7 @@ import functools
 import json
 import re
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any
 
 from refold._records import dataclass, field
@@ -296,6 +297,40 @@ def _outcomes(name: str, effect: Effect, output: str, position: int,
         return [Outcome(p, name, False, f"error: {effect.failed_write}", position)
                 for p in effect.mentions]
     return [Outcome(p, name, True, effect.action or "written", position) for p in effect.writes]
+
+
+_FENCED = re.compile(r"```[\w-]*[ \t]*\n(.*?)\n?[ \t]*```", re.DOTALL)
+_RETURNCODE = re.compile(r"\A\s*<returncode>\s*(-?\d+)\s*</returncode>\s*")
+_OUTPUT_TAG = re.compile(r"\A\s*<output>\n?|\n?</output>\s*\Z")
+TEXT_ACTION_TOOL = "bash"  # the shell a text-action agent's fenced commands run in
+
+
+def as_tool_turns(turns: Sequence[Message], observed: set[int]) -> list[Message]:
+    """``turns`` with a text-action agent's steps as the tool calls they are (SWE-agent,
+    mini-swe-agent: the command in a fenced block of a plain assistant message, its output the
+    next *user* message, one of ``observed``, the ``id()`` of such observations): that
+    assistant message gets its last fenced block as a ``bash`` call, the observation becomes
+    the call's result, its ``<returncode>`` the ``Exit code`` header a shell tool writes. The
+    same length and order, so positions are those of ``turns``."""
+    out = list(turns)
+    if not observed:
+        return out
+    for i, (before, after) in enumerate(pairwise(turns)):
+        if id(after) not in observed or before.get("role") != "assistant" \
+                or before.get("tool_calls"):
+            continue
+        blocks = _FENCED.findall(content_text(before))
+        if not blocks or not blocks[-1].strip():
+            continue
+        call_id = f"text-action-{i}"
+        out[i] = {**before, "tool_calls": [{"id": call_id, "type": "function", "function": {
+            "name": TEXT_ACTION_TOOL, "arguments": json.dumps({"command": blocks[-1].strip()})}}]}
+        text = content_text(after)
+        code = _RETURNCODE.match(text)
+        body = _OUTPUT_TAG.sub("", text[code.end():] if code else text)
+        out[i + 1] = {"role": "tool", "tool_call_id": call_id,
+                      "content": (f"Exit code {code.group(1)}\n" if code else "") + body}
+    return out
 
 
 def scan_activity(turns: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None

@@ -34,6 +34,7 @@ from itertools import accumulate, pairwise
 
 from refold.compaction.activity import (
     Activity,
+    as_tool_turns,
     command_shape,
     is_path_like,
     item_key,
@@ -71,9 +72,11 @@ _DONE = Caseless(
     r"已完成|完成了|已经|修复了|已修复|添加了|创建了|更新了|通过了|完了|修正しました|追加しました|作成しました")
 # a sentence with a completion word that says it did not happen ("X could not be written, and
 # publishing still needs twine installed") is no completion
+# … nor one that announces it ("Let's test if our fix resolved it:", "I'll verify it's fixed")
 _NOT_DONE = re.compile(r"\b(?:could(?: not|n't)|cannot|can't|unable to|did(?: not|n't)|not yet|"
                        r"still needs?|(?:has|have)(?: not|n't) been|was(?: not|n't)|"
-                       r"were(?: not|n't))\b", re.IGNORECASE)
+                       r"were(?: not|n't)|let(?:'s| us| me(?! know))|I'll|I will|we'll|"
+                       r"I'm going to|I am going to)\b", re.IGNORECASE)
 _DECISION = Caseless(
     r"decided|decide|chose|choose|instead of|going with|will use|we'll use|switch(?:ed)? to|"
     r"because|rather than|opted", r"决定|改用|选择|因为|而不是|決定|代わりに|ため")
@@ -116,6 +119,8 @@ _OPEN_TODO = ("pending", "in_progress", "in-progress", "open", "todo", "blocked"
 # a list item's own marker (the user wrote the constraints as a list): the summary's item
 # has one already ("- - Never push to main" before)
 _LIST_MARK = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+")
+_HEADING = re.compile(r"\s*#{1,6}\s")  # a markdown heading ("## Important Rules"): no note
+_FENCED_BLOCK = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
 
 
 def _short(text: str, limit: int = ITEM_CHARS) -> str:
@@ -377,7 +382,8 @@ def _statements(turns: Sequence[Message], skip: set[int], split: Split = _pieces
             (at, remembers), = finders
             for place in _sentences(split(text), (at, _config_starts(text))):
                 sentence = place[1]
-                if (remembers(place) or _has_config(sentence)) \
+                note = remembers(place) and not _HEADING.match(sentence)
+                if (note or _has_config(sentence)) \
                         and not _SECRET.search(sentence):  # never carry a credential along
                     found["critical"].append((pos, _short(sentence)))
             continue
@@ -394,8 +400,9 @@ def _constraints(previous: SummarySections, users: Sequence[Message],
                  split: Split = _pieces) -> list[str]:
     """From every user message seen so far (the head's first request too)."""
     fresh: list[str] = []
-    for msg in users:
-        text = _user_text(msg)
+    for msg in users:  # (a code block's comments are no constraints: "# replace only the first")
+        text = _FENCED_BLOCK.sub("\n", _user_text(msg)) if "```" in str(msg.get("content")) \
+            else _user_text(msg)
         at, matches = _finder(_CONSTRAINT, text)
         if _found(_CONSTRAINT, text, at):  # none in the whole message: none in a sentence
             fresh += [_short(_LIST_MARK.sub("", place[1])) for place in
@@ -579,9 +586,10 @@ class BuiltinSummarizer:
         labels = LABELS.get(request.language, LABELS["en"])
         previous = (parse_body(request.previous_summary) if request.previous_summary
                     else SummarySections({}))
-        turns = request.turns
-        activity = scan_activity(turns, request.tools)
         skip = observations(request.prefix)
+        # a text-action agent's fenced commands and their observations read as tool calls
+        turns = as_tool_turns(request.turns, skip)
+        activity = scan_activity(turns, request.tools)
         users, span_users = _real_users(request.prefix, skip), _real_users(turns, skip)
         pieces: dict[str, Pieces] = {}  # user messages are split twice
 

@@ -59,6 +59,7 @@ _PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$|^\*\*\* Mov
 _SWE_FILE = re.compile(r"^\[File: (\S+) \(\d+ lines total\)\]", re.MULTILINE)
 _SHELL_SPLIT = re.compile(r"\s*(?:&&|\|\||;|\|)\s*")
 _REDIRECT = re.compile(r"(?<![\d&<>])>>?\s*(?![&\d])([^\s;&|<>()]+)")
+_QUOTED = re.compile(r"'[^']*'|\"(?:[^\"\\]|\\.)*\"")  # (a command line's quoted strings)
 
 
 @dataclass(frozen=True)
@@ -209,8 +210,17 @@ _WRITER = re.compile(r"(?:^|[\s/(])(?:tee|touch|rm|sed|mv|cp)(?:\s|$)")
 def shell_writes(command: str) -> tuple[str, ...]:
     """Files a shell command line writes: ``> f``, ``>> f``, ``tee f``, ``sed -i … f``,
     ``touch f``, ``rm f``, the target of ``mv``/``cp``. Best effort, never raises."""
-    found: list[str] = [p for p in _REDIRECT.findall(command) if not p.startswith("/dev/")]
-    for part in _SHELL_SPLIT.split(command):
+    masked = _QUOTED.sub(lambda m: m.group(0)[0] + " " * (len(m.group(0)) - 2) + m.group(0)[-1],
+                         command) if "'" in command or '"' in command else command
+    # a ``>`` or ``|`` inside quotes (``sed -i 's/-> float/-> int/' f``) is the program's text
+    found: list[str] = []
+    for m in _REDIRECT.finditer(masked):
+        quoted = _QUOTED.match(command, m.start(1))  # ``> "my file.txt"``
+        target = quoted.group(0)[1:-1] if quoted else command[m.start(1):m.end(1)]
+        if not target.startswith("/dev/"):
+            found.append(target)
+    cuts = [0, *(at for m in _SHELL_SPLIT.finditer(masked) for at in m.span()), len(command)]
+    for part in (command[a:b] for a, b in zip(cuts[::2], cuts[1::2], strict=True)):
         if not _WRITER.search(part):
             continue  # no program that writes: nothing for shlex to find (the common case)
         try:
@@ -219,7 +229,7 @@ def shell_writes(command: str) -> tuple[str, ...]:
             words = part.split()
         if not words:
             continue
-        program, rest = words[0].rsplit("/", 1)[-1], [w for w in words[1:] if w != "--"]
+        program, rest = words[0].rsplit("/", 1)[-1], _operands(words[1:])
         files = [w for w in rest if not w.startswith("-")]
         if program == "tee" or program in ("touch", "rm") or (
                 program == "sed" and any(w.startswith("-i") for w in rest)):
@@ -227,6 +237,26 @@ def shell_writes(command: str) -> tuple[str, ...]:
         elif program in ("mv", "cp") and len(files) >= 2:
             found.append(files[-1])
     return tuple(dict.fromkeys(p for p in found if p and "$" not in p and "*" not in p))
+
+
+_REDIRECTION = re.compile(r"\d*(?:<<?<?|>>?)&?(.*)")  # ``<``, ``2>``, ``>out``, ``<<EOF``…
+
+
+def _operands(words: list[str]) -> list[str]:
+    """A command's words after its program, without ``--`` and redirections (``< in``,
+    ``2>&1``, ``>out``: the shell's, not the program's operands)."""
+    out: list[str] = []
+    words = list(words)
+    while words:
+        word = words.pop(0)
+        found = _REDIRECTION.fullmatch(word)
+        if found is not None:
+            if not found.group(1) and words:  # ``< file``: the operand is the next word
+                words.pop(0)
+            continue
+        if word != "--":
+            out.append(word)
+    return out
 
 
 _PATCH_COMMAND = re.compile(r"(?:^|&&|;)\s*apply_patch\b")
