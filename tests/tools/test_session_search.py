@@ -52,6 +52,25 @@ def test_search_excludes_current_session_and_other_owners(store: Store,
     assert "current session row" not in text and "secret of tenant b" not in text
 
 
+def test_from_a_fork_its_own_copies_are_not_past_sessions(store: Store) -> None:
+    """A fork holds copies of its parent's messages up to where it forked: searched from the
+    fork they came back as the parent's hits (the current conversation's own words as a
+    "past session"). What the parent said after the fork point still comes back."""
+    parent = store.create_session(title="orig")
+    store.append_messages(parent.id, [
+        {"role": "user", "content": "pick a name for the flux capacitor module"},
+        {"role": "assistant", "content": "call it zeta9"}])
+    fork = store.fork_session(parent.id)
+    store.append_messages(parent.id, [
+        {"role": "user", "content": "and the zeta9 tests?"},
+        {"role": "assistant", "content": "zeta9 tests pass"}])
+    out = _call(store, fork.id, query="zeta9", window=0)
+    found = sorted((g["session_id"], m["seq"]) for g in out["sessions"] for m in g["matches"])
+    assert found == [(parent.id, 3), (parent.id, 4)], out
+    out = _call(store, parent.id, query="zeta9", window=0)  # and the other way round
+    assert out["hits"] == 0, out
+
+
 def test_search_hits_carry_an_anchored_window(store: Store, sessions: dict[str, str]) -> None:
     out = _call(store, sessions["current"], query="AssertionError", window=1)
     group = out["sessions"][0]

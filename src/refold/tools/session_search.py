@@ -171,14 +171,14 @@ class SessionSearch:
         from refold.search.modes import EMBED_MODEL
         from refold.search.vectors import hybrid_search, resolve_mode
 
-        request = SearchQuery(text=query, role=role, owner=self.owner, limit=limit,
+        # (twice the hits: the current conversation's copies are left out after, ``_past``)
+        request = SearchQuery(text=query, role=role, owner=self.owner, limit=limit * 2,
                               window=window, exclude_session_id=self.current_session_id)
         try:
             mode = resolve_mode(self.store, arg_str(args, "search_mode"))
         except ValueError:
             raise InvalidInput(f"search_mode must be one of {', '.join(SEARCH_MODES)}") from None
-        hits = hybrid_search(self.store, request, mode=mode)
-        hits = [h for h in hits if h.session_id != self.current_session_id]
+        hits = self._past(hybrid_search(self.store, request, mode=mode))[:limit]
         # the search reads the first MAX_QUERY_CHARS only: the echo says so, and stays small
         out: dict[str, Any] = {"query": query[:MAX_QUERY_CHARS]}
         if len(query) > MAX_QUERY_CHARS:
@@ -189,6 +189,27 @@ class SessionSearch:
                            + ("found nothing" if mode == "vector" else "matched words only")
                            + " (run `refold index` to embed it)")
         return out
+
+    def _past(self, hits: list[SearchHit]) -> list[SearchHit]:
+        """The hits that are not the current conversation's own messages: a fork, a branch or
+        a compaction child holds copies of its parent's messages (the same identity), which
+        come back as the parent's hit once the current session's rows are left out."""
+        current = self.current_session_id
+        hits = [h for h in hits if h.session_id != current]
+        if current is None or not hits:
+            return hits
+        roots = self.store.lineage_roots({current, *(h.session_id for h in hits)})
+        kin = [h for h in hits if roots.get(h.session_id) == roots.get(current)]
+        if not kin:
+            return hits
+        mine = {m.identity for m in self.store.iter_messages(current)}
+        copies = set()
+        for hit in kin:
+            found = self.store.get_messages(hit.session_id, include_inactive=True,
+                                            start_seq=hit.seq, end_seq=hit.seq)
+            if found and found[0].identity in mine:
+                copies.add((hit.session_id, hit.seq))
+        return [h for h in hits if (h.session_id, h.seq) not in copies]
 
     def around(self, args: dict[str, Any]) -> dict[str, Any]:
         session = self._session(args)
