@@ -98,6 +98,18 @@ def test_a_question_naming_a_day_finds_what_was_said_that_day(store: Store) -> N
     assert _top(store, "在6月9号我很烦恼，为什么烦恼？", source="me") == []  # no such day
 
 
+def test_a_chinese_or_japanese_date_typed_alone_is_a_day_too(store: Store) -> None:
+    """``4月1日`` alone was read as one CJK word, searched as a substring only: the message
+    written that day was not found, though ``April 1st`` and ``4월 1일`` find it; with more
+    around it (``2025年4月1日的消息``) the words around the date were lost too."""
+    _dated(store, dt.date(2025, 4, 1), ["我们部署了服务器。"], "me")
+    _dated(store, dt.date(2025, 4, 9), ["另一天的消息。"], "me")
+    for query in ("4月1日", "2025年4月1日", "4月1日に", "April 1st", "4월 1일"):
+        assert _top(store, query) == ["我们部署了服务器。"], query
+    assert set(_top(store, "2025年4月1日的消息")) == {"我们部署了服务器。", "另一天的消息。"}
+    assert _top(store, "目的地") == []  # a plain CJK word is still searched exactly
+
+
 def test_the_messages_of_a_day_are_found_through_an_index_not_a_scan(sqlite_store: Any) -> None:
     from refold.search.query import parse_query
     from refold.store.sqlite.natural import _day_condition

@@ -157,8 +157,10 @@ def _one_cjk_word(word: str) -> bool:
 def natural_plan(terms: list[Term], days: tuple[Day, ...] = ()) -> NaturalPlan | None:
     """The plan for a query of plain terms, or None when every term is a stop word (then the
     query is answered as typed, so "the" still finds "the"). ``days`` become terms too."""
-    if len(terms) == 1 and len(terms[0].words) == 1 and _one_cjk_word(terms[0].words[0]):
+    if not days and len(terms) == 1 and len(terms[0].words) == 1 \
+            and _one_cjk_word(terms[0].words[0]):
         return None  # one CJK word (目的地, こんにちは): exact, never cut at a stop character
+        # (a date, 4月1日, 2025年4月1日的消息, is a day and what is around it, as in English)
     words: dict[str, Term] = {}
     cjk: dict[str, None] = {}
     order: list[str] = []  # content words in query order (for pairs); "" breaks adjacency
