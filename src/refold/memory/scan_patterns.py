@@ -146,7 +146,9 @@ _PHRASES: list[_Pattern] = [
        r"[\"']role[\"']\s*:\s*[\"'](?:system|developer)[\"']|<!--[^>]{0,300}\b(?:assistant|system|ai|"
        r"agent|llm|model|ignore|override|secret|hidden|silently|instructions?)\b[^>]{0,300}-->",
        "role hijack: fake chat-template tags"),
-    _c(r"(?:^|\n)\s*(?:#+\s*)?(?:system|assistant|developer)(?:\s+(?:message|prompt|note))?\s*[:：]"
+    # (a line's own indentation only: ``\s*`` after a line break ran over every blank line
+    # after it, from each of them: quadratic in a run of blank lines)
+    _c(r"(?:^|\n)[ \t]*(?:#+[ \t]*)?(?:system|assistant|developer)(?:\s+(?:message|prompt|note))?\s*[:：]"
        r"\s*(?:you|ignore|disregard|from\s+now|new|override|always|never|the\s+user|do\s+not)\b",
        "role hijack: fake system message"),
     _c(r"\b(?:reveal|print|output|show|repeat|display|dump|leak|disclose|expose|tell\s+me|"
@@ -239,7 +241,7 @@ _PHRASES: list[_Pattern] = [
        r"users'|their|all|every|any)\s+(?:cookies|session\s+tokens?|tokens?|passwords?(?!\s+reset)|"
        r"credentials|api\s+keys?|secrets|ssh\s+keys?|private\s+keys?)\b",
        "exfiltration: sends the user's secrets"),
-    _c(r"(?:^|\n)\s*(?:系统|系統)(?:提示|消息|指令|通知)?\s*[:：]\s*(?:忽略|无视|無視|你|从现在|從現在|"
+    _c(r"(?:^|\n)[ \t]*(?:系统|系統)(?:提示|消息|指令|通知)?\s*[:：]\s*(?:忽略|无视|無視|你|从现在|從現在|"
        r"不要|必须|必須|新的)", "role hijack (zh): fake system message"),
     _c(rf"\b{_IGNORE}\s+(?:the\s+)?(?:user|human|operator)(?:'s)?\s+(?:instructions|requests|"
        r"wishes|commands)", "prompt injection: ignore the user"),
