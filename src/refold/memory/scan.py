@@ -183,6 +183,24 @@ def scan_entry(text: str) -> str | None:
     return _credential_reason(text) or scan(text)
 
 
+SCAN_OVERLAP = 2_048  # characters two windows of ``scan_long`` share: more than any pattern spans
+
+
+def scan_long(text: str) -> str | None:
+    """``scan`` for a text that may be longer than ``MAX_SCAN_CHARS`` (a skill's body, up to
+    64,000 characters): windows of ``MAX_SCAN_CHARS`` that overlap by ``SCAN_OVERLAP``, so
+    every phrase the patterns look for lies whole in one of them; the first reason found."""
+    if len(text) <= MAX_SCAN_CHARS:
+        return scan(text)
+    step = MAX_SCAN_CHARS - SCAN_OVERLAP
+    for start in range(0, len(text) - SCAN_OVERLAP, step):
+        reason = scan(text[start:start + MAX_SCAN_CHARS])
+        if reason:
+            return reason
+    return None
+
+
+@functools.lru_cache(maxsize=512)  # pure; a session start rescans every skill and entry
 def scan(text: str) -> str | None:
     """Why ``text`` must not enter a system prompt, or None when it looks safe."""
     if len(text) > MAX_SCAN_CHARS:

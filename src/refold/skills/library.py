@@ -19,7 +19,7 @@ from typing import Any
 from refold._records import dataclass
 from refold.errors import Conflict, InvalidInput, MemoryError_, NotFound
 from refold.memory.approval import check_mode
-from refold.memory.scan import scan
+from refold.memory.scan import scan_long
 from refold.skills.backends import PENDING, Loaded, SkillBackend
 from refold.skills.format import Skill, check_name, make_skill, parse_skill
 
@@ -67,7 +67,7 @@ class SkillLibrary:
                 out.append(SkillInfo(name, "", blocked=f"unreadable: {exc.message}"))
                 continue
             out.append(SkillInfo(name, skill.description,
-                                 blocked=scan(skill.description + "\n" + skill.body)))
+                                 blocked=scan_long(skill.description + "\n" + skill.body)))
         return out
 
     def view(self, name: str) -> Skill:
@@ -178,7 +178,7 @@ class SkillLibrary:
 
 
 def _check_text(skill: Skill) -> None:
-    reason = scan(skill.description + "\n" + skill.body)
+    reason = scan_long(skill.description + "\n" + skill.body)
     if reason:
         raise MemoryError_(f"skill refused: {reason}",
                            hint="skills are instructions for later sessions; write the "
