@@ -8,6 +8,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from refold.llm import HttpChatClient
 from refold.memory import MemoryWriter, open_file_store
 from refold.memory.manager import MemoryManager
@@ -46,6 +48,21 @@ def test_extractor_ignores_ordinary_chat_and_assistant_text() -> None:
         {"role": "assistant", "content": "I prefer to run it first. Remember: it's flaky."},
         {"role": "tool", "tool_call_id": "x", "content": "remember this tool output"},
     ]) == []
+
+
+@pytest.mark.parametrize("text", ["Remember that.", "Please remember this!",
+                                  "Can you remember that?", "Don't forget that!", "Note that.",
+                                  "remember: yes", "Keep that in mind."])
+def test_remember_that_alone_saves_no_entry_named_that(text: str) -> None:
+    """"Remember that." points at what was said before it: the word "that" was saved as an
+    entry ("That.")."""
+    assert extract_candidates([{"role": "user", "content": text}]) == []
+
+
+def test_a_cue_at_a_line_break_keeps_its_fact() -> None:
+    found = extract_candidates([{"role": "user", "content": "Keep in mind that\nthe port is "
+                                                            "8443"}])
+    assert [(c.target, c.content) for c in found] == [("memory", "The port is 8443")]
 
 
 def test_review_runs_after_ten_user_turns(tmp_path: Path) -> None:

@@ -126,6 +126,11 @@ _CORRECTION = [
                r"[，,]?\s*(?:而不是|不是|别用|別用)(?P<bad>.+)"),
     re.compile(r"(?:别用|別用|不要用)(?P<bad>.+?)[，,]\s*(?:要用|用|改用)(?P<good>.+)"),
 ]
+# what "remember that." asks to remember is the sentence before, not the word "that"
+_BARE = re.compile(r"\s*(?:that|this|it|these|those|that one|this one|so|yes|no|ok|okay)"
+                   r"\s*[.!?？。！]*\s*", re.IGNORECASE)
+_CUE_AT_BREAK = re.compile(r"(\b(?:remember|don'?t\s+forget|keep\s+in\s+mind|note|for\s+future"
+                           r"\s+reference)(?:\s+that)?[:,]?)[ \t]*\n\s*", re.IGNORECASE)
 _FIRST_PERSON = re.compile(r"^(?:i|i'm|i am|my|me)\b|^我", re.IGNORECASE)
 _REQUEST = re.compile(r"\b(?:could|can|would)\s+you\s+(?:please\s+)?(?:remember|note|keep\s+in"
                       r"\s+mind)\b", re.IGNORECASE)
@@ -137,6 +142,8 @@ def _clip(text: str) -> str:
 
 
 def _sentences(text: str) -> Iterator[str]:
+    if "\n" in text:  # "Keep in mind that\nthe port is 8443": the cue and its fact are one
+        text = _CUE_AT_BREAK.sub(lambda m: m.group(1) + " ", text)
     for match in _SENTENCE.finditer(text):
         sentence = match.group(0).strip()
         if sentence:
@@ -153,7 +160,7 @@ def _candidate(sentence: str) -> Candidate | None:
         return None
     for pattern in _EXPLICIT:
         found = pattern.search(sentence)
-        if found:
+        if found and _BARE.fullmatch(found.group("body")) is None:
             body = _clip(found.group("body")).rstrip("?？")
             if _FIRST_PERSON.search(body):
                 return Candidate("user", f"User: {body}", "explicit")
