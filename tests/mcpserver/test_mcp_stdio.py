@@ -261,3 +261,60 @@ def test_a_lone_surrogate_escaped_in_a_request_is_answered(home: Path) -> None:
     plain = b'{"jsonrpc":"2.0","id":3,"method":"ping"}\n'
     assert _repaired_line(plain) == plain.decode()
     assert _result("caf\udce9", error=False).content[0].text == "caf\ufffd"  # type: ignore[union-attr]
+
+
+def test_a_call_the_client_cancels_while_it_runs_leaves_the_server_serving(
+        home: Path) -> None:
+    """A client that cancels a call still running (``notifications/cancelled``: a timeout or
+    a user's abort in the TypeScript SDK and desktop clients) ended the server: the SDK
+    answered "cancelled", then the finished call answered the same request again and the
+    SDK's assertion killed the process. The next call is answered."""
+    import select
+    import subprocess
+
+    from filelock import FileLock
+
+    memories = home / "memories"
+    memories.mkdir(exist_ok=True)
+    server = subprocess.Popen([sys.executable, "-m", "refold.cli.main", "mcp"],
+                              env={**os.environ, "REFOLD_HOME": str(home)},
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    assert server.stdin is not None and server.stdout is not None
+
+    def send(message: dict[str, Any]) -> None:
+        assert server.stdin is not None
+        server.stdin.write((json.dumps(message) + "\n").encode())
+        server.stdin.flush()
+
+    def answer(request_id: int) -> dict[str, Any]:
+        assert server.stdout is not None
+        while select.select([server.stdout], [], [], 20)[0]:
+            found = json.loads(server.stdout.readline())
+            if found.get("id") == request_id:
+                return dict(found)
+        raise AssertionError(f"no answer to request {request_id}")
+
+    try:
+        send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}})
+        answer(0)
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        lock = FileLock(str(memories / ".MEMORY.md.lock"))
+        with lock:  # another process holds memory: the call waits, still running
+            send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                "name": "memory", "arguments": {"target": "memory", "action": "add",
+                                                "content": "a write the client cancelled"}}})
+            anyio.run(anyio.sleep, 0.5)
+            send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                  "params": {"requestId": 1, "reason": "user aborted"}})
+            assert "error" in answer(1)  # "Request cancelled"
+        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "memory", "arguments": {"target": "memory", "action": "read"}}})
+        assert json.loads(answer(2)["result"]["content"][0]["text"])["success"]
+        anyio.run(anyio.sleep, 0.5)
+        assert server.poll() is None, server.stderr.read().decode() if server.stderr else ""
+    finally:
+        server.kill()
+        server.wait(10)

@@ -79,6 +79,10 @@ def build_server(registry: ToolRegistry,
         except Exception as exc:  # a bug in a tool: still a JSON error, as every refusal is
             log.exception("tool %s failed", name)
             return _result(error_result(f"{name} failed: {exc}"), error=True)
+        # a call the client cancelled while the thread ran was answered "cancelled" already:
+        # the cancellation is delivered here, so no second answer (the SDK asserted and the
+        # server died)
+        await anyio.lowlevel.checkpoint()
         return _result(result.text, error=result.is_error)
 
     return server
