@@ -161,6 +161,12 @@ def tenant_memory(settings: Settings, store: Store, owner: str,
     return link
 
 
+def memory_store(settings: Settings, store: Store, owner: str = "") -> Any:
+    """The tenant's (``owner``; "" the local one) MemoryStore as configured: its backend
+    (files or the database profile) and its character limits."""
+    return _memory_store(settings, store, owner)
+
+
 def _memory_store(settings: Settings, store: Store, owner: str) -> Any:
     limits = {"memory": settings.memory_char_limit, "user": settings.user_char_limit}
     if settings.memory_backend == "db":

@@ -318,3 +318,37 @@ def test_a_call_the_client_cancels_while_it_runs_leaves_the_server_serving(
     finally:
         server.kill()
         server.wait(10)
+
+
+def test_memory_follows_the_configured_backend_limits_and_switch(home: Path) -> None:
+    """`refold mcp` opened MEMORY.md in the home's folder whatever refold.toml said: with
+    ``backend = "db"`` it read and wrote a file no session reads, over the default limits,
+    and ``enabled = false`` still offered the tool."""
+    from refold.memory.db import DBMemoryStore
+
+    (home / "refold.toml").write_text('[memory]\nmemory_char_limit = 50\nbackend = "db"\n')
+    store = open_store(str(home / "refold.db"))
+    try:
+        DBMemoryStore(store, "default").add("memory", "note kept in the database")
+    finally:
+        store.close()
+
+    async def run() -> tuple[Any, Any, str]:
+        async with stdio_client(_params(home)) as (read, write), \
+                ClientSession(read, write, read_timeout_seconds=timedelta(seconds=30)) as client:
+            await client.initialize()
+            seen = await client.call_tool("memory", {"target": "memory", "action": "read"})
+            added = await client.call_tool("memory", {"target": "memory", "action": "add",
+                                                      "content": "z" * 100})
+            snapshot = await client.read_resource(AnyUrl("refold://memory/snapshot"))
+            return seen, added, snapshot.contents[0].text  # type: ignore[union-attr]
+
+    seen, added, snapshot = anyio.run(run)
+    assert [e["text"] for e in json.loads(_text(seen))["entries"]] == ["note kept in the database"]
+    assert "/50" in json.loads(_text(seen))["usage"]
+    assert added.isError and "limit" in _text(added)
+    assert "note kept in the database" in snapshot
+    assert not (home / "memories" / "MEMORY.md").exists()
+    (home / "refold.toml").write_text("[memory]\nenabled = false\n")
+    names, _ = anyio.run(_session, home, [])
+    assert "memory" not in names and "session_search" in names

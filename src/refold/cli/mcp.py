@@ -26,7 +26,7 @@ def mcp_cmd(app: AppContext, no_memory: bool) -> None:
     require_extra("mcp", "mcp", "mcp")
     from pathlib import Path
 
-    from refold.assembly import tenant_skills
+    from refold.assembly import memory_store, tenant_skills
     from refold.mcpserver import run_stdio
     from refold.references import local_expander
     from refold.references.spill import SpillStore
@@ -40,15 +40,18 @@ def mcp_cmd(app: AppContext, no_memory: bool) -> None:
     expander = local_expander(store=app.store, cwd=Path.cwd(), spill_dir=app.settings.home / "spill",
                               deny_roots=[app.settings.home])
     registry.register(expand_tool(expander, context_length=app.settings.context_length))
-    if not no_memory:
+    # the memory sessions use: its backend (files or the database), limits, and none at all
+    # with memory_enabled = false
+    memory = memory_store(app.settings, app.store) \
+        if app.settings.memory_enabled and not no_memory else None
+    if memory is not None:
         # MCP has no turns: a call chain ends at a successful call or a pause of a minute, and
         # the three-failures stop counts within one chain only
-        registry.register(memory_tool(app.settings.memories_dir,
-                                      approval=app.settings.memory_approval,
+        registry.register(memory_tool(memory, approval=app.settings.memory_approval,
                                       new_turn_after=60.0, reset_on_success=True))
     skills = tenant_skills(app.settings, app.store, "")
     registry.register(skill_manage_tool(skills))
-    run_stdio(registry, [*_resources(app, memory=not no_memory), *_skill_resources(skills)])
+    run_stdio(registry, [*_resources(app, memory), *_skill_resources(skills)])
 
 
 def _skill_resources(skills: Any) -> list[Any]:
@@ -64,7 +67,7 @@ def _skill_resources(skills: Any) -> list[Any]:
             for uri, name, description in source.resources()]
 
 
-def _resources(app: AppContext, *, memory: bool) -> list[Any]:
+def _resources(app: AppContext, memory: Any) -> list[Any]:
     from refold.mcpserver import TextResource
 
     def recent() -> str:
@@ -77,12 +80,11 @@ def _resources(app: AppContext, *, memory: bool) -> list[Any]:
     found = [TextResource("refold://sessions/recent", "recent sessions",
                           f"The {RECENT_SESSIONS} newest stored sessions (JSON).",
                           "application/json", recent)]
-    if memory:
+    if memory is not None:
         def snapshot() -> str:
-            from refold.memory.files import open_file_store
             from refold.memory.snapshot import take_snapshot
 
-            return take_snapshot(open_file_store(app.settings.memories_dir)).text
+            return take_snapshot(memory).text
 
         found.append(TextResource("refold://memory/snapshot", "memory snapshot",
                                   "MEMORY.md and USER.md as a new session's system prompt "
