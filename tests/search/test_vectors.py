@@ -265,3 +265,71 @@ def test_hits_found_by_meaning_only_say_so(store: Store) -> None:
     lines.clear()
     render_hits([hit_json(h) for h in made_up], "xyzzyplugh", lines.append, str)
     assert lines[0].startswith("no message holds these words; the nearest by meaning")
+
+
+def test_a_vector_search_marks_by_meaning_only_the_hits_without_the_words(store: Store) -> None:
+    """``--mode vector`` runs no word search: every hit was marked ``by_meaning`` and the CLI
+    said "no message holds these words" above hits that hold them."""
+    s = store.create_session()
+    store.append_messages(s.id, [user("the migration hit statement timeout"),
+                                 user("lunch at noon"), user("我们什么时候部署了服务器？")])
+    index = VectorIndex(store, CharEmbedder())
+    index.backfill()
+    for query, holder in (("timeout", "the migration hit statement timeout"),
+                          ("部署", "我们什么时候部署了服务器？")):
+        hits = hybrid_search(store, SearchQuery(query, window=0), mode="vector", index=index)
+        assert {h.content: h.by_meaning for h in hits}[holder] is False, query
+        assert {h.content: h.by_meaning for h in hits}["lunch at noon"] is True, query
+
+
+def test_a_message_without_a_vector_yet_is_not_ranked_below_weaker_matches(
+        store: Store) -> None:
+    """Messages stored after the last ``refold index`` have no vector: in a hybrid search
+    their word rank alone lost to every embedded hit, so a new message holding the exact
+    error code fell below old ones holding only its common words."""
+    old = store.create_session()
+    store.append_messages(old.id, [
+        user("Why did the database migration time out last Tuesday?"),
+        user("The migration hit statement_timeout; the ALTER TABLE took a lock."),
+        user("Yes, the migration finished after we raised the timeout.")])
+    index = VectorIndex(store, CharEmbedder())
+    index.backfill()
+    new = store.create_session()
+    store.append_messages(new.id, [
+        user("The database migration failed again with error code ZX-4411."),
+        user("ZX-4411 means the migration lock on orders is held.")])
+    hits = hybrid_search(store, SearchQuery("ZX-4411 migration", window=0, limit=3),
+                         mode="hybrid", index=index)
+    words = store.search(SearchQuery("ZX-4411 migration", window=0, limit=3))
+    assert [h.session_id for h in words[:2]] == [new.id, new.id]
+    assert hits[0].session_id == new.id, [h.content for h in hits]  # the word side's best
+    assert sum(h.session_id == new.id for h in hits) == 2, [h.content for h in hits]
+    index.backfill()  # once embedded, the fusion ranks them by both sides as before
+    again = hybrid_search(store, SearchQuery("ZX-4411 migration", window=0, limit=3),
+                          mode="hybrid", index=index)
+    assert again[0].session_id == new.id
+
+
+def test_newest_first_in_hybrid_and_vector_modes_is_by_date(store: Store) -> None:
+    """``--sort recency`` in hybrid mode fused the word side's newest-first order with the
+    vector ranking and sorted by the fused score: not newest first at all. Hybrid lists the
+    word matches newest first; vector mode its nearest messages newest first."""
+    import dataclasses
+
+    for month in (1, 2, 3, 4):  # (stored in date order: fts orders by storage, see README)
+        draft = store.create_session()
+        store.append_messages(draft.id, [user(f"deploy the service, month {month}")])
+        when = 1_735_689_600.0 + month * 2_678_400  # (2025, roughly a month apart)
+        session = dataclasses.replace(store.get_session(draft.id), id=f"m{month}",
+                                      started_at=when)
+        rows = [dataclasses.replace(m, session_id=session.id, created_at=when)
+                for m in store.get_messages(draft.id)]
+        assert store.import_session(session, iter(rows), [], [])
+        store.delete_session(draft.id)
+    index = VectorIndex(store, CharEmbedder())
+    index.backfill()
+    for mode in ("hybrid", "vector"):
+        hits = hybrid_search(store, SearchQuery("deploy", window=0, sort="recency"),
+                             mode=mode, index=index)  # type: ignore[arg-type]
+        times = [h.created_at for h in hits]
+        assert times == sorted(times, reverse=True) and len(times) == 4, mode

@@ -534,6 +534,15 @@ def make_snippet(text: str, needles: list[str], *, width: int = 120) -> str:
     return "…" + excerpt[1:].lstrip() if start > 0 else excerpt
 
 
+def holds_any(text: str, needles: list[str]) -> bool:
+    """Does ``text`` hold one of ``needles`` as the index matches a term (what a snippet would
+    mark)?"""
+    lowered = text.lower()
+    if len(lowered) != len(text):  # (as make_snippet: a few characters change length)
+        lowered = text
+    return bool(_match_spans(lowered, [n.lower() for n in needles if n]))
+
+
 SNAP = 24  # characters an excerpt's edge may move to fall between words
 
 

@@ -34,7 +34,7 @@ import numpy.typing as npt
 from refold import _records as records
 from refold.errors import MissingExtra
 from refold.search.modes import EMBED_MODEL
-from refold.search.query import parse_query
+from refold.search.query import holds_any, parse_query
 from refold.search.rank import collapse_copies
 from refold.store.base import SearchHit, SearchQuery, Store
 
@@ -188,6 +188,12 @@ class VectorIndex:
                 self._offsets = np.concatenate([self._offsets, offsets.astype(np.float32)])
                 after = int(ids[-1])
 
+    def embedded_through(self) -> int:
+        """The newest message id with a vector (0: none). Vectors are made oldest first
+        (``backfill``, the background indexer), so a message after it has none yet."""
+        with self._lock:
+            return int(self._ids[-1]) if len(self._ids) else 0
+
     def nearest(self, text: str, k: int) -> list[tuple[int, float]]:
         """(message id, score) of the ``k`` nearest vectors, best first (ties: newer); the
         score is the cosine less ``generic_weight`` times the row's cosine to the generic
@@ -250,7 +256,10 @@ def hybrid_search(store: Store, query: SearchQuery, *, mode: Mode = "hybrid",
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}")
-    if mode == "fts" or not query.text.strip():
+    if mode == "fts" or not query.text.strip() or (mode == "hybrid"
+                                                    and query.sort == "recency"):
+        # newest first lists the messages that match, by date: the word side's listing (the
+        # nearest messages in meaning are no matches to list)
         return store.search(query)
     parsed = parse_query(query.text)
     if parsed.is_empty:
@@ -272,13 +281,15 @@ def hybrid_search(store: Store, query: SearchQuery, *, mode: Mode = "hybrid",
     for hit in words:
         same.setdefault((roots.get(hit.session_id, hit.session_id), hit.role, hit.content), hit)
     near: dict[tuple[str, int], float] = {}  # the vector ranking, by the word side's keys
+    meaning_only: set[tuple[str, int]] = set()  # found by the vector side alone
     for hit in vector:
         word = same.get((roots.get(hit.session_id, hit.session_id), hit.role, hit.content))
         if word is None:
             if exact:  # only what the syntax matched: the word hits are exactly those messages
                 continue
             key = (hit.session_id, hit.seq)
-            table[key] = records.replace(hit, by_meaning=True)
+            table[key] = hit
+            meaning_only.add(key)
         else:
             key = (word.session_id, word.seq)
             lineage = dict.fromkeys([*table[key].lineage, *hit.lineage])
@@ -289,13 +300,27 @@ def hybrid_search(store: Store, query: SearchQuery, *, mode: Mode = "hybrid",
         ranking = list(near)
         if exact:  # the nearest matches first, then the other matches in word order
             ranking += [key for key in table if key not in near]
-        fused_hits = [records.replace(table[key], score=near[key]) if key in near
-                      else table[key] for key in ranking[:query.limit]]
+        if query.sort == "recency":  # the nearest ones, newest first
+            ranking = sorted(ranking[:query.limit], key=lambda key: -table[key].created_at)
+        order = ranking[:query.limit]
+        scores = {key: near[key] for key in order if key in near}
     else:
-        fused = rrf([[(h.session_id, h.seq) for h in words], list(near)], list(weights), k)
-        order = sorted(fused, key=lambda key: (-fused[key], -table[key].created_at))
-        fused_hits = [records.replace(table[key], score=fused[key])
-                      for key in order[:query.limit]]
+        scores = rrf([[(h.session_id, h.seq) for h in words], list(near)], list(weights), k)
+        # a word hit without a vector yet (stored since the last ``refold index``) is ranked on
+        # the vector side as on the word side: it lost to every embedded hit, an exact match
+        # of a new message to the nearest old ones
+        through = index.embedded_through()
+        for rank, hit in enumerate(words):
+            if hit.message_id > through:
+                key = (hit.session_id, hit.seq)
+                scores[key] += weights[1] / (k + rank + 1)
+        order = sorted(scores, key=lambda key: (-scores[key], -table[key].created_at))
+        order = order[:query.limit]
+    needles = parsed.highlight_needles()  # "by meaning": holding none of the words
+    fused_hits = [records.replace(table[key], score=scores.get(key, table[key].score),
+                                  by_meaning=key in meaning_only
+                                  and not holds_any(table[key].content, needles))
+                  for key in order]
     if query.window <= 0:
         return fused_hits
     return [records.replace(h, window=store.messages_around(

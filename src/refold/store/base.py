@@ -248,6 +248,7 @@ class SearchHit:
     # found by the vector side of a hybrid or vector search only: near the question in meaning,
     # holding none of its words (the nearest messages come back even when none answers)
     by_meaning: bool = False
+    message_id: int = 0  # the ledger row (0: not known), e.g. whether it has a vector yet
 
 
 @dataclass(frozen=True)

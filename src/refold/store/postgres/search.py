@@ -332,12 +332,12 @@ class SearchMixin(LedgerMixin):
     @staticmethod
     def _hit(row: tuple[Any, ...], parsed: ParsedQuery,
              window: list[StoredMessage]) -> SearchHit:
-        _, session_id, seq, role, _body, text, created_at, title, score, headline = row
+        message_id, session_id, seq, role, _body, text, created_at, title, score, headline = row
         snippet = headline if headline and "[" in headline else None
         return SearchHit(session_id=session_id, session_title=title, seq=seq, role=role,
                          snippet=snippet or make_snippet(text, parsed.highlight_needles()),
                          content=text, created_at=created_at, score=float(score),
-                         window=window)
+                         window=window, message_id=int(message_id))
 
 
 def _title_needles(parsed: ParsedQuery) -> list[str]:

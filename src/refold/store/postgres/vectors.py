@@ -57,5 +57,5 @@ class VectorsMixin(LedgerMixin):
             rows: dict[int, Any] = {int(r[0]): r for r in cur.fetchall()}
         return [SearchHit(session_id=r[1], session_title=r[6], seq=r[2], role=r[3],
                           snippet=r[4][:160].replace("\n", " "), content=r[4],
-                          created_at=r[5], score=score)
+                          created_at=r[5], score=score, message_id=int(r[0]))
                 for r, score in ((rows[i], sc) for i, sc in scored if i in rows)]

@@ -524,7 +524,7 @@ class SearchOps(StateOps):
         # a row without a snippet (None) gets its plain one if it is among the hits returned
         return SearchHit(session_id=row.session_id, session_title=row.title, seq=row.seq,
                          role=row.role, snippet=row.snippet or "", content=row.text,
-                         created_at=row.created_at, score=row.score)
+                         created_at=row.created_at, score=row.score, message_id=row.id)
 
 
 def _plain_snippets(hits: list[SearchHit], rows: list[_Row],
