@@ -167,8 +167,13 @@ def memory_store(settings: Settings, store: Store, owner: str = "") -> Any:
     return _memory_store(settings, store, owner)
 
 
+def memory_limits(settings: Settings) -> dict[str, int]:
+    """The character bound of each memory target, as configured."""
+    return {"memory": settings.memory_char_limit, "user": settings.user_char_limit}
+
+
 def _memory_store(settings: Settings, store: Store, owner: str) -> Any:
-    limits = {"memory": settings.memory_char_limit, "user": settings.user_char_limit}
+    limits = memory_limits(settings)
     if settings.memory_backend == "db":
         from refold.memory.db import DBMemoryStore
 

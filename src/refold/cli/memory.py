@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from refold.cli.app import AppContext, console, emit, pass_app
-from refold.errors import InvalidInput, MemoryError_
+from refold.errors import InvalidInput, MemoryError_, RefoldError
 from refold.memory import (
     DBMemoryStore,
     MemoryStore,
@@ -35,13 +35,20 @@ _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
 def open_memory(app: AppContext) -> MemoryStore:
-    """The file store under ``<home>/memories``, or the DB store when memory_backend=db."""
-    backend = app.settings.memory_backend
-    if backend == "file":
-        return open_file_store(app.settings.memories_dir)
-    if backend == "db":
-        return DBMemoryStore(app.store, app.settings.memory_profile)
-    raise InvalidInput(f"unknown memory_backend {backend!r}", hint="use file or db")
+    """The file store under ``<home>/memories``, or the DB store when memory_backend=db, with
+    the configured limits: what the CLI reports and refuses must match what a session's prompt
+    shows (not ``assembly.memory_store``: it takes an open database, and the file backend must
+    not open one)."""
+    from refold.assembly import memory_limits
+
+    settings = app.settings
+    limits = memory_limits(settings)
+    if settings.memory_backend == "file":
+        return open_file_store(settings.memories_dir, limits=limits)
+    if settings.memory_backend == "db":
+        return DBMemoryStore(app.store, settings.memory_profile, limits=limits)
+    raise InvalidInput(f"unknown memory_backend {settings.memory_backend!r}",
+                       hint="use file or db")
 
 
 def _writer(app: AppContext) -> MemoryWriter:
@@ -49,7 +56,10 @@ def _writer(app: AppContext) -> MemoryWriter:
 
 
 def _when(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M")
+    try:
+        return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M")
+    except (OverflowError, OSError, ValueError):  # a hand-edited sidecar's time out of range
+        return "(unknown time)"
 
 
 def _echo_result(result: WriteResult) -> None:
@@ -320,15 +330,35 @@ def _ids(writer: MemoryWriter, ids: tuple[str, ...], every: bool) -> list[str]:
 @click.option("--all", "every", is_flag=True, help="Approve every pending write.")
 @pass_app
 def approve_cmd(app: AppContext, ids: tuple[str, ...], every: bool) -> None:
-    """Apply staged writes."""
+    """Apply staged writes.
+
+    One that is malformed or no longer applies stays pending, the others are still applied,
+    and each failure is reported with its pending id."""
     writer = _writer(app)
     pending = writer.pending()
-    for pending_id in _ids(writer, ids, every):
+    wanted = _ids(writer, ids, every)
+    failed: list[str] = []
+    for pending_id in wanted:
         target = next((p.target for p in pending if p.id.startswith(pending_id)), "memory")
-        with _room_hint(target):
-            result = writer.approve(pending_id)
+        try:
+            with _room_hint(target):
+                result = writer.approve(pending_id)
+        except RefoldError as exc:
+            kept = exc.details.get("pending_id")
+            if len(wanted) == 1:
+                if kept and kept not in exc.message:
+                    exc.message = f"{kept} not applied, still pending: {exc.message}"
+                raise
+            failed.append(pending_id)
+            click.echo(f"{pending_id}: not applied{', still pending' if kept else ''}: {exc}",
+                       err=True)
+            continue
         click.echo(f"{pending_id}: ", nl=False)
         _echo_result(result)
+    if failed:
+        raise MemoryError_(f"{len(failed)} of {len(wanted)} pending memory writes were not "
+                           f"applied: {', '.join(failed)}",
+                           hint="the reasons are above; `refold memory reject ID` drops one")
 
 
 @memory_group.command("reject")
@@ -340,4 +370,4 @@ def reject_cmd(app: AppContext, ids: tuple[str, ...], every: bool) -> None:
     writer = _writer(app)
     for pending_id in _ids(writer, ids, every):
         item = writer.reject(pending_id)
-        click.echo(f"{item.id}: rejected ({item.summary})")
+        click.echo(f"{item.id}: rejected" + (f" ({item.summary})" if item.summary else ""))

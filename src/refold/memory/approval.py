@@ -11,13 +11,15 @@ using the CLI writes to the ``MemoryStore`` directly (they are the approver).
 
 from __future__ import annotations
 
+import logging
+import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
 from refold._records import dataclass
-from refold.errors import Conflict, InvalidInput, MemoryError_, NotFound
+from refold.errors import Conflict, InvalidInput, MemoryError_, NotFound, RefoldError
 from refold.memory.actions import MAX_CAS_RETRIES, MemoryStore, WriteResult, check_content
 from refold.memory.entries import check_target, preview
 from refold.memory.ops import MemoryOp
@@ -26,6 +28,8 @@ ApprovalMode = Literal["allow", "stage", "block"]
 APPROVAL_MODES: tuple[str, ...] = ("allow", "stage", "block")
 Item = dict[str, Any]
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 def check_mode(mode: str) -> ApprovalMode:
@@ -61,9 +65,25 @@ class PendingWrite:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PendingWrite:
-        return cls(id=str(data["id"]), target=str(data["target"]),
-                   ops=tuple(MemoryOp.from_dict(op) for op in data.get("ops") or []),
-                   origin=str(data.get("origin") or ""), created_at=float(data["created_at"]))
+        """The queued item ``data``; ``InvalidInput`` saying what is wrong when it is not one
+        (the queue is a file a person may edit)."""
+        pending_id, target, ops = data.get("id"), data.get("target"), data.get("ops") or []
+        if isinstance(pending_id, bool) or not isinstance(pending_id, str | int) \
+                or pending_id == "":
+            raise InvalidInput("it has no id")
+        if not isinstance(target, str):
+            raise InvalidInput("it has no target")
+        if not isinstance(ops, list):
+            raise InvalidInput("its ops are not a list")
+        try:
+            created_at = float(data.get("created_at", math.nan))
+        except (TypeError, ValueError):
+            created_at = math.nan
+        if not math.isfinite(created_at):
+            raise InvalidInput(f"its created_at {data.get('created_at')!r} is not a time")
+        return cls(id=str(pending_id), target=check_target(target),
+                   ops=tuple(MemoryOp.from_dict(op) for op in ops),
+                   origin=str(data.get("origin") or ""), created_at=created_at)
 
 
 class MemoryWriter:
@@ -93,7 +113,17 @@ class MemoryWriter:
 
     # -- the queue --------------------------------------------------------------------------
     def pending(self) -> list[PendingWrite]:
-        return [PendingWrite.from_dict(item) for item in self.store.backend.load_pending()]
+        """The queue, without the items that are not well-formed: each of those is left in
+        place and warned about (as an unreadable sidecar is), not allowed to hide the rest."""
+        found = []
+        for item in self.store.backend.load_pending():
+            try:
+                found.append(PendingWrite.from_dict(item))
+            except InvalidInput as exc:
+                log.warning("skipping malformed pending memory write %r: %s (fix it in the "
+                            "queue, or drop it with `refold memory reject ID`)",
+                            item.get("id"), exc.message)
+        return found
 
     def _update_pending(self, change: Callable[[list[Item]], tuple[list[Item], T]]) -> T:
         """Read-modify-write the queue, retrying when a compare-and-swap backend says so."""
@@ -109,26 +139,49 @@ class MemoryWriter:
                         raise
         raise Conflict("the pending memory queue kept changing; try again")
 
-    def _take(self, pending_id: str) -> PendingWrite:
-        def change(items: list[Item]) -> tuple[list[Item], Item]:
-            found = [item for item in items if str(item.get("id", "")).startswith(pending_id)]
+    def _take(self, pending_id: str) -> tuple[int, Item]:
+        """Remove the one queued item whose id starts with ``pending_id``: where it was, and it."""
+        def change(items: list[Item]) -> tuple[list[Item], tuple[int, Item]]:
+            found = [(index, item) for index, item in enumerate(items)
+                     if str(item.get("id", "")).startswith(pending_id)]
             if not pending_id or not found:
                 raise NotFound(f"no pending memory write {pending_id!r}",
                                hint="list them with `refold memory pending`")
             if len(found) > 1:
                 raise InvalidInput(f"pending id {pending_id!r} is ambiguous",
                                    hint="give more characters of the id")
-            return [i for i in items if i is not found[0]], found[0]
-        return PendingWrite.from_dict(self._update_pending(change))
+            index = found[0][0]
+            return [*items[:index], *items[index + 1:]], found[0]
+        return self._update_pending(change)
 
     def approve(self, pending_id: str) -> WriteResult:
-        """Apply a staged write; if it no longer applies it stays queued and the error says why."""
-        item = self._take(pending_id)
+        """Apply a staged write. If it is malformed or no longer applies, it goes back where it
+        was in the queue and the error says why, with its id in ``details["pending_id"]``."""
+        index, item = self._take(pending_id)
         try:
-            return self.store.apply(item.target, item.ops)
-        except Exception:
-            self._update_pending(lambda items: ([*items, item.to_dict()], None))
+            write = PendingWrite.from_dict(item)
+        except InvalidInput as exc:
+            self._put_back(index, item)
+            raise InvalidInput(f"pending memory write {item.get('id')!r} is malformed: "
+                               f"{exc.message}",
+                               hint="fix it in the queue, or drop it with `refold memory "
+                                    "reject ID`", pending_id=str(item.get("id"))) from None
+        try:
+            return self.store.apply(write.target, write.ops)
+        except Exception as exc:
+            self._put_back(index, item)
+            if isinstance(exc, RefoldError):
+                exc.details["pending_id"] = write.id
             raise
 
+    def _put_back(self, index: int, item: Item) -> None:
+        self._update_pending(lambda items: ([*items[:index], item, *items[index:]], None))
+
     def reject(self, pending_id: str) -> PendingWrite:
-        return self._take(pending_id)
+        """Drop a staged write; a malformed one too (it could never be approved)."""
+        _index, item = self._take(pending_id)
+        try:
+            return PendingWrite.from_dict(item)
+        except InvalidInput:
+            return PendingWrite(id=str(item.get("id")), target=str(item.get("target")), ops=(),
+                                origin=str(item.get("origin") or ""), created_at=0.0)

@@ -3,8 +3,9 @@
 A memory file is a list of entries joined by ``ENTRY_DELIMITER`` (a line holding only "§").
 Invariants:
 - ``parse_entries`` splits only on the full delimiter, so an entry that merely contains "§"
-  stays one entry; CRLF line ends become LF, surrounding whitespace is stripped, empty entries
-  dropped, and exact duplicates collapse to their first occurrence.
+  stays one entry; a leading byte-order mark is dropped and CRLF line ends become LF,
+  surrounding whitespace is stripped, empty entries dropped, and exact duplicates collapse to
+  their first occurrence.
 - ``render_entries(parse_entries(render_entries(xs))) == render_entries(xs)`` for any list of
   stripped, non-empty, distinct entries without the delimiter (multiline, CJK, emoji included).
 - Usage is counted in characters (code points) of the entries joined by the delimiter —
@@ -44,9 +45,11 @@ def check_target(target: str) -> Target:
 
 def parse_entries(raw: str) -> list[str]:
     """Split file text into entries: stripped, non-empty, exact duplicates collapsed."""
+    # a file saved by a Windows editor keeps its entries (its first one not taken for hidden
+    # text by the scan)
+    raw = raw.removeprefix("\ufeff").replace("\r\n", "\n")
     if not raw.strip():
         return []
-    raw = raw.replace("\r\n", "\n")  # a file saved by a Windows editor keeps its entries
     parts = (part.strip() for part in raw.split(ENTRY_DELIMITER))
     return list(dict.fromkeys(part for part in parts if part))
 

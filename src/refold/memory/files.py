@@ -23,14 +23,20 @@ Invariants:
   rename) sets its ctime to the current time, so a file whose ctime is ``SETTLED_SECONDS``
   older than the last locked read and whose (lstat) identity, size, mtime and ctime are still
   the same has not changed since that read.
+- a directory this process cannot write to (a read-only mount, another user's) is read
+  without the lock, whose file it cannot create: atomic replaces mean each read sees a whole
+  file, and a read is repeated until those stamps are the same before and after it, so the
+  file and sidecar it returns are a pair. Writes there fail with a ``StorageError`` saying so.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
+import math
 import os
 import tempfile
 import time
@@ -50,6 +56,7 @@ from refold.store.base import MemoryRow
 log = logging.getLogger(__name__)
 
 LOCK_TIMEOUT = 30.0
+UNLOCKED_READ_TRIES = 20
 # how long before a locked read the file and its sidecar must have last changed for that read
 # to be reused without the lock (``settled_load``): far above the coarse clock's tick, which
 # the kernel's file times follow
@@ -122,7 +129,12 @@ class FileBackend:
             raise StorageError(f"memory file {name} is locked by another process",
                                hint="retry in a moment") from exc
         except OSError as exc:
-            raise StorageError(f"cannot use memories directory {self.directory}: {exc}") from exc
+            hint = None
+            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                hint = ("memory can be read there but not changed; make the directory writable "
+                        "or point the refold home elsewhere")
+            raise StorageError(f"cannot use memories directory {self.directory}: {exc}",
+                               hint=hint) from exc
 
     def transaction(self, target: str) -> contextlib.AbstractContextManager[None]:
         return self._locked(FILENAMES[check_target(target)])
@@ -153,6 +165,8 @@ class FileBackend:
         read loaded (see the module doc): a session's snapshot costs two ``lstat`` calls
         instead of a lock and two reads."""
         name = FILENAMES[check_target(target)]
+        if self.directory.is_dir() and not os.access(self.directory, os.W_OK):
+            return self._unlocked_load(target)
         known = self._settled.get(target)
         if known is not None and self._stamp(target) == known[0]:
             return Loaded(rows=list(known[1].rows), version=known[1].version,
@@ -169,6 +183,17 @@ class FileBackend:
                                                     version=loaded.version, drift=loaded.drift))
         else:
             self._settled.pop(target, None)
+        return loaded
+
+    def _unlocked_load(self, target: str) -> Loaded:
+        """``load`` without the lock (see the module doc): retried while the stamps move, and
+        after ``UNLOCKED_READ_TRIES`` the last read, whose worst case is a false drift flag."""
+        for attempt in range(UNLOCKED_READ_TRIES):
+            before = self._stamp(target)
+            loaded = self.load(target)
+            if before is not None and before == self._stamp(target):
+                break
+            time.sleep(0.001 * (attempt + 1))
         return loaded
 
     def _stamp(self, target: str) -> tuple[Any, ...] | None:
@@ -199,23 +224,41 @@ class FileBackend:
         meta = self._read_meta(target) or {}
         text = (raw or b"").decode("utf-8", errors="replace")
         entries = parse_entries(text)
-        known: Mapping[str, Any] = meta.get("entries") or {}
+        known = meta.get("entries") or {}
+        if not isinstance(known, Mapping):
+            log.warning("ignoring malformed entry times in memory sidecar %s",
+                        self._meta_path(target))
+            known = {}
         try:
             fallback = path.stat().st_mtime if raw is not None else time.time()
         except OSError:  # removed between the read and the stat
             fallback = time.time()
-        rows = [self._row(entry, known, fallback) for entry in entries]
+        rows, malformed = [], False
+        for entry in entries:
+            key = _text_key(entry)
+            row = self._row(entry, known.get(key))
+            malformed |= row is None and key in known
+            rows.append(row or MemoryRow(text=entry, created_at=fallback, updated_at=fallback))
+        if malformed:
+            log.warning("ignoring malformed entry times in memory sidecar %s",
+                        self._meta_path(target))
         digest = _sha(raw) if raw is not None else None
         return Loaded(rows=rows, version=digest, drift=self._drifted(raw, text, meta))
 
     @staticmethod
-    def _row(text: str, known: Mapping[str, Any], fallback: float) -> MemoryRow:
-        stamps = known.get(_text_key(text))
-        if isinstance(stamps, list) and len(stamps) in (2, 3):  # 2: before last-used times
-            used = float(stamps[2]) if len(stamps) == 3 else 0.0
-            return MemoryRow(text=text, created_at=float(stamps[0]), updated_at=float(stamps[1]),
-                             last_used_at=used)
-        return MemoryRow(text=text, created_at=fallback, updated_at=fallback)
+    def _row(text: str, stamps: Any) -> MemoryRow | None:
+        """The entry with its sidecar times, or None when it has none that make sense (a
+        sidecar is a file a person may edit)."""
+        if not isinstance(stamps, list) or len(stamps) not in (2, 3):  # 2: before last-used
+            return None
+        try:
+            times = [float(stamp) for stamp in [*stamps, 0.0][:3]]
+        except (TypeError, ValueError):
+            return None
+        if not all(math.isfinite(stamp) for stamp in times):
+            return None
+        return MemoryRow(text=text, created_at=times[0], updated_at=times[1],
+                         last_used_at=times[2])
 
     @staticmethod
     def _drifted(raw: bytes | None, text: str, meta: Mapping[str, Any]) -> bool:

@@ -36,7 +36,7 @@ class Skill:
     extra: dict[str, str] = field(default_factory=dict)  # other front-matter keys, kept
 
     def render(self) -> str:
-        lines = ["---", f"name: {self.name}", f"description: {_quote(self.description)}"]
+        lines = ["---", f"name: {_quote(self.name)}", f"description: {_quote(self.description)}"]
         lines += [f"{k}: {_quote(v)}" for k, v in self.extra.items()]
         return "\n".join([*lines, "---", self.body.strip("\n"), ""])
 
@@ -125,12 +125,26 @@ def _unquote(raw: str, number: int) -> str:
     return raw
 
 
+# a plain value: a letter or digit, then printable characters that start nothing in YAML (and
+# no line break: \x85, \u2028 and \u2029 are line breaks there too)
+_PLAIN = re.compile(r"[A-Za-z0-9][^:#\"'`{}\[\]&*!|>%@\x00-\x1f\x7f-\x9f\u2028\u2029"
+                    r"\ud800-\udfff\ufeff\ufffe\uffff]*")
+# YAML 1.1 (PyYAML) or 1.2 reads these as booleans or null, in one spelling or another
+_NOT_TEXT = frozenset({"y", "n", "yes", "no", "on", "off", "true", "false", "null"})
+# what a YAML double-quoted string may not hold as it is: characters outside YAML's printable
+# set, and line breaks, which it folds into a space
+_ESCAPE = re.compile(r"[\x7f-\x9f\u2028\u2029\ud800-\udfff\ufeff\ufffe\uffff]")
+
+
 def _quote(value: str) -> str:
-    """Plain when YAML reads it back unchanged, else a JSON (= YAML double-quoted) string."""
-    if value and re.fullmatch(r"[A-Za-z0-9][^:#\n\"'`{}\[\]&*!|>%@]*", value) \
-            and value == value.strip():
+    """Plain when YAML reads it back as this same string, else a JSON (= YAML double-quoted)
+    string. Quoted: a value that begins with a digit and has no space (``123``, ``1.5``,
+    ``0x1f``, ``1_000``, ``2024-01-01``: numbers and dates), a boolean or null word, or one
+    that starts, ends or holds what a plain YAML value cannot."""
+    if (_PLAIN.fullmatch(value) and value == value.strip() and value.lower() not in _NOT_TEXT
+            and not (value[0].isdigit() and " " not in value)):
         return value
-    return json.dumps(value, ensure_ascii=False)
+    return _ESCAPE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(value, ensure_ascii=False))
 
 
 __all__ = ["MAX_BODY", "MAX_DESCRIPTION", "NAME", "Skill", "check_description", "check_name",
