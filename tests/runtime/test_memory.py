@@ -32,6 +32,39 @@ def test_snapshot_frozen_for_the_session_and_fresh_for_the_next(store: Store,
         assert "用中文回答" in fresh.messages[0]["content"]
 
 
+def test_the_snapshot_stays_frozen_in_every_process_that_serves_the_session(
+        store: Store, tmp_path: Path) -> None:
+    """The snapshot was taken by each process that opened the session: behind ``serve
+    --workers 2`` the system prompt flipped between old and new memory from turn to turn,
+    and after a restart or a cache eviction it changed mid-session (a provider's prompt cache
+    missed every time). It is kept with the session; a new session, and only it, sees the
+    change — a compaction child or a branch keeps its conversation's."""
+    memories = tmp_path / "memories"
+
+    def system(engine: Engine, ref: str | None = None) -> str:
+        rt = engine.open_session(ref) if ref else engine.open_session(new=True)
+        sent = rt.prepare([{"role": "user", "content": f"turn in {id(engine)}"}],
+                          system_prompt=SYSTEM)
+        rt.record({"role": "assistant", "content": "ok"})
+        return str(sent.messages[0]["content"])
+
+    with Engine(store, model="gpt-4o-mini", context_length=32_000,
+                memory_dir=memories) as first:
+        rt = first.open_session(new=True)
+        before = system(first, rt.session_id)
+        tools = agent_tools(store, session_id=rt.session_id, memory=first.memory)
+        assert not tools.run("memory", {"action": "add", "target": "memory",
+                                        "content": "The staging database is on port 5433."}
+                             ).is_error
+        branch = store.fork_session(rt.session_id, kind="branch")
+        with Engine(store, model="gpt-4o-mini", context_length=32_000,
+                    memory_dir=memories) as second:  # another worker, or the next serve
+            assert system(second, rt.session_id) == before
+            assert system(second, branch.id) == before
+            assert "port 5433" in system(second)  # a new session sees the new memory
+        assert system(first, rt.session_id) == before  # and a reopened runtime too
+
+
 def test_background_review_saves_stated_preferences(store: Store, tmp_path: Path) -> None:
     memories = tmp_path / "memories"
     engine = Engine(store, model="gpt-4o-mini", context_length=32_000, memory_dir=memories)

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REVIEW_WINDOW = 40  # the recent messages a finished turn hands to memory review
+SNAPSHOT_EVENT = "memory_snapshot"  # a session's frozen memory snapshot (_session_snapshot)
 
 
 class Engine:
@@ -117,8 +118,8 @@ class Engine:
         ``by_prefix=False``: ``ref`` is a name — an exact id or title, never an id prefix."""
         session = self._resolve(ref, new=new, title=title, source=source, branch_at=branch_at,
                                 by_prefix=by_prefix)
-        memory, shown = self._memory_snapshot()
-        runtime = SessionRuntime(self, session.id, snapshot=self._render_snapshot(memory))
+        snapshot, shown = self._session_snapshot(session.id)
+        runtime = SessionRuntime(self, session.id, snapshot=snapshot)
         if self._flush is not None:
             with self._lock:
                 self._unused[runtime] = shown
@@ -178,6 +179,26 @@ class Engine:
                              context_length=self.ops.context_length)
 
     # -- memory -------------------------------------------------------------------------------
+    def _session_snapshot(self, session_id: str) -> tuple[str, Shown]:
+        """The memory snapshot (and skills index) of ``session_id``: frozen when the session
+        (or the nearest session of its lineage: a compaction child, a branch) was first
+        opened, kept in the ledger as a ``memory_snapshot`` event, so every process serving
+        it — other workers, the next ``refold serve``, a resumed chat — sends the same system
+        prompt (a provider's prompt cache stays warm; memory written meanwhile shows in new
+        sessions). A session opened the first time: rendered now and kept."""
+        if self.memory is None and self.skills is None:
+            return "", ()
+        for sid in [session_id, *(s.id for s in self.store.ancestors(session_id))]:
+            kept = self.store.list_events(sid, SNAPSHOT_EVENT)
+            if kept:
+                return str(kept[0].payload.get("text") or ""), ()
+        memory, shown = self._memory_snapshot()
+        snapshot = self._render_snapshot(memory)
+        self.store.append_event(session_id, SNAPSHOT_EVENT, {"text": snapshot})
+        kept = self.store.list_events(session_id, SNAPSHOT_EVENT)  # two processes at once: the
+        first = str(kept[0].payload.get("text") or "")  # first kept is everyone's
+        return first, shown if first == snapshot else ()
+
     def _render_snapshot(self, memory: str) -> str:
         parts = [memory, self._skills_index()]
         return "\n\n".join(p for p in parts if p)
