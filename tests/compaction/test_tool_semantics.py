@@ -157,6 +157,27 @@ def test_shell_writes_are_read_from_the_command_line() -> None:
     assert "modified" not in files_of(turns).get("src/a.py", set())
 
 
+def test_shell_reads_are_read_from_the_command_line() -> None:
+    """A shell-only agent (Codex, mini-swe-agent) views files with cat, sed -n, nl, head:
+    those files are "read" (they were only "mentioned", or missing from Relevant Files)."""
+    from refold.compaction.tools import shell_reads
+
+    assert shell_reads("cat tests/calc.py") == ("tests/calc.py",)
+    assert shell_reads("head -n 20 src/a.py && tail -5 src/b.py") == ("src/a.py", "src/b.py")
+    assert shell_reads("nl -ba src/x.py | sed -n '10,40p'") == ("src/x.py",)
+    assert shell_reads("sed -n '1,10p' f.py") == ("f.py",)
+    assert shell_reads("sed -i 's/a/b/' f.py") == ()  # a write
+    assert shell_reads("cat <<'EOF' > new.py") == ()  # a here-document: writes new.py
+    assert shell_reads("cat a.txt b.txt > c.txt") == ("a.txt", "b.txt")
+    assert shell_reads("grep -n foo bar.py") == shell_reads("cat $F") == ()
+    turns = [call("a", "exec_command", cmd="cat src/app.py"), result("a", "import os\n"),
+             call("b", "exec_command", cmd="cat src/gone.py"),
+             result("b", "cat: src/gone.py: No such file or directory\nExit code: 1")]
+    files = files_of(turns)
+    assert files["src/app.py"] == {"read"}
+    assert "read" not in files.get("src/gone.py", set())  # a read that failed read nothing
+
+
 def test_swe_agent_edit_names_its_file_in_the_result() -> None:
     turns = [call("a", "open", path="src/m/fields.py", line_number=10),
              result("a", "[File: /t/src/m/fields.py (100 lines total)]\n10: x"),

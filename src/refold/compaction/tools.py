@@ -29,7 +29,7 @@ import functools
 import json
 import re
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from refold._records import dataclass
@@ -206,37 +206,70 @@ def shell_command(args: Mapping[str, Any]) -> str | None:
 _WRITER = re.compile(r"(?:^|[\s/(])(?:tee|touch|rm|sed|mv|cp)(?:\s|$)")
 
 
-@functools.lru_cache(maxsize=4096)
-def shell_writes(command: str) -> tuple[str, ...]:
-    """Files a shell command line writes: ``> f``, ``>> f``, ``tee f``, ``sed -i … f``,
-    ``touch f``, ``rm f``, the target of ``mv``/``cp``. Best effort, never raises."""
-    masked = _QUOTED.sub(lambda m: m.group(0)[0] + " " * (len(m.group(0)) - 2) + m.group(0)[-1],
-                         command) if "'" in command or '"' in command else command
-    # a ``>`` or ``|`` inside quotes (``sed -i 's/-> float/-> int/' f``) is the program's text
-    found: list[str] = []
-    for m in _REDIRECT.finditer(masked):
-        quoted = _QUOTED.match(command, m.start(1))  # ``> "my file.txt"``
-        target = quoted.group(0)[1:-1] if quoted else command[m.start(1):m.end(1)]
-        if not target.startswith("/dev/"):
-            found.append(target)
+def _programs(command: str, wanted: re.Pattern[str]) -> Iterator[tuple[str, list[str]]]:
+    """(program, operands) of each simple command of ``command`` (split at ``&&``, ``||``,
+    ``;``, ``|`` outside quotes) whose text ``wanted`` finds; best effort, never raises."""
+    masked = _masked(command)
     cuts = [0, *(at for m in _SHELL_SPLIT.finditer(masked) for at in m.span()), len(command)]
     for part in (command[a:b] for a, b in zip(cuts[::2], cuts[1::2], strict=True)):
-        if not _WRITER.search(part):
-            continue  # no program that writes: nothing for shlex to find (the common case)
+        if not wanted.search(part):
+            continue  # no program asked about: nothing for shlex to find (the common case)
         try:
             words = shlex.split(part)
         except ValueError:
             words = part.split()
-        if not words:
-            continue
-        program, rest = words[0].rsplit("/", 1)[-1], _operands(words[1:])
+        if words:
+            yield words[0].rsplit("/", 1)[-1], _operands(words[1:])
+
+
+def _masked(command: str) -> str:
+    """``command`` with its quoted strings blanked (same length): a ``>`` or ``|`` inside
+    quotes (``sed -i 's/-> float/-> int/' f``) is the program's text, not the shell's."""
+    if "'" not in command and '"' not in command:
+        return command
+    return _QUOTED.sub(lambda m: m.group(0)[0] + " " * (len(m.group(0)) - 2) + m.group(0)[-1],
+                       command)
+
+
+def _shell_paths(found: list[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(p for p in found if p and "$" not in p and "*" not in p
+                               and not p.startswith("/dev/")))
+
+
+@functools.lru_cache(maxsize=4096)
+def shell_writes(command: str) -> tuple[str, ...]:
+    """Files a shell command line writes: ``> f``, ``>> f``, ``tee f``, ``sed -i … f``,
+    ``touch f``, ``rm f``, the target of ``mv``/``cp``. Best effort, never raises."""
+    found: list[str] = []
+    for m in _REDIRECT.finditer(_masked(command)):
+        quoted = _QUOTED.match(command, m.start(1))  # ``> "my file.txt"``
+        found.append(quoted.group(0)[1:-1] if quoted else command[m.start(1):m.end(1)])
+    for program, rest in _programs(command, _WRITER):
         files = [w for w in rest if not w.startswith("-")]
         if program == "tee" or program in ("touch", "rm") or (
                 program == "sed" and any(w.startswith("-i") for w in rest)):
             found += files[1:] if program == "sed" else files
         elif program in ("mv", "cp") and len(files) >= 2:
             found.append(files[-1])
-    return tuple(dict.fromkeys(p for p in found if p and "$" not in p and "*" not in p))
+    return _shell_paths(found)
+
+
+_READER = re.compile(r"(?:^|[\s/(])(?:cat|head|tail|nl|less|more|bat|sed)(?:\s|$)")
+
+
+@functools.lru_cache(maxsize=4096)
+def shell_reads(command: str) -> tuple[str, ...]:
+    """Files a shell command line reads (``cat f``, ``head -n 20 f``, ``tail``, ``nl -ba f``,
+    ``sed -n '10,40p' f``): what a shell-only agent (Codex, mini-swe-agent) views a file with.
+    Best effort, never raises."""
+    found: list[str] = []
+    for program, rest in _programs(command, _READER):
+        files = [w for w in rest if not w.startswith("-") and not w.lstrip("+").isdigit()]
+        if program != "sed":
+            found += files
+        elif "-n" in rest and not any(w.startswith("-i") for w in rest):
+            found += files[1:]  # (the first operand is the script)
+    return _shell_paths(found)
 
 
 _REDIRECTION = re.compile(r"\d*(?:<<?<?|>>?)&?(.*)")  # ``<``, ``2>``, ``>out``, ``<<EOF``…
@@ -285,7 +318,8 @@ def shell(args: dict[str, Any], output: str) -> Effect:
     failed = status not in (None, "0")
     full = str(args.get("command") if isinstance(args.get("command"), str) else command)
     writes = () if failed else shell_writes(full)
-    return Effect(writes=writes, command=command, action="written by a command")
+    reads = () if failed else tuple(p for p in shell_reads(full) if p not in writes)
+    return Effect(reads=reads, writes=writes, command=command, action="written by a command")
 
 
 TOOLS: dict[str, Reader] = {}
