@@ -129,6 +129,20 @@ def test_serve_without_upstream_or_on_a_taken_port_is_one_clear_line(tmp_path: P
         "(stop the other server or pick another --port)"]
 
 
+def test_serve_with_a_memory_provider_that_cannot_load_says_so_at_start(
+        tmp_path: Path) -> None:
+    """``memory.provider`` naming a provider that is not installed started the server, and
+    every chat request then failed with a 404: it is one clear line at start."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REFOLD_")}
+    (tmp_path / "refold.toml").write_text('[memory]\nprovider = "nonexistent"\n')
+    done = subprocess.run([sys.executable, "-m", "refold.cli.main", "--home", str(tmp_path),
+                           "serve", "--upstream", "http://127.0.0.1:9/v1", "--port", "0"],
+                          capture_output=True, text=True, env=env, timeout=30)
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith("error: no memory provider named 'nonexistent'")
+    assert "Traceback" not in done.stderr
+
+
 def test_serve_takes_client_keys_from_named_env_variables(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REFOLD_")}
     base = [sys.executable, "-m", "refold.cli.main", "--home", str(tmp_path), "serve",

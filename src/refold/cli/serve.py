@@ -180,6 +180,15 @@ def serve_cmd(app: AppContext, upstream: str | None, upstream_format: str | None
     limit_malloc_arenas(settings.serve_malloc_arenas)  # before any thread of the server
     count = settings.serve_workers
     check_workers(count)
+    if settings.memory_enabled and settings.memory_provider:
+        # a provider that cannot load would fail every request (a 404 each): said once, now
+        from refold.errors import NotFound
+        from refold.memory.provider import load_provider
+
+        try:
+            load_provider(settings.memory_provider)
+        except NotFound as exc:  # refold.toml names it: a setting to fix, as a bad flag is
+            raise InvalidInput(exc.message, hint=exc.hint) from exc
     asgi = create_app(settings)  # checks the settings (workers build their own app)
     sock = bind_socket(settings.host, settings.port)
     click.echo(_banner(settings, sock), err=True)
