@@ -212,3 +212,25 @@ def test_a_memory_file_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
     assert (memories / "MEMORY.md").is_symlink()
     result = CliRunner().invoke(cli, ["--home", str(tmp_path / "home"), "memory", "show"])
     assert isinstance(result.exception, StorageError) and "abc123" not in result.output
+
+
+def test_a_killed_writers_temp_files_are_swept_by_a_later_write(tmp_path: Path) -> None:
+    """A writer killed between writing its temp file and the rename left
+    ``.MEMORY.md.*.tmp`` behind for ever; a later write removes those old enough to be no
+    live writer's, and leaves a fresh one (another process may be writing it) alone."""
+    import time
+
+    from refold.memory.files import STALE_TEMP_SECONDS
+
+    target = tmp_path / "MEMORY.md"
+    old = tmp_path / ".MEMORY.md.k1ll3d.tmp"
+    fresh = tmp_path / ".MEMORY.md.wr1t1ng.tmp"
+    other = tmp_path / ".USER.md.k1ll3d.tmp"
+    for path in (old, fresh, other):
+        path.write_text("half an entry")
+    stale = time.time() - STALE_TEMP_SECONDS - 60
+    os.utime(old, (stale, stale))
+    os.utime(other, (stale, stale))
+    atomic_write(target, b"an entry\n")
+    assert target.read_text() == "an entry\n"
+    assert not old.exists() and fresh.exists() and other.exists()  # (USER.md's: its own write)

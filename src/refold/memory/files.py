@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import hashlib
 import json
 import logging
@@ -72,8 +73,13 @@ def _text_key(text: str) -> str:
     return _sha(text.encode("utf-8"))[:16]
 
 
+STALE_TEMP_SECONDS = 600.0  # a temp file this old is a killed writer's (writes take seconds)
+
+
 def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically; never leaves a temp file behind."""
+    """Replace ``path`` with ``data`` atomically; never leaves a temp file behind (and removes
+    the ones a writer killed mid-write left, once they are ``STALE_TEMP_SECONDS`` old)."""
+    _sweep_temp(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -85,6 +91,15 @@ def atomic_write(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _sweep_temp(path: Path) -> None:
+    cutoff = time.time() - STALE_TEMP_SECONDS
+    with contextlib.suppress(OSError):
+        for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+            with contextlib.suppress(OSError):
+                if stale.is_file() and not stale.is_symlink() and stale.stat().st_mtime < cutoff:
+                    stale.unlink()
 
 
 def _refuse_symlink(path: Path) -> None:
