@@ -21,12 +21,11 @@ from typing import TYPE_CHECKING, Any
 from refold._records import dataclass
 from refold.cli.context import AppContext, to_json
 from refold.cli.terminal import safe_text
+from refold.search.dates import parse_when
 
 if TYPE_CHECKING:
     from refold.store import SearchHit, Store, StoredMessage
 
-_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 @dataclass(frozen=True)
@@ -67,26 +66,6 @@ OPTIONS: tuple[Option, ...] = (
 )
 _BY_FLAG = {option.flag: option for option in OPTIONS}
 _GLOBAL = {"--home": "home", "--db": "db", "--set": "sets"}
-
-
-def parse_when(value: str | None, *, now: float | None = None) -> float | None:
-    """An ISO date/datetime (local time when naive) or a relative age like 30m, 12h, 7d, 2w.
-    Raises ValueError with the message the user sees."""
-    if value is None:
-        return None
-    text = value.strip()
-    match = _RELATIVE.match(text)
-    if match:
-        return (now if now is not None else time.time()) - \
-            float(match[1]) * _UNIT_SECONDS[match[2]]
-    from datetime import datetime
-
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        raise ValueError(
-            f"{value!r} is not a date (2026-01-31, 2026-01-31T12:00) or an age (30m, 12h, 7d)"
-        ) from None
 
 
 # -- the search and its output -------------------------------------------------------------------

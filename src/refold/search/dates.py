@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import re
+import time
 
 from refold._records import dataclass
 
@@ -129,3 +130,27 @@ def day_ranges(day: Day, first: float, last: float) -> list[tuple[float, float]]
             start = dt.datetime(year, day.month, day.day)
             out.append((start.timestamp(), (start + dt.timedelta(days=1)).timestamp()))
     return out
+
+
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_when(value: str | None, *, now: float | None = None) -> float | None:
+    """An ISO date/datetime (local time when naive) or a relative age like 30m, 12h, 7d, 2w.
+    Raises ValueError with the message the user sees."""
+    if value is None:
+        return None
+    text = value.strip()
+    match = _RELATIVE.match(text)
+    if match:
+        return (now if now is not None else time.time()) - \
+            float(match[1]) * _UNIT_SECONDS[match[2]]
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is not a date (2026-01-31, 2026-01-31T12:00) or an age (30m, 12h, 7d)"
+        ) from None

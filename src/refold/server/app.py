@@ -6,7 +6,8 @@
     GET  /v1/models                  the upstream's model list (the configured model if it has none)
     GET  /v1/refold/sessions         the caller's sessions          (?limit=)
     GET  /v1/refold/sessions/{ref}   one session with its messages  (?limit=&inactive=1)
-    GET  /v1/refold/search?q=        full-text search of the caller's sessions (?limit=)
+    GET  /v1/refold/search?q=        search the caller's sessions (?limit=&mode=&session=&role=
+                                     &source=&since=&until=&sort=&window=&all=)
     GET  /v1/refold/memory           the caller's memory entries
 
 Every error, whatever its source, leaves as ``{"error": {"message", "type", "code"}}``.
@@ -334,7 +335,8 @@ class ProxyApp:
         limit = reads.parse_limit(request.query_params.get("limit"), 20)
         text = request.query_params.get("q", "")
         mode = request.query_params.get("mode") or None
-        return JSONResponse(await reads.search(self._store(), tenant.owner, text, limit, mode))
+        return JSONResponse(await reads.search(self._store(), tenant.owner, text, limit, mode,
+                                               request.query_params))
 
     async def memory(self, request: Request, tenant: Tenant) -> Response:
         return JSONResponse(await reads.memory(self._proxy().pool, tenant.owner))

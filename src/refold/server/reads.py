@@ -7,6 +7,7 @@ key can neither list nor open nor find another key's sessions. Store calls run i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import anyio.to_thread
@@ -14,7 +15,14 @@ import anyio.to_thread
 from refold import _records as records
 from refold.errors import InvalidInput, NotFound
 from refold.server.sessions import SessionPool
-from refold.store.base import SearchHit, SearchQuery, Session, Store, StoredMessage
+from refold.store.base import (
+    SearchHit,
+    SearchQuery,
+    Session,
+    SortOrder,
+    Store,
+    StoredMessage,
+)
 
 MAX_LIMIT = 500
 
@@ -70,9 +78,19 @@ async def get_session(store: Store, owner: str, ref: str, limit: int | None,
     return await anyio.to_thread.run_sync(read)
 
 
+SEARCH_ROLES = ("user", "assistant", "tool", "system")
+MAX_WINDOW = 10
+
+
 async def search(store: Store, owner: str, text: str, limit: int,
-                 mode: str | None = None) -> dict[str, Any]:
-    """``mode``: fts, vector or hybrid (default: hybrid once the archive is indexed)."""
+                 mode: str | None = None, params: Mapping[str, str] | None = None
+                 ) -> dict[str, Any]:
+    """``mode``: fts, vector or hybrid (default: hybrid once the archive is indexed).
+    ``params``, as ``refold search`` takes them: ``session`` (an id or exact name of the
+    caller's), ``role``, ``source``, ``since`` / ``until`` (a date or an age: 7d, 12h),
+    ``sort`` (relevance or recency), ``window`` (0-10 messages each side), ``all`` (1: rewound
+    messages too)."""
+    from refold.search.dates import parse_when
     from refold.search.vectors import hybrid_search, resolve_mode
 
     if not text.strip():
@@ -81,9 +99,44 @@ async def search(store: Store, owner: str, text: str, limit: int,
         chosen = resolve_mode(store, mode)
     except ValueError as exc:
         raise InvalidInput(str(exc)) from None
-    query = SearchQuery(text=text, owner=owner, limit=limit)
-    hits = await anyio.to_thread.run_sync(lambda: hybrid_search(store, query, mode=chosen))
+    params = params or {}
+    role = params.get("role") or None
+    if role is not None and role not in SEARCH_ROLES:
+        raise InvalidInput(f"role must be one of {', '.join(SEARCH_ROLES)}, got {role!r}")
+    asked = params.get("sort") or "relevance"
+    if asked not in ("relevance", "recency"):
+        raise InvalidInput(f"sort must be relevance or recency, got {asked!r}")
+    sort: SortOrder = "recency" if asked == "recency" else "relevance"
+    window = _bounded_int(params.get("window"), "window", 1, 0, MAX_WINDOW)
+    try:
+        since, until = parse_when(params.get("since") or None), \
+            parse_when(params.get("until") or None)
+    except ValueError as exc:
+        raise InvalidInput(f"since/until: {exc}") from None
+    include = (params.get("all") or "").lower() in ("1", "true", "yes")
+
+    def run() -> list[SearchHit]:
+        ref = params.get("session") or None
+        session_id = _owned(store, ref, owner).id if ref is not None else None
+        query = SearchQuery(text=text, owner=owner, limit=limit, session_id=session_id,
+                            role=role, source=params.get("source") or None, since=since,
+                            until=until, include_inactive=include, sort=sort, window=window)
+        return hybrid_search(store, query, mode=chosen)
+
+    hits = await anyio.to_thread.run_sync(run)
     return {"object": "list", "query": text, "data": [hit_json(h) for h in hits]}
+
+
+def _bounded_int(raw: str | None, name: str, default: int, low: int, high: int) -> int:
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidInput(f"{name} must be an integer, got {raw!r}") from None
+    if not low <= value <= high:
+        raise InvalidInput(f"{name} must be between {low} and {high}, got {value}")
+    return value
 
 
 async def memory(pool: SessionPool, owner: str) -> dict[str, Any]:
