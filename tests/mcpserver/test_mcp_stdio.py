@@ -263,61 +263,98 @@ def test_a_lone_surrogate_escaped_in_a_request_is_answered(home: Path) -> None:
     assert _result("caf\udce9", error=False).content[0].text == "caf\ufffd"  # type: ignore[union-attr]
 
 
+class RawServer:
+    """``refold mcp`` in a child process, spoken to line by line (what a client the Python SDK
+    does not model sends: a cancel mid-call, a request nested very deep)."""
+
+    def __init__(self, home: Path) -> None:
+        import subprocess
+
+        self.process = subprocess.Popen([sys.executable, "-m", "refold.cli.main", "mcp"],
+                                        env={**os.environ, "REFOLD_HOME": str(home)},
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE)
+        self.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}})
+        self.answer(0)
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def send(self, message: dict[str, Any] | bytes) -> None:
+        assert self.process.stdin is not None
+        line = message if isinstance(message, bytes) else json.dumps(message).encode()
+        self.process.stdin.write(line + b"\n")
+        self.process.stdin.flush()
+
+    def answer(self, request_id: int) -> dict[str, Any]:
+        import select
+
+        assert self.process.stdout is not None
+        while select.select([self.process.stdout], [], [], 20)[0]:
+            found = json.loads(self.process.stdout.readline())
+            if found.get("id") == request_id:
+                return dict(found)
+        raise AssertionError(f"no answer to request {request_id}")
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait(10)
+
+
 def test_a_call_the_client_cancels_while_it_runs_leaves_the_server_serving(
         home: Path) -> None:
     """A client that cancels a call still running (``notifications/cancelled``: a timeout or
     a user's abort in the TypeScript SDK and desktop clients) ended the server: the SDK
     answered "cancelled", then the finished call answered the same request again and the
     SDK's assertion killed the process. The next call is answered."""
-    import select
-    import subprocess
-
     from filelock import FileLock
 
     memories = home / "memories"
     memories.mkdir(exist_ok=True)
-    server = subprocess.Popen([sys.executable, "-m", "refold.cli.main", "mcp"],
-                              env={**os.environ, "REFOLD_HOME": str(home)},
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE)
-    assert server.stdin is not None and server.stdout is not None
-
-    def send(message: dict[str, Any]) -> None:
-        assert server.stdin is not None
-        server.stdin.write((json.dumps(message) + "\n").encode())
-        server.stdin.flush()
-
-    def answer(request_id: int) -> dict[str, Any]:
-        assert server.stdout is not None
-        while select.select([server.stdout], [], [], 20)[0]:
-            found = json.loads(server.stdout.readline())
-            if found.get("id") == request_id:
-                return dict(found)
-        raise AssertionError(f"no answer to request {request_id}")
-
+    server = RawServer(home)
     try:
-        send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "test", "version": "1"}}})
-        answer(0)
-        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        lock = FileLock(str(memories / ".MEMORY.md.lock"))
-        with lock:  # another process holds memory: the call waits, still running
-            send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        with FileLock(str(memories / ".MEMORY.md.lock")):  # another process holds memory
+            server.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
                 "name": "memory", "arguments": {"target": "memory", "action": "add",
                                                 "content": "a write the client cancelled"}}})
-            anyio.run(anyio.sleep, 0.5)
-            send({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                  "params": {"requestId": 1, "reason": "user aborted"}})
-            assert "error" in answer(1)  # "Request cancelled"
-        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            anyio.run(anyio.sleep, 0.5)  # the call waits for the lock, still running
+            server.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                         "params": {"requestId": 1, "reason": "user aborted"}})
+            assert "error" in server.answer(1)  # "Request cancelled"
+        server.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
             "name": "memory", "arguments": {"target": "memory", "action": "read"}}})
-        assert json.loads(answer(2)["result"]["content"][0]["text"])["success"]
+        assert json.loads(server.answer(2)["result"]["content"][0]["text"])["success"]
         anyio.run(anyio.sleep, 0.5)
-        assert server.poll() is None, server.stderr.read().decode() if server.stderr else ""
+        assert server.process.poll() is None
     finally:
-        server.kill()
-        server.wait(10)
+        server.close()
+
+
+def test_a_request_nested_very_deep_is_answered(home: Path) -> None:
+    """A request nested ~200 levels or deeper got no answer (the SDK's parser gave up and
+    only logged it): the client waited for ever. Values deeper than ``MAX_DEPTH`` become a
+    marker; a request with many brackets but shallow is read as it is."""
+    from refold.mcpserver.server import MAX_DEPTH, NESTED_TOO_DEEP, _repaired_line
+
+    deep = {"a": [[[[["x"]]]]]}
+    for _ in range(MAX_DEPTH * 4):
+        deep = {"a": deep}
+    clipped = json.loads(_repaired_line(json.dumps(deep).encode()))
+    level = 0
+    while isinstance(clipped, dict):
+        clipped, level = clipped["a"], level + 1
+    assert clipped == NESTED_TOO_DEEP and level == MAX_DEPTH
+    wide = {"items": [{"n": i} for i in range(200)]}
+    assert json.loads(_repaired_line(json.dumps(wide).encode())) == wide
+    server = RawServer(home)
+    try:
+        for request_id, depth in ((1, 100), (2, 300)):
+            server.send(b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":'
+                        b'"session_search","arguments":{"query":"deploy","x":%s%s}}}'
+                        % (request_id, b"[" * depth, b"]" * depth))
+            assert "result" in server.answer(request_id), depth
+    finally:
+        server.close()
 
 
 def test_memory_follows_the_configured_backend_limits_and_switch(home: Path) -> None:

@@ -120,13 +120,31 @@ def _repaired_line(line: bytes) -> str:
     for one), which the SDK's parser refused: that request was never answered and its client
     waited for ever."""
     text = line.decode("utf-8", errors="replace")
-    if SURROGATE_IN_JSON.search(line) is None:
+    deep = line.count(b"[") + line.count(b"{") > MAX_DEPTH
+    if SURROGATE_IN_JSON.search(line) is None and not deep:
         return text
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text  # not JSON: the SDK's own error
-    return json.dumps(repair_strings(value), ensure_ascii=False) + "\n"
+    # a value nested deeper than the SDK's parser goes (~200 levels) was never answered: it is
+    # cut to a marker there, and the request answered
+    return json.dumps(_clipped(repair_strings(value), MAX_DEPTH) if deep else
+                      repair_strings(value), ensure_ascii=False) + "\n"
+
+
+MAX_DEPTH = 64  # nesting levels of a request kept; deeper values become NESTED_TOO_DEEP
+NESTED_TOO_DEEP = "[nested too deeply: cut by refold mcp]"
+
+
+def _clipped(value: Any, depth: int) -> Any:
+    if not isinstance(value, dict | list):
+        return value
+    if depth <= 0:
+        return NESTED_TOO_DEEP
+    if isinstance(value, dict):
+        return {k: _clipped(v, depth - 1) for k, v in value.items()}
+    return [_clipped(v, depth - 1) for v in value]
 
 
 def _read_lines(lines: queue.Queue[bytes | None]) -> None:
