@@ -59,8 +59,23 @@ def test_stage_scans_before_queueing(tmp_path: Path) -> None:
 
 
 def test_approve_that_no_longer_applies_stays_queued(tmp_path: Path) -> None:
-    writer = MemoryWriter(open_file_store(tmp_path), "stage")
+    store = open_file_store(tmp_path)
+    store.add("memory", "a ghost of an entry")
+    writer = MemoryWriter(store, "stage")
     res = writer.submit("memory", [make_op("remove", old_text="ghost")])
+    store.remove("memory", "ghost")  # gone another way before the user approves
     with pytest.raises(NotFound):
         writer.approve(res.pending_id or "")
     assert [p.id for p in writer.pending()] == [res.pending_id]
+
+
+def test_stage_refuses_what_could_not_apply_now(tmp_path: Path) -> None:
+    """A replace of no entry, or an add over the limit, was staged ("success": the model took
+    it for done) though it could never apply; refused with why, as in allow mode."""
+    writer = MemoryWriter(open_file_store(tmp_path), "stage")
+    with pytest.raises(NotFound):
+        writer.submit("memory", [make_op("replace", old_text="nothing", content="x")])
+    with pytest.raises(MemoryError_, match="limit"):
+        writer.submit("memory", [make_op("add", content="x" * 3000)])
+    assert writer.pending() == []
+    assert writer.submit("memory", [make_op("add", content="fits")]).staged

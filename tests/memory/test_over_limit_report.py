@@ -101,7 +101,8 @@ def test_cli_refusal_names_the_cli_commands(run: Run, home: Path) -> None:
 
 
 def test_cli_approve_refused_for_the_limit_names_the_cli_commands(run: Run, home: Path) -> None:
-    writer = MemoryWriter(open_file_store(home / "memories"), "stage")
+    # staged under a higher limit (lowered since): the approval is refused for the limit
+    writer = MemoryWriter(open_file_store(home / "memories", limits={"memory": 10_000}), "stage")
     pending_id = writer.submit("memory", [make_op("add", content="staged note")]).pending_id
     assert pending_id is not None
     refused = run("approve", pending_id).exception

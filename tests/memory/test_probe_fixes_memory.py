@@ -54,10 +54,16 @@ def test_cli_uses_the_char_limits_of_refold_toml(home: Path, backend: str) -> No
 # -- 2: approve --all goes on past a write that no longer applies -----------------------------
 
 def _stage_one_stale_two_good(directory: Path) -> list[str]:
-    writer = MemoryWriter(open_file_store(directory), "stage")
+    """Three staged writes; the first no longer applies when the user approves (the entry it
+    removes was removed another way meanwhile)."""
+    store = open_file_store(directory)
+    store.add("memory", "an entry that is not there by then")
+    writer = MemoryWriter(store, "stage")
     ops = [[make_op("remove", old_text="an entry that is not there")],
            [make_op("add", content="good note one")], [make_op("add", content="good note two")]]
-    return [str(writer.submit("memory", op).pending_id) for op in ops]
+    ids = [str(writer.submit("memory", op).pending_id) for op in ops]
+    store.remove("memory", "an entry that is not there")
+    return ids
 
 
 def test_approve_all_applies_the_rest_and_names_the_failed_id(home: Path) -> None:

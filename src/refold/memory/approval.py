@@ -22,7 +22,7 @@ from refold._records import dataclass
 from refold.errors import Conflict, InvalidInput, MemoryError_, NotFound, RefoldError
 from refold.memory.actions import MAX_CAS_RETRIES, MemoryStore, WriteResult, check_content
 from refold.memory.entries import check_target, preview
-from refold.memory.ops import MemoryOp
+from refold.memory.ops import MemoryOp, apply_ops
 
 ApprovalMode = Literal["allow", "stage", "block"]
 APPROVAL_MODES: tuple[str, ...] = ("allow", "stage", "block")
@@ -103,6 +103,10 @@ class MemoryWriter:
             return self.store.apply(target, ops)
         for op in ops:
             check_content(op)
+        # a write that could not apply now (no entry matches, over the limit) is refused with
+        # why, as in allow mode: told "staged", the model took it for done
+        apply_ops(self.store.backend.load(target).rows, ops, self.store.limits[target],
+                  time.time())
         pending = PendingWrite(id=uuid.uuid4().hex[:8], target=target, ops=tuple(ops),
                                origin=origin, created_at=time.time())
         self._update_pending(lambda items: ([*items, pending.to_dict()], None))
