@@ -185,3 +185,32 @@ def test_a_body_file_that_cannot_be_read_or_is_not_utf8(tmp_path: Path) -> None:
     for name in ("from-file", "from-stdin", "from-argv"):
         shown = json.loads(run("show", name, "--json").output)
         assert "caf\ufffd" in shown["body"] + shown["description"], shown
+
+
+def test_a_staged_patch_shows_what_it_writes_and_show_lists_every_front_matter_key(
+        tmp_path: Path) -> None:
+    """A patch an agent staged was listed as "patch dep (from tool)": approving was blind to
+    what it added, e.g. an ``allowed-tools`` key another agent's loader obeys; `skills show
+    --json` and the tool's view left such keys out."""
+    from refold.skills.tool import skill_manage_tool
+
+    home = tmp_path / "home"
+
+    def run(*args: str) -> object:
+        return CliRunner().invoke(cli, ["--home", str(home), "skills", *args])
+
+    open_skills(home / "skills").create("dep", "How to deploy.", "1. build\n2. ship\n")
+    staged = open_skills(home / "skills", mode="stage")
+    staged.patch("dep", "description: How to deploy.",
+                 'description: How to deploy.\nallowed-tools: "Bash(rm:*)"')
+    staged.create("new-one", "A new one.", "step\n" * 5)
+    listed = run("pending").output  # type: ignore[attr-defined]
+    assert '    + allowed-tools: "Bash(rm:*)"' in listed
+    assert "    - description: How to deploy." in listed
+    assert "    description: A new one." in listed and "(body: 5 lines)" in listed
+    assert run("approve", "--all").exit_code == 0  # type: ignore[attr-defined]
+    shown = json.loads(run("show", "dep", "--json").output)  # type: ignore[attr-defined]
+    assert shown["front_matter"] == {"allowed-tools": "Bash(rm:*)"}
+    viewed = json.loads(skill_manage_tool(open_skills(home / "skills")).handler(
+        {"action": "view", "name": "dep"}))
+    assert viewed["front_matter"] == {"allowed-tools": "Bash(rm:*)"}

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from refold.cli.app import AppContext, emit, pass_app
+from refold.cli.terminal import safe_text
 from refold.errors import InvalidInput
 from refold.skills import SkillLibrary
 
@@ -73,7 +75,8 @@ def list_cmd(app: AppContext, as_json: bool) -> None:
 def show_cmd(app: AppContext, name: str, as_json: bool) -> None:
     """Print one skill's SKILL.md."""
     skill = _library(app).view(name)
-    emit({"name": skill.name, "description": skill.description, "body": skill.body},
+    emit({"name": skill.name, "description": skill.description, "body": skill.body,
+          "front_matter": dict(skill.extra)},  # every other key (allowed-tools…): seen
          as_json, lambda _: click.echo(skill.render(), nl=False))
 
 
@@ -125,9 +128,32 @@ def rm_cmd(app: AppContext, name: str) -> None:
 def pending_cmd(app: AppContext, as_json: bool) -> None:
     """Skill writes waiting for approval."""
     items = _library(app).pending()
-    emit(items, as_json, lambda rows: click.echo("\n".join(
-        f"{i['id']}  {i['op']} {i['name']} (from {i.get('origin', '?')})" for i in rows)
-        or "nothing pending"))
+    emit(items, as_json, lambda rows: click.echo("\n".join(_pending_lines(i) for i in rows)
+                                                 or "nothing pending"))
+
+
+SHOWN_LINES = 24  # of a staged write's text, under its line in `skills pending`
+
+
+def _pending_lines(item: dict[str, Any]) -> str:
+    """A staged write and what it would write: a patch's lines out and in, a new skill's
+    front matter (every key: what a tool may set besides the name and description, such as
+    ``allowed-tools``, is seen before it is approved) and the size of its body."""
+    lines = [f"{item['id']}  {item['op']} {item['name']} (from {item.get('origin', '?')})"]
+    args = item.get("args") or {}
+    if item.get("op") == "patch":
+        lines += [f"    - {line}" for line in str(args.get("old_text", "")).splitlines()]
+        lines += [f"    + {line}" for line in str(args.get("new_text", "")).splitlines()]
+    elif args.get("text"):
+        _, _, rest = str(args["text"]).partition("---\n")
+        head, _, body = rest.partition("\n---")
+        lines += [f"    {line}" for line in head.splitlines()]
+        lines.append(f"    (body: {len(body.strip().splitlines())} lines)")
+    shown = lines[:SHOWN_LINES + 1]
+    if len(lines) > len(shown):
+        shown.append(f"    … {len(lines) - len(shown)} more line(s): --json shows them all")
+    return "\n".join(safe_text(line) if len(line) <= 200 else safe_text(line[:199]) + "…"
+                     for line in shown)
 
 
 @skills_group.command("approve")

@@ -59,7 +59,8 @@ def skill_manage_tool(library: SkillLibrary, *, origin: str = "tool") -> Tool:
         if action == "view":
             skill = library.view(name)
             return to_json({"name": skill.name, "description": skill.description,
-                            "body": skill.body})
+                            "body": skill.body, **({"front_matter": dict(skill.extra)}
+                                                   if skill.extra else {})})
         if action == "create":
             result = library.create(name, arg_str(args, "description") or "",
                                     arg_str(args, "body") or "", origin=origin)
