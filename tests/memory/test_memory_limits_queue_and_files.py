@@ -1,5 +1,6 @@
-"""Memory defects found by probing: the CLI's limits, `approve --all` past a failure,
-malformed queue items and sidecars, a read-only memories directory, a byte-order mark."""
+"""Memory as a user meets it: the CLI keeps the configured limits, `approve --all` goes past
+a write that no longer applies, malformed queue items and sidecars are skipped with a warning,
+a read-only memories directory is read, a byte-order mark is dropped."""
 
 from __future__ import annotations
 
