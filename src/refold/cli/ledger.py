@@ -223,12 +223,13 @@ def _target_session(store: Store, ref: str | None, messages: list[Message], *,
         session_id = ref.strip()
         default_title = session_id  # "--session NAME" names the session it creates
     else:
-        session_id = key or chain_identities(messages)[-1]
+        identities = [] if key else chain_identities(messages)
+        session_id = key or identities[-1]
         try:
             return Target(store.get_session(session_id).id)
         except NotFound:
             pass
-        stored = None if key else _stored_as(store, messages)
+        stored = _stored_as(store, identities) if identities else None
         if stored is not None:
             return Target(stored)
     draft = SessionDraft(title=title or _new_title(store, default_title), source=source,
@@ -236,12 +237,12 @@ def _target_session(store: Store, ref: str | None, messages: list[Message], *,
     return Target(session_id, draft, keep_title=bool(title))
 
 
-def _stored_as(store: Store, messages: list[Message]) -> str | None:
+def _stored_as(store: Store, identities: list[str]) -> str | None:
     """The stored session a transcript with no id of its own is already (refold's JSONL
     export imported back; the same file imported before and grown since): the newest
     session opening as it does whose active messages start with all of it, or are all a
-    start of it (it goes on from there). None: another conversation."""
-    identities = chain_identities(messages)
+    start of it (it goes on from there); ``identities``: its messages' chain. None: another
+    conversation."""
     for session_id in store.sessions_opening_with(identities[0]):
         rows = store.get_messages(session_id, limit=len(identities))
         if rows and rows[-1].identity == identities[len(rows) - 1]:
@@ -465,7 +466,7 @@ def _import_transcript(app: AppContext, read: Transcript, session_ref: str | Non
         if target.create is None and already is None:  # rows a rewind holds come back
             from refold.runtime.branches import restore_rewound  # (not on search's path)
 
-            restored += restore_rewound(store, target.session_id, chain_identities(history))
+            restored += restore_rewound(store, target.session_id, history)
         try:
             result = _store_messages(store, target, history, created_at=kept_times,
                                      usage=kept_usage, expect_last=last)

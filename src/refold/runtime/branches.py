@@ -165,13 +165,15 @@ def place(store: Store, root_id: str, current_id: str, identities: Sequence[str]
     return _branch(store, root_id, best, max(keep, 0)), True
 
 
-def restore_rewound(store: Store, session_id: str, identities: Sequence[str]) -> int:
-    """Before syncing a history (its chain ``identities``) into ``session_id``: when it goes
-    on, after what the two share, with rows a rewind of the session holds (a transcript
-    imported again after ``refold sessions rewind``), bring those rows back instead of storing
-    copies of them (and counting their usage twice). How many rows came back."""
-    if not identities or not any(held.seqs for held in store.list_rewinds(session_id)):
+def restore_rewound(store: Store, session_id: str, history: list[Message]) -> int:
+    """Before syncing ``history`` into ``session_id``: when it goes on, after what the two
+    share, with rows a rewind of the session holds (a transcript imported again after
+    ``refold sessions rewind``), bring those rows back instead of storing copies of them (and
+    counting their usage twice). How many rows came back. (The history is hashed only when
+    the session holds rewound rows.)"""
+    if not history or not any(held.seqs for held in store.list_rewinds(session_id)):
         return 0
+    identities = chain_identities(history)
     keep, _ = _common(store, session_id, identities)
     return _restore(store, session_id, identities, keep) if keep < len(identities) else 0
 
