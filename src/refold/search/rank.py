@@ -21,11 +21,17 @@ Pure functions over ids, scores and hits; the backends feed them from their inde
   same lineage (same root ancestor) collapse into the best-ranked one, which lists every
   session holding it (``SearchHit.lineage``).
 - ``titles_first``: hits in sessions whose title holds every query term come first (stable).
+- ``verbatim_first``: hits whose text holds the whole query word for word (case and runs of
+  whitespace aside) come before the others (stable): a pasted error line or code line finds
+  the message it came from first, ahead of messages that share more of its words elsewhere.
+  Only for a query of at least ``VERBATIM_MIN_CHARS`` characters with a space or CJK text in
+  it (a word or two holds no more than the index already scored).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 
 from refold import _records as records
@@ -35,6 +41,8 @@ K1 = 1.2
 B = 0.75
 BOOST_ALL = 0.5
 BOOST_PHRASE = 0.25
+VERBATIM_MIN_CHARS = 12
+_EDGES = " \t\r\n\"'`.?!,;:。？！，；：「」“”‘’"
 
 
 def idf(total: int, df: int) -> float:
@@ -96,3 +104,26 @@ def titles_first(hits: list[SearchHit], needles: list[str]) -> list[SearchHit]:
         return bool(title) and all(n in title for n in lowered)
 
     return sorted(hits, key=lambda h: not matches(h))
+
+
+def verbatim_pattern(text: str) -> re.Pattern[str] | None:
+    """A pattern finding ``text`` word for word in lower-cased text (its whitespace runs match
+    any whitespace run; surrounding quotes and sentence punctuation dropped), or None when the
+    query is too short to say more than its words (``verbatim_first``)."""
+    core = text.strip().strip(_EDGES).lower()
+    parts = core.split()
+    if len(core) < VERBATIM_MIN_CHARS or (len(parts) < 2 and core.isascii()):
+        return None
+    return re.compile(r"\s+".join(map(re.escape, parts)))
+
+
+def verbatim_first(hits: list[SearchHit], text: str) -> list[SearchHit]:
+    """Hits holding the query ``text`` word for word move to the front (stable)."""
+    pattern = verbatim_pattern(text)
+    if pattern is None or len(hits) < 2:
+        return hits
+    held = [pattern.search(hit.content.lower()) is not None for hit in hits]
+    if not any(held) or all(held):
+        return hits
+    return [hit for hit, h in zip(hits, held, strict=True) if h] + \
+        [hit for hit, h in zip(hits, held, strict=True) if not h]

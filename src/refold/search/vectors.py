@@ -35,7 +35,7 @@ from refold import _records as records
 from refold.errors import MissingExtra
 from refold.search.modes import EMBED_MODEL
 from refold.search.query import holds_any, parse_query
-from refold.search.rank import collapse_copies
+from refold.search.rank import collapse_copies, verbatim_first
 from refold.store.base import SearchHit, SearchQuery, Store
 
 Mode = Literal["fts", "vector", "hybrid"]
@@ -315,7 +315,9 @@ def hybrid_search(store: Store, query: SearchQuery, *, mode: Mode = "hybrid",
                 key = (hit.session_id, hit.seq)
                 scores[key] += weights[1] / (k + rank + 1)
         order = sorted(scores, key=lambda key: (-scores[key], -table[key].created_at))
-        order = order[:query.limit]
+        # a message holding the query word for word first, as the word side ranks it
+        fronted = verbatim_first([table[key] for key in order], query.text)
+        order = [(h.session_id, h.seq) for h in fronted][:query.limit]
     needles = parsed.highlight_needles()  # "by meaning": holding none of the words
     fused_hits = [records.replace(table[key], score=scores.get(key, table[key].score),
                                   by_meaning=key in meaning_only

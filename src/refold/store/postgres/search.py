@@ -37,7 +37,7 @@ from refold.search.query import (
     make_snippet,
     parse_query,
 )
-from refold.search.rank import collapse_copies, titles_first
+from refold.search.rank import collapse_copies, titles_first, verbatim_first
 from refold.store.base import SearchHit, SearchQuery, StoredMessage
 from refold.store.postgres.core import MESSAGE_COLS, Cursor, message_from_row
 from refold.store.postgres.ledger import LedgerMixin
@@ -168,6 +168,8 @@ class SearchMixin(LedgerMixin):
                     break
                 fetch = min(fetch * 4, MAX_FETCH)
             by_key = {(r[1], r[2]): r for r in rows}
+            if query.sort != "recency":  # a pasted line finds the message it came from first
+                hits = verbatim_first(hits, query.text)
             hits = titles_first(hits, _title_needles(parsed))[:limit]
             kept = [by_key[(h.session_id, h.seq)] for h in hits]
             windows = self._windows(cur, kept, query)

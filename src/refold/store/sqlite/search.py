@@ -36,7 +36,7 @@ from refold import _records as records
 from refold._lazy import logger
 from refold._records import dataclass
 from refold.search.query import ParsedQuery, make_snippet, parse_query
-from refold.search.rank import best_first, collapse_copies, titles_first
+from refold.search.rank import best_first, collapse_copies, titles_first, verbatim_first
 from refold.store.base import SearchHit, SearchQuery
 from refold.store.sqlite import glued, indexer, wordindex, wordseal
 from refold.store.sqlite.indexcheck import require_intact_index
@@ -122,6 +122,8 @@ class SearchOps(StateOps):
                 if len(hits) >= limit or len(rows) < fetch or fetch >= MAX_FETCH:
                     break
                 fetch = min(fetch * 4, MAX_FETCH)
+            if query.sort != "recency":  # a pasted line finds the message it came from first
+                hits = verbatim_first(hits, query.text)
             hits = titles_first(hits, _title_needles(parsed))[:limit]
             if parsed.mode == "fts":  # FTS5 snippets for the hits returned, not every candidate
                 hits = self._fts_snippets(conn, parsed, rows, hits)
