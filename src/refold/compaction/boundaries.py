@@ -65,8 +65,9 @@ def required_indices(messages: Sequence[Message]) -> list[int]:
 
 def select_tail(messages: Sequence[Message], units: Sequence[Unit], head_end: int, *,
                 budget: int, soft_ceiling: float, min_messages: int, floor_messages: int,
-                count: Callable[[Message], int]) -> int:
-    """The index where the verbatim tail starts (a unit boundary ≥ ``head_end``)."""
+                count: Callable[[Message], int], stretch: bool = True) -> int:
+    """The index where the verbatim tail starts (a unit boundary ≥ ``head_end``), reaching
+    back to the last real user and assistant messages unless ``stretch`` is False."""
     candidates = [u for u in units if u.start >= head_end]
     tail_start = len(messages)
     kept = used = 0
@@ -79,7 +80,7 @@ def select_tail(messages: Sequence[Message], units: Sequence[Unit], head_end: in
             if not (within_budget or within_floor):
                 break
         tail_start, kept, used = unit.start, kept + len(unit), used + cost
-    for idx in required_indices(messages):
+    for idx in required_indices(messages) if stretch else ():
         if idx >= head_end and idx < tail_start:
             tail_start = unit_containing(idx, units).start
     return tail_start

@@ -19,6 +19,8 @@ anchors verbatim within budget; summarizer failure never loses data; determinist
 
 from __future__ import annotations
 
+import functools
+
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -210,11 +212,24 @@ def _cut(messages: list[Message], policy: CompactionPolicy, counter: TokenCounte
                  if i < summary_at and messages[i].get("role") == "user"]
         if asked:
             head_end = max(head_end, min(summary_at, align_to_units(asked[0] + 1, units)))
-    tail_start = select_tail(messages, units, head_end, budget=tail_budget,
+    tail = functools.partial(select_tail, messages, units, budget=tail_budget,
                              soft_ceiling=policy.tail_soft_ceiling,
                              min_messages=policy.tail_min_messages,
                              floor_messages=policy.tail_floor_messages,
                              count=counter.count_message)
+    if summary_at is None:
+        # The same at the first compaction: one request (too large for the protected head)
+        # and the agent's work since. The tail reached back to the request and took it all,
+        # so nothing was summarized and the window overflowed; the request joins the head
+        # when what lies between the head and it is small and it leaves room for a summary
+        # (at most half the target), and the work after it is summarized.
+        asked = [i for i in required_indices(messages)
+                 if i >= head_end and messages[i].get("role") == "user"]
+        if asked and asked[0] < tail(head_end, stretch=False) and sum(
+                counter.count_message(m) for m in messages[head_end:asked[0]]) <= head_budget \
+                and counter.count_message(messages[asked[0]]) <= 2 * head_budget:
+            head_end = align_to_units(asked[0] + 1, units)
+    tail_start = tail(head_end)
     if tail_start <= head_end:
         return head_end, head_end, None
     tail_start, role = resolve_junction(messages, units, head_end, tail_start)
