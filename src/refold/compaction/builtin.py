@@ -88,9 +88,16 @@ _REMEMBER = Caseless(r"remember|note that|keep in mind|important",
                      r"记住|注意|记得|覚えて|注意して")
 _PYTEST_E = re.compile(r"^E\s+")
 _NUDGE = re.compile(
-    r"^(?:next|continue|go on|go ahead|proceed|ok(?:ay)?|yes|yep|sure|thanks?|thank you|great|"
-    r"good|nice|cool|继续|好的?|行|可以|下一个|下一步|次へ?|続けて|はい|了解)(?:\b|(?=[:：,，.!！。 ]))"
-    r"\s*[:：,，.!！。]?\s*", re.IGNORECASE)
+    r"^(?:please\s+)?(?:(?:next|continue|go on|go ahead|keep going|carry on|proceed|do it|"
+    r"try again|ok(?:ay)?|yes|yep|yeah|sure|thanks?|thank you|great|good|nice|cool|perfect|lgtm|"
+    r"sounds good|looks good)(?:\b|(?=[:：,，.!！。 ?？]))"
+    # words that begin requests too ("fine-tune", "right-align", "y axis"): only alone
+    r"|(?:k|y|fine|alright|all right|right)(?=\s*[:：,，.!！。?？]|\s*$)"
+    r"|(?:继续|好的?|好吧|行|嗯|对|是的?|可以|没问题|下一个|下一步|次へ?|続けて|お願いします|はい|"
+    r"いいよ|了解|네|계속)(?=[:：,，.!！。 ?？吧]|$))"
+    r"\s*吧?[:：,，.!！。?？]*\s*", re.IGNORECASE)
+# a reply of a few symbols or letters ("k", "👍", "?!"): no request in it
+_NO_WORDS = re.compile(r"^\W{0,3}$|^[a-z]{1,2}\W*$", re.IGNORECASE)
 # a config value the user gave: the alternatives of one IGNORECASE pattern, each tried only when
 # the text has what it needs ("=", ":" and two digits, "port ", 端口)
 _CONFIG_ASSIGN = re.compile(r"\b[A-Z][A-Z0-9_]{2,}=\S+", re.IGNORECASE)
@@ -226,8 +233,8 @@ def _has_config(text: str) -> bool:
 def is_nudge(text: str) -> bool:
     """A short steer ("Next: tests/a.py.", "继续：测试。", "ok") — progress, not a goal."""
     text = " ".join(text.split())
-    if len(text) <= 16:
-        return True
+    if _NO_WORDS.match(text):
+        return True  # a short request ("Fix flaky tests", "修复登录页面的bug") is a goal
     match = _NUDGE.match(text)
     return match is not None and len(text) - match.end() <= 40
 
