@@ -239,15 +239,20 @@ def _target_session(store: Store, ref: str | None, messages: list[Message], *,
 
 def _stored_as(store: Store, identities: list[str]) -> str | None:
     """The stored session a transcript with no id of its own is already (refold's JSONL
-    export imported back; the same file imported before and grown since): the newest
-    session opening as it does whose active messages start with all of it, or are all a
-    start of it (it goes on from there); ``identities``: its messages' chain. None: another
-    conversation."""
+    export imported back; the same file imported before and grown since): of the sessions
+    opening as it does whose active messages start with all of it, or are all a start of it
+    (it goes on from there), the one holding most of it, the newest of those (a fork made at
+    its fifth message is a start of it too, and took the rest again as copies); ``identities``:
+    its messages' chain (a row matching at its position matches all before it). None:
+    another conversation."""
+    best, held = None, 0
     for session_id in store.sessions_opening_with(identities[0]):
         rows = store.get_messages(session_id, limit=len(identities))
-        if rows and rows[-1].identity == identities[len(rows) - 1]:
-            return session_id
-    return None
+        if rows and len(rows) > held and rows[-1].identity == identities[len(rows) - 1]:
+            best, held = session_id, len(rows)
+            if held == len(identities):
+                break
+    return best
 
 
 SYNC_ATTEMPTS = 5  # reads of a session another writer keeps appending to, before giving up
