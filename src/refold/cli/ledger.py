@@ -463,7 +463,7 @@ def _import_transcript(app: AppContext, read: Transcript, session_ref: str | Non
         if stored:
             report["stored_in_resumed"] = stored
         return report
-    restored = 0
+    restored = restore_rewinds = 0
     for attempt in range(SYNC_ATTEMPTS):
         history, kept_times, kept_usage, already, last = \
             (messages, times, usage, None, None) if target.create else \
@@ -471,7 +471,8 @@ def _import_transcript(app: AppContext, read: Transcript, session_ref: str | Non
         if target.create is None and already is None:  # rows a rewind holds come back
             from refold.runtime.branches import restore_rewound  # (not on search's path)
 
-            restored += restore_rewound(store, target.session_id, history)
+            back, gone = restore_rewound(store, target.session_id, history)
+            restored, restore_rewinds = restored + back, restore_rewinds + gone
         try:
             result = _store_messages(store, target, history, created_at=kept_times,
                                      usage=kept_usage, expect_last=last)
@@ -484,8 +485,9 @@ def _import_transcript(app: AppContext, read: Transcript, session_ref: str | Non
     report = {"session_id": target.session_id,
               "title": store.get_session(target.session_id).title,
               "appended": len(result.appended),
-              "skipped": result.skipped if already is None else already,
-              "rewound": result.rewound}
+              # the rows brought back were stored already, but not as this history's
+              "skipped": max(0, (result.skipped if already is None else already) - restored),
+              "rewound": result.rewound + restore_rewinds}
     if restored:  # rows a rewind of the session held, the transcript has again
         report["restored"] = restored
     if already is not None:

@@ -165,17 +165,25 @@ def place(store: Store, root_id: str, current_id: str, identities: Sequence[str]
     return _branch(store, root_id, best, max(keep, 0)), True
 
 
-def restore_rewound(store: Store, session_id: str, history: list[Message]) -> int:
+def restore_rewound(store: Store, session_id: str, history: list[Message]
+                    ) -> tuple[int, int]:
     """Before syncing ``history`` into ``session_id``: when it goes on, after what the two
     share, with rows a rewind of the session holds (a transcript imported again after
     ``refold sessions rewind``), bring those rows back instead of storing copies of them (and
-    counting their usage twice). How many rows came back. (The history is hashed only when
-    the session holds rewound rows.)"""
+    counting their usage twice). How many rows came back, and how many active rows the
+    restore rewound in turn (the session's tail after what the two share: the edit it held).
+    (The history is hashed only when the session holds rewound rows.)"""
     if not history or not any(held.seqs for held in store.list_rewinds(session_id)):
-        return 0
+        return 0, 0
     identities = chain_identities(history)
     keep, _ = _common(store, session_id, identities)
-    return _restore(store, session_id, identities, keep) if keep < len(identities) else 0
+    if keep >= len(identities):
+        return 0, 0
+    before = len(store.get_messages(session_id))
+    restored = _restore(store, session_id, identities, keep)
+    if not restored:
+        return 0, 0
+    return restored, max(0, before + restored - len(store.get_messages(session_id)))
 
 
 def _restore(store: Store, session_id: str, identities: Sequence[str], keep: int) -> int:
