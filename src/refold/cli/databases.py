@@ -21,7 +21,8 @@ import click
 
 from refold._records import dataclass
 from refold.cli.app import AppContext
-from refold.cli.ledger import Target, _new_title, _priced, _session_key, _store_messages
+from refold.cli.ledger import Target, _new_title, _priced, _store_messages
+from refold.cli.transcripts import _session_key
 from refold.errors import AmbiguousReference, InvalidInput, NotFound
 from refold.messages.agent_db import AgentSession, is_sqlite
 from refold.messages.model import Message, chain_identities

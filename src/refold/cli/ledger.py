@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import shlex
 import sys
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
@@ -26,130 +25,14 @@ from refold.cli.app import AppContext, emit, pass_app
 from refold.cli.context import to_json
 from refold.cli.searching import OPTIONS, Option, parse_when, queries_last, run_search
 from refold.cli.terminal import safe_text
+from refold.cli.transcripts import Transcript, _read_transcript
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
-from refold.messages.agent_logs import AGENT_FORMATS, AGENT_NAMES
+from refold.messages.agent_logs import AGENT_FORMATS
 from refold.messages.model import Message, chain_identities, message_identity
 from refold.store import Store
 from refold.store.base import AppendResult, SessionDraft, Usage, usage_sum
 
-if TYPE_CHECKING:  # the loaders load with `refold import`, not on `refold search`'s path
-    from refold.messages.load import AgentLog, ExportedSession, Utf8Repair
-
-
 # -- import --------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Transcript:
-    """A file read for import: its messages, the default title, and for an agent's transcript
-    the session its own conversation id names (None: the content decides), when each message
-    was said, and the usage of the model calls behind each."""
-
-    messages: list[Message]
-    stem: str
-    key: str | None = None
-    times: list[float | None] | None = None
-    spend: list[list[tuple[dict[str, Any], str | None]]] | None = None
-    rewound: int = 0  # a refold export's rewound (inactive) rows: left out
-    # a resumed agent session's file: the sessions it continues (their keys, oldest first),
-    # each with how many of the leading messages are that session's (``AgentLog.resumed``)
-    resumed: tuple[tuple[str, int], ...] = ()
-    # a refold export's session: where it came from, its model and its usage totals there
-    source: str | None = None
-    model: str | None = None
-    totals: dict[str, float] | None = None
-
-
-def _read_transcript(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repair,
-                     piped: bytes | None = None) -> list[Transcript]:
-    """``file`` read as ``fmt`` (see ``Transcript``): one transcript, or for a refold JSON
-    export each of its sessions with messages. ``piped``: what a pipe FILE held (read once)."""
-    from refold.messages.load import (
-        check_size,
-        load_anthropic,
-        load_export,
-        load_export_file,
-        load_messages,
-        load_messages_file,
-        message_times,
-    )
-
-    if fmt in AGENT_FORMATS:
-        if file == "-":
-            piped = sys.stdin.buffer.read(max_bytes + 1) if max_bytes else \
-                sys.stdin.buffer.read()
-        found = _read_agent_log(file, fmt, max_bytes, repair, piped)
-        resumed = tuple((key, count) for native, count in found.resumed
-                        if (key := _session_key(fmt, native)) is not None)
-        return [Transcript(found.messages, Path(file).stem, _session_key(fmt, found.native_id),
-                           found.times, found.spend, resumed=resumed)]
-    if file == "-" or piped is not None:
-        if piped is not None:  # a process substitution's /dev/fd/63 is no title: "pipe"
-            fd = Path(file).parent.name == "fd" and Path(file).name.isdigit()
-            data, name, stem = piped, file, "pipe" if fd else Path(file).stem
-        else:
-            data = sys.stdin.buffer.read(max_bytes + 1) if max_bytes else sys.stdin.buffer.read()
-            name, stem = "<stdin>", "stdin"
-        check_size(len(data), max_bytes, name)
-        if fmt == "anthropic":
-            return [Transcript(load_anthropic(data, source_name=name, repair=repair), stem)]
-        exported = load_export(data, source_name=name, repair=repair)
-        if exported is not None:
-            return _exported(file, stem, exported)
-        loaded = load_messages(data, source_name=name, repair=repair)
-        return [Transcript(loaded, stem, times=message_times(loaded))]
-    if fmt == "openai":
-        exported = load_export_file(file, max_bytes=max_bytes, repair=repair)
-        if exported is not None:
-            return _exported(file, Path(file).stem, exported)
-    loaded = load_messages_file(file, fmt=fmt, max_bytes=max_bytes, repair=repair)
-    # a chat export's own times date its messages (OpenAI form keeps each message's keys)
-    return [Transcript(loaded, Path(file).stem,
-                       times=message_times(loaded) if fmt == "openai" else None)]
-
-
-def _exported(file: str, stem: str, sessions: list[ExportedSession]) -> list[Transcript]:
-    """The sessions of a refold JSON export with active messages, each named by its id there
-    (imported back where it came from, or again after it grew: only what is new is stored)
-    and titled as it was; the rest (a fork's parent in a ``--lineage`` export holds none of
-    its own) said on stderr."""
-    found = [Transcript(s.messages, s.title or stem, s.id, s.times, rewound=s.rewound,
-                        source=s.source, model=s.model, totals=s.totals)
-             for s in sessions if s.messages]
-    empty = len(sessions) - len(found)
-    rewound = sum(s.rewound for s in sessions)
-    left_out = [f"{rewound} rewound message(s)"] if rewound else []
-    left_out += [f"{empty} session(s) with no messages of their own"] if empty else []
-    if left_out:
-        click.echo(f"{file}: read as a refold export of {len(sessions)} session(s); left out "
-                   + ", ".join(left_out), err=True)
-    return found
-
-
-def _read_agent_log(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repair,
-                    data: bytes | None = None) -> AgentLog:
-    """An agent's transcript: the file, or ``data`` read from stdin or a pipe."""
-    from refold.messages.agent_logs import describe_skipped
-    from refold.messages.load import load_agent_log
-
-    name = "<stdin>" if file == "-" else file
-    found = load_agent_log(name, fmt, max_bytes=max_bytes, repair=repair, data=data)
-    left_out = describe_skipped(Counter(found.skipped))
-    if left_out:  # the agent's bookkeeping, not turns its model saw: said, not hidden
-        click.echo(f"{name}: read as a {AGENT_NAMES[fmt]} transcript; left out "
-                   f"{left_out}", err=True)
-    return found
-
-
-def _session_key(fmt: str, native_id: str | None) -> str | None:
-    """The session an agent's conversation id names (the same conversation, however much it
-    grew: the same session)."""
-    if not native_id:
-        return None
-    import hashlib
-
-    return hashlib.sha256(f"{fmt}:{native_id}".encode("utf-8", "surrogatepass")
-                          ).hexdigest()[:32]
-
 
 def _priced(app: AppContext, spend: list[list[tuple[dict[str, Any], str | None]]] | None
             ) -> list[Usage | None] | None:
@@ -235,6 +118,14 @@ def _target_session(store: Store, ref: str | None, messages: list[Message], *,
     draft = SessionDraft(title=title or _new_title(store, default_title), source=source,
                          started_at=started_at)
     return Target(session_id, draft, keep_title=bool(title))
+
+
+def _exists(store: Store, session_id: str) -> bool:
+    try:
+        store.get_session(session_id)
+    except NotFound:
+        return False
+    return True
 
 
 def _stored_as(store: Store, identities: list[str]) -> str | None:
@@ -445,6 +336,11 @@ def _import_transcript(app: AppContext, read: Transcript, session_ref: str | Non
                              source=source, key=read.key, started_at=min(said) if said else None)
     if target.create is not None and read.model:
         target = replace(target, create=replace(target.create, model=read.model))
+    if target.create is not None and read.parent and _exists(store, read.parent):
+        # a ``--lineage`` export's continuation keeps its link (imported root first): resume
+        # follows it, and search shows a message its rotation carried forward once
+        target = replace(target, create=replace(target.create, parent_session_id=read.parent,
+                                                link_kind=read.link or "compaction"))
     times, usage = read.times, _priced(app, read.spend)
     if target.create is not None and session_ref is None and read.resumed:
         # a resumed session's own file, imported the first time: a branch of the session it

@@ -660,6 +660,9 @@ class ExportedSession:
     model: str | None = None
     # its usage totals there (input_tokens, output_tokens, cache_read_tokens, cost_usd)
     totals: dict[str, float] = field(default_factory=dict)
+    # the session it continues there (a ``--lineage`` export) and how ("compaction", "fork"…)
+    parent_session_id: str | None = None
+    link_kind: str | None = None
 
 
 EXPORTED_TOTALS = ("input_tokens", "output_tokens", "cache_read_tokens", "cost_usd")
@@ -692,11 +695,14 @@ def _exported_session(item: Any, where: str) -> ExportedSession:
             and isinstance(item.get("messages"), list)):
         raise InvalidInput(f"{where}: expected an object with an 'id' and a 'messages' list")
     title = item.get("title")
-    text = {k: v for k in ("source", "model") if isinstance(v := item.get(k), str) and v}
+    text = {k: v for k in ("source", "model", "parent_session_id", "link_kind")
+            if isinstance(v := item.get(k), str) and v}
     totals = {k: float(v) for k in EXPORTED_TOTALS if isinstance(v := item.get(k), int | float)
               and not isinstance(v, bool) and v > 0}
     out = ExportedSession(item["id"], title if isinstance(title, str) else None, [], [],
-                          source=text.get("source"), model=text.get("model"), totals=totals)
+                          source=text.get("source"), model=text.get("model"), totals=totals,
+                          parent_session_id=text.get("parent_session_id"),
+                          link_kind=text.get("link_kind"))
     for index, record in enumerate(item["messages"]):
         if not (isinstance(record, dict) and "message" in record):
             raise InvalidInput(f"{where} message {index}: expected an object with a 'message'")
