@@ -151,3 +151,45 @@ def test_another_process_storing_a_conversation_that_opens_alike_mid_placement(
     assert not any(r.seqs for s in store.list_sessions() for r in store.list_rewinds(s.id))
     for sid in {first.session_id, second.session_id}:  # nothing stored inactive either
         assert contents(sid, inactive=True) == contents(sid)
+
+
+def test_a_named_session_begun_by_two_processes_at_once_rewinds_neither(
+        store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two serve processes, one new ``X-Refold-Session`` name, two different first messages at
+    the same moment: the other process stores its opening after this one read the session
+    empty and before this one's write. The write went through (an empty session had no tip to
+    expect) and rewound the other's opening; that client then got a 409 for its answered turn.
+    Now the write expects an empty session, the history is placed again, and shares nothing
+    with the named conversation: it goes to a branch."""
+    engines = [Engine(store, model="gpt-4o-mini", context_length=WINDOW,
+                      memory_dir=tmp_path / f"memories-{n}") for n in range(2)]
+    mine = engines[0].open_session(new=True, title="cr1")
+    theirs = engines[1].open_session("cr1")
+    named = mine.session_id
+    write = store.sync_messages
+    interleaved: list[bool] = []
+
+    def the_other_stores_first(*args: Any, **kwargs: Any) -> Any:
+        if not interleaved:  # the other process, between this one's read and its write
+            interleaved.append(True)
+            theirs.prepare_history([{"role": "user", "content": "other opening"}],
+                                   diverge="rewind")
+            theirs.record({"role": "assistant", "content": "answer B"})
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(store, "sync_messages", the_other_stores_first)
+    mine.prepare_history([{"role": "user", "content": "same opening"}], diverge="rewind")
+    monkeypatch.setattr(store, "sync_messages", write)
+    mine.record({"role": "assistant", "content": "answer A"})
+    for engine in engines:
+        engine.close()
+
+    def contents(session_id: str, inactive: bool = False) -> list[str]:
+        return [str(r.message["content"]) for r in store.get_messages(
+            session_id, include_inactive=inactive)]
+
+    assert interleaved and theirs.session_id == named
+    assert contents(named, inactive=True) == ["other opening", "answer B"]
+    assert mine.session_id != named
+    assert contents(mine.session_id, inactive=True) == ["same opening", "answer A"]
+    assert not any(r.seqs for s in store.list_sessions() for r in store.list_rewinds(s.id))

@@ -252,8 +252,10 @@ class SessionMirror:
         if stored is not None and stored not in identities:
             return None
         try:
-            result = self.store.sync_messages(self.session_id, conversation,
-                                              token_counts=counts, expect_last=stored)
+            # (an empty session must still be empty: another writer's first rows are never
+            # rewound by a conversation that began there at the same moment)
+            result = self.store.sync_messages(self.session_id, conversation, token_counts=counts,
+                                              expect_last="" if stored is None else stored)
         except Conflict:
             return None
         tip = identities[-1]

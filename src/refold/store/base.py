@@ -291,9 +291,10 @@ class Store(Protocol):
                   model: str | None = None) -> None: ...
 
     # -- messages (the ledger) ------------------------------------------------------------
-    # ``expect_last``: append only if the session's last active row has this identity, else
-    # raise Conflict and store nothing (checked inside the write transaction) — the fast path
-    # of a caller that already knows the stored chain (the proxy's re-sent history).
+    # ``expect_last``: append only if the session's last active row has this identity (``""``:
+    # only if it has no active row), else raise Conflict and store nothing (checked inside the
+    # write transaction) — the fast path of a caller that already knows the stored chain (the
+    # proxy's re-sent history). None: no check.
     # ``usage``: added to the session's totals in the same transaction (as ``add_usage``).
     def append_messages(self, session_id: str, messages: Sequence[Message], *,
                         token_counts: Sequence[int | None] | None = None,
@@ -315,8 +316,9 @@ class Store(Protocol):
                       create: SessionDraft | None = None,
                       expect_last: str | None = None) -> AppendResult: ...
     # ``expect_last``: the identity the session's last active message had when ``history`` was
-    # made from it; another one there now (a concurrent writer) is a Conflict and nothing is
-    # written (the caller reads again), never a rewind of what the other writer stored
+    # made from it (``""``: it had none); another one there now (a concurrent writer) is a
+    # Conflict and nothing is written (the caller reads again), never a rewind of what the
+    # other writer stored
     def get_messages(self, session_id: str, *, include_inactive: bool = False,
                      start_seq: int | None = None, end_seq: int | None = None,
                      limit: int | None = None) -> list[StoredMessage]: ...

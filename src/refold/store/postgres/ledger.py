@@ -166,7 +166,7 @@ class LedgerMixin(PgCore):
         with self._tx("append messages") as cur:
             self._require_session(cur, session_id, lock=True)  # the row lock orders writers
             top, last_identity, last_seq, checkpoint = self._tip_and_checkpoint(cur, session_id)
-            if expect_last is not None and last_identity != expect_last:
+            if expect_last is not None and (last_identity or "") != expect_last:
                 raise Conflict(f"session {session_id} changed: its last message is not the "
                                "expected one", hint="sync the whole history instead")
             stored = self._insert(cur, session_id, clean, chain_identities(clean, last_identity),
@@ -201,7 +201,7 @@ class LedgerMixin(PgCore):
             if not clean:
                 return AppendResult(appended=[], skipped=0)
             top, last_identity = self._tip(cur, session_id)
-            if expect_last is not None and last_identity != expect_last:
+            if expect_last is not None and (last_identity or "") != expect_last:
                 raise Conflict(f"session {session_id} changed: its last message is not the "
                                "expected one", hint="read it again")
             matched, rewound = self._match_prefix(cur, session_id, identities, last_identity)

@@ -194,7 +194,7 @@ class LedgerOps(SessionOps):
             if head is None:
                 self._session(conn, session_id)  # raises NotFound, worded as everywhere
             last = (int(head[2]), str(head[3])) if head[2] is not None else None
-            if expect_last is not None and (last is None or last[1] != expect_last):
+            if expect_last is not None and (last[1] if last else "") != expect_last:
                 raise Conflict(f"session {session_id} changed: its last message is not the "
                                "expected one", hint="sync the whole history instead")
             identities, canonical = _identities_and_json(messages, last[1] if last else None)
@@ -231,7 +231,7 @@ class LedgerOps(SessionOps):
                 last = conn.execute("SELECT identity FROM messages WHERE session_id = ? AND "
                                     "active = 1 ORDER BY seq DESC LIMIT 1",
                                     (session_id,)).fetchone()
-                if last is None or last[0] != expect_last:
+                if (last[0] if last else "") != expect_last:
                     raise Conflict(f"session {session_id} changed: its last message is not "
                                    "the expected one", hint="read it again")
             keep, rewound = self._common_prefix(conn, session_id, identities)
