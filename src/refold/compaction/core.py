@@ -20,7 +20,6 @@ anchors verbatim within budget; summarizer failure never loses data; determinist
 from __future__ import annotations
 
 import functools
-
 import logging
 from collections.abc import Sequence
 from typing import Any
