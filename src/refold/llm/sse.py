@@ -3,8 +3,9 @@
 The one reader of ``chat.completion.chunk`` streams, for the proxy (``refold.server``: it
 forwards a stream event by event as it arrives and folds the chunks on the side, so the reply
 can be recorded when the stream ends) and for ``refold chat`` (``refold.llm.stream``): content,
-reasoning and ``tool_calls`` deltas merged by index. Splitting tolerates CRLF and events cut
-anywhere across network reads; the common event (one ``data: `` line) costs one slice.
+reasoning and ``tool_calls`` deltas merged by index (or by id, for servers that send none:
+``add_call``). Splitting tolerates CRLF and events cut anywhere across network reads; the
+common event (one ``data: `` line) costs one slice.
 """
 
 from __future__ import annotations
@@ -76,11 +77,61 @@ def _data_of(raw: bytes) -> str | None:
 
 
 @dataclass
-class _CallParts:
+class CallParts:
+    """One tool call as its streamed deltas spelled it so far."""
+
     id: str = ""
     type: str = "function"
     name: str = ""
     arguments: str = ""
+
+
+def add_call(calls: dict[int, CallParts], last: int | None, call: Any,
+             position: int = 0) -> int | None:
+    """Fold one streamed ``tool_calls`` delta into ``calls``; the key it went to (``last``
+    for a delta that is not an object: nothing is added).
+
+    A delta with an ``index`` goes to that call. One without (some OpenAI-compatible servers
+    send each call whole in its own chunk, no index) continues the last call, unless its
+    ``id`` differs from that call's or it is not the first call of its delta (``position``):
+    then it starts a new one (after every key so far). A ``name`` equal to the name already
+    held (servers that repeat it in every fragment) is not appended again."""
+    if not isinstance(call, dict):
+        return last
+    call_id = call.get("id")
+    key = _index_of(call.get("index"))
+    if key is None:
+        held = calls.get(last) if last is not None else None
+        if last is None or held is None or position > 0 or (
+                call_id and held.id and str(call_id) != held.id):
+            key = max(calls) + 1 if calls else 0
+        else:
+            key = last
+    parts = calls.get(key)
+    if parts is None:
+        parts = calls[key] = CallParts()
+    if call_id:
+        parts.id = str(call_id)
+    if call.get("type"):
+        parts.type = str(call["type"])
+    function = call.get("function")
+    if isinstance(function, dict):
+        name = function.get("name")
+        if name and str(name) != parts.name:
+            parts.name += str(name)
+        arguments = function.get("arguments")
+        if arguments:
+            parts.arguments += str(arguments)
+    return key
+
+
+def _index_of(value: Any) -> int | None:
+    if type(value) is int:
+        return value
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        return None
 
 
 WHOLE_REPLY = "_refold_whole_reply"
@@ -96,7 +147,8 @@ class StreamAssembler:
 
     content: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
-    calls: dict[int, _CallParts] = field(default_factory=dict)
+    calls: dict[int, CallParts] = field(default_factory=dict)
+    last_call: int | None = None  # the key in ``calls`` the last tool-call delta went to
     thinking_blocks: list[dict[str, Any]] = field(default_factory=list)  # signed, whole
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
@@ -135,20 +187,10 @@ class StreamAssembler:
             if isinstance(delta.get(key), str):
                 self.reasoning.append(delta[key])
         for position, call in enumerate(delta.get("tool_calls") or []):
-            self._add_call(call, position)
+            self.last_call = add_call(self.calls, self.last_call, call, position)
         if isinstance(delta.get("thinking_blocks"), list):  # LiteLLM's key: Anthropic's blocks
             self.thinking_blocks.extend(b for b in delta["thinking_blocks"] if isinstance(b, dict))
 
-    def _add_call(self, call: dict[str, Any], position: int) -> None:
-        index = call.get("index", position)
-        parts = self.calls.setdefault(int(index), _CallParts())
-        if call.get("id"):
-            parts.id = str(call["id"])
-        if call.get("type"):
-            parts.type = str(call["type"])
-        function = call.get("function") or {}
-        parts.name += str(function.get("name") or "")
-        parts.arguments += str(function.get("arguments") or "")
 
     @property
     def complete(self) -> bool:

@@ -31,6 +31,7 @@ from typing import Any
 
 from refold._records import dataclass, field
 from refold.errors import InvalidInput, MessageValidationError
+from refold.llm.sse import CallParts, add_call
 from refold.messages.anthropic import from_anthropic, system_text, tool_input
 from refold.messages.model import Message, copy_json
 from refold.pricing import token_count
@@ -268,8 +269,13 @@ class StreamTranslator:
         self.model = model
         self.started = False
         self.passthrough = False
-        self.block: str | None = None  # "thinking" | "text" | "tool:<n>" while one is open
+        self.block: str | None = None  # "thinking" | "text" | "tool" while one is open
         self.index = -1
+        self.calls: dict[int, CallParts] = {}  # the chat tool calls, by key (``add_call``)
+        self.last_call: int | None = None
+        self.live: int | None = None  # the call whose tool_use block is open
+        self.waiting: list[int] = []  # calls begun while the live one was unfinished
+        self.sent: set[int] = set()  # calls whose block is closed
         self.stop_reason = "end_turn"
         self.usage: dict[str, Any] = {}
         self.held_delta: dict[str, Any] | None = None  # an upstream's own message_delta
@@ -283,6 +289,8 @@ class StreamTranslator:
         yield sse("ping", {"type": "ping"})
 
     def _open(self, kind: str, block: dict[str, Any]) -> Iterator[bytes]:
+        if kind != "tool":
+            yield from self._flush_calls()  # text after the calls: they are over
         yield from self._close()
         self.index += 1
         self.block = kind
@@ -293,6 +301,9 @@ class StreamTranslator:
         if self.block is not None:
             yield sse("content_block_stop", {"type": "content_block_stop", "index": self.index})
             self.block = None
+        if self.live is not None:
+            self.sent.add(self.live)
+            self.live = None
 
     def _delta(self, delta: dict[str, Any]) -> bytes:
         return sse("content_block_delta", {"type": "content_block_delta", "index": self.index,
@@ -346,14 +357,55 @@ class StreamTranslator:
         if choice.get("finish_reason"):
             self.stop_reason = _STOP_REASONS.get(str(choice["finish_reason"]), "end_turn")
 
-    def _tool_call(self, call: dict[str, Any], position: int) -> Iterator[bytes]:
-        kind = f"tool:{call.get('index', position)}"
-        fn = call.get("function") or {}
-        if self.block != kind:
-            yield from self._open(kind, {"type": "tool_use", "id": call.get("id") or "",
-                                         "name": fn.get("name") or "", "input": {}})
-        if fn.get("arguments"):
-            yield self._delta({"type": "input_json_delta", "partial_json": fn["arguments"]})
+    def _tool_call(self, call: Any, position: int) -> Iterator[bytes]:
+        """A tool-call delta. Anthropic's content blocks cannot interleave: the first call
+        streams as its deltas come; a call that begins while the open one's arguments are
+        not yet a whole JSON value (parallel calls streamed interleaved) waits, and its block
+        goes out whole once the calls before it are done (at the end of the stream at the
+        latest)."""
+        if not isinstance(call, dict):
+            return
+        key = self.last_call = add_call(self.calls, self.last_call, call, position)
+        if key is None or key in self.sent:
+            return  # more of a call whose block is closed: nothing to add it to
+        if key == self.live:
+            fn = call.get("function")
+            fragment = fn.get("arguments") if isinstance(fn, dict) else None
+            if fragment:
+                yield self._delta({"type": "input_json_delta", "partial_json": str(fragment)})
+            if self.waiting and _whole_json(self.calls[key].arguments):
+                yield from self._next_call()
+        elif key not in self.waiting:  # a new call
+            if self.live is not None and not (
+                    not self.waiting and _whole_json(self.calls[self.live].arguments)):
+                self.waiting.append(key)  # the open call may go on: this one waits
+            else:
+                yield from self._open_call(key)
+
+    def _open_call(self, key: int) -> Iterator[bytes]:
+        parts = self.calls[key]
+        yield from self._open("tool", {"type": "tool_use", "id": parts.id, "name": parts.name,
+                                       "input": {}})
+        self.live = key
+        if parts.arguments:
+            yield self._delta({"type": "input_json_delta", "partial_json": parts.arguments})
+
+    def _next_call(self) -> Iterator[bytes]:
+        """The open call is whole: the waiting calls take their turn, each streaming on
+        from what it has so far."""
+        while self.waiting and (self.live is None
+                                or _whole_json(self.calls[self.live].arguments)):
+            yield from self._open_call(self.waiting.pop(0))
+
+    def _flush_calls(self) -> Iterator[bytes]:
+        """No more fragments will come (the stream ends, or text follows): every call that
+        waits goes out whole, in order."""
+        if self.live is None and not self.waiting:
+            return
+        for key in self.waiting:
+            yield from self._open_call(key)
+        self.waiting = []
+        yield from self._close()
 
     def _done(self) -> Iterator[bytes]:
         if self.passthrough:
@@ -363,11 +415,25 @@ class StreamTranslator:
             return
         if not self.started:
             yield from self._start({})
+        yield from self._flush_calls()
         yield from self._close()
         usage = self.usage or anthropic_usage(None)
         yield sse("message_delta", {"type": "message_delta", "delta": {
             "stop_reason": self.stop_reason, "stop_sequence": None}, "usage": usage})
         yield sse("message_stop", {"type": "message_stop"})
+
+
+def _whole_json(text: str) -> bool:
+    """Are a call's arguments so far a whole JSON value (so no more fragments of it are to
+    come)? The cheap test first: a whole object or array ends with its closing bracket."""
+    end = text.rstrip()[-1:]
+    if end not in ("}", "]"):
+        return False
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 # -- errors ------------------------------------------------------------------------------------

@@ -76,12 +76,18 @@ from starlette.types import Receive, Scope, Send
 
 from refold import fastjson
 from refold._records import dataclass
-from refold.errors import Conflict, InvalidInput, RefoldError, UpstreamError
+from refold.errors import (
+    Conflict,
+    InvalidInput,
+    MessageValidationError,
+    RefoldError,
+    UpstreamError,
+)
 from refold.llm.failures import bad_response
 from refold.llm.sse import DONE, EventSplitter, StreamAssembler, parse_chunk
 from refold.messages.anthropic import for_chat_upstream
 from refold.messages.model import Message
-from refold.messages.validate import repair_json_value
+from refold.messages.validate import repair_json_value, validate_message
 from refold.runtime.branches import Diverge
 from refold.runtime.prepared import Prepared
 from refold.runtime.session import SessionRuntime
@@ -496,6 +502,11 @@ class _Turn:
     async def record(self, assembler: StreamAssembler) -> None:
         """Store the streamed reply; memory's after-turn work waits for ``finish()``."""
         message = assembler.message()
+        try:
+            check_reply(message)
+        except UpstreamError:
+            await self.unanswered()  # as any failed upstream reply
+            raise
         if self.light and await self._inline(lambda: self.rt.inline.record(
                 message, usage=assembler.usage, model=assembler.model,
                 hold_after_turn=True) or None):
@@ -529,8 +540,28 @@ def _reply_of(data: dict[str, Any]) -> tuple[Message, dict[str, Any] | None]:
         raise bad_response("choice has no message")
     clean = {k: v for k, v in message.items() if v is not None or k == "content"}
     clean.setdefault("role", "assistant")
+    check_reply(clean)
     usage = data.get("usage")
     return clean, usage if isinstance(usage, dict) else None
+
+
+def check_reply(message: Message) -> None:
+    """An upstream's assistant message that the ledger could not store (content a number,
+    a tool call without an id, …) is the upstream's fault, not the request's: raised as
+    ``bad_response`` (a 502), before anything of it is stored. Checked as the record will
+    check it (``SessionRuntime.record``: an empty reply is kept as empty text)."""
+    role = message.get("role", "assistant")
+    if role != "assistant":
+        raise bad_response(f"the reply's role is {role!r}, not 'assistant'")
+    probe = {k: v for k, v in message.items() if not str(k).startswith("_")}
+    if not probe.get("tool_calls"):
+        probe.pop("tool_calls", None)
+        if probe.get("content") is None and not probe.get("reasoning_content"):
+            probe["content"] = ""
+    try:
+        validate_message(probe)
+    except MessageValidationError as exc:
+        raise bad_response(f"the assistant message: {exc}") from exc
 
 
 class ProxyStream(Response):

@@ -14,7 +14,7 @@ The pure half of ``/v1/responses`` (``server.responses_api`` is the endpoint): l
   ``response.output_item.added``/``done``, ``response.content_part.added``/``done``,
   ``response.output_text.delta``/``done``, ``response.function_call_arguments.delta``/``done``,
   ``response.reasoning_summary_text.delta`` and ``response.completed`` (once the reply is
-  stored), or an ``error`` event.
+  stored), or ``response.failed`` (with the error; the items still open are not done).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any
 
 from refold._records import dataclass, field
 from refold.errors import InvalidInput
+from refold.llm.sse import CallParts, add_call
 from refold.messages.model import Message
 from refold.pricing import token_count
 from refold.server.wire import chat_functions
@@ -206,7 +207,8 @@ class Shell:
     def response(self, status: str, output: list[dict[str, Any]],
                  usage: dict[str, Any] | None, finish: str | None = None) -> dict[str, Any]:
         body = self.body
-        incomplete = {"reason": "max_output_tokens"} if finish == "length" else None
+        reason = _INCOMPLETE.get(str(finish)) if finish else None
+        incomplete = {"reason": reason} if reason else None
         return {
             "id": self.id, "object": "response", "created_at": self.created_at,
             "status": "incomplete" if incomplete and status == "completed" else status,
@@ -224,6 +226,10 @@ class Shell:
         }
 
 
+_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+"""A chat finish_reason that leaves a response "incomplete", and the reason it gives."""
+
+
 def reply_of(data: dict[str, Any]) -> tuple[Message, str | None]:
     choice = (data.get("choices") or [{}])[0]
     message = choice.get("message") if isinstance(choice, dict) else None
@@ -235,15 +241,23 @@ def reply_of(data: dict[str, Any]) -> tuple[Message, str | None]:
 
 class ResponseEvents:
     """Feed ``chat.completion.chunk`` objects; get Responses SSE events back. ``message()``
-    is the reply assembled so far (what ``response.completed`` reports)."""
+    is the reply assembled so far (what ``response.completed`` reports).
+
+    A text or reasoning item is done when the next item begins; a function call is done
+    only when the stream is (parallel calls may stream their arguments interleaved), so its
+    ``done`` events carry its whole arguments. The items still open when the stream ends are
+    done with ``response.completed``; after a failure they are not (``response.failed``)."""
 
     def __init__(self, shell: Shell) -> None:
         self.shell = shell
         self.sequence = 0
         self.started = False
         self.items: list[dict[str, Any]] = []  # output items, in order
-        self.open: dict[str, Any] | None = None  # the item being streamed
-        self.calls: dict[int, dict[str, Any]] = {}  # chat tool-call index -> its item
+        self.open: dict[str, Any] | None = None  # the text or reasoning item being streamed
+        self.calls: dict[int, dict[str, Any]] = {}  # chat tool-call key -> its item
+        self.parts: dict[int, CallParts] = {}  # chat tool-call key -> the call so far
+        self.last_call: int | None = None
+        self.open_calls: list[dict[str, Any]] = []  # function_call items not done yet
         self.usage: dict[str, Any] | None = None
         self.finish: str | None = None
 
@@ -283,7 +297,10 @@ class ResponseEvents:
 
     def _add(self, item: dict[str, Any]) -> Iterator[bytes]:
         yield from self._close()
-        self.open = item
+        if item["type"] == "function_call":
+            self.open_calls.append(item)
+        else:
+            self.open = item
         self.items.append(item)
         yield self.event("response.output_item.added", output_index=len(self.items) - 1,
                          item=dict(item, status="in_progress") if "status" in item else item)
@@ -296,7 +313,7 @@ class ResponseEvents:
         assert item is not None
         item["summary"][0]["text"] += text
         yield self.event("response.reasoning_summary_text.delta", item_id=item["id"],
-                         output_index=len(self.items) - 1, summary_index=0, delta=text)
+                         output_index=self.items.index(item), summary_index=0, delta=text)
 
     def _text(self, text: str) -> Iterator[bytes]:
         if self.open is None or self.open["type"] != "message":
@@ -311,27 +328,41 @@ class ResponseEvents:
         assert current is not None
         current["content"][0]["text"] += text
         yield self.event("response.output_text.delta", item_id=current["id"],
-                         output_index=len(self.items) - 1, content_index=0, delta=text,
+                         output_index=self.items.index(current), content_index=0, delta=text,
                          logprobs=[])
 
-    def _call(self, call: dict[str, Any], position: int) -> Iterator[bytes]:
-        index = int(call.get("index", position))
-        fn = call.get("function") or {}
-        if index not in self.calls:
-            item = call_item(new_id("fc"), {"id": call.get("id"), "function": {
-                "name": fn.get("name"), "arguments": ""}}, spaces=self.shell.spaces)
-            self.calls[index] = item
+    def _call(self, call: Any, position: int) -> Iterator[bytes]:
+        if not isinstance(call, dict):
+            return
+        key = self.last_call = add_call(self.parts, self.last_call, call, position)
+        if key is None:
+            return
+        parts = self.parts[key]
+        item = self.calls.get(key)
+        if item is None:
+            item = call_item(new_id("fc"), {"id": parts.id or None, "function": {
+                "name": parts.name or None, "arguments": ""}}, spaces=self.shell.spaces)
+            self.calls[key] = item
             yield from self._add(item)
-        item = self.calls[index]
-        if fn.get("arguments"):
-            item["arguments"] += fn["arguments"]
+        elif item not in self.open_calls:
+            return  # more of a call already done (nothing to add it to)
+        else:  # an id or a name that came after the call's first fragment
+            item["call_id"] = parts.id or item["call_id"]
+            item["name"] = parts.name or item["name"]
+        fn = call.get("function")
+        fragment = fn.get("arguments") if isinstance(fn, dict) else None
+        if fragment:
+            item["arguments"] += str(fragment)
             yield self.event("response.function_call_arguments.delta", item_id=item["id"],
-                             output_index=self.items.index(item), delta=fn["arguments"])
+                             output_index=self.items.index(item), delta=str(fragment))
 
     def _close(self) -> Iterator[bytes]:
+        """The open text or reasoning item is done."""
         item, self.open = self.open, None
-        if item is None:
-            return
+        if item is not None:
+            yield from self._done_events(item)
+
+    def _done_events(self, item: dict[str, Any]) -> Iterator[bytes]:
         index = self.items.index(item)
         if item["type"] == "message":
             part = item["content"][0]
@@ -348,20 +379,45 @@ class ResponseEvents:
                              text=item["summary"][0]["text"])
         yield self.event("response.output_item.done", output_index=index, item=item)
 
+    def _close_all(self) -> Iterator[bytes]:
+        """The stream is over: every item still open is done, in output order."""
+        yield from self._close()
+        calls, self.open_calls = self.open_calls, []
+        for item in calls:
+            yield from self._done_events(item)
+
     def completed(self) -> dict[str, Any]:
         """The final response object."""
         return self.shell.response("completed", self.items, self.usage, self.finish)
 
     def close_items(self) -> bytes:
+        """The pipeline's stream ended (its [DONE], or an error): only the response's opening
+        if nothing came. The open items are done by ``done()``, which follows once the reply
+        is stored; after ``error()`` they stay unfinished."""
         if not self.started:
             return b"".join(self._start())
-        return b"".join(self._close())
+        return b""
 
     def done(self) -> bytes:
-        return self.event("response.completed", response=self.completed())
+        return b"".join(self._close_all()) + self.event("response.completed",
+                                                        response=self.completed())
 
     def error(self, status: int, body: dict[str, Any]) -> bytes:
+        """The turn failed (the upstream, mid-stream, or storing the reply): the response
+        failed, the items still open left unfinished ("incomplete" in its output)."""
         found = body.get("error")
         detail: dict[str, Any] = found if isinstance(found, dict) else {}
-        return self.event("error", code=detail.get("code"), message=detail.get("message"),
-                          param=None)
+        code = detail.get("code")
+        if status == 429:
+            code = "rate_limit_exceeded"
+        elif not isinstance(code, str) or not code:
+            code = "server_error"
+        unfinished = [self.open, *self.open_calls]
+        output = [dict(item, status="incomplete")
+                  if "status" in item and any(item is u for u in unfinished) else item
+                  for item in self.items]
+        response = self.shell.response("failed", output, self.usage)
+        response["error"] = {"code": code, "message": str(detail.get("message") or
+                                                          f"HTTP {status}")}
+        start = b"" if self.started else b"".join(self._start())
+        return start + self.event("response.failed", response=response)
