@@ -191,6 +191,17 @@ def serve_cmd(app: AppContext, upstream: str | None, upstream_format: str | None
             raise InvalidInput(exc.message, hint=exc.hint) from exc
     asgi = create_app(settings)  # checks the settings (workers build their own app)
     sock = bind_socket(settings.host, settings.port)
+    try:
+        # the database opened before the banner: one that cannot be opened is one error line
+        # and exit 1 (uvicorn's startup traceback and exit 3 before, under the banner)
+        if count == 1:
+            asgi.state.proxy_app.open_store()  # the app's own: the lifespan closes it
+        else:  # migrate once here, so the workers opening it at once never race a migration
+            open_configured_store(
+                settings, sqlite_synchronous=settings.serve_sqlite_synchronous).close()
+    except BaseException:
+        sock.close()
+        raise
     click.echo(_banner(settings, sock), err=True)
     warning = _probe(str(settings.upstream), settings.upstream_api_key)
     if warning:
@@ -203,8 +214,6 @@ def serve_cmd(app: AppContext, upstream: str | None, upstream_format: str | None
             click.echo(f"refold serve: {server.stopped_by}, stopped", err=True)
         return
     del asgi
-    # migrate once here, so the workers opening the store at once never race a migration
-    open_configured_store(settings, sqlite_synchronous=settings.serve_sqlite_synchronous).close()
 
     def serve_one(listening: socket.socket) -> None:
         config = uvicorn_config(create_app(settings), settings, log_level=log_level)

@@ -10,7 +10,9 @@
                                      &source=&since=&until=&sort=&window=&all=)
     GET  /v1/refold/memory           the caller's memory entries
 
-Every error, whatever its source, leaves as ``{"error": {"message", "type", "code"}}``.
+Every error, whatever its source, leaves as ``{"error": {"message", "type", "code"}}``, but
+under ``/v1/messages`` in Anthropic's shape (``messages_api``). Every endpoint reads its body
+through ``ProxyApp.body_of`` (the size limit, the body timeout, the JSON depth limit).
 Shutdown drains: the lifespan waits for turns in flight (their records) before closing the
 engines (which join their background work) and the store.
 """
@@ -49,7 +51,7 @@ from refold.server.edges import (
 )
 from refold.server.sessions import EngineFactory, SessionPool
 from refold.server.upstream import Upstream
-from refold.server.wire import error_body, error_headers, status_for
+from refold.server.wire import check_sendable, error_body, error_headers, status_for
 from refold.store import Store
 
 log = logging.getLogger(__name__)
@@ -245,6 +247,13 @@ class ProxyApp:
         return open_configured_store(
             self.settings, sqlite_synchronous=self.settings.serve_sqlite_synchronous)
 
+    def open_store(self) -> None:
+        """Open the configured store now (the lifespan then uses it, and closes it at
+        shutdown), so a database that cannot be opened fails before serving starts:
+        ``refold serve`` says so in one line instead of uvicorn's startup traceback."""
+        if self.store is None:
+            self.store = self._open_store()
+
     async def shutdown(self) -> None:
         proxy = self.proxy
         if proxy is not None:
@@ -291,9 +300,11 @@ class ProxyApp:
         return self._proxy()
 
     async def body_of(self, request: Request) -> tuple[Any, int]:
-        """The request's JSON body (size-limited) and its size in bytes."""
-        raw = await read_body(request, self.settings.max_body_bytes)
-        return await parse_json(raw), len(raw)
+        """The request's JSON body and its size in bytes: every endpoint's one reader, with the
+        same edges (``max_body_bytes``, ``body_timeout``, ``max_json_depth``); each endpoint
+        renders the errors in its provider's shape."""
+        raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout)
+        return await parse_body(raw, self.settings.max_json_depth), len(raw)
 
     def _proxy(self) -> Proxy:
         if self.proxy is None:
@@ -301,9 +312,10 @@ class ProxyApp:
         return self.proxy
 
     async def completions(self, request: Request, tenant: Tenant) -> Response:
-        raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout)
-        body = await parse_body(raw, self.settings.max_json_depth)
-        return await chat_completions(self._proxy(), tenant, request.headers, body, len(raw),
+        body, size = await self.body_of(request)
+        if isinstance(body, dict) and isinstance(body.get("messages"), list):
+            check_sendable(body["messages"])
+        return await chat_completions(self._proxy(), tenant, request.headers, body, size,
                                       receive=request.receive)
 
     async def models(self, request: Request, tenant: Tenant) -> Response:
@@ -420,19 +432,28 @@ class HotRoute:
         await response(scope, receive, send)
 
 
+def _shaped(request: Request, status: int, body: Any,
+            headers: dict[str, str] | None = None) -> JSONResponse:
+    """An error answered outside the endpoints (routing, a crash) in the shape of the API the
+    path belongs to: Anthropic's under ``/v1/messages``, OpenAI's elsewhere."""
+    if messages_api.is_messages_path(request.scope.get("path", "")):
+        return messages_api.anthropic_json(status, body, headers)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     status = getattr(exc, "status_code", 500)
     kind = {404: "not_found_error", 405: "invalid_request_error"}.get(status, "server_error")
     message = f"{request.method} {request.url.path}: {getattr(exc, 'detail', '') or status}"
-    return JSONResponse(error_body(message, kind, str(status)), status_code=status)
+    return _shaped(request, status, error_body(message, kind, str(status)))
 
 
 async def _crash(request: Request, exc: Exception) -> Response:
     log.exception("request %s: unexpected error serving %s %s", current_request_id.get(),
                   request.method, request.url.path)
-    return JSONResponse(error_body(f"internal error in refold: {type(exc).__name__}",
-                                   "server_error", "internal_error"), status_code=500,
-                        headers={"x-request-id": current_request_id.get()})
+    return _shaped(request, 500, error_body(f"internal error in refold: {type(exc).__name__}",
+                                            "server_error", "internal_error"),
+                   headers={"x-request-id": current_request_id.get()})
 
 
 def create_app(settings: Settings | None = None, *, store: Store | None = None,

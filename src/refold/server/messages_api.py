@@ -16,7 +16,7 @@ With ``upstream_format = "anthropic"`` the upstream is an Anthropic endpoint
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from starlette.requests import Request
@@ -37,6 +37,7 @@ from refold.server.anthropic_wire import (
 from refold.server.auth import Tenant
 from refold.server.completions import Proxy
 from refold.server.rewrite import RewrittenStream, chat_turn, reply_json, rewritten_json
+from refold.server.wire import check_sendable
 from refold.tokens import get_counter
 
 Handler = Callable[[Request, Tenant], Awaitable[Response]]
@@ -53,11 +54,28 @@ class Host(Protocol):
     async def body_of(self, request: Request) -> tuple[Any, int]: ...
 
 
+MESSAGES_PATH = "/v1/messages"
+
+
+def is_messages_path(path: str) -> bool:
+    """Is ``path`` this API's (``/v1/messages`` or below), whose errors are Anthropic's?"""
+    return path == MESSAGES_PATH or path.startswith(MESSAGES_PATH + "/")
+
+
+def anthropic_json(status: int, body: Any, headers: Mapping[str, str] | None = None
+                   ) -> JSONResponse:
+    """An OpenAI-shaped error ``body`` answered in Anthropic's shape and status."""
+    return JSONResponse(anthropic_error(status, body), status_code=anthropic_status(status, body),
+                        headers=headers)
+
+
 def in_anthropic_shape(run: Callable[[Request], Awaitable[Response]]
                        ) -> Callable[[Request], Awaitable[Response]]:
     """Re-render the app's (OpenAI-shaped) error responses — auth, body size, anything the
     endpoint raised — in Anthropic's shape, keeping their headers (an upstream failure's
-    ``Retry-After``, ``retry-after-ms`` and ``x-ratelimit-*``, ``wire.error_headers``)."""
+    ``Retry-After``, ``retry-after-ms`` and ``x-ratelimit-*``, ``wire.error_headers``). An
+    exception no endpoint answers reaches the app's error handler, which answers it in
+    Anthropic's shape too (``app._shaped``)."""
     async def wrapped(request: Request) -> Response:
         response = await run(request)
         if response.status_code < 400 or not isinstance(response, JSONResponse):
@@ -92,7 +110,9 @@ async def create_message(host: Host, tenant: Tenant, request: Request, raw: Any,
                          size: int) -> Response:
     """One Messages turn through the chat-completions pipeline."""
     passthrough = _anthropic_upstream(host)
+    check_fields(raw)
     body = chat_request(raw, anthropic_upstream=passthrough)
+    check_sendable(body["messages"])
     if passthrough:
         body[PRIVATE]["headers"] = {k: request.headers[k] for k in BETA_HEADERS
                                     if k in request.headers}
@@ -107,10 +127,56 @@ def count_tokens_of(raw: Any, default_model: str) -> dict[str, int]:
     """``{"input_tokens": n}`` for a Messages request, counted as refold counts its window."""
     if not isinstance(raw, dict) or not isinstance(raw.get("messages"), list):
         raise InvalidInput("messages: a list of messages is required")
+    _check_text_blocks(raw)
     counter = get_counter(str(raw.get("model") or default_model))
     messages = chat_messages(raw)
     return {"input_tokens": counter.count_messages(messages)
             + counter.count_tools(chat_tools(raw.get("tools")))}
 
 
-__all__ = ["count_tokens_of", "create_message", "in_anthropic_shape", "routes"]
+def check_fields(raw: Any) -> None:
+    """InvalidInput (a 400, before anything is stored or sent) for the fields Anthropic's API
+    refuses and the translation would pass on as they are: a ``stream`` that is not a boolean
+    (``"yes"`` or ``1`` started a stream), a ``temperature`` or ``top_p`` that is not a number,
+    a ``max_tokens`` that is not a positive integer, a text block without a ``text`` string."""
+    if not isinstance(raw, dict):
+        return  # (chat_request says what is wrong)
+    stream = raw.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise InvalidInput("stream: must be true or false")
+    for key in ("temperature", "top_p"):
+        value = raw.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise InvalidInput(f"{key}: must be a number")
+    tokens = raw.get("max_tokens")
+    if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens < 1:
+        raise InvalidInput("max_tokens: must be a positive integer")
+    _check_text_blocks(raw)
+
+
+def _check_text_blocks(raw: Any) -> None:
+    """InvalidInput for a ``text`` block (in ``system``, a message, or a ``tool_result``'s
+    content) whose ``text`` is missing or not a string."""
+    if not isinstance(raw, dict):
+        return
+    _text_blocks(raw.get("system"), "system")
+    messages = raw.get("messages")
+    for i, message in enumerate(messages if isinstance(messages, list) else ()):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        _text_blocks(content, f"messages.{i}.content")
+        for j, block in enumerate(content):
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                _text_blocks(block.get("content"), f"messages.{i}.content.{j}.content")
+
+
+def _text_blocks(blocks: Any, where: str) -> None:
+    for j, block in enumerate(blocks if isinstance(blocks, list) else ()):
+        if isinstance(block, dict) and block.get("type") == "text" \
+                and not isinstance(block.get("text"), str):
+            raise InvalidInput(f"{where}.{j}.text: a text block needs a 'text' string")
+
+
+__all__ = ["anthropic_json", "check_fields", "count_tokens_of", "create_message",
+           "in_anthropic_shape", "is_messages_path", "routes"]

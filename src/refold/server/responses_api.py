@@ -64,7 +64,7 @@ from refold.server.rewrite import (
     rewritten_json,
     session_of,
 )
-from refold.server.wire import status_for
+from refold.server.wire import check_sendable, status_for
 from refold.store import Store
 
 log = logging.getLogger(__name__)
@@ -264,7 +264,45 @@ def _check(raw: Any) -> dict[str, Any]:
         raise InvalidInput(
             f"'instructions' must be a string (this request's system prompt) or null, got "
             f"{_json_type(instructions)}; system or developer messages as items go in 'input'")
+    stream = raw.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise InvalidInput("'stream' must be true or false")
+    for key in ("temperature", "top_p"):
+        value = raw.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise InvalidInput(f"'{key}' must be a number")
+    tokens = raw.get("max_output_tokens")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)
+                               or tokens < 1):
+        raise InvalidInput("'max_output_tokens' must be a positive integer")
+    _check_tools(raw.get("tools"))
+    _check_parts(raw["input"])
     return raw
+
+
+def _check_tools(tools: Any) -> None:
+    """A function tool (alone or in a namespace) needs a name: without one it went upstream as
+    a function with none, which the upstream refuses."""
+    for tool in tools if isinstance(tools, list) else ():
+        if not isinstance(tool, dict):
+            continue
+        inner = tool.get("tools") if tool.get("type") == "namespace" else [tool]
+        for one in inner if isinstance(inner, list) else ():
+            if isinstance(one, dict) and one.get("type") == "function" \
+                    and not (isinstance(one.get("name"), str) and one["name"]):
+                raise InvalidInput("tools: a function tool needs a 'name' (a non-empty string)")
+
+
+def _check_parts(items: Any) -> None:
+    """An ``input_text`` or ``output_text`` part needs its ``text`` string (one without it went
+    upstream as an empty text)."""
+    for index, item in enumerate(items if isinstance(items, list) else ()):
+        content = item.get("content") if isinstance(item, dict) else None
+        for part in content if isinstance(content, list) else ():
+            if isinstance(part, dict) and part.get("type") in ("input_text", "output_text") \
+                    and not isinstance(part.get("text"), str):
+                raise InvalidInput(f"input[{index}]: an {part['type']} part needs a 'text' "
+                                   "string")
 
 
 def _json_type(value: Any) -> str:
@@ -293,6 +331,7 @@ async def create_response(host: Host, tenant: Tenant, request: Request, raw: Any
         prior, lineage = await anyio.to_thread.run_sync(log_.continued,
                                                         body["previous_response_id"])
     messages: list[Message] = input_messages(prior + new_items)
+    check_sendable(messages)
     if body.get("instructions"):
         messages.insert(0, {"role": "system", "content": body["instructions"]})
     chat = chat_body(body, messages, host.settings.model)

@@ -136,3 +136,23 @@ def chat_functions(tools: Any, convert: Callable[[Any], dict[str, Any] | None]
         raise InvalidInput("tools must be a list")
     functions = (convert(tool) for tool in tools)
     return [{"type": "function", "function": f} for f in functions if f is not None]
+
+
+def check_sendable(messages: list[Any]) -> None:
+    """InvalidInput for a request whose messages are nothing but tool results (and system
+    messages): every result answers no call of an earlier assistant message, so none can go
+    upstream (the turn drops orphan results, ``refold.runtime.valid``) and nothing would be
+    left to send — where before the client's orphan results went upstream as they were, and a
+    real provider answered 400. Usually returns at the first user or assistant message."""
+    results = False
+    for message in messages:
+        role = message.get("role") if isinstance(message, dict) else None
+        if role == "tool":
+            results = True
+        elif role not in ("system", "developer"):
+            return
+    if results:
+        raise InvalidInput(
+            "the request holds no message to send: its tool results answer no tool call of an "
+            "earlier assistant message in the request, and such orphan results are dropped",
+            hint="send the assistant message with the tool calls before their results")
