@@ -99,10 +99,10 @@ def test_highest_vector_id_finds_the_last_one(store: Store) -> None:
     assert highest_vector_id(store, "test-hash") == max(some)
 
 
-def cli_index(home: Path, *args: str) -> dict[str, Any]:
+def cli_index(home: Path, *args: str, status: int = 0) -> dict[str, Any]:
     result = CliRunner().invoke(cli, ["--home", str(home), "--db", str(home / "r.db"), "index",
                                       *args])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == status, result.output
     return json.loads(result.output) if "--json" in args else {"text": result.output}
 
 
@@ -113,7 +113,7 @@ def test_refold_index_interrupted_then_resumed(tmp_path: Path,
     store.close()
     interrupting = HashEmbedder(interrupt_on_call=3)  # Ctrl-C during the third batch
     monkeypatch.setattr("refold.search.vectors.load_embedder", lambda: interrupting)
-    first = cli_index(tmp_path, "--batch", "8", "--json")
+    first = cli_index(tmp_path, "--batch", "8", "--json", status=130)  # an interrupt's status
     assert first == {"embedded": 16, "remaining": 34, "interrupted": True, "model": "test-hash",
                      "word_blocks_sealed": 0}  # 50 messages: no word-index block complete
     monkeypatch.setattr("refold.search.vectors.load_embedder", HashEmbedder)

@@ -56,22 +56,30 @@ def _finish(code: int) -> None:
 
 
 def _render_compact(value: dict[str, Any]) -> None:
-    from rich.markup import escape
-
     report = value["report"]
     out = console()
-    out.print(f"[bold]{report['status']}[/bold]: {escape(report['reason'])} — "
+    out.print(f"[bold]{report['status']}[/bold]: {_shown(report['reason'])} — "
               f"{report['tokens_before']:,} → {report['tokens_after']:,} tokens "
               f"(target {report['target_tokens']:,}), {report['messages_before']} → "
               f"{report['messages_after']} messages, summarizer {report['summarizer']}")
     for warning in report["warnings"]:
-        out.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+        out.print(f"[yellow]warning:[/yellow] {_shown(warning)}")
     for msg in value["messages"]:
         text = content_text(msg)
-        calls = ", ".join(c["function"]["name"] for c in msg.get("tool_calls") or [])
+        calls = ", ".join(str(c["function"]["name"]) for c in msg.get("tool_calls") or [])
         line = text if len(text) <= 300 else text[:300] + "…"
-        out.print(f"[cyan]{msg['role']}[/cyan]"
-                  + (f" [dim]calls {escape(calls)}[/dim]" if calls else "") + f": {escape(line)}")
+        out.print(f"[cyan]{_shown(str(msg['role']))}[/cyan]"
+                  + (f" [dim]calls {_shown(calls)}[/dim]" if calls else "") + f": {_shown(line)}")
+
+
+def _shown(text: str) -> str:
+    """Transcript text for the terminal: control sequences made visible (``safe_text``, as
+    ``sessions show`` does), then rich markup escaped."""
+    from rich.markup import escape
+
+    from refold.cli.terminal import safe_text
+
+    return escape(safe_text(text))
 
 
 def _piped(path: Path) -> bytes | None:
@@ -156,6 +164,24 @@ def compact_cmd(app: AppContext, file: Path, context_length: int, model: str | N
     _finish(exit_code(result.report))
 
 
+MEMORY_SOURCES = {"snapshot": "memory: the session's frozen snapshot (what its prompt holds)",
+                  "files": "memory: the current memory files (the session has no frozen "
+                           "snapshot yet)"}
+
+
+def _session_memory(store: Any, session_id: str) -> str | None:
+    """The memory snapshot frozen into ``session_id``'s system prompt: its own, else its
+    lineage's nearest (a compaction child, a branch), read as the engine reads it
+    (``Engine._session_snapshot``); None when no session of the lineage has one."""
+    from refold.runtime.engine import SNAPSHOT_EVENT
+
+    for sid in [session_id, *(s.id for s in store.ancestors(session_id))]:
+        kept = store.list_events(sid, SNAPSHOT_EVENT)
+        if kept:
+            return str(kept[0].payload.get("text") or "")
+    return None
+
+
 def _memory_text(settings: Settings) -> str:
     if not settings.memories_dir.is_dir():
         return ""
@@ -173,6 +199,8 @@ def _render_context(value: dict[str, Any]) -> None:
     out.print(f"session {value['session_id'][:12]} — {value['total']:,} tokens, "
               f"{value['percent_of_window']}% of {value['context_length']:,} "
               f"(compacts at {value['threshold']:,})", soft_wrap=True)
+    if value.get("memory_source") in MEMORY_SOURCES:
+        out.print(MEMORY_SOURCES[value["memory_source"]], soft_wrap=True, markup=False)
     table = Table()
     table.add_column("part")
     table.add_column("tokens", justify="right")
@@ -199,11 +227,15 @@ def context_cmd(app: AppContext, session: str, context_length: int | None, model
     settings = app.settings
     found = app.store.resolve_session(session)
     model = model or found.model or settings.model
+    # the snapshot the session's prompt was frozen with; memory written since shows only in
+    # new sessions, so the current files stand in only for a session that has none
+    memory = _session_memory(app.store, found.id)
+    source = "files" if memory is None else "snapshot"
     breakdown = context_breakdown(app.store.projection(found.id), model=model,
                                   context_length=context_length or settings.context_length,
                                   system_prompt=recorded_system_prompt(app.store, found.id),
-                                  memory=_memory_text(settings))
-    emit(breakdown.as_dict(), as_json, _render_context)
+                                  memory=_memory_text(settings) if memory is None else memory)
+    emit({**breakdown.as_dict(), "memory_source": source}, as_json, _render_context)
 
 
 @click.command("compact")

@@ -327,9 +327,8 @@ def _resume(out: Console, store: Any, home: Path, base_url: str, context_length:
                                 f" by id prefix · {count} messages in the ledger"))
         out.print(Text(f"  model view: summary + {len(projection.messages)} recent messages · "
                        f"todo rebuilt from events: {done}/{len(todos)} done", style="dim"))
-        entries = _memory_entries(engine)
-        out.print(Text(f"  memory snapshot, frozen into the system prompt: {entries} entries "
-                       f"({len(rt.memory_snapshot):,} chars)", style="dim"))
+        for line in _snapshot_lines(rt.memory_snapshot, _memory_entries(engine)):
+            out.print(Text(line, style="dim"))
         schemas = agent_tools(store, session_id=rt.session_id,
                               memory=engine.memory).schemas() + FAKE_TOOLS
         prepared = rt.prepare([{"role": "user", "content": "Where were we?"}],
@@ -341,6 +340,30 @@ def _resume(out: Console, store: Any, home: Path, base_url: str, context_length:
                                 str(reply.message.get("content"))),
                   no_wrap=True, overflow="ellipsis", crop=True)
         _breakdown(out, rt.context_breakdown())
+
+
+def _snapshot_lines(snapshot: str, entries_now: int) -> list[str]:
+    """The session's frozen snapshot in its own figures (it was frozen when the session was
+    first opened: memory saved since reaches new sessions only), and memory now under it
+    when that differs."""
+    frozen = snapshot_entries(snapshot)
+    lines = [f"  memory snapshot, frozen into the system prompt: {frozen} "
+             f"entr{'y' if frozen == 1 else 'ies'} ({len(snapshot):,} chars)"]
+    if entries_now != frozen:
+        lines.append(f"  memory holds {entries_now} entr{'y' if entries_now == 1 else 'ies'} "
+                     "now: a new session's snapshot gets them")
+    return lines
+
+
+_SECTION = re.compile(r"<(env_memory|user_profile)>\n[^\n]*\n(.*?)\n</\1>", re.DOTALL)
+
+
+def snapshot_entries(snapshot: str) -> int:
+    """How many entries a rendered memory snapshot holds (``refold.memory.snapshot``): one
+    per section, plus one per delimiter between them."""
+    from refold.memory.entries import ENTRY_DELIMITER
+
+    return sum(body.count(ENTRY_DELIMITER) + 1 for _, body in _SECTION.findall(snapshot))
 
 
 def _memory_entries(engine: Any) -> int:
@@ -375,7 +398,9 @@ def _summary(out: Console, stats: Any, store: Any, session_id: str, home: Path) 
     saved = stats.tokens_without_refold - stats.tokens_sent
     pct = 100 * saved // stats.tokens_without_refold if stats.tokens_without_refold else 0
     rows = [
-        ("messages in the ledger (none deleted)", f"{stats.messages:,}"),
+        # counted now: the resume turn added its two after the replay's count
+        ("messages in the ledger (none deleted)",
+         f"{store.get_session(session_id).message_count:,}"),
         ("model calls", f"{stats.model_calls:,}"),
         ("compactions (pre-computed in background)",
          f"{stats.compactions} ({stats.precomputed})"),

@@ -8,6 +8,7 @@ message embedded twice.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -48,6 +49,10 @@ def index_cmd(app: AppContext, batch: int, limit: int | None, as_json: bool) -> 
                     words.length = total
                     words.update(done - words.pos)
                 sealed = seal(step_words)
+                if not sealed:  # nothing to seal: no step came, and the bar stood at 0/1
+                    words.length = 0
+                    words.finish()
+                    words.render_progress()
     embedder = load_embedder()
     missing = missing_count(store, embedder.model)
     done = 0
@@ -72,12 +77,16 @@ def index_cmd(app: AppContext, batch: int, limit: int | None, as_json: bool) -> 
     left = max(missing - done, 0)
     emit({"embedded": done, "remaining": left, "interrupted": interrupted,
           "model": embedder.model, "word_blocks_sealed": sealed}, as_json, _render)
+    if interrupted:  # what was done is said above; the status is an interrupt's, as elsewhere
+        sys.exit(130)  # (SystemExit: cli.main runs click outside standalone mode)
 
 
 def _render(result: dict[str, Any]) -> None:
     line = f"embedded {result['embedded']} messages ({result['model']})"
     if result.get("word_blocks_sealed"):
         line = f"sealed {result['word_blocks_sealed']} word-index blocks; " + line
+    if result["interrupted"]:
+        line = "interrupted: " + line
     if result["remaining"]:
         line += f"; {result['remaining']} still missing: run `refold index` again to go on"
     click.echo(line)

@@ -5,7 +5,9 @@ scan still applies); ``pending`` / ``approve`` / ``reject`` work the queue that 
 memory tool and the background review fill when ``memory_approval`` is ``stage``. Memories live
 in ``<home>/memories`` (or, with ``memory_backend = "db"``, in the refold database under
 ``memory_profile``). Errors are raised, never swallowed here (a write refused for the limit
-only gets a hint for the terminal): cli.main renders them.
+only gets a hint for the terminal): cli.main renders them. An entry is stored as given, control
+characters included (as skills are); what is printed for a person shows them as escapes
+(``refold.cli.terminal.safe_text``), ``--json`` as stored.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import click
 
 from refold.cli.app import AppContext, console, emit, pass_app
+from refold.cli.terminal import safe_text
 from refold.errors import InvalidInput, MemoryError_, RefoldError
 from refold.memory import (
     DBMemoryStore,
@@ -63,7 +66,7 @@ def _when(timestamp: float) -> str:
 
 
 def _echo_result(result: WriteResult) -> None:
-    click.echo(f"{result.message} — {result.target}: {result.usage.describe()}")
+    click.echo(f"{safe_text(result.message)} — {result.target}: {result.usage.describe()}")
 
 
 @contextmanager
@@ -111,18 +114,18 @@ def _render_views(views: list[dict[str, Any]]) -> None:
                 if usage["over_limit"] else "")
         out.print(f"[bold]{HEADERS[view['target']]}[/bold] — {usage['percent']}% "
                   f"({usage['chars']:,}/{usage['limit']:,} chars){over}", markup=True)
-        out.print(f"  {view['location']}", markup=False)
+        out.print(f"  {safe_text(view['location'])}", markup=False)
         if view["drift"]:
             out.print("  [yellow]changed outside refold: replace/remove are refused until "
                       f"`refold memory adopt --target {view['target']}`[/yellow]", markup=True)
         if not view["entries"]:
             out.print("  (empty)")
         for entry in view["entries"]:
-            flag = (f" [red]{escape('[BLOCKED: ' + entry['blocked'] + ']')}[/red]"
+            flag = (f" [red]{escape(safe_text('[BLOCKED: ' + entry['blocked'] + ']'))}[/red]"
                     if entry["blocked"] else "")
             out.print(f"  #{entry['id']} {_when(entry['updated_at'])}{flag}", markup=True)
-            for line in entry["text"].splitlines():
-                out.print(f"    {line}", markup=False)
+            for line in entry["text"].splitlines():  # an entry may hold ESC[2J, ESC]0;…: shown
+                out.print(f"    {safe_text(line)}", markup=False)  # as escapes, not obeyed
 
 
 @memory_group.command("show")
@@ -150,7 +153,7 @@ def _render_stats(stats: dict[str, dict[str, Any]]) -> None:
         if row["consolidate"]:
             click.echo("  consolidation would help:")
         for line in row["advice"]:
-            click.echo(f"  - {line}")
+            click.echo(f"  - {safe_text(line)}")
 
 
 @memory_group.command(
@@ -171,7 +174,7 @@ def snapshot_cmd(app: AppContext, as_json: bool) -> None:
     """Print the block a new session would get in its system prompt."""
     snap = take_snapshot(open_memory(app))
     emit({"text": snap.text, "blocked": snap.blocked}, as_json,
-         lambda v: click.echo(v["text"] or "(memory is empty)"))
+         lambda v: click.echo(safe_text(v["text"]) or "(memory is empty)"))
 
 
 _AGE = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -201,7 +204,8 @@ def _render_flushed(result: dict[str, Any]) -> None:
     for item in result["flushed"]:
         click.echo(f"  {item['id'][:12]}  through seq {item['through_seq']}: "
                    f"{item['saved']} saved, {item['staged']} staged, "
-                   f"{item['duplicates']} near-duplicate(s) left out  {item['title'] or ''}")
+                   f"{item['duplicates']} near-duplicate(s) left out  "
+                   f"{safe_text(item['title'] or '')}")
 
 
 @memory_group.command("flush")
@@ -301,7 +305,7 @@ def _render_pending(items: list[dict[str, Any]]) -> None:
         click.echo("no pending memory writes")
     for item in items:
         click.echo(f"{item['id']}  {_when(item['created_at'])}  {item['target']}  "
-                   f"({item['origin']})  {item['summary']}")
+                   f"({item['origin']})  {safe_text(item['summary'])}")
 
 
 @memory_group.command("pending")
@@ -350,8 +354,8 @@ def approve_cmd(app: AppContext, ids: tuple[str, ...], every: bool) -> None:
                     exc.message = f"{kept} not applied, still pending: {exc.message}"
                 raise
             failed.append(pending_id)
-            click.echo(f"{pending_id}: not applied{', still pending' if kept else ''}: {exc}",
-                       err=True)
+            click.echo(f"{pending_id}: not applied{', still pending' if kept else ''}: "
+                       f"{safe_text(str(exc))}", err=True)
             continue
         click.echo(f"{pending_id}: ", nl=False)
         _echo_result(result)
@@ -370,4 +374,5 @@ def reject_cmd(app: AppContext, ids: tuple[str, ...], every: bool) -> None:
     writer = _writer(app)
     for pending_id in _ids(writer, ids, every):
         item = writer.reject(pending_id)
-        click.echo(f"{item.id}: rejected" + (f" ({item.summary})" if item.summary else ""))
+        click.echo(f"{item.id}: rejected"
+                   + (f" ({safe_text(item.summary)})" if item.summary else ""))

@@ -63,8 +63,8 @@ def list_cmd(app: AppContext, as_json: bool) -> None:
     """Names and descriptions."""
     skills = [s.to_dict() for s in _library(app).list_skills()]
     emit(skills, as_json, lambda rows: click.echo("\n".join(
-        f"{r['name']}: {r['description']}" + (f"  [BLOCKED: {r['blocked']}]"
-                                              if r.get("blocked") else "")
+        safe_text(f"{r['name']}: {r['description']}" + (f"  [BLOCKED: {r['blocked']}]"
+                                                        if r.get("blocked") else ""))
         for r in rows) or "no skills yet"))
 
 
@@ -77,7 +77,9 @@ def show_cmd(app: AppContext, name: str, as_json: bool) -> None:
     skill = _library(app).view(name)
     emit({"name": skill.name, "description": skill.description, "body": skill.body,
           "front_matter": dict(skill.extra)},  # every other key (allowed-tools…): seen
-         as_json, lambda _: click.echo(skill.render(), nl=False))
+         # control sequences in the SKILL.md shown as escapes (as `skills pending` and
+         # `sessions show` do), not obeyed by the terminal; --json keeps the text as stored
+         as_json, lambda _: click.echo(safe_text(skill.render()), nl=False))
 
 
 @skills_group.command("add")

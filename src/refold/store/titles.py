@@ -205,8 +205,39 @@ def title_shadows_id(ref: str, titled: Any, prefixed_ids: list[str]) -> None:
 
     others = [i for i in prefixed_ids if i != titled.id]
     if others:
+        # the advice names whole ids: the title itself still resolves to this same error, so
+        # "rename the session with that title" could not be done by its title
+        other = (f"`refold sessions show {others[0]}` opens the session whose id starts so"
+                 if len(others) == 1 else
+                 "several sessions' ids start so (`refold sessions list --json` shows "
+                 "them)")
         raise AmbiguousReference(
             f"{ref!r} is the title of session {titled.id[:12]} and the start of session "
             f"{others[0][:12]}'s id", candidates=[titled.id, *others[:19]],
-            hint="give the whole id (`refold sessions list --json` shows them), or rename "
-                 "the session with that title")
+            hint=f"give the whole id: {other}; `refold sessions rename {titled.id} NEW_TITLE` "
+                 f"gives the session titled {ref!r} a title that is no id's start")
+
+
+ID_PREFIX_CHARS = 4  # a title this long or longer, all hex digits, reads as an id prefix
+_HEX = re.compile(r"[0-9a-fA-F]+")
+
+
+def reads_as_id_prefix(title: str) -> bool:
+    """Whether ``title`` could be taken for the start of a session id (4+ hex digits)."""
+    return len(title) >= ID_PREFIX_CHARS and _HEX.fullmatch(title) is not None
+
+
+def refuse_id_prefix_title(title: str, session_id: str, prefixed_ids: Iterable[str]) -> None:
+    """InvalidInput when ``title`` (sanitized), given to session ``session_id``, is the start
+    of another session's id (``prefixed_ids``: the ids starting with ``title``, as the
+    backends' ``_prefixed_ids`` read them): that title would shadow the id prefix — ``show``,
+    ``rm`` and ``rename`` by it are refused as ambiguous (``title_shadows_id``). For renames
+    (an import titled by its file's name, ``<id>.jsonl``, keeps that name)."""
+    if not reads_as_id_prefix(title):
+        return
+    lowered = title.lower()
+    others = [i for i in prefixed_ids if i != session_id and i.lower().startswith(lowered)]
+    if others:
+        raise InvalidInput(f"the title {title!r} is the start of session {others[0][:12]}'s id",
+                           hint="choose a title that is not an id prefix (add a word or a "
+                                "non-hex character)")

@@ -29,6 +29,8 @@ from refold.store.sqlite.rows import SESSION_COLUMNS, to_session
 from refold.store.titles import (
     like_escape,
     next_lineage_title,
+    reads_as_id_prefix,
+    refuse_id_prefix_title,
     sanitize_title,
     split_lineage_title,
     title_shadows_id,
@@ -216,6 +218,9 @@ class SessionOps:
         with self.db.write() as conn:
             session = self._session(conn, session_id)
             self._check_title_free(conn, clean, session.owner, session_id)
+            if reads_as_id_prefix(clean):  # it would shadow another session's id prefix
+                refuse_id_prefix_title(clean, session_id,
+                                       self._prefixed_ids(conn, clean.lower(), session.owner))
             conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (clean, session_id))
             return self._session(conn, session_id)
 
