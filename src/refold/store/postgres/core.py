@@ -27,7 +27,12 @@ from refold.store.postgres.connection import (
     translate_errors,
     with_schema,
 )
-from refold.store.postgres.schema import LATEST_VERSION, extension_schemas, migrate
+from refold.store.postgres.schema import (
+    LATEST_VERSION,
+    extension_schemas,
+    holds_refold,
+    migrate,
+)
 from refold.store.urls import redact_url
 
 log = logging.getLogger(__name__)
@@ -73,9 +78,9 @@ DEFAULT_SCHEMA = "refold"
 
 
 def _installed(conn: psycopg.Connection[Any], schema: str) -> bool:
-    row = conn.execute("SELECT to_regclass(%s)",
-                       (f"{sql.Identifier(schema).as_string(conn)}.schema_migrations",)).fetchone()
-    return row is not None and row[0] is not None
+    """Whether ``schema`` holds refold's own tables: another app's ``schema_migrations``
+    (Rails, golang-migrate, Ecto) in ``public`` is not an earlier refold install."""
+    return holds_refold(conn, schema)
 
 
 def default_schema(conn: psycopg.Connection[Any]) -> str:

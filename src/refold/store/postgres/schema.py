@@ -5,6 +5,10 @@ Invariants:
   ``schema_migrations``: a crash leaves the schema at a whole version, never between two.
 - Opening is serialized per schema by a session-level advisory lock, so N processes starting at
   once run each migration exactly once; the others wait, then see it applied.
+- A schema already at this code's version is opened without DDL or lock: a role with USAGE on
+  the schema and privileges on its tables (no CREATE) reads and writes it.
+- A schema is refold's by its tables' columns (``holds_refold``), never by the mere name
+  ``schema_migrations``, which Rails, golang-migrate and Ecto use too.
 - ``pg_trgm`` and ``unaccent`` are created once per database (an advisory lock each plus
   "already exists" handled), in ``public`` unless they already live elsewhere; the store's
   search_path then includes those schemas, so dropping a test schema never drops an extension
@@ -301,25 +305,111 @@ def extension_schemas(conn: psycopg.Connection[Any]) -> list[str]:
     return out
 
 
+# refold's own tables and the columns that tell them from another app's tables of the same name
+# (Rails, golang-migrate and Ecto each keep a ``schema_migrations`` of their own in ``public``)
+REFOLD_COLUMNS: dict[str, dict[str, str]] = {
+    "schema_migrations": {"version": "integer", "name": "text",
+                          "applied_at": "double precision"},
+    "sessions": {"id": "text", "owner": "text", "started_at": "double precision",
+                 "message_count": "integer", "parent_session_id": "text"},
+    "messages": {"session_id": "text", "seq": "integer", "body": "text", "identity": "text",
+                 "search_text": "text"},
+}
+
+
+def table_columns(conn: psycopg.Connection[Any], schema: str) -> dict[str, dict[str, str]]:
+    """``{table: {column: type}}`` of the tables named in ``REFOLD_COLUMNS`` that ``schema``
+    holds. Read from the catalogs, which any role may read (no privilege on the tables)."""
+    rows = conn.execute(
+        """SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod)
+           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+           JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+           WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND c.relname = ANY(%s)""",
+        (schema, list(REFOLD_COLUMNS))).fetchall()
+    out: dict[str, dict[str, str]] = {}
+    for table, column, kind in rows:
+        out.setdefault(table, {})[column] = kind
+    return out
+
+
+def _is_refold_table(columns: dict[str, dict[str, str]], table: str) -> bool:
+    have = columns.get(table)
+    return have is not None and all(have.get(c) == t for c, t in REFOLD_COLUMNS[table].items())
+
+
+def holds_refold(conn: psycopg.Connection[Any], schema: str) -> bool:
+    """Whether ``schema`` holds a refold store: refold's migrations table with its sessions and
+    messages tables, each with refold's columns (never just some table called
+    ``schema_migrations``)."""
+    columns = table_columns(conn, schema)
+    return all(_is_refold_table(columns, table) for table in REFOLD_COLUMNS)
+
+
+def _schema_exists(conn: psycopg.Connection[Any], schema: str) -> bool:
+    return conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s",
+                        (schema,)).fetchone() is not None
+
+
+def _current_version(conn: psycopg.Connection[Any], schema: str) -> int | None:
+    """The version ``schema`` is at; None where it has no migrations table yet. MigrationError
+    when its ``schema_migrations`` is another app's."""
+    columns = table_columns(conn, schema)
+    if "schema_migrations" not in columns:
+        return None
+    if not _is_refold_table(columns, "schema_migrations"):
+        raise MigrationError(
+            f"schema {schema!r} holds a schema_migrations table that is not refold's",
+            hint="give refold a schema of its own: add ?schema=refold to the URL")
+    table = sql.SQL("{}.schema_migrations").format(sql.Identifier(schema))
+    row = conn.execute(sql.SQL("SELECT coalesce(max(version), 0) FROM {}").format(table))\
+        .fetchone()
+    return int(row[0]) if row else 0
+
+
+def _ddl(conn: psycopg.Connection[Any], statement: sql.Composed, schema: str) -> None:
+    """Run one statement of the schema's creation; a role without the privilege gets a
+    MigrationError that names it."""
+    try:
+        conn.execute(statement)
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise MigrationError(
+            f"cannot create refold's tables in schema {schema!r}: "
+            f"{str(exc).strip().splitlines()[0]}",
+            hint="open it once as a role with CREATE on the database (or the schema), "
+                 "e.g. its owner; after that a role with USAGE and table privileges is "
+                 "enough") from exc
+
+
 def migrate(conn: psycopg.Connection[Any], schema: str, search_path: list[str],
             migrations: tuple[Migration, ...] = MIGRATIONS) -> list[int]:
-    """Bring ``schema`` to ``LATEST_VERSION``; return the versions applied by this call."""
+    """Bring ``schema`` to the last of ``migrations``; return the versions applied by this call.
+
+    A schema already at that version takes no DDL at all (nor a lock), so a role with only
+    USAGE on the schema and privileges on its tables opens it; only a schema to create or to
+    migrate needs CREATE."""
+    latest = max(m.version for m in migrations)
+    path = sql.SQL(", ").join(sql.Identifier(s) for s in search_path)
+    current = _current_version(conn, schema)
+    if current is not None and current >= latest:
+        _check_not_newer(schema, current, latest)
+        conn.execute(sql.SQL("SET search_path TO {}").format(path))
+        return []
     key = _lock_key(conn, f"refold:migrate:{schema}")
     conn.execute("SELECT pg_advisory_lock(%s)", (key,))
     try:
-        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-        path = sql.SQL(", ").join(sql.Identifier(s) for s in search_path)
+        if not _schema_exists(conn, schema):
+            _ddl(conn, sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)),
+                 schema)
         conn.execute(sql.SQL("SET search_path TO {}").format(path))
-        conn.execute("""CREATE TABLE IF NOT EXISTS schema_migrations (
-                            version integer PRIMARY KEY,
-                            name text NOT NULL,
-                            applied_at double precision NOT NULL)""")
-        row = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
-        current = int(row[0]) if row else 0
-        if current > max(m.version for m in migrations):
-            raise MigrationError(
-                f"schema {schema!r} is at version {current}, newer than this refold "
-                f"({max(m.version for m in migrations)})", hint="upgrade refold")
+        current = _current_version(conn, schema)  # another process may have migrated meanwhile
+        if current is None:
+            _ddl(conn, sql.SQL("""CREATE TABLE IF NOT EXISTS {}.schema_migrations (
+                                    version integer PRIMARY KEY,
+                                    name text NOT NULL,
+                                    applied_at double precision NOT NULL)""").format(
+                     sql.Identifier(schema)), schema)
+            current = 0
+        _check_not_newer(schema, current, latest)
         applied: list[int] = []
         for migration in migrations:
             if migration.version > current:
@@ -328,6 +418,12 @@ def migrate(conn: psycopg.Connection[Any], schema: str, search_path: list[str],
         return applied
     finally:
         conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+def _check_not_newer(schema: str, current: int, latest: int) -> None:
+    if current > latest:
+        raise MigrationError(f"schema {schema!r} is at version {current}, newer than this "
+                             f"refold ({latest})", hint="upgrade refold")
 
 
 def _apply(conn: psycopg.Connection[Any], migration: Migration) -> None:

@@ -22,6 +22,8 @@ from refold.store.base import Session, SessionDraft, Usage, started
 from refold.store.postgres.core import SESSION_COLS, Cursor, PgCore, session_from_row
 from refold.store.titles import (
     like_escape,
+    reads_as_id_prefix,
+    refuse_id_prefix_title,
     sanitize_title,
     split_lineage_title,
     title_shadows_id,
@@ -30,6 +32,12 @@ from refold.store.titles import (
 from refold.store.titles import next_lineage_title as next_title_from
 
 LINK_KINDS = ("compaction", "branch", "fork")
+
+# The longest session id a new session takes, in characters. PostgreSQL keeps an indexed value
+# in one btree page (at most 2704 bytes per row of ``sessions_pkey``, of ``messages_identity``
+# with its 32-character identity): 500 characters are 2000 bytes of UTF-8 at worst, whatever
+# the text. Ids refold makes are 32 characters; an agent's own ids (UUIDs) are shorter still.
+MAX_SESSION_ID_LENGTH = 500
 
 
 def new_session_id() -> str:
@@ -43,10 +51,21 @@ def check_draft(draft: SessionDraft) -> None:
                            hint="use one of: " + ", ".join(LINK_KINDS))
 
 
+def check_session_id(session_id: str) -> None:
+    """InvalidInput for an id longer than ``MAX_SESSION_ID_LENGTH`` (which the indexes could
+    not hold), before anything is written."""
+    if len(session_id) > MAX_SESSION_ID_LENGTH:
+        raise InvalidInput(
+            f"a session id is at most {MAX_SESSION_ID_LENGTH} characters; this one has "
+            f"{len(session_id)}",
+            hint="use a shorter id; a title names a session too")
+
+
 def insert_session(core: PgCore, cur: Cursor, session_id: str,
                    draft: SessionDraft) -> tuple[Any, ...] | None:
     """The session row, inside the caller's transaction; None (nothing written) when the id is
     taken."""
+    check_session_id(session_id)
     clean = sanitize_title(draft.title)
     if draft.parent_session_id is not None:
         core._require_session(cur, draft.parent_session_id)
@@ -82,6 +101,8 @@ class SessionsMixin(PgCore):
         check_draft(draft)
         if session_id is not None and not str(session_id).strip():
             raise InvalidInput("a session id cannot be empty")
+        if session_id is not None:
+            check_session_id(session_id)
         sid = session_id or new_session_id()
         with self._tx("create session") as cur:
             cur.execute("SELECT 1 FROM sessions WHERE id = %s", (sid,))
@@ -209,6 +230,9 @@ class SessionsMixin(PgCore):
         with self._tx("rename session") as cur:
             session = self._load_session(cur, session_id)
             self._check_title_free(cur, clean, session.owner, except_id=session_id)
+            if reads_as_id_prefix(clean):  # it would shadow another session's id prefix
+                refuse_id_prefix_title(clean, session_id,
+                                       self._prefixed_ids(cur, clean.lower(), session.owner))
             cur.execute(f"UPDATE sessions SET title = %s WHERE id = %s RETURNING {SESSION_COLS}",
                         (clean, session_id))
             row = cur.fetchone()
