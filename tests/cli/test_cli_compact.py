@@ -91,7 +91,7 @@ def test_compact_jsonl_and_human_output(tmp_path: Path) -> None:
 
 
 def test_compact_with_the_llm_summarizer(tmp_path: Path, transcript: Path) -> None:
-    with serve(["## Goal\n- fix login"]) as s:
+    with serve(["## Goal\n- fix login\n## Progress\n### Done\n- the login form was read"]) as s:
         data = ok_json(invoke(tmp_path / "h", "compact", str(transcript), "--context-length",
                               "12000", "--summarizer", "llm", "--json",
                               env={"REFOLD_SUMMARIZER_URL": s.base_url,

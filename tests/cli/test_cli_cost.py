@@ -105,7 +105,8 @@ def test_sessions_compact_charges_the_summary_to_the_session(store: Store, tmp_p
     home.mkdir()
     (home / "refold.toml").write_text('[pricing."aux"]\ninput = 1.0\noutput = 2.0\n')
     usage = {"prompt_tokens": 30_000, "completion_tokens": 1_000, "total_tokens": 31_000}
-    with serve(default=lambda body: ScriptedReply(content="## Goal\n- fix login",
+    with serve(default=lambda body: ScriptedReply(content="## Goal\n- fix login\n## Progress\n"
+                                                  "### Done\n- the login form was read",
                                                   usage=usage)) as up:
         result = CliRunner().invoke(cli, [
             "--home", str(home), "--db", db_url(store), "sessions", "compact", session.id,

@@ -92,7 +92,8 @@ def test_cache_friendly_replay_leaves_out_kept_responses_items(server: RunningLL
 
 def test_recompaction_sends_the_previous_summary_for_update(server: RunningLLM,
                                                             client: HttpChatClient) -> None:
-    server.llm.push(BODY, "## Goal\n- Fix the login bug, then logging")
+    server.llm.push(BODY, "## Goal\n- Fix the login bug, then logging\n## Progress\n### Done\n"
+                          "- the login bug is fixed")
     first = _compact(LLMSummarizer(client, "aux"))
     grown = first.messages + agent_transcript(20)[2:]
     second = _compact(LLMSummarizer(client, "aux"), grown)

@@ -23,7 +23,12 @@ PIECES = ["export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY
           "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJlX2hlcmU",
           "Basic dXNlcjpwYXNzd29yZA==", "bearer abcdefghijklmnop1234", "task-list", "sk_live_",
           "MyTokenizer=abc123def456ghi", "passwordtoken=abcd1234efgh5678", "secretoken: x1y2z3w4v5u6t7",
-          "pk_test_" + "Z" * 20, "-", "_", ":", "=", "Token", "TOKEN", "Auth"]
+          "pk_test_" + "Z" * 20, "-", "_", ":", "=", "Token", "TOKEN", "Auth",
+          # credentials on a command line
+          "mysql -u root -pS3cretPassw0rd!", "curl -u deploy:Tr0ub4dor3xyz https://x",
+          "sshpass -p 'Winter2024!x' ssh host", "--password", " hunter2x", "| docker login "
+          "--password-stdin", "echo dckr_pat_abcdefghijklmnopqrstuv", "mysql -p",
+          "https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXX"]
 
 
 def plain_scan(text: str) -> set[str]:
@@ -32,6 +37,8 @@ def plain_scan(text: str) -> set[str]:
         found.update(m.group(0) for m in whole.finditer(text))
     for valued in (S._URL_PASSWORD, S._BEARER, S._PASSWORD, S._KEYLIKE):
         found.update(m.group(2) for m in valued.finditer(text))
+    for _words, form in S._CLI_FORMS:  # credentials on a command line (4+ characters)
+        found.update(m.group(2) for m in form.finditer(text) if len(m.group(2).strip("'\"")) >= 4)
     return found
 
 

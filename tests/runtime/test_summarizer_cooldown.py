@@ -57,7 +57,8 @@ def test_a_failing_summary_model_is_not_retried_during_its_cooldown(
 
 def test_the_summary_model_is_asked_again_once_the_cooldown_is_over(store: Store) -> None:
     replies = [FAILURES["server"]]
-    with serve(default=lambda _b: replies[0] if replies else ScriptedReply(content="## Goal\nok"),
+    with serve(default=lambda _b: replies[0] if replies else ScriptedReply(
+        content="## Goal\nok\n## Progress\n### Done\n- the modules were checked"),
                ) as llm, HttpChatClient(llm.base_url) as client:
         summarizer = LLMSummarizer(client, model="summary-model")
         with Engine(store, model="gpt-4o-mini", context_length=WINDOW, summarizer=summarizer,

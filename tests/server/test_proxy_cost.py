@@ -27,7 +27,8 @@ REPLY_COST = (3_000 * 10.0 + 100 * 20.0) / 1e6  # $0.032 at the override
 def _upstream(body: dict[str, Any]) -> ScriptedReply:
     first = body["messages"][0]
     if first.get("role") == "system" and first.get("content") == SYSTEM_INSTRUCTION:
-        return ScriptedReply(content="## Goal\nShip the build.", usage=SUMMARY_USAGE)
+        return ScriptedReply(content="## Goal\nShip the build.\n## Progress\n### Done\n"
+                             "- the build scripts were checked", usage=SUMMARY_USAGE)
     return ScriptedReply(content="ok", usage=REPLY_USAGE)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import shlex
 from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any
@@ -128,11 +129,23 @@ class Activity:
     _failing: dict[str, set[str]] = field(default_factory=dict)
 
     def touch(self, path: str, action: str, position: int) -> None:
-        # a leading "." is the path's own (``./x``, ``../x``, ``.env``): only a trailing one goes
-        path = path.strip().strip("`'\"").rstrip(".,;:").lstrip(",;:").removeprefix("./")
+        path = _clean_path(path)
         if is_path_like(path):
             _, actions = self.files.get(path, (position, set()))
             self.files[path] = (position, actions | {action})
+
+    def remove(self, path: str, position: int) -> None:
+        """``path`` was deleted: it is named, no longer "modified" (a file created and then
+        removed left nothing behind). A relative path is also the one known path that ends
+        with it (as the summary's file list joins them)."""
+        path = _clean_path(path)
+        if not is_path_like(path):
+            return
+        self.touch(path, "mentioned", position)
+        same = [p for p in self.files if p.endswith("/" + path) and p != path]
+        for known in [path, *(same if len(same) == 1 else [])]:
+            at, actions = self.files[known]
+            self.files[known] = (max(at, position), (actions - {"modified"}) | {"mentioned"})
 
     def record(self, outcome: Outcome) -> None:
         old = self.outcomes.pop(outcome.key, None)
@@ -163,6 +176,11 @@ class Activity:
         keys = self._failing.get(command_shape(key)[0])
         if keys is not None:
             keys.discard(key)
+
+
+def _clean_path(path: str) -> str:
+    # a leading "." is the path's own (``./x``, ``../x``, ``.env``): only a trailing one goes
+    return path.strip().strip("`'\"").rstrip(".,;:").lstrip(",;:").removeprefix("./")
 
 
 def _args(raw: str) -> dict[str, Any]:
@@ -209,8 +227,27 @@ def _last_line(output: str) -> str:
     return _last_of(output.splitlines()) or ""
 
 
+# a test run's own summary line: pytest's ``=== 1 failed, 3 passed in 0.12s ===`` (or ``-q``'s
+# ``3 passed in 0.12s``), cargo test's ``test result: ok. 5 passed; …``, jest's ``Tests: …``
+_SUMMARY_LINE = re.compile(
+    r"^[ \t]*(?:=+ )?(?:\d+ [a-z]+(?:, |(?= in )))+ in [\d.]+s(?: \([\d:]+\))?(?: =+)?[ \t]*$|"
+    r"^[ \t]*test result: (?:ok|FAILED)\. .*$|^[ \t]*Tests:[ \t]+\d.*\btotal[ \t]*$",
+    re.MULTILINE)
+_NONE_RAN = re.compile(r"\b0 passed\b")
+
+
+def _summary_line(output: str) -> str | None:
+    """The last test-summary line of the output's tail (one that counts tests run first: a
+    cargo run ends with its doc tests' ``0 passed``), or None."""
+    found = [m.group(0).strip() for m in _SUMMARY_LINE.finditer(output[-2 * RESULT_TAIL_CHARS:])]
+    return next((ln for ln in reversed(found) if not _NONE_RAN.search(ln)),
+                found[-1] if found else None)
+
+
 def _result_line(output: str) -> str:
-    line = " ".join(_last_line(output).split())
+    """What a command that went well printed: its test summary line when it has one, else its
+    last line."""
+    line = " ".join((_summary_line(output) or _last_line(output)).split())
     return line if len(line) <= 120 else line[:119] + "…"
 
 
@@ -296,22 +333,87 @@ def _outcomes(name: str, effect: Effect, output: str, position: int,
     if effect.failed_write is not None:
         return [Outcome(p, name, False, f"error: {effect.failed_write}", position)
                 for p in effect.mentions]
-    return [Outcome(p, name, True, effect.action or "written", position) for p in effect.writes]
+    return [Outcome(p, name, True, effect.action or "written", position) for p in effect.writes] \
+        + [Outcome(p, name, True, "deleted", position) for p in effect.deletes]
 
 
 _FENCED = re.compile(r"```[\w-]*[ \t]*\n(.*?)\n?[ \t]*```", re.DOTALL)
 _RETURNCODE = re.compile(r"\A\s*<returncode>\s*(-?\d+)\s*</returncode>\s*")
 _OUTPUT_TAG = re.compile(r"\A\s*<output>\n?|\n?</output>\s*\Z")
 TEXT_ACTION_TOOL = "bash"  # the shell a text-action agent's fenced commands run in
+# the state SWE-agent writes after every observation: ``(Open file: …)``, ``(Current
+# directory: …)`` and the ``bash-$`` prompt
+_TRAILER_LINE = re.compile(r"^\s*(?:\((?:Open file|Current directory|Interactive session): "
+                           r"[^\n]*\)|bash-\$)\s*$")
+_OPEN_FILE = re.compile(r"^\(Open file: ([^\n)]+)\)\s*$", re.MULTILINE)
+_SWE_HEADER = re.compile(r"^\[File: (\S+) \(\d+ lines total\)\]", re.MULTILINE)
+# SWE-agent's own commands, as the tools of its function-calling mode (refold.compaction.tools)
+_SWE_VIEWS = frozenset({"goto", "scroll_up", "scroll_down"})
+_SWE_COMMANDS = frozenset({"open", "create", "edit", "insert", "str_replace_editor",
+                           "find_file", "search_file", "search_dir", "submit"}) | _SWE_VIEWS
+
+
+def strip_prompt_trailer(text: str) -> tuple[str, str | None]:
+    """An observation without SWE-agent's trailer, and the file it says is open (None when
+    none is, ``n/a``)."""
+    lines = text.rstrip().split("\n")
+    cut = len(lines)
+    while cut and (not lines[cut - 1].strip() or _TRAILER_LINE.match(lines[cut - 1])):
+        cut -= 1
+    if cut == len(lines):
+        return text, None
+    opened = _OPEN_FILE.search("\n".join(lines[cut:]))
+    name = opened.group(1).strip() if opened else None
+    return "\n".join(lines[:cut]), None if name in (None, "n/a") else name
+
+
+def _words(line: str) -> list[str]:
+    try:
+        return shlex.split(line)
+    except ValueError:
+        return line.split()
+
+
+def swe_call(block: str, output: str, open_file: str | None) -> tuple[str, dict[str, Any]]:
+    """The tool and arguments a text action is: SWE-agent's own commands (``open f 10``,
+    ``create f``, ``edit 1:1 … end_of_edit``, ``str_replace_editor view f``…) as its
+    function-calling tools, anything else a ``bash`` command."""
+    first, _, rest = block.partition("\n")
+    name = first.split(maxsplit=1)[0] if first.strip() else ""
+    if name not in _SWE_COMMANDS:
+        return TEXT_ACTION_TOOL, {"command": block}
+    operands = _words(first)[1:]
+    shown = _SWE_HEADER.search(output[:400])
+    current = shown.group(1) if shown else open_file
+    args: dict[str, Any] = {}
+    if name == "open" and operands:
+        args = {"path": operands[0]}
+    elif name in _SWE_VIEWS and current:
+        args = {"path": current}
+    elif name == "create" and operands:
+        args = {"filename": operands[0]}
+    elif name in ("edit", "insert"):  # the open file, named by the result's ``[File: X]``
+        args = {"text": rest.removesuffix(f"end_of_{name}").rstrip()}
+    elif name == "str_replace_editor" and len(operands) >= 2:
+        args = {"command": operands[0], "path": operands[1]}
+    elif name == "find_file":
+        args = {"file_name": operands[0] if operands else "",
+                "dir": operands[1] if len(operands) > 1 else ""}
+    elif name in ("search_file", "search_dir") and operands:
+        args = {"search_term": operands[0]}
+        if len(operands) > 1:
+            args["file" if name == "search_file" else "dir"] = operands[1]
+    return name, args
 
 
 def as_tool_turns(turns: Sequence[Message], observed: set[int]) -> list[Message]:
     """``turns`` with a text-action agent's steps as the tool calls they are (SWE-agent,
     mini-swe-agent: the command in a fenced block of a plain assistant message, its output the
     next *user* message, one of ``observed``, the ``id()`` of such observations): that
-    assistant message gets its last fenced block as a ``bash`` call, the observation becomes
-    the call's result, its ``<returncode>`` the ``Exit code`` header a shell tool writes. The
-    same length and order, so positions are those of ``turns``."""
+    assistant message gets its last fenced block as a call (``swe_call``: SWE-agent's own
+    commands as its tools, anything else ``bash``), the observation becomes the call's result
+    without SWE-agent's prompt trailer, its ``<returncode>`` the ``Exit code`` header a shell
+    tool writes. The same length and order, so positions are those of ``turns``."""
     out = list(turns)
     if not observed:
         return out
@@ -323,14 +425,24 @@ def as_tool_turns(turns: Sequence[Message], observed: set[int]) -> list[Message]
         if not blocks or not blocks[-1].strip():
             continue
         call_id = f"text-action-{i}"
-        out[i] = {**before, "tool_calls": [{"id": call_id, "type": "function", "function": {
-            "name": TEXT_ACTION_TOOL, "arguments": json.dumps({"command": blocks[-1].strip()})}}]}
         text = content_text(after)
         code = _RETURNCODE.match(text)
-        body = _OUTPUT_TAG.sub("", text[code.end():] if code else text)
+        body, open_file = strip_prompt_trailer(
+            _OUTPUT_TAG.sub("", text[code.end():] if code else text))
+        name, args = swe_call(blocks[-1].strip(), body, open_file)
+        out[i] = {**before, "tool_calls": [{"id": call_id, "type": "function", "function": {
+            "name": name, "arguments": json.dumps(args)}}]}
         out[i + 1] = {"role": "tool", "tool_call_id": call_id,
                       "content": (f"Exit code {code.group(1)}\n" if code else "") + body}
     return out
+
+
+def _changed_nothing(effect: Effect, failed_write: str | None) -> Effect:
+    """``effect`` as a call that changed no file: what it would have written or removed is
+    only named."""
+    return Effect(reads=effect.reads,
+                  mentions=(*effect.mentions, *effect.writes, *effect.deletes),
+                  command=effect.command, action=effect.action, failed_write=failed_write)
 
 
 def scan_activity(turns: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None
@@ -356,18 +468,18 @@ def scan_activity(turns: Sequence[Message], tools: Sequence[dict[str, Any]] | No
                 continue
             effect = tool_effect(name, args, output, notes)
             flagged = flagged_error(result) if result is not None else None
-            if result is None and effect.writes:  # never answered: declined, interrupted
-                effect = Effect(reads=effect.reads, mentions=(*effect.mentions, *effect.writes),
-                                command=effect.command, action=effect.action)
-            if flagged and effect.writes:  # a write whose result is an error wrote nothing
-                effect = Effect(reads=effect.reads, mentions=(*effect.mentions, *effect.writes),
-                                command=effect.command, action=effect.action,
-                                failed_write=None if effect.command is not None else
-                                (effect.failed_write or _first_line(output) or "error"))
+            if result is None and (effect.writes or effect.deletes):  # declined, interrupted
+                effect = _changed_nothing(effect, None)
+            if flagged and (effect.writes or effect.deletes):  # an error: it changed nothing
+                effect = _changed_nothing(effect, None if effect.command is not None else
+                                          (effect.failed_write or _first_line(output)
+                                           or "error"))
             for action, paths in (("read", effect.reads), ("modified", effect.writes),
                                   ("mentioned", effect.mentions)):
                 for path in paths:
                     activity.touch(path, action, pos)
+            for path in effect.deletes:  # gone, not modified (the command or the ``deleted``
+                activity.remove(path, pos)  # outcome says what happened to it)
             if result is not None:
                 for outcome in _outcomes(name, effect, output, pos, flagged):
                     activity.record(outcome)

@@ -18,6 +18,7 @@ quota, lost network, or a truncated summary (finish_reason=length) →
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -27,8 +28,9 @@ from refold.compaction.summarizer import SummaryDraft, SummaryRequest
 from refold.compaction.summary import END_MARKER, HEADINGS, PREFIX, is_summary_message, strip_think
 from refold.errors import SummarizerError, UpstreamError
 from refold.llm.client import ChatClient, ChatResult
-from refold.memory.scan import scan
+from refold.memory.scan import scan_long
 from refold.messages.model import Message, content_text, wire_form
+from refold.tokens.counter import TokenCounter
 
 log = logging.getLogger(__name__)
 
@@ -146,10 +148,46 @@ def _clean_message(msg: Message) -> Message:
     return msg
 
 
+# the template's section headings (``_template``): a reply must carry most of them
+TEMPLATE_KEYS = ("goal", "constraints", "progress", "done", "in_progress", "blocked",
+                 "decisions", "files", "next_steps", "critical")
+MIN_TEMPLATE_HEADINGS = 2  # of the 10: a model may leave out sections it has nothing for
+MIN_CONTENT_CHARS = 16  # letters and digits under the headings, "None." markers not counted
+_BULLET = re.compile(r"^(?:[-*+•]|\d+[.)])\s*")
+_NONE_WORDS = frozenset({"none", "n/a", "na", "nothing", "无", "なし"}
+                        | {h["none"].rstrip(".。").lower() for h in HEADINGS.values()})
+
+
+def _heading_lines(body: str) -> set[str]:
+    return {line.strip().rstrip(":：").strip().lower() for line in body.splitlines()
+            if line.lstrip().startswith("#")}
+
+
+def template_headings(body: str, language: str) -> int:
+    """How many of the template's section headings ``body`` has (in its language or in
+    English), each on a line of its own."""
+    found = _heading_lines(body)
+    return max(sum(h[k].lower() in found for k in TEMPLATE_KEYS)
+               for h in {language: HEADINGS.get(language, HEADINGS["en"]),
+                         "en": HEADINGS["en"]}.values())
+
+
+def content_chars(body: str) -> int:
+    """Letters and digits ``body`` carries beyond its headings and "None." markers."""
+    total = 0
+    for line in body.splitlines():
+        text = _BULLET.sub("", line.strip())
+        if not text or text.startswith("#") or text.rstrip(".。").lower() in _NONE_WORDS:
+            continue
+        total += sum(ch.isalnum() for ch in text)
+    return total
+
+
 def check_output(body: str, language: str) -> str | None:
     """Why an LLM summary must not be stored (``None`` when it may): a prompt injection the
-    memory scanner finds, or a reply that ignores the template (its headings, no framing)."""
-    reason = scan(body)
+    memory scanner finds (a long summary is scanned in windows, ``scan_long``), or a reply
+    that ignores the template (its headings, no framing) or carries nothing under them."""
+    reason = scan_long(body)
     if reason is not None:
         return f"it failed the safety scan ({reason})"
     headings = HEADINGS.get(language, HEADINGS["en"])
@@ -157,6 +195,38 @@ def check_output(body: str, language: str) -> str | None:
         return f"it ignored the template (no {headings['goal']!r} heading)"
     if END_MARKER in body or PREFIX[:40] in body:
         return "it carries the summary framing itself"
+    found = template_headings(body, language)
+    if found < MIN_TEMPLATE_HEADINGS:
+        return (f"it ignored the template (only {found} of its {len(TEMPLATE_KEYS)} section "
+                f"headings; at least {MIN_TEMPLATE_HEADINGS} are needed)")
+    if content_chars(body) < MIN_CONTENT_CHARS:
+        return "it is empty (no content under the template's headings)"
+    return None
+
+
+def cut_to_budget(body: str, budget: int, counter: TokenCounter) -> str:
+    """What the core keeps of a body over its budget (``core._fit_body``: from 1.25x the
+    budget, whole lines go from the end until it fits)."""
+    if counter.count_text(body) <= int(budget * 1.25):
+        return body
+    lines = body.splitlines()
+    while lines and counter.count_text("\n".join(lines)) > budget:
+        lines = lines[: max(1, int(len(lines) * 0.9))] if len(lines) > 10 else lines[:-1]
+    return "\n".join(lines)
+
+
+def check_fitted(body: str, request: SummaryRequest) -> str | None:
+    """``check_output`` of the reply, and of what is left of it once cut to its budget (one
+    line far over the budget leaves a bare heading)."""
+    problem = check_output(body, request.language)
+    if problem is not None:
+        return problem
+    kept = cut_to_budget(body, request.budget_tokens, request.counter)
+    if kept is not body:
+        cut = check_output(kept, request.language)
+        if cut is not None:
+            return (f"it is far over its budget of {request.budget_tokens} tokens, and what "
+                    f"fits of it was rejected: {cut}")
     return None
 
 
@@ -272,7 +342,7 @@ class LLMSummarizer:
                                         kind="bad_response")
                 warnings.append(f"summary model {model} returned an empty summary")
                 continue
-            problem = check_output(body, request.language)
+            problem = check_fitted(body, request)
             if problem is not None:  # retryable: the builtin summarizer writes it instead
                 raise SummarizerError(f"the summary from {model} was rejected: {problem}",
                                       retryable=True, kind="rejected")

@@ -6,10 +6,14 @@ count at which auto-compaction triggers:
 
 1. the ratio is the model override's (longest matching name substring) or the policy's (0.50);
 2. for windows under 512K a raise-only floor applies (0.75) — unless the ratio was set
-   explicitly for this model, which is never silently changed;
+   explicitly for this model, which is never silently changed; a larger window never triggers
+   below what the floor gave just under 512K (384K tokens: windows of 512K–768K trigger there,
+   from 768K the ratio alone sets it);
 3. output tokens are reserved (``window - output_reserve``), as long as the reserve leaves a
-   usable window (a request's own ``max_tokens`` raises the reserve for that turn: see
-   ``SessionRuntime.output_reserve``);
+   usable window (25% of it; a request's own ``max_tokens`` raises the reserve for that turn:
+   see ``SessionRuntime.output_reserve``); the trigger is monotonic in the window: from the
+   smallest window the reserve applies to, it never drops below what the ratio gives there
+   (4,096 tokens with the defaults: windows of 5,461–8,192 tokens trigger at 4,096);
 4. the trigger never exceeds 85% of the window (and if the floor reached the window, 85% is
    where it triggers);
 5. an absolute cap applies last, except over an explicit per-model ratio (reported instead).
@@ -86,6 +90,9 @@ class CompactionPolicy:
         return max(matches, key=lambda o: len(o.match)) if matches else None
 
 
+_USABLE_SHARE = 0.25  # what the output reserve must leave of a window to apply
+
+
 @dataclass(frozen=True)
 class Threshold:
     tokens: int
@@ -105,12 +112,23 @@ def threshold_for(policy: CompactionPolicy, context_length: int, model: str | No
     percent = override.threshold_percent if explicit and override else policy.threshold_percent
     assert percent is not None
     notes: list[str] = []
-    if window < policy.small_window_limit and not explicit:
-        percent = max(percent, policy.small_window_floor_percent)
-    tokens = window * percent
-    reserved = window - policy.output_reserve_tokens
-    if reserved >= window * 0.25:
-        tokens = min(tokens, reserved)
+    floor = None if explicit else policy.small_window_floor_percent
+
+    def by_ratio(size: float) -> float:
+        """The ratio's trigger for a window of ``size``: the floor's under the limit, and from
+        the limit never less than the floor gave just under it."""
+        if floor is None or floor <= percent:
+            return size * percent
+        return max(size * percent, min(size, policy.small_window_limit) * floor)
+
+    tokens = by_ratio(window)
+    # the reserve applies from the window where it leaves a usable quarter (``reserve / 0.75``);
+    # below that the ratio alone sets the trigger, and above it the trigger never drops under
+    # the ratio's value at that window: a larger window never triggers earlier
+    reserve = max(0, policy.output_reserve_tokens)
+    smallest = reserve / (1 - _USABLE_SHARE)
+    if window >= smallest:
+        tokens = min(tokens, max(window - reserve, by_ratio(smallest)))
     tokens = min(tokens, window * policy.max_trigger_percent)
     cap = override.threshold_tokens_cap if override and override.threshold_tokens_cap \
         else policy.threshold_tokens_cap

@@ -22,7 +22,7 @@ _TOKENS = re.compile(
     r"(?:AKIA|ASIA)[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{35}|"
     r"xox[abposr]-[A-Za-z0-9-]{10,}|(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}|"
     r"hf_[A-Za-z0-9]{30,}|glpat-[A-Za-z0-9_-]{20,}|npm_[A-Za-z0-9]{36}|"
-    r"pypi-[A-Za-z0-9_-]{40,}|"
+    r"pypi-[A-Za-z0-9_-]{40,}|dckr_pat_[A-Za-z0-9_-]{20,}|"
     r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})")
 _PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE "
                           r"KEY-----|\Z)", re.DOTALL)
@@ -37,6 +37,96 @@ _KEYLIKE = re.compile("(" + _NAME.format(words=r"token|api[_-]?key|apikey|access
                                          r"private[_-]?key|auth") + ")"
                       + r"""((?=[^\s"',;}{]*\d)(?=[^\s"',;}{]*[A-Za-z])[^\s"',;}{]{12,})""",
                       re.IGNORECASE)
+
+# Credentials on a command line, each pattern (kept, value[, kept]) with the words it cannot
+# match without. A value is quoted or a run of non-space; one that starts with "$" is a
+# variable's name, and "-" another flag (mysql's "-p" alone, "--password-stdin": no value).
+_VALUE = r"""('(?!\$)[^'\n]+'|"(?!\$)[^"\n]+"|[^\s'"$-]\S*)"""
+_COMMAND_AT = r"(?:^|(?<=[\s;&|(`'\"]))"  # a program name where a command starts, not in a path
+_CLI_FORMS: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = (
+    # mysql -pSECRET (attached: "-p secret" is a prompt and a database name)
+    (("mysql", "mariadb"), re.compile(
+        _COMMAND_AT + r"((?i:mysql|mariadb)(?:-?(?:dump|admin|import|check|show|slap))?"
+        r"(?:[ \t][^\n;&|]*?)?[ \t]-p)" + _VALUE)),
+    # curl -u user:SECRET, --user user:SECRET
+    (("curl",), re.compile(_COMMAND_AT + r"(curl(?:[ \t][^\n;&|]*?)?[ \t](?:-u[ \t]*|--user[= \t][ \t]*)"
+                                         r"""['"]?[^\s:'"]+:)([^\s'"]+)""")),
+    # sshpass -p SECRET (its own options come before the command it runs)
+    (("sshpass",), re.compile(
+        _COMMAND_AT + r"(sshpass[ \t]+(?:-[fdP][ \t]*\S+[ \t]+|-[ev][ \t]+)*-p[ \t]*)" + _VALUE)),
+    # docker login -p SECRET (and the other registry clients)
+    (("login",), re.compile(
+        _COMMAND_AT + r"((?:docker|podman|nerdctl|buildah|skopeo|helm[ \t]+registry)[ \t]+login"
+        r"[ \t](?:[^\n;&|]*?[ \t])?-p[ \t]*)" + _VALUE)),
+    # --password SECRET, --db-password SECRET, -password SECRET (with "=": _PASSWORD's)
+    (("password", "passwd"), re.compile(
+        r"((?<![\w-])--?(?:[\w-]*-)?(?i:password|passwd)[ \t]+)" + _VALUE)),
+    # echo SECRET | docker login --password-stdin
+    (("password-stdin",), re.compile(
+        r"(\b(?:echo|printf)[ \t]+(?:-[ne]+[ \t]+)?)" + _VALUE
+        + r"([ \t]*\|[^\n]*--password-stdin)")),
+    # webhook URLs: the path after the fixed part is the credential
+    (("hooks.slack.com", "discord"), re.compile(
+        r"(https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)/|"
+        r"(?:[\w-]+\.)?discord(?:app)?\.com/api/webhooks/\d+/))([\w/+-]{8,})")),
+    # an AWS secret access key after the word "secret" on its line: 40 characters of base64,
+    # upper and lower case and a digit or "/" "+" (a hex digest has no upper case)
+    (("secret",), re.compile(
+        r"((?i:secret)[^\n]{0,80}?)(?<![A-Za-z0-9/+=])"
+        r"((?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])"
+        r"(?=[A-Za-z0-9/+]{0,39}[0-9/+])[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])")),
+)
+
+
+def _lines_with(text: str, lowered: str, words: tuple[str, ...]) -> list[tuple[int, int]]:
+    """The lines of ``text`` that hold one of ``words`` (found in ``lowered``), in order."""
+    lines: set[tuple[int, int]] = set()
+    for word in words:
+        at = lowered.find(word)
+        while at >= 0:
+            end = _line_end(text, at)
+            lines.add((text.rfind("\n", 0, at) + 1, end))
+            at = lowered.find(word, end)
+    return sorted(lines)
+
+
+def _keep_name(match: re.Match[str]) -> str:
+    return match.group(1) + MARK + match.string[match.end(2):match.end()]
+
+
+def _cli_redact(text: str) -> str:
+    """``text`` with the credentials of ``_CLI_FORMS`` replaced, each form tried only on the
+    lines that hold one of its words."""
+    lowered = text.lower()
+    for words, pattern in _CLI_FORMS:
+        if not any(w in lowered for w in words):
+            continue
+        if len(lowered) != len(text):  # a letter that lowers to two: offsets differ
+            text = pattern.sub(_keep_name, text)
+        else:
+            parts, done = [], 0
+            for start, end in _lines_with(text, lowered, words):
+                parts += [text[done:start], pattern.sub(_keep_name, text[start:end])]
+                done = end
+            text = "".join(parts) + text[done:]
+        lowered = text.lower()
+    return text
+
+
+def _cli_secrets(text: str, lowered: str) -> set[str]:
+    """The values ``_CLI_FORMS`` find in ``text`` (at least 4 characters: each is replaced
+    wherever it occurs), each form tried only on the lines that hold one of its words
+    (``text`` may be a whole transcript)."""
+    found: set[str] = set()
+    whole = len(lowered) != len(text)  # a letter that lowers to two: offsets differ
+    for words, pattern in _CLI_FORMS:
+        if not any(w in lowered for w in words):
+            continue
+        spans = [(0, len(text))] if whole else _lines_with(text, lowered, words)
+        for start, end in spans:
+            found.update(m.group(2) for m in pattern.finditer(text, start, end)
+                         if len(m.group(2).strip("'\"")) >= 4)
+    return found
 
 
 def credential_in(text: str) -> str | None:
@@ -65,7 +155,7 @@ def redact(text: str) -> str:
     text = _BEARER.sub(lambda m: m.group(1) + MARK, text)
     for pattern in (_PASSWORD, _KEYLIKE):
         text = pattern.sub(lambda m: m.group(1) + MARK, text)
-    return text
+    return _cli_redact(text)
 
 
 def secrets_in(text: str) -> set[str]:
@@ -103,13 +193,13 @@ def _unkeyed_secrets(text: str) -> set[str]:
         for valued, trigger in _TRIGGERED:
             found.update(m.group(2) for m in _near(
                 valued, [m.span() for m in trigger.finditer(text)], text))
-        return found
+        return found | _cli_secrets(text, text.lower())
     starts = _trigger_starts(text, lowered)
     found = {m.group(0) for m in _whole_at(_TOKENS, starts["token"], text)}
     for valued, kind in ((_URL_PASSWORD, "url"), (_BEARER, "bearer"), (_PASSWORD, "password"),
                          (_KEYLIKE, "key")):
         found.update(m.group(2) for m in _near(valued, starts[kind], text))
-    return found
+    return found | _cli_secrets(text, lowered)
 
 
 # What each pattern cannot match without: a provider token's prefix, a name's word, "://" for
@@ -132,12 +222,12 @@ _TRIGGERED: tuple[tuple[re.Pattern[str], re.Pattern[str]], ...] = (
 # group that matched there ("token" is also _BEARER's "Token" where the text has that case)
 _ANY_TRIGGER = re.compile(
     r"(?P<token>gh[pousr]_|github_pat_|sk-|[srp]k_(?:live|test)_|akia|asia|aiza|"
-    r"xox[abposr]-|hf_|glpat-|npm_|pypi-|eyj)"
+    r"xox[abposr]-|hf_|glpat-|npm_|pypi-|dckr_pat_|eyj)"
     f"|(?P<password>{_PASSWORD_WORDS})|(?P<key>{_KEY_WORDS})|(?P<bearer>bearer|basic)")
 _BEARER_WORDS = ("Bearer", "Token", "Basic")
 # where each of _ANY_TRIGGER's words can start: one of these is there (no two at one place)
 _TRIGGER_STEMS = ("gh", "github_pat_", "sk", "rk_", "pk_", "akia", "asia", "aiza", "xox", "hf_", "glpat-",
-                  "npm_", "pypi-", "eyj", "passw", "pwd", "secret", "token", "api", "access",
+                  "npm_", "pypi-", "dckr_pat_", "eyj", "passw", "pwd", "secret", "token", "api", "access",
                   "private", "auth", "bearer", "basic")
 _FOLDED_TO_ASCII = "\u017f\u212a\u0130\u0131"
 # what may follow a name's word before its value starts (the rest of the name, a quote, white

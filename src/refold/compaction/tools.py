@@ -10,13 +10,17 @@ it only views). ``TOOLS`` maps the names of common agent tools to a reader of th
 - shells (``execute_bash``, ``bash``, Claude Code ``Bash``, Codex ``shell`` with an argv list
   and its ``shell_command``/``exec_command`` with a string,
   Hermes ``terminal``…): the command line; files the command writes (redirections, ``tee``,
-  ``sed -i``, ``touch``, ``rm``, ``mv``/``cp`` targets) when it did not fail; keystrokes sent to
+  ``sed -i``, ``touch``, ``mv``/``cp`` targets) when it did not fail, and files it removed
+  (``rm``, ``unlink``, ``git rm``: deleted, not modified); keystrokes sent to
   a running process (``C-c``, ``is_input``) are not commands;
 - Claude Code ``Read``/``Edit``/``Write``/``MultiEdit``/``NotebookEdit``/``Grep``/``Glob``/``LS``;
   Codex ``apply_patch`` (paths from its ``*** Add/Update/Delete File:`` lines); Gemini CLI's
   ``replace``/``write_file``/``read_file`` (``file_path``, or ``absolute_path``); generic
-  ``read_file``/``write_file``/``edit_file``…; SWE-agent's ``open``/``create``/``edit``/``insert``
-  (the edited file is named by the result's ``[File: X (N lines total)]``);
+  ``read_file``/``write_file``/``edit_file``/``delete_file``…; SWE-agent's
+  ``open``/``goto``/``scroll_up``/``scroll_down``/``create``/``edit``/``insert``/``find_file``/
+  ``search_file``/``search_dir`` (the edited file is named by the result's
+  ``[File: X (N lines total)]``), as tools or as the commands of its text actions
+  (``refold.compaction.activity.as_tool_turns``);
 - MCP tools by annotation (``readOnlyHint``) in the request's tool definitions;
 - anything else is neutral: its path arguments are only "mentioned".
 
@@ -72,6 +76,7 @@ class Effect:
     command: str | None = None
     failed_write: str | None = None  # the error line of an edit the tool refused
     action: str = ""  # edited, created, deleted, … (what a write did, for the summary)
+    deletes: tuple[str, ...] = ()  # files it removed (``rm``, ``delete_file``): not "modified"
 
 
 Reader = Callable[[dict[str, Any], str], Effect]
@@ -135,6 +140,13 @@ def writer(args: dict[str, Any], output: str) -> Effect:
 
 def creator(args: dict[str, Any], output: str) -> Effect:
     return _write(_paths(args), output, "written")
+
+
+def deleter(args: dict[str, Any], output: str) -> Effect:
+    """``delete_file`` and the like: the file is gone, not modified."""
+    effect = _write(_paths(args), output, "deleted")
+    return Effect(mentions=effect.mentions, failed_write=effect.failed_write,
+                  action="deleted", deletes=effect.writes)
 
 
 def searcher(args: dict[str, Any], output: str) -> Effect:
@@ -203,7 +215,7 @@ def shell_command(args: Mapping[str, Any]) -> str | None:
     return None if _KEYSTROKE.match(first) else first[:160]
 
 
-_WRITER = re.compile(r"(?:^|[\s/(])(?:tee|touch|rm|sed|mv|cp)(?:\s|$)")
+_WRITER = re.compile(r"(?:^|[\s/(])(?:tee|touch|rm|unlink|sed|mv|cp)(?:\s|$)")
 
 
 def _programs(command: str, wanted: re.Pattern[str]) -> Iterator[tuple[str, list[str]]]:
@@ -237,21 +249,40 @@ def _shell_paths(found: list[str]) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=4096)
-def shell_writes(command: str) -> tuple[str, ...]:
-    """Files a shell command line writes: ``> f``, ``>> f``, ``tee f``, ``sed -i … f``,
-    ``touch f``, ``rm f``, the target of ``mv``/``cp``. Best effort, never raises."""
+def _shell_changes(command: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(every file the command line changes, in order; those it only removes)."""
     found: list[str] = []
+    removed: list[str] = []
     for m in _REDIRECT.finditer(_masked(command)):
         quoted = _QUOTED.match(command, m.start(1))  # ``> "my file.txt"``
         found.append(quoted.group(0)[1:-1] if quoted else command[m.start(1):m.end(1)])
     for program, rest in _programs(command, _WRITER):
+        if program == "git" and rest[:1] == ["rm"]:
+            program, rest = "rm", rest[1:]
         files = [w for w in rest if not w.startswith("-")]
-        if program == "tee" or program in ("touch", "rm") or (
+        if program in ("rm", "unlink"):
+            removed += files
+            found += files
+        elif program in ("tee", "touch") or (
                 program == "sed" and any(w.startswith("-i") for w in rest)):
             found += files[1:] if program == "sed" else files
         elif program in ("mv", "cp") and len(files) >= 2:
             found.append(files[-1])
-    return _shell_paths(found)
+    changed = _shell_paths(found)
+    written = set(_shell_paths([p for p in found if p not in removed]))
+    return changed, tuple(p for p in _shell_paths(removed) if p not in written)
+
+
+def shell_writes(command: str) -> tuple[str, ...]:
+    """Files a shell command line writes: ``> f``, ``>> f``, ``tee f``, ``sed -i … f``,
+    ``touch f``, ``rm f``, the target of ``mv``/``cp``. Best effort, never raises."""
+    return _shell_changes(command)[0]
+
+
+def shell_deletes(command: str) -> tuple[str, ...]:
+    """Of ``shell_writes``, the files the command line only removes (``rm f``, ``unlink f``,
+    ``git rm f``): gone, not modified."""
+    return _shell_changes(command)[1]
 
 
 _READER = re.compile(r"(?:^|[\s/(])(?:cat|head|tail|nl|less|more|bat|sed)(?:\s|$)")
@@ -317,9 +348,12 @@ def shell(args: dict[str, Any], output: str) -> Effect:
     status = exit_status(output)
     failed = status not in (None, "0")
     full = str(args.get("command") if isinstance(args.get("command"), str) else command)
-    writes = () if failed else shell_writes(full)
-    reads = () if failed else tuple(p for p in shell_reads(full) if p not in writes)
-    return Effect(reads=reads, writes=writes, command=command, action="written by a command")
+    changed = () if failed else shell_writes(full)
+    deletes = () if failed else shell_deletes(full)
+    writes = tuple(p for p in changed if p not in deletes)
+    reads = () if failed else tuple(p for p in shell_reads(full) if p not in changed)
+    return Effect(reads=reads, writes=writes, command=command, action="written by a command",
+                  deletes=deletes)
 
 
 TOOLS: dict[str, Reader] = {}
@@ -335,11 +369,12 @@ register(editor, "str_replace_editor", "str_replace_based_edit_tool", "text_edit
 register(shell, "execute_bash", "bash", "shell", "shell_command", "terminal", "local_shell",
          "exec_command", "run_shell_command", "run_terminal_cmd", "container.exec")
 register(reader, "read", "read_file", "view_file", "open_file", "notebookread", "open", "goto",
-         "view")
+         "view", "scroll_up", "scroll_down")
 register(writer, "edit", "multiedit", "notebookedit", "edit_file", "replace_in_file",
          "str_replace", "patch", "search_replace", "apply_diff", "replace")
 register(creator, "write", "write_file", "create_file", "create", "write_to_file",
-         "append_file", "delete_file")
+         "append_file")
+register(deleter, "delete_file", "remove_file")
 register(apply_patch, "apply_patch")
 register(swe_agent_edit, "insert")
 register(searcher, "grep", "glob", "ls", "list_dir", "list_directory", "search_files",
@@ -382,4 +417,4 @@ def call_command(name: str, args: dict[str, Any]) -> str | None:
 
 
 __all__ = ["TOOLS", "Effect", "annotations_of", "call_command", "register", "shell_command",
-           "shell_writes", "tool_effect"]
+           "shell_deletes", "shell_writes", "tool_effect"]
