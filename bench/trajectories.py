@@ -242,9 +242,19 @@ def events(traj: Trajectory) -> list[Event]:
     and each check command with its outcome (exit code when recorded, else failure text)."""
     calls: dict[str, dict[str, Any]] = {}
     out: list[Event] = []
+    action = ""  # a text-action agent's last command (its last fenced block's first word)
     for pos, m in enumerate(traj.messages):
         for c in m.get("tool_calls") or []:
             calls[c["id"]] = c
+        if m.get("role") == "assistant" and not m.get("tool_calls"):
+            blocks = _FENCE.findall(str(m.get("content") or ""))
+            action = blocks[-1].split(None, 1)[0] if blocks and blocks[-1].strip() else ""
+        elif m.get("role") == "user" and action in _WRITE_RESULT_TOOLS:
+            # its observation: SWE-agent's ACI names the file it wrote ("[File: X (N lines
+            # total)]"), as the function-calling runs' results do
+            out += [Event(pos, "write", path=_norm(p))
+                    for p in _SWE_FILE.findall(str(m.get("content") or "")[:300])]
+            action = ""
         if m.get("role") != "tool":
             continue
         call = calls.get(m["tool_call_id"])

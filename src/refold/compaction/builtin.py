@@ -559,9 +559,12 @@ GOAL_TIGHT_CHARS = 120  # a goal item when nothing else is left to drop
 def _fit(sections: dict[str, list[str]], language: str, budget: int,
          count_text: Callable[[str], int]) -> tuple[SummarySections, bool]:
     """The sections cut to ``budget``, and whether empty ones are left out: over budget, the
-    "None." headings go first, then the oldest items of the longest sections, and last the
-    goal items are shortened (never dropped); of the files, the oldest one only read or named,
-    then the oldest one changed (``_drop_at``)."""
+    "None." headings go first, then the oldest items of the longest sections down to one
+    each, then the goal items are shortened (never dropped), and last the sections' last
+    items, what matters least first (``_LAST_TO_GO``: a blocked command and the newest
+    outcome and change stay longest); of the files, the oldest one only read or named, then
+    the oldest one changed (``_drop_at``). A tight budget kept the goal whole and dropped
+    every outcome and file before it (the request is most often kept verbatim anyway)."""
     def render(omit: bool) -> str:
         return render_body(SummarySections({k: tuple(v) for k, v in sections.items()}),
                            language, omit_empty=omit)
@@ -574,14 +577,24 @@ def _fit(sections: dict[str, list[str]], language: str, budget: int,
                  "blocked", "in_progress")
     while total > budget:
         key = max(droppable, key=lambda k: (len(sections.get(k, [])), -droppable.index(k)))
-        if not sections.get(key):
+        if len(sections.get(key, [])) <= 1:
             break
         total -= count_text(sections[key].pop(_drop_at(key, sections[key], language))) + 2
-        if not sections[key]:
-            total = count_text(render(True))  # its heading went with its last item
     if total > budget:
         sections["goal"] = [_short(g, GOAL_TIGHT_CHARS) for g in sections.get("goal", [])]
+        total = count_text(render(True))
+    for key in _LAST_TO_GO:
+        if total <= budget:
+            break
+        if sections.get(key):
+            sections[key] = []
+            total = count_text(render(True))  # its heading went with its last item
     return SummarySections({k: tuple(v) for k, v in sections.items()}), omit
+
+
+# the order the sections' last items go in, under a budget too small for one of each
+_LAST_TO_GO = ("constraints", "decisions", "critical", "next_steps", "in_progress", "files",
+               "done", "blocked")
 
 
 class BuiltinSummarizer:
