@@ -23,7 +23,9 @@ ODD = ["123", "1.5", "-1", "+1", ".5", "1e3", "1_000", "0x1f", "0o17", "0b101", 
 
 
 def front_matter(text: str) -> dict[str, Any]:
-    loaded = yaml.safe_load(text.split("---\n")[1])
+    lines = text.split("\n")  # the block between the first two lines that are "---"
+    end = next(i for i in range(1, len(lines)) if lines[i] == "---")
+    loaded = yaml.safe_load("\n".join(lines[1:end]))
     assert isinstance(loaded, dict)
     return loaded
 
