@@ -71,7 +71,7 @@ def _read_transcript(file: str, fmt: str, max_bytes: int | None, repair: Utf8Rep
         else:
             data = sys.stdin.buffer.read(max_bytes + 1) if max_bytes else sys.stdin.buffer.read()
             name, stem = "<stdin>", "stdin"
-        check_size(len(data), max_bytes, name)
+        check_size(len(data), max_bytes, name, whole=False)  # (read up to one byte over)
         if fmt == "anthropic":
             return [Transcript(load_anthropic(data, source_name=name, repair=repair), stem)]
         exported = load_export(data, source_name=name, repair=repair)

@@ -365,7 +365,7 @@ def load_agent_log(path: str | Path, fmt: str, *, max_bytes: int | None = None,
     unfinished = 0
     offset = 0
     if data is not None:
-        check_size(len(data), max_bytes, str(path))
+        check_size(len(data), max_bytes, str(path), whole=False)  # (read up to one byte over)
         parts = data.split(b"\n")  # lines as readlines() gives them, the last one unended
         lines = [part + b"\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
     else:
@@ -583,11 +583,13 @@ def message_times(messages: list[Message]) -> list[float | None] | None:
     return out
 
 
-def check_size(size: int, max_bytes: int | None, where: str) -> None:
-    """``InvalidInput`` when an input of ``size`` bytes is over the cap."""
+def check_size(size: int, max_bytes: int | None, where: str, *, whole: bool = True) -> None:
+    """``InvalidInput`` when an input of ``size`` bytes is over the cap. ``whole``: ``size`` is
+    the input's own (a file's); a stream read only up to one byte over the cap says "more
+    than" (it was cut there, its size is not known)."""
     if max_bytes is not None and size > max_bytes:
-        raise InvalidInput(f"{where} is {size:,} bytes, over the import limit of "
-                           f"{max_bytes:,} bytes",
+        said = f"{size:,} bytes, over" if whole else "more than"
+        raise InvalidInput(f"{where} is {said} the import limit of {max_bytes:,} bytes",
                            hint="raise import_max_bytes (refold.toml or REFOLD_IMPORT_MAX_BYTES)"
                                 " or split the file")
 
