@@ -115,7 +115,10 @@ _MENTION_EXT = (r"\.(?:py|js|ts|tsx|go|rs|java|rb|php|c|h|cpp|json|ya?ml|toml|md
 _PATH_MENTION = (  # no space in either (``textscan``: ``spaceless``)
     Rule(re.compile(r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.@+-]++/)+[\w.@+-]+\.\w{1,10}\b"),
          "/", spaceless=True),  # ``++``: as in ``anchors._PATH_PARTS``
-    Rule(re.compile(r"\b[\w-]+" + _MENTION_EXT), re.compile(_MENTION_EXT), spaceless=True))
+    # (a bare name, not the end of a URL or a dotted name: ``sect_C.7.6.24.html`` is no
+    # ``24.html``)
+    Rule(re.compile(r"(?<![\w/.:-])[\w-]+" + _MENTION_EXT), re.compile(_MENTION_EXT),
+         spaceless=True))
 _FILE_ITEM = re.compile(r"^`([^`]+)`")
 _ACTIONS = ("modified", "read", "mentioned")
 _CAPS = {"goal": 3, "constraints": 12, "done": 20, "in_progress": 3, "blocked": 10,
@@ -275,7 +278,9 @@ _HARNESS_BLOCK = re.compile(r"<(system-reminder|local-command-caveat|local-comma
                             r".*?</\1>\s*", re.DOTALL)
 _HARNESS_WHOLE = ("<task-notification>", "This session is being continued from a previous "
                   "conversation", "Base directory for this skill:",  # a skill's text, loaded
-                  "# AGENTS.md instructions for ")
+                  "# AGENTS.md instructions for ",
+                  # SWE-agent's in-context demonstration: another task's worked example
+                  "Here is a demonstration of how to correctly accomplish this task.")
 _COMMAND_NAME = re.compile(r"<command-name>\s*(.*?)\s*</command-name>", re.DOTALL)
 _COMMAND_ARGS = re.compile(r"<command-args>\s*(.*?)\s*</command-args>", re.DOTALL)
 
