@@ -21,6 +21,7 @@ import contextlib
 import os
 import stat
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
@@ -101,8 +102,10 @@ def atomic_output(target: str | Path, *, protected: Iterable[Path] = (),
     # through a symlink: replace the file it names, never the link itself
     path = Path(os.path.realpath(named)) if named.is_symlink() else named
     directory = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    _sweep_dead_temps(directory, path.name)
+    try:  # named for its writer: a temp file a killed writer left is swept by the next one
+        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp",
+                                    dir=directory)
     except OSError as exc:
         raise InvalidInput(f"cannot write {path}: {exc.strerror or exc}") from exc
     try:
@@ -116,3 +119,36 @@ def atomic_output(target: str | Path, *, protected: Iterable[Path] = (),
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
+
+
+DEAD_TEMP_SECONDS = 60.0  # a temp file whose writer is gone is left this long (clock skew)
+
+
+def _sweep_dead_temps(directory: Path, name: str) -> None:
+    """Remove the temp files of ``name`` (``.NAME.PID.XXXX.tmp``) whose writing process is
+    gone: an export killed mid-write (kill -9, a power cut) left one, up to the whole export's
+    size, and nothing removed it. A live writer's (another export to the same path) stays."""
+    prefix = f".{name}."
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        middle = entry.name[len(prefix):-len(".tmp")] if entry.name.startswith(prefix) \
+            and entry.name.endswith(".tmp") else ""
+        pid_text = middle.split(".", 1)[0]
+        if not pid_text.isdigit() or int(pid_text) == os.getpid() or _alive(int(pid_text)):
+            continue
+        with contextlib.suppress(OSError):
+            if time.time() - entry.stat(follow_symlinks=False).st_mtime >= DEAD_TEMP_SECONDS:
+                os.unlink(entry.path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # another user's process, or not ours to ask: leave its file
+    return True
