@@ -3,6 +3,7 @@ memory (issue 13 item 7), once, with clear output and clear errors."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -48,10 +49,11 @@ def test_memory_flush_after_a_kill(tmp_path: Path) -> None:
     assert waiting.returncode == 0, waiting.stderr
     assert "nothing to review" in waiting.stdout and "VPN drops" not in _memory(home)
 
-    now = _refold(home, "memory", "flush", "--idle", "0")
+    now = _refold(home, "memory", "flush", "--idle", "0", "--json")
     assert now.returncode == 0, now.stderr
-    assert "reviewed 1 session(s)" in now.stdout and "killed" in now.stdout
-    assert "1 saved" in now.stdout, now.stdout
+    report = json.loads(now.stdout)
+    assert "nothing" not in report  # (it said both "flushed" and "nothing to review")
+    assert [(f["title"], f["saved"]) for f in report["flushed"]] == [("killed", 1)]
     assert "VPN drops at midnight" in _memory(home)
 
     again = _refold(home, "memory", "flush", "--idle", "0", "--json")

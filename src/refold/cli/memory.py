@@ -252,7 +252,9 @@ def flush_cmd(app: AppContext, idle: str | None, session_ref: str | None,
                         "duplicates": last.get("duplicates", 0)})
     nothing = ("nothing new to review in that session" if session_ref else
                "nothing to review: no session idle that long has messages a flush did not read")
-    emit({"flushed": flushed, "nothing": nothing}, as_json, _render_flushed)
+    # "nothing" only when nothing was flushed (JSON said both at once)
+    emit({"flushed": flushed, **({} if flushed else {"nothing": nothing})}, as_json,
+         _render_flushed)
 
 
 # -- writes -----------------------------------------------------------------------------------
