@@ -177,11 +177,16 @@ def _served_session(store: Store, messages: list[Message]) -> Session | None:
     of which starts with every message of it, by identity. None when no session holds all of
     it (the agent went on without the proxy, or spelled a message otherwise): it is imported."""
     from refold.runtime.branches import family
-    from refold.server.sessions import derived_ref
+    from refold.server.sessions import derived_ref, older_refs
 
-    try:
-        root = store.resolve_session(derived_ref("", messages), owner="", prefix=False)
-    except (NotFound, AmbiguousReference):
+    root = None
+    for ref in (derived_ref("", messages), *older_refs("", messages)):
+        try:
+            root = store.resolve_session(ref, owner="", prefix=False)
+            break
+        except (NotFound, AmbiguousReference):
+            continue
+    if root is None:
         return None
     identities = chain_identities(messages)
     for session_id in family(store, root.id):

@@ -6,7 +6,9 @@ unique per owner, so each key has its own names and finds its sessions by them; 
 than a title may be is refused rather than cut). The header's bytes are UTF-8 (``session_name``),
 and a session is created only for a request whose messages are valid, so a refused request
 leaves no empty session behind. Without the header the session is derived
-from the conversation itself: ``conv-`` + a hash of the tenant and the first user message, so a
+from the conversation itself: ``conv-`` + a hash of the tenant and the first user message that
+is a request (not the context an agent sends ahead of every task: Codex's
+``<environment_context>``), so a
 client that re-sends its whole history every call lands in the same session each time (and
 after a restart), whatever its system prompt does: agents put the date, the time or the working
 tree's state there, and a changed system prompt is the same conversation (the runtime records
@@ -75,11 +77,52 @@ DERIVED_PREFIX = "conv-"
 
 def derived_ref(owner: str, history: Sequence[Message]) -> str:
     """The session name a conversation without a header maps to (stable across restarts and
-    across changes of its system prompt)."""
-    first = _first(history, ("user",))
+    across changes of its system prompt): its first user message that is a request, not the
+    context an agent sends ahead of every task (``_context_only``)."""
+    first = _first_request(history)
     if type(first) is str and len(first) <= _REMEMBERED_CHARS:
         return _text_ref(owner, first)  # (every turn of a conversation asks again)
     return _digest([owner, first])
+
+
+def older_refs(owner: str, history: Sequence[Message]) -> list[str]:
+    """The names ``derived_ref`` gave this conversation before, newest first: by its very
+    first user message (before context messages were passed over) and ``legacy_ref``."""
+    out = []
+    first = _first(history, ("user",))
+    if first is not _first_request(history):
+        out.append(_digest([owner, first]))
+    return [*out, legacy_ref(owner, history)]
+
+
+# A user message an agent sends ahead of every task, the same for every task in one folder on
+# one day: OpenAI Codex's ``<environment_context>`` (the folder, the shell, the date) and its
+# AGENTS.md text. Keyed on it, every Codex run in a folder joined one family as branches.
+_CONTEXT_ONLY = ("<environment_context>", "<user_instructions>", "# AGENTS.md instructions for ")
+
+
+def _context_only(content: object) -> bool:
+    if isinstance(content, list):
+        if not all(isinstance(p, dict) and p.get("type") in ("text", "input_text")
+                   for p in content):
+            return False
+        content = "".join(str(p.get("text") or "") for p in content)
+    return isinstance(content, str) and content.lstrip().startswith(_CONTEXT_ONLY)
+
+
+def _first_request(history: Sequence[Message]) -> object:
+    """The content of the first user message that is no context-only message (the first user
+    message when every one is)."""
+    first: object = None
+    for message in history:
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if not _context_only(content):
+            return content
+        if first is None:
+            first = content
+    return first
 
 
 # the names of the conversations seen last whose first user message is at most this long are
@@ -271,11 +314,11 @@ def _open_or_create(engine: EngineLike, owner: str, ref: str,
     except NotFound:
         pass  # AmbiguousReference propagates: creating another would hide the matches
     if history is not None and ref == derived_ref(owner, history):
-        try:  # a conversation begun before derived names left the system prompt out
-            return engine.open_session(legacy_ref(owner, history), source="serve",
-                                       by_prefix=False)
-        except NotFound:
-            pass
+        for older in older_refs(owner, history):  # a conversation named so before
+            try:
+                return engine.open_session(older, source="serve", by_prefix=False)
+            except NotFound:
+                pass
     if history is not None:
         validate_messages(history)
         if window:  # (messages that validate only: the lookup reads them)
