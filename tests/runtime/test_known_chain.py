@@ -7,6 +7,7 @@ The store is real (both backends); ``CountingStore`` only counts which ledger ca
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -422,3 +423,26 @@ def test_a_tool_result_resent_cleared_is_the_stored_result_and_nothing_else_is(
             ("user", True), ("assistant", True), ("tool", True), ("assistant", True),
             ("user", True)]
         assert rows[2].message["content"] == "a b"  # the ledger keeps what the tool said
+
+
+@pytest.mark.parametrize("added", [{"replace_all": False}, {"limit": None}])
+def test_a_call_resent_with_an_optional_flag_at_its_default_is_the_stored_reply(
+        eng: Engine, counting: CountingStore, store: Store, added: dict[str, Any]) -> None:
+    """Claude Code re-sends each Edit call with ``"replace_all": false`` added: every such turn
+    forked a branch that stored the whole history again."""
+    rt = eng.open_session(new=True)
+    rt.prepare_history([user("list files")])
+    rt.record({"role": "assistant", "content": None, "tool_calls": [CALL]})
+    arguments = {"n": 1, "command": "ls", **added}
+    history = [user("list files"), resent_call(fn={"arguments": json.dumps(arguments)}),
+               {"role": "tool", "tool_call_id": "call_1", "content": "a b"}]
+    rt.prepare_history(history)
+    later = eng.open_session(rt.session_id)  # and on the full path (a restart)
+    later.prepare_history([*history, {"role": "assistant", "content": "done"},
+                           user("thanks")])
+    assert [s.id for s in store.list_sessions()] == [rt.session_id]  # no branch
+    rows = store.get_messages(rt.session_id, include_inactive=True)
+    assert [(r.role, r.active) for r in rows] == [
+        ("user", True), ("assistant", True), ("tool", True), ("assistant", True),
+        ("user", True)]
+    assert rows[1].message["tool_calls"] == [CALL]

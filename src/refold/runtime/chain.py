@@ -127,10 +127,47 @@ def _call_core(call: Any) -> Any:
 
 def resent(raw: dict[str, Any], stored: dict[str, Any]) -> bool:
     """True when ``raw`` is the reply ``stored`` (a ``comparable`` form) as a client re-sent it
-    (``resent_form``): the same reply, to be matched to the stored row, never stored again."""
+    (``resent_form``): the same reply, to be matched to the stored row, never stored again.
+    A re-sent call may carry arguments the model left out at their empty default (Claude Code
+    re-sends each Edit call with ``"replace_all": false``): every such turn forked a branch
+    holding the whole history again."""
     if raw.get("role") != "assistant" or stored.get("role") != "assistant":
         return False
-    return same(resent_form(comparable(raw)), resent_form(stored))
+    mine, theirs = resent_form(comparable(raw)), resent_form(stored)
+    if same(mine, theirs):
+        return True
+    calls, stored_calls = mine.get("tool_calls"), theirs.get("tool_calls")
+    if not (isinstance(calls, list) and isinstance(stored_calls, list) and calls
+            and len(calls) == len(stored_calls)):
+        return False
+    rest = {k: v for k, v in mine.items() if k != "tool_calls"}
+    stored_rest = {k: v for k, v in theirs.items() if k != "tool_calls"}
+    return same(rest, stored_rest) and all(map(_same_call_but_defaults, calls, stored_calls))
+
+
+# argument values a client may add to a call it re-sends, where the model left them out: an
+# optional flag's off and null (``0``, ``""``, ``[]`` can be values the model would have meant)
+_EMPTY_DEFAULTS: tuple[Any, ...] = (False, None)
+
+
+def _same_call_but_defaults(call: Any, stored: Any) -> bool:
+    """``call`` is ``stored`` (both ``_call_core`` forms) with only arguments added whose values
+    are ``False`` or ``None`` (``_EMPTY_DEFAULTS``), under its own id."""
+    if same(call, stored):
+        return True
+    if not (isinstance(call, dict) and isinstance(stored, dict) and call.get("id")
+            and same({k: v for k, v in call.items() if k != "function"},
+                     {k: v for k, v in stored.items() if k != "function"})):
+        return False
+    function, stored_function = call.get("function") or {}, stored.get("function") or {}
+    arguments, stored_arguments = function.get("arguments"), stored_function.get("arguments")
+    if not (same(function.get("name"), stored_function.get("name"))
+            and isinstance(arguments, dict) and isinstance(stored_arguments, dict)
+            and stored_arguments.keys() <= arguments.keys()):
+        return False
+    return all(same(arguments[k], v) for k, v in stored_arguments.items()) and all(
+        any(same(arguments[k], empty) for empty in _EMPTY_DEFAULTS)
+        for k in arguments.keys() - stored_arguments.keys())
 
 
 def adopt_stored(conversation: list[Message], stored: Sequence[Message],
