@@ -348,3 +348,31 @@ def test_system_blocks_reach_an_anthropic_upstream_as_the_client_sent_them(
     remembered = up.llm.requests[2]["system"]
     assert remembered[:3] == blocks and len(remembered) == 4
     assert "Prefers tabs." in remembered[3]["text"] and "cache_control" not in remembered[3]
+
+
+def test_a_marker_before_claude_codes_system_turn_stays_on_its_block(
+        start_proxy: ProxyFactory) -> None:
+    """Claude Code appends ``role: system`` turns to the conversation (its reminders), which
+    go into ``system`` for an Anthropic upstream. Counted among the turns, each moved the
+    markers before it one turn back: the first request's marker on the user's prompt was
+    dropped, and a later one landed on the previous reply's thinking block (a 400)."""
+    signed = {"type": "thinking", "thinking": "Run it.", "signature": "sig-1"}
+    bash = {"type": "tool_use", "id": "toolu_x1", "name": "Bash", "input": {"command": "ls"}}
+    with serve_anthropic(["Hello.", "Done."]) as up:
+        proxy = start_proxy(up.base_url, upstream_format="anthropic")
+        client = anthropic.Anthropic(base_url=proxy.root, api_key="k", max_retries=0)
+        client.messages.create(model=MODEL, max_tokens=100, messages=[
+            {"role": "user", "content": [{"type": "text", "text": "hello",
+                                          "cache_control": EPHEMERAL}]},
+            {"role": "system", "content": "Available agent types: general."}])
+        client.messages.create(model=MODEL, max_tokens=100, tools=[BASH], messages=[
+            {"role": "user", "content": [{"type": "text", "text": "run it"}]},
+            {"role": "assistant", "content": [signed, bash]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x1",
+                                          "content": "a.txt", "cache_control": EPHEMERAL}]},
+            {"role": "system", "content": "The task tools haven't been used recently."}])
+    first, second = up.llm.requests
+    assert first["messages"][-1]["content"][-1]["cache_control"] == EPHEMERAL
+    assert second["messages"][-1]["content"][-1]["cache_control"] == EPHEMERAL
+    assert second["messages"][-2]["content"][0] == signed  # no marker on the thinking block
+    assert "cache_control" not in str(second["messages"][:-1])

@@ -99,6 +99,17 @@ def strip_cache_control(body: dict[str, Any]) -> tuple[dict[str, Any], CacheMark
     if not isinstance(turns, list):
         return clean, marks
     copied: list[Any] | None = None
+    # a turn's place counted from the end among the turns an Anthropic upstream gets back:
+    # a ``system`` turn in the conversation (Claude Code appends reminders so) goes into
+    # ``system``, and counted, it moved every marker before it one turn back (onto a
+    # thinking block: a 400)
+    from_end = 0
+    places = [0] * len(turns)
+    for position in range(len(turns) - 1, -1, -1):
+        turn = turns[position]
+        if not (isinstance(turn, dict) and turn.get("role") == "system"):
+            from_end += 1
+        places[position] = from_end
     for position, turn in enumerate(turns):
         content = turn.get("content") if isinstance(turn, dict) else None
         if not isinstance(content, list):
@@ -109,7 +120,8 @@ def strip_cache_control(body: dict[str, Any]) -> tuple[dict[str, Any], CacheMark
         if copied is None:
             copied = list(turns)
         copied[position] = {**turn, "content": blocks}
-        marks.messages += [(len(turns) - position, index, marker) for index, marker in found]
+        if turn.get("role") != "system":
+            marks.messages += [(places[position], index, marker) for index, marker in found]
     if copied is not None:
         clean["messages"] = copied
     return clean, marks
