@@ -127,6 +127,23 @@ def test_thinking_and_images_reach_the_upstream_in_chat_form(start_proxy: ProxyF
     assert parts[0] == {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
 
 
+def test_structured_output_reaches_a_chat_upstream(start_proxy: ProxyFactory) -> None:
+    """Claude Code asks for its session titles as JSON (``output_config.format``, a JSON
+    schema); a chat upstream got nothing of it, and answered in prose."""
+    schema = {"type": "object", "properties": {"title": {"type": "string"}},
+              "required": ["title"], "additionalProperties": False}
+    with serve(['{"title": "Fix the login bug"}']) as up:
+        proxy = start_proxy(up)
+        client(proxy.root).messages.create(
+            model=MODEL, max_tokens=50, messages=[{"role": "user", "content": "title?"}],
+            extra_body={"output_config": {"effort": "high",
+                                          "format": {"type": "json_schema", "schema": schema}}})
+    sent = up.llm.requests[0]
+    assert sent["response_format"] == {"type": "json_schema", "json_schema": {
+        "name": "output", "schema": schema, "strict": True}}
+    assert "reasoning_effort" not in sent and "output_config" not in sent
+
+
 def test_errors_come_in_anthropic_shape(start_proxy: ProxyFactory) -> None:
     rate = ScriptedReply(status=429, error={"error": {"message": "slow down",
                                                       "type": "rate_limit_error"}})

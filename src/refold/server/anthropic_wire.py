@@ -43,7 +43,8 @@ EVENTS = "_refold_anthropic_events"  # stream side: the upstream's own events, p
 
 # fields with a chat-completions equivalent (translated); everything else is Anthropic-only
 _TRANSLATED = {"model", "messages", "system", "max_tokens", "stream", "temperature", "top_p",
-               "stop_sequences", "tools", "tool_choice", "metadata"}
+               "stop_sequences", "tools", "tool_choice", "metadata", "output_config",
+               "output_format"}
 
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
                  "function_call": "tool_use", "content_filter": "refusal"}
@@ -189,6 +190,22 @@ def _tool_choice(choice: Any) -> Any:
     return {"auto": "auto", "any": "required", "none": "none"}.get(str(kind))
 
 
+def _output_config(body: dict[str, Any], out: dict[str, Any]) -> None:
+    """Anthropic's structured output (``output_config.format`` or ``output_format``: a JSON
+    schema) as chat's ``response_format``: Claude Code asks for its titles as JSON so, and a
+    chat upstream never heard of it. (Its ``effort`` is not passed on: chat's
+    ``reasoning_effort`` is refused by models that do not reason, and Claude Code sends it with
+    every request.)"""
+    config = body.get("output_config")
+    wanted = (config.get("format") if isinstance(config, dict) else None) \
+        or body.get("output_format")
+    if isinstance(wanted, dict) and wanted.get("type") == "json_schema" \
+            and isinstance(wanted.get("schema"), dict):
+        out["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": str(wanted.get("name") or "output"), "schema": wanted["schema"],
+            "strict": True}}
+
+
 def chat_request(raw: Any, *, anthropic_upstream: bool) -> dict[str, Any]:
     """The chat-completions body for an Anthropic request (see the module docstring)."""
     body = _check(raw)
@@ -203,6 +220,7 @@ def chat_request(raw: Any, *, anthropic_upstream: bool) -> dict[str, Any]:
             out[key] = body[key]
     if body.get("stop_sequences"):
         out["stop"] = body["stop_sequences"]
+    _output_config(body, out)
     tools = chat_tools(body.get("tools"))
     if tools:
         out["tools"] = tools
