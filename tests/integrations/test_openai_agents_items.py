@@ -22,6 +22,7 @@ from openai import AsyncOpenAI
 
 from refold.errors import InvalidInput, NotFound
 from refold.integrations.openai_agents import RefoldSession
+from refold.messages.model import TOOL_IMAGES_NOTE
 from refold.messages.responses import KEPT, input_messages, to_items
 from refold.runtime.engine import Engine
 from refold.store import Store
@@ -412,8 +413,10 @@ def test_what_the_chat_form_normalizes_is_documented(engine: Engine) -> None:
 
 def test_the_proxy_form_is_unchanged_for_what_it_accepted() -> None:
     """What ``/v1/responses`` sends upstream (and the identities it stores) stays as it was: a
-    single text part is a string, ``detail: auto`` is left out, a tool output list is its text,
-    and no message carries the kept key."""
+    single text part is a string, ``detail: auto`` is left out, a tool output list is its text
+    (its images labelled, and sent after the results in a user message of their own: they
+    were dropped before, and Codex's ``view_image`` never reached the model), and no message
+    carries the kept key."""
     messages = input_messages([
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
         {"role": "user", "content": [
@@ -426,4 +429,6 @@ def test_the_proxy_form_is_unchanged_for_what_it_accepted() -> None:
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "c2", "type": "function",
              "function": {"name": "screenshot", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "c2", "content": "see image\n"}]
+        {"role": "tool", "tool_call_id": "c2", "content": "see image\n[image]"},
+        {"role": "user", "content": [{"type": "text", "text": TOOL_IMAGES_NOTE},
+                                     {"type": "image_url", "image_url": {"url": PNG}}]}]

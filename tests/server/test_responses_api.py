@@ -151,8 +151,8 @@ def test_errors_in_openai_shape(start_proxy: ProxyFactory) -> None:
         assert "item_reference" in bad.value.message
         with pytest.raises(openai.BadRequestError) as bad:  # a tool refold cannot translate
             client.responses.create(model=MODEL, input="hi", tools=[
-                {"type": "custom", "name": "apply_patch"}])  # type: ignore[list-item]
-        assert "'custom'" in bad.value.message
+                {"type": "shell_of_mars", "name": "x"}])  # type: ignore[list-item]
+        assert "'shell_of_mars'" in bad.value.message
         # a reasoning item whose summary is not a list: a 400 naming it (it was a 500)
         with pytest.raises(openai.BadRequestError) as bad:
             client.responses.create(model=MODEL, input=[

@@ -54,7 +54,7 @@ from itertools import repeat
 from typing import Any
 
 from refold.errors import MessageValidationError
-from refold.messages.model import Message, as_plain, content_text, copy_json
+from refold.messages.model import TOOL_IMAGES_NOTE, Message, as_plain, content_text, copy_json
 from refold.messages.repair import repair
 
 Block = dict[str, Any]
@@ -271,7 +271,7 @@ def for_chat_upstream(messages: list[Message]) -> list[Message]:
     for message in messages:
         if message.get("role") != "tool" and images:
             out.append({"role": "user", "content": [
-                {"type": "text", "text": "[the images of the tool results above]"}, *images]})
+                {"type": "text", "text": TOOL_IMAGES_NOTE}, *images]})
             images = []
         if KEPT not in message:
             out.append(message)
@@ -285,7 +285,7 @@ def for_chat_upstream(messages: list[Message]) -> list[Message]:
         out.append(plain)
     if images:
         out.append({"role": "user", "content": [
-            {"type": "text", "text": "[the images of the tool results above]"}, *images]})
+            {"type": "text", "text": TOOL_IMAGES_NOTE}, *images]})
     return out
 
 

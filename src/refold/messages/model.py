@@ -110,6 +110,20 @@ def as_plain_messages(messages: Any) -> Any:
     return [as_plain(m) for m in messages]
 
 
+TOOL_IMAGES_NOTE = "[the images of the tool results above]"
+"""The text of the user message that carries tool results' images after them (a chat tool
+message holds only text): ``/v1/messages`` sends one upstream, ``/v1/responses`` stores one
+for Codex's ``view_image`` output. It is the tools' output, not a request."""
+
+
+def is_tool_images(message: Message) -> bool:
+    """A user message carrying the images of the tool results before it (``TOOL_IMAGES_NOTE``):
+    no request (no goal, no user turn, no recall query, never pinned as the last request)."""
+    content = message.get("content")
+    return message.get("role") == "user" and type(content) is list and bool(content) \
+        and isinstance(content[0], dict) and content[0].get("text") == TOOL_IMAGES_NOTE
+
+
 def content_text(message: Message) -> str:
     """The message's text: string content, or the text parts of a parts list joined by newlines."""
     content = message.get("content")

@@ -48,11 +48,11 @@ from refold.messages.model import Message
 from refold.messages.responses import input_messages
 from refold.server.auth import Tenant
 from refold.server.completions import Proxy
+from refold.server.responses_tools import request_tools, tool_kinds
 from refold.server.responses_wire import (
     ResponseEvents,
     Shell,
     chat_body,
-    namespaces,
     output_items,
     reply_of,
     usage_of,
@@ -275,7 +275,8 @@ def _check(raw: Any) -> dict[str, Any]:
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)
                                or tokens < 1):
         raise InvalidInput("'max_output_tokens' must be a positive integer")
-    _check_tools(raw.get("tools"))
+    _check_tools(request_tools(raw.get("tools"), raw["input"] if isinstance(raw["input"], list)
+                               else []))
     _check_parts(raw["input"])
     return raw
 
@@ -334,12 +335,13 @@ async def create_response(host: Host, tenant: Tenant, request: Request, raw: Any
     check_sendable(messages)
     if body.get("instructions"):
         messages.insert(0, {"role": "system", "content": body["instructions"]})
-    chat = chat_body(body, messages, host.settings.model)
+    # its tools, with those its input adds (Codex's additional_tools, tool_search_output)
+    tools = request_tools(body.get("tools"), prior + new_items)
+    chat = chat_body(body, messages, host.settings.model, tools)
     response = await chat_turn(host.running_proxy(), tenant, request.headers, chat, size,
                                lineage, request.receive)
     session_id = session_of(response) or ""
-    shell = Shell(response_id(session_id), str(chat["model"]), body,
-                  spaces=namespaces(body.get("tools")))
+    shell = Shell(response_id(session_id), str(chat["model"]), body, kinds=tool_kinds(tools))
     keep = body.get("store", True) is not False
 
     async def save(obj: dict[str, Any]) -> None:
@@ -350,7 +352,7 @@ async def create_response(host: Host, tenant: Tenant, request: Request, raw: Any
         return RewrittenStream(response, _Streamed(ResponseEvents(shell), save))
     data = reply_json(response)
     message, finish = reply_of(data)
-    obj = shell.response("completed", output_items(message, shell.spaces),
+    obj = shell.response("completed", output_items(message, shell.kinds),
                          usage_of(data.get("usage")), finish)
     await save(obj)
     return rewritten_json(response, obj)

@@ -3,16 +3,23 @@
 The pure half of ``/v1/responses`` (``server.responses_api`` is the endpoint): like
 ``/v1/messages`` it is a translation around the chat-completions turn pipeline.
 
-- ``input_messages(input)``: a string is one user message; items are ``message`` (roles user,
-  system, developer, assistant; ``input_text``/``output_text``/``input_image`` parts),
-  ``function_call`` (consecutive calls join one assistant message), ``function_call_output``
-  (a tool message) and ``reasoning`` (its summary becomes the next assistant message's
-  ``reasoning_content``). ``instructions`` is a system message in front, for this request only
-  (as the Responses API does, it is not carried to a continuation).
+- ``input_messages(input)`` (``messages.responses``): a string is one user message; items are
+  ``message`` (roles user, system, developer, assistant; ``input_text``/``output_text``/
+  ``input_image`` parts), ``function_call``, ``custom_tool_call`` and a client
+  ``tool_search_call`` (consecutive calls join one assistant message), their outputs (a tool
+  message; the images of a tool's output follow the results in a user message), ``reasoning``
+  (its summary becomes the next assistant message's ``reasoning_content``) and
+  ``additional_tools`` (no message: its tools are the request's). ``instructions`` is a
+  system message in front, for this request only (as the Responses API does, it is not
+  carried to a continuation).
+- ``chat_body`` builds the chat-completions body; the tools as chat functions are
+  ``server.responses_tools``'s (custom tools and the client's ``tool_search`` among them).
 - ``response_object`` builds the ``response`` object from a chat completion; ``ResponseEvents``
   turns the pipeline's chunk stream into ``response.created``, ``response.in_progress``,
   ``response.output_item.added``/``done``, ``response.content_part.added``/``done``,
   ``response.output_text.delta``/``done``, ``response.function_call_arguments.delta``/``done``,
+  ``response.custom_tool_call_input.delta``/``done`` (a custom tool's call: its ``input``,
+  decoded from the chat call's one string argument as it streams),
   ``response.reasoning_summary_text.delta`` and ``response.completed`` (once the reply is
   stored), or ``response.failed`` (with the error; the items still open are not done).
 """
@@ -26,10 +33,18 @@ from collections.abc import Iterator
 from typing import Any
 
 from refold._records import dataclass, field
-from refold.errors import InvalidInput
 from refold.llm.sse import CallParts, add_call
 from refold.messages.model import Message
 from refold.pricing import token_count
+from refold.server.responses_tools import (
+    InputDeltas,
+    ToolKinds,
+    custom_input,
+    flat,
+    function_of,
+    reply_item,
+    search_arguments,
+)
 from refold.server.wire import chat_functions
 
 
@@ -39,58 +54,27 @@ def new_id(prefix: str) -> str:
 
 # -- requests ----------------------------------------------------------------------------------
 
-# tools the Responses API runs itself; a chat-completions upstream has none of them to run
-HOSTED_TOOLS = frozenset({"web_search", "web_search_preview", "file_search", "code_interpreter",
-                          "computer_use_preview", "computer_use", "image_generation", "mcp",
-                          "local_shell", "tool_search"})
-
-
 def chat_tools(tools: Any) -> list[dict[str, Any]] | None:
-    """Function tools, those grouped in a ``namespace`` tool (Codex groups its sub-agent tools
-    so) among them; the hosted tools (``HOSTED_TOOLS``: web search, …) are left out, as
-    ``/v1/messages`` leaves out Anthropic's server tools — the upstream could not run them."""
-    if isinstance(tools, list):
-        tools = [inner for tool in tools for inner in _flat(tool)]
-    return chat_functions(tools, _function_of)
-
-
-def namespaces(tools: Any) -> dict[str, str]:
-    """The namespace each function a request grouped in a ``namespace`` tool belongs to, by
-    the function's name: a call to it goes back with its ``namespace``, which is how the
-    client finds the tool (Codex answers "unsupported call" without it; its MCP servers' tools
-    come so, ``mcp__<server>``)."""
-    out: dict[str, str] = {}
-    for tool in tools if isinstance(tools, list) else []:
-        if not (isinstance(tool, dict) and tool.get("type") == "namespace"
-                and isinstance(tool.get("name"), str) and isinstance(tool.get("tools"), list)):
-            continue
-        for inner in tool["tools"]:
-            if isinstance(inner, dict) and isinstance(inner.get("name"), str):
-                out.setdefault(inner["name"], tool["name"])
+    """The request's tools as chat functions (``server.responses_tools``): functions, those
+    grouped in a ``namespace`` tool among them, custom tools and the client's ``tool_search``
+    as functions; the hosted tools left out. A function name given twice is sent once."""
+    functions = chat_functions(flat(tools), function_of)
+    if functions is None:
+        return None
+    out: list[dict[str, Any]] = []
+    seen: set[Any] = set()
+    for function in functions:
+        name = function["function"].get("name")
+        if isinstance(name, str):
+            if name in seen:
+                continue
+            seen.add(name)
+        out.append(function)
     return out
 
 
-def _flat(tool: Any) -> list[Any]:
-    if isinstance(tool, dict) and tool.get("type") == "namespace":
-        inner = tool.get("tools")
-        if not isinstance(inner, list):
-            raise InvalidInput("tools: a namespace tool needs a list of 'tools'")
-        return [t for t in inner if not (isinstance(t, dict) and t.get("type") == "namespace")]
-    return [tool]
-
-
-def _function_of(tool: Any) -> dict[str, Any] | None:
-    kind = tool.get("type") if isinstance(tool, dict) else tool
-    if isinstance(kind, str) and kind in HOSTED_TOOLS:
-        return None
-    if not isinstance(tool, dict) or kind != "function":
-        raise InvalidInput(f"tools: refold takes function tools (and namespaces of them), "
-                           f"not {kind!r}")
-    return {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
-
-
 def _tool_choice(choice: Any) -> Any:
-    if isinstance(choice, dict) and choice.get("type") == "function":
+    if isinstance(choice, dict) and choice.get("type") in ("function", "custom"):
         return {"type": "function", "function": {"name": choice.get("name")}}
     return choice if choice in ("auto", "none", "required") else None
 
@@ -105,8 +89,10 @@ def _response_format(text: Any) -> dict[str, Any] | None:
     return {"type": "json_schema", "json_schema": schema}
 
 
-def chat_body(body: dict[str, Any], messages: list[Message], model: str) -> dict[str, Any]:
-    """The chat-completions body for a Responses request over ``messages``."""
+def chat_body(body: dict[str, Any], messages: list[Message], model: str,
+              tools: Any = None) -> dict[str, Any]:
+    """The chat-completions body for a Responses request over ``messages``; ``tools``: the
+    request's tools (``responses_tools.request_tools``), its ``tools`` when not given."""
     out: dict[str, Any] = {"model": body.get("model") or model, "messages": messages,
                            "stream": bool(body.get("stream"))}
     if out["stream"]:
@@ -120,9 +106,9 @@ def chat_body(body: dict[str, Any], messages: list[Message], model: str) -> dict
             out[key] = body[key]
     if body.get("max_output_tokens") is not None:
         out["max_tokens"] = body["max_output_tokens"]
-    tools = chat_tools(body.get("tools"))
-    if tools:
-        out["tools"] = tools
+    functions = chat_tools(body.get("tools") if tools is None else tools)
+    if functions:
+        out["tools"] = functions
         choice = _tool_choice(body.get("tool_choice"))
         if choice is not None:
             out["tool_choice"] = choice
@@ -158,18 +144,15 @@ def text_item(item_id: str, text: str, status: str = "completed") -> dict[str, A
             "content": [{"type": "output_text", "text": text, "annotations": []}]}
 
 
-def call_item(item_id: str, call: dict[str, Any], status: str = "completed",
-              spaces: dict[str, str] | None = None) -> dict[str, Any]:
-    """A ``function_call`` item; with its ``namespace`` when the request grouped the function
-    in one (``spaces``, from ``namespaces``)."""
-    fn = call.get("function") or {}
-    item = {"type": "function_call", "id": item_id, "call_id": call.get("id"),
-            "name": fn.get("name"), "arguments": fn.get("arguments") or "", "status": status}
-    name = fn.get("name")
-    space = (spaces or {}).get(name) if isinstance(name, str) else None
-    if space is not None:
-        item["namespace"] = space
-    return item
+_CALL_ITEMS = ("function_call", "custom_tool_call", "tool_search_call")
+_PREFIX = {"custom_tool_call": "ctc", "tool_search_call": "tsc"}
+
+
+def _kind(call: dict[str, Any], kinds: ToolKinds | None) -> str:
+    name = (call.get("function") or {}).get("name")
+    if kinds is not None and name in kinds.search:
+        return "tool_search_call"
+    return "custom_tool_call" if kinds is not None and name in kinds.custom else "function_call"
 
 
 def reasoning_item(item_id: str, text: str) -> dict[str, Any]:
@@ -177,7 +160,7 @@ def reasoning_item(item_id: str, text: str) -> dict[str, Any]:
             "summary": [{"type": "summary_text", "text": text}] if text else []}
 
 
-def output_items(message: Message, spaces: dict[str, str] | None = None
+def output_items(message: Message, kinds: ToolKinds | None = None
                  ) -> list[dict[str, Any]]:
     """The output items of an assistant reply, in Responses order."""
     items = []
@@ -190,7 +173,7 @@ def output_items(message: Message, spaces: dict[str, str] | None = None
     if text:
         items.append(text_item(new_id("msg"), str(text)))
     for call in message.get("tool_calls") or []:
-        items.append(call_item(new_id("fc"), call, spaces=spaces))
+        items.append(reply_item(new_id(_PREFIX.get(_kind(call, kinds), "fc")), call, kinds))
     return items
 
 
@@ -202,7 +185,7 @@ class Shell:
     model: str
     body: dict[str, Any]
     created_at: int = field(default_factory=lambda: int(time.time()))
-    spaces: dict[str, str] = field(default_factory=dict)  # function -> its namespace
+    kinds: ToolKinds = field(default_factory=ToolKinds)  # what a call goes back as
 
     def response(self, status: str, output: list[dict[str, Any]],
                  usage: dict[str, Any] | None, finish: str | None = None) -> dict[str, Any]:
@@ -257,7 +240,8 @@ class ResponseEvents:
         self.calls: dict[int, dict[str, Any]] = {}  # chat tool-call key -> its item
         self.parts: dict[int, CallParts] = {}  # chat tool-call key -> the call so far
         self.last_call: int | None = None
-        self.open_calls: list[dict[str, Any]] = []  # function_call items not done yet
+        self.open_calls: list[dict[str, Any]] = []  # call items not done yet
+        self.inputs: dict[str, InputDeltas] = {}  # a custom or tool_search call's arguments
         self.usage: dict[str, Any] | None = None
         self.finish: str | None = None
 
@@ -297,7 +281,7 @@ class ResponseEvents:
 
     def _add(self, item: dict[str, Any]) -> Iterator[bytes]:
         yield from self._close()
-        if item["type"] == "function_call":
+        if item["type"] in _CALL_ITEMS:
             self.open_calls.append(item)
         else:
             self.open = item
@@ -340,21 +324,35 @@ class ResponseEvents:
         parts = self.parts[key]
         item = self.calls.get(key)
         if item is None:
-            item = call_item(new_id("fc"), {"id": parts.id or None, "function": {
-                "name": parts.name or None, "arguments": ""}}, spaces=self.shell.spaces)
+            start = {"id": parts.id or None, "function": {"name": parts.name or None,
+                                                          "arguments": ""}}
+            kind = _kind(start, self.shell.kinds)
+            item = reply_item(new_id(_PREFIX.get(kind, "fc")), start, self.shell.kinds)
+            if kind != "function_call":
+                self.inputs[item["id"]] = InputDeltas()
             self.calls[key] = item
             yield from self._add(item)
         elif item not in self.open_calls:
             return  # more of a call already done (nothing to add it to)
         else:  # an id or a name that came after the call's first fragment
             item["call_id"] = parts.id or item["call_id"]
-            item["name"] = parts.name or item["name"]
+            if "name" in item:
+                item["name"] = parts.name or item["name"]
         fn = call.get("function")
         fragment = fn.get("arguments") if isinstance(fn, dict) else None
-        if fragment:
+        if not fragment:
+            return
+        deltas = self.inputs.get(item["id"])
+        if deltas is None:
             item["arguments"] += str(fragment)
             yield self.event("response.function_call_arguments.delta", item_id=item["id"],
                              output_index=self.items.index(item), delta=str(fragment))
+            return
+        piece = deltas.feed(str(fragment))
+        if piece and item["type"] == "custom_tool_call":
+            item["input"] += piece
+            yield self.event("response.custom_tool_call_input.delta", item_id=item["id"],
+                             output_index=self.items.index(item), delta=piece)
 
     def _close(self) -> Iterator[bytes]:
         """The open text or reasoning item is done."""
@@ -373,6 +371,15 @@ class ResponseEvents:
         elif item["type"] == "function_call":
             yield self.event("response.function_call_arguments.done", item_id=item["id"],
                              output_index=index, arguments=item["arguments"])
+        elif item["type"] == "custom_tool_call":
+            given = self.inputs[item["id"]].given
+            self._settle(item)
+            whole = item["input"]
+            if len(whole) > len(given) and whole.startswith(given):
+                yield self.event("response.custom_tool_call_input.delta", item_id=item["id"],
+                                 output_index=index, delta=whole[len(given):])
+            yield self.event("response.custom_tool_call_input.done", item_id=item["id"],
+                             output_index=index, input=whole)
         elif item["type"] == "reasoning" and item["summary"]:
             yield self.event("response.reasoning_summary_text.done", item_id=item["id"],
                              output_index=index, summary_index=0,
@@ -386,8 +393,18 @@ class ResponseEvents:
         for item in calls:
             yield from self._done_events(item)
 
+    def _settle(self, item: dict[str, Any]) -> None:
+        """A custom or tool_search call's whole input or arguments, from the chat call's."""
+        deltas = self.inputs.get(item["id"])
+        if deltas is not None and item["type"] == "custom_tool_call":
+            item["input"] = custom_input(deltas.raw)
+        elif deltas is not None:
+            item["arguments"] = search_arguments(deltas.raw)
+
     def completed(self) -> dict[str, Any]:
         """The final response object."""
+        for item in self.open_calls:
+            self._settle(item)
         return self.shell.response("completed", self.items, self.usage, self.finish)
 
     def close_items(self) -> bytes:
