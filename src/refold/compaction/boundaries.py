@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 from refold.compaction.structure import SYSTEM_ROLES, Unit
 from refold.compaction.summary import is_summary_message
-from refold.messages.model import Message
+from refold.messages.model import Message, is_tool_images
 
 
 def system_prefix_end(messages: Sequence[Message]) -> int:
@@ -53,7 +53,8 @@ def required_indices(messages: Sequence[Message]) -> list[int]:
     out: list[int] = []
     last_user = next((i for i in range(len(messages) - 1, -1, -1)
                       if messages[i].get("role") == "user"
-                      and not is_summary_message(messages[i])), None)
+                      and not is_summary_message(messages[i])
+                      and not is_tool_images(messages[i])), None)
     last_assistant = next((i for i in range(len(messages) - 1, -1, -1)
                            if messages[i].get("role") == "assistant"
                            and not is_summary_message(messages[i])), None)

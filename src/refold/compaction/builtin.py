@@ -51,7 +51,7 @@ from refold.compaction.summary import (
 )
 from refold.compaction.tally import LABELS, Tally, label_prefixes
 from refold.compaction.textscan import Caseless, Joined, Rule
-from refold.messages.model import Message, content_text
+from refold.messages.model import Message, content_text, is_tool_images
 
 ITEM_CHARS = 300
 NOTE_CHARS = 400  # one memory provider note in the summary
@@ -289,7 +289,9 @@ def _user_text(message: Message) -> str:
     """What the user said in a user message: without the blocks an agent harness adds
     (``<system-reminder>``, ``<local-command-stdout>``…); a slash command with arguments as
     ``/name arguments``; "" for a message that is all harness (a command without arguments,
-    ``<task-notification>``, Claude Code's compaction summary)."""
+    ``<task-notification>``, Claude Code's compaction summary, tool results' images)."""
+    if is_tool_images(message):
+        return ""
     text = content_text(message)
     head = text.lstrip()
     if head.startswith(_HARNESS_WHOLE):

@@ -38,6 +38,7 @@ from refold.messages.model import (
     as_plain,
     chain_identities,
     content_text,
+    is_tool_images,
     wire_form,
 )
 from refold.pricing import token_count
@@ -595,12 +596,11 @@ class SessionRuntime:
 
     def _count_turns(self, messages: Sequence[Message]) -> None:
         memory = self._host.memory
-        for message in messages:
-            if message.get("role") == "user":
-                self.user_turns += 1
-                if memory is not None:
-                    memory.begin_turn()  # the memory tool's per-turn budget
-        users = [m for m in messages if m.get("role") == "user"]
+        users = [m for m in messages if m.get("role") == "user" and not is_tool_images(m)]
+        for _ in users:
+            self.user_turns += 1
+            if memory is not None:
+                memory.begin_turn()  # the memory tool's per-turn budget
         if users:  # a new user turn: its recall block, fixed for the whole turn
             self._recall = self._host.turn_recall(content_text(users[-1]))
             # past-session recall searches the store: ``_prepare_locked`` adds it (off the
