@@ -49,6 +49,12 @@ class InvalidInput(RefoldError):
     exit_code = 2
 
 
+class NotActive(InvalidInput):
+    """The message a rewind or fork was to start at is not (or no longer) an active row: a
+    user's wrong seq, or, for the proxy, another writer that rewound it a moment ago (then a
+    409 the client may retry, and the runtime places the history again)."""
+
+
 class MessageValidationError(InvalidInput):
     """A message breaks the chat-completions format."""
 

@@ -193,3 +193,38 @@ def test_a_named_session_begun_by_two_processes_at_once_rewinds_neither(
     assert mine.session_id != named
     assert contents(mine.session_id, inactive=True) == ["same opening", "answer A"]
     assert not any(r.seqs for s in store.list_sessions() for r in store.list_rewinds(s.id))
+
+
+def test_a_retry_racing_its_twin_on_another_worker_is_placed_again(
+        store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same request twice at once on two workers (a client's retry while its first try is
+    in flight), a named session: both see the stored reply after the question and rewind it;
+    the second rewind found the row already rewound and the client got a 400 ("no active
+    message"). Now the history is placed again, and the turn goes on."""
+    from refold.runtime import branches
+
+    engine = Engine(store, model="gpt-4o-mini", context_length=WINDOW,
+                    memory_dir=tmp_path / "memories")
+    rt = engine.open_session(new=True, title="named")
+    asked = [{"role": "user", "content": "first"}]
+    rt.prepare_history(list(asked), diverge="rewind")
+    rt.record({"role": "assistant", "content": "answer"})
+    rewind = store.rewind
+    raced: list[bool] = []
+
+    def the_twin_rewinds_first(session_id: str, from_seq: int, **kw: Any) -> Any:
+        if not raced:  # the other worker, between this one's read and its rewind
+            raced.append(True)
+            rewind(session_id, from_seq, **kw)
+        return rewind(session_id, from_seq, **kw)
+
+    monkeypatch.setattr(store, "rewind", the_twin_rewinds_first)
+    again = engine.open_session(rt.session_id)  # the other worker's runtime: no known chain
+    sent = again.prepare_history(list(asked), diverge="rewind")
+    monkeypatch.setattr(store, "rewind", rewind)
+    assert raced
+    assert [m["content"] for m in sent.messages if m["role"] != "system"] == ["first"]
+    assert again.session_id == rt.session_id  # no branch of the named session
+    assert [r.message["content"] for r in store.get_messages(rt.session_id)] == ["first"]
+    assert branches.PLACE_ATTEMPTS > 1
+    engine.close()

@@ -52,7 +52,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal
 
-from refold.errors import Conflict
+from refold.errors import Conflict, NotActive
 from refold.messages.model import Message, chain_identities
 from refold.runtime.chain import adopt_stored
 from refold.store.base import Store, StoredMessage
@@ -130,6 +130,20 @@ def family(store: Store, root_id: str) -> list[str]:
 def place(store: Store, root_id: str, current_id: str, identities: Sequence[str],
           diverge: Diverge, window: Callable[[list[str]], str | None] | None = None
           ) -> tuple[str, bool]:
+    """``_place``, again when another writer rewound a row it read before it rewound or forked
+    there (two requests of one conversation at once on two workers: the second was a 400)."""
+    for attempt in range(PLACE_ATTEMPTS):
+        try:
+            return _place(store, root_id, current_id, identities, diverge, window)
+        except NotActive:
+            if attempt == PLACE_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _place(store: Store, root_id: str, current_id: str, identities: Sequence[str],
+           diverge: Diverge, window: Callable[[list[str]], str | None] | None = None
+           ) -> tuple[str, bool]:
     """The session the history with ``identities`` is synced into (see the module doc), and
     whether the ledger changed other than by appending: for "rewind" an edited tail is rewound
     here; another session of the family may answer. ``window``: asked, with the family's

@@ -25,6 +25,7 @@ from refold.errors import (
     Conflict,
     ContextOverflowError,
     InvalidInput,
+    NotActive,
     NotFound,
     RefoldError,
     StorageError,
@@ -100,6 +101,9 @@ def status_for(err: RefoldError) -> tuple[int, ErrorBody]:
                                "upstream_error", "summarizer_failed")
     if isinstance(err, CompactionError):  # the history cannot be made to fit the window
         return 400, error_body(str(err), "invalid_request_error", "context_length_exceeded")
+    if isinstance(err, NotActive):  # another writer rewound the row a moment ago: retry
+        return 409, error_body(f"{err} (another request changed this conversation at the same "
+                               "moment; send the request again)", "conflict_error", "conflict")
     if isinstance(err, InvalidInput):
         return 400, error_body(str(err), "invalid_request_error", "invalid_input")
     if isinstance(err, NotFound):

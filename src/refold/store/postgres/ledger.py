@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from refold import _records as records
-from refold.errors import Conflict, InvalidInput, MessageValidationError, NotFound
+from refold.errors import Conflict, InvalidInput, MessageValidationError, NotActive, NotFound
 from refold.messages.model import (
     Message,
     as_plain_messages,
@@ -399,7 +399,7 @@ class LedgerMixin(PgCore):
                         (session_id, int(from_seq)))
             row = cur.fetchone()
             if row is None or not row[1]:
-                raise InvalidInput(f"session {session_id} has no active message {from_seq}")
+                raise NotActive(f"session {session_id} has no active message {from_seq}")
             if row[0] != "user" and not any_role:
                 raise InvalidInput(f"message {from_seq} is from the {row[0]}; rewind starts "
                                    "at a user message", hint="give the seq of a user message")
@@ -498,7 +498,7 @@ class LedgerMixin(PgCore):
         cur.execute("SELECT 1 FROM messages WHERE session_id = %s AND seq = %s AND active",
                     (session_id, int(at_seq)))
         if cur.fetchone() is None:
-            raise InvalidInput(f"session {session_id} has no active message {at_seq} to fork at")
+            raise NotActive(f"session {session_id} has no active message {at_seq} to fork at")
         return int(at_seq)
 
     # -- checkpoints and the model view -----------------------------------------------------

@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from refold import _records as records
-from refold.errors import Conflict, InvalidInput, MessageValidationError, NotFound
+from refold.errors import Conflict, InvalidInput, MessageValidationError, NotActive, NotFound
 from refold.messages.model import Message, as_plain_messages, identity_and_json, wire_form
 from refold.store.base import (
     REPLY_KEY_CHARS,
@@ -459,7 +459,7 @@ class LedgerOps(SessionOps):
             row = conn.execute("SELECT role, active FROM messages WHERE session_id = ? AND seq = ?",
                                (session_id, int(from_seq))).fetchone()
             if row is None or not row[1]:
-                raise InvalidInput(f"session {session_id} has no active message {from_seq}")
+                raise NotActive(f"session {session_id} has no active message {from_seq}")
             if row[0] != "user" and not any_role:
                 raise InvalidInput(f"message {from_seq} is from the {row[0]}; rewind starts "
                                    "at a user message", hint="give the seq of a user message")
@@ -530,7 +530,7 @@ class LedgerOps(SessionOps):
         row = conn.execute("SELECT 1 FROM messages WHERE session_id = ? AND seq = ? "
                            "AND active = 1", (session_id, int(at_seq))).fetchone()
         if row is None:
-            raise InvalidInput(f"session {session_id} has no active message {at_seq} to fork at")
+            raise NotActive(f"session {session_id} has no active message {at_seq} to fork at")
         return int(at_seq)
 
 
