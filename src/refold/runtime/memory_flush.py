@@ -37,6 +37,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from refold.errors import StorageError
 from refold.runtime.cost import paying_for
 from refold.runtime.rotation import load_info
 from refold.store.base import Store
@@ -47,8 +48,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EVENT = "memory_flush"
-SWEEP_LEASE_SECONDS = 300.0
-LOCK_STRIPES = 64  # flushes of one session are serialized by one of this many locks  # a sweeper that dies holding one blocks that session this long
+SWEEP_LEASE_SECONDS = 300.0  # a sweeper that dies holding one blocks that session this long
+LOCK_STRIPES = 64  # flushes of one session are serialized by one of this many locks
+STORE_DOWN_SECONDS = 60.0  # after a flush found the store unreachable, none tried for this long
 
 
 class MemoryFlush:
@@ -64,6 +66,7 @@ class MemoryFlush:
         self._locks = tuple(threading.Lock() for _ in range(LOCK_STRIPES))
         self._guard = threading.Lock()
         self._open: set[str] = set()  # sessions opened here whose end was not flushed yet
+        self._store_down_until = 0.0  # (monotonic) no flush tried before this: see ``_run``
 
     # -- the triggers --------------------------------------------------------------------------
     def after_checkpoint(self, session_id: str, through_seq: int | None) -> None:
@@ -146,11 +149,20 @@ class MemoryFlush:
             self._run(session_id, through_seq, reason)
 
     def _run(self, session_id: str, through_seq: int | None, reason: str) -> None:
+        if time.monotonic() < self._store_down_until:
+            return  # left to a later idle sweep, which finds the session's unflushed rows
         try:
             self.flush(session_id, through_seq, reason)
         except Exception as exc:  # background upkeep never takes the process down
             log.warning("session %s: memory flush (%s) failed: %s", session_id, reason,
                         exc.__class__.__name__)
+            if isinstance(exc, StorageError):
+                # the store is unreachable (a database dropped, a server gone): the other
+                # sessions' flushes would each wait out the pool's timeout (a serve with 80
+                # sessions took minutes to stop); they wait for a later idle sweep instead
+                self._store_down_until = time.monotonic() + STORE_DOWN_SECONDS
+                log.warning("memory flushes paused for %.0f s: the store is unreachable",
+                            STORE_DOWN_SECONDS)
 
     def flush(self, session_id: str, through_seq: int | None, reason: str) -> Any:
         """Review the unflushed active rows up to ``through_seq`` (None: to the end) now and
