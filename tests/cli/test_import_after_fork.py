@@ -43,3 +43,14 @@ def test_a_grown_transcript_goes_to_its_session_not_to_a_fork(tmp_path: Path, ru
     assert _counts(tmp_path)[0] == rows_before + 1
     again = ok_json(run("import", str(SAMPLE), "--json"))  # as it was: nothing new anywhere
     assert again["appended"] == 0 and _counts(tmp_path)[0] == rows_before + 1
+
+
+def test_a_full_fork_does_not_take_the_originals_new_turns(tmp_path: Path, run: Run) -> None:
+    first = ok_json(run("import", str(SAMPLE), "--title", "notes", "--json"))
+    assert run("sessions", "fork", "notes", "--title", "whole").exit_code == 0  # all of it
+    grown = tmp_path / "grown.jsonl"
+    grown.write_text(SAMPLE.read_text(encoding="utf-8")
+                     + '{"role": "user", "content": "one more question after the fix"}\n',
+                     encoding="utf-8")
+    report = ok_json(run("import", str(grown), "--json"))
+    assert (report["session_id"], report["appended"]) == (first["session_id"], 1)

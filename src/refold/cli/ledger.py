@@ -136,13 +136,16 @@ def _stored_as(store: Store, identities: list[str]) -> str | None:
     its fifth message is a start of it too, and took the rest again as copies); ``identities``:
     its messages' chain (a row matching at its position matches all before it). None:
     another conversation."""
-    best, held = None, 0
+    best, held, copied = None, 0, True
     for session_id in store.sessions_opening_with(identities[0]):
         rows = store.get_messages(session_id, limit=len(identities))
-        if rows and len(rows) > held and rows[-1].identity == identities[len(rows) - 1]:
-            best, held = session_id, len(rows)
-            if held == len(identities):
-                break
+        if not rows or len(rows) < held or rows[-1].identity != identities[len(rows) - 1]:
+            continue
+        # on a tie, the session the others were copied from (a fork or branch of it holding
+        # as much took the new turns)
+        copy = store.get_session(session_id).link_kind in ("fork", "branch")
+        if len(rows) > held or (copied and not copy):
+            best, held, copied = session_id, len(rows), copy
     return best
 
 
