@@ -115,6 +115,10 @@ def _target_session(store: Store, ref: str | None, messages: list[Message], *,
         stored = _stored_as(store, identities) if identities else None
         if stored is not None:
             return Target(stored)
+    if title:  # asked for: never one that reads as another session's id prefix
+        from refold.store.titles import refuse_title_shadowing_an_id
+
+        refuse_title_shadowing_an_id(store, title)
     draft = SessionDraft(title=title or _new_title(store, default_title), source=source,
                          started_at=started_at)
     return Target(session_id, draft, keep_title=bool(title))

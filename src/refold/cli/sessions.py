@@ -320,7 +320,9 @@ def fork_cmd(app: AppContext, ref: str, at_seq: int | None, branch: bool, title:
     store = app.store
     source = store.resolve_session(ref)
     from refold.compaction.session import fork_with_state
+    from refold.store.titles import refuse_title_shadowing_an_id
 
+    refuse_title_shadowing_an_id(store, title)
     child = fork_with_state(store, source.id, at_seq, kind="branch" if branch else "fork",
                             title=title)
     emit(session_json(child), as_json, lambda _: click.echo(f"created {_session_line(child)}"))

@@ -241,3 +241,25 @@ def refuse_id_prefix_title(title: str, session_id: str, prefixed_ids: Iterable[s
         raise InvalidInput(f"the title {title!r} is the start of session {others[0][:12]}'s id",
                            hint="choose a title that is not an id prefix (add a word or a "
                                 "non-hex character)")
+
+
+def refuse_title_shadowing_an_id(store: Any, title: str | None) -> None:
+    """InvalidInput when ``title``, asked for a new session (``fork --title``, ``import
+    --title``), is the start of a stored session's id: ``show``/``rm``/``rename`` by it would
+    be refused as ambiguous (a rename refuses it in the store). Titles refold picks itself, and
+    a proxy's ``X-Refold-Session`` names (never resolved by id prefix), are not checked."""
+    clean = sanitize_title(title)
+    if clean is None or not reads_as_id_prefix(clean):
+        return
+    from refold.errors import AmbiguousReference, NotFound
+
+    try:
+        found = store.resolve_session(clean.lower(), prefix=True)
+    except AmbiguousReference:
+        found = None  # several sessions' ids start so
+    except NotFound:
+        return
+    if found is None or found.id.lower().startswith(clean.lower()):
+        raise InvalidInput(f"the title {clean!r} is the start of a session's id",
+                           hint="choose a title that is not an id prefix (add a word or a "
+                                "non-hex character)")
