@@ -37,7 +37,7 @@ from refold.server.anthropic_wire import (
 from refold.server.auth import Tenant
 from refold.server.completions import Proxy
 from refold.server.rewrite import RewrittenStream, chat_turn, reply_json, rewritten_json
-from refold.server.wire import check_sendable
+from refold.server.wire import check_sampling, check_sendable
 from refold.tokens import get_counter
 
 Handler = Callable[[Request, Tenant], Awaitable[Response]]
@@ -141,13 +141,7 @@ def check_fields(raw: Any) -> None:
     a ``max_tokens`` that is not a positive integer, a text block without a ``text`` string."""
     if not isinstance(raw, dict):
         return  # (chat_request says what is wrong)
-    stream = raw.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise InvalidInput("stream: must be true or false")
-    for key in ("temperature", "top_p"):
-        value = raw.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise InvalidInput(f"{key}: must be a number")
+    check_sampling(raw)
     tokens = raw.get("max_tokens")
     if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens < 1:
         raise InvalidInput("max_tokens: must be a positive integer")

@@ -64,7 +64,7 @@ from refold.server.rewrite import (
     rewritten_json,
     session_of,
 )
-from refold.server.wire import check_sendable, status_for
+from refold.server.wire import check_sampling, check_sendable, status_for
 from refold.store import Store
 
 log = logging.getLogger(__name__)
@@ -264,13 +264,7 @@ def _check(raw: Any) -> dict[str, Any]:
         raise InvalidInput(
             f"'instructions' must be a string (this request's system prompt) or null, got "
             f"{_json_type(instructions)}; system or developer messages as items go in 'input'")
-    stream = raw.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise InvalidInput("'stream' must be true or false")
-    for key in ("temperature", "top_p"):
-        value = raw.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise InvalidInput(f"'{key}' must be a number")
+    check_sampling(raw)
     tokens = raw.get("max_output_tokens")
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)
                                or tokens < 1):

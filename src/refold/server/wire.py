@@ -142,6 +142,19 @@ def chat_functions(tools: Any, convert: Callable[[Any], dict[str, Any] | None]
     return [{"type": "function", "function": f} for f in functions if f is not None]
 
 
+def check_sampling(raw: dict[str, Any]) -> None:
+    """InvalidInput for a ``stream`` that is not a boolean (``"yes"`` or ``1`` started a
+    stream) or a ``temperature``/``top_p`` that is not a number (``/v1/messages`` and
+    ``/v1/responses``; chat completions checks its own)."""
+    stream = raw.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise InvalidInput("'stream' must be true or false")
+    for key in ("temperature", "top_p"):
+        value = raw.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise InvalidInput(f"'{key}' must be a number")
+
+
 def check_sendable(messages: list[Any]) -> None:
     """InvalidInput for a request whose messages are nothing but tool results (and system
     messages): every result answers no call of an earlier assistant message, so none can go
