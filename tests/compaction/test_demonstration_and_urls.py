@@ -11,6 +11,10 @@ from refold.compaction import compact
 DEMO = ("Here is a demonstration of how to correctly accomplish this task.\nIt is included to "
         "show you how to correctly use the interface.\n--- DEMONSTRATION ---\nWe're currently "
         "solving the following issue: TimeDelta serialization precision in marshmallow.\n"
+        "```\nopen src/marshmallow/fields.py 1474\n```\n"
+        "[File: /marshmallow-code__marshmallow/src/marshmallow/fields.py (1997 lines total)]\n"
+        "```python\nfrom marshmallow.fields import TimeDelta\n```\n"
+        "SyntaxError: unmatched ')'\n" + "The demonstration goes on with more steps.\n" * 60 +
         "Now that we have fixed the issue, we should submit our changes to the code base.\n"
         "--- END OF DEMONSTRATION ---")
 ISSUE = ("We're currently solving the following issue within our repository: the pixel data "
@@ -36,3 +40,4 @@ def test_the_demonstration_is_no_goal_and_a_url_is_no_file() -> None:
     assert "pixel data handler" in goal and "demonstration" not in goal.lower()
     assert "Now that we have fixed the issue" not in summary
     assert "24.html" not in summary.replace("sect_C.7.6.24.html", "")
+    assert "marshmallow" not in summary  # nor its identifiers in the anchor index

@@ -276,11 +276,21 @@ _HARNESS_BLOCK = re.compile(r"<(system-reminder|local-command-caveat|local-comma
                             r"local-command-stderr|command-message|command-name|command-args|"
                             r"environment_context|user_instructions|turn_aborted)>"
                             r".*?</\1>\s*", re.DOTALL)
+DEMONSTRATION = "Here is a demonstration of how to correctly accomplish this task."
+
+
+def is_demonstration(message: Message) -> bool:
+    """SWE-agent's in-context demonstration: another task's worked example, sent as a user
+    message (no goal of this session, and none of its identifiers this session's)."""
+    return message.get("role") == "user" and content_text(message).lstrip().startswith(
+        DEMONSTRATION)
+
+
 _HARNESS_WHOLE = ("<task-notification>", "This session is being continued from a previous "
                   "conversation", "Base directory for this skill:",  # a skill's text, loaded
                   "# AGENTS.md instructions for ",
                   # SWE-agent's in-context demonstration: another task's worked example
-                  "Here is a demonstration of how to correctly accomplish this task.")
+                  DEMONSTRATION)
 _COMMAND_NAME = re.compile(r"<command-name>\s*(.*?)\s*</command-name>", re.DOTALL)
 _COMMAND_ARGS = re.compile(r"<command-args>\s*(.*?)\s*</command-args>", re.DOTALL)
 
@@ -648,4 +658,4 @@ class BuiltinSummarizer:
                             summarizer=self.name)
 
 
-__all__ = ["BuiltinSummarizer", "is_nudge"]
+__all__ = ["BuiltinSummarizer", "is_demonstration", "is_nudge"]

@@ -33,7 +33,7 @@ from refold.compaction.boundaries import (
     select_tail,
     system_prefix_end,
 )
-from refold.compaction.builtin import BuiltinSummarizer
+from refold.compaction.builtin import BuiltinSummarizer, is_demonstration
 from refold.compaction.policy import CompactionPolicy, summary_budget, threshold_for
 from refold.compaction.prune import (
     PruneStats,
@@ -506,7 +506,8 @@ def _finish(plan: _Plan, original: Sequence[Message], summarizer: Summarizer,
     # redact what it is (the value of AWS_SECRET_ACCESS_KEY=… went into the index verbatim)
     secrets = secrets_in_texts(_text_and_arguments(m) for m in middle)
     anchors = without_secrets(select_anchors(
-        extract_anchors(middle), budget_tokens=anchor_budget, count_text=counter.count_text,
+        extract_anchors([m for m in middle if not is_demonstration(m)]),
+        budget_tokens=anchor_budget, count_text=counter.count_text,
         carried=plan.previous_anchors, covered=body), secrets)
     text = wrap_summary(body, anchors, language)
     assembled, role, acked = _assemble(plan, text)
