@@ -289,10 +289,16 @@ def truly_written(traj: Trajectory, upto: int) -> set[str]:
     return paths | traj.patch_files
 
 
+DEMONSTRATION = "Here is a demonstration of how to correctly accomplish this task."
+
+
 def identifiers(traj: Trajectory, start: int, end: int) -> set[str]:
-    """Paths opened/edited (call arguments), commands run, exception lines printed."""
+    """Paths opened/edited (call arguments), commands run, exception lines printed (not those
+    of SWE-agent's demonstration, a worked example of another task)."""
     found: set[str] = set()
     for m in traj.messages[start:end]:
+        if m.get("role") == "user" and str(m.get("content") or "").startswith(DEMONSTRATION):
+            continue  # SWE-agent's in-context example: another task's identifiers
         for c in m.get("tool_calls") or []:
             args = _args(c)
             for key in ("path", "file_path", "filename"):
