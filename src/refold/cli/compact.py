@@ -169,19 +169,6 @@ MEMORY_SOURCES = {"snapshot": "memory: the session's frozen snapshot (what its p
                            "snapshot yet)"}
 
 
-def _session_memory(store: Any, session_id: str) -> str | None:
-    """The memory snapshot frozen into ``session_id``'s system prompt: its own, else its
-    lineage's nearest (a compaction child, a branch), read as the engine reads it
-    (``Engine._session_snapshot``); None when no session of the lineage has one."""
-    from refold.runtime.engine import SNAPSHOT_EVENT
-
-    for sid in [session_id, *(s.id for s in store.ancestors(session_id))]:
-        kept = store.list_events(sid, SNAPSHOT_EVENT)
-        if kept:
-            return str(kept[0].payload.get("text") or "")
-    return None
-
-
 def _memory_text(settings: Settings) -> str:
     if not settings.memories_dir.is_dir():
         return ""
@@ -229,7 +216,9 @@ def context_cmd(app: AppContext, session: str, context_length: int | None, model
     model = model or found.model or settings.model
     # the snapshot the session's prompt was frozen with; memory written since shows only in
     # new sessions, so the current files stand in only for a session that has none
-    memory = _session_memory(app.store, found.id)
+    from refold.runtime.engine import frozen_snapshot
+
+    memory = frozen_snapshot(app.store, found.id)
     source = "files" if memory is None else "snapshot"
     breakdown = context_breakdown(app.store.projection(found.id), model=model,
                                   context_length=context_length or settings.context_length,

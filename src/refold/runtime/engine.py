@@ -65,6 +65,16 @@ REVIEW_WINDOW = 40  # the recent messages a finished turn hands to memory review
 SNAPSHOT_EVENT = "memory_snapshot"  # a session's frozen memory snapshot (_session_snapshot)
 
 
+def frozen_snapshot(store: Store, session_id: str) -> str | None:
+    """The memory snapshot frozen into ``session_id``'s system prompt: its own, else its
+    lineage's nearest (a compaction child, a branch); None when none of them has one yet."""
+    for sid in [session_id, *(s.id for s in store.ancestors(session_id))]:
+        kept = store.list_events(sid, SNAPSHOT_EVENT)
+        if kept:
+            return str(kept[0].payload.get("text") or "")
+    return None
+
+
 class Engine:
     """Opens sessions over ``store`` for one model and context window."""
 
@@ -188,10 +198,9 @@ class Engine:
         sessions). A session opened the first time: rendered now and kept."""
         if self.memory is None and self.skills is None:
             return "", ()
-        for sid in [session_id, *(s.id for s in self.store.ancestors(session_id))]:
-            kept = self.store.list_events(sid, SNAPSHOT_EVENT)
-            if kept:
-                return str(kept[0].payload.get("text") or ""), ()
+        frozen = frozen_snapshot(self.store, session_id)
+        if frozen is not None:
+            return frozen, ()
         memory, shown = self._memory_snapshot()
         snapshot = self._render_snapshot(memory)
         self.store.append_event(session_id, SNAPSHOT_EVENT, {"text": snapshot})

@@ -41,11 +41,6 @@ PRIVATE = "_refold_anthropic"  # request side: what an Anthropic upstream needs 
 REPLY = "_refold_anthropic_reply"  # reply side: the upstream's own message, passed through
 EVENTS = "_refold_anthropic_events"  # stream side: the upstream's own events, passed through
 
-# fields with a chat-completions equivalent (translated); everything else is Anthropic-only
-_TRANSLATED = {"model", "messages", "system", "max_tokens", "stream", "temperature", "top_p",
-               "stop_sequences", "tools", "tool_choice", "metadata", "output_config",
-               "output_format"}
-
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
                  "function_call": "tool_use", "content_filter": "refusal"}
 FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",

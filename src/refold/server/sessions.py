@@ -102,12 +102,23 @@ _CONTEXT_ONLY = ("<environment_context>", "<user_instructions>", "# AGENTS.md in
 
 
 def _context_only(content: object) -> bool:
+    """Does ``content`` open as a context-only message (its first text, leading white space
+    aside: read every turn, so only its start is looked at)?"""
     if isinstance(content, list):
         if not all(isinstance(p, dict) and p.get("type") in ("text", "input_text")
                    for p in content):
             return False
-        content = "".join(str(p.get("text") or "") for p in content)
-    return isinstance(content, str) and content.lstrip().startswith(_CONTEXT_ONLY)
+        head = ""
+        for part in content:  # the parts' text joined, as far as the start the test reads
+            head += str(part.get("text") or "")
+            if len(head) >= _CONTEXT_HEAD:
+                break
+        content = head
+    return isinstance(content, str) and content[:_CONTEXT_HEAD].lstrip().startswith(
+        _CONTEXT_ONLY)
+
+
+_CONTEXT_HEAD = 256  # the characters of a message's start the context test reads
 
 
 def _first_request(history: Sequence[Message]) -> object:
