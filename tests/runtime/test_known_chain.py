@@ -393,8 +393,12 @@ def test_a_conversation_resending_parallel_calls_split_stays_on_the_fast_path(
     ({"content": "[Old tool result content cleared] but not all of it"}, False),
     ({"content": "a b c"}, False),  # another result: an edit
     ({"content": "[Old tool result content cleared]", "tool_call_id": "call_2"}, False),
-    ({"content": "[Old tool result content cleared]", "name": "bash"}, False),
-], ids=["cleared", "cleared-as-part", "hermes", "longer", "other-text", "other-call", "other-name"])
+    # a name the stored result lacked (or the reverse: Hermes restores results without it) is
+    # the call's name, which the result answers by id: the same result
+    ({"content": "[Old tool result content cleared]", "name": "bash"}, True),
+    ({"content": "a b", "name": "bash"}, True),
+], ids=["cleared", "cleared-as-part", "hermes", "longer", "other-text", "other-call", "named",
+        "named-uncleared"])
 def test_a_tool_result_resent_cleared_is_the_stored_result_and_nothing_else_is(
         eng: Engine, store: Store, result: dict[str, Any], cleared_one: bool) -> None:
     """OpenCode's ``compaction.prune`` re-sends an old result as its placeholder: the stored

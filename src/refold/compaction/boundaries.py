@@ -66,9 +66,11 @@ def required_indices(messages: Sequence[Message]) -> list[int]:
 
 def select_tail(messages: Sequence[Message], units: Sequence[Unit], head_end: int, *,
                 budget: int, soft_ceiling: float, min_messages: int, floor_messages: int,
-                count: Callable[[Message], int], stretch: bool = True) -> int:
+                count: Callable[[Message], int], stretch: bool = True,
+                spare: Sequence[int] = ()) -> int:
     """The index where the verbatim tail starts (a unit boundary ≥ ``head_end``), reaching
-    back to the last real user and assistant messages unless ``stretch`` is False."""
+    back to the last real user and assistant messages unless ``stretch`` is False; not to
+    the ones in ``spare`` (kept ahead of the summary, or summarized: the core decides)."""
     candidates = [u for u in units if u.start >= head_end]
     tail_start = len(messages)
     kept = used = 0
@@ -82,7 +84,7 @@ def select_tail(messages: Sequence[Message], units: Sequence[Unit], head_end: in
                 break
         tail_start, kept, used = unit.start, kept + len(unit), used + cost
     for idx in required_indices(messages) if stretch else ():
-        if idx >= head_end and idx < tail_start:
+        if head_end <= idx < tail_start and idx not in spare:
             tail_start = unit_containing(idx, units).start
     return tail_start
 

@@ -343,6 +343,26 @@ def _labelled(item: str, prefixes: Sequence[str]) -> bool:
     return any(item.startswith((p + " (", p + ":", p + "：", p + " `")) for p in prefixes)
 
 
+GOAL_CHARS = 1_500  # a goal item: the task's substance (an issue's title and statement)
+# a task block an agent harness wraps the person's ask in, among its own instructions
+# (OpenHands' <issue_description>, SWE-agent's <pr_description>, <problem_statement>, <task>)
+_TASK_BLOCK = re.compile(r"<((?:issue|pr|problem|task)[\w-]*)>\s*(.+?)\s*</\1>",
+                         re.DOTALL | re.IGNORECASE)
+
+
+def task_text(text: str) -> str:
+    """The substance of a request: the task block a harness put it in (the issue's title and
+    statement, not "<uploaded_files> … I've uploaded a C code repository…"), else the text."""
+    if "</" not in text:
+        return text
+    found = _TASK_BLOCK.search(text)
+    return found.group(2) if found and len(found.group(2)) >= 40 else text
+
+
+def _ask(message: Message) -> str:
+    return _short(task_text(_user_text(message)), GOAL_CHARS)
+
+
 def _goal(previous: SummarySections, users: Sequence[Message], labels: dict[str, str]
           ) -> list[str]:
     current_labels = label_prefixes("current") + label_prefixes("latest")
@@ -350,7 +370,7 @@ def _goal(previous: SummarySections, users: Sequence[Message], labels: dict[str,
                  if _strip_label(g, current_labels) is None and not is_nudge(g)][:1]
     previous_current = [c for g in previous.get("goal")
                         if (c := _strip_label(g, current_labels)) and not is_nudge(c)]
-    asks = [_short(_user_text(m)) for m in users]
+    asks = [_ask(m) for m in users]
     asks = [a for a in asks if not is_nudge(a)]
     if not originals and asks:
         originals = asks[:1]
@@ -462,8 +482,13 @@ def _progress(previous: SummarySections, activity: Activity,
 
 
 def _in_progress(previous: SummarySections, turns: Sequence[Message], labels: dict[str, str],
-                 users: Sequence[Message]) -> list[str]:
+                 users: Sequence[Message], midway: int = 0) -> list[str]:
+    """The latest nudge and the last step; with ``midway`` (``SummaryRequest.request_midway``)
+    first a line saying the request just before the summary came during this work, so it
+    does not read as a request nobody has started on."""
     items: list[str] = []
+    if midway:
+        items.append(labels["midway"].format(n=midway, m=len(turns)))  # (turns as given)
     if users and is_nudge(_user_text(users[-1])):
         items.append(f"{labels['instruction']}: {_short(_user_text(users[-1]), 160)}")
     last = next((m for m in reversed(turns) if m.get("role") == "assistant"
@@ -570,18 +595,26 @@ def _critical(previous: SummarySections, notes: list[tuple[int, str]], blocked: 
     return items + tally.render(labels)
 
 
-GOAL_TIGHT_CHARS = 120  # a goal item when nothing else is left to drop
+GOAL_TIGHT_CHARS = 120  # a goal item when nothing else is left to drop, the task kept verbatim
+# ... and when the task is not kept verbatim ahead of the summary: the goal is then all the
+# next model call knows of it (cut to 120 characters, an OpenHands task read "<uploaded_files>
+# /workspace/ponylang__ponyc__0.1 </uploaded_files> I've uploaded a C code repository in the
+# directory p…", the issue nowhere)
+GOAL_FLOOR_CHARS = 600
 
 
 def _fit(sections: dict[str, list[str]], language: str, budget: int,
-         count_text: Callable[[str], int]) -> tuple[SummarySections, bool]:
+         count_text: Callable[[str], int], goal_floor: int = GOAL_FLOOR_CHARS
+         ) -> tuple[SummarySections, bool]:
     """The sections cut to ``budget``, and whether empty ones are left out: over budget, the
     "None." headings go first, then the oldest items of the longest sections down to one
     each, then the goal items are shortened (never dropped), and last the sections' last
     items, what matters least first (``_LAST_TO_GO``: a blocked command and the newest
     outcome and change stay longest); of the files, the oldest one only read or named, then
     the oldest one changed (``_drop_at``). A tight budget kept the goal whole and dropped
-    every outcome and file before it (the request is most often kept verbatim anyway)."""
+    every outcome and file before it (the request is most often kept verbatim anyway); the
+    goal is shortened to ``goal_floor`` characters, never less (the task's substance, when it
+    is not kept verbatim, is worth more than a result that does not fit anyway)."""
     def render(omit: bool) -> str:
         return render_body(SummarySections({k: tuple(v) for k, v in sections.items()}),
                            language, omit_empty=omit)
@@ -598,7 +631,7 @@ def _fit(sections: dict[str, list[str]], language: str, budget: int,
             break
         total -= count_text(sections[key].pop(_drop_at(key, sections[key], language))) + 2
     if total > budget:
-        sections["goal"] = [_short(g, GOAL_TIGHT_CHARS) for g in sections.get("goal", [])]
+        sections["goal"] = [_short(g, goal_floor) for g in sections.get("goal", [])]
         total = count_text(render(True))
     for key in _LAST_TO_GO:
         if total <= budget:
@@ -609,9 +642,12 @@ def _fit(sections: dict[str, list[str]], language: str, budget: int,
     return SummarySections({k: tuple(v) for k, v in sections.items()}), omit
 
 
-# the order the sections' last items go in, under a budget too small for one of each
-_LAST_TO_GO = ("constraints", "decisions", "critical", "next_steps", "in_progress", "files",
-               "done", "blocked")
+# the order the sections' last items go in, under a budget too small for one of each: the
+# file the work changed stays as long as the blocked command (the most important fact of a
+# coding run; dropped before Done, a run's three edits of match.c left a summary whose
+# Done/Blocked read as if the edit never went through)
+_LAST_TO_GO = ("constraints", "decisions", "critical", "next_steps", "in_progress", "done",
+               "files", "blocked")
 
 
 class BuiltinSummarizer:
@@ -628,6 +664,10 @@ class BuiltinSummarizer:
         turns = as_tool_turns(request.turns, skip)
         activity = scan_activity(turns, request.tools)
         users, span_users = _real_users(request.prefix, skip), _real_users(turns, skip)
+        ahead = request.prefix[:len(request.prefix) - len(request.turns)]
+        if request.request_midway and ahead and any(m is ahead[-1] for m in users):
+            # the request kept ahead of the turns came after them: the latest one
+            users = [*(m for m in users if m is not ahead[-1]), ahead[-1]]
         pieces: dict[str, Pieces] = {}  # user messages are split twice
 
         def split(text: str) -> Pieces:
@@ -642,7 +682,8 @@ class BuiltinSummarizer:
             "goal": _goal(previous, users, labels),
             "constraints": _constraints(previous, users, split),
             "done": done,
-            "in_progress": _in_progress(previous, turns, labels, span_users),
+            "in_progress": _in_progress(previous, turns, labels, span_users,
+                                        request.request_midway),
             "blocked": blocked,
             "decisions": _dedup(list(previous.get("decisions"))
                                 + [t for _, t in said["decisions"]], _CAPS["decisions"]),
@@ -652,8 +693,13 @@ class BuiltinSummarizer:
             "critical": _critical(previous, said["critical"], blocked, tally, labels,
                                   request.provider_notes),
         }
+        # the task kept verbatim ahead of the summary: its goal item may be short
+        ids = {id(m) for m in users}
+        kept = next((m for m in ahead if id(m) in ids), None)
+        floor = GOAL_TIGHT_CHARS if kept is not None and sections["goal"] \
+            and sections["goal"][0] == _ask(kept) else GOAL_FLOOR_CHARS
         fitted, omit = _fit(sections, request.language, request.budget_tokens,
-                            request.counter.count_text)
+                            request.counter.count_text, floor)
         return SummaryDraft(body=render_body(fitted, request.language, omit_empty=omit),
                             summarizer=self.name)
 

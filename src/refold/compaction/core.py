@@ -32,6 +32,7 @@ from refold.compaction.boundaries import (
     resolve_junction,
     select_tail,
     system_prefix_end,
+    unit_containing,
 )
 from refold.compaction.builtin import BuiltinSummarizer, is_demonstration
 from refold.compaction.policy import CompactionPolicy, summary_budget, threshold_for
@@ -57,7 +58,7 @@ from refold.compaction.summary import (
     wrap_summary,
 )
 from refold.errors import InvalidInput, SummarizerError
-from refold.messages.model import Message, content_text
+from refold.messages.model import Message, content_text, is_tool_images
 from refold.messages.validate import validate_messages
 from refold.tokens.counter import REPLY_PRIMING, MessageCounter, TokenCounter
 from refold.tokens.models import get_counter
@@ -132,6 +133,7 @@ class _Plan:
     previous_body: str | None
     previous_anchors: list[str]
     compaction_count: int
+    midway: int = 0  # summarized messages before a request kept ahead of the summary (_Cut)
     notes: tuple[str, ...] = ()
 
 
@@ -188,13 +190,33 @@ def _head_end(messages: list[Message], units: Sequence[Any], sys_end: int, head_
     return head_end
 
 
+def _first_request(messages: Sequence[Message], start: int) -> int | None:
+    """The first real user message from ``start`` on (the task, when nothing precedes it)."""
+    return next((i for i in range(start, len(messages)) if messages[i].get("role") == "user"
+                 and not is_summary_message(messages[i]) and not is_tool_images(messages[i])),
+                None)
+
+
+@dataclass(frozen=True)
+class _Cut:
+    """Where one compaction cuts: ``messages`` (the input, or the input with a request moved
+    ahead of the summary), the head's end, the tail's start, the summary's role, and how
+    many summarized messages came before a moved request (``midway``; 0: none moved)."""
+
+    messages: list[Message]
+    head_end: int
+    tail_start: int
+    role: str | None
+    midway: int = 0
+
+
 def _cut(messages: list[Message], policy: CompactionPolicy, counter: TokenCounter,
-         tail_budget: int, compaction_count: int, head_budget: int
-         ) -> tuple[int, int, str | None]:
+         tail_budget: int, compaction_count: int, head_budget: int) -> _Cut:
     units = split_units(messages)
     sys_end = system_prefix_end(messages)
     head_n = policy.protect_first_n if compaction_count == 0 else 0
-    head_end = _head_end(messages, units, sys_end, head_n, head_budget, counter.count_message)
+    count = counter.count_message
+    head_end = _head_end(messages, units, sys_end, head_n, head_budget, count)
     # an earlier summary is never part of the protected head: it gets updated instead
     for i in range(sys_end, head_end):
         if is_summary_message(messages[i]):
@@ -214,25 +236,51 @@ def _cut(messages: list[Message], policy: CompactionPolicy, counter: TokenCounte
     tail = functools.partial(select_tail, messages, units, budget=tail_budget,
                              soft_ceiling=policy.tail_soft_ceiling,
                              min_messages=policy.tail_min_messages,
-                             floor_messages=policy.tail_floor_messages,
-                             count=counter.count_message)
+                             floor_messages=policy.tail_floor_messages, count=count)
     if summary_at is None:
-        # The same at the first compaction: one request (too large for the protected head)
-        # and the agent's work since. The tail reached back to the request and took it all,
-        # so nothing was summarized and the window overflowed; the request joins the head
-        # when what lies between the head and it is small and it leaves room for a summary
-        # (at most half the target), and the work after it is summarized.
-        asked = [i for i in required_indices(messages)
-                 if i >= head_end and messages[i].get("role") == "user"]
-        if asked and asked[0] < tail(head_end, stretch=False) and sum(
-                counter.count_message(m) for m in messages[head_end:asked[0]]) <= head_budget \
-                and counter.count_message(messages[asked[0]]) <= 2 * head_budget:
-            head_end = align_to_units(asked[0] + 1, units)
-    tail_start = tail(head_end)
+        # The same at the first compaction: the task (the first request, too large for the
+        # protected head) and the agent's work since. The tail reached back to the request
+        # and took it all, so nothing was summarized and the window overflowed; the task joins
+        # the head when what lies between the head and it is small and it leaves room for a
+        # summary (at most half the target), and the work after it is summarized. (Taken from
+        # the last request instead, a later one — a harness's error notice mid-run — left the
+        # task to the summary, cut to its first line.)
+        first = _first_request(messages, head_end)
+        if first is not None and first < tail(head_end, stretch=False) \
+                and sum(count(m) for m in messages[head_end:first]) <= head_budget \
+                and count(messages[first]) <= 2 * head_budget:
+            head_end = align_to_units(first + 1, units)
+    # A last request the tail reaches only by stretching past its budget (a person's "also
+    # check X" mid-run, an error notice of the harness) pinned the tail there: every later
+    # plan kept the same tail, no checkpoint could move the view forward, and the context grew
+    # past the window. It is kept verbatim ahead of the summary instead, which then covers
+    # the work before and after it (``SummaryRequest.request_midway`` says so); one too large
+    # to keep (over half the target) is summarized, its substance in the summary's goal.
+    natural = tail(head_end, stretch=False)
+    last = next((i for i in required_indices(messages)
+                 if messages[i].get("role") == "user"), None)
+    if last is None or not head_end <= last < natural:
+        return _junction(messages, units, head_end, tail(head_end))
+    unit = unit_containing(last, units)
+    alone = unit.start == last and unit.end == last + 1
+    if alone and count(messages[last]) <= 2 * head_budget and last == head_end:
+        head_end = last + 1
+        return _junction(messages, units, head_end, tail(head_end))
+    tail_start = tail(head_end, spare=(last,))
+    if not (alone and count(messages[last]) <= 2 * head_budget) or tail_start <= last:
+        return _junction(messages, units, head_end, tail_start)
+    moved = [*messages[:head_end], messages[last], *messages[head_end:last],
+             *messages[last + 1:]]
+    cut = _junction(moved, split_units(moved), head_end + 1, tail_start)
+    return _Cut(moved, cut.head_end, cut.tail_start, cut.role, midway=last - head_end)
+
+
+def _junction(messages: list[Message], units: Sequence[Any], head_end: int, tail_start: int
+              ) -> _Cut:
     if tail_start <= head_end:
-        return head_end, head_end, None
+        return _Cut(messages, head_end, head_end, None)
     tail_start, role = resolve_junction(messages, units, head_end, tail_start)
-    return head_end, tail_start, role
+    return _Cut(messages, head_end, tail_start, role)
 
 
 def _prune(messages: list[Message], head_end: int, tail_start: int, policy: CompactionPolicy,
@@ -298,11 +346,11 @@ def _plan(messages: list[Message], policy: CompactionPolicy, counter: TokenCount
     head_budget = max(1, int(target * policy.protect_first_share))
     for factor in TAIL_FACTORS:
         budget = max(1, int(base_budget * factor))
-        head_end, tail_start, role = _cut(messages, policy, counter, budget, compaction_count,
-                                          head_budget)
-        pruned, stats = _prune(messages, head_end, tail_start, policy, counter, budget)
-        plan = _Plan(messages, head_end, tail_start, role, pruned, stats, previous[0],
-                     previous[1], compaction_count)
+        cut = _cut(messages, policy, counter, budget, compaction_count, head_budget)
+        head_end, tail_start = cut.head_end, cut.tail_start
+        pruned, stats = _prune(cut.messages, head_end, tail_start, policy, counter, budget)
+        plan = _Plan(cut.messages, head_end, tail_start, cut.role, pruned, stats, previous[0],
+                     previous[1], compaction_count, midway=cut.midway)
         kept = sum(counter.count_message(m) for m in pruned[:head_end] + pruned[tail_start:])
         if kept + policy.summary_min_tokens // 2 + FRAMING_TOKENS <= target:
             return plan
@@ -337,7 +385,7 @@ def _summarize(plan: _Plan, summarizer: Summarizer, fallback: Summarizer, counte
         turns=middle, pruned_turns=plan.pruned[plan.head_end:plan.tail_start],
         prefix=plan.messages[:plan.tail_start], previous_summary=plan.previous_body,
         language=language, budget_tokens=budget, counter=counter, tools=tools,
-        provider_notes=plan.notes)
+        provider_notes=plan.notes, request_midway=plan.midway)
     warnings: list[str] = []
     try:
         return summarizer.summarize(request), "ok", warnings, None

@@ -74,9 +74,13 @@ def _instruction(request: SummaryRequest, cache_friendly: bool) -> str:
              "commands, error messages, versions and numbers exactly as written."]
     asked = None if cache_friendly else _request_before(request)
     if asked:
-        parts.append("The user's latest request comes before these turns and stays in the "
-                     "conversation as it is; it is in <user-request> so the Goal can say what "
-                     "the work is for (do not copy it whole).\n<user-request>\n"
+        when = (f"was sent while these turns went on, after the first "
+                f"{request.request_midway} of them (the summary must not read as if the work "
+                "began after it); it stays in the conversation as it is, just before the "
+                "summary" if request.request_midway else
+                "comes before these turns and stays in the conversation as it is")
+        parts.append(f"The user's latest request {when}; it is in <user-request> so the Goal "
+                     "can say what the work is for (do not copy it whole).\n<user-request>\n"
                      + _clip(clean_input(asked), _REQUEST_MAX, _REQUEST_MAX - 500, 400)
                      + "\n</user-request>")
     if request.previous_summary:
@@ -105,6 +109,9 @@ def _request_before(request: SummaryRequest) -> str | None:
     keeps it), when the turns hold none: an agent working alone since its one request. The
     summary model was asked for the Goal without ever seeing it."""
     turns = {id(m) for m in request.turns}
+    if request.request_midway:  # moved ahead of the turns: the last message before them
+        ahead = request.prefix[:len(request.prefix) - len(request.turns)]
+        return content_text(ahead[-1]) or None if ahead else None
     for message in reversed(request.prefix):
         if message.get("role") == "user" and not is_summary_message(message):
             return None if id(message) in turns else content_text(message) or None

@@ -29,6 +29,11 @@ class SummaryRequest:
     # text memory providers asked to keep (``MemoryProvider.on_pre_compress``): plain reference
     # material, already stripped, deduplicated and bounded by ``compact``; () = none
     provider_notes: tuple[str, ...] = ()
+    # a request sent while the work went on, kept verbatim just before the summary (the last
+    # of ``prefix`` ahead of ``turns``): how many of ``turns`` came before it, the rest after
+    # (0: none was moved, the prefix is in order). The summary should not read as work that
+    # only began after it.
+    request_midway: int = 0
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,9 @@ LABELS: dict[str, dict[str, str]] = {
            "answer": "Answer the open request",
            "continue": "Continue with the latest message after this summary.",
            "read": "read", "modified": "modified", "mentioned": "mentioned",
-           "provider": "From memory provider"},
+           "provider": "From memory provider",
+           "midway": "The request just before this summary came in during this work: {n} of "
+                     "the {m} messages summarized here came before it, the rest after"},
     "zh": {"current": "当前请求", "latest": "此段中最近的请求", "instruction": "最近的指示",
            "last_step": "助手最后一步",
            "span": "累计已压缩 {n} 条消息（用户 {u}，助手 {a}，工具结果 {t}）",
@@ -33,7 +35,9 @@ LABELS: dict[str, dict[str, str]] = {
            "tools": "使用过的工具", "todo": "待办", "resolve": "修复仍失败的",
            "answer": "回答尚未回复的请求", "continue": "请继续处理摘要之后的最新消息。",
            "read": "已读取", "modified": "已修改", "mentioned": "提及",
-           "provider": "来自记忆提供方"},
+           "provider": "来自记忆提供方",
+           "midway": "摘要前的那条请求是在这项工作进行中发来的：此处摘要的 {m} 条消息中有 {n} 条在它之前，"
+                     "其余在它之后"},
     "ja": {"current": "現在の依頼", "latest": "この範囲の最新の依頼", "instruction": "最新の指示",
            "last_step": "アシスタントの最後の手順",
            "span": "これまでに {n} 件のメッセージを圧縮（ユーザー {u}、アシスタント {a}、ツール結果 {t}）",
@@ -41,7 +45,9 @@ LABELS: dict[str, dict[str, str]] = {
            "tools": "使用したツール", "todo": "ToDo", "resolve": "まだ失敗している項目を修正",
            "answer": "未回答の依頼に回答", "continue": "要約の後の最新メッセージに従って続けてください。",
            "read": "読み取り", "modified": "変更", "mentioned": "言及",
-           "provider": "メモリプロバイダーより"},
+           "provider": "メモリプロバイダーより",
+           "midway": "要約の直前の依頼はこの作業の途中で届きました：ここで要約した {m} 件のうち {n} 件は"
+                     "その前、残りはその後です"},
 }
 _COUNT = re.compile(r"^(.+?) ×(\d+)$")
 

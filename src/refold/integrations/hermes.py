@@ -48,11 +48,11 @@ from agent.memory_provider import MemoryProvider
 from refold.compaction import projection_messages
 from refold.compaction.summary import is_summary_message
 from refold.errors import NotFound, RefoldError
-from refold.messages.model import Message, wire_form
+from refold.messages.model import Message, content_text, wire_form
 from refold.pricing import token_count
 from refold.runtime.engine import Engine
 from refold.runtime.session import SessionRuntime
-from refold.store import SearchQuery, open_store
+from refold.store import Checkpoint, SearchQuery, open_store
 from refold.tools.session_search import session_search_tool
 
 DEFAULT_MODEL = "gpt-4o-mini"
@@ -141,13 +141,14 @@ class Backend:
         last = max((i for i, m in enumerate(history) if is_summary_message(m)), default=None)
         if last is None:
             return history
+        checkpoint = _held_checkpoint(rt, history[last])
+        if checkpoint is None:
+            return history  # not a summary of this session's: the history as Hermes sends it
         system = [m for m in history[:1] if m.get("role") == "system"]
         rows = rt.store.get_messages(rt.session_id)
-        projection = rt.store.projection(rt.session_id)
-        tail = projection.messages
-        before = [r.message for r in rows[:len(rows) - len(tail)]]
-        details = projection.checkpoint.details if projection.checkpoint else {}
-        shortened = {int(seq): m for seq, m in (details.get("overrides") or {}).items()}
+        before = [r.message for r in rows if r.seq < checkpoint.tail_start_seq]
+        tail = [r for r in rows if r.seq >= checkpoint.tail_start_seq]
+        shortened = {int(seq): m for seq, m in (checkpoint.details.get("overrides") or {}).items()}
         after = list(history[last + 1:])
         for i, row in enumerate(tail[:len(after)]):
             shown = shortened.get(row.seq)
@@ -160,6 +161,23 @@ class Backend:
             rt = self.runtimes.pop(hermes_session, None)
         if rt is not None:
             rt.close()
+
+
+def _held_checkpoint(rt: SessionRuntime, summary: Message) -> Checkpoint | None:
+    """The checkpoint whose summary ``summary`` is, as Hermes holds it: the one ``compress``
+    returned, which need not be the newest (the memory provider's ``sync_turn`` goes through
+    ``prepare_history``, which compacts on its own past the threshold, and Hermes never sees
+    that view). Rebuilding Hermes' history around the newest instead misplaced the stretch
+    behind the summary: the history read as an edit, and the turns since were rewound and
+    stored again at every sync (a copy of each, then more). The newest when none matches by
+    text (a summary Hermes re-spelled), None when the session has no checkpoint."""
+    text = content_text(summary).strip()
+    checkpoints = rt.store.list_checkpoints(rt.session_id)
+    for checkpoint in reversed(checkpoints):
+        block = checkpoint.details.get("block") or [{"content": checkpoint.summary}]
+        if any(content_text(m).strip() == text for m in block if isinstance(m, dict)):
+            return checkpoint
+    return checkpoints[-1] if checkpoints else None
 
 
 def _as_shown(sent: Message, shown: Message) -> bool:

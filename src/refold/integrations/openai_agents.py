@@ -40,8 +40,8 @@ reply's ``reasoning_content``). A
 ``function_call_output`` whose call is not in the history is not returned: refold's view
 repair drops it, as providers reject it.
 
-``pop_item`` and ``clear_session`` are reversible rewinds of the ledger (``refold ledger``
-shows and undoes them), never deletions. An assistant message stored with text and calls is
+``pop_item`` and ``clear_session`` are reversible rewinds of the ledger (``refold sessions
+rewinds`` lists them, ``refold sessions undo-rewind`` undoes one), never deletions. An assistant message stored with text and calls is
 one ledger row but two items (more with kept items); ``pop_item`` removes the row and returns
 its last item.
 

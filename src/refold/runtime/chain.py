@@ -110,7 +110,36 @@ def cleared(raw: dict[str, Any], stored: dict[str, Any]) -> bool:
     # the rest of the identity the same (the call it answers); what is kept beside the chat
     # form (the Anthropic tool_result block the cleared text came in, say) is no part of it
     mine, theirs = _identity_core(raw), _identity_core(stored)
+    _drop_lone_name(mine, theirs)
     return theirs.pop("content", None) != mine.pop("content", None) and same(mine, theirs)
+
+
+def unnamed(raw: dict[str, Any], stored: dict[str, Any]) -> bool:
+    """True when ``raw`` is the tool result ``stored`` (a ``comparable`` form) re-sent without
+    the ``name`` it was stored with, or with one it was stored without, the rest the same: the
+    name is the call's, which the result answers by id. Hermes-Agent restores a resumed
+    session's tool messages from its own database without ``name`` (it keeps ``tool_name``):
+    each resume rewound the conversation from the first tool result and stored it again."""
+    if raw.get("role") != "tool" or stored.get("role") != "tool":
+        return False
+    mine, theirs = _identity_core(raw), _identity_core(stored)
+    return _drop_lone_name(mine, theirs) and same(mine, theirs)
+
+
+def resent_result(raw: dict[str, Any], stored: dict[str, Any]) -> bool:
+    """``raw`` is the stored tool result re-sent cleared (``cleared``) or without its name
+    (``unnamed``): the stored one."""
+    return cleared(raw, stored) or unnamed(raw, stored)
+
+
+def _drop_lone_name(mine: dict[str, Any], theirs: dict[str, Any]) -> bool:
+    """Set aside a tool result's ``name`` that only one of two identity cores has: True when
+    one did."""
+    if ("name" in mine) == ("name" in theirs):
+        return False
+    mine.pop("name", None)
+    theirs.pop("name", None)
+    return True
 
 
 def _call_core(call: Any) -> Any:
@@ -189,7 +218,7 @@ def adopt_stored(conversation: list[Message], stored: Sequence[Message],
         if not same(mine, theirs):
             if resent(mine, theirs):
                 out[index] = _spelled_as(raw, theirs)
-            elif cleared(mine, theirs):
+            elif resent_result(mine, theirs):
                 out[index] = _spelled_as(raw, theirs)
                 if sent is not None:
                     sent[index] = raw

@@ -50,7 +50,7 @@ from refold.runtime.branches import (
     note_unanswered,
     place,
 )
-from refold.runtime.chain import KnownChain, cleared, comparable
+from refold.runtime.chain import KnownChain, comparable, resent_result
 from refold.runtime.checkpointer import Checkpointer
 from refold.runtime.inline import InlineTurns, NeedsWorker
 from refold.runtime.mirror import SessionMirror
@@ -689,7 +689,7 @@ class SessionRuntime:
                 continue
             if view.view[offset - lead + j] != row.message:
                 continue  # the checkpoint merged its summary into this row: keep it
-            if not (_same_identity(sent, row.message) or cleared(sent, comparable(row.message))):
+            if not (_same_identity(sent, row.message) or resent_result(sent, comparable(row.message))):
                 # (cannot happen while the chain is current; never send another) — said
                 # aloud: it is a request carrying a message its client spelled otherwise
                 log.warning("session %s: message %d goes upstream as stored; the client sent "

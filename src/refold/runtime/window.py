@@ -38,7 +38,7 @@ from typing import Any
 
 from refold._records import dataclass
 from refold.messages.model import Message, chain_identities, content_text, wire_form
-from refold.runtime.chain import adopt_stored, cleared, identity_core, resent, same
+from refold.runtime.chain import adopt_stored, identity_core, resent, resent_result, same
 from refold.store.base import Store, StoredMessage
 
 MIN_OVERLAP = 2  # messages the window's start shares with the stored tail, at least...
@@ -121,7 +121,7 @@ def match_tail(store: Store, session_id: str, conversation: list[Message]
         if start == 0 and total <= len(conversation):
             continue  # the window starts at the session's start: an ordinary history
         core = identity_core(rows[start].message)
-        if not (same(first, core) or resent(first, core) or cleared(first, core)):
+        if not (same(first, core) or resent(first, core) or resent_result(first, core)):
             continue
         sent: dict[int, Message] = {}
         adopted = adopt_stored(list(conversation), [r.message for r in rows[start:]], sent)
@@ -156,7 +156,7 @@ def match_older(store: Store, session_id: str, conversation: list[Message]
     first = identity_core(conversation[0])
     for start in range(total - MIN_OVERLAP - 1, -1, -1):
         core = identity_core(rows[start].message)
-        if not (same(first, core) or resent(first, core) or cleared(first, core)):
+        if not (same(first, core) or resent(first, core) or resent_result(first, core)):
             continue
         stored = rows[start:]
         sent: dict[int, Message] = {}
