@@ -256,8 +256,10 @@ class RefoldContextEngine(ContextEngine):
         window = int(kwargs.get("context_length") or self.context_length
                      or self.engine().ops.context_length)
         self.session_id = session_id
+        # the refold session is opened (or created) when Hermes first hands over a message:
+        # a session that never says anything (the background memory review's fork of each
+        # session) leaves no empty ``hermes:<id>`` session behind
         self._adopt(self.backend(), self.backend().set_window(session_id, model, window))
-        self.backend().runtime(session_id)
 
     def update_model(self, model: str, context_length: int, base_url: str = "",
                      api_key: str = "", provider: str = "", api_mode: str = "") -> None:

@@ -38,7 +38,12 @@ item of ``output_text``), ``output_text`` annotations (they come back empty), an
 items (only valid input with the provider's own ids; a summary's text is kept as the next
 reply's ``reasoning_content``). A
 ``function_call_output`` whose call is not in the history is not returned: refold's view
-repair drops it, as providers reject it.
+repair drops it, as providers reject it. The other way round, a ``function_call`` stored
+without its output yet (read while a run waits for a tool or an approval) comes back followed
+by a ``function_call_output`` of ``[no result recorded]``, which is stored nowhere: the SDK
+sends what ``get_items`` returns to the model, and a call without its output is a 400 there
+(the SDK's own ``SQLiteSession`` returns the bare call). The real output, once added, takes
+its place.
 
 ``pop_item`` and ``clear_session`` are reversible rewinds of the ledger (``refold sessions
 rewinds`` lists them, ``refold sessions undo-rewind`` undoes one), never deletions. An assistant message stored with text and calls is

@@ -42,6 +42,8 @@ def memory_tool(memory: Any, *, approval: str = "allow",
     with ``reset_on_success`` a successful call ends the chain of failures too, so the stop
     counts failures per call chain, never for the life of the server.
     """
+    from refold.memory.tool import FAILURES_PER_TURN
+
     tool = as_memory_tool(memory, approval=approval)
     function = tool.schema()["function"]
     last_call = [0.0]
@@ -50,7 +52,11 @@ def memory_tool(memory: Any, *, approval: str = "allow",
         now = time.monotonic()
         if new_turn_after is not None and now - last_call[0] >= new_turn_after:
             tool.begin_turn()
-        last_call[0] = now
+        if tool.failures < FAILURES_PER_TURN:
+            # the pause counts from the last call that ran: a call the stop refuses does not
+            # restart it, or a client calling at least once a minute (a read, say) was
+            # refused for as long as it kept calling
+            last_call[0] = now
         text = str(tool.handle(args))
         if reset_on_success and not _failed(text):
             tool.begin_turn()
