@@ -106,3 +106,18 @@ def test_a_session_hermes_restores_from_its_database_is_not_stored_again(
     assert [r.message.get("content") for r in rows] == [
         "list the files", "", "a.py b.py", "Two files: a.py and b.py.", "and now?"]
     assert all(r.active for r in rows) and store.list_rewinds(session) == []
+
+
+def test_a_session_that_never_says_anything_leaves_no_session(
+        make_backend: Callable[[int], Backend], store: Store) -> None:
+    """Hermes forks each session for its background memory review and starts the fork's
+    context engine, which never hands over a message: each left an empty ``hermes:<id>``
+    session in ``refold sessions list``."""
+    backend = make_backend(128_000)
+    context = RefoldContextEngine(backend)
+    context.on_session_start("review-fork", model="gpt-4o-mini", context_length=128_000)
+    context.on_session_end("review-fork", [])
+    assert store.list_sessions() == []
+    context.on_session_start("S3", model="gpt-4o-mini", context_length=128_000)
+    backend.sync("S3", [SYSTEM, {"role": "user", "content": "hello"}])
+    assert [s.title for s in store.list_sessions()] == ["hermes:S3"]
