@@ -333,3 +333,41 @@ def test_newest_first_in_hybrid_and_vector_modes_is_by_date(store: Store) -> Non
                              mode=mode, index=index)  # type: ignore[arg-type]
         times = [h.created_at for h in hits]
         assert times == sorted(times, reverse=True) and len(times) == 4, mode
+
+
+class PinnedEmbedder:
+    """Every passage far from the query but those holding ``near`` (and the query itself)."""
+
+    model = "test-pinned"
+    dim = 4
+
+    def passages(self, texts: list[str]) -> np.ndarray:
+        return np.stack([self._one(t) for t in texts])
+
+    def query(self, text: str) -> np.ndarray:
+        return np.array([1.0, 0.0, 0.0, 0.0], dtype=np.float32)
+
+    @staticmethod
+    def _one(text: str) -> np.ndarray:
+        near = "weather" in text
+        return np.array([1.0, 0.0, 0.0, 0.0] if near else [0.0, 1.0, 0.0, 0.0],
+                        dtype=np.float32)
+
+
+def test_a_tie_in_hybrid_goes_to_the_message_the_words_found(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one message holding a ticket number, beyond the vector side's candidates, tied with
+    the nearest message in meaning (each first on its side): the newer look-alike, holding
+    none of the query's words, came first."""
+    import refold.search.vectors as vectors
+
+    monkeypatch.setattr(vectors, "CANDIDATES", 2)
+    s = store.create_session()
+    store.append_messages(s.id, [user("Ticket #4711: the login page is broken.")])
+    store.append_messages(s.id, [user(f"weather report {i}") for i in range(12)])
+    index = VectorIndex(store, PinnedEmbedder())
+    index.backfill()
+    hits = hybrid_search(store, SearchQuery("login 4711", limit=1, window=0), mode="hybrid",
+                         index=index)
+    assert [h.content for h in hits] == ["Ticket #4711: the login page is broken."]
+    assert not hits[0].by_meaning

@@ -15,8 +15,8 @@
   nearest of many unrelated questions (a REALTALK question's nearest message sits at cosine
   0.80-0.87, its tenth about 0.02 lower).
 - ``hybrid_search``: ``mode="fts"`` is ``store.search``; ``"vector"`` the nearest messages;
-  ``"hybrid"`` reciprocal-rank fusion of both (``score = Σ weight / (k + rank)``), ties to the
-  newer message. Hits keep the store's filters and one hit per message along a lineage.
+  ``"hybrid"`` reciprocal-rank fusion of both (``score = Σ weight / (k + rank)``), ties to a
+  message the words found, then to the newer one. Hits keep the store's filters and one hit per message along a lineage.
 """
 
 from __future__ import annotations
@@ -314,7 +314,10 @@ def hybrid_search(store: Store, query: SearchQuery, *, mode: Mode = "hybrid",
             if hit.message_id > through:
                 key = (hit.session_id, hit.seq)
                 scores[key] += weights[1] / (k + rank + 1)
-        order = sorted(scores, key=lambda key: (-scores[key], -table[key].created_at))
+        # a tie goes to the message the words found (one found by meaning alone at the same
+        # rank holds none of them: a ticket number's one holder lost to a newer look-alike)
+        order = sorted(scores, key=lambda key: (-scores[key], key in meaning_only,
+                                                -table[key].created_at))
         # a message holding the query word for word first, as the word side ranks it
         fronted = verbatim_first([table[key] for key in order], query.text)
         order = [(h.session_id, h.seq) for h in fronted][:query.limit]
