@@ -306,3 +306,14 @@ def test_word_matches_take_inflections_and_word_edges() -> None:
         "fixes", "fix", "fixing", "fixed", "fix", "fixments"]
     versions = "v12 v123 v12s v12"
     assert [versions[a:b] for a, b in word_matches(versions, "v12")] == ["v12", "v12"]
+
+
+@pytest.mark.parametrize(("text", "explicit"), [
+    ("hello AND", False), ("AND hello", False), ("NOT hello", False), ("hello OR", False),
+    ("cabin password AND", False), ("hello AND world", True), ("hello NOT world", True),
+    ("hello OR world", True), ("a AND OR b", True), ('"a phrase"', True), ("-staging x", True),
+    ("deplo*", True)])
+def test_a_dangling_or_leading_operator_is_no_syntax(text: str, explicit: bool) -> None:
+    """``hello AND`` is ``hello`` (README: searched as text): it was read as explicit syntax,
+    strict, and vector search returned nothing for it."""
+    assert parse_query(text).explicit is explicit

@@ -458,8 +458,18 @@ def quoted_sentence(text: str, tokens: list[Term | str]) -> list[Term] | None:
 
 
 def is_explicit(tokens: list[Term | str]) -> bool:
-    """True when the user wrote query syntax: quotes, AND/OR/NOT, -word or word*."""
-    return any(isinstance(t, str) or t.quoted or t.prefix or t.negated for t in tokens)
+    """True when the user wrote query syntax: quotes, AND/OR/NOT between words, -word or
+    word*. A dangling or leading operator is no syntax (``hello AND`` is ``hello``, read as a
+    sentence): it made a natural query strict, and vector search found nothing for it."""
+    for i, token in enumerate(tokens):
+        if isinstance(token, str):
+            before = any(isinstance(t, Term) for t in tokens[:i])
+            after = next((t for t in tokens[i + 1:] if not isinstance(t, str)), None)
+            if before and after is not None:
+                return True
+        elif token.quoted or token.prefix or token.negated:
+            return True
+    return False
 
 
 _ASCII_EDGE = "0-9A-Za-z"
