@@ -128,3 +128,14 @@ def test_current_session_may_be_a_getter(store: Store, sessions: dict[str, str])
     current["id"] = sessions["old"]  # the runtime moved on: now "old" is the current one
     found = json.loads(registry.call("session_search", {"query": "parser"}))
     assert {g["session_id"] for g in found["sessions"]} == {sessions["current"]}
+
+
+def test_the_developer_role_filters_as_the_cli_does(store: Store) -> None:
+    """``refold search --role developer`` worked; the tool (MCP's too) and the HTTP endpoint
+    refused it."""
+    s = store.create_session(title="dev")
+    store.append_messages(s.id, [{"role": "developer", "content": "Answer in haiku form."},
+                                 {"role": "user", "content": "haiku about the sea"}])
+    out = _call(store, None, query="haiku", role="developer")
+    assert not out["_error"], out
+    assert out["hits"] == 1 and "Answer in haiku form." in json.dumps(out)

@@ -78,7 +78,7 @@ async def get_session(store: Store, owner: str, ref: str, limit: int | None,
     return await anyio.to_thread.run_sync(read)
 
 
-SEARCH_ROLES = ("user", "assistant", "tool", "system")
+SEARCH_ROLES = ("user", "assistant", "tool", "system", "developer")
 MAX_WINDOW = 10
 
 
