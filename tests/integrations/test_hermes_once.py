@@ -70,7 +70,7 @@ def test_turns_synced_after_a_compress_are_stored_once(
             history += _turn(said)
             said += 1
             memory.sync_turn("", "", session_id="S1", messages=history)
-        history = context.compress(history + [{"role": "user", "content": f"Turn {said}: now"}])
+        history = context.compress([*history, {"role": "user", "content": f"Turn {said}: now"}])
         history.append({"role": "assistant", "content": f"Answer {said}."})
         said += 1
         memory.sync_turn("", "", session_id="S1", messages=history)

@@ -177,7 +177,7 @@ def test_an_unknown_role_is_refused(migration: ToolRegistry) -> None:
     bad, good = _search(migration, {"query": "migration", "role": "nobody"},
                         {"query": "migration", "role": "user"})
     assert bad[0] and json.loads(bad[1]) == {  # it was accepted, and found nothing
-        "error": "role must be one of user, assistant, tool, system"}
+        "error": "role must be one of user, assistant, tool, system, developer"}
     assert not good[0] and json.loads(good[1])["hits"] == 1
 
 
