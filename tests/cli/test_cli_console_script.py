@@ -193,7 +193,7 @@ def test_the_session_list_fits_an_80_column_terminal(tmp_path: Path) -> None:
     run("sessions", "fork", parent, "--at", "4", "--title", "the refund path")
     lines = run("sessions", "list").splitlines()
     assert all(len(line) <= 80 for line in lines), lines
-    assert lines[0].split() == ["id", "title", "messages", "started", "source"]
+    assert lines[0].split() == ["id", "title", "stored", "started", "source"]
     text = "\n".join(lines)
     assert text.count("claude-code") == 2, text  # the fork keeps its parent's source
     assert f"fork of {parent[:12]}" in text, text  # the link, with the whole parent id

@@ -7,7 +7,8 @@ is reported as not there yet. The report is built as plain data (``--json`` prin
 the exit status is 1 when a check fails (the database is missing or cannot be opened, or its
 integrity check reports problems), also after a repair that did not fix everything.
 
-``--repair`` (only when the database check failed) first backs the SQLite file up beside
+``--repair`` (only when the database check failed on a database that opens: a file too
+damaged to open is said to be beyond it, with what to do) first backs the SQLite file up beside
 itself (``refold.db.bak-<UTC time>``, SQLite's online backup), then rebuilds what derives from
 the stored messages — the search indexes (and on PostgreSQL the message counts) — and checks
 again. It never deletes or rewrites a message.
@@ -186,6 +187,9 @@ def doctor_cmd(ctx: click.Context, app: AppContext, do_repair: bool, as_json: bo
         report = {**build_report(app), "repair": done}
         if not as_json:
             _render_repair(done)
+    elif do_repair and database.get("error") and not database["missing"] and not as_json:
+        # a file that does not open (truncated, not SQLite): nothing here can rebuild it
+        click.echo("repair: nothing done, the database could not be opened (below)")
     emit(report, as_json, _render)
     if not report["ok"]:
         ctx.exit(1)

@@ -25,7 +25,13 @@ from refold.cli.app import AppContext, emit, pass_app
 from refold.cli.context import to_json
 from refold.cli.searching import OPTIONS, Option, parse_when, queries_last, run_search
 from refold.cli.terminal import safe_text
-from refold.cli.transcripts import Transcript, _read_transcript
+from refold.cli.transcripts import (
+    Transcript,
+    _read_transcript,
+    prompt_text,
+    record_prompts,
+    without_recorded_prompt,
+)
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
 from refold.messages.agent_logs import AGENT_FORMATS
 from refold.messages.model import Message, chain_identities, message_identity
@@ -103,6 +109,7 @@ def _target_session(store: Store, ref: str | None, messages: list[Message], *,
         found = _append_target(store, ref)
         if found is not None:
             return Target(found)
+        _refuse_an_id_prefix(store, ref)
         session_id = ref.strip()
         default_title = session_id  # "--session NAME" names the session it creates
     else:
@@ -113,6 +120,8 @@ def _target_session(store: Store, ref: str | None, messages: list[Message], *,
         except NotFound:
             pass
         stored = _stored_as(store, identities) if identities else None
+        if stored is None and identities:
+            stored = _stored_with_its_prompt(store, messages)
         if stored is not None:
             return Target(stored)
     if title:  # asked for: never one that reads as another session's id prefix
@@ -153,6 +162,19 @@ def _stored_as(store: Store, identities: list[str]) -> str | None:
     return best
 
 
+def _stored_with_its_prompt(store: Store, messages: list[Message]) -> str | None:
+    """The stored session a transcript opening with a system message is, when that message
+    is the session's recorded system prompt rather than one of its rows (the JSONL export of
+    a session ``refold serve`` recorded starts so): ``_stored_as`` of the rest, if that
+    session recorded the prompt. None: another conversation."""
+    if len(messages) < 2 or prompt_text(messages[0]) is None:
+        return None
+    stored = _stored_as(store, chain_identities(messages[1:]))
+    if stored is None or without_recorded_prompt(store, stored, messages) is messages:
+        return None
+    return stored
+
+
 SYNC_ATTEMPTS = 5  # reads of a session another writer keeps appending to, before giving up
 SHOWN_ID = 8  # the id characters ``sessions list`` shows: a shorter prefix names no target
 
@@ -173,6 +195,34 @@ def _append_target(store: Store, ref: str) -> str | None:
         except NotFound:
             continue
     return None
+
+
+def _refuse_an_id_prefix(store: Store, ref: str) -> None:
+    """InvalidInput when ``--session REF``, too short to reach a session by its id, is the
+    start of a stored session's id (4+ hex digits, as a title is refused): a new session
+    with that id and title would shadow the one meant (``sessions show e1ff`` opened the new
+    one). Said with how to reach the one meant, or name another."""
+    from refold.store.titles import reads_as_id_prefix
+
+    name = ref.strip()
+    if not reads_as_id_prefix(name):
+        return
+    try:
+        ids = [store.resolve_session(name.lower(), prefix=True).id]
+    except AmbiguousReference as exc:
+        ids = list(exc.candidates)
+    except NotFound:
+        return
+    ids = [i for i in ids if i.lower().startswith(name.lower())]
+    if not ids:
+        return
+    which = f"session {ids[0]}'s id" if len(ids) == 1 else f"{len(ids)} sessions' ids"
+    raise InvalidInput(
+        f"--session {name!r} is the start of {which}: a new session named so would hide it",
+        hint=(f"to add to it give at least {SHOWN_ID} characters of its id (--session "
+              f"{ids[0][:SHOWN_ID]})" if len(ids) == 1 else "to add to one of them give at "
+              f"least {SHOWN_ID} characters of its id (`refold sessions list`)")
+        + "; for a new session choose a name that is not an id prefix")
 
 
 def _store_messages(store: Store, target: Target, messages: list[Message],
@@ -366,10 +416,17 @@ def _import_transcript(app: AppContext, read: Transcript, session_ref: str | Non
         if stored:
             report["stored_in_resumed"] = stored
         return report
+    if target.create is None:  # its recorded system prompt, exported first: not a row
+        kept = without_recorded_prompt(store, target.session_id, messages)
+        if kept is not messages:
+            messages, times, usage = kept, times and times[1:], usage and usage[1:]
     restored = restore_rewinds = 0
     for attempt in range(SYNC_ATTEMPTS):
+        # a session to create is expected empty (""): one another import created since it was
+        # looked up (the same --session NAME at the same moment) is a Conflict, not this
+        # transcript synced as its whole history (that rewound the other import's messages)
         history, kept_times, kept_usage, already, last = \
-            (messages, times, usage, None, None) if target.create else \
+            (messages, times, usage, None, "") if target.create else \
             _after_its_history(store, target.session_id, messages, times, usage)
         if target.create is None and already is None:  # rows a rewind holds come back
             from refold.runtime.branches import restore_rewound  # (not on search's path)
@@ -381,10 +438,16 @@ def _import_transcript(app: AppContext, read: Transcript, session_ref: str | Non
                                      usage=kept_usage, expect_last=last)
             break
         except Conflict:
-            if last is None or attempt == SYNC_ATTEMPTS - 1:
+            if target.create is not None:
+                if not _exists(store, target.session_id):
+                    raise  # its --title is another session's
+                target = Target(target.session_id)  # there now: as an existing session
+            elif last is None or attempt == SYNC_ATTEMPTS - 1:
                 raise  # (another import appended each time: said, not retried for ever)
     if read.totals:
         _top_up_totals(store, target.session_id, read.totals)
+    if read.system_prompts:
+        record_prompts(store, target.session_id, read.system_prompts)
     report = {"session_id": target.session_id,
               "title": store.get_session(target.session_id).title,
               "appended": len(result.appended),

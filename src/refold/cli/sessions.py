@@ -71,9 +71,11 @@ def _render_list(rows: list[dict[str, Any]], filters: str = "") -> None:
     # tokens and cost only when some session has them (imports of plain transcripts have none)
     has_usage = any(row["input_tokens"] or row["output_tokens"] or row["cost_usd"]
                     for row in rows)
-    columns = ["id", "title", "messages", *(["tokens", "cost"] if has_usage else []),
+    # "stored": every row, rewound ones included (the count each session keeps; its active
+    # rows would be a count over all of them per session, as `sessions show` does for one)
+    columns = ["id", "title", "stored", *(["tokens", "cost"] if has_usage else []),
                "started", "source"]
-    numeric = ("messages", "tokens", "cost")
+    numeric = ("stored", "tokens", "cost")
     for column in columns:
         # ids, counts and times never wrap; the title keeps some room to stay readable when narrow
         table.add_column(column, overflow="fold", no_wrap=column in ("id", "started", *numeric),
@@ -280,7 +282,13 @@ def resume_cmd(app: AppContext, ref: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_app
 def rename_cmd(app: AppContext, ref: str, title: str, as_json: bool) -> None:
-    """Give a session a new (unique) title."""
+    """Give a session a new (unique) title (at most 100 characters)."""
+    from refold.store.titles import MAX_TITLE_LENGTH
+
+    given = len(" ".join(title.split()))  # as stored: runs of white space count as one
+    if given > MAX_TITLE_LENGTH:  # it was cut to the first 100 without a word (exit 0)
+        raise InvalidInput(f"the title is {given} characters long; a session title holds at "
+                           f"most {MAX_TITLE_LENGTH}", hint="give a shorter title")
     store = app.store
     session = store.rename_session(store.resolve_session(ref, exact=True).id, title)
     emit(session_json(session), as_json, lambda _: click.echo(f"renamed: {_session_line(session)}"))

@@ -201,5 +201,8 @@ def export_cmd(app: AppContext, directory: str) -> None:
 
     library = _library(app)
     source = library.backend.directory if isinstance(library.backend, FileSkills) else None
-    names = export_library(library, directory, source_dir=source)
+    settings = app.settings  # refold's own folders: never an export's (home/<skill>/SKILL.md)
+    names = export_library(library, directory, source_dir=source,
+                           refused=(settings.home, settings.memories_dir, settings.home / "skills",
+                                    settings.home / "tenants"))
     click.echo(f"exported {len(names)} skill(s) to {directory}")

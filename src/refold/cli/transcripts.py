@@ -1,5 +1,6 @@
 """What ``refold import`` reads: a transcript file (or stdin, or a pipe), an agent's own log, or
-each session of a refold JSON export, as ``Transcript`` records for ``refold.cli.ledger``."""
+each session of a refold JSON export, as ``Transcript`` records for ``refold.cli.ledger``; and
+what a session's recorded system prompt in refold's own export becomes when imported."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from refold.messages.model import Message
 
 if TYPE_CHECKING:  # the loaders load with `refold import`, not on `refold search`'s path
     from refold.messages.load import AgentLog, ExportedSession, Utf8Repair
+    from refold.store import Store
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class Transcript:
     totals: dict[str, float] | None = None
     parent: str | None = None  # the session it continues there (a ``--lineage`` export)
     link: str | None = None  # how: "compaction", "fork", "branch"
+    system_prompts: tuple[str, ...] = ()  # the prompts recorded for it there, oldest first
 
 
 def _read_transcript(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repair,
@@ -96,7 +99,8 @@ def _exported(file: str, stem: str, sessions: list[ExportedSession]) -> list[Tra
     its own) said on stderr."""
     found = [Transcript(s.messages, s.title or stem, s.id, s.times, rewound=s.rewound,
                         source=s.source, model=s.model, totals=s.totals,
-                        parent=s.parent_session_id, link=s.link_kind)
+                        parent=s.parent_session_id, link=s.link_kind,
+                        system_prompts=tuple(s.system_prompts))
              for s in sessions if s.messages]
     empty = len(sessions) - len(found)
     rewound = sum(s.rewound for s in sessions)
@@ -132,3 +136,42 @@ def _session_key(fmt: str, native_id: str | None) -> str | None:
 
     return hashlib.sha256(f"{fmt}:{native_id}".encode("utf-8", "surrogatepass")
                           ).hexdigest()[:32]
+
+
+# -- a session's recorded system prompt in an export -------------------------------------------
+
+def prompt_text(message: Message) -> str | None:
+    """A system message's text (what a recorded system prompt exports as); None for another."""
+    content = message.get("content")
+    return content if message.get("role") == "system" and isinstance(content, str) else None
+
+
+def without_recorded_prompt(store: Store, session_id: str,
+                            messages: list[Message]) -> list[Message]:
+    """``messages`` without its first, a system message, when that is the prompt recorded for
+    the session (an event) and none of its rows (they do not open with a system message):
+    its export imported back, which stored the prompt again as a row, or, with ``--session``,
+    as another transcript after the whole history. ``messages`` itself otherwise."""
+    text = prompt_text(messages[0]) if messages else None
+    if text is None:
+        return messages
+    first = store.get_messages(session_id, limit=1)
+    if first and first[0].role == "system":
+        return messages
+    recorded = {e.payload.get("text") for e in store.list_events(session_id, "system_prompt")}
+    return messages[1:] if text in recorded else messages
+
+
+def record_prompts(store: Store, session_id: str, prompts: tuple[str, ...]) -> None:
+    """A JSON export's recorded system prompts, recorded for the session it imported into as
+    they were there, once: nothing when its own prompts end with them (imported back), the
+    newer ones when they start with its own, else the export's latest when it is not the
+    session's latest."""
+    recorded = [str(e.payload.get("text")) for e in store.list_events(session_id, "system_prompt")]
+    wanted = list(prompts)
+    if not wanted or recorded[-len(wanted):] == wanted:
+        return
+    new = wanted[len(recorded):] if wanted[:len(recorded)] == recorded else \
+        [wanted[-1]] if wanted[-1] != recorded[-1] else []
+    for text in new:
+        store.append_event(session_id, "system_prompt", {"text": text})

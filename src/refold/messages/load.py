@@ -665,6 +665,8 @@ class ExportedSession:
     # the session it continues there (a ``--lineage`` export) and how ("compaction", "fork"…)
     parent_session_id: str | None = None
     link_kind: str | None = None
+    # the system prompts recorded for it there (``system_prompt`` events), oldest first
+    system_prompts: list[str] = field(default_factory=list)
 
 
 EXPORTED_TOTALS = ("input_tokens", "output_tokens", "cache_read_tokens", "cost_usd")
@@ -704,7 +706,10 @@ def _exported_session(item: Any, where: str) -> ExportedSession:
     out = ExportedSession(item["id"], title if isinstance(title, str) else None, [], [],
                           source=text.get("source"), model=text.get("model"), totals=totals,
                           parent_session_id=text.get("parent_session_id"),
-                          link_kind=text.get("link_kind"))
+                          link_kind=text.get("link_kind"),
+                          system_prompts=[p["text"] for p in item.get("system_prompts") or ()
+                                          if isinstance(p, dict) and isinstance(p.get("text"), str)
+                                          and p["text"]])
     for index, record in enumerate(item["messages"]):
         if not (isinstance(record, dict) and "message" in record):
             raise InvalidInput(f"{where} message {index}: expected an object with a 'message'")

@@ -85,13 +85,22 @@ class FileSkills:
     @contextlib.contextmanager
     def transaction(self, name: str) -> Iterator[None]:
         locks = self.directory / ".locks"
-        try:
+        lock = filelock.FileLock(str(locks / f"{name}.lock"), timeout=self.lock_timeout)
+        try:  # a home refold cannot write (read-only, immutable): said, not a traceback
             locks.mkdir(parents=True, exist_ok=True)
-            with filelock.FileLock(str(locks / f"{name}.lock"), timeout=self.lock_timeout):
-                yield
+            lock.acquire()
         except filelock.Timeout as exc:
             raise StorageError(f"skill {name} is locked by another process",
                                hint="retry in a moment") from exc
+        except OSError as exc:
+            raise StorageError(f"cannot write the skills library at {self.directory}: "
+                               f"{exc.strerror or exc}",
+                               hint="check its permissions, or use another --home / REFOLD_HOME"
+                               ) from exc
+        try:
+            yield
+        finally:
+            lock.release()
 
     def load(self, name: str) -> Loaded:
         path = self._skill_md(name)
@@ -165,9 +174,13 @@ class FileSkills:
         return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
     def save_pending(self, items: list[dict[str, Any]]) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.directory / ".pending.json",
-                     json.dumps(items, ensure_ascii=False, indent=1).encode("utf-8"))
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.directory / ".pending.json",
+                         json.dumps(items, ensure_ascii=False, indent=1).encode("utf-8"))
+        except OSError as exc:
+            raise StorageError(f"cannot write {self.directory / '.pending.json'}: "
+                               f"{exc.strerror or exc}") from exc
 
 
 class DBSkills:

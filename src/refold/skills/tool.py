@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from refold.errors import Conflict, InvalidInput
+from refold.errors import Conflict, InvalidInput, StorageError
 from refold.memory.files import atomic_write
 from refold.skills.library import SkillLibrary
 from refold.tools.registry import Tool, arg_str, to_json
@@ -111,29 +111,46 @@ def skills_index(library: SkillLibrary, *, limit: int = INDEX_CHARS) -> str:
 
 
 def export_library(library: SkillLibrary, target: str | os.PathLike[str], *,
-                   source_dir: Path | None = None) -> list[str]:
+                   source_dir: Path | None = None,
+                   refused: tuple[Path, ...] = ()) -> list[str]:
     """Write every skill as ``target/<name>/SKILL.md`` (with its references/, templates/,
     scripts/ when ``source_dir`` has them): a folder Claude Code (``.claude/skills``) or Hermes
-    loads. Refuses to overwrite a skill folder already in ``target`` or to export into the
-    library itself."""
+    loads; created (with its parents) when missing. Refuses to overwrite a skill folder
+    already in ``target``, to export into the library itself, or into ``refused``: refold's
+    home (first: a skill's folder there sat beside the database and settings), and its own
+    folders after it, or anything under those. A folder that cannot be written is a ``StorageError`` naming it."""
     out = Path(target).expanduser()
-    if source_dir is not None and out.resolve() == source_dir.resolve():
+    where = out.resolve()
+    if source_dir is not None and where == source_dir.resolve():
         raise InvalidInput("the export folder is the skills library itself")
+    for number, own in enumerate(path.resolve() for path in refused):
+        if where == own or (number and own in where.parents):  # the home itself; the others
+            # and anything under them
+            raise InvalidInput(f"{out} is {'' if where == own else 'inside '}refold's own "
+                               f"folder {own}, not a place to export skills to",
+                               hint="export into a folder of its own, e.g. .claude/skills")
     written: list[str] = []
-    for info in library.list_skills():
-        if info.blocked:
-            continue
-        folder = out / info.name
-        if folder.exists():
-            raise Conflict(f"{folder} already exists", hint="export into an empty folder")
-        folder.mkdir(parents=True)
-        atomic_write(folder / "SKILL.md", library.view(info.name).render().encode("utf-8"))
-        for extra in ("references", "templates", "scripts"):
-            src = source_dir / info.name / extra if source_dir is not None else None
-            if src is not None and src.is_dir() and not src.is_symlink():
-                shutil.copytree(src, folder / extra, symlinks=True)
-        written.append(info.name)
-    (out / ".refold-export.json").write_text(json.dumps({"skills": written}))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for info in library.list_skills():
+            if info.blocked:
+                continue
+            folder = out / info.name
+            if folder.exists():
+                raise Conflict(f"{folder} already exists", hint="export into an empty folder")
+            folder.mkdir(parents=True)
+            atomic_write(folder / "SKILL.md", library.view(info.name).render().encode("utf-8"))
+            for extra in ("references", "templates", "scripts"):
+                src = source_dir / info.name / extra if source_dir is not None else None
+                if src is not None and src.is_dir() and not src.is_symlink():
+                    shutil.copytree(src, folder / extra, symlinks=True)
+            written.append(info.name)
+        (out / ".refold-export.json").write_text(json.dumps({"skills": written}))
+    except (OSError, shutil.Error) as exc:
+        raise StorageError(f"cannot export the skills to {out}: "
+                           f"{getattr(exc, 'strerror', None) or exc}"
+                           + (f" (after {len(written)} skill(s))" if written else ""),
+                           hint="check that the folder can be written") from exc
     return written
 
 

@@ -7,9 +7,10 @@ backend; ``postgresql://…`` (or ``postgres://…``) opens the PostgreSQL backe
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from refold.errors import InvalidInput, NotFound
+from refold.errors import InvalidInput, NotFound, StorageError
 from refold.store.base import (
     AppendResult,
     Checkpoint,
@@ -54,13 +55,33 @@ def open_store(target: str | Path, *, sqlite_synchronous: str | None = None,
                        hint="check --db / REFOLD_DB; `refold import FILE` creates one")
     from refold.store.sqlite import SQLiteStore
 
-    if sqlite_synchronous is None:
-        return SQLiteStore(path)
-    mode = sqlite_synchronous.upper()
+    mode = (sqlite_synchronous or "FULL").upper()
     if mode not in ("FULL", "NORMAL"):
         raise InvalidInput(f"unknown SQLite synchronous mode {sqlite_synchronous!r}",
                            hint="use FULL or NORMAL")
-    return SQLiteStore(path, synchronous="FULL" if mode == "FULL" else "NORMAL")
+    try:
+        return SQLiteStore(path, synchronous="FULL" if mode == "FULL" else "NORMAL")
+    except StorageError as exc:
+        if "malformed" not in str(exc.__cause__ or "").lower():
+            raise
+        raise unopenable(path, exc.__cause__) from exc
+
+
+def unopenable(path: str, cause: BaseException | None) -> StorageError:
+    """The error for a SQLite file too damaged to open (truncated, overwritten). What a
+    damaged file that opens is told (run ``refold doctor --repair``, which rebuilds the search
+    indexes) cannot help: doctor opens it the same way, and it did nothing. Said instead, with
+    what can: the newest copy ``doctor --repair`` made beside it before (``<file>.bak-<UTC
+    time>``), else a backup, and SQLite's shell, which may save part of it."""
+    copies = sorted(Path(path).parent.glob(f"{Path(path).name}.bak-*"))
+    restore = (f"restore the copy `refold doctor --repair` made before ({copies[-1]}: copy it "
+               f"over {path})" if copies else "restore it from a backup")
+    return StorageError(
+        f"the database {path} is damaged and cannot be opened ({cause}); refold cannot "
+        "repair that itself",
+        hint=f"{restore}; or save what SQLite still reads: sqlite3 {path} .recover | sqlite3 "
+             "rescued.db (.dump where .recover fails), then `refold --db rescued.db doctor "
+             "--repair`")
 
 
 def _has_refold_data(path: str) -> bool:
@@ -82,17 +103,50 @@ def _has_refold_data(path: str) -> bool:
         return True  # not readable so: opening it gives the precise error
 
 
+# what reads as a URL's scheme ("postgresql:", "sqlite:", "https:"): a target that starts so is
+# never taken as a relative file name. A Windows drive ("C:\\", "C:/") is one letter: a path.
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
+# a scheme's name with its colon lost ("postgresql//host/db"): a typo, not a folder so named
+_SCHEME_NO_COLON = re.compile(r"^(postgres(ql)?|sqlite)//", re.IGNORECASE)
+ACCEPTED = "a file path, sqlite:///absolute/path or postgresql://[user@]host[:port]/db"
+
+
 def sqlite_file_of(target: str | Path) -> str:
     """The SQLite path a database target names (a bare path, ``sqlite:///path`` or
-    ``:memory:``); ``InvalidInput`` for another URL scheme (PostgreSQL URLs are not SQLite)."""
+    ``:memory:``); ``InvalidInput`` for anything else that reads as a URL.
+
+    ``sqlite:///path`` and ``sqlite:////path`` both name the absolute ``/path`` (as refold
+    always read them; SQLAlchemy reads three slashes as relative), ``sqlite:///~/path`` a
+    path under the home. A relative file is given as a bare path: ``sqlite://tmp/a.db`` (is
+    it ``/tmp/a.db`` or ``tmp/a.db``?) is refused, and so is any other text that starts as a
+    URL's scheme (``postgresql:/host/db``, ``sqlite:x.db``, ``postgresql//host/db``): a typo
+    in a PostgreSQL URL became a SQLite file named like it in the working directory, which
+    every command then used without a word (``migrate`` said "verification ok")."""
     text = str(target)
     if text.startswith("sqlite://"):
-        text = text[len("sqlite://"):]
-        if text.startswith("/") and text[1:].startswith("/"):
-            text = text[1:]  # sqlite:////abs/path -> /abs/path ; sqlite:///rel -> /rel kept
-    if "://" in text:
-        raise InvalidInput(f"unknown database URL scheme in {target!r}",
-                           hint="use a file path, sqlite:///path or postgresql://…")
+        rest = text[len("sqlite://"):]
+        if not rest.startswith("/") or rest.strip("/") == "":
+            raise InvalidInput(
+                f"the SQLite URL {text!r} names no absolute path",
+                hint=f"give sqlite:///{rest.lstrip('/') or 'path/to/refold.db'} for "
+                     f"/{rest.lstrip('/') or 'path/to/refold.db'}, or a bare path "
+                     f"({rest.lstrip('/') or 'refold.db'}) for a file relative to here")
+        text = "/" + rest.lstrip("/")  # sqlite:///abs and sqlite:////abs -> /abs
+        if text.startswith("/~/") or text == "/~":
+            text = str(Path(text[1:]).expanduser())
+        return text
+    if text == ":memory:" or _DRIVE.match(text):
+        return text
+    scheme = _SCHEME.match(text) or _SCHEME_NO_COLON.match(text)
+    if scheme is not None:
+        name = scheme.group(0).rstrip(":/").lower()
+        shown = re.sub(r":[^:/@]+@", ":***@", text)  # a password stays out of the message
+        why = (f"is a mistyped {name}:// URL" if name in ("postgresql", "postgres", "sqlite")
+               else f"names no database refold reads ({name}: is neither SQLite nor "
+                    "PostgreSQL)")
+        raise InvalidInput(f"{shown!r} {why}",
+                           hint=f"use {ACCEPTED}; a file whose name holds a colon: ./NAME")
     return text
 
 

@@ -10,6 +10,13 @@ Formats:
   ``identity`` next to the wire ``message``.
 - ``markdown``: a readable transcript; rewound rows are marked.
 
+The system prompt a session's client sent (``refold serve``, ``Session.prepare(system_prompt=…)``)
+is recorded as a ``system_prompt`` event, not a row: a session whose exported rows do not start
+with a system message gets its latest recorded prompt as a first system message in ``jsonl``
+(what every request of it carried) and a "system prompt" section in ``markdown``; ``json``
+keeps the rows as they are and lists the recorded prompts in ``system_prompts`` (``refold
+import`` records them again, once). Before, no format held it.
+
 Lineage: the session's ancestors, root first, then the session. A fork or branch child already
 holds copies of its parent's messages up to ``fork_seq``, so a parent followed by a fork/branch
 link contributes no messages of its own (no message is exported twice); compaction parents
@@ -26,7 +33,7 @@ from typing import Any, Literal, TextIO
 from refold._records import asdict, dataclass
 from refold.errors import InvalidInput
 from refold.messages.model import content_text, wire_form
-from refold.store.base import Session, Store, StoredMessage
+from refold.store.base import Event, Session, Store, StoredMessage
 
 ExportFormat = Literal["jsonl", "json", "markdown"]
 FORMATS: tuple[str, ...] = ("jsonl", "json", "markdown")
@@ -87,9 +94,41 @@ def _dumps(value: Any, **kw: Any) -> str:
     return text
 
 
+def recorded_prompts(store: Store, session_id: str) -> list[Event]:
+    """The system prompts recorded for the session (``system_prompt`` events), oldest first."""
+    return [e for e in store.list_events(session_id, "system_prompt")
+            if isinstance(e.payload.get("text"), str) and e.payload["text"]]
+
+
+def _opens_with_system(store: Store, part: ExportPart, include_inactive: bool) -> bool:
+    """Whether the part's first exported row is a system message (then it says it)."""
+    first = store.get_messages(part.session.id, include_inactive=include_inactive, limit=1)
+    return bool(first) and first[0].role == "system"
+
+
+def _lead_prompt(store: Store, parts: list[ExportPart], include_inactive: bool) -> str | None:
+    """The system message a JSONL export starts with: the latest prompt recorded for the
+    exported session (else for the nearest ancestor that has one), when its rows do not start
+    with one of their own."""
+    first = next((p for p in parts if p.include_messages), None)
+    if first is None or _opens_with_system(store, first, include_inactive):
+        return None
+    for part in reversed(parts):
+        prompts = recorded_prompts(store, part.session.id)
+        if prompts:
+            return str(prompts[-1].payload["text"])
+    return None
+
+
 def _write_jsonl(store: Store, parts: list[ExportPart], out: TextIO,
                  include_inactive: bool) -> int:
     count = 0
+    lead = _lead_prompt(store, parts, include_inactive)
+    if lead is not None:
+        # keys in the order a stored row's come out (sorted): imported into another archive,
+        # it is that row, and its export this line byte for byte
+        out.write(_dumps({"role": "system", "content": lead}, sort_keys=True) + "\n")
+        count += 1
     for part in parts:
         for stored in _messages(store, part, include_inactive):
             out.write(_dumps(wire_form(stored.message)) + "\n")
@@ -110,7 +149,10 @@ def _write_json(store: Store, parts: list[ExportPart], out: TextIO,
     for part in parts:
         messages = [_message_record(m) for m in _messages(store, part, include_inactive)]
         count += len(messages)
-        sessions.append({**asdict(part.session), "messages": messages})
+        prompts = [{"text": e.payload["text"], "created_at": e.created_at}
+                   for e in recorded_prompts(store, part.session.id)]
+        sessions.append({**asdict(part.session), "messages": messages,
+                         **({"system_prompts": prompts} if prompts else {})})
     out.write(_dumps({"format": "refold.export/1", "sessions": sessions}, indent=2) + "\n")
     return count
 
@@ -127,6 +169,11 @@ def _write_markdown(store: Store, parts: list[ExportPart], out: TextIO,
         if not part.include_messages:
             out.write("- messages: copied into the fork/branch below\n")
         out.write("\n")
+        prompts = recorded_prompts(store, session.id)
+        if prompts and part.include_messages and not _opens_with_system(store, part,
+                                                                       include_inactive):
+            changed = f" (the latest of {len(prompts)})" if len(prompts) > 1 else ""
+            out.write(f"## system prompt{changed}\n\n{prompts[-1].payload['text']}\n\n")
         for stored in _messages(store, part, include_inactive):
             out.write(_markdown_message(stored))
             count += 1

@@ -516,7 +516,8 @@ def _hint(exc: sqlite3.Error) -> str | None:
     if "locked" in text or "busy" in text:
         return "another process holds the database; retry, or raise the busy timeout"
     if "malformed" in text:
-        return "the database file is damaged; run `refold doctor --repair`"
+        return ("the database file is damaged; run `refold doctor --repair` (it rebuilds the "
+                "search indexes; damage it cannot mend stays failed and needs a backup)")
     if "readonly" in text or "read-only" in text:
         return "the database is read-only; check file permissions"
     return None

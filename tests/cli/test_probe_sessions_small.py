@@ -1,0 +1,52 @@
+"""``sessions rename`` with a title over 100 characters cut it to 100 and exited 0 (the proxy
+refuses such a title with a 400): refused. ``sessions list``'s count column counts every
+stored row, rewound ones included, so it is headed "stored" (``show`` says how many are
+active); it stays a column the sessions table keeps, never a count over every message."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from import_cli import Run, cli_on_home, ok_json
+
+from refold.errors import InvalidInput
+
+
+@pytest.fixture
+def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
+    return cli_on_home(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def session(run: Run, tmp_path: Path) -> str:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps([{"role": "user" if i % 2 == 0 else "assistant",
+                                 "content": f"m{i}"} for i in range(8)]))
+    return str(ok_json(run("import", str(path), "--json"))["session_id"])
+
+
+def test_a_title_over_100_characters_is_refused(run: Run, session: str) -> None:
+    before = ok_json(run("sessions", "show", session, "--json"))["session"]["title"]
+    result = run("sessions", "rename", session, "x" * 300)
+    assert isinstance(result.exception, InvalidInput), result.output  # exit status 2
+    assert "300 characters long" in str(result.exception)
+    assert "at most 100" in str(result.exception)
+    assert ok_json(run("sessions", "show", session, "--json"))["session"]["title"] == before
+    renamed = ok_json(run("sessions", "rename", session, "y" * 100, "--json"))
+    assert renamed["title"] == "y" * 100
+    spaced = ok_json(run("sessions", "rename", session, "a" + " " * 150 + "b", "--json"))
+    assert spaced["title"] == "a b"  # white space runs count as one, as stored
+
+
+def test_the_list_column_says_it_counts_stored_rows(run: Run, session: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    assert run("sessions", "rewind", session, "--at", "5").exit_code == 0
+    monkeypatch.setenv("COLUMNS", "120")
+    lines = run("sessions", "list").stdout.splitlines()
+    assert lines[0].split()[:3] == ["id", "title", "stored"], lines
+    assert lines[1].split()[2] == "8"
+    shown = run("sessions", "show", session).stdout.splitlines()[0]
+    assert "4 active of 8 stored" in shown
+    assert ok_json(run("sessions", "list", "--json"))[0]["message_count"] == 8
