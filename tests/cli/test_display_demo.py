@@ -24,10 +24,10 @@ def test_snapshot_figures_are_the_snapshots_own() -> None:
             "chars]\nthree\nlines\n</user_profile>")
     assert snapshot_entries(text) == 3 and snapshot_entries("") == 0
     assert _snapshot_lines("", 3) == [
-        "  memory snapshot, frozen into the system prompt: 0 entries (0 chars)",
-        "  memory holds 3 entries now: a new session's snapshot gets them"]
+        "  memory snapshot, frozen at the session's start: 0 entries (0 chars)",
+        "  memory holds 3 entries now: new sessions get them (this one keeps its snapshot)"]
     assert _snapshot_lines(text, 3) == [
-        f"  memory snapshot, frozen into the system prompt: 3 entries ({len(text)} chars)"]
+        f"  memory snapshot, frozen at the session's start: 3 entries ({len(text)} chars)"]
 
 
 def test_demo_resume_and_summary_figures_are_true(tmp_path: Path) -> None:
@@ -38,7 +38,7 @@ def test_demo_resume_and_summary_figures_are_true(tmp_path: Path) -> None:
                           timeout=170)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout
-    found = re.search(r"memory snapshot, frozen into the system prompt: (\d+) entr(?:y|ies) "
+    found = re.search(r"memory snapshot, frozen at the session's start: (\d+) entr(?:y|ies) "
                       r"\(([\d,]+) chars\)", out)
     assert found, out
     entries, chars = int(found.group(1)), int(found.group(2).replace(",", ""))

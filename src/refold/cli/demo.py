@@ -347,11 +347,11 @@ def _snapshot_lines(snapshot: str, entries_now: int) -> list[str]:
     first opened: memory saved since reaches new sessions only), and memory now under it
     when that differs."""
     frozen = snapshot_entries(snapshot)
-    lines = [f"  memory snapshot, frozen into the system prompt: {frozen} "
+    lines = [f"  memory snapshot, frozen at the session's start: {frozen} "
              f"entr{'y' if frozen == 1 else 'ies'} ({len(snapshot):,} chars)"]
     if entries_now != frozen:
         lines.append(f"  memory holds {entries_now} entr{'y' if entries_now == 1 else 'ies'} "
-                     "now: a new session's snapshot gets them")
+                     "now: new sessions get them (this one keeps its snapshot)")
     return lines
 
 
