@@ -14,7 +14,12 @@ Reported, against labels made from the environment's own results (bench/trajecto
 - last-outcome accuracy: the last check command of the replaced span (a run of a program or a
   test, outcome from its recorded exit code or failure text) is under Blocked when it failed
   and under Done (not Blocked) when it passed;
-- anchors' share of the summary's tokens; CPU seconds per million input tokens.
+- task kept: the first real user request's substance (the first line of its task block —
+  an issue's title — or of its text) appears verbatim (whitespace aside) in the output;
+- anchors' share of the summary's tokens; CPU seconds per million input tokens;
+- with ``--replay``: each trajectory fed turn by turn through the library ``Engine`` at a small
+  window (``--replay-window``): requests sent over the window, and turns over the threshold
+  that neither compacted nor warned (a stalled compaction).
 
 Prints figures; asserts nothing. The targets of issue 13 are printed next to them.
 """
@@ -43,6 +48,7 @@ from trajectories import (
 )
 
 from refold.compaction import compact, provider_problems
+from refold.compaction.builtin import after_demonstration, is_demonstration, task_text
 from refold.messages.model import content_text
 from refold.tokens.models import get_counter
 
@@ -79,6 +85,8 @@ class Tally:
     written_claimed: int = 0
     outcomes: int = 0
     outcomes_right: int = 0
+    tasks: int = 0
+    tasks_kept: int = 0
     anchor_tokens: int = 0
     summary_tokens: int = 0
     cpu: float = 0.0
@@ -101,6 +109,27 @@ def _check_state(summary: str, command: str) -> str:
     return "absent"
 
 
+def task_line(msgs: list[dict[str, Any]]) -> str | None:
+    """The first real user request's substance: the first line of its task block (an issue's
+    title) or of its text, of at least three words, whitespace collapsed, at most 80 chars."""
+    # (SWE-agent's demonstration of another task is no request; what follows it in its
+    # message, when anything does, is this run's task)
+    first = next((text for m in msgs if m.get("role") == "user" and (text := (
+        after_demonstration(content_text(m)) if is_demonstration(m) else content_text(m)))),
+        None)
+    if first is None:
+        return None
+    for line in task_text(first).splitlines():
+        words = line.split()
+        if len(words) >= 3 and not line.lstrip().startswith("<"):
+            return " ".join(words)[:80]
+    return None
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
 def measure(traj: Trajectory, name: str, msgs: list[dict[str, Any]], share: float,
             tally: Tally, counter: Any) -> None:
     size = counter.count_messages(msgs)
@@ -120,9 +149,15 @@ def measure(traj: Trajectory, name: str, msgs: list[dict[str, Any]], share: floa
     tally.fits_or_warns += rep.fits or warned
     if not (rep.fits or warned):
         tally.misses.append(f"{name} 1/{round(1 / share)}: no fit, no warning ({rep.reason})")
+    out_text = "\n".join(content_text(m) for m in result.messages)
+    task = task_line(msgs)
+    if task is not None:
+        tally.tasks += 1
+        tally.tasks_kept += task in _flat(out_text)
+        if task not in _flat(out_text):
+            tally.misses.append(f"{name} 1/{round(1 / share)}: task lost: {task[:50]}")
     if rep.summarized == 0 or not rep.summary:
         return
-    out_text = "\n".join(content_text(m) for m in result.messages)
     ids = identifiers(cut, rep.head_end, rep.tail_start)
     kept = {i for i in ids if i in out_text}
     tally.ids_total += len(ids)
@@ -169,13 +204,14 @@ def report(label: str, t: Tally) -> dict[str, Any]:
     print(f"modified precision {_pct(t.claimed_true, t.claimed)}   target >= 98%")
     print(f"modified recall   {_pct(t.written_claimed, t.written)}")
     print(f"last outcome right {_pct(t.outcomes_right, t.outcomes)}   target >= 95%")
+    print(f"task kept         {_pct(t.tasks_kept, t.tasks)}")
     print(f"anchors' share    {_pct(t.anchor_tokens, t.summary_tokens)} of summary tokens")
     per_m = t.cpu / max(1, t.tokens_in) * 1e6
     print(f"CPU               {per_m:.2f} s per million input tokens ({t.tokens_in} tokens)")
     return {"cases": t.cases, "valid": t.valid, "fits": t.fits,
             "fits_or_warns": t.fits_or_warns, "ids": [t.ids_kept, t.ids_total],
             "precision": [t.claimed_true, t.claimed], "recall": [t.written_claimed, t.written],
-            "outcome": [t.outcomes_right, t.outcomes],
+            "outcome": [t.outcomes_right, t.outcomes], "task": [t.tasks_kept, t.tasks],
             "anchor_share": [t.anchor_tokens, t.summary_tokens], "cpu_per_m": per_m}
 
 
@@ -185,6 +221,9 @@ def main() -> None:
     parser.add_argument("--min-tokens", type=int, default=4000)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--misses", action="store_true", help="list every miss")
+    parser.add_argument("--replay", action="store_true",
+                        help="also feed each trajectory turn by turn through the Engine")
+    parser.add_argument("--replay-window", type=int, default=8000)
     args = parser.parse_args()
     trajectories = load_all(args.data)
     counter = get_counter("gpt-4o")
@@ -199,8 +238,57 @@ def main() -> None:
         results[f"1/{round(1 / share)}"] = report(f"window 1/{round(1 / share)}", tally)
         for miss in tally.misses if args.misses else tally.misses[:8]:
             print("  miss:", miss)
+    if args.replay:
+        results["replay"] = replay_all(trajectories, args.replay_window)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
+
+
+def replay(traj: Trajectory, window: int, home: Path) -> tuple[int, int, int, int]:
+    """(turns, requests over the window, turns over the threshold that neither compacted nor
+    warned, compactions) for ``traj`` fed turn by turn through the library ``Engine``."""
+    import refold
+    from refold.runtime import Engine
+
+    store = refold.open(str(home / f"{abs(hash(traj.name))}.db"))
+    engine = Engine(store, model="gpt-4o", context_length=window, background_precompact=False)
+    turns = over = stalled = compactions = 0
+    try:
+        rt = engine.open_session(new=True, title=traj.name[:90])
+        msgs = traj.messages
+        system = next((content_text(m) for m in msgs if m.get("role") == "system"), None)
+        pending: list[dict[str, Any]] = []
+        for msg in (m for m in msgs if m.get("role") != "system"):
+            if msg.get("role") != "assistant":
+                pending.append(msg)
+                continue
+            if pending:
+                prepared = rt.prepare(pending, system_prompt=system)
+                pending, system, turns = [], None, turns + 1
+                over += prepared.tokens > window
+                compactions += prepared.compaction is not None
+                stalled += (prepared.tokens >= prepared.threshold
+                            and prepared.compaction is None and not prepared.warnings)
+            rt.record(msg)
+    finally:
+        engine.close()
+        store.close()
+    return turns, over, stalled, compactions
+
+
+def replay_all(trajectories: list[Trajectory], window: int) -> dict[str, int]:
+    import tempfile
+
+    totals = {"turns": 0, "over_window": 0, "stalled": 0, "compactions": 0}
+    with tempfile.TemporaryDirectory() as home:
+        for traj in trajectories:
+            for key, value in zip(totals, replay(traj, window, Path(home)), strict=True):
+                totals[key] += value
+    print(f"\n== replay at a {window}-token window: {len(trajectories)} trajectories ==")
+    print(f"turns {totals['turns']}, compactions {totals['compactions']}, requests over the "
+          f"window {totals['over_window']}, turns over the threshold that neither compacted "
+          f"nor warned {totals['stalled']}")
+    return totals
 
 
 if __name__ == "__main__":

@@ -243,18 +243,29 @@ def events(traj: Trajectory) -> list[Event]:
     calls: dict[str, dict[str, Any]] = {}
     out: list[Event] = []
     action = ""  # a text-action agent's last command (its last fenced block's first word)
+    shell = ""  # ... and the whole block, when it is a shell command rather than an ACI tool
     for pos, m in enumerate(traj.messages):
         for c in m.get("tool_calls") or []:
             calls[c["id"]] = c
         if m.get("role") == "assistant" and not m.get("tool_calls"):
             blocks = _FENCE.findall(str(m.get("content") or ""))
             action = blocks[-1].split(None, 1)[0] if blocks and blocks[-1].strip() else ""
+            shell = blocks[-1] if action and action not in _WRITE_RESULT_TOOLS else ""
         elif m.get("role") == "user" and action in _WRITE_RESULT_TOOLS:
             # its observation: SWE-agent's ACI names the file it wrote ("[File: X (N lines
             # total)]"), as the function-calling runs' results do
             out += [Event(pos, "write", path=_norm(p))
                     for p in _SWE_FILE.findall(str(m.get("content") or "")[:300])]
             action = ""
+        elif m.get("role") == "user" and shell:
+            # its observation of a shell command: the command's redirections and file verbs
+            # wrote (``tool > pub1.pub``), as for a function-calling run's bash call, unless
+            # the observation reads as a failure
+            if not _FAIL_TEXT.search(str(m.get("content") or "")):
+                for rx in (_SHELL_WRITE, _SHELL_VERB):
+                    out += [Event(pos, "write", path=_norm(p)) for p in rx.findall(shell)
+                            if not p.startswith("/dev/")]
+            action = shell = ""
         if m.get("role") != "tool":
             continue
         call = calls.get(m["tool_call_id"])

@@ -291,6 +291,16 @@ _HARNESS_WHOLE = ("<task-notification>", "This session is being continued from a
                   "# AGENTS.md instructions for ",
                   # SWE-agent's in-context demonstration: another task's worked example
                   DEMONSTRATION)
+DEMONSTRATION_END = "--- END OF DEMONSTRATION ---"
+
+
+def after_demonstration(text: str) -> str:
+    """What follows SWE-agent's demonstration in its message: its templates send the worked
+    example of another task and then this session's own task ("We're currently solving the
+    following issue… ISSUE: …") in one user message, so skipping the message whole lost the
+    task; "" when nothing follows it."""
+    end = text.find(DEMONSTRATION_END)
+    return text[end + len(DEMONSTRATION_END):].strip() if end >= 0 else ""
 _COMMAND_NAME = re.compile(r"<command-name>\s*(.*?)\s*</command-name>", re.DOTALL)
 _COMMAND_ARGS = re.compile(r"<command-args>\s*(.*?)\s*</command-args>", re.DOTALL)
 
@@ -305,7 +315,7 @@ def _user_text(message: Message) -> str:
     text = content_text(message)
     head = text.lstrip()
     if head.startswith(_HARNESS_WHOLE):
-        return ""
+        return after_demonstration(text) if head.startswith(DEMONSTRATION) else ""
     if "</" not in text:
         return text
     args = _COMMAND_ARGS.search(text)
@@ -343,7 +353,7 @@ def _labelled(item: str, prefixes: Sequence[str]) -> bool:
     return any(item.startswith((p + " (", p + ":", p + "：", p + " `")) for p in prefixes)
 
 
-GOAL_CHARS = 1_500  # a goal item: the task's substance (an issue's title and statement)
+GOAL_CHARS = 600  # a goal item: the task's substance (an issue's title and statement)
 # a task block an agent harness wraps the person's ask in, among its own instructions
 # (OpenHands' <issue_description>, SWE-agent's <pr_description>, <problem_statement>, <task>)
 _TASK_BLOCK = re.compile(r"<((?:issue|pr|problem|task)[\w-]*)>\s*(.+?)\s*</\1>",
@@ -370,7 +380,8 @@ def _goal(previous: SummarySections, users: Sequence[Message], labels: dict[str,
                  if _strip_label(g, current_labels) is None and not is_nudge(g)][:1]
     previous_current = [c for g in previous.get("goal")
                         if (c := _strip_label(g, current_labels)) and not is_nudge(c)]
-    asks = [_ask(m) for m in users]
+    asks = [_short(task_text(_user_text(m)), GOAL_CHARS if k == 0 else ITEM_CHARS)
+            for k, m in enumerate(users)]
     asks = [a for a in asks if not is_nudge(a)]
     if not originals and asks:
         originals = asks[:1]
@@ -600,11 +611,11 @@ GOAL_TIGHT_CHARS = 120  # a goal item when nothing else is left to drop, the tas
 # next model call knows of it (cut to 120 characters, an OpenHands task read "<uploaded_files>
 # /workspace/ponylang__ponyc__0.1 </uploaded_files> I've uploaded a C code repository in the
 # directory p…", the issue nowhere)
-GOAL_FLOOR_CHARS = 600
+GOAL_FLOOR_CHARS = 300
 
 
 def _fit(sections: dict[str, list[str]], language: str, budget: int,
-         count_text: Callable[[str], int], goal_floor: int = GOAL_FLOOR_CHARS
+         count_text: Callable[[str], int], goal_floor: int = GOAL_TIGHT_CHARS
          ) -> tuple[SummarySections, bool]:
     """The sections cut to ``budget``, and whether empty ones are left out: over budget, the
     "None." headings go first, then the oldest items of the longest sections down to one
@@ -696,12 +707,14 @@ class BuiltinSummarizer:
         # the task kept verbatim ahead of the summary: its goal item may be short
         ids = {id(m) for m in users}
         kept = next((m for m in ahead if id(m) in ids), None)
-        floor = GOAL_TIGHT_CHARS if kept is not None and sections["goal"] \
-            and sections["goal"][0] == _ask(kept) else GOAL_FLOOR_CHARS
+        floor = GOAL_FLOOR_CHARS
+        if kept is not None and sections["goal"] and sections["goal"][0] == _ask(kept):
+            # (the substance of a task the next call does not see is worth its length)
+            sections["goal"][0], floor = _short(sections["goal"][0]), GOAL_TIGHT_CHARS
         fitted, omit = _fit(sections, request.language, request.budget_tokens,
                             request.counter.count_text, floor)
         return SummaryDraft(body=render_body(fitted, request.language, omit_empty=omit),
                             summarizer=self.name)
 
 
-__all__ = ["BuiltinSummarizer", "is_demonstration", "is_nudge"]
+__all__ = ["BuiltinSummarizer", "after_demonstration", "is_demonstration", "is_nudge"]

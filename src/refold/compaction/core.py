@@ -58,7 +58,7 @@ from refold.compaction.summary import (
     wrap_summary,
 )
 from refold.errors import InvalidInput, SummarizerError
-from refold.messages.model import Message, content_text, is_tool_images
+from refold.messages.model import Message, content_text
 from refold.messages.validate import validate_messages
 from refold.tokens.counter import REPLY_PRIMING, MessageCounter, TokenCounter
 from refold.tokens.models import get_counter
@@ -134,6 +134,7 @@ class _Plan:
     previous_anchors: list[str]
     compaction_count: int
     midway: int = 0  # summarized messages before a request kept ahead of the summary (_Cut)
+    required: tuple[int, ...] = ()  # the last real user and assistant messages (_Cut)
     notes: tuple[str, ...] = ()
 
 
@@ -190,23 +191,19 @@ def _head_end(messages: list[Message], units: Sequence[Any], sys_end: int, head_
     return head_end
 
 
-def _first_request(messages: Sequence[Message], start: int) -> int | None:
-    """The first real user message from ``start`` on (the task, when nothing precedes it)."""
-    return next((i for i in range(start, len(messages)) if messages[i].get("role") == "user"
-                 and not is_summary_message(messages[i]) and not is_tool_images(messages[i])),
-                None)
-
-
 @dataclass(frozen=True)
 class _Cut:
     """Where one compaction cuts: ``messages`` (the input, or the input with a request moved
-    ahead of the summary), the head's end, the tail's start, the summary's role, and how
-    many summarized messages came before a moved request (``midway``; 0: none moved)."""
+    ahead of the summary), the head's end, the tail's start, the summary's role, where the
+    last real user and assistant messages are in ``messages`` (``required``: a moved request
+    is no longer the last user message there), and how many summarized messages came before
+    a moved request (``midway``; 0: none moved)."""
 
     messages: list[Message]
     head_end: int
     tail_start: int
     role: str | None
+    required: tuple[int, ...]
     midway: int = 0
 
 
@@ -238,14 +235,14 @@ def _cut(messages: list[Message], policy: CompactionPolicy, counter: TokenCounte
                              min_messages=policy.tail_min_messages,
                              floor_messages=policy.tail_floor_messages, count=count)
     if summary_at is None:
-        # The same at the first compaction: the task (the first request, too large for the
-        # protected head) and the agent's work since. The tail reached back to the request
-        # and took it all, so nothing was summarized and the window overflowed; the task joins
-        # the head when what lies between the head and it is small and it leaves room for a
-        # summary (at most half the target), and the work after it is summarized. (Taken from
-        # the last request instead, a later one — a harness's error notice mid-run — left the
-        # task to the summary, cut to its first line.)
-        first = _first_request(messages, head_end)
+        # The same at the first compaction: one request (too large for the protected head)
+        # and the agent's work since. The tail reached back to the request and took it all,
+        # so nothing was summarized and the window overflowed; the request joins the head
+        # when what lies between the head and it is small and it leaves room for a summary
+        # (at most half the target), and the work after it is summarized. (A task that does
+        # not join it is summarized with its substance as the goal: ``builtin.task_text``.)
+        first = next((i for i in required_indices(messages) if i >= head_end
+                      and messages[i].get("role") == "user"), None)
         if first is not None and first < tail(head_end, stretch=False) \
                 and sum(count(m) for m in messages[head_end:first]) <= head_budget \
                 and count(messages[first]) <= 2 * head_budget:
@@ -254,37 +251,48 @@ def _cut(messages: list[Message], policy: CompactionPolicy, counter: TokenCounte
     # check X" mid-run, an error notice of the harness) pinned the tail there: every later
     # plan kept the same tail, no checkpoint could move the view forward, and the context grew
     # past the window. It is kept verbatim ahead of the summary instead, which then covers
-    # the work before and after it (``SummaryRequest.request_midway`` says so); one too large
-    # to keep (over half the target) is summarized, its substance in the summary's goal.
+    # the work before and after it (``SummaryRequest.request_midway`` says so). Whatever its
+    # size: it alone costs less than the tail that stretched to it and everything after it.
     natural = tail(head_end, stretch=False)
     last = next((i for i in required_indices(messages)
                  if messages[i].get("role") == "user"), None)
     if last is None or not head_end <= last < natural:
         return _junction(messages, units, head_end, tail(head_end))
     unit = unit_containing(last, units)
-    alone = unit.start == last and unit.end == last + 1
-    if alone and count(messages[last]) <= 2 * head_budget and last == head_end:
+    keep = unit.start == last and unit.end == last + 1
+    # two user messages in a row are refused by strict providers: a head that ends with one
+    # (the task) keeps the step after it too (its output is pruned to a line)
+    starts, ahead = {u.start: u.end for u in units}, head_end
+    while keep and ahead < last and messages[ahead - 1].get("role") == "user":
+        ahead = starts.get(ahead, last + 1)
+        keep = ahead <= last
+    head_end = ahead if keep else head_end
+    if keep and last == head_end:
         head_end = last + 1
         return _junction(messages, units, head_end, tail(head_end))
-    tail_start = tail(head_end, spare=(last,))
-    if not (alone and count(messages[last]) <= 2 * head_budget) or tail_start <= last:
+    tail_start = tail(head_end, spare=(last,) if keep else ())
+    if not keep or tail_start <= last:
         return _junction(messages, units, head_end, tail_start)
     moved = [*messages[:head_end], messages[last], *messages[head_end:last],
              *messages[last + 1:]]
-    cut = _junction(moved, split_units(moved), head_end + 1, tail_start)
-    return _Cut(moved, cut.head_end, cut.tail_start, cut.role, midway=last - head_end)
+    required = tuple(head_end if i == last else i + 1 if head_end <= i < last else i
+                     for i in required_indices(messages))
+    cut = _junction(moved, split_units(moved), head_end + 1, tail_start, required)
+    return _Cut(moved, cut.head_end, cut.tail_start, cut.role, required, last - head_end)
 
 
-def _junction(messages: list[Message], units: Sequence[Any], head_end: int, tail_start: int
-              ) -> _Cut:
+def _junction(messages: list[Message], units: Sequence[Any], head_end: int, tail_start: int,
+              required: Sequence[int] | None = None) -> _Cut:
+    kept = tuple(required_indices(messages) if required is None else required)
     if tail_start <= head_end:
-        return _Cut(messages, head_end, head_end, None)
+        return _Cut(messages, head_end, head_end, None, kept)
     tail_start, role = resolve_junction(messages, units, head_end, tail_start)
-    return _Cut(messages, head_end, tail_start, role)
+    return _Cut(messages, head_end, tail_start, role, kept)
 
 
 def _prune(messages: list[Message], head_end: int, tail_start: int, policy: CompactionPolicy,
-           counter: TokenCounter, tail_budget: int) -> tuple[list[Message], PruneStats]:
+           counter: TokenCounter, tail_budget: int, required: set[int]
+           ) -> tuple[list[Message], PruneStats]:
     stats = PruneStats()
     units = split_units(messages)
     last_unit_start = units[-1].start if units else len(messages)
@@ -295,7 +303,7 @@ def _prune(messages: list[Message], head_end: int, tail_start: int, policy: Comp
     out = downgrade_tail(out, tail_start, ceiling_tokens=int(tail_budget * policy.tail_soft_ceiling),
                          count=counter.count_message, keep_from=last_unit_start,
                          min_chars=policy.prune_min_chars, stats=stats)
-    out = strip_old_images(out, set(required_indices(messages)), stats)
+    out = strip_old_images(out, required, stats)
     return out, stats
 
 
@@ -348,9 +356,10 @@ def _plan(messages: list[Message], policy: CompactionPolicy, counter: TokenCount
         budget = max(1, int(base_budget * factor))
         cut = _cut(messages, policy, counter, budget, compaction_count, head_budget)
         head_end, tail_start = cut.head_end, cut.tail_start
-        pruned, stats = _prune(cut.messages, head_end, tail_start, policy, counter, budget)
+        pruned, stats = _prune(cut.messages, head_end, tail_start, policy, counter, budget,
+                               set(cut.required))
         plan = _Plan(cut.messages, head_end, tail_start, cut.role, pruned, stats, previous[0],
-                     previous[1], compaction_count, midway=cut.midway)
+                     previous[1], compaction_count, midway=cut.midway, required=cut.required)
         kept = sum(counter.count_message(m) for m in pruned[:head_end] + pruned[tail_start:])
         if kept + policy.summary_min_tokens // 2 + FRAMING_TOKENS <= target:
             return plan
@@ -371,7 +380,7 @@ def _cut_tail(plan: _Plan, counter: TokenCounter, policy: CompactionPolicy, targ
     if excess > 0:
         plan.pruned = cut_oversized(plan.pruned, start, excess_tokens=excess,
                                     count=counter.count_message,
-                                    protected=set(required_indices(plan.messages)),
+                                    protected=set(plan.required),
                                     stats=plan.stats)
     return plan
 
@@ -409,9 +418,11 @@ def _text_and_arguments(message: Message) -> str:
 def _fit_body(body: str, budget: int, counter: TokenCounter, warnings: list[str]) -> str:
     if counter.count_text(body) <= int(budget * 1.25):
         return body
+    # the goal's heading and first item stay: the task, when nothing else keeps it (a tight
+    # budget cut the summary to its bare "## Goal" heading)
     lines = body.splitlines()
-    while lines and counter.count_text("\n".join(lines)) > budget:
-        lines = lines[: max(1, int(len(lines) * 0.9))] if len(lines) > 10 else lines[:-1]
+    while len(lines) > 2 and counter.count_text("\n".join(lines)) > budget:
+        lines = lines[: max(2, int(len(lines) * 0.9))] if len(lines) > 10 else lines[:-1]
     warnings.append("summary exceeded its budget and was cut")
     return "\n".join(lines)
 

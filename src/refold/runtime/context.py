@@ -146,6 +146,10 @@ class ContextOps:
         if draft is None:
             if not probe and (not speculative or report.status == "aborted"):
                 trigger.record(report)
+                if report.status in ("ok", "fallback", "pruned"):  # (the others say so)
+                    trigger.note_not_stored(
+                        "the new cut does not map onto the ledger" if report.summary else
+                        f"nothing was summarized ({report.reason})")
             log.info("compaction not stored: %s (%s)", report.status, report.reason)
             return None
         rows = [r for r in projection.messages if r.seq < draft.tail_start_seq]
@@ -169,6 +173,8 @@ class ContextOps:
             store.add_checkpoint(session_id, plan.draft, expect=plan.base)
         except Conflict as exc:
             log.info("compaction plan dropped: %s", exc.message)
+            if exc.details.get("reason") != "stale":  # (stale: another compactor's landed)
+                trigger.note_not_stored(exc.message)
             return None
         trigger.record(plan.report)
         return plan.report

@@ -144,6 +144,14 @@ class Trigger:
             return f"compaction refused: {report.reason or 'it would not shrink the context'}"
         return None
 
+    def note_not_stored(self, reason: str) -> None:
+        """A compaction was planned but stored nothing (its checkpoint would not move the view
+        forward, its cut did not map onto the ledger, it only pruned): the context keeps
+        growing toward the window, so the caller hears it on this turn, not at the overflow."""
+        with self._lock:
+            self._warnings.append(f"compaction not stored: {reason}; the context stays over "
+                                  f"the compaction threshold ({self.guard.threshold} tokens)")
+
     def note_deferred(self, reason: str) -> None:
         """A compaction that was due did not run this turn (``reason`` says why)."""
         with self._lock:
