@@ -114,7 +114,9 @@ def summarizer_setup(settings: Settings, *, choice: str | None = None,
                                   summarizer_model=settings.summarizer_model,
                                   main_client=main_client, timeout=timeout,
                                   cache_friendly=settings.summarizer_cache_friendly,
-                                  abort_on_failure=settings.abort_on_summary_failure)
+                                  abort_on_failure=settings.abort_on_summary_failure,
+                                  # (the summary model's window: the main one's unless known)
+                                  context_length=settings.context_length or None)
     return SummarizerSetup(summarizer, client, owned)
 
 

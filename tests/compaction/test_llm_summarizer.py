@@ -244,3 +244,42 @@ def test_the_summary_model_sees_the_request_the_turns_work_on(server: RunningLLM
     server.llm.push(BODY)
     _compact(LLMSummarizer(client, "aux"), chat)
     assert "<user-request>" not in server.llm.requests[1]["messages"][-1]["content"]
+
+
+def test_a_rejected_reply_asks_the_main_model_and_every_failure_is_said(
+        server: RunningLLM, client: HttpChatClient) -> None:
+    """The summary endpoint failing (a 500) and the main model then answering chat text: the
+    warning named only the second ("it ignored the template"), hiding the endpoint's failure;
+    and a first reply of plain "OK" was rejected without the main model being asked."""
+    server.llm.push(ScriptedReply(status=500), "Sure, here is what happened.")
+    result = _compact(LLMSummarizer(client, "aux", main_model="main"))
+    report = result.report
+    assert report.status == "fallback" and report.summarizer == "builtin"
+    said = " ".join([report.reason or "", *report.warnings])
+    assert "aux failed (server)" in said and "from main was rejected" in said, said
+    server.llm.replies.clear()
+    server.llm.requests.clear()
+    server.llm.push("OK", BODY)
+    result = _compact(LLMSummarizer(client, "aux", main_model="main"))
+    assert result.report.status == "ok" and result.report.summarizer == "llm:main"
+    assert [r["model"] for r in server.llm.requests] == ["aux", "main"]
+
+
+def test_the_span_sent_fits_the_summary_models_window(server: RunningLLM,
+                                                       client: HttpChatClient) -> None:
+    """A large first request with an 8K summary model: ~35K tokens were sent, refused as an
+    overflow by the summary endpoint and again by the main one, so the LLM summary could never
+    work for it. The span is now bounded by the window (its middle elided)."""
+    from refold.compaction.summarizer import SummaryRequest
+
+    turns = [{"role": "user", "content": "Port the billing module to the new API."}]
+    for i in range(120):
+        turns += [{"role": "assistant", "content": f"Reading part {i}."},
+                  {"role": "user", "content": f"part {i}: " + "données 計算 value " * 120}]
+    request = SummaryRequest(turns=turns, pruned_turns=turns, prefix=turns, budget_tokens=1_500,
+                             counter=COUNTER, previous_summary=None, language="en")
+    sent = LLMSummarizer(client, "aux", context_length=8_192).build_messages(request)
+    used = sum(COUNTER.count_text(str(m["content"])) for m in sent)
+    assert used <= 8_192 - 1_500, used
+    unbounded = LLMSummarizer(client, "aux").build_messages(request)
+    assert sum(COUNTER.count_text(str(m["content"])) for m in unbounded) > 8_192

@@ -267,6 +267,10 @@ def serialize_turns(turns: Sequence[Message], max_chars: int) -> str:
     return joined
 
 
+INPUT_RESERVE = 2_000  # tokens of a summary request besides the span: instruction, framing
+MIN_INPUT_TOKENS = 1_000  # the least span a summary request carries, however small the window
+
+
 def _error(exc: UpstreamError) -> SummarizerError:
     return SummarizerError(f"summary model failed ({exc.kind}): {exc.message}",
                            retryable=exc.kind not in ABORT_KINDS, kind=exc.kind)
@@ -278,7 +282,7 @@ class LLMSummarizer:
     def __init__(self, client: ChatClient, model: str, *, main_client: ChatClient | None = None,
                  main_model: str | None = None, cache_friendly: bool = False,
                  timeout: float = 120.0, max_input_chars: int = 160_000,
-                 abort_on_failure: bool = False) -> None:
+                 abort_on_failure: bool = False, context_length: int | None = None) -> None:
         self.client = client
         self.model = model
         self.main_client = main_client
@@ -287,7 +291,16 @@ class LLMSummarizer:
         self.timeout = timeout  # for the whole summary: every attempt shares it
         self.abort_on_failure = abort_on_failure  # any failure aborts (no builtin fallback)
         self.max_input_chars = max_input_chars
+        # the summary model's window (None: not known): the span sent is bounded by it
+        self.context_length = context_length
         self.name = f"llm:{model}"
+
+    def _input_tokens(self, request: SummaryRequest) -> int | None:
+        """Tokens the serialized span may take: the window less the summary's own budget and
+        the instruction (``INPUT_RESERVE``); None without a known window."""
+        if not self.context_length:
+            return None
+        return max(MIN_INPUT_TOKENS, self.context_length - request.budget_tokens - INPUT_RESERVE)
 
     def build_messages(self, request: SummaryRequest) -> list[Message]:
         instruction = _instruction(request, self.cache_friendly)
@@ -295,9 +308,22 @@ class LLMSummarizer:
             return [*(_clean_message(_outbound(wire_form(m))) for m in request.prefix),
                     {"role": "user", "content": instruction}]
         # the originals (each clipped) when they fit; the pruned span only when they do not
-        turns = serialize_turns(request.turns, self.max_input_chars * 4)
-        if len(turns) > self.max_input_chars:
-            turns = serialize_turns(request.pruned_turns, self.max_input_chars)
+        limit = self.max_input_chars
+        tokens = self._input_tokens(request)
+        if tokens is not None:  # ~4 characters a token; measured below
+            limit = min(limit, tokens * 4)
+        turns = serialize_turns(request.turns, limit * 4)
+        if len(turns) > limit:
+            turns = serialize_turns(request.pruned_turns, limit)
+        # a span over the summary model's window was sent whole, refused as an overflow by
+        # the summary endpoint and then by the main one (an 8K model was sent ~35K tokens):
+        # measured, and its middle elided further until it fits (CJK and code run at fewer
+        # characters a token than the estimate)
+        for _ in range(3):
+            if tokens is None or (used := request.counter.count_text(turns)) <= tokens:
+                break
+            limit = max(1_000, int(limit * tokens / used * 0.95))
+            turns = serialize_turns(request.pruned_turns, limit)
         return [{"role": "system", "content": SYSTEM_INSTRUCTION},
                 {"role": "user", "content": f"<turns>\n{turns}\n</turns>\n\n{instruction}"}]
 
@@ -350,11 +376,20 @@ class LLMSummarizer:
                 warnings.append(f"summary model {model} returned an empty summary")
                 continue
             problem = check_fitted(body, request)
-            if problem is not None:  # retryable: the builtin summarizer writes it instead
-                raise SummarizerError(f"the summary from {model} was rejected: {problem}",
-                                      retryable=True, kind="rejected")
+            if problem is not None:  # the next model is asked, as for an empty reply
+                log.info("summary from %s rejected: %s", model, problem)
+                warnings.append(f"the summary from {model} was rejected: {problem}")
+                failure = UpstreamError(problem, kind="rejected")
+                continue
             return SummaryDraft(body=body, summarizer=f"llm:{model}",
                                 warnings=tuple(warnings), usage=dict(result.usage))
         assert failure is not None
-        raise _error(failure)
+        error = _error(failure)
+        if len(warnings) > 1 or failure.kind == "rejected":
+            # every attempt's failure said, in order: a rejected fallback reply named alone
+            # hid that the summary endpoint itself had failed (a 500, an empty reply)
+            last = warnings[-1] if failure.kind == "rejected" else error.message
+            raise SummarizerError("; then ".join([*warnings[:-1], last]),
+                                  retryable=error.retryable, kind=error.kind)
+        raise error
 

@@ -27,8 +27,10 @@ SUMMARIZER_KINDS = ("builtin", "llm")
 def build_summarizer(kind: str = "builtin", *, model: str, client: ChatClient | None = None,
                      summarizer_model: str | None = None, main_client: ChatClient | None = None,
                      timeout: float = 120.0, cache_friendly: bool = False,
-                     abort_on_failure: bool = False) -> Summarizer:
-    """The summarizer for ``kind`` ("builtin" | "llm"); "llm" needs a ``client``."""
+                     abort_on_failure: bool = False,
+                     context_length: int | None = None) -> Summarizer:
+    """The summarizer for ``kind`` ("builtin" | "llm"); "llm" needs a ``client``;
+    ``context_length``, the summary model's window when known, bounds what it is sent."""
     from refold.compaction import BuiltinSummarizer, LLMSummarizer
 
     if kind == "builtin":
@@ -40,7 +42,7 @@ def build_summarizer(kind: str = "builtin", *, model: str, client: ChatClient | 
                            hint="set summarizer_url or upstream (an OpenAI-compatible …/v1 URL)")
     return LLMSummarizer(client, summarizer_model or model, main_client=main_client,
                          main_model=model, timeout=timeout, cache_friendly=cache_friendly,
-                         abort_on_failure=abort_on_failure)
+                         abort_on_failure=abort_on_failure, context_length=context_length)
 
 
 __all__ = ["SUMMARIZER_KINDS", "build_summarizer"]
