@@ -283,3 +283,26 @@ def test_the_span_sent_fits_the_summary_models_window(server: RunningLLM,
     assert used <= 8_192 - 1_500, used
     unbounded = LLMSummarizer(client, "aux").build_messages(request)
     assert sum(COUNTER.count_text(str(m["content"])) for m in unbounded) > 8_192
+
+
+def test_only_what_is_kept_of_a_reply_far_over_budget_is_scanned(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reply ten times too long (190 KB) was scanned whole for injections, seconds of the
+    turn; only the part cut to the budget reaches the model, and only it is scanned now."""
+    from refold.compaction import llm_summarizer
+    from refold.compaction.summarizer import SummaryRequest
+
+    scanned: list[int] = []
+    real = llm_summarizer.check_output
+
+    def counting(body: str, language: str) -> str | None:
+        scanned.append(len(body))
+        return real(body, language)
+
+    monkeypatch.setattr(llm_summarizer, "check_output", counting)
+    body = BODY.split("<think>let me think about it</think>")[1] + "\n" + \
+        "\n".join(f"- step {i} of the investigation went fine" for i in range(6_000))
+    request = SummaryRequest(turns=[], pruned_turns=[], prefix=[], budget_tokens=500,
+                             counter=COUNTER, previous_summary=None, language="en")
+    assert llm_summarizer.check_fitted(body, request) is None
+    assert len(body) > 200_000 and scanned and max(scanned) < 10_000, scanned
