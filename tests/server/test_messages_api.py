@@ -293,3 +293,21 @@ def test_claude_codes_cleared_tool_results_stay_one_conversation(
         ("user", True), ("assistant", True), ("tool", True), ("assistant", True)] * 2
     assert [r.message["content"] for r in rows if r.role == "tool"] == outputs
     assert not sqlite_store.list_rewinds(sessions[0].id)
+
+
+@pytest.mark.parametrize(("model", "key"), [
+    ("gpt-5", "max_completion_tokens"), ("o4-mini", "max_completion_tokens"),
+    ("gpt-4o", "max_tokens"), (MODEL, "max_tokens")])
+def test_the_output_limit_goes_upstream_under_the_name_the_model_takes(
+        start_proxy: ProxyFactory, model: str, key: str) -> None:
+    """OpenAI's reasoning models refuse ``max_tokens`` (400: use max_completion_tokens): Claude
+    Code through refold with a gpt-5 upstream failed on every request. Other chat servers keep
+    the older name."""
+    with serve(["Fine."]) as up:
+        proxy = start_proxy(up)
+        reply = client(proxy.root).messages.create(
+            model=model, max_tokens=77, messages=[{"role": "user", "content": "hi"}])
+        assert reply.content[0].text == "Fine."  # type: ignore[union-attr]
+    sent = up.llm.requests[0]
+    other = "max_tokens" if key == "max_completion_tokens" else "max_completion_tokens"
+    assert sent[key] == 77 and other not in sent

@@ -35,7 +35,7 @@ from refold.llm.sse import CallParts, add_call
 from refold.messages.anthropic import from_anthropic, system_text, tool_input
 from refold.messages.model import Message, copy_json
 from refold.pricing import token_count
-from refold.server.wire import OVERLOADED, chat_functions
+from refold.server.wire import OVERLOADED, chat_functions, output_limit
 
 PRIVATE = "_refold_anthropic"  # request side: what an Anthropic upstream needs besides the chat form
 REPLY = "_refold_anthropic_reply"  # reply side: the upstream's own message, passed through
@@ -207,7 +207,8 @@ def chat_request(raw: Any, *, anthropic_upstream: bool) -> dict[str, Any]:
     clean, marks = strip_cache_control(body)
     billing = split_billing(clean)
     out: dict[str, Any] = {"model": body["model"], "messages": chat_messages(clean),
-                           "max_tokens": body["max_tokens"], "stream": bool(body.get("stream"))}
+                           **output_limit(body["model"], body["max_tokens"]),
+                           "stream": bool(body.get("stream"))}
     if out["stream"]:  # the usage chunk is how message_delta learns its usage
         out["stream_options"] = {"include_usage": True}
     for key in ("temperature", "top_p"):

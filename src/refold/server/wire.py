@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable
 from typing import Any, TypedDict
 
@@ -173,3 +174,18 @@ def check_sendable(messages: list[Any]) -> None:
             "the request holds no message to send: its tool results answer no tool call of an "
             "earlier assistant message in the request, and such orphan results are dropped",
             hint="send the assistant message with the tool calls before their results")
+
+
+# OpenAI's reasoning models (o1, o3, o4-mini, the gpt-5 family) refuse ``max_tokens`` ("not
+# supported with this model, use max_completion_tokens"); other chat servers (vLLM, Ollama,
+# LiteLLM, DeepSeek) read ``max_tokens``, and some not the newer name
+_COMPLETION_TOKENS_MODELS = re.compile(r"^(?:[\w.-]+/)?(?:o\d|gpt-5)", re.IGNORECASE)
+
+
+def output_limit(model: Any, tokens: Any) -> dict[str, Any]:
+    """The chat body's output limit for a translated request (an Anthropic ``max_tokens``, a
+    Responses ``max_output_tokens``): ``max_completion_tokens`` for a model that refuses the
+    older name, else ``max_tokens``. Every request to gpt-5 through /v1/messages was a 400."""
+    key = "max_completion_tokens" if isinstance(model, str) and \
+        _COMPLETION_TOKENS_MODELS.match(model) else "max_tokens"
+    return {key: tokens}
