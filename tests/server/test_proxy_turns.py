@@ -629,3 +629,28 @@ def test_old_tool_results_the_client_cleared_are_the_stored_ones_and_go_upstream
     # the ledger keeps what each tool said
     assert [r.message["content"] for r in rows if r.role == "tool"] == list(files.values())
     assert not sqlite_store.list_rewinds(sessions[0].id)
+
+
+@pytest.mark.parametrize(("status", "error", "expected"), [
+    (404, {"message": "The model `gpt-9` does not exist", "type": "invalid_request_error",
+           "code": "model_not_found", "param": None}, openai.NotFoundError),
+    (400, {"message": "Unsupported parameter: 'max_tokens'", "type": "invalid_request_error",
+           "code": "unsupported_parameter", "param": "max_tokens"}, openai.BadRequestError),
+    (422, {"message": "unprocessable", "type": "invalid_request_error"},
+     openai.UnprocessableEntityError)])
+def test_an_upstreams_request_error_keeps_its_status_code_and_param(
+        start_proxy: ProxyFactory, status: int, error: dict[str, Any], expected: type) -> None:
+    """A 404 ``model_not_found`` reached the client as a 400 (its SDK raised BadRequestError,
+    so a fallback to another model on NotFoundError caught nothing), and the upstream's
+    ``code`` and ``param`` were replaced by ``upstream_bad_request``."""
+    with serve([ScriptedReply(status=status, error={"error": error})]) as up:
+        proxy = start_proxy(up)
+        with pytest.raises(expected) as info:
+            sdk(proxy.base_url).chat.completions.create(
+                model="gpt-9", messages=[{"role": "user", "content": "hi"}])
+    assert info.value.status_code == status
+    body = info.value.body
+    assert isinstance(body, dict)
+    assert body.get("code") == (error.get("code") or "upstream_bad_request")
+    if error.get("param"):
+        assert body.get("param") == error["param"]

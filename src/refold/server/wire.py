@@ -18,7 +18,7 @@ import json
 import logging
 import re
 from collections.abc import Callable
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from refold.errors import (
     BudgetExceeded,
@@ -41,6 +41,11 @@ class ErrorDetail(TypedDict):
     message: str
     type: str
     code: str | None
+    param: NotRequired[str]
+
+
+# an upstream's 4xx that is the request's own fault and keeps its status through the proxy
+_CLIENT_STATUSES = frozenset({404, 409, 415, 422})
 
 
 class ErrorBody(TypedDict):
@@ -80,15 +85,27 @@ def upstream_status(err: UpstreamError) -> tuple[int, ErrorBody]:
     if err.kind == "server" and err.status == 529:
         return 503, error_body(str(err), "upstream_error", OVERLOADED)
     status, type_ = _UPSTREAM_STATUS.get(err.kind, (502, "upstream_error"))
+    detail = err.body.get("error") if isinstance(err.body, dict) else None
+    detail = detail if isinstance(detail, dict) else {}
     if isinstance(err, ContextOverflowError):
         code = "context_length_exceeded"
+    elif err.kind == "bad_request" and isinstance(detail.get("code"), str) and detail["code"]:
+        code = detail["code"]  # the upstream's own ("model_not_found", "unsupported_parameter")
     else:
         code = f"upstream_{err.kind}"
+    if err.kind == "bad_request" and err.status in _CLIENT_STATUSES:
+        # the request's own fault, as the upstream said it: a client's SDK raises the error it
+        # would have raised talking to it directly (NotFoundError for an unknown model; a
+        # fallback to another model catches that, and caught nothing from a 400)
+        status = err.status
     message = str(err)
     if err.kind == "auth":
         message = f"{err.message} (the upstream rejected refold's credentials: check " \
                   "REFOLD_UPSTREAM_API_KEY on the proxy)"
-    return status, error_body(message, type_, code)
+    body = error_body(message, type_, code)
+    if isinstance(detail.get("param"), str):
+        body["error"]["param"] = detail["param"]  # which field, when the upstream said
+    return status, body
 
 
 def status_for(err: RefoldError) -> tuple[int, ErrorBody]:
