@@ -69,3 +69,25 @@ def test_the_task_after_swe_agents_demonstration_is_the_goal() -> None:
     result = compact(messages, context_length=20_000, target_tokens=3_000, model="gpt-4o")
     text = "\n".join(str(m.get("content")) for m in result.messages)
     assert "Pixel Representation attribute should be optional" in text
+
+
+def test_a_decision_the_user_states_is_a_key_decision() -> None:
+    """"We decided to pin numpy to 1.26.4" said by the user left Key Decisions at "None" (only
+    the assistant's sentences were read for decisions); an explanation with "because" alone
+    is not one."""
+    from refold.compaction import compact
+
+    messages = [{"role": "system", "content": "sys"},
+                {"role": "user", "content": "Set up the CI for the data project."}]
+    for i in range(20):
+        said = f"Log {i}: " + "ok line " * 80
+        if i == 5:
+            said = "We decided to pin numpy to 1.26.4 because 2.0 breaks pandas. Continue."
+        if i == 7:
+            said = "It fails because the runner is slow. Continue."
+        messages += [{"role": "assistant", "content": f"Running step {i}."},
+                     {"role": "user", "content": said}]
+    report = compact(messages, context_length=8000, target_tokens=1500, model="gpt-4o").report
+    decisions = (report.summary or "").split("## Key Decisions")[1].split("##")[0]
+    assert "pin numpy to 1.26.4" in decisions
+    assert "runner is slow" not in decisions

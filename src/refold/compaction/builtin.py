@@ -86,6 +86,12 @@ _NEXT = Caseless(
     r"下一步|接下来|还需要|然后|待办|我打算|我会|我将|打算|计划|次に|残り|これから|つもり|予定")
 _REMEMBER = Caseless(r"remember|note that|keep in mind|important",
                      r"记住|注意|记得|覚えて|注意して")
+# a decision a user states ("We decided to pin numpy to 1.26.4"): narrower than an assistant's
+# (its "because" is a user's every explanation)
+_USER_DECISION = Caseless(
+    r"decided|decide to|we chose|going with|go with|we'll use|we will use|let's use|"
+    r"switch(?:ed)? to|instead of|rather than|opted|settled on",
+    r"决定|改用|而不是|定了|決定|代わりに|にしました")
 _PYTEST_E = re.compile(r"^E\s+")
 _NUDGE = re.compile(
     r"^(?:please\s+)?(?:(?:next|continue|go on|go ahead|keep going|carry on|proceed|do it|"
@@ -428,18 +434,21 @@ def _statements(turns: Sequence[Message], skip: set[int], split: Split = _pieces
                                                                        strict=True)):
                 continue
         else:
-            finders = [_finder(_REMEMBER, text)]
-            if not (_found(_REMEMBER, text, finders[0][0]) or _has_config(text)):
+            finders = [_finder(_REMEMBER, text), _finder(_USER_DECISION, text)]
+            if not (_found(_REMEMBER, text, finders[0][0])
+                    or _found(_USER_DECISION, text, finders[1][0]) or _has_config(text)):
                 continue
         picked.append((pos, str(role), text, finders))
     for pos, role, text, finders in reversed(picked):
         if role == "user":
-            (at, remembers), = finders
-            for place in _sentences(split(text), (at, _config_starts(text))):
+            (at, remembers), (decided_at, decides) = finders
+            for place in _sentences(split(text), (at, decided_at, _config_starts(text))):
                 sentence = place[1]
-                note = remembers(place) and not _HEADING.match(sentence)
-                if (note or _has_config(sentence)) \
-                        and not _SECRET.search(sentence):  # never carry a credential along
+                if _SECRET.search(sentence) or _HEADING.match(sentence):
+                    continue  # never carry a credential along
+                if decides(place):  # the user's own decision: a key decision
+                    found["decisions"].append((pos, _short(sentence)))
+                elif remembers(place) or _has_config(sentence):
                     found["critical"].append((pos, _short(sentence)))
             continue
         for place in _sentences(split(text), [at for at, _ in finders]):
