@@ -265,6 +265,7 @@ def _check(raw: Any) -> dict[str, Any]:
             f"'instructions' must be a string (this request's system prompt) or null, got "
             f"{_json_type(instructions)}; system or developer messages as items go in 'input'")
     check_sampling(raw)
+    _check_fields(raw)
     tokens = raw.get("max_output_tokens")
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)
                                or tokens < 1):
@@ -273,6 +274,47 @@ def _check(raw: Any) -> dict[str, Any]:
                                else []))
     _check_parts(raw["input"])
     return raw
+
+
+def _check_fields(raw: dict[str, Any]) -> None:
+    """The Responses fields refold cannot honour, whose loss would change what the request
+    asks, are a 400 (they were dropped: ``conversation`` lost the agent its memory, ``prompt``
+    ran the model without its instructions); the others are checked as the Responses API
+    checks them (README: "OpenAI Responses" lists what is translated, accepted and refused)."""
+    if raw.get("conversation") is not None:
+        raise InvalidInput(
+            "'conversation' is not supported: refold has no Conversations API, so the "
+            "conversation's earlier items would not reach the model; send the whole history "
+            "in 'input', or continue a stored response with 'previous_response_id' (refold "
+            "stores responses)")
+    if raw.get("prompt") is not None:
+        raise InvalidInput(
+            "'prompt' (a stored prompt template) is not supported: refold has no prompt "
+            "templates, and the model would run without it; send the prompt's text as "
+            "'instructions' (and its variables filled in)")
+    if raw.get("background") not in (None, False):
+        raise InvalidInput(
+            "'background' must be false: refold runs a response while its request waits (a "
+            "background response could not be polled or cancelled); send the request without "
+            "it, with 'stream': true to follow it as it runs")
+    if raw.get("truncation") not in (None, "auto", "disabled"):
+        raise InvalidInput("'truncation' must be 'auto' or 'disabled'")
+    for key, top in (("max_tool_calls", None), ("top_logprobs", 20)):
+        value = raw.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 0 or (top is not None and value > top)):
+            raise InvalidInput(f"'{key}' must be an integer from 0" +
+                               (f" to {top}" if top is not None else ""))
+    include = raw.get("include")
+    if include is not None and not (isinstance(include, list)
+                                    and all(isinstance(one, str) for one in include)):
+        raise InvalidInput("'include' must be a list of strings")
+    text = raw.get("text")
+    if text is not None and not isinstance(text, dict):
+        raise InvalidInput("'text' must be an object ('format', 'verbosity')")
+    verbosity = (text or {}).get("verbosity")
+    if verbosity not in (None, "low", "medium", "high"):
+        raise InvalidInput("'text.verbosity' must be 'low', 'medium' or 'high'")
 
 
 def _check_tools(tools: Any) -> None:
@@ -345,8 +387,8 @@ async def create_response(host: Host, tenant: Tenant, request: Request, raw: Any
     if chat["stream"]:
         return RewrittenStream(response, _Streamed(ResponseEvents(shell), save))
     data = reply_json(response)
-    message, finish = reply_of(data)
-    obj = shell.response("completed", output_items(message, shell.kinds),
+    message, finish, logprobs = reply_of(data)
+    obj = shell.response("completed", output_items(message, shell.kinds, logprobs),
                          usage_of(data.get("usage")), finish)
     await save(obj)
     return rewritten_json(response, obj)

@@ -18,7 +18,8 @@ A chat model calls functions only. Of the Responses tools:
 
 The request's tools are its ``tools`` and those of its input's ``additional_tools`` items (Codex
 sends its tools so for some models) and ``tool_search_output`` items; a name given twice is
-sent once (the first).
+sent once (the first). Its ``tool_choice`` goes upstream in the chat form (``chat_tool_choice``:
+``allowed_tools`` as chat completions' ``allowed_tools``) or is a 400, never dropped.
 """
 
 from __future__ import annotations
@@ -114,6 +115,73 @@ def function_of(tool: Any) -> dict[str, Any] | None:
         raise InvalidInput(f"tools: refold takes function, custom and client tool_search "
                            f"tools (and namespaces of them), not {kind!r}")
     return {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
+
+
+def chat_tool_choice(choice: Any, names: set[Any]) -> Any:
+    """The chat ``tool_choice`` of a Responses one (None: none given); ``names``: the chat
+    functions the request sends. ``auto``, ``none``, ``required``, a function or custom tool
+    by name, and ``allowed_tools`` (its functions and custom tools; a hosted tool in it is left
+    out, as the tool itself is) pass on; anything else is a 400, never dropped (it was, and the
+    response echoed the choice as honoured)."""
+    if choice is None or choice in ("auto", "none", "required"):
+        return choice
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    if kind in ("function", "custom"):
+        return _named(_choice_name(choice, kind, names))
+    if kind == "allowed_tools":
+        return _allowed_tools(choice, names)
+    if isinstance(kind, str) and (kind in HOSTED_TOOLS or kind in ("apply_patch", "shell")):
+        raise InvalidInput(
+            f"tool_choice {kind!r}: refold cannot make the model use a tool the Responses API "
+            "runs itself (no such tool is sent to a chat-completions upstream); choose a "
+            "function or custom tool, 'auto', 'none', 'required' or allowed_tools")
+    raise InvalidInput(
+        "tool_choice must be 'auto', 'none', 'required', a function or custom tool "
+        '({"type": "function", "name": ...}) or {"type": "allowed_tools", "mode": ..., '
+        f'"tools": [...]}}, not {json.dumps(choice, ensure_ascii=False)[:200]}')
+
+
+def _named(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name}}
+
+
+def _choice_name(tool: dict[str, Any], kind: str, names: set[Any]) -> str:
+    name = tool.get("name")
+    if not (isinstance(name, str) and name):
+        raise InvalidInput(f"tool_choice: a {kind} tool needs a 'name' (a non-empty string)")
+    if name not in names:
+        raise InvalidInput(f"tool_choice names the tool {name!r}, which is not among the "
+                           "request's function or custom tools")
+    return name
+
+
+def _allowed_tools(choice: dict[str, Any], names: set[Any]) -> Any:
+    """Chat completions' ``allowed_tools`` (``{"type": "allowed_tools", "allowed_tools":
+    {"mode", "tools": [{"type": "function", "function": {"name"}}]}}``) of a Responses one
+    (``{"type": "allowed_tools", "mode", "tools": [{"type": "function", "name"}]}``)."""
+    mode = choice.get("mode")
+    if mode not in ("auto", "required"):
+        raise InvalidInput("tool_choice allowed_tools: 'mode' must be 'auto' or 'required'")
+    tools = choice.get("tools")
+    if not isinstance(tools, list) or not tools:
+        raise InvalidInput("tool_choice allowed_tools: 'tools' must be a non-empty list")
+    allowed: list[dict[str, Any]] = []
+    for tool in tools:
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind == "tool_search" and SEARCH_TOOL in names:  # the client's tool_search
+            allowed.append(_named(SEARCH_TOOL))
+        elif isinstance(tool, dict) and kind in ("function", "custom"):
+            allowed.append(_named(_choice_name(tool, kind, names)))
+        elif not (isinstance(kind, str) and kind in HOSTED_TOOLS):
+            raise InvalidInput(f"tool_choice allowed_tools: refold takes function, custom and "
+                               f"hosted tools in 'tools', not {kind!r}")
+    if not allowed and mode == "required":
+        raise InvalidInput("tool_choice allowed_tools requires a call of tools the Responses API "
+                           "runs itself, which refold does not send to a chat-completions "
+                           "upstream; allow a function or custom tool")
+    if not allowed:  # only hosted tools, none of which the model is given: it calls none
+        return "none"
+    return {"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": allowed}}
 
 
 @dataclass

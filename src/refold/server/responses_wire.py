@@ -12,8 +12,11 @@ The pure half of ``/v1/responses`` (``server.responses_api`` is the endpoint): l
   ``additional_tools`` (no message: its tools are the request's). ``instructions`` is a
   system message in front, for this request only (as the Responses API does, it is not
   carried to a continuation).
-- ``chat_body`` builds the chat-completions body; the tools as chat functions are
-  ``server.responses_tools``'s (custom tools and the client's ``tool_search`` among them).
+- ``chat_body`` builds the chat-completions body; the tools as chat functions and the
+  ``tool_choice`` are ``server.responses_tools``'s (custom tools and the client's
+  ``tool_search`` among them); ``text.verbosity`` is chat's ``verbosity``, and the
+  ``message.output_text.logprobs`` include (with ``top_logprobs``) chat's ``logprobs``, which
+  come back in the output text parts (``logprobs_of``).
 - ``response_object`` builds the ``response`` object from a chat completion; ``ResponseEvents``
   turns the pipeline's chunk stream into ``response.created``, ``response.in_progress``,
   ``response.output_item.added``/``done``, ``response.content_part.added``/``done``,
@@ -39,13 +42,16 @@ from refold.pricing import token_count
 from refold.server.responses_tools import (
     InputDeltas,
     ToolKinds,
+    chat_tool_choice,
     custom_input,
     flat,
     function_of,
     reply_item,
     search_arguments,
 )
-from refold.server.wire import chat_functions
+from refold.server.wire import chat_functions, output_limit
+
+LOGPROBS = "message.output_text.logprobs"  # the ``include`` asking for the text's logprobs
 
 
 def new_id(prefix: str) -> str:
@@ -73,12 +79,6 @@ def chat_tools(tools: Any) -> list[dict[str, Any]] | None:
     return out
 
 
-def _tool_choice(choice: Any) -> Any:
-    if isinstance(choice, dict) and choice.get("type") in ("function", "custom"):
-        return {"type": "function", "function": {"name": choice.get("name")}}
-    return choice if choice in ("auto", "none", "required") else None
-
-
 def _response_format(text: Any) -> dict[str, Any] | None:
     fmt = text.get("format") if isinstance(text, dict) else None
     if not isinstance(fmt, dict) or fmt.get("type") in (None, "text"):
@@ -101,15 +101,23 @@ def chat_body(body: dict[str, Any], messages: list[Message], model: str,
     # routes its turns to the same prompt cache); not ``store`` or ``metadata``, which ask
     # refold to keep the response here, and the upstream to keep the completion there
     for key in ("temperature", "top_p", "parallel_tool_calls", "user", "prompt_cache_key",
-                "safety_identifier", "service_tier"):
+                "prompt_cache_retention", "safety_identifier", "service_tier"):
         if body.get(key) is not None:
             out[key] = body[key]
-    if body.get("max_output_tokens") is not None:
-        out["max_tokens"] = body["max_output_tokens"]
-    functions = chat_tools(body.get("tools") if tools is None else tools)
+    if LOGPROBS in (body.get("include") or ()):  # the output text's logprobs, and how many
+        out["logprobs"] = True  # alternatives each (top_logprobs, 0 when not given)
+        if body.get("top_logprobs") is not None:
+            out["top_logprobs"] = body["top_logprobs"]
+    text = body.get("text")
+    if isinstance(text, dict) and text.get("verbosity") is not None:
+        out["verbosity"] = text["verbosity"]
+    if body.get("max_output_tokens") is not None:  # (max_completion_tokens where required)
+        out.update(output_limit(model, body["max_output_tokens"]))
+    functions = chat_tools(body.get("tools") if tools is None else tools) or []
+    choice = chat_tool_choice(body.get("tool_choice"),
+                              {function["function"].get("name") for function in functions})
     if functions:
         out["tools"] = functions
-        choice = _tool_choice(body.get("tool_choice"))
         if choice is not None:
             out["tool_choice"] = choice
     effort = (body.get("reasoning") or {}).get("effort") if isinstance(
@@ -139,9 +147,27 @@ def usage_of(usage: Any) -> dict[str, Any]:
             "total_tokens": prompt + completion}
 
 
-def text_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+def text_item(item_id: str, text: str, status: str = "completed",
+              logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": []}
+    if logprobs:
+        part["logprobs"] = logprobs
     return {"type": "message", "id": item_id, "status": status, "role": "assistant",
-            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+            "content": [part]}
+
+
+def _logprob(token: Any) -> dict[str, Any]:
+    return {key: token.get(key) for key in ("token", "logprob", "bytes")}
+
+
+def logprobs_of(choice: Any) -> list[dict[str, Any]]:
+    """A chat choice's (or chunk choice's) content logprobs as the Responses ``logprobs`` of
+    an output text (the same fields: ``token``, ``logprob``, ``bytes``, ``top_logprobs``)."""
+    found = choice.get("logprobs") if isinstance(choice, dict) else None
+    tokens = found.get("content") if isinstance(found, dict) else None
+    return [dict(_logprob(token), top_logprobs=[
+        _logprob(top) for top in token.get("top_logprobs") or () if isinstance(top, dict)])
+        for token in tokens or () if isinstance(token, dict)]
 
 
 _CALL_ITEMS = ("function_call", "custom_tool_call", "tool_search_call")
@@ -160,9 +186,10 @@ def reasoning_item(item_id: str, text: str) -> dict[str, Any]:
             "summary": [{"type": "summary_text", "text": text}] if text else []}
 
 
-def output_items(message: Message, kinds: ToolKinds | None = None
-                 ) -> list[dict[str, Any]]:
-    """The output items of an assistant reply, in Responses order."""
+def output_items(message: Message, kinds: ToolKinds | None = None,
+                 logprobs: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The output items of an assistant reply, in Responses order; ``logprobs``: its text's
+    (``logprobs_of``), when the upstream gave them."""
     items = []
     reasoning = message.get("reasoning_content") or message.get("reasoning")
     if reasoning:
@@ -171,7 +198,7 @@ def output_items(message: Message, kinds: ToolKinds | None = None
     if isinstance(text, list):
         text = "".join(str(p.get("text", "")) for p in text if isinstance(p, dict))
     if text:
-        items.append(text_item(new_id("msg"), str(text)))
+        items.append(text_item(new_id("msg"), str(text), logprobs=logprobs))
     for call in message.get("tool_calls") or []:
         items.append(reply_item(new_id(_PREFIX.get(_kind(call, kinds), "fc")), call, kinds))
     return items
@@ -213,11 +240,13 @@ _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"
 """A chat finish_reason that leaves a response "incomplete", and the reason it gives."""
 
 
-def reply_of(data: dict[str, Any]) -> tuple[Message, str | None]:
+def reply_of(data: dict[str, Any]) -> tuple[Message, str | None, list[dict[str, Any]]]:
+    """A chat completion's message, finish reason and text logprobs (``logprobs_of``)."""
     choice = (data.get("choices") or [{}])[0]
     message = choice.get("message") if isinstance(choice, dict) else None
     return (message if isinstance(message, dict) else {"role": "assistant", "content": None},
-            choice.get("finish_reason") if isinstance(choice, dict) else None)
+            choice.get("finish_reason") if isinstance(choice, dict) else None,
+            logprobs_of(choice))
 
 
 # -- streams -----------------------------------------------------------------------------------
@@ -273,7 +302,7 @@ class ResponseEvents:
             if isinstance(reasoning, str) and reasoning:
                 yield from self._reasoning(reasoning)
             if isinstance(delta.get("content"), str) and delta["content"]:
-                yield from self._text(delta["content"])
+                yield from self._text(delta["content"], logprobs_of(choice))
             for position, call in enumerate(delta.get("tool_calls") or []):
                 yield from self._call(call, position)
             if choice.get("finish_reason"):
@@ -299,7 +328,7 @@ class ResponseEvents:
         yield self.event("response.reasoning_summary_text.delta", item_id=item["id"],
                          output_index=self.items.index(item), summary_index=0, delta=text)
 
-    def _text(self, text: str) -> Iterator[bytes]:
+    def _text(self, text: str, logprobs: list[dict[str, Any]]) -> Iterator[bytes]:
         if self.open is None or self.open["type"] != "message":
             item = text_item(new_id("msg"), "")
             item["content"] = []
@@ -311,9 +340,11 @@ class ResponseEvents:
         current = self.open
         assert current is not None
         current["content"][0]["text"] += text
+        if logprobs:
+            current["content"][0].setdefault("logprobs", []).extend(logprobs)
         yield self.event("response.output_text.delta", item_id=current["id"],
                          output_index=self.items.index(current), content_index=0, delta=text,
-                         logprobs=[])
+                         logprobs=logprobs)
 
     def _call(self, call: Any, position: int) -> Iterator[bytes]:
         if not isinstance(call, dict):
@@ -365,7 +396,8 @@ class ResponseEvents:
         if item["type"] == "message":
             part = item["content"][0]
             yield self.event("response.output_text.done", item_id=item["id"],
-                             output_index=index, content_index=0, text=part["text"], logprobs=[])
+                             output_index=index, content_index=0, text=part["text"],
+                             logprobs=part.get("logprobs", []))
             yield self.event("response.content_part.done", item_id=item["id"],
                              output_index=index, content_index=0, part=part)
         elif item["type"] == "function_call":

@@ -2,7 +2,8 @@
 sent ("the request is the truth", README), for your own tests of an agent behind the proxy or
 the runtime.
 
-The received messages must be the client's, in its order, ending with its last one, except
+The received messages must be the client's, in its order (a message the client sent twice, or a
+reused tool-call id, is matched at its next place), ending with its last one, except
 that a stretch refold compacted stands as its summary (``[CONTEXT SUMMARY`` …, and the short
 acknowledgement that follows one where roles must alternate), an old tool output or a long
 tool-call argument may be pruned (the same call id, shorter), and system messages (refold's
@@ -33,6 +34,18 @@ def _call_ids(message: Message) -> list[Any]:
     return [c.get("id") for c in message.get("tool_calls") or []]
 
 
+def _place(values: list[Any], value: Any, at: int) -> int | None:
+    """Where ``value`` is in ``values``: its first place after ``at`` (the place matched last:
+    a client may send the same message twice, or reuse a tool-call id), else its first place
+    (out of order), else None."""
+    if value not in values:
+        return None
+    try:
+        return values.index(value, at + 1)
+    except ValueError:
+        return values.index(value)
+
+
 def assert_sent_as_client_sent(received: Sequence[Message], sent: Sequence[Message]) -> None:
     """Raise ``AssertionError`` unless ``received`` (what the upstream got, chat form) is the
     client's ``sent`` as described in the module docstring. A tool result in ``sent`` whose
@@ -47,17 +60,18 @@ def assert_sent_as_client_sent(received: Sequence[Message], sent: Sequence[Messa
     assert got and want and _key(got[-1]) == keys[-1], ("not the client's last message", got[-1:])
     at = -1
     for message in got:
-        if _key(message) in keys:
-            now = keys.index(_key(message))
-        elif message.get("role") == "tool" and message.get("tool_call_id") in results:
-            now = results.index(message["tool_call_id"])  # an old output, pruned
-        elif message.get("tool_calls") and _call_ids(message) in call_ids:
-            now = call_ids.index(_call_ids(message))  # long arguments, pruned
-        else:
+        places = [_place(keys, _key(message), at)]
+        if message.get("role") == "tool" and message.get("tool_call_id") is not None:
+            places.append(_place(results, message["tool_call_id"], at))  # an old output, pruned
+        if message.get("tool_calls"):
+            places.append(_place(call_ids, _call_ids(message), at))  # long arguments, pruned
+        found = [place for place in places if place is not None]
+        if not found:
             content = message.get("content")
             assert str(content).startswith("[CONTEXT SUMMARY") or content in ACK.values(), (
                 "a message the client did not send", message)
             continue
+        now = min((place for place in found if place > at), default=min(found))
         assert now > at, ("out of the client's order", message)
         at = now
     pending: set[Any] = set()
