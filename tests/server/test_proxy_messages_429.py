@@ -75,3 +75,34 @@ def test_an_anthropic_upstreams_429_headers_reach_the_client(
             chat.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
     for error in (caught.value, chat_caught.value):
         assert {k: error.response.headers.get(k) for k in limits} == limits
+
+
+@pytest.mark.parametrize(("choice", "parallel", "sent"), [
+    ("required", None, {"type": "any"}),
+    ({"type": "function", "function": {"name": "read"}}, None, {"type": "tool", "name": "read"}),
+    ("none", None, {"type": "none"}),
+    ("auto", False, {"type": "auto", "disable_parallel_tool_use": True}),
+    (None, False, {"type": "auto", "disable_parallel_tool_use": True}),
+    (None, None, None)])
+def test_a_chat_clients_tool_choice_reaches_an_anthropic_upstream(
+        start_one_proxy: ProxyFactory, choice: Any, parallel: Any, sent: Any) -> None:
+    """With ``upstream_format = "anthropic"`` a chat client's ``tool_choice`` and
+    ``parallel_tool_calls`` were dropped: a client that required a tool, or named one, got the
+    model's own choice."""
+    import openai
+
+    from refold.testing import serve_anthropic
+
+    tool = {"type": "function", "function": {"name": "read", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}}}}}
+    extra: dict[str, Any] = {}
+    if choice is not None:
+        extra["tool_choice"] = choice
+    if parallel is not None:
+        extra["parallel_tool_calls"] = parallel
+    with serve_anthropic(["Fine."]) as up:
+        proxy = start_one_proxy(up.base_url, upstream_format="anthropic")
+        chat = openai.OpenAI(base_url=proxy.base_url, api_key="none", max_retries=0)
+        chat.chat.completions.create(model="claude-scripted", tools=[tool],  # type: ignore[list-item]
+                                     messages=[{"role": "user", "content": "read a.py"}], **extra)
+    assert up.llm.requests[0].get("tool_choice") == sent

@@ -71,6 +71,31 @@ def _from_chat_fields(body: dict[str, Any]) -> dict[str, Any]:
     tools = _tools(body.get("tools"))
     if tools:
         out["tools"] = tools
+        choice = _tool_choice(body.get("tool_choice"), body.get("parallel_tool_calls"))
+        if choice is not None:
+            out["tool_choice"] = choice
+    return out
+
+
+def _tool_choice(choice: Any, parallel: Any) -> dict[str, Any] | None:
+    """A chat ``tool_choice`` (and ``parallel_tool_calls: false``) as Anthropic's: they were
+    dropped, so a client that required a tool, or named one, got the model's own choice."""
+    if choice is None or choice == "auto":
+        out: dict[str, Any] = {"type": "auto"}
+    elif choice == "required":
+        out = {"type": "any"}
+    elif choice == "none":
+        return {"type": "none"}
+    elif isinstance(choice, dict) and choice.get("type") == "function" and isinstance(
+            choice.get("function"), dict) and isinstance(choice["function"].get("name"), str):
+        out = {"type": "tool", "name": choice["function"]["name"]}
+    else:  # (allowed_tools, a custom tool: no Anthropic form; the request is stored by now)
+        log.warning("tool_choice %.200r has no Anthropic form: the model chooses", choice)
+        out = {"type": "auto"}
+    if parallel is False:
+        out["disable_parallel_tool_use"] = True
+    elif choice is None:
+        return None  # nothing asked: the upstream's default
     return out
 
 
