@@ -6,6 +6,9 @@ batch, all-or-nothing), ``read`` (live state with usage) and ``stats``. Invarian
   reason when it matches; nothing is written then;
 - every write reloads from the backend inside the backend's transaction (a file lock), so a
   write from another process is never lost; compare-and-swap conflicts are retried;
+- a write's ``guard`` (``apply(..., guard=…)``) sees the entries that reload read, so a check
+  that depends on what is stored (the reviewer's near-duplicate check) holds for the state the
+  write applies to, not for one another process has since changed;
 - replace/remove (and batches) are refused with ``Conflict`` when the backing text drifted
   (edited outside refold), after a backup copy is made; ``add`` still works;
 - an exact duplicate add succeeds and keeps one copy; errors carry what a model needs to act
@@ -29,6 +32,10 @@ from refold.memory.ops import MemoryOp, apply_ops, entry_id, make_op
 from refold.memory.scan import scan_entry
 
 log = logging.getLogger(__name__)
+
+# ``guard(ops, texts)``: called with a write's ops and the entry texts it is about to apply to
+# (read under the write's lock, again on each compare-and-swap retry); raising refuses the write
+Guard = Callable[[Sequence[MemoryOp], Sequence[str]], None]
 
 MAX_CAS_RETRIES = 50
 DEFAULT_STALE_DAYS = 30.0
@@ -182,8 +189,10 @@ class MemoryStore:
     def remove(self, target: str, old_text: str) -> WriteResult:
         return self.apply(target, [make_op("remove", old_text=old_text)])
 
-    def apply(self, target: str, ops: Sequence[MemoryOp]) -> WriteResult:
-        """Apply ``ops`` to ``target`` all-or-nothing; returns the result or raises why not."""
+    def apply(self, target: str, ops: Sequence[MemoryOp], *,
+              guard: Guard | None = None) -> WriteResult:
+        """Apply ``ops`` to ``target`` all-or-nothing; returns the result or raises why not
+        (``guard``'s error too: it is called with the entries read inside the transaction)."""
         target = check_target(target)
         for op in ops:
             check_content(op)
@@ -193,6 +202,8 @@ class MemoryStore:
                 loaded = self.backend.load(target)
                 if loaded.drift and not only_adds:
                     self._refuse_drift(target)
+                if guard is not None:
+                    guard(ops, [row.text for row in loaded.rows])
                 if loaded.drift:
                     self.backend.backup(target)  # the add rewrites the file: keep the original
                 try:

@@ -20,7 +20,13 @@ from typing import Any, Literal, TypeVar
 
 from refold._records import dataclass
 from refold.errors import Conflict, InvalidInput, MemoryError_, NotFound, RefoldError
-from refold.memory.actions import MAX_CAS_RETRIES, MemoryStore, WriteResult, check_content
+from refold.memory.actions import (
+    MAX_CAS_RETRIES,
+    Guard,
+    MemoryStore,
+    WriteResult,
+    check_content,
+)
 from refold.memory.entries import check_target, preview
 from refold.memory.ops import MemoryOp, apply_ops
 
@@ -93,23 +99,37 @@ class MemoryWriter:
         self.store = store
         self.mode = check_mode(mode)
 
-    def submit(self, target: str, ops: Sequence[MemoryOp], *, origin: str = "tool") -> WriteResult:
+    def submit(self, target: str, ops: Sequence[MemoryOp], *, origin: str = "tool",
+               guard: Guard | None = None) -> WriteResult:
+        """Apply or stage ``ops``. ``guard(ops, texts)`` (see ``MemoryStore.apply``) is called
+        under the lock the write or the staging holds, with the live entries and, staging,
+        the contents already staged for ``target`` too: what another process wrote or staged
+        a moment ago is in what it checks."""
         target = check_target(target)
         if self.mode == "block":
             raise MemoryError_("memory writes are turned off (approval mode: block)",
                                hint="leave memory unchanged; the user can change "
                                     "memory_approval to allow or stage")
         if self.mode == "allow":
-            return self.store.apply(target, ops)
+            return self.store.apply(target, ops, guard=guard)
         for op in ops:
             check_content(op)
-        # a write that could not apply now (no entry matches, over the limit) is refused with
-        # why, as in allow mode: told "staged", the model took it for done
-        apply_ops(self.store.backend.load(target).rows, ops, self.store.limits[target],
-                  time.time())
         pending = PendingWrite(id=uuid.uuid4().hex[:8], target=target, ops=tuple(ops),
                                origin=origin, created_at=time.time())
-        self._update_pending(lambda items: ([*items, pending.to_dict()], None))
+
+        def stage(items: list[Item]) -> tuple[list[Item], None]:
+            rows = self.store.backend.load(target).rows
+            if guard is not None:
+                staged = [str(op.get("content") or "") for item in items
+                          if item.get("target") == target
+                          for op in (item.get("ops") or []) if isinstance(op, dict)]
+                guard(ops, [row.text for row in rows] + [t for t in staged if t])
+            # a write that could not apply now (no entry matches, over the limit) is refused
+            # with why, as in allow mode: told "staged", the model took it for done
+            apply_ops(rows, ops, self.store.limits[target], time.time())
+            return [*items, pending.to_dict()], None
+
+        self._update_pending(stage)
         usage = self.store.read(target).usage
         return WriteResult(target=target, usage=usage, changed=False, staged=True,
                            pending_id=pending.id,

@@ -12,6 +12,18 @@ review of its recent messages on a daemon thread and returns at once — the tur
   Questions and remarks about "this"/"it" are skipped.
 Every write goes through the ``MemoryWriter`` (origin "review"), so the approval policy and the
 safety scan apply. The review has no handle on the session ledger: it never writes to it.
+
+- The model reads the transcript redacted as a summary model does
+  (``refold.compaction.llm_summarizer.clean_input``): the review goes to the same endpoint.
+- A candidate that nearly repeats a stored or staged entry is left out by a check made under
+  the write's own lock (``MemoryWriter.submit(guard=…)``): checked before it, two processes
+  writing the same fact at once each found no twin and both wrote it.
+- The model's calls are judged one by one: the tool's three-failures stop is for an agent
+  retrying within a live turn; a review's calls are independent proposals, and the rows it
+  read are not reviewed again, so a stop there lost the valid facts after three bad ones.
+- A refused write is logged with its reason (never its text: it may hold the secret that was
+  refused) and kept in the report's ``reasons``, the first time only: a review reads the
+  session's last 40 messages, so the next one meets the same sentence and is refused again.
 """
 
 from __future__ import annotations
@@ -27,9 +39,9 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from refold._records import dataclass, field
-from refold.errors import RefoldError
+from refold.errors import MemoryError_, RefoldError
 from refold.memory.approval import MemoryWriter
-from refold.memory.ops import make_op
+from refold.memory.ops import MemoryOp, make_op
 from refold.memory.similarity import near_duplicate
 from refold.memory.tool import TOOL_NAME, MemoryTool
 from refold.messages.model import Message, content_text, message_identity
@@ -72,6 +84,48 @@ class ReviewReport:
     staged: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)  # near-duplicates left out, flagged
+    # why each write refused for the first time was refused, without its text ("memory: would
+    # exceed the limit…"); a write refused by an earlier review is in ``refused`` only
+    reasons: list[str] = field(default_factory=list)
+
+    def refuse(self, text: str, target: str, exc: RefoldError | None, *,
+               first: bool = True) -> None:
+        """Note a refused write (``text``: what it was, with the error) and log why — at
+        WARNING the first time (``first``), at DEBUG when an earlier review already said so."""
+        reason = f"{target}: {refusal_reason(exc)}"
+        self.refused.append(text)
+        if first:
+            self.reasons.append(reason)
+        log.log(logging.WARNING if first else logging.DEBUG,
+                "memory review (%s): a write was refused, not saved: %s", self.mode, reason)
+
+
+def refusal_reason(exc: RefoldError | None) -> str:
+    """Why a write was refused, safe to log: a ``MemoryError_``'s message (the scan's reason,
+    the limit, the approval mode: none quotes the content); for the others, which may quote
+    an entry or the model's text, their kind."""
+    if isinstance(exc, MemoryError_):
+        return exc.message
+    if exc is None:
+        return "refused"
+    return {"NotFound": "no entry matched", "AmbiguousReference": "several entries matched",
+            "InvalidInput": "malformed call", "Conflict": "memory changed underneath or "
+            "was edited outside refold"}.get(exc.__class__.__name__, exc.__class__.__name__)
+
+
+def refuse_near_duplicates(ops: Sequence[MemoryOp], known: Sequence[str]) -> None:
+    """A ``MemoryWriter`` guard: an ``add`` that nearly repeats one of ``known`` (the entries
+    read under the write's lock, and the staged ones) is refused, with the pair in the error's
+    ``duplicate``. Replace and remove pass (they are how entries get merged)."""
+    for op in ops:
+        if op.action != "add" or not op.content.strip():
+            continue
+        twin = near_duplicate(op.content, known)
+        if twin is not None:
+            pair = f"{op.content} (near-duplicate of: {twin})"
+            raise MemoryError_(f"near-duplicate of an existing entry ({pair}); not added. To "
+                               f"merge, use action 'replace' with old_text from that entry "
+                               f"and the combined content.", duplicate=pair)
 
 
 # -- the deterministic extractor -------------------------------------------------------------
@@ -81,9 +135,11 @@ class ReviewReport:
 _SENTENCE = re.compile(r"(?:[^.!?。！？\n]|[.!?](?=[^\s.!?]))+[.!?。！？]?")
 _LEAD = r"^\s*(?:(?:ok|okay|also|and|btw|fyi|oh),?\s+)*"
 _EXPLICIT = [
+    # "remember forever: X" asks to remember X, so the adverb goes with the cue
     re.compile(_LEAD + r"(?:(?:could|can|would)\s+you\s+)?(?:please\s+)?(?:remember|don'?t\s+"
-               r"forget|keep\s+in\s+mind|note\s+that|for\s+future\s+reference)(?:\s+that)?[:,]?\s+"
-               r"(?P<body>.{3,})", re.IGNORECASE),
+               r"forget|keep\s+in\s+mind|note\s+that|for\s+future\s+reference)(?:\s+(?:forever|"
+               r"permanently|for\s+good|for\s+(?:the\s+)?future|for\s+later|for\s+next\s+time|"
+               r"going\s+forward)\b)?(?:\s+that)?[:,]?\s+(?P<body>.{3,})", re.IGNORECASE),
     re.compile(r"^\s*(?:请|請)?(?:记住|記住|记一下|記一下|以后记得|以後記得|别忘了|別忘了)[:：,，]?\s*"
                r"(?P<body>.{2,})"),
 ]
@@ -106,6 +162,14 @@ _IDENTITY = [
     (re.compile(_LEAD + r"i(?:'m|\s+am)\s+(?P<rest>an?\s+(?:\w+\s+){0,3}(?:engineer|developer|dev|"
                 r"designer|student|manager|scientist|researcher|admin|sre|analyst|lead|architect|"
                 r"founder|writer|teacher)\b.*)", re.IGNORECASE), "Is {}"),
+    # a lasting condition the assistant should keep in mind (an allergy, a diet)
+    (re.compile(_LEAD + r"i(?:'m|\s+am)\s+(?P<rest>(?:severely\s+|very\s+)?(?:allergic\s+to\s+"
+                r"(?!(?:it|this|that|these|those|them)\b).{2,}|(?:vegetarian|vegan|lactose[- ]"
+                r"intolerant|gluten[- ]intolerant|colou?r[- ]?blind|diabetic|left[- ]handed|"
+                r"dyslexic)\b.*))", re.IGNORECASE), "Is {}"),
+    (re.compile(_LEAD + r"i\s+have\s+(?P<rest>an?\s+(?:\w+\s+){0,2}allergy\b.*)", re.IGNORECASE),
+     "Has {}"),
+    (re.compile(r"^\s*我对(?P<rest>[^，,。]{1,12})过敏"), "用户对{}过敏"),
     (re.compile(r"^\s*我叫(?P<rest>[^，,。]{1,20})"), "用户叫{}"),
     (re.compile(r"^\s*(?:请|請)?叫我(?P<rest>[^，,。]{1,20})"), "希望被称呼为{}"),
     (re.compile(r"^\s*我是(?:一名|一个|一個)?(?P<rest>[^，,。]{0,12}(?:工程师|工程師|开发|開發|设计师|"
@@ -226,15 +290,22 @@ _PER_MESSAGE = {"user": 2_000, "assistant": 600}
 
 
 def _transcript(messages: Sequence[Message]) -> str:
-    """The user and assistant text of ``messages``, each message cut to its share and the
-    whole kept to ``TRANSCRIPT_CHARS`` from the end (the latest words matter most)."""
+    """The user and assistant text of ``messages``, redacted as a summary model's input is
+    (secrets, ``<think>`` blocks: the review goes to the same endpoint), each message cut to
+    its share and the whole kept to ``TRANSCRIPT_CHARS`` from the end (the latest words matter
+    most). Redacted before the cut, so a cut never leaves the head of a key the pattern no
+    longer knows."""
+    # imported here: the summarizer module pulls in the HTTP client, which only a review
+    # with a model (the one caller) has loaded anyway
+    from refold.compaction.llm_summarizer import clean_input
+
     lines: list[str] = []
     total = 0
     for message in reversed(messages):
         role = str(message.get("role", ""))
         if role not in _PER_MESSAGE:
             continue
-        text = content_text(message).strip()
+        text = clean_input(content_text(message)).strip()
         if not text:
             continue
         if len(text) > _PER_MESSAGE[role]:
@@ -270,6 +341,11 @@ class MemoryReviewer:
         # rows would pay the review model again to find what was already written
         self._reviewed: dict[str, None] = {}
         self._reviewed_lock = threading.Lock()
+        # per session, why a background review of its turns refused writes, until taken
+        # (``take_warnings``): the turn that started the review had already been answered
+        self._warnings: dict[str, list[str]] = {}
+        # the refused writes (target, text, reason) already reported (bounded, as _reviewed)
+        self._refusals: dict[tuple[str, str, str], None] = {}
 
     @property
     def turns(self) -> int:
@@ -302,7 +378,7 @@ class MemoryReviewer:
         # the caller's context goes along (refold.runtime.cost charges the review's model
         # calls to the session whose turn started it)
         context = contextvars.copy_context()
-        thread = threading.Thread(target=context.run, args=(self._run, window),
+        thread = threading.Thread(target=context.run, args=(self._run, window, session_id),
                                   name="refold-memory-review", daemon=True)
         self._threads.append(thread)
         thread.start()
@@ -313,14 +389,43 @@ class MemoryReviewer:
             thread.join(timeout)
         self._threads = [t for t in self._threads if t.is_alive()]
 
-    def _run(self, messages: list[Message]) -> None:
+    def _run(self, messages: list[Message], session_id: str = "") -> None:
         try:
             report = self.review(messages)
             self._keep(report)
             if report.mode == "llm":
                 self._note_reviewed(messages)
+            if report.reasons:
+                self._warn(session_id, report)
         except Exception:  # a background review must never take the process down
             log.exception("background memory review failed")
+
+    def _warn(self, session_id: str, report: ReviewReport) -> None:
+        count = len(report.reasons)
+        sentence = (f"memory review did not save {count} "
+                    f"{'entry' if count == 1 else 'entries'}: {'; '.join(report.reasons)}")
+        with self._counts_lock:
+            self._warnings.setdefault(session_id, []).append(sentence)
+            while len(self._warnings) > MAX_COUNTED:  # bounded as the turn counts are
+                del self._warnings[next(iter(self._warnings))]
+
+    def _first_refusal(self, target: str, text: str, exc: RefoldError | None) -> bool:
+        """Whether no earlier review reported this write's refusal (and remember it)."""
+        key = (target, text, refusal_reason(exc))
+        with self._reviewed_lock:
+            if key in self._refusals:
+                return False
+            self._refusals[key] = None
+            while len(self._refusals) > KEPT_REVIEWED:
+                del self._refusals[next(iter(self._refusals))]
+            return True
+
+    def take_warnings(self, session_id: str = "") -> list[str]:
+        """Why background reviews of ``session_id``'s turns refused writes (a full memory, a
+        scan), once: for that session's next response (a review starts after its turn was
+        answered)."""
+        with self._counts_lock:
+            return self._warnings.pop(session_id, [])
 
     def _note_reviewed(self, messages: Sequence[Message]) -> None:
         with self._reviewed_lock:
@@ -368,32 +473,25 @@ class MemoryReviewer:
     def _review_with_extractor(self, messages: Sequence[Message]) -> ReviewReport:
         report = ReviewReport(mode="extractor")
         for candidate in extract_candidates(messages):
-            twin = near_duplicate(candidate.content, self.known(candidate.target))
-            if twin is not None:
-                report.duplicates.append(f"{candidate.content} (near-duplicate of: {twin})")
-                continue
             try:
                 result = self.writer.submit(candidate.target,
                                             [make_op("add", content=candidate.content)],
-                                            origin="review")
+                                            origin="review", guard=refuse_near_duplicates)
             except RefoldError as exc:
-                report.refused.append(f"{candidate.content} ({exc.message})")
+                if "duplicate" in exc.details:
+                    report.duplicates.append(str(exc.details["duplicate"]))
+                else:
+                    report.refuse(f"{candidate.content} ({exc.message})", candidate.target, exc,
+                                  first=self._first_refusal(candidate.target,
+                                                            candidate.content, exc))
                 continue
             (report.staged if result.staged else report.saved).append(candidate.content)
         return report
 
-    def known(self, target: str) -> list[str]:
-        """What ``target`` holds or will hold: live entries and staged (pending) contents, so
-        a repeated flush never stages the same fact twice."""
-        texts = [e.text for e in self.writer.store.read(target).entries]
-        if self.writer.mode == "stage":
-            texts += [op.content for item in self.writer.pending() if item.target == target
-                      for op in item.ops if op.content]
-        return texts
-
     def _review_with_llm(self, messages: Sequence[Message]) -> ReviewReport:
         assert self.chat is not None
-        tool = MemoryTool(self.writer, origin="review")
+        tool = MemoryTool(self.writer, origin="review", guard=refuse_near_duplicates,
+                          stop_after=None)
         live = {t: [e.display() for e in self.writer.store.read(t).entries]
                 for t in ("memory", "user")}
         convo: list[Message] = [
@@ -419,37 +517,28 @@ class MemoryReviewer:
             text = json.dumps({"success": False,
                                "error": f"only the memory tool is available in a review, "
                                         f"not {function.get('name')!r}"})
-        elif (twin := self._duplicate_add(arguments)) is not None:
-            report.duplicates.append(twin)
-            text = json.dumps({"success": False, "error": f"near-duplicate of an existing entry "
-                               f"({twin}); not added. To merge, use action 'replace' with "
-                               f"old_text from that entry and the combined content."},
-                              ensure_ascii=False)
         else:
             text = tool.handle(arguments)
             result = json.loads(text)
-            bucket = (report.staged if result.get("staged") else
-                      report.saved if result.get("success") else report.refused)
-            bucket.append(str(result.get("message") or result.get("error") or ""))
+            said = str(result.get("message") or result.get("error") or "")
+            if result.get("duplicate"):
+                report.duplicates.append(str(result["duplicate"]))
+            elif result.get("staged") or result.get("success"):
+                (report.staged if result.get("staged") else report.saved).append(said)
+            else:
+                target = _target_of(arguments)
+                report.refuse(said, target, tool.last_error,
+                              first=self._first_refusal(target, str(arguments), tool.last_error))
         return {"role": "tool", "tool_call_id": str(call.get("id", "")), "content": text}
 
-    def _duplicate_add(self, arguments: Any) -> str | None:
-        """For a model's ``add`` that nearly repeats a live or staged entry: "<new> (near-
-        duplicate of: <old>)". Replace and remove pass (they are how entries get merged)."""
-        try:
-            args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
-            target = str(args.get("target") or "memory")
-            ops = args.get("operations") or [args]
-            adds = [str(op.get("content") or "") for op in ops
-                    if isinstance(op, dict) and op.get("action") == "add"]
-            known = self.known(target) if adds else []
-        except (ValueError, TypeError, AttributeError, RefoldError):
-            return None  # the tool itself answers malformed calls
-        for content in adds:
-            twin = near_duplicate(content, known) if content.strip() else None
-            if twin is not None:
-                return f"{content} (near-duplicate of: {twin})"
-        return None
+
+def _target_of(arguments: Any) -> str:
+    """The target a model's call named (for the log line of a refusal)."""
+    try:
+        args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
+        return str(args.get("target") or "memory")
+    except (ValueError, TypeError, AttributeError):
+        return "memory"
 
 
 def _tool_iterations_of_last_turn(messages: Sequence[Message]) -> int:

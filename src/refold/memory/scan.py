@@ -5,8 +5,15 @@ injection. ``scan(text)`` returns a short reason ("prompt injection: ignore prev
 instructions") or None. It runs on every write and on every load (snapshot rendering), and on
 skills and LLM summaries too. A memory entry is also refused when it holds a literal credential
 (``scan_entry``: a provider's token or key, a private key block, a password in a URL, the forms
-of ``refold.compaction.secrets.credential_in``): a key pasted into memory would go to the
-provider with every request. Skills are not held to that: their documents show example keys.
+of ``refold.compaction.secrets.credential_in``; and a password given in words, "the admin
+password is hunter2", "password=hunter2", "密码是hunter2": a value after "=" that is not a
+variable or a path, or one with a digit or a symbol after "is" / ":"): a key pasted into memory
+would go to the provider with every request. It is refused too when it names a command that
+destroys a machine or a database ("rm -rf /", mkfs or dd onto a disk, a fork bomb, DROP DATABASE,
+a force-push to main) outside a negation: an entry is a standing instruction, and a note that
+only tells of such a run ("we ran rm -rf / by mistake") is refused with it — the command is
+not worth keeping in every prompt; scoped ones ("rm -rf build/") pass. Skills are held to
+neither: their documents show example keys and disk tools.
 
 How it looks at text (each view catches a different obfuscation):
 - the raw text: invisible code points (zero-width, bidi overrides, tag characters); a zero-width
@@ -49,6 +56,8 @@ from refold.memory.scan_patterns import (
     _COMPACT,
     _CONFUSABLES,
     _DEFENSIVE,
+    _DESTRUCTIVE,
+    _ENV_NAME,
     _EXFIL,
     _GUARDED,
     _HEX_RUN,
@@ -58,8 +67,10 @@ from refold.memory.scan_patterns import (
     _NEG,
     _NOT_NEGATION,
     _OPEN_QUOTE,
+    _PASSWORDS_SAID,
     _PCT_RUN,
     _PHRASES,
+    _PW_NOT_VALUE,
     _REPORTED,
     _REPORTED_IN,
     _SENTENCE_END,
@@ -172,15 +183,56 @@ def _credential_reason(text: str) -> str | None:
     """A literal credential: memory is sent with every later request, to every provider."""
     from refold.compaction.secrets import credential_in
 
-    found = credential_in(text)
+    found = credential_in(text) or _password_said(text)
     return f"credential: {found} (memory is sent with every request)" if found else None
 
 
+def _password_said(text: str) -> str | None:
+    """"a password" when ``text`` gives one in words (``_PASSWORDS_SAID``), else None."""
+    lowered = text.lower()
+    if not any(word in lowered for word in ("pass", "pwd", "secret", "密码", "密碼", "口令",
+                                            "パスワード")):
+        return None
+    for pattern in _PASSWORDS_SAID:
+        for match in pattern.finditer(text):
+            if _literal_password(match.group("value"), match.group("sep")):
+                return "a password"
+    return None
+
+
+def _literal_password(value: str, sep: str) -> bool:
+    """Whether ``value`` (given after ``sep``: "=", ":", "is", a space) is a password itself
+    rather than where one lives. Quoted: yes. Bare, it must not be a variable, a placeholder,
+    a path, a URL or an environment variable's name; after "=" that is enough (a config line);
+    after a space it needs letters and a digit and no "/" or "." (a command's argument, a file
+    name); otherwise a digit or a symbol ("the secret is to cache" and "password: see Vault"
+    are prose, "password is hunter2" is not)."""
+    if value[:1] in "'\"`「“":
+        inner = value[1:-1].strip()
+        return bool(inner) and _PW_NOT_VALUE.match(inner) is None
+    value = value.rstrip(".,;:!?)]}。，、")
+    if len(value) < 4 or _PW_NOT_VALUE.match(value) or _ENV_NAME.fullmatch(value):
+        return False
+    if sep == "=":
+        return True
+    if not sep.strip():
+        return (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+                and not any(c in value for c in "/."))
+    return any(c.isdigit() or not (c.isalnum() or c in "-'’") for c in value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _destructive_reason(text: str) -> str | None:
+    """A command that destroys a machine or a database (``_DESTRUCTIVE``), not negated."""
+    return _first(_DESTRUCTIVE, _plain(text), negation_guard=True)
+
+
 def scan_entry(text: str) -> str | None:
-    """``scan`` for a memory entry: a literal credential is refused too."""
+    """``scan`` for a memory entry: a literal credential and a destructive command are refused
+    too."""
     if len(text) > MAX_SCAN_CHARS:
         return scan(text)
-    return _credential_reason(text) or scan(text)
+    return _credential_reason(text) or _destructive_reason(text) or scan(text)
 
 
 SCAN_OVERLAP = 2_048  # characters two windows of ``scan_long`` share: more than any pattern spans

@@ -716,3 +716,42 @@ _DEFENSIVE = re.compile(r"\btreat\s+(?:it|them|this|that)\s+as\s+(?:an?\s+)?(?:p
                         r"従わない|従わず|実行しない|データとして扱")
 _REPORTED_IN = re.compile(r"\b(?:tells?|asks?|instructs?|wants?)\s+you\s+to\b")
 _OPEN_QUOTE = re.compile(r"['\"“‘「『][^'\"”’」』]*$")
+
+
+# -- memory entries only (``scan.scan_entry``): passwords in words, destructive commands ----
+# A password given in words: "the admin password is hunter2", "password=hunter2", "pwd: s3cr3t!",
+# "vpn password hunter2", "密码是hunter2", "パスワードは hunter2". ``sep`` says how it was given
+# ("=", ":", a verb, or a space), ``value`` is the candidate, judged by ``scan._literal_password``.
+_PW_NAME = r"(?:password|passwd|passphrase|pwd|secret)"
+_PW_VALUE = r"""(?P<value>'[^'\n]{3,64}'|"[^"\n]{3,64}"|`[^`\n]{3,64}`|[^\s'"`,;]{4,128})"""
+_PASSWORDS_SAID: list[re.Pattern[str]] = [
+    re.compile(r"(?<![\w.-])[\w.-]{0,40}?" + _PW_NAME + r"(?:[_-]?key)?[\"']?[ \t]*(?P<sep>[=:：])"
+               r"(?![=:])[ \t]*" + _PW_VALUE, re.IGNORECASE),
+    re.compile(r"\b" + _PW_NAME + r"(?:\s+(?:for|of|on|to)\s+(?:the\s+|my\s+|our\s+)?[\w.@-]+)?"
+               r"\s+(?P<sep>is|was)\s+(?:still\s+|now\s+|just\s+)?" + _PW_VALUE, re.IGNORECASE),
+    re.compile(r"\b(?:password|passwd|pwd)\s+(?P<sep>)" + _PW_VALUE, re.IGNORECASE),
+    re.compile(r"(?:密码|密碼|口令|パスワード)(?P<sep>是|为|為|は|[:：])\s*"
+               r"(?P<value>「[^」\n]{3,64}」|“[^”\n]{3,64}”|[!-~]{4,128})"),
+]
+# not a literal: a variable, a placeholder, a path, a URL (``credential_in`` has its password),
+# an environment variable's name, the password manager
+_PW_NOT_VALUE = re.compile(r"[$%{<~*]|\.{0,2}/|.*://|1password\b", re.IGNORECASE)
+_ENV_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
+
+# Commands that destroy a machine or a database, as a standing instruction would carry them
+# (over the ``plain`` view, negation-guarded: "never run rm -rf /" passes). Scoped ones pass:
+# "rm -rf build/", "dd of=disk.img", "DROP TABLE tmp_x", "--force-with-lease".
+_DESTRUCTIVE: list[_Pattern] = [
+    _c(r"\brm\s+(?=(?:-[\w-]+\s+)*(?:-[a-z]*r|--recursive))(?:-[\w-]+\s+){1,4}(?:/|/\*|~/?\*?|"
+       r"\$\{?home\}?/?\*?)(?![\w/*-]|\.[\w/])", "destructive command: rm -r of / or ~"),
+    _c(r"\brm\s+(?:-[\w-]+\s+){0,4}--no-preserve-root\b", "destructive command: rm of /"),
+    _c(r"\bmkfs(?:\.\w+)?\b[^\n;&|]{0,60}?/dev/\w", "destructive command: mkfs on a device"),
+    _c(r"\bdd\b[^\n;&|]{0,80}?\bof=/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk|md|dm-|mapper/)",
+       "destructive command: dd onto a disk"),
+    _c(r"(?<![\w:])(:|\w+)\s*\(\s*\)\s*\{\s*\1\s*\|\s*\1\s*&\s*\}\s*;\s*\1",
+       "destructive command: a fork bomb"),
+    _c(r"\bdrop\s+database\b|\bdrop\s+schema\b[^\n;]{0,60}?\bcascade\b",
+       "destructive command: DROP DATABASE"),
+    _c(r"\bgit\s+push\b(?=[^\n;&|]{0,60}?\s(?:--force(?![\w-])|-f\b))[^\n;&|]{0,60}?"
+       r"(?:\s\+?(?:main|master)\b|:(?:main|master)\b)", "destructive command: force-push to main"),
+]

@@ -5,7 +5,9 @@ returns a JSON string — never raises for anything the model did. Every result 
 what to do next: successes are terminal ("do not repeat it"), errors carry usage, the current
 entries (blocked ones as placeholders) or the candidates of an ambiguous match. After
 ``FAILURES_PER_TURN`` failed calls in one turn the tool tells the model to stop retrying and
-refuses further calls until ``begin_turn()``. The system prompt's snapshot is never touched.
+refuses further calls until ``begin_turn()`` — an agent's retry loop in a live turn. A tool
+made with ``stop_after=None`` (the background review's) has no stop: each call is judged on its
+own. The system prompt's snapshot is never touched.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from refold.errors import InvalidInput, RefoldError
+from refold.memory.actions import Guard
 from refold.memory.approval import MemoryWriter
 from refold.memory.entries import check_target
 from refold.memory.ops import ACTIONS, MemoryOp, make_op
@@ -77,7 +80,7 @@ def error_payload(exc: RefoldError) -> dict[str, Any]:
     out: dict[str, Any] = {"success": False, "error": exc.message}
     if exc.hint:
         out["hint"] = exc.hint
-    for key in ("usage", "current_entries", "candidates", "backup"):
+    for key in ("usage", "current_entries", "candidates", "backup", "duplicate"):
         value = exc.details.get(key)
         if value:
             out["matches" if key == "candidates" else key] = value
@@ -85,14 +88,22 @@ def error_payload(exc: RefoldError) -> dict[str, Any]:
 
 
 class MemoryTool:
-    """Dispatches ``memory`` tool calls to a ``MemoryWriter``; counts failures per turn."""
+    """Dispatches ``memory`` tool calls to a ``MemoryWriter``; counts failures per turn.
+
+    ``guard`` goes with every write (``MemoryWriter.submit``); ``stop_after``: the failed calls
+    after which the tool refuses until ``begin_turn`` (None: never); ``last_error``: the error
+    of the last call that failed, for a caller that reports why (None after a success)."""
 
     name = TOOL_NAME
 
-    def __init__(self, writer: MemoryWriter, *, origin: str = "tool") -> None:
+    def __init__(self, writer: MemoryWriter, *, origin: str = "tool", guard: Guard | None = None,
+                 stop_after: int | None = FAILURES_PER_TURN) -> None:
         self.writer = writer
         self.origin = origin
+        self.guard = guard
+        self.stop_after = stop_after
         self.failures = 0
+        self.last_error: RefoldError | None = None
 
     def schema(self) -> dict[str, Any]:
         return memory_tool_schema()
@@ -101,21 +112,26 @@ class MemoryTool:
         self.failures = 0
 
     def handle(self, arguments: str | Mapping[str, Any] | None) -> str:
-        if self.failures >= FAILURES_PER_TURN:
+        if self._stopped():
             return self._json(self._stop())
+        self.last_error = None
         try:
             result = self._dispatch(_parse(arguments))
         except RefoldError as exc:
             self.failures += 1
+            self.last_error = exc
             # the message may quote entries: only the error class is logged above DEBUG
             log.info("memory tool call failed (%d this turn): %s", self.failures,
                      exc.__class__.__name__)
             log.debug("memory tool failure: %s", exc.message)
             payload = error_payload(exc)
-            if self.failures >= FAILURES_PER_TURN:
+            if self._stopped():
                 payload.update(stop=True, note=self._stop()["error"])
             return self._json(payload)
         return self._json(result)
+
+    def _stopped(self) -> bool:
+        return self.stop_after is not None and self.failures >= self.stop_after
 
     def _stop(self) -> dict[str, Any]:
         return {"success": False, "stop": True,
@@ -138,7 +154,7 @@ class MemoryTool:
                 raise InvalidInput(f"unknown memory action {action!r}",
                                    hint="use add, replace, remove or read")
             ops = [make_op(action, content=args.get("content"), old_text=args.get("old_text"))]
-        result = self.writer.submit(target, ops, origin=self.origin).to_dict()
+        result = self.writer.submit(target, ops, origin=self.origin, guard=self.guard).to_dict()
         if not result.get("staged"):
             result["note"] = "Saved. This update is complete — do not repeat it."
         return result

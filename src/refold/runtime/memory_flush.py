@@ -179,7 +179,10 @@ class MemoryFlush:
             self.store.append_event(session_id, EVENT, {
                 "through_seq": rows[-1].seq, "reason": reason, "mode": report.mode,
                 "saved": len(report.saved), "staged": len(report.staged),
-                "duplicates": len(report.duplicates), "refused": len(report.refused)})
+                "duplicates": len(report.duplicates), "refused": len(report.refused),
+                # why (the limit, the scan's reason; never the text, which may be the secret)
+                **({"reasons": list(report.reasons)} if getattr(report, "reasons", None)
+                   else {})})
             log.info("session %s: memory flush (%s) through seq %d: %d saved, %d staged",
                      session_id, reason, rows[-1].seq, len(report.saved), len(report.staged))
             return report

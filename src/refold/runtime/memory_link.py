@@ -21,7 +21,7 @@ session's first completed turn sent that snapshot to the model.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -119,10 +119,20 @@ class MemoryLink:
         reviewer = getattr(self.manager, "reviewer", None)
         return reviewer.flush(messages) if reviewer is not None else None
 
-    def begin_turn(self) -> None:
+    def begin_turn(self, warn: Callable[[str], None] | None = None,
+                   session_id: str = "") -> None:
+        """A user turn begins: the memory tool's per-turn budget resets, and what background
+        reviews of ``session_id``'s earlier turns refused to save (memory full, a scan) goes to
+        ``warn`` (the turn's warnings, ``X-Refold-Warnings``): an explicit "remember that …"
+        refused for a full memory was said nowhere."""
         tool = self.memory_tool
         if tool is not None:
             tool.begin_turn()
+        reviewer = getattr(self.manager, "reviewer", None)
+        take = getattr(reviewer, "take_warnings", None)
+        if warn is not None and take is not None:
+            for sentence in take(session_id):
+                warn(sentence)
 
     def after_turn(self, messages: Sequence[Message], *, tool_iterations: int,
                    session_id: str = "") -> None:

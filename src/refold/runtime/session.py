@@ -597,10 +597,9 @@ class SessionRuntime:
     def _count_turns(self, messages: Sequence[Message]) -> None:
         memory = self._host.memory
         users = [m for m in messages if m.get("role") == "user" and not is_tool_images(m)]
-        for _ in users:
-            self.user_turns += 1
-            if memory is not None:
-                memory.begin_turn()  # the memory tool's per-turn budget
+        self.user_turns += len(users)
+        if memory is not None and users:  # the memory tool's per-turn budget; what a review
+            memory.begin_turn(self.checkpointer.trigger.note, self.session_id)  # refused
         if users:  # a new user turn: its recall block, fixed for the whole turn
             self._recall = self._host.turn_recall(content_text(users[-1]))
             # past-session recall searches the store: ``_prepare_locked`` adds it (off the

@@ -152,6 +152,12 @@ class Trigger:
             self._warnings.append(f"compaction not stored: {reason}; the context stays over "
                                   f"the compaction threshold ({self.guard.threshold} tokens)")
 
+    def note(self, sentence: str) -> None:
+        """A warning from elsewhere for this turn's ``Prepared.warnings`` (a background memory
+        review's refused writes: the turn that started it had already been answered)."""
+        with self._lock:
+            self._warnings.append(sentence)
+
     def note_deferred(self, reason: str) -> None:
         """A compaction that was due did not run this turn (``reason`` says why)."""
         with self._lock:
