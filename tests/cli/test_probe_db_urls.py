@@ -76,3 +76,17 @@ def test_migrate_to_a_mistyped_url_is_refused(tmp_path: Path, monkeypatch: pytes
         assert code == 2 and "verification" not in out, (out, err)
         assert "mistyped" in err
     assert not (tmp_path / "postgresql:").exists() and not (tmp_path / "b.db").exists()
+
+
+@pytest.mark.parametrize(("target", "shown"), [
+    ("postgresql:postgres@127.0.0.1/test", "postgresql:postgres@127.0.0.1/test"),
+    ("postgresql:/user:s3cret@host/db", "postgresql:/user:***@host/db"),
+    ("postgresql//u:pw@h/db", "postgresql//u:***@h/db")])
+def test_a_refused_urls_password_is_hidden_and_its_user_shown(target: str, shown: str) -> None:
+    """The user name was masked as if it were the password (``postgresql:***@127.0.0.1``)."""
+    from refold.errors import InvalidInput
+    from refold.store import sqlite_file_of
+
+    with pytest.raises(InvalidInput) as caught:
+        sqlite_file_of(target)
+    assert repr(shown) in str(caught.value) and "s3cret" not in str(caught.value)

@@ -112,6 +112,17 @@ _SCHEME_NO_COLON = re.compile(r"^(postgres(ql)?|sqlite)//", re.IGNORECASE)
 ACCEPTED = "a file path, sqlite:///absolute/path or postgresql://[user@]host[:port]/db"
 
 
+def _without_password(text: str, after: int) -> str:
+    """``text`` with the password of its user info (``user:password@``, after the scheme and
+    its slashes, before the host) as ``***``; a user name alone is shown as written."""
+    start = after + len(text[after:]) - len(text[after:].lstrip("/"))
+    at = text.find("@", start)
+    if at < 0 or "/" in text[start:at]:
+        return text
+    colon = text.find(":", start, at)
+    return text if colon < 0 else text[:colon + 1] + "***" + text[at:]
+
+
 def sqlite_file_of(target: str | Path) -> str:
     """The SQLite path a database target names (a bare path, ``sqlite:///path`` or
     ``:memory:``); ``InvalidInput`` for anything else that reads as a URL.
@@ -141,7 +152,7 @@ def sqlite_file_of(target: str | Path) -> str:
     scheme = _SCHEME.match(text) or _SCHEME_NO_COLON.match(text)
     if scheme is not None:
         name = scheme.group(0).rstrip(":/").lower()
-        shown = re.sub(r":[^:/@]+@", ":***@", text)  # a password stays out of the message
+        shown = _without_password(text, scheme.end())  # a password stays out of the message
         why = (f"is a mistyped {name}:// URL" if name in ("postgresql", "postgres", "sqlite")
                else f"names no database refold reads ({name}: is neither SQLite nor "
                     "PostgreSQL)")
