@@ -148,7 +148,8 @@ class ContextOps:
                 trigger.record(report)
                 if report.status in ("ok", "fallback", "pruned"):  # (the others say so)
                     trigger.note_not_stored(
-                        "the new cut does not map onto the ledger" if report.summary else
+                        "the summarized stretch did not line up with the stored messages"
+                        if report.summary else
                         f"nothing was summarized ({report.reason})")
             log.info("compaction not stored: %s (%s)", report.status, report.reason)
             return None
