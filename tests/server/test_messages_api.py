@@ -311,3 +311,21 @@ def test_the_output_limit_goes_upstream_under_the_name_the_model_takes(
     sent = up.llm.requests[0]
     other = "max_tokens" if key == "max_completion_tokens" else "max_completion_tokens"
     assert sent[key] == 77 and other not in sent
+
+
+@pytest.mark.parametrize("choice", ["auto", {"type": "tool"}, {"type": "tool", "name": ""},
+                                    {"type": "sometimes"}, ["any"]])
+def test_a_tool_choice_the_messages_api_refuses_is_a_400_before_anything_is_stored(
+        start_proxy: ProxyFactory, sqlite_store: Store, choice: Any) -> None:
+    """A string ``tool_choice`` was a 500; a ``tool`` without its name went upstream as a
+    function named None; an unknown type was dropped."""
+    with serve(["never"]) as up:
+        proxy = start_proxy(up)
+        response = httpx.post(proxy.root + "/v1/messages", json={
+            "model": MODEL, "max_tokens": 20, "tool_choice": choice,
+            "tools": [{"name": "read", "input_schema": {"type": "object"}}],
+            "messages": [{"role": "user", "content": "read a.py"}]})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["type"] == "invalid_request_error"
+    assert "tool_choice" in response.json()["error"]["message"]
+    assert up.llm.requests == [] and sqlite_store.list_sessions() == []

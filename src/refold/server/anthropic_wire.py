@@ -177,12 +177,19 @@ def _function_of(tool: Any) -> dict[str, Any] | None:
 
 
 def _tool_choice(choice: Any) -> Any:
-    if not isinstance(choice, dict):
+    """Anthropic's ``tool_choice`` as chat's; None when not given. One the Messages API would
+    refuse is a 400 here too (a string, an unknown type, a ``tool`` without its name went
+    upstream dropped or as a function named None, or failed with a 500)."""
+    if choice is None:
         return None
-    kind = choice.get("type")
-    if kind == "tool":
-        return {"type": "function", "function": {"name": choice.get("name")}}
-    return {"auto": "auto", "any": "required", "none": "none"}.get(str(kind))
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    if kind == "tool" and isinstance(choice.get("name"), str) and choice["name"]:
+        return {"type": "function", "function": {"name": choice["name"]}}
+    if kind in ("auto", "any", "none"):
+        return {"auto": "auto", "any": "required", "none": "none"}[kind]
+    raise InvalidInput(f"tool_choice: {choice!r:.200} is not one of {{\"type\": \"auto\"}}, "
+                       "{\"type\": \"any\"}, {\"type\": \"none\"} or {\"type\": \"tool\", "
+                       "\"name\": …}")
 
 
 def _output_config(body: dict[str, Any], out: dict[str, Any]) -> None:
@@ -218,12 +225,12 @@ def chat_request(raw: Any, *, anthropic_upstream: bool) -> dict[str, Any]:
         out["stop"] = body["stop_sequences"]
     _output_config(body, out)
     tools = chat_tools(body.get("tools"))
+    choice = _tool_choice(body.get("tool_choice"))  # (checked with or without tools)
     if tools:
         out["tools"] = tools
-        choice = _tool_choice(body.get("tool_choice"))
         if choice is not None:
             out["tool_choice"] = choice
-        if (body.get("tool_choice") or {}).get("disable_parallel_tool_use"):
+        if choice is not None and body["tool_choice"].get("disable_parallel_tool_use"):
             out["parallel_tool_calls"] = False
     if anthropic_upstream:
         extra = {k: v for k, v in clean.items() if k not in ("messages", "system", "stream")}
