@@ -129,6 +129,14 @@ class ContextOps:
         view = projection_messages(projection, system_text)
         summarizer = self.builtin if probe else self.summarizer
         if not isinstance(summarizer, BuiltinSummarizer) and trigger.use_builtin:  # cooling down
+            if getattr(summarizer, "abort_on_failure", False):
+                # abort_on_summary_failure: no builtin summary ever (it stood in the next turn,
+                # after a warning that said the transcript was kept as it was)
+                if not speculative:
+                    trigger.note_deferred("the summary model is cooling down after a failure, "
+                                          "and abort_on_summary_failure keeps the builtin "
+                                          "summarizer from standing in")
+                return None
             trigger.note_builtin_stands_in(str(getattr(summarizer, "name", "configured")))
             summarizer = self.builtin
         result = compact(view, context_length=self.context_length, policy=self.policy,

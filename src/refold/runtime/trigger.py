@@ -138,8 +138,8 @@ class Trigger:
                     f"context reaches {self.guard.noop_lifts_at()} tokens")
         if report.status == "aborted":
             why = report.reason or report.error_kind or "the summarizer failed"
-            return (f"compaction aborted: {why}; the transcript is kept as it is; "
-                    f"auto-compaction retries in {int(status.cooldown_remaining)} s")
+            return (f"compaction aborted: {why}; this attempt stored nothing, and the summary "
+                    f"model is not asked again for {int(status.cooldown_remaining)} s")
         if report.status == "refused":
             return f"compaction refused: {report.reason or 'it would not shrink the context'}"
         return None
@@ -174,6 +174,7 @@ class Trigger:
                 "cooldown_seconds": round(status.cooldown_remaining, 1)}
 
     def take_warnings(self) -> list[str]:
+        """The warnings since the last take, each once (a turn may plan twice)."""
         with self._lock:
-            out, self._warnings = self._warnings, []
+            out, self._warnings = list(dict.fromkeys(self._warnings)), []
             return out
