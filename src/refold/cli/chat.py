@@ -321,7 +321,8 @@ def _engine(app: AppContext) -> tuple[Any, Any]:
 
 
 @click.command("chat")
-@click.option("--upstream", help="OpenAI-compatible base URL (or $REFOLD_UPSTREAM).")
+@click.option("--upstream", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 "
+              "(/chat/completions is added to it; or $REFOLD_UPSTREAM).")
 @click.option("--model", help="Model name to ask for.")
 @click.option("--context-length", type=int, help="The model's context window in tokens.")
 @click.option("-s", "--session", "ref", help="Resume a session (id, prefix or title).")

@@ -19,7 +19,7 @@ from refold.errors import InvalidInput
 @click.argument("text")
 @click.option("--cwd", "cwd", type=click.Path(file_okay=False, exists=True),
               help="Directory @file/@folder/@diff/@git read from (default: the current one).")
-@click.option("--context-length", type=click.IntRange(min=1), default=None,
+@click.option("--context-length", type=click.IntRange(256), default=None,
               help="The window the budgets are shares of (default: the context_length setting).")
 @click.option("--json", "as_json", is_flag=True, help="Print the expansion as JSON.")
 @pass_app

@@ -318,7 +318,9 @@ def rm_cmd(app: AppContext, ref: str, yes: bool) -> None:
 @sessions_group.command("fork")
 @click.argument("ref", metavar="ID")
 @click.option("--at", "at_seq", type=int, help="Copy messages up to and including this seq.")
-@click.option("--branch", is_flag=True, help="Record the link as a branch instead of a fork.")
+@click.option("--branch", is_flag=True, help="Record it as a branch (another take on the same conversation, titled "
+              "'TITLE #N' as an edited request's branch is) rather than a fork (a new "
+              "conversation started from the copy).")
 @click.option("--title", help="Title of the new session.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_app

@@ -101,7 +101,8 @@ def add_cmd(app: AppContext, name: str, description: str, body: str | None,
 @click.argument("name")
 @click.option("--old", "old_text", help="A unique piece of the SKILL.md to replace.")
 @click.option("--new", "new_text", default="", help="What replaces it.")
-@click.option("--adopt", is_flag=True, help="Accept an edit made outside refold first.")
+@click.option("--adopt", is_flag=True, help="Accept the SKILL.md as edited outside refold first (a skill "
+              "changed behind refold's back is not patched until adopted).")
 @pass_app
 def edit_cmd(app: AppContext, name: str, old_text: str | None, new_text: str,
              adopt: bool) -> None:
