@@ -50,3 +50,17 @@ def test_the_list_column_says_it_counts_stored_rows(run: Run, session: str,
     shown = run("sessions", "show", session).stdout.splitlines()[0]
     assert "4 active of 8 stored" in shown
     assert ok_json(run("sessions", "list", "--json"))[0]["message_count"] == 8
+
+
+def test_a_title_an_import_of_a_stored_transcript_cannot_use_is_said(
+        run: Run, session: str, tmp_path: Path) -> None:
+    """``import FILE --title D`` of a transcript already stored (in session C) went to C and
+    dropped the title without a word."""
+    title = ok_json(run("sessions", "show", session, "--json"))["session"]["title"]
+    again = ok_json(run("import", str(tmp_path / "t.json"), "--title", "D", "--json"))
+    assert again["session_id"] == session and again["title"] == title
+    assert again["title_not_used"] == "D"
+    said = run("import", str(tmp_path / "t.json"), "--title", "D")
+    assert said.exit_code == 0 and "--title 'D' not used" in said.output
+    quiet = ok_json(run("import", str(tmp_path / "t.json"), "--title", title, "--json"))
+    assert "title_not_used" not in quiet

@@ -460,6 +460,9 @@ def _import_transcript(app: AppContext, read: Transcript, session_ref: str | Non
         report["added_after"] = len(history) - len(messages)
     if read.rewound:
         report["rewound_left_out"] = read.rewound
+    if title and target.create is None and report["title"] != title:
+        # the transcript went to the session holding it: its --title names nothing new
+        report["title_not_used"] = title
     return report
 
 
@@ -674,6 +677,9 @@ def _render_import(report: dict[str, Any]) -> None:
     if report.get("stored_in_resumed"):
         line += (f"; {report['stored_in_resumed']} of them stored as the session(s) it "
                  "resumes (not stored yet)")
+    if report.get("title_not_used"):
+        line += (f"; --title {safe_text(report['title_not_used'])!r} not used: the transcript "
+                 "is that session's (rename it with refold sessions rename)")
     if report["rewound"]:
         line += f"; {report['rewound']} stored message(s) rewound (the history diverged)"
     if report.get("restored"):
