@@ -64,3 +64,30 @@ def test_a_title_an_import_of_a_stored_transcript_cannot_use_is_said(
     assert said.exit_code == 0 and "--title 'D' not used" in said.output
     quiet = ok_json(run("import", str(tmp_path / "t.json"), "--title", title, "--json"))
     assert "title_not_used" not in quiet
+
+
+def test_a_session_the_proxy_named_shows_what_it_began_with(
+        run: Run, tmp_path: Path) -> None:
+    """A conversation that reaches ``refold serve`` without X-Refold-Session is named
+    ``conv-`` and a hash: ``sessions list`` showed only that, which tells nobody which
+    conversation it is."""
+    from refold.server.sessions import derived_ref
+
+    history = [{"role": "system", "content": "be brief"},
+               {"role": "user", "content": "Why does   the nightly ETL job fail on Sundays? "
+                                           "It worked until the 3rd of May."},
+               {"role": "assistant", "content": "Let me look."}]
+    name = derived_ref("", history)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(history))
+    ok_json(run("import", str(path), "--session", name, "--json"))
+    listed = ok_json(run("sessions", "list", "--json"))
+    assert [r["opening"] for r in listed if r["title"] == name] == [
+        "Why does the nightly ETL job fail on Sundays? It worked unti…"]
+    shown = run("sessions", "list")
+    assert "“Why does the nightly ETL job" in shown.output.replace("\n", " ")
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps([{"role": "user", "content": "Rotate the ETL logs weekly."}]))
+    ok_json(run("import", str(plain), "--title", "etl", "--json"))
+    titled = [r for r in ok_json(run("sessions", "list", "--json")) if r["title"] == "etl"]
+    assert len(titled) == 1 and "opening" not in titled[0]  # a title of its own: as it is

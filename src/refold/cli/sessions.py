@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import sys
 from datetime import datetime
 from typing import Any
@@ -86,6 +87,8 @@ def _render_list(rows: list[dict[str, Any]], filters: str = "") -> None:
         tokens = row["input_tokens"] + row["output_tokens"]
         cost = row["cost_usd"] or row["estimated_cost_usd"]
         title = safe_text(row["title"] or "")
+        if row.get("opening"):  # a derived name: what the conversation began with, under it
+            title += f"\n“{safe_text(row['opening'])}”"
         if parent:  # a line of its own under the title, not a column that pushed others out
             link = "continues" if row["link_kind"] == "compaction" else f"{row['link_kind']} of"
             title += f"\n↳ {link} {parent[:12]}"
@@ -137,8 +140,23 @@ def list_cmd(app: AppContext, limit: int, source: str | None, owner: str | None,
     overrides = parse_overrides(app.settings.pricing)
     filters = " and ".join(f"{name} {safe_text(value)!r}" for name, value in (
         ("with source", source), ("of owner", owner)) if value is not None)
-    emit([{**session_json(s), "estimated_cost_usd": _estimate(s, overrides)} for s in sessions],
+    emit([{**session_json(s), "estimated_cost_usd": _estimate(s, overrides),
+           **_opening(app.store, s)} for s in sessions],
          as_json, lambda rows: _render_list(rows, filters))
+
+
+# the name ``refold serve`` gives a conversation that came without X-Refold-Session
+_DERIVED_TITLE = re.compile(r"conv-[0-9a-f]{16}")
+
+
+def _opening(store: Any, session: Session) -> dict[str, str]:
+    """``{"opening": …}``, the start of its first user message, for a session whose title is
+    the name the proxy derived (``conv-`` and a hash, which tells a reader nothing), else {}."""
+    if not _DERIVED_TITLE.fullmatch(session.title or ""):
+        return {}
+    first = next((m for m in store.get_messages(session.id, limit=8) if m.role == "user"), None)
+    text = " ".join(content_text(first.message).split()) if first is not None else ""
+    return {"opening": text[:60] + ("…" if len(text) > 60 else "")} if text else {}
 
 
 def _estimate(session: Session, overrides: dict[str, Price]) -> float | None:
