@@ -10,7 +10,7 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +143,27 @@ def test_a_pasted_block_is_a_message_even_when_it_starts_with_a_slash(
         sent = [users(r)[-1] for r in up.llm.requests]
     assert result.exit_code == 0, result.output
     assert sent == [block] and "unknown command" not in result.output
+
+
+def test_ctrl_c_at_the_prompt_clears_the_line_and_twice_leaves() -> None:
+    """Ctrl-C at the prompt left the chat, half a line typed or not; shells and Python's
+    prompt clear the line instead."""
+    from refold.cli.chat import _lines
+
+    def reader(events: list[str | type[BaseException]]) -> Callable[[str], str]:
+        feed = iter(events)
+
+        def read(prompt: str) -> str:
+            event = next(feed, EOFError)
+            if isinstance(event, type):
+                raise event
+            return event
+        return read
+
+    warnings: list[str] = []
+    got = list(_lines(True, warnings.append, editing=True,
+                      read=reader([KeyboardInterrupt, "hello", KeyboardInterrupt, "again",
+                                   KeyboardInterrupt, KeyboardInterrupt, "never read"])))
+    assert got == [("hello", False), ("again", False)]
+    assert warnings == ["(Ctrl-C again, or Ctrl-D, to leave)"] * 3
+    assert list(_lines(False, warnings.append, read=reader([KeyboardInterrupt, "x"]))) == []

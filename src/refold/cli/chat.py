@@ -269,11 +269,21 @@ def _lines(interactive: bool, warn: Callable[[str], None], *, editing: bool = Fa
     (the lines up to one holding only ``.``, or Ctrl-D) as one message. On a terminal without
     line ``editing`` a line the terminal cut is not sent (``warn`` says why)."""
     read = read or (input if interactive else _piped)
+    interrupted = False
     while True:
         try:
             line = read(PROMPT)
-        except (EOFError, KeyboardInterrupt):  # Ctrl-D, or Ctrl-C at the prompt: leave
+        except EOFError:  # Ctrl-D: leave
             return
+        except KeyboardInterrupt:
+            # Ctrl-C clears the line, as a shell does (it left the chat, half a line typed or
+            # not); a second one in a row leaves
+            if interrupted or not interactive:
+                return
+            interrupted = True
+            warn("(Ctrl-C again, or Ctrl-D, to leave)")
+            continue
+        interrupted = False
         if interactive and not editing and _cut(line):
             warn(CUT_WARNING)
             continue
