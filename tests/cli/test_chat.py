@@ -170,3 +170,20 @@ def test_compact_command_shrinks_the_context_and_keeps_every_message(tmp_path: P
     assert match and int(match.group(2)) < int(match.group(1)), result.output
     (_, rows), = sessions(tmp_path)
     assert len(rows) == 60  # compaction adds a checkpoint; the ledger keeps every message
+
+
+def test_resume_without_a_name_goes_to_the_latest_other_session(tmp_path: Path) -> None:
+    """``/resume`` alone ("latest if none") reopened the session it was typed in."""
+    with serve(default=lambda body: "fine") as up:
+        chat(tmp_path, up.base_url, ["about the parrot"], "--title", "earlier")
+        result = chat(tmp_path, up.base_url, ["hello", "/resume", "and the parrot?"],
+                      "--title", "now")
+        resent = up.llm.requests[-1]["messages"]
+    assert result.exit_code == 0, result.output
+    assert "resumed" in result.output and "earlier" in result.output
+    assert [m["content"] for m in resent if m["role"] == "user"] == [
+        "about the parrot", "and the parrot?"]
+    alone = CliRunner().invoke(cli, ["--home", str(tmp_path / "alone"), "chat", "--upstream",
+                                     "http://127.0.0.1:9/v1", "--context-length", "100000"],
+                               input="/resume\n", env={"REFOLD_UPSTREAM": None})
+    assert "no other session to resume" in alone.output

@@ -55,7 +55,7 @@ class Output:
 
 HELP = [
     ("/compact", "compact the context now"),
-    ("/resume [REF]", "switch to a session (id, prefix or title; latest if none)"),
+    ("/resume [REF]", "switch to a session (id, prefix or title; the latest other if none)"),
     ("/search QUERY", "search every session"),
     ("/memory", "show memory (MEMORY.md and USER.md entries)"),
     ("/undo", "take back the last user turn and everything after it"),
@@ -294,10 +294,21 @@ class ChatSession:
         yield self.gauge()
 
     def cmd_resume(self, args: list[str]) -> Iterator[Output]:
-        ref = " ".join(args) or None
+        ref = " ".join(args) or self._latest_other()
         self._switch(self.engine.open_session(ref, source="chat"))
         yield Output("info", f"resumed {self.describe()}")
         yield self.gauge()
+
+    def _latest_other(self) -> str:
+        """The newest session other than this one and its own parent or continuation: with
+        no name, ``/resume`` reopened the session it was typed in."""
+        store = self.engine.store
+        here = store.get_session(self.rt.session_id)
+        for session in store.list_sessions(limit=50, owner=self.engine.owner):
+            if here.id not in (session.id, session.parent_session_id) \
+                    and session.id != here.parent_session_id:
+                return session.id
+        raise InvalidInput("no other session to resume", hint="/new starts one")
 
     def cmd_new(self, args: list[str]) -> Iterator[Output]:
         title = " ".join(args) or None
