@@ -371,3 +371,22 @@ def test_a_tie_in_hybrid_goes_to_the_message_the_words_found(
                          index=index)
     assert [h.content for h in hits] == ["Ticket #4711: the login page is broken."]
     assert not hits[0].by_meaning
+
+
+def test_a_hit_the_vectors_found_that_holds_a_query_word_shows_it_bracketed(
+        store: Store) -> None:
+    """Vector and hybrid hits found by meaning that hold a query word (``by_meaning`` false)
+    showed the message's first 160 characters: no bracketed word, often not the match."""
+    s = store.create_session()
+    long_head = "Notes from the weekly sync about many unrelated topics. " * 5
+    store.append_messages(s.id, [user(long_head + "The deployment pipeline failed at noon."),
+                                 user("lunch at noon")])
+    index = VectorIndex(store, CharEmbedder())
+    index.backfill()
+    for mode in ("vector", "hybrid"):
+        hits = hybrid_search(store, SearchQuery("deployment pipelines", window=0), mode=mode,
+                             index=index)
+        held = [h for h in hits if "deployment" in h.content]
+        assert held and not held[0].by_meaning
+        assert "[deployment]" in held[0].snippet.lower() or \
+            "[deployment pipeline]" in held[0].snippet.lower(), (mode, held[0].snippet)

@@ -34,7 +34,7 @@ import numpy.typing as npt
 from refold import _records as records
 from refold.errors import MissingExtra
 from refold.search.modes import EMBED_MODEL
-from refold.search.query import holds_any, parse_query
+from refold.search.query import holds_any, make_snippet, parse_query
 from refold.search.rank import collapse_copies, verbatim_first
 from refold.store.base import SearchHit, SearchQuery, Store
 
@@ -226,6 +226,19 @@ def index_for(store: Store) -> VectorIndex:
         return index
 
 
+def _marked(hit: SearchHit, score: float, needles: list[str], found_by_meaning: bool
+            ) -> SearchHit:
+    """A fused hit with its score and ``by_meaning`` (found by the vectors alone and holding
+    none of the query's words); one the vectors found that holds some gets the snippet a word
+    hit gets, the words in brackets (it showed the message's first 160 characters, no match)."""
+    holds = holds_any(hit.content, needles)
+    snippet = hit.snippet
+    if found_by_meaning and holds:
+        snippet = make_snippet(hit.content, needles)
+    return records.replace(hit, score=score, by_meaning=found_by_meaning and not holds,
+                           snippet=snippet)
+
+
 def rrf(rankings: list[list[tuple[str, int]]], weights: list[float],
         k: int = RRF_K) -> dict[tuple[str, int], float]:
     """Reciprocal-rank fusion of ranked keys (best first in each list)."""
@@ -322,10 +335,8 @@ def hybrid_search(store: Store, query: SearchQuery, *, mode: Mode = "hybrid",
         fronted = verbatim_first([table[key] for key in order], query.text)
         order = [(h.session_id, h.seq) for h in fronted][:query.limit]
     needles = parsed.highlight_needles()  # "by meaning": holding none of the words
-    fused_hits = [records.replace(table[key], score=scores.get(key, table[key].score),
-                                  by_meaning=key in meaning_only
-                                  and not holds_any(table[key].content, needles))
-                  for key in order]
+    fused_hits = [_marked(table[key], scores.get(key, table[key].score), needles,
+                          key in meaning_only) for key in order]
     if query.window <= 0:
         return fused_hits
     return [records.replace(h, window=store.messages_around(
