@@ -91,3 +91,14 @@ def test_a_session_the_proxy_named_shows_what_it_began_with(
     ok_json(run("import", str(plain), "--title", "etl", "--json"))
     titled = [r for r in ok_json(run("sessions", "list", "--json")) if r["title"] == "etl"]
     assert len(titled) == 1 and "opening" not in titled[0]  # a title of its own: as it is
+
+
+def test_memory_replace_and_remove_say_which_whole_entry_went(run: Run) -> None:
+    """OLD_TEXT matches by a part of an entry: ``memory replace tea coffee`` replaced the
+    whole "User likes tea with milk" with "coffee", and the output did not show what went."""
+    assert run("memory", "add", "-t", "user", "User likes tea with milk").exit_code == 0
+    replaced = run("memory", "replace", "-t", "user", "tea", "User likes coffee")
+    assert replaced.exit_code == 0, replaced.output
+    assert "replaced: User likes tea with milk" in replaced.output
+    removed = run("memory", "remove", "-t", "user", "coffee")
+    assert removed.exit_code == 0 and "removed: User likes coffee" in removed.output

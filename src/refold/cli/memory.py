@@ -277,8 +277,11 @@ def add_cmd(app: AppContext, target: str, text: str) -> None:
 @pass_app
 def replace_cmd(app: AppContext, target: str, old_text: str, new_text: str) -> None:
     """Replace the one entry containing OLD_TEXT (or #id) with NEW_TEXT."""
+    memory = open_memory(app)
+    before = _texts(memory, target)
     with _room_hint(target):
-        _echo_result(open_memory(app).replace(target, old_text, new_text))
+        _echo_result(memory.replace(target, old_text, new_text))
+    _echo_gone(before, _texts(memory, target), "replaced")
 
 
 @memory_group.command("remove")
@@ -287,7 +290,22 @@ def replace_cmd(app: AppContext, target: str, old_text: str, new_text: str) -> N
 @pass_app
 def remove_cmd(app: AppContext, target: str, old_text: str) -> None:
     """Remove the one entry containing OLD_TEXT (or #id)."""
-    _echo_result(open_memory(app).remove(target, old_text))
+    memory = open_memory(app)
+    before = _texts(memory, target)
+    _echo_result(memory.remove(target, old_text))
+    _echo_gone(before, _texts(memory, target), "removed")
+
+
+def _texts(memory: MemoryStore, target: str) -> list[str]:
+    return [entry.text for entry in memory.read(target).entries]
+
+
+def _echo_gone(before: list[str], after: list[str], what: str) -> None:
+    """Which entry a replace or remove took away: OLD_TEXT matches by a part of it, so the
+    whole entry went ("tea" replaced "User likes tea with milk" whole), said with it."""
+    gone = [text for text in before if text not in after]
+    for text in gone:
+        click.echo(f"  {what}: {safe_text(text)}")
 
 
 @memory_group.command(
