@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from refold.cli.main import cli
+from refold.errors import InvalidInput
 from refold.runtime import Engine
 from refold.store import Store
 
@@ -136,3 +137,19 @@ def test_a_files_own_system_message_stays_a_row(tmp_path: Path,
     assert out["jsonl"] == path.read_text(encoding="utf-8")
     assert "## 1 · system" in out["md"] and "## system prompt" not in out["md"]
     assert "system_prompts" not in json.loads(out["json"])["sessions"][0]
+
+
+@pytest.mark.parametrize("value", [5, "a prompt", {"text": "x"}])
+def test_a_malformed_system_prompts_field_is_a_clear_error(
+        store: Store, recorded: str, tmp_path: Path, value: Any) -> None:
+    """A hand-edited export whose ``system_prompts`` is not a list was a traceback (an int
+    is not iterable) or was read character by character."""
+    home = tmp_path / "home"
+    export = json.loads(_cli(home, _db_url(store), "sessions", "export", recorded,
+                             "--format", "json"))
+    export["sessions"][0]["system_prompts"] = value
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(export), encoding="utf-8")
+    result = CliRunner().invoke(cli, ["--home", str(tmp_path / "other"), "import", str(path)])
+    assert isinstance(result.exception, InvalidInput), result.exception  # exit status 2
+    assert "'system_prompts': expected a list" in str(result.exception)

@@ -694,6 +694,17 @@ def exported_sessions(doc: Any, source_name: str) -> list[ExportedSession] | Non
     return [_exported_session(s, f"{source_name} session {i}") for i, s in enumerate(sessions)]
 
 
+def _prompts(value: Any, where: str) -> list[str]:
+    """An exported session's ``system_prompts`` (objects with a ``text``), or InvalidInput."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidInput(f"{where} 'system_prompts': expected a list of objects with a "
+                           "'text', as refold's JSON export writes it")
+    return [p["text"] for p in value
+            if isinstance(p, dict) and isinstance(p.get("text"), str) and p["text"]]
+
+
 def _exported_session(item: Any, where: str) -> ExportedSession:
     if not (isinstance(item, dict) and isinstance(item.get("id"), str) and item["id"].strip()
             and isinstance(item.get("messages"), list)):
@@ -707,9 +718,7 @@ def _exported_session(item: Any, where: str) -> ExportedSession:
                           source=text.get("source"), model=text.get("model"), totals=totals,
                           parent_session_id=text.get("parent_session_id"),
                           link_kind=text.get("link_kind"),
-                          system_prompts=[p["text"] for p in item.get("system_prompts") or ()
-                                          if isinstance(p, dict) and isinstance(p.get("text"), str)
-                                          and p["text"]])
+                          system_prompts=_prompts(item.get("system_prompts"), where))
     for index, record in enumerate(item["messages"]):
         if not (isinstance(record, dict) and "message" in record):
             raise InvalidInput(f"{where} message {index}: expected an object with a 'message'")
