@@ -172,12 +172,16 @@ def _held_checkpoint(rt: SessionRuntime, summary: Message) -> Checkpoint | None:
     stored again at every sync (a copy of each, then more). The newest when none matches by
     text (a summary Hermes re-spelled), None when the session has no checkpoint."""
     text = content_text(summary).strip()
-    checkpoints = rt.store.list_checkpoints(rt.session_id)
-    for checkpoint in reversed(checkpoints):
+
+    def holds(checkpoint: Checkpoint) -> bool:
         block = checkpoint.details.get("block") or [{"content": checkpoint.summary}]
-        if any(content_text(m).strip() == text for m in block if isinstance(m, dict)):
-            return checkpoint
-    return checkpoints[-1] if checkpoints else None
+        return any(content_text(m).strip() == text for m in block if isinstance(m, dict))
+
+    latest = rt.store.latest_checkpoint(rt.session_id)
+    if latest is None or holds(latest):  # (usually: every checkpoint is read only otherwise)
+        return latest
+    return next((c for c in reversed(rt.store.list_checkpoints(rt.session_id)) if holds(c)),
+                latest)
 
 
 def _as_shown(sent: Message, shown: Message) -> bool:
