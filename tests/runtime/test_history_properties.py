@@ -129,6 +129,8 @@ def as_stored(client: Client, conv: list[Msg]) -> list[Msg]:
          named=False)  # windows that slide, by odd counts too, and a tool turn at the edge
 @example(actions=[("extend", 0), ("extend", 0), ("slide", 0), ("side", 0), ("extend", 0),
                   ("slide", 1), ("extend", 0)], named=True)  # a side call between windows
+@example(actions=[("extend", 0), ("extend", 0), ("edit", 0), ("extend", 0), ("undo", 0),
+                  ("extend", 0)], named=True)  # after an undo, a new message said alike
 @example(actions=[("tool", 0), ("extend", 0), ("tool", 0), ("edit", 0), ("new", 0),
                   ("clear", 0)], named=False)  # a cleared result, an edit, while the runtime
 # is on another conversation's branch: adopted as the session it branches from stored it
@@ -168,12 +170,15 @@ def test_the_upstream_sees_what_the_client_sent(make_engine: Any, actions: list[
                 client.conv += [last, {"role": "tool", "content": f"output of {len(client.conv)}",
                                        "tool_call_id": last["tool_calls"][0]["id"]}]
             elif action == "extend" and last is not None:
-                client.conv += [last,
-                                {"role": "user", "content": f"{client.name} goes on {len(client.conv)}"}]
+                # (the turn count too: after an undo the client says new things at the same
+                # length as in the branch it left, and "each message once" counts by text)
+                client.conv += [last, {"role": "user", "content": f"{client.name} goes on "
+                                       f"{len(client.conv)} (turn {harness.counter})"}]
 
             elif action == "edit" and client.conv[-1]["role"] == "user":
                 client.before_edit = (list(client.conv), last)
-                client.conv[-1] = {"role": "user", "content": f"{client.name} edits {len(client.conv)}"}
+                client.conv[-1] = {"role": "user", "content": f"{client.name} edits "
+                                   f"{len(client.conv)} (turn {harness.counter})"}
                 client.changes += 1
             elif action in ("retry", "edit"):  # (an edit of a tool's result: a retry)
                 client.changes += 1
