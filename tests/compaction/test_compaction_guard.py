@@ -74,7 +74,7 @@ def test_entry_points() -> None:
     guard = _guard(Clock())
     assert not guard.preflight(100).compact
     assert guard.preflight(800).compact
-    assert guard.post_response(900).compact
+    assert guard.post_response(800).compact
     overflow = guard.on_overflow(0)
     assert overflow.compact and overflow.target_tokens == 850
     assert guard.on_overflow(3).target_tokens == 350
@@ -84,29 +84,29 @@ def test_entry_points() -> None:
 def test_no_compaction_on_an_estimate_while_a_real_reading_is_pending() -> None:
     guard = _guard(Clock())
     guard.note_request_sent()
-    decision = guard.preflight(900)
+    decision = guard.preflight(800)
     assert not decision.compact and "pending" in decision.reason
     assert guard.preflight(900, exact=True).compact
     guard.post_response(100)
-    assert guard.preflight(900).compact
+    assert guard.preflight(800).compact
 
 
 def test_two_ineffective_compactions_block_then_probe_after_300s() -> None:
     clock = Clock()
     guard = _guard(clock)
     for _ in range(2):
-        assert guard.post_response(900).compact
+        assert guard.post_response(800).compact
         guard.record(_report())
-    guard.post_response(900)  # second strike lands here
+    guard.post_response(800)  # second strike lands here
     status = guard.status()
     assert status.blocked and status.strikes == 2 and "blocked" in (status.reason or "")
-    decision = guard.post_response(900)
+    decision = guard.post_response(800)
     assert not decision.compact and decision.notice
     clock.now += 301
-    probe = guard.preflight(900)
+    probe = guard.preflight(800)
     assert probe.compact and probe.probe
     guard.record(_report())
-    assert not guard.preflight(900).compact  # only one probe
+    assert not guard.preflight(800).compact  # only one probe
     guard.post_response(100)  # the probe worked
     assert not guard.status().blocked and guard.status().strikes == 0
 
@@ -118,12 +118,12 @@ def test_failed_probe_blocks_again() -> None:
     guard.record(_report(status="refused"))  # growth refused twice
     assert guard.status().blocked
     clock.now += 301
-    assert guard.preflight(900).probe
+    assert guard.preflight(800).probe
     guard.record(_report())
-    guard.post_response(900)
+    guard.post_response(800)
     assert guard.status().blocked
     clock.now += 100
-    assert not guard.preflight(900).compact
+    assert not guard.preflight(800).compact
 
 
 def test_irreducible_result_stops_auto_compaction_at_once() -> None:
@@ -136,9 +136,9 @@ def test_structural_noop_backs_off_without_a_strike() -> None:
     clock = Clock()
     guard = _guard(clock)
     guard.record(_report(status="noop"))
-    assert guard.strikes == 0 and not guard.preflight(900).compact
+    assert guard.strikes == 0 and not guard.preflight(800).compact
     clock.now += 61
-    assert guard.preflight(900).compact
+    assert guard.preflight(800).compact
 
 
 def test_timeout_cooldown_ladder_uses_builtin_meanwhile() -> None:
@@ -147,10 +147,10 @@ def test_timeout_cooldown_ladder_uses_builtin_meanwhile() -> None:
     for expected in (60, 300, 900, 900):
         guard.record(_report(status="fallback", kind="timeout"))
         assert guard.status().cooldown_remaining == expected
-        decision = guard.preflight(900)
+        decision = guard.preflight(800)
         assert decision.compact and decision.use_builtin
         clock.now += expected + 1
-        assert not guard.preflight(900).use_builtin
+        assert not guard.preflight(800).use_builtin
     guard.record(_report(status="fallback", kind="server"))
     assert guard.status().cooldown_remaining == 60
 
@@ -161,10 +161,10 @@ def test_hard_summarizer_failure_pauses_auto_compaction_with_a_reason() -> None:
     guard.record(_report(status="aborted", kind="auth"))
     status = guard.status()
     assert status.blocked and status.cooldown_remaining == 600 and "auth" in (status.reason or "")
-    assert not guard.preflight(900).compact
+    assert not guard.preflight(800).compact
     assert guard.on_overflow(0).use_builtin  # overflow recovery still works, with builtin
     clock.now += 601
-    assert guard.preflight(900).compact
+    assert guard.preflight(800).compact
 
 
 # -- overflow ------------------------------------------------------------------------------

@@ -9,9 +9,13 @@ Anti-thrash, per session:
   refused because it would grow the context is a strike; one that cannot fit at all
   (irreducible floor) blocks at once — auto-compaction stops instead of looping;
 - ``max_strikes`` (2) strikes block auto-compaction; after ``probe_after_seconds`` (300) one
-  probe is allowed: effective → unblocked, ineffective → blocked again;
-- a structural no-op (too few messages, nothing between the protected head and tail) backs off
-  without a strike, for ``error_cooldown_seconds`` or until the context has grown by the tail
+  probe is allowed: effective → unblocked, ineffective → blocked again. The block holds between
+  the threshold and the window, not past it: a context at ``overflow_targets[0]`` (85%) of the
+  window is still compacted (as small as it goes), then again only after a tail budget of
+  growth past what that left — a context that cannot get under the threshold (tools and system prompt taking
+  most of a small window) was otherwise sent on growing until the provider rejected it;
+- a structural no-op (too few messages, nothing between the protected head and tail; also a
+  plan that only pruned, so stored nothing) backs off without a strike, for ``error_cooldown_seconds`` or until the context has grown by the tail
   budget past the size that no-op saw, whichever comes first: by then the turns the tail
   protected have moved into the middle, so there is something to summarize (an agent's quick
   tool turns could otherwise outgrow the window inside the back-off);
@@ -77,6 +81,10 @@ class CompactionGuard:
         self.noop_until = 0.0
         self.noop_tokens = 0  # the context size the last no-op was decided at (0: not known)
         self.decided_tokens = 0  # the context size the last compaction was decided at
+        # the context size the last compaction near the window left (or found, when it stored
+        # nothing): the next one waits for a tail budget of growth past it
+        self.near_result = 0
+        self.near_pending = False
         self.pending_reading = False
         self.awaiting_effect = False
         self.probing = False
@@ -127,12 +135,21 @@ class CompactionGuard:
                         self.threshold, use_builtin=self._cooling(), target_tokens=target)
 
     # -- outcomes ----------------------------------------------------------------------------
-    def record(self, report: CompactionReport) -> None:
-        """Update strikes and cooldowns from a compaction's report."""
+    def record(self, report: CompactionReport, *, stored: bool = True) -> None:
+        """Update strikes and cooldowns from a compaction's report. ``stored=False``: its
+        checkpoint was not kept (it summarized nothing, or its cut did not line up with the
+        ledger), so the context did not change and the next reading says nothing about it: no
+        strike. One that summarized nothing backs off as a no-op does (it found nothing between
+        the head and the tail either); one whose cut did not line up is planned again next
+        turn."""
         now = self.clock()
-        if report.status == "noop":
-            self.noop_until = now + self.policy.error_cooldown_seconds
-            self.noop_tokens = self.decided_tokens
+        if self.near_pending:
+            self.near_pending = False
+            self.near_result = (report.tokens_after if stored and report.status not in
+                                ("refused", "aborted") else self.decided_tokens)
+        if report.status == "noop" or (not stored and report.status in ("ok", "pruned")
+                                        and report.summary is None):
+            self._noop(now)
             return
         if report.status == "refused":
             self._strike(report.reason)
@@ -144,11 +161,19 @@ class CompactionGuard:
             self._cooldown(report.error_kind or "error", now)
         elif report.summarizer.startswith("llm"):
             self.timeout_streak = 0
+        if not stored:
+            if report.summary is None:
+                self._noop(now)
+            return
         if not report.fits:
             self.strikes = max(self.strikes, self.policy.max_strikes - 1)
             self._strike(report.reason)
             return
         self.awaiting_effect = True
+
+    def _noop(self, now: float) -> None:
+        self.noop_until = now + self.policy.error_cooldown_seconds
+        self.noop_tokens = self.decided_tokens
 
     def noop_lifts_at(self) -> int:
         """The context size at which a no-op's back-off lifts before its time is up."""
@@ -174,6 +199,11 @@ class CompactionGuard:
         if now < self.noop_until and (not self.noop_tokens or tokens < self.noop_lifts_at()):
             return self._no(entry, tokens, NOOP_BACKOFF)
         blocked, reason, probe = self._blocked(now)
+        if blocked and self._near_window(tokens):
+            self.decided_tokens, self.near_pending = tokens, True
+            return Decision(True, entry, f"{tokens} tokens near the window "
+                            f"({self.threshold_info.context_length}) while auto-compaction is "
+                            "blocked", tokens, self.threshold, use_builtin=self._cooling())
         if blocked:
             return self._no(entry, tokens, reason or "blocked", notice=reason)
         if probe:
@@ -181,6 +211,13 @@ class CompactionGuard:
         self.decided_tokens = tokens
         return Decision(True, entry, f"{tokens} tokens ≥ threshold {self.threshold}", tokens,
                         self.threshold, probe=probe, use_builtin=self._cooling())
+
+    def _near_window(self, tokens: int) -> bool:
+        """Blocked by strikes, but too near the window to send as it is (see the module
+        docstring), and grown by a tail budget past what the last such compaction left."""
+        near = int(self.threshold_info.context_length * self.policy.overflow_targets[0])
+        return (self.strikes >= self.policy.max_strikes and tokens >= max(self.threshold, near)
+                and tokens >= self.near_result + tail_budget(self.policy, self.threshold))
 
     def _blocked(self, now: float) -> tuple[bool, str | None, bool]:
         if not self.policy.auto_compact:

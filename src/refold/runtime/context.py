@@ -153,7 +153,7 @@ class ContextOps:
             draft = checkpoint_draft(projection, view, result, 1 if system_text else 0)
         if draft is None:
             if not probe and (not speculative or report.status == "aborted"):
-                trigger.record(report)
+                trigger.record(report, stored=False)
                 if report.status in ("ok", "fallback", "pruned"):  # (the others say so)
                     trigger.note_not_stored(
                         "the summarized stretch did not line up with the stored messages"

@@ -111,11 +111,12 @@ class Trigger:
         share = decision.target_tokens / self.context_length
         return max(1, min(decision.target_tokens, int(max(1, rejected_tokens) * share)))
 
-    def record(self, report: Any) -> None:
-        """A compaction's outcome (stored or not) feeds strikes and cooldowns; a summarizer
-        failure is reported to the user with the cooldown it starts (once per cooldown)."""
+    def record(self, report: Any, *, stored: bool = True) -> None:
+        """A compaction's outcome (stored or not: ``stored=False`` when its checkpoint was not
+        kept) feeds strikes and cooldowns; a summarizer failure is reported to the user with
+        the cooldown it starts (once per cooldown)."""
         with self._lock:
-            self.guard.record(report)
+            self.guard.record(report, stored=stored)
             skipped = self._skipped(report)
             if skipped:
                 self._warnings.append(skipped)
