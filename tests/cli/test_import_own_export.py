@@ -101,8 +101,8 @@ def test_a_lineage_export_imports_each_session_and_leaves_rewound_rows_out(
         in plain.stdout
 
 
-def test_a_fork_lineage_imports_the_fork_alone(tmp_path: Path, origin: Run,
-                                               other: Run) -> None:
+def test_a_fork_lineage_imports_the_fork_with_its_parent(tmp_path: Path, origin: Run,
+                                                         other: Run) -> None:
     store = SQLiteStore(str(tmp_path / "a" / "home" / "refold.db"))
     try:
         root = store.create_session(title="plan")
@@ -114,10 +114,19 @@ def test_a_fork_lineage_imports_the_fork_alone(tmp_path: Path, origin: Run,
     assert origin("sessions", "export", fork.id, "--format", "json", "--lineage",
                   "-o", str(export)).exit_code == 0
     result = other("import", str(export), "--json")
-    report = ok_json(result)  # the parent's messages are the fork's copies: one session
-    assert (report["session_id"], report["title"], report["appended"]) == \
-        (fork.id, "plan b", 2)
-    assert "left out 1 session(s) with no messages of their own" in result.stderr
+    # the parent's messages are the fork's copies: the parent is imported as them (it was
+    # left out, and the fork lost its link), and the fork stores them again as its own
+    reports = ok_json(result)
+    assert [(r["session_id"], r["title"], r["appended"]) for r in reports] == \
+        [(root.id, "plan", 2), (fork.id, "plan b", 2)]
+    assert reports[0]["copied_by"] == fork.id
+    assert "left out" not in result.stderr
+    store = SQLiteStore(str(tmp_path / "b" / "home" / "refold.db"))
+    try:
+        there = store.get_session(fork.id)
+    finally:
+        store.close()
+    assert (there.parent_session_id, there.link_kind) == (root.id, "fork")
 
 
 def test_session_and_title_refuse_a_multi_session_export(tmp_path: Path, origin: Run,

@@ -23,8 +23,8 @@ import click
 from refold._records import dataclass, replace
 from refold.cli.app import AppContext, emit, pass_app
 from refold.cli.context import to_json
+from refold.cli.import_links import held_stand_in, linked_draft, render_import
 from refold.cli.searching import OPTIONS, Option, parse_when, queries_last, run_search
-from refold.cli.terminal import safe_text
 from refold.cli.transcripts import (
     Transcript,
     _read_transcript,
@@ -315,7 +315,7 @@ def import_cmd(app: AppContext, file: str, session_ref: str | None, title: str |
     title = None if title is None else repair_text(title)
     reports = _import_one(app, file, session_ref, title, source, fmt, piped)
     if len(reports) == 1:
-        emit(reports[0], as_json, _render_import)
+        emit(reports[0], as_json, render_import)
     else:
         _emit_reports(reports, as_json, f"{len(reports)} session(s) of a refold export imported")
 
@@ -362,6 +362,8 @@ def _import_one(app: AppContext, file: str, session_ref: str | None, title: str 
     finally:  # also before the error a file that is refused gives (binary data, UTF-16)
         if repair.count:
             click.echo(f"warning: {file}: {repair.describe()}", err=True)
+    if session_ref is not None or title is not None:  # they name the session holding them:
+        found = [read for read in found if read.copied_by is None]  # not a fork's parent
     if not found or not found[0].messages:
         raise InvalidInput(f"{file}: no messages to import")
     if len(found) > 1 and (session_ref is not None or title is not None):
@@ -370,6 +372,11 @@ def _import_one(app: AppContext, file: str, session_ref: str | None, title: str 
                            hint="import it without them: each session is imported as its own")
     reports = []
     for read in found:
+        if read.copied_by is not None and read.key and _exists(app.store, read.key):
+            reports.append(held_stand_in(app.store, read, read.key))  # left as it is
+            continue
+        if read.copied_by is not None and _exists(app.store, read.copied_by):
+            continue  # its fork is stored (without a link to it): nothing would link to it
         report = _import_transcript(app, read, session_ref, title,
                                     given or read.source or source, fmt)
         if repair.count:
@@ -389,15 +396,15 @@ def _import_transcript(app: AppContext, read: Transcript, session_ref: str | Non
         stem = agent_title(messages) or stem
     store = app.store
     said = [t for t in read.times or () if t is not None]
+    # an exported session started when it did there (a fork: when it was made, after the
+    # messages it copied were said; ``_stand_in`` tells its copies so when exported again)
+    started = read.started_at or (min(said) if said else None)
     target = _target_session(store, session_ref, messages, title=title, default_title=stem,
-                             source=source, key=read.key, started_at=min(said) if said else None)
+                             source=source, key=read.key, started_at=started)
     if target.create is not None and read.model:
         target = replace(target, create=replace(target.create, model=read.model))
-    if target.create is not None and read.parent and _exists(store, read.parent):
-        # a ``--lineage`` export's continuation keeps its link (imported root first): resume
-        # follows it, and search shows a message its rotation carried forward once
-        target = replace(target, create=replace(target.create, parent_session_id=read.parent,
-                                                link_kind=read.link or "compaction"))
+    draft, unlinked = linked_draft(store, target.create, read, target.session_id)
+    target = replace(target, create=draft)  # an export's session continues its parent here
     times, usage = read.times, _priced(app, read.spend)
     if target.create is not None and session_ref is None and read.resumed:
         # a resumed session's own file, imported the first time: a branch of the session it
@@ -454,6 +461,10 @@ def _import_transcript(app: AppContext, read: Transcript, session_ref: str | Non
               # the rows brought back were stored already, but not as this history's
               "skipped": max(0, (result.skipped if already is None else already) - restored),
               "rewound": result.rewound + restore_rewinds}
+    if unlinked:
+        report["not_linked"] = unlinked
+    if read.copied_by:  # a fork's parent: the export holds only what its fork copied
+        report["copied_by"] = read.copied_by
     if restored:  # rows a rewind of the session held, the transcript has again
         report["restored"] = restored
     if already is not None:
@@ -622,7 +633,7 @@ def _import_directory(app: AppContext, directory: Path, source: str | None, fmt:
         if not as_json:
             for report in got:
                 if "error" not in report:
-                    _render_import(report)
+                    render_import(report)
     failed = sum("error" in r for r in reports)
     _emit_reports(reports, as_json, f"{len(files) + len(databases) - failed} of "
                   f"{len(files) + len(databases)} file(s) imported", rendered=True)
@@ -639,7 +650,7 @@ def _emit_reports(reports: list[dict[str, Any]], as_json: bool, lead: str, *,
     done = [r for r in reports if "error" not in r]
     if not rendered:
         for report in done:
-            _render_import(report)
+            render_import(report)
     failed = len(reports) - len(done)
     click.echo(f"{lead}: {sum(r['appended'] for r in done)} message(s) stored, "
                f"{sum(r['skipped'] for r in done)} already stored"
@@ -660,32 +671,6 @@ def _database_format(file: str, fmt: str | None) -> str | None:
     if fmt is None and file != "-":
         return sniff_database(Path(file).expanduser())
     return None
-
-
-def _render_import(report: dict[str, Any]) -> None:
-    title = f" ({safe_text(report['title'])})" if report["title"] else ""
-    line = (f"imported {report['appended']} message(s) into session "
-            f"{report['session_id']}{title}; {report['skipped']} already stored")
-    if report.get("kept_by_serve"):
-        line = (f"imported nothing: session {report['session_id']}{title} holds all "
-                f"{report['skipped']} message(s) already (refold serve stored them)")
-    if report.get("added_after"):
-        line += (f"; added after the session's {report['added_after']} message(s) (another "
-                 "transcript)")
-    if report.get("resumes"):
-        line += f"; it resumes session {report['resumes']} (a branch of it)"
-    if report.get("stored_in_resumed"):
-        line += (f"; {report['stored_in_resumed']} of them stored as the session(s) it "
-                 "resumes (not stored yet)")
-    if report.get("title_not_used"):
-        line += (f"; --title {safe_text(report['title_not_used'])!r} not used: the transcript "
-                 "is that session's (rename it with refold sessions rename)")
-    if report["rewound"]:
-        line += f"; {report['rewound']} stored message(s) rewound (the history diverged)"
-    if report.get("restored"):
-        line += (f"; {report['restored']} message(s) a rewind held brought back (the "
-                 "transcript has them)")
-    click.echo(line)
 
 
 # -- search --------------------------------------------------------------------------------------

@@ -42,6 +42,10 @@ class Transcript:
     parent: str | None = None  # the session it continues there (a ``--lineage`` export)
     link: str | None = None  # how: "compaction", "fork", "branch"
     system_prompts: tuple[str, ...] = ()  # the prompts recorded for it there, oldest first
+    # a ``--lineage`` export's fork parent, which holds no messages of its own there: the id of
+    # the session after it holding the copies it stands for (``_stand_in``)
+    copied_by: str | None = None
+    started_at: float | None = None  # when it started there (else: its first message's time)
 
 
 def _read_transcript(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repair,
@@ -95,13 +99,15 @@ def _read_transcript(file: str, fmt: str, max_bytes: int | None, repair: Utf8Rep
 def _exported(file: str, stem: str, sessions: list[ExportedSession]) -> list[Transcript]:
     """The sessions of a refold JSON export with active messages, each named by its id there
     (imported back where it came from, or again after it grew: only what is new is stored)
-    and titled as it was; the rest (a fork's parent in a ``--lineage`` export holds none of
-    its own) said on stderr."""
-    found = [Transcript(s.messages, s.title or stem, s.id, s.times, rewound=s.rewound,
-                        source=s.source, model=s.model, totals=s.totals,
-                        parent=s.parent_session_id, link=s.link_kind,
-                        system_prompts=tuple(s.system_prompts))
-             for s in sessions if s.messages]
+    and titled as it was; a fork's parent in a ``--lineage`` export, which holds none of its
+    own (its fork holds copies of them), as those copies (``_stand_in``: the fork keeps its
+    link); the rest said on stderr."""
+    found = []
+    for s in sessions:
+        if s.messages:
+            found.append(_transcript(s, stem, s.messages, s.times))
+        elif (stood := _stand_in(s, sessions, stem)) is not None:
+            found.append(stood)
     empty = len(sessions) - len(found)
     rewound = sum(s.rewound for s in sessions)
     left_out = [f"{rewound} rewound message(s)"] if rewound else []
@@ -110,6 +116,56 @@ def _exported(file: str, stem: str, sessions: list[ExportedSession]) -> list[Tra
         click.echo(f"{file}: read as a refold export of {len(sessions)} session(s); left out "
                    + ", ".join(left_out), err=True)
     return found
+
+
+def _transcript(s: ExportedSession, stem: str, messages: list[Message],
+                times: list[float | None], copied_by: str | None = None) -> Transcript:
+    return Transcript(messages, s.title or stem, s.id, times, rewound=s.rewound,
+                      source=s.source, model=s.model, totals=s.totals,
+                      parent=s.parent_session_id, link=s.link_kind,
+                      system_prompts=tuple(s.system_prompts), copied_by=copied_by,
+                      started_at=s.started_at)
+
+
+def _stand_in(parent: ExportedSession, sessions: list[ExportedSession],
+              stem: str) -> Transcript | None:
+    """A session of a ``--lineage`` export with no messages of its own because the fork or
+    branch after it holds copies of them (through forks of forks: the first of them holding
+    messages), as those copies: its messages up to the fork point, so that the fork, imported
+    after it, is its fork there too (a parent missing there, the link was lost). None: no
+    fork copies any of its messages (a branch sharing nothing, or none after it).
+
+    The copies are the holder's first messages: none after the fork point (``fork_seq``, a
+    seq of the parent's: the copies' own seqs are never above it, but the fork's own messages
+    may be when the parent held rewound rows; a fork imported has none), and none said after
+    the fork was made (its own messages, also when their seqs are not above the fork point).
+    """
+    from refold.store.rules import FORK_KINDS  # the links whose child holds copies
+
+    children = {s.parent_session_id: s for s in sessions if s.parent_session_id}
+    upto: int | None = None  # the copies: the holder's messages up to this seq
+    child = children.get(parent.id)
+    made = child.started_at if child is not None else None  # the fork of ``parent``
+    for _ in sessions:  # (a hand-made file's links may go round in a circle)
+        if child is None or child.link_kind not in FORK_KINDS:
+            return None
+        if child.fork_seq is not None:
+            upto = child.fork_seq if upto is None else min(upto, child.fork_seq)
+        if child.messages:
+            if upto is None and made is None:
+                return None  # nothing tells its copies from its own messages
+            count = next((i for i, (seq, when) in enumerate(zip(child.seqs, child.times,
+                                                                strict=True))
+                          if (upto is not None and seq > upto) or _later(when, made)),
+                         len(child.seqs))
+            return _transcript(parent, stem, child.messages[:count], child.times[:count],
+                               copied_by=child.id) if count else None
+        child = children.get(child.id)
+    return None
+
+
+def _later(when: float | None, than: float | None) -> bool:
+    return when is not None and than is not None and when > than
 
 
 def _read_agent_log(file: str, fmt: str, max_bytes: int | None, repair: Utf8Repair,

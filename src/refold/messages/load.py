@@ -665,6 +665,9 @@ class ExportedSession:
     # the session it continues there (a ``--lineage`` export) and how ("compaction", "fork"…)
     parent_session_id: str | None = None
     link_kind: str | None = None
+    fork_seq: int | None = None  # a fork's or branch's: the parent's seq its copies end at
+    started_at: float | None = None  # when it started there (a fork: when it was made)
+    seqs: list[int] = field(default_factory=list)  # each active message's seq there
     # the system prompts recorded for it there (``system_prompt`` events), oldest first
     system_prompts: list[str] = field(default_factory=list)
 
@@ -705,6 +708,12 @@ def _prompts(value: Any, where: str) -> list[str]:
             if isinstance(p, dict) and isinstance(p.get("text"), str) and p["text"]]
 
 
+def _count(value: Any) -> int | None:
+    """A whole number of an export (a seq), or None for anything else."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
+        else None
+
+
 def _exported_session(item: Any, where: str) -> ExportedSession:
     if not (isinstance(item, dict) and isinstance(item.get("id"), str) and item["id"].strip()
             and isinstance(item.get("messages"), list)):
@@ -717,8 +726,9 @@ def _exported_session(item: Any, where: str) -> ExportedSession:
     out = ExportedSession(item["id"], title if isinstance(title, str) else None, [], [],
                           source=text.get("source"), model=text.get("model"), totals=totals,
                           parent_session_id=text.get("parent_session_id"),
-                          link_kind=text.get("link_kind"),
-                          system_prompts=_prompts(item.get("system_prompts"), where))
+                          link_kind=text.get("link_kind"), fork_seq=_count(item.get("fork_seq")),
+                          system_prompts=_prompts(item.get("system_prompts"), where),
+                          started_at=_time(item.get("started_at")))
     for index, record in enumerate(item["messages"]):
         if not (isinstance(record, dict) and "message" in record):
             raise InvalidInput(f"{where} message {index}: expected an object with a 'message'")
@@ -729,10 +739,17 @@ def _exported_session(item: Any, where: str) -> ExportedSession:
             out.messages.append(validate_message(record["message"], index))
         except MessageValidationError as exc:
             raise _located(exc, f"{where}: ", line=None) from exc
-        when = record.get("created_at")
-        out.times.append(float(when) if isinstance(when, int | float)
-                         and not isinstance(when, bool) else None)
+        out.seqs.append(_count(record.get("seq")) or index + 1)
+        out.times.append(_time(record.get("created_at")))
     return out
+
+
+def _time(when: Any) -> float | None:
+    try:
+        return float(when) if isinstance(when, int | float) and not isinstance(when, bool) \
+            else None
+    except OverflowError:  # an int past a float's range
+        return None
 
 
 def load_export(data: str | bytes, *, source_name: str = "<input>",
