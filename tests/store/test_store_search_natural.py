@@ -246,3 +246,29 @@ def test_a_speakers_name_is_searchable_and_leads_the_hit(store: Store) -> None:
     # the stored message is the one sent: the name stays a field, not part of the content
     assert store.projection(s.id).messages[0].message == {
         "role": "user", "name": "Caroline", "content": "I went to the support group today"}
+
+
+def test_a_harness_system_message_in_every_session_is_one_hit(store: Store) -> None:
+    """Claude Code sends its ~6 KB agent and skills list as a system message in every
+    conversation; through ``refold serve`` each copy is stored in its session, and a search for
+    its common words came back once per session, crowding out the conversations themselves."""
+    boiler = ("Available agents: a reviewer that checks pull requests, a planner that "
+              "edits permission settings and configuration files")
+    for n in range(12):
+        s = store.create_session(title=f"conversation {n}")
+        store.append_messages(s.id, [user(f"task {n}: tidy the README"),
+                                     {"role": "system", "content": boiler},
+                                     {"role": "assistant", "content": f"done with task {n}"}])
+    mine = store.create_session(title="mine")
+    store.append_messages(mine.id, [user("can you review the permission settings of deploy?")])
+    hits = store.search(SearchQuery("review the permission settings", limit=5, window=0))
+    assert [h.content for h in hits].count(boiler) == 1
+    [shared] = [h for h in hits if h.content == boiler]
+    assert len(shared.lineage) == 12  # it names every session holding the text
+    assert any(h.session_id == mine.id for h in hits)
+    # a user's words said alike in two unrelated sessions stay two hits
+    other = store.create_session(title="other")
+    store.append_messages(other.id, [user("can you review the permission settings of deploy?")])
+    said = [h for h in store.search(SearchQuery("permission settings of deploy", window=0))
+            if h.role == "user"]
+    assert len(said) == 2

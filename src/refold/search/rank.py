@@ -75,13 +75,22 @@ def best_first(scores: Mapping[int, float], limit: int) -> list[int]:
     return sorted(scores, key=lambda i: (-scores[i], -i))[:limit]
 
 
+# instructions an agent harness sends in every conversation (Claude Code's agent and skills
+# list, ~6 KB, as a system message of each): one hit for all the sessions holding the text
+SHARED_ROLES = frozenset({"system", "developer"})
+
+
 def collapse_copies(hits: Iterable[SearchHit], roots: Mapping[str, str]) -> list[SearchHit]:
     """One hit per message per lineage: a copy in another session of the same lineage folds
-    into the first (best-ranked) hit; equal messages within one session stay separate."""
+    into the first (best-ranked) hit; equal messages within one session stay separate. A
+    system (or developer) message folds across every session holding the same text
+    (``SHARED_ROLES``): an agent's boilerplate instructions, stored once per conversation,
+    otherwise filled a search's hits for its common words, one per session."""
     kept: dict[tuple[str, str, str], list[int]] = {}
     out: list[SearchHit] = []
     for hit in hits:
-        key = (roots.get(hit.session_id, hit.session_id), hit.role, hit.content)
+        root = "" if hit.role in SHARED_ROLES else roots.get(hit.session_id, hit.session_id)
+        key = (root, hit.role, hit.content)
         slots = kept.setdefault(key, [])
         target = next((i for i in slots if hit.session_id not in out[i].lineage), None)
         if target is None:

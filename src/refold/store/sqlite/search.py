@@ -36,7 +36,13 @@ from refold import _records as records
 from refold._lazy import logger
 from refold._records import dataclass
 from refold.search.query import ParsedQuery, make_snippet, parse_query
-from refold.search.rank import best_first, collapse_copies, titles_first, verbatim_first
+from refold.search.rank import (
+    SHARED_ROLES,
+    best_first,
+    collapse_copies,
+    titles_first,
+    verbatim_first,
+)
 from refold.store.base import SearchHit, SearchQuery
 from refold.store.sqlite import glued, indexer, wordindex, wordseal
 from refold.store.sqlite.indexcheck import require_intact_index
@@ -257,7 +263,8 @@ class SearchOps(StateOps):
         the hits could differ without them. They cannot when those rows hold ``enough`` hits
         once copies collapse (``rank.collapse_copies``: copies are rows of sessions of one
         lineage with the same text, so the same score; the rows after are scored lower, so none
-        of them is a copy of these; with no lineage in the archive, nothing collapses) and no
+        of them is a copy of these; with no lineage in the archive, nothing collapses but the
+        system messages of ``SHARED_ROLES``, whose ties are read too) and no
         session's title holds every needle (``rank.titles_first`` would bring a later hit
         forward). On a cold cache each row read costs a page or two, and its session as many.
         """
@@ -269,6 +276,12 @@ class SearchOps(StateOps):
                 cut += 1
         if cut < len(ranked) and not self._title_may_match(conn, parsed):
             rows = self._read_ranked(conn, ranked[:cut], snippet)
+            if any(r.role in SHARED_ROLES for r in rows):  # (these fold across any sessions)
+                tied = cut
+                while tied < len(ranked) and ranked[tied][1] == ranked[cut - 1][1]:
+                    tied += 1
+                rows += self._read_ranked(conn, ranked[cut:tied], snippet)
+                cut = tied
             hits = collapse_copies([self._hit(r) for r in rows], self._lineage_roots(
                 conn, {r.session_id for r in rows}))
             if len(hits) >= cast(int, enough):
