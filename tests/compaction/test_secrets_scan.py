@@ -28,7 +28,11 @@ PIECES = ["export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY
           "mysql -u root -pS3cretPassw0rd!", "curl -u deploy:Tr0ub4dor3xyz https://x",
           "sshpass -p 'Winter2024!x' ssh host", "--password", " hunter2x", "| docker login "
           "--password-stdin", "echo dckr_pat_abcdefghijklmnopqrstuv", "mysql -p",
-          "https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXX"]
+          "https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXX",
+          # passwords given in words, and prose that is none
+          "the admin password is hunter2", "vpn password hunter2x", "Password was 'swordfish'",
+          "密码是hunter2", "パスワードは「abc 123」", "口令：Zh4ng!88", "the secret is to cache",
+          "password: see Vault", "pwd=", " is ", "password=[REDACTED]", "password pwd=abcd1234"]
 
 
 def plain_scan(text: str) -> set[str]:
@@ -39,6 +43,11 @@ def plain_scan(text: str) -> set[str]:
         found.update(m.group(2) for m in valued.finditer(text))
     for _words, form in S._CLI_FORMS:  # credentials on a command line (4+ characters)
         found.update(m.group(2) for m in form.finditer(text) if len(m.group(2).strip("'\"")) >= 4)
+    for said in S.PASSWORDS_SAID:  # passwords given in words (4+ characters, not redacted)
+        for match in said.finditer(text):
+            span = S.said_value(match)
+            if span is not None and span[1] - span[0] >= 4 and S.MARK[:-1] not in text[slice(*span)]:
+                found.add(text[slice(*span)])
     return found
 
 
@@ -47,6 +56,8 @@ def plain_scan(text: str) -> set[str]:
        st.sampled_from(["", " ", "\n"]))
 @example(["pwd"] + ["\n"] * 12 + ["=", "\n\n", "value1234"], "")  # the value lines on
 @example(["PA\u017f\u017fWORD=abcdefgh"], "")  # a long s: IGNORECASE folds it to s
+@example(["the secret for", "\n", "my.db", "\n", "is", "\n\n", "Tr0ub4dor&3"], "")  # "is" lines on
+@example(["PA\u017f\u017fWORD is hunter2"], "")
 def test_secrets_in_finds_what_the_plain_scan_finds(pieces: list[str], joint: str) -> None:
     text = joint.join(pieces)
     assert S.secrets_in(text) == plain_scan(text)
@@ -60,6 +71,8 @@ KEY_PIECES = [*PIECES, "-----BEGIN RSA PRIVATE KEY-----\nMIIE", "-----END RSA PR
 @given(st.lists(st.lists(st.sampled_from(KEY_PIECES)
                          | st.text(max_size=10), max_size=6).map("".join), max_size=8))
 @example(["password:", "hunter22"])  # a name ending one message: the next is no value of it
+@example(["the password is", "hunter22"])
+@example(["密码是", "hunter22"])
 @example(["-----BEGIN RSA PRIVATE KEY-----\nMIIE", "b", "-----END RSA PRIVATE KEY-----"])
 def test_the_texts_of_a_span_together_give_what_each_gives(texts: list[str]) -> None:
     want: set[str] = set()

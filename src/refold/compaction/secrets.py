@@ -5,8 +5,11 @@ may be another provider than the one the session runs on: a token a user pasted 
 travel on. ``redact`` replaces what looks like a credential with ``[REDACTED]`` and keeps the
 rest (a key's name, a URL's host) so the text still reads. Patterns: API keys and tokens of
 common providers (GitHub, OpenAI, Anthropic, AWS, Google, Slack, Stripe, Hugging Face, GitLab,
-npm, PyPI), JWTs, bearer tokens, private key blocks, passwords in URLs, and assignments
-``password=…`` / ``"api_key": "…"``. Pure; same text, same result.
+npm, PyPI), JWTs, bearer tokens, private key blocks, passwords in URLs, assignments
+``password=…`` / ``"api_key": "…"``, credentials on a command line, and a password given in
+words ("the admin password is hunter2", "密码是hunter2": ``PASSWORDS_SAID``, judged by
+``literal_password``, the rule the memory scanner refuses an entry by, so "the secret is to
+cache" and "password: see Vault" stay). Pure; same text, same result.
 """
 
 from __future__ import annotations
@@ -78,6 +81,36 @@ _CLI_FORMS: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = (
 )
 
 
+# A password given in words: "the admin password is hunter2", "password=hunter2", "pwd: s3cr3t!",
+# "vpn password hunter2", "密码是hunter2", "パスワードは hunter2". ``sep`` says how it was given
+# ("=", ":", a verb, or a space), ``value`` is the candidate, judged by ``literal_password``.
+# Each pattern's match starts at its name but the first's (a name's run of [\w.-] before it, on
+# its line): ``_said_matches`` tries them only there.
+_PW_NAME = r"(?:password|passwd|passphrase|pwd|secret)"
+_PW_VALUE = r"""(?P<value>'[^'\n]{3,64}'|"[^"\n]{3,64}"|`[^`\n]{3,64}`|[^\s'"`,;]{4,128})"""
+_PW_ASSIGNED = re.compile(
+    r"(?<![\w.-])[\w.-]{0,40}?" + _PW_NAME + r"(?:[_-]?key)?[\"']?[ \t]*(?P<sep>[=:：])"
+    r"(?![=:])[ \t]*" + _PW_VALUE, re.IGNORECASE)
+_PW_IS = re.compile(
+    r"\b" + _PW_NAME + r"(?:\s+(?:for|of|on|to)\s+(?:the\s+|my\s+|our\s+)?[\w.@-]+)?"
+    r"\s+(?P<sep>is|was)\s+(?:still\s+|now\s+|just\s+)?" + _PW_VALUE, re.IGNORECASE)
+_PW_SPACED = re.compile(r"\b(?:password|passwd|pwd)\s+(?P<sep>)" + _PW_VALUE, re.IGNORECASE)
+_PW_CJK = re.compile(r"(?:密码|密碼|口令|パスワード)(?P<sep>是|为|為|は|[:：])\s*"
+                     r"(?P<value>「[^」\n]{3,64}」|“[^”\n]{3,64}”|[!-~]{4,128})")
+PASSWORDS_SAID: tuple[re.Pattern[str], ...] = (_PW_ASSIGNED, _PW_IS, _PW_SPACED, _PW_CJK)
+_PW_NAMED = re.compile(_PW_NAME + r"(?:[_-]?key)?[\"']?[ \t]*[=:：](?![=:])", re.IGNORECASE)
+# where a name starts (in the ASCII-lowered text; the CJK ones in the text itself)
+_PW_STEMS = ("pass", "pwd", "secret")
+_PW_CJK_NAMES = ("密码", "密碼", "口令", "パスワード")
+# not a literal: a variable, a placeholder, a path, a URL (``credential_in`` has its password),
+# an environment variable's name, the password manager
+_PW_NOT_VALUE = re.compile(r"[$%{<~*]|\.{0,2}/|.*://|1password\b", re.IGNORECASE)
+_ENV_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
+_PW_QUOTES = {"'": "'", '"': '"', "`": "`", "「": "」", "“": "”"}
+_PW_TRAILING = ".,;:!?)]}。，、"
+_MARKED = MARK[:-1]  # a value already redacted ("password=[REDACTED]" in an earlier summary)
+
+
 def _lines_with(text: str, lowered: str, words: tuple[str, ...]) -> list[tuple[int, int]]:
     """The lines of ``text`` that hold one of ``words`` (found in ``lowered``), in order."""
     lines: set[tuple[int, int]] = set()
@@ -129,6 +162,102 @@ def _cli_secrets(text: str, lowered: str) -> set[str]:
     return found
 
 
+def literal_password(value: str, sep: str) -> bool:
+    """Whether ``value`` (given after ``sep``: "=", ":", "is", a space) is a password itself
+    rather than where one lives. Quoted: yes. Bare, it must not be a variable, a placeholder,
+    a path, a URL or an environment variable's name; after "=" that is enough (a config line);
+    after a space it needs letters and a digit and no "/" or "." (a command's argument, a file
+    name); otherwise a digit or a symbol ("the secret is to cache" and "password: see Vault"
+    are prose, "password is hunter2" is not)."""
+    if value[:1] in "'\"`「“":
+        inner = value[1:-1].strip()
+        return bool(inner) and _PW_NOT_VALUE.match(inner) is None
+    value = value.rstrip(_PW_TRAILING)
+    if len(value) < 4 or _PW_NOT_VALUE.match(value) or _ENV_NAME.fullmatch(value):
+        return False
+    if sep == "=":
+        return True
+    if not sep.strip():
+        return (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+                and not any(c in value for c in "/."))
+    return any(c.isdigit() or not (c.isalnum() or c in "-'’") for c in value)
+
+
+def said_value(match: re.Match[str]) -> tuple[int, int] | None:
+    """Where the password a match of ``PASSWORDS_SAID`` gives is in its text (inside the
+    quotes; a bare one without the punctuation after it), or None when its value is no literal
+    password (``literal_password``)."""
+    value, start = match.group("value"), match.start("value")
+    if not literal_password(value, match.group("sep")):
+        return None
+    if value[0] in _PW_QUOTES:
+        close = value.find(_PW_QUOTES[value[0]], 1)
+        inner = value[1:close if close > 0 else len(value)]
+        lead = len(inner) - len(inner.lstrip())
+        start += 1 + lead
+        return start, start + len(inner.strip())
+    return start, start + len(value.rstrip(_PW_TRAILING))
+
+
+def _places(text: str, words: tuple[str, ...]) -> list[tuple[int, int]]:
+    """Where each of ``words`` starts in ``text``, in order (as ``_whole_at`` takes them)."""
+    places = []
+    for word in words:
+        at = text.find(word)
+        while at >= 0:
+            places.append((at, at + len(word)))
+            at = text.find(word, at + 1)
+    return sorted(places)
+
+
+def _said_matches(text: str, lowered: str | None) -> Iterator[re.Match[str]]:
+    """Each of ``PASSWORDS_SAID``'s ``finditer`` matches in ``text``, each pattern tried only
+    where it can match: the first on the lines where a name is followed by its separator,
+    the others at a name's places (a transcript is megabytes; "pass" is on every line of a
+    test run). ``lowered`` is ``_ascii_lowered(text)``; where that is None (a
+    letter IGNORECASE folds to ASCII is in ``text``: a pasted source file may hold one), those
+    letters are made the ASCII ones first, every offset kept."""
+    if lowered is None:
+        folded = text
+        for letter, ascii_letter in zip(_FOLDED_TO_ASCII, _FOLDED_AS, strict=True):
+            folded = folded.replace(letter, ascii_letter)
+        lowered = folded.lower()
+    places = _places(lowered, _PW_STEMS)
+    named = _PW_NAMED.match  # the first's name and separator, where its name is
+    lines = sorted({(text.rfind("\n", 0, at) + 1, _line_end(text, at))
+                    for at, _ in places if named(text, at)})
+    for start, end in lines:
+        yield from _PW_ASSIGNED.finditer(text, start, end)
+    yield from _whole_at(_PW_IS, places, text)
+    yield from _whole_at(_PW_SPACED, places, text)
+    if not text.isascii():
+        yield from _whole_at(_PW_CJK, _places(text, _PW_CJK_NAMES), text)
+
+
+def _said_spans(text: str, lowered: str | None) -> list[tuple[int, int]]:
+    """Where the passwords ``text`` gives in words are, in order, but those already redacted
+    (two patterns' may overlap: "password pwd=hunter22")."""
+    return sorted(span for span in map(said_value, _said_matches(text, lowered))
+                  if span is not None and _MARKED not in text[span[0]:span[1]])
+
+
+def password_said(text: str) -> bool:
+    """Whether ``text`` gives a literal password in words ("the admin password is hunter2",
+    "password=hunter2", "密码是hunter2"; not "the secret is to cache")."""
+    return any(span is not None for span in map(said_value,
+                                                 _said_matches(text, _ascii_lowered(text))))
+
+
+def _redact_said(text: str) -> str:
+    """``text`` with each password it gives in words replaced, the words around kept."""
+    parts, done = [], 0
+    for start, end in _said_spans(text, _ascii_lowered(text)):
+        if start >= done:
+            parts += [text[done:start], MARK]
+        done = max(done, end)  # one that overlaps the last: its MARK covers it
+    return "".join(parts) + text[done:] if parts else text
+
+
 def credential_in(text: str) -> str | None:
     """What literal credential ``text`` holds, by its unmistakable forms only (a provider's
     token or key, a private key block, a password inside a URL), or None. The name-based
@@ -149,6 +278,7 @@ def redact(text: str) -> str:
     """``text`` with credentials replaced by ``[REDACTED]``."""
     if not text:
         return text
+    text = _redact_said(text)
     text = _PRIVATE_KEY.sub(MARK, text)
     text = _TOKENS.sub(MARK, text)
     text = _URL_PASSWORD.sub(lambda m: m.group(1) + MARK + m.group(3), text)
@@ -172,8 +302,9 @@ def secrets_in(text: str) -> set[str]:
 def secrets_in_texts(texts: Iterable[str]) -> set[str]:
     """``secrets_in`` of each of ``texts`` (every message of a span), together: scanned as one
     text where no pattern but the private key block's can cross from one to the next (they
-    are joined by a line holding "}", which no name, separator or value takes), so its cost
-    is one scan, not one per message."""
+    are joined by a line holding "}", which no name or separator takes, nor a value: none
+    holds a line break, and "}" alone is too short), so its cost is one scan, not one per
+    message."""
     texts = [t for t in texts if t]
     found: set[str] = set()
     for text in texts:
@@ -193,13 +324,19 @@ def _unkeyed_secrets(text: str) -> set[str]:
         for valued, trigger in _TRIGGERED:
             found.update(m.group(2) for m in _near(
                 valued, [m.span() for m in trigger.finditer(text)], text))
-        return found | _cli_secrets(text, text.lower())
+        return found | _cli_secrets(text, text.lower()) | _said_secrets(text, None)
     starts = _trigger_starts(text, lowered)
     found = {m.group(0) for m in _whole_at(_TOKENS, starts["token"], text)}
     for valued, kind in ((_URL_PASSWORD, "url"), (_BEARER, "bearer"), (_PASSWORD, "password"),
                          (_KEYLIKE, "key")):
         found.update(m.group(2) for m in _near(valued, starts[kind], text))
-    return found | _cli_secrets(text, lowered)
+    return found | _cli_secrets(text, lowered) | _said_secrets(text, lowered)
+
+
+def _said_secrets(text: str, lowered: str | None) -> set[str]:
+    """The passwords ``text`` gives in words, of 4 characters or more (each is replaced
+    wherever it occurs, as ``_cli_secrets``'s)."""
+    return {text[start:end] for start, end in _said_spans(text, lowered) if end - start >= 4}
 
 
 # What each pattern cannot match without: a provider token's prefix, a name's word, "://" for
@@ -230,6 +367,7 @@ _TRIGGER_STEMS = ("gh", "github_pat_", "sk", "rk_", "pk_", "akia", "asia", "aiza
                   "npm_", "pypi-", "dckr_pat_", "eyj", "passw", "pwd", "secret", "token", "api", "access",
                   "private", "auth", "bearer", "basic")
 _FOLDED_TO_ASCII = "\u017f\u212a\u0130\u0131"
+_FOLDED_AS = "skii"  # the ASCII letter each of them matches
 # what may follow a name's word before its value starts (the rest of the name, a quote, white
 # space of any lines, ":" or "=")
 _BEFORE_VALUE = re.compile(r"""[\w.-]*["']?\s*(?:[:=]\s*["']?)?""")
@@ -341,5 +479,5 @@ def without_secrets(pieces: list[str], secrets: set[str]) -> list[str]:
     return out
 
 
-__all__ = ["MARK", "credential_in", "redact", "secrets_in", "secrets_in_texts",
-           "without_secrets"]
+__all__ = ["MARK", "PASSWORDS_SAID", "credential_in", "literal_password", "password_said",
+           "redact", "said_value", "secrets_in", "secrets_in_texts", "without_secrets"]

@@ -7,7 +7,8 @@ skills and LLM summaries too. A memory entry is also refused when it holds a lit
 (``scan_entry``: a provider's token or key, a private key block, a password in a URL, the forms
 of ``refold.compaction.secrets.credential_in``; and a password given in words, "the admin
 password is hunter2", "password=hunter2", "密码是hunter2": a value after "=" that is not a
-variable or a path, or one with a digit or a symbol after "is" / ":"): a key pasted into memory
+variable or a path, or one with a digit or a symbol after "is" / ":", the rule of
+``refold.compaction.secrets.password_said``, which redaction shares): a key pasted into memory
 would go to the provider with every request. It is refused too when it names a command that
 destroys a machine or a database ("rm -rf /", mkfs or dd onto a disk, a fork bomb, DROP DATABASE,
 a force-push to main) outside a negation: an entry is a standing instruction, and a note that
@@ -57,7 +58,6 @@ from refold.memory.scan_patterns import (
     _CONFUSABLES,
     _DEFENSIVE,
     _DESTRUCTIVE,
-    _ENV_NAME,
     _EXFIL,
     _GUARDED,
     _HEX_RUN,
@@ -67,10 +67,8 @@ from refold.memory.scan_patterns import (
     _NEG,
     _NOT_NEGATION,
     _OPEN_QUOTE,
-    _PASSWORDS_SAID,
     _PCT_RUN,
     _PHRASES,
-    _PW_NOT_VALUE,
     _REPORTED,
     _REPORTED_IN,
     _SENTENCE_END,
@@ -180,45 +178,13 @@ def _scan_views(text: str) -> str | None:
 
 @functools.lru_cache(maxsize=4096)  # pure; entries are rescanned on every read and snapshot
 def _credential_reason(text: str) -> str | None:
-    """A literal credential: memory is sent with every later request, to every provider."""
-    from refold.compaction.secrets import credential_in
+    """A literal credential: memory is sent with every later request, to every provider. A
+    password given in words is recognized by ``refold.compaction.secrets.password_said``, the
+    rule ``redact`` replaces it by in what a summary model is sent."""
+    from refold.compaction.secrets import credential_in, password_said
 
-    found = credential_in(text) or _password_said(text)
+    found = credential_in(text) or ("a password" if password_said(text) else None)
     return f"credential: {found} (memory is sent with every request)" if found else None
-
-
-def _password_said(text: str) -> str | None:
-    """"a password" when ``text`` gives one in words (``_PASSWORDS_SAID``), else None."""
-    lowered = text.lower()
-    if not any(word in lowered for word in ("pass", "pwd", "secret", "密码", "密碼", "口令",
-                                            "パスワード")):
-        return None
-    for pattern in _PASSWORDS_SAID:
-        for match in pattern.finditer(text):
-            if _literal_password(match.group("value"), match.group("sep")):
-                return "a password"
-    return None
-
-
-def _literal_password(value: str, sep: str) -> bool:
-    """Whether ``value`` (given after ``sep``: "=", ":", "is", a space) is a password itself
-    rather than where one lives. Quoted: yes. Bare, it must not be a variable, a placeholder,
-    a path, a URL or an environment variable's name; after "=" that is enough (a config line);
-    after a space it needs letters and a digit and no "/" or "." (a command's argument, a file
-    name); otherwise a digit or a symbol ("the secret is to cache" and "password: see Vault"
-    are prose, "password is hunter2" is not)."""
-    if value[:1] in "'\"`「“":
-        inner = value[1:-1].strip()
-        return bool(inner) and _PW_NOT_VALUE.match(inner) is None
-    value = value.rstrip(".,;:!?)]}。，、")
-    if len(value) < 4 or _PW_NOT_VALUE.match(value) or _ENV_NAME.fullmatch(value):
-        return False
-    if sep == "=":
-        return True
-    if not sep.strip():
-        return (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
-                and not any(c in value for c in "/."))
-    return any(c.isdigit() or not (c.isalnum() or c in "-'’") for c in value)
 
 
 @functools.lru_cache(maxsize=4096)

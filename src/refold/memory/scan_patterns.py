@@ -718,26 +718,8 @@ _REPORTED_IN = re.compile(r"\b(?:tells?|asks?|instructs?|wants?)\s+you\s+to\b")
 _OPEN_QUOTE = re.compile(r"['\"“‘「『][^'\"”’」』]*$")
 
 
-# -- memory entries only (``scan.scan_entry``): passwords in words, destructive commands ----
-# A password given in words: "the admin password is hunter2", "password=hunter2", "pwd: s3cr3t!",
-# "vpn password hunter2", "密码是hunter2", "パスワードは hunter2". ``sep`` says how it was given
-# ("=", ":", a verb, or a space), ``value`` is the candidate, judged by ``scan._literal_password``.
-_PW_NAME = r"(?:password|passwd|passphrase|pwd|secret)"
-_PW_VALUE = r"""(?P<value>'[^'\n]{3,64}'|"[^"\n]{3,64}"|`[^`\n]{3,64}`|[^\s'"`,;]{4,128})"""
-_PASSWORDS_SAID: list[re.Pattern[str]] = [
-    re.compile(r"(?<![\w.-])[\w.-]{0,40}?" + _PW_NAME + r"(?:[_-]?key)?[\"']?[ \t]*(?P<sep>[=:：])"
-               r"(?![=:])[ \t]*" + _PW_VALUE, re.IGNORECASE),
-    re.compile(r"\b" + _PW_NAME + r"(?:\s+(?:for|of|on|to)\s+(?:the\s+|my\s+|our\s+)?[\w.@-]+)?"
-               r"\s+(?P<sep>is|was)\s+(?:still\s+|now\s+|just\s+)?" + _PW_VALUE, re.IGNORECASE),
-    re.compile(r"\b(?:password|passwd|pwd)\s+(?P<sep>)" + _PW_VALUE, re.IGNORECASE),
-    re.compile(r"(?:密码|密碼|口令|パスワード)(?P<sep>是|为|為|は|[:：])\s*"
-               r"(?P<value>「[^」\n]{3,64}」|“[^”\n]{3,64}”|[!-~]{4,128})"),
-]
-# not a literal: a variable, a placeholder, a path, a URL (``credential_in`` has its password),
-# an environment variable's name, the password manager
-_PW_NOT_VALUE = re.compile(r"[$%{<~*]|\.{0,2}/|.*://|1password\b", re.IGNORECASE)
-_ENV_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
-
+# -- memory entries only (``scan.scan_entry``): destructive commands ----
+# (a password given in words is ``refold.compaction.secrets.password_said``'s: redaction shares it)
 # Commands that destroy a machine or a database, as a standing instruction would carry them
 # (over the ``plain`` view, negation-guarded: "never run rm -rf /" passes). Scoped ones pass:
 # "rm -rf build/", "dd of=disk.img", "DROP TABLE tmp_x", "--force-with-lease".
