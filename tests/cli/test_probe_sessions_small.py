@@ -102,3 +102,35 @@ def test_memory_replace_and_remove_say_which_whole_entry_went(run: Run) -> None:
     assert "replaced: User likes tea with milk" in replaced.output
     removed = run("memory", "remove", "-t", "user", "coffee")
     assert removed.exit_code == 0 and "removed: User likes coffee" in removed.output
+
+
+def test_an_agents_proxied_session_shows_the_request_not_its_wrapping(
+        run: Run, tmp_path: Path) -> None:
+    """Claude Code opens each user message with a <system-reminder> block and Codex sends an
+    <environment_context> message first: every session they sent through ``refold serve``
+    was listed as “<system-reminder> As you answer the user's questions, you ca…” or
+    “<environment_context> <cwd>…”, and a branch (``conv-… #2``) with no opening at all."""
+    from refold.server.sessions import derived_ref
+
+    claude = [{"role": "user", "content": [
+        {"type": "text", "text": "<system-reminder>\nAs you answer the user's questions, "
+                                 "you can use the following context\n</system-reminder>\n"},
+        {"type": "text", "text": "Read README.txt and   run the tests"}]},
+        {"role": "assistant", "content": "On it."}]
+    codex = [{"role": "user", "content": "<environment_context>\n  <cwd>/work/app</cwd>\n"
+                                         "</environment_context>"},
+             {"role": "user", "content": "fix the failing test in app.py"},
+             {"role": "assistant", "content": "Looking."}]
+    names = []
+    for n, history in enumerate((claude, codex)):
+        names.append(derived_ref("", history))
+        path = tmp_path / f"h{n}.json"
+        path.write_text(json.dumps(history))
+        ok_json(run("import", str(path), "--session", names[-1], "--json"))
+    branch = f"{names[1]} #2"
+    path = tmp_path / "branch.json"
+    path.write_text(json.dumps([*codex[:2], {"role": "assistant", "content": "Again."}]))
+    ok_json(run("import", str(path), "--title", branch, "--json"))
+    listed = {r["title"]: r.get("opening") for r in ok_json(run("sessions", "list", "--json"))}
+    assert listed[names[0]] == "Read README.txt and run the tests"
+    assert listed[names[1]] == listed[branch] == "fix the failing test in app.py"

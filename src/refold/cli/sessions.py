@@ -145,18 +145,42 @@ def list_cmd(app: AppContext, limit: int, source: str | None, owner: str | None,
          as_json, lambda rows: _render_list(rows, filters))
 
 
-# the name ``refold serve`` gives a conversation that came without X-Refold-Session
-_DERIVED_TITLE = re.compile(r"conv-[0-9a-f]{16}")
+# the name ``refold serve`` gives a conversation that came without X-Refold-Session (a branch
+# of it: `` #2``, …)
+_DERIVED_TITLE = re.compile(r"conv-[0-9a-f]{16}(?: #\d+)?")
+# a block an agent wraps around what it adds to a user's message (Claude Code's
+# <system-reminder>, Codex's <environment_context>, <command-name>…): not what was asked
+_WRAPPED = re.compile(r"\s*<([A-Za-z][\w.-]*)(?:\s[^>]*)?>.*?</\1>\s*", re.DOTALL)
 
 
 def _opening(store: Any, session: Session) -> dict[str, str]:
-    """``{"opening": …}``, the start of its first user message, for a session whose title is
-    the name the proxy derived (``conv-`` and a hash, which tells a reader nothing), else {}."""
+    """``{"opening": …}``, the start of its first user request, for a session whose title is
+    the name the proxy derived (``conv-`` and a hash, which tells a reader nothing), else {}:
+    the first text of its first user messages that is not a block an agent wrapped around
+    them (``_WRAPPED``: every Claude Code session opened "<system-reminder> As you answer…",
+    every Codex one "<environment_context> <cwd>…")."""
     if not _DERIVED_TITLE.fullmatch(session.title or ""):
         return {}
-    first = next((m for m in store.get_messages(session.id, limit=8) if m.role == "user"), None)
-    text = " ".join(content_text(first.message).split()) if first is not None else ""
+    text = next((t for m in store.get_messages(session.id, limit=8) if m.role == "user"
+                 for t in _texts(m.message) if t), "")
     return {"opening": text[:60] + ("…" if len(text) > 60 else "")} if text else {}
+
+
+def _texts(message: dict[str, Any]) -> list[str]:
+    """Each text part of ``message`` (its content when a string), with the wrapped blocks that
+    open it taken off and its whitespace runs made single spaces."""
+    content = message.get("content")
+    parts = [content] if isinstance(content, str) else [
+        p.get("text") for p in content or [] if isinstance(p, dict)] \
+        if isinstance(content, list) else [content_text(message)]
+    out = []
+    for part in parts:
+        if not isinstance(part, str):
+            continue
+        while (wrapped := _WRAPPED.match(part)) is not None:
+            part = part[wrapped.end():]
+        out.append(" ".join(part.split()))
+    return out
 
 
 def _estimate(session: Session, overrides: dict[str, Price]) -> float | None:
