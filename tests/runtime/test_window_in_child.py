@@ -52,6 +52,19 @@ def test_an_acknowledged_summary_is_one_block() -> None:
     assert found == (0, [*carried, *NEW])
 
 
+def test_a_summary_acknowledged_in_the_words_of_before_is_one_block_too() -> None:
+    """The user's acknowledgement was reworded ("…with the latest request below" claimed a
+    request that an agent's tool loop does not have after the summary): children rotated
+    before hold the old words, and still read as one block with their summary."""
+    assistant_summary = {**SUMMARY, "role": "assistant"}
+    for words in ("Continue from the summary above with the latest request below.",
+                  ACK["user"]):
+        carried = [user(0), assistant_summary, {"role": "user", "content": words},
+                   *CONVERSATION[15:]]
+        found = window_in_child(carried, LAST, [*CONVERSATION[5:], *NEW])
+        assert found == (1, [*carried[1:], *NEW]), words
+
+
 def test_windows_that_do_not_line_up_are_not_translated() -> None:
     assert window_in_child(CARRIED, LAST, [user(10), reply(10), user(11)]) is None  # no cover
     edited = [*CONVERSATION[5:15], {"role": "assistant", "content": "edited"},

@@ -446,8 +446,13 @@ def _room_for_anchors(plan: _Plan, body: str, language: str, counter: TokenCount
     return target - after - heading if after + heading <= target else None
 
 
-ACK = {"user": "Continue from the summary above with the latest request below.",
+# (the user's acknowledgement said "with the latest request below" until 2026-12-07: in an
+# agent's tool loop what follows is its own call and results, and the request is above the
+# summary; ``ACK_TEXTS`` still knows it, as rotated sessions hold it)
+ACK = {"user": "Continue from the summary above; the conversation goes on below.",
        "assistant": "Understood. I will use the summary above as background only."}
+ACK_TEXTS = frozenset({*ACK.values(),
+                       "Continue from the summary above with the latest request below."})
 
 
 def _assemble(plan: _Plan, summary_text: str) -> tuple[list[Message], str, bool]:

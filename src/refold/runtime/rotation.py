@@ -42,7 +42,7 @@ import logging
 from collections.abc import Callable
 
 from refold._records import dataclass
-from refold.compaction.core import ACK
+from refold.compaction.core import ACK_TEXTS
 from refold.compaction.session import carry_state_events
 from refold.compaction.summary import is_summary_message
 from refold.errors import RefoldError
@@ -177,7 +177,7 @@ def window_in_child(carried: list[Message], last_covered: str, window: list[Mess
     kept = [_hash(m) for m in carried]
     summary = next((i for i, m in enumerate(carried) if is_summary_message(m)), None)
     block_end = 0 if summary is None else summary + 1 + (
-        summary + 1 < len(carried) and content_text(carried[summary + 1]) in ACK.values())
+        summary + 1 < len(carried) and content_text(carried[summary + 1]) in ACK_TEXTS)
     rows = len(carried) - block_end  # the kept tail rows, after the summary block
     # the last message that is the covered one and that the kept rows line up before (a
     # reply said word for word again later, "Done.", is the covered one's text too)
