@@ -335,14 +335,22 @@ class Engine:
             return ""
 
     def session_closed(self, runtime: SessionRuntime) -> None:
-        """``runtime`` was closed: its unflushed rows go to memory review (background), and
-        memory providers hear that its session ended."""
+        """``runtime`` was closed: the unflushed rows of every session it held (its first, and
+        each branch or rotation child it moved to: ``SessionMirror.held``) go to memory review
+        (background), and memory providers hear that its session ended."""
         with self._lock:
             self._open.discard(runtime)
         if self._flush is not None:
-            self._flush.session_end(runtime.session_id)
+            for session_id in list(runtime.mirror.held):
+                self._flush.session_end(session_id)
         if self.memory is not None:
             self.memory.session_end()
+
+    def session_moved(self, session_id: str) -> None:
+        """A runtime's turns continue in ``session_id`` (a branch, a rotation's child): it ends
+        with that runtime, or with the engine when the runtime is dropped without ``close``."""
+        if self._flush is not None:
+            self._flush.held(session_id)
 
     def memory_flush(self, session_id: str, through_seq: int | None) -> None:
         """A checkpoint replaced ``session_id``'s rows up to ``through_seq`` (None: all, it

@@ -19,6 +19,8 @@ Invariants:
   instead of adding it again;
 - a rotated child's carried rows (the parent's compacted view) are never re-reviewed: the
   parent is flushed to its end when it rotates;
+- a runtime's end is the end of every session it held: a proxy runtime of a derived family
+  moves between the branches of conversations that open alike (``SessionMirror.held``);
 - flushes of one session are serialized in the process; a failing reviewer is logged, the
   watermark stays, and the next flush retries the span;
 - a session whose runtime was dropped without ``close`` is flushed when the engine closes
@@ -92,6 +94,14 @@ class MemoryFlush:
         except Exception as exc:  # opening a session never fails for memory upkeep
             log.warning("session %s: memory flush recovery failed: %s", session_id,
                         exc.__class__.__name__)
+
+    def held(self, session_id: str) -> None:
+        """A runtime moved to ``session_id`` (a branch of its family, a rotation's child): it
+        ends with that runtime (``session_end``) or, dropped without ``close``, with the engine
+        (``close``); till then the idle sweep leaves it alone, as a session ``opened`` here. (A
+        branch's copied checkpoint is its parent's span: no recovery flush for it.)"""
+        with self._guard:
+            self._open.add(session_id)
 
     def close(self) -> None:
         """The engine closes (its pool already drained): sessions whose runtime was dropped

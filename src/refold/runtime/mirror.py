@@ -58,9 +58,17 @@ def leading_system(history: list[Message]) -> int:
 class SessionMirror:
     """The stored session ``session_id`` as this runtime last saw it."""
 
-    def __init__(self, store: Store, session_id: str, base_count: CountFn) -> None:
+    def __init__(self, store: Store, session_id: str, base_count: CountFn,
+                 on_move: Callable[[str], None] | None = None) -> None:
         self.store = store
         self.session_id = session_id
+        # every session this runtime's turns went to, in order: its first, then each branch of
+        # its family (``refold.runtime.branches``) and rotation child it moved to. The runtime's
+        # end is each one's end (its memory flush): a proxy runtime of a derived family moves
+        # between the branches of conversations that open alike (its end flushed only the one
+        # it was in last before, and the engine's end its first: a middle branch never was).
+        self.held: dict[str, None] = {session_id: None}
+        self._on_move = on_move  # told of each move (the engine's memory flush bookkeeping)
         self._count = base_count
         self.chain: KnownChain | None = None  # the stored chain as of our last write (proxy)
         self.view: ViewCache | None = None  # the projection as of our last read/write
@@ -83,10 +91,14 @@ class SessionMirror:
         self._marked = None
 
     def moved_to(self, session_id: str) -> None:
-        """The runtime continues in ``session_id`` (rotation): nothing cached applies."""
+        """The runtime continues in ``session_id`` (a rotation's child, a branch of its family):
+        nothing cached applies."""
         self.view = None
         self.window = None
         self.session_id = session_id
+        self.held[session_id] = None
+        if self._on_move is not None:
+            self._on_move(session_id)
 
     def view_is_confirmed(self) -> bool:
         return self.view is not None and self.view is self.confirmed

@@ -98,7 +98,7 @@ class SessionRuntime:
         # "branch" for a derived session, "rewind" for a named one); a reply that finds
         # another writer's rows after its question goes the same way (``_placed_again``)
         self._diverge: Diverge = "rewind"
-        self.mirror = SessionMirror(host.store, session_id, host.ops.base_count)
+        self.mirror = SessionMirror(host.store, session_id, host.ops.base_count, host.session_moved)
         self.checkpointer = Checkpointer(host, self.mirror, self.system_text,
                                          lambda: self._tools, lambda: self._recall)
         self.inline = InlineTurns(self)
