@@ -97,6 +97,7 @@ from refold.server.sessions import (
     SESSION_HEADER,
     SessionPool,
     WindowOf,
+    client_conversation,
     derived_ref,
     session_name,
 )
@@ -201,7 +202,8 @@ async def chat_completions(proxy: Proxy, tenant: Tenant, headers: Mapping[str, s
     history = check_body(body)
     name = session_name(headers)
     derived = not (name or lineage)
-    ref = name or lineage or derived_ref(tenant.owner, history)
+    agent_id = client_conversation(headers) if derived else None
+    ref = name or lineage or derived_ref(tenant.owner, history, agent_id)
     lock = proxy.pool.lock(tenant.owner, ref)
     client = ClientWatch(receive) if receive is not None else None
     try:
@@ -214,7 +216,8 @@ async def chat_completions(proxy: Proxy, tenant: Tenant, headers: Mapping[str, s
     handed_off = False
     try:
         try:
-            rt = await proxy.pool.runtime(tenant.owner, ref, history, window=derived)
+            rt = await proxy.pool.runtime(tenant.owner, ref, history, window=derived,
+                                          agent_id=agent_id is not None)
         except WindowOf as found:  # the turn is that session's: take its lock instead
             other = proxy.pool.lock(tenant.owner, found.ref)
             lock.release()

@@ -75,14 +75,36 @@ EngineFactory = Callable[[str], EngineLike]
 DERIVED_PREFIX = "conv-"
 
 
-def derived_ref(owner: str, history: Sequence[Message]) -> str:
+def derived_ref(owner: str, history: Sequence[Message], client: str | None = None) -> str:
     """The session name a conversation without a header maps to (stable across restarts and
     across changes of its system prompt): its first user message that is a request, not the
-    context an agent sends ahead of every task (``_context_only``)."""
+    context an agent sends ahead of every task (``_context_only``) — and the agent's own id of
+    the conversation when it sends one (``client_conversation``): two of its conversations
+    that open alike are two families then, not branches of one (a continued conversation
+    whose id changed is still found, as the window of the session holding it)."""
     first = _first_request(history)
+    if client:
+        return _digest([owner, first, {"client conversation": client}])
     if type(first) is str and len(first) <= _REMEMBERED_CHARS:
         return _text_ref(owner, first)  # (every turn of a conversation asks again)
     return _digest([owner, first])
+
+
+# The headers agents send with every request of one conversation, its id in the agent: Claude
+# Code's, OpenCode's (``ses_…``) and OpenAI Codex's (its thread). OpenCode's conversations
+# restart from "What did we do so far?" after its own compaction: keyed on that opening alone,
+# every project's continuation became a branch of the first one's.
+CLIENT_CONVERSATION_HEADERS = ("x-claude-code-session-id", "x-session-id", "session-id")
+_CLIENT_ID_CHARS = 200
+
+
+def client_conversation(headers: Mapping[str, str]) -> str | None:
+    """The conversation id an agent sent (``CLIENT_CONVERSATION_HEADERS``), or None."""
+    for name in CLIENT_CONVERSATION_HEADERS:
+        value = headers.get(name)
+        if value and value.strip():
+            return value.strip()[:_CLIENT_ID_CHARS]
+    return None
 
 
 def older_refs(owner: str, history: Sequence[Message]) -> list[str]:
@@ -206,7 +228,7 @@ class SessionPool:
 
     async def runtime(self, owner: str, ref: str,
                       history: Sequence[Message] | None = None, *,
-                      window: bool = False) -> SessionRuntime:
+                      window: bool = False, agent_id: bool = False) -> SessionRuntime:
         """The runtime for (owner, ref): cached, or resumed / created in a worker thread.
 
         Call with ``lock(owner, ref)`` held, so two first requests do not both create it.
@@ -215,6 +237,8 @@ class SessionPool:
         of an existing session is not validated twice. ``window`` (a derived name): before a
         session is created, ``history`` is looked up as a sliding window of a stored session
         of the tenant; ``WindowOf`` names it when it is one (nothing opened or created).
+        ``agent_id``: ``ref`` holds the agent's conversation id (``derived_ref``): a history
+        that goes on from a stored session's first reply is that session's (``WindowOf``).
         """
         key = (owner, ref)
         rt = self._runtimes.get(key)
@@ -223,7 +247,7 @@ class SessionPool:
             return rt
         engine = await self.engine(owner)
         rt = await anyio.to_thread.run_sync(_open_or_create, engine, owner, ref, history,
-                                            window)
+                                            window, agent_id)
         self._runtimes[key] = rt
         await self._evict()
         return rt
@@ -311,9 +335,31 @@ def _window_ref(engine: EngineLike, owner: str, history: Sequence[Message]) -> s
     return session.title or session.id
 
 
+def _continued(engine: EngineLike, owner: str, history: Sequence[Message]) -> str | None:
+    """The stored session of ``owner`` that ``history`` goes on from — its first two messages
+    after the system head are that session's first two rows (the opening and its reply), the
+    newest such session — by name, or None: a conversation begun before its agent sent an id,
+    or continued under another one (a resumed run, an agent whose id is not stable), rather
+    than a new one that opens alike (the same first request, then no reply or another)."""
+    from refold.messages.model import chain_identities
+    from refold.runtime.mirror import leading_system
+
+    store = getattr(engine, "store", None)
+    conversation = list(history[leading_system(list(history)):])[:2]
+    if store is None or len(conversation) < 2 or conversation[1].get("role") != "assistant":
+        return None
+    identities = chain_identities(conversation)
+    for session_id in store.sessions_opening_with(identities[0], owner=owner, limit=8):
+        rows = store.get_messages(session_id, limit=2)
+        if [r.identity for r in rows] == identities:
+            session = store.get_session(session_id)
+            return session.title or session.id
+    return None
+
+
 def _open_or_create(engine: EngineLike, owner: str, ref: str,
                     history: Sequence[Message] | None = None,
-                    window: bool = False) -> SessionRuntime:
+                    window: bool = False, agent_id: bool = False) -> SessionRuntime:
     """The tenant's session named ``ref`` (its engine resolves within its owner only),
     created with the title ``ref`` when the tenant has none: titles are unique per owner.
     A name matches an exact id or title, never an id prefix: ``X-Refold-Session: c3`` must not
@@ -332,6 +378,8 @@ def _open_or_create(engine: EngineLike, owner: str, ref: str,
                 pass
     if history is not None:
         validate_messages(history)
+        if agent_id and (found := _continued(engine, owner, history)) not in (None, ref):
+            raise WindowOf(found)  # begun before its agent sent an id, or under another one
         if window:  # (messages that validate only: the lookup reads them)
             found = _window_ref(engine, owner, history)
             if found is not None and found != ref:
