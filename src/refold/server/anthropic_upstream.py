@@ -11,7 +11,13 @@ requires). When the turn came in through ``/v1/messages`` the request carries
 ``top_k``, …) are sent as they came, its ``cache_control`` markers go back on the same blocks
 (counted from the end of the conversation, so a compacted head does not shift them), its
 ``system`` blocks go back as they came (refold's memory in a block after them), and its
-``anthropic-beta``/``anthropic-version`` headers are forwarded. The upstream's own message, or
+``anthropic-beta``/``anthropic-version`` headers are forwarded. A ``system`` turn the client
+put inside ``messages`` under the ``mid-conversation-system`` beta goes back in place, as it
+came (``_placed``): folded into ``system``, each new reminder changed the system prompt, so
+the provider's cache of the whole conversation was rebuilt, and a note meant for one moment
+became a standing instruction. (Without the beta, or where refold's view no longer has it
+where the client had it — a compaction moves such turns up to the system prompt — it goes
+into ``system`` as before.) The upstream's own message, or
 each of its stream events, rides back beside the chat form (``REPLY``/``EVENTS``) so the client
 gets it verbatim, while the pipeline records the chat form.
 """
@@ -20,20 +26,22 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
 
+from refold.compaction.summary import is_summary_message
 from refold.errors import UpstreamError
 from refold.llm import classify_http_error, classify_transport_error
 from refold.llm.client import json_object
 from refold.llm.failures import bad_response
 from refold.llm.sse import WHOLE_REPLY, EventSplitter
 from refold.messages.anthropic import from_anthropic, server_block, to_anthropic, tool_input
-from refold.messages.model import copy_json
+from refold.messages.model import Message, content_text, copy_json
 from refold.pricing import token_count
-from refold.server.anthropic_wire import EVENTS, FINISH_REASONS, PRIVATE, REPLY
+from refold.server.anthropic_wire import EVENTS, FINISH_REASONS, PRIVATE, REPLY, neighbour
 from refold.server.upstream import passed_headers
 
 log = logging.getLogger(__name__)
@@ -41,6 +49,9 @@ log = logging.getLogger(__name__)
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 _CHAT_BLOCKS = ("text", "thinking", "redacted_thinking", "tool_use")
+# the beta under which the Messages API takes ``role: system`` turns inside ``messages``
+# (Claude Code sends ``mid-conversation-system-2026-04-07``); not ``…-clear-at-…``, another one
+_IN_PLACE_BETA = re.compile(r"^mid-conversation-system-\d{4}-\d{2}-\d{2}$")
 
 
 # -- requests ----------------------------------------------------------------------------------
@@ -128,14 +139,79 @@ def _client_system(system: str | None, client: Any) -> list[dict[str, Any]] | No
     return [*blocks, {"type": "text", "text": rest}] if rest else blocks
 
 
+def _in_place_beta(headers: Any) -> bool:
+    beta = headers.get("anthropic-beta") if isinstance(headers, dict) else None
+    return isinstance(beta, str) and any(
+        _IN_PLACE_BETA.match(name.strip()) for name in beta.split(","))
+
+
+def _placed(messages: list[Message], private: dict[str, Any]) -> dict[int, Any]:
+    """The system messages of ``messages`` (the prepared view) that go to the upstream in
+    place, by index, each with the client's content for it: under the beta, each of the
+    client's ``system`` turns (``anthropic_wire.system_turns``) that is still where the client
+    had it — as many messages after it, the same text, the same roles on either side, none of
+    them a summary, and not between a tool call and its results. Compaction moves such turns
+    up to the system prompt, and one it left elsewhere (next to the summary it put in) goes
+    into ``system`` too: what the upstream gets around a summary is what it got before."""
+    turns = private.get("turns")
+    if not turns or not _in_place_beta(private.get("headers")):
+        return {}
+    wanted = {turn["after"]: turn for turn in turns}
+    lead = next((i for i, m in enumerate(messages) if m.get("role") not in ("system",
+                                                                           "developer")),
+                len(messages))
+    out: dict[int, Any] = {}
+    for index in range(lead, len(messages)):
+        message = messages[index]
+        turn = wanted.get(len(messages) - 1 - index)
+        if message.get("role") != "system" or turn is None \
+                or content_text(message) != turn["text"]:
+            continue
+        before = messages[index - 1]
+        after = messages[index + 1] if index + 1 < len(messages) else None
+        if neighbour(before) != turn["before"] or neighbour(after) != turn["next"] \
+                or is_summary_message(before) or (after and is_summary_message(after)) \
+                or before.get("tool_calls") or (after and after.get("role") == "tool"):
+            continue
+        out[index] = turn["content"]
+    return out
+
+
+def _conversation(messages: list[Message], placed: dict[int, Any]) -> dict[str, Any]:
+    """``to_anthropic`` of the prepared messages, with the ``placed`` system messages as
+    ``system`` turns where they are (their content as the client sent it) instead of in
+    ``system``; the turns on either side of one are not merged across it."""
+    if not placed:
+        return to_anthropic(messages, drop_unsigned_thinking=True)
+    system: list[str] = []
+    turns: list[dict[str, Any]] = []
+    start = 0
+    for index in [*sorted(placed), len(messages)]:
+        part = to_anthropic(messages[start:index], drop_unsigned_thinking=True)
+        if part.get("system"):
+            system.append(part["system"])
+        turns += part["messages"]
+        if index < len(messages):
+            turns.append({"role": "system", "content": copy_json(placed[index])})
+        start = index + 1
+    out: dict[str, Any] = {"messages": turns}
+    if system:
+        out["system"] = "\n\n".join(system)
+    return out
+
+
 def anthropic_request(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """The Messages request for a prepared chat body, and headers the client asked to forward."""
     private = body.get(PRIVATE) if isinstance(body.get(PRIVATE), dict) else None
     out = dict(private["request"]) if private else _from_chat_fields(body)
-    converted = to_anthropic(body.get("messages") or [], drop_unsigned_thinking=True)
+    messages = body.get("messages") or []
+    converted = _conversation(messages, _placed(messages, private) if private else {})
     out["messages"] = converted["messages"]
     marks = (private or {}).get("marks") or {}
-    _apply_marks(out["messages"], marks.get("messages") or [])
+    # the client's markers are counted among its user and assistant turns: a system turn in
+    # place keeps its own
+    _apply_marks([t for t in out["messages"] if t["role"] != "system"],
+                 marks.get("messages") or [])
     system = converted.get("system")
     head = list((private or {}).get("system_head") or [])
     blocks = _client_system(system, (private or {}).get("system"))

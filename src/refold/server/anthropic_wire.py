@@ -13,7 +13,10 @@ code for both APIs. This module is the pure half: no I/O, no app.
   upstream puts them back (``server.anthropic_upstream``); an OpenAI-compatible upstream gets
   neither. A ``system`` given as blocks rides along whole (billing block and markers
   included, with the text the chat form made of it), so an Anthropic upstream gets the
-  client's blocks as they came.
+  client's blocks as they came. So does each ``system`` turn inside ``messages`` (Claude
+  Code's agent list and reminders, ``mid-conversation-system`` beta): in the chat form it is
+  a system message in place; ``system_turns`` keeps its content as sent and where it is, so
+  an Anthropic upstream gets it back in place.
 - ``anthropic_message(completion)`` is a chat completion as an Anthropic ``message``;
   ``StreamTranslator`` turns the pipeline's ``chat.completion.chunk`` stream into Anthropic's
   event sequence (``message_start``, ``ping``, ``content_block_start/delta/stop``,
@@ -33,7 +36,7 @@ from refold._records import dataclass, field
 from refold.errors import InvalidInput, MessageValidationError
 from refold.llm.sse import CallParts, add_call
 from refold.messages.anthropic import from_anthropic, system_text, tool_input
-from refold.messages.model import Message, copy_json
+from refold.messages.model import Message, content_text, copy_json
 from refold.pricing import token_count
 from refold.server.wire import OVERLOADED, chat_functions, output_limit
 
@@ -95,10 +98,10 @@ def strip_cache_control(body: dict[str, Any]) -> tuple[dict[str, Any], CacheMark
     if not isinstance(turns, list):
         return clean, marks
     copied: list[Any] | None = None
-    # a turn's place counted from the end among the turns an Anthropic upstream gets back:
-    # a ``system`` turn in the conversation (Claude Code appends reminders so) goes into
-    # ``system``, and counted, it moved every marker before it one turn back (onto a
-    # thinking block: a 400)
+    # a turn's place counted from the end among the user and assistant turns an Anthropic
+    # upstream gets back: a ``system`` turn in the conversation (Claude Code appends reminders
+    # so) goes into ``system`` or in place, keeping its own markers, and counted, it moved
+    # every marker before it one turn back (onto a thinking block: a 400)
     from_end = 0
     places = [0] * len(turns)
     for position in range(len(turns) - 1, -1, -1):
@@ -158,6 +161,29 @@ def chat_messages(body: dict[str, Any]) -> list[Message]:
         return from_anthropic(body["messages"], system=body.get("system"), memo=True)
     except MessageValidationError as exc:
         raise InvalidInput(f"messages: {exc}") from exc
+
+
+def neighbour(message: Message | None) -> list[Any] | None:
+    """What ``system_turns`` records of the message before or after a system turn."""
+    return None if message is None else [message.get("role"), message.get("tool_call_id")]
+
+
+def system_turns(sent: list[Any], chat: list[Message]) -> list[dict[str, Any]]:
+    """The client's ``system`` turns inside ``messages``, each with its content as sent (its
+    blocks and their ``cache_control``) and its place in the chat form ``chat``: how many
+    chat messages follow it (``after``: counted from the end, as a compacted head does not
+    shift it), its text, and the role (and tool call) of the chat message before and after
+    it. Each such turn is one system message of ``chat``, the last ones in it (only the
+    top-level ``system`` comes before them)."""
+    turns = [t for t in sent if isinstance(t, dict) and t.get("role") == "system"]
+    if not turns:
+        return []
+    places = [i for i, m in enumerate(chat) if m.get("role") == "system"][-len(turns):]
+    return [{"after": len(chat) - 1 - i, "text": content_text(chat[i]),
+             "content": copy_json(turn.get("content")),
+             "before": neighbour(chat[i - 1] if i else None),
+             "next": neighbour(chat[i + 1] if i + 1 < len(chat) else None)}
+            for turn, i in zip(turns, places, strict=True)]
 
 
 def chat_tools(tools: Any) -> list[dict[str, Any]] | None:
@@ -238,6 +264,9 @@ def chat_request(raw: Any, *, anthropic_upstream: bool) -> dict[str, Any]:
         if isinstance(body.get("system"), list):  # the client's blocks, each with its marker
             out[PRIVATE]["system"] = {"blocks": copy_json(body["system"]),
                                       "text": system_text(clean.get("system"))}
+        turns = system_turns(body["messages"], out["messages"])
+        if turns:  # (an Anthropic upstream sends them in place when the client's beta says so)
+            out[PRIVATE]["turns"] = turns
     return out
 
 
