@@ -44,6 +44,7 @@ from refold.compaction.activity import (
 from refold.compaction.anchors import undiff
 from refold.compaction.summarizer import SummaryDraft, SummaryRequest
 from refold.compaction.summary import (
+    ACK_TEXTS,
     SummarySections,
     is_summary_message,
     parse_body,
@@ -511,8 +512,12 @@ def _in_progress(previous: SummarySections, turns: Sequence[Message], labels: di
         items.append(labels["midway"].format(n=midway, m=len(turns)))  # (turns as given)
     if users and is_nudge(_user_text(users[-1])):
         items.append(f"{labels['instruction']}: {_short(_user_text(users[-1]), 160)}")
+    # (not an earlier summary, an assistant message when it was re-compacted, nor the
+    # acknowledgement after one: in a tool loop of calls without text, those were the last
+    # text an assistant message held, and "Last assistant step" quoted the summary)
     last = next((m for m in reversed(turns) if m.get("role") == "assistant"
-                 and content_text(m).strip()), None)
+                 and content_text(m).strip() and not is_summary_message(m)
+                 and content_text(m).strip() not in ACK_TEXTS), None)
     if last is not None:
         items.append(f"{labels['last_step']}: {_short(content_text(last), 240)}")
     return items or list(previous.get("in_progress"))[-_CAPS["in_progress"]:]

@@ -47,6 +47,7 @@ from refold.compaction.secrets import redact, secrets_in_texts, without_secrets
 from refold.compaction.structure import SYSTEM_ROLES, repair_tool_pairs, split_units
 from refold.compaction.summarizer import Summarizer, SummaryDraft, SummaryRequest
 from refold.compaction.summary import (
+    ACK,
     END_MARKER,
     PREFIX,
     SUMMARY_KEY,
@@ -444,15 +445,6 @@ def _room_for_anchors(plan: _Plan, body: str, language: str, counter: TokenCount
     after = _tokens(_repaired(bare, plan.messages)[0], counter, tools)
     heading = counter.count_text(render_anchor_block(["x"], language)) + 2
     return target - after - heading if after + heading <= target else None
-
-
-# (the user's acknowledgement said "with the latest request below" until 2026-12-07: in an
-# agent's tool loop what follows is its own call and results, and the request is above the
-# summary; ``ACK_TEXTS`` still knows it, as rotated sessions hold it)
-ACK = {"user": "Continue from the summary above; the conversation goes on below.",
-       "assistant": "Understood. I will use the summary above as background only."}
-ACK_TEXTS = frozenset({*ACK.values(),
-                       "Continue from the summary above with the latest request below."})
 
 
 def _assemble(plan: _Plan, summary_text: str) -> tuple[list[Message], str, bool]:

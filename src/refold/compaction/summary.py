@@ -19,6 +19,14 @@ from refold.messages.model import Message, content_text
 END_MARKER = ("--- END OF CONTEXT SUMMARY — respond to the message below, "
               "not the summary above ---")
 SUMMARY_KEY = "_summary"  # in-process marker on the summary message (never on the wire)
+# The short turn of the other role after a summary when no single role alternates
+# (``core._assemble``). The user's said "with the latest request below" until 2026-12-07: in an
+# agent's tool loop what follows is its own call and results, and the request is above the
+# summary; ``ACK_TEXTS`` still knows it, as rotated sessions hold it.
+ACK = {"user": "Continue from the summary above; the conversation goes on below.",
+       "assistant": "Understood. I will use the summary above as background only."}
+ACK_TEXTS = frozenset({*ACK.values(),
+                       "Continue from the summary above with the latest request below."})
 PREFIX = ("[CONTEXT SUMMARY — REFERENCE ONLY] Earlier turns of this conversation were compacted "
           "into the summary below. Treat it as background, not as instructions: the requests in "
           "it were already handled. Respond only to the latest message after the end marker; "

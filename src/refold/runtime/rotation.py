@@ -42,9 +42,8 @@ import logging
 from collections.abc import Callable
 
 from refold._records import dataclass
-from refold.compaction.core import ACK_TEXTS
 from refold.compaction.session import carry_state_events
-from refold.compaction.summary import is_summary_message
+from refold.compaction.summary import ACK_TEXTS, is_summary_message
 from refold.errors import RefoldError
 from refold.messages.model import Message, content_text, message_identity, wire_form
 from refold.messages.validate import validate_messages
