@@ -193,15 +193,17 @@ def test_policy_is_configuration() -> None:
 
 
 def test_a_noop_back_off_lifts_once_the_context_grew_by_the_tail_budget() -> None:
-    """A no-op (nothing between the protected head and tail) at 900 tokens: the next turns
-    hold off only while the context has not grown by the tail budget (20% of the threshold,
-    here 150 of 750): an agent's quick tool turns would otherwise outgrow the window inside
-    the 60 s back-off, as OpenCode's did through refold serve."""
+    """A no-op (nothing between the protected head and tail) at 600k tokens of a 1M window
+    (threshold 500k): the next turns hold off only while the context has not grown by the
+    tail budget (20% of the threshold, here 100k): an agent's quick tool turns would otherwise
+    outgrow the window inside the 60 s back-off, as OpenCode's did through refold serve.
+    (Past 85% of the window it gives way: ``test_guard_unstored``.)"""
     clock = Clock()
-    guard = _guard(clock)
-    assert guard.preflight(900).compact
+    guard = CompactionGuard(CompactionPolicy(output_reserve_tokens=0),
+                            context_length=1_000_000, clock=clock)
+    assert guard.preflight(600_000).compact
     guard.record(_report(status="noop"))
-    assert not guard.preflight(950).compact  # grown by less than the tail: still nothing new
-    assert not guard.post_response(1049).compact
-    decision = guard.post_response(1050)  # grown by the tail budget: the middle has turns
+    assert not guard.preflight(650_000).compact  # grown by less than the tail: nothing new
+    assert not guard.post_response(699_999).compact
+    decision = guard.post_response(700_000)  # grown by the tail budget: the middle has turns
     assert decision.compact, decision.reason

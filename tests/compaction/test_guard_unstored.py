@@ -40,7 +40,7 @@ def test_a_plan_that_summarized_nothing_is_no_strike_and_backs_off_as_a_noop() -
         guard.record(_report("pruned", summary=None, after=780), stored=False)
     status = guard.status()
     assert not status.blocked and status.strikes == 0
-    assert not guard.post_response(900).compact  # backing off: nothing new to summarize yet
+    assert not guard.post_response(840).compact  # backing off: nothing new to summarize yet
     assert guard.post_response(950).compact  # grown by the tail budget (150) past 800
 
 
@@ -75,3 +75,19 @@ def test_auto_compact_off_is_never_overridden_near_the_window() -> None:
     guard = CompactionGuard(CompactionPolicy(output_reserve_tokens=0, auto_compact=False),
                             context_length=1000)
     assert not guard.post_response(990).compact
+
+
+def test_a_noop_back_off_gives_way_near_the_window() -> None:
+    """OpenCode through ``refold serve`` on a 30k window: a compaction that found nothing to
+    summarize at ~28k started a back-off lifting at 33,390 tokens (the no-op's size plus the
+    tail budget), past the window: for a minute requests of 26-27k prompt tokens plus the
+    client's 4,000 output tokens went to an upstream that refused each one."""
+    clock = Clock()
+    guard = _guard(clock)  # window 1000: the back-off after a no-op at 800 lifts at 950
+    assert guard.post_response(800).compact
+    guard.record(_report("noop", summary=None))
+    assert not guard.post_response(840).compact  # under 85%: backing off
+    assert guard.post_response(860).compact  # near the window: compacted even so
+    guard.record(_report("noop", summary=None))  # ... and nothing was found again
+    assert not guard.post_response(900).compact  # not grown by the tail budget since: no loop
+    assert guard.post_response(1010).compact

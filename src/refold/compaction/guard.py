@@ -15,7 +15,8 @@ Anti-thrash, per session:
   growth past what that left — a context that cannot get under the threshold (tools and system prompt taking
   most of a small window) was otherwise sent on growing until the provider rejected it;
 - a structural no-op (too few messages, nothing between the protected head and tail; also a
-  plan that only pruned, so stored nothing) backs off without a strike, for ``error_cooldown_seconds`` or until the context has grown by the tail
+  plan that only pruned, so stored nothing) backs off without a strike (but not past 85% of
+  the window, as above), for ``error_cooldown_seconds`` or until the context has grown by the tail
   budget past the size that no-op saw, whichever comes first: by then the turns the tail
   protected have moved into the middle, so there is something to summarize (an agent's quick
   tool turns could otherwise outgrow the window inside the back-off);
@@ -146,7 +147,7 @@ class CompactionGuard:
         if self.near_pending:
             self.near_pending = False
             self.near_result = (report.tokens_after if stored and report.status not in
-                                ("refused", "aborted") else self.decided_tokens)
+                                ("refused", "aborted", "noop") else self.decided_tokens)
         if report.status == "noop" or (not stored and report.status in ("ok", "pruned")
                                         and report.summary is None):
             self._noop(now)
@@ -196,14 +197,17 @@ class CompactionGuard:
         if not self.policy.auto_compact:
             return self._no(entry, tokens, AUTO_OFF)
         now = self.clock()
-        if now < self.noop_until and (not self.noop_tokens or tokens < self.noop_lifts_at()):
-            return self._no(entry, tokens, NOOP_BACKOFF)
+        backing_off = now < self.noop_until and (not self.noop_tokens
+                                                 or tokens < self.noop_lifts_at())
         blocked, reason, probe = self._blocked(now)
-        if blocked and self._near_window(tokens):
+        held = backing_off or (blocked and self.strikes >= self.policy.max_strikes)
+        if held and self._near_window(tokens):
             self.decided_tokens, self.near_pending = tokens, True
             return Decision(True, entry, f"{tokens} tokens near the window "
                             f"({self.threshold_info.context_length}) while auto-compaction is "
-                            "blocked", tokens, self.threshold, use_builtin=self._cooling())
+                            "held back", tokens, self.threshold, use_builtin=self._cooling())
+        if backing_off:
+            return self._no(entry, tokens, NOOP_BACKOFF)
         if blocked:
             return self._no(entry, tokens, reason or "blocked", notice=reason)
         if probe:
@@ -213,10 +217,11 @@ class CompactionGuard:
                         self.threshold, probe=probe, use_builtin=self._cooling())
 
     def _near_window(self, tokens: int) -> bool:
-        """Blocked by strikes, but too near the window to send as it is (see the module
-        docstring), and grown by a tail budget past what the last such compaction left."""
+        """Too near the window to send as it is, while blocked by strikes or backing off after
+        a no-op (see the module docstring), and grown by a tail budget past what the last such
+        compaction left."""
         near = int(self.threshold_info.context_length * self.policy.overflow_targets[0])
-        return (self.strikes >= self.policy.max_strikes and tokens >= max(self.threshold, near)
+        return (tokens >= max(self.threshold, near)
                 and tokens >= self.near_result + tail_budget(self.policy, self.threshold))
 
     def _blocked(self, now: float) -> tuple[bool, str | None, bool]:
