@@ -10,13 +10,16 @@ import openai
 
 from refold.testing import serve
 
-BIG = "long " * 3000  # one message far over a 1000-token window: nothing to summarize
+# one message over the threshold of a 3,800-token window (2,850) and under 85% of it (3,230),
+# where a due compaction held back by the back-off is not yet overridden (past 85% it is:
+# ``tests/compaction/test_guard_unstored.py``): nothing to summarize
+BIG = "long " * 3000
 
 
 def test_the_proxy_reports_the_noop_and_the_pause_in_its_header(
         start_one_proxy: Any) -> None:
     with serve(default=lambda _b: "ok") as up:
-        proxy = start_one_proxy(up, context_length=1000)
+        proxy = start_one_proxy(up, context_length=3800)
         client = openai.OpenAI(base_url=proxy.base_url, api_key="none", max_retries=0)
         headers = {"X-Refold-Session": "paused"}
         history: list[Any] = [{"role": "user", "content": BIG}]
