@@ -12,12 +12,13 @@ Anti-thrash, per session:
   probe is allowed: effective → unblocked, ineffective → blocked again. The block holds between
   the threshold and the window, not past it: a context at ``overflow_targets[0]`` (85%) of the
   window is still compacted (as small as it goes), then again only after a tail budget of
-  growth past what that left — a context that cannot get under the threshold (tools and system prompt taking
-  most of a small window) was otherwise sent on growing until the provider rejected it;
+  growth past what that left — a context that cannot get under the threshold (tools and a
+  system prompt taking most of a small window) was otherwise sent on growing until the
+  provider rejected it;
 - a structural no-op (too few messages, nothing between the protected head and tail; also a
   plan that only pruned, so stored nothing) backs off without a strike (but not past 85% of
-  the window, as above), for ``error_cooldown_seconds`` or until the context has grown by the tail
-  budget past the size that no-op saw, whichever comes first: by then the turns the tail
+  the window, as above), for ``error_cooldown_seconds`` or until the context has grown by the
+  tail budget past the size that no-op saw, whichever comes first: by then the turns the tail
   protected have moved into the middle, so there is something to summarize (an agent's quick
   tool turns could otherwise outgrow the window inside the back-off);
 - summarizer failures start cooldowns: timeouts 60 → 300 → 900 s, other retryable errors 60 s

@@ -80,8 +80,9 @@ def derived_ref(owner: str, history: Sequence[Message], client: str | None = Non
     across changes of its system prompt): its first user message that is a request, not the
     context an agent sends ahead of every task (``_context_only``) — and the agent's own id of
     the conversation when it sends one (``client_conversation``): two of its conversations
-    that open alike are two families then, not branches of one (a continued conversation
-    whose id changed is still found, as the window of the session holding it)."""
+    that open alike are two families then, not branches of one (a conversation that goes on
+    under another id, or began before its agent sent one, is found by its opening and first
+    reply: ``_continued``)."""
     first = _first_request(history)
     if client:
         return _digest([owner, first, {"client conversation": client}])
