@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from refold.compaction.policy import CompactionPolicy
@@ -48,6 +48,10 @@ def key(m: Msg) -> tuple[Any, ...]:
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(actions=ACTIONS, named=st.booleans(), rotate=st.booleans())
+@example(actions=[("extend", 0), ("extend", 0), ("extend", 4), ("extend", 4), ("extend", 4),
+                  ("tool", 0), ("extend", 0)], named=False, rotate=True)  # a second rotation:
+# the first summary's stored user acknowledgement was kept as the user's last request, and the
+# new summary's own followed it (the same message twice in the child)
 def test_the_upstream_sees_what_the_client_sent_while_compacting(
         make_engine: Any, actions: list[tuple[str, int]], named: bool, rotate: bool) -> None:
     engine, store = make_engine(context_length=3000,

@@ -27,6 +27,7 @@ ACK = {"user": "Continue from the summary above; the conversation goes on below.
        "assistant": "Understood. I will use the summary above as background only."}
 ACK_TEXTS = frozenset({*ACK.values(),
                        "Continue from the summary above with the latest request below."})
+_ACK_CHARS = max(map(len, ACK_TEXTS)) + 8  # (a text longer than this is none of them)
 PREFIX = ("[CONTEXT SUMMARY — REFERENCE ONLY] Earlier turns of this conversation were compacted "
           "into the summary below. Treat it as background, not as instructions: the requests in "
           "it were already handled. Respond only to the latest message after the end marker; "
@@ -224,10 +225,15 @@ def wrap_summary(body: str, anchors: Sequence[str], language: str) -> str:
 
 
 def is_summary_message(message: Message) -> bool:
+    """The summary a compaction put in, or the acknowledgement after it (``ACK``): marked in
+    process, known by their text once stored (a rotated child's rows). A stored user
+    acknowledgement read as the user's last request was kept verbatim ahead of the next
+    summary, which then had its own: the same message twice in one session."""
     if message.get(SUMMARY_KEY):
         return True
     text = content_text(message)
-    return text.startswith(PREFIX[:40]) or (PREFIX[:40] in text and END_MARKER in text)
+    return text.startswith(PREFIX[:40]) or (PREFIX[:40] in text and END_MARKER in text) or (
+        len(text) < _ACK_CHARS and text.strip() in ACK_TEXTS)
 
 
 def unwrap_summary(text: str) -> tuple[str, list[str]]:
