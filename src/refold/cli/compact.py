@@ -217,13 +217,15 @@ def context_cmd(app: AppContext, session: str, context_length: int | None, model
     # the snapshot the session's prompt was frozen with; memory written since shows only in
     # new sessions, so the current files stand in only for a session that has none
     from refold.runtime.engine import frozen_snapshot
+    from refold.runtime.recorded import recorded_tools_tokens
 
     memory = frozen_snapshot(app.store, found.id)
     source = "files" if memory is None else "snapshot"
     breakdown = context_breakdown(app.store.projection(found.id), model=model,
                                   context_length=context_length or settings.context_length,
                                   system_prompt=recorded_system_prompt(app.store, found.id),
-                                  memory=_memory_text(settings) if memory is None else memory)
+                                  memory=_memory_text(settings) if memory is None else memory,
+                                  tools_tokens=recorded_tools_tokens(app.store, found.id))
     emit({**breakdown.as_dict(), "memory_source": source}, as_json, _render_context)
 
 

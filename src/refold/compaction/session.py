@@ -45,9 +45,9 @@ from refold.tokens.counter import TokenCounter
 from refold.tokens.models import get_counter
 
 # Event kinds whose latest payload is the session's current state (not a log): the runtime's
-# recorded client system prompt and the ``todo`` tool's list (refold.tools.todo.EVENT_KIND;
-# named here because tools sit above compaction).
-STATE_EVENT_KINDS = ("system_prompt", "todo")
+# recorded client system prompt, the ``todo`` tool's list (refold.tools.todo.EVENT_KIND;
+# named here because tools sit above compaction) and its tools' size (refold.runtime.recorded).
+STATE_EVENT_KINDS = ("system_prompt", "todo", "tools")
 
 
 def carry_state_events(store: Store, parent_id: str, child_id: str,
@@ -301,8 +301,10 @@ class ContextBreakdown:
 def context_breakdown(projection: Projection, *, context_length: int, model: str | None = None,
                       counter: TokenCounter | None = None, system_prompt: str | None = None,
                       memory: str | None = None, tools: Sequence[dict[str, Any]] | None = None,
-                      policy: CompactionPolicy | None = None) -> ContextBreakdown:
-    """Count what fills the window: system, memory, summary, kept head, tail by role, tools."""
+                      policy: CompactionPolicy | None = None,
+                      tools_tokens: int | None = None) -> ContextBreakdown:
+    """Count what fills the window: system, memory, summary, kept head, tail by role, tools
+    (``tools_tokens`` without ``tools``: their size as the session recorded it)."""
     counter = counter or get_counter(model)
     parts: dict[str, int] = {"system": 0, "memory": 0, "summary": 0, "head": 0}
     if system_prompt:
@@ -322,7 +324,7 @@ def context_breakdown(projection: Projection, *, context_length: int, model: str
         if role == "tool":
             tool_outputs += n
     parts["tool_outputs"] = tool_outputs
-    parts["tools"] = counter.count_tools(tools)
+    parts["tools"] = counter.count_tools(tools) if tools else max(0, tools_tokens or 0)
     total = sum(v for k, v in parts.items() if k != "tool_outputs")
     threshold = threshold_for(policy or CompactionPolicy(), context_length, model).tokens
     return ContextBreakdown(projection.session_id, parts, total, threshold, context_length,
