@@ -86,6 +86,7 @@ def test_a_noop_back_off_gives_way_near_the_window() -> None:
     guard = _guard(clock)  # window 1000: the back-off after a no-op at 800 lifts at 950
     assert guard.post_response(800).compact
     guard.record(_report("noop", summary=None))
+    assert guard.noop_lifts_at() == 950 and guard.pause_ends_at() == 850  # what a notice says
     assert not guard.post_response(840).compact  # under 85%: backing off
     assert guard.post_response(860).compact  # near the window: compacted even so
     guard.record(_report("noop", summary=None))  # ... and nothing was found again

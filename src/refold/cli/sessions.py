@@ -170,9 +170,10 @@ def _texts(message: dict[str, Any]) -> list[str]:
     """Each text part of ``message`` (its content when a string), with the wrapped blocks that
     open it taken off and its whitespace runs made single spaces."""
     content = message.get("content")
-    parts = [content] if isinstance(content, str) else [
-        p.get("text") for p in content or [] if isinstance(p, dict)] \
-        if isinstance(content, list) else [content_text(message)]
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict)]
+    else:
+        parts = [content if isinstance(content, str) else content_text(message)]
     out = []
     for part in parts:
         if not isinstance(part, str):

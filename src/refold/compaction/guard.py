@@ -219,11 +219,20 @@ class CompactionGuard:
 
     def _near_window(self, tokens: int) -> bool:
         """Too near the window to send as it is, while blocked by strikes or backing off after
-        a no-op (see the module docstring), and grown by a tail budget past what the last such
-        compaction left."""
+        a no-op (see the module docstring)."""
+        return tokens >= self._near_from()
+
+    def _near_from(self) -> int:
+        """The context size from which a held-back compaction runs anyway: 85% of the window
+        (never under the threshold), and a tail budget past what the last such one left."""
         near = int(self.threshold_info.context_length * self.policy.overflow_targets[0])
-        return (tokens >= max(self.threshold, near)
-                and tokens >= self.near_result + tail_budget(self.policy, self.threshold))
+        return max(self.threshold, near,
+                   self.near_result + tail_budget(self.policy, self.threshold))
+
+    def pause_ends_at(self) -> int:
+        """The context size from which the back-off after a no-op no longer holds (what a
+        notice of it says): grown by the tail budget, or near the window, whichever is first."""
+        return min(self.noop_lifts_at(), self._near_from())
 
     def _blocked(self, now: float) -> tuple[bool, str | None, bool]:
         if not self.policy.auto_compact:

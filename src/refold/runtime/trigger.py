@@ -84,7 +84,7 @@ class Trigger:
         if decision.reason == NOOP_BACKOFF:
             self._warnings.append(
                 f"auto-compaction paused for {int(remaining) + 1} s more (or until the context "
-                f"reaches {self.guard.noop_lifts_at()} tokens) after a compaction found nothing "
+                f"reaches {self.guard.pause_ends_at()} tokens) after a compaction found nothing "
                 f"to summarize; the context is {decision.tokens} tokens "
                 f"(threshold {self.guard.threshold})")
         return decision
@@ -136,7 +136,7 @@ class Trigger:
             seconds = int(max(0.0, self.guard.noop_until - self.guard.clock())) + 1
             return (f"compaction skipped: {report.reason or 'nothing to summarize'}; "
                     f"auto-compaction waits {seconds} s before trying again, or until the "
-                    f"context reaches {self.guard.noop_lifts_at()} tokens")
+                    f"context reaches {self.guard.pause_ends_at()} tokens")
         if report.status == "aborted":
             why = report.reason or report.error_kind or "the summarizer failed"
             return (f"compaction aborted: {why}; this attempt stored nothing, and the summary "

@@ -84,11 +84,13 @@ def derived_ref(owner: str, history: Sequence[Message], client: str | None = Non
     under another id, or began before its agent sent one, is found by its opening and first
     reply: ``_continued``)."""
     first = _first_request(history)
-    if client:
-        return _digest([owner, first, {"client conversation": client}])
     if type(first) is str and len(first) <= _REMEMBERED_CHARS:
-        return _text_ref(owner, first)  # (every turn of a conversation asks again)
-    return _digest([owner, first])
+        return _text_ref(owner, first, client)  # (every turn of a conversation asks again)
+    return _digest(_ref_parts(owner, first, client))
+
+
+def _ref_parts(owner: str, first: object, client: str | None) -> list[object]:
+    return [owner, first, {"client conversation": client}] if client else [owner, first]
 
 
 # The headers agents send with every request of one conversation, its id in the agent: Claude
@@ -165,8 +167,8 @@ _REMEMBERED_CHARS = 2048
 
 
 @functools.lru_cache(maxsize=256)
-def _text_ref(owner: str, first: str) -> str:
-    return _digest([owner, first])
+def _text_ref(owner: str, first: str, client: str | None = None) -> str:
+    return _digest(_ref_parts(owner, first, client))
 
 
 def legacy_ref(owner: str, history: Sequence[Message]) -> str:
