@@ -1,5 +1,6 @@
 """What the ``refold import`` tests of agent databases share: the CLI on a fresh home under
-``tmp_path``, its JSON output, and the messages it stored."""
+``tmp_path``, its JSON output, and the messages it stored (``conftest``'s ``origin`` and
+``other``: two homes, for an export from one imported into the other)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from refold.store.base import StoredMessage
 from refold.store.sqlite import SQLiteStore
 
 Run = Callable[..., Result]
+# a Claude Code transcript the package ships (36 messages), what the export tests import
+SAMPLE = Path(__file__).resolve().parents[2] / "src" / "refold" / "data" / "sample_session.jsonl"
 
 
 def cli_on_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:

@@ -12,24 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from import_cli import Run, cli_on_home, ok_json
+from import_cli import SAMPLE, Run, cli_on_home, ok_json
 
 from refold.store.base import Session
 from refold.store.sqlite import SQLiteStore
-
-SAMPLE = Path(__file__).resolve().parents[2] / "src" / "refold" / "data" / "sample_session.jsonl"
-
-
-@pytest.fixture
-def origin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
-    (tmp_path / "a").mkdir()
-    return cli_on_home(tmp_path / "a", monkeypatch)
-
-
-@pytest.fixture
-def other(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
-    (tmp_path / "b").mkdir()
-    return cli_on_home(tmp_path / "b", monkeypatch)
 
 
 def _lines(path: Path, *contents: str, role: str = "user") -> Path:

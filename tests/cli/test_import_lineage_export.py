@@ -7,24 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-from import_cli import Run, cli_on_home, ok_json
+from import_cli import SAMPLE, Run, ok_json
 
 from refold.store.sqlite import SQLiteStore
-
-SAMPLE = Path(__file__).resolve().parents[2] / "src" / "refold" / "data" / "sample_session.jsonl"
-
-
-@pytest.fixture
-def origin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
-    (tmp_path / "a").mkdir()
-    return cli_on_home(tmp_path / "a", monkeypatch)
-
-
-@pytest.fixture
-def other(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
-    (tmp_path / "b").mkdir()
-    return cli_on_home(tmp_path / "b", monkeypatch)
 
 
 def test_a_lineage_export_keeps_its_links(tmp_path: Path, origin: Run, other: Run) -> None:
