@@ -6,12 +6,12 @@ it was in last and the family's first (the middle one of three was never flushed
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import openai
+from serve_process import wait_for
 
 from refold.runtime.memory_flush import EVENT
 from refold.store import Store
@@ -27,13 +27,6 @@ FACTS = ["Remember that the billing service listens on port 7101.",
 
 def _memory_text(home: Path) -> str:
     return "".join(p.read_text(encoding="utf-8") for p in (home / "memories").glob("*.md"))
-
-
-def _wait_for(check: Callable[[], bool], seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "condition never reached"
-        time.sleep(0.02)
 
 
 def _conversations(client: openai.OpenAI) -> None:
@@ -69,7 +62,8 @@ def test_every_branch_is_flushed_when_the_proxy_stops(
         ids = _family(store)
         assert all(_reasons(store, sid) == [] for sid in ids)  # nothing ended yet
         proxy.server.should_exit = True  # shutdown closes the cached runtime and the engine
-        _wait_for(lambda: all(_reasons(store, sid) for sid in ids))
+        wait_for(lambda: all(_reasons(store, sid) for sid in ids), "every branch flushed",
+                 10)
     assert {sid: _reasons(store, sid) for sid in ids} == {sid: ["session_end"] for sid in ids}
     saved = _memory_text(home)
     assert all(f"port {port}" in saved for port in (7101, 7202, 7303)), saved
@@ -86,7 +80,8 @@ def test_every_branch_is_flushed_when_their_runtime_leaves_the_cache(
         client.chat.completions.create(  # capacity 1: the family's runtime leaves the cache
             model="m", messages=[{"role": "user", "content": "hello"}],
             extra_headers={"X-Refold-Session": "other"})
-        _wait_for(lambda: all(_reasons(store, sid) for sid in ids))  # the proxy still runs
+        wait_for(lambda: all(_reasons(store, sid) for sid in ids), "every branch flushed",
+                 10)  # the proxy still runs
         assert {sid: _reasons(store, sid) for sid in ids} == \
             {sid: ["session_end"] for sid in ids}
         saved = _memory_text(home)
