@@ -118,3 +118,21 @@ def test_the_engine_keeps_compacting_after_a_request_mid_run(tmp_path: Any) -> N
     finally:
         engine.close()
         store.close()
+
+
+def test_a_request_with_nothing_summarized_after_it_stays_after_the_summary() -> None:
+    # The tail reached exactly to the message after the request: moved ahead of the summary,
+    # the summary said "14 of the 14 messages summarized here came before it, the rest after"
+    # (there was no rest) and the live request sat above "the requests in it were handled"
+    # (seen with the real Codex CLI through refold serve)
+    for steps, at, window in ((12, 8, 3000), (20, 13, 5250)):
+        messages = _run("Fix the failing test in src/app.py", steps, notice_at=at)
+        result = compact(messages, context_length=window)
+        out = result.messages
+        assert result.report.summarized > 0
+        at_summary = next(i for i, m in enumerate(out) if m.get("_summary"))
+        assert out[at_summary + 1].get("content") == NOTICE  # the tail's first message
+        assert [m.get("content") for m in out].count(NOTICE) == 1
+        assert "came in during this work" not in (result.report.summary or "")
+        for provider in ("openai", "anthropic", "strict"):
+            assert provider_problems(out, provider) == [], provider

@@ -274,6 +274,10 @@ def _cut(messages: list[Message], policy: CompactionPolicy, counter: TokenCounte
     tail_start = tail(head_end, spare=(last,) if keep else ())
     if not keep or tail_start <= last:
         return _junction(messages, units, head_end, tail_start)
+    if tail_start == last + 1:  # nothing summarized comes after it: it stays where it was,
+        # after the summary, as the tail's first message (moved ahead, the summary said the
+        # work came "before and after" it and the request read as handled)
+        return _junction(messages, units, head_end, last)
     moved = [*messages[:head_end], messages[last], *messages[head_end:last],
              *messages[last + 1:]]
     required = tuple(head_end if i == last else i + 1 if head_end <= i < last else i
