@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from refold.store import Store
-from refold.testing import serve
+from refold.testing import ScriptedReply, serve
 
 ProxyFactory = Callable[..., Any]
 OPENING = {"role": "user", "content": "What did we do so far?"}
@@ -99,3 +99,30 @@ def test_an_agent_whose_id_changes_every_request_still_stores_each_message_once(
     assert answered == {session.id}
     said = [str(r.message["content"]) for r in postgres_store.get_messages(session.id)]
     assert said == [str(m["content"]) for m in history[1:]]
+
+
+def test_a_tool_call_reply_re_spelled_by_the_agent_still_continues_its_session(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """OpenCode re-sends a call's reply with ``content: ""`` and compact arguments: under a new
+    id (``opencode run --session X --fork``) the conversation was stored again whole, as an
+    unlinked session, and searches found its opening twice."""
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "read", "arguments": '{"filePath": "/p/notes.txt"}'}}
+    with serve([ScriptedReply(content=None, tool_calls=[call]), "done", "again"]) as up:
+        client = openai.OpenAI(base_url=start_proxy(up).base_url, api_key="x",
+                               max_retries=0)
+        history: list[dict[str, Any]] = [{"role": "user", "content": "read notes.txt"}]
+        raw = client.chat.completions.with_raw_response.create(
+            model="m", messages=history,  # type: ignore[arg-type]
+            extra_headers={"x-session-id": "ses_a"})
+        first = raw.headers["x-refold-session"]
+        assert raw.parse().choices[0].message.tool_calls
+        history += [{"role": "assistant", "content": "", "tool_calls": [
+                        {**call, "function": {"name": "read",
+                                              "arguments": '{"filePath":"/p/notes.txt"}'}}]},
+                    {"role": "tool", "tool_call_id": "call_1", "content": "alpha-one"}]
+        assert turn(client, history, "ses_a", "x-session-id") == first
+        history.append({"role": "user", "content": "and the forked path"})
+        assert turn(client, history, "ses_fork", "x-session-id") == first  # another id
+    [session] = sqlite_store.list_sessions()
+    assert len(sqlite_store.get_messages(session.id)) == len(history)  # each message once

@@ -345,6 +345,7 @@ def _continued(engine: EngineLike, owner: str, history: Sequence[Message]) -> st
     or continued under another one (a resumed run, an agent whose id is not stable), rather
     than a new one that opens alike (the same first request, then no reply or another)."""
     from refold.messages.model import chain_identities
+    from refold.runtime.chain import comparable, resent
     from refold.runtime.mirror import leading_system
 
     store = getattr(engine, "store", None)
@@ -354,7 +355,11 @@ def _continued(engine: EngineLike, owner: str, history: Sequence[Message]) -> st
     identities = chain_identities(conversation)
     for session_id in store.sessions_opening_with(identities[0], owner=owner, limit=8):
         rows = store.get_messages(session_id, limit=2)
-        if [r.identity for r in rows] == identities:
+        # the reply as the agent re-sends it: OpenCode spells a call's reply with content ""
+        # and its arguments compact (``chain.resent``, as the turn path reads it)
+        if len(rows) == 2 and rows[0].identity == identities[0] and (
+                rows[1].identity == identities[1]
+                or resent(dict(conversation[1]), comparable(dict(rows[1].message)))):
             session = store.get_session(session_id)
             return session.title or session.id
     return None
