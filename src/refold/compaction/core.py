@@ -59,7 +59,7 @@ from refold.compaction.summary import (
     wrap_summary,
 )
 from refold.errors import InvalidInput, SummarizerError
-from refold.messages.model import Message, content_text
+from refold.messages.model import Message, canonical_json, content_text
 from refold.messages.validate import validate_messages
 from refold.tokens.counter import REPLY_PRIMING, MessageCounter, TokenCounter
 from refold.tokens.models import get_counter
@@ -137,6 +137,9 @@ class _Plan:
     midway: int = 0  # summarized messages before a request kept ahead of the summary (_Cut)
     required: tuple[int, ...] = ()  # the last real user and assistant messages (_Cut)
     notes: tuple[str, ...] = ()
+    # repeated system turns left out when moved up (``_order_system_first``): the input's
+    # index of the tail is ``tail_start`` plus this
+    removed: int = 0
 
 
 def provider_notes_of(notes: Sequence[str] | str | None) -> tuple[str, ...]:
@@ -170,14 +173,52 @@ def _previous_summary(messages: Sequence[Message], given: str | None
     return idx, (given if given is not None else body), anchors
 
 
-def _order_system_first(messages: Sequence[Message]) -> list[Message]:
-    """Mid-conversation system messages move up to the system prefix (never summarized)."""
+def _order_system_first(messages: Sequence[Message], before: int | None = None
+                        ) -> list[Message]:
+    """Mid-conversation system messages move up to the system prefix (never summarized); with
+    ``before``, only those before that index (the ones after it stay where they are)."""
     lead = system_prefix_end(messages)
-    late = [m for m in messages[lead:] if m.get("role") in SYSTEM_ROLES]
+    end = len(messages) if before is None else max(lead, before)
+    late = [m for m in messages[lead:end] if m.get("role") in SYSTEM_ROLES]
     if not late:
         return list(messages)
-    rest = [m for m in messages[lead:] if m.get("role") not in SYSTEM_ROLES]
-    return list(messages[:lead]) + late + rest
+    rest = [m for m in messages[lead:end] if m.get("role") not in SYSTEM_ROLES]
+    # one of each: an agent repeats a reminder ("the task tools haven't been used recently"),
+    # and every copy moved up stayed in the prefix for good (the stored rows keep them all)
+    seen = {canonical_json([m.get("role"), m.get("content")]) for m in messages[:lead]}
+    once = []
+    for message in late:
+        key = canonical_json([message.get("role"), message.get("content")])
+        if key not in seen:
+            seen.add(key)
+            once.append(message)
+    return list(messages[:lead]) + once + rest + list(messages[end:])
+
+
+def _tail_keeps_system_turns(messages: Sequence[Message], plan: _Plan, policy: CompactionPolicy,
+                             counter: TokenCounter, room: int, count: int,
+                             previous: tuple[str | None, list[str]]
+                             ) -> tuple[list[Message], _Plan] | None:
+    """The plan again with the system turns of the kept tail left in place, or None (there are
+    none, or the tail then moves so that one of them would be summarized).
+
+    An agent's reminders inside the conversation (Claude Code's, under Anthropic's
+    ``mid-conversation-system`` beta) moved up to the prefix from the tail: the tail kept no
+    longer lined up with the stored rows and no checkpoint could be stored, so the context
+    grew past the window; and the provider's cache of the prompt was rebuilt."""
+    if plan.tail_start <= plan.head_end or plan.tail_start >= len(plan.messages):
+        return None
+    first = plan.messages[plan.tail_start]
+    at = next((i for i, m in enumerate(messages) if m is first), None)
+    if at is None or not any(m.get("role") in SYSTEM_ROLES for m in messages[at:]):
+        return None
+    ordered = _order_system_first(messages, before=at)
+    again = _plan(ordered, policy, counter, room, count, previous)
+    lead = system_prefix_end(ordered)
+    if again.tail_start <= again.head_end or any(
+            m.get("role") in SYSTEM_ROLES for m in again.messages[lead:again.tail_start]):
+        return None
+    return ordered, again
 
 
 def _head_end(messages: list[Message], units: Sequence[Any], sys_end: int, head_n: int,
@@ -497,7 +538,7 @@ def compact(messages: Sequence[Message], *, context_length: int,
     threshold = threshold_for(policy, context_length, model)
     target = max(1, target_tokens if target_tokens is not None else threshold.tokens)
     ordered = _order_system_first(messages)
-    before = _tokens(ordered, counter, tools)
+    before = _tokens(messages, counter, tools)
     prev_idx, prev_body, prev_anchors = _previous_summary(ordered, previous_summary)
     count = compaction_count if compaction_count is not None else (1 if prev_idx is not None
                                                                     else 0)
@@ -517,6 +558,12 @@ def compact(messages: Sequence[Message], *, context_length: int,
     # definitions got a tail that could never fit, and overflowed on every retry)
     room = max(1, target - counter.count_tools(tools))
     plan = _plan(ordered, policy, counter, room, count, (prev_body, prev_anchors))
+    if ordered != list(messages):  # (the system turns were moved: those of the tail go back)
+        kept = _tail_keeps_system_turns(messages, plan, policy, counter, room, count,
+                                        (prev_body, prev_anchors))
+        if kept is not None:
+            ordered, plan = kept
+    plan.removed = len(messages) - len(ordered)
     plan.notes = provider_notes_of(provider_notes)
     return _finish(plan, messages, summarizer, fallback, counter, policy, target, before,
                    tools, common)
@@ -590,7 +637,7 @@ def _finish(plan: _Plan, original: Sequence[Message], summarizer: Summarizer,
     common.update(tokens_after=after, fits=fits)
     report = CompactionReport(
         status=status, reason=reason, messages_before=len(original), messages_after=len(result),
-        head_end=plan.head_end, tail_start=plan.tail_start,
+        head_end=plan.head_end, tail_start=plan.tail_start + plan.removed,
         summarized=plan.tail_start - plan.head_end, summary=text, summary_role=role,
         summary_acknowledged=acked, anchors=tuple(anchors), language=language,
         warnings=tuple(warnings), prune=plan.stats.as_dict(), **common)
@@ -617,8 +664,8 @@ def _pruned_only(plan: _Plan, original: Sequence[Message], counter: TokenCounter
     report = CompactionReport(
         status="pruned", reason=reason,
         messages_before=len(original), messages_after=len(result), head_end=plan.head_end,
-        tail_start=plan.tail_start, warnings=tuple(warnings), prune=plan.stats.as_dict(),
-        **common)
+        tail_start=plan.tail_start + plan.removed, warnings=tuple(warnings),
+        prune=plan.stats.as_dict(), **common)
     return CompactionResult(result, report)
 
 
