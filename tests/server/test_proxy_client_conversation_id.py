@@ -126,3 +126,23 @@ def test_a_tool_call_reply_re_spelled_by_the_agent_still_continues_its_session(
         assert turn(client, history, "ses_fork", "x-session-id") == first  # another id
     [session] = sqlite_store.list_sessions()
     assert len(sqlite_store.get_messages(session.id)) == len(history)  # each message once
+
+
+def test_a_conversation_with_a_system_turn_after_its_opening_continues_under_a_new_id(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """Claude Code sends its list of agent types as a system turn right after the opening:
+    ``claude --resume ID --fork-session`` (a new id) stored the whole conversation again in an
+    unlinked session each time, and a search found its opening three times."""
+    with serve([f"reply {i}" for i in range(6)]) as up:
+        client = openai.OpenAI(base_url=start_proxy(up).base_url, api_key="x",
+                               max_retries=0)
+        history: list[dict[str, Any]] = [
+            {"role": "user", "content": "look at the zebra-quartz note"},
+            {"role": "system", "content": "Available agent types: general-purpose, Explore"}]
+        first = turn(client, history, "cc-1", "X-Claude-Code-Session-Id")
+        history.append({"role": "user", "content": "and summarize it"})
+        assert turn(client, history, "cc-1", "X-Claude-Code-Session-Id") == first
+        history.append({"role": "user", "content": "now in the fork"})
+        assert turn(client, history, "cc-fork", "X-Claude-Code-Session-Id") == first
+    [session] = sqlite_store.list_sessions()
+    assert len(sqlite_store.get_messages(session.id)) == len(history)  # each message once

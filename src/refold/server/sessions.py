@@ -343,26 +343,37 @@ def _continued(engine: EngineLike, owner: str, history: Sequence[Message]) -> st
     after the system head are that session's first two rows (the opening and its reply), the
     newest such session — by name, or None: a conversation begun before its agent sent an id,
     or continued under another one (a resumed run, an agent whose id is not stable), rather
-    than a new one that opens alike (the same first request, then no reply or another)."""
-    from refold.messages.model import chain_identities
+    than a new one that opens alike (the same first request, then no reply or another).
+    System turns inside the conversation are passed over on both sides: Claude Code sends its
+    list of agent types as one right after the opening."""
+    from refold.compaction.structure import SYSTEM_ROLES
+    from refold.messages.model import message_identity
     from refold.runtime.chain import comparable, resent
     from refold.runtime.mirror import leading_system
 
     store = getattr(engine, "store", None)
-    conversation = list(history[leading_system(list(history)):])[:2]
+    conversation = [m for m in history[leading_system(list(history)):][:_OPENING_SPAN]
+                    if m.get("role") not in SYSTEM_ROLES][:2]
     if store is None or len(conversation) < 2 or conversation[1].get("role") != "assistant":
         return None
-    identities = chain_identities(conversation)
-    for session_id in store.sessions_opening_with(identities[0], owner=owner, limit=8):
-        rows = store.get_messages(session_id, limit=2)
+    opening, reply = conversation
+    identity = message_identity(opening, None)
+    for session_id in store.sessions_opening_with(identity, owner=owner, limit=8):
+        rows = store.get_messages(session_id, limit=_OPENING_SPAN)
+        at = next((i for i, r in enumerate(rows)
+                   if i and r.message.get("role") not in SYSTEM_ROLES), None)
+        if at is None or rows[0].identity != identity:
+            continue
         # the reply as the agent re-sends it: OpenCode spells a call's reply with content ""
         # and its arguments compact (``chain.resent``, as the turn path reads it)
-        if len(rows) == 2 and rows[0].identity == identities[0] and (
-                rows[1].identity == identities[1]
-                or resent(dict(conversation[1]), comparable(dict(rows[1].message)))):
+        if message_identity(reply, rows[at - 1].identity) == rows[at].identity \
+                or resent(dict(reply), comparable(dict(rows[at].message))):
             session = store.get_session(session_id)
             return session.title or session.id
     return None
+
+
+_OPENING_SPAN = 6  # the messages read for an opening and its reply (system turns between)
 
 
 def _open_or_create(engine: EngineLike, owner: str, ref: str,
