@@ -90,7 +90,7 @@ def _render_list(rows: list[dict[str, Any]], filters: str = "") -> None:
         if row.get("opening"):  # a derived name: what the conversation began with, under it
             title += f"\n“{safe_text(row['opening'])}”"
         if parent:  # a line of its own under the title, not a column that pushed others out
-            link = "continues" if row["link_kind"] == "compaction" else f"{row['link_kind']} of"
+            link = _LINKS.get(row["link_kind"], f"{row['link_kind']} of")
             title += f"\n↳ {link} {parent[:12]}"
         cells = [row["id"][:12], title, str(row["message_count"])]
         if has_usage:
@@ -99,6 +99,12 @@ def _render_list(rows: list[dict[str, Any]], filters: str = "") -> None:
         cells += [_when(row["started_at"]), safe_text(row["source"] or "")]
         table.add_row(*cells)
     console().print(table)
+
+
+# how a link reads under the title ("↳ continues 3f2a…"): a compaction child and the
+# conversation an agent goes on with after its own compaction continue their parent; an agent's
+# side call (a title for the conversation) is one of its parent's
+_LINKS = {"compaction": "continues", "continuation": "continues", "side": "side call of"}
 
 
 def parse_owner(value: str | None) -> str | None:

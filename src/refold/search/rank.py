@@ -80,12 +80,25 @@ def best_first(scores: Mapping[int, float], limit: int) -> list[int]:
 SHARED_ROLES = frozenset({"system", "developer"})
 
 
+class Roots(dict[str, str]):
+    """Each session's lineage root (a store's ``lineage_roots``), and which of the sessions are
+    an agent's side calls (``side``: ``refold.server.agents``)."""
+
+    def __init__(self, pairs: Iterable[tuple[str, str]] = (),
+                 side: Iterable[str] = ()) -> None:
+        super().__init__(pairs)
+        self.side = frozenset(side)
+
+
 def collapse_copies(hits: Iterable[SearchHit], roots: Mapping[str, str]) -> list[SearchHit]:
     """One hit per message per lineage: a copy in another session of the same lineage folds
     into the first (best-ranked) hit; equal messages within one session stay separate. A
     system (or developer) message folds across every session holding the same text
     (``SHARED_ROLES``): an agent's boilerplate instructions, stored once per conversation,
-    otherwise filled a search's hits for its common words, one per session."""
+    otherwise filled a search's hits for its common words, one per session. A copy in an
+    agent's side call (its title call holds the user's prompt) shows as the conversation's
+    copy when the lineage has one (``Roots.side``), in the rank of the best."""
+    side = roots.side if isinstance(roots, Roots) else frozenset()
     kept: dict[tuple[str, str, str], list[int]] = {}
     out: list[SearchHit] = []
     for hit in hits:
@@ -96,6 +109,9 @@ def collapse_copies(hits: Iterable[SearchHit], roots: Mapping[str, str]) -> list
         if target is None:
             slots.append(len(out))
             out.append(records.replace(hit, lineage=(hit.session_id,)))
+        elif out[target].session_id in side and hit.session_id not in side:
+            out[target] = records.replace(hit, score=out[target].score,
+                                          lineage=(hit.session_id, *out[target].lineage))
         else:
             first = out[target]
             out[target] = records.replace(first, lineage=(*first.lineage, hit.session_id))

@@ -91,6 +91,7 @@ from refold.messages.validate import repair_json_value, validate_message
 from refold.runtime.branches import Diverge
 from refold.runtime.prepared import Prepared
 from refold.runtime.session import SessionRuntime
+from refold.server import agents
 from refold.server.auth import Tenant
 from refold.server.hangup import ClientGone, ClientWatch
 from refold.server.sessions import (
@@ -217,7 +218,7 @@ async def chat_completions(proxy: Proxy, tenant: Tenant, headers: Mapping[str, s
     try:
         try:
             rt = await proxy.pool.runtime(tenant.owner, ref, history, window=derived,
-                                          agent_id=agent_id is not None)
+                                          agent=agent_id, side=agents.is_side_call(body))
         except WindowOf as found:  # the turn is that session's: take its lock instead
             other = proxy.pool.lock(tenant.owner, found.ref)
             lock.release()

@@ -51,6 +51,8 @@ import anyio.to_thread
 from refold.errors import Conflict, InvalidInput, NotFound
 from refold.messages.model import Message, canonical_json
 from refold.messages.validate import validate_messages
+from refold.server import agents
+from refold.store.base import Session
 from refold.store.titles import MAX_TITLE_LENGTH, sanitize_title
 
 if TYPE_CHECKING:
@@ -231,7 +233,8 @@ class SessionPool:
 
     async def runtime(self, owner: str, ref: str,
                       history: Sequence[Message] | None = None, *,
-                      window: bool = False, agent_id: bool = False) -> SessionRuntime:
+                      window: bool = False, agent: str | None = None,
+                      side: bool = False) -> SessionRuntime:
         """The runtime for (owner, ref): cached, or resumed / created in a worker thread.
 
         Call with ``lock(owner, ref)`` held, so two first requests do not both create it.
@@ -240,8 +243,10 @@ class SessionPool:
         of an existing session is not validated twice. ``window`` (a derived name): before a
         session is created, ``history`` is looked up as a sliding window of a stored session
         of the tenant; ``WindowOf`` names it when it is one (nothing opened or created).
-        ``agent_id``: ``ref`` holds the agent's conversation id (``derived_ref``): a history
-        that goes on from a stored session's first reply is that session's (``WindowOf``).
+        ``agent``: the agent's conversation id ``ref`` holds (``derived_ref``): a history
+        that goes on from a stored session's first reply is that session's (``WindowOf``); a
+        new session is linked to the id's others (``refold.server.agents``; ``side``: the
+        request is a side call).
         """
         key = (owner, ref)
         rt = self._runtimes.get(key)
@@ -250,7 +255,7 @@ class SessionPool:
             return rt
         engine = await self.engine(owner)
         rt = await anyio.to_thread.run_sync(_open_or_create, engine, owner, ref, history,
-                                            window, agent_id)
+                                            window, agent, side)
         self._runtimes[key] = rt
         await self._evict()
         return rt
@@ -338,10 +343,10 @@ def _window_ref(engine: EngineLike, owner: str, history: Sequence[Message]) -> s
     return session.title or session.id
 
 
-def _continued(engine: EngineLike, owner: str, history: Sequence[Message]) -> str | None:
+def _continued(engine: EngineLike, owner: str, history: Sequence[Message]) -> Session | None:
     """The stored session of ``owner`` that ``history`` goes on from — its first two messages
     after the system head are that session's first two rows (the opening and its reply), the
-    newest such session — by name, or None: a conversation begun before its agent sent an id,
+    newest such session — or None: a conversation begun before its agent sent an id,
     or continued under another one (a resumed run, an agent whose id is not stable), rather
     than a new one that opens alike (the same first request, then no reply or another).
     System turns inside the conversation are passed over on both sides: Claude Code sends its
@@ -368,8 +373,7 @@ def _continued(engine: EngineLike, owner: str, history: Sequence[Message]) -> st
         # and its arguments compact (``chain.resent``, as the turn path reads it)
         if message_identity(reply, rows[at - 1].identity) == rows[at].identity \
                 or resent(dict(reply), comparable(dict(rows[at].message))):
-            session = store.get_session(session_id)
-            return session.title or session.id
+            return store.get_session(session_id)
     return None
 
 
@@ -378,7 +382,8 @@ _OPENING_SPAN = 6  # the messages read for an opening and its reply (system turn
 
 def _open_or_create(engine: EngineLike, owner: str, ref: str,
                     history: Sequence[Message] | None = None,
-                    window: bool = False, agent_id: bool = False) -> SessionRuntime:
+                    window: bool = False, agent: str | None = None,
+                    side: bool = False) -> SessionRuntime:
     """The tenant's session named ``ref`` (its engine resolves within its owner only),
     created with the title ``ref`` when the tenant has none: titles are unique per owner.
     A name matches an exact id or title, never an id prefix: ``X-Refold-Session: c3`` must not
@@ -397,14 +402,21 @@ def _open_or_create(engine: EngineLike, owner: str, ref: str,
                 pass
     if history is not None:
         validate_messages(history)
-        if agent_id and (found := _continued(engine, owner, history)) not in (None, ref):
-            raise WindowOf(found)  # begun before its agent sent an id, or under another one
+        goes_on = _continued(engine, owner, history) if agent else None
+        if agent and goes_on is not None and (goes_on.title or goes_on.id) != ref:
+            # begun before its agent sent an id, or under another one
+            agents.note_found(engine.store, owner, agent, goes_on.id)  # type: ignore[attr-defined]
+            raise WindowOf(goes_on.title or goes_on.id)
         if window:  # (messages that validate only: the lookup reads them)
             found = _window_ref(engine, owner, history)
             if found is not None and found != ref:
                 raise WindowOf(found)
     log.info("creating session %s", title)
     try:
-        return engine.open_session(None, new=True, title=title, source="serve")
+        rt = engine.open_session(None, new=True, title=title, source="serve")
     except Conflict:  # another process created it a moment ago
         return engine.open_session(title, source="serve", by_prefix=False)
+    if agent and getattr(engine, "store", None) is not None:
+        agents.note_new(engine.store, owner, agent, rt.session_id,  # type: ignore[attr-defined]
+                        side)
+    return rt

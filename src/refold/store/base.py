@@ -36,7 +36,9 @@ from refold._records import dataclass, field
 from refold.errors import InvalidInput
 from refold.messages.model import Message
 
-LinkKind = Literal["compaction", "branch", "fork"]
+LinkKind = Literal["compaction", "branch", "fork", "side", "continuation"]
+# the events noting an agent's own conversation id on a session (``sessions_of_agent``)
+AGENT_EVENT, AGENT_SIDE_EVENT = "agent", "agent-side"
 SortOrder = Literal["relevance", "recency"]
 
 
@@ -333,6 +335,14 @@ class Store(Protocol):
     # id of its own may already be stored (an export imported back). An index of first rows.
     def sessions_opening_with(self, identity: str, *, owner: str = "",
                               limit: int = 32) -> list[str]: ...
+    # The sessions of ``owner`` an agent's conversation id was noted on (events of kind
+    # ``AGENT_EVENT`` or ``AGENT_SIDE_EVENT``, payload ``{"id": agent}``), the newest note
+    # first: (session id, True for a side call); ``refold.server.agents``
+    def sessions_of_agent(self, agent: str, *, owner: str = "",
+                          limit: int = 16) -> list[tuple[str, bool]]: ...
+    # Link an unlinked session under ``parent_session_id`` (``link_kind``); False when it has
+    # a parent already or either session is missing (nothing changed)
+    def link_session(self, session_id: str, parent_session_id: str, link_kind: str) -> bool: ...
     def iter_messages(self, session_id: str, *,
                       include_inactive: bool = False) -> Iterator[StoredMessage]: ...
     def last_message(self, session_id: str) -> StoredMessage | None: ...  # last ACTIVE one

@@ -37,7 +37,7 @@ from refold.search.query import (
     make_snippet,
     parse_query,
 )
-from refold.search.rank import collapse_copies, titles_first, verbatim_first
+from refold.search.rank import Roots, collapse_copies, titles_first, verbatim_first
 from refold.store.base import SearchHit, SearchQuery, StoredMessage
 from refold.store.postgres.core import MESSAGE_COLS, Cursor, message_from_row
 from refold.store.postgres.ledger import LedgerMixin
@@ -183,13 +183,17 @@ class SearchMixin(LedgerMixin):
         """Each session's root ancestor (itself when it has no parent)."""
         if not session_ids:
             return {}
-        cur.execute("""WITH RECURSIVE up(start, id, parent, depth) AS (
-                           SELECT id, id, parent_session_id, 0 FROM sessions
+        cur.execute("""WITH RECURSIVE up(start, id, parent, depth, kind) AS (
+                           SELECT id, id, parent_session_id, 0, link_kind FROM sessions
                            WHERE id = ANY(%s::text[])
-                           UNION ALL SELECT up.start, s.id, s.parent_session_id, up.depth + 1
+                           UNION ALL SELECT up.start, s.id, s.parent_session_id, up.depth + 1,
+                                            up.kind
                            FROM sessions s JOIN up ON s.id = up.parent WHERE up.depth < 1000)
-                       SELECT start, id FROM up WHERE parent IS NULL""", (list(session_ids),))
-        return {str(start): str(root) for start, root in cur.fetchall()}
+                       SELECT start, id, kind FROM up WHERE parent IS NULL""",
+                    (list(session_ids),))
+        rows = cur.fetchall()
+        return Roots(((str(start), str(root)) for start, root, _ in rows),
+                     side=(str(start) for start, _, kind in rows if kind == "side"))
 
     def _search_rows(self, cur: Cursor, parsed: ParsedQuery, query: SearchQuery,
                      limit: int) -> list[tuple[Any, ...]]:

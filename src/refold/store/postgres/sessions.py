@@ -18,7 +18,8 @@ import uuid
 from typing import Any
 
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
-from refold.store.base import Session, SessionDraft, Usage, started
+from refold.store.base import AGENT_EVENT, AGENT_SIDE_EVENT, Session, SessionDraft, Usage, started
+from refold.store.postgres.codec import encode_json
 from refold.store.postgres.core import SESSION_COLS, Cursor, PgCore, session_from_row
 from refold.store.titles import (
     like_escape,
@@ -31,7 +32,7 @@ from refold.store.titles import (
 )
 from refold.store.titles import next_lineage_title as next_title_from
 
-LINK_KINDS = ("compaction", "branch", "fork")
+LINK_KINDS = ("compaction", "branch", "fork", "side", "continuation")
 
 # The longest session id a new session takes, in characters. PostgreSQL keeps an indexed value
 # in one btree page (at most 2704 bytes per row of ``sessions_pkey``, of ``messages_identity``
@@ -290,6 +291,28 @@ class SessionsMixin(PgCore):
                             FROM up JOIN sessions s ON s.id = up.id ORDER BY up.depth""",
                         (session_id,))
             return [session_from_row(r) for r in cur.fetchall()]
+
+    def sessions_of_agent(self, agent: str, *, owner: str = "",
+                          limit: int = 16) -> list[tuple[str, bool]]:
+        """See ``Store.sessions_of_agent`` (the partial index ``events_agent``)."""
+        with self._tx("find sessions by their agent's id") as cur:
+            cur.execute(
+                "SELECT e.session_id, e.kind FROM events e JOIN sessions s ON s.id = e.session_id "
+                "WHERE e.kind IN (%s, %s) AND e.payload_json = %s AND s.owner = %s "
+                "ORDER BY e.id DESC LIMIT %s",
+                (AGENT_EVENT, AGENT_SIDE_EVENT, encode_json({"id": agent}), owner,
+                 max(0, int(limit))))
+            return [(str(r[0]), r[1] == AGENT_SIDE_EVENT) for r in cur.fetchall()]
+
+    def link_session(self, session_id: str, parent_session_id: str, link_kind: str) -> bool:
+        if session_id == parent_session_id:
+            return False
+        with self._tx("link a session") as cur:
+            cur.execute(
+                "UPDATE sessions SET parent_session_id = %s, link_kind = %s WHERE id = %s "
+                "AND parent_session_id IS NULL AND EXISTS (SELECT 1 FROM sessions WHERE id = %s)",
+                (parent_session_id, link_kind, session_id, parent_session_id))
+            return bool(cur.rowcount)
 
     def children(self, session_id: str) -> list[Session]:
         with self._tx("read children") as cur:

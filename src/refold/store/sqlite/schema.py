@@ -216,6 +216,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     # a transcript without an id of its own is stored already (an export imported back)
     Migration(16, "sessions by their first message", (
         "CREATE INDEX IF NOT EXISTS messages_opening ON messages(identity) WHERE seq = 1",)),
+    # the sessions an agent's own conversation id was noted on (Store.sessions_of_agent): its
+    # side calls and its continuations after its own compaction are linked to them
+    Migration(17, "sessions by their agent's conversation id", (
+        "CREATE INDEX IF NOT EXISTS events_agent ON events(payload) "
+        "WHERE kind IN ('agent', 'agent-side')",)),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

@@ -38,6 +38,7 @@ from refold._records import dataclass
 from refold.search.query import ParsedQuery, make_snippet, parse_query
 from refold.search.rank import (
     SHARED_ROLES,
+    Roots,
     best_first,
     collapse_copies,
     titles_first,
@@ -203,12 +204,13 @@ class SearchOps(StateOps):
             return {}
         marks = ",".join("?" * len(session_ids))
         rows = conn.execute(
-            "WITH RECURSIVE up(start, id, parent, depth) AS ("
-            f"SELECT id, id, parent_session_id, 0 FROM sessions WHERE id IN ({marks}) "
-            "UNION ALL SELECT up.start, s.id, s.parent_session_id, up.depth + 1 FROM sessions s "
-            "JOIN up ON s.id = up.parent WHERE up.depth < 1000) "
-            "SELECT start, id FROM up WHERE parent IS NULL", list(session_ids)).fetchall()
-        return {str(start): str(root) for start, root in rows}
+            "WITH RECURSIVE up(start, id, parent, depth, kind) AS ("
+            f"SELECT id, id, parent_session_id, 0, link_kind FROM sessions WHERE id IN ({marks}) "
+            "UNION ALL SELECT up.start, s.id, s.parent_session_id, up.depth + 1, up.kind "
+            "FROM sessions s JOIN up ON s.id = up.parent WHERE up.depth < 1000) "
+            "SELECT start, id, kind FROM up WHERE parent IS NULL", list(session_ids)).fetchall()
+        return Roots(((str(start), str(root)) for start, root, _ in rows),
+                     side=(str(start) for start, _, kind in rows if kind == "side"))
 
     def _run(self, conn: sqlite3.Connection, parsed: ParsedQuery, query: SearchQuery,
              limit: int, *, lazy_snippets: bool = False, enough: int | None = None

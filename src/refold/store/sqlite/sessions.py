@@ -22,10 +22,10 @@ import sqlite3
 import time
 
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
-from refold.store.base import Session, SessionDraft, Usage, started
+from refold.store.base import AGENT_EVENT, AGENT_SIDE_EVENT, Session, SessionDraft, Usage, started
 from refold.store.sqlite import grams
 from refold.store.sqlite.database import Database
-from refold.store.sqlite.rows import SESSION_COLUMNS, to_session
+from refold.store.sqlite.rows import SESSION_COLUMNS, encode_json, to_session
 from refold.store.titles import (
     like_escape,
     next_lineage_title,
@@ -37,7 +37,7 @@ from refold.store.titles import (
     titled_session,
 )
 
-LINK_KINDS = frozenset({"compaction", "branch", "fork"})
+LINK_KINDS = frozenset({"compaction", "branch", "fork", "side", "continuation"})
 
 
 
@@ -271,6 +271,27 @@ class SessionOps:
                     FROM chain JOIN sessions s ON s.id = chain.id ORDER BY chain.depth""",
                 (session_id,)).fetchall()
             return [to_session(r) for r in rows]
+
+    def sessions_of_agent(self, agent: str, *, owner: str = "",
+                          limit: int = 16) -> list[tuple[str, bool]]:
+        """See ``Store.sessions_of_agent`` (the partial index ``events_agent``)."""
+        with self.db.read() as conn:
+            rows = conn.execute(
+                "SELECT e.session_id, e.kind FROM events e JOIN sessions s ON s.id = e.session_id "
+                "WHERE e.kind IN (?, ?) AND e.payload = ? AND s.owner = ? "
+                "ORDER BY e.id DESC LIMIT ?",
+                (AGENT_EVENT, AGENT_SIDE_EVENT, encode_json({"id": agent}), owner,
+                 max(0, int(limit)))).fetchall()
+        return [(str(r[0]), r[1] == AGENT_SIDE_EVENT) for r in rows]
+
+    def link_session(self, session_id: str, parent_session_id: str, link_kind: str) -> bool:
+        if session_id == parent_session_id:
+            return False
+        with self.db.write() as conn:
+            return conn.execute(
+                "UPDATE sessions SET parent_session_id = ?, link_kind = ? WHERE id = ? "
+                "AND parent_session_id IS NULL AND EXISTS (SELECT 1 FROM sessions WHERE id = ?)",
+                (parent_session_id, link_kind, session_id, parent_session_id)).rowcount > 0
 
     def children(self, session_id: str) -> list[Session]:
         """Direct children, oldest first."""
