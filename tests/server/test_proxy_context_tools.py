@@ -47,3 +47,31 @@ def test_refold_context_of_a_proxied_session_counts_its_tools(
     assert parts["tools"] > 500, parts  # eight definitions of ~100 tokens each
     branch = fork_with_state(sqlite_store, session.id, kind="branch")
     assert sqlite_store.list_events(branch.id, "tools")  # a branch carries it
+
+
+def test_refold_context_of_a_proxied_session_measures_against_its_window(
+        start_proxy: Any, sqlite_store: Store, tmp_path: Path) -> None:
+    """Served with ``--context-length 30000``, it read "16.4% of 128,000 (compacts at
+    96,000)": the settings' window, not the session's (Claude Code, Codex and OpenCode runs)."""
+    from refold.cli.main import cli
+
+    with serve(["one", "two"]) as up:
+        client = openai.OpenAI(base_url=start_proxy(up, context_length=30_000).base_url,
+                               api_key="x", max_retries=0)
+        history: list[dict[str, Any]] = [{"role": "user", "content": "build the docs"}]
+        for turn in range(2):
+            reply = client.chat.completions.create(
+                model="m", messages=history)  # type: ignore[arg-type]
+            history += [{"role": "assistant", "content": reply.choices[0].message.content},
+                        {"role": "user", "content": f"and the tests, part {turn}"}]
+    [session] = sqlite_store.list_sessions()
+    assert len(sqlite_store.list_events(session.id, "window")) == 1  # once, not every turn
+    db = str(tmp_path / "refold.db")
+    shown = CliRunner().invoke(cli, ["--db", db, "context", session.id, "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output)["context_length"] == 30_000
+    asked = CliRunner().invoke(cli, ["--db", db, "context", session.id, "--json",
+                                     "--context-length", "64000"])
+    assert json.loads(asked.output)["context_length"] == 64_000  # the flag still decides
+    branch = fork_with_state(sqlite_store, session.id, kind="branch")
+    assert sqlite_store.list_events(branch.id, "window")  # a branch carries it

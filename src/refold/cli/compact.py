@@ -202,7 +202,8 @@ def _render_context(value: dict[str, Any]) -> None:
 
 @click.command("context")
 @click.argument("session")
-@click.option("--context-length", type=click.IntRange(256), help="Default: settings.")
+@click.option("--context-length", type=click.IntRange(256),
+              help="Default: the window the session was last compacted for, else settings.")
 @click.option("--model", help="Default: the session's model, else settings.")
 @click.option("--json", "as_json", is_flag=True, help="Print the breakdown as JSON.")
 @pass_app
@@ -217,12 +218,14 @@ def context_cmd(app: AppContext, session: str, context_length: int | None, model
     # the snapshot the session's prompt was frozen with; memory written since shows only in
     # new sessions, so the current files stand in only for a session that has none
     from refold.runtime.engine import frozen_snapshot
-    from refold.runtime.recorded import recorded_tools_tokens
+    from refold.runtime.recorded import recorded_tools_tokens, recorded_window
 
     memory = frozen_snapshot(app.store, found.id)
     source = "files" if memory is None else "snapshot"
+    # the window the session was compacted for (a proxied one: serve's --context-length)
+    window = context_length or recorded_window(app.store, found.id) or settings.context_length
     breakdown = context_breakdown(app.store.projection(found.id), model=model,
-                                  context_length=context_length or settings.context_length,
+                                  context_length=window,
                                   system_prompt=recorded_system_prompt(app.store, found.id),
                                   memory=_memory_text(settings) if memory is None else memory,
                                   tools_tokens=recorded_tools_tokens(app.store, found.id))

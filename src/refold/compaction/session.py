@@ -47,7 +47,7 @@ from refold.tokens.models import get_counter
 # Event kinds whose latest payload is the session's current state (not a log): the runtime's
 # recorded client system prompt, the ``todo`` tool's list (refold.tools.todo.EVENT_KIND;
 # named here because tools sit above compaction) and its tools' size (refold.runtime.recorded).
-STATE_EVENT_KINDS = ("system_prompt", "todo", "tools")
+STATE_EVENT_KINDS = ("system_prompt", "todo", "tools", "window")
 
 
 def carry_state_events(store: Store, parent_id: str, child_id: str,

@@ -57,7 +57,7 @@ from refold.runtime.mirror import SessionMirror
 from refold.runtime.precompact import Precompactor
 from refold.runtime.prepared import Prepared
 from refold.runtime.recall import with_recall
-from refold.runtime.recorded import note_system_prompt, note_tools
+from refold.runtime.recorded import note_request, note_system_prompt
 from refold.runtime.rotation import Rotation
 from refold.runtime.valid import provider_valid
 from refold.runtime.view import ViewCache, detached
@@ -93,7 +93,7 @@ class SessionRuntime:
         # the caller's system prompt: a resumed session starts with the one it recorded
         self._system_prompt: str | None = recorded_system_prompt(host.store, session_id)
         self._tools: list[dict[str, Any]] | None = None
-        self._tools_noted = 0  # how many tools the ledger's latest ``tools`` event counts
+        self._noted = (0, 0)  # the tools and window the ledger's latest events record
         self._lock = threading.RLock()
         self._root_id = session_id  # the session opened: a derived family's first one
         # where a history that is not an extension goes (the proxy's last full-path turn says:
@@ -627,9 +627,9 @@ class SessionRuntime:
 
     def _note_system_prompt(self, system: str | None) -> None:
         """Keep the client's system prompt and its tools' size in the ledger (``recorded``)."""
-        if self._tools and len(self._tools) != self._tools_noted:
-            self._tools_noted = note_tools(self.store, self.session_id, self._tools,
-                                           self.ops.counter.count_tools(self._tools))
+        if (len(self._tools or ()), self.ops.context_length) != self._noted:
+            self._noted = note_request(self.store, self.session_id, self._tools,
+                                       self.ops.counter.count_tools, self.ops.context_length)
         if system is not None and system != self._system_prompt:
             note_system_prompt(self.store, self.session_id, system)
 
