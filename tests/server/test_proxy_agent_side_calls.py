@@ -99,3 +99,32 @@ def test_a_title_call_after_the_conversation_shows_as_the_conversation_in_search
     [hit] = [h for h in sqlite_store.search(SearchQuery(PROMPT, limit=10))
              if h.content == PROMPT]
     assert hit.session_id == main and set(hit.lineage) == {main, title}
+
+
+def test_a_subagent_s_conversation_is_one_of_the_conversation_s(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """Claude Code's subagent (its Agent tool) sends the conversation's id and its own agent
+    id: its conversation is a ``subagent`` of the conversation, not the continuation a later
+    side call would link to."""
+    def ask(client: openai.OpenAI, messages: list[dict[str, Any]], tools: bool,
+            subagent: str | None = None) -> str:
+        headers = {"X-Claude-Code-Session-Id": "cc-1"}
+        if subagent:
+            headers["x-claude-code-agent-id"] = subagent
+        raw = client.chat.completions.with_raw_response.create(
+            model="m", messages=messages,  # type: ignore[arg-type]
+            tools=TOOLS if tools else openai.NOT_GIVEN,  # type: ignore[arg-type]
+            extra_headers=headers)
+        return raw.headers["x-refold-session"]
+
+    with serve(["reply"] * 4) as up:
+        client = openai.OpenAI(base_url=start_proxy(up).base_url, api_key="x", max_retries=0)
+        main = ask(client, [{"role": "user", "content": "review the parser"}], tools=True)
+        sub = ask(client, [{"role": "user", "content": "List the files under src/"}],
+                  tools=True, subagent="agent-7")
+        title = ask(client, [{"role": "user", "content": "<session>review the parser</session>"
+                                                         " Write the title"}], tools=False)
+    assert (sqlite_store.get_session(sub).parent_session_id,
+            sqlite_store.get_session(sub).link_kind) == (main, "subagent")
+    assert sqlite_store.get_session(title).parent_session_id == main  # not the subagent's
+    assert sqlite_store.resolve_resume(main).id == main

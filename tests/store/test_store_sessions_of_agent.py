@@ -4,7 +4,7 @@ agent's side calls and its continuations to its conversation (``refold.server.ag
 from __future__ import annotations
 
 from refold.store import Store
-from refold.store.base import AGENT_EVENT, AGENT_SIDE_EVENT
+from refold.store.base import AGENT_EVENT, AGENT_SIDE_EVENT, AGENT_SUBAGENT_EVENT
 
 
 def test_the_sessions_an_agent_id_was_noted_on_newest_first_per_owner(store: Store) -> None:
@@ -18,11 +18,13 @@ def test_the_sessions_an_agent_id_was_noted_on_newest_first_per_owner(store: Sto
     store.append_event(later.id, AGENT_EVENT, {"id": "ses_1"})
     store.append_event(theirs.id, AGENT_EVENT, {"id": "ses_1"})
     store.append_event(other.id, AGENT_EVENT, {"id": "ses_2"})
+    sub = store.create_session(title="a subagent's")
+    store.append_event(sub.id, AGENT_SUBAGENT_EVENT, {"id": "ses_1"})
     store.append_event(first.id, "todo", {"id": "ses_1"})  # another kind: not a note
-    assert store.sessions_of_agent("ses_1") == [(later.id, False), (side.id, True),
-                                                (first.id, False)]
+    assert store.sessions_of_agent("ses_1") == [(sub.id, True), (later.id, False),
+                                                (side.id, True), (first.id, False)]
     assert store.sessions_of_agent("ses_1", owner="bob") == [(theirs.id, False)]
-    assert store.sessions_of_agent("ses_1", limit=1) == [(later.id, False)]
+    assert store.sessions_of_agent("ses_1", limit=1) == [(sub.id, True)]
     assert store.sessions_of_agent("nobody") == []
 
 

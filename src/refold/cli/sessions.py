@@ -103,8 +103,9 @@ def _render_list(rows: list[dict[str, Any]], filters: str = "") -> None:
 
 # how a link reads under the title ("↳ continues 3f2a…"): a compaction child and the
 # conversation an agent goes on with after its own compaction continue their parent; an agent's
-# side call (a title for the conversation) is one of its parent's
-_LINKS = {"compaction": "continues", "continuation": "continues", "side": "side call of"}
+# side call (a title for the conversation) and a subagent's conversation are its parent's
+_LINKS = {"compaction": "continues", "continuation": "continues", "side": "side call of",
+          "subagent": "subagent of"}
 
 
 def parse_owner(value: str | None) -> str | None:

@@ -218,7 +218,7 @@ async def chat_completions(proxy: Proxy, tenant: Tenant, headers: Mapping[str, s
     try:
         try:
             rt = await proxy.pool.runtime(tenant.owner, ref, history, window=derived,
-                                          agent=agent_id, side=agents.is_side_call(body))
+                                          agent=agent_id, link=agents.link_of(headers, body))
         except WindowOf as found:  # the turn is that session's: take its lock instead
             other = proxy.pool.lock(tenant.owner, found.ref)
             lock.release()

@@ -234,7 +234,7 @@ class SessionPool:
     async def runtime(self, owner: str, ref: str,
                       history: Sequence[Message] | None = None, *,
                       window: bool = False, agent: str | None = None,
-                      side: bool = False) -> SessionRuntime:
+                      link: str = "continuation") -> SessionRuntime:
         """The runtime for (owner, ref): cached, or resumed / created in a worker thread.
 
         Call with ``lock(owner, ref)`` held, so two first requests do not both create it.
@@ -245,8 +245,7 @@ class SessionPool:
         of the tenant; ``WindowOf`` names it when it is one (nothing opened or created).
         ``agent``: the agent's conversation id ``ref`` holds (``derived_ref``): a history
         that goes on from a stored session's first reply is that session's (``WindowOf``); a
-        new session is linked to the id's others (``refold.server.agents``; ``side``: the
-        request is a side call).
+        new session is linked to the id's others as ``link`` says (``refold.server.agents``).
         """
         key = (owner, ref)
         rt = self._runtimes.get(key)
@@ -255,7 +254,7 @@ class SessionPool:
             return rt
         engine = await self.engine(owner)
         rt = await anyio.to_thread.run_sync(_open_or_create, engine, owner, ref, history,
-                                            window, agent, side)
+                                            window, agent, link)
         self._runtimes[key] = rt
         await self._evict()
         return rt
@@ -383,7 +382,7 @@ _OPENING_SPAN = 6  # the messages read for an opening and its reply (system turn
 def _open_or_create(engine: EngineLike, owner: str, ref: str,
                     history: Sequence[Message] | None = None,
                     window: bool = False, agent: str | None = None,
-                    side: bool = False) -> SessionRuntime:
+                    link: str = "continuation") -> SessionRuntime:
     """The tenant's session named ``ref`` (its engine resolves within its owner only),
     created with the title ``ref`` when the tenant has none: titles are unique per owner.
     A name matches an exact id or title, never an id prefix: ``X-Refold-Session: c3`` must not
@@ -418,5 +417,5 @@ def _open_or_create(engine: EngineLike, owner: str, ref: str,
         return engine.open_session(title, source="serve", by_prefix=False)
     if agent and getattr(engine, "store", None) is not None:
         agents.note_new(engine.store, owner, agent, rt.session_id,  # type: ignore[attr-defined]
-                        side)
+                        link)
     return rt

@@ -36,9 +36,11 @@ from refold._records import dataclass, field
 from refold.errors import InvalidInput
 from refold.messages.model import Message
 
-LinkKind = Literal["compaction", "branch", "fork", "side", "continuation"]
-# the events noting an agent's own conversation id on a session (``sessions_of_agent``)
-AGENT_EVENT, AGENT_SIDE_EVENT = "agent", "agent-side"
+LinkKind = Literal["compaction", "branch", "fork", "side", "subagent", "continuation"]
+# the events noting an agent's own conversation id on a session (``sessions_of_agent``): on
+# its conversation, on a side call of it, on a subagent's conversation
+AGENT_EVENT, AGENT_SIDE_EVENT, AGENT_SUBAGENT_EVENT = "agent", "agent-side", "agent-subagent"
+AGENT_EVENTS = (AGENT_EVENT, AGENT_SIDE_EVENT, AGENT_SUBAGENT_EVENT)
 SortOrder = Literal["relevance", "recency"]
 
 
@@ -335,9 +337,9 @@ class Store(Protocol):
     # id of its own may already be stored (an export imported back). An index of first rows.
     def sessions_opening_with(self, identity: str, *, owner: str = "",
                               limit: int = 32) -> list[str]: ...
-    # The sessions of ``owner`` an agent's conversation id was noted on (events of kind
-    # ``AGENT_EVENT`` or ``AGENT_SIDE_EVENT``, payload ``{"id": agent}``), the newest note
-    # first: (session id, True for a side call); ``refold.server.agents``
+    # The sessions of ``owner`` an agent's conversation id was noted on (events of a kind in
+    # ``AGENT_EVENTS``, payload ``{"id": agent}``), the newest note first: (session id, True
+    # when beside the conversation: a side call or a subagent's); ``refold.server.agents``
     def sessions_of_agent(self, agent: str, *, owner: str = "",
                           limit: int = 16) -> list[tuple[str, bool]]: ...
     # Link an unlinked session under ``parent_session_id`` (``link_kind``); False when it has

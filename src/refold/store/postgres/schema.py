@@ -250,7 +250,7 @@ MIGRATIONS += (
     # side calls and its continuations after its own compaction are linked to them
     Migration(11, "sessions by their agent's conversation id", (
         "CREATE INDEX IF NOT EXISTS events_agent ON events (payload_json) "
-        "WHERE kind IN ('agent', 'agent-side')",)),
+        "WHERE kind IN ('agent', 'agent-side', 'agent-subagent')",)),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

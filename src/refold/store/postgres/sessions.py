@@ -18,7 +18,7 @@ import uuid
 from typing import Any
 
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
-from refold.store.base import AGENT_EVENT, AGENT_SIDE_EVENT, Session, SessionDraft, Usage, started
+from refold.store.base import AGENT_EVENT, AGENT_EVENTS, Session, SessionDraft, Usage, started
 from refold.store.postgres.codec import encode_json
 from refold.store.postgres.core import SESSION_COLS, Cursor, PgCore, session_from_row
 from refold.store.titles import (
@@ -32,7 +32,7 @@ from refold.store.titles import (
 )
 from refold.store.titles import next_lineage_title as next_title_from
 
-LINK_KINDS = ("compaction", "branch", "fork", "side", "continuation")
+LINK_KINDS = ("compaction", "branch", "fork", "side", "subagent", "continuation")
 
 # The longest session id a new session takes, in characters. PostgreSQL keeps an indexed value
 # in one btree page (at most 2704 bytes per row of ``sessions_pkey``, of ``messages_identity``
@@ -298,11 +298,11 @@ class SessionsMixin(PgCore):
         with self._tx("find sessions by their agent's id") as cur:
             cur.execute(
                 "SELECT e.session_id, e.kind FROM events e JOIN sessions s ON s.id = e.session_id "
-                "WHERE e.kind IN (%s, %s) AND e.payload_json = %s AND s.owner = %s "
+                "WHERE e.kind IN (%s, %s, %s) AND e.payload_json = %s AND s.owner = %s "
                 "ORDER BY e.id DESC LIMIT %s",
-                (AGENT_EVENT, AGENT_SIDE_EVENT, encode_json({"id": agent}), owner,
+                (*AGENT_EVENTS, encode_json({"id": agent}), owner,
                  max(0, int(limit))))
-            return [(str(r[0]), r[1] == AGENT_SIDE_EVENT) for r in cur.fetchall()]
+            return [(str(r[0]), r[1] != AGENT_EVENT) for r in cur.fetchall()]
 
     def link_session(self, session_id: str, parent_session_id: str, link_kind: str) -> bool:
         if session_id == parent_session_id:

@@ -220,7 +220,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     # side calls and its continuations after its own compaction are linked to them
     Migration(17, "sessions by their agent's conversation id", (
         "CREATE INDEX IF NOT EXISTS events_agent ON events(payload) "
-        "WHERE kind IN ('agent', 'agent-side')",)),
+        "WHERE kind IN ('agent', 'agent-side', 'agent-subagent')",)),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

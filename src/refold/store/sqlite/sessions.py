@@ -22,7 +22,7 @@ import sqlite3
 import time
 
 from refold.errors import AmbiguousReference, Conflict, InvalidInput, NotFound
-from refold.store.base import AGENT_EVENT, AGENT_SIDE_EVENT, Session, SessionDraft, Usage, started
+from refold.store.base import AGENT_EVENT, AGENT_EVENTS, Session, SessionDraft, Usage, started
 from refold.store.sqlite import grams
 from refold.store.sqlite.database import Database
 from refold.store.sqlite.rows import SESSION_COLUMNS, encode_json, to_session
@@ -37,7 +37,7 @@ from refold.store.titles import (
     titled_session,
 )
 
-LINK_KINDS = frozenset({"compaction", "branch", "fork", "side", "continuation"})
+LINK_KINDS = frozenset({"compaction", "branch", "fork", "side", "subagent", "continuation"})
 
 
 
@@ -278,11 +278,11 @@ class SessionOps:
         with self.db.read() as conn:
             rows = conn.execute(
                 "SELECT e.session_id, e.kind FROM events e JOIN sessions s ON s.id = e.session_id "
-                "WHERE e.kind IN (?, ?) AND e.payload = ? AND s.owner = ? "
+                "WHERE e.kind IN (?, ?, ?) AND e.payload = ? AND s.owner = ? "
                 "ORDER BY e.id DESC LIMIT ?",
-                (AGENT_EVENT, AGENT_SIDE_EVENT, encode_json({"id": agent}), owner,
+                (*AGENT_EVENTS, encode_json({"id": agent}), owner,
                  max(0, int(limit)))).fetchall()
-        return [(str(r[0]), r[1] == AGENT_SIDE_EVENT) for r in rows]
+        return [(str(r[0]), r[1] != AGENT_EVENT) for r in rows]
 
     def link_session(self, session_id: str, parent_session_id: str, link_kind: str) -> bool:
         if session_id == parent_session_id:
