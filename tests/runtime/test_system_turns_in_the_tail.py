@@ -61,3 +61,33 @@ def test_a_reminder_in_the_tail_does_not_stop_compaction(tmp_path: Any) -> None:
     finally:
         engine.close()
         store.close()
+
+
+def test_reminders_that_differ_each_time_do_not_grow_the_prefix_without_end(
+        tmp_path: Any) -> None:
+    # (a todo list's state, a changed file's notice): each compaction moved every one up to
+    # the prefix for good: 11 system messages after 23 turns, one more each compaction
+    from refold.compaction.core import MAX_MOVED_SYSTEM
+
+    store = refold.open(str(tmp_path / "r.db"))
+    engine = Engine(store, model="gpt-4o-mini", context_length=8000,
+                    background_precompact=False)
+    try:
+        rt = engine.open_session(new=True, title="todo reminders")
+        history: list[dict[str, Any]] = [{"role": "system", "content": "You are a test agent."},
+                                         {"role": "user", "content": "read the files please"}]
+        leads = []
+        for k in range(30):
+            prepared = rt.prepare_history([dict(m) for m in history])
+            leads.append(next(i for i, m in enumerate(prepared.messages)
+                              if m["role"] != "system"))
+            rt.record(_call(k))
+            history += [_call(k), _result(k)]
+            if k % 2 == 1:
+                history.append({"role": "system", "content": f"Todo list: step {k} done"})
+        assert max(leads) <= 1 + MAX_MOVED_SYSTEM, leads
+        assert len(store.list_checkpoints(rt.session_id)) >= 5
+        assert len(store.get_messages(rt.session_id, limit=500)) == len(history) - 3  # all kept
+    finally:
+        engine.close()
+        store.close()

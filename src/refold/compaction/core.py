@@ -173,11 +173,14 @@ def _previous_summary(messages: Sequence[Message], given: str | None
     return idx, (given if given is not None else body), anchors
 
 
-def _order_system_first(messages: Sequence[Message], before: int | None = None
-                        ) -> list[Message]:
-    """Mid-conversation system messages move up to the system prefix (never summarized); with
-    ``before``, only those before that index (the ones after it stay where they are)."""
+def _order_system_first(messages: Sequence[Message], before: int | None = None,
+                        own: int | None = None) -> list[Message]:
+    """Mid-conversation system messages move up to the system prefix (never summarized; one of
+    each, the newest ``MAX_MOVED_SYSTEM``: the ledger keeps them all); with ``before``, only
+    those before that index (the ones after it stay where they are)."""
     lead = system_prefix_end(messages)
+    if own is not None:  # (the rest of the prefix: moved up by an earlier compaction)
+        lead = min(lead, max(0, own))
     end = len(messages) if before is None else max(lead, before)
     late = [m for m in messages[lead:end] if m.get("role") in SYSTEM_ROLES]
     if not late:
@@ -185,19 +188,24 @@ def _order_system_first(messages: Sequence[Message], before: int | None = None
     rest = [m for m in messages[lead:end] if m.get("role") not in SYSTEM_ROLES]
     # one of each: an agent repeats a reminder ("the task tools haven't been used recently"),
     # and every copy moved up stayed in the prefix for good (the stored rows keep them all)
+    # and only the newest ``MAX_MOVED_SYSTEM``: each compaction moved every one up for good,
+    # and reminders that differ each time (a todo list's state) grew the prefix without end
     seen = {canonical_json([m.get("role"), m.get("content")]) for m in messages[:lead]}
-    once = []
-    for message in late:
+    once: list[Message] = []
+    for message in reversed(late):
         key = canonical_json([message.get("role"), message.get("content")])
-        if key not in seen:
+        if key not in seen and len(once) < MAX_MOVED_SYSTEM:
             seen.add(key)
             once.append(message)
-    return list(messages[:lead]) + once + rest + list(messages[end:])
+    return list(messages[:lead]) + once[::-1] + rest + list(messages[end:])
+
+
+MAX_MOVED_SYSTEM = 8  # system turns from inside the conversation kept in the prefix
 
 
 def _tail_keeps_system_turns(messages: Sequence[Message], plan: _Plan, policy: CompactionPolicy,
                              counter: TokenCounter, room: int, count: int,
-                             previous: tuple[str | None, list[str]]
+                             previous: tuple[str | None, list[str]], own: int | None = None
                              ) -> tuple[list[Message], _Plan] | None:
     """The plan again with the system turns of the kept tail left in place, or None (there are
     none, or the tail then moves so that one of them would be summarized).
@@ -212,7 +220,7 @@ def _tail_keeps_system_turns(messages: Sequence[Message], plan: _Plan, policy: C
     at = next((i for i, m in enumerate(messages) if m is first), None)
     if at is None or not any(m.get("role") in SYSTEM_ROLES for m in messages[at:]):
         return None
-    ordered = _order_system_first(messages, before=at)
+    ordered = _order_system_first(messages, before=at, own=own)
     again = _plan(ordered, policy, counter, room, count, previous)
     lead = system_prefix_end(ordered)
     if again.tail_start <= again.head_end or any(
@@ -522,8 +530,13 @@ def compact(messages: Sequence[Message], *, context_length: int,
             compaction_count: int | None = None,
             tools: Sequence[dict[str, Any]] | None = None,
             fallback: Summarizer | None = None,
-            provider_notes: Sequence[str] | str = ()) -> CompactionResult:
+            provider_notes: Sequence[str] | str = (),
+            own_system: int | None = None) -> CompactionResult:
     """Compact ``messages`` to fit ``target_tokens`` (default: the policy's trigger threshold).
+
+    ``own_system``: how many of the leading system messages are the conversation's own (a
+    runtime's view: its system prompt; the others are turns an earlier compaction moved up,
+    which are weighed again: ``_order_system_first``); default all of them.
 
     Pure apart from ``summarizer``; never mutates the input. See the module docstring.
     ``provider_notes`` (what memory providers returned from ``on_pre_compress``) reach the
@@ -537,7 +550,7 @@ def compact(messages: Sequence[Message], *, context_length: int,
     fallback = fallback or BuiltinSummarizer()
     threshold = threshold_for(policy, context_length, model)
     target = max(1, target_tokens if target_tokens is not None else threshold.tokens)
-    ordered = _order_system_first(messages)
+    ordered = _order_system_first(messages, own=own_system)
     before = _tokens(messages, counter, tools)
     prev_idx, prev_body, prev_anchors = _previous_summary(ordered, previous_summary)
     count = compaction_count if compaction_count is not None else (1 if prev_idx is not None
@@ -560,7 +573,7 @@ def compact(messages: Sequence[Message], *, context_length: int,
     plan = _plan(ordered, policy, counter, room, count, (prev_body, prev_anchors))
     if ordered != list(messages):  # (the system turns were moved: those of the tail go back)
         kept = _tail_keeps_system_turns(messages, plan, policy, counter, room, count,
-                                        (prev_body, prev_anchors))
+                                        (prev_body, prev_anchors), own_system)
         if kept is not None:
             ordered, plan = kept
     plan.removed = len(messages) - len(ordered)

@@ -143,7 +143,7 @@ class ContextOps:
                          counter=self.counter, summarizer=summarizer, fallback=self.builtin,
                          model=self.model, target_tokens=target_tokens, tools=tools,
                          compaction_count=1 if projection.checkpoint else 0,
-                         provider_notes=provider_notes)
+                         provider_notes=provider_notes, own_system=1 if system_text else 0)
         report = result.report
         if report.usage:  # paid for whether or not the checkpoint is kept
             self.cost.charge(projection.session_id, report.usage,
@@ -152,14 +152,17 @@ class ContextOps:
         if report.changed and report.summary is not None:
             draft = checkpoint_draft(projection, view, result, 1 if system_text else 0)
         if draft is None:
+            why = ("the summarized stretch did not line up with the stored messages"
+                   if report.changed and report.summary is not None else
+                   f"{report.status}: {report.reason}")
             if not probe and (not speculative or report.status == "aborted"):
                 trigger.record(report, stored=False)
                 if report.status in ("ok", "fallback", "pruned"):  # (the others say so)
-                    trigger.note_not_stored(
-                        "the summarized stretch did not line up with the stored messages"
-                        if report.summary else
-                        f"nothing was summarized ({report.reason})")
-            log.info("compaction not stored: %s (%s)", report.status, report.reason)
+                    trigger.note_not_stored(why if report.summary else
+                                            f"nothing was summarized ({report.reason})")
+            # (the log said "compaction not stored: ok (compacted)" for a tail that did not
+            # line up)
+            log.info("compaction not stored: %s", why)
             return None
         rows = [r for r in projection.messages if r.seq < draft.tail_start_seq]
         return Plan(draft=draft,
