@@ -128,3 +128,26 @@ def test_a_subagent_s_conversation_is_one_of_the_conversation_s(
             sqlite_store.get_session(sub).link_kind) == (main, "subagent")
     assert sqlite_store.get_session(title).parent_session_id == main  # not the subagent's
     assert sqlite_store.resolve_resume(main).id == main
+
+
+def test_a_title_call_that_wraps_the_prompt_is_no_hit_beside_its_conversation(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """Claude Code's title call sends ``<session>PROMPT</session>`` and its instruction, the
+    conversation's first message a reminder and the prompt: no copy to fold, and a search
+    found the prompt twice, the title call's first."""
+    prompt = "Please look around this project and tell me about the zebra-quartz note"
+    with serve(["reply", '{"title": "Zebra-quartz note"}']) as up:
+        client = openai.OpenAI(base_url=start_proxy(up).base_url, api_key="x", max_retries=0)
+        main = _ask(client, [{"role": "user", "content": "<system-reminder>Be brief."
+                                                         "</system-reminder>\n" + prompt}],
+                    "cc-2", tools=True)
+        title = _ask(client, [{"role": "user", "content": f"<session>\n{prompt}\n</session>"
+                                                          "\n\nWrite the title"}],
+                     "cc-2", tools=False)
+        lone = _ask(client, [{"role": "user", "content": f"<session>\nzebra-quartz alone\n"
+                                                         "</session>\n\nWrite the title"}],
+                    "cc-3", tools=False)  # a side call with no conversation: still found
+    hits = sqlite_store.search(SearchQuery(prompt, limit=10))
+    assert [h.session_id for h in hits if "zebra-quartz note" in h.content] == [main]
+    assert title not in {h.session_id for h in hits}
+    assert lone in {h.session_id for h in sqlite_store.search(SearchQuery("zebra-quartz"))}

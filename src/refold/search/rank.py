@@ -97,7 +97,8 @@ def collapse_copies(hits: Iterable[SearchHit], roots: Mapping[str, str]) -> list
     (``SHARED_ROLES``): an agent's boilerplate instructions, stored once per conversation,
     otherwise filled a search's hits for its common words, one per session. A copy in an
     agent's side call (its title call holds the user's prompt) shows as the conversation's
-    copy when the lineage has one (``Roots.side``), in the rank of the best."""
+    copy when the lineage has one (``Roots.side``), in the rank of the best; any other hit of
+    a side call is left out beside a hit of its conversation's lineage."""
     side = roots.side if isinstance(roots, Roots) else frozenset()
     kept: dict[tuple[str, str, str], list[int]] = {}
     out: list[SearchHit] = []
@@ -115,6 +116,12 @@ def collapse_copies(hits: Iterable[SearchHit], roots: Mapping[str, str]) -> list
         else:
             first = out[target]
             out[target] = records.replace(first, lineage=(*first.lineage, hit.session_id))
+    if side:  # a side call only repeats its conversation (Claude Code's title call wraps the
+        # prompt in "<session>…</session> Write the title…"): beside a hit of the
+        # conversation's lineage it is no hit of its own
+        held = {roots.get(h.session_id, h.session_id) for h in out if h.session_id not in side}
+        out = [h for h in out if h.session_id not in side
+               or roots.get(h.session_id, h.session_id) not in held]
     return out
 
 
