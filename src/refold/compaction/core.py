@@ -208,25 +208,37 @@ def _tail_keeps_system_turns(messages: Sequence[Message], plan: _Plan, policy: C
                              previous: tuple[str | None, list[str]], own: int | None = None
                              ) -> tuple[list[Message], _Plan] | None:
     """The plan again with the system turns of the kept tail left in place, or None (there are
-    none, or the tail then moves so that one of them would be summarized).
+    none, or no tail start was found that keeps them all in place).
 
     An agent's reminders inside the conversation (Claude Code's, under Anthropic's
     ``mid-conversation-system`` beta) moved up to the prefix from the tail: the tail kept no
     longer lined up with the stored rows and no checkpoint could be stored, so the context
     grew past the window; and the provider's cache of the prompt was rebuilt."""
-    if plan.tail_start <= plan.head_end or plan.tail_start >= len(plan.messages):
+    def start_of(planned: _Plan) -> int | None:  # where its tail starts in ``messages``
+        if planned.tail_start <= planned.head_end or planned.tail_start >= len(planned.messages):
+            return None
+        first = planned.messages[planned.tail_start]
+        return next((i for i, m in enumerate(messages) if m is first), None)
+
+    def system_in(part: Sequence[Message]) -> bool:
+        return any(m.get("role") in SYSTEM_ROLES for m in part)
+
+    at = start_of(plan)
+    if at is None or not system_in(messages[at:]):
         return None
-    first = plan.messages[plan.tail_start]
-    at = next((i for i, m in enumerate(messages) if m is first), None)
-    if at is None or not any(m.get("role") in SYSTEM_ROLES for m in messages[at:]):
-        return None
-    ordered = _order_system_first(messages, before=at, own=own)
-    again = _plan(ordered, policy, counter, room, count, previous)
-    lead = system_prefix_end(ordered)
-    if again.tail_start <= again.head_end or any(
-            m.get("role") in SYSTEM_ROLES for m in again.messages[lead:again.tail_start]):
-        return None
-    return ordered, again
+    # Counted in the tail, they move where it starts: later (those left between are in the
+    # summarized stretch: moved up, again from there) or earlier (those moved up from the
+    # stretch it now takes belong to it: again from there)
+    for _ in range(4):
+        ordered = _order_system_first(messages, before=at, own=own)
+        again = _plan(ordered, policy, counter, room, count, previous)
+        start = start_of(again)
+        if start is None:
+            return None
+        if start == at or (start < at and not system_in(messages[start:at])):
+            return ordered, again
+        at = start
+    return None
 
 
 def _head_end(messages: list[Message], units: Sequence[Any], sys_end: int, head_n: int,
