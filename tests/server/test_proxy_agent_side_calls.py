@@ -144,7 +144,7 @@ def test_a_title_call_that_wraps_the_prompt_is_no_hit_beside_its_conversation(
         title = _ask(client, [{"role": "user", "content": f"<session>\n{prompt}\n</session>"
                                                           "\n\nWrite the title"}],
                      "cc-2", tools=False)
-        lone = _ask(client, [{"role": "user", "content": f"<session>\nzebra-quartz alone\n"
+        lone = _ask(client, [{"role": "user", "content": "<session>\nzebra-quartz alone\n"
                                                          "</session>\n\nWrite the title"}],
                     "cc-3", tools=False)  # a side call with no conversation: still found
     hits = sqlite_store.search(SearchQuery(prompt, limit=10))
