@@ -600,9 +600,12 @@ def _finish(plan: _Plan, original: Sequence[Message], summarizer: Summarizer,
             ) -> CompactionResult:
     language = detect_language(plan.messages)
     warnings = list(common.pop("warnings"))
-    if plan.tail_start <= plan.head_end:
-        return _pruned_only(plan, original, counter, tools, before, target, warnings, common)
     middle = plan.messages[plan.head_end:plan.tail_start]
+    # (a stretch of the previous summary and its acknowledgement alone has nothing new: planned
+    # in the background right after a compaction, each such plan paid for a summary of the
+    # summary that could not be stored — 4 of 22 turns of a real Claude Code run)
+    if plan.tail_start <= plan.head_end or all(map(is_summary_message, middle)):
+        return _pruned_only(plan, original, counter, tools, before, target, warnings, common)
     kept = sum(counter.count_message(m) for m in plan.pruned[:plan.head_end]
                + plan.pruned[plan.tail_start:])
     budget = summary_budget(policy, sum(counter.count_message(m) for m in middle))
