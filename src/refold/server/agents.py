@@ -11,15 +11,16 @@ conversation …", OpenCode's "What did we do so far?"). Unlinked, they were ses
 own in ``sessions list`` (half of them title calls after a few OpenCode runs), and a search
 found the user's prompt twice, the title call's copy first.
 
-The id is noted on each session it creates (an event, ``AGENT_EVENT``; a side call's
-``AGENT_SIDE_EVENT``), and a new session of an id already seen is linked to the newest
-conversation of that id: a request without tools as a ``side`` call of it, one with tools as
-its ``continuation`` — and the conversation of a subagent it runs (Claude Code sends
-``x-claude-code-agent-id`` beside the id) as a ``subagent`` of it. A side call that came before its conversation's first request (agents send
+The id is noted on each session it creates (an event: ``AGENT_EVENT`` on a conversation,
+``AGENT_SIDE_EVENT`` on a side call, ``AGENT_SUBAGENT_EVENT`` on a subagent's), and a new
+session of an id already seen is linked to the newest conversation of that id: a request without
+tools as a ``side`` call of it, one with tools as its ``continuation``, and the conversation of
+a subagent it runs (Claude Code sends ``x-claude-code-agent-id`` beside the id) as a
+``subagent`` of it. A side call that came before its conversation's first request (agents send
 both at once) is linked when the conversation's session is made. Search folds copies along a
-lineage into one hit (``rank.collapse_copies``), so the title call's copy of a prompt is the
-conversation's hit; ``resolve_resume`` follows ``compaction`` links only, so neither kind ever
-takes a conversation's next turn elsewhere.
+lineage into one hit and leaves a side call's other hits out beside its conversation's
+(``rank.collapse_copies``); ``resolve_resume`` follows ``compaction`` links only, so none of
+these ever takes a conversation's next turn elsewhere.
 """
 
 from __future__ import annotations
