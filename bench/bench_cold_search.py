@@ -2,10 +2,11 @@
 archives in the same run: the figure ``refold search`` users see on a large archive, with
 what each search reads and spends.
 
-Each variant is ``NAME=DB:SRC[:numpy]``: the archive file, the source tree put first on
-``PYTHONPATH`` (the code to measure; an older checkout's ``src`` for a before/after), and
+Each variant is ``NAME=DB:SRC[:numpy][:python]``: the archive file, the source tree put first
+on ``PYTHONPATH`` (the code to measure; an older checkout's ``src`` for a before/after),
 ``numpy`` to import NumPy first, untimed (a long-running process — ``refold serve``, an MCP
-server — has it already). For each question, each variant runs in a new process that drops
+server — has it already), and ``python`` to score without the C scorer (``REFOLD_NATIVE=0``:
+what an install without a C compiler does). For each question, each variant runs in a new process that drops
 the file's pages from the OS cache (``posix_fadvise(DONTNEED)``), opens the store (untimed)
 and times one search; variants alternate question by question, so machine drift hits all
 alike. Per variant: wall p50/p95, CPU p50/p95 (process time; of it, system time), and read
@@ -13,7 +14,7 @@ syscalls during the search (``/proc/self/io``). ``--cached`` leaves the file in 
 (read through once first): the first search's own CPU in a fresh process, without the reads.
 
     python bench/bench_cold_search.py new=/path/new.db:src old=/path/old.db:/old/checkout/src \\
-        [new-np=/path/new.db:src:numpy …] [--rounds 2] [--questions 10]
+        [new-np=/path/new.db:src:numpy …] [new-py=/path/new.db:src:python] [--rounds 2]
 
 The questions are the first English questions ``bench_store.py --only search`` asks cold (its
 ``sentence (en)`` set, the same seed), or the ``--question`` texts given; the archives are
@@ -74,7 +75,7 @@ def pct(values: list[float], share: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("variants", nargs="+", help="NAME=DB:SRC[:numpy]")
+    parser.add_argument("variants", nargs="+", help="NAME=DB:SRC[:numpy][:python]")
     parser.add_argument("--question", action="append", default=[],
                         help="a question to ask (repeatable); default: the bench's own")
     parser.add_argument("--questions", type=int, default=10,
@@ -89,7 +90,11 @@ def main() -> None:
     for spec in args.variants:
         name, _, rest = spec.partition("=")
         db, src, *more = rest.split(":")
-        variants.append((name, db, src, "1" if more == ["numpy"] else "0"))
+        unknown = set(more) - {"numpy", "python"}
+        if unknown:
+            parser.error(f"unknown variant option(s) {sorted(unknown)} in {spec!r}")
+        variants.append((name, db, src, "1" if "numpy" in more else "0",
+                         "0" if "python" in more else "1"))
     figures: dict[str, list[list[float]]] = {v[0]: [[], [], [], []] for v in variants}
     if args.cached:
         for db in {v[1] for v in variants}:
@@ -98,8 +103,8 @@ def main() -> None:
                     pass
     for _ in range(args.rounds):
         for text in questions:
-            for name, db, src, preload in variants:
-                env = {**os.environ, "PYTHONPATH": src}
+            for name, db, src, preload, native in variants:
+                env = {**os.environ, "PYTHONPATH": src, "REFOLD_NATIVE": native}
                 out = subprocess.run([sys.executable, "-c", CHILD, db, text, preload,
                                       "1" if args.cached else "0"],
                                      capture_output=True, text=True, env=env, check=True)

@@ -25,6 +25,8 @@ for _name in ("COLUMNS", "LINES"):
 
 POSTGRES_URL = os.environ.get("REFOLD_TEST_POSTGRES_URL", "postgresql://127.0.0.1:5432/test")
 REQUIRE_POSTGRES = os.environ.get("REFOLD_REQUIRE_POSTGRES") == "1"
+# CI sets it too: the C scorer (refold._scorer) must have been built by the install there
+REQUIRE_NATIVE = os.environ.get("REFOLD_REQUIRE_NATIVE") == "1"
 
 
 def postgres_unavailable_reason() -> str | None:
@@ -86,6 +88,19 @@ def postgres_store() -> Iterator[Store]:
     yield store
     store.drop_schema()  # type: ignore[attr-defined]
     store.close()
+
+
+@pytest.fixture
+def native_scorer() -> None:
+    """The C scorer (``refold._scorer``) is built: skips with the reason where the install
+    had no C compiler, fails instead under ``REFOLD_REQUIRE_NATIVE=1`` (CI)."""
+    try:
+        import refold._scorer  # noqa: F401
+    except ImportError as exc:
+        reason = f"the C scorer was not built at install (no C compiler?): {exc}"
+        if REQUIRE_NATIVE:
+            pytest.fail(f"REFOLD_REQUIRE_NATIVE=1 but {reason}")
+        pytest.skip(reason)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -77,6 +77,7 @@ def answer(store: SQLiteStore, question: str, limit: int, plain: bool,
 
 @pytest.fixture(autouse=True)
 def small_archives_use_the_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REFOLD_NATIVE", "0")  # the Python paths (test_native_score.py: C)
     monkeypatch.setattr(wordindex, "MIN_ROWS", 0)
     monkeypatch.setattr(wordindex, "SEGMENT", 2)
 

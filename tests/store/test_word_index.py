@@ -60,11 +60,15 @@ def compare(store: SQLiteStore, question: str, limit: int = 20, **filters: objec
     return len(want)
 
 
-@pytest.fixture(autouse=True, params=["numpy", "plain"])
+@pytest.fixture(autouse=True, params=["numpy", "plain", "native"])
 def small_archives_use_the_index(request: pytest.FixtureRequest,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test twice: the index scored with NumPy, then with the standard library
-    (``plainscore.py``, what a fresh process uses for a query of few postings)."""
+    """Every test three times: the index scored with NumPy, with the standard library
+    (``plainscore.py``, what a fresh process uses for a query of few postings without the C
+    scorer), and with the C scorer (``nativescore.py``) where the question suits it."""
+    if request.param == "native":
+        request.getfixturevalue("native_scorer")
+    monkeypatch.setenv("REFOLD_NATIVE", "1" if request.param == "native" else "0")
     monkeypatch.setattr(wordindex, "MIN_ROWS", 0)
     monkeypatch.setattr(wordindex, "SEGMENT", 2)  # merges at 2 chunks: the tests cross them
     postings = 10**12 if request.param == "plain" else -1

@@ -45,7 +45,7 @@ from refold.search.rank import (
     presence_weight,
 )
 from refold.store.base import SearchQuery
-from refold.store.sqlite import cjklen, glued, plainscore, wordindex
+from refold.store.sqlite import cjklen, glued, nativescore, plainscore, wordindex
 from refold.store.sqlite.indexer import watermark
 
 
@@ -648,6 +648,8 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     gathered = wordindex.gather(conn, asked, through)
     if gathered is None:
         return None
+    if nativescore.enabled() and nativescore.suits(plan, query, gathered):
+        return nativescore.fast_scores(conn, plan, query, limit, gathered)  # the C scorer
     if plainscore.use_plain(gathered):  # few postings: no NumPy (its import costs more)
         return plainscore.fast_scores(conn, plan, query, limit, gathered)
     words = wordindex.word_scores(conn, asked, through, gathered)

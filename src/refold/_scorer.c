@@ -1,0 +1,413 @@
+/* refold._scorer: the word impact index's bm25 scoring in C (optional; plainscore.py and
+ * NumPy answer where it is not built).
+ *
+ * A question of words is scored over every message holding one of its terms: each term's
+ * postings (uint16 offsets from a base, term frequencies of one or two bytes, lengths of two
+ * or four, little-endian, as wordindex.py packs them; then the per-process tail's (id, count)
+ * pairs) are weighed with FTS5's bm25 expression, term by term in fts5_aux.c's order of
+ * operations, and summed per message in the order of the terms, as numpy.bincount and
+ * plainscore.Words add them: every float is the one the Python paths compute (built with
+ * -ffp-contract=off, so no fused multiply-add changes a rounding).
+ *
+ * merge()  -> (count, ids, totals, masks): the messages holding any term, in id order, as
+ *             packed int64 / float64 / uint32 bytes (a mask's bit n: term n holds it)
+ * kth()    -> the k-th largest score, a message holding every term boosted (-inf if fewer)
+ * near()   -> (ids, totals, masks) lists of the messages scoring at least a cut
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_TERMS 32
+
+typedef struct {
+    int64_t *ids;
+    double *weights;
+    Py_ssize_t count;
+} Term;
+
+static void free_terms(Term *terms, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyMem_Free(terms[i].ids);
+        PyMem_Free(terms[i].weights);
+    }
+}
+
+static inline double weigh(double idf, double tf, double dl, double avgdl, double k1,
+                           double b) {
+    /* wordindex.term_weights: idf * ((tf * (K1 + 1.0)) / (tf + K1 * (1 - B + B * dl / avgdl))) */
+    return idf * ((tf * (k1 + 1.0)) / (tf + k1 * (1.0 - b + b * dl / avgdl)));
+}
+
+static int by_id(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sort a term's postings by id when they are not in order already (they are, as stored). */
+static int sort_term(Term *t) {
+    for (Py_ssize_t i = 1; i < t->count; i++) {
+        if (t->ids[i] <= t->ids[i - 1]) {
+            goto unsorted;
+        }
+    }
+    return 0;
+unsorted:;
+    /* pairs of (id, weight bits) sorted by id; a duplicate id keeps its first weight */
+    int64_t *pairs = PyMem_Malloc(sizeof(int64_t) * 2 * (size_t)(t->count ? t->count : 1));
+    if (pairs == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < t->count; i++) {
+        pairs[2 * i] = t->ids[i];
+        memcpy(&pairs[2 * i + 1], &t->weights[i], sizeof(double));
+    }
+    /* stable enough: qsort on (id) of 16-byte records; equal ids are not expected */
+    qsort(pairs, (size_t)t->count, 2 * sizeof(int64_t), by_id);
+    Py_ssize_t out = 0;
+    for (Py_ssize_t i = 0; i < t->count; i++) {
+        if (out > 0 && t->ids[out - 1] == pairs[2 * i]) {
+            continue;
+        }
+        t->ids[out] = pairs[2 * i];
+        memcpy(&t->weights[out], &pairs[2 * i + 1], sizeof(double));
+        out++;
+    }
+    t->count = out;
+    PyMem_Free(pairs);
+    return 0;
+}
+
+static int read_bytes(PyObject *obj, const unsigned char **data, Py_ssize_t *size) {
+    if (!PyBytes_Check(obj)) {
+        PyErr_SetString(PyExc_TypeError, "postings blobs must be bytes");
+        return -1;
+    }
+    *data = (const unsigned char *)PyBytes_AS_STRING(obj);
+    *size = PyBytes_GET_SIZE(obj);
+    return 0;
+}
+
+/* One term: parts is a list of (base, ids, tfs, lens), tail a list of (id, count). */
+static int load_term(Term *t, PyObject *parts, PyObject *tail, PyObject *tail_lengths,
+                     double idf, double avgdl, double k1, double b) {
+    if (!PyList_Check(parts) || !PyList_Check(tail)) {
+        PyErr_SetString(PyExc_TypeError, "a term is (list of parts, list of tail pairs)");
+        return -1;
+    }
+    Py_ssize_t total = PyList_GET_SIZE(tail);
+    for (Py_ssize_t p = 0; p < PyList_GET_SIZE(parts); p++) {
+        PyObject *part = PyList_GET_ITEM(parts, p);
+        if (!PyTuple_Check(part) || PyTuple_GET_SIZE(part) != 4 ||
+            !PyBytes_Check(PyTuple_GET_ITEM(part, 1))) {
+            PyErr_SetString(PyExc_TypeError, "a part is (base, ids, tfs, lens)");
+            return -1;
+        }
+        total += PyBytes_GET_SIZE(PyTuple_GET_ITEM(part, 1)) / 2;
+    }
+    t->ids = PyMem_Malloc(sizeof(int64_t) * (size_t)(total ? total : 1));
+    t->weights = PyMem_Malloc(sizeof(double) * (size_t)(total ? total : 1));
+    t->count = 0;
+    if (t->ids == NULL || t->weights == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t p = 0; p < PyList_GET_SIZE(parts); p++) {
+        PyObject *part = PyList_GET_ITEM(parts, p);
+        long long base = PyLong_AsLongLong(PyTuple_GET_ITEM(part, 0));
+        if (base == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        const unsigned char *ids, *tfs, *lens;
+        Py_ssize_t ids_size, tfs_size, lens_size;
+        if (read_bytes(PyTuple_GET_ITEM(part, 1), &ids, &ids_size) < 0 ||
+            read_bytes(PyTuple_GET_ITEM(part, 2), &tfs, &tfs_size) < 0 ||
+            read_bytes(PyTuple_GET_ITEM(part, 3), &lens, &lens_size) < 0) {
+            return -1;
+        }
+        Py_ssize_t count = ids_size / 2;
+        /* wordindex._width: the narrow width when the blob is exactly that long */
+        int tf_width = tfs_size == count ? 1 : 2;
+        int len_width = lens_size == 2 * count ? 2 : 4;
+        if (tfs_size < count * tf_width || lens_size < count * len_width) {
+            PyErr_SetString(PyExc_ValueError, "a postings row's blobs disagree in length");
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < count; i++) {
+            int64_t id = (int64_t)base + (int64_t)(ids[2 * i] | (ids[2 * i + 1] << 8));
+            double tf = tf_width == 1 ? (double)tfs[i]
+                                      : (double)(tfs[2 * i] | (tfs[2 * i + 1] << 8));
+            double dl;
+            if (len_width == 2) {
+                dl = (double)(lens[2 * i] | (lens[2 * i + 1] << 8));
+            } else {
+                dl = (double)((uint32_t)lens[4 * i] | ((uint32_t)lens[4 * i + 1] << 8) |
+                              ((uint32_t)lens[4 * i + 2] << 16) |
+                              ((uint32_t)lens[4 * i + 3] << 24));
+            }
+            t->ids[t->count] = id;
+            t->weights[t->count] = weigh(idf, tf, dl, avgdl, k1, b);
+            t->count++;
+        }
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tail); i++) {
+        PyObject *pair = PyList_GET_ITEM(tail, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "a tail posting is (id, count)");
+            return -1;
+        }
+        PyObject *doc = PyTuple_GET_ITEM(pair, 0);
+        long long id = PyLong_AsLongLong(doc);
+        if (id == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        double tf = PyFloat_AsDouble(PyTuple_GET_ITEM(pair, 1));
+        if (tf == -1.0 && PyErr_Occurred()) {
+            return -1;
+        }
+        double dl = 0.0;
+        PyObject *length = PyDict_GetItemWithError(tail_lengths, doc);
+        if (length != NULL) {
+            dl = PyFloat_AsDouble(length);
+            if (dl == -1.0 && PyErr_Occurred()) {
+                return -1;
+            }
+        } else if (PyErr_Occurred()) {
+            return -1;
+        }
+        t->ids[t->count] = (int64_t)id;
+        t->weights[t->count] = weigh(idf, tf, dl, avgdl, k1, b);
+        t->count++;
+    }
+    return sort_term(t);
+}
+
+static PyObject *merge(PyObject *self, PyObject *args) {
+    PyObject *terms, *tail_lengths, *idfs;
+    double avgdl, k1, b;
+    if (!PyArg_ParseTuple(args, "O!O!O!ddd", &PyList_Type, &terms, &PyDict_Type, &tail_lengths,
+                          &PyList_Type, &idfs, &avgdl, &k1, &b)) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(terms);
+    if (n < 1 || n > MAX_TERMS || PyList_GET_SIZE(idfs) != n) {
+        PyErr_SetString(PyExc_ValueError, "1 to 32 terms, each with its idf");
+        return NULL;
+    }
+    Term loaded[MAX_TERMS];
+    memset(loaded, 0, sizeof(loaded));
+    Py_ssize_t most = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *term = PyList_GET_ITEM(terms, i);
+        double idf = PyFloat_AsDouble(PyList_GET_ITEM(idfs, i));
+        if ((idf == -1.0 && PyErr_Occurred()) || !PyTuple_Check(term) ||
+            PyTuple_GET_SIZE(term) != 2) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_TypeError, "a term is (parts, tail)");
+            }
+            free_terms(loaded, n);
+            return NULL;
+        }
+        if (load_term(&loaded[i], PyTuple_GET_ITEM(term, 0), PyTuple_GET_ITEM(term, 1),
+                      tail_lengths, idf, avgdl, k1, b) < 0) {
+            free_terms(loaded, n);
+            return NULL;
+        }
+        most += loaded[i].count;
+    }
+    PyObject *ids_out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)sizeof(int64_t) * most);
+    PyObject *totals_out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)sizeof(double) * most);
+    PyObject *masks_out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)sizeof(uint32_t) * most);
+    if (ids_out == NULL || totals_out == NULL || masks_out == NULL) {
+        Py_XDECREF(ids_out);
+        Py_XDECREF(totals_out);
+        Py_XDECREF(masks_out);
+        free_terms(loaded, n);
+        return NULL;
+    }
+    int64_t *ids = (int64_t *)PyBytes_AS_STRING(ids_out);
+    double *totals = (double *)PyBytes_AS_STRING(totals_out);
+    uint32_t *masks = (uint32_t *)PyBytes_AS_STRING(masks_out);
+    Py_ssize_t at[MAX_TERMS] = {0};
+    Py_ssize_t count = 0;
+    for (;;) {
+        /* the least id at the head of any term (a term or two of thousands: a linear scan) */
+        int64_t least = INT64_MAX;
+        int any = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (at[i] < loaded[i].count && loaded[i].ids[at[i]] < least) {
+                least = loaded[i].ids[at[i]];
+                any = 1;
+            }
+        }
+        if (!any) {
+            break;
+        }
+        double sum = 0.0;
+        uint32_t mask = 0;
+        int first = 1;
+        for (Py_ssize_t i = 0; i < n; i++) {  /* summed in the order of the terms */
+            if (at[i] < loaded[i].count && loaded[i].ids[at[i]] == least) {
+                sum = first ? loaded[i].weights[at[i]] : sum + loaded[i].weights[at[i]];
+                first = 0;
+                mask |= (uint32_t)1 << i;
+                at[i]++;
+            }
+        }
+        ids[count] = least;
+        totals[count] = sum;
+        masks[count] = mask;
+        count++;
+    }
+    free_terms(loaded, n);
+    if (_PyBytes_Resize(&ids_out, (Py_ssize_t)sizeof(int64_t) * count) < 0 ||
+        _PyBytes_Resize(&totals_out, (Py_ssize_t)sizeof(double) * count) < 0 ||
+        _PyBytes_Resize(&masks_out, (Py_ssize_t)sizeof(uint32_t) * count) < 0) {
+        Py_XDECREF(ids_out);
+        Py_XDECREF(totals_out);
+        Py_XDECREF(masks_out);
+        return NULL;
+    }
+    return Py_BuildValue("(nNNN)", count, ids_out, totals_out, masks_out);
+}
+
+static int arrays(PyObject *totals_obj, PyObject *masks_obj, const double **totals,
+                  const uint32_t **masks, Py_ssize_t *count) {
+    if (!PyBytes_Check(totals_obj) || !PyBytes_Check(masks_obj)) {
+        PyErr_SetString(PyExc_TypeError, "merge()'s bytes expected");
+        return -1;
+    }
+    *count = PyBytes_GET_SIZE(totals_obj) / (Py_ssize_t)sizeof(double);
+    if (PyBytes_GET_SIZE(masks_obj) != *count * (Py_ssize_t)sizeof(uint32_t)) {
+        PyErr_SetString(PyExc_ValueError, "totals and masks differ in length");
+        return -1;
+    }
+    *totals = (const double *)PyBytes_AS_STRING(totals_obj);
+    *masks = (const uint32_t *)PyBytes_AS_STRING(masks_obj);
+    return 0;
+}
+
+/* the k-th largest of values[0:count] (quickselect; values is reordered) */
+static double select_kth(double *values, Py_ssize_t count, Py_ssize_t k) {
+    Py_ssize_t lo = 0, hi = count - 1, want = k - 1;  /* want-th in descending order */
+    while (lo < hi) {
+        double pivot = values[lo + (hi - lo) / 2];
+        Py_ssize_t i = lo, j = hi;
+        while (i <= j) {
+            while (values[i] > pivot) i++;
+            while (values[j] < pivot) j--;
+            if (i <= j) {
+                double swap = values[i];
+                values[i] = values[j];
+                values[j] = swap;
+                i++;
+                j--;
+            }
+        }
+        if (want <= j) {
+            hi = j;
+        } else if (want >= i) {
+            lo = i;
+        } else {
+            return values[want];
+        }
+    }
+    return values[want];
+}
+
+static PyObject *kth(PyObject *self, PyObject *args) {
+    PyObject *totals_obj, *masks_obj;
+    unsigned long full;
+    double boost;
+    Py_ssize_t k;
+    if (!PyArg_ParseTuple(args, "OOkdn", &totals_obj, &masks_obj, &full, &boost, &k)) {
+        return NULL;
+    }
+    const double *totals;
+    const uint32_t *masks;
+    Py_ssize_t count;
+    if (arrays(totals_obj, masks_obj, &totals, &masks, &count) < 0) {
+        return NULL;
+    }
+    if (k < 1 || count < k) {
+        return PyFloat_FromDouble(-INFINITY);
+    }
+    double *values = PyMem_Malloc(sizeof(double) * (size_t)count);
+    if (values == NULL) {
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {  /* plainscore._rank's lower bounds */
+        values[i] = masks[i] == (uint32_t)full ? totals[i] * boost : totals[i];
+    }
+    double found = select_kth(values, count, k);
+    PyMem_Free(values);
+    return PyFloat_FromDouble(found);
+}
+
+static PyObject *near(PyObject *self, PyObject *args) {
+    PyObject *ids_obj, *totals_obj, *masks_obj;
+    double cut;
+    if (!PyArg_ParseTuple(args, "O!OOd", &PyBytes_Type, &ids_obj, &totals_obj, &masks_obj,
+                          &cut)) {
+        return NULL;
+    }
+    const double *totals;
+    const uint32_t *masks;
+    Py_ssize_t count;
+    if (arrays(totals_obj, masks_obj, &totals, &masks, &count) < 0) {
+        return NULL;
+    }
+    if (PyBytes_GET_SIZE(ids_obj) != count * (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "ids and totals differ in length");
+        return NULL;
+    }
+    const int64_t *ids = (const int64_t *)PyBytes_AS_STRING(ids_obj);
+    PyObject *out_ids = PyList_New(0), *out_totals = PyList_New(0), *out_masks = PyList_New(0);
+    if (out_ids == NULL || out_totals == NULL || out_masks == NULL) {
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (!(cut <= totals[i])) {
+            continue;
+        }
+        PyObject *id = PyLong_FromLongLong(ids[i]);
+        PyObject *total = PyFloat_FromDouble(totals[i]);
+        PyObject *mask = PyLong_FromUnsignedLong(masks[i]);
+        int bad = id == NULL || total == NULL || mask == NULL ||
+                  PyList_Append(out_ids, id) < 0 || PyList_Append(out_totals, total) < 0 ||
+                  PyList_Append(out_masks, mask) < 0;
+        Py_XDECREF(id);
+        Py_XDECREF(total);
+        Py_XDECREF(mask);
+        if (bad) {
+            goto fail;
+        }
+    }
+    return Py_BuildValue("(NNN)", out_ids, out_totals, out_masks);
+fail:
+    Py_XDECREF(out_ids);
+    Py_XDECREF(out_totals);
+    Py_XDECREF(out_masks);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"merge", merge, METH_VARARGS,
+     "merge(terms, tail_lengths, idfs, avgdl, k1, b) -> (count, ids, totals, masks)"},
+    {"kth", kth, METH_VARARGS,
+     "kth(totals, masks, full, boost, k) -> the k-th largest bound, or -inf"},
+    {"near", near, METH_VARARGS, "near(ids, totals, masks, cut) -> (ids, totals, masks)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "refold._scorer",
+    "The word impact index's bm25 scoring in C (see plainscore.py for the same in Python).",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__scorer(void) { return PyModule_Create(&module); }

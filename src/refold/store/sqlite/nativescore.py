@@ -1,0 +1,153 @@
+"""The word impact index scored by the optional C scorer (``refold._scorer``).
+
+A question of words is the common search, and in a fresh process (``refold search``, the first
+search of an MCP server) most of its time was the scoring: the standard-library path
+(``plainscore.py``) touches each posting as a Python object (~0.25 us each, 5-40k postings a
+question at a million messages), and NumPy's import costs more than the whole search. The C
+scorer decodes each term's postings, weighs them with bm25 and sums them per message in one
+pass (``_scorer.c``), and hands back only the messages that can be among the best: the same
+floats, so the same ids, scores and ties as the other two paths
+(``tests/store/test_native_score.py`` holds the three to each other and to FTS5).
+
+It answers a question whose terms are single words, with no CJK or day term and no session
+filter (``suits``; a word some CJK message holds glued to its text is scored in Python); the
+others, and every query where the extension was not built
+(``pip install`` without a C compiler), take the Python paths. ``REFOLD_NATIVE=0`` turns it
+off (the tests and ``bench/bench_cold_search.py`` compare the paths that way).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from array import array
+from bisect import bisect_left
+from types import ModuleType
+
+from refold.search.natural import NaturalPlan
+from refold.search.rank import BOOST_ALL, BOOST_PHRASE
+from refold.store.base import SearchQuery
+from refold.store.sqlite import plainscore, wordindex
+from refold.store.sqlite.wordindex import K1, B, Gathered
+
+_scorer: ModuleType | None
+try:
+    from refold import _scorer
+except ImportError:  # built without a C compiler: the Python paths answer
+    _scorer = None
+
+MAX_TERMS = 32  # _scorer.c's (a question holds at most search.natural's MAX_NATURAL_TERMS)
+
+
+def enabled() -> bool:
+    """Is the C scorer built, and not turned off with ``REFOLD_NATIVE=0``?"""
+    return _scorer is not None and os.environ.get("REFOLD_NATIVE", "1") != "0"
+
+
+def suits(plan: NaturalPlan, query: SearchQuery, gathered: Gathered) -> bool:
+    """Can ``fast_scores`` answer this question (words only, each a single token)?"""
+    return (not plan.cjk and not plan.days and query.session_id is None and 0 < len(gathered.made) <= MAX_TERMS
+            and all(len(m) == 1 for m in gathered.made))
+
+
+def _merged(gathered: Gathered) -> tuple[int, bytes, bytes, bytes, list[int]]:
+    """Every message holding a term: (count, ids, totals, masks) packed, and each term's
+    postings count."""
+    assert _scorer is not None
+    tokens = [m[0] for m in gathered.made]
+    hits = {t: plainscore._hits(gathered, t) for t in tokens}
+    idfs = [plainscore._weigher(gathered, hits[t]).idf for t in tokens]
+    terms = [([(wordindex.base_of(c), i, f, n) for c, i, f, n in gathered.parts[t]],
+              gathered.tail[t]) for t in tokens]
+    count, ids, totals, masks = _scorer.merge(terms, gathered.tail_lengths, idfs,
+                                              gathered.avgdl, K1, B)
+    return count, ids, totals, masks, [hits[t] for t in tokens]
+
+
+def _glued(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery, ids: bytes,
+           masks: bytes, sizes: list[int]) -> bool:
+    """Does a CJK message hold one of the question's words glued to its text
+    (``natural.glued_scores``, with the index's own postings saying who holds each as a
+    token)?"""
+    from refold.store.sqlite import natural
+
+    number = {" ".join(t.words): n for n, t in enumerate(plan.words)}
+    found, held = array("q"), array("I")
+    found.frombytes(ids)
+    held.frombytes(masks)
+
+    def holding(word: str, among: list[int]) -> set[int]:
+        bit = 1 << number[word]
+        out: set[int] = set()
+        for i in among:
+            at = bisect_left(found, i)
+            if at < len(found) and found[at] == i and held[at] & bit:
+                out.add(i)
+        return out
+
+    return bool(natural.glued_scores(conn, plan, query, lambda w: sizes[number[w]], holding))
+
+
+def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery, limit: int,
+                gathered: Gathered) -> dict[int, float] | None:
+    """``plainscore.fast_scores`` for a question ``suits`` lets through: the exact boosted
+    scores of the messages that can be among the best ``limit`` (``plainscore._rank``'s
+    steps, on the C scorer's arrays), or None (then FTS5 answers)."""
+    from refold.store.sqlite import natural
+
+    assert _scorer is not None
+    count, ids, totals, masks, sizes = _merged(gathered)
+    full = (1 << len(gathered.made)) - 1
+    if (plan.glued or plan.chunks) and _glued(conn, plan, query, ids, masks, sizes):
+        # a CJK message holds a word glued to its text (rare): scored with it in Python
+        return plainscore.fast_scores(conn, plan, query, limit, gathered)
+    boost_all = 1.0 + BOOST_ALL
+    top = 1.0 + BOOST_ALL + (BOOST_PHRASE if plan.pairs else 0.0)  # the largest boost
+    position = {" ".join(t.words).lower(): n for n, t in enumerate(plan.words)}
+    pairs = [(position.get(a), position.get(b)) for a, b in plan.pairs]
+    anywhere = any(a is None or b is None for a, b in pairs)
+    both = [(1 << a) | (1 << b) for a, b in pairs if a is not None and b is not None]
+
+    def could(mask: int) -> bool:  # holds both words of a pair (or a pair's word is no term)
+        return anywhere or any(mask & bits == bits for bits in both)
+
+    def upper(total: float, mask: int) -> float:
+        held = mask == full
+        if not plan.pairs:
+            return total * boost_all if held else total
+        return total * ((1.0 + BOOST_ALL + BOOST_PHRASE if held else 1.0 + BOOST_PHRASE)
+                        if could(mask) else (1.0 + BOOST_ALL if held else 1.0))
+
+    pair_terms = {n for pair in pairs for n in pair}
+    phrase_postings: int | None = None  # the pair words' postings (natural.phrase_by_index)
+    if pair_terms and None not in pair_terms:
+        phrase_postings = sum(sizes[n] for n in pair_terms if n is not None)
+    want = max(1, limit)
+    while True:
+        bar = _scorer.kth(totals, masks, full, boost_all, want)
+        cut = bar / top * (1.0 - 1e-9)  # a hair under: the exact test on the boosted follows
+        near_ids, near_totals, near_masks = _scorer.near(ids, totals, masks, cut)
+        chosen = [(i, t, m, u) for i, t, m, u in zip(
+            near_ids, near_totals, near_masks,
+            map(upper, near_totals, near_masks), strict=True) if u >= bar]
+        allowed = natural.allowed_ids(conn, [c[0] for c in chosen], query)
+        kept = [c for c in chosen if c[0] in allowed]
+        out = plainscore.best_boosted(
+            conn, plan, [c[0] for c in kept], [c[1] for c in kept], [c[2] == full for c in kept],
+            [c[3] for c in kept], limit, phrase_postings, [could(c[2]) for c in kept])
+        if len(out) >= limit and sorted(out.values())[-limit] >= bar:
+            return out
+        if len(chosen) == count or want >= natural.MAX_FAST_FETCH:
+            return out if len(chosen) == count else None
+        want = min(want * 4, natural.MAX_FAST_FETCH)
+
+
+def best_of_term(gathered: Gathered, limit: int) -> list[tuple[int, float]]:
+    """``plainscore.best_of_term`` for a one-token term: (id, FTS5 rank) of the best
+    ``limit`` matches, best score first, then the higher id."""
+    assert _scorer is not None and len(gathered.made) == 1 and len(gathered.made[0]) == 1
+    _, ids, totals, masks, _ = _merged(gathered)
+    bar = _scorer.kth(totals, masks, 0, 1.0, max(1, limit))  # (no mask is 0: unboosted)
+    found, scores, _ = _scorer.near(ids, totals, masks, bar)
+    best = sorted(zip(scores, found, strict=True), reverse=True)[:limit]
+    return [(i, -score) for score, i in best]

@@ -1,0 +1,228 @@
+"""The C scorer (``refold._scorer`` through ``store/sqlite/nativescore.py``) gives what the
+Python paths give: the same ids, in the same order, with the same scores to the bit, on the
+corpora ``test_plain_score.py`` builds (skewed frequencies, frequencies past one byte, long and
+short messages, phrases, CJK, glued words, filters, a tail); it is the path such questions
+take; what it does not suit goes to Python; bad input is an error, never a crash.
+(``test_word_index.py`` runs its FTS5 comparisons on this path as well.)"""
+
+from __future__ import annotations
+
+import math
+import random
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from test_plain_score import QUESTIONS, WORDS, archive
+
+from refold.search.query import parse_query
+from refold.search.rank import best_first
+from refold.store.base import SearchQuery
+from refold.store.sqlite import indexer, nativescore, plainscore, wordindex
+from refold.store.sqlite.natural import fast_scores
+from refold.store.sqlite.store import SQLiteStore
+
+pytestmark = pytest.mark.usefixtures("native_scorer")
+
+
+@pytest.fixture(autouse=True)
+def small_archives_use_the_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wordindex, "MIN_ROWS", 0)
+    monkeypatch.setattr(wordindex, "SEGMENT", 2)
+
+
+def answer(store: SQLiteStore, question: str, limit: int, path: str,
+           monkeypatch: pytest.MonkeyPatch, **filters: object) -> list[tuple[int, float]] | None:
+    """``fast_scores``' best ``limit`` (id, score) through ``path``: native, plain or numpy."""
+    monkeypatch.setenv("REFOLD_NATIVE", "1" if path == "native" else "0")
+    postings = 10**12 if path == "plain" else -1
+    monkeypatch.setattr(plainscore, "PLAIN_WARM", postings)
+    monkeypatch.setattr(plainscore, "PLAIN_BUDGET", postings)
+    parsed = parse_query(question)
+    plan = parsed.natural or parsed.glued
+    assert plan is not None
+    query = SearchQuery(question, limit=limit, **filters)  # type: ignore[arg-type]
+    with store.db.read() as conn:
+        scores = fast_scores(conn, plan, query, limit)
+    return None if scores is None else [(i, scores[i]) for i in best_first(scores, limit)]
+
+
+@pytest.mark.parametrize(("seed", "skew"), [(1, 0.0), (2, 1.0), (3, 2.0)])
+def test_native_scores_are_the_python_paths_to_the_bit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, skew: float) -> None:
+    store = archive(tmp_path / "refold.db", seed, skew, 9000)  # two sealed chunks and a tail
+    sessions = [s.id for s in store.list_sessions()]
+    used = []
+    scored = nativescore.fast_scores
+
+    def counting(*args: object) -> dict[int, float] | None:
+        used.append(args[2])
+        return scored(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(nativescore, "fast_scores", counting)
+    questions = [*QUESTIONS, "alpha ticket", "the alpha and beta of theta",
+                 "why is the alpha cache running to zeta", "alpha beta gamma delta went"]
+    answered = 0
+    for question in questions:
+        for limit, filters in ((1, {}), (20, {}), (300, {}), (20, {"source": "b"}),
+                               (20, {"session_id": sessions[1]}), (20, {"role": "user"})):
+            native = answer(store, question, limit, "native", monkeypatch, **filters)
+            plain = answer(store, question, limit, "plain", monkeypatch, **filters)
+            assert native == plain, (question, limit, filters)
+            assert native == answer(store, question, limit, "numpy", monkeypatch, **filters)
+            answered += bool(native)
+    assert answered > 60
+    # the C scorer answered the questions of words (not those with CJK or a session filter)
+    assert len(used) >= len(questions) * 3, len(used)
+
+
+def test_one_word_native_ranks_are_the_python_paths(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    store = archive(tmp_path / "refold.db", 4, 1.0, 9000)
+    found = 0
+    with store.db.read() as conn:
+        through = indexer.watermark(conn)
+        for word in [*WORDS, "nothing"]:
+            term = parse_query(word).terms[0]
+            for limit in (1, 7, 60, 5000):
+                got = []
+                for native, postings in (("1", -1), ("0", 10**12), ("0", -1)):
+                    monkeypatch.setenv("REFOLD_NATIVE", native)
+                    monkeypatch.setattr(plainscore, "PLAIN_WARM", postings)
+                    got.append(wordindex.best_of_term(conn, " ".join(term.words), term.fts5(),
+                                                      through, limit))
+                assert got[0] == got[1] == got[2], (word, limit)
+                found += len(got[0] or ())
+    assert found > 1000
+
+
+def _blob(typecode: str, values: list[int]) -> bytes:
+    return struct.pack(f"<{len(values)}{typecode}", *values)
+
+
+def test_the_scorer_weighs_and_sums_as_the_python_expression() -> None:
+    """Wide frequencies and lengths, postings out of order (sorted first), a tail with its
+    lengths (an unknown one is 0), terms summed in their order; every float the one the Python
+    expression gives."""
+    from refold import _scorer
+
+    k1, b, avgdl = wordindex.K1, wordindex.B, 7.3
+    idfs = [0.7, 2.25, 1e-6]
+    terms = [
+        ([(4096, _blob("H", [5, 1, 9]), _blob("H", [1, 300, 2]), _blob("I", [3, 70000, 12]))],
+         [(9001, 2), (9005, 1)]),
+        ([(0, _blob("H", [1, 4101]), _blob("B", [1, 4]), _blob("H", [8, 2]))], [(9001, 7)]),
+        ([], [(9005, 3), (9003, 1)]),
+    ]
+    lengths = {9001: 11, 9005: 2}
+    count, ids, totals, masks = _scorer.merge(terms, lengths, idfs, avgdl, k1, b)
+
+    def weight(idf: float, tf: int, dl: int) -> float:
+        return idf * ((tf * (k1 + 1.0)) / (tf + k1 * (1 - b + b * dl / avgdl)))
+
+    want: dict[int, tuple[float, int]] = {}
+    postings = [
+        [(4101, 1, 3), (4097, 300, 70000), (4105, 2, 12), (9001, 2, 11), (9005, 1, 2)],
+        [(1, 1, 8), (4101, 4, 2), (9001, 7, 11)],
+        [(9005, 3, 2), (9003, 1, 0)],
+    ]
+    for n, (idf, found) in enumerate(zip(idfs, postings, strict=True)):
+        for i, tf, dl in found:
+            w = weight(idf, tf, dl)
+            total, mask = want.get(i, (0.0, 0))
+            want[i] = (total + w if mask else w, mask | 1 << n)
+    assert count == len(want)
+    got_ids = list(struct.unpack(f"<{count}q", ids))
+    assert got_ids == sorted(want)
+    assert list(struct.unpack(f"<{count}d", totals)) == [want[i][0] for i in got_ids]
+    assert list(struct.unpack(f"<{count}I", masks)) == [want[i][1] for i in got_ids]
+    bounds = sorted((want[i][0] * 1.5 if want[i][1] == 3 else want[i][0] for i in want),
+                    reverse=True)
+    for k in range(1, count + 1):
+        assert _scorer.kth(totals, masks, 3, 1.5, k) == bounds[k - 1]
+    assert _scorer.kth(totals, masks, 3, 1.5, count + 1) == -math.inf
+    cut = sorted(want[i][0] for i in want)[3]
+    near = _scorer.near(ids, totals, masks, cut)
+    assert near == ([i for i in got_ids if want[i][0] >= cut],
+                    [want[i][0] for i in got_ids if want[i][0] >= cut],
+                    [want[i][1] for i in got_ids if want[i][0] >= cut])
+
+
+def test_the_scorer_refuses_bad_input_with_errors() -> None:
+    from refold import _scorer
+
+    good = [([(0, b"\1\0", b"\1", b"\2\0")], [])]
+    assert _scorer.merge(good, {}, [1.0], 2.0, 1.2, 0.75)[0] == 1
+    bad_calls = [
+        lambda: _scorer.merge([], {}, [], 2.0, 1.2, 0.75),  # no term
+        lambda: _scorer.merge(good * 33, {}, [1.0] * 33, 2.0, 1.2, 0.75),  # too many
+        lambda: _scorer.merge(good, {}, [1.0, 2.0], 2.0, 1.2, 0.75),  # idfs disagree
+        lambda: _scorer.merge([([(0, "x", b"", b"")], [])], {}, [1.0], 2.0, 1.2, 0.75),
+        lambda: _scorer.merge([([(0, b"\1\0\2\0", b"", b"")], [])], {}, [1.0], 2, 1.2, 0.75),
+        lambda: _scorer.merge([([], [(1,)])], {}, [1.0], 2.0, 1.2, 0.75),
+        lambda: _scorer.merge([([], [("x", 1)])], {}, [1.0], 2.0, 1.2, 0.75),
+        lambda: _scorer.merge([([], [(1, 1)])], {1: "x"}, [1.0], 2.0, 1.2, 0.75),
+        lambda: _scorer.kth(b"\0" * 8, b"", 1, 1.0, 1),
+        lambda: _scorer.near(b"", b"\0" * 8, b"\0" * 4, 0.0),
+    ]
+    for call in bad_calls:
+        with pytest.raises((TypeError, ValueError)):
+            call()
+
+
+def test_a_large_archive_scores_the_same_on_every_path(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Realistic sizes: 60k messages over many sealed segments (the default ``SEGMENT``),
+    questions whose words hold thousands of postings each."""
+    monkeypatch.setattr(wordindex, "SEGMENT", 16)
+    rng = random.Random(7)
+    vocabulary = [f"w{n}" for n in range(3000)]
+    weights = [1.0 / (rank + 1) for rank in range(len(vocabulary))]
+    store = SQLiteStore(str(tmp_path / "refold.db"))
+    for _ in range(6):
+        session = store.create_session(source="bench")
+        store.append_messages(session.id, [
+            {"role": "user", "content": " ".join(rng.choices(vocabulary, weights,
+                                                              k=rng.randint(3, 60)))}
+            for _ in range(10_000)])
+    store.seal_word_index()
+    questions = ["when did we talk about w0 and w17", "w1 w2 w3 w4 w5", "w2999 w1 w0",
+                 "where did I put the w30 of the w5", "w0 w0 w1"]
+    for question in questions:
+        for limit in (1, 20, 100):
+            native = answer(store, question, limit, "native", monkeypatch)
+            assert native, question
+            assert native == answer(store, question, limit, "plain", monkeypatch)
+            assert native == answer(store, question, limit, "numpy", monkeypatch)
+
+
+def test_a_fresh_process_without_the_extension_searches_in_python(tmp_path: Path) -> None:
+    """An install without a C compiler has no ``refold._scorer``: search answers the same
+    through Python, and a fresh process with the scorer never imports NumPy."""
+    path = tmp_path / "refold.db"
+    store = archive(path, 5, 1.0, 9000)
+    store.close()
+    script = textwrap.dedent(f"""
+        import sys
+        if sys.argv[1] == "without":
+            sys.modules["refold._scorer"] = None  # as if it was never built
+        from refold.store.base import SearchQuery
+        from refold.store.sqlite import nativescore, wordindex
+        from refold.store.sqlite.store import SQLiteStore
+        wordindex.MIN_ROWS = 0
+        store = SQLiteStore({str(path)!r})
+        hits = store.search(SearchQuery("when did caroline talk about the deployment"))
+        hits += store.search(SearchQuery("deployment"))
+        print(len(hits), nativescore.enabled(), "numpy" in sys.modules)
+        for hit in hits:
+            print(hit.session_id, hit.seq, repr(hit.score))
+    """)
+    runs = {how: subprocess.run([sys.executable, "-c", script, how], capture_output=True,
+                                text=True, check=True).stdout.split("\n")
+            for how in ("with", "without")}
+    assert runs["with"][0] == "40 True False"
+    assert runs["without"][0] == "40 False False"
+    assert runs["with"][1:] == runs["without"][1:]
