@@ -12,7 +12,8 @@
  * merge()  -> (count, ids, totals, masks): the messages holding any term, in id order, as
  *             packed int64 / float64 / uint32 bytes (a mask's bit n: term n holds it)
  * kth()    -> the k-th largest score, a message holding every term boosted (-inf if fewer)
- * near()   -> (ids, totals, masks) lists of the messages scoring at least a cut
+ * chosen() -> (ids, totals, masks, uppers) lists of the messages scoring at least a cut
+ *             whose upper bound (the largest boost they may get) reaches a bar
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -348,11 +349,33 @@ static PyObject *kth(PyObject *self, PyObject *args) {
     return PyFloat_FromDouble(found);
 }
 
-static PyObject *near(PyObject *self, PyObject *args) {
-    PyObject *ids_obj, *totals_obj, *masks_obj;
-    double cut;
-    if (!PyArg_ParseTuple(args, "O!OOd", &PyBytes_Type, &ids_obj, &totals_obj, &masks_obj,
-                          &cut)) {
+static int append_row(PyObject *lists[4], int64_t id, double total, uint32_t mask,
+                      double upper) {
+    PyObject *items[4] = {PyLong_FromLongLong(id), PyFloat_FromDouble(total),
+                          PyLong_FromUnsignedLong(mask), PyFloat_FromDouble(upper)};
+    int bad = 0;
+    for (int k = 0; k < 4; k++) {
+        bad = bad || items[k] == NULL || PyList_Append(lists[k], items[k]) < 0;
+    }
+    for (int k = 0; k < 4; k++) {
+        Py_XDECREF(items[k]);
+    }
+    return bad ? -1 : 0;
+}
+
+/* chosen(ids, totals, masks, cut, bar, full, factors, pairs, anywhere): the messages scoring
+ * at least cut whose upper bound reaches bar, as (ids, totals, masks, uppers) lists in id
+ * order. A message's upper bound is its total times factors[2 * held + could] (held: its mask
+ * is full; could: anywhere, or its mask holds both bits of some pair): plainscore._rank's
+ * upper(), the same products of the same doubles. */
+static PyObject *chosen(PyObject *self, PyObject *args) {
+    PyObject *ids_obj, *totals_obj, *masks_obj, *factors_obj, *pairs_obj;
+    double cut, bar;
+    unsigned long full;
+    int anywhere;
+    if (!PyArg_ParseTuple(args, "O!OOddkO!O!p", &PyBytes_Type, &ids_obj, &totals_obj,
+                          &masks_obj, &cut, &bar, &full, &PyTuple_Type, &factors_obj,
+                          &PyList_Type, &pairs_obj, &anywhere)) {
         return NULL;
     }
     const double *totals;
@@ -365,33 +388,56 @@ static PyObject *near(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "ids and totals differ in length");
         return NULL;
     }
+    if (PyTuple_GET_SIZE(factors_obj) != 4) {
+        PyErr_SetString(PyExc_ValueError, "four factors: neither, could, held, both");
+        return NULL;
+    }
+    double factors[4];
+    for (int k = 0; k < 4; k++) {
+        factors[k] = PyFloat_AsDouble(PyTuple_GET_ITEM(factors_obj, k));
+        if (factors[k] == -1.0 && PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    Py_ssize_t npairs = PyList_GET_SIZE(pairs_obj);
+    if (npairs > 64) {
+        PyErr_SetString(PyExc_ValueError, "at most 64 pairs");
+        return NULL;
+    }
+    uint32_t pairs[64];
+    for (Py_ssize_t k = 0; k < npairs; k++) {
+        unsigned long bits = PyLong_AsUnsignedLong(PyList_GET_ITEM(pairs_obj, k));
+        if (bits == (unsigned long)-1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        pairs[k] = (uint32_t)bits;
+    }
     const int64_t *ids = (const int64_t *)PyBytes_AS_STRING(ids_obj);
-    PyObject *out_ids = PyList_New(0), *out_totals = PyList_New(0), *out_masks = PyList_New(0);
-    if (out_ids == NULL || out_totals == NULL || out_masks == NULL) {
-        goto fail;
+    PyObject *lists[4] = {PyList_New(0), PyList_New(0), PyList_New(0), PyList_New(0)};
+    for (int k = 0; k < 4; k++) {
+        if (lists[k] == NULL) {
+            goto fail;
+        }
     }
     for (Py_ssize_t i = 0; i < count; i++) {
         if (!(cut <= totals[i])) {
             continue;
         }
-        PyObject *id = PyLong_FromLongLong(ids[i]);
-        PyObject *total = PyFloat_FromDouble(totals[i]);
-        PyObject *mask = PyLong_FromUnsignedLong(masks[i]);
-        int bad = id == NULL || total == NULL || mask == NULL ||
-                  PyList_Append(out_ids, id) < 0 || PyList_Append(out_totals, total) < 0 ||
-                  PyList_Append(out_masks, mask) < 0;
-        Py_XDECREF(id);
-        Py_XDECREF(total);
-        Py_XDECREF(mask);
-        if (bad) {
+        int could = anywhere;
+        for (Py_ssize_t k = 0; k < npairs && !could; k++) {
+            could = (masks[i] & pairs[k]) == pairs[k];
+        }
+        int held = masks[i] == (uint32_t)full;
+        double upper = totals[i] * factors[2 * held + could];
+        if (upper >= bar && append_row(lists, ids[i], totals[i], masks[i], upper) < 0) {
             goto fail;
         }
     }
-    return Py_BuildValue("(NNN)", out_ids, out_totals, out_masks);
+    return Py_BuildValue("(NNNN)", lists[0], lists[1], lists[2], lists[3]);
 fail:
-    Py_XDECREF(out_ids);
-    Py_XDECREF(out_totals);
-    Py_XDECREF(out_masks);
+    for (int k = 0; k < 4; k++) {
+        Py_XDECREF(lists[k]);
+    }
     return NULL;
 }
 
@@ -400,7 +446,9 @@ static PyMethodDef methods[] = {
      "merge(terms, tail_lengths, idfs, avgdl, k1, b) -> (count, ids, totals, masks)"},
     {"kth", kth, METH_VARARGS,
      "kth(totals, masks, full, boost, k) -> the k-th largest bound, or -inf"},
-    {"near", near, METH_VARARGS, "near(ids, totals, masks, cut) -> (ids, totals, masks)"},
+    {"chosen", chosen, METH_VARARGS,
+     "chosen(ids, totals, masks, cut, bar, full, factors, pairs, anywhere) -> "
+     "(ids, totals, masks, uppers)"},
     {NULL, NULL, 0, NULL},
 };
 

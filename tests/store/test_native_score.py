@@ -106,7 +106,8 @@ def _blob(typecode: str, values: list[int]) -> bytes:
 def test_the_scorer_weighs_and_sums_as_the_python_expression() -> None:
     """Wide frequencies and lengths, postings out of order (sorted first), a tail with its
     lengths (an unknown one is 0), terms summed in their order; every float the one the Python
-    expression gives."""
+    expression gives; the k-th best bound and the messages whose boosted bound reaches a bar
+    as ``plainscore._rank`` takes them."""
     from refold import _scorer
 
     k1, b, avgdl = wordindex.K1, wordindex.B, 7.3
@@ -145,10 +146,19 @@ def test_the_scorer_weighs_and_sums_as_the_python_expression() -> None:
         assert _scorer.kth(totals, masks, 3, 1.5, k) == bounds[k - 1]
     assert _scorer.kth(totals, masks, 3, 1.5, count + 1) == -math.inf
     cut = sorted(want[i][0] for i in want)[3]
-    near = _scorer.near(ids, totals, masks, cut)
-    assert near == ([i for i in got_ids if want[i][0] >= cut],
-                    [want[i][0] for i in got_ids if want[i][0] >= cut],
-                    [want[i][1] for i in got_ids if want[i][0] >= cut])
+    factors = (1.0, 1.25, 1.5, 2.0)  # neither, could (a phrase), held (every term), both
+    for pairs, anywhere in (([], False), ([0b11], False), ([0b101, 0b110], False), ([], True)):
+        for bar in (cut, cut * 1.3, -math.inf):
+            rows = []
+            for i in got_ids:
+                total, mask = want[i]
+                could = anywhere or any(mask & bits == bits for bits in pairs)
+                upper = total * factors[2 * (mask == 3) + could]
+                if total >= cut and upper >= bar:
+                    rows.append((i, total, mask, upper))
+            assert rows, (pairs, bar)
+            assert _scorer.chosen(ids, totals, masks, cut, bar, 3, factors, pairs,
+                                  anywhere) == tuple(map(list, zip(*rows, strict=True)))
 
 
 def test_the_scorer_refuses_bad_input_with_errors() -> None:
@@ -166,7 +176,10 @@ def test_the_scorer_refuses_bad_input_with_errors() -> None:
         lambda: _scorer.merge([([], [("x", 1)])], {}, [1.0], 2.0, 1.2, 0.75),
         lambda: _scorer.merge([([], [(1, 1)])], {1: "x"}, [1.0], 2.0, 1.2, 0.75),
         lambda: _scorer.kth(b"\0" * 8, b"", 1, 1.0, 1),
-        lambda: _scorer.near(b"", b"\0" * 8, b"\0" * 4, 0.0),
+        lambda: _scorer.chosen(b"", b"\0" * 8, b"\0" * 4, 0.0, 0.0, 1, (1.0,) * 4, [], False),
+        lambda: _scorer.chosen(b"\0" * 8, b"\0" * 8, b"\0" * 4, 0.0, 0.0, 1, (1.0,), [], False),
+        lambda: _scorer.chosen(b"\0" * 8, b"\0" * 8, b"\0" * 4, 0.0, 0.0, 1, (1.0,) * 4, ["x"],
+                               False),
     ]
     for call in bad_calls:
         with pytest.raises((TypeError, ValueError)):

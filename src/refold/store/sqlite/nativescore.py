@@ -111,13 +111,9 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     def could(mask: int) -> bool:  # holds both words of a pair (or a pair's word is no term)
         return anywhere or any(mask & bits == bits for bits in both)
 
-    def upper(total: float, mask: int) -> float:
-        held = mask == full
-        if not plan.pairs:
-            return total * boost_all if held else total
-        return total * ((1.0 + BOOST_ALL + BOOST_PHRASE if held else 1.0 + BOOST_PHRASE)
-                        if could(mask) else (1.0 + BOOST_ALL if held else 1.0))
-
+    # a message's largest boost: factors[2 * (holds every term) + (could hold a phrase)]
+    factors = ((1.0, 1.0 + BOOST_PHRASE, 1.0 + BOOST_ALL, 1.0 + BOOST_ALL + BOOST_PHRASE)
+               if plan.pairs else (1.0, 1.0, boost_all, boost_all))
     pair_terms = {n for pair in pairs for n in pair}
     phrase_postings: int | None = None  # the pair words' postings (natural.phrase_by_index)
     if pair_terms and None not in pair_terms:
@@ -126,10 +122,9 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     while True:
         bar = _scorer.kth(totals, masks, full, boost_all, want)
         cut = bar / top * (1.0 - 1e-9)  # a hair under: the exact test on the boosted follows
-        near_ids, near_totals, near_masks = _scorer.near(ids, totals, masks, cut)
-        chosen = [(i, t, m, u) for i, t, m, u in zip(
-            near_ids, near_totals, near_masks,
-            map(upper, near_totals, near_masks), strict=True) if u >= bar]
+        # (the messages whose boosted score can reach the bar: plainscore._rank's chosen)
+        chosen = list(zip(*_scorer.chosen(ids, totals, masks, cut, bar, full, factors, both,
+                                          anywhere), strict=True))
         allowed = natural.allowed_ids(conn, [c[0] for c in chosen], query)
         kept = [c for c in chosen if c[0] in allowed]
         out = plainscore.best_boosted(
@@ -148,6 +143,7 @@ def best_of_term(gathered: Gathered, limit: int) -> list[tuple[int, float]]:
     assert _scorer is not None and len(gathered.made) == 1 and len(gathered.made[0]) == 1
     _, ids, totals, masks, _ = _merged(gathered)
     bar = _scorer.kth(totals, masks, 0, 1.0, max(1, limit))  # (no mask is 0: unboosted)
-    found, scores, _ = _scorer.near(ids, totals, masks, bar)
+    found, scores, _, _ = _scorer.chosen(ids, totals, masks, bar, bar, 0, (1.0,) * 4, [],
+                                         False)
     best = sorted(zip(scores, found, strict=True), reverse=True)[:limit]
     return [(i, -score) for score, i in best]
