@@ -14,7 +14,7 @@ import pytest
 from refold.search.query import parse_query
 from refold.search.rank import best_first
 from refold.store.base import SearchQuery
-from refold.store.sqlite import cjklen, indexer, plainscore, wordindex, wordseal
+from refold.store.sqlite import cjklen, indexer, plainscore, wordindex, wordrows, wordseal
 from refold.store.sqlite.natural import fast_scores, natural_scores
 from refold.store.sqlite.store import SQLiteStore
 
@@ -95,7 +95,8 @@ def test_sealed_chunks_and_tail_rank_exactly_as_fts5(store: SQLiteStore) -> None
         assert chunks == 2 and rows == 2 * wordindex.CHUNK - 1  # ids start at 1
         # chunks 0 and 1 merged: one row a term, keyed by chunk 0 (the 1,808 rows above
         # them: a recent block)
-        assert {r[0] for r in conn.execute("SELECT DISTINCT chunk FROM word_postings")} == {0}
+        assert {r[0] for r in conn.execute(
+            f"SELECT DISTINCT id & {wordrows.CHUNK_MASK} FROM word_blobs")} == {0}
     found = sum(compare(store, q) for q in QUESTIONS)
     assert found > 100
     for q in QUESTIONS[:4]:
@@ -519,7 +520,7 @@ def test_wide_counts_and_lengths(store: SQLiteStore) -> None:
     store.seal_word_index()  # chunks 0 and 1, merged (SEGMENT is 2 here)
     with store.db.read() as conn:
         widths = {(len(t) // (len(i) // 2), len(n) // (len(i) // 2)) for i, t, n in
-                  conn.execute("SELECT ids, tfs, lens FROM word_postings")}
+                  conn.execute("SELECT ids, tfs, lens FROM word_blobs")}
     assert (2, 4) in widths and (1, 2) in widths
     for q in ("caroline support group", "running file object", "alpha beta"):
         compare(store, q)
@@ -559,11 +560,12 @@ def test_doctor_repair_empties_the_index_and_it_seals_again(store: SQLiteStore) 
     fill(store, random.Random(41), 3, 3000)
     store.seal_word_index()
     with store.db.write() as conn:  # damage: a term's postings lost
-        conn.execute("DELETE FROM word_postings WHERE term = (SELECT min(term) FROM word_postings)")
+        conn.execute(f"DELETE FROM word_blobs WHERE id >> {wordrows.CHUNK_BITS} = "
+                     "(SELECT min(tid) FROM word_terms)")
     store.rebuild_search_indexes()
     with store.db.read() as conn:
         assert wordindex.state(conn)[:3] == (0, 0, 0)
-        assert not conn.execute("SELECT count(*) FROM word_postings").fetchone()[0]
+        assert not conn.execute("SELECT count(*) FROM word_blobs").fetchone()[0]
     assert store.seal_word_index() == 2
     for q in QUESTIONS[:4]:
         compare(store, q)
@@ -709,7 +711,7 @@ def test_a_recent_block_written_halfway_is_never_seen(store: SQLiteStore,
         wordseal._drop_recent(conn)
 
     def halfway(conn: sqlite3.Connection, plan: wordseal.Recent) -> bool:
-        conn.executemany("INSERT OR REPLACE INTO word_postings VALUES (?, ?, ?, ?, ?)",
+        conn.executemany(f"INSERT OR REPLACE INTO {wordindex.RECENT_TABLE} VALUES (?, ?, ?, ?, ?)",
                          plan.postings[:len(plan.postings) // 2])
         raise KeyboardInterrupt  # the process interrupted mid-write
     monkeypatch.setattr(wordseal, "commit_recent", halfway)

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from refold._records import dataclass
 from refold.errors import MigrationError
-from refold.store.sqlite import cjklen, glued, grams, indexer, wordindex
+from refold.store.sqlite import cjklen, glued, grams, indexer, wordindex, wordrows
 from refold.store.titles import untag_titles
 
 
@@ -221,6 +221,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(17, "sessions by their agent's conversation id", (
         "CREATE INDEX IF NOT EXISTS events_agent ON events(payload) "
         "WHERE kind IN ('agent', 'agent-side', 'agent-subagent')",)),
+    # the word index's postings rows by term number and chunk in a rowid table, out of the
+    # WITHOUT ROWID table whose seeks read big rows' overflow pages (wordrows.py)
+    Migration(18, "word index rows by term number", wordrows.MIGRATION),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

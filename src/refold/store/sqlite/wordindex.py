@@ -7,7 +7,8 @@ real sentence hundreds. This index holds the same postings in a form NumPy score
 
 Layout (migration 9):
 
-- ``word_postings(term, chunk, ids, tfs, lens)``: for each FTS5 token (as the word index's
+- the postings rows (term, chunk, ids, tfs, lens), stored as ``wordrows`` says (migration
+  18: by term number and chunk): for each FTS5 token (as the word index's
   tokenizer emits it: porter, unicode61, diacritics removed) and each *sealed chunk* of
   ``CHUNK`` message ids, the ids holding it (uint16 offsets from the chunk's first id), their
   term frequencies (uint8, or uint16 in a row where one exceeds 255) and their lengths in
@@ -53,7 +54,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from refold._records import dataclass
-from refold.store.sqlite import porter
+from refold.store.sqlite import porter, wordrows
 
 CHUNK = 4096  # message ids per sealed chunk
 SEGMENT = 16  # sealed chunks merged into one row per term once all 16 are sealed (uint16 ids)
@@ -514,9 +515,7 @@ Parts = list[tuple[int, bytes, bytes, bytes]]  # one token's (chunk, ids, tfs, l
 def _parts(conn: sqlite3.Connection, term: str, recent: bool) -> Parts:
     """One token's sealed postings rows, in id order: its chunks', then (if they hold) its
     recent blocks', keyed ``RECENT`` plus their first id (``base_of``)."""
-    rows = [(int(c), bytes(i), bytes(t), bytes(n)) for c, i, t, n in conn.execute(
-        "SELECT chunk, ids, tfs, lens FROM word_postings WHERE term = ? ORDER BY chunk",
-        (term,))]
+    rows = wordrows.of_term(conn, term)
     if recent:
         rows += [(RECENT + int(c), bytes(i), bytes(t), bytes(n)) for c, i, t, n in conn.execute(
             f"SELECT start, ids, tfs, lens FROM {RECENT_TABLE} WHERE term = ? ORDER BY start",

@@ -12,7 +12,7 @@ import sqlite3
 from typing import Any
 
 from refold._records import dataclass
-from refold.store.sqlite import wordindex
+from refold.store.sqlite import wordindex, wordrows
 from refold.store.sqlite.wordindex import (
     LENS,
     STATE,
@@ -84,8 +84,7 @@ def commit_seal(conn: sqlite3.Connection, plan: Sealing) -> bool:
     if (chunks, gen) != (plan.chunk, plan.tail_gen):
         return False
     _drop_recent(conn)
-    conn.executemany("INSERT OR REPLACE INTO word_postings VALUES (?, ?, ?, ?, ?)",
-                     plan.postings)
+    wordrows.put(conn, plan.postings)
     conn.execute(f"UPDATE {STATE} SET chunks = ?, rows = rows + ?, tokens = tokens + ?, "
                  "tail_gen = tail_gen + 1 WHERE id = 1",
                  (plan.chunk + 1, plan.rows, plan.tokens))
@@ -179,9 +178,7 @@ def _merge(conn: sqlite3.Connection, start: int) -> None:
     """Merge the rows of the ``SEGMENT`` chunks from ``start`` into one per term."""
     import numpy as np
 
-    rows = conn.execute("SELECT term, chunk, ids, tfs, lens FROM word_postings "
-                        "WHERE chunk >= ? AND chunk < ? ORDER BY term, chunk",
-                        (start, start + wordindex.SEGMENT)).fetchall()
+    rows = wordrows.of_chunks(conn, start, start + wordindex.SEGMENT)
     merged: list[tuple[str, int, bytes, bytes, bytes]] = []
     i = 0
     while i < len(rows):
@@ -199,17 +196,15 @@ def _merge(conn: sqlite3.Connection, start: int) -> None:
                        (tfs.astype("<u1") if tfs.max() <= 0xFF else tfs).tobytes(),
                        (lens.astype("<u2") if lens.max() <= 0xFFFF else lens).tobytes()))
         i = j
-    conn.execute("DELETE FROM word_postings WHERE chunk >= ? AND chunk < ?",
-                 (start, start + wordindex.SEGMENT))
-    conn.executemany("INSERT INTO word_postings VALUES (?, ?, ?, ?, ?)", merged)
+    wordrows.drop_chunks(conn, start, start + wordindex.SEGMENT)
+    wordrows.put(conn, merged)
 
 
 def _rewrite(np: Any, conn: sqlite3.Connection, term: str, key: int, drop: set[int],
              put: dict[int, tuple[int, int]]) -> None:
     """One postings row with the offsets in ``drop`` taken out and ``put`` (offset: (count,
     length)) set; the row goes when nothing is left."""
-    row = conn.execute("SELECT ids, tfs, lens FROM word_postings WHERE term = ? AND chunk = ?",
-                       (term, key)).fetchone()
+    row = wordrows.one(conn, term, key)
     if row:
         count = len(row[0]) // 2
         ids = np.frombuffer(row[0], dtype="<u2").astype(np.int64)
@@ -228,11 +223,10 @@ def _rewrite(np: Any, conn: sqlite3.Connection, term: str, key: int, drop: set[i
         order = np.argsort(ids, kind="stable")
         ids, tfs, lens = ids[order], tfs[order], lens[order]
     if not len(ids):
-        conn.execute("DELETE FROM word_postings WHERE term = ? AND chunk = ?", (term, key))
+        wordrows.drop_one(conn, term, key)
         return
-    conn.execute("INSERT OR REPLACE INTO word_postings VALUES (?, ?, ?, ?, ?)",
-                 (term, key, _pack("H", ids.tolist()), _narrow(TFS, tfs.tolist()),
-                  _narrow(LENS, lens.tolist())))
+    wordrows.put(conn, [(term, key, _pack("H", ids.tolist()), _narrow(TFS, tfs.tolist()),
+                         _narrow(LENS, lens.tolist()))])
 
 
 def fold_changes(conn: sqlite3.Connection, indexed_through: int) -> None:
@@ -287,7 +281,7 @@ def fold_changes(conn: sqlite3.Connection, indexed_through: int) -> None:
 
 def reset(conn: sqlite3.Connection) -> None:
     """Empty the index (``refold doctor --repair``); it seals again from the first chunk."""
-    conn.execute("DELETE FROM word_postings")
+    wordrows.reset(conn)
     conn.execute(f"DELETE FROM {wordindex.RECENT_TABLE}")
     conn.execute("DELETE FROM word_changes")
     conn.execute(f"UPDATE {STATE} SET chunks = 0, rows = 0, tokens = 0, "
