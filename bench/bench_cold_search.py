@@ -17,7 +17,8 @@ syscalls during the search (``/proc/self/io``). ``--cached`` leaves the file in 
         [new-np=/path/new.db:src:numpy …] [new-py=/path/new.db:src:python] [--rounds 2]
 
 The questions are the first English questions ``bench_store.py --only search`` asks cold (its
-``sentence (en)`` set, the same seed), or the ``--question`` texts given; the archives are
+``sentence (en)`` set, the same seed), Chinese ones built as its ``sentence (zh)`` set
+(``--chinese``), or the ``--question`` texts given; the archives are
 ``bench_store.py``'s 1M-message corpus (``--cache``), one copy per code version.
 Asserts nothing; prints figures. An archive is migrated when a newer version opens it: give
 each version its own copy.
@@ -68,6 +69,31 @@ def bench_questions(count: int) -> list[str]:
     return english_questions(random.Random(1), max(count, 60))[:count]
 
 
+def chinese_questions(db: str, count: int) -> list[str]:
+    """Chinese questions as ``bench_store.py`` asks them ("sentence (zh)": a 2-character and
+    a 3-4-character substring of stored messages in one sentence), sampled with raw sqlite3
+    (opening the store would migrate an older version's copy)."""
+    import random
+    import sqlite3
+
+    rng = random.Random(1)
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    top = int(conn.execute("SELECT max(id) FROM messages").fetchone()[0])
+
+    def sample(sizes: tuple[int, int]) -> str:
+        while True:
+            row = conn.execute("SELECT text FROM messages WHERE id >= ? AND has_cjk = 1 "
+                               "LIMIT 1", (rng.randint(1, top),)).fetchone()
+            if row:
+                size = rng.randint(*sizes)
+                start = rng.randint(0, max(0, len(row[0]) - size))
+                return str(row[0][start:start + size])
+
+    out = [f"我们什么时候{sample((2, 2))}了{sample((3, 4))}吗？" for _ in range(count)]
+    conn.close()
+    return out
+
+
 def pct(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
@@ -80,12 +106,14 @@ def main() -> None:
                         help="a question to ask (repeatable); default: the bench's own")
     parser.add_argument("--questions", type=int, default=10,
                         help="how many of the bench's English questions")
+    parser.add_argument("--chinese", action="store_true",
+                        help="ask Chinese questions (sampled from the first variant's archive) "
+                             "instead of the English ones")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--cached", action="store_true",
                         help="leave the file in the page cache (read through once first): the "
                              "first search's own CPU, without the reads")
     args = parser.parse_args()
-    questions = args.question or bench_questions(args.questions)
     variants = []
     for spec in args.variants:
         name, _, rest = spec.partition("=")
@@ -95,6 +123,8 @@ def main() -> None:
             parser.error(f"unknown variant option(s) {sorted(unknown)} in {spec!r}")
         variants.append((name, db, src, "1" if "numpy" in more else "0",
                          "0" if "python" in more else "1"))
+    questions = args.question or (chinese_questions(variants[0][1], args.questions)
+                                  if args.chinese else bench_questions(args.questions))
     figures: dict[str, list[list[float]]] = {v[0]: [[], [], [], []] for v in variants}
     if args.cached:
         for db in {v[1] for v in variants}:

@@ -11,6 +11,8 @@
  *
  * merge()  -> (count, ids, totals, masks): the messages holding any term, in id order, as
  *             packed int64 / float64 / uint32 bytes (a mask's bit n: term n holds it)
+ * merge_rows() -> the same for CJK pieces: each a list of (id, chars) rows, every row one
+ *             occurrence weighed as natural.cjk_best weighs it
  * kth()    -> the k-th largest score, a message holding every term boosted (-inf if fewer)
  * chosen() -> (ids, totals, masks, uppers) lists of the messages scoring at least a cut
  *             whose upper bound (the largest boost they may get) reaches a bar
@@ -187,37 +189,11 @@ static int load_term(Term *t, PyObject *parts, PyObject *tail, PyObject *tail_le
     return sort_term(t);
 }
 
-static PyObject *merge(PyObject *self, PyObject *args) {
-    PyObject *terms, *tail_lengths, *idfs;
-    double avgdl, k1, b;
-    if (!PyArg_ParseTuple(args, "O!O!O!ddd", &PyList_Type, &terms, &PyDict_Type, &tail_lengths,
-                          &PyList_Type, &idfs, &avgdl, &k1, &b)) {
-        return NULL;
-    }
-    Py_ssize_t n = PyList_GET_SIZE(terms);
-    if (n < 1 || n > MAX_TERMS || PyList_GET_SIZE(idfs) != n) {
-        PyErr_SetString(PyExc_ValueError, "1 to 32 terms, each with its idf");
-        return NULL;
-    }
-    Term loaded[MAX_TERMS];
-    memset(loaded, 0, sizeof(loaded));
+/* The messages holding any term, in id order: (count, ids, totals, masks) packed; frees
+ * the terms. */
+static PyObject *union_terms(Term *loaded, Py_ssize_t n) {
     Py_ssize_t most = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *term = PyList_GET_ITEM(terms, i);
-        double idf = PyFloat_AsDouble(PyList_GET_ITEM(idfs, i));
-        if ((idf == -1.0 && PyErr_Occurred()) || !PyTuple_Check(term) ||
-            PyTuple_GET_SIZE(term) != 2) {
-            if (!PyErr_Occurred()) {
-                PyErr_SetString(PyExc_TypeError, "a term is (parts, tail)");
-            }
-            free_terms(loaded, n);
-            return NULL;
-        }
-        if (load_term(&loaded[i], PyTuple_GET_ITEM(term, 0), PyTuple_GET_ITEM(term, 1),
-                      tail_lengths, idf, avgdl, k1, b) < 0) {
-            free_terms(loaded, n);
-            return NULL;
-        }
         most += loaded[i].count;
     }
     PyObject *ids_out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)sizeof(int64_t) * most);
@@ -274,6 +250,103 @@ static PyObject *merge(PyObject *self, PyObject *args) {
         return NULL;
     }
     return Py_BuildValue("(nNNN)", count, ids_out, totals_out, masks_out);
+}
+
+static PyObject *merge(PyObject *self, PyObject *args) {
+    PyObject *terms, *tail_lengths, *idfs;
+    double avgdl, k1, b;
+    if (!PyArg_ParseTuple(args, "O!O!O!ddd", &PyList_Type, &terms, &PyDict_Type, &tail_lengths,
+                          &PyList_Type, &idfs, &avgdl, &k1, &b)) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(terms);
+    if (n < 1 || n > MAX_TERMS || PyList_GET_SIZE(idfs) != n) {
+        PyErr_SetString(PyExc_ValueError, "1 to 32 terms, each with its idf");
+        return NULL;
+    }
+    Term loaded[MAX_TERMS];
+    memset(loaded, 0, sizeof(loaded));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *term = PyList_GET_ITEM(terms, i);
+        double idf = PyFloat_AsDouble(PyList_GET_ITEM(idfs, i));
+        if ((idf == -1.0 && PyErr_Occurred()) || !PyTuple_Check(term) ||
+            PyTuple_GET_SIZE(term) != 2) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_TypeError, "a term is (parts, tail)");
+            }
+            free_terms(loaded, n);
+            return NULL;
+        }
+        if (load_term(&loaded[i], PyTuple_GET_ITEM(term, 0), PyTuple_GET_ITEM(term, 1),
+                      tail_lengths, idf, avgdl, k1, b) < 0) {
+            free_terms(loaded, n);
+            return NULL;
+        }
+    }
+    return union_terms(loaded, n);
+}
+
+/* One CJK piece: rows is a list of (id, chars), each weighed as one occurrence
+ * (natural.cjk_best's NumPy expression, element for element). */
+static int load_rows(Term *t, PyObject *rows, double idf, double average, double k1, double b) {
+    if (!PyList_Check(rows)) {
+        PyErr_SetString(PyExc_TypeError, "a piece's rows are a list of (id, chars)");
+        return -1;
+    }
+    Py_ssize_t total = PyList_GET_SIZE(rows);
+    t->ids = PyMem_Malloc(sizeof(int64_t) * (size_t)(total ? total : 1));
+    t->weights = PyMem_Malloc(sizeof(double) * (size_t)(total ? total : 1));
+    t->count = 0;
+    if (t->ids == NULL || t->weights == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < total; i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 2) {
+            PyErr_SetString(PyExc_TypeError, "a row is (id, chars)");
+            return -1;
+        }
+        long long id = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 0));
+        if (id == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        double chars = PyFloat_AsDouble(PyTuple_GET_ITEM(row, 1));
+        if (chars == -1.0 && PyErr_Occurred()) {
+            return -1;
+        }
+        /* norm = 1.0 - B + B * (chars / average); idf * ((K1 + 1.0) / (1.0 + K1 * norm)) */
+        double norm = 1.0 - b + b * (chars / average);
+        t->ids[t->count] = (int64_t)id;
+        t->weights[t->count] = idf * ((k1 + 1.0) / (1.0 + k1 * norm));
+        t->count++;
+    }
+    return sort_term(t);
+}
+
+static PyObject *merge_rows(PyObject *self, PyObject *args) {
+    PyObject *pieces, *idfs;
+    double average, k1, b;
+    if (!PyArg_ParseTuple(args, "O!O!ddd", &PyList_Type, &pieces, &PyList_Type, &idfs,
+                          &average, &k1, &b)) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(pieces);
+    if (n < 1 || n > MAX_TERMS || PyList_GET_SIZE(idfs) != n) {
+        PyErr_SetString(PyExc_ValueError, "1 to 32 pieces, each with its idf");
+        return NULL;
+    }
+    Term loaded[MAX_TERMS];
+    memset(loaded, 0, sizeof(loaded));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double idf = PyFloat_AsDouble(PyList_GET_ITEM(idfs, i));
+        if ((idf == -1.0 && PyErr_Occurred()) ||
+            load_rows(&loaded[i], PyList_GET_ITEM(pieces, i), idf, average, k1, b) < 0) {
+            free_terms(loaded, n);
+            return NULL;
+        }
+    }
+    return union_terms(loaded, n);
 }
 
 static int arrays(PyObject *totals_obj, PyObject *masks_obj, const double **totals,
@@ -444,6 +517,8 @@ fail:
 static PyMethodDef methods[] = {
     {"merge", merge, METH_VARARGS,
      "merge(terms, tail_lengths, idfs, avgdl, k1, b) -> (count, ids, totals, masks)"},
+    {"merge_rows", merge_rows, METH_VARARGS,
+     "merge_rows(pieces, idfs, average, k1, b) -> (count, ids, totals, masks)"},
     {"kth", kth, METH_VARARGS,
      "kth(totals, masks, full, boost, k) -> the k-th largest bound, or -inf"},
     {"chosen", chosen, METH_VARARGS,

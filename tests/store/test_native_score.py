@@ -239,3 +239,58 @@ def test_a_fresh_process_without_the_extension_searches_in_python(tmp_path: Path
     assert runs["with"][0] == "40 True False"
     assert runs["without"][0] == "40 False False"
     assert runs["with"][1:] == runs["without"][1:]
+
+
+def test_a_first_cjk_question_scores_as_numpy_without_importing_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process's first CJK-only question (``natural.cjk_best`` before the process holds a
+    copy of the lengths) is scored by the C scorer: the same ids and scores as NumPy's path
+    with and without the copy, for questions of two to five pieces and several limits; a fresh process asking one imports no NumPy."""
+    from refold.store.sqlite import cjklen, natural
+
+    rng = random.Random(11)
+    hanzi = "部署失败了我们什么时候知道说质三很志系最结门过物花被己口回热进干身区正打"
+    store = SQLiteStore(str(tmp_path / "refold.db"))
+    session = store.create_session()
+    store.append_messages(session.id, [
+        {"role": rng.choice(("user", "assistant")),
+         "content": "".join(rng.choices(hanzi, k=rng.randint(2, 40)))
+         + rng.choice(("", " 5月6号", " 6号 deploy"))} for _ in range(9000)])
+    store.seal_word_index()
+    questions = ["我们什么时候部署失败了吗？", "部署什么时候失败了？", "说质三很志吗？",
+                 "我们什么时候回热进干吗？", "区正打什么时候失败了？", "物花被己口吗？"]
+    answered = 0
+    for question in questions:
+        parsed = parse_query(question)
+        plan = parsed.natural
+        assert plan is not None and plan.cjk and not plan.words and not plan.days, question
+        for limit in (1, 20, 500):
+            query = SearchQuery(question, limit=limit)
+            got = []
+            for native in ("1", "0"):
+                monkeypatch.setenv("REFOLD_NATIVE", native)
+                monkeypatch.setattr(cjklen, "_COPIES", {})  # a fresh process: no copy yet
+                with store.db.read() as conn:
+                    got.append(natural.cjk_best(conn, plan, query, limit))
+            monkeypatch.setenv("REFOLD_NATIVE", "0")
+            with store.db.read() as conn:  # the process's copy of the lengths, with NumPy
+                natural.cjk_best(conn, plan, query, limit)
+                got.append(natural.cjk_best(conn, plan, query, limit))
+            assert got[0] is not None and got[0] == got[1] == got[2], (question, limit)
+            answered += len(got[0])
+    assert answered > 500
+    store.close()
+    monkeypatch.setenv("REFOLD_NATIVE", "1")
+    script = textwrap.dedent(f"""
+        import sys
+        from refold.store.base import SearchQuery
+        from refold.store.sqlite import wordindex
+        from refold.store.sqlite.store import SQLiteStore
+        wordindex.MIN_ROWS = 0
+        store = SQLiteStore({str(tmp_path / "refold.db")!r})
+        hits = store.search(SearchQuery("我们什么时候部署失败了吗？"))
+        print(len(hits), "numpy" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["20", "False"]

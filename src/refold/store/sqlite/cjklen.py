@@ -81,9 +81,7 @@ class Lengths:
 
     def current(self, conn: sqlite3.Connection, path: str) -> Lengths | None:
         """Itself, brought up to date; None on the first use for a state (one search in a
-        process joins in SQL rather than load the table)."""
-        import numpy as np
-
+        process joins in SQL rather than load the table: it imports no NumPy)."""
         try:
             key = (os.stat(path).st_ino, int(conn.execute(
                 f"SELECT gen FROM {TABLE}_state WHERE id = 1").fetchone()[0]))
@@ -96,6 +94,8 @@ class Lengths:
                     return None
                 self.ids = self.chars = self.active = None
                 self.key = key
+            import numpy as np
+
             top = int(self.ids[-1]) if self.ids is not None and len(self.ids) else -1
             rows = conn.execute(f"SELECT id, chars, active FROM {TABLE} WHERE id > ? "
                                 "ORDER BY id", (top,)).fetchall()

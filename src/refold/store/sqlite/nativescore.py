@@ -18,12 +18,14 @@ off (the tests and ``bench/bench_cold_search.py`` compare the paths that way).
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 from array import array
 from bisect import bisect_left
 from types import ModuleType
 
+from refold.search import rank
 from refold.search.natural import NaturalPlan
 from refold.search.rank import BOOST_ALL, BOOST_PHRASE
 from refold.store.base import SearchQuery
@@ -147,3 +149,23 @@ def best_of_term(gathered: Gathered, limit: int) -> list[tuple[int, float]]:
                                          False)
     best = sorted(zip(scores, found, strict=True), reverse=True)[:limit]
     return [(i, -score) for score, i in best]
+
+
+def cjk_best(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery, limit: int,
+             total: int, average: float) -> dict[int, float]:
+    """``natural.cjk_best`` for a process's first CJK question: each piece's rows from SQL
+    (``natural._postings``), weighed and summed by the C scorer as the NumPy path does, the
+    messages holding every piece boosted; those at or above the ``limit``-th best."""
+    from refold.store.sqlite import natural
+
+    assert _scorer is not None
+    pieces = [natural._postings(conn, piece, query, "", []) for piece in plan.cjk]
+    idfs = [rank.idf(total, len(rows)) for rows in pieces]
+    count, ids, totals, masks = _scorer.merge_rows(pieces, idfs, average, rank.K1, rank.B)
+    if not count:
+        return {}
+    full, boost = (1 << len(pieces)) - 1, 1.0 + BOOST_ALL
+    bar = _scorer.kth(totals, masks, full, boost, max(1, limit))
+    found, _, _, final = _scorer.chosen(ids, totals, masks, -math.inf, bar, full,
+                                        (1.0, 1.0, boost, boost), [], False)
+    return dict(zip(found, final, strict=True))

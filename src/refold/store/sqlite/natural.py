@@ -197,11 +197,14 @@ def cjk_best(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
         return None
     if watermark(conn) < wordindex.MIN_ROWS:
         return None
-    import numpy as np
-
     total, average = _cjk_collection(conn)
     path = wordindex.database_path(conn)
     copy = cjklen.lengths_for(path).current(conn, path) if path else None
+    if copy is None and nativescore.enabled() and len(plan.cjk) <= nativescore.MAX_TERMS:
+        # a process's first CJK question (a CLI search): the C scorer, no NumPy import
+        return nativescore.cjk_best(conn, plan, query, limit, total, average)
+    import numpy as np
+
     present: list[tuple[Any, Any]] = []  # (ids, lengths) of each piece with postings
     for piece in plan.cjk:
         if copy is None or short_span(piece):  # (a short span's text is read: no copy)
