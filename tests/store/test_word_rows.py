@@ -56,6 +56,7 @@ def back_to_the_old_layout(path: Path) -> list[tuple[str, int, bytes, bytes, byt
         f"SELECT t.term, b.id & {wordrows.CHUNK_MASK}, b.ids, b.tfs, b.lens FROM word_blobs b "
         f"JOIN word_terms t ON t.tid = b.id >> {wordrows.CHUNK_BITS} ORDER BY 1, 2").fetchall()
     conn.execute("BEGIN")
+    conn.execute("DROP VIEW word_postings")  # (its triggers with it)
     nine = next(m for m in MIGRATIONS if m.version == 9)
     conn.execute(nine.statements[0])  # word_postings, as migration 9 made it
     conn.execute(nine.statements[1])
@@ -78,8 +79,9 @@ def test_an_archive_sealed_in_the_old_layout_is_carried_over_whole(tmp_path: Pat
     with SQLiteStore(str(path)) as store:  # migration 18 runs
         assert store.info()["schema_version"] == MIGRATIONS[-1].version
         with store.db.read() as conn:
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
-            assert "word_postings" not in tables and {"word_terms", "word_blobs"} <= tables
+            kinds = dict(conn.execute("SELECT name, type FROM sqlite_master"))
+            assert kinds["word_postings"] == "view"  # (for a process of the older version)
+            assert kinds["word_terms"] == kinds["word_blobs"] == "table"
             for term in {r[0] for r in old_rows}:
                 assert wordrows.of_term(conn, term) == [
                     (c, i, f, n) for t, c, i, f, n in old_rows if t == term]
@@ -104,3 +106,49 @@ def test_merges_and_changes_keep_each_terms_rows_in_chunk_order(tmp_path: Path) 
         patch.setattr(wordindex, "MIN_ROWS", 10**9)
         want = answers(reference, indexed=False)
     assert answers(store) == want
+
+
+def test_an_older_process_reads_and_writes_the_rows_through_the_old_name(
+        tmp_path: Path) -> None:
+    """A process of the previous version still running on the file after this one migrated it
+    (a server, the command line upgraded first) issues its statements on ``word_postings``:
+    the view carries them to the new rows, and the index stays exact."""
+    path = tmp_path / "refold.db"
+    store = archive(path)
+    before = answers(store)
+    old = sqlite3.connect(str(path), isolation_level=None)  # the statements the old code ran
+    with store.db.read() as conn:
+        for term in ("ticket", "carolin", "the"):
+            assert old.execute("SELECT chunk, ids, tfs, lens FROM word_postings WHERE term = ? "
+                               "ORDER BY chunk", (term,)).fetchall() == wordrows.of_term(conn,
+                                                                                        term)
+    # its merge: a segment's rows read, deleted and written back, in one transaction
+    old.execute("BEGIN IMMEDIATE")
+    rows = old.execute("SELECT term, chunk, ids, tfs, lens FROM word_postings "
+                       "WHERE chunk >= ? AND chunk < ? ORDER BY term, chunk", (0, 2)).fetchall()
+    assert len(rows) > 10
+    old.execute("DELETE FROM word_postings WHERE chunk >= ? AND chunk < ?", (0, 2))
+    assert not old.execute("SELECT count(*) FROM word_postings WHERE chunk < 2").fetchone()[0]
+    old.executemany("INSERT INTO word_postings VALUES (?, ?, ?, ?, ?)", rows)
+    old.execute("COMMIT")
+    # its seal and rewrite: INSERT OR REPLACE of a term it holds keeps the term's other rows
+    # (the term keeps its number) and replaces the one row
+    ticket = old.execute("SELECT chunk, ids, tfs, lens FROM word_postings WHERE term = 'ticket'"
+                         " ORDER BY chunk").fetchall()
+    old.execute("INSERT OR REPLACE INTO word_postings VALUES (?, ?, ?, ?, ?)",
+                ("ticket", *ticket[0]))
+    old.execute("INSERT OR REPLACE INTO word_postings VALUES ('zzz', 2, x'0100', x'01', x'0200')")
+    assert old.execute("SELECT chunk, ids, tfs, lens FROM word_postings WHERE term = 'ticket' "
+                       "ORDER BY chunk").fetchall() == ticket
+    with pytest.raises(sqlite3.IntegrityError):  # a plain INSERT of a row there: as the table
+        old.execute("INSERT INTO word_postings VALUES (?, ?, ?, ?, ?)", ("ticket", *ticket[0]))
+    assert old.execute("SELECT ids FROM word_postings WHERE term = 'zzz' AND chunk = 2"
+                       ).fetchone() == (b"\x01\x00",)
+    old.execute("DELETE FROM word_postings WHERE term = 'zzz' AND chunk = 2")
+    assert old.execute("SELECT count(*) FROM word_postings WHERE term = 'zzz'").fetchone() == (0,)
+    old.close()
+    assert answers(store) == before
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(wordindex, "MIN_ROWS", 10**9)
+        assert answers(store, indexed=False) == before
+    assert store.integrity_check() == []

@@ -35,6 +35,28 @@ MIGRATION = (
     "DROP TABLE word_postings",
     # a segment's rows, for its merge (the expression as the queries below spell it)
     f"CREATE INDEX word_blobs_chunk ON word_blobs(id & {CHUNK_MASK})",
+    # The old table's name, as a view that reads and writes the new rows: a process of an
+    # older refold still running on this file (a server, when the command line was upgraded
+    # first) keeps searching and sealing through it, with the same statements, until it
+    # restarts. (Both join conditions: the term's rows by rowid range, a row's term by rowid.)
+    f"""CREATE VIEW word_postings (term, chunk, ids, tfs, lens) AS
+        SELECT t.term, b.id & {CHUNK_MASK}, b.ids, b.tfs, b.lens FROM word_terms t
+        JOIN word_blobs b ON b.id >= t.tid << {CHUNK_BITS}
+            AND b.id < (t.tid + 1) << {CHUNK_BITS} AND t.tid = b.id >> {CHUNK_BITS}""",
+    # (no conflict clause inside: the statement firing a trigger imposes its own, and an
+    # ``INSERT OR REPLACE`` would renumber a term already there, orphaning its rows)
+    f"""CREATE TRIGGER word_postings_insert INSTEAD OF INSERT ON word_postings BEGIN
+        INSERT INTO word_terms (term) SELECT NEW.term
+            WHERE NOT EXISTS (SELECT 1 FROM word_terms WHERE term = NEW.term);
+        INSERT INTO word_blobs VALUES (
+            ((SELECT tid FROM word_terms WHERE term = NEW.term) << {CHUNK_BITS}) | NEW.chunk,
+            NEW.ids, NEW.tfs, NEW.lens);
+    END""",
+    f"""CREATE TRIGGER word_postings_delete INSTEAD OF DELETE ON word_postings BEGIN
+        DELETE FROM word_blobs
+            WHERE id = ((SELECT tid FROM word_terms WHERE term = OLD.term) << {CHUNK_BITS})
+                | OLD.chunk;
+    END""",
 )
 
 
