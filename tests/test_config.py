@@ -271,3 +271,13 @@ def test_settings_convert_text_and_refuse_bad_values_without_a_framework() -> No
         Settings(colour="red")
     shown = repr(Settings(upstream_api_key="sk-secret", api_keys=["client-key"]))
     assert "sk-secret" not in shown and "client-key" not in shown  # secrets stay out of logs
+
+
+def test_refolds_own_switches_are_not_reported_as_typos() -> None:
+    """``config show`` lists ``REFOLD_*`` variables that name no setting (a typo); the
+    switches refold and its tests read directly (the C scorer's, CI's) are not such."""
+    from refold.config import unknown_env
+
+    environ = {"REFOLD_NATIVE": "0", "REFOLD_REQUIRE_NATIVE": "1", "REFOLD_REQUIRE_POSTGRES": "1",
+               "REFOLD_DEBUG": "1", "REFOLD_TRESHOLD_PERCENT": "0.5", "HOME": "/root"}
+    assert unknown_env(environ) == ["REFOLD_TRESHOLD_PERCENT"]
