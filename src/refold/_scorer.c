@@ -85,6 +85,17 @@ unsorted:;
     return 0;
 }
 
+static int alloc_term(Term *t, Py_ssize_t total) {
+    t->ids = PyMem_Malloc(sizeof(int64_t) * (size_t)(total ? total : 1));
+    t->weights = PyMem_Malloc(sizeof(double) * (size_t)(total ? total : 1));
+    t->count = 0;
+    if (t->ids == NULL || t->weights == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
 static int read_bytes(PyObject *obj, const unsigned char **data, Py_ssize_t *size) {
     if (!PyBytes_Check(obj)) {
         PyErr_SetString(PyExc_TypeError, "postings blobs must be bytes");
@@ -112,11 +123,7 @@ static int load_term(Term *t, PyObject *parts, PyObject *tail, PyObject *tail_le
         }
         total += PyBytes_GET_SIZE(PyTuple_GET_ITEM(part, 1)) / 2;
     }
-    t->ids = PyMem_Malloc(sizeof(int64_t) * (size_t)(total ? total : 1));
-    t->weights = PyMem_Malloc(sizeof(double) * (size_t)(total ? total : 1));
-    t->count = 0;
-    if (t->ids == NULL || t->weights == NULL) {
-        PyErr_NoMemory();
+    if (alloc_term(t, total) < 0) {
         return -1;
     }
     for (Py_ssize_t p = 0; p < PyList_GET_SIZE(parts); p++) {
@@ -294,11 +301,7 @@ static int load_rows(Term *t, PyObject *rows, double idf, double average, double
         return -1;
     }
     Py_ssize_t total = PyList_GET_SIZE(rows);
-    t->ids = PyMem_Malloc(sizeof(int64_t) * (size_t)(total ? total : 1));
-    t->weights = PyMem_Malloc(sizeof(double) * (size_t)(total ? total : 1));
-    t->count = 0;
-    if (t->ids == NULL || t->weights == NULL) {
-        PyErr_NoMemory();
+    if (alloc_term(t, total) < 0) {
         return -1;
     }
     for (Py_ssize_t i = 0; i < total; i++) {

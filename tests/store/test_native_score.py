@@ -63,8 +63,18 @@ def test_native_scores_are_the_python_paths_to_the_bit(
         return scored(*args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(nativescore, "fast_scores", counting)
+    glued = []
+    check = nativescore._glued
+
+    def checking(*args: object) -> bool:
+        glued.append(check(*args))  # type: ignore[arg-type]
+        return glued[-1]
+
+    monkeypatch.setattr(nativescore, "_glued", checking)
+    # (a word some CJK message holds glued, "用docker部署": scored in Python with it)
     questions = [*QUESTIONS, "alpha ticket", "the alpha and beta of theta",
-                 "why is the alpha cache running to zeta", "alpha beta gamma delta went"]
+                 "why is the alpha cache running to zeta", "alpha beta gamma delta went",
+                 "docker cache build"]
     answered = 0
     for question in questions:
         for limit, filters in ((1, {}), (20, {}), (300, {}), (20, {"source": "b"}),
@@ -77,6 +87,7 @@ def test_native_scores_are_the_python_paths_to_the_bit(
     assert answered > 60
     # the C scorer answered the questions of words (not those with CJK or a session filter)
     assert len(used) >= len(questions) * 3, len(used)
+    assert True in glued and False in glued
 
 
 def test_one_word_native_ranks_are_the_python_paths(tmp_path: Path,

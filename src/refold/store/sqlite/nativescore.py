@@ -14,6 +14,9 @@ filter (``suits``; a word some CJK message holds glued to its text is scored in 
 others, and every query where the extension was not built
 (``pip install`` without a C compiler), take the Python paths. ``REFOLD_NATIVE=0`` turns it
 off (the tests and ``bench/bench_cold_search.py`` compare the paths that way).
+
+It also scores a process's first question of CJK text only (``cjk_best``: its rows' lengths
+from SQL, each row one occurrence), which imported NumPy for it before.
 """
 
 from __future__ import annotations
@@ -48,8 +51,8 @@ def enabled() -> bool:
 
 def suits(plan: NaturalPlan, query: SearchQuery, gathered: Gathered) -> bool:
     """Can ``fast_scores`` answer this question (words only, each a single token)?"""
-    return (not plan.cjk and not plan.days and query.session_id is None and 0 < len(gathered.made) <= MAX_TERMS
-            and all(len(m) == 1 for m in gathered.made))
+    return (not plan.cjk and not plan.days and query.session_id is None
+            and 0 < len(gathered.made) <= MAX_TERMS and all(len(m) == 1 for m in gathered.made))
 
 
 def _merged(gathered: Gathered) -> tuple[int, bytes, bytes, bytes, list[int]]:
