@@ -13,6 +13,8 @@
  *             packed int64 / float64 / uint32 bytes (a mask's bit n: term n holds it)
  * merge_rows() -> the same for CJK pieces: each a list of (id, chars) rows, every row one
  *             occurrence weighed as natural.cjk_best weighs it
+ * phrase_rows() -> a phrase's matched rows: the least frequency of its tokens in each, and
+ *             each one's length (None: the index lacks one)
  * kth()    -> the k-th largest score, a message holding every term boosted (-inf if fewer)
  * chosen() -> (ids, totals, masks, uppers) lists of the messages scoring at least a cut
  *             whose upper bound (the largest boost they may get) reaches a bar
@@ -29,6 +31,7 @@
 typedef struct {
     int64_t *ids;
     double *weights;
+    double *tfs, *lens;  /* a phrase's token: its frequencies and lengths (else NULL) */
     Py_ssize_t count;
 } Term;
 
@@ -36,6 +39,8 @@ static void free_terms(Term *terms, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++) {
         PyMem_Free(terms[i].ids);
         PyMem_Free(terms[i].weights);
+        PyMem_Free(terms[i].tfs);
+        PyMem_Free(terms[i].lens);
     }
 }
 
@@ -85,11 +90,14 @@ unsorted:;
     return 0;
 }
 
-static int alloc_term(Term *t, Py_ssize_t total) {
-    t->ids = PyMem_Malloc(sizeof(int64_t) * (size_t)(total ? total : 1));
-    t->weights = PyMem_Malloc(sizeof(double) * (size_t)(total ? total : 1));
+static int alloc_term(Term *t, Py_ssize_t total, int raw) {
+    size_t size = (size_t)(total ? total : 1);
+    t->ids = PyMem_Malloc(sizeof(int64_t) * size);
+    t->weights = PyMem_Malloc(sizeof(double) * size);
+    t->tfs = raw ? PyMem_Malloc(sizeof(double) * size) : NULL;
+    t->lens = raw ? PyMem_Malloc(sizeof(double) * size) : NULL;
     t->count = 0;
-    if (t->ids == NULL || t->weights == NULL) {
+    if (t->ids == NULL || t->weights == NULL || (raw && (t->tfs == NULL || t->lens == NULL))) {
         PyErr_NoMemory();
         return -1;
     }
@@ -106,9 +114,21 @@ static int read_bytes(PyObject *obj, const unsigned char **data, Py_ssize_t *siz
     return 0;
 }
 
-/* One term: parts is a list of (base, ids, tfs, lens), tail a list of (id, count). */
+static void put(Term *t, int64_t id, double tf, double dl, double idf, double avgdl, double k1,
+                double b) {
+    t->ids[t->count] = id;
+    t->weights[t->count] = weigh(idf, tf, dl, avgdl, k1, b);
+    if (t->tfs != NULL) {
+        t->tfs[t->count] = tf;
+        t->lens[t->count] = dl;
+    }
+    t->count++;
+}
+
+/* One term: parts is a list of (base, ids, tfs, lens), tail a list of (id, count). With raw,
+ * its frequencies and lengths are kept too, and it is left in stored order (not sorted). */
 static int load_term(Term *t, PyObject *parts, PyObject *tail, PyObject *tail_lengths,
-                     double idf, double avgdl, double k1, double b) {
+                     double idf, double avgdl, double k1, double b, int raw) {
     if (!PyList_Check(parts) || !PyList_Check(tail)) {
         PyErr_SetString(PyExc_TypeError, "a term is (list of parts, list of tail pairs)");
         return -1;
@@ -123,7 +143,7 @@ static int load_term(Term *t, PyObject *parts, PyObject *tail, PyObject *tail_le
         }
         total += PyBytes_GET_SIZE(PyTuple_GET_ITEM(part, 1)) / 2;
     }
-    if (alloc_term(t, total) < 0) {
+    if (alloc_term(t, total, raw) < 0) {
         return -1;
     }
     for (Py_ssize_t p = 0; p < PyList_GET_SIZE(parts); p++) {
@@ -159,9 +179,7 @@ static int load_term(Term *t, PyObject *parts, PyObject *tail, PyObject *tail_le
                               ((uint32_t)lens[4 * i + 2] << 16) |
                               ((uint32_t)lens[4 * i + 3] << 24));
             }
-            t->ids[t->count] = id;
-            t->weights[t->count] = weigh(idf, tf, dl, avgdl, k1, b);
-            t->count++;
+            put(t, id, tf, dl, idf, avgdl, k1, b);
         }
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tail); i++) {
@@ -189,11 +207,9 @@ static int load_term(Term *t, PyObject *parts, PyObject *tail, PyObject *tail_le
         } else if (PyErr_Occurred()) {
             return -1;
         }
-        t->ids[t->count] = (int64_t)id;
-        t->weights[t->count] = weigh(idf, tf, dl, avgdl, k1, b);
-        t->count++;
+        put(t, (int64_t)id, tf, dl, idf, avgdl, k1, b);
     }
-    return sort_term(t);
+    return raw ? 0 : sort_term(t);
 }
 
 /* The messages holding any term, in id order: (count, ids, totals, masks) packed; frees
@@ -285,7 +301,7 @@ static PyObject *merge(PyObject *self, PyObject *args) {
             return NULL;
         }
         if (load_term(&loaded[i], PyTuple_GET_ITEM(term, 0), PyTuple_GET_ITEM(term, 1),
-                      tail_lengths, idf, avgdl, k1, b) < 0) {
+                      tail_lengths, idf, avgdl, k1, b, 0) < 0) {
             free_terms(loaded, n);
             return NULL;
         }
@@ -301,7 +317,7 @@ static int load_rows(Term *t, PyObject *rows, double idf, double average, double
         return -1;
     }
     Py_ssize_t total = PyList_GET_SIZE(rows);
-    if (alloc_term(t, total) < 0) {
+    if (alloc_term(t, total, 0) < 0) {
         return -1;
     }
     for (Py_ssize_t i = 0; i < total; i++) {
@@ -350,6 +366,96 @@ static PyObject *merge_rows(PyObject *self, PyObject *args) {
         }
     }
     return union_terms(loaded, n);
+}
+
+/* phrase_rows(matched, tokens, tail_lengths): for each id of matched (ascending: the rows
+ * FTS5 matches for a phrase), the least frequency of the phrase's tokens in it and its length
+ * (the first token's), as plainscore._phrase reads them from each token's postings (each a
+ * (parts, tail) as merge() takes a term); None when a token's postings lack a matched id or
+ * are out of order (the index and FTS5 disagree: FTS5 answers). */
+static PyObject *phrase_rows(PyObject *self, PyObject *args) {
+    PyObject *matched, *tokens, *tail_lengths;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &matched, &PyList_Type, &tokens,
+                          &PyDict_Type, &tail_lengths)) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(tokens), m = PyList_GET_SIZE(matched);
+    if (n < 1 || n > MAX_TERMS) {
+        PyErr_SetString(PyExc_ValueError, "1 to 32 tokens");
+        return NULL;
+    }
+    Term loaded[MAX_TERMS];
+    memset(loaded, 0, sizeof(loaded));
+    PyObject *least = NULL, *lengths = NULL, *out = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *token = PyList_GET_ITEM(tokens, i);
+        if (!PyTuple_Check(token) || PyTuple_GET_SIZE(token) != 2) {
+            PyErr_SetString(PyExc_TypeError, "a token is (parts, tail)");
+            goto done;
+        }
+        if (load_term(&loaded[i], PyTuple_GET_ITEM(token, 0), PyTuple_GET_ITEM(token, 1),
+                      tail_lengths, 1.0, 1.0, 1.2, 0.75, 1) < 0) {
+            goto done;
+        }
+        for (Py_ssize_t j = 1; j < loaded[i].count; j++) {
+            if (loaded[i].ids[j] <= loaded[i].ids[j - 1]) {
+                out = Py_NewRef(Py_None);
+                goto done;
+            }
+        }
+    }
+    least = PyList_New(m);
+    lengths = PyList_New(m);
+    if (least == NULL || lengths == NULL) {
+        goto done;
+    }
+    Py_ssize_t at[MAX_TERMS] = {0};
+    int64_t previous = INT64_MIN;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        long long id = PyLong_AsLongLong(PyList_GET_ITEM(matched, k));
+        if (id == -1 && PyErr_Occurred()) {
+            goto done;
+        }
+        if ((int64_t)id <= previous) {
+            PyErr_SetString(PyExc_ValueError, "the matched ids must ascend");
+            goto done;
+        }
+        previous = (int64_t)id;
+        double low = 0.0, length = 0.0;
+        for (Py_ssize_t i = 0; i < n; i++) {  /* each token's cursor moves forward only */
+            Term *t = &loaded[i];
+            while (at[i] < t->count && t->ids[at[i]] < (int64_t)id) {
+                at[i]++;
+            }
+            if (at[i] == t->count || t->ids[at[i]] != (int64_t)id) {
+                Py_CLEAR(least);
+                Py_CLEAR(lengths);
+                out = Py_NewRef(Py_None);
+                goto done;
+            }
+            double tf = t->tfs[at[i]];
+            low = i == 0 || tf < low ? tf : low;
+            if (i == 0) {
+                length = t->lens[at[i]];
+            }
+        }
+        PyObject *low_obj = PyFloat_FromDouble(low);
+        PyObject *length_obj = PyLong_FromLongLong((long long)length);
+        if (low_obj == NULL || length_obj == NULL) {
+            Py_XDECREF(low_obj);
+            Py_XDECREF(length_obj);
+            goto done;
+        }
+        PyList_SET_ITEM(least, k, low_obj);
+        PyList_SET_ITEM(lengths, k, length_obj);
+    }
+    out = Py_BuildValue("(NN)", least, lengths);
+    least = lengths = NULL;
+done:
+    Py_XDECREF(least);
+    Py_XDECREF(lengths);
+    free_terms(loaded, n);
+    return out;
 }
 
 static int arrays(PyObject *totals_obj, PyObject *masks_obj, const double **totals,
@@ -522,6 +628,8 @@ static PyMethodDef methods[] = {
      "merge(terms, tail_lengths, idfs, avgdl, k1, b) -> (count, ids, totals, masks)"},
     {"merge_rows", merge_rows, METH_VARARGS,
      "merge_rows(pieces, idfs, average, k1, b) -> (count, ids, totals, masks)"},
+    {"phrase_rows", phrase_rows, METH_VARARGS,
+     "phrase_rows(matched, tokens, tail_lengths) -> (least, lengths), or None"},
     {"kth", kth, METH_VARARGS,
      "kth(totals, masks, full, boost, k) -> the k-th largest bound, or -inf"},
     {"chosen", chosen, METH_VARARGS,

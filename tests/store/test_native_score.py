@@ -59,8 +59,9 @@ def test_native_scores_are_the_python_paths_to_the_bit(
     scored = nativescore.fast_scores
 
     def counting(*args: object) -> dict[int, float] | None:
-        used.append(args[2])
-        return scored(*args)  # type: ignore[arg-type]
+        found = scored(*args)  # type: ignore[arg-type]
+        used.append((args[1], found is not None))
+        return found
 
     monkeypatch.setattr(nativescore, "fast_scores", counting)
     glued = []
@@ -172,6 +173,31 @@ def test_the_scorer_weighs_and_sums_as_the_python_expression() -> None:
                                   anywhere) == tuple(map(list, zip(*rows, strict=True)))
 
 
+def test_a_phrases_rows_are_looked_up_in_its_tokens_postings() -> None:
+    """``phrase_rows``: for each matched row, the least frequency of the phrase's tokens and
+    the row's length (the first token's), as ``plainscore._phrase`` reads them; None when a
+    token lacks a matched row or its postings are out of order (FTS5 answers then)."""
+    from refold import _scorer
+
+    first = ([(4096, _blob("H", [1, 5, 9]), _blob("B", [1, 3, 2]), _blob("H", [7, 20, 4]))],
+             [(9001, 4)])
+    second = ([(4096, _blob("H", [5, 9]), _blob("H", [300, 1]), _blob("H", [20, 4]))],
+              [(9001, 2), (9002, 1)])
+    lengths = {9001: 11, 9002: 3}
+    assert _scorer.phrase_rows([4101, 4105, 9001], [first, second], lengths) == (
+        [3.0, 1.0, 2.0], [20, 4, 11])
+    assert _scorer.phrase_rows([4101, 4105, 9001], [second, first], lengths) == (
+        [3.0, 1.0, 2.0], [20, 4, 11])
+    assert _scorer.phrase_rows([4097, 4101], [first, second], lengths) is None  # 4097: not both
+    assert _scorer.phrase_rows([], [first, second], lengths) == ([], [])
+    backwards = ([(0, _blob("H", [9, 5]), _blob("B", [1, 1]), _blob("H", [2, 2]))], [])
+    assert _scorer.phrase_rows([5], [backwards], {}) is None
+    with pytest.raises(ValueError):
+        _scorer.phrase_rows([4105, 4101], [first, second], lengths)  # matched must ascend
+    with pytest.raises(TypeError):
+        _scorer.phrase_rows([4101], [(first[0],)], lengths)
+
+
 def test_the_scorer_refuses_bad_input_with_errors() -> None:
     from refold import _scorer
 
@@ -213,14 +239,28 @@ def test_a_large_archive_scores_the_same_on_every_path(tmp_path: Path,
                                                               k=rng.randint(3, 60)))}
             for _ in range(10_000)])
     store.seal_word_index()
+    # (phrases: "w150-w151", "w200.w201", as identifiers and file names are typed)
     questions = ["when did we talk about w0 and w17", "w1 w2 w3 w4 w5", "w2999 w1 w0",
-                 "where did I put the w30 of the w5", "w0 w0 w1"]
+                 "where did I put the w30 of the w5", "w0 w0 w1",
+                 "when did we see w150-w151 and w0", "w200.w201 w7"]
+    phrases = []
+    scored = nativescore.fast_scores
+
+    def counting(*args: object) -> dict[int, float] | None:
+        found = scored(*args)  # type: ignore[arg-type]
+        plan = args[1]
+        if any(len(t.words) > 1 for t in plan.words):  # type: ignore[attr-defined]
+            phrases.append(found is not None)
+        return found
+
+    monkeypatch.setattr(nativescore, "fast_scores", counting)
     for question in questions:
         for limit in (1, 20, 100):
             native = answer(store, question, limit, "native", monkeypatch)
             assert native, question
             assert native == answer(store, question, limit, "plain", monkeypatch)
             assert native == answer(store, question, limit, "numpy", monkeypatch)
+    assert phrases and all(phrases), phrases  # the phrase questions scored by the C scorer
 
 
 def test_a_fresh_process_without_the_extension_searches_in_python(tmp_path: Path) -> None:

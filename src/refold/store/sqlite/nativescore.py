@@ -9,9 +9,9 @@ pass (``_scorer.c``), and hands back only the messages that can be among the bes
 floats, so the same ids, scores and ties as the other two paths
 (``tests/store/test_native_score.py`` holds the three to each other and to FTS5).
 
-It answers a question whose terms are single words, with no CJK or day term and no session
-filter (``suits``; a word some CJK message holds glued to its text is scored in Python); the
-others, and every query where the extension was not built
+It answers a question of words and phrases (``config.toml``), with no CJK or day term and no
+session filter (``suits``; a word some CJK message holds glued to its text is scored in
+Python); the others, and every query where the extension was not built
 (``pip install`` without a C compiler), take the Python paths. ``REFOLD_NATIVE=0`` turns it
 off (the tests and ``bench/bench_cold_search.py`` compare the paths that way).
 
@@ -50,23 +50,64 @@ def enabled() -> bool:
 
 
 def suits(plan: NaturalPlan, query: SearchQuery, gathered: Gathered) -> bool:
-    """Can ``fast_scores`` answer this question (words only, each a single token)?"""
+    """Can ``fast_scores`` answer this question (words only: no CJK or day term, no session
+    filter)?"""
     return (not plan.cjk and not plan.days and query.session_id is None
-            and 0 < len(gathered.made) <= MAX_TERMS and all(len(m) == 1 for m in gathered.made))
+            and 0 < len(gathered.made) <= MAX_TERMS)
 
 
-def _merged(gathered: Gathered) -> tuple[int, bytes, bytes, bytes, list[int]]:
+Merged = tuple[int, bytes, bytes, bytes, list[int]]  # count, ids, totals, masks; term sizes
+
+
+def _merged(conn: sqlite3.Connection, gathered: Gathered) -> Merged | None:
     """Every message holding a term: (count, ids, totals, masks) packed, and each term's
-    postings count."""
+    postings count; None when a phrase term cannot be counted here (then FTS5 answers).
+
+    A term of one token is its sealed rows and its tail postings; a term of several (a
+    phrase: ``config.toml``, ``e-mail``, an identifier) is the rows FTS5 matches for it with
+    the phrase's count in each (``_phrase``), passed as postings of their own with their
+    lengths."""
     assert _scorer is not None
-    tokens = [m[0] for m in gathered.made]
-    hits = {t: plainscore._hits(gathered, t) for t in tokens}
-    idfs = [plainscore._weigher(gathered, hits[t]).idf for t in tokens]
-    terms = [([(wordindex.base_of(c), i, f, n) for c, i, f, n in gathered.parts[t]],
-              gathered.tail[t]) for t in tokens]
-    count, ids, totals, masks = _scorer.merge(terms, gathered.tail_lengths, idfs,
-                                              gathered.avgdl, K1, B)
-    return count, ids, totals, masks, [hits[t] for t in tokens]
+    lengths = gathered.tail_lengths
+    terms: list[tuple[list[tuple[int, bytes, bytes, bytes]], list[tuple[int, float]]]] = []
+    sizes: list[int] = []
+    for (_, match), tokens in zip(gathered.terms, gathered.made, strict=True):
+        if len(tokens) == 1:
+            token = tokens[0]
+            terms.append((_parts(gathered, token), list(gathered.tail[token])))
+            sizes.append(plainscore._hits(gathered, token))
+            continue
+        phrase = _phrase(conn, match, tokens, gathered)
+        if phrase is None:
+            return None
+        ids, tfs, dls = phrase
+        if lengths is gathered.tail_lengths:
+            lengths = dict(lengths)  # (a message's length is one, whichever term reads it)
+        lengths.update(zip(ids, dls, strict=True))
+        terms.append(([], list(zip(ids, tfs, strict=True))))
+        sizes.append(len(ids))
+    idfs = [plainscore._weigher(gathered, size).idf for size in sizes]
+    count, ids_out, totals, masks = _scorer.merge(terms, lengths, idfs, gathered.avgdl, K1, B)
+    return count, ids_out, totals, masks, sizes
+
+
+def _parts(gathered: Gathered, token: str) -> list[tuple[int, bytes, bytes, bytes]]:
+    return [(wordindex.base_of(c), i, f, n) for c, i, f, n in gathered.parts[token]]
+
+
+def _phrase(conn: sqlite3.Connection, match: str, tokens: tuple[str, ...],
+            gathered: Gathered) -> plainscore.Postings | None:
+    """``plainscore._phrase`` with each matched row's counts and length looked up in the
+    tokens' postings by the C scorer (not each token's postings made Python objects)."""
+    assert _scorer is not None
+    matched = plainscore.phrase_matches(conn, match)
+    if not matched:
+        return [], [], []
+    found = _scorer.phrase_rows(matched, [(_parts(gathered, t), list(gathered.tail[t]))
+                                          for t in tokens], gathered.tail_lengths)
+    if found is None:
+        return None  # the index and FTS5 disagree: let FTS5 answer
+    return plainscore.phrase_counted(conn, tokens, matched, *found)
 
 
 def _glued(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery, ids: bytes,
@@ -101,7 +142,10 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     from refold.store.sqlite import natural
 
     assert _scorer is not None
-    count, ids, totals, masks, sizes = _merged(gathered)
+    merged = _merged(conn, gathered)
+    if merged is None:
+        return None
+    count, ids, totals, masks, sizes = merged
     full = (1 << len(gathered.made)) - 1
     if (plan.glued or plan.chunks) and _glued(conn, plan, query, ids, masks, sizes):
         # a CJK message holds a word glued to its text (rare): scored with it in Python
@@ -142,11 +186,15 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
         want = min(want * 4, natural.MAX_FAST_FETCH)
 
 
-def best_of_term(gathered: Gathered, limit: int) -> list[tuple[int, float]]:
-    """``plainscore.best_of_term`` for a one-token term: (id, FTS5 rank) of the best
-    ``limit`` matches, best score first, then the higher id."""
-    assert _scorer is not None and len(gathered.made) == 1 and len(gathered.made[0]) == 1
-    _, ids, totals, masks, _ = _merged(gathered)
+def best_of_term(conn: sqlite3.Connection, gathered: Gathered,
+                 limit: int) -> list[tuple[int, float]] | None:
+    """``plainscore.best_of_term``: (id, FTS5 rank) of the best ``limit`` matches of one
+    term, best score first, then the higher id; None (then FTS5 answers)."""
+    assert _scorer is not None and len(gathered.made) == 1
+    merged = _merged(conn, gathered)
+    if merged is None:
+        return None
+    _, ids, totals, masks, _ = merged
     bar = _scorer.kth(totals, masks, 0, 1.0, max(1, limit))  # (no mask is 0: unboosted)
     found, scores, _, _ = _scorer.chosen(ids, totals, masks, bar, bar, 0, (1.0,) * 4, [],
                                          False)

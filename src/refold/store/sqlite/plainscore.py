@@ -91,12 +91,17 @@ def postings(parts: wordindex.Parts, tail: list[tuple[int, int]],
     return ids, tfs, lengths
 
 
+def phrase_matches(conn: sqlite3.Connection, match: str) -> list[int]:
+    """The rows FTS5 matches for a phrase term, ascending."""
+    return [int(r[0]) for r in conn.execute(
+        "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rowid", (match,))]
+
+
 def _phrase(conn: sqlite3.Connection, match: str, tokens: tuple[str, ...],
             each: list[Postings]) -> Postings | None:
     """A phrase term's postings (``wordindex._phrase``): the rows FTS5 matches for it, each
     with the phrase's count, or None (then FTS5 answers)."""
-    matched = [int(r[0]) for r in conn.execute(
-        "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rowid", (match,))]
+    matched = phrase_matches(conn, match)
     if not matched:
         return [], [], []
     least: list[float] = []
@@ -110,6 +115,14 @@ def _phrase(conn: sqlite3.Connection, match: str, tokens: tuple[str, ...],
         least = found if n == 0 else list(map(min, least, found))
         if n == 0:
             lengths = [dls[j] for j in where]
+    return phrase_counted(conn, tokens, matched, least, lengths)
+
+
+def phrase_counted(conn: sqlite3.Connection, tokens: tuple[str, ...], matched: list[int],
+                   least: list[float], lengths: list[int]) -> Postings | None:
+    """The phrase's postings from its matched rows, the least count of its tokens in each and
+    each one's length: a row whose tokens each occur once holds the phrase once; the others'
+    text is tokenized to count it (None past ``PHRASE_RECOUNT`` of them: FTS5 answers)."""
     counts = [1.0] * len(matched)
     recount = [k for k, tf in enumerate(least) if tf > 1]
     if len(recount) > wordindex.PHRASE_RECOUNT:

@@ -721,8 +721,8 @@ def best_of_term(conn: sqlite3.Connection, text: str, match: str, indexed_throug
         return None
     from refold.store.sqlite import nativescore, plainscore
 
-    if nativescore.enabled() and len(gathered.made[0]) == 1:
-        return nativescore.best_of_term(gathered, limit)  # the C scorer
+    if nativescore.enabled():
+        return nativescore.best_of_term(conn, gathered, limit)  # the C scorer
     if plainscore.use_plain(gathered):  # few postings: no NumPy (its import costs more)
         return plainscore.best_of_term(conn, gathered, limit)
     weights = term_weights(conn, [(text, match)], indexed_through, gathered)
