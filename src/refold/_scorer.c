@@ -10,7 +10,9 @@
  * -ffp-contract=off, so no fused multiply-add changes a rounding).
  *
  * merge()  -> (count, ids, totals, masks): the messages holding any term, in id order, as
- *             packed int64 / float64 / uint32 bytes (a mask's bit n: term n holds it)
+ *             packed int64 / float64 / uint32 bytes (a mask's bit n: term n holds it); a
+ *             question's CJK pieces may come along (rows as merge_rows takes them), their
+ *             sum added to that of its words
  * merge_rows() -> the same for CJK pieces: each a list of (id, chars) rows, every row one
  *             occurrence weighed as natural.cjk_best weighs it
  * phrase_rows() -> a phrase's matched rows: the least frequency of its tokens in each, and
@@ -213,8 +215,10 @@ static int load_term(Term *t, PyObject *parts, PyObject *tail, PyObject *tail_le
 }
 
 /* The messages holding any term, in id order: (count, ids, totals, masks) packed; frees
- * the terms. */
-static PyObject *union_terms(Term *loaded, Py_ssize_t n) {
+ * the terms. A message's total is the sum of its terms' weights in term order; with split
+ * under n, the terms from split on (a question's CJK pieces) are summed apart and their sum
+ * added to the others' (natural.py adds the CJK scores to the words' so). */
+static PyObject *union_terms(Term *loaded, Py_ssize_t n, Py_ssize_t split) {
     Py_ssize_t most = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         most += loaded[i].count;
@@ -247,19 +251,21 @@ static PyObject *union_terms(Term *loaded, Py_ssize_t n) {
         if (!any) {
             break;
         }
-        double sum = 0.0;
+        double sums[2] = {0.0, 0.0};
+        int held[2] = {0, 0};
         uint32_t mask = 0;
-        int first = 1;
         for (Py_ssize_t i = 0; i < n; i++) {  /* summed in the order of the terms */
             if (at[i] < loaded[i].count && loaded[i].ids[at[i]] == least) {
-                sum = first ? loaded[i].weights[at[i]] : sum + loaded[i].weights[at[i]];
-                first = 0;
+                int group = i >= split;
+                double weight = loaded[i].weights[at[i]];
+                sums[group] = held[group] ? sums[group] + weight : weight;
+                held[group] = 1;
                 mask |= (uint32_t)1 << i;
                 at[i]++;
             }
         }
         ids[count] = least;
-        totals[count] = sum;
+        totals[count] = held[0] && held[1] ? sums[0] + sums[1] : sums[held[1]];
         masks[count] = mask;
         count++;
     }
@@ -275,21 +281,36 @@ static PyObject *union_terms(Term *loaded, Py_ssize_t n) {
     return Py_BuildValue("(nNNN)", count, ids_out, totals_out, masks_out);
 }
 
+static int load_rows(Term *t, PyObject *rows, double idf, double average, double k1, double b);
+
 static PyObject *merge(PyObject *self, PyObject *args) {
-    PyObject *terms, *tail_lengths, *idfs;
-    double avgdl, k1, b;
-    if (!PyArg_ParseTuple(args, "O!O!O!ddd", &PyList_Type, &terms, &PyDict_Type, &tail_lengths,
-                          &PyList_Type, &idfs, &avgdl, &k1, &b)) {
+    PyObject *terms, *tail_lengths, *idfs, *pieces = NULL, *piece_idfs = NULL;
+    double avgdl, k1, b, average = 1.0, ck1 = 1.2, cb = 0.75;
+    if (!PyArg_ParseTuple(args, "O!O!O!ddd|O!O!ddd", &PyList_Type, &terms, &PyDict_Type,
+                          &tail_lengths, &PyList_Type, &idfs, &avgdl, &k1, &b, &PyList_Type,
+                          &pieces, &PyList_Type, &piece_idfs, &average, &ck1, &cb)) {
         return NULL;
     }
-    Py_ssize_t n = PyList_GET_SIZE(terms);
-    if (n < 1 || n > MAX_TERMS || PyList_GET_SIZE(idfs) != n) {
-        PyErr_SetString(PyExc_ValueError, "1 to 32 terms, each with its idf");
+    Py_ssize_t split = PyList_GET_SIZE(terms);
+    Py_ssize_t n = split + (pieces != NULL ? PyList_GET_SIZE(pieces) : 0);
+    if (split < 1 || n > MAX_TERMS || PyList_GET_SIZE(idfs) != split ||
+        (pieces != NULL && (piece_idfs == NULL ||
+                            PyList_GET_SIZE(piece_idfs) != PyList_GET_SIZE(pieces)))) {
+        PyErr_SetString(PyExc_ValueError, "1 to 32 terms and pieces, each with its idf");
         return NULL;
     }
     Term loaded[MAX_TERMS];
     memset(loaded, 0, sizeof(loaded));
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = split; i < n; i++) {  /* CJK pieces: rows of (id, chars) */
+        double idf = PyFloat_AsDouble(PyList_GET_ITEM(piece_idfs, i - split));
+        if ((idf == -1.0 && PyErr_Occurred()) ||
+            load_rows(&loaded[i], PyList_GET_ITEM(pieces, i - split), idf, average, ck1,
+                      cb) < 0) {
+            free_terms(loaded, n);
+            return NULL;
+        }
+    }
+    for (Py_ssize_t i = 0; i < split; i++) {
         PyObject *term = PyList_GET_ITEM(terms, i);
         double idf = PyFloat_AsDouble(PyList_GET_ITEM(idfs, i));
         if ((idf == -1.0 && PyErr_Occurred()) || !PyTuple_Check(term) ||
@@ -306,7 +327,7 @@ static PyObject *merge(PyObject *self, PyObject *args) {
             return NULL;
         }
     }
-    return union_terms(loaded, n);
+    return union_terms(loaded, n, split);
 }
 
 /* One CJK piece: rows is a list of (id, chars), each weighed as one occurrence
@@ -365,7 +386,7 @@ static PyObject *merge_rows(PyObject *self, PyObject *args) {
             return NULL;
         }
     }
-    return union_terms(loaded, n);
+    return union_terms(loaded, n, n);
 }
 
 /* phrase_rows(matched, tokens, tail_lengths): for each id of matched (ascending: the rows
@@ -625,7 +646,8 @@ fail:
 
 static PyMethodDef methods[] = {
     {"merge", merge, METH_VARARGS,
-     "merge(terms, tail_lengths, idfs, avgdl, k1, b) -> (count, ids, totals, masks)"},
+     "merge(terms, tail_lengths, idfs, avgdl, k1, b[, pieces, piece_idfs, average, k1, b]) "
+     "-> (count, ids, totals, masks)"},
     {"merge_rows", merge_rows, METH_VARARGS,
      "merge_rows(pieces, idfs, average, k1, b) -> (count, ids, totals, masks)"},
     {"phrase_rows", phrase_rows, METH_VARARGS,

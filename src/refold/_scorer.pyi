@@ -1,7 +1,9 @@
 # The optional C scorer (_scorer.c); nativescore.py is its only user.
-def merge(terms: list[tuple[list[tuple[int, bytes, bytes, bytes]], list[tuple[int, int]]]],
+def merge(terms: list[tuple[list[tuple[int, bytes, bytes, bytes]], list[tuple[int, float]]]],
           tail_lengths: dict[int, int], idfs: list[float], avgdl: float, k1: float,
-          b: float, /) -> tuple[int, bytes, bytes, bytes]: ...
+          b: float, pieces: list[list[tuple[int, int]]] = ..., piece_idfs: list[float] = ...,
+          average: float = ..., piece_k1: float = ..., piece_b: float = ...,
+          /) -> tuple[int, bytes, bytes, bytes]: ...
 def merge_rows(pieces: list[list[tuple[int, int]]], idfs: list[float], average: float,
                k1: float, b: float, /) -> tuple[int, bytes, bytes, bytes]: ...
 def phrase_rows(matched: list[int],

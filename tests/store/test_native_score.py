@@ -75,7 +75,8 @@ def test_native_scores_are_the_python_paths_to_the_bit(
     # (a word some CJK message holds glued, "用docker部署": scored in Python with it)
     questions = [*QUESTIONS, "alpha ticket", "the alpha and beta of theta",
                  "why is the alpha cache running to zeta", "alpha beta gamma delta went",
-                 "docker cache build"]
+                 "docker cache build", "the support group 部署失败了", "alpha beta 什么部署失败",
+                 "alpha beta 龘靐齉"]  # (no message holds that piece)
     answered = 0
     for question in questions:
         for limit, filters in ((1, {}), (20, {}), (300, {}), (20, {"source": "b"}),
@@ -89,6 +90,9 @@ def test_native_scores_are_the_python_paths_to_the_bit(
     # the C scorer answered the questions of words (not those with CJK or a session filter)
     assert len(used) >= len(questions) * 3, len(used)
     assert True in glued and False in glued
+    # and questions mixing words and CJK pieces ("deploy 部署失败")
+    assert any(answered and plan.cjk and plan.words  # type: ignore[attr-defined]
+               for plan, answered in used)
 
 
 def test_one_word_native_ranks_are_the_python_paths(tmp_path: Path,

@@ -9,9 +9,9 @@ pass (``_scorer.c``), and hands back only the messages that can be among the bes
 floats, so the same ids, scores and ties as the other two paths
 (``tests/store/test_native_score.py`` holds the three to each other and to FTS5).
 
-It answers a question of words and phrases (``config.toml``), with no CJK or day term and no
-session filter (``suits``; a word some CJK message holds glued to its text is scored in
-Python); the others, and every query where the extension was not built
+It answers a question of words and phrases (``config.toml``), with CJK pieces or not, with no
+day term and no session filter (``suits``; a word some CJK message holds glued to its text is
+scored in Python); the others, and every query where the extension was not built
 (``pip install`` without a C compiler), take the Python paths. ``REFOLD_NATIVE=0`` turns it
 off (the tests and ``bench/bench_cold_search.py`` compare the paths that way).
 
@@ -50,23 +50,26 @@ def enabled() -> bool:
 
 
 def suits(plan: NaturalPlan, query: SearchQuery, gathered: Gathered) -> bool:
-    """Can ``fast_scores`` answer this question (words only: no CJK or day term, no session
-    filter)?"""
-    return (not plan.cjk and not plan.days and query.session_id is None
-            and 0 < len(gathered.made) <= MAX_TERMS)
+    """Can ``fast_scores`` answer this question (words, with CJK pieces or not; no day term,
+    no session filter)?"""
+    return (not plan.days and query.session_id is None
+            and len(gathered.made) > 0 and len(gathered.made) + len(plan.cjk) <= MAX_TERMS)
 
 
 Merged = tuple[int, bytes, bytes, bytes, list[int]]  # count, ids, totals, masks; term sizes
 
 
-def _merged(conn: sqlite3.Connection, gathered: Gathered) -> Merged | None:
+def _merged(conn: sqlite3.Connection, gathered: Gathered,
+            pieces: tuple[list[list[tuple[int, int]]], list[float], float] | None = None
+            ) -> Merged | None:
     """Every message holding a term: (count, ids, totals, masks) packed, and each term's
     postings count; None when a phrase term cannot be counted here (then FTS5 answers).
 
     A term of one token is its sealed rows and its tail postings; a term of several (a
     phrase: ``config.toml``, ``e-mail``, an identifier) is the rows FTS5 matches for it with
     the phrase's count in each (``_phrase``), passed as postings of their own with their
-    lengths."""
+    lengths. ``pieces``: a question's CJK pieces (``natural.cjk_pieces``), scored as
+    ``natural.cjk_scores`` scores them and added to the words' score."""
     assert _scorer is not None
     lengths = gathered.tail_lengths
     terms: list[tuple[list[tuple[int, bytes, bytes, bytes]], list[tuple[int, float]]]] = []
@@ -87,7 +90,12 @@ def _merged(conn: sqlite3.Connection, gathered: Gathered) -> Merged | None:
         terms.append(([], list(zip(ids, tfs, strict=True))))
         sizes.append(len(ids))
     idfs = [plainscore._weigher(gathered, size).idf for size in sizes]
-    count, ids_out, totals, masks = _scorer.merge(terms, lengths, idfs, gathered.avgdl, K1, B)
+    if pieces is None:
+        found = _scorer.merge(terms, lengths, idfs, gathered.avgdl, K1, B)
+    else:
+        found = _scorer.merge(terms, lengths, idfs, gathered.avgdl, K1, B, pieces[0],
+                              pieces[1], pieces[2], rank.K1, rank.B)
+    count, ids_out, totals, masks = found
     return count, ids_out, totals, masks, sizes
 
 
@@ -142,11 +150,16 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     from refold.store.sqlite import natural
 
     assert _scorer is not None
-    merged = _merged(conn, gathered)
+    pieces = natural.cjk_pieces(conn, plan, query) if plan.cjk else None
+    if pieces is not None and not any(pieces[0]):
+        # (no message holds a CJK piece: plainscore adds no CJK score, and then leaves who
+        # holds every word as it is)
+        pieces = None
+    merged = _merged(conn, gathered, pieces)
     if merged is None:
         return None
     count, ids, totals, masks, sizes = merged
-    full = (1 << len(gathered.made)) - 1
+    full = (1 << (len(gathered.made) + (len(plan.cjk) if pieces is not None else 0))) - 1
     if (plan.glued or plan.chunks) and _glued(conn, plan, query, ids, masks, sizes):
         # a CJK message holds a word glued to its text (rare): scored with it in Python
         return plainscore.fast_scores(conn, plan, query, limit, gathered)

@@ -236,23 +236,30 @@ def cjk_best(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     return dict(zip(docs.tolist(), final.tolist(), strict=True))
 
 
+def cjk_pieces(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery
+               ) -> tuple[list[list[tuple[int, int]]], list[float], float]:
+    """Each CJK term's (id, length) rows under the query's filters, its IDF and the average
+    length: what ``cjk_scores`` weighs (and the C scorer, ``nativescore``)."""
+    where, args = filters(query)
+    # The collection size for IDF: the highest id (a count would cost a scan), scaled to what
+    # the filters keep (rank.filtered_total), as the document frequencies are.
+    total, average = _cjk_collection(conn)
+    postings = [_postings(conn, piece, query, where, args) for piece in plan.cjk]
+    kept = [len(rows) for rows in postings]
+    total = filtered_total(total, kept, [
+        _unfiltered_count(conn, piece) for piece in plan.cjk] if where_narrows(query) else kept)
+    return postings, [idf(total, len(rows)) for rows in postings], average
+
+
 def cjk_scores(conn: sqlite3.Connection, plan: NaturalPlan,
                query: SearchQuery) -> tuple[dict[int, float], set[int]]:
     """BM25 (one occurrence) of every message holding any CJK term, and those holding all."""
     if not plan.cjk:
         return {}, set()
-    where, args = filters(query)
-    # The collection size for IDF: the highest id (a count would cost a scan), scaled to what
-    # the filters keep (rank.filtered_total), as the document frequencies are.
-    total, average = _cjk_collection(conn)
+    postings, weights, average = cjk_pieces(conn, plan, query)
     scores: dict[int, float] = {}
     counts: dict[int, int] = {}
-    postings = [_postings(conn, piece, query, where, args) for piece in plan.cjk]
-    kept = [len(rows) for rows in postings]
-    total = filtered_total(total, kept, [
-        _unfiltered_count(conn, piece) for piece in plan.cjk] if where_narrows(query) else kept)
-    for rows in postings:
-        weight = idf(total, len(rows))
+    for rows, weight in zip(postings, weights, strict=True):
         for rowid, length in rows:
             scores[rowid] = scores.get(rowid, 0.0) + weight * presence_weight(length, average)
             counts[rowid] = counts.get(rowid, 0) + 1
