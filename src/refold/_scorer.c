@@ -238,6 +238,15 @@ static PyObject *union_terms(Term *loaded, Py_ssize_t n, Py_ssize_t split) {
     uint32_t *masks = (uint32_t *)PyBytes_AS_STRING(masks_out);
     Py_ssize_t at[MAX_TERMS] = {0};
     Py_ssize_t count = 0;
+    if (n == 1) {  /* one term (a one-word query): its postings as they are */
+        count = loaded[0].count;
+        memcpy(ids, loaded[0].ids, sizeof(int64_t) * (size_t)count);
+        memcpy(totals, loaded[0].weights, sizeof(double) * (size_t)count);
+        for (Py_ssize_t i = 0; i < count; i++) {
+            masks[i] = 1;
+        }
+        at[0] = count;
+    }
     for (;;) {
         /* the least id at the head of any term (a term or two of thousands: a linear scan) */
         int64_t least = INT64_MAX;
@@ -523,6 +532,47 @@ static double select_kth(double *values, Py_ssize_t count, Py_ssize_t k) {
     return values[want];
 }
 
+/* the k-th largest of the bounds, for a small k: one pass keeping the k largest in a
+ * min-heap (most values fall under its least and cost one comparison) */
+#define HEAP_K 1024
+static double heap_kth(const double *totals, const uint32_t *masks, Py_ssize_t count,
+                       uint32_t full, double boost, Py_ssize_t k) {
+    double heap[HEAP_K];
+    Py_ssize_t size = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        double value = masks[i] == full ? totals[i] * boost : totals[i];
+        if (size == k && !(value > heap[0])) {
+            continue;
+        }
+        Py_ssize_t at;
+        if (size < k) {  /* sift up */
+            at = size++;
+            while (at > 0 && heap[(at - 1) / 2] > value) {
+                heap[at] = heap[(at - 1) / 2];
+                at = (at - 1) / 2;
+            }
+        } else {  /* replace the least, sift down */
+            at = 0;
+            for (;;) {
+                Py_ssize_t child = 2 * at + 1;
+                if (child >= size) {
+                    break;
+                }
+                if (child + 1 < size && heap[child + 1] < heap[child]) {
+                    child++;
+                }
+                if (!(heap[child] < value)) {
+                    break;
+                }
+                heap[at] = heap[child];
+                at = child;
+            }
+        }
+        heap[at] = value;
+    }
+    return heap[0];
+}
+
 static PyObject *kth(PyObject *self, PyObject *args) {
     PyObject *totals_obj, *masks_obj;
     unsigned long full;
@@ -540,16 +590,25 @@ static PyObject *kth(PyObject *self, PyObject *args) {
     if (k < 1 || count < k) {
         return PyFloat_FromDouble(-INFINITY);
     }
-    double *values = PyMem_Malloc(sizeof(double) * (size_t)count);
-    if (values == NULL) {
-        return PyErr_NoMemory();
+    if (k <= HEAP_K) {
+        return PyFloat_FromDouble(heap_kth(totals, masks, count, (uint32_t)full, boost, k));
+    }
+    /* a scratch buffer kept between calls (the GIL serializes them): a fresh one of an
+     * archive's size each time costs its page faults again */
+    static double *values = NULL;
+    static Py_ssize_t capacity = 0;
+    if (count > capacity) {
+        double *grown = PyMem_Realloc(values, sizeof(double) * (size_t)count);
+        if (grown == NULL) {
+            return PyErr_NoMemory();
+        }
+        values = grown;
+        capacity = count;
     }
     for (Py_ssize_t i = 0; i < count; i++) {  /* plainscore._rank's lower bounds */
         values[i] = masks[i] == (uint32_t)full ? totals[i] * boost : totals[i];
     }
-    double found = select_kth(values, count, k);
-    PyMem_Free(values);
-    return PyFloat_FromDouble(found);
+    return PyFloat_FromDouble(select_kth(values, count, k));
 }
 
 static int append_row(PyObject *lists[4], int64_t id, double total, uint32_t mask,

@@ -161,6 +161,17 @@ def test_the_scorer_weighs_and_sums_as_the_python_expression() -> None:
     for k in range(1, count + 1):
         assert _scorer.kth(totals, masks, 3, 1.5, k) == bounds[k - 1]
     assert _scorer.kth(totals, masks, 3, 1.5, count + 1) == -math.inf
+    # many values, many of them equal (one-word queries: a weight per frequency and length),
+    # on both sides of the one-pass heap's limit
+    rng = random.Random(5)
+    values = [rng.choice((0.5, 1.25, 2.0)) if rng.random() < 0.5 else rng.random() * 3
+              for _ in range(5000)]
+    marks = [rng.choice((1, 3)) for _ in values]
+    packed = struct.pack(f"<{len(values)}d", *values), struct.pack(f"<{len(marks)}I", *marks)
+    ranked = sorted((v * 1.5 if m == 3 else v for v, m in zip(values, marks, strict=True)),
+                    reverse=True)
+    for k in (1, 2, 20, 1023, 1024, 1025, 2000, 4999, 5000):
+        assert _scorer.kth(*packed, 3, 1.5, k) == ranked[k - 1], k
     cut = sorted(want[i][0] for i in want)[3]
     factors = (1.0, 1.25, 1.5, 2.0)  # neither, could (a phrase), held (every term), both
     for pairs, anywhere in (([], False), ([0b11], False), ([0b101, 0b110], False), ([], True)):
