@@ -2,10 +2,11 @@
 
 FTS5 ranks an OR query by walking every posting of every term and calling ``bm25()`` on each
 matching row: at a million messages a question of common words costs tens of milliseconds, a
-real sentence hundreds. This index holds the same postings in a form NumPy scores at once
-(or, for a query of few postings, the standard library: ``plainscore.py``).
+real sentence hundreds. This index holds the same postings in a form scored at once: by the
+C scorer where it was built (``nativescore.py``), else by NumPy (or, for a query of few
+postings, the standard library: ``plainscore.py``), every path to the same bits.
 
-Layout (migration 9):
+Layout (migrations 9 and 18):
 
 - the postings rows (term, chunk, ids, tfs, lens), stored as ``wordrows`` says (migration
   18: by term number and chunk): for each FTS5 token (as the word index's
