@@ -17,6 +17,7 @@
  *             occurrence weighed as natural.cjk_best weighs it
  * phrase_rows() -> a phrase's matched rows: the least frequency of its tokens in each, and
  *             each one's length (None: the index lacks one)
+ * picked() -> the messages of a list (a session's rows) among them, with their totals
  * kth()    -> the k-th largest score, a message holding every term boosted (-inf if fewer)
  * chosen() -> (ids, totals, masks, uppers) lists of the messages scoring at least a cut
  *             whose upper bound (the largest boost they may get) reaches a bar
@@ -703,12 +704,77 @@ fail:
     return NULL;
 }
 
+/* picked(ids, totals, masks, wanted): those of wanted (any order, kept) that ids holds, as
+ * (ids, totals, masks) lists: a session's rows among the messages holding a term */
+static PyObject *picked(PyObject *self, PyObject *args) {
+    PyObject *ids_obj, *totals_obj, *masks_obj, *wanted;
+    if (!PyArg_ParseTuple(args, "O!OOO!", &PyBytes_Type, &ids_obj, &totals_obj, &masks_obj,
+                          &PyList_Type, &wanted)) {
+        return NULL;
+    }
+    const double *totals;
+    const uint32_t *masks;
+    Py_ssize_t count;
+    if (arrays(totals_obj, masks_obj, &totals, &masks, &count) < 0) {
+        return NULL;
+    }
+    if (PyBytes_GET_SIZE(ids_obj) != count * (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "ids and totals differ in length");
+        return NULL;
+    }
+    const int64_t *ids = (const int64_t *)PyBytes_AS_STRING(ids_obj);
+    PyObject *lists[3] = {PyList_New(0), PyList_New(0), PyList_New(0)};
+    for (int k = 0; k < 3; k++) {
+        if (lists[k] == NULL) {
+            goto fail;
+        }
+    }
+    for (Py_ssize_t w = 0; w < PyList_GET_SIZE(wanted); w++) {
+        long long id = PyLong_AsLongLong(PyList_GET_ITEM(wanted, w));
+        if (id == -1 && PyErr_Occurred()) {
+            goto fail;
+        }
+        Py_ssize_t lo = 0, hi = count;  /* ids ascend: the first at or above id */
+        while (lo < hi) {
+            Py_ssize_t mid = lo + (hi - lo) / 2;
+            if (ids[mid] < (int64_t)id) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        if (lo == count || ids[lo] != (int64_t)id) {
+            continue;
+        }
+        PyObject *items[3] = {PyLong_FromLongLong(id), PyFloat_FromDouble(totals[lo]),
+                              PyLong_FromUnsignedLong(masks[lo])};
+        int bad = 0;
+        for (int k = 0; k < 3; k++) {
+            bad = bad || items[k] == NULL || PyList_Append(lists[k], items[k]) < 0;
+        }
+        for (int k = 0; k < 3; k++) {
+            Py_XDECREF(items[k]);
+        }
+        if (bad) {
+            goto fail;
+        }
+    }
+    return Py_BuildValue("(NNN)", lists[0], lists[1], lists[2]);
+fail:
+    for (int k = 0; k < 3; k++) {
+        Py_XDECREF(lists[k]);
+    }
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"merge", merge, METH_VARARGS,
      "merge(terms, tail_lengths, idfs, avgdl, k1, b[, pieces, piece_idfs, average, k1, b]) "
      "-> (count, ids, totals, masks)"},
     {"merge_rows", merge_rows, METH_VARARGS,
      "merge_rows(pieces, idfs, average, k1, b) -> (count, ids, totals, masks)"},
+    {"picked", picked, METH_VARARGS,
+     "picked(ids, totals, masks, wanted) -> (ids, totals, masks) of those wanted held"},
     {"phrase_rows", phrase_rows, METH_VARARGS,
      "phrase_rows(matched, tokens, tail_lengths) -> (least, lengths), or None"},
     {"kth", kth, METH_VARARGS,

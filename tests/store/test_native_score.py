@@ -60,7 +60,7 @@ def test_native_scores_are_the_python_paths_to_the_bit(
 
     def counting(*args: object) -> dict[int, float] | None:
         found = scored(*args)  # type: ignore[arg-type]
-        used.append((args[1], found is not None))
+        used.append((args[1], found is not None, args[2].session_id))  # type: ignore[attr-defined]
         return found
 
     monkeypatch.setattr(nativescore, "fast_scores", counting)
@@ -87,12 +87,14 @@ def test_native_scores_are_the_python_paths_to_the_bit(
             assert native == answer(store, question, limit, "numpy", monkeypatch, **filters)
             answered += bool(native)
     assert answered > 60
-    # the C scorer answered the questions of words (not those with CJK or a session filter)
-    assert len(used) >= len(questions) * 3, len(used)
+    # the C scorer answered the questions of words, a session's among them (not those with a
+    # day or only CJK)
+    assert len(used) >= len(questions) * 5, len(used)
+    assert any(answered and session for _, answered, session in used)
     assert True in glued and False in glued
     # and questions mixing words and CJK pieces ("deploy 部署失败")
     assert any(answered and plan.cjk and plan.words  # type: ignore[attr-defined]
-               for plan, answered in used)
+               for plan, answered, _ in used)
 
 
 def test_one_word_native_ranks_are_the_python_paths(tmp_path: Path,
@@ -161,6 +163,11 @@ def test_the_scorer_weighs_and_sums_as_the_python_expression() -> None:
     for k in range(1, count + 1):
         assert _scorer.kth(totals, masks, 3, 1.5, k) == bounds[k - 1]
     assert _scorer.kth(totals, masks, 3, 1.5, count + 1) == -math.inf
+    # a session's rows among them: those it holds, in the order asked
+    asked = [got_ids[2], 999_999, got_ids[0], -5]
+    assert _scorer.picked(ids, totals, masks, asked) == (
+        [got_ids[2], got_ids[0]], [want[got_ids[2]][0], want[got_ids[0]][0]],
+        [want[got_ids[2]][1], want[got_ids[0]][1]])
     # many values, many of them equal (one-word queries: a weight per frequency and length),
     # on both sides of the one-pass heap's limit
     rng = random.Random(5)

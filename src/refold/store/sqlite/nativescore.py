@@ -10,8 +10,8 @@ floats, so the same ids, scores and ties as the other two paths
 (``tests/store/test_native_score.py`` holds the three to each other and to FTS5).
 
 It answers a question of words and phrases (``config.toml``), with CJK pieces or not, with no
-day term and no session filter (``suits``; a word some CJK message holds glued to its text is
-scored in Python); the others, and every query where the extension was not built
+day term (``suits``; a word some CJK message holds glued to its text is scored in Python); the
+others, and every query where the extension was not built
 (``pip install`` without a C compiler), take the Python paths. ``REFOLD_NATIVE=0`` turns it
 off (the tests and ``bench/bench_cold_search.py`` compare the paths that way).
 
@@ -50,10 +50,10 @@ def enabled() -> bool:
 
 
 def suits(plan: NaturalPlan, query: SearchQuery, gathered: Gathered) -> bool:
-    """Can ``fast_scores`` answer this question (words, with CJK pieces or not; no day term,
-    no session filter)?"""
-    return (not plan.days and query.session_id is None
-            and len(gathered.made) > 0 and len(gathered.made) + len(plan.cjk) <= MAX_TERMS)
+    """Can ``fast_scores`` answer this question (words, with CJK pieces or not; no day
+    term)?"""
+    return (not plan.days and len(gathered.made) > 0
+            and len(gathered.made) + len(plan.cjk) <= MAX_TERMS)
 
 
 Merged = tuple[int, bytes, bytes, bytes, list[int]]  # count, ids, totals, masks; term sizes
@@ -180,6 +180,19 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     phrase_postings: int | None = None  # the pair words' postings (natural.phrase_by_index)
     if pair_terms and None not in pair_terms:
         phrase_postings = sum(sizes[n] for n in pair_terms if n is not None)
+    if query.session_id is not None:  # one session: exactly the rows it allows
+        where, args = natural.filters(query)
+        rows = conn.execute(f"SELECT m.id FROM messages m{natural._join(query)} WHERE 1{where}",
+                            args).fetchall()
+        inside = list(zip(*_scorer.picked(ids, totals, masks, [int(r[0]) for r in rows]),
+                          strict=True))
+        bar = plainscore._kth([t * boost_all if m == full else t for _, t, m in inside],
+                              max(1, limit))
+        kept = [(i, t, m, u) for i, t, m, u in (
+            (i, t, m, t * factors[2 * (m == full) + could(m)]) for i, t, m in inside) if u >= bar]
+        return plainscore.best_boosted(
+            conn, plan, [c[0] for c in kept], [c[1] for c in kept], [c[2] == full for c in kept],
+            [c[3] for c in kept], limit, phrase_postings, [could(c[2]) for c in kept])
     want = max(1, limit)
     while True:
         bar = _scorer.kth(totals, masks, full, boost_all, want)
