@@ -120,10 +120,11 @@ static int read_bytes(PyObject *obj, const unsigned char **data, Py_ssize_t *siz
 static void put(Term *t, int64_t id, double tf, double dl, double idf, double avgdl, double k1,
                 double b) {
     t->ids[t->count] = id;
-    t->weights[t->count] = weigh(idf, tf, dl, avgdl, k1, b);
-    if (t->tfs != NULL) {
+    if (t->tfs != NULL) {  /* a phrase's token: its counts and lengths, no weight */
         t->tfs[t->count] = tf;
         t->lens[t->count] = dl;
+    } else {
+        t->weights[t->count] = weigh(idf, tf, dl, avgdl, k1, b);
     }
     t->count++;
 }
@@ -612,12 +613,33 @@ static PyObject *kth(PyObject *self, PyObject *args) {
     return PyFloat_FromDouble(select_kth(values, count, k));
 }
 
-static int append_row(PyObject *lists[4], int64_t id, double total, uint32_t mask,
+/* merge()'s three arrays, checked to agree in length */
+static int merged_arrays(PyObject *ids_obj, PyObject *totals_obj, PyObject *masks_obj,
+                         const int64_t **ids, const double **totals, const uint32_t **masks,
+                         Py_ssize_t *count) {
+    if (arrays(totals_obj, masks_obj, totals, masks, count) < 0) {
+        return -1;
+    }
+    if (!PyBytes_Check(ids_obj)) {
+        PyErr_SetString(PyExc_TypeError, "merge()'s bytes expected");
+        return -1;
+    }
+    if (PyBytes_GET_SIZE(ids_obj) != *count * (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "ids and totals differ in length");
+        return -1;
+    }
+    *ids = (const int64_t *)PyBytes_AS_STRING(ids_obj);
+    return 0;
+}
+
+/* Append one message to the first width of lists (ids, totals, masks, uppers). */
+static int append_row(PyObject **lists, int width, int64_t id, double total, uint32_t mask,
                       double upper) {
     PyObject *items[4] = {PyLong_FromLongLong(id), PyFloat_FromDouble(total),
-                          PyLong_FromUnsignedLong(mask), PyFloat_FromDouble(upper)};
+                          PyLong_FromUnsignedLong(mask),
+                          width > 3 ? PyFloat_FromDouble(upper) : NULL};
     int bad = 0;
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < width; k++) {
         bad = bad || items[k] == NULL || PyList_Append(lists[k], items[k]) < 0;
     }
     for (int k = 0; k < 4; k++) {
@@ -636,19 +658,16 @@ static PyObject *chosen(PyObject *self, PyObject *args) {
     double cut, bar;
     unsigned long full;
     int anywhere;
-    if (!PyArg_ParseTuple(args, "O!OOddkO!O!p", &PyBytes_Type, &ids_obj, &totals_obj,
-                          &masks_obj, &cut, &bar, &full, &PyTuple_Type, &factors_obj,
-                          &PyList_Type, &pairs_obj, &anywhere)) {
+    if (!PyArg_ParseTuple(args, "OOOddkO!O!p", &ids_obj, &totals_obj, &masks_obj, &cut, &bar,
+                          &full, &PyTuple_Type, &factors_obj, &PyList_Type, &pairs_obj,
+                          &anywhere)) {
         return NULL;
     }
+    const int64_t *ids;
     const double *totals;
     const uint32_t *masks;
     Py_ssize_t count;
-    if (arrays(totals_obj, masks_obj, &totals, &masks, &count) < 0) {
-        return NULL;
-    }
-    if (PyBytes_GET_SIZE(ids_obj) != count * (Py_ssize_t)sizeof(int64_t)) {
-        PyErr_SetString(PyExc_ValueError, "ids and totals differ in length");
+    if (merged_arrays(ids_obj, totals_obj, masks_obj, &ids, &totals, &masks, &count) < 0) {
         return NULL;
     }
     if (PyTuple_GET_SIZE(factors_obj) != 4) {
@@ -675,7 +694,6 @@ static PyObject *chosen(PyObject *self, PyObject *args) {
         }
         pairs[k] = (uint32_t)bits;
     }
-    const int64_t *ids = (const int64_t *)PyBytes_AS_STRING(ids_obj);
     PyObject *lists[4] = {PyList_New(0), PyList_New(0), PyList_New(0), PyList_New(0)};
     for (int k = 0; k < 4; k++) {
         if (lists[k] == NULL) {
@@ -692,7 +710,7 @@ static PyObject *chosen(PyObject *self, PyObject *args) {
         }
         int held = masks[i] == (uint32_t)full;
         double upper = totals[i] * factors[2 * held + could];
-        if (upper >= bar && append_row(lists, ids[i], totals[i], masks[i], upper) < 0) {
+        if (upper >= bar && append_row(lists, 4, ids[i], totals[i], masks[i], upper) < 0) {
             goto fail;
         }
     }
@@ -708,21 +726,17 @@ fail:
  * (ids, totals, masks) lists: a session's rows among the messages holding a term */
 static PyObject *picked(PyObject *self, PyObject *args) {
     PyObject *ids_obj, *totals_obj, *masks_obj, *wanted;
-    if (!PyArg_ParseTuple(args, "O!OOO!", &PyBytes_Type, &ids_obj, &totals_obj, &masks_obj,
-                          &PyList_Type, &wanted)) {
+    if (!PyArg_ParseTuple(args, "OOOO!", &ids_obj, &totals_obj, &masks_obj, &PyList_Type,
+                          &wanted)) {
         return NULL;
     }
+    const int64_t *ids;
     const double *totals;
     const uint32_t *masks;
     Py_ssize_t count;
-    if (arrays(totals_obj, masks_obj, &totals, &masks, &count) < 0) {
+    if (merged_arrays(ids_obj, totals_obj, masks_obj, &ids, &totals, &masks, &count) < 0) {
         return NULL;
     }
-    if (PyBytes_GET_SIZE(ids_obj) != count * (Py_ssize_t)sizeof(int64_t)) {
-        PyErr_SetString(PyExc_ValueError, "ids and totals differ in length");
-        return NULL;
-    }
-    const int64_t *ids = (const int64_t *)PyBytes_AS_STRING(ids_obj);
     PyObject *lists[3] = {PyList_New(0), PyList_New(0), PyList_New(0)};
     for (int k = 0; k < 3; k++) {
         if (lists[k] == NULL) {
@@ -746,16 +760,7 @@ static PyObject *picked(PyObject *self, PyObject *args) {
         if (lo == count || ids[lo] != (int64_t)id) {
             continue;
         }
-        PyObject *items[3] = {PyLong_FromLongLong(id), PyFloat_FromDouble(totals[lo]),
-                              PyLong_FromUnsignedLong(masks[lo])};
-        int bad = 0;
-        for (int k = 0; k < 3; k++) {
-            bad = bad || items[k] == NULL || PyList_Append(lists[k], items[k]) < 0;
-        }
-        for (int k = 0; k < 3; k++) {
-            Py_XDECREF(items[k]);
-        }
-        if (bad) {
+        if (append_row(lists, 3, (int64_t)id, totals[lo], masks[lo], 0.0) < 0) {
             goto fail;
         }
     }
