@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from refold.search.rank import verbatim_first, verbatim_pattern
 from refold.search.vectors import hybrid_search
 from refold.store import SearchQuery, Store
@@ -65,3 +69,44 @@ def test_short_queries_say_no_more_than_their_words() -> None:
 def test_odd_text_never_raises() -> None:
     for text in ["", "   ", "((((", "\ud800 lone surrogate here", "*" * 5000, "\\s+ [a-z] $1 (?P<x>)"]:
         verbatim_first([_hit("x"), _hit(text)], text)
+
+
+def _reference(hits: list[SearchHit], text: str) -> list[SearchHit]:
+    """``verbatim_first`` as the pattern alone says it: every hit searched."""
+    pattern = verbatim_pattern(text)
+    if pattern is None or len(hits) < 2:
+        return hits
+    held = [pattern.search(hit.content.lower()) is not None for hit in hits]
+    if not any(held) or all(held):
+        return hits
+    return [h for h, k in zip(hits, held, strict=True) if k] + \
+        [h for h, k in zip(hits, held, strict=True) if not k]
+
+
+WORDS = ["port", "Port", "is", "5433", "5433?", "which", "the", "连接超时", "了", "a.b", "(x)"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(WORDS), max_size=8), min_size=0, max_size=6),
+       st.lists(st.sampled_from(WORDS), min_size=1, max_size=5),
+       st.lists(st.sampled_from([" ", "  ", "\n", "\t "]), min_size=8, max_size=8))
+def test_the_word_check_before_the_pattern_changes_no_order(
+        contents: list[list[str]], query: list[str], gaps: list[str]) -> None:
+    hits = [_hit("".join(w + gaps[i % len(gaps)] for i, w in enumerate(words)).strip())
+            for words in contents]
+    text = " ".join(query) + "?"
+    assert verbatim_first(hits, text) == _reference(hits, text)
+
+
+def test_a_sentence_no_hit_holds_compiles_no_pattern(monkeypatch: pytest.MonkeyPatch) -> None:
+    import refold.search.rank as rank
+
+    compiled: list[str] = []
+    real = rank.re.compile
+    monkeypatch.setattr(rank.re, "compile", lambda p, *a: compiled.append(p) or real(p, *a))
+    hits = [_hit("the retry budget was raised"), _hit("budget for the quarter")]
+    assert verbatim_first(hits, "when did we raise the retry budget?") == hits
+    assert compiled == []
+    assert verbatim_first(hits, "the retry budget was raised") == hits  # first already
+    assert verbatim_first(hits[::-1], "The retry  budget was raised.") == hits
+    assert len(compiled) == 2

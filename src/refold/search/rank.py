@@ -138,23 +138,36 @@ def titles_first(hits: list[SearchHit], needles: list[str]) -> list[SearchHit]:
     return sorted(hits, key=lambda h: not matches(h))
 
 
-def verbatim_pattern(text: str) -> re.Pattern[str] | None:
-    """A pattern finding ``text`` word for word in lower-cased text (its whitespace runs match
-    any whitespace run; surrounding quotes and sentence punctuation dropped), or None when the
-    query is too short to say more than its words (``verbatim_first``)."""
+def _verbatim_parts(text: str) -> list[str] | None:
+    """The lower-cased words ``verbatim_pattern`` joins, or None for a query too short."""
     core = text.strip().strip(_EDGES).lower()
     parts = core.split()
     if len(core) < VERBATIM_MIN_CHARS or (len(parts) < 2 and core.isascii()):
         return None
-    return re.compile(r"\s+".join(map(re.escape, parts)))
+    return parts
+
+
+def verbatim_pattern(text: str) -> re.Pattern[str] | None:
+    """A pattern finding ``text`` word for word in lower-cased text (its whitespace runs match
+    any whitespace run; surrounding quotes and sentence punctuation dropped), or None when the
+    query is too short to say more than its words (``verbatim_first``)."""
+    parts = _verbatim_parts(text)
+    return None if parts is None else re.compile(r"\s+".join(map(re.escape, parts)))
 
 
 def verbatim_first(hits: list[SearchHit], text: str) -> list[SearchHit]:
-    """Hits holding the query ``text`` word for word move to the front (stable)."""
-    pattern = verbatim_pattern(text)
-    if pattern is None or len(hits) < 2:
+    """Hits holding the query ``text`` word for word move to the front (stable). A hit that
+    lacks one of its words cannot hold it: when every hit lacks one (a question typed as a
+    sentence), no pattern is compiled (a new one costs a search ~0.1 ms)."""
+    parts = _verbatim_parts(text)
+    if parts is None or len(hits) < 2:
         return hits
-    held = [pattern.search(hit.content.lower()) is not None for hit in hits]
+    lowered = [hit.content.lower() for hit in hits]
+    maybe = [all(part in low for part in parts) for low in lowered]
+    if not any(maybe):
+        return hits
+    pattern = re.compile(r"\s+".join(map(re.escape, parts)))
+    held = [m and pattern.search(low) is not None for m, low in zip(maybe, lowered, strict=True)]
     if not any(held) or all(held):
         return hits
     return [hit for hit, h in zip(hits, held, strict=True) if h] + \
