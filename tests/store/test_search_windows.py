@@ -59,3 +59,34 @@ def test_search_hits_carry_the_same_windows(tmp_path: Path) -> None:
     for hit in hits:
         assert hit.window == store.messages_around(hit.session_id, hit.seq, before=2, after=2)
         assert any(m.seq == hit.seq for m in hit.window)
+
+
+def test_a_search_settles_each_window_from_the_rows_around_its_own_hit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows read once for all hits settle each window exactly as a read of the rows
+    around that hit alone would: the index is asked for the same sides, no more."""
+    asked: list[str] = []
+    for name in ("_earlier", "_from"):
+        real = getattr(ledger, name)
+        monkeypatch.setattr(ledger, name, lambda *a, real=real, name=name: (
+            asked.append(name), real(*a))[1])
+    store = SQLiteStore(str(tmp_path / "refold.db"))
+    rng = random.Random(5)
+    sessions = [store.create_session().id for _ in range(3)]
+    for n in range(90):
+        store.append_messages(rng.choice(sessions), [
+            {"role": "user", "content": f"deploy step {n}"},
+            {"role": "assistant", "content": f"ok {n}"}][:rng.randint(1, 2)])
+    for window in (1, 2):
+        asked.clear()
+        hits = store.search(SearchQuery("deploy step", limit=100, window=window))
+        by_search = len(asked)
+        assert len(hits) == 90
+        asked.clear()
+        with store.db.read() as conn:
+            for hit in hits:
+                message_id = conn.execute("SELECT id FROM messages WHERE session_id = ? AND "
+                                          "seq = ?", (hit.session_id, hit.seq)).fetchone()[0]
+                assert store._around_id(conn, message_id, hit.session_id, hit.seq, window,
+                                        window, False) == hit.window
+        assert 0 < by_search == len(asked) < 2 * len(hits)  # (each hit has two sides)

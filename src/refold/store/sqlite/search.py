@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable
-from typing import cast
+from typing import Any, cast
 
 from refold import _records as records
 from refold._lazy import logger
@@ -101,6 +102,22 @@ def _substring_predicate(parsed: ParsedQuery) -> tuple[str, list[object]]:
     return "(" + " OR ".join(groups) + ")", args
 
 
+class _Near:
+    """A search's ``neighbours`` rows (each ends with its id), by id: each hit's window is
+    built from the few rows around its own id, not from every hit's."""
+
+    def __init__(self, rows: list[tuple[Any, ...]], span: int) -> None:
+        self.rows = sorted(rows, key=lambda r: r[-1])
+        self.ids = [r[-1] for r in self.rows]
+        self.span = span
+
+    def of(self, message_id: int | None) -> list[tuple[Any, ...]] | None:
+        if message_id is None:
+            return None
+        return self.rows[bisect_left(self.ids, message_id - self.span):
+                         bisect_right(self.ids, message_id + self.span)]
+
+
 class SearchOps(StateOps):
     """Mixin: ``search``. Needs ``self.scan_budget_seconds``."""
 
@@ -139,10 +156,11 @@ class SearchOps(StateOps):
                 return hits
             row_ids = {(r.session_id, r.seq): r.id for r in rows}
             ids = [row_ids.get((h.session_id, h.seq)) for h in hits]
-            near = self.neighbours(conn, [i for i in ids if i is not None], query.window + 1)
+            near = _Near(self.neighbours(conn, [i for i in ids if i is not None],
+                                         query.window + 1), query.window + 1)
             return [records.replace(h, window=self._around_id(
                 conn, i, h.session_id, h.seq, query.window, query.window,
-                query.include_inactive, near)) for h, i in zip(hits, ids, strict=True)]
+                query.include_inactive, near.of(i))) for h, i in zip(hits, ids, strict=True)]
 
     def catch_up_index(self) -> None:
         """Index the rows stored since the last batch (``indexer.py``), so a search sees every
