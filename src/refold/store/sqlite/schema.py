@@ -224,6 +224,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     # the word index's postings rows by term number and chunk in a rowid table, out of the
     # WITHOUT ROWID table whose seeks read big rows' overflow pages (wordrows.py)
     Migration(18, "word index rows by term number", wordrows.MIGRATION),
+    # what a search reads of its hits' sessions (the title, the lineage) from one index: each
+    # session one lookup, not its id's index and then its row (search.py, CARD)
+    Migration(19, "sessions by id with their title and lineage", (
+        "CREATE INDEX IF NOT EXISTS sessions_card "
+        "ON sessions(id, title, parent_session_id, link_kind)",)),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

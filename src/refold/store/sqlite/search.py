@@ -66,6 +66,10 @@ BROAD_PROBE_ROWS = 5_000  # newest ids sampled to estimate a term's match count
 SCAN_CHUNK = 50_000
 TITLE_SCAN = 2_000  # sessions up to which a search reads their titles (``_load_ranked``)
 _HIT_COLUMNS = "m.id, m.session_id, m.seq, m.role, m.text, m.created_at, s.title"
+# the index of (id, title, parent, link kind) a natural search reads its hits' sessions from
+# (migration 19): the planner took the id's own index, then each session's row, two pages a
+# hit on a cold cache; the title scan reads it through, and the hits' lookups find it read
+CARD = "sessions_card"
 
 
 @dataclass(frozen=True)
@@ -223,9 +227,11 @@ class SearchOps(StateOps):
         marks = ",".join("?" * len(session_ids))
         rows = conn.execute(
             "WITH RECURSIVE up(start, id, parent, depth, kind) AS ("
-            f"SELECT id, id, parent_session_id, 0, link_kind FROM sessions WHERE id IN ({marks}) "
+            f"SELECT id, id, parent_session_id, 0, link_kind FROM sessions INDEXED BY {CARD} "
+            f"WHERE id IN ({marks}) "
             "UNION ALL SELECT up.start, s.id, s.parent_session_id, up.depth + 1, up.kind "
-            "FROM sessions s JOIN up ON s.id = up.parent WHERE up.depth < 1000) "
+            f"FROM sessions s INDEXED BY {CARD} JOIN up ON s.id = up.parent "
+            "WHERE up.depth < 1000) "
             "SELECT start, id, kind FROM up WHERE parent IS NULL", list(session_ids)).fetchall()
         return Roots(((str(start), str(root)) for start, root, _ in rows),
                      side=(str(start) for start, _, kind in rows if kind == "side"))
@@ -316,8 +322,8 @@ class SearchOps(StateOps):
             return []
         marks = ",".join("?" * len(ranked))
         loaded = {r[0]: r for r in conn.execute(
-            f"SELECT {_HIT_COLUMNS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-            f"WHERE m.id IN ({marks})", [i for i, _ in ranked])}
+            f"SELECT {_HIT_COLUMNS} FROM messages m JOIN sessions s INDEXED BY {CARD} "
+            f"ON s.id = m.session_id WHERE m.id IN ({marks})", [i for i, _ in ranked])}
         return [_Row(r[0], r[1], r[2], r[3], r[4], r[5], r[6], score, snippet)
                 for r, score in ((loaded[i], score) for i, score in ranked if i in loaded)]
 
@@ -335,7 +341,7 @@ class SearchOps(StateOps):
         # characters) is tested here, as titles_first tests it
         found = " AND ".join(["title LIKE ? ESCAPE '\\'"] * len(needles))
         titles = conn.execute(
-            f"SELECT title FROM sessions WHERE title IS NOT NULL AND (({found}) "
+            f"SELECT title FROM sessions INDEXED BY {CARD} WHERE title IS NOT NULL AND (({found}) "
             "OR length(title) <> length(CAST(title AS BLOB)))",
             ["%" + n.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
              for n in needles])
