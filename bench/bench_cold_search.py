@@ -2,11 +2,12 @@
 archives in the same run: the figure ``refold search`` users see on a large archive, with
 what each search reads and spends.
 
-Each variant is ``NAME=DB:SRC[:numpy][:python]``: the archive file, the source tree put first
+Each variant is ``NAME=DB:SRC[:numpy][:python][:noahead]``: the archive file, the source tree put first
 on ``PYTHONPATH`` (the code to measure; an older checkout's ``src`` for a before/after),
 ``numpy`` to import NumPy first, untimed (a long-running process — ``refold serve``, an MCP
-server — has it already), and ``python`` to score without the C scorer (``REFOLD_NATIVE=0``:
-what an install without a C compiler does). For each question, each variant runs in a new process that drops
+server — has it already), ``python`` to score without the C scorer (``REFOLD_NATIVE=0``:
+what an install without a C compiler does), and ``noahead`` to search without asking the OS for
+the pages ahead (``REFOLD_READAHEAD=0``, ``store/sqlite/readahead.py``). For each question, each variant runs in a new process that drops
 the file's pages from the OS cache (``posix_fadvise(DONTNEED)``), opens the store (untimed)
 and times one search; variants alternate question by question, so machine drift hits all
 alike. Per variant: wall p50/p95, CPU p50/p95 (process time; of it, system time), and read
@@ -101,7 +102,7 @@ def pct(values: list[float], share: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("variants", nargs="+", help="NAME=DB:SRC[:numpy][:python]")
+    parser.add_argument("variants", nargs="+", help="NAME=DB:SRC[:numpy][:python][:noahead]")
     parser.add_argument("--question", action="append", default=[],
                         help="a question to ask (repeatable); default: the bench's own")
     parser.add_argument("--questions", type=int, default=10,
@@ -118,11 +119,11 @@ def main() -> None:
     for spec in args.variants:
         name, _, rest = spec.partition("=")
         db, src, *more = rest.split(":")
-        unknown = set(more) - {"numpy", "python"}
+        unknown = set(more) - {"numpy", "python", "noahead"}
         if unknown:
             parser.error(f"unknown variant option(s) {sorted(unknown)} in {spec!r}")
         variants.append((name, db, src, "1" if "numpy" in more else "0",
-                         "0" if "python" in more else "1"))
+                         "0" if "python" in more else "1", "0" if "noahead" in more else "1"))
     questions = args.question or (chinese_questions(variants[0][1], args.questions)
                                   if args.chinese else bench_questions(args.questions))
     figures: dict[str, list[list[float]]] = {v[0]: [[], [], [], []] for v in variants}
@@ -133,8 +134,9 @@ def main() -> None:
                     pass
     for _ in range(args.rounds):
         for text in questions:
-            for name, db, src, preload, native in variants:
-                env = {**os.environ, "PYTHONPATH": src, "REFOLD_NATIVE": native}
+            for name, db, src, preload, native, ahead in variants:
+                env = {**os.environ, "PYTHONPATH": src, "REFOLD_NATIVE": native,
+                       "REFOLD_READAHEAD": ahead}
                 out = subprocess.run([sys.executable, "-c", CHILD, db, text, preload,
                                       "1" if args.cached else "0"],
                                      capture_output=True, text=True, env=env, check=True)

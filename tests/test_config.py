@@ -279,5 +279,5 @@ def test_refolds_own_switches_are_not_reported_as_typos() -> None:
     from refold.config import unknown_env
 
     environ = {"REFOLD_NATIVE": "0", "REFOLD_REQUIRE_NATIVE": "1", "REFOLD_REQUIRE_POSTGRES": "1",
-               "REFOLD_DEBUG": "1", "REFOLD_TRESHOLD_PERCENT": "0.5", "HOME": "/root"}
+               "REFOLD_READAHEAD": "0", "REFOLD_DEBUG": "1", "REFOLD_TRESHOLD_PERCENT": "0.5", "HOME": "/root"}
     assert unknown_env(environ) == ["REFOLD_TRESHOLD_PERCENT"]

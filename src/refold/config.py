@@ -476,7 +476,8 @@ def unknown_env(environ: Mapping[str, str]) -> list[str]:
     """``REFOLD_*`` variables that name no setting (typos are shown by ``config show``)."""
     known = {ENV_PREFIX + n.upper() for n in SETTING_NAMES}
     ignored = {"REFOLD_DEBUG", "REFOLD_TEST_POSTGRES_URL", "REFOLD_REQUIRE_POSTGRES",
-               "REFOLD_NATIVE", "REFOLD_REQUIRE_NATIVE"}  # (switches, not settings)
+               "REFOLD_NATIVE", "REFOLD_REQUIRE_NATIVE",
+               "REFOLD_READAHEAD"}  # (switches, not settings)
     return sorted(k for k in environ if k.startswith(ENV_PREFIX) and k not in known | ignored)
 
 

@@ -46,7 +46,7 @@ from refold.search.rank import (
     verbatim_first,
 )
 from refold.store.base import SearchHit, SearchQuery
-from refold.store.sqlite import glued, indexer, wordindex, wordseal
+from refold.store.sqlite import glued, indexer, readahead, wordindex, wordseal
 from refold.store.sqlite.indexcheck import require_intact_index
 from refold.store.sqlite.natural import (
     allowed_ids,
@@ -70,6 +70,7 @@ _HIT_COLUMNS = "m.id, m.session_id, m.seq, m.role, m.text, m.created_at, s.title
 # (migration 19): the planner took the id's own index, then each session's row, two pages a
 # hit on a cold cache; the title scan reads it through, and the hits' lookups find it read
 CARD = "sessions_card"
+NEAR = 2  # ids around each hit asked for with it on a cold cache: a window of one message
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,13 @@ class SearchOps(StateOps):
         if parsed.is_empty:
             return []
         limit = max(1, min(int(query.limit), MAX_LIMIT))
+        readahead.begin(None if self.db.memory else self.db.path)
+        try:
+            return self._search(parsed, query, limit)
+        finally:
+            readahead.end()
+
+    def _search(self, parsed: ParsedQuery, query: SearchQuery, limit: int) -> list[SearchHit]:
         self.catch_up_index()
         with self.db.read() as conn:
             if parsed.glued is not None and glued_exists(conn, parsed.glued):
@@ -295,6 +303,10 @@ class SearchOps(StateOps):
         forward). On a cold cache each row read costs a page or two, and its session as many.
         """
         cut = len(ranked) if enough is None else max(1, enough)
+        if readahead.cold():  # the pages read next, asked for at once (readahead.py)
+            readahead.whole(conn, CARD)
+            first = [i for i, _ in ranked[:cut]]
+            readahead.table_rows(conn, "messages", [(i - NEAR, i + NEAR) for i in first], first)
         if cut < len(ranked) and conn.execute(
                 "SELECT EXISTS (SELECT 1 FROM sessions WHERE parent_session_id IS NOT NULL)"
                 ).fetchone()[0]:  # (no session has a parent: no two rows are copies)

@@ -55,7 +55,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from refold._records import dataclass
-from refold.store.sqlite import porter, wordrows
+from refold.store.sqlite import porter, readahead, wordrows
 
 CHUNK = 4096  # message ids per sealed chunk
 SEGMENT = 16  # sealed chunks merged into one row per term once all 16 are sealed (uint16 ids)
@@ -646,6 +646,15 @@ def gather(conn: sqlite3.Connection, terms: Sequence[tuple[str, str]],
         if total_rows != index.rows + tail_rows or total_tokens != index.tokens + tail_tokens \
                 or total_rows <= 0:
             return None
+    if readahead.cold():  # the terms' rows, asked for at once (readahead.py)
+        tokens = sorted({t for m in made for t in m})
+        numbers = [int(r[0]) for r in conn.execute(
+            f"SELECT tid FROM word_terms WHERE term IN ({','.join('?' * len(tokens))})",
+            tokens)]
+        readahead.table_rows(conn, "word_blobs", [
+            (n << wordrows.CHUNK_BITS, ((n + 1) << wordrows.CHUNK_BITS) - 1) for n in numbers])
+        if index.recent:
+            readahead.whole(conn, RECENT_TABLE)
     parts = {t: _parts(conn, t, index.recent) for m in made for t in m}
     return Gathered(tuple(terms), tuple(made), parts, tail_postings, tail_lengths, total_rows,
                     float(total_tokens) / float(total_rows))

@@ -1,0 +1,315 @@
+"""Read-ahead for a search on a cold page cache: the pages a statement is about to read, asked
+of the OS all at once.
+
+SQLite reads a B-tree one page at a time: to find a row it reads the root, then the interior
+page that points to its leaf, then the leaf, each read waiting for the one before; a search that
+reads twenty rows of a large archive waits for some fifty reads in a row (~60-90 us each on a
+virtual disk). The OS serves many reads at once as fast as one. So before a statement reads a
+set of rows, ``table_rows`` walks the table's B-tree itself, level by level, from the database
+file: each level's pages are asked for together (``posix_fadvise(WILLNEED)``, which starts the
+reads and returns), then read and parsed for the next level's page numbers; the leaves' first
+overflow pages are asked for last. The statement then finds its pages in the OS cache.
+
+Only a hint: the walk reads the main file as it is (a page newer in the WAL may point elsewhere,
+a page may be reused), stops at anything it does not expect, and never changes what a search
+returns; it costs a few syscalls and some parsing, so it runs only when the search is reading
+from storage (``begin``/``cold``: the process's ``read_bytes`` moved), on Linux, unless
+``REFOLD_READAHEAD=0``. The file format: https://www.sqlite.org/fileformat2.html (b-tree pages).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Sequence
+
+MAX_PAGES = 512  # pages one call asks for at most (a hint, not a scan)
+HEAD_PAGES = 64  # the first pages of the file: the schema and the small state tables
+
+_TABLE_INTERIOR, _TABLE_LEAF, _INDEX_INTERIOR, _INDEX_LEAF = 0x05, 0x0D, 0x02, 0x0A
+_state = threading.local()  # ``begin``'s reading of the process's storage reads
+
+
+def enabled() -> bool:
+    return hasattr(os, "posix_fadvise") and os.environ.get("REFOLD_READAHEAD", "1") != "0"
+
+
+def _storage_reads() -> int | None:
+    """The bytes this process has had read from storage (``/proc/self/io``), or None."""
+    try:
+        with open("/proc/self/io", "rb") as f:
+            for line in f:
+                if line.startswith(b"read_bytes:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def begin(path: str | None) -> None:
+    """At a search's start: note the storage reads so far, and ask for the head of the file
+    when its first page is not in the OS cache (a cold file: its schema comes next)."""
+    _state.reads = None
+    if not path or not enabled():
+        return
+    _state.reads = _storage_reads()
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        head = os.pread(fd, 100, 0)
+        size = _page_size(head)
+        if size and not _cached(fd, 0, size):
+            os.posix_fadvise(fd, 0, size * HEAD_PAGES, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def cold() -> bool:
+    """Has the search read from storage since ``begin``?"""
+    before = getattr(_state, "reads", None)
+    if before is None:
+        return False
+    now = _storage_reads()
+    return now is not None and now > before
+
+
+def end() -> None:
+    _state.reads = None
+
+
+def _page_size(header: bytes) -> int:
+    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
+        return 0
+    size = int.from_bytes(header[16:18], "big")
+    return 65536 if size == 1 else size
+
+
+def _cached(fd: int, offset: int, size: int) -> bool:
+    flag = getattr(os, "RWF_NOWAIT", None)
+    if flag is None:
+        return True
+    try:
+        return os.preadv(fd, [bytearray(size)], offset, flag) > 0
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """SQLite's big-endian varint at ``at``: (value, the offset after it)."""
+    value = 0
+    for i in range(8):
+        byte = data[at + i]
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            return value, at + i + 1
+    return (value << 8) | data[at + 8], at + 9
+
+
+class _Node:
+    """A b-tree page, its cells read as they are asked for (an interior page holds hundreds:
+    a lookup reads the few a binary search touches)."""
+
+    def __init__(self, data: bytes, at: int, kind: int) -> None:
+        self.data, self.at, self.kind = data, at, kind
+        self.cells = int.from_bytes(data[at + 3:at + 5], "big")
+        self.leaf = kind in (_TABLE_LEAF, _INDEX_LEAF)
+
+    def _cell(self, n: int) -> int:
+        pointer = self.at + 12 + 2 * n
+        return int.from_bytes(self.data[pointer:pointer + 2], "big")
+
+    def child(self, n: int) -> int:
+        """Child ``n`` of an interior page (``n == cells``: the right-most)."""
+        if n == self.cells:
+            return int.from_bytes(self.data[self.at + 8:self.at + 12], "big")
+        cell = self._cell(n)
+        return int.from_bytes(self.data[cell:cell + 4], "big")
+
+    def key(self, n: int) -> int:
+        """The rowid key of cell ``n`` of a table interior page: child ``n`` holds the rows
+        up to it."""
+        return _varint(self.data, self._cell(n) + 4)[0]
+
+    def first_at_least(self, rowid: int) -> int:
+        """The child that holds ``rowid`` (of a table interior page)."""
+        low, high = 0, self.cells
+        while low < high:
+            mid = (low + high) // 2
+            if self.key(mid) < rowid:
+                low = mid + 1
+            else:
+                high = mid
+        return low
+
+
+class _File:
+    """The database file, read as B-tree pages."""
+
+    def __init__(self, fd: int, size: int, usable: int, pages: int) -> None:
+        self.fd, self.size, self.usable, self.pages = fd, size, usable, pages
+
+    def advise(self, pages: Iterable[int]) -> None:
+        for start, count in _runs(sorted({p for p in pages if 1 <= p <= self.pages})):
+            os.posix_fadvise(self.fd, (start - 1) * self.size, count * self.size,
+                             os.POSIX_FADV_WILLNEED)
+
+    def page(self, number: int) -> tuple[bytes, int]:
+        """The page and where its b-tree header starts (after the file header on page 1)."""
+        data = os.pread(self.fd, self.size, (number - 1) * self.size)
+        return data, 100 if number == 1 else 0
+
+    def node(self, number: int) -> _Node | None:
+        """Page ``number`` as a b-tree node, or None when it is not one."""
+        data, at = self.page(number)
+        kind = data[at]
+        if kind not in (_TABLE_INTERIOR, _TABLE_LEAF, _INDEX_INTERIOR, _INDEX_LEAF):
+            return None
+        return _Node(data, at, kind)
+
+    def overflow_of(self, number: int, rowids: Sequence[int]) -> list[int]:
+        """The first overflow page of each row of table leaf ``number`` whose rowid is one
+        of ``rowids`` (sorted) and that is longer than the page holds."""
+        data, at = self.page(number)
+        if data[at] != _TABLE_LEAF:
+            return []
+        cells = int.from_bytes(data[at + 3:at + 5], "big")
+
+        def cell(n: int) -> tuple[int, int, int]:  # (rowid, payload size, payload start)
+            pointer = at + 8 + 2 * n
+            size, after = _varint(data, int.from_bytes(data[pointer:pointer + 2], "big"))
+            rowid, body = _varint(data, after)
+            return rowid, size, body
+
+        if not cells:
+            return []
+        most = self.usable - 35
+        least = (self.usable - 12) * 32 // 255 - 23
+        out = []
+        low = 0
+        first, last = cell(0)[0], cell(cells - 1)[0]
+        for wanted in rowids[bisect_left(rowids, first):bisect_right(rowids, last)]:
+            high = cells
+            while low < high:  # the first cell at or after ``wanted``
+                mid = (low + high) // 2
+                if cell(mid)[0] < wanted:
+                    low = mid + 1
+                else:
+                    high = mid
+            if low >= cells:
+                break
+            rowid, size, body = cell(low)
+            if rowid != wanted or size <= most:
+                continue
+            local = least + (size - least) % (self.usable - 4)
+            if local > most:
+                local = least
+            out.append(int.from_bytes(data[body + local:body + local + 4], "big"))
+        return out
+
+
+def _runs(pages: Sequence[int]) -> Iterable[tuple[int, int]]:
+    """Sorted page numbers as (first, count) runs of consecutive pages."""
+    runs: list[tuple[int, int]] = []
+    for p in pages:
+        if runs and p == runs[-1][0] + runs[-1][1]:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((p, 1))
+    return runs
+
+
+def _open(conn: sqlite3.Connection) -> _File | None:
+    row = conn.execute("PRAGMA database_list").fetchone()
+    path = str(row[2]) if row and row[2] else ""
+    if not path:
+        return None
+    fd = os.open(path, os.O_RDONLY)
+    header = os.pread(fd, 100, 0)
+    size = _page_size(header)
+    if not size:
+        os.close(fd)
+        return None
+    return _File(fd, size, size - header[20], os.fstat(fd).st_size // size)
+
+
+def _root(conn: sqlite3.Connection, name: str) -> int | None:
+    row = conn.execute("SELECT rootpage FROM sqlite_schema WHERE name = ?", (name,)).fetchone()
+    return int(row[0]) if row and row[0] else None
+
+
+def _walk(file: _File, root: int, wanted: Sequence[tuple[int, int]] | None,
+          rows: Sequence[int] | None) -> None:
+    """Ask for the pages under ``root`` that hold rowids in the ``wanted`` [low, high]
+    ranges (sorted; None: every page), level by level, then the first overflow pages of
+    the leaf cells whose rowid is in ``rows`` (sorted)."""
+    level: dict[int, list[tuple[int, int]] | None] = {root: None if wanted is None
+                                                      else list(wanted)}
+    asked = 0
+    while level and asked < MAX_PAGES:
+        file.advise(level)
+        asked += len(level)
+        below: dict[int, list[tuple[int, int]] | None] = {}
+        leaves = []
+        for number, spans in level.items():
+            node = file.node(number)
+            if node is None:
+                continue
+            if node.leaf:
+                leaves.append(number)
+            elif spans is None or node.kind != _TABLE_INTERIOR:
+                below.update((node.child(n), None) for n in range(node.cells + 1))
+            else:
+                for low, high in spans:  # child n holds keys up to key(n); the last, the rest
+                    n = node.first_at_least(low)
+                    while True:
+                        kid = node.child(n)
+                        if kid not in below:
+                            below[kid] = []
+                        parts = below[kid]
+                        if parts is not None:
+                            parts.append((low, high))
+                        if n >= node.cells or node.key(n) >= high:
+                            break
+                        n += 1
+        level = dict(list(below.items())[:max(0, MAX_PAGES - asked)])
+        if not level and rows and leaves:
+            file.advise(p for leaf in leaves for p in file.overflow_of(leaf, rows))
+
+
+def table_rows(conn: sqlite3.Connection, table: str, ranges: Iterable[tuple[int, int]],
+               overflow: Iterable[int] = ()) -> None:
+    """Ask for the pages of ``table`` holding the rowids in ``ranges`` ([low, high] each),
+    and the first overflow pages of the rows ``overflow`` names."""
+    _ask(conn, table, sorted(set(ranges)), sorted(set(overflow)))
+
+
+def whole(conn: sqlite3.Connection, name: str) -> None:
+    """Ask for every page of a small table or index (up to ``MAX_PAGES``)."""
+    _ask(conn, name, None, None)
+
+
+def _ask(conn: sqlite3.Connection, name: str, ranges: list[tuple[int, int]] | None,
+         rows: list[int] | None) -> None:
+    if not enabled() or ranges == []:
+        return
+    try:
+        root = _root(conn, name)
+        file = _open(conn) if root else None
+    except (OSError, sqlite3.Error):
+        return
+    if file is None or root is None:
+        return
+    try:
+        _walk(file, root, ranges, rows)
+    except (OSError, IndexError, ValueError):
+        pass  # a page the walk did not expect (a newer one in the WAL): only a hint
+    finally:
+        os.close(file.fd)

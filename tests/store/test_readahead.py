@@ -1,0 +1,183 @@
+"""Read-ahead of a cold search's pages (``store/sqlite/readahead.py``): the walk of a b-tree
+from the file finds the pages SQLite will read (each asked-for row's leaf, its first overflow
+page, every page of a small tree), never raises on a page it does not expect (newer in the WAL,
+reused, garbage), and a search returns the same hits with it as without."""
+
+from __future__ import annotations
+
+import os
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from refold.store.base import SearchQuery
+from refold.store.sqlite import readahead
+from refold.store.sqlite.store import SQLiteStore
+
+
+def _archive(path: Path, rows: int = 3000, seed: int = 1) -> sqlite3.Connection:
+    """A table of ``rows`` rows, one in seven longer than a page (overflow), some deleted."""
+    rng = random.Random(seed)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)")
+    conn.execute("CREATE INDEX t_body ON t(substr(body, 1, 20))")
+    conn.execute("BEGIN")
+    for i in range(1, rows + 1):
+        size = rng.choice([30, 200, 900]) if i % 7 else rng.choice([5000, 9000, 20000])
+        conn.execute("INSERT INTO t VALUES (?, ?)", (i, f"{i:06d} " + "x" * size))
+    conn.execute("COMMIT")
+    conn.execute("DELETE FROM t WHERE id % 97 = 0")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return conn
+
+
+class _Asked:
+    """What a walk asks the OS for, page by page (``posix_fadvise`` recorded, then done)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, size: int) -> None:
+        self.pages: list[int] = []
+        real = os.posix_fadvise
+
+        def advise(fd: int, offset: int, length: int, advice: int) -> None:
+            if advice == os.POSIX_FADV_WILLNEED:
+                self.pages += range(offset // size + 1, (offset + length) // size + 1)
+            real(fd, offset, length, advice)
+
+        monkeypatch.setattr(readahead.os, "posix_fadvise", advise)
+
+
+def _pages_of(conn: sqlite3.Connection, name: str, kind: str) -> set[int]:
+    return {int(r[0]) for r in conn.execute(
+        "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = ?", (name, kind))}
+
+
+def _leaf_of(conn: sqlite3.Connection, path: Path, rowid: int) -> int:
+    """The leaf page holding ``rowid``, found by reading every leaf of the (checkpointed)
+    file: the slow, sure way."""
+    size = conn.execute("PRAGMA page_size").fetchone()[0]
+    with open(path, "rb") as f:
+        for page in sorted(_pages_of(conn, "t", "leaf")):
+            f.seek((page - 1) * size)
+            raw = f.read(size)
+            for n in range(int.from_bytes(raw[3:5], "big")):
+                cell = int.from_bytes(raw[8 + 2 * n:10 + 2 * n], "big")
+                _, after = readahead._varint(raw, cell)
+                if readahead._varint(raw, after)[0] == rowid:
+                    return page
+    raise AssertionError(f"no leaf holds {rowid}")
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_walk_asks_for_each_rows_leaf_and_first_overflow_page(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    conn = _archive(tmp_path / "a.db", seed=seed)
+    size = conn.execute("PRAGMA page_size").fetchone()[0]
+    asked = _Asked(monkeypatch, size)
+    rng = random.Random(seed)
+    ids = sorted(rng.sample(range(1, 3001), 25))
+    readahead.table_rows(conn, "t", [(i - 1, i + 1) for i in ids], ids)
+    leaves, overflow = _pages_of(conn, "t", "leaf"), _pages_of(conn, "t", "overflow")
+    assert set(asked.pages) <= _pages_of(conn, "t", "internal") | leaves | overflow
+    stored = {int(r[0]) for r in conn.execute("SELECT id FROM t")}
+    checked = 0
+    for i in ids:
+        for near in (i - 1, i, i + 1):
+            if near in stored:
+                assert _leaf_of(conn, tmp_path / "a.db", near) in asked.pages, near
+                checked += 1
+    assert checked > 60
+    # each long row's first overflow page, and no other overflow page
+    firsts = {int(r[0]) for r in conn.execute(
+        "SELECT pageno FROM dbstat WHERE name = 't' AND pagetype = 'overflow' "
+        "AND path LIKE '%+000000'")}
+    long_rows = [i for i in ids if i in stored and i % 7 == 0]
+    assert long_rows and len(set(asked.pages) & overflow) == len(long_rows)
+    assert set(asked.pages) & overflow <= firsts
+    conn.close()
+
+
+def test_a_whole_small_tree_is_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                         ) -> None:
+    conn = _archive(tmp_path / "a.db", rows=800)
+    asked = _Asked(monkeypatch, conn.execute("PRAGMA page_size").fetchone()[0])
+    readahead.whole(conn, "t_body")
+    index = {int(r[0]) for r in conn.execute("SELECT pageno FROM dbstat WHERE name = 't_body'")}
+    assert set(asked.pages) == index and len(index) > 3
+    conn.close()
+
+
+def test_pages_it_does_not_expect_never_raise(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    conn = _archive(path, rows=1500)
+    # newer pages in the WAL, not checkpointed: the main file's tree is stale
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("DELETE FROM t WHERE id % 3 = 0")
+    conn.execute("INSERT INTO t SELECT id + 100000, body FROM t WHERE id < 700")
+    readahead.table_rows(conn, "t", [(i, i + 2) for i in range(1, 200_000, 3301)], [5, 7, 700])
+    readahead.whole(conn, "t")
+    conn.close()
+    # garbage where the tree's pages were: the walk stops, quietly
+    raw = sqlite3.connect(path)
+    raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    root = raw.execute("SELECT rootpage FROM sqlite_schema WHERE name = 't'").fetchone()[0]
+    size = raw.execute("PRAGMA page_size").fetchone()[0]
+    raw.close()
+    rng = random.Random(4)
+    with open(path, "r+b") as f:
+        for page in [root, *rng.sample(range(2, os.path.getsize(path) // size), 40)]:
+            f.seek((page - 1) * size + (100 if page == 1 else 0))
+            f.write(bytes([rng.choice([2, 5, 10, 13])]) + rng.randbytes(size - 200))
+    reader = sqlite3.connect(path)
+    readahead.table_rows(reader, "t", [(1, 10_000)], list(range(1, 3000)))
+    readahead.whole(reader, "t")
+    reader.close()
+
+
+def test_only_a_search_that_reads_from_storage_asks(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    readahead.end()
+    assert not readahead.cold()  # outside a search: never
+    readahead.begin(str(tmp_path / "missing.db"))
+    reads = iter([100, 100, 4196])
+    monkeypatch.setattr(readahead, "_storage_reads", lambda: next(reads))
+    readahead.begin(None)
+    assert not readahead.cold()
+    readahead.begin(str(tmp_path / "missing.db"))  # (no file: nothing to ask for)
+    assert not readahead.cold()  # nothing read since
+    assert readahead.cold()  # 4 KiB read from storage since the search began
+    readahead.end()
+    assert not readahead.cold()
+    monkeypatch.setenv("REFOLD_READAHEAD", "0")
+    assert not readahead.enabled()
+
+
+def _store(path: Path) -> SQLiteStore:
+    store = SQLiteStore(str(path))
+    rng = random.Random(9)
+    words = ["deploy", "budget", "walrus", "migration", "timeout", "retry", "cache", "index"]
+    for n in range(60):
+        s = store.create_session(title=f"s{n}")
+        store.append_messages(s.id, [
+            {"role": "user", "content": " ".join(rng.choice(words) for _ in range(8))
+             + (" long" * 3000 if n % 9 == 0 else "")} for _ in range(6)])
+    return store
+
+
+def test_a_cold_search_asks_ahead_and_finds_the_same(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    store = _store(tmp_path / "r.db")
+    query = SearchQuery("when did the walrus deploy time out?", limit=10)
+    monkeypatch.setenv("REFOLD_READAHEAD", "0")
+    without = store.search(query)
+    monkeypatch.delenv("REFOLD_READAHEAD")
+    walked: list[str] = []
+    real_ask = readahead._ask
+    monkeypatch.setattr(readahead, "cold", lambda: True)  # as on a cold page cache
+    monkeypatch.setattr(readahead, "_ask", lambda conn, name, *a: (
+        walked.append(name), real_ask(conn, name, *a))[1])
+    assert store.search(query) == without and without
+    assert {"messages", "sessions_card"} <= set(walked)
+    store.close()
