@@ -109,6 +109,55 @@ def test_a_whole_small_tree_is_asked_for(tmp_path: Path, monkeypatch: pytest.Mon
     conn.close()
 
 
+def _index_pages(conn: sqlite3.Connection, path: Path, name: str) -> dict[bytes, int]:
+    """Each key of the index (its entries' first column) and the page holding it: a leaf,
+    or an interior page (whose cells hold keys too), from reading every page of it."""
+    size = conn.execute("PRAGMA page_size").fetchone()[0]
+    pages = [int(r[0]) for r in conn.execute(
+        "SELECT pageno FROM dbstat WHERE name = ? AND pagetype IN ('leaf', 'internal')",
+        (name,))]
+    found: dict[bytes, int] = {}
+    with open(path, "rb") as f:
+        for page in pages:
+            f.seek((page - 1) * size)
+            raw = f.read(size)
+            interior = raw[0] == 0x02
+            for n in range(int.from_bytes(raw[3:5], "big")):
+                at = 12 + 2 * n if interior else 8 + 2 * n
+                cell = int.from_bytes(raw[at:at + 2], "big") + (4 if interior else 0)
+                _, record = readahead._varint(raw, cell)
+                header, at = readahead._varint(raw, record)
+                kind, _ = readahead._varint(raw, at)
+                found[raw[record + header:record + header + (kind - 12) // 2]] = page
+    return found
+
+
+def test_the_walk_asks_for_the_pages_holding_an_index_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "k.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("CREATE TABLE terms (tid INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE)")
+    rng = random.Random(6)
+    words = sorted({"".join(rng.choice("abcdefghijklmnopqrstuvwxyzé") for _ in range(
+        rng.randint(2, 14))) for _ in range(20_000)})
+    rng.shuffle(words)
+    conn.execute("BEGIN")
+    conn.executemany("INSERT INTO terms (term) VALUES (?)", [(w,) for w in words])
+    conn.execute("COMMIT")
+    name = conn.execute("SELECT name FROM sqlite_schema WHERE type = 'index'").fetchone()[0]
+    asked = _Asked(monkeypatch, conn.execute("PRAGMA page_size").fetchone()[0])
+    wanted = sorted(w.encode() for w in rng.sample(words, 12))
+    readahead.ask(conn, [readahead.Want(name, keys=wanted)])
+    depth = len(asked.pages)
+    holding = _index_pages(conn, path, name)
+    for key in wanted:
+        assert holding[key] in asked.pages, key
+    index = {int(r[0]) for r in conn.execute("SELECT pageno FROM dbstat WHERE name = ?",
+                                             (name,))}
+    assert set(asked.pages) <= index and depth < len(index) / 5  # a lookup, not a scan
+    conn.close()
+
+
 def test_pages_it_does_not_expect_never_raise(tmp_path: Path) -> None:
     path = tmp_path / "a.db"
     conn = _archive(path, rows=1500)
@@ -174,10 +223,10 @@ def test_a_cold_search_asks_ahead_and_finds_the_same(tmp_path: Path,
     without = store.search(query)
     monkeypatch.delenv("REFOLD_READAHEAD")
     walked: list[str] = []
-    real_ask = readahead._ask
+    real_ask = readahead.ask
     monkeypatch.setattr(readahead, "cold", lambda: True)  # as on a cold page cache
-    monkeypatch.setattr(readahead, "_ask", lambda conn, name, *a: (
-        walked.append(name), real_ask(conn, name, *a))[1])
+    monkeypatch.setattr(readahead, "ask", lambda conn, wants: (
+        walked.extend(w.name for w in wants), real_ask(conn, wants))[1])
     assert store.search(query) == without and without
     assert {"messages", "sessions_card"} <= set(walked)
     store.close()

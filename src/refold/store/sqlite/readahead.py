@@ -13,7 +13,7 @@ overflow pages are asked for last. The statement then finds its pages in the OS 
 Only a hint: the walk reads the main file as it is (a page newer in the WAL may point elsewhere,
 a page may be reused), stops at anything it does not expect, and never changes what a search
 returns; it costs a few syscalls and some parsing, so it runs only when the search is reading
-from storage (``begin``/``cold``: the process's ``read_bytes`` moved), on Linux, unless
+from storage (``begin``/``cold``: the blocks the process read moved), on Linux, unless
 ``REFOLD_READAHEAD=0``. The file format: https://www.sqlite.org/fileformat2.html (b-tree pages).
 """
 
@@ -24,6 +24,12 @@ import sqlite3
 import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
+from typing import Any
+
+try:
+    import resource
+except ImportError:  # pragma: no cover - not POSIX
+    resource = None  # type: ignore[assignment]
 
 MAX_PAGES = 512  # pages one call asks for at most (a hint, not a scan)
 HEAD_PAGES = 64  # the first pages of the file: the schema and the small state tables
@@ -37,15 +43,12 @@ def enabled() -> bool:
 
 
 def _storage_reads() -> int | None:
-    """The bytes this process has had read from storage (``/proc/self/io``), or None."""
-    try:
-        with open("/proc/self/io", "rb") as f:
-            for line in f:
-                if line.startswith(b"read_bytes:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
+    """The blocks this process (every thread) has had read from storage (``getrusage``'s
+    ``ru_inblock``: Linux counts them as its ``/proc/self/io`` ``read_bytes`` does), or None
+    where there is no such count."""
+    if resource is None:  # pragma: no cover - not POSIX
         return None
-    return None
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_inblock)
 
 
 def begin(path: str | None) -> None:
@@ -150,6 +153,31 @@ class _Node:
         return low
 
 
+    def index_key(self, n: int) -> bytes:
+        """The first column's bytes of cell ``n`` of an index interior page (a text or a
+        blob; its local part when the record overflows)."""
+        data = self.data
+        at = self._cell(n) + 4
+        _, record = _varint(data, at)
+        header, at = _varint(data, record)
+        kind, _ = _varint(data, at)
+        if kind < 12:
+            return b""
+        start = record + header
+        return data[start:start + (kind - 12) // 2]
+
+    def first_key_at_least(self, key: bytes) -> int:
+        """The child that holds ``key`` (of an index interior page, by its first column)."""
+        low, high = 0, self.cells
+        while low < high:
+            mid = (low + high) // 2
+            if self.index_key(mid) < key:
+                low = mid + 1
+            else:
+                high = mid
+        return low
+
+
 class _File:
     """The database file, read as B-tree pages."""
 
@@ -245,70 +273,110 @@ def _root(conn: sqlite3.Connection, name: str) -> int | None:
     return int(row[0]) if row and row[0] else None
 
 
-def _walk(file: _File, root: int, wanted: Sequence[tuple[int, int]] | None,
-          rows: Sequence[int] | None) -> None:
-    """Ask for the pages under ``root`` that hold rowids in the ``wanted`` [low, high]
-    ranges (sorted; None: every page), level by level, then the first overflow pages of
-    the leaf cells whose rowid is in ``rows`` (sorted)."""
-    level: dict[int, list[tuple[int, int]] | None] = {root: None if wanted is None
-                                                      else list(wanted)}
+class Want:
+    """A tree to ask for: ``name`` (a table or an index), and in it the rowid ``spans``
+    ([low, high] each, sorted; a table), the first-column ``keys`` (UTF-8, sorted; an index
+    on a text column) or, with neither, every page; ``rows``: the rows (sorted) whose first
+    overflow page to ask for too; ``most``: the pages to ask for at most (a tree larger than
+    a small one is read in part, as its lookups need, not through)."""
+
+    def __init__(self, name: str, spans: Sequence[tuple[int, int]] | None = None,
+                 keys: Sequence[bytes] | None = None, rows: Sequence[int] = (),
+                 most: int = MAX_PAGES) -> None:
+        self.name, self.spans, self.keys, self.rows = name, spans, keys, rows
+        self.most = most
+
+
+_Targets = list[Any] | None  # rowid spans or keys under a page (None: all of it)
+
+
+def _walk(file: _File, roots: Sequence[tuple[int, Want]]) -> None:
+    """Ask for the pages of each tree its ``Want`` names, level by level, every tree's
+    level at once; then the first overflow pages of the rows wanted."""
+    level: dict[int, tuple[Want, _Targets]] = {
+        root: (want, None if want.spans is None and want.keys is None
+               else list(want.spans if want.spans is not None else want.keys or ()))
+        for root, want in roots}
     asked = 0
+    overflow: list[int] = []
+    each: dict[int, int] = {}  # pages asked for per tree
     while level and asked < MAX_PAGES:
+        kept: dict[int, tuple[Want, _Targets]] = {}
+        for page, entry in level.items():  # each tree up to its ``most`` pages
+            if each.get(id(entry[0]), 0) < entry[0].most:
+                each[id(entry[0])] = each.get(id(entry[0]), 0) + 1
+                kept[page] = entry
+        level = kept
         file.advise(level)
         asked += len(level)
-        below: dict[int, list[tuple[int, int]] | None] = {}
-        leaves = []
-        for number, spans in level.items():
+        below: dict[int, tuple[Want, _Targets]] = {}
+        leafy: set[int] = set()  # the trees whose leaves this level holds
+        for number, (want, targets) in level.items():
+            if id(want) in leafy and not want.rows:
+                continue  # a leaf like the others: asked for, no need to read it
             node = file.node(number)
             if node is None:
                 continue
             if node.leaf:
-                leaves.append(number)
-            elif spans is None or node.kind != _TABLE_INTERIOR:
-                below.update((node.child(n), None) for n in range(node.cells + 1))
+                leafy.add(id(want))
+                if want.rows:
+                    overflow += file.overflow_of(number, want.rows)
+            elif targets is None:
+                below.update((node.child(n), (want, None)) for n in range(node.cells + 1))
             else:
-                for low, high in spans:  # child n holds keys up to key(n); the last, the rest
-                    n = node.first_at_least(low)
-                    while True:
-                        kid = node.child(n)
-                        if kid not in below:
-                            below[kid] = []
-                        parts = below[kid]
-                        if parts is not None:
-                            parts.append((low, high))
-                        if n >= node.cells or node.key(n) >= high:
-                            break
-                        n += 1
+                for target in targets:
+                    for kid in _route(node, target):
+                        below.setdefault(kid, (want, []))
+                        under = below[kid][1]
+                        if under is not None:
+                            under.append(target)
         level = dict(list(below.items())[:max(0, MAX_PAGES - asked)])
-        if not level and rows and leaves:
-            file.advise(p for leaf in leaves for p in file.overflow_of(leaf, rows))
+    file.advise(overflow)
+
+
+def _route(node: _Node, target: Any) -> list[int]:
+    """The children of an interior page that hold ``target``: a rowid span of a table, a
+    key of an index."""
+    if node.kind == _TABLE_INTERIOR:
+        low, high = target
+        n = node.first_at_least(low)  # child n holds keys up to key(n); the last, the rest
+        kids = [node.child(n)]
+        while n < node.cells and node.key(n) < high:
+            n += 1
+            kids.append(node.child(n))
+        return kids
+    return [node.child(node.first_key_at_least(target))]
 
 
 def table_rows(conn: sqlite3.Connection, table: str, ranges: Iterable[tuple[int, int]],
                overflow: Iterable[int] = ()) -> None:
     """Ask for the pages of ``table`` holding the rowids in ``ranges`` ([low, high] each),
     and the first overflow pages of the rows ``overflow`` names."""
-    _ask(conn, table, sorted(set(ranges)), sorted(set(overflow)))
+    spans = sorted(set(ranges))
+    if spans:
+        ask(conn, [Want(table, spans, rows=sorted(set(overflow)))])
 
 
 def whole(conn: sqlite3.Connection, name: str) -> None:
     """Ask for every page of a small table or index (up to ``MAX_PAGES``)."""
-    _ask(conn, name, None, None)
+    ask(conn, [Want(name)])
 
 
-def _ask(conn: sqlite3.Connection, name: str, ranges: list[tuple[int, int]] | None,
-         rows: list[int] | None) -> None:
-    if not enabled() or ranges == []:
+def ask(conn: sqlite3.Connection, wants: Sequence[Want]) -> None:
+    """Ask for what each of ``wants`` names, the trees walked side by side."""
+    if not enabled() or not wants:
         return
     try:
-        root = _root(conn, name)
-        file = _open(conn) if root else None
+        roots = {str(name): int(page) for name, page in conn.execute(
+            "SELECT name, rootpage FROM sqlite_schema WHERE name IN "
+            f"({','.join('?' * len(wants))})", [w.name for w in wants]) if page}
+        file = _open(conn) if roots else None
     except (OSError, sqlite3.Error):
         return
-    if file is None or root is None:
+    if file is None:
         return
     try:
-        _walk(file, root, ranges, rows)
+        _walk(file, [(roots[w.name], w) for w in wants if w.name in roots])
     except (OSError, IndexError, ValueError):
         pass  # a page the walk did not expect (a newer one in the WAL): only a hint
     finally:

@@ -71,6 +71,12 @@ _HIT_COLUMNS = "m.id, m.session_id, m.seq, m.role, m.text, m.created_at, s.title
 # hit on a cold cache; the title scan reads it through, and the hits' lookups find it read
 CARD = "sessions_card"
 NEAR = 2  # ids around each hit asked for with it on a cold cache: a window of one message
+# on a cold cache, asked for with the hits' rows: the small trees read next one lookup at a
+# time (the card the title scan reads through up to TITLE_SCAN sessions; the first session
+# with a parent; the newest session)
+SESSION_TREES = (
+    readahead.Want(CARD, most=64), readahead.Want("sessions_parent", most=16),
+    readahead.Want("sessions", spans=[(1 << 62, (1 << 63) - 1)]))
 
 
 @dataclass(frozen=True)
@@ -304,9 +310,9 @@ class SearchOps(StateOps):
         """
         cut = len(ranked) if enough is None else max(1, enough)
         if readahead.cold():  # the pages read next, asked for at once (readahead.py)
-            readahead.whole(conn, CARD)
-            first = [i for i, _ in ranked[:cut]]
-            readahead.table_rows(conn, "messages", [(i - NEAR, i + NEAR) for i in first], first)
+            first = sorted(i for i, _ in ranked[:cut])
+            readahead.ask(conn, [readahead.Want("messages", sorted(
+                (i - NEAR, i + NEAR) for i in first), rows=first), *SESSION_TREES])
         if cut < len(ranked) and conn.execute(
                 "SELECT EXISTS (SELECT 1 FROM sessions WHERE parent_session_id IS NOT NULL)"
                 ).fetchone()[0]:  # (no session has a parent: no two rows are copies)

@@ -646,15 +646,19 @@ def gather(conn: sqlite3.Connection, terms: Sequence[tuple[str, str]],
         if total_rows != index.rows + tail_rows or total_tokens != index.tokens + tail_tokens \
                 or total_rows <= 0:
             return None
-    if readahead.cold():  # the terms' rows, asked for at once (readahead.py)
+    if readahead.cold():  # the terms' numbers, then their rows, asked for at once
         tokens = sorted({t for m in made for t in m})
+        readahead.ask(conn, [
+            readahead.Want(wordrows.TERMS_INDEX, keys=sorted(t.encode() for t in tokens)),
+            # and the small trees a question reads next (the recent blocks, the words glued
+            # to CJK text), the FTS5 totals record
+            readahead.Want(RECENT_TABLE, most=64), readahead.Want("glued_words", most=16),
+            readahead.Want("messages_fts_data", spans=[(1, 1)])])
         numbers = [int(r[0]) for r in conn.execute(
             f"SELECT tid FROM word_terms WHERE term IN ({','.join('?' * len(tokens))})",
             tokens)]
         readahead.table_rows(conn, "word_blobs", [
             (n << wordrows.CHUNK_BITS, ((n + 1) << wordrows.CHUNK_BITS) - 1) for n in numbers])
-        if index.recent:
-            readahead.whole(conn, RECENT_TABLE)
     parts = {t: _parts(conn, t, index.recent) for m in made for t in m}
     return Gathered(tuple(terms), tuple(made), parts, tail_postings, tail_lengths, total_rows,
                     float(total_tokens) / float(total_rows))

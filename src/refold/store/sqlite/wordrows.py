@@ -19,6 +19,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 
+TERMS_INDEX = "sqlite_autoindex_word_terms_1"  # word_terms(term UNIQUE): a term's number
 CHUNK_BITS = 24  # a row's key: term number << CHUNK_BITS | chunk (16M chunks: 68G messages)
 CHUNK_MASK = (1 << CHUNK_BITS) - 1
 
