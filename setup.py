@@ -1,7 +1,9 @@
-"""The optional C scorer (``refold._scorer``); everything else is in pyproject.toml.
+"""The optional C modules (``refold._scorer``, ``refold._btree``); everything else is in
+pyproject.toml.
 
 ``optional=True``: where no C compiler or Python headers are found, the build says so and
-refold installs without it (its search then scores in Python: the same results, slower).
+refold installs without them (its search then scores, and reads b-tree pages ahead, in Python:
+the same results, slower).
 """
 
 import sys
@@ -12,4 +14,7 @@ setup(ext_modules=[Extension(
     "refold._scorer", ["src/refold/_scorer.c"], optional=True,
     # no fused multiply-add: every float must be the one the Python paths compute
     extra_compile_args=[] if sys.platform == "win32" else ["-O3", "-ffp-contract=off"],
+), Extension(
+    "refold._btree", ["src/refold/_btree.c"], optional=True,
+    extra_compile_args=[] if sys.platform == "win32" else ["-O2"],
 )])

@@ -103,6 +103,18 @@ def native_scorer() -> None:
         pytest.skip(reason)
 
 
+@pytest.fixture
+def native_btree() -> None:
+    """The C b-tree page reader (``refold._btree``) is built: as ``native_scorer``."""
+    try:
+        import refold._btree  # noqa: F401
+    except ImportError as exc:
+        reason = f"the C page reader was not built at install (no C compiler?): {exc}"
+        if REQUIRE_NATIVE:
+            pytest.fail(f"REFOLD_REQUIRE_NATIVE=1 but {reason}")
+        pytest.skip(reason)
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store(request: pytest.FixtureRequest) -> Store:
     """Every conformance test runs once per backend."""

@@ -1,7 +1,8 @@
 """Read-ahead of a cold search's pages (``store/sqlite/readahead.py``): the walk of a b-tree
 from the file finds the pages SQLite will read (each asked-for row's leaf, its first overflow
 page, every page of a small tree), never raises on a page it does not expect (newer in the WAL,
-reused, garbage), and a search returns the same hits with it as without."""
+reused, garbage), and a search returns the same hits with it as without. Each walk runs with
+the C page reader (``refold._btree``) and with the Python one, which read pages alike."""
 
 from __future__ import annotations
 
@@ -15,6 +16,19 @@ import pytest
 from refold.store.base import SearchQuery
 from refold.store.sqlite import readahead
 from refold.store.sqlite.store import SQLiteStore
+
+
+@pytest.fixture(params=["c", "python"])
+def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The walks read pages in C (where built; CI requires it) or in Python."""
+    if request.param == "c":
+        request.getfixturevalue("native_btree")
+        monkeypatch.delenv("REFOLD_NATIVE", raising=False)
+        assert readahead.native()
+    else:
+        monkeypatch.setattr(readahead, "_btree", None)
+        assert not readahead.native()
+    return str(request.param)
 
 
 def _archive(path: Path, rows: int = 3000, seed: int = 1) -> sqlite3.Connection:
@@ -72,7 +86,7 @@ def _leaf_of(conn: sqlite3.Connection, path: Path, rowid: int) -> int:
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_walk_asks_for_each_rows_leaf_and_first_overflow_page(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, impl: str) -> None:
     conn = _archive(tmp_path / "a.db", seed=seed)
     size = conn.execute("PRAGMA page_size").fetchone()[0]
     asked = _Asked(monkeypatch, size)
@@ -99,8 +113,8 @@ def test_the_walk_asks_for_each_rows_leaf_and_first_overflow_page(
     conn.close()
 
 
-def test_a_whole_small_tree_is_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                         ) -> None:
+def test_a_whole_small_tree_is_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         impl: str) -> None:
     conn = _archive(tmp_path / "a.db", rows=800)
     asked = _Asked(monkeypatch, conn.execute("PRAGMA page_size").fetchone()[0])
     readahead.whole(conn, "t_body")
@@ -133,7 +147,7 @@ def _index_pages(conn: sqlite3.Connection, path: Path, name: str) -> dict[bytes,
 
 
 def test_the_walk_asks_for_the_pages_holding_an_index_key(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, impl: str) -> None:
     path = tmp_path / "k.db"
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("CREATE TABLE terms (tid INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE)")
@@ -158,7 +172,7 @@ def test_the_walk_asks_for_the_pages_holding_an_index_key(
     conn.close()
 
 
-def test_pages_it_does_not_expect_never_raise(tmp_path: Path) -> None:
+def test_pages_it_does_not_expect_never_raise(tmp_path: Path, impl: str) -> None:
     path = tmp_path / "a.db"
     conn = _archive(path, rows=1500)
     # newer pages in the WAL, not checkpointed: the main file's tree is stale
@@ -230,3 +244,56 @@ def test_a_cold_search_asks_ahead_and_finds_the_same(tmp_path: Path,
     assert store.search(query) == without and without
     assert {"messages", "sessions_card"} <= set(walked)
     store.close()
+
+
+def test_the_c_reader_reads_pages_as_the_python_one(tmp_path: Path, native_btree: None) -> None:
+    """Every interior and leaf page of a table and of a text index, read both ways: the same
+    children, the same routes for rowid spans and keys, the same overflow pages; a page that
+    is no b-tree page is refused (ValueError) or read as the Python reader reads it."""
+    from refold import _btree
+
+    conn = _archive(tmp_path / "a.db", rows=8000, seed=8)
+    conn.execute("CREATE TABLE w (k TEXT PRIMARY KEY, v)")
+    rng = random.Random(8)
+    words = list({"".join(rng.choice("abcdefghijé日本") for _ in range(rng.randint(1, 40)))
+                  for _ in range(30000)})
+    conn.execute("BEGIN")
+    conn.executemany("INSERT INTO w VALUES (?, 1)", [(w,) for w in words])
+    conn.execute("COMMIT")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    size = conn.execute("PRAGMA page_size").fetchone()[0]
+    pages = conn.execute("SELECT name, pageno, pagetype FROM dbstat "
+                         "WHERE name IN ('t', 'sqlite_autoindex_w_1')").fetchall()
+    spans = sorted((a, a + rng.randint(0, 40)) for a in rng.sample(range(-5, 8100), 60))
+    keys = sorted(w.encode() for w in rng.sample(words, 60))
+    rows = sorted(rng.sample(range(1, 8100), 1200))
+    seen = {"internal": 0, "leaf": 0}
+    with open(tmp_path / "a.db", "rb") as f:
+        for name, page, kind in pages:
+            f.seek((page - 1) * size)
+            data = f.read(size)
+            at = 100 if page == 1 else 0
+            if kind == "internal":
+                seen[kind] += 1
+                assert _btree.children(data, at) == readahead._py_children(data, at)
+                targets: list[object] = list(spans) if name == "t" else list(keys)
+                node = readahead._Node(data, at, data[at])
+                assert _btree.route(data, at, targets) == readahead._py_route(node, targets)
+            elif kind == "leaf" and name == "t":
+                seen[kind] += 1
+                assert _btree.overflow(data, at, size, rows) == \
+                    readahead._py_overflow(data, at, size, rows)
+    assert seen["internal"] > 5 and seen["leaf"] > 50
+    for _ in range(300):  # no b-tree page: refused, or read as the Python reader does
+        data = rng.choice([2, 5, 10, 13]).to_bytes(1, "big") + rng.randbytes(size - 1)
+        for c_reader, python in ((_btree.children, readahead._py_children),
+                                 (_btree.overflow, readahead._py_overflow)):
+            more = () if c_reader is _btree.children else (size, rows)
+            try:
+                got = c_reader(data, 0, *more)  # type: ignore[operator]
+            except ValueError:
+                continue
+            assert got == python(data, 0, *more)  # type: ignore[operator]
+    with pytest.raises(TypeError):
+        _btree.route(b"\x05" + bytes(size - 1), 0, "not a list")  # type: ignore[arg-type]
+    conn.close()

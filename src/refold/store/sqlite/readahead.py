@@ -14,7 +14,9 @@ Only a hint: the walk reads the main file as it is (a page newer in the WAL may 
 a page may be reused), stops at anything it does not expect, and never changes what a search
 returns; it costs a few syscalls and some parsing, so it runs only when the search is reading
 from storage (``begin``/``cold``: the blocks the process read moved), on Linux, unless
-``REFOLD_READAHEAD=0``. The file format: https://www.sqlite.org/fileformat2.html (b-tree pages).
+``REFOLD_READAHEAD=0``. The pages are parsed by the C page reader (``refold._btree``) where
+the install built it, else by the same code in Python here (``_py_*``). The file format:
+https://www.sqlite.org/fileformat2.html (b-tree pages).
 """
 
 from __future__ import annotations
@@ -31,11 +33,21 @@ try:
 except ImportError:  # pragma: no cover - not POSIX
     resource = None  # type: ignore[assignment]
 
+try:
+    from refold import _btree
+except ImportError:  # built where a C compiler was found (setup.py); else the Python below
+    _btree = None  # type: ignore[assignment]
+
 MAX_PAGES = 512  # pages one call asks for at most (a hint, not a scan)
 HEAD_PAGES = 64  # the first pages of the file: the schema and the small state tables
 
 _TABLE_INTERIOR, _TABLE_LEAF, _INDEX_INTERIOR, _INDEX_LEAF = 0x05, 0x0D, 0x02, 0x0A
 _state = threading.local()  # ``begin``'s reading of the process's storage reads
+
+
+def native() -> bool:
+    """Is the C page reader built, and not turned off (``REFOLD_NATIVE=0``, as the scorer)?"""
+    return _btree is not None and os.environ.get("REFOLD_NATIVE", "1") != "0"
 
 
 def enabled() -> bool:
@@ -194,53 +206,45 @@ class _File:
         data = os.pread(self.fd, self.size, (number - 1) * self.size)
         return data, 100 if number == 1 else 0
 
-    def node(self, number: int) -> _Node | None:
-        """Page ``number`` as a b-tree node, or None when it is not one."""
-        data, at = self.page(number)
-        kind = data[at]
-        if kind not in (_TABLE_INTERIOR, _TABLE_LEAF, _INDEX_INTERIOR, _INDEX_LEAF):
-            return None
-        return _Node(data, at, kind)
 
-    def overflow_of(self, number: int, rowids: Sequence[int]) -> list[int]:
-        """The first overflow page of each row of table leaf ``number`` whose rowid is one
-        of ``rowids`` (sorted) and that is longer than the page holds."""
-        data, at = self.page(number)
-        if data[at] != _TABLE_LEAF:
-            return []
-        cells = int.from_bytes(data[at + 3:at + 5], "big")
+def _py_overflow(data: bytes, at: int, usable: int, rowids: list[int]) -> list[int]:
+    """The first overflow page of each row of the table leaf ``data`` whose rowid is one of
+    ``rowids`` (sorted) and that is longer than the page holds (``_btree.overflow``)."""
+    if data[at] != _TABLE_LEAF:
+        return []
+    cells = int.from_bytes(data[at + 3:at + 5], "big")
 
-        def cell(n: int) -> tuple[int, int, int]:  # (rowid, payload size, payload start)
-            pointer = at + 8 + 2 * n
-            size, after = _varint(data, int.from_bytes(data[pointer:pointer + 2], "big"))
-            rowid, body = _varint(data, after)
-            return rowid, size, body
+    def cell(n: int) -> tuple[int, int, int]:  # (rowid, payload size, payload start)
+        pointer = at + 8 + 2 * n
+        size, after = _varint(data, int.from_bytes(data[pointer:pointer + 2], "big"))
+        rowid, body = _varint(data, after)
+        return rowid, size, body
 
-        if not cells:
-            return []
-        most = self.usable - 35
-        least = (self.usable - 12) * 32 // 255 - 23
-        out = []
-        low = 0
-        first, last = cell(0)[0], cell(cells - 1)[0]
-        for wanted in rowids[bisect_left(rowids, first):bisect_right(rowids, last)]:
-            high = cells
-            while low < high:  # the first cell at or after ``wanted``
-                mid = (low + high) // 2
-                if cell(mid)[0] < wanted:
-                    low = mid + 1
-                else:
-                    high = mid
-            if low >= cells:
-                break
-            rowid, size, body = cell(low)
-            if rowid != wanted or size <= most:
-                continue
-            local = least + (size - least) % (self.usable - 4)
-            if local > most:
-                local = least
-            out.append(int.from_bytes(data[body + local:body + local + 4], "big"))
-        return out
+    if not cells:
+        return []
+    most = usable - 35
+    least = (usable - 12) * 32 // 255 - 23
+    out = []
+    low = 0
+    first, last = cell(0)[0], cell(cells - 1)[0]
+    for wanted in rowids[bisect_left(rowids, first):bisect_right(rowids, last)]:
+        high = cells
+        while low < high:  # the first cell at or after ``wanted``
+            mid = (low + high) // 2
+            if cell(mid)[0] < wanted:
+                low = mid + 1
+            else:
+                high = mid
+        if low >= cells:
+            break
+        rowid, size, body = cell(low)
+        if rowid != wanted or size <= most:
+            continue
+        local = least + (size - least) % (usable - 4)
+        if local > most:
+            local = least
+        out.append(int.from_bytes(data[body + local:body + local + 4], "big"))
+    return out
 
 
 def _runs(pages: Sequence[int]) -> Iterable[tuple[int, int]]:
@@ -300,6 +304,7 @@ def _walk(file: _File, roots: Sequence[tuple[int, Want]]) -> None:
     asked = 0
     overflow: list[int] = []
     each: dict[int, int] = {}  # pages asked for per tree
+    c = _btree if native() else None
     while level and asked < MAX_PAGES:
         kept: dict[int, tuple[Want, _Targets]] = {}
         for page, entry in level.items():  # each tree up to its ``most`` pages
@@ -314,38 +319,52 @@ def _walk(file: _File, roots: Sequence[tuple[int, Want]]) -> None:
         for number, (want, targets) in level.items():
             if id(want) in leafy and not want.rows:
                 continue  # a leaf like the others: asked for, no need to read it
-            node = file.node(number)
-            if node is None:
-                continue
-            if node.leaf:
+            data, at = file.page(number)
+            kind = data[at]
+            if kind in (_TABLE_LEAF, _INDEX_LEAF):
                 leafy.add(id(want))
                 if want.rows:
-                    overflow += file.overflow_of(number, want.rows)
+                    rows = list(want.rows)
+                    overflow += (c.overflow(data, at, file.usable, rows) if c is not None
+                                 else _py_overflow(data, at, file.usable, rows))
+            elif kind not in (_TABLE_INTERIOR, _INDEX_INTERIOR):
+                continue
             elif targets is None:
-                below.update((node.child(n), (want, None)) for n in range(node.cells + 1))
+                kids = c.children(data, at) if c is not None else _py_children(data, at)
+                below.update((kid, (want, None)) for kid in kids)
             else:
-                for target in targets:
-                    for kid in _route(node, target):
-                        below.setdefault(kid, (want, []))
-                        under = below[kid][1]
-                        if under is not None:
-                            under.append(target)
+                routed = (c.route(data, at, targets) if c is not None
+                          else _py_route(_Node(data, at, kind), targets))
+                for kid, target in routed:
+                    below.setdefault(kid, (want, []))
+                    under = below[kid][1]
+                    if under is not None:
+                        under.append(target)
         level = dict(list(below.items())[:max(0, MAX_PAGES - asked)])
     file.advise(overflow)
 
 
-def _route(node: _Node, target: Any) -> list[int]:
-    """The children of an interior page that hold ``target``: a rowid span of a table, a
-    key of an index."""
-    if node.kind == _TABLE_INTERIOR:
+def _py_children(data: bytes, at: int) -> list[int]:
+    """Every child of an interior page, the right-most last (``_btree.children``)."""
+    node = _Node(data, at, data[at])
+    return [node.child(n) for n in range(node.cells + 1)]
+
+
+def _py_route(node: _Node, targets: list[Any]) -> list[tuple[int, Any]]:
+    """(child, target) for each child of an interior page that holds a target: a rowid span
+    of a table, a key of an index (``_btree.route``)."""
+    out = []
+    for target in targets:
+        if node.kind != _TABLE_INTERIOR:
+            out.append((node.child(node.first_key_at_least(target)), target))
+            continue
         low, high = target
         n = node.first_at_least(low)  # child n holds keys up to key(n); the last, the rest
-        kids = [node.child(n)]
+        out.append((node.child(n), target))
         while n < node.cells and node.key(n) < high:
             n += 1
-            kids.append(node.child(n))
-        return kids
-    return [node.child(node.first_key_at_least(target))]
+            out.append((node.child(n), target))
+    return out
 
 
 def table_rows(conn: sqlite3.Connection, table: str, ranges: Iterable[tuple[int, int]],
