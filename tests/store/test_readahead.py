@@ -120,6 +120,12 @@ def test_a_whole_small_tree_is_asked_for(tmp_path: Path, monkeypatch: pytest.Mon
     readahead.whole(conn, "t_body")
     index = {int(r[0]) for r in conn.execute("SELECT pageno FROM dbstat WHERE name = 't_body'")}
     assert set(asked.pages) == index and len(index) > 3
+    # a tree larger than ``most`` is asked for in part, and not said to be whole
+    assert readahead.ask(conn, [readahead.Want("t_body", most=len(index))]) == {"t_body"}
+    asked.pages.clear()
+    assert readahead.ask(conn, [readahead.Want("t_body", most=2),
+                                readahead.Want("t", spans=[(5, 9)])]) == {"t"}
+    assert len(set(asked.pages) & index) == 2
     conn.close()
 
 
@@ -297,3 +303,35 @@ def test_the_c_reader_reads_pages_as_the_python_one(tmp_path: Path, native_btree
     with pytest.raises(TypeError):
         _btree.route(b"\x05" + bytes(size - 1), 0, "not a list")  # type: ignore[arg-type]
     conn.close()
+
+
+def test_a_cold_chinese_search_asks_for_the_lengths_it_joins(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CJK question's postings join ``cjk_lengths`` row by row: on a cold cache its pages
+    are asked for first, all of them while the table is small, else those the postings name."""
+    from refold.store.sqlite import natural
+
+    store = SQLiteStore(str(tmp_path / "zh.db"))
+    rng = random.Random(2)
+    chars = "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动"
+    for n in range(40):
+        s = store.create_session(title=f"s{n}")
+        store.append_messages(s.id, [{"role": "user", "content": "".join(
+            rng.choice(chars) for _ in range(30))} for _ in range(5)])
+    query = SearchQuery("我们什么时候讨论了上个国家的发动机？", limit=5)
+    monkeypatch.setenv("REFOLD_READAHEAD", "0")
+    without = store.search(query)
+    monkeypatch.delenv("REFOLD_READAHEAD")
+    walked: list[list[tuple[str, object]]] = []
+    real_ask = readahead.ask
+    monkeypatch.setattr(readahead, "cold", lambda: True)
+    monkeypatch.setattr(readahead, "ask", lambda conn, wants: (
+        walked.append([(w.name, w.spans) for w in wants]), real_ask(conn, wants))[1])
+    assert store.search(query) == without and without
+    assert [("cjk_lengths", None)] in walked  # the whole (small) table
+    walked.clear()
+    monkeypatch.setattr(natural, "LENGTHS_WHOLE", 1)  # as if it were larger
+    assert store.search(query) == without
+    spans = [w for wants in walked for w in wants if w[0] == "cjk_lengths" and w[1]]
+    assert spans, walked  # then the spans its postings name
+    store.close()

@@ -236,6 +236,7 @@ def cjk_best(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery, li
     from refold.store.sqlite import natural
 
     assert _scorer is not None
+    natural.ask_lengths(conn, plan.cjk, query)
     pieces = [natural._postings(conn, piece, query, "", []) for piece in plan.cjk]
     idfs = [rank.idf(total, len(rows)) for rows in pieces]
     count, ids, totals, masks = _scorer.merge_rows(pieces, idfs, average, rank.K1, rank.B)

@@ -22,7 +22,7 @@ import heapq
 import math
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from refold.search.dates import day_ranges
@@ -45,7 +45,7 @@ from refold.search.rank import (
     presence_weight,
 )
 from refold.store.base import SearchQuery
-from refold.store.sqlite import cjklen, glued, nativescore, plainscore, wordindex
+from refold.store.sqlite import cjklen, glued, nativescore, plainscore, readahead, wordindex
 from refold.store.sqlite.indexer import watermark
 
 
@@ -163,6 +163,33 @@ def _postings(conn: sqlite3.Connection, piece: str, query: SearchQuery,
         [match, *args, *text_args]).fetchall()
 
 
+LENGTHS_GAP = 1024  # ids between two postings whose lengths are asked for as one span
+LENGTHS_WHOLE = 400  # pages of cjk_lengths (1.6 MB, ~150k CJK messages) asked for whole
+
+
+def ask_lengths(conn: sqlite3.Connection, pieces: Sequence[str], query: SearchQuery) -> None:
+    """On a cold cache: the ``cjk_lengths`` pages the pieces' postings join, asked of the OS
+    at once (``readahead.py``) before ``_postings`` reads them one lookup at a time (a
+    common character's postings touch most of the table): all of them while the table is
+    small, else those the pieces' postings name."""
+    if not readahead.cold() or where_narrows(query):
+        return
+    if cjklen.TABLE in readahead.ask(conn, [readahead.Want(cjklen.TABLE, most=LENGTHS_WHOLE)]):
+        return  # a small table: all of it, in one go (no postings read twice)
+    ids: set[int] = set()
+    for piece in pieces:
+        table, match, _, _ = _cjk_index(piece)
+        ids.update(int(r[0]) for r in conn.execute(
+            f"SELECT rowid FROM {table} WHERE {table} MATCH ?", (match,)))
+    spans: list[tuple[int, int]] = []
+    for i in sorted(ids):  # nearby postings as one span: fewer routes, the same pages
+        if spans and i - spans[-1][1] <= LENGTHS_GAP:
+            spans[-1] = (spans[-1][0], i)
+        else:
+            spans.append((i, i))
+    readahead.table_rows(conn, cjklen.TABLE, spans)
+
+
 def where_narrows(query: SearchQuery) -> bool:
     """True when a filter other than "active rows only" applies."""
     return any(v is not None for v in (
@@ -206,6 +233,8 @@ def cjk_best(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     import numpy as np
 
     present: list[tuple[Any, Any]] = []  # (ids, lengths) of each piece with postings
+    if copy is None:
+        ask_lengths(conn, plan.cjk, query)
     for piece in plan.cjk:
         if copy is None or short_span(piece):  # (a short span's text is read: no copy)
             rows = _postings(conn, piece, query, "", [])
@@ -244,6 +273,7 @@ def cjk_pieces(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery
     # The collection size for IDF: the highest id (a count would cost a scan), scaled to what
     # the filters keep (rank.filtered_total), as the document frequencies are.
     total, average = _cjk_collection(conn)
+    ask_lengths(conn, plan.cjk, query)
     postings = [_postings(conn, piece, query, where, args) for piece in plan.cjk]
     kept = [len(rows) for rows in postings]
     total = filtered_total(total, kept, [

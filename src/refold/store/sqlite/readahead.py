@@ -294,9 +294,10 @@ class Want:
 _Targets = list[Any] | None  # rowid spans or keys under a page (None: all of it)
 
 
-def _walk(file: _File, roots: Sequence[tuple[int, Want]]) -> None:
+def _walk(file: _File, roots: Sequence[tuple[int, Want]]) -> set[str]:
     """Ask for the pages of each tree its ``Want`` names, level by level, every tree's
-    level at once; then the first overflow pages of the rows wanted."""
+    level at once; then the first overflow pages of the rows wanted. Returns the names of
+    the trees asked for to their leaves, none left out for ``most`` or ``MAX_PAGES``."""
     level: dict[int, tuple[Want, _Targets]] = {
         root: (want, None if want.spans is None and want.keys is None
                else list(want.spans if want.spans is not None else want.keys or ()))
@@ -305,12 +306,15 @@ def _walk(file: _File, roots: Sequence[tuple[int, Want]]) -> None:
     overflow: list[int] = []
     each: dict[int, int] = {}  # pages asked for per tree
     c = _btree if native() else None
-    while level and asked < MAX_PAGES:
+    cut: set[str] = set()
+    while level:
         kept: dict[int, tuple[Want, _Targets]] = {}
         for page, entry in level.items():  # each tree up to its ``most`` pages
-            if each.get(id(entry[0]), 0) < entry[0].most:
+            if each.get(id(entry[0]), 0) < entry[0].most and asked + len(kept) < MAX_PAGES:
                 each[id(entry[0])] = each.get(id(entry[0]), 0) + 1
                 kept[page] = entry
+            else:
+                cut.add(entry[0].name)
         level = kept
         file.advise(level)
         asked += len(level)
@@ -340,8 +344,9 @@ def _walk(file: _File, roots: Sequence[tuple[int, Want]]) -> None:
                     under = below[kid][1]
                     if under is not None:
                         under.append(target)
-        level = dict(list(below.items())[:max(0, MAX_PAGES - asked)])
+        level = below
     file.advise(overflow)
+    return {want.name for _, want in roots} - cut
 
 
 def _py_children(data: bytes, at: int) -> list[int]:
@@ -381,22 +386,23 @@ def whole(conn: sqlite3.Connection, name: str) -> None:
     ask(conn, [Want(name)])
 
 
-def ask(conn: sqlite3.Connection, wants: Sequence[Want]) -> None:
-    """Ask for what each of ``wants`` names, the trees walked side by side."""
+def ask(conn: sqlite3.Connection, wants: Sequence[Want]) -> set[str]:
+    """Ask for what each of ``wants`` names, the trees walked side by side; returns the
+    names of those asked for in full (``_walk``)."""
     if not enabled() or not wants:
-        return
+        return set()
     try:
         roots = {str(name): int(page) for name, page in conn.execute(
             "SELECT name, rootpage FROM sqlite_schema WHERE name IN "
             f"({','.join('?' * len(wants))})", [w.name for w in wants]) if page}
         file = _open(conn) if roots else None
     except (OSError, sqlite3.Error):
-        return
+        return set()
     if file is None:
-        return
+        return set()
     try:
-        _walk(file, [(roots[w.name], w) for w in wants if w.name in roots])
+        return _walk(file, [(roots[w.name], w) for w in wants if w.name in roots])
     except (OSError, IndexError, ValueError):
-        pass  # a page the walk did not expect (a newer one in the WAL): only a hint
+        return set()  # a page the walk did not expect (a newer one in the WAL): only a hint
     finally:
         os.close(file.fd)
