@@ -39,7 +39,6 @@ except ImportError:  # built where a C compiler was found (setup.py); else the P
     _btree = None  # type: ignore[assignment]
 
 MAX_PAGES = 512  # pages one call asks for at most (a hint, not a scan)
-HEAD_PAGES = 64  # the first pages of the file: the schema and the small state tables
 
 _TABLE_INTERIOR, _TABLE_LEAF, _INDEX_INTERIOR, _INDEX_LEAF = 0x05, 0x0D, 0x02, 0x0A
 _state = threading.local()  # ``begin``'s reading of the process's storage reads
@@ -64,25 +63,8 @@ def _storage_reads() -> int | None:
 
 
 def begin(path: str | None) -> None:
-    """At a search's start: note the storage reads so far, and ask for the head of the file
-    when its first page is not in the OS cache (a cold file: its schema comes next)."""
-    _state.reads = None
-    if not path or not enabled():
-        return
-    _state.reads = _storage_reads()
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        head = os.pread(fd, 100, 0)
-        size = _page_size(head)
-        if size and not _cached(fd, 0, size):
-            os.posix_fadvise(fd, 0, size * HEAD_PAGES, os.POSIX_FADV_WILLNEED)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    """At a search's start: note the storage reads so far (``cold`` compares)."""
+    _state.reads = _storage_reads() if path and enabled() else None
 
 
 def cold() -> bool:
@@ -103,18 +85,6 @@ def _page_size(header: bytes) -> int:
         return 0
     size = int.from_bytes(header[16:18], "big")
     return 65536 if size == 1 else size
-
-
-def _cached(fd: int, offset: int, size: int) -> bool:
-    flag = getattr(os, "RWF_NOWAIT", None)
-    if flag is None:
-        return True
-    try:
-        return os.preadv(fd, [bytearray(size)], offset, flag) > 0
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
 
 
 def _varint(data: bytes, at: int) -> tuple[int, int]:
