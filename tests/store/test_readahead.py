@@ -202,6 +202,10 @@ def test_pages_it_does_not_expect_never_raise(tmp_path: Path, impl: str) -> None
     reader = sqlite3.connect(path)
     readahead.table_rows(reader, "t", [(1, 10_000)], list(range(1, 3000)))
     readahead.whole(reader, "t")
+    # what is asked of a tree of the other kind (an index's page where a table's was): no
+    # error either
+    readahead.ask(reader, [readahead.Want("t_body", spans=[(1, 50)], rows=[3]),
+                           readahead.Want("t", keys=[b"000010"])])
     reader.close()
 
 
@@ -334,4 +338,50 @@ def test_a_cold_chinese_search_asks_for_the_lengths_it_joins(
     assert store.search(query) == without
     spans = [w for wants in walked for w in wants if w[0] == "cjk_lengths" and w[1]]
     assert spans, walked  # then the spans its postings name
+    store.close()
+
+
+def test_searches_that_ask_ahead_while_a_writer_checkpoints(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, impl: str) -> None:
+    """The walk reads the main file while a checkpoint rewrites it (pages torn, moved,
+    freed): the searches beside it never fail."""
+    import threading
+    import time
+
+    path = tmp_path / "w.db"
+    store = _store(path)
+    monkeypatch.setattr(readahead, "cold", lambda: True)
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            writer = SQLiteStore(str(path))
+            s = writer.create_session(title="busy")
+            n = 0
+            while not stop.is_set():
+                writer.append_messages(s.id, [{"role": "user", "content": f"walrus deploy {n}"}
+                                              for _ in range(20)])
+                with writer.db.write() as conn:
+                    conn.execute("DELETE FROM messages WHERE session_id = ? AND seq % 7 = 0",
+                                 (s.id,))
+                writer.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                n += 1
+            writer.close()
+        except BaseException as exc:  # pragma: no cover - the failure asserted below
+            failures.append(exc)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    searched = 0
+    try:
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            hits = store.search(SearchQuery("when did the walrus deploy time out?", limit=10))
+            assert hits
+            searched += 1
+    finally:
+        stop.set()
+        thread.join()
+    assert not failures and searched > 5
     store.close()

@@ -306,6 +306,8 @@ def _walk(file: _File, roots: Sequence[tuple[int, Want]]) -> set[str]:
             elif targets is None:
                 kids = c.children(data, at) if c is not None else _py_children(data, at)
                 below.update((kid, (want, None)) for kid in kids)
+            elif (kind == _TABLE_INTERIOR) != (want.spans is not None):
+                continue  # rowid spans in an index, keys in a table: not the tree named
             else:
                 routed = (c.route(data, at, targets) if c is not None
                           else _py_route(_Node(data, at, kind), targets))
@@ -372,7 +374,7 @@ def ask(conn: sqlite3.Connection, wants: Sequence[Want]) -> set[str]:
         return set()
     try:
         return _walk(file, [(roots[w.name], w) for w in wants if w.name in roots])
-    except (OSError, IndexError, ValueError):
+    except (OSError, IndexError, ValueError, TypeError):
         return set()  # a page the walk did not expect (a newer one in the WAL): only a hint
     finally:
         os.close(file.fd)
