@@ -7,6 +7,7 @@ when ``REFOLD_REQUIRE_POSTGRES=1`` (CI sets it): then they fail, so CI never ski
 
 from __future__ import annotations
 
+import importlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -90,29 +91,28 @@ def postgres_store() -> Iterator[Store]:
     store.close()
 
 
-@pytest.fixture
-def native_scorer() -> None:
-    """The C scorer (``refold._scorer``) is built: skips with the reason where the install
-    had no C compiler, fails instead under ``REFOLD_REQUIRE_NATIVE=1`` (CI)."""
+def _require_native(module: str, what: str) -> None:
+    """``module`` is built: skips with the reason where the install had no C compiler,
+    fails instead under ``REFOLD_REQUIRE_NATIVE=1`` (CI)."""
     try:
-        import refold._scorer  # noqa: F401
+        importlib.import_module(module)
     except ImportError as exc:
-        reason = f"the C scorer was not built at install (no C compiler?): {exc}"
+        reason = f"{what} was not built at install (no C compiler?): {exc}"
         if REQUIRE_NATIVE:
             pytest.fail(f"REFOLD_REQUIRE_NATIVE=1 but {reason}")
         pytest.skip(reason)
+
+
+@pytest.fixture
+def native_scorer() -> None:
+    """The C scorer (``refold._scorer``) is built."""
+    _require_native("refold._scorer", "the C scorer")
 
 
 @pytest.fixture
 def native_btree() -> None:
-    """The C b-tree page reader (``refold._btree``) is built: as ``native_scorer``."""
-    try:
-        import refold._btree  # noqa: F401
-    except ImportError as exc:
-        reason = f"the C page reader was not built at install (no C compiler?): {exc}"
-        if REQUIRE_NATIVE:
-            pytest.fail(f"REFOLD_REQUIRE_NATIVE=1 but {reason}")
-        pytest.skip(reason)
+    """The C b-tree page reader (``refold._btree``) is built."""
+    _require_native("refold._btree", "the C page reader")
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

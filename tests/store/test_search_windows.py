@@ -14,13 +14,19 @@ from refold.store.sqlite import ledger
 from refold.store.sqlite.store import SQLiteStore
 
 
-def test_windows_from_neighbouring_rows_equal_the_index_ones(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    asked: list[str] = []  # windows (sides) the neighbourhood could not settle
+def _index_asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The sides of windows asked of the session index (``_earlier``, ``_from``), as asked."""
+    asked: list[str] = []
     for name in ("_earlier", "_from"):
         real = getattr(ledger, name)
         monkeypatch.setattr(ledger, name, lambda *a, real=real, name=name: (
             asked.append(name), real(*a))[1])
+    return asked
+
+
+def test_windows_from_neighbouring_rows_equal_the_index_ones(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = _index_asked(monkeypatch)  # windows (sides) the neighbourhood could not settle
     store = SQLiteStore(str(tmp_path / "refold.db"))
     rng = random.Random(3)
     sessions = [store.create_session().id for _ in range(4)]
@@ -65,11 +71,7 @@ def test_a_search_settles_each_window_from_the_rows_around_its_own_hit(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The rows read once for all hits settle each window exactly as a read of the rows
     around that hit alone would: the index is asked for the same sides, no more."""
-    asked: list[str] = []
-    for name in ("_earlier", "_from"):
-        real = getattr(ledger, name)
-        monkeypatch.setattr(ledger, name, lambda *a, real=real, name=name: (
-            asked.append(name), real(*a))[1])
+    asked = _index_asked(monkeypatch)
     store = SQLiteStore(str(tmp_path / "refold.db"))
     rng = random.Random(5)
     sessions = [store.create_session().id for _ in range(3)]

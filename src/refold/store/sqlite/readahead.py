@@ -25,7 +25,7 @@ import os
 import sqlite3
 import threading
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 try:
@@ -125,15 +125,7 @@ class _Node:
 
     def first_at_least(self, rowid: int) -> int:
         """The child that holds ``rowid`` (of a table interior page)."""
-        low, high = 0, self.cells
-        while low < high:
-            mid = (low + high) // 2
-            if self.key(mid) < rowid:
-                low = mid + 1
-            else:
-                high = mid
-        return low
-
+        return _first(self.cells, self.key, rowid)
 
     def index_key(self, n: int) -> bytes:
         """The first column's bytes of cell ``n`` of an index interior page (a text or a
@@ -150,14 +142,20 @@ class _Node:
 
     def first_key_at_least(self, key: bytes) -> int:
         """The child that holds ``key`` (of an index interior page, by its first column)."""
-        low, high = 0, self.cells
-        while low < high:
-            mid = (low + high) // 2
-            if self.index_key(mid) < key:
-                low = mid + 1
-            else:
-                high = mid
-        return low
+        return _first(self.cells, self.index_key, key)
+
+
+def _first(count: int, key: Callable[[int], Any], wanted: Any) -> int:
+    """The first of ``count`` sorted keys (``key(n)``) at least ``wanted``; ``count`` if
+    none is."""
+    low, high = 0, count
+    while low < high:
+        mid = (low + high) // 2
+        if key(mid) < wanted:
+            low = mid + 1
+        else:
+            high = mid
+    return low
 
 
 class _File:
