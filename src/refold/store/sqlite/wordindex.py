@@ -651,9 +651,8 @@ def gather(conn: sqlite3.Connection, terms: Sequence[tuple[str, str]],
         readahead.ask(conn, [
             readahead.Want(wordrows.TERMS_INDEX, keys=sorted(t.encode() for t in tokens)),
             # and the small trees a question reads next (the recent blocks, the words glued
-            # to CJK text), the FTS5 totals record
-            readahead.Want(RECENT_TABLE, most=64), readahead.Want("glued_words", most=16),
-            readahead.Want("messages_fts_data", spans=[(1, 1)])])
+            # to CJK text)
+            readahead.Want(RECENT_TABLE, most=64), readahead.Want("glued_words", most=16)])
         numbers = [int(r[0]) for r in conn.execute(
             f"SELECT tid FROM word_terms WHERE term IN ({','.join('?' * len(tokens))})",
             tokens)]
