@@ -3,10 +3,10 @@ of the OS all at once.
 
 SQLite reads a B-tree one page at a time: to find a row it reads the root, then the interior
 page that points to its leaf, then the leaf, each read waiting for the one before; a search that
-reads twenty rows of a large archive waits for some fifty reads in a row (~60-90 us each on a
-virtual disk). The OS serves many reads at once as fast as one. So before a statement reads a
-set of rows, ``table_rows`` walks the table's B-tree itself, level by level, from the database
-file: each level's pages are asked for together (``posix_fadvise(WILLNEED)``, which starts the
+reads twenty rows of a large archive waits for some fifty reads in a row (~60-300 us each
+on a virtual disk). The OS serves many reads at once about as fast as one. So before a
+statement reads a set of rows, ``ask`` walks the table's B-tree itself, level by level, from
+the database file: each level's pages are asked for together (``posix_fadvise(WILLNEED)``, which starts the
 reads and returns), then read and parsed for the next level's page numbers; the leaves' first
 overflow pages are asked for last. The statement then finds its pages in the OS cache.
 
@@ -240,11 +240,6 @@ def _open(conn: sqlite3.Connection) -> _File | None:
     return _File(fd, size, size - header[20], os.fstat(fd).st_size // size)
 
 
-def _root(conn: sqlite3.Connection, name: str) -> int | None:
-    row = conn.execute("SELECT rootpage FROM sqlite_schema WHERE name = ?", (name,)).fetchone()
-    return int(row[0]) if row and row[0] else None
-
-
 class Want:
     """A tree to ask for: ``name`` (a table or an index), and in it the rowid ``spans``
     ([low, high] each, sorted; a table), the first-column ``keys`` (UTF-8, sorted; an index
@@ -276,13 +271,21 @@ def _walk(file: _File, roots: Sequence[tuple[int, Want]]) -> set[str]:
     c = _btree if native() else None
     cut: set[str] = set()
     while level:
+        counts: dict[int, int] = {}  # this level's pages per tree
+        for want, _ in level.values():
+            counts[id(want)] = counts.get(id(want), 0) + 1
+        before = dict(each)  # pages asked for per tree above this level
         kept: dict[int, tuple[Want, _Targets]] = {}
-        for page, entry in level.items():  # each tree up to its ``most`` pages
-            if each.get(id(entry[0]), 0) < entry[0].most and asked + len(kept) < MAX_PAGES:
-                each[id(entry[0])] = each.get(id(entry[0]), 0) + 1
+        for page, entry in level.items():  # each tree up to its ``most`` pages; a whole
+            want = entry[0]  # tree's level all or none (a part of it: pages no lookup needs)
+            done = each.get(id(want), 0)
+            fits = done < want.most if entry[1] is not None else \
+                before.get(id(want), 0) + counts[id(want)] <= want.most
+            if fits and asked + len(kept) < MAX_PAGES:
+                each[id(want)] = done + 1
                 kept[page] = entry
             else:
-                cut.add(entry[0].name)
+                cut.add(want.name)
         level = kept
         file.advise(level)
         asked += len(level)
@@ -349,11 +352,6 @@ def table_rows(conn: sqlite3.Connection, table: str, ranges: Iterable[tuple[int,
     spans = sorted(set(ranges))
     if spans:
         ask(conn, [Want(table, spans, rows=sorted(set(overflow)))])
-
-
-def whole(conn: sqlite3.Connection, name: str) -> None:
-    """Ask for every page of a small table or index (up to ``MAX_PAGES``)."""
-    ask(conn, [Want(name)])
 
 
 def ask(conn: sqlite3.Connection, wants: Sequence[Want]) -> set[str]:
