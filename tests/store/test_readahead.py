@@ -387,3 +387,36 @@ def test_searches_that_ask_ahead_while_a_writer_checkpoints(
         thread.join()
     assert not failures
     store.close()
+
+
+def test_a_walk_that_fails_leaves_no_file_open(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever stops a walk (the file unreadable at its header, a page read failing), the
+    file it opened is closed: a long-running server asks thousands of times."""
+    conn = _archive(tmp_path / "a.db", rows=300)
+
+    def open_files() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_files()
+    for _ in range(20):
+        assert readahead.ask(conn, [readahead.Want("t", spans=[(1, 50)])]) == {"t"}
+    class FailingRead:
+        """``os.pread`` failing at the ``failing``-th read of each walk."""
+
+        def __init__(self, failing: int) -> None:
+            self.failing, self.calls, self.real = failing, 0, os.pread
+
+        def __call__(self, fd: int, n: int, at: int) -> bytes:
+            self.calls += 1
+            if self.calls - 1 == self.failing:
+                raise OSError(5, "I/O error")
+            return self.real(fd, n, at)
+
+    for failing in (0, 1):  # the header read, then the first page's
+        for _ in range(20):
+            monkeypatch.setattr(readahead.os, "pread", FailingRead(failing))
+            assert readahead.ask(conn, [readahead.Want("t", spans=[(1, 50)])]) == set()
+        monkeypatch.undo()
+    assert open_files() == before
+    conn.close()

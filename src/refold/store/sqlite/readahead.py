@@ -232,12 +232,16 @@ def _open(conn: sqlite3.Connection) -> _File | None:
     if not path:
         return None
     fd = os.open(path, os.O_RDONLY)
-    header = os.pread(fd, 100, 0)
-    size = _page_size(header)
-    if not size:
+    try:
+        header = os.pread(fd, 100, 0)
+        size = _page_size(header)
+        if size:
+            return _File(fd, size, size - header[20], os.fstat(fd).st_size // size)
+    except BaseException:
         os.close(fd)
-        return None
-    return _File(fd, size, size - header[20], os.fstat(fd).st_size // size)
+        raise
+    os.close(fd)
+    return None
 
 
 class Want:
@@ -370,7 +374,7 @@ def ask(conn: sqlite3.Connection, wants: Sequence[Want]) -> set[str]:
         return set()
     try:
         return _walk(file, [(roots[w.name], w) for w in wants if w.name in roots])
-    except (OSError, IndexError, ValueError, TypeError):
+    except (OSError, IndexError, ValueError, TypeError, OverflowError):
         return set()  # a page the walk did not expect (a newer one in the WAL): only a hint
     finally:
         os.close(file.fd)
