@@ -219,13 +219,15 @@ def test_only_a_search_that_reads_from_storage_asks(tmp_path: Path,
     monkeypatch.setattr(readahead, "_storage_reads", lambda: next(reads))
     readahead.begin(None)
     assert not readahead.cold()
-    readahead.begin(str(tmp_path / "missing.db"))  # (no file: nothing to ask for)
+    readahead.begin(str(tmp_path / "missing.db"))  # (begin only notes the count)
     assert not readahead.cold()  # nothing read since
-    assert readahead.cold()  # 4 KiB read from storage since the search began
+    assert readahead.cold()  # blocks read from storage since the search began
     readahead.end()
     assert not readahead.cold()
     monkeypatch.setenv("REFOLD_READAHEAD", "0")
     assert not readahead.enabled()
+    readahead.begin(str(tmp_path / "missing.db"))  # turned off: no search is cold
+    assert not readahead.cold()
 
 
 def _store(path: Path) -> SQLiteStore:
