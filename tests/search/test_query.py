@@ -10,7 +10,12 @@ from hypothesis import strategies as st
 
 from refold.errors import SearchQueryError
 from refold.search.query import (
+    _CJK,
+    _CJK_RANGES,
+    SHORT_TEXT,
     cjk_grams,
+    cjk_runs,
+    cjk_split,
     has_cjk,
     is_cjk_char,
     is_gram_needle,
@@ -152,6 +157,47 @@ def test_cjk_detection() -> None:
     assert is_cjk_char("中") and is_cjk_char("カ") and is_cjk_char("한")
     assert not is_cjk_char("a") and not is_cjk_char("é") and not is_cjk_char("。")
     assert has_cjk("mixed 中文 text") and not has_cjk("plain")
+
+
+# every range's first and last character, the ones just outside, and a few others
+_EDGE_CHARS = "".join(chr(code) for low, high in _CJK_RANGES
+                      for code in (low - 1, low, high, high + 1)) + "a é。 \ud800\U0001f600"
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.sampled_from(_EDGE_CHARS), max_size=40)
+       | st.text(max_size=SHORT_TEXT + 40))
+@example("")
+@example("中")
+@example("ab中文cd한국")
+def test_cjk_runs_in_python_match_the_pattern(text: str) -> None:
+    """Short texts are cut in Python (no pattern to compile in a fresh process): the same
+    parts, runs and answers as the compiled class gives, at and around every range's edges."""
+    assert cjk_split(text) == _CJK.split(text)
+    assert cjk_runs(text) == _CJK.findall(text)
+    assert has_cjk(text) == (_CJK.search(text) is not None)
+    for char in set(text):
+        assert is_cjk_char(char) == (_CJK.match(char) is not None)
+
+
+def test_a_cjk_question_compiles_no_cjk_class() -> None:
+    """A fresh process's first CJK search (``refold search``) plans its question without
+    compiling the CJK character class (~1 ms): a new interpreter, patterns watched."""
+    import subprocess
+    import sys
+
+    code = (
+        "import re\n"
+        "from refold.search import query\n"
+        "seen = []\n"
+        "real = re._compile\n"
+        "re._compile = lambda p, f: (seen.append(p), real(p, f))[1]\n"
+        "query.parse_query('我们什么时候讨论了部署的问题吗？')\n"
+        "query.parse_query('カタカナの設定はどこ？')\n"
+        "print(sum(query.CJK_CLASS in str(p) for p in seen), len(seen))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out[0] == "0", out
 
 
 def test_snippet_brackets_matches() -> None:

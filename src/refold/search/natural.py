@@ -37,7 +37,15 @@ import unicodedata
 
 from refold._records import dataclass
 from refold.search.dates import Day
-from refold.search.query import _CJK, CJK_CLASS, LazyPattern, Term, has_cjk, is_gram_needle
+from refold.search.query import (
+    CJK_CLASS,
+    LazyPattern,
+    Term,
+    cjk_split,
+    has_cjk,
+    is_cjk_char,
+    is_gram_needle,
+)
 from refold.search.stopwords import (
     KOREAN_PARTICLES,
     is_stop_word,
@@ -50,7 +58,6 @@ LONG_PIECE = 4  # a lone CJK word up to this long is searched exactly, as typed
 SENTENCE_PIECE = 2  # inside a sentence, CJK pieces longer than this become their bigrams
 SENTENCE_UNIGRAMS = False  # ... and their characters: off, 3x the CPU of a CJK sentence query
 # (measured at 20k messages) for a gain on the dev split that did not hold on the test split
-_RUNS = _CJK  # CJK runs, kept by split
 _JOINED = LazyPattern(f"(?:[0-9A-Za-z]+[{CJK_CLASS}])+[0-9A-Za-z]*")
 _HANGUL = ((0x1100, 0x11FF), (0x3130, 0x318F), (0xA960, 0xA97F), (0xAC00, 0xD7AF))
 _HAN_OR_KATAKANA = ((0x3400, 0x9FFF), (0xF900, 0xFAFF), (0x30A0, 0x30FF), (0x20000, 0x3134F))
@@ -126,7 +133,7 @@ def _split(term: Term) -> tuple[list[Term], list[str]]:
         joined = [m for m in _JOINED.finditer(word)
                   if len(m.group(0)) >= 3 or short_span(m.group(0))] if _ascii_alnum(word) else []
         start, after_number = 0, False
-        for part in _RUNS.split(word):
+        for part in cjk_split(word):
             end = start + len(part)
             inside = any(m.start() <= start and end <= m.end() for m in joined)
             if part and has_cjk(part):
@@ -157,8 +164,9 @@ def _one_cjk_word(word: str) -> bool:
     (no sentence to cut)."""
     if not has_cjk(word):
         return False
-    if _RUNS.sub("", word):  # mixed scripts: one word unless it holds a sentence-long run
-        return all(len(run) <= LONG_PIECE for run in _RUNS.findall(word))
+    parts = cjk_split(word)
+    if "".join(parts[0::2]):  # mixed scripts: one word unless it holds a sentence-long run
+        return all(len(run) <= LONG_PIECE for run in parts[1::2])
     return len(word) <= LONG_PIECE or not _holds(word, _HAN_OR_KATAKANA) \
         or _holds(word, _HANGUL)
 
@@ -254,7 +262,7 @@ def glued_in(text: str, most: int | None = MAX_GLUED_PER_MESSAGE) -> list[str]:
             continue
         before = text[start - 1] if start else ""
         after = text[end] if end < len(text) else ""
-        if (before and _CJK.match(before)) or (after and _CJK.match(after)):
+        if is_cjk_char(before) or is_cjk_char(after):
             word = unicodedata.normalize("NFKC", run.group(0)).lower()
             if word.isascii() and word.isalnum():  # (one script per word: not ＡＰＩkey)
                 out[word] = None

@@ -36,7 +36,8 @@ import itertools
 import re
 import string
 import unicodedata
-from typing import TYPE_CHECKING, Any, Literal
+from bisect import bisect_right
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from refold._records import dataclass, field
 from refold.errors import SearchQueryError
@@ -91,23 +92,62 @@ class LazyPattern:
         return getattr(compiled, name)
 
 
-# One pattern for every use (a letter, a run, runs kept by ``split``): compiling the class
-# costs ~1-2 ms (the compiler walks each of its ~40k code points), once a process.
+# One pattern for long texts (a message's text): compiling the class costs ~1-2 ms (the
+# compiler walks each of its ~40k code points), once a process. A query's words, short, are
+# read in Python instead (``cjk_split``): a fresh process's first CJK search (``refold
+# search``) pays no compile.
 _CJK = LazyPattern("([" + CJK_CLASS + "]+)")
 _FIRST_CJK = _CJK_RANGES[0][0]
+_CJK_EDGES = tuple(edge for low, high in _CJK_RANGES for edge in (low, high + 1))
+SHORT_TEXT = 200  # characters: up to this, CJK runs are found in Python (``cjk_split``)
+
+
+def _cjk_code(code: int) -> bool:
+    return code >= _FIRST_CJK and bisect_right(_CJK_EDGES, code) & 1 == 1
 
 
 def is_cjk_char(char: str) -> bool:
     """True for Han, Kana, Hangul and Bopomofo characters (scripts written without spaces)."""
-    return len(char) == 1 and ord(char) >= _FIRST_CJK and _CJK.match(char) is not None
+    return len(char) == 1 and _cjk_code(ord(char))
 
 
 def has_cjk(text: str) -> bool:
     """True when ``text`` contains at least one CJK character."""
-    return not text.isascii() and _CJK.search(text) is not None
+    if text.isascii():
+        return False
+    if len(text) <= SHORT_TEXT:
+        return any(map(_cjk_code, map(ord, text)))
+    return _CJK.search(text) is not None
 
 
-_CJK_RUN = _CJK  # (findall: its one group is the whole run)
+def cjk_split(text: str) -> list[str]:
+    """``text`` cut around its CJK runs, as ``re.split`` with the run kept: the text before
+    the first run, the run, the text up to the next one ... and the text after the last (so
+    ``[1::2]`` are the runs, ``[0::2]`` the rest)."""
+    if text.isascii():
+        return [text]
+    if len(text) > SHORT_TEXT:
+        return cast("list[str]", _CJK.split(text))
+    parts: list[str] = []
+    start, run = 0, -1  # where the current stretch began; where the current run began
+    for index, code in enumerate(map(ord, text)):
+        if _cjk_code(code):
+            if run < 0:
+                parts.append(text[start:index])
+                run = index
+        elif run >= 0:
+            parts.append(text[run:index])
+            start, run = index, -1
+    if run >= 0:
+        parts += (text[run:], "")
+    else:
+        parts.append(text[start:])
+    return parts
+
+
+def cjk_runs(text: str) -> list[str]:
+    """The CJK runs of ``text``, in order."""
+    return cjk_split(text)[1::2]
 
 
 def _gram_letter(char: str) -> bool:
@@ -118,7 +158,7 @@ def _gram_letter(char: str) -> bool:
 def cjk_grams(text: str) -> str:
     """Space-separated unigrams and bigrams of the CJK letters in ``text`` (each once)."""
     grams: dict[str, None] = {}
-    for run in _CJK_RUN.findall(text):
+    for run in cjk_runs(text):
         for index, char in enumerate(run):
             if not _gram_letter(char):
                 continue
