@@ -102,6 +102,28 @@ def index_pending(conn: sqlite3.Connection) -> int:
     return high - low
 
 
+# The FTS5 indexes a search probes, and how many leaf pages one merge step writes in each.
+FTS_TABLES = ("messages_fts", "messages_trigram", "messages_cjk_grams")
+MERGE_PAGES = 500
+
+
+def merge_segments(conn: sqlite3.Connection, table: str, pages: int = MERGE_PAGES) -> bool:
+    """One step of merging ``table``'s FTS5 segments (about ``pages`` leaf pages written):
+    any level holding two or more segments is merged into one of the next level. Call in a
+    write transaction; True when the step did work (more may be left).
+
+    A query probes every segment once a term, two pages or so on a cold cache. Batches of
+    ``TAIL_ROWS`` rows each flush a segment and FTS5's automerge joins them four at a time,
+    leaving up to three a level: a million messages held 9 to 13 segments an index, and a
+    cold CJK question read ~40 more pages than with one. Merged two at a time (FTS5's
+    ``usermerge`` 2, used by the ``merge`` command only: the write path's automerge stays at
+    four), an index keeps at most one segment a level."""
+    conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('usermerge', 2)")
+    before = conn.total_changes
+    conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('merge', ?)", (pages,))
+    return conn.total_changes - before >= 2  # (FTS5's own test of "work was done")
+
+
 def after_insert(conn: sqlite3.Connection, rows: int, top: int | None = None,
                  indexed_through: int | None = None) -> None:
     """What a writer calls after storing ``rows`` rows (inside its transaction); ``top`` (the

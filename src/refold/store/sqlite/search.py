@@ -36,6 +36,7 @@ from typing import Any, cast
 from refold import _records as records
 from refold._lazy import logger
 from refold._records import dataclass
+from refold.errors import StorageError
 from refold.search.query import ParsedQuery, make_snippet, parse_query
 from refold.search.rank import (
     SHARED_ROLES,
@@ -203,7 +204,13 @@ class SearchOps(StateOps):
             block = wordseal.prepare_recent(conn) if plan is None and recent else None
         if plan is not None:
             with self.db.write() as conn:
-                return wordseal.commit_seal(conn, plan)
+                sealed = wordseal.commit_seal(conn, plan)
+            if sealed:  # and one step of merging each FTS5 index's segments (one a chunk)
+                try:
+                    self.merge_index_segments(steps=1)
+                except StorageError as exc:  # (busy: the next chunk's seal merges on)
+                    log.debug("index segment merge skipped: %s", exc)
+            return sealed
         if block is None:
             return False
         with self.db.write() as conn:
@@ -223,12 +230,28 @@ class SearchOps(StateOps):
                 with self.db.read() as conn:
                     if not wordseal.unsealed(conn, indexer.watermark(conn)) or failed > 3:
                         self._seal_one(recent=True)  # and the rows above as a recent block
+                        self.merge_index_segments()
                         return done
                 failed += 1  # a writer changed the chunk meanwhile: prepare it again
                 continue
             done += 1
             if progress is not None:
                 progress(done, max(todo, done))
+
+    def merge_index_segments(self, steps: int | None = None) -> int:
+        """Merge the FTS5 indexes' segments (``indexer.merge_segments``) until no level
+        holds two, or ``steps`` steps an index; each step its own short write transaction.
+        Returns the steps that did work."""
+        worked = 0
+        for table in indexer.FTS_TABLES:
+            step = 0
+            while steps is None or step < steps:
+                step += 1
+                with self.db.write() as conn:
+                    if not indexer.merge_segments(conn, table):
+                        break
+                worked += 1
+        return worked
 
     def lineage_roots(self, session_ids: Iterable[str]) -> dict[str, str]:
         with self.db.read() as conn:
