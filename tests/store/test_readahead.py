@@ -315,7 +315,8 @@ def test_the_c_reader_reads_pages_as_the_python_one(tmp_path: Path, native_btree
 def test_a_cold_chinese_search_asks_for_the_lengths_it_joins(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A CJK question's postings join ``cjk_lengths`` row by row: on a cold cache its pages
-    are asked for first, all of them while the table is small, else those the postings name."""
+    are asked for first: those the postings name while they are few; else all of them while
+    the table is small, and again those the postings name when it is not."""
     from refold.store.sqlite import natural
 
     store = SQLiteStore(str(tmp_path / "zh.db"))
@@ -325,6 +326,8 @@ def test_a_cold_chinese_search_asks_for_the_lengths_it_joins(
         s = store.create_session(title=f"s{n}")
         store.append_messages(s.id, [{"role": "user", "content": "".join(
             rng.choice(chars) for _ in range(30))} for _ in range(5)])
+    # in the file, where the walks read (not only the WAL): a tree walked whole says so
+    store.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     query = SearchQuery("我们什么时候讨论了上个国家的发动机？", limit=5)
     monkeypatch.setenv("REFOLD_READAHEAD", "0")
     without = store.search(query)
@@ -334,13 +337,22 @@ def test_a_cold_chinese_search_asks_for_the_lengths_it_joins(
     monkeypatch.setattr(readahead, "cold", lambda: True)
     monkeypatch.setattr(readahead, "ask", lambda conn, wants: (
         walked.append([(w.name, w.spans) for w in wants]), real_ask(conn, wants))[1])
+
+    def lengths_asked() -> list[object]:
+        asked = [w[1] for wants in walked for w in wants if w[0] == "cjk_lengths"]
+        walked.clear()
+        return asked
+
     assert store.search(query) == without and without
-    assert [("cjk_lengths", None)] in walked  # the whole (small) table
-    walked.clear()
-    monkeypatch.setattr(natural, "LENGTHS_WHOLE", 1)  # as if it were larger
+    few = lengths_asked()
+    assert few and all(few), few  # the spans of its few postings, not the whole table
+    monkeypatch.setattr(natural, "LENGTHS_FEW", 10)  # as if its postings were many
     assert store.search(query) == without
-    spans = [w for wants in walked for w in wants if w[0] == "cjk_lengths" and w[1]]
-    assert spans, walked  # then the spans its postings name
+    assert lengths_asked() == [None]  # the whole (small) table
+    monkeypatch.setattr(natural, "LENGTHS_WHOLE", 0)  # as if it were larger
+    assert store.search(query) == without
+    many = lengths_asked()
+    assert many[0] is None and many[1:] and all(many[1:]), many  # tried whole: then spans
     store.close()
 
 

@@ -27,7 +27,8 @@ def index_cmd(app: AppContext, batch: int, limit: int | None, as_json: bool) -> 
     """Seal the word index, then embed messages with no vector yet (resumable).
 
     The word index (SQLite) ranks sentence queries on large archives; searches seal it one
-    block of 4,096 messages at a time otherwise. The embeddings serve --mode vector/hybrid.
+    block of 4,096 messages at a time otherwise. The full-text indexes' segments are merged
+    too (fewer pages for a question to read). The embeddings serve --mode vector/hybrid.
 
     Shows a progress bar. Stop it any time (Ctrl-C) and run it again to go on: nothing is
     embedded twice. Once messages are indexed, `refold search` and recall default to

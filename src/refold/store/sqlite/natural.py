@@ -164,23 +164,35 @@ def _postings(conn: sqlite3.Connection, piece: str, query: SearchQuery,
 
 
 LENGTHS_GAP = 1024  # ids between two postings whose lengths are asked for as one span
-LENGTHS_WHOLE = 400  # pages of cjk_lengths (1.6 MB, ~150k CJK messages) asked for whole
+LENGTHS_WHOLE = 400  # pages of cjk_lengths (1.6 MB, ~150k CJK messages) asked for whole...
+LENGTHS_FEW = 2000  # ... unless the pieces' postings are this few: then the pages they name
 
 
 def ask_lengths(conn: sqlite3.Connection, pieces: Sequence[str], query: SearchQuery) -> None:
     """On a cold cache: the ``cjk_lengths`` pages the pieces' postings join, asked of the OS
-    at once (``readahead.py``) before ``_postings`` reads them one lookup at a time (a
-    common character's postings touch most of the table): all of them while the table is
-    small, else those the pieces' postings name."""
+    at once (``readahead.py``) before ``_postings`` reads them one lookup at a time. The
+    pages the postings name when they are few (a question of rare pieces: a few dozen pages,
+    not the table's hundreds, each one more random read); else, a common character's
+    postings touching most of it, the whole table while it is small (its postings not read
+    twice), or again the pages they name."""
     if not readahead.cold() or where_narrows(query):
         return
-    if cjklen.TABLE in readahead.ask(conn, [readahead.Want(cjklen.TABLE, most=LENGTHS_WHOLE)]):
-        return  # a small table: all of it, in one go (no postings read twice)
     ids: set[int] = set()
-    for piece in pieces:
+    for piece in pieces:  # (the doclists read here are the join's: cached for it)
         table, match, _, _ = _cjk_index(piece)
         ids.update(int(r[0]) for r in conn.execute(
-            f"SELECT rowid FROM {table} WHERE {table} MATCH ?", (match,)))
+            f"SELECT rowid FROM {table} WHERE {table} MATCH ? LIMIT ?",
+            (match, LENGTHS_FEW + 1 - len(ids))))
+        if len(ids) > LENGTHS_FEW:
+            break
+    if len(ids) > LENGTHS_FEW:
+        if cjklen.TABLE in readahead.ask(conn, [readahead.Want(cjklen.TABLE,
+                                                               most=LENGTHS_WHOLE)]):
+            return  # a small table: all of it, in one go
+        for piece in pieces:
+            table, match, _, _ = _cjk_index(piece)
+            ids.update(int(r[0]) for r in conn.execute(
+                f"SELECT rowid FROM {table} WHERE {table} MATCH ?", (match,)))
     spans: list[tuple[int, int]] = []
     for i in sorted(ids):  # nearby postings as one span: fewer routes, the same pages
         if spans and i - spans[-1][1] <= LENGTHS_GAP:
