@@ -1,5 +1,5 @@
-"""The optional C modules (``refold._scorer``, ``refold._btree``); everything else is in
-pyproject.toml.
+"""The optional C modules (``refold._scorer``, ``refold._btree``, ``refold._cjklen``);
+everything else is in pyproject.toml.
 
 ``optional=True``: where no C compiler or Python headers are found, the build says so and
 refold installs without them (its search then scores, and reads b-tree pages ahead, in Python:
@@ -16,5 +16,8 @@ setup(ext_modules=[Extension(
     extra_compile_args=[] if sys.platform == "win32" else ["-O3", "-ffp-contract=off"],
 ), Extension(
     "refold._btree", ["src/refold/_btree.c"], optional=True,
+    extra_compile_args=[] if sys.platform == "win32" else ["-O2"],
+), Extension(
+    "refold._cjklen", ["src/refold/_cjklen.c"], optional=True,
     extra_compile_args=[] if sys.platform == "win32" else ["-O2"],
 )])

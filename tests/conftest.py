@@ -115,6 +115,12 @@ def native_btree() -> None:
     _require_native("refold._btree", "the C page reader")
 
 
+@pytest.fixture
+def cjklen_reader() -> None:
+    """The C reader of packed CJK lengths (``refold._cjklen``) is built."""
+    _require_native("refold._cjklen", "the C lengths reader")
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store(request: pytest.FixtureRequest) -> Store:
     """Every conformance test runs once per backend."""

@@ -317,7 +317,7 @@ def test_a_cold_chinese_search_asks_for_the_lengths_it_joins(
     """A CJK question's postings join ``cjk_lengths`` row by row: on a cold cache its pages
     are asked for first: those the postings name while they are few; else all of them while
     the table is small, and again those the postings name when it is not."""
-    from refold.store.sqlite import natural
+    from refold.store.sqlite import cjklen, cjkread
 
     store = SQLiteStore(str(tmp_path / "zh.db"))
     rng = random.Random(2)
@@ -346,10 +346,16 @@ def test_a_cold_chinese_search_asks_for_the_lengths_it_joins(
     assert store.search(query) == without and without
     few = lengths_asked()
     assert few and all(few), few  # the spans of its few postings, not the whole table
-    monkeypatch.setattr(natural, "LENGTHS_FEW", 10)  # as if its postings were many
+    monkeypatch.setattr(cjkread, "LENGTHS_FEW", 10)  # as if its postings were many
+    if cjklen.blocks_usable():  # weighed from the packed blocks: those are asked for
+        monkeypatch.setattr(cjklen, "MANY", 10)
+        assert store.search(query) == without
+        asked = [w for wants in walked for w in wants]
+        assert ("cjk_length_blocks", None) in asked and not lengths_asked(), asked
+    monkeypatch.setattr(cjklen, "blocks_usable", lambda: False)  # (no C reader: the join)
     assert store.search(query) == without
     assert lengths_asked() == [None]  # the whole (small) table
-    monkeypatch.setattr(natural, "LENGTHS_WHOLE", 0)  # as if it were larger
+    monkeypatch.setattr(cjkread, "LENGTHS_WHOLE", 0)  # as if it were larger
     assert store.search(query) == without
     many = lengths_asked()
     assert many[0] is None and many[1:] and all(many[1:]), many  # tried whole: then spans

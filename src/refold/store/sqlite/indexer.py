@@ -97,6 +97,7 @@ def index_pending(conn: sqlite3.Connection) -> int:
     glued.index_rows(conn, cjk)
     cjklen.index_rows(conn, low, high)
     conn.execute(f"UPDATE {STATE} SET indexed_through = ? WHERE id = 1", (high,))
+    cjklen.seal_blocks(conn, cjklen.SEAL_AFTER_BATCH)  # (the blocks this batch completed)
     wordseal.fold_changes(conn, high)
     wordseal.seal_recent(conn)
     return high - low

@@ -32,7 +32,7 @@ from refold.search import rank
 from refold.search.natural import NaturalPlan
 from refold.search.rank import BOOST_ALL, BOOST_PHRASE
 from refold.store.base import SearchQuery
-from refold.store.sqlite import plainscore, wordindex
+from refold.store.sqlite import cjkread, plainscore, wordindex
 from refold.store.sqlite.wordindex import K1, B, Gathered
 
 _scorer: ModuleType | None
@@ -236,8 +236,8 @@ def cjk_best(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery, li
     from refold.store.sqlite import natural
 
     assert _scorer is not None
-    natural.ask_lengths(conn, plan.cjk, query)
-    pieces = [natural._postings(conn, piece, query, "", []) for piece in plan.cjk]
+    cjkread.ask_lengths(conn, plan.cjk, query)
+    pieces = natural.piece_rows(conn, plan.cjk, query)
     idfs = [rank.idf(total, len(rows)) for rows in pieces]
     count, ids, totals, masks = _scorer.merge_rows(pieces, idfs, average, rank.K1, rank.B)
     if not count:

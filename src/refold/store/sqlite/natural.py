@@ -28,7 +28,6 @@ from typing import Any
 from refold.search.dates import day_ranges
 from refold.search.natural import (
     FULL_WIDTH,
-    SHORT_SPAN_EDGE,
     NaturalPlan,
     full_width,
     short_span,
@@ -45,7 +44,8 @@ from refold.search.rank import (
     presence_weight,
 )
 from refold.store.base import SearchQuery
-from refold.store.sqlite import cjklen, glued, nativescore, plainscore, readahead, wordindex
+from refold.store.sqlite import cjklen, glued, nativescore, plainscore, wordindex
+from refold.store.sqlite.cjkread import ask_lengths, cjk_index, where_narrows
 from refold.store.sqlite.indexer import watermark
 
 
@@ -134,23 +134,9 @@ def word_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     return scores, every, phrase
 
 
-def _cjk_index(piece: str) -> tuple[str, str, str, list[object]]:
-    """How to find the messages holding a CJK term: the index (gram or trigram), its MATCH
-    string, and a test of ``m.text`` with its arguments ("" when the index alone is exact).
-    A ``short_span`` (``6号``, ``2일``) is looked up by its CJK letter's gram, then its text
-    holds the span with no letter or digit before it (``16号`` holds no ``6号``)."""
-    if short_span(piece):  # (instr first: the class of GLOB's edge is 3x slower alone)
-        span = piece.lower()
-        glob = f"*[^{SHORT_SPAN_EDGE}]{span}*"  # (the text padded: its start is an edge)
-        return ("messages_cjk_grams", '"' + piece[1] + '"',
-                " AND instr(lower(m.text), ?) AND (' ' || lower(m.text)) GLOB ?", [span, glob])
-    table = "messages_cjk_grams" if is_gram_needle(piece) else "messages_trigram"
-    return table, '"' + piece + '"', "", []
-
-
 def _postings(conn: sqlite3.Connection, piece: str, query: SearchQuery,
               where: str, args: list[object]) -> list[tuple[int, int]]:
-    table, match, text, text_args = _cjk_index(piece)
+    table, match, text, text_args = cjk_index(piece)
     if not where_narrows(query):  # lengths and the active flag from the narrow table
         active = "" if query.include_inactive else " AND l.active = 1"
         read = " JOIN messages m ON m.id = f.rowid" if text else ""
@@ -163,54 +149,19 @@ def _postings(conn: sqlite3.Connection, piece: str, query: SearchQuery,
         [match, *args, *text_args]).fetchall()
 
 
-LENGTHS_GAP = 1024  # ids between two postings whose lengths are asked for as one span
-LENGTHS_WHOLE = 400  # pages of cjk_lengths (1.6 MB, ~150k CJK messages) asked for whole...
-LENGTHS_FEW = 2000  # ... unless the pieces' postings are this few: then the pages they name
-
-
-def ask_lengths(conn: sqlite3.Connection, pieces: Sequence[str], query: SearchQuery) -> None:
-    """On a cold cache: the ``cjk_lengths`` pages the pieces' postings join, asked of the OS
-    at once (``readahead.py``) before ``_postings`` reads them one lookup at a time. The
-    pages the postings name when they are few (a question of rare pieces: a few dozen pages,
-    not the table's hundreds, each one more random read); else, a common character's
-    postings touching most of it, the whole table while it is small (its postings not read
-    twice), or again the pages they name."""
-    if not readahead.cold() or where_narrows(query):
-        return
-    ids: set[int] = set()
-    for piece in pieces:  # (the doclists read here are the join's: cached for it)
-        table, match, _, _ = _cjk_index(piece)
-        ids.update(int(r[0]) for r in conn.execute(
-            f"SELECT rowid FROM {table} WHERE {table} MATCH ? LIMIT ?",
-            (match, LENGTHS_FEW + 1 - len(ids))))
-        if len(ids) > LENGTHS_FEW:
-            break
-    if len(ids) > LENGTHS_FEW:
-        if cjklen.TABLE in readahead.ask(conn, [readahead.Want(cjklen.TABLE,
-                                                               most=LENGTHS_WHOLE)]):
-            return  # a small table: all of it, in one go
-        for piece in pieces:
-            table, match, _, _ = _cjk_index(piece)
-            ids.update(int(r[0]) for r in conn.execute(
-                f"SELECT rowid FROM {table} WHERE {table} MATCH ?", (match,)))
-    spans: list[tuple[int, int]] = []
-    for i in sorted(ids):  # nearby postings as one span: fewer routes, the same pages
-        if spans and i - spans[-1][1] <= LENGTHS_GAP:
-            spans[-1] = (spans[-1][0], i)
-        else:
-            spans.append((i, i))
-    readahead.table_rows(conn, cjklen.TABLE, spans)
-
-
-def where_narrows(query: SearchQuery) -> bool:
-    """True when a filter other than "active rows only" applies."""
-    return any(v is not None for v in (
-        query.session_id, query.exclude_session_id, query.role, query.source, query.owner,
-        query.since, query.until))
+def piece_rows(conn: sqlite3.Connection, pieces: Sequence[str],
+               query: SearchQuery) -> list[list[tuple[int, int]]]:
+    """``_postings`` of each piece (no filter narrowing the query): from the packed blocks
+    of ``cjklen`` when the pieces' postings are many, else joined."""
+    indexed = [piece for piece in pieces if not short_span(piece)]  # (a short span: its text)
+    packed = cjklen.weighed_postings(conn, [cjk_index(p)[:2] for p in indexed],
+                                     query.include_inactive) if indexed else None
+    found = dict(zip(indexed, packed, strict=True)) if packed is not None else {}
+    return [found[p] if p in found else _postings(conn, p, query, "", []) for p in pieces]
 
 
 def _unfiltered_count(conn: sqlite3.Connection, piece: str) -> int:
-    table, match, text, text_args = _cjk_index(piece)
+    table, match, text, text_args = cjk_index(piece)
     read = " JOIN messages m ON m.id = f.rowid" if text else ""
     return int(conn.execute(f"SELECT count(*) FROM {table} f{read} WHERE {table} MATCH ?{text}",
                             [match, *text_args]).fetchone()[0])
@@ -238,7 +189,9 @@ def cjk_best(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
         return None
     total, average = _cjk_collection(conn)
     path = wordindex.database_path(conn)
-    copy = cjklen.lengths_for(path).current(conn, path) if path else None
+    # (no copy of the table where the C readers weigh postings from the packed blocks)
+    copy = cjklen.lengths_for(path).current(conn, path) \
+        if path and not cjklen.blocks_usable() else None
     if copy is None and nativescore.enabled() and len(plan.cjk) <= nativescore.MAX_TERMS:
         # a process's first CJK question (a CLI search): the C scorer, no NumPy import
         return nativescore.cjk_best(conn, plan, query, limit, total, average)
@@ -476,7 +429,7 @@ def newest_ids(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     queries: list[tuple[str, str, str, list[object]]] = []
     if plan.words:
         queries.append(("messages_fts", " OR ".join(t.fts5() for t in plan.words), "", []))
-    queries.extend(_cjk_index(piece) for piece in plan.cjk)
+    queries.extend(cjk_index(piece) for piece in plan.cjk)
     for table, match, text, text_args in queries:
         found.update(int(r[0]) for r in conn.execute(
             f"SELECT m.id FROM {table} f JOIN messages m ON m.id = f.rowid{_join(query)} "

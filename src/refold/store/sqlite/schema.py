@@ -161,6 +161,10 @@ _VECTORS = ("CREATE TABLE message_vectors (id INTEGER PRIMARY KEY REFERENCES mes
             "ON DELETE CASCADE, model TEXT NOT NULL, vec BLOB NOT NULL)",)
 
 
+def _seal_cjk_blocks(conn: sqlite3.Connection) -> None:
+    cjklen.seal_blocks(conn)
+
+
 def _untag_titles(conn: sqlite3.Connection) -> None:
     untag_titles(conn, "?")
 
@@ -229,6 +233,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(19, "sessions by id with their title and lineage", (
         "CREATE INDEX IF NOT EXISTS sessions_card "
         "ON sessions(id, title, parent_session_id, link_kind)",)),
+    # CJK lengths packed a block of ids a row, read in C for a common character's postings
+    # (cjklen.py)
+    Migration(20, "CJK lengths in packed blocks", cjklen.BLOCKS_MIGRATION, _seal_cjk_blocks),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

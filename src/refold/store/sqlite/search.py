@@ -47,7 +47,7 @@ from refold.search.rank import (
     verbatim_first,
 )
 from refold.store.base import SearchHit, SearchQuery
-from refold.store.sqlite import glued, indexer, readahead, wordindex, wordseal
+from refold.store.sqlite import cjklen, glued, indexer, readahead, wordindex, wordseal
 from refold.store.sqlite.indexcheck import require_intact_index
 from refold.store.sqlite.natural import (
     allowed_ids,
@@ -205,8 +205,10 @@ class SearchOps(StateOps):
         if plan is not None:
             with self.db.write() as conn:
                 sealed = wordseal.commit_seal(conn, plan)
-            if sealed:  # and one step of merging each FTS5 index's segments (one a chunk)
-                try:
+            if sealed:  # and one step of merging each FTS5 index's segments (one a chunk),
+                try:  # and the CJK length blocks left to pack
+                    with self.db.write() as conn:
+                        cjklen.seal_blocks(conn)
                     self.merge_index_segments(steps=1)
                 except StorageError as exc:  # (busy: the next chunk's seal merges on)
                     log.debug("index segment merge skipped: %s", exc)
@@ -230,6 +232,8 @@ class SearchOps(StateOps):
                 with self.db.read() as conn:
                     if not wordseal.unsealed(conn, indexer.watermark(conn)) or failed > 3:
                         self._seal_one(recent=True)  # and the rows above as a recent block
+                        with self.db.write() as conn:
+                            cjklen.seal_blocks(conn)
                         self.merge_index_segments()
                         return done
                 failed += 1  # a writer changed the chunk meanwhile: prepare it again
