@@ -129,6 +129,35 @@ def seal_blocks(conn: sqlite3.Connection, most: int | None = None) -> int:
     return len(todo)
 
 
+def _unpack(block: int, data: bytes) -> list[tuple[int, int, int]]:
+    count = len(data) // 6
+    offsets, values = array("H"), array("I")
+    offsets.frombytes(data[:2 * count])
+    values.frombytes(data[2 * count:6 * count])
+    if sys.byteorder == "big":
+        offsets.byteswap()
+        values.byteswap()
+    return [((block << BLOCK_BITS) | o, v & (_INACTIVE - 1), 0 if v & _INACTIVE else 1)
+            for o, v in zip(offsets, values, strict=True)]
+
+
+def block_problems(conn: sqlite3.Connection) -> list[str]:
+    """Packed blocks that differ from the rows they copy, and blocks of rows neither packed
+    nor marked to be (``refold doctor``; ``rebuild`` repairs both)."""
+    wrong = [int(block) for block, data in conn.execute(f"SELECT block, data FROM {BLOCKS}")
+             if len(data) % 6 or _unpack(int(block), bytes(data)) != conn.execute(
+                 f"SELECT id, chars, active FROM {TABLE} WHERE id >= ? AND id < ? ORDER BY id",
+                 (block << BLOCK_BITS, (block + 1) << BLOCK_BITS)).fetchall()]
+    lost = [int(r[0]) for r in conn.execute(
+        f"SELECT DISTINCT id >> {BLOCK_BITS} FROM {TABLE} EXCEPT SELECT block FROM {BLOCKS} "
+        f"EXCEPT SELECT block FROM {DIRTY}")]
+    out = []
+    for blocks, what in ((wrong, "differ from its rows"), (lost, "neither packed nor marked")):
+        if blocks:
+            out.append(f"{BLOCKS}: {len(blocks)} block(s) {what} (first: {blocks[:5]})")
+    return out
+
+
 def blocks_usable() -> bool:
     """Is the C reader of the blocks built, and not turned off (``REFOLD_NATIVE=0``)?"""
     return _cjklen is not None and os.environ.get("REFOLD_NATIVE", "1") != "0"
@@ -172,11 +201,14 @@ def index_rows(conn: sqlite3.Connection, low: int, high: int) -> None:
 
 
 def rebuild(conn: sqlite3.Connection) -> None:
-    """Refill the table from the messages under the watermark (``refold doctor --repair``)."""
+    """Refill the table from the messages under the watermark, and its blocks (``refold
+    doctor --repair``)."""
     conn.execute(f"UPDATE {TABLE}_state SET gen = gen + 1 WHERE id = 1")
     conn.execute(f"DELETE FROM {TABLE}")
     conn.execute(f"INSERT INTO {TABLE} SELECT id, length(text), active FROM messages "
                  f"WHERE has_cjk = 1 AND id <= {_WATERMARK}")
+    conn.execute(f"DELETE FROM {BLOCKS}")  # (the triggers marked the blocks of every row)
+    seal_blocks(conn)
 
 
 class Lengths:

@@ -102,6 +102,7 @@ class SQLiteStore(SearchOps, VectorOps, BulkOps):
                          for r in conn.execute("PRAGMA foreign_key_check")]
         with self.db.read() as conn:
             problems += index_gaps(conn)
+            problems += cjklen.block_problems(conn)
         # rank = 1 also compares the external-content index with the messages table.
         checks = (("messages_fts", ", rank", ", 1"), ("messages_trigram", "", ""),
                   ("messages_cjk_grams", "", ""))
