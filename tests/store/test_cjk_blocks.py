@@ -20,8 +20,9 @@ CHARS = "的一是在不了有和人这中大为上个国我以要他时来用�
 PIECES = ["的", "在不", "国", "我们", "出", "动"]
 
 
-@pytest.fixture(autouse=True)
-def c_readers(cjklen_reader: None, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def c_readers(cjklen_reader: None, native_scorer: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C readers (the packed blocks are kept without them, and read only with them)."""
     monkeypatch.setenv("REFOLD_NATIVE", "1")
 
 
@@ -59,6 +60,7 @@ def _agree(store: SQLiteStore) -> int:
     return seen
 
 
+@pytest.mark.usefixtures("c_readers")
 def test_blocks_equal_the_join_through_every_change(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cjklen, "MANY", 0)
@@ -106,6 +108,7 @@ def test_blocks_equal_the_join_through_every_change(tmp_path: Path,
     store.close()
 
 
+@pytest.mark.usefixtures("c_readers")
 def test_a_search_ranks_the_same_and_loads_no_copy(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(wordindex, "MIN_ROWS", 0)
@@ -153,6 +156,7 @@ def test_an_archive_from_before_the_blocks_gets_them(tmp_path: Path) -> None:
     store.close()
 
 
+@pytest.mark.usefixtures("c_readers")
 def test_the_c_reader_reads_what_it_is_given() -> None:
     from refold import _cjklen
 
