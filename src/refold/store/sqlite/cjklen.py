@@ -152,7 +152,8 @@ def block_problems(conn: sqlite3.Connection) -> list[str]:
         f"SELECT DISTINCT id >> {BLOCK_BITS} FROM {TABLE} EXCEPT SELECT block FROM {BLOCKS} "
         f"EXCEPT SELECT block FROM {DIRTY}")]
     out = []
-    for blocks, what in ((wrong, "differ from its rows"), (lost, "neither packed nor marked")):
+    for blocks, what in ((wrong, "differ from the rows they copy"),
+                         (lost, "neither packed nor marked")):
         if blocks:
             out.append(f"{BLOCKS}: {len(blocks)} block(s) {what} (first: {blocks[:5]})")
     return out
