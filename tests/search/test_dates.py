@@ -123,6 +123,28 @@ def test_the_messages_of_a_day_are_found_through_an_index_not_a_scan(sqlite_stor
     assert "messages_created" in steps, steps
 
 
+def test_a_days_messages_and_their_lengths_come_from_the_index_alone(
+        sqlite_store: Any) -> None:
+    """``day_scores`` weighs every message of the day by its length: with the index on
+    (created_at, length(text)) its statement never opens the messages table, whose rows carry
+    their whole text (a crowded day read thousands of text pages)."""
+    from refold.search.query import parse_query
+    from refold.store.sqlite.natural import _day_condition
+
+    plan = parse_query("what did I say on May 2nd?").natural
+    assert plan is not None and plan.days
+    with sqlite_store.db.read() as conn:
+        condition, bounds = _day_condition(conn, plan)
+        table = conn.execute("SELECT rootpage FROM sqlite_schema WHERE name = 'messages'"
+                             ).fetchone()[0]
+        program = [r[1:4] for r in conn.execute(
+            f"EXPLAIN SELECT m.id, length(m.text) FROM messages m WHERE {condition}", bounds)]
+    cursors = {p1 for op, p1, p2 in program if op == "OpenRead" and p2 == table}
+    read = [(op, p1, p2) for op, p1, p2 in program if op == "Column"]
+    assert read and not any(p1 in cursors for _, p1, _ in read), program  # (a deferred seek
+    # of the table's cursor is never carried out: no column of it is read)
+
+
 def test_a_question_naming_a_day_on_an_empty_archive_finds_nothing(store: Store) -> None:
     assert _top(store, "在5月2号我很烦恼，为什么？") == []
     assert _top(store, "What did I say on May 2nd?") == []

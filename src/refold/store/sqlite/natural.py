@@ -398,7 +398,8 @@ def _day_condition(conn: sqlite3.Connection, plan: NaturalPlan) -> tuple[str, li
 def day_scores(conn: sqlite3.Connection, plan: NaturalPlan,
                query: SearchQuery) -> dict[int, float]:
     """BM25 (one occurrence) of every message created on a day the query names, the days
-    together one term (a scan of the rows the filters allow: ``created_at`` has no index)."""
+    together one term: the day's messages and their lengths from the index on (created_at,
+    length(text)) (migration 21), not from each row's text."""
     if not plan.days:
         return {}
     where, args = filters(query)
