@@ -22,7 +22,7 @@ import heapq
 import math
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from refold.search.dates import day_ranges
@@ -417,7 +417,22 @@ def day_scores(conn: sqlite3.Connection, plan: NaturalPlan,
         "SELECT avg(length(text)) FROM (SELECT text FROM messages "
         "ORDER BY id DESC LIMIT 500)").fetchone()[0] or 1.0)
     weight = idf(total, len(rows))
-    return {int(i): weight * presence_weight(length, average) for i, length in rows}
+    by_length = {length: weight * presence_weight(length, average)
+                 for length in {row[1] for row in rows}}  # (a day's lengths repeat)
+    return {int(i): by_length[length] for i, length in rows}
+
+
+def trim_days(days: dict[int, float], scored: Collection[int], limit: int) -> dict[int, float]:
+    """``day_scores`` less the messages no other term scores (not in ``scored``) that cannot be
+    among the best ``limit``. Those rank by their day score alone, all boosted alike (each
+    holds every term, or none does), so the ``limit`` best of them, and any tied with the
+    last, hold every one that can place: a crowded day's thousands are not summed, boosted
+    and sorted for nothing."""
+    alone = [score for i, score in days.items() if i not in scored]
+    if len(alone) <= limit:
+        return days
+    bar = heapq.nlargest(max(1, limit), alone)[-1]
+    return {i: score for i, score in days.items() if score >= bar or i in scored}
 
 
 def newest_ids(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
@@ -468,6 +483,8 @@ def natural_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQue
     cjk = _plus(cjk, glued_scores(conn, plan, query, lambda w: _fts_df(conn, w),
                                   lambda w, ids: _fts_tokens_among(conn, w, ids)))
     days = day_scores(conn, plan, query)
+    if not scan:
+        days = trim_days(days, words.keys() | cjk.keys(), limit)
     out: dict[int, float] = {}
     for rowid in words.keys() | cjk.keys() | days.keys():
         has_all = ((not plan.words or rowid in every_word)

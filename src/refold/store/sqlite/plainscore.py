@@ -373,14 +373,15 @@ def fast_scores(conn: sqlite3.Connection, plan: NaturalPlan, query: SearchQuery,
     total = words.raw
     held = words.every
     if cjk or days:  # (words + cjk) + days, as natural_scores adds them
-        total = dict(total)
-        for extra in (cjk, days):
-            for i, score in extra.items():
-                total[i] = total.get(i, 0.0) + score
         if plan.cjk:
             held = held & every_cjk
         if days:
             held = held & days.keys()
+            days = natural.trim_days(days, total.keys() | cjk.keys(), limit)
+        total = dict(total)
+        for extra in (cjk, days):
+            for i, score in extra.items():
+                total[i] = total.get(i, 0.0) + score
     return _rank(conn, plan, query, limit, total, held, words.held,
                  [len(found) for found in words.held], True)
 
