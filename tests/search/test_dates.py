@@ -125,20 +125,31 @@ def test_the_messages_of_a_day_are_found_through_an_index_not_a_scan(sqlite_stor
 
 def test_a_days_messages_and_their_lengths_come_from_the_index_alone(
         sqlite_store: Any) -> None:
-    """``day_scores`` weighs every message of the day by its length: with the index on
-    (created_at, length(text)) its statement never opens the messages table, whose rows carry
-    their whole text (a crowded day read thousands of text pages)."""
+    """``day_scores`` weighs every active message of the day by its length: with the index on
+    (created_at, length(text), active) its statements never read the messages table, whose
+    rows carry their whole text (a crowded day read thousands of pages)."""
     from refold.search.query import parse_query
-    from refold.store.sqlite.natural import _day_condition
+    from refold.store.sqlite import natural
 
+    statements: list[str] = []
+    session = sqlite_store.create_session()  # an archive begun three years ago
+    with sqlite_store.db.write() as conn:
+        conn.execute("UPDATE sessions SET started_at = started_at - 3 * 365 * 86400 "
+                     "WHERE id = ?", (session.id,))
     plan = parse_query("what did I say on May 2nd?").natural
     assert plan is not None and plan.days
     with sqlite_store.db.read() as conn:
-        condition, bounds = _day_condition(conn, plan)
         table = conn.execute("SELECT rootpage FROM sqlite_schema WHERE name = 'messages'"
                              ).fetchone()[0]
-        program = [r[1:4] for r in conn.execute(
-            f"EXPLAIN SELECT m.id, length(m.text) FROM messages m WHERE {condition}", bounds)]
+        # a day without its year is a range a year: each read on its own (an OR of ranges
+        # read every row from the table)
+        conn.set_trace_callback(statements.append)
+        natural._day_rows(conn, plan, SearchQuery("what did I say on May 2nd?"))
+        conn.set_trace_callback(None)
+        day_sql = [s for s in statements if "created_at >=" in s]
+        assert len(day_sql) >= 3 and all(" OR " not in s for s in day_sql), statements
+        program = [r[1:4] for r in conn.execute(  # (rewound messages left out, as searched)
+            "EXPLAIN " + natural.DAY_ROWS.format(join="", where=" AND m.active = 1"), (0., 1.))]
     cursors = {p1 for op, p1, p2 in program if op == "OpenRead" and p2 == table}
     read = [(op, p1, p2) for op, p1, p2 in program if op == "Column"]
     assert read and not any(p1 in cursors for _, p1, _ in read), program  # (a deferred seek

@@ -398,18 +398,16 @@ def _day_condition(conn: sqlite3.Connection, plan: NaturalPlan) -> tuple[str, li
 def day_scores(conn: sqlite3.Connection, plan: NaturalPlan,
                query: SearchQuery) -> dict[int, float]:
     """BM25 (one occurrence) of every message created on a day the query names, the days
-    together one term: the day's messages and their lengths from the index on (created_at,
-    length(text)) (migration 21), not from each row's text."""
+    together one term: the day's messages, their lengths and active flags from the index on
+    (created_at, length(text), active) (migration 21), not from each row."""
     if not plan.days:
         return {}
-    where, args = filters(query)
-    condition, bounds = _day_condition(conn, plan)
-    rows = conn.execute(f"SELECT m.id, length(m.text) FROM messages m{_join(query)} "
-                        f"WHERE {condition}{where}", [*bounds, *args]).fetchall()
+    rows = _day_rows(conn, plan, query)
     if not rows:
         return {}
     total = int(conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0])
     if where_narrows(query):
+        condition, bounds = _day_condition(conn, plan)
         every = conn.execute(f"SELECT count(*) FROM messages m WHERE {condition}",
                              bounds).fetchone()[0]
         total = filtered_total(total, [len(rows)], [int(every)])
@@ -420,6 +418,24 @@ def day_scores(conn: sqlite3.Connection, plan: NaturalPlan,
     by_length = {length: weight * presence_weight(length, average)
                  for length in {row[1] for row in rows}}  # (a day's lengths repeat)
     return {int(i): by_length[length] for i, length in rows}
+
+
+DAY_ROWS = ("SELECT m.id, length(m.text) FROM messages m{join} "
+            "WHERE m.created_at >= ? AND m.created_at < ?{where}")
+
+
+def _day_rows(conn: sqlite3.Connection, plan: NaturalPlan,
+              query: SearchQuery) -> list[tuple[int, int]]:
+    """(id, length) of each message created on one of the plan's days that the filters
+    allow: a statement a day's range, each read from the index alone (an OR of the ranges,
+    for a day named without its year, made SQLite read every row from the table)."""
+    where, args = filters(query)
+    first, last = _day_span(conn)
+    found: dict[int, int] = {}
+    for low, high in sorted({r for day in plan.days for r in day_ranges(day, first, last)}):
+        found.update(conn.execute(DAY_ROWS.format(join=_join(query), where=where),
+                                  [low, high, *args]).fetchall())
+    return list(found.items())
 
 
 def trim_days(days: dict[int, float], scored: Collection[int], limit: int) -> dict[int, float]:

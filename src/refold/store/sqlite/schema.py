@@ -236,11 +236,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     # CJK lengths packed a block of ids a row, read in C for a common character's postings
     # (cjklen.py)
     Migration(20, "CJK lengths in packed blocks", cjklen.BLOCKS_MIGRATION, _seal_cjk_blocks),
-    # a question naming a day weighs each of its messages by length: read from the index, not
-    # from each row's text (natural.day_scores; ~4x fewer pages on a crowded day)
+    # a question naming a day weighs each of its active messages by length: read from the
+    # index, not from each row (natural.day_scores: a crowded day's text pages)
     Migration(21, "messages by creation time with their length", (
         "DROP INDEX IF EXISTS messages_created",
-        "CREATE INDEX messages_created ON messages(created_at, length(text))",)),
+        "CREATE INDEX messages_created ON messages(created_at, length(text), active)",)),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 
