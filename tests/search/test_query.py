@@ -22,6 +22,7 @@ from refold.search.query import (
     make_snippet,
     needle_pattern,
     parse_query,
+    text_has_cjk,
     word_matches,
 )
 
@@ -175,7 +176,7 @@ def test_cjk_runs_in_python_match_the_pattern(text: str) -> None:
     parts, runs and answers as the compiled class gives, at and around every range's edges."""
     assert cjk_split(text) == _CJK.split(text)
     assert cjk_runs(text) == _CJK.findall(text)
-    assert has_cjk(text) == (_CJK.search(text) is not None)
+    assert has_cjk(text) == text_has_cjk(text) == (_CJK.search(text) is not None)
     for char in set(text):
         assert is_cjk_char(char) == (_CJK.match(char) is not None)
 

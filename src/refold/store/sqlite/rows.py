@@ -14,7 +14,7 @@ import sqlite3
 from typing import Any
 
 from refold.messages.model import Message, canonical_json, searchable_text, wire_form
-from refold.search.query import has_cjk
+from refold.search.query import text_has_cjk
 from refold.store.base import (
     REPLY_KEY_CHARS,
     Checkpoint,
@@ -61,7 +61,7 @@ def message_columns(message: Message, canonical: str | None = None
     tool_call_id = wire.get("tool_call_id")
     return (safe_text(str(wire.get("role", ""))), encode_json(wire, canonical), text,
             safe_text(str(tool_call_id)) if tool_call_id is not None else None,
-            1 if has_cjk(text) else 0)
+            1 if text_has_cjk(text) else 0)
 
 
 def reply_key(message: Message) -> str:
