@@ -111,18 +111,22 @@ def _pack(rows: Sequence[tuple[int, int, int]]) -> bytes:
     return offsets.tobytes() + values.tobytes()
 
 
+def _block_rows(conn: sqlite3.Connection, block: int) -> list[tuple[int, int, int]]:
+    """(id, chars, active) of the rows of ``block``, by id."""
+    return conn.execute(f"SELECT id, chars, active FROM {TABLE} WHERE id >= ? AND id < ? "
+                        "ORDER BY id", (block << BLOCK_BITS, (block + 1) << BLOCK_BITS)
+                        ).fetchall()
+
+
 def seal_blocks(conn: sqlite3.Connection, most: int | None = None) -> int:
     """Pack up to ``most`` (None: every) dirty block whose ids all lie under the watermark;
     returns how many. Call in a write transaction."""
-    through = int(conn.execute(
-        "SELECT indexed_through FROM search_index_state WHERE id = 1").fetchone()[0])
+    through = int(conn.execute(f"SELECT {_WATERMARK}").fetchone()[0])
     todo = [int(r[0]) for r in conn.execute(
         f"SELECT block FROM {DIRTY} WHERE block < ? ORDER BY block LIMIT ?",
         ((through + 1) >> BLOCK_BITS, -1 if most is None else most))]
     for block in todo:
-        rows = conn.execute(f"SELECT id, chars, active FROM {TABLE} WHERE id >= ? AND id < ? "
-                            "ORDER BY id", (block << BLOCK_BITS,
-                                            (block + 1) << BLOCK_BITS)).fetchall()
+        rows = _block_rows(conn, block)
         if rows:
             conn.execute(f"INSERT OR REPLACE INTO {BLOCKS} VALUES (?, ?)", (block, _pack(rows)))
         conn.execute(f"DELETE FROM {DIRTY} WHERE block = ?", (block,))
@@ -145,9 +149,7 @@ def block_problems(conn: sqlite3.Connection) -> list[str]:
     """Packed blocks that differ from the rows they copy, and blocks of rows neither packed
     nor marked to be (``refold doctor``; ``rebuild`` repairs both)."""
     wrong = [int(block) for block, data in conn.execute(f"SELECT block, data FROM {BLOCKS}")
-             if len(data) % 6 or _unpack(int(block), bytes(data)) != conn.execute(
-                 f"SELECT id, chars, active FROM {TABLE} WHERE id >= ? AND id < ? ORDER BY id",
-                 (block << BLOCK_BITS, (block + 1) << BLOCK_BITS)).fetchall()]
+             if len(data) % 6 or _unpack(int(block), bytes(data)) != _block_rows(conn, block)]
     lost = [int(r[0]) for r in conn.execute(
         f"SELECT DISTINCT id >> {BLOCK_BITS} FROM {TABLE} EXCEPT SELECT block FROM {BLOCKS} "
         f"EXCEPT SELECT block FROM {DIRTY}")]
@@ -189,9 +191,7 @@ def weighed_postings(conn: sqlite3.Connection, pieces: Sequence[tuple[str, str]]
                           "ORDER BY block", (low, high)).fetchall()
     extra: list[tuple[int, int, int]] = []
     for block in dirty:
-        extra += conn.execute(f"SELECT id, chars, active FROM {TABLE} WHERE id >= ? AND id < ? "
-                              "ORDER BY id", (block << BLOCK_BITS,
-                                              (block + 1) << BLOCK_BITS)).fetchall()
+        extra += _block_rows(conn, block)
     return [_cjklen.rows(text, blocks, extra, BLOCK_BITS, include_inactive) for text in texts]
 
 

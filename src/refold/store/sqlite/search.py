@@ -205,12 +205,10 @@ class SearchOps(StateOps):
         if plan is not None:
             with self.db.write() as conn:
                 sealed = wordseal.commit_seal(conn, plan)
-            if sealed:  # and one step of merging each FTS5 index's segments (one a chunk),
-                try:  # and the CJK length blocks left to pack
-                    with self.db.write() as conn:
-                        cjklen.seal_blocks(conn)
-                    self.merge_index_segments(steps=1)
-                except StorageError as exc:  # (busy: the next chunk's seal merges on)
+            if sealed:
+                try:
+                    self._tidy_index(steps=1)
+                except StorageError as exc:  # (busy: the next chunk's seal goes on)
                     log.debug("index segment merge skipped: %s", exc)
             return sealed
         if block is None:
@@ -232,15 +230,20 @@ class SearchOps(StateOps):
                 with self.db.read() as conn:
                     if not wordseal.unsealed(conn, indexer.watermark(conn)) or failed > 3:
                         self._seal_one(recent=True)  # and the rows above as a recent block
-                        with self.db.write() as conn:
-                            cjklen.seal_blocks(conn)
-                        self.merge_index_segments()
+                        self._tidy_index(steps=None)
                         return done
                 failed += 1  # a writer changed the chunk meanwhile: prepare it again
                 continue
             done += 1
             if progress is not None:
                 progress(done, max(todo, done))
+
+    def _tidy_index(self, steps: int | None) -> None:
+        """What a seal leaves to do: pack the CJK length blocks still dirty, then merge the
+        FTS5 indexes' segments (``steps`` steps an index; None: all of it)."""
+        with self.db.write() as conn:
+            cjklen.seal_blocks(conn)
+        self.merge_index_segments(steps)
 
     def merge_index_segments(self, steps: int | None = None) -> int:
         """Merge the FTS5 indexes' segments (``indexer.merge_segments``) until no level
