@@ -229,6 +229,48 @@ def test_ctrl_c_ends_the_server_while_stdin_stays_open(home: Path) -> None:
         proc.stdin.close()
 
 
+def test_waiting_for_input_leaves_no_thread_for_the_exit_to_join(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """While ``refold mcp`` waits for its next request line, no thread the interpreter joins at
+    exit is blocked on that input: only a daemon thread reads stdin, and it hands each line to
+    the event loop. (A read left to an anyio worker thread, which is not a daemon, had to be
+    woken on the way out; once, under load, ``refold mcp`` was still running 15 s after
+    Ctrl-C.)"""
+    import asyncio
+    import io
+    import threading
+
+    from refold.mcpserver import server
+
+    read_end, write_end = os.pipe()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.FileIO(read_end, "rb")))
+
+    async def run() -> tuple[str, list[str]]:
+        lines = server._stdin_lines()
+        first = asyncio.ensure_future(lines.__anext__())
+        os.write(write_end, b'{"jsonrpc": "2.0", "id": 1}\n')
+        line = await asyncio.wait_for(first, 10)
+        waiting = asyncio.ensure_future(lines.__anext__())  # nothing comes: it waits
+        await asyncio.sleep(0.2)
+        joined = [t.name for t in threading.enumerate()
+                  if not t.daemon and t is not threading.main_thread()]
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await lines.aclose()
+        return line, joined
+
+    try:
+        line, joined = anyio.run(run)
+    finally:
+        os.close(write_end)  # the reader sees the end of its input and stops, before the
+        for thread in threading.enumerate():  # read end is closed (its fd could be reused)
+            if thread.name == "refold-mcp-stdin":
+                thread.join(5)
+    assert line == '{"jsonrpc": "2.0", "id": 1}\n'
+    assert joined == []
+
+
 def test_a_folder_with_a_name_that_is_not_utf8_does_not_end_the_server(home: Path) -> None:
     """The listing of a folder holding a file whose name is not UTF-8 carried a lone
     surrogate; writing that result as UTF-8 failed in the SDK and the server process died

@@ -15,10 +15,11 @@ Blocking store and memory calls run on a worker thread so the stdio loop stays r
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import io
 import json
 import logging
-import queue
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -147,37 +148,43 @@ def _clipped(value: Any, depth: int) -> Any:
     return [_clipped(v, depth - 1) for v in value]
 
 
-def _read_lines(lines: queue.Queue[bytes | None]) -> None:
-    """stdin's lines into ``lines``, then None at its end (a daemon thread's loop)."""
+def _read_lines(deliver: Callable[[bytes | None], None]) -> None:
+    """stdin's lines to ``deliver``, then None at its end (a daemon thread's loop). A closed
+    event loop (the server ended) ends it too."""
     try:
         # a reader of its own on fd 0, not sys.stdin's: a read left blocked at exit holds
         # only this one's lock
         with io.BufferedReader(io.FileIO(sys.stdin.fileno(), "rb", closefd=False)) as raw:
             for line in raw:
-                lines.put(line)
+                deliver(line)
     except (OSError, ValueError):
         pass  # stdin closed or not readable: the end of the input
-    finally:
-        lines.put(None)
+    except RuntimeError:
+        return  # the event loop is closed: nobody reads any more
+    with contextlib.suppress(RuntimeError):
+        deliver(None)
 
 
 async def _stdin_lines() -> AsyncIterator[str]:
-    """stdin's lines, read on a daemon thread.
+    """stdin's lines, read on a daemon thread and handed to the event loop.
 
     The SDK's own reader reads stdin on an anyio worker thread that a cancellation waits
     for: run by hand at a terminal, ``refold mcp`` ignored Ctrl-C (the read went on until a
     line came), and a second Ctrl-C printed "aborted" but the process still waited for that
-    line at exit. Here the wait is abandoned on cancellation and the blocked read belongs to a
-    daemon thread, so Ctrl-C (SIGINT) ends the server at once."""
-    lines: queue.Queue[bytes | None] = queue.Queue()
-    threading.Thread(target=_read_lines, args=(lines,), name="refold-mcp-stdin",
+    line at exit. Here the only thread that blocks on stdin is a daemon thread, and it hands
+    each line to the loop (``call_soon_threadsafe``): no worker thread ever waits for input,
+    so nothing is left for the interpreter to join at exit and Ctrl-C (SIGINT) ends the
+    server at once."""
+    loop = asyncio.get_running_loop()
+    lines: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+    def deliver(line: bytes | None) -> None:
+        loop.call_soon_threadsafe(lines.put_nowait, line)
+
+    threading.Thread(target=_read_lines, args=(deliver,), name="refold-mcp-stdin",
                      daemon=True).start()
-    try:
-        while (line := await anyio.to_thread.run_sync(lines.get,
-                                                      abandon_on_cancel=True)) is not None:
-            yield _repaired_line(line)
-    finally:
-        lines.put(None)  # ends the worker thread's wait a cancellation abandoned
+    while (line := await lines.get()) is not None:
+        yield _repaired_line(line)
 
 
 async def _serve_stdio(server: Server[Any, Any]) -> None:
