@@ -66,6 +66,23 @@ def test_a_cjk_sentence_with_digits_is_natural_and_finds_the_date(store: Store) 
     assert top(store, "本v2") == []
 
 
+def test_a_cjk_question_with_a_term_glued_in_is_a_sentence_not_one_exact_word(
+        store: Store) -> None:
+    # Chinese technical questions glue Latin terms in without spaces. Read as one mixed word
+    # (as 本v2 is), the whole question was one exact substring and found nothing.
+    s = store.create_session()
+    store.append_messages(s.id, [
+        user("我们需要给发票加一个导出 CSV 的功能：按月份导出，列包括发票号、客户和金额。"),
+        user("用 pytest -q 跑测试，全部通过。"),
+        user("今天天气很好")])
+    for question in ("导出的CSV有哪些列", "导出的CSV有哪些列？"):
+        assert parse_query(question).natural is not None
+        assert top(store, question)[0].startswith("我们需要给发票加一个导出 CSV 的功能")
+    assert top(store, "怎么用pytest跑测试？")[0] == "用 pytest -q 跑测试，全部通过。"
+    for word in ("版本v2发布", "用pytest跑一下", "B站"):  # word-long CJK: still one exact term
+        assert parse_query(word).natural is None
+
+
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(piece=st.text(alphabet="山水火木金土日月云台", min_size=3, max_size=8))

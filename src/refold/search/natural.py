@@ -160,13 +160,15 @@ def short_span(piece: str) -> bool:
 
 
 def _one_cjk_word(word: str) -> bool:
-    """A lone CJK token read as one word: short, mixing scripts (本v2), or kana/Hangul only
-    (no sentence to cut)."""
+    """A lone CJK token read as one word: short, mixing scripts (本v2, 版本v2发布), or
+    kana/Hangul only (no sentence to cut)."""
     if not has_cjk(word):
         return False
     parts = cjk_split(word)
-    if "".join(parts[0::2]):  # mixed scripts: one word unless it holds a sentence-long run
-        return all(len(run) <= LONG_PIECE for run in parts[1::2])
+    if "".join(parts[0::2]):  # mixed scripts: one word while its CJK is word-long in all
+        # (a question with a term glued in, 导出的CSV有哪些列, is a sentence: as one exact
+        # term it found nothing)
+        return sum(len(run) for run in parts[1::2]) <= LONG_PIECE
     return len(word) <= LONG_PIECE or not _holds(word, _HAN_OR_KATAKANA) \
         or _holds(word, _HANGUL)
 
