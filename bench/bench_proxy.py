@@ -30,6 +30,10 @@ per worker (requests ÷ wall time of the variant's runs at that level).
                                 [--proxy-cpus 1] [--json] [--reply-chars 3200]
 
 ``--json`` runs non-streaming turns (the reply as one JSON body) instead of streams.
+``--window N``: each client sends its system message and only its last N messages, as agents
+that trim their history do, over conversations of 60 turns (every turn past the first N/2 a
+slid window: the proxy finds the session the window continues). ``ledger-floor`` assumes a
+re-sent history extends what it stored, so it has no meaning with ``--window``.
 ``--reply-chars N`` makes the scripted reply N characters long (16 a chunk): what a
 long streamed answer costs per chunk.
 
@@ -139,10 +143,25 @@ async def conversation(client: httpx.AsyncClient, url: str, worker: int, turns: 
             {"role": "system", "content": "You are a benchmark assistant."},
             {"role": "user", "content": f"[{tag}] worker {worker} conversation {done}: hello"}]
         for turn in range(min(MAX_TURNS, turns - done)):
-            out.append(await one_turn(client, url, history))
+            out.append(await one_turn(client, url, window_of(history)))
             history += [{"role": "assistant", "content": REPLY},
                         {"role": "user", "content": f"follow-up {turn} from worker {worker}"}]
             done += 1
+
+
+WINDOW = 0  # --window N: the system message and the last N messages are sent
+
+
+def window_of(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What a client sends: the whole history, or with ``--window`` its system message and
+    its last ``WINDOW`` messages starting on a user turn (LangChain's ``trim_messages(...,
+    include_system=True, start_on="human")``)."""
+    if not WINDOW or len(history) <= WINDOW + 1:
+        return history
+    rest = history[-WINDOW:]
+    while rest and rest[0]["role"] != "user":
+        rest = rest[1:]
+    return history[:1] + rest
 
 
 async def level(url: str, concurrency: int, turns: int, tag: str, pid: int | None = None
@@ -255,6 +274,7 @@ def conversation_turns(engine: Any, conv: int, turns: int, prepare: list[float],
 
 
 def main() -> None:
+    global STREAM, WINDOW, MAX_TURNS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", default="1,10")
     parser.add_argument("--requests", type=int, default=400,
@@ -274,13 +294,18 @@ def main() -> None:
                              "streams 16 a chunk: 3200 gives 200 chunks); default: a short one")
     parser.add_argument("--json", action="store_true",
                         help="non-streaming turns (a JSON reply) instead of streams")
+    parser.add_argument("--window", type=int, default=0,
+                        help="clients send their system message and only their last N messages "
+                             "(a sliding window), in conversations of 60 turns; default: the "
+                             "whole history, conversations of 20 turns")
     parser.add_argument("--proxy-cpus", default="",
                         help="pin the proxy to these CPUs (e.g. 1) and this process (load "
                              "generator and scripted upstream) to the others: the proxy's own "
                              "added latency, without competing with the load for cores")
     args = parser.parse_args()
-    global STREAM
     STREAM = not args.json
+    if args.window:  # long conversations: most turns slide the window
+        WINDOW, MAX_TURNS = args.window, 60
     levels = [int(x) for x in args.levels.split(",")]
     variants = [v for v in args.variants.split(",") if v]
     if "old" in variants and not Path(args.old_src, "refold").is_dir():
