@@ -335,6 +335,11 @@ class KnownChain:
         return KnownChain(self.session_id, self.messages + forms, tip,
                           self.plain + tuple(map(_plain, forms)))
 
+    def tail(self, drop: int) -> KnownChain:
+        """The chain without its first ``drop`` messages (it ends on the same tip)."""
+        plain = self.plain[drop:] if len(self.plain) == len(self.messages) else ()
+        return KnownChain(self.session_id, self.messages[drop:], self.tip, plain)
+
     @property
     def all_plain(self) -> bool:
         """Every stored form ``_plain`` (then a list ``==`` compares the chain exactly)."""

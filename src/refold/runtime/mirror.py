@@ -230,6 +230,36 @@ class SessionMirror:
             return None
         return chain, valid[:leading], valid[leading:]
 
+    def known_window(self, history: list[Message], validate: ValidateFn
+                     ) -> tuple[int, list[Message], list[Message], list[Message]] | None:
+        """``history`` as the client's sliding window slid on: the known chain of a window
+        (``window`` set: the full path placed one) without its first ``k`` messages, then new
+        messages. (``k``, the history's leading system messages and the new messages, validated
+        in wire form, and the window's known messages in the chain's forms) for the smallest
+        such ``k`` (the longest stretch, as ``refold.runtime.window.match_tail`` takes), or
+        None: no window known, or the rest is not the chain's end then at least one new
+        message, or the stretch left is shorter than a window continuing a tail needs (two
+        messages, one the model's), or a new message is invalid."""
+        chain = self.chain
+        if chain is None or self.window is None or chain.session_id != self.session_id:
+            return None
+        leading = leading_system(history)
+        body = history[leading:]
+        count = len(chain.messages)
+        for k in range(1, count - 1):  # (a stretch of two at least)
+            stretch = chain.tail(k)
+            if len(body) <= count - k or stretch.known_prefix(body) is None:
+                continue
+            if not any(m.get("role") == "assistant" for m in stretch.messages):
+                return None
+            try:
+                valid = [wire_form(m) for m in
+                         validate(history[:leading] + body[count - k:])]
+            except MessageValidationError:
+                return None
+            return k, valid[:leading], valid[leading:], list(stretch.messages)
+        return None
+
     def append_known(self, chain: KnownChain, suffix: list[Message],
                      counts: list[int | None]) -> list[StoredMessage] | None:
         """Append ``suffix`` right after ``chain``'s tip (checked in the write transaction);
@@ -279,13 +309,20 @@ class SessionMirror:
         return result
 
     def slide(self, start_seq: int, window: list[Message], suffix: list[Message],
-              counts: list[int | None], tip: str) -> AppendResult | None:
+              counts: list[int | None], tip: str, *, keep_view: bool = False
+              ) -> AppendResult | None:
         """A client's sliding window continues this session (``refold.runtime.window``): its
         first messages are the stored rows from ``start_seq`` to the last one (``tip``), the
         rest (``suffix``) is appended after it — checked in the write transaction. The view
         starts at ``start_seq`` from now on and the known chain is the window (``window``:
         each message in the form the request carries it). None when another writer moved
-        the session meanwhile (nothing stored)."""
+        the session meanwhile (nothing stored).
+
+        ``keep_view`` (the window slid on from the one this runtime stored last): the cached
+        view, when it ends on ``tip`` and holds no checkpoint, is kept — its rows before
+        ``start_seq`` dropped, the appended rows added (``ViewCache.slide_to``) — instead of
+        a full read of the new window."""
+        view = self.view if keep_view else None
         self.forget()
         try:
             result = self.store.append_messages(self.session_id, suffix, token_counts=counts,
@@ -295,6 +332,10 @@ class SessionMirror:
         self.window = start_seq
         end = result.appended[-1].identity if result.appended else tip
         self.chain = KnownChain.of(self.session_id, window, end)
+        if view is not None and view.session_id == self.session_id and view.tip == tip \
+                and view.slide_to(start_seq, self._count):
+            self.view = view
+            self.extend_view(result.appended, tip, result.tip)
         return result
 
     # -- appending -----------------------------------------------------------------------------

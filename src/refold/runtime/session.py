@@ -367,7 +367,7 @@ class SessionRuntime:
                 # the worker path takes over (or the turn fails): store now, as without defer
                 self.inline.flush()
                 raise
-        if not self._sync_known_prefix(history):
+        if not self._sync_known_prefix(history) and not self._sync_known_window(history):
             if light:
                 raise NeedsWorker
             self._sync_history(history, diverge)
@@ -511,6 +511,42 @@ class SessionRuntime:
         self._count_turns([s.message for s in appended])
         # last: if it must wait (inline), a second call finds the rows stored and redoes it
         system = self._system_of(lead)
+        self._note_system_prompt(system)
+        self._system_prompt = system
+        return True
+
+    def _sync_known_window(self, history: list[Message]) -> bool:
+        """The fast path of a client's sliding window (``refold.runtime.window``) that slid on
+        since the full path placed it: the history is the window this runtime last stored
+        without its first messages, then new ones — only the new ones are validated, counted,
+        hashed and appended, after the stored tip (checked in the write transaction), and the
+        view starts at the first row the window still holds. What the full path would do with
+        it (``_slide``: the same stretch, the same append), without reading and matching the
+        session's tail again. False: use the full path (nothing was stored) — also for a
+        system prompt other than the session's (the full path compares them)."""
+        found = self.mirror.known_window(history, self.ops.validate)
+        if found is None:
+            return False
+        drop, lead, suffix, stretch = found
+        system = self._system_of(lead)
+        if system is not None and system != self._system_prompt:
+            return False
+        start = self.mirror.window
+        chain = self.mirror.chain
+        if start is None or chain is None:
+            return False
+        rows = self.store.get_messages(self.session_id, start_seq=start, limit=drop + 1)
+        if len(rows) != drop + 1 or rows[drop].message.get("role") != stretch[0].get("role"):
+            return False  # (the stored rows are not the known window: read everything)
+        result = self.mirror.slide(rows[drop].seq, stretch + suffix, suffix,
+                                   self.ops.message_counts(suffix), chain.tip, keep_view=True)
+        if result is None:
+            return False  # another writer moved the session: the full path places it
+        self.precompactor.discard()  # planned from the view before the slide
+        log.info("session %s: the request is a sliding window from message %d (%d messages "
+                 "re-sent, %d new)", self.session_id, rows[drop].seq, len(stretch),
+                 len(suffix))
+        self._count_turns([s.message for s in result.appended])
         self._note_system_prompt(system)
         self._system_prompt = system
         return True

@@ -103,6 +103,24 @@ class ViewCache:
         self.last_seq, self.tip = rows[-1].seq, rows[-1].identity
         return True
 
+    def slide_to(self, start: int, count: CountFn) -> bool:
+        """The view of a sliding window that now starts at row ``start`` (``SessionMirror``'s
+        window fast path): the rows before it dropped, with their counts. Only for a view with
+        no checkpoint at all (none applied, none set aside: then the view is the rows, one
+        message each, as a full read from ``start`` gives them); False, unchanged, otherwise
+        or when no row of the view is ``start``."""
+        if self.checkpoint is not None or self.set_aside is not None or self.overrides \
+                or len(self.rows) != len(self.view):
+            return False
+        cut = next((i for i, row in enumerate(self.rows) if row.seq == start), None)
+        if cut is None:
+            return False
+        self.tokens -= sum(map(count, self.view[:cut]))
+        del self.rows[:cut], self.view[:cut], self.wire[:cut]
+        self.nested = sum(nested for _, nested in self.wire)
+        self.window = start
+        return True
+
     def copies(self) -> list[Message]:
         """The view in wire form, as fresh dicts the caller may edit (see ``detached``)."""
         if not self.nested:  # (the usual chat: no nesting anywhere, copied at C speed)
