@@ -633,3 +633,47 @@ def test_an_unnamed_window_sent_again_continues_in_a_branch(
     assert contents(sqlite_store, branch) == [m["content"] for m in full]
     assert len(sqlite_store.list_sessions()) == 2
     assert len(sqlite_store.search(SearchQuery("zebra4"))) == 1
+
+
+def test_a_window_sliding_on_is_found_in_memory_not_looked_up_each_turn(
+        start_proxy: ProxyFactory, sqlite_store: Store,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each turn of an unnamed client trimming its history opens under a new derived name.
+    Once its window was placed (a store lookup), the next ones slide on from the window that
+    session's runtime stored last: found in memory, the lookup never runs again. A second
+    client alike but for its words, and a third whose system prompt differs, stay apart."""
+    import refold.runtime.window as window_module
+
+    lookups: list[int] = []
+    real_find = window_module.find_window
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        lookups.append(1)
+        return real_find(*args, **kwargs)
+
+    monkeypatch.setattr(window_module, "find_window", counted)
+    other_system: Msg = {"role": "system", "content": "You are verbose."}
+    with serve([f"reply {i}" for i in range(60)]) as up:
+        proxy = start_proxy(up)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="x", max_retries=0)
+        convs: dict[str, list[Msg]] = {"cats": [], "dogs": [], "owls": []}
+        seen: dict[str, set[str]] = {name: set() for name in convs}
+        for i in range(12):
+            if i == 6:
+                first_half = len(lookups)
+            for topic, conv in convs.items():
+                conv.append({"role": "user", "content": f"Tell me fact {i} about {topic}."})
+                system = other_system if topic == "owls" else SYSTEM
+                window = [system, *conv[-5:]]
+                reply, session = ask(client, window, i % 2 == 0)
+                assert up.llm.requests[-1]["messages"] == window
+                seen[topic].add(session)
+                conv.append(reply)
+    assert all(len(ids) == 1 for ids in seen.values())
+    assert len({next(iter(ids)) for ids in seen.values()}) == 3
+    assert len(sqlite_store.list_sessions()) == 3
+    for topic, conv in convs.items():
+        (session,) = seen[topic]
+        assert contents(sqlite_store, session, inactive=True) == [m["content"] for m in conv]
+    assert first_half > 0  # the first slides were placed by the lookup...
+    assert len(lookups) == first_half  # ...and none of the later ones needed it

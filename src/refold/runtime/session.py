@@ -515,6 +515,25 @@ class SessionRuntime:
         self._system_prompt = system
         return True
 
+    def slides_on(self, history: list[Message]) -> bool:
+        """Does ``history`` slide on the window this runtime's client sent last (the window
+        fast path would take it: the known window without its first messages, then new ones,
+        under the same system prompt or none)? For the proxy's routing of a request that names
+        no session; in memory, never waiting: a runtime busy in another thread says False."""
+        mirror = self.mirror
+        if mirror.window is None or mirror.chain is None:
+            return False
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            found = mirror.known_window(history, self.ops.validate)
+            if found is None:
+                return False
+            system = self._system_of(found[1])
+            return system is None or system == self._system_prompt
+        finally:
+            self._lock.release()
+
     def _sync_known_window(self, history: list[Message]) -> bool:
         """The fast path of a client's sliding window (``refold.runtime.window``) that slid on
         since the full path placed it: the history is the window this runtime last stored

@@ -252,12 +252,33 @@ class SessionPool:
         if rt is not None:
             self._runtimes.move_to_end(key)
             return rt
+        if window and history is not None:
+            slid = self._slid_on(owner, history)
+            if slid is not None:
+                raise WindowOf(slid)
         engine = await self.engine(owner)
         rt = await anyio.to_thread.run_sync(_open_or_create, engine, owner, ref, history,
                                             window, agent, link)
         self._runtimes[key] = rt
         await self._evict()
         return rt
+
+    def _slid_on(self, owner: str, history: Sequence[Message]) -> str | None:
+        """The reference of the one cached runtime of ``owner`` whose client's sliding window
+        ``history`` slides on (``SessionRuntime.slides_on``: the window it stored last without
+        its first messages, then new ones), or None — also when several do (two conversations
+        alike: ``refold.runtime.window.find_window`` picks among them). A window that slides
+        on is found in memory, without the store lookup that places a window anew: each turn
+        of an agent trimming its history opens under a new derived name."""
+        found: str | None = None
+        messages = list(history)
+        for (holder, ref), rt in self._runtimes.items():
+            if holder != owner or not rt.slides_on(messages):
+                continue
+            if found is not None:
+                return None
+            found = ref
+        return found
 
     async def _evict(self) -> None:
         while len(self._runtimes) > self.capacity:
