@@ -203,3 +203,30 @@ def test_on_postgres_the_window_slides_on_without_reading_the_tail_again(
         history.append(bot(f"answer {i}"))
     assert rows(postgres_store, rt.session_id) == rows(twin_store, twin.session_id)
     assert len(set(reads[-6:])) == 1  # (the worker path: no projection read per slide)
+
+
+def test_a_window_bringing_many_new_messages_at_once_is_left_to_the_full_path(
+        engines: list[Engine], normal_store: SQLiteStore, twin_store: Store) -> None:
+    from refold.runtime.mirror import NEW_AT_MOST
+
+    rt, twin = pair(engines, normal_store, twin_store)
+    history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+    light: list[bool] = []
+    for i in range(6):
+        history.append(user(f"question {i}"))
+        turn(rt, twin, trimmed(history, 4), light)
+        reply_both(rt, twin, bot(f"answer {i}"))
+        history.append(bot(f"answer {i}"))
+    burst = [user(f"pasted line {n}") for n in range(NEW_AT_MOST + 1)]
+    request = [history[0], *history[-2:], *burst]  # the window slid by two, and a burst
+    assert not rt.slides_on(request)
+    turn(rt, twin, request, light)
+    assert light[-1] is False  # placed by the full path: a window all the same
+    assert rows(normal_store, rt.session_id) == rows(twin_store, twin.session_id)
+    assert [r[1] for r in rows(normal_store, rt.session_id)][-len(burst):] == [
+        m["content"] for m in burst]
+    reply_both(rt, twin, bot("answer 6"))
+    history += [*burst, bot("answer 6"), user("question 7")]
+    assert rt.slides_on(trimmed(history, 4))  # and the next window slides on again
+    turn(rt, twin, trimmed(history, 4), light)
+    assert light[-1] is True

@@ -335,6 +335,13 @@ class KnownChain:
         return KnownChain(self.session_id, self.messages + forms, tip,
                           self.plain + tuple(map(_plain, forms)))
 
+    def ends_at(self, raw: Any) -> bool:
+        """Is ``raw`` (a message a client sent) the chain's last message?"""
+        if not self.messages or type(raw) is not dict:
+            return False
+        simple = self.plain[-1] if len(self.plain) == len(self.messages) else False
+        return _is_known(raw, self.messages[-1], simple)
+
     def tail(self, drop: int) -> KnownChain:
         """The chain without its first ``drop`` messages (it ends on the same tip)."""
         plain = self.plain[drop:] if len(self.plain) == len(self.messages) else ()

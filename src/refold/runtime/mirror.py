@@ -44,6 +44,7 @@ from refold.store.base import (
 
 CountFn = Callable[[Message], int]
 ValidateFn = Callable[[list[Message]], list[Message]]
+NEW_AT_MOST = 16  # new messages a window that slides on brings at most (more: the full path)
 
 
 def leading_system(history: list[Message]) -> int:
@@ -246,18 +247,23 @@ class SessionMirror:
         leading = leading_system(history)
         body = history[leading:]
         count = len(chain.messages)
-        for k in range(1, count - 1):  # (a stretch of two at least)
-            stretch = chain.tail(k)
-            if len(body) <= count - k or stretch.known_prefix(body) is None:
+        # where the body holds the chain's last message with new ones after it, from the end
+        # (the longest stretch first): a request that does not slide on is told in a few
+        # comparisons (the proxy asks each runtime of the tenant it holds)
+        for end in range(len(body) - 2, max(len(body) - 2 - NEW_AT_MOST, 0), -1):
+            if end + 1 >= count or not chain.ends_at(body[end]):
+                continue  # (a stretch of two at least, without the chain's first message)
+            drop = count - end - 1
+            stretch = chain.tail(drop)
+            if stretch.known_prefix(body) is None:
                 continue
             if not any(m.get("role") == "assistant" for m in stretch.messages):
                 return None
             try:
-                valid = [wire_form(m) for m in
-                         validate(history[:leading] + body[count - k:])]
+                valid = [wire_form(m) for m in validate(history[:leading] + body[end + 1:])]
             except MessageValidationError:
                 return None
-            return k, valid[:leading], valid[leading:], list(stretch.messages)
+            return drop, valid[:leading], valid[leading:], list(stretch.messages)
         return None
 
     def append_known(self, chain: KnownChain, suffix: list[Message],
