@@ -120,6 +120,22 @@ def test_known_prefix_shortcut_matches_the_loop(stored: list[dict[str, Any]],
     assert chain.known_prefix(sent[:-1]) == loop.known_prefix(sent[:-1])
 
 
+@settings(max_examples=400, deadline=None)
+@given(MESSAGE, MESSAGE, st.sampled_from(["", " ", "\n"]))
+def test_the_last_message_test_rejects_early_only_what_the_full_test_rejects(
+        stored: dict[str, Any], raw: dict[str, Any], pad: str) -> None:
+    """``KnownChain.ends_at`` tells a message apart by its role and stripped text before the
+    full test (the proxy asks every runtime it holds): never a message that test accepts."""
+    from refold.runtime.chain import _is_known
+
+    chain = KnownChain.of("s", [stored], "tip")
+    for candidate in (raw, dict(stored), {**stored, "content": pad + str(stored.get("content"))
+                                          + pad} if isinstance(stored.get("content"), str)
+                      else dict(stored)):
+        assert chain.ends_at(candidate) == _is_known(candidate, chain.messages[0],
+                                                     chain.plain[0])
+
+
 def test_known_prefix_shortcut_tells_types_apart() -> None:
     chain = KnownChain.of("s", [{"role": "user", "content": "1"}], "tip")
     assert chain.all_plain

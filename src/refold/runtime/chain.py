@@ -339,8 +339,14 @@ class KnownChain:
         """Is ``raw`` (a message a client sent) the chain's last message?"""
         if not self.messages or type(raw) is not dict:
             return False
+        stored = self.messages[-1]
+        if raw.get("role") != stored.get("role"):
+            return False
+        text, stored_text = raw.get("content"), stored.get("content")
+        if type(text) is str and type(stored_text) is str and text.strip() != stored_text.strip():
+            return False  # (not even re-spelled: ``resent`` compares the texts stripped)
         simple = self.plain[-1] if len(self.plain) == len(self.messages) else False
-        return _is_known(raw, self.messages[-1], simple)
+        return _is_known(raw, stored, simple)
 
     def tail(self, drop: int) -> KnownChain:
         """The chain without its first ``drop`` messages (it ends on the same tip)."""

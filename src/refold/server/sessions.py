@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import itertools
 import logging
 import weakref
 from collections import OrderedDict
@@ -62,6 +63,7 @@ log = logging.getLogger(__name__)
 
 SESSION_HEADER = "x-refold-session"
 DEFAULT_CAPACITY = 256
+SLID_SCAN = 128  # cached runtimes a request that names no session is tried on as a window
 
 
 class EngineLike(Protocol):
@@ -272,7 +274,9 @@ class SessionPool:
         of an agent trimming its history opens under a new derived name."""
         found: str | None = None
         messages = list(history)
-        for (holder, ref), rt in self._runtimes.items():
+        # the runtimes used last, newest first: the conversation a window slides on had its
+        # turn a moment ago (a few µs each; the rest are left to the lookup)
+        for (holder, ref), rt in itertools.islice(reversed(self._runtimes.items()), SLID_SCAN):
             if holder != owner or not rt.slides_on(messages):
                 continue
             if found is not None:
