@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from refold.runtime import Engine
-from refold.store import Store
+from refold.store import Store, open_store
 from refold.store.sqlite import SQLiteStore
 
 from ._helpers import WINDOW
@@ -21,6 +21,14 @@ def engine(store: Store, tmp_path: Path) -> Iterator[Engine]:
                  memory_dir=tmp_path / "memories")
     yield eng
     eng.close()
+
+
+@pytest.fixture
+def twin_store(tmp_path: Path) -> Iterator[Store]:
+    """A second SQLite file (synchronous NORMAL): a twin runtime's, to compare paths with."""
+    store = open_store(tmp_path / "twin.db", sqlite_synchronous="NORMAL")
+    yield store
+    store.close()
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import pytest
 from refold.runtime import Engine
 from refold.runtime.prepared import Prepared
 from refold.runtime.session import SessionRuntime
-from refold.store import Store, open_store
+from refold.store import Store
 from refold.store.sqlite import SQLiteStore
 
 from ._helpers import WINDOW, answer, tool_turn
@@ -41,13 +41,6 @@ def bot(text: str) -> dict[str, Any]:
 def make_engine(store: Store, window: int = WIDE, background: bool = False) -> Engine:
     return Engine(store, model="gpt-4o-mini", context_length=window,
                   background_precompact=background)
-
-
-@pytest.fixture
-def twin_store(tmp_path: Path) -> Iterator[Store]:
-    store = open_store(tmp_path / "twin.db", sqlite_synchronous="NORMAL")
-    yield store
-    store.close()
 
 
 @pytest.fixture

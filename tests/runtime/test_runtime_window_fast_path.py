@@ -12,7 +12,6 @@ messages go upstream and the same rows are stored, turn by turn.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +19,7 @@ import pytest
 from refold.runtime import Engine
 from refold.runtime.prepared import Prepared
 from refold.runtime.session import SessionRuntime
-from refold.store import Store, open_store
+from refold.store import Store
 from refold.store.sqlite import SQLiteStore
 
 from ._helpers import tool_turn
@@ -35,13 +34,6 @@ def user(text: str) -> dict[str, Any]:
 
 def bot(text: str) -> dict[str, Any]:
     return {"role": "assistant", "content": text}
-
-
-@pytest.fixture
-def twin_store(tmp_path: Path) -> Iterator[Store]:
-    store = open_store(tmp_path / "twin.db", sqlite_synchronous="NORMAL")
-    yield store
-    store.close()
 
 
 @pytest.fixture
@@ -95,19 +87,26 @@ def reply_both(rt: SessionRuntime, twin: SessionRuntime, reply: dict[str, Any]) 
     assert twin.record(reply) is True
 
 
+def converse(rt: SessionRuntime, twin: SessionRuntime, turns: int, last: int,
+             light: list[bool]) -> list[dict[str, Any]]:
+    """``turns`` question-and-answer turns of a client sending its last ``last`` messages
+    (both runtimes); the whole history, system message first."""
+    history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+    for i in range(turns):
+        history.append(user(f"question {i}"))
+        prepared = turn(rt, twin, trimmed(history, last), light)
+        assert prepared.messages[-1]["content"] == f"question {i}"
+        reply_both(rt, twin, bot(f"answer {i}"))
+        history.append(bot(f"answer {i}"))
+    return history
+
+
 @pytest.mark.parametrize("last", [4, 7, 12])
 def test_a_window_sliding_on_is_stored_once_and_sent_as_the_full_path_sends_it(
         engines: list[Engine], normal_store: SQLiteStore, twin_store: Store, last: int) -> None:
     rt, twin = pair(engines, normal_store, twin_store)
-    history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
     light: list[bool] = []
-    for i in range(18):
-        history.append(user(f"question {i}"))
-        prepared = turn(rt, twin, trimmed(history, last), light)
-        assert prepared.messages[-1]["content"] == f"question {i}"
-        reply = bot(f"answer {i}")
-        reply_both(rt, twin, reply)
-        history.append(reply)
+    history = converse(rt, twin, 18, last, light)
     assert rows(normal_store, rt.session_id) == rows(twin_store, twin.session_id)
     assert [r[1] for r in rows(normal_store, rt.session_id)] == [
         text for i in range(18) for text in (f"question {i}", f"answer {i}")]
@@ -146,13 +145,8 @@ def test_a_window_sliding_by_whole_tool_loops_keeps_calls_and_results_paired(
 def test_what_the_fast_path_leaves_to_the_full_path_ends_as_the_full_path_does(
         engines: list[Engine], normal_store: SQLiteStore, twin_store: Store) -> None:
     rt, twin = pair(engines, normal_store, twin_store)
-    history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
     light: list[bool] = []
-    for i in range(8):
-        history.append(user(f"question {i}"))
-        turn(rt, twin, trimmed(history, 6), light)
-        reply_both(rt, twin, bot(f"answer {i}"))
-        history.append(bot(f"answer {i}"))
+    history = converse(rt, twin, 8, 6, light)
     window = trimmed(history, 6)
     # the same window again (a retry: nothing new), then one whose system prompt changed,
     # then one that re-spells the last reply with SDK extras: none of it stored twice
@@ -171,13 +165,8 @@ def test_what_the_fast_path_leaves_to_the_full_path_ends_as_the_full_path_does(
 def test_another_writer_between_two_slides_sends_the_turn_to_the_full_path(
         engines: list[Engine], normal_store: SQLiteStore, twin_store: Store) -> None:
     rt, twin = pair(engines, normal_store, twin_store)
-    history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
     light: list[bool] = []
-    for i in range(6):
-        history.append(user(f"question {i}"))
-        turn(rt, twin, trimmed(history, 4), light)
-        reply_both(rt, twin, bot(f"answer {i}"))
-        history.append(bot(f"answer {i}"))
+    history = converse(rt, twin, 6, 4, light)
     # another process answered the same turn meanwhile: the tail this runtime knows moved
     normal_store.append_messages(rt.session_id, [bot("another process's note")])
     history.append(user("question 6"))
@@ -210,13 +199,8 @@ def test_a_window_bringing_many_new_messages_at_once_is_left_to_the_full_path(
     from refold.runtime.mirror import NEW_AT_MOST
 
     rt, twin = pair(engines, normal_store, twin_store)
-    history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
     light: list[bool] = []
-    for i in range(6):
-        history.append(user(f"question {i}"))
-        turn(rt, twin, trimmed(history, 4), light)
-        reply_both(rt, twin, bot(f"answer {i}"))
-        history.append(bot(f"answer {i}"))
+    history = converse(rt, twin, 6, 4, light)
     burst = [user(f"pasted line {n}") for n in range(NEW_AT_MOST + 1)]
     request = [history[0], *history[-2:], *burst]  # the window slid by two, and a burst
     assert not rt.slides_on(request)
