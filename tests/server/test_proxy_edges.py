@@ -16,6 +16,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from refold.testing import serve
 
@@ -226,3 +228,34 @@ def test_request_id_is_logged_with_an_upstream_failure(proxy_factory: ProxyFacto
                               headers={"X-Request-Id": "find-me-9"})
     assert response.status_code == 502 and response.headers["x-request-id"] == "find-me-9"
     assert any("find-me-9" in r.getMessage() for r in caplog.records)
+
+
+def _depth(value: Any) -> int:
+    """How deep ``value`` nests (a scalar 0, ``[]`` 1), recursively (the reference)."""
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+_JSON = st.recursive(st.none() | st.integers() | st.text(max_size=3),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=2), inner, max_size=3), max_leaves=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON, st.integers(1, 12))
+def test_the_depth_check_refuses_exactly_what_nests_deeper_than_the_limit(
+        value: Any, limit: int) -> None:
+    from refold.errors import InvalidInput
+    from refold.server.edges import check_depth
+
+    raw = json.dumps(value).encode()
+    deep = _depth(value) > limit
+    try:
+        check_depth(raw, value, limit)
+    except InvalidInput:
+        assert deep
+    else:
+        assert not deep
