@@ -329,3 +329,26 @@ def test_a_tool_choice_the_messages_api_refuses_is_a_400_before_anything_is_stor
     assert response.json()["error"]["type"] == "invalid_request_error"
     assert "tool_choice" in response.json()["error"]["message"]
     assert up.llm.requests == [] and sqlite_store.list_sessions() == []
+
+
+def test_a_text_block_without_its_text_is_named_where_it_is() -> None:
+    from refold.errors import InvalidInput
+    from refold.server.messages_api import _check_text_blocks
+
+    ok = {"role": "user", "content": [{"type": "text", "text": "hi"}]}
+    cases = [
+        ({"system": [{"type": "text", "text": "s"}, {"type": "text"}], "messages": [ok]},
+         "system.1.text"),
+        ({"messages": [ok, {"role": "assistant", "content": [
+            {"type": "text", "text": "a"}, {"type": "text", "text": 5}]}]},
+         "messages.1.content.1.text"),
+        ({"messages": [ok, ok, {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text"}]}]}]},
+         "messages.2.content.0.content.0.text"),
+    ]
+    for body, where in cases:
+        with pytest.raises(InvalidInput) as caught:
+            _check_text_blocks(body)
+        assert str(caught.value).startswith(f"{where}: a text block needs a 'text' string")
+    _check_text_blocks({"system": "s", "messages": [ok, {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t", "content": "plain"}]}]})  # all well formed

@@ -159,17 +159,28 @@ def _check_text_blocks(raw: Any) -> None:
         content = message.get("content") if isinstance(message, dict) else None
         if not isinstance(content, list):
             continue
-        _text_blocks(content, f"messages.{i}.content")
+        # (where a block is named only once one is bad: an agent re-sends hundreds of turns)
+        if _bad_text(content) is not None:
+            _text_blocks(content, f"messages.{i}.content")
         for j, block in enumerate(content):
-            if isinstance(block, dict) and block.get("type") == "tool_result":
+            if isinstance(block, dict) and block.get("type") == "tool_result" \
+                    and _bad_text(block.get("content")) is not None:
                 _text_blocks(block.get("content"), f"messages.{i}.content.{j}.content")
 
 
-def _text_blocks(blocks: Any, where: str) -> None:
+def _bad_text(blocks: Any) -> int | None:
+    """The index of the first ``text`` block of ``blocks`` without a ``text`` string."""
     for j, block in enumerate(blocks if isinstance(blocks, list) else ()):
         if isinstance(block, dict) and block.get("type") == "text" \
                 and not isinstance(block.get("text"), str):
-            raise InvalidInput(f"{where}.{j}.text: a text block needs a 'text' string")
+            return j
+    return None
+
+
+def _text_blocks(blocks: Any, where: str) -> None:
+    bad = _bad_text(blocks)
+    if bad is not None:
+        raise InvalidInput(f"{where}.{bad}.text: a text block needs a 'text' string")
 
 
 __all__ = ["anthropic_json", "check_fields", "count_tokens_of", "create_message",
