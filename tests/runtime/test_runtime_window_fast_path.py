@@ -1,4 +1,4 @@
-"""A client's sliding window that slides on (``SessionRuntime._sync_known_window``).
+"""A client's sliding window that slides on (``refold.runtime.slides.WindowSlides``).
 
 Agents that trim their history (the system message and the last N messages) send a request that
 starts a little later each turn. Once the full path has placed such a window, the next one is the
@@ -51,7 +51,7 @@ def pair(engines: list[Engine], store: Store, twin_store: Store
             for s in (store, twin_store)]
     engines.extend(made)
     rt, twin = (e.open_session(None, new=True, title="slide") for e in made)
-    twin._sync_known_window = lambda history: False  # type: ignore[method-assign]
+    twin.slides.sync_known = lambda history: False  # type: ignore[method-assign]
     return rt, twin
 
 
@@ -203,7 +203,7 @@ def test_a_window_bringing_many_new_messages_at_once_is_left_to_the_full_path(
     history = converse(rt, twin, 6, 4, light)
     burst = [user(f"pasted line {n}") for n in range(NEW_AT_MOST + 1)]
     request = [history[0], *history[-2:], *burst]  # the window slid by two, and a burst
-    assert not rt.slides_on(request)
+    assert not rt.slides.slides_on(request)
     turn(rt, twin, request, light)
     assert light[-1] is False  # placed by the full path: a window all the same
     assert rows(normal_store, rt.session_id) == rows(twin_store, twin.session_id)
@@ -211,6 +211,6 @@ def test_a_window_bringing_many_new_messages_at_once_is_left_to_the_full_path(
         m["content"] for m in burst]
     reply_both(rt, twin, bot("answer 6"))
     history += [*burst, bot("answer 6"), user("question 7")]
-    assert rt.slides_on(trimmed(history, 4))  # and the next window slides on again
+    assert rt.slides.slides_on(trimmed(history, 4))  # and the next window slides on again
     turn(rt, twin, trimmed(history, 4), light)
     assert light[-1] is True

@@ -46,7 +46,6 @@ from refold.runtime.branches import (
     PLACE_ATTEMPTS,
     Diverge,
     adopt_in_family,
-    branch_at_stretch,
     note_unanswered,
     place,
 )
@@ -59,9 +58,9 @@ from refold.runtime.prepared import Prepared
 from refold.runtime.recall import with_recall
 from refold.runtime.recorded import note_request, note_system_prompt
 from refold.runtime.rotation import Rotation
+from refold.runtime.slides import WindowSlides
 from refold.runtime.valid import provider_valid
 from refold.runtime.view import ViewCache, detached
-from refold.runtime.window import WindowMatch, match_tail, opens_a_member, place_window
 from refold.store.base import Store, StoredMessage
 
 if TYPE_CHECKING:
@@ -104,6 +103,7 @@ class SessionRuntime:
         self.checkpointer = Checkpointer(host, self.mirror, self.system_text,
                                          lambda: self._tools, lambda: self._recall)
         self.inline = InlineTurns(self)
+        self.slides = WindowSlides(self)  # a client's sliding window (refold.runtime.slides)
         self._last_sent_tokens: int | None = None  # estimate of the last prepared request
         self._last_base_estimate: int | None = None  # uncalibrated estimate of that request
         self.user_turns = 0
@@ -367,7 +367,7 @@ class SessionRuntime:
                 # the worker path takes over (or the turn fails): store now, as without defer
                 self.inline.flush()
                 raise
-        if not self._sync_known_prefix(history) and not self._sync_known_window(history):
+        if not self._sync_known_prefix(history) and not self.slides.sync_known(history):
             if light:
                 raise NeedsWorker
             self._sync_history(history, diverge)
@@ -392,7 +392,7 @@ class SessionRuntime:
 
         def slide(members: list[str]) -> str | None:
             nonlocal slid
-            slid = self._slide(window, system, members, diverge)
+            slid = self.slides.slide(window, system, members, diverge)
             return self.session_id if slid is not None else None
 
         counts: list[int | None] = []
@@ -422,72 +422,6 @@ class SessionRuntime:
             if result.rewound:
                 self.precompactor.discard()
 
-    def _slide(self, window: list[Message], system: str | None,
-               members: list[str], diverge: Diverge = "branch") -> list[StoredMessage] | None:
-        """Store ``window`` (a history's messages after its system head) as a sliding window
-        of this session, or of another session of its family (``members``: a named session's
-        side calls leave the runtime on their branch), when it is one (``place_window``: this
-        session first, then the family's first one, then the others, newest first): the rows
-        appended — the runtime then follows that session — or None (it is none; nothing
-        stored).
-
-        With ``diverge="rewind"`` (a session the client named), a window that re-sends an
-        older stretch of one of them, not its tail — the client regenerated an answer or edited
-        its last messages — rewinds the rows after that stretch reversibly and appends the
-        window's rest, as an edit of a whole history does. (It was taken for another
-        conversation under the name, as it shares no start with it, and forked a branch
-        holding a copy of the window at each regenerate.) Unnamed ("branch"), it continues in a
-        branch ending with that stretch (``branch_at_stretch``); no tail is ever rewound."""
-        from refold.compaction.session import recorded_system_prompt  # lazy, as in ContextOps
-
-        current = self.session_id
-
-        def prompt_of(session_id: str) -> str | None:
-            return self._system_prompt if session_id == current else \
-                recorded_system_prompt(self.store, session_id)
-
-        order = list(dict.fromkeys([current, *members[:1], *reversed(members[1:])]))
-        # (with no session named, an older stretch is looked for only for a history that does
-        # not open as a member does: one that does is an ordinary history's edit, placed as one)
-        older = diverge == "rewind" or not opens_a_member(self.store, window, order)
-        found = place_window(self.store, order, prompt_of, window, system, older=older)
-        if found is None:
-            return None
-        session_id, match, rewind_from = found
-        slid: WindowMatch | None = match
-        if rewind_from is not None and diverge == "branch":
-            # a regenerate, an edit, the same window sent again: never a rewind of that
-            # conversation's tail, nor an unlinked copy of the window (found twice by search)
-            session_id = branch_at_stretch(self.store, session_id, match)
-            slid = match_tail(self.store, session_id, window)
-        if session_id != current:
-            self._move_to(session_id)
-        if rewind_from is not None and diverge == "rewind":
-            record = self.store.rewind(session_id, rewind_from, any_role=True)
-            log.info("session %s: the window re-sends messages %d.. and not the %d after "
-                     "them (rewind %s; undo restores them)", session_id, match.start_seq,
-                     record.count, record.id)
-        return self._slide_into(window, slid)
-
-    def _slide_into(self, window: list[Message],
-                    match: WindowMatch | None) -> list[StoredMessage] | None:
-        """Append what ``window`` adds after the tail ``match`` found (see ``_slide``)."""
-        for _ in range(3):  # another writer moving the tail in between: read it again
-            if match is None:
-                return None
-            suffix = match.conversation[match.overlap:]
-            forms = [match.sent.get(i, m) for i, m in enumerate(match.conversation)]
-            result = self.mirror.slide(match.start_seq, forms, suffix,
-                                       self.ops.message_counts(suffix), match.tip)
-            if result is not None:
-                self.precompactor.discard()  # planned from the view before the slide
-                log.info("session %s: the request is a sliding window from message %d "
-                         "(%d messages re-sent, %d new)", self.session_id, match.start_seq,
-                         match.overlap, len(suffix))
-                return result.appended
-            match = match_tail(self.store, self.session_id, window)
-        return None
-
     def _move_to(self, session_id: str) -> None:
         """Turns continue in another session of this runtime's family (a branch)."""
         from refold.compaction.session import recorded_system_prompt  # lazy, as in ContextOps
@@ -511,61 +445,6 @@ class SessionRuntime:
         self._count_turns([s.message for s in appended])
         # last: if it must wait (inline), a second call finds the rows stored and redoes it
         system = self._system_of(lead)
-        self._note_system_prompt(system)
-        self._system_prompt = system
-        return True
-
-    def slides_on(self, history: list[Message]) -> bool:
-        """Does ``history`` slide on the window this runtime's client sent last (the window
-        fast path would take it: the known window without its first messages, then new ones,
-        under the same system prompt or none)? For the proxy's routing of a request that names
-        no session; in memory, never waiting: a runtime busy in another thread says False."""
-        mirror = self.mirror
-        if mirror.window is None or mirror.chain is None:
-            return False
-        if not self._lock.acquire(blocking=False):
-            return False
-        try:
-            found = mirror.known_window(history, self.ops.validate)
-            if found is None:
-                return False
-            system = self._system_of(found[1])
-            return system is None or system == self._system_prompt
-        finally:
-            self._lock.release()
-
-    def _sync_known_window(self, history: list[Message]) -> bool:
-        """The fast path of a client's sliding window (``refold.runtime.window``) that slid on
-        since the full path placed it: the history is the window this runtime last stored
-        without its first messages, then new ones — only the new ones are validated, counted,
-        hashed and appended, after the stored tip (checked in the write transaction), and the
-        view starts at the first row the window still holds. What the full path would do with
-        it (``_slide``: the same stretch, the same append), without reading and matching the
-        session's tail again. False: use the full path (nothing was stored) — also for a
-        system prompt other than the session's (the full path compares them)."""
-        found = self.mirror.known_window(history, self.ops.validate)
-        if found is None:
-            return False
-        drop, lead, suffix, stretch = found
-        system = self._system_of(lead)
-        if system is not None and system != self._system_prompt:
-            return False
-        start = self.mirror.window
-        chain = self.mirror.chain
-        if start is None or chain is None:
-            return False
-        rows = self.store.get_messages(self.session_id, start_seq=start, limit=drop + 1)
-        if len(rows) != drop + 1 or rows[drop].message.get("role") != stretch[0].get("role"):
-            return False  # (the stored rows are not the known window: read everything)
-        result = self.mirror.slide(rows[drop].seq, stretch + suffix, suffix,
-                                   self.ops.message_counts(suffix), chain.tip, keep_view=True)
-        if result is None:
-            return False  # another writer moved the session: the full path places it
-        self.precompactor.discard()  # planned from the view before the slide
-        log.info("session %s: the request is a sliding window from message %d (%d messages "
-                 "re-sent, %d new)", self.session_id, rows[drop].seq, len(stretch),
-                 len(suffix))
-        self._count_turns([s.message for s in result.appended])
         self._note_system_prompt(system)
         self._system_prompt = system
         return True

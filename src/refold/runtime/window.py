@@ -146,7 +146,7 @@ def match_older(store: Store, session_id: str, conversation: list[Message]
     rows ``start_seq``… by identity, and rows follow them that the window does not carry (the
     answer regenerated, the question edited and its answer). (the match, whose ``tip`` is the
     stretch's last row, and the seq of the first row after the stretch), or None. Read only
-    for a named session's window that continues no tail (``SessionRuntime._slide``): the
+    for a named session's window that continues no tail (``WindowSlides.slide``): the
     latest, then longest, stretch wins. Rows up to ``LOOK_BACK`` before the window's length
     from the tail are looked at."""
     if len(conversation) < MIN_OVERLAP:

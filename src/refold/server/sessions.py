@@ -267,7 +267,7 @@ class SessionPool:
 
     def _slid_on(self, owner: str, history: Sequence[Message]) -> str | None:
         """The reference of the one cached runtime of ``owner`` whose client's sliding window
-        ``history`` slides on (``SessionRuntime.slides_on``: the window it stored last without
+        ``history`` slides on (``WindowSlides.slides_on``: the window it stored last without
         its first messages, then new ones), or None — also when several do (two conversations
         alike: ``refold.runtime.window.find_window`` picks among them). A window that slides
         on is found in memory, without the store lookup that places a window anew: each turn
@@ -277,7 +277,7 @@ class SessionPool:
         # the runtimes used last, newest first: the conversation a window slides on had its
         # turn a moment ago (a few µs each; the rest are left to the lookup)
         for (holder, ref), rt in itertools.islice(reversed(self._runtimes.items()), SLID_SCAN):
-            if holder != owner or not rt.slides_on(messages):
+            if holder != owner or not rt.slides.slides_on(messages):
                 continue
             if found is not None:
                 return None
