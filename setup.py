@@ -1,9 +1,11 @@
-"""The optional C modules (``refold._scorer``, ``refold._btree``, ``refold._cjklen``);
+"""The optional C modules (``refold._scorer``, ``refold._btree``, ``refold._cjklen``,
+``refold._jsonscan``);
 everything else is in pyproject.toml.
 
 ``optional=True``: where no C compiler or Python headers are found, the build says so and
-refold installs without them (its search then scores, and reads b-tree pages ahead, in Python:
-the same results, slower).
+refold installs without them (its search then scores, and reads b-tree pages ahead, and the
+proxy checks a request's depth and finds the part it converted before, in Python: the same
+results, slower).
 """
 
 import sys
@@ -19,5 +21,8 @@ setup(ext_modules=[Extension(
     extra_compile_args=[] if sys.platform == "win32" else ["-O2"],
 ), Extension(
     "refold._cjklen", ["src/refold/_cjklen.c"], optional=True,
+    extra_compile_args=[] if sys.platform == "win32" else ["-O2"],
+), Extension(
+    "refold._jsonscan", ["src/refold/_jsonscan.c"], optional=True,
     extra_compile_args=[] if sys.platform == "win32" else ["-O2"],
 )])

@@ -121,6 +121,12 @@ def cjklen_reader() -> None:
     _require_native("refold._cjklen", "the C lengths reader")
 
 
+@pytest.fixture
+def native_jsonscan() -> None:
+    """The C request-body scanner (``refold._jsonscan``) is built."""
+    _require_native("refold._jsonscan", "the C request-body scanner")
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store(request: pytest.FixtureRequest) -> Store:
     """Every conformance test runs once per backend."""

@@ -248,14 +248,19 @@ _JSON = st.recursive(st.none() | st.integers() | st.text(max_size=3),
 @given(_JSON, st.integers(1, 12))
 def test_the_depth_check_refuses_exactly_what_nests_deeper_than_the_limit(
         value: Any, limit: int) -> None:
+    from refold import jsonscan
     from refold.errors import InvalidInput
     from refold.server.edges import check_depth
 
     raw = json.dumps(value).encode()
     deep = _depth(value) > limit
-    try:
-        check_depth(raw, value, limit)
-    except InvalidInput:
-        assert deep
-    else:
-        assert not deep
+    for native in (True, False):  # the C scan where built, and the walk of the value
+        with pytest.MonkeyPatch.context() as patch:
+            if not native:
+                patch.setattr(jsonscan, "_native", None)
+            try:
+                check_depth(raw, value, limit)
+            except InvalidInput:
+                assert deep
+            else:
+                assert not deep

