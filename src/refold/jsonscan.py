@@ -24,11 +24,11 @@ from typing import Any
 
 _native: ModuleType | None
 try:
-    from refold import _jsonscan as _native
+    from refold import _jsonscan
 except ImportError:  # pragma: no cover - built by setup.py; optional
     _native = None
-if os.environ.get("REFOLD_NATIVE", "1") == "0":
-    _native = None
+else:
+    _native = _jsonscan if os.environ.get("REFOLD_NATIVE", "1") != "0" else None
 
 
 def native() -> bool:
