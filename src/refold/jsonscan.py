@@ -24,11 +24,11 @@ from typing import Any
 
 _native: ModuleType | None
 try:
-    from refold import _jsonscan
+    from refold import _jsonscan as _native
 except ImportError:  # pragma: no cover - built by setup.py; optional
     _native = None
-else:
-    _native = _jsonscan if os.environ.get("REFOLD_NATIVE", "1") != "0" else None
+if os.environ.get("REFOLD_NATIVE", "1") == "0":
+    _native = None
 
 
 def native() -> bool:

@@ -1,0 +1,6 @@
+"""Types of the optional C module ``refold._jsonscan`` (``_jsonscan.c``; see ``jsonscan.py``)."""
+
+from typing import Any
+
+def deeper_than(data: bytes, limit: int, /) -> bool: ...
+def same(a: Any, b: Any, /) -> bool: ...
