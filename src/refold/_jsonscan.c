@@ -1,4 +1,4 @@
-/* Two passes over a request body that the proxy makes on every turn, at C speed:
+/* Passes over request bodies and messages that the proxy makes on every turn, at C speed:
  *
  *   deeper_than(data, limit) -> bool
  *       whether the JSON text ``data`` (already parsed, so valid JSON) nests arrays and objects
@@ -13,7 +13,14 @@
  *       ``repr(a) == repr(b)`` is exact but builds both texts. Anything but dict, list, str,
  *       int, float, bool and None compares as different (the caller then does the work anew).
  *
- * Both are optional: refold/jsonscan.py falls back to Python when this module is not built.
+ *   prefix(a, b) -> int
+ *       how many leading items of two lists are the same value (as ``same``).
+ *
+ *   copy(fallback, value)
+ *       a JSON value copied (messages/model.copy_json): dicts and lists all the way down, str,
+ *       int, float, bool and None shared, anything else ``fallback(it)`` (copy.deepcopy).
+ *
+ * All are optional: refold/jsonscan.py falls back to Python when this module is not built.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -144,11 +151,122 @@ static PyObject *same(PyObject *self, PyObject *args) {
     return PyBool_FromLong(result);
 }
 
+/* how many leading items of two lists are the same value (same_value) */
+static PyObject *prefix(PyObject *self, PyObject *args) {
+    PyObject *a, *b;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &a, &PyList_Type, &b)) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(a) < PyList_GET_SIZE(b) ? PyList_GET_SIZE(a)
+                                                           : PyList_GET_SIZE(b);
+    Py_ssize_t i = 0;
+    for (; i < n; i++) {
+        int same = same_value(PyList_GET_ITEM(a, i), PyList_GET_ITEM(b, i));
+        if (same < 0) {
+            return NULL;
+        }
+        if (!same) {
+            break;
+        }
+    }
+    return PyLong_FromSsize_t(i);
+}
+
+/* A JSON value copied: dicts and lists all the way down, str, int, float, bool and None
+ * shared (immutable), anything else handed to ``fallback`` (copy.deepcopy). */
+static PyObject *copy_value(PyObject *value, PyObject *fallback);
+
+static PyObject *copy_dict(PyObject *value, PyObject *fallback) {
+    PyObject *out = PyDict_New();
+    if (out == NULL) {
+        return NULL;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *item;
+    Py_ssize_t size = PyDict_GET_SIZE(value);
+    while (PyDict_Next(value, &pos, &key, &item)) {
+        Py_INCREF(key);
+        Py_INCREF(item);
+        PyObject *copied = copy_value(item, fallback);
+        int failed = copied == NULL || PyDict_SetItem(out, key, copied) < 0;
+        Py_XDECREF(copied);
+        Py_DECREF(key);
+        Py_DECREF(item);
+        if (failed) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        if (PyDict_GET_SIZE(value) != size) {
+            Py_DECREF(out);
+            PyErr_SetString(PyExc_RuntimeError, "dictionary changed size during copy");
+            return NULL;
+        }
+    }
+    return out;
+}
+
+static PyObject *copy_list(PyObject *value, PyObject *fallback) {
+    Py_ssize_t n = PyList_GET_SIZE(value);
+    PyObject *out = PyList_New(n);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (PyList_GET_SIZE(value) != n) {
+            Py_DECREF(out);  /* (the slots not filled yet are NULL: list_dealloc skips them) */
+            PyErr_SetString(PyExc_RuntimeError, "list changed size during copy");
+            return NULL;
+        }
+        PyObject *item = PyList_GET_ITEM(value, i);
+        Py_INCREF(item);
+        PyObject *copied = copy_value(item, fallback);
+        Py_DECREF(item);
+        if (copied == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, copied);
+    }
+    return out;
+}
+
+static PyObject *copy_value(PyObject *value, PyObject *fallback) {
+    PyTypeObject *type = Py_TYPE(value);
+    if (type == &PyUnicode_Type || type == &PyLong_Type || type == &PyFloat_Type
+            || type == &PyBool_Type || value == Py_None) {
+        Py_INCREF(value);
+        return value;
+    }
+    if (type == &PyDict_Type || type == &PyList_Type) {
+        if (Py_EnterRecursiveCall(" copying a JSON value")) {
+            return NULL;
+        }
+        PyObject *out = type == &PyDict_Type ? copy_dict(value, fallback)
+                                             : copy_list(value, fallback);
+        Py_LeaveRecursiveCall();
+        return out;
+    }
+    return PyObject_CallOneArg(fallback, value);
+}
+
+static PyObject *copy(PyObject *self, PyObject *args) {
+    PyObject *fallback, *value;
+    if (!PyArg_ParseTuple(args, "OO", &fallback, &value)) {
+        return NULL;
+    }
+    return copy_value(value, fallback);
+}
+
 static PyMethodDef methods[] = {
     {"deeper_than", deeper_than, METH_VARARGS,
      "deeper_than(data, limit) -> whether JSON text data nests more than limit levels"},
     {"same", same, METH_VARARGS,
      "same(a, b) -> whether two decoded JSON values are exactly the same (types, key order)"},
+    {"prefix", prefix, METH_VARARGS,
+     "prefix(a, b) -> how many leading items of lists a and b are the same value (same)"},
+    {"copy", copy, METH_VARARGS,
+     "copy(fallback, value) -> value copied: dicts and lists all the way down, str, int, "
+     "float, bool and None shared, anything else fallback(it)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -270,3 +270,135 @@ def test_the_memo_tells_numbers_apart_and_stays_bounded(monkeypatch: pytest.Monk
     big = [{"role": "assistant", "content": [{"type": "text", "text": "x" * 40_000}]}]
     assert from_anthropic(big, memo=True) == from_anthropic(big)
     assert repr(big[0]["content"]) not in memo.held
+
+
+USER_BLOCKS = st.lists(st.one_of(
+    st.builds(lambda t: {"type": "text", "text": t}, TEXT),
+    st.builds(lambda i, c, e: {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": c,
+                               **({"is_error": e} if e is not None else {})},
+              st.integers(0, 3), TEXT | st.lists(st.fixed_dictionaries(
+                  {"type": st.just("text"), "text": TEXT}), max_size=2),
+              st.none() | st.booleans()),
+), min_size=1, max_size=3)
+TURN = st.one_of(st.builds(lambda b: {"role": "user", "content": b}, USER_BLOCKS | TEXT),
+                 st.builds(lambda b: {"role": "assistant", "content": b}, ASSISTANT_BLOCKS),
+                 st.builds(lambda t: {"role": "system", "content": t}, TEXT))
+STEP = st.one_of(
+    st.tuples(st.just("extend"), st.integers(0, 2), st.lists(TURN, min_size=1, max_size=3)),
+    st.tuples(st.just("edit"), st.integers(0, 2), st.integers(0, 30), TURN),
+    st.tuples(st.just("retype"), st.integers(0, 2), st.integers(0, 30)),  # 1 -> True, 0 -> 0.0
+    st.tuples(st.just("retry"), st.integers(0, 2)),
+    st.tuples(st.just("fork"), st.integers(0, 2), st.integers(0, 2), st.integers(0, 30)),
+    st.tuples(st.just("drop"), st.integers(0, 2), st.integers(0, 30)),
+)
+
+
+def _retyped(value: Any) -> Any:
+    """``value`` with each number or boolean as one ``==`` holds equal (1 <-> True, ...)."""
+    if isinstance(value, dict):
+        return {k: _retyped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_retyped(v) for v in value]
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return True if value == 1 else float(value)
+    if isinstance(value, float):
+        return -value if value == 0 else value
+    return value
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(STEP, min_size=1, max_size=12))
+def test_requests_converted_through_the_prefix_memo_equal_a_fresh_conversion(
+        steps: list[tuple[Any, ...]]) -> None:
+    """The proxy converts each request's leading messages that a recent request held exactly
+    (``_Prefixes``): conversations that extend, retry, are edited in the middle (also where
+    only a number's type changed: ``1`` for ``True``), fork from another's opening or drop
+    their tail, interleaved, each convert as they would the first time, to the type; and a
+    caller editing what it got, or what it sent, changes no later answer."""
+    conversations: list[list[dict[str, Any]]] = [
+        [{"role": "user", "content": "open"}] for _ in range(3)]
+    for step in steps:
+        kind, which = step[0], step[1]
+        history = conversations[which]
+        if kind == "extend":
+            history += step[2]
+        elif kind == "edit" and history:
+            history[step[2] % len(history)] = step[3]
+        elif kind == "retype" and history:
+            at = step[2] % len(history)
+            history[at] = _retyped(history[at])
+        elif kind == "fork":
+            source = conversations[step[2]]
+            conversations[which] = json.loads(json.dumps(source[:step[3] % (len(source) + 1)]))
+        elif kind == "drop":
+            del history[step[2] % (len(history) + 1):]
+        sent = conversations[which]
+        if not sent:
+            continue
+        plain = from_anthropic(json.loads(json.dumps(sent)))
+        request = json.loads(json.dumps(sent))
+        got = from_anthropic(request, memo=True)
+        assert repr(got) == repr(plain)
+        for message in got + request:  # editing an answer or the request must not reach
+            message.clear()            # the memo
+
+
+def test_a_request_extending_the_last_one_converts_only_its_new_messages(
+        native_jsonscan: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from refold.messages import anthropic
+
+    memo = anthropic._Prefixes()
+    monkeypatch.setattr(anthropic, "_PREFIXES", memo)
+    history: list[dict[str, Any]] = [{"role": "user", "content": "find the bug"}]
+    converted: list[int] = []
+    real = anthropic._chat_of
+    monkeypatch.setattr(anthropic, "_chat_of", lambda turn, index, memo: (
+        converted.append(index), real(turn, index, memo))[1])
+    for turn in range(4):
+        history += [{"role": "assistant", "content": [
+                        {"type": "tool_use", "id": f"t{turn}", "name": "Bash",
+                         "input": {"n": 1, "flag": True}}]},
+                    {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": f"t{turn}", "content": "out"}]}]
+        converted.clear()
+        from_anthropic(json.loads(json.dumps(history)), memo=True)
+        assert converted == ([0] if turn == 0 else []) + [len(history) - 2, len(history) - 1]
+    assert len(memo.held) == 1  # each request replaced the one it extended
+    assert memo.held[0].sizes == [len(repr(m)) for m in history]
+    retyped = json.loads(json.dumps(history))
+    retyped[3]["content"][0]["input"]["n"] = True  # == the held one, but not the same
+    converted.clear()
+    got = from_anthropic(retyped, memo=True)
+    assert converted == list(range(3, len(history)))
+    assert '"n": true' in got[3]["tool_calls"][0]["function"]["arguments"]
+
+
+def test_a_request_edited_in_place_after_its_conversion_does_not_reach_the_memo(
+        native_jsonscan: None) -> None:
+    sent = [{"role": "user", "content": "which file?"},
+            {"role": "assistant", "content": [{"type": "text", "text": "main.py"}]}]
+    from_anthropic(sent, memo=True)
+    sent[1]["content"][0]["text"] = "setup.py"  # the caller reuses its objects
+    again = json.loads(json.dumps(sent))
+    assert from_anthropic(again, memo=True)[1]["content"] == "setup.py"
+
+
+def test_the_prefix_memo_stays_bounded(native_jsonscan: None,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from refold.messages import anthropic
+
+    memo = anthropic._Prefixes()
+    monkeypatch.setattr(anthropic, "_PREFIXES", memo)
+    monkeypatch.setattr(memo, "ENTRIES", 4)
+    for n in range(10):  # ten conversations of their own
+        from_anthropic([{"role": "user", "content": f"conversation {n}"}], memo=True)
+    assert len(memo.held) == 4
+    long = [{"role": "user" if i % 2 == 0 else "assistant", "content": "m" * 100}
+            for i in range(25)]
+    monkeypatch.setattr(memo, "CHARS", sum(len(repr(m)) for m in long) + 100)
+    from_anthropic(long, memo=True)
+    assert sum(e.chars for e in memo.held) <= memo.CHARS and memo.held[-1].raw == long
+    from_anthropic([*long, {"role": "assistant", "content": "x" * 200}], memo=True)
+    assert memo.held == []  # over the bound alone: nothing held

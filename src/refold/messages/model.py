@@ -11,8 +11,11 @@ the identity of the message before it, so the same history always hashes to the 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from operator import methodcaller
 from typing import Any, Literal, NotRequired, TypedDict
+
+from refold.jsonscan import copier
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 ROLES: frozenset[str] = frozenset({"system", "developer", "user", "assistant", "tool"})
@@ -57,15 +60,15 @@ def wire_form(message: Message) -> Message:
 _PRIVATE = methodcaller("startswith", "_")
 
 
-def copy_json(value: Any) -> Any:
+def _copy_json(value: Any) -> Any:
     """``copy.deepcopy`` of a JSON value, ~7x faster on messages: dicts and lists copied all
     the way down, strings, numbers, booleans and None shared (immutable); any other value
     goes to ``copy.deepcopy``. (No memo: a container reached twice is copied twice.)"""
     kind = type(value)
     if kind is dict:
-        return {k: v if type(v) in _SCALARS else copy_json(v) for k, v in value.items()}
+        return {k: v if type(v) in _SCALARS else _copy_json(v) for k, v in value.items()}
     if kind is list:
-        return [v if type(v) in _SCALARS else copy_json(v) for v in value]
+        return [v if type(v) in _SCALARS else _copy_json(v) for v in value]
     if kind in _SCALARS:
         return value
     import copy
@@ -74,6 +77,8 @@ def copy_json(value: Any) -> Any:
 
 
 _SCALARS = frozenset((str, int, float, bool, type(None)))
+# the same copy in C where ``refold._jsonscan`` is built (~5x faster on messages)
+copy_json: Callable[[Any], Any] = copier() or _copy_json
 
 
 def as_plain(value: Any) -> Any:
