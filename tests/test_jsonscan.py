@@ -140,3 +140,37 @@ def test_same_on_values_too_deep_to_compare_raises_recursion_error() -> None:
         other = [other]
     with pytest.raises(RecursionError):
         jsonscan.same(deep, other)
+
+
+_DIGITS = bytes(0x30 if 0x30 <= c <= 0x39 else 0x20 for c in range(256))
+
+
+@pytest.mark.usefixtures("native_jsonscan")
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 40).map(lambda n: b"7" * n),
+                          st.binary(max_size=5), st.sampled_from([b"-", b".", b"e", b"\x00"])),
+                max_size=12), st.integers(1, 25))
+def test_a_digit_run_is_found_exactly_where_translate_and_find_see_one(
+        parts: list[bytes], length: int) -> None:
+    raw = b"".join(parts)
+    assert jsonscan.digit_run(raw, length) is (raw.translate(_DIGITS).find(b"0" * length) >= 0)
+
+
+def _unusual(value: Any) -> bool:
+    if isinstance(value, float):
+        return value != value or value in (float("inf"), float("-inf"))
+    if type(value) is dict:
+        return any(type(k) is not str or _unusual(v) for k, v in value.items())
+    if type(value) is list:
+        return any(map(_unusual, value))
+    return type(value) not in (str, int, bool, type(None))
+
+
+@pytest.mark.usefixtures("native_jsonscan")
+@settings(max_examples=400, deadline=None)
+@given(st.recursive(_SCALARS | st.floats() | st.sampled_from([(1,), b"x", 1j]),
+                    lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(_TRICKY | st.integers(0, 2), inner, max_size=3),
+                    max_leaves=20))
+def test_unusual_finds_non_finite_floats_non_str_keys_and_other_types(value: Any) -> None:
+    assert jsonscan.unusual(value) is _unusual(value)

@@ -20,6 +20,14 @@
  *       a JSON value copied (messages/model.copy_json): dicts and lists all the way down, str,
  *       int, float, bool and None shared, anything else ``fallback(it)`` (copy.deepcopy).
  *
+ *   digit_run(data, length) -> bool
+ *       whether ``data`` holds ``length`` or more ASCII digits in a row (fastjson.loads: a
+ *       number orjson would read otherwise than json), looking at every length-th byte.
+ *
+ *   unusual(value) -> bool
+ *       whether a value holds a non-finite float (orjson writes it as null, json as NaN), a
+ *       key that is not a str, or a value of a type JSON decoding does not build.
+ *
  * All are optional: refold/jsonscan.py falls back to Python when this module is not built.
  */
 #define PY_SSIZE_T_CLEAN
@@ -151,6 +159,88 @@ static PyObject *same(PyObject *self, PyObject *args) {
     return PyBool_FromLong(result);
 }
 
+/* whether ``data`` holds a run of ``length`` or more ASCII digits (anywhere: in a string too).
+ * Any such run covers one of the positions length-1, 2*length-1, ...: only those are looked at
+ * until one is a digit, and then its run is measured both ways. */
+static PyObject *digit_run(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t length;
+    if (!PyArg_ParseTuple(args, "y*n", &view, &length)) {
+        return NULL;
+    }
+    const unsigned char *data = (const unsigned char *)view.buf;
+    Py_ssize_t n = view.len;
+    int found = 0;
+    if (length <= 1) {
+        for (Py_ssize_t i = 0; i < n && !found; i++) {
+            found = data[i] >= '0' && data[i] <= '9';
+        }
+        found = found || length <= 0;
+    } else {
+        for (Py_ssize_t at = length - 1; at < n; at += length) {
+            if (data[at] < '0' || data[at] > '9') {
+                continue;
+            }
+            Py_ssize_t lo = at, hi = at + 1;
+            while (lo > 0 && data[lo - 1] >= '0' && data[lo - 1] <= '9') {
+                lo--;
+            }
+            while (hi < n && data[hi] >= '0' && data[hi] <= '9') {
+                hi++;
+            }
+            if (hi - lo >= length) {
+                found = 1;
+                break;
+            }
+            /* (the next position looked at is past this run: at + length > hi - 1) */
+        }
+    }
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(found);
+}
+
+/* 1 when ``value`` holds a float that is not finite, or a value of a type JSON decoding does
+ * not build (not dict, list, str, int, float, bool, None); 0 when not; -1 on an error */
+static int unusual(PyObject *value) {
+    PyTypeObject *type = Py_TYPE(value);
+    if (type == &PyUnicode_Type || type == &PyLong_Type || type == &PyBool_Type
+            || value == Py_None) {
+        return 0;
+    }
+    if (type == &PyFloat_Type) {
+        double x = PyFloat_AS_DOUBLE(value);
+        return !(x - x == 0.0);  /* NaN and infinities: x - x is NaN */
+    }
+    if (type != &PyDict_Type && type != &PyList_Type) {
+        return 1;
+    }
+    if (Py_EnterRecursiveCall(" walking a JSON value")) {
+        return -1;
+    }
+    int found = 0;
+    if (type == &PyDict_Type) {
+        Py_ssize_t pos = 0;
+        PyObject *key, *item;
+        while (!found && PyDict_Next(value, &pos, &key, &item)) {
+            found = Py_TYPE(key) != &PyUnicode_Type ? 1 : unusual(item);
+        }
+    } else {
+        for (Py_ssize_t i = 0; !found && i < PyList_GET_SIZE(value); i++) {
+            found = unusual(PyList_GET_ITEM(value, i));
+        }
+    }
+    Py_LeaveRecursiveCall();
+    return found;
+}
+
+static PyObject *unusual_value(PyObject *self, PyObject *value) {
+    int found = unusual(value);
+    if (found < 0) {
+        return NULL;
+    }
+    return PyBool_FromLong(found);
+}
+
 /* how many leading items of two lists are the same value (same_value) */
 static PyObject *prefix(PyObject *self, PyObject *args) {
     PyObject *a, *b;
@@ -262,6 +352,11 @@ static PyMethodDef methods[] = {
      "deeper_than(data, limit) -> whether JSON text data nests more than limit levels"},
     {"same", same, METH_VARARGS,
      "same(a, b) -> whether two decoded JSON values are exactly the same (types, key order)"},
+    {"digit_run", digit_run, METH_VARARGS,
+     "digit_run(data, length) -> whether data holds length or more ASCII digits in a row"},
+    {"unusual", unusual_value, METH_O,
+     "unusual(value) -> whether value holds a non-finite float, a non-str key or a value of "
+     "a type JSON decoding does not build"},
     {"prefix", prefix, METH_VARARGS,
      "prefix(a, b) -> how many leading items of lists a and b are the same value (same)"},
     {"copy", copy, METH_VARARGS,

@@ -10,14 +10,16 @@ caller takes its json path, unchanged (same values, same errors):
   infinity, a UTF-8 BOM, other encodings and nesting past 1,024 levels (all: None), and reads
   an integer outside [-2**63, 2**64) as a float, which json keeps exact: any run of 19 digits
   or more gives None before orjson reads it (a long number inside a string too: json then does
-  the work, as before). Elsewhere both read valid JSON to equal values (duplicate keys: the
+  the work, as before; the run is looked for in C where ``refold._jsonscan`` is built). Elsewhere both read valid JSON to equal values (duplicate keys: the
   last wins, in the first one's place) and refuse the same invalid JSON.
 - ``dumps`` (of what JSON decoding builds: dicts, lists, strings, numbers, booleans, None;
   orjson would also write an enum or a UUID, which json refuses): orjson writes no spaces after ``:`` and ``,`` and writes floats in their shortest
   form (``1e-7`` for json's ``1e-07``): the same JSON values. It refuses what json would escape
   or convert (lone surrogates, integers past 64 bits, non-string keys) and writes NaN and
-  ±Infinity as ``null``, where json writes ``NaN`` / ``Infinity``: None for any output with a
-  ``null`` in it, so a None value, or a non-finite float, is always written by json.
+  ±Infinity as ``null``, where json writes ``NaN`` / ``Infinity``: None for a value holding a
+  non-finite float, a non-str key or a value of a type JSON decoding does not build (found by
+  a walk in C, ``refold._jsonscan``); without the C module, None for any output with a
+  ``null`` in it (a None value too: then json writes it).
 
 (``bytes.find``, not ``in``: before Python 3.12 ``bytes in bytes`` first tries the operand as an
 integer and formats, raises and clears a TypeError, several times the cost of the search.)
@@ -29,6 +31,8 @@ Nothing persisted or hashed goes through here: stored messages and identities ke
 from __future__ import annotations
 
 from typing import Any
+
+from refold.jsonscan import digit_run, unusual
 
 try:
     import orjson
@@ -49,7 +53,10 @@ def loads(raw: bytes) -> Any | None:
     """The JSON value of the UTF-8 ``raw`` (a container: ``{…}`` or ``[…]``) as ``json.loads``
     reads it, or None when orjson is missing or might read it otherwise (the caller then
     decodes with json). Only containers: None is also the answer for a bare ``null``."""
-    if orjson is None or raw.translate(_DIGITS).find(_LONG_NUMBER) >= 0:
+    if orjson is None:
+        return None
+    run = digit_run(raw, len(_LONG_NUMBER))  # (in C where it is built)
+    if run if run is not None else raw.translate(_DIGITS).find(_LONG_NUMBER) >= 0:
         return None
     try:
         value = orjson.loads(raw)
@@ -74,8 +81,13 @@ def dumps(value: Any) -> bytes | None:
     (the same JSON values), or None when orjson is missing or might write it otherwise."""
     if orjson is None:
         return None
+    odd = unusual(value)  # a walk of the value in C, where it is built
+    if odd:
+        return None
     try:
         data = orjson.dumps(value, option=_PASSTHROUGH)
     except orjson.JSONEncodeError:
         return None
-    return None if data.find(b"null") >= 0 else data
+    if odd is None and data.find(b"null") >= 0:
+        return None
+    return data

@@ -6,9 +6,10 @@ without orjson; and without orjson installed it runs on json alone."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refold import fastjson
+from refold import fastjson, jsonscan
 from refold.llm.sse import parse_chunk
 from refold.testing import ScriptedReply, serve
 
@@ -39,20 +40,44 @@ def exact(value: Any) -> str:
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(json_values) | st.dictionaries(st.text(max_size=8), json_values),
-       st.booleans())
-def test_loads_reads_what_json_reads_or_leaves_it_to_json(value: Any, ascii: bool) -> None:
+       st.booleans(), st.booleans())
+def test_loads_reads_what_json_reads_or_leaves_it_to_json(value: Any, ascii: bool,
+                                                          native: bool) -> None:
     raw = json.dumps(value, ensure_ascii=ascii).encode("utf-8", "surrogatepass")
-    fast = fastjson.loads(raw)
+    with _c_module(native):
+        fast = fastjson.loads(raw)
     if fast is not None:
         assert exact(fast) == exact(json.loads(raw))
 
 
 @settings(max_examples=300, deadline=None)
-@given(json_values | st.floats())
-def test_dumps_writes_the_values_json_writes_or_leaves_it_to_json(value: Any) -> None:
-    data = fastjson.dumps(value)
+@given(json_values | st.floats(), st.booleans())
+def test_dumps_writes_the_values_json_writes_or_leaves_it_to_json(value: Any,
+                                                                  native: bool) -> None:
+    with _c_module(native):
+        data = fastjson.dumps(value)
     if data is not None:
         assert exact(json.loads(data)) == exact(json.loads(json.dumps(value)))
+
+
+@contextlib.contextmanager
+def _c_module(native: bool) -> Iterator[None]:
+    """The checks in C (``refold._jsonscan``, where built) or in Python."""
+    with pytest.MonkeyPatch.context() as patch:
+        if not native:
+            patch.setattr(jsonscan, "_native", None)
+        yield
+
+
+def test_a_body_with_null_values_is_written_by_orjson_where_the_c_walk_is_built(
+        native_jsonscan: None) -> None:
+    """A None value (an assistant turn with only tool calls) sent the whole upstream body to
+    json's slower encoder: the C walk tells a None from a non-finite float."""
+    body = {"messages": [{"role": "assistant", "content": None, "tool_calls": []}], "n": 1.5}
+    assert fastjson.dumps(body) == json.dumps(body, separators=(",", ":")).encode()
+    assert fastjson.dumps({"x": [float("inf")]}) is None
+    assert fastjson.dumps({"x": {"y": float("nan")}}) is None
+    assert fastjson.dumps({1: "non-str key"}) is None
 
 
 @pytest.mark.parametrize("raw", [
@@ -63,10 +88,17 @@ def test_what_orjson_reads_otherwise_or_refuses_goes_to_json(raw: bytes) -> None
     assert fastjson.loads(raw) is None
 
 
-@pytest.mark.parametrize("value", [[None], [math.inf], [-math.inf], [math.nan], [2**64],
-                                   ["\udc80"], {1: "x"}])
-def test_what_orjson_writes_otherwise_or_refuses_goes_to_json(value: Any) -> None:
-    assert fastjson.dumps(value) is None
+@pytest.mark.parametrize("native", [True, False], ids=["C", "python"])
+@pytest.mark.parametrize("value", [[math.inf], [-math.inf], [math.nan], [2**64], ["\udc80"],
+                                   {1: "x"}, [{"a": [None, math.inf]}]])
+def test_what_orjson_writes_otherwise_or_refuses_goes_to_json(value: Any, native: bool) -> None:
+    with _c_module(native):
+        assert fastjson.dumps(value) is None
+
+
+def test_without_the_c_walk_any_null_goes_to_json() -> None:
+    with _c_module(False):
+        assert fastjson.dumps([None]) is None
 
 
 def test_a_chunk_with_a_long_integer_keeps_it_exact() -> None:
