@@ -28,6 +28,10 @@
  *       whether a value holds a non-finite float (orjson writes it as null, json as NaN), a
  *       key that is not a str, or a value of a type JSON decoding does not build.
  *
+ *   anthropic_blocks(messages, marker) -> (list[int], bool)
+ *       an Anthropic request's messages with a block holding ``marker`` (cache_control), and
+ *       whether a text block (in a content list or a tool_result's) lacks a str "text".
+ *
  * All are optional: refold/jsonscan.py falls back to Python when this module is not built.
  */
 #define PY_SSIZE_T_CLEAN
@@ -241,6 +245,141 @@ static PyObject *unusual_value(PyObject *self, PyObject *value) {
     return PyBool_FromLong(found);
 }
 
+/* 1 when ``blocks`` (a list) holds a dict {"type": "text", ...} whose "text" is missing or not a
+ * str; 0 otherwise */
+static int has_bad_text(PyObject *blocks, PyObject *type_key, PyObject *text_key) {
+    if (!PyList_Check(blocks)) {
+        return 0;
+    }
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(blocks); j++) {
+        PyObject *block = PyList_GET_ITEM(blocks, j);
+        if (!PyDict_Check(block)) {
+            continue;
+        }
+        PyObject *kind = PyDict_GetItemWithError(block, type_key);
+        if (kind == NULL) {
+            if (PyErr_Occurred()) {
+                return -1;
+            }
+            continue;
+        }
+        int is_text = PyUnicode_Check(kind) && PyUnicode_Compare(kind, text_key) == 0  /* "text" */;
+        if (!is_text) {
+            continue;
+        }
+        PyObject *text = PyDict_GetItemWithError(block, text_key);
+        if (text == NULL && PyErr_Occurred()) {
+            return -1;
+        }
+        if (text == NULL || !PyUnicode_Check(text)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* anthropic_blocks(messages, marker) -> (indices, bad_text): which messages (dicts) have a
+ * content list holding a block (a dict) with the key ``marker``; and whether any content list,
+ * or a tool_result block's content list, holds a text block without a str "text" (the caller
+ * then finds and words the first one). Everything else is left to the caller's checks. */
+static PyObject *anthropic_blocks(PyObject *self, PyObject *args) {
+    PyObject *messages, *marker;
+    if (!PyArg_ParseTuple(args, "O!U", &PyList_Type, &messages, &marker)) {
+        return NULL;
+    }
+    PyObject *content_key = PyUnicode_InternFromString("content");
+    PyObject *type_key = PyUnicode_InternFromString("type");
+    PyObject *text_key = PyUnicode_InternFromString("text");
+    PyObject *result_kind = PyUnicode_InternFromString("tool_result");
+    PyObject *indices = PyList_New(0);
+    int bad = 0;
+    if (content_key == NULL || type_key == NULL || text_key == NULL || result_kind == NULL
+            || indices == NULL) {
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(messages); i++) {
+        PyObject *message = PyList_GET_ITEM(messages, i);
+        if (!PyDict_Check(message)) {
+            continue;
+        }
+        PyObject *content = PyDict_GetItemWithError(message, content_key);
+        if (content == NULL) {
+            if (PyErr_Occurred()) {
+                goto fail;
+            }
+            continue;
+        }
+        if (!PyList_Check(content)) {
+            continue;
+        }
+        if (!bad) {
+            int found = has_bad_text(content, type_key, text_key);
+            if (found < 0) {
+                goto fail;
+            }
+            bad = found;
+        }
+        int marked = 0;
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(content); j++) {
+            PyObject *block = PyList_GET_ITEM(content, j);
+            if (!PyDict_Check(block)) {
+                continue;
+            }
+            if (!marked) {
+                int has = PyDict_Contains(block, marker);
+                if (has < 0) {
+                    goto fail;
+                }
+                marked = has;
+            }
+            if (bad) {
+                continue;
+            }
+            PyObject *kind = PyDict_GetItemWithError(block, type_key);
+            if (kind == NULL) {
+                if (PyErr_Occurred()) {
+                    goto fail;
+                }
+                continue;
+            }
+            if (PyUnicode_Check(kind) && PyUnicode_Compare(kind, result_kind) == 0) {
+                PyObject *inner = PyDict_GetItemWithError(block, content_key);
+                if (inner == NULL && PyErr_Occurred()) {
+                    goto fail;
+                }
+                if (inner != NULL) {
+                    int found = has_bad_text(inner, type_key, text_key);
+                    if (found < 0) {
+                        goto fail;
+                    }
+                    bad = found;
+                }
+            }
+        }
+        if (marked) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (index == NULL || PyList_Append(indices, index) < 0) {
+                Py_XDECREF(index);
+                goto fail;
+            }
+            Py_DECREF(index);
+        }
+    }
+    Py_DECREF(content_key);
+    Py_DECREF(type_key);
+    Py_DECREF(text_key);
+    Py_DECREF(result_kind);
+    PyObject *out = Py_BuildValue("(NO)", indices, bad ? Py_True : Py_False);
+    return out;
+fail:
+    Py_XDECREF(content_key);
+    Py_XDECREF(type_key);
+    Py_XDECREF(text_key);
+    Py_XDECREF(result_kind);
+    Py_XDECREF(indices);
+    return NULL;
+}
+
 /* how many leading items of two lists are the same value (same_value) */
 static PyObject *prefix(PyObject *self, PyObject *args) {
     PyObject *a, *b;
@@ -357,6 +496,9 @@ static PyMethodDef methods[] = {
     {"unusual", unusual_value, METH_O,
      "unusual(value) -> whether value holds a non-finite float, a non-str key or a value of "
      "a type JSON decoding does not build"},
+    {"anthropic_blocks", anthropic_blocks, METH_VARARGS,
+     "anthropic_blocks(messages, marker) -> (indices of the messages with a block holding "
+     "the key marker, whether a text block lacks a str text)"},
     {"prefix", prefix, METH_VARARGS,
      "prefix(a, b) -> how many leading items of lists a and b are the same value (same)"},
     {"copy", copy, METH_VARARGS,

@@ -17,6 +17,10 @@
 - ``digit_run(raw, length)`` and ``unusual(value)``: what ``refold.fastjson`` checks before
   it lets orjson read or write what the json module would (a long number; a non-finite float,
   a non-str key, a value of another type), or None without the C module.
+- ``anthropic_blocks(messages)``: which of an Anthropic request's messages hold a
+  ``cache_control`` marker, and whether any text block lacks its text (``server.
+  anthropic_wire.strip_cache_control`` and ``server.messages_api.check_fields`` then look only
+  there), or None without the C module.
 
 ``REFOLD_NATIVE=0`` turns the C module off (as for the search's).
 """
@@ -86,6 +90,16 @@ def unusual(value: Any) -> bool | None:
     return bool(_native.unusual(value))
 
 
+def anthropic_blocks(messages: list[Any], marker: str = "cache_control"
+                     ) -> tuple[list[int], bool] | None:
+    """For an Anthropic request's ``messages``: the indices of those whose content list holds
+    a block with the key ``marker``, and whether a text block (in a content list, or in a
+    ``tool_result``'s content list) lacks a str ``text``; None without the C module."""
+    if _native is None:
+        return None
+    return _native.anthropic_blocks(messages, marker)
+
+
 def copier() -> Callable[[Any], Any] | None:
     """The C copy of a JSON value (``messages.model.copy_json``'s; any other value inside goes
     to ``copy.deepcopy``), or None without the C module."""
@@ -94,4 +108,4 @@ def copier() -> Callable[[Any], Any] | None:
     return functools.partial(_native.copy, copy.deepcopy)
 
 
-__all__ = ["copier", "deeper_than", "digit_run", "native", "prefix", "same", "unusual"]
+__all__ = ["anthropic_blocks", "copier", "deeper_than", "digit_run", "native", "prefix", "same", "unusual"]

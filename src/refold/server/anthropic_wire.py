@@ -27,6 +27,7 @@ code for both APIs. This module is the pure half: no I/O, no app.
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ from typing import Any
 
 from refold._records import dataclass, field
 from refold.errors import InvalidInput, MessageValidationError
+from refold.jsonscan import anthropic_blocks
 from refold.llm.sse import CallParts, add_call
 from refold.messages.anthropic import from_anthropic, system_text, tool_input
 from refold.messages.model import Message, content_text, copy_json
@@ -98,18 +100,9 @@ def strip_cache_control(body: dict[str, Any]) -> tuple[dict[str, Any], CacheMark
     if not isinstance(turns, list):
         return clean, marks
     copied: list[Any] | None = None
-    # a turn's place counted from the end among the user and assistant turns an Anthropic
-    # upstream gets back: a ``system`` turn in the conversation (Claude Code appends reminders
-    # so) goes into ``system`` or in place, keeping its own markers, and counted, it moved
-    # every marker before it one turn back (onto a thinking block: a 400)
-    from_end = 0
-    places = [0] * len(turns)
-    for position in range(len(turns) - 1, -1, -1):
+    hits = anthropic_blocks(turns)  # the turns with a marker, found in C (where it is built)
+    for position in (hits[0] if hits is not None else range(len(turns))):
         turn = turns[position]
-        if not (isinstance(turn, dict) and turn.get("role") == "system"):
-            from_end += 1
-        places[position] = from_end
-    for position, turn in enumerate(turns):
         content = turn.get("content") if isinstance(turn, dict) else None
         if not isinstance(content, list):
             continue
@@ -120,10 +113,20 @@ def strip_cache_control(body: dict[str, Any]) -> tuple[dict[str, Any], CacheMark
             copied = list(turns)
         copied[position] = {**turn, "content": blocks}
         if turn.get("role") != "system":
-            marks.messages += [(places[position], index, marker) for index, marker in found]
+            place = _place(turns, position)
+            marks.messages += [(place, index, marker) for index, marker in found]
     if copied is not None:
         clean["messages"] = copied
     return clean, marks
+
+
+def _place(turns: list[Any], position: int) -> int:
+    """A turn's place counted from the end among the user and assistant turns an Anthropic
+    upstream gets back: a ``system`` turn in the conversation (Claude Code appends reminders
+    so) goes into ``system`` or in place, keeping its own markers, and counted, it moved every
+    marker before it one turn back (onto a thinking block: a 400)."""
+    return sum(1 for turn in itertools.islice(turns, position, None)
+               if not (isinstance(turn, dict) and turn.get("role") == "system"))
 
 
 BILLING_PREFIX = "x-anthropic-billing-header:"
