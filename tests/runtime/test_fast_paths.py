@@ -266,3 +266,22 @@ def test_tune_gc_freezes_the_startup_heap_and_keeps_the_thresholds() -> None:
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_new_messages_are_too_heavy_for_the_event_loop_by_the_characters_of_their_strings(
+        ) -> None:
+    from refold.runtime.inline import INLINE_NEW_CHARS, too_heavy_inline
+
+    half = "a" * (INLINE_NEW_CHARS // 2)
+    assert not too_heavy_inline([{"role": "user", "content": half}])
+    # every string counts, the role's too: 4 + (INLINE_NEW_CHARS - 4) is just within
+    assert not too_heavy_inline([{"role": "user", "content": "a" * (INLINE_NEW_CHARS - 4)}])
+    assert too_heavy_inline([{"role": "user", "content": "a" * (INLINE_NEW_CHARS - 3)}])
+    assert too_heavy_inline([{"role": "user", "content": half},
+                             {"role": "tool", "tool_call_id": "t", "content": half + "b"}])
+    # nested: a content list's parts, a call's arguments
+    assert too_heavy_inline([{"role": "user", "content": [
+        {"type": "text", "text": half}, {"type": "image_url", "image_url": {"url": half}}]}])
+    assert too_heavy_inline([{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "w", "arguments": half * 3}}]}])
+    assert not too_heavy_inline([])

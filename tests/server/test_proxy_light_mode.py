@@ -1,6 +1,7 @@
 """The proxy in light mode: over a SQLite store with synchronous NORMAL the runtime's small store
-work runs on the event loop; a large body (> 64 KiB) and a FULL store go to worker threads.
-Either way every message is stored once and the reply is recorded.
+work runs on the event loop; a body over 1 MiB, a heavy new message (over 64 K characters: its
+append) and a FULL store go to worker threads. Either way every message is stored once and the
+reply is recorded.
 
 Real sockets: the OpenAI SDK → uvicorn (refold's app) → the scripted upstream. The store is
 real; ``ThreadNotingStore`` only notes which thread each ledger write ran on and forwards all.
@@ -97,9 +98,11 @@ def test_streamed_turns_in_light_mode_store_each_message_once(
     assert len(loop_writes) >= 8, sqlite_store.writes
 
 
-def test_a_large_body_goes_to_a_worker_and_is_stored_once(
+def test_a_heavy_new_message_is_stored_from_a_worker_and_stored_once(
         start_proxy: ProxyFactory, sqlite_store: ThreadNotingStore) -> None:
-    big = "x" * (70 * 1024)
+    from refold.runtime.inline import INLINE_NEW_CHARS
+
+    big = "x" * (INLINE_NEW_CHARS + 1024)
     with serve(["one", "two", "three"]) as up:
         proxy = start_proxy(up)
         client = sdk(proxy.base_url)
@@ -108,8 +111,10 @@ def test_a_large_body_goes_to_a_worker_and_is_stored_once(
         history += [{"role": "assistant", "content": "one"}, {"role": "user", "content": big}]
         sqlite_store.writes.clear()
         assert streamed(client, history) == "two"
-        # > 64 KiB: the turn's append and the reply's record ran in worker threads
-        assert sqlite_store.writes and all(w[1] == WORKER for w in sqlite_store.writes), \
+        # the heavy message appended from a worker thread; the small reply recorded on the
+        # event loop (the body, ~70 KB, is within light mode's 1 MiB)
+        assert [w[0] for w in sqlite_store.writes] == ["append", "append"], sqlite_store.writes
+        assert sqlite_store.writes[0][1] == WORKER and sqlite_store.writes[1][1] != WORKER, \
             sqlite_store.writes
         history += [{"role": "assistant", "content": "two"}, {"role": "user", "content": "q2"}]
         reply = client.chat.completions.create(model="scripted-model",
@@ -117,6 +122,26 @@ def test_a_large_body_goes_to_a_worker_and_is_stored_once(
         assert reply.choices[0].message.content == "three"
     assert rows(sqlite_store) == [("user", "q0"), ("assistant", "one"), ("user", big),
                                   ("assistant", "two"), ("user", "q2"), ("assistant", "three")]
+
+
+def test_a_body_over_a_mib_goes_to_a_worker_and_is_stored_once(
+        start_proxy: ProxyFactory, sqlite_store: ThreadNotingStore) -> None:
+    from refold.server.completions import INLINE_JSON_BYTES
+
+    huge = "y" * INLINE_JSON_BYTES  # sent once; re-sent with every later turn
+    with serve(["one", "two"]) as up:
+        proxy = start_proxy(up, context_length=4_000_000)  # (no compaction here)
+        client = sdk(proxy.base_url)
+        history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": huge}]
+        assert streamed(client, history) == "one"
+        history += [{"role": "assistant", "content": "one"}, {"role": "user", "content": "q1"}]
+        sqlite_store.writes.clear()
+        assert streamed(client, history) == "two"
+        # over INLINE_JSON_BYTES: parsed, appended and recorded in worker threads
+        assert sqlite_store.writes and all(w[1] == WORKER for w in sqlite_store.writes), \
+            sqlite_store.writes
+    assert rows(sqlite_store) == [("user", huge), ("assistant", "one"), ("user", "q1"),
+                                  ("assistant", "two")]
 
 
 @pytest.mark.parametrize("sqlite_store", ["FULL"], indirect=True)

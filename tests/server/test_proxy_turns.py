@@ -654,3 +654,31 @@ def test_an_upstreams_request_error_keeps_its_status_code_and_param(
     assert body.get("code") == (error.get("code") or "upstream_bad_request")
     if error.get("param"):
         assert body.get("param") == error["param"]
+
+
+def test_a_long_history_runs_on_the_event_loop_and_a_heavy_new_message_in_a_worker(
+        start_proxy: ProxyFactory, sqlite_store: Store) -> None:
+    """An agent re-sends a history of hundreds of KB with each turn; what is new is small. Its
+    turns run in light mode (a worker thread would only add hops: the work on the known
+    history holds the GIL anywhere); a new message too heavy for the loop (a big tool output)
+    is counted and stored from a worker thread. Every message is stored once either way."""
+    from refold.runtime.inline import INLINE_NEW_CHARS
+
+    with serve(["ok"] * 6) as up:
+        proxy = start_proxy(up, context_length=2_000_000)  # (no compaction in this test)
+        client = sdk(proxy.base_url)
+        history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "x" * 40_000}]
+        for turn in range(5):
+            client.chat.completions.create(model="m", messages=history)
+            history += [{"role": "assistant", "content": "ok"},
+                        {"role": "user", "content": f"{turn} " + "y" * 40_000}]
+        big = {"role": "user", "content": "z" * (INLINE_NEW_CHARS + 1)}
+        history[-1] = big  # the sixth turn's new message is heavy
+        client.chat.completions.create(model="m", messages=history)
+    pipeline = proxy.app.state.proxy_app.proxy
+    # the first turn (no known history) and the heavy one in workers; the rest on the loop,
+    # with bodies of 40 to 240 KB (a ledger that fsyncs each commit: every turn in a worker)
+    light = sqlite_store.commits_are_quick  # type: ignore[attr-defined]
+    assert (pipeline.light_prepares, pipeline.worker_prepares) == ((4, 2) if light else (0, 6))
+    stored = roles_and_text(sqlite_store, only_session(sqlite_store))
+    assert stored == [(m["role"], m["content"]) for m in history[1:]] + [("assistant", "ok")]

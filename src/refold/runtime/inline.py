@@ -1,9 +1,10 @@
 """``InlineTurns``: the proxy's inline fast path of one ``SessionRuntime``.
 
 The proxy runs on an event loop. A turn that only extends the session it knows — the re-sent
-history starts with the chain this runtime last stored, the context is under the
-pre-compaction mark, the store commits without fsync (``commits_are_quick``) and is free right
-now — is small, bounded work, cheaper than a hop to a worker thread. ``InlineTurns`` does such
+history starts with the chain this runtime last stored, its new messages are not heavy
+(``INLINE_NEW_CHARS``), the context is under the pre-compaction mark, the store commits without
+fsync (``commits_are_quick``) and is free right now — is small, bounded work, cheaper than a
+hop to a worker thread. ``InlineTurns`` does such
 turns on the caller's thread and never waits: where a turn needs more (a changed history, a
 compaction, a full projection read) or something is busy, it does nothing and answers None /
 False — the caller then uses the runtime's ordinary API in a worker thread (``busy`` says the
@@ -42,6 +43,31 @@ _T = TypeVar("_T")
 
 class NeedsWorker(Exception):
     """Inline: this turn needs work that must not run on an event loop."""
+
+
+INLINE_NEW_CHARS = 64 * 1024
+"""New messages heavier than this (characters of their strings) are counted, hashed and stored
+from a worker thread, not on the event loop: the tokenizer, ``sha256`` and SQLite let go of
+the GIL while they work on a big tool output, so the loop serves other requests meanwhile.
+(Work on what the runtime knows already — comparing a long re-sent history, copying the view —
+holds the GIL wherever it runs: a thread would only add its hops.)"""
+
+
+def too_heavy_inline(messages: list[Message]) -> bool:
+    """Do ``messages`` hold more than ``INLINE_NEW_CHARS`` characters of strings?"""
+    budget = INLINE_NEW_CHARS
+    stack: list[Any] = list(messages)
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            budget -= len(value)
+            if budget < 0:
+                return True
+        elif isinstance(value, dict):
+            stack += value.values()
+        elif isinstance(value, list):
+            stack += value
+    return False
 
 
 @dataclass
@@ -130,6 +156,7 @@ class InlineTurns:
         chain, lead, suffix = found
         if not suffix or view.tip != chain.tip:
             return False  # nothing new, or the view does not end where the chain does
+        rt.new_messages_fit(suffix)
         if rt._system_of(lead) != rt._system_prompt:
             return False  # a new system prompt is an event to store first
         counts = rt.ops.message_counts(suffix)

@@ -51,7 +51,7 @@ from refold.runtime.branches import (
 )
 from refold.runtime.chain import KnownChain, comparable, resent_result
 from refold.runtime.checkpointer import Checkpointer
-from refold.runtime.inline import InlineTurns, NeedsWorker
+from refold.runtime.inline import InlineTurns, NeedsWorker, too_heavy_inline
 from refold.runtime.mirror import SessionMirror
 from refold.runtime.precompact import Precompactor
 from refold.runtime.prepared import Prepared
@@ -118,6 +118,7 @@ class SessionRuntime:
         # output_reserve_tokens: the next prepare compacts so prompt + output fit the window
         self.output_reserve: int | None = None
         self._closed = False
+        self._on_loop = False  # the prepare under way runs on an event loop (light mode)
         # (messages, last identity) a prepare stored before it failed: its retry stores nothing
         self._unanswered: tuple[list[Message], str] | None = None
 
@@ -354,6 +355,7 @@ class SessionRuntime:
     def _prepare_history_locked(self, history: list[Message],
                                 tools: list[dict[str, Any]] | None, light: bool,
                                 defer: bool = False, diverge: Diverge = "rewind") -> Prepared:
+        self._on_loop = light  # (read by ``new_messages_fit``: under the lock, as this)
         self.inline.flush()
         self.mirror.confirmed = None
         if tools is not None:
@@ -430,6 +432,12 @@ class SessionRuntime:
         self.mirror.moved_to(session_id)
         self._system_prompt = recorded_system_prompt(self.store, session_id)
 
+    def new_messages_fit(self, messages: list[Message]) -> None:
+        """``NeedsWorker`` when a light-mode prepare would store new messages too heavy for the
+        event loop (``too_heavy_inline``); called before anything is stored."""
+        if self._on_loop and too_heavy_inline(messages):
+            raise NeedsWorker
+
     def _sync_known_prefix(self, history: list[Message]) -> bool:
         """The fast path (see ``refold.runtime.chain``): when ``history`` starts with the chain
         this runtime last stored, only the new suffix is validated, counted, hashed and
@@ -439,6 +447,7 @@ class SessionRuntime:
         if found is None:
             return False
         chain, lead, suffix = found
+        self.new_messages_fit(suffix)
         appended = self.mirror.append_known(chain, suffix, self.ops.message_counts(suffix))
         if appended is None:
             return False

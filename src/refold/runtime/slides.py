@@ -144,6 +144,7 @@ class WindowSlides:
         if found is None or start is None or chain is None:
             return False
         drop, system, suffix, stretch = found
+        rt.new_messages_fit(suffix)
         rows = rt.store.get_messages(rt.session_id, start_seq=start, limit=drop + 1)
         if len(rows) != drop + 1 or rows[drop].message.get("role") != stretch[0].get("role"):
             return False  # (the stored rows are not the known window: read everything)

@@ -46,10 +46,11 @@ request; only a second writer on the same session causes this). A failed commit 
 upstream response and answers with the storage error; nothing of the turn is stored.
 
 Where the runtime runs. With NORMAL (commits without fsync) and a request body of at most
-64 KiB, steps 1 and 3 first try the runtime's light mode on the event loop itself: the
-known-history fast path, a context below the pre-compaction mark, a store that is free right
-now — small, bounded work, cheaper than a thread hop (``SessionRuntime.inline``, see
-``refold.runtime.inline``).
+1 MiB (``INLINE_JSON_BYTES``), steps 1 and 3 first try the runtime's light mode on the event
+loop itself: the known-history fast path, new messages of at most 64 K characters
+(``runtime.inline.INLINE_NEW_CHARS``), a context below the pre-compaction mark, a store that
+is free right now — bounded work, cheaper than a thread hop, which would hold the GIL for it
+anyway (``SessionRuntime.inline``, see ``refold.runtime.inline``).
 A light-mode call that finds the store busy (another thread's write, the WAL checkpoint's short
 pass) is tried again on the event loop after short pauses (``BUSY_PAUSES``, a few ms in all)
 before it goes to a thread. Anything else — a session's first or changed history, a compaction,
@@ -274,8 +275,9 @@ class _Turn:
         self.history = history
         self.diverge: Diverge = diverge
         self.inject_usage = False
-        # small requests may run the runtime on the event loop (light mode); a large body (a
-        # big new tool output, say) always goes to a worker thread
+        # requests up to INLINE_JSON_BYTES may run the runtime on the event loop (light mode);
+        # a larger body always goes to a worker thread, and so do heavy new messages (a big
+        # new tool output, say: ``SessionRuntime.new_messages_fit``)
         self.light = bool(getattr(proxy, "light", False)) and raw_size <= INLINE_JSON_BYTES
         self.warnings: list[str] = []  # across attempts, in order, each once
         self.compacted: tuple[int, int] | None = None  # (before, after) of the last compaction
@@ -736,7 +738,12 @@ def _shutting_down(exc: asyncio.CancelledError) -> bool:
     return any("graceful shutdown" in str(arg) for arg in exc.args)
 
 
-INLINE_JSON_BYTES = 64 * 1024  # smaller bodies parse faster than a thread hop
+# Bodies up to this size are parsed, and their turns run in light mode, on the event loop. The
+# work on a re-sent history (decoding it, comparing it with the known chain, copying the view,
+# encoding the upstream body) holds the GIL in a worker thread too, so a thread only adds its
+# hops (three a turn: an agent's 350 KB turn cost ~20% more CPU so); ~1 ms of orjson a MiB. New
+# messages too heavy for the loop still go to a worker (runtime.inline.INLINE_NEW_CHARS).
+INLINE_JSON_BYTES = 1024 * 1024
 # seconds between tries of a light-mode call that found the store busy (``_Turn._inline``)
 BUSY_PAUSES = (0.0005, 0.001, 0.002, 0.004)
 
