@@ -320,42 +320,41 @@ static PyObject *anthropic_blocks(PyObject *self, PyObject *args) {
             bad = found;
         }
         int marked = 0;
+        /* held while looked at: a key's __eq__ (not JSON's, but possible) could run code */
+        Py_INCREF(content);
         for (Py_ssize_t j = 0; j < PyList_GET_SIZE(content); j++) {
             PyObject *block = PyList_GET_ITEM(content, j);
             if (!PyDict_Check(block)) {
                 continue;
             }
+            Py_INCREF(block);
+            int failed = 0;
             if (!marked) {
                 int has = PyDict_Contains(block, marker);
-                if (has < 0) {
-                    goto fail;
-                }
-                marked = has;
+                failed = has < 0;
+                marked = has > 0;
             }
-            if (bad) {
-                continue;
-            }
-            PyObject *kind = PyDict_GetItemWithError(block, type_key);
-            if (kind == NULL) {
-                if (PyErr_Occurred()) {
-                    goto fail;
-                }
-                continue;
-            }
-            if (PyUnicode_Check(kind) && PyUnicode_Compare(kind, result_kind) == 0) {
-                PyObject *inner = PyDict_GetItemWithError(block, content_key);
-                if (inner == NULL && PyErr_Occurred()) {
-                    goto fail;
-                }
-                if (inner != NULL) {
-                    int found = has_bad_text(inner, type_key, text_key);
-                    if (found < 0) {
-                        goto fail;
+            if (!failed && !bad) {
+                PyObject *kind = PyDict_GetItemWithError(block, type_key);
+                failed = kind == NULL && PyErr_Occurred() != NULL;
+                if (kind != NULL && PyUnicode_Check(kind)
+                        && PyUnicode_Compare(kind, result_kind) == 0) {
+                    PyObject *inner = PyDict_GetItemWithError(block, content_key);
+                    failed = inner == NULL && PyErr_Occurred() != NULL;
+                    if (inner != NULL) {
+                        int found = has_bad_text(inner, type_key, text_key);
+                        failed = found < 0;
+                        bad = found > 0;
                     }
-                    bad = found;
                 }
+            }
+            Py_DECREF(block);
+            if (failed) {
+                Py_DECREF(content);
+                goto fail;
             }
         }
+        Py_DECREF(content);
         if (marked) {
             PyObject *index = PyLong_FromSsize_t(i);
             if (index == NULL || PyList_Append(indices, index) < 0) {
