@@ -10,8 +10,9 @@ caller takes its json path, unchanged (same values, same errors):
   infinity, a UTF-8 BOM, other encodings and nesting past 1,024 levels (all: None), and reads
   an integer outside [-2**63, 2**64) as a float, which json keeps exact: any run of 19 digits
   or more gives None before orjson reads it (a long number inside a string too: json then does
-  the work, as before; the run is looked for in C where ``refold._jsonscan`` is built). Elsewhere both read valid JSON to equal values (duplicate keys: the
-  last wins, in the first one's place) and refuse the same invalid JSON.
+  the work, as before; the run is looked for in C where ``refold._jsonscan`` is built).
+  Elsewhere both read valid JSON to equal values (duplicate keys: the last wins, in the first
+  one's place) and refuse the same invalid JSON.
 - ``dumps`` (of what JSON decoding builds: dicts, lists, strings, numbers, booleans, None;
   orjson would also write an enum or a UUID, which json refuses): orjson writes no spaces after ``:`` and ``,`` and writes floats in their shortest
   form (``1e-7`` for json's ``1e-07``): the same JSON values. It refuses what json would escape
