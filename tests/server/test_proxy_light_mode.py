@@ -1,6 +1,6 @@
 """The proxy in light mode: over a SQLite store with synchronous NORMAL the runtime's small store
-work runs on the event loop; a body over 1 MiB, a heavy new message (over 64 K characters: its
-append) and a FULL store go to worker threads. Either way every message is stored once and the
+work runs on the event loop; a body over 1 MiB, a heavy new message or reply (over 64 K
+characters: its append) and a FULL store go to worker threads. Either way every message is stored once and the
 reply is recorded.
 
 Real sockets: the OpenAI SDK → uvicorn (refold's app) → the scripted upstream. The store is
@@ -122,6 +122,29 @@ def test_a_heavy_new_message_is_stored_from_a_worker_and_stored_once(
         assert reply.choices[0].message.content == "three"
     assert rows(sqlite_store) == [("user", "q0"), ("assistant", "one"), ("user", big),
                                   ("assistant", "two"), ("user", "q2"), ("assistant", "three")]
+
+
+def test_a_long_reply_is_recorded_from_a_worker_and_stored_once(
+        start_proxy: ProxyFactory, sqlite_store: ThreadNotingStore) -> None:
+    from refold.runtime.inline import INLINE_NEW_CHARS
+
+    long = "z" * (INLINE_NEW_CHARS + 1024)
+    with serve(["one", long, "three"]) as up:
+        proxy = start_proxy(up)
+        client = sdk(proxy.base_url)
+        history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "q0"}]
+        assert streamed(client, history) == "one"
+        history += [{"role": "assistant", "content": "one"}, {"role": "user", "content": "q1"}]
+        sqlite_store.writes.clear()
+        assert streamed(client, history) == long
+        # the small question appended on the event loop, the long reply from a worker
+        assert [w[0] for w in sqlite_store.writes] == ["append", "append"], sqlite_store.writes
+        assert sqlite_store.writes[0][1] != WORKER and sqlite_store.writes[1][1] == WORKER, \
+            sqlite_store.writes
+        history += [{"role": "assistant", "content": long}, {"role": "user", "content": "q2"}]
+        assert streamed(client, history) == "three"
+    assert rows(sqlite_store) == [("user", "q0"), ("assistant", "one"), ("user", "q1"),
+                                  ("assistant", long), ("user", "q2"), ("assistant", "three")]
 
 
 def test_a_body_over_a_mib_goes_to_a_worker_and_is_stored_once(

@@ -46,8 +46,8 @@ class NeedsWorker(Exception):
 
 
 INLINE_NEW_CHARS = 64 * 1024
-"""New messages heavier than this (characters of their strings) are counted, hashed and stored
-from a worker thread, not on the event loop: the tokenizer, ``sha256`` and SQLite let go of
+"""New messages, or a reply, heavier than this (characters of their strings) are counted,
+hashed and stored from a worker thread, not on the event loop: the tokenizer, ``sha256`` and SQLite let go of
 the GIL while they work on a big tool output, so the loop serves other requests meanwhile.
 (Work on what the runtime knows already — comparing a long re-sent history, copying the view —
 holds the GIL wherever it runs: a thread would only add its hops.)"""

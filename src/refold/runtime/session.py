@@ -483,6 +483,8 @@ class SessionRuntime:
     def _record_locked(self, message: Message, usage: dict[str, Any] | None,
                        model: str | None, light: bool) -> tuple[bool, int]:
         self.inline.flush()
+        if light and too_heavy_inline([message]):
+            raise NeedsWorker  # a long reply is counted, hashed and stored from a worker
         counts = self.ops.message_counts([message])
         usage = usage or {}
         prompt_tokens = _int(usage.get("prompt_tokens"))
