@@ -12,7 +12,8 @@ lands on all of them; the figures are ratios against chat completions in the sam
     python bench/bench_endpoints.py [--requests 120] [--turns 10] [--rounds 3] [--tool-output 2000]
 
 ``--tool-output CHARS`` adds an agent conversation through ``/v1/messages`` in Claude Code's
-shape: every reply a tool call, every next request its result of CHARS characters.
+shape, and the same agent through ``/v1/chat/completions``: every reply a tool call, every next
+request its result of CHARS characters.
 """
 
 from __future__ import annotations
@@ -110,6 +111,25 @@ def agent_turn(client: httpx.Client, url: str, conv: int, turn: int,
         "content": (line * (TOOL_OUTPUT // len(line) + 1))[:TOOL_OUTPUT]}]})
 
 
+def chat_agent_turn(client: httpx.Client, url: str, conv: int, turn: int,
+                    state: dict[str, Any]) -> None:
+    """The same agent through ``/v1/chat/completions`` (OpenCode's, Hermes' shape): each reply
+    a tool call, each next request its ``TOOL_OUTPUT``-character result and the whole
+    history."""
+    history = state.setdefault("history", [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": f"{AGENT} {conv}: find the bug"}])
+    response = client.post(url + "/chat/completions", json={
+        "model": "scripted-model", "messages": history})
+    response.raise_for_status()
+    message = response.json()["choices"][0]["message"]
+    history.append({k: v for k, v in message.items() if v is not None})
+    call = message["tool_calls"][0]
+    line = f"src/module_{turn}.py:{turn}: a line of the tool's output\n"
+    history.append({"role": "tool", "tool_call_id": call["id"],
+                    "content": (line * (TOOL_OUTPUT // len(line) + 1))[:TOOL_OUTPUT]})
+
+
 def upstream_reply(body: dict[str, Any]) -> Any:
     """``REPLY``, or a tool call for the agent conversations."""
     first = next((m for m in body.get("messages") or [] if m.get("role") == "user"), {})
@@ -148,13 +168,15 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tool-output", type=int, default=0, metavar="CHARS",
-                        help="also an agent through /v1/messages: each reply a tool call, each "
-                             "result CHARS characters (Claude Code's shape)")
+                        help="also an agent through /v1/messages and through "
+                             "/v1/chat/completions: each reply a tool call, each result CHARS "
+                             "characters (Claude Code's shape)")
     args = parser.parse_args()
     global TOOL_OUTPUT
     TOOL_OUTPUT = args.tool_output
     if TOOL_OUTPUT > 0:
         ENDPOINTS[f"messages (agent, {TOOL_OUTPUT}-char tool results)"] = agent_turn
+        ENDPOINTS[f"chat.completions (agent, {TOOL_OUTPUT}-char results)"] = chat_agent_turn
     results: dict[str, tuple[list[float], float]] = {name: ([], 0.0) for name in ENDPOINTS}
     with serve(default=upstream_reply) as up, tempfile.TemporaryDirectory() as home:
         proc, url = start_proxy(Path(home), up.base_url)
