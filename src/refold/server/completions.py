@@ -47,8 +47,8 @@ upstream response and answers with the storage error; nothing of the turn is sto
 
 Where the runtime runs. With NORMAL (commits without fsync) and a request body of at most
 1 MiB (``INLINE_JSON_BYTES``), steps 1 and 3 first try the runtime's light mode on the event
-loop itself: the known-history fast path, new messages of at most 64 K characters
-(``runtime.inline.INLINE_NEW_CHARS``), a context below the pre-compaction mark, a store that
+loop itself: the known-history fast path, new messages and a reply of at most 64 K characters
+each (``runtime.inline.INLINE_NEW_CHARS``), a context below the pre-compaction mark, a store that
 is free right now — bounded work, cheaper than a thread hop, which would hold the GIL for it
 anyway (``SessionRuntime.inline``, see ``refold.runtime.inline``).
 A light-mode call that finds the store busy (another thread's write, the WAL checkpoint's short
